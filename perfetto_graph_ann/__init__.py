@@ -1,0 +1,60 @@
+"""perfetto_graph_ann: CUDA-graph annotations for PyTorch profiles, natively in Perfetto.
+
+Flow: ``capture`` (mark regions while capturing a CUDA graph) -> ``read`` (torch.profiler
+JSON, exact) -> ``join`` (replayed kernels to graph nodes) -> ``write`` (Perfetto
+TrackEvent protobuf, or annotated Chrome JSON) -> ``query`` (trace processor + the
+``graph_ann`` PerfettoSQL package, DataFrames).
+
+Capture needs torch and a GPU; everything else runs anywhere. Public names are imported
+lazily so ``import perfetto_graph_ann`` never imports torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (relative to this package)
+_LAZY = {
+    # capture (issue: capture)
+    "graph": "capture.api",
+    "mark_kernels": "capture.api",
+    "mark_stream": "capture.api",
+    "annotate_collective": "capture.collectives",
+    "get_stream_for_pg": "capture.collectives",
+    "is_available": "capture.backends",
+    "backend_info": "capture.backends",
+    "get_kernel_annotations": "capture.registry",
+    "save_annotations": "capture.sidecar",
+    "load_annotations": "capture.sidecar",
+    "AnnotationSet": "capture.annotations",
+    # read / write (issue: converter)
+    "read_trace": "read.kineto",
+    "convert": "write.convert",
+    # join (issue: lanes)
+    "join": "join.join",
+    "export": "write.export",
+    # query (issues: engine, SQL)
+    "open_trace": "query.session",
+    "query_many": "query.batch",
+    "lane_summary": "query.metrics",
+    "replays": "query.metrics",
+    "collectives": "query.metrics",
+    "overlap": "query.metrics",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

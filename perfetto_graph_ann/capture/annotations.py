@@ -1,0 +1,115 @@
+"""The annotation model: what capture records per executable-graph node.
+
+Pure data, no torch import: the join, the sidecar loader and the tests use it on
+machines without a GPU. Keys follow torch 2.15 and CUPTI: ``(graph id << 32) | node
+local id``, where the graph id is the *executable* graph's id (the id a replayed kernel
+reports), not the capture (template) graph's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+Dim3 = Tuple[int, int, int]
+#: Annotation values are JSON-like: str, int, float, bool, lists and str-keyed dicts of those.
+Annotation = Mapping[str, Any]
+
+#: Node types as recorded (``cudaGraphNodeType`` names without prefix, lower case).
+NODE_TYPES = ("kernel", "memcpy", "memset", "host", "graph", "empty", "event_record", "event_wait",
+              "mem_alloc", "mem_free", "ext_semas_signal", "ext_semas_wait", "batch_mem_op", "conditional",
+              "other")
+#: Node types whose replay shows up as GPU work in a profile.
+GPU_WORK_NODE_TYPES = frozenset({"kernel", "memcpy", "memset"})
+
+_EMPTY: Mapping[str, Any] = types.MappingProxyType({})
+
+
+def make_key(graph_id: int, local_id: int) -> int:
+    """Pack a node key: ``(graph id << 32) | local id`` (both unsigned 32-bit)."""
+    if not (0 <= graph_id < 1 << 32 and 0 <= local_id < 1 << 32):
+        raise ValueError(f"graph id {graph_id} / local id {local_id} out of 32-bit range")
+    return (graph_id << 32) | local_id
+
+
+def split_key(key: int) -> Tuple[int, int]:
+    """Unpack a node key into ``(graph id, local id)``."""
+    return key >> 32, key & 0xFFFFFFFF
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRecord:
+    """One node of an executable graph, with its merged annotation and calibration."""
+
+    key: int  #: (exec graph id << 32) | local id
+    type: str = "kernel"  #: one of NODE_TYPES
+    kernel: Optional[str] = None  #: function name (mangled from cuFuncGetName, or demangled)
+    grid: Optional[Dim3] = None
+    block: Optional[Dim3] = None
+    annotation: Annotation = dataclasses.field(default_factory=dict)  #: merged fields of every enclosing scope ({} = none)
+    stream: Optional[int] = None  #: calibration: CUDA stream this node ran on in one replay
+    ordinal: Optional[int] = None  #: calibration: its position on that stream within one replay
+
+    @property
+    def graph_id(self) -> int:
+        return self.key >> 32
+
+    @property
+    def local_id(self) -> int:
+        return self.key & 0xFFFFFFFF
+
+    @property
+    def lane(self) -> Optional[int]:
+        """The display lane the annotation asks for (its ``stream`` field), if any."""
+        s = self.annotation.get("stream")
+        return s if isinstance(s, int) and not isinstance(s, bool) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphRecord:
+    """One executable graph (one instantiation) and its nodes."""
+
+    exec_id: int  #: executable graph id: the high 32 bits of every node key
+    nodes: Tuple[NodeRecord, ...]
+    template_id: Optional[int] = None  #: capture (template) graph id, for reference
+    device: Optional[int] = None
+
+    @property
+    def calibrated(self) -> bool:
+        return any(n.stream is not None and n.ordinal is not None for n in self.nodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnnotationSet:
+    """Everything the join needs from capture: graphs, nodes, lane labels.
+
+    ``lanes`` maps a lane id (60 upward for ``mark_stream`` and process groups) to its
+    label, e.g. ``{60: "left_projection", 62: "default_pg (all_reduce)"}``.
+    """
+
+    graphs: Tuple[GraphRecord, ...] = ()
+    lanes: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    backend: Optional[str] = None  #: capture backend that produced the keys
+    source: Optional[str] = None  #: file it was loaded from, for messages
+
+    def nodes_by_key(self) -> Dict[int, NodeRecord]:
+        return {n.key: n for g in self.graphs for n in g.nodes}
+
+    def graph(self, exec_id: int) -> Optional[GraphRecord]:
+        for g in self.graphs:
+            if g.exec_id == exec_id:
+                return g
+        return None
+
+    @staticmethod
+    def merge(sets: Iterable["AnnotationSet"]) -> "AnnotationSet":
+        """Union of several sets (e.g. one per sidecar); later lane labels win."""
+        graphs: list = []
+        lanes: Dict[int, str] = {}
+        backend = source = None
+        for s in sets:
+            graphs.extend(s.graphs)
+            lanes.update(s.lanes)
+            backend = backend or s.backend
+            source = source or s.source
+        return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, source)

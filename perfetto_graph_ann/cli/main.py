@@ -1,0 +1,54 @@
+"""``perfetto-graph-ann``: argument parsing and dispatch only.
+
+Each subcommand lives in its own module of this package exposing
+``register(subparsers) -> argparse.ArgumentParser`` (which sets ``func``); heavy
+imports happen inside the command, so ``--help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+from .. import __version__
+from ..errors import GraphAnnError
+
+#: Subcommand modules, in the order ``--help`` lists them.
+COMMANDS = ("demo", "convert", "lanes", "report", "sql", "merge", "open")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfetto-graph-ann",
+        description="Semantic lanes and restored collective metadata for CUDA-graphed PyTorch "
+        "profiles, as native Perfetto traces with a PerfettoSQL package on top.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f".{name}", __package__).register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        rc = args.func(args)
+    except GraphAnnError as e:
+        print(f"perfetto-graph-ann {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"perfetto-graph-ann {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""`perfetto-graph-ann open` (not implemented yet: owned by its issue)."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("open", help="(not implemented yet)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    raise NotImplementedError("open")

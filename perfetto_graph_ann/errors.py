@@ -1,0 +1,67 @@
+"""Typed errors. Every error a user can cause names the file and the problem.
+
+The CLI maps :class:`GraphAnnError` subclasses to exit code 2 and prints only the
+message; anything else is a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class GraphAnnError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+    exit_code = 2
+
+
+class InputError(GraphAnnError):
+    """An input file is unreadable or malformed.
+
+    The message always starts with the path, then says what is wrong and, where known,
+    where in the file (event index, field).
+    """
+
+    def __init__(self, path: Optional[PathLike], problem: str):
+        self.path = os.fspath(path) if path is not None else None
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+
+class TraceFormatError(InputError):
+    """A profiler trace (Kineto / Chrome JSON) is not what torch.profiler writes."""
+
+
+class SidecarError(InputError):
+    """An annotation sidecar or capture record is corrupt, truncated or of an unknown version."""
+
+
+class OutputError(GraphAnnError):
+    """An output could not be written (disk full, permission, missing directory)."""
+
+    def __init__(self, path: Optional[PathLike], problem: str):
+        self.path = os.fspath(path) if path is not None else None
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+
+class CaptureError(GraphAnnError):
+    """Capture-time annotation failed (unsupported backend state, bad arguments)."""
+
+
+class EngineError(GraphAnnError):
+    """The trace processor could not be found, started, or died."""
+
+
+class EngineNotFoundError(EngineError):
+    """No trace processor engine is usable; the message lists what was tried and how to fix each."""
+
+
+class QueryError(EngineError):
+    """A SQL query failed inside the trace processor (the engine is still alive)."""
+
+
+class QueryTimeoutError(EngineError):
+    """A query or trace load ran past its timeout; the engine was stopped."""

@@ -1,0 +1,58 @@
+"""What the join hands the writers: where each GPU event goes and what it carries.
+
+The writers (Perfetto and Chrome JSON) take a :class:`LaneLayout`; without one every
+GPU event stays on its recorded stream. Placements are keyed by ``TraceEvent.index``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Mapping, Tuple
+
+#: Join strategies, best first.
+EXACT = "exact"
+CALIBRATED = "calibrated"
+STRUCTURAL = "structural"
+STRATEGIES = (EXACT, CALIBRATED, STRUCTURAL)
+
+#: torch 2.15's lane for graphed events without an annotated lane (graph_lanes="all").
+DEFAULT_GRAPH_LANE = 7
+#: First lane id handed out for mark_stream labels and process groups.
+FIRST_LOGICAL_LANE = 60
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where one GPU event is drawn and the debug args added to it.
+
+    ``lane`` becomes the event's ``stream`` arg and track; ``args`` are merged over the
+    event's own args (annotation fields, ``graph id``, ``graph node id``, ``replay``,
+    ``join``, ``original_stream`` / ``annotated_stream``).
+    """
+
+    lane: int
+    args: Mapping[str, Any]
+
+
+@dataclasses.dataclass
+class JoinReport:
+    """Per trace: how many GPU work events each strategy matched, and what stayed unmatched."""
+
+    total: int = 0  #: GPU work events in the trace
+    graphed: int = 0  #: of those, launched by a graph launch
+    matched: Dict[str, int] = dataclasses.field(default_factory=lambda: {s: 0 for s in STRATEGIES})
+    ambiguous: int = 0  #: structural matches with more than one candidate node
+    unmatched: int = 0  #: graphed events no strategy could place
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class LaneLayout:
+    """The join's result as the writers consume it."""
+
+    placements: Dict[int, Placement] = dataclasses.field(default_factory=dict)
+    #: (device, lane id) -> display name, e.g. (0, 62) -> "62 attention"
+    lane_names: Dict[Tuple[int, int], str] = dataclasses.field(default_factory=dict)
+    report: JoinReport = dataclasses.field(default_factory=JoinReport)
+    graph_lanes: str = "all"  #: "all" | "none"

@@ -1,0 +1,98 @@
+"""Atomic output files: write to a temporary file beside the target, then rename.
+
+An exception, SIGINT or SIGTERM while writing leaves the previous file intact and no
+temporary file behind. Used for every file this package writes.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import gzip
+import os
+import signal
+import tempfile
+import threading
+from typing import IO, Iterator, Optional
+
+from ..errors import OutputError, PathLike
+
+_TMP_PREFIX = ".pga-tmp-"
+
+
+@contextlib.contextmanager
+def _sigterm_as_exception() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit for the duration (main thread only) so cleanup runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum, frame):  # noqa: ARG001
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise)
+    except ValueError:  # not the main interpreter thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = None) -> Iterator[IO]:
+    """Open a temporary file next to ``path``; on success fsync and rename it into place.
+
+    ``compress``: gzip the stream; ``None`` means "if the name ends in .gz".
+    Raises :class:`OutputError` naming ``path`` for disk full, permissions, missing folder.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if compress is None:
+        compress = path.endswith(".gz")
+    if not os.path.isdir(directory):
+        raise OutputError(path, f"output folder {directory} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".part", dir=directory)
+    except OSError as e:
+        raise OutputError(path, f"cannot create a file here: {e.strerror or e}") from e
+    raw = os.fdopen(fd, "wb")
+    stream: IO = raw
+    try:
+        with _sigterm_as_exception():
+            if compress:
+                stream = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
+            if "b" not in mode:
+                import io
+
+                stream = io.TextIOWrapper(stream, encoding="utf-8")
+            yield stream
+            stream.flush()
+            if stream is not raw:
+                stream.close()  # closes the gzip/text layers; raw stays open
+            raw.flush()
+            os.fsync(raw.fileno())
+            raw.close()
+            os.replace(tmp, path)
+    except OSError as e:
+        _discard(raw, tmp)
+        if e.errno == errno.ENOSPC:
+            raise OutputError(path, "no space left on device; the previous file (if any) is untouched") from e
+        raise OutputError(path, f"write failed: {e.strerror or e}") from e
+    except BaseException:
+        _discard(raw, tmp)
+        raise
+
+
+def _discard(raw: IO, tmp: str) -> None:
+    with contextlib.suppress(Exception):
+        raw.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+
+
+def atomic_write_bytes(path: PathLike, data: bytes, compress: Optional[bool] = None) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
+    with atomic_write(path, "wb", compress=compress) as f:
+        f.write(data)

@@ -1,0 +1,42 @@
+"""The package's shape: CLI entry point, bundled resources, lazy imports."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import perfetto_graph_ann
+from perfetto_graph_ann._resources import demo_data_dir, protos_dir, sql_package_dir
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "h200"
+
+
+def test_version_and_help():
+    out = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and perfetto_graph_ann.__version__ in out.stdout
+    out = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for cmd in ("convert", "sql", "lanes", "report", "merge", "demo", "open"):
+        assert cmd in out.stdout
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, perfetto_graph_ann; perfetto_graph_ann.AnnotationSet; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_bundled_folders_exist():
+    assert sql_package_dir().name == "graph_ann" and sql_package_dir().is_dir()
+    assert protos_dir().is_dir()
+    assert (demo_data_dir() / "seed_block_annotated.trace.json.gz").is_file()
+
+
+def test_demo_data_is_the_shared_recording():
+    if not SHARED.is_dir():
+        import pytest
+
+        pytest.skip(f"shared fixtures not beside this checkout ({SHARED})")
+    for src in SHARED.iterdir():
+        ours = demo_data_dir() / src.name
+        assert hashlib.sha256(ours.read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest(), src.name
