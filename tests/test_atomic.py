@@ -1,0 +1,88 @@
+"""Atomic outputs: an interrupted write leaves the previous file intact and no temp files."""
+from __future__ import annotations
+
+import errno
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from perfetto_graph_ann.errors import OutputError
+from perfetto_graph_ann.util.atomic import atomic_write, atomic_write_bytes
+
+
+def _leftovers(d):
+    return [p for p in os.listdir(d) if p.startswith(".pga-tmp-")]
+
+
+def test_success_replaces_and_gzip_by_suffix(tmp_path):
+    out = tmp_path / "x.bin"
+    out.write_bytes(b"old")
+    atomic_write_bytes(out, b"new")
+    assert out.read_bytes() == b"new"
+    gz = tmp_path / "y.json.gz"
+    atomic_write_bytes(gz, b'{"a": 1}')
+    assert gzip.decompress(gz.read_bytes()) == b'{"a": 1}'
+    assert _leftovers(tmp_path) == []
+
+
+def test_exception_keeps_previous_file(tmp_path):
+    out = tmp_path / "x.pftrace"
+    out.write_bytes(b"previous")
+    with pytest.raises(RuntimeError):
+        with atomic_write(out) as f:
+            f.write(b"partial")
+            raise RuntimeError("boom")
+    assert out.read_bytes() == b"previous"
+    assert _leftovers(tmp_path) == []
+
+
+def test_disk_full_is_a_clear_error(tmp_path, monkeypatch):
+    out = tmp_path / "x.pftrace"
+    out.write_bytes(b"previous")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OutputError) as ei:
+        with atomic_write(out) as f:
+            monkeypatch.setattr(f, "write", full)
+            f.write(b"data")
+    assert str(out) in str(ei.value) and "no space left" in str(ei.value)
+    assert out.read_bytes() == b"previous"
+    assert _leftovers(tmp_path) == []
+
+
+def test_missing_folder_names_the_path(tmp_path):
+    with pytest.raises(OutputError) as ei:
+        atomic_write_bytes(tmp_path / "nope" / "x.pftrace", b"")
+    assert "nope" in str(ei.value)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_mid_write_keeps_previous_file(tmp_path, sig):
+    out = tmp_path / "x.pftrace"
+    out.write_bytes(b"previous")
+    ready = tmp_path / "ready"
+    code = textwrap.dedent(f"""
+        import time
+        from perfetto_graph_ann.util.atomic import atomic_write
+        with atomic_write({str(out)!r}) as f:
+            f.write(b"partial" * 1000)
+            open({str(ready)!r}, "w").close()
+            time.sleep(30)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 20
+    while not ready.exists():
+        assert time.monotonic() < deadline, "writer never started"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=20) != 0
+    assert out.read_bytes() == b"previous"
+    assert _leftovers(tmp_path) == []
