@@ -1,0 +1,212 @@
+"""Reader for the probe's capture records (``*.capture.json``), the fixtures' annotation format.
+
+Format (``shared/fixtures/h200/README.md``): ``exec_cupti_graph_id``; ``nodes[]`` with
+``handle``, ``type`` (``cudaGraphNodeTypeKernel`` ...), ``cupti_node_id`` (template key),
+``kernel`` / ``grid`` / ``block`` for kernels, ``scope`` and ``lane`` of the innermost
+scope; ``scopes[]`` (``name``, ``lane``, node ``handle``s, in closing order);
+``calibration``: exec key (decimal string) -> ``stream``, ``ordinal``, ``kernel``.
+
+Mapping to :class:`~perfetto_graph_ann.capture.annotations.AnnotationSet`:
+node key = ``(exec_cupti_graph_id << 32) | (cupti_node_id & 0xFFFFFFFF)`` (the template
+key's local index moved onto the executable graph); annotation = ``{"name": scope,
+"stream": lane}`` merged over every enclosing scope (inner wins per key); string lanes are
+``mark_stream`` labels and get lane ids from 60 upward in order of first appearance.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import types
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ..errors import PathLike, SidecarError
+from ..join.model import FIRST_LOGICAL_LANE
+from .annotations import AnnotationSet, GraphRecord, NodeRecord, make_key
+
+#: ``cudaGraphNodeType`` names (as the probe writes them) -> NodeRecord.type
+_NODE_TYPES = {
+    "Kernel": "kernel",
+    "Memcpy": "memcpy",
+    "Memset": "memset",
+    "Host": "host",
+    "Graph": "graph",
+    "Empty": "empty",
+    "WaitEvent": "event_wait",
+    "EventRecord": "event_record",
+    "ExtSemasSignal": "ext_semas_signal",
+    "ExtSemasWait": "ext_semas_wait",
+    "MemAlloc": "mem_alloc",
+    "MemFree": "mem_free",
+    "BatchMemOp": "batch_mem_op",
+    "Conditional": "conditional",
+}
+
+
+def _node_type(raw: Any) -> str:
+    text = str(raw or "")
+    for prefix in ("cudaGraphNodeType", "CU_GRAPH_NODE_TYPE_"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    if text in _NODE_TYPES:
+        return _NODE_TYPES[text]
+    lowered = text.lower().replace("_", "")
+    for k, v in _NODE_TYPES.items():
+        if k.lower() == lowered:
+            return v
+    return "other"
+
+
+def _dim3(path: str, where: str, value: Any) -> Optional[Tuple[int, int, int]]:
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
+        raise SidecarError(path, f"{where}: expected a list of 3 non-negative integers, got {value!r}")
+    return (value[0], value[1], value[2])
+
+
+def _int(path: str, where: str, value: Any, bits: int = 64) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << bits:
+        raise SidecarError(path, f"{where}: expected an unsigned {bits}-bit integer, got {value!r}")
+    return value
+
+
+def _load_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+            f.seek(0)
+            data = gzip.decompress(f.read()) if head == b"\x1f\x8b" else f.read()
+    except FileNotFoundError as e:
+        raise SidecarError(path, "file not found") from e
+    except (OSError, EOFError) as e:
+        raise SidecarError(path, f"cannot read: {e}") from e
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SidecarError(path, f"not valid JSON ({e})") from e
+
+
+def is_capture_record(obj: Any) -> bool:
+    """True when a parsed JSON document looks like a capture record (for format sniffing)."""
+    return isinstance(obj, dict) and "exec_cupti_graph_id" in obj and "nodes" in obj
+
+
+def read_capture_record(path: PathLike) -> AnnotationSet:
+    """Read a probe capture record into an :class:`AnnotationSet` (one graph).
+
+    Raises :class:`SidecarError` (message starts with the path) for unreadable files,
+    invalid JSON and missing or mistyped fields.
+    """
+    spath = os.fspath(path)
+    return capture_record_to_annotations(_load_json(spath), spath)
+
+
+def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> AnnotationSet:
+    """Build the :class:`AnnotationSet` from an already parsed capture record."""
+    spath = path or "<capture record>"
+    if not is_capture_record(doc):
+        raise SidecarError(spath, "not a capture record: needs 'exec_cupti_graph_id' and 'nodes'")
+    exec_id = _int(spath, "exec_cupti_graph_id", doc["exec_cupti_graph_id"], 32)
+    nodes = doc["nodes"]
+    scopes = doc.get("scopes") or []
+    calibration = doc.get("calibration") or {}
+    if not isinstance(nodes, list):
+        raise SidecarError(spath, "'nodes' must be a list")
+    if not isinstance(scopes, list):
+        raise SidecarError(spath, "'scopes' must be a list")
+    if not isinstance(calibration, dict):
+        raise SidecarError(spath, "'calibration' must be an object keyed by node key")
+
+    lanes: Dict[int, str] = {}
+    label_lane: Dict[str, int] = {}
+    # Integer lanes chosen by the user are never handed out to a label.
+    int_lanes = {x.get("lane") for x in list(nodes) + list(scopes)
+                 if isinstance(x, dict) and isinstance(x.get("lane"), int) and not isinstance(x.get("lane"), bool)}
+
+    def lane_id(where: str, raw: Any) -> Optional[int]:
+        if raw is None:
+            return None
+        if isinstance(raw, bool):
+            raise SidecarError(spath, f"{where}: lane must be an integer, a label or null, got {raw!r}")
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, str):
+            if raw not in label_lane:
+                taken = set(lanes) | int_lanes
+                nxt = FIRST_LOGICAL_LANE
+                while nxt in taken:
+                    nxt += 1
+                label_lane[raw] = nxt
+                lanes[nxt] = raw
+            return label_lane[raw]
+        raise SidecarError(spath, f"{where}: lane must be an integer, a label or null, got {raw!r}")
+
+    # Lane ids in order of first appearance: nodes first (capture order), then scopes.
+    for i, n in enumerate(nodes):
+        if not isinstance(n, dict):
+            raise SidecarError(spath, f"nodes[{i}]: expected an object")
+        lane_id(f"nodes[{i}].lane", n.get("lane"))
+    scope_fields: List[Tuple[Dict[str, Any], frozenset]] = []
+    for i, s in enumerate(scopes):
+        if not isinstance(s, dict) or not isinstance(s.get("nodes", []), list):
+            raise SidecarError(spath, f"scopes[{i}]: expected an object with a 'nodes' list")
+        fields: Dict[str, Any] = {}
+        if s.get("name") is not None:
+            fields["name"] = str(s["name"])
+        lane = lane_id(f"scopes[{i}].lane", s.get("lane"))
+        if lane is not None:
+            fields["stream"] = lane
+        scope_fields.append((fields, frozenset(s.get("nodes", []))))
+
+    calib: Dict[int, Tuple[int, int]] = {}
+    for k, v in calibration.items():
+        try:
+            key = int(k)
+        except (TypeError, ValueError):
+            raise SidecarError(spath, f"calibration key {k!r} is not a decimal node key") from None
+        if not isinstance(v, dict):
+            raise SidecarError(spath, f"calibration[{k}]: expected an object")
+        calib[key] = (_int(spath, f"calibration[{k}].stream", v.get("stream")),
+                      _int(spath, f"calibration[{k}].ordinal", v.get("ordinal")))
+
+    records: List[NodeRecord] = []
+    seen = set()
+    for i, n in enumerate(nodes):
+        cupti_id = _int(spath, f"nodes[{i}].cupti_node_id", n.get("cupti_node_id"))
+        key = make_key(exec_id, cupti_id & 0xFFFFFFFF)
+        if key in seen:
+            raise SidecarError(spath, f"nodes[{i}]: duplicate node key {key}")
+        seen.add(key)
+        kernel = n.get("kernel")
+        if kernel is not None and not isinstance(kernel, str):
+            raise SidecarError(spath, f"nodes[{i}].kernel: expected a string, got {kernel!r}")
+        # Merge enclosing scopes: scopes close inner-first, so apply them outer-first.
+        annotation: Dict[str, Any] = {}
+        handle = n.get("handle")
+        for fields, members in reversed(scope_fields):
+            if handle in members:
+                annotation.update(fields)
+        if n.get("scope") is not None:  # the innermost scope, as the node itself records it
+            annotation["name"] = str(n["scope"])
+            own_lane = lane_id(f"nodes[{i}].lane", n.get("lane"))
+            if own_lane is not None:
+                annotation["stream"] = own_lane
+        stream, ordinal = calib.get(key, (None, None))
+        records.append(NodeRecord(
+            key=key,
+            type=_node_type(n.get("type")),
+            kernel=kernel,
+            grid=_dim3(spath, f"nodes[{i}].grid", n.get("grid")),
+            block=_dim3(spath, f"nodes[{i}].block", n.get("block")),
+            annotation=types.MappingProxyType(annotation),
+            stream=stream,
+            ordinal=ordinal,
+        ))
+    unknown = sorted(set(calib) - seen)
+    if unknown:
+        raise SidecarError(spath, f"calibration names node key {unknown[0]} that is not among the nodes")
+    graph = GraphRecord(exec_id=exec_id, nodes=tuple(records))
+    return AnnotationSet(graphs=(graph,), lanes=types.MappingProxyType(dict(sorted(lanes.items()))),
+                         backend="cupti", source=spath)
