@@ -126,7 +126,8 @@ def base_name(name: Optional[str]) -> str:
     text = _strip_balanced(text, "(", ")")
     text = _WS.sub(" ", text).strip()
     text = _TRAILING_QUALIFIERS.sub("", text)
-    text = text.rpartition(" ")[2]  # drop a leading return type ("void ")
+    if text.startswith("void "):  # kernels return void; other names keep their words
+        text = text[5:]
     return text.replace("\x00anon\x00", "(anonymous namespace)")
 
 

@@ -1,0 +1,54 @@
+"""Calibrated join: (replay, stream, ordinal on that stream) -> node, from one calibration replay.
+
+Capture replays each graph once under a CUPTI activity session and records, per node,
+the stream it ran on and its position on that stream within the replay. Which stream a
+node runs on is fixed for one executable graph, so the same (stream, ordinal) names the
+same node in every profiled replay. When several calibrated graphs exist, each replay is
+given to the graph whose table fits most of its events (type, name, grid and block must
+agree); a tie between graphs marks the matches ambiguous.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ..capture.annotations import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
+from ..join.model import CALIBRATED
+from .match import Match, compatible, device_ok
+from .replays import Replay
+
+
+def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], NodeRecord], bool]:
+    """(stream, ordinal) -> node, and whether ordinals count kernels only."""
+    table = {(n.stream, n.ordinal): n for n in graph.nodes if n.stream is not None and n.ordinal is not None}
+    kernels_only = not any(n.type != "kernel" and n.type in GPU_WORK_NODE_TYPES for n in table.values())
+    return table, kernels_only
+
+
+def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Sequence[int],
+                     only_graph: Optional[int] = None) -> Tuple[Dict[int, Match], Optional[int]]:
+    """Match the ``pending`` event indices of ``replay``; returns matches and the chosen graph id."""
+    pending_set = set(pending)
+    by_index = {e.index: e for e in replay.events}
+    scored: List[Tuple[int, int, Dict[int, NodeRecord]]] = []  # (score, exec id, matches)
+    for g in graphs:
+        if only_graph is not None and g.exec_id != only_graph:
+            continue
+        if not g.calibrated or not device_ok(g.device, replay.device):
+            continue
+        table, kernels_only = _table(g)
+        found: Dict[int, NodeRecord] = {}
+        for idx, pos in replay.ordinals(kernels_only).items():
+            if idx not in pending_set:
+                continue
+            node = table.get(pos)
+            if node is not None and compatible(by_index[idx], node):
+                found[idx] = node
+        if found:
+            scored.append((len(found), g.exec_id, found))
+    if not scored:
+        return {}, None
+    best = max(s[0] for s in scored)
+    winners = [s for s in scored if s[0] == best]
+    ambiguous = len(winners) > 1
+    _, exec_id, found = winners[0]
+    return {i: Match(n, CALIBRATED, ambiguous) for i, n in found.items()}, exec_id

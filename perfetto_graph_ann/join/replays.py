@@ -1,0 +1,100 @@
+"""Group a trace's graphed GPU work into replays.
+
+Every kernel of one replay carries the ``correlation`` of its ``cudaGraphLaunch``
+(fixtures README), so a replay is "the GPU work whose correlation is a graph launch's".
+Events that carry ``graph id`` / ``graph node id`` args but whose launch is missing from
+the trace (window cut) still form a replay keyed by their correlation.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
+
+#: Kineto category -> capture node type
+EVENT_NODE_TYPE = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+
+
+def node_type_of(event: TraceEvent) -> str:
+    return EVENT_NODE_TYPE.get(event.category, "other")
+
+
+def int_arg(event: TraceEvent, key: str) -> Optional[int]:
+    """An integer arg, also accepting decimal strings (some Kineto builds write ids as text)."""
+    v = event.args.get(key)
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def dim3_arg(event: TraceEvent, key: str) -> Optional[Tuple[int, ...]]:
+    v = event.args.get(key)
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return tuple(v)
+    return None
+
+
+@dataclasses.dataclass
+class Replay:
+    """One graph launch and the GPU work it produced."""
+
+    correlation: int
+    launch: Optional[TraceEvent]
+    events: List[TraceEvent]  #: sorted by (ts_ns, index)
+
+    @property
+    def device(self) -> Optional[int]:
+        return self.events[0].device if self.events else None
+
+    @property
+    def start_ns(self) -> int:
+        if self.launch is not None and self.launch.ts_ns is not None:
+            return self.launch.ts_ns
+        return min((e.ts_ns or 0) for e in self.events) if self.events else 0
+
+    def ordinals(self, kernels_only: bool = False) -> Dict[int, Tuple[int, int]]:
+        """event index -> (stream, ordinal of the event on that stream within this replay).
+
+        ``kernels_only`` counts kernels alone (for calibrations taken from kernel
+        activity records only); other events are then left out.
+        """
+        counters: Dict[Optional[int], int] = {}
+        out: Dict[int, Tuple[int, int]] = {}
+        for e in self.events:
+            if kernels_only and e.category != "kernel":
+                continue
+            s = e.stream
+            if s is None:
+                continue
+            k = counters.get(s, 0)
+            counters[s] = k + 1
+            out[e.index] = (s, k)
+        return out
+
+
+def find_replays(trace: KinetoTrace) -> List[Replay]:
+    """Every replay in the trace, in launch order (launch ts, then correlation)."""
+    launches: Dict[int, TraceEvent] = {}
+    for e in trace.events:
+        if e.ph == "X" and e.name in GRAPH_LAUNCH_NAMES:
+            c = e.correlation
+            if c is not None and c not in launches:
+                launches[c] = e
+    groups: Dict[int, List[TraceEvent]] = {}
+    for e in trace.events:
+        if not e.is_gpu_work:
+            continue
+        c = e.correlation
+        if c is None:
+            continue
+        if c in launches or "graph node id" in e.args or "graph id" in e.args:
+            groups.setdefault(c, []).append(e)
+    replays = [Replay(c, launches.get(c), sorted(evs, key=lambda e: (e.ts_ns or 0, e.index)))
+               for c, evs in groups.items()]
+    replays.sort(key=lambda r: (r.start_ns, r.correlation))
+    return replays

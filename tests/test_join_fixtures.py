@@ -1,0 +1,199 @@
+"""The join on the real H200 recordings, against expectations computed from the JSON."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import pytest
+
+from conftest import fixture_capture, fixture_trace
+from join_expect import COLLECTIVE_FIELDS, calibrated_expectation, kernels, load_capture, load_json
+from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord
+from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.join import join
+from perfetto_graph_ann.read.kineto import read_trace
+
+
+def _strip_calibration(a: AnnotationSet) -> AnnotationSet:
+    graphs = tuple(dataclasses.replace(g, nodes=tuple(dataclasses.replace(n, stream=None, ordinal=None)
+                                                       for n in g.nodes)) for g in a.graphs)
+    return dataclasses.replace(a, graphs=graphs)
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return read_trace(fixture_trace("seed_block_annotated")), read_capture_record(fixture_capture("seed_block_annotated"))
+
+
+@pytest.fixture(scope="module")
+def two_branch():
+    return read_trace(fixture_trace("two_branch")), read_capture_record(fixture_capture("two_branch"))
+
+
+def test_seed_block_lane_counts_all(seed):
+    trace, ann = seed
+    layout = join(trace, ann, "all")
+    counts = Counter(p.lane for p in layout.placements.values())
+    assert counts == {7: 10, 61: 20, 62: 40}  # issue 5 acceptance numbers
+    assert layout.report.matched == {"exact": 0, "calibrated": 70, "structural": 0}
+    assert layout.report.unmatched == 0 and layout.report.ambiguous == 0
+    assert layout.report.total == layout.report.graphed == 70
+    assert layout.lane_names == {(0, 7): "stream 7", (0, 61): "61 mlp", (0, 62): "62 attention"}
+
+
+def test_seed_block_every_kernel_carries_its_annotation(seed):
+    trace, ann = seed
+    expect = calibrated_expectation("seed_block_annotated")
+    layout = join(trace, ann, "all")
+    assert set(layout.placements) == set(expect)
+    for idx, exp in expect.items():
+        p = layout.placements[idx]
+        assert p.lane == exp["lane"]
+        assert p.args["name"] == exp["scope"]
+        assert p.args["graph node id"] == exp["key"]
+        assert p.args["graph id"] == exp["graph"]
+        assert p.args["replay"] == exp["replay"]
+        assert p.args["join"] == "calibrated"
+        assert p.args["original_stream"] == exp["stream"]
+        assert "stream" not in p.args and "annotated_stream" not in p.args and "join_ambiguous" not in p.args
+
+
+def test_graph_lanes_none_keeps_streams(two_branch):
+    trace, ann = two_branch
+    expect = calibrated_expectation("two_branch")
+    layout = join(trace, ann, "none")
+    assert layout.lane_names == {}
+    for idx, exp in expect.items():
+        p = layout.placements[idx]
+        assert p.lane == exp["stream"]
+        assert p.args["annotated_stream"] == exp["lane"]
+        assert "original_stream" not in p.args
+
+
+def test_two_branch_calibrated_puts_each_gemm_on_its_lane(two_branch):
+    trace, ann = two_branch
+    expect = calibrated_expectation("two_branch")
+    layout = join(trace, ann, "all")
+    gemm = [i for i, e in kernels(load_json("two_branch")) if "gemm" in e["name"]]
+    assert len(gemm) == 10
+    lanes = {expect[i]["lane"] for i in gemm}
+    assert lanes == {60, 61}  # the two identical GEMMs belong to two different lanes
+    for i in gemm:
+        assert layout.placements[i].lane == expect[i]["lane"]
+        assert layout.placements[i].args["name"] == expect[i]["scope"]
+        assert "join_ambiguous" not in layout.placements[i].args
+    assert layout.lane_names[(0, 60)] == "60 left_projection"
+    assert layout.lane_names[(0, 61)] == "61 right_projection"
+
+
+def test_two_branch_structural_flags_identical_gemms(two_branch):
+    trace, ann = two_branch
+    layout = join(trace, _strip_calibration(ann), "all")
+    doc = load_json("two_branch")
+    gemm = {i for i, e in kernels(doc) if "gemm" in e["name"]}
+    others = {i for i, _ in kernels(doc)} - gemm
+    assert layout.report.matched["structural"] == 15
+    assert layout.report.ambiguous == len(gemm) == 10
+    for i in gemm:
+        assert layout.placements[i].args["join_ambiguous"] is True
+        assert layout.placements[i].args["join"] == "structural"
+    for i in others:  # the add is unique: matched, not ambiguous, on the default lane
+        assert "join_ambiguous" not in layout.placements[i].args
+        assert layout.placements[i].args["name"] == "combine"
+        assert layout.placements[i].lane == 7
+
+
+def test_structural_seed_block_lanes_still_right(seed):
+    """Ambiguity on the seed block is only between nodes of the same scope: lanes stay right."""
+    trace, ann = seed
+    expect = calibrated_expectation("seed_block_annotated")
+    layout = join(trace, _strip_calibration(ann), "all")
+    assert layout.report.matched["structural"] == 70
+    for idx, exp in expect.items():
+        assert layout.placements[idx].lane == exp["lane"]
+        assert layout.placements[idx].args["name"] == exp["scope"]
+        if "join_ambiguous" not in layout.placements[idx].args:
+            assert layout.placements[idx].args["graph node id"] == exp["key"]
+
+
+def test_exact_join_by_graph_node_id(seed):
+    """A trace with newer Kineto's node ids joins exactly, even without calibration."""
+    trace, ann = seed
+    expect = calibrated_expectation("seed_block_annotated")
+    events = []
+    for e in trace.events:
+        if e.index in expect:
+            args = dict(e.args, **{"graph id": expect[e.index]["graph"], "graph node id": expect[e.index]["key"]})
+            e = dataclasses.replace(e, args=args)
+        events.append(e)
+    newer = dataclasses.replace(trace, events=events)
+    layout = join(newer, _strip_calibration(ann), "all")
+    assert layout.report.matched == {"exact": 70, "calibrated": 0, "structural": 0}
+    for idx, exp in expect.items():
+        assert layout.placements[idx].lane == exp["lane"]
+        assert layout.placements[idx].args["graph node id"] == exp["key"]
+        assert layout.placements[idx].args["join"] == "exact"
+
+
+def test_several_graphs_each_replay_finds_its_own(seed, two_branch):
+    both = AnnotationSet.merge([seed[1], two_branch[1]])
+    for (trace, ann), name in ((seed, "seed_block_annotated"), (two_branch, "two_branch")):
+        exec_id = load_capture(name)["exec_cupti_graph_id"]
+        for a in (both, _strip_calibration(both)):
+            layout = join(trace, a, "all")
+            assert layout.report.unmatched == 0
+            assert {p.args["graph id"] for p in layout.placements.values()} == {exec_id}
+
+
+def test_unmatched_graphed_events_go_to_default_lane(two_branch):
+    trace, _ = two_branch
+    layout = join(trace, AnnotationSet(), "all")
+    assert layout.report.unmatched == layout.report.graphed == 15
+    assert {p.lane for p in layout.placements.values()} == {7}
+    assert all(set(p.args) == {"original_stream"} for p in layout.placements.values())
+
+
+def test_eager_trace_has_no_placements():
+    trace = read_trace(fixture_trace("seed_block_eager"))
+    layout = join(trace, read_capture_record(fixture_capture("seed_block_annotated")), "all")
+    assert layout.placements == {} and layout.report.graphed == 0
+    assert layout.report.total == len(kernels(load_json("seed_block_eager")))
+
+
+def test_bad_graph_lanes():
+    with pytest.raises(ValueError):
+        join(read_trace(fixture_trace("two_branch")), AnnotationSet(), "some")
+
+
+def allreduce_annotations() -> AnnotationSet:
+    """What capture records for the graphed all_reduce: the NCCL node with the eager fields."""
+    eager = load_json("allreduce_eager_rank0")
+    nccl = next(e for _, e in kernels(eager) if e["name"].startswith("ncclDevKernel"))
+    gemm = next(e for _, e in kernels(eager) if "gemm" in e["name"])
+    fields = {k: nccl["args"][k] for k in COLLECTIVE_FIELDS}
+    mangled = "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"
+    nodes = (
+        NodeRecord(key=(1 << 32) | 0, kernel=gemm["name"], grid=tuple(gemm["args"]["grid"]), block=tuple(gemm["args"]["block"])),
+        NodeRecord(key=(1 << 32) | 1, kernel=mangled, grid=tuple(nccl["args"]["grid"]), block=tuple(nccl["args"]["block"]),
+                   annotation=dict(fields, stream=60)),
+    )
+    return AnnotationSet(graphs=(GraphRecord(exec_id=1, nodes=nodes),), lanes={60: "default_pg (all_reduce)"})
+
+
+def test_allreduce_graph_restores_eager_collective_fields():
+    trace = read_trace(fixture_trace("allreduce_graph_rank0"))
+    eager = load_json("allreduce_eager_rank0")
+    eager_nccl = [e for _, e in kernels(eager) if e["name"].startswith("ncclDevKernel")]
+    ref = {k: eager_nccl[0]["args"][k] for k in COLLECTIVE_FIELDS}
+    layout = join(trace, allreduce_annotations(), "all")
+    graph_doc = load_json("allreduce_graph_rank0")
+    nccl_idx = [i for i, e in kernels(graph_doc) if e["name"].startswith("ncclDevKernel")]
+    assert len(nccl_idx) == 5
+    for i in nccl_idx:
+        p = layout.placements[i]
+        assert p.lane == 60 and p.args["join"] == "structural" and "join_ambiguous" not in p.args
+        got = {k: p.args[k] for k in COLLECTIVE_FIELDS}
+        assert got == ref
+        assert {k: type(v) for k, v in got.items()} == {k: type(v) for k, v in ref.items()}
+    assert layout.lane_names[(0, 60)] == "60 default_pg (all_reduce)"
+    assert sorted(p.args["replay"] for i, p in layout.placements.items() if i in nccl_idx) == [0, 1, 2, 3, 4]
