@@ -1,0 +1,212 @@
+--
+-- Copyright 2026 The perfetto_graph_ann developers.
+-- Licensed under the Apache License, Version 2.0.
+--
+-- Collective kernels (NCCL) with their message sizes and bandwidths.
+--
+-- The collective metadata are the arguments torch.profiler writes on eager
+-- NCCL kernels (`Collective name`, `In msg nelems`, `Out msg nelems`,
+-- `Group size`, `dtype`, `Process Group Name / Description / Ranks`); on
+-- graphed kernels the join restores the same arguments from the capture-time
+-- annotations. Kernels whose metadata is missing still get a row, with the
+-- collective type read from the kernel name and NULL sizes.
+--
+-- Bandwidths follow NCCL's own tests (nccl-tests, doc/PERFORMANCE.md):
+--  * message size S = max(in, out) elements x element size, which is the
+--    size nccl-tests reports: the (equal) buffer size for all-reduce,
+--    broadcast, reduce and send/recv, the gathered output for all-gather,
+--    the scattered input for reduce-scatter, the whole send buffer for
+--    all-to-all;
+--  * algorithm bandwidth algbw = S / duration;
+--  * bus bandwidth busbw = algbw x factor, with n = group size:
+--    all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
+--    broadcast, reduce, send/recv 1.
+-- Bandwidths are in GB/s with 1 GB = 1e9 bytes (bytes per ns).
+
+INCLUDE PERFETTO MODULE graph_ann.gpu_work;
+
+-- Size in bytes of one element of each torch dtype, by the name torch's
+-- eager traces write in `dtype` (c10::ScalarType names).
+CREATE PERFETTO TABLE _graph_ann_dtype_size(
+  -- dtype name as written by torch.profiler (e.g. `Float`, `BFloat16`).
+  dtype STRING,
+  -- Bytes per element.
+  element_size LONG
+) AS
+WITH
+  sizes(dtype, element_size) AS (
+    VALUES
+      ('Byte', 1), ('Char', 1), ('Bool', 1), ('QInt8', 1), ('QUInt8', 1),
+      ('QUInt4x2', 1), ('QUInt2x4', 1), ('Float8_e5m2', 1), ('Float8_e4m3fn', 1),
+      ('Float8_e5m2fnuz', 1), ('Float8_e4m3fnuz', 1), ('Float8_e8m0fnu', 1),
+      ('UInt8', 1), ('Int8', 1),
+      ('Short', 2), ('Half', 2), ('BFloat16', 2), ('UInt16', 2), ('Int16', 2),
+      ('Int', 4), ('Float', 4), ('QInt32', 4), ('ComplexHalf', 4), ('UInt32', 4),
+      ('Int32', 4),
+      ('Long', 8), ('Double', 8), ('ComplexFloat', 8), ('UInt64', 8), ('Int64', 8),
+      ('ComplexDouble', 16)
+  )
+SELECT dtype, element_size FROM sizes;
+
+-- Collective type of a collective or kernel name: `allreduce`, `allgather`,
+-- `reducescatter`, `alltoall`, `broadcast`, `reduce`, `sendrecv`, or `other`.
+-- Case and underscores are ignored, so `all_reduce`, `_allgather_base` and
+-- `ncclDevKernel_AllReduce_Sum_f32_RING_LL` are recognised.
+CREATE PERFETTO FUNCTION _graph_ann_collective_type(
+  -- Collective name (torch's `Collective name`) or NCCL kernel name.
+  name STRING
+)
+-- Normalised collective type, NULL for a NULL name.
+RETURNS STRING AS
+SELECT
+  CASE
+    WHEN $name IS NULL THEN NULL
+    WHEN REPLACE(LOWER($name), '_', '') GLOB '*allreduce*' THEN 'allreduce'
+    WHEN REPLACE(LOWER($name), '_', '') GLOB '*allgather*' THEN 'allgather'
+    WHEN REPLACE(LOWER($name), '_', '') GLOB '*reducescatter*' THEN 'reducescatter'
+    WHEN REPLACE(LOWER($name), '_', '') GLOB '*alltoall*' THEN 'alltoall'
+    WHEN REPLACE(LOWER($name), '_', '') GLOB '*broadcast*' THEN 'broadcast'
+    WHEN REPLACE(LOWER($name), '_', '') GLOB '*reduce*' THEN 'reduce'
+    WHEN REPLACE(LOWER($name), '_', '') GLOB '*sendrecv*'
+      OR REPLACE(LOWER($name), '_', '') GLOB '*send*'
+      OR REPLACE(LOWER($name), '_', '') GLOB '*recv*' THEN 'sendrecv'
+    ELSE 'other'
+  END;
+
+-- Bus bandwidth factor of nccl-tests for a collective type and group size n.
+CREATE PERFETTO FUNCTION _graph_ann_busbw_factor(
+  -- Normalised collective type (see `_graph_ann_collective_type`).
+  collective_type STRING,
+  -- Number of ranks in the group.
+  n LONG
+)
+-- The factor, NULL when the type is unknown or n is missing / not positive.
+RETURNS DOUBLE AS
+SELECT
+  CASE
+    WHEN $n IS NULL OR $n <= 0 THEN NULL
+    WHEN $collective_type = 'allreduce' THEN 2.0 * ($n - 1) / $n
+    WHEN $collective_type IN ('allgather', 'reducescatter', 'alltoall') THEN 1.0 * ($n - 1) / $n
+    WHEN $collective_type IN ('broadcast', 'reduce', 'sendrecv') THEN 1.0
+    ELSE NULL
+  END;
+
+-- One row per collective kernel: GPU work carrying collective metadata
+-- (eager, or graphed with restored metadata) or named like an NCCL kernel.
+CREATE PERFETTO TABLE graph_ann_collective(
+  -- Slice id of the kernel.
+  id LONG,
+  -- Start of the kernel.
+  ts TIMESTAMP,
+  -- Duration of the kernel.
+  dur DURATION,
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Lane name.
+  lane_name STRING,
+  -- Kernel name.
+  name STRING,
+  -- Whether the kernel is graphed (launched by a graph launch).
+  is_graphed BOOL,
+  -- Whether the kernel carries the collective metadata (`Collective name`).
+  has_metadata BOOL,
+  -- Collective name as recorded (`Collective name`, e.g. `allreduce`), NULL without metadata.
+  collective STRING,
+  -- Normalised type used for the bus bandwidth (from `collective`, else the kernel name).
+  collective_type STRING,
+  -- dtype as recorded (e.g. `Float`).
+  dtype STRING,
+  -- Bytes per element of `dtype`, NULL for an unknown dtype.
+  element_size LONG,
+  -- Input elements (`In msg nelems`).
+  in_nelems LONG,
+  -- Output elements (`Out msg nelems`).
+  out_nelems LONG,
+  -- Input bytes.
+  in_bytes LONG,
+  -- Output bytes.
+  out_bytes LONG,
+  -- Message size S used for the bandwidths: max(in, out) bytes.
+  msg_bytes LONG,
+  -- Number of ranks (`Group size`).
+  group_size LONG,
+  -- Process group name (`Process Group Name`).
+  pg_name STRING,
+  -- Process group description (`Process Group Description`, e.g. `default_pg`).
+  pg_desc STRING,
+  -- Global ranks of the group as recorded (`Process Group Ranks`, e.g. `[0, 1]`).
+  pg_ranks STRING,
+  -- Algorithm bandwidth S / dur in GB/s (1e9 bytes/s); NULL when unknown or dur = 0.
+  algbw_gbps DOUBLE,
+  -- nccl-tests bus bandwidth factor for the type and group size.
+  busbw_factor DOUBLE,
+  -- Bus bandwidth algbw x factor in GB/s.
+  busbw_gbps DOUBLE
+) AS
+WITH
+  coll AS (
+    SELECT
+      w.id,
+      w.ts,
+      w.dur,
+      w.device,
+      w.lane_id,
+      w.lane_name,
+      w.name,
+      w.is_graphed,
+      EXTRACT_ARG(w.arg_set_id, 'debug.Collective name') AS collective,
+      EXTRACT_ARG(w.arg_set_id, 'debug.dtype') AS dtype,
+      EXTRACT_ARG(w.arg_set_id, 'debug.In msg nelems') AS in_nelems,
+      EXTRACT_ARG(w.arg_set_id, 'debug.Out msg nelems') AS out_nelems,
+      EXTRACT_ARG(w.arg_set_id, 'debug.Group size') AS group_size,
+      EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Name') AS pg_name,
+      EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Description') AS pg_desc,
+      EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Ranks') AS pg_ranks
+    FROM graph_ann_gpu_work AS w
+    WHERE w.kind = 'kernel'
+  ),
+  sized AS (
+    SELECT
+      c.*,
+      c.collective IS NOT NULL AS has_metadata,
+      _graph_ann_collective_type(COALESCE(c.collective, c.name)) AS collective_type,
+      d.element_size,
+      c.in_nelems * d.element_size AS in_bytes,
+      c.out_nelems * d.element_size AS out_bytes,
+      MAX(COALESCE(c.in_nelems, c.out_nelems), COALESCE(c.out_nelems, c.in_nelems))
+        * d.element_size AS msg_bytes
+    FROM coll AS c
+    LEFT JOIN _graph_ann_dtype_size AS d USING (dtype)
+    WHERE c.collective IS NOT NULL OR c.name GLOB 'nccl*'
+  )
+SELECT
+  id,
+  ts,
+  dur,
+  device,
+  lane_id,
+  lane_name,
+  name,
+  is_graphed,
+  has_metadata,
+  collective,
+  collective_type,
+  dtype,
+  element_size,
+  in_nelems,
+  out_nelems,
+  in_bytes,
+  out_bytes,
+  msg_bytes,
+  group_size,
+  pg_name,
+  pg_desc,
+  pg_ranks,
+  CAST(msg_bytes AS DOUBLE) / NULLIF(dur, 0) AS algbw_gbps,
+  _graph_ann_busbw_factor(collective_type, group_size) AS busbw_factor,
+  CAST(msg_bytes AS DOUBLE) / NULLIF(dur, 0)
+    * _graph_ann_busbw_factor(collective_type, group_size) AS busbw_gbps
+FROM sized
+ORDER BY device, ts, id;

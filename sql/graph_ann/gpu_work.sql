@@ -1,0 +1,161 @@
+--
+-- Copyright 2026 The perfetto_graph_ann developers.
+-- Licensed under the Apache License, Version 2.0.
+--
+-- GPU work of traces written by perfetto_graph_ann (docs/design.md, "Contract 4"):
+-- every kernel, memcpy and memset slice with the arguments the converter and the
+-- join put on it, and the CPU call that launched it. Every other module of this
+-- package builds on `graph_ann_gpu_work`; nothing here depends on the track
+-- layout (lanes that spill onto several same-named tracks are one lane).
+
+-- CPU launch calls (CUDA runtime / driver slices carrying `debug.correlation`):
+-- `cudaLaunchKernel*`, memcpy / memset calls and graph launches.
+CREATE PERFETTO TABLE _graph_ann_launch(
+  -- Slice id of the launch call.
+  id LONG,
+  -- Start of the call.
+  ts TIMESTAMP,
+  -- Duration of the call.
+  dur DURATION,
+  -- Name of the runtime / driver call.
+  name STRING,
+  -- CUPTI correlation id shared with the GPU work it launched.
+  correlation LONG,
+  -- Whether the call launches a whole CUDA graph (one replay).
+  is_graph_launch BOOL
+) AS
+SELECT
+  id,
+  ts,
+  dur,
+  name,
+  correlation,
+  name GLOB 'cu*GraphLaunch*' AS is_graph_launch
+FROM (
+  SELECT
+    s.id,
+    s.ts,
+    s.dur,
+    s.name,
+    EXTRACT_ARG(s.arg_set_id, 'debug.correlation') AS correlation
+  FROM slice AS s
+  WHERE s.category IN ('cuda_runtime', 'cuda_driver', 'runtime', 'driver')
+)
+WHERE correlation IS NOT NULL;
+
+-- One row per GPU work slice (Kineto categories `kernel`, `gpu_memcpy`,
+-- `gpu_memset`), with its lane, streams, annotation, replay and graph node.
+--
+-- The lane is the slice's `debug.stream` (the lane it is drawn on); its name is
+-- the name of the slice's track. The recorded hardware stream is
+-- `debug.original_stream` when the join moved the slice to another lane
+-- (graph_lanes="all"), else `debug.stream`.
+CREATE PERFETTO TABLE graph_ann_gpu_work(
+  -- Slice id, to join back to `slice`.
+  id LONG,
+  -- Start of the work on the GPU.
+  ts TIMESTAMP,
+  -- Duration of the work.
+  dur DURATION,
+  -- End of the work (`ts + dur`).
+  end_ts TIMESTAMP,
+  -- Kernel name, or the memcpy / memset description.
+  name STRING,
+  -- Kineto category: `kernel`, `gpu_memcpy` or `gpu_memset`.
+  category STRING,
+  -- `kernel`, `memcpy` or `memset`.
+  kind STRING,
+  -- GPU index (`debug.device`).
+  device LONG,
+  -- Lane the slice is drawn on (`debug.stream`).
+  lane_id LONG,
+  -- Lane name: the name of the slice's track (e.g. `62 attention`, `stream 7`).
+  lane_name STRING,
+  -- Track the slice lies on (one of the lane's tracks when the lane spilled).
+  track_id LONG,
+  -- CUDA stream the work ran on, as recorded by the profiler.
+  stream LONG,
+  -- Hardware stream of a slice the join moved to its annotated lane, else NULL.
+  original_stream LONG,
+  -- Annotated lane of a slice left on its hardware stream (graph_lanes="none"), else NULL.
+  annotated_stream LONG,
+  -- Annotation name (`debug.name`: the innermost annotation scope), NULL if none.
+  annotation STRING,
+  -- CUPTI correlation id: the launch's; for graphed work the graph launch's, so it identifies the replay.
+  correlation LONG,
+  -- Slice id of the CPU call that launched the work (matched by correlation), NULL if not in the trace.
+  launch_id LONG,
+  -- Whether the work was launched by a CUDA graph launch (one replay of a graph).
+  is_graphed BOOL,
+  -- Executable graph id (`debug.graph id`), where the join or the profiler knows it.
+  graph_id LONG,
+  -- Graph node key `(graph id << 32) | node local id` (`debug.graph node id`), where known.
+  graph_node_id LONG,
+  -- 0-based replay index of the graph in this trace (`debug.replay`), where the join set it.
+  replay LONG,
+  -- How the join matched the slice: `exact`, `calibrated`, `structural`; NULL if not joined.
+  join_strategy STRING,
+  -- Argument set of the slice, for any other argument.
+  arg_set_id ARGSETID
+) AS
+WITH
+  work AS (
+    SELECT
+      s.id,
+      s.ts,
+      s.dur,
+      s.name,
+      s.category,
+      s.track_id,
+      s.arg_set_id,
+      EXTRACT_ARG(s.arg_set_id, 'debug.device') AS device,
+      EXTRACT_ARG(s.arg_set_id, 'debug.stream') AS lane_id,
+      EXTRACT_ARG(s.arg_set_id, 'debug.original_stream') AS original_stream,
+      EXTRACT_ARG(s.arg_set_id, 'debug.annotated_stream') AS annotated_stream,
+      EXTRACT_ARG(s.arg_set_id, 'debug.name') AS annotation,
+      EXTRACT_ARG(s.arg_set_id, 'debug.correlation') AS correlation,
+      EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
+      EXTRACT_ARG(s.arg_set_id, 'debug.graph node id') AS graph_node_id,
+      EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
+      EXTRACT_ARG(s.arg_set_id, 'debug.join') AS join_strategy
+    FROM slice AS s
+    WHERE s.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')
+  ),
+  -- One launch per correlation id (the first, should a trace repeat one).
+  launch AS (
+    SELECT correlation, MIN(id) AS id, MAX(is_graph_launch) AS is_graph_launch
+    FROM _graph_ann_launch
+    GROUP BY correlation
+  )
+SELECT
+  w.id,
+  w.ts,
+  w.dur,
+  w.ts + w.dur AS end_ts,
+  w.name,
+  w.category,
+  CASE w.category
+    WHEN 'kernel' THEN 'kernel'
+    WHEN 'gpu_memcpy' THEN 'memcpy'
+    ELSE 'memset'
+  END AS kind,
+  w.device,
+  w.lane_id,
+  t.name AS lane_name,
+  w.track_id,
+  COALESCE(w.original_stream, w.lane_id) AS stream,
+  w.original_stream,
+  w.annotated_stream,
+  w.annotation,
+  w.correlation,
+  l.id AS launch_id,
+  COALESCE(l.is_graph_launch, 0) AS is_graphed,
+  w.graph_id,
+  w.graph_node_id,
+  w.replay,
+  w.join_strategy,
+  w.arg_set_id
+FROM work AS w
+JOIN track AS t ON t.id = w.track_id
+LEFT JOIN launch AS l USING (correlation)
+ORDER BY w.ts, w.id;

@@ -1,0 +1,240 @@
+--
+-- Copyright 2026 The perfetto_graph_ann developers.
+-- Licensed under the Apache License, Version 2.0.
+--
+-- Per-lane metrics: how busy each lane of each GPU is and how its work is
+-- distributed.
+--
+-- Definitions used below:
+--  * busy time: the length of the union of the lane's work intervals, so work
+--    that overlaps on a lane (lanes that gather several hardware streams) is
+--    counted once;
+--  * profiled span: from the first instant any slice of the trace (CPU or GPU)
+--    starts to the last instant one ends, over slices with `dur >= 0`;
+--  * replays' span (per device): from the start of the first graph replay's
+--    GPU work to the end of the last one's (see `graph_ann.replays`);
+--  * percentiles are nearest-rank: the p-th percentile of n durations sorted
+--    ascending is the one at 1-based rank ceil(p * n / 100).
+
+INCLUDE PERFETTO MODULE graph_ann.gpu_work;
+INCLUDE PERFETTO MODULE graph_ann.intervals;
+
+-- The profiled span: first start and last end over all slices with `dur >= 0`.
+CREATE PERFETTO TABLE _graph_ann_profiled_span(
+  -- First instant a slice of the trace covers.
+  ts TIMESTAMP,
+  -- Length of the span.
+  dur DURATION
+) AS
+SELECT MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur
+FROM slice
+WHERE dur >= 0;
+
+-- Per device: the span of the graph replays (first start to last end of the
+-- GPU work launched by graph launches); no row for a device without replays.
+CREATE PERFETTO TABLE _graph_ann_replays_span(
+  -- GPU index.
+  device LONG,
+  -- Start of the first replay's first GPU work.
+  ts TIMESTAMP,
+  -- Length of the span.
+  dur DURATION
+) AS
+SELECT device, MIN(ts) AS ts, MAX(end_ts) - MIN(ts) AS dur
+FROM graph_ann_gpu_work
+WHERE is_graphed
+GROUP BY device;
+
+-- Each lane's merged busy intervals (see `_graph_ann_intervals_union`).
+CREATE PERFETTO TABLE _graph_ann_lane_busy_interval(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Start of a busy interval.
+  ts TIMESTAMP,
+  -- Length of the busy interval.
+  dur DURATION
+) AS
+WITH
+  keyed AS (
+    SELECT DISTINCT device, lane_id, device * 4294967296 + lane_id AS grp
+    FROM graph_ann_gpu_work
+  )
+SELECT k.device, k.lane_id, u.ts, u.dur
+FROM _graph_ann_intervals_union!(
+  (SELECT device * 4294967296 + lane_id AS grp, ts, dur FROM graph_ann_gpu_work)
+) AS u
+JOIN keyed AS k USING (grp)
+ORDER BY k.device, k.lane_id, u.ts;
+
+-- One row per lane of each GPU: work count, busy time, utilization and the
+-- distribution of work durations.
+CREATE PERFETTO TABLE graph_ann_lane(
+  -- GPU index.
+  device LONG,
+  -- Lane id (the `debug.stream` of its slices: a CUDA stream or an annotated lane).
+  lane_id LONG,
+  -- Lane name (its track's name, e.g. `62 attention`).
+  lane_name STRING,
+  -- Number of GPU work slices (kernels, memcpys, memsets) on the lane.
+  work_count LONG,
+  -- Of those, kernels.
+  kernel_count LONG,
+  -- Sum of the durations (overlapping work counted once per slice).
+  total_dur DURATION,
+  -- Time the lane is busy: length of the union of its work intervals.
+  busy_dur DURATION,
+  -- `busy_dur` over the profiled span.
+  utilization DOUBLE,
+  -- Busy time inside the device's replays' span, over that span; NULL without replays.
+  replay_utilization DOUBLE,
+  -- Mean work duration.
+  mean_dur DOUBLE,
+  -- Median work duration (nearest rank).
+  p50_dur DURATION,
+  -- 90th percentile of the work duration (nearest rank).
+  p90_dur DURATION,
+  -- 99th percentile of the work duration (nearest rank).
+  p99_dur DURATION,
+  -- Shortest work duration.
+  min_dur DURATION,
+  -- Longest work duration.
+  max_dur DURATION,
+  -- Start of the lane's first work.
+  first_ts TIMESTAMP,
+  -- Start of the lane's last work.
+  last_ts TIMESTAMP,
+  -- End of the lane's work (latest `ts + dur`).
+  end_ts TIMESTAMP
+) AS
+WITH
+  ranked AS (
+    SELECT
+      device,
+      lane_id,
+      dur,
+      ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY dur) AS rn,
+      COUNT(*) OVER (PARTITION BY device, lane_id) AS n
+    FROM graph_ann_gpu_work
+  ),
+  pct AS (
+    SELECT
+      device,
+      lane_id,
+      MAX(CASE WHEN rn = (50 * n + 99) / 100 THEN dur END) AS p50_dur,
+      MAX(CASE WHEN rn = (90 * n + 99) / 100 THEN dur END) AS p90_dur,
+      MAX(CASE WHEN rn = (99 * n + 99) / 100 THEN dur END) AS p99_dur
+    FROM ranked
+    GROUP BY device, lane_id
+  ),
+  stats AS (
+    SELECT
+      device,
+      lane_id,
+      MIN(lane_name) AS lane_name,
+      COUNT(*) AS work_count,
+      SUM(kind = 'kernel') AS kernel_count,
+      SUM(dur) AS total_dur,
+      AVG(dur) AS mean_dur,
+      MIN(dur) AS min_dur,
+      MAX(dur) AS max_dur,
+      MIN(ts) AS first_ts,
+      MAX(ts) AS last_ts,
+      MAX(end_ts) AS end_ts
+    FROM graph_ann_gpu_work
+    GROUP BY device, lane_id
+  ),
+  busy AS (
+    SELECT device, lane_id, SUM(dur) AS busy_dur
+    FROM _graph_ann_lane_busy_interval
+    GROUP BY device, lane_id
+  ),
+  replay_busy AS (
+    SELECT
+      b.device,
+      b.lane_id,
+      SUM(MAX(0, MIN(b.ts + b.dur, r.ts + r.dur) - MAX(b.ts, r.ts))) AS busy_dur
+    FROM _graph_ann_lane_busy_interval AS b
+    JOIN _graph_ann_replays_span AS r USING (device)
+    GROUP BY b.device, b.lane_id
+  )
+SELECT
+  s.device,
+  s.lane_id,
+  s.lane_name,
+  s.work_count,
+  s.kernel_count,
+  s.total_dur,
+  b.busy_dur,
+  CAST(b.busy_dur AS DOUBLE) / (SELECT dur FROM _graph_ann_profiled_span) AS utilization,
+  CAST(rb.busy_dur AS DOUBLE) / r.dur AS replay_utilization,
+  s.mean_dur,
+  p.p50_dur,
+  p.p90_dur,
+  p.p99_dur,
+  s.min_dur,
+  s.max_dur,
+  s.first_ts,
+  s.last_ts,
+  s.end_ts
+FROM stats AS s
+JOIN busy AS b USING (device, lane_id)
+JOIN pct AS p USING (device, lane_id)
+LEFT JOIN _graph_ann_replays_span AS r USING (device)
+LEFT JOIN replay_busy AS rb USING (device, lane_id)
+ORDER BY s.device, s.lane_id;
+
+-- Kernels per lane by total time: one row per (device, lane, kernel name),
+-- ranked within the lane by total duration (1 = most time; ties by name).
+-- Keep `rank <= N` for a lane's top N.
+CREATE PERFETTO TABLE graph_ann_lane_top_kernels(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Lane name.
+  lane_name STRING,
+  -- Kernel name.
+  name STRING,
+  -- Rank within the lane by `total_dur` (1 = most), ties broken by name.
+  rank LONG,
+  -- Number of launches of this kernel on the lane.
+  count LONG,
+  -- Sum of its durations.
+  total_dur DURATION,
+  -- Mean duration.
+  mean_dur DOUBLE,
+  -- Longest duration.
+  max_dur DURATION,
+  -- `total_dur` over the sum of the durations of all kernels on the lane.
+  share DOUBLE
+) AS
+WITH
+  per_kernel AS (
+    SELECT
+      device,
+      lane_id,
+      MIN(lane_name) AS lane_name,
+      name,
+      COUNT(*) AS count,
+      SUM(dur) AS total_dur,
+      AVG(dur) AS mean_dur,
+      MAX(dur) AS max_dur
+    FROM graph_ann_gpu_work
+    WHERE kind = 'kernel'
+    GROUP BY device, lane_id, name
+  )
+SELECT
+  device,
+  lane_id,
+  lane_name,
+  name,
+  ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY total_dur DESC, name) AS rank,
+  count,
+  total_dur,
+  mean_dur,
+  max_dur,
+  CAST(total_dur AS DOUBLE) / SUM(total_dur) OVER (PARTITION BY device, lane_id) AS share
+FROM per_kernel
+ORDER BY device, lane_id, rank;
