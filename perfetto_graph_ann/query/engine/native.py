@@ -1,0 +1,79 @@
+"""The native engine: a local ``trace_processor_shell`` started by the ``perfetto`` package.
+
+``perfetto.TraceProcessor`` starts the shell (its own process group) and talks HTTP to it;
+our SQL packages go in as ``TraceProcessorConfig(add_sql_packages=[dir])``, i.e.
+``--add-sql-package DIR`` (a plain folder named like the package, which v52 shells and
+newer all accept; ``DIR@NAME`` needs v54+). Loading uses the same chunked loader as the
+portable engine, through the backend's ``parse``/``notify_eof``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+from perfetto.common.exceptions import PerfettoException
+from perfetto.trace_processor.api import TraceProcessor, TraceProcessorConfig
+
+from ...errors import EngineError
+from . import process
+from .base import Engine
+from .config import EngineConfig
+
+
+class NativeEngine(Engine):
+    """One ``trace_processor_shell`` process, one trace loaded."""
+
+    kind = "native"
+
+    def __init__(self, trace_path: Path, config: EngineConfig, shell: str):
+        super().__init__(trace_path, config)
+        self.shell = shell
+        tp_config = TraceProcessorConfig(
+            bin_path=shell,
+            add_sql_packages=[str(d) for d in config.package_dirs()],
+            load_timeout=max(1, math.ceil(config.start_timeout_s)),
+            verbose=config.verbose,
+        )
+        try:
+            self.tp: Optional[TraceProcessor] = TraceProcessor(config=tp_config)
+        except (PerfettoException, OSError) as e:
+            raise EngineError(f"{trace_path}: the native trace processor {shell} failed to start: {e}") from e
+        proc = self.tp.subprocess
+        if proc is not None:
+            process.track(proc)
+        # perfetto's HTTP backend (``tp.http`` is its public alias of the backend).
+        self._backend = self.tp.http
+        with self._guard("start-up", config.start_timeout_s):
+            self.version = self._backend.status().human_readable_version
+
+    @property
+    def pid(self) -> Optional[int]:
+        proc = self.tp.subprocess if self.tp is not None else None
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def _returncode(self) -> Optional[int]:
+        proc = self.tp.subprocess if self.tp is not None else None
+        return proc.poll() if proc is not None else -9
+
+    def _stderr_tail(self) -> str:
+        from .base import read_tail
+
+        return read_tail(getattr(self.tp.http, "_tp_stderr", None)) if self.tp is not None else ""
+
+    def _set_deadline(self, deadline: Optional[float]) -> None:
+        import time
+
+        conn = self._backend.conn
+        timeout = None if deadline is None else max(0.001, deadline - time.monotonic())
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+
+    def _kill(self) -> None:
+        tp, self.tp = self.tp, None
+        if tp is None:
+            return
+        proc = tp.subprocess
+        tp.close()  # kills the shell's process tree and closes its temp files
+        process.kill(proc)

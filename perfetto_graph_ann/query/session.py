@@ -1,0 +1,117 @@
+"""``open_trace``: one trace in a trace processor, with the ``graph_ann`` SQL package.
+
+    with open_trace("run.pftrace") as s:
+        s.query("INCLUDE PERFETTO MODULE graph_ann.lanes; SELECT * FROM ...").df()
+
+The engine is picked by :mod:`.engine.resolve` (``"auto"``: a local native shell, else the
+portable WebAssembly engine, else the ``perfetto`` download).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple, Union
+
+from perfetto.common.query_result_iterator import QueryResultIterator
+
+from .engine import Engine, EngineConfig, start_engine
+
+PathArg = Union[str, "os.PathLike[str]"]
+
+
+class QueryResult:
+    """The rows of one query, kept in memory: iterate rows, or take a DataFrame.
+
+    Rows are perfetto's ``Row`` objects (columns as attributes), as
+    ``TraceProcessor.query`` gives them; :meth:`df` is ``as_pandas_dataframe()`` with
+    column dtypes inferred (int64 / float64 / object).
+    """
+
+    def __init__(self, it: QueryResultIterator):
+        self._it = it
+        self.columns: List[str] = list(it.column_names)
+        self._rows: Optional[List] = None
+
+    @property
+    def rows(self) -> List:
+        """The rows as perfetto ``Row`` objects."""
+        if self._rows is None:
+            self._rows = list(self._it)
+        return self._rows
+
+    def df(self):
+        """The rows as a new pandas DataFrame."""
+        return self._it.as_pandas_dataframe().infer_objects()
+
+    def tuples(self) -> List[Tuple]:
+        """The rows as plain tuples, in column order."""
+        return [tuple(getattr(r, n) for n in self.columns) for r in self.rows]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return self._it.row_count
+
+    def __repr__(self) -> str:
+        return f"QueryResult({len(self)} rows x {len(self.columns)} columns)"
+
+
+class Session:
+    """A loaded trace: run SQL with :meth:`query`; close (or use ``with``) to stop the engine."""
+
+    def __init__(self, path: Path, engine: Engine):
+        self.path = path
+        self.engine = engine
+
+    @property
+    def engine_kind(self) -> str:
+        """``"native"`` or ``"portable"``."""
+        return self.engine.kind
+
+    @property
+    def version(self) -> str:
+        """The trace processor's version string."""
+        return self.engine.version
+
+    def query(self, sql: str, timeout_s: Optional[float] = None) -> QueryResult:
+        """Run ``sql`` (several statements allowed; the last one's rows are returned).
+
+        Raises :class:`~perfetto_graph_ann.errors.QueryError` with the engine's error text,
+        :class:`~perfetto_graph_ann.errors.QueryTimeoutError` past ``timeout_s`` (the
+        engine is then stopped), :class:`~perfetto_graph_ann.errors.EngineError` if the
+        engine died.
+        """
+        return QueryResult(self.engine.query(sql, timeout_s))
+
+    def query_df(self, sql: str, timeout_s: Optional[float] = None):
+        """``query(sql).df()``."""
+        return self.query(sql, timeout_s).df()
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.engine.alive else "closed"
+        return f"<Session {self.path} {self.engine.kind} {state}>"
+
+
+def open_trace(path: PathArg, engine: str = "auto", config: Optional[EngineConfig] = None) -> Session:
+    """Load the trace at ``path`` into a trace processor with our SQL packages registered.
+
+    ``engine``: ``"auto"``, ``"native"`` or ``"portable"`` (overrides ``config.engine``
+    unless it is ``"auto"`` and a config is given). Raises
+    :class:`~perfetto_graph_ann.errors.InputError` for a missing or unreadable trace and
+    :class:`~perfetto_graph_ann.errors.EngineNotFoundError` (listing what was tried and
+    how to fix each) when no engine is usable.
+    """
+    config = config or EngineConfig()
+    if engine != "auto" or config.engine == "auto":
+        config = config.replace(engine=engine)
+    return Session(Path(path), start_engine(path, config))
