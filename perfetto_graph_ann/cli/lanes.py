@@ -1,14 +1,95 @@
-"""`perfetto-graph-ann lanes` (not implemented yet: owned by its issue)."""
+"""``perfetto-graph-ann lanes TRACE [--annotations A] [--graph-lanes all|none]``.
+
+Prints GPU work per lane before and after the join, the join report, and (when a
+converter and a trace processor are available) the ``graph_ann`` SQL lane summary of
+the annotated trace.
+"""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import tempfile
 
 
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("lanes", help="(not implemented yet)")
+    p = sub.add_parser("lanes", help="kernels per lane before/after the join, and the join report",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("trace", help="torch.profiler trace (.json or .json.gz)")
+    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
+                   help="annotation sidecar or capture record (repeatable; merged)")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
+                   help="all: move graphed kernels to their annotated lane (torch 2.15); none: keep streams")
+    p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary (needs a trace processor)")
+    p.add_argument("--engine", choices=("auto", "native", "portable"), default="auto",
+                   help="trace processor for the SQL lane summary")
     p.set_defaults(func=run)
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("lanes")
+def load_annotation_files(paths):
+    """Merge the annotations of several files (sidecars or capture records)."""
+    from ..capture.annotations import AnnotationSet
+
+    sets = [_load_one(p) for p in paths]
+    return AnnotationSet.merge(sets) if sets else AnnotationSet()
+
+
+def _load_one(path):
+    from ..capture.capture_record import is_capture_record, read_capture_record
+    from ..errors import SidecarError
+
+    try:
+        from ..capture.sidecar import load_annotations  # the capture stage's loader, when present
+    except ImportError:
+        load_annotations = None
+    if load_annotations is not None:
+        return load_annotations(path)
+    if not os.path.exists(path):
+        raise SidecarError(path, "file not found")
+    return read_capture_record(path)
+
+
+def run(args: argparse.Namespace, out=None) -> int:
+    from ..join import join
+    from ..join.summary import lane_table, report_table
+    from ..read.kineto import read_trace
+
+    out = out or sys.stdout
+    trace = read_trace(args.trace)
+    annotations = load_annotation_files(args.annotations)
+    layout = join(trace, annotations, graph_lanes=args.graph_lanes)
+    table = lane_table(trace, layout)
+    print(f"{args.trace}: GPU work per lane (graph_lanes={args.graph_lanes})", file=out)
+    for device, rows in table.groupby("device", sort=True):
+        print(f"GPU {device}", file=out)
+        print(rows.drop(columns=["device"]).to_string(index=False), file=out)
+    print("", file=out)
+    print(report_table(layout).to_string(index=False), file=out)
+    if not args.no_sql:
+        _sql_summary(args, trace, layout, out)
+    return 0
+
+
+def _sql_summary(args, trace, layout, out) -> None:
+    """The SQL lane summary of the annotated trace; a note instead when it cannot run here."""
+    from ..errors import EngineError
+
+    try:
+        from ..query.metrics import lane_summary
+        from ..query.session import open_trace
+        from ..write.convert import convert
+    except ImportError as e:
+        print(f"\n(SQL lane summary not available in this build: {e})", file=out)
+        return
+    with tempfile.TemporaryDirectory(prefix="pga-lanes-") as tmp:
+        pf = os.path.join(tmp, "annotated.pftrace")
+        convert(args.trace, pf, layout=layout)
+        try:
+            with open_trace(pf, engine=args.engine) as session:
+                df = lane_summary(session)
+        except EngineError as e:
+            print(f"\n(SQL lane summary skipped: {e})", file=out)
+            return
+    print("\nSQL lane summary (graph_ann.lanes)", file=out)
+    print(df.to_string(index=False), file=out)

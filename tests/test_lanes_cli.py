@@ -1,0 +1,54 @@
+"""``perfetto-graph-ann lanes``: the before/after table and the join report, from the fixtures."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from conftest import fixture_capture, fixture_trace
+from join_expect import calibrated_expectation, kernels, load_json
+from perfetto_graph_ann.cli.main import main
+
+
+def _rows(text):
+    """lane -> (name, before, after) from the printed lane table."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(\d+)\s+(.+?)\s+(\d+)\s+(\d+)\s*$", line)
+        if m:
+            out[int(m.group(1))] = (m.group(2), int(m.group(3)), int(m.group(4)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["seed_block_annotated", "two_branch"])
+def test_lanes_table_matches_expectation(capsys, name):
+    rc = main(["lanes", str(fixture_trace(name)), "--annotations", str(fixture_capture(name)), "--no-sql"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    expect = calibrated_expectation(name)
+    before = Counter(e["args"]["stream"] for _, e in kernels(load_json(name)))
+    after = Counter(x["lane"] for x in expect.values())
+    rows = _rows(text)
+    assert set(rows) == set(before) | set(after)
+    for lane, (_, b, a) in rows.items():
+        assert (b, a) == (before.get(lane, 0), after.get(lane, 0))
+    assert re.search(rf"matched calibrated\s+{len(expect)}\b", text)
+    assert re.search(r"unmatched\s+0\b", text)
+
+
+def test_lanes_without_annotations_all_unmatched(capsys):
+    rc = main(["lanes", str(fixture_trace("two_branch")), "--no-sql"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert re.search(r"unmatched\s+15\b", text)
+    assert _rows(text)[7][2] == 15  # everything graphed goes to the default lane
+
+
+def test_lanes_bad_inputs_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["lanes", str(bad), "--no-sql"]) == 2
+    assert str(bad) in capsys.readouterr().err
+    assert main(["lanes", str(fixture_trace("two_branch")), "-a", str(tmp_path / "missing.json"), "--no-sql"]) == 2
+    assert "missing.json" in capsys.readouterr().err
