@@ -1,0 +1,148 @@
+"""The ``graph_ann`` SQL metrics as pandas DataFrames.
+
+Each function takes a trace (a path, opened and closed for the call, or an open
+:class:`~perfetto_graph_ann.query.session.Session`, reused) and returns the rows of one
+table of the ``sql/graph_ann`` package. The SQL is the single source of the numbers;
+this module only includes the right module and selects the table.
+
+    from perfetto_graph_ann.query import metrics
+    with open_trace("run.pftrace") as s:
+        lanes = metrics.lane_summary(s)
+        comm = metrics.collectives(s)
+
+Times are integer nanoseconds on the trace clock; ratios are fractions (0..1).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Dict, Iterator, Optional, Union
+
+from .session import Session, open_trace
+
+TraceArg = Union[str, "os.PathLike[str]", Session]
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One public table of the package: the module that defines it and its sort order."""
+
+    module: str
+    table: str
+    order_by: str
+
+
+#: Every table the wrappers expose, by wrapper name.
+METRICS: Dict[str, Metric] = {
+    "gpu_work": Metric("graph_ann.gpu_work", "graph_ann_gpu_work", "ts, id"),
+    "lane_summary": Metric("graph_ann.lanes", "graph_ann_lane", "device, lane_id"),
+    "lane_top_kernels": Metric("graph_ann.lanes", "graph_ann_lane_top_kernels", "device, lane_id, rank"),
+    "replays": Metric("graph_ann.replays", "graph_ann_replay", "device, ts"),
+    "replay_lanes": Metric("graph_ann.replays", "graph_ann_replay_lane", "device, ts, lane_id"),
+    "collectives": Metric("graph_ann.collectives", "graph_ann_collective", "device, ts, id"),
+    "overlap": Metric("graph_ann.overlap", "graph_ann_overlap", "device"),
+    "lane_idle": Metric("graph_ann.overlap", "graph_ann_lane_idle", "device, lane_id"),
+    "lane_gaps": Metric("graph_ann.overlap", "graph_ann_lane_gap", "device, lane_id, ts"),
+}
+
+
+@contextlib.contextmanager
+def _session(trace: TraceArg, engine: str) -> Iterator[Session]:
+    """Use an open session as is; open (and afterwards close) one for a path."""
+    if isinstance(trace, Session):
+        yield trace
+        return
+    with open_trace(trace, engine=engine) as s:
+        yield s
+
+
+def query_metric(trace: TraceArg, name: str, where: Optional[str] = None, engine: str = "auto"):
+    """Rows of the metric ``name`` (a key of :data:`METRICS`) as a DataFrame.
+
+    ``where``: an optional SQL condition on the table's columns, e.g. ``"rank <= 5"``.
+    """
+    m = METRICS[name]
+    sql = f"INCLUDE PERFETTO MODULE {m.module}; SELECT * FROM {m.table}"
+    if where:
+        sql += f" WHERE {where}"
+    sql += f" ORDER BY {m.order_by}"
+    with _session(trace, engine) as s:
+        return _frame(s.query(sql))
+
+
+def _frame(result):
+    """A DataFrame keeping integer columns exact: nullable ``Int64`` where a column mixes
+    integers and NULL (pandas would otherwise turn it into float64 with NaN)."""
+    import pandas as pd
+
+    data = {}
+    for name in result.columns:
+        values = [getattr(r, name) for r in result.rows]
+        present = [v for v in values if v is not None]
+        if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            data[name] = pd.array(values, dtype="Int64")
+        elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+            data[name] = pd.array([float("nan") if v is None else float(v) for v in values], dtype="float64")
+        else:
+            data[name] = pd.array(values, dtype="object")
+    return pd.DataFrame(data, columns=list(result.columns))
+
+
+def gpu_work(trace: TraceArg, engine: str = "auto"):
+    """One row per kernel / memcpy / memset: lane, streams, annotation, replay, graph node."""
+    return query_metric(trace, "gpu_work", engine=engine)
+
+
+def lane_summary(trace: TraceArg, engine: str = "auto"):
+    """Per device and lane: work count, busy time (union), utilization, duration percentiles."""
+    return query_metric(trace, "lane_summary", engine=engine)
+
+
+def lane_top_kernels(trace: TraceArg, top: Optional[int] = None, engine: str = "auto"):
+    """Kernels per lane ranked by total time with their share of the lane; ``top`` keeps the first N."""
+    where = f"rank <= {int(top)}" if top is not None else None
+    return query_metric(trace, "lane_top_kernels", where=where, engine=engine)
+
+
+def replays(trace: TraceArg, engine: str = "auto"):
+    """Per CUDA graph replay: GPU start / end, wall time, busy time, launch overhead."""
+    return query_metric(trace, "replays", engine=engine)
+
+
+def replay_lanes(trace: TraceArg, engine: str = "auto"):
+    """Per replay and lane: work count and busy time."""
+    return query_metric(trace, "replay_lanes", engine=engine)
+
+
+def collectives(trace: TraceArg, engine: str = "auto"):
+    """Per collective kernel: collective, dtype, sizes, group, algbw and busbw (nccl-tests factors)."""
+    return query_metric(trace, "collectives", engine=engine)
+
+
+def overlap(trace: TraceArg, engine: str = "auto"):
+    """Per device: compute, communication, overlapped and exposed communication, idle time."""
+    return query_metric(trace, "overlap", engine=engine)
+
+
+def lane_idle(trace: TraceArg, engine: str = "auto"):
+    """Per lane: idle time between its first and last work, gap count, longest gap."""
+    return query_metric(trace, "lane_idle", engine=engine)
+
+
+def lane_gaps(trace: TraceArg, engine: str = "auto"):
+    """Every idle gap of every lane (start and length)."""
+    return query_metric(trace, "lane_gaps", engine=engine)
+
+
+def report(trace: TraceArg, top: int = 5, engine: str = "auto") -> Dict[str, "object"]:
+    """All report tables from one session: ``{name: DataFrame}`` in print order."""
+    with _session(trace, engine) as s:
+        return {
+            "lane_summary": lane_summary(s),
+            "lane_top_kernels": lane_top_kernels(s, top=top),
+            "replays": replays(s),
+            "collectives": collectives(s),
+            "overlap": overlap(s),
+            "lane_idle": lane_idle(s),
+        }
