@@ -1,0 +1,252 @@
+"""The public capture API: ``graph``, ``mark_kernels``, ``mark_stream``, ``calibrate``.
+
+Thin torch layer over :mod:`.session` (torch-free). ``graph`` is a drop-in for
+``torch.cuda.graph``: it records scopes during capture and, on exit, reads the node
+table, rekeys it to the executable graph and calibrates (one extra replay; pass
+``calibrate=False`` when replaying the graph has effects you do not want, e.g. an
+optimizer step, and call :func:`calibrate` later).
+
+With torch's own ``torch.cuda.graph_annotations`` available (torch >= 2.15 on a driver
+>= 13.1) everything is deferred to torch.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Iterator, Optional
+
+from ..errors import CaptureError
+from . import backends, collectives
+from . import session as _session
+from .autograd import BackwardTagger, torch_mode
+from .calibration import calibrate_replay
+from .registry import REGISTRY
+from .scopes import normalize_annotation
+
+_warned = False
+
+
+def _native():
+    import torch
+
+    return torch.cuda.graph_annotations
+
+
+def _warn_unavailable() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        info = backends.backend_info()
+        warnings.warn(f"perfetto_graph_ann: no capture backend here, annotations are off: {info['reasons']}",
+                      RuntimeWarning, stacklevel=3)
+
+
+def _exec_handle(cuda_graph: Any) -> Optional[int]:
+    try:
+        h = cuda_graph.raw_cuda_graph_exec()
+    except Exception:
+        return None
+    h = int(h)
+    return h or None
+
+
+class graph:
+    """Drop-in for ``torch.cuda.graph`` that annotates the captured kernels.
+
+    Works with ``CUDAGraph(keep_graph=True)`` (keys are bound at ``instantiate()`` or the
+    first ``replay()``), re-instantiation (entries are rekeyed) and ``reset()`` (entries
+    dropped). ``annotate_collectives=False`` leaves ``torch.distributed`` unwrapped.
+    """
+
+    def __init__(self, cuda_graph: Any, pool: Any = None, stream: Any = None, capture_error_mode: str = "global",
+                 calibrate: bool = True, annotate_collectives: bool = True):
+        self.cuda_graph = cuda_graph
+        self.pool, self.stream, self.capture_error_mode = pool, stream, capture_error_mode
+        self.calibrate = calibrate
+        self.annotate_collectives = annotate_collectives
+        self._inner: Any = None
+        self._session: Optional[_session.CaptureSession] = None
+        self._installed = False
+
+    def __enter__(self) -> Any:
+        import torch
+
+        name = backends.selected_name()
+        if name == backends.TORCH:
+            self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
+                                           capture_error_mode=self.capture_error_mode, enable_annotations=True)
+            return self._inner.__enter__()
+        self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
+                                       capture_error_mode=self.capture_error_mode)
+        ret = self._inner.__enter__()
+        backend = backends.active()
+        if backend is None:
+            _warn_unavailable()
+            return ret
+        REGISTRY.backend = backend.name
+        sess = _session.CaptureSession(backend, int(torch.cuda.current_stream().cuda_stream), REGISTRY,
+                                       owner=_owner(self.cuda_graph), device=torch.cuda.current_device())
+        try:
+            sess.start()
+        except Exception:
+            self._inner.__exit__(None, None, None)
+            raise
+        self._session = sess
+        _session.push(sess)
+        if self.annotate_collectives and collectives.AUTO_ANNOTATE:
+            try:
+                collectives.install()
+                self._installed = True
+            except Exception as e:  # torch.distributed unusable: keep capturing
+                warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=2)
+        return ret
+
+    def __exit__(self, exc_type, exc, tb) -> Any:
+        sess = self._session
+        try:
+            if sess is not None and exc_type is None:
+                sess.finish_capture()
+        finally:
+            if sess is not None:
+                _session.pop(sess)
+            if self._installed:
+                collectives.uninstall()
+                self._installed = False
+        result = self._inner.__exit__(exc_type, exc, tb)
+        if sess is None or exc_type is not None:
+            return result
+        _attach(self.cuda_graph, sess, self.calibrate)
+        if _exec_handle(self.cuda_graph) is not None:
+            _bind(self.cuda_graph)
+        return result
+
+
+def _owner(cuda_graph: Any) -> int:
+    owner = getattr(cuda_graph, "_pga_owner", None)
+    if owner is None:
+        owner = next(_session._owner_ids)
+        cuda_graph._pga_owner = owner
+    return owner
+
+
+def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> None:
+    """Wrap this graph object's instantiate / replay / reset so keys follow it."""
+    cuda_graph._pga_session = sess
+    cuda_graph._pga_calibrate = calibrate
+    cuda_graph._pga_bound_exec = None
+    if getattr(cuda_graph, "_pga_wrapped", False):
+        return
+    cls = type(cuda_graph)
+    orig_inst, orig_replay, orig_reset = cls.instantiate, cls.replay, cls.reset
+
+    def instantiate(*a, **k):
+        r = orig_inst(cuda_graph, *a, **k)
+        _bind(cuda_graph)
+        return r
+
+    def replay(*a, **k):
+        if cuda_graph._pga_session is not None and _exec_handle(cuda_graph) is None:
+            instantiate()
+        return orig_replay(cuda_graph, *a, **k)
+
+    def reset(*a, **k):
+        s = cuda_graph._pga_session
+        if s is not None:
+            s.drop()
+        cuda_graph._pga_session = None
+        cuda_graph._pga_bound_exec = None
+        return orig_reset(cuda_graph, *a, **k)
+
+    cuda_graph.instantiate, cuda_graph.replay, cuda_graph.reset = instantiate, replay, reset
+    cuda_graph._pga_orig_replay = lambda: orig_replay(cuda_graph)
+    cuda_graph._pga_wrapped = True
+
+
+def _bind(cuda_graph: Any) -> None:
+    sess = getattr(cuda_graph, "_pga_session", None)
+    h = _exec_handle(cuda_graph)
+    if sess is None or h is None or h == cuda_graph._pga_bound_exec:
+        return
+    sess.bind_exec(h)
+    cuda_graph._pga_bound_exec = h
+    if cuda_graph._pga_calibrate:
+        try:
+            calibrate(cuda_graph)
+        except CaptureError as e:
+            warnings.warn(f"perfetto_graph_ann: graph annotated but not calibrated: {e}", RuntimeWarning, stacklevel=3)
+
+
+def calibrate(cuda_graph: Any) -> None:
+    """Replay ``cuda_graph`` once under a CUPTI activity session and store (stream, ordinal).
+
+    Raises :class:`CaptureError` inside a torch.profiler session, for a graph not captured
+    with :class:`graph`, or when CUPTI recorded nothing for it.
+    """
+    import torch
+
+    sess = getattr(cuda_graph, "_pga_session", None)
+    if sess is None or sess.record is None:
+        raise CaptureError("calibrate(): graph was not captured with perfetto_graph_ann.graph or not instantiated")
+    table = calibrate_replay(cuda_graph._pga_orig_replay, torch.cuda.synchronize, sess.record.exec_id)
+    sess.apply_calibration(table)
+
+
+@contextlib.contextmanager
+def mark_kernels(annotation: Any, backward: bool = False) -> Iterator[None]:
+    """Annotate every node captured inside the block (any stream that joined the capture).
+
+    ``annotation``: a str (``{"name": s}``) or a dict; ``stream`` (an int) is its display
+    lane. Nested scopes merge, inner wins per key. A no-op outside ``graph(...)``.
+    ``backward=True``: backward kernels of ops run in the block, when captured, get the
+    same fields plus ``autograd_phase: "backward"``.
+    """
+    fields = normalize_annotation(annotation)
+    if backends.selected_name() == backends.TORCH:
+        with _native().mark_kernels(annotation, backward=backward):
+            yield
+        return
+    sess = _session.current()
+    tok = sess.recorder.open(fields) if sess is not None and sess.recorder.active else None
+    mode = None
+    if backward:
+        merged = {**(sess.recorder.open_fields() if sess is not None else {}), **fields}
+        mode = torch_mode(BackwardTagger(merged))
+        mode.__enter__()
+    try:
+        yield
+    finally:
+        if mode is not None:
+            mode.__exit__(None, None, None)
+        if tok is not None:
+            sess.recorder.close(tok)
+
+
+@contextlib.contextmanager
+def mark_stream(stream: Any, label: str) -> Iterator[Any]:
+    """Switch to ``stream`` and put the kernels captured in the block on a labelled lane.
+
+    Lane ids are handed out from 60 upward, one per stream, stable for the process.
+    Passing the current stream only adds the label. Like ``torch.cuda.stream`` this
+    inserts no dependencies: make ``stream`` wait for the work it consumes
+    (``stream.wait_stream(...)``) and join it back before the capture ends.
+    """
+    import torch
+
+    if backends.selected_name() == backends.TORCH:
+        with _native().mark_stream(stream, label) as s:
+            yield s
+        return
+    lane = REGISTRY.lanes.lane(("stream", int(stream.cuda_stream)), label)
+    sess = _session.current()
+    tok = None
+    if sess is not None and sess.recorder.active:
+        # the listing is of the graph (by handle), taken before the switch
+        tok = sess.recorder.open({"stream": lane}, before=sess.recorder.snapshot())
+    switch = torch.cuda.current_stream() != stream
+    ctx = torch.cuda.stream(stream) if switch else contextlib.nullcontext()
+    try:
+        with ctx:
+            yield stream
+    finally:
+        if tok is not None:
+            sess.recorder.close(tok)

@@ -1,0 +1,92 @@
+"""``mark_kernels(..., backward=True)``: carry a forward scope over to its backward kernels.
+
+While the scope is open, every tensor an op returns has its ``grad_fn`` hooked: a
+pre-hook opens a scope (the forward scope's fields plus ``autograd_phase: "backward"``)
+in whatever capture is running when the backward executes, the post-hook closes it.
+Outside a capture the hooks do nothing. The hook logic is torch-free
+(:class:`BackwardTagger`); only :func:`torch_mode` touches torch.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from . import session as _session
+
+PHASE_KEY = "autograd_phase"
+BACKWARD = "backward"
+
+
+def _flatten(obj: Any, out: List[Any], depth: int = 0) -> List[Any]:
+    if depth > 4:
+        return out
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            _flatten(o, out, depth + 1)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _flatten(o, out, depth + 1)
+    else:
+        out.append(obj)
+    return out
+
+
+class BackwardTagger:
+    """Hooks autograd nodes created in a scope so their backward work is annotated."""
+
+    def __init__(self, fields: Mapping[str, Any],
+                 current: Callable[[], Optional[_session.CaptureSession]] = _session.current):
+        self.fields = {**dict(fields), PHASE_KEY: BACKWARD}
+        self._current = current
+        self._seen: set = set()
+        self._open: Dict[int, List[Any]] = {}
+        self._lock = threading.Lock()
+
+    def on_outputs(self, outputs: Any) -> None:
+        """Hook the ``grad_fn`` of every tensor in ``outputs`` (once per node)."""
+        for t in _flatten(outputs, []):
+            node = getattr(t, "grad_fn", None)
+            if node is None or type(node).__name__ == "AccumulateGrad":
+                continue
+            with self._lock:
+                if id(node) in self._seen:
+                    continue
+                self._seen.add(id(node))
+            node.register_prehook(self._make_pre(id(node)))
+            node.register_hook(self._make_post(id(node)))
+
+    def _make_pre(self, nid: int):
+        def pre(grad_outputs):
+            sess = self._current()
+            if sess is not None and sess.recorder.active:
+                tok = sess.recorder.open(self.fields)
+                with self._lock:
+                    self._open.setdefault(nid, []).append((sess, tok))
+            return None
+
+        return pre
+
+    def _make_post(self, nid: int):
+        def post(grad_inputs, grad_outputs):
+            with self._lock:
+                stack = self._open.get(nid)
+                item = stack.pop() if stack else None
+            if item is not None:
+                sess, tok = item
+                sess.recorder.close(tok)
+            return None
+
+        return post
+
+
+def torch_mode(tagger: BackwardTagger):
+    """A ``TorchFunctionMode`` that passes every op's outputs to ``tagger``."""
+    from torch.overrides import TorchFunctionMode
+
+    class _Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tagger.on_outputs(out)
+            return out
+
+    return _Mode()

@@ -1,0 +1,367 @@
+"""Capture backends behind one interface, and the automatic choice between them.
+
+Three ways to learn the key ``(exec graph id << 32) | node local id`` of a captured node:
+
+- ``torch``: torch's own ``torch.cuda.graph_annotations`` (torch >= 2.15, driver >= 13.1):
+  everything is deferred to torch.
+- ``cuda-runtime``: the runtime's ``cudaGraphNodeGetLocalId`` / ``cudaGraphExecGetId``
+  (driver >= 13.1), through cuda-bindings.
+- ``cupti``: libcupti's ``cuptiGetGraphNodeId`` (template key) and ``cuptiGetGraphExecId``
+  (older drivers, e.g. 580 / CUDA 13.0).
+
+The last two share :class:`CudaGraphBackend` (capture info, node listing, kernel params
+through cuda-bindings) and differ only in the two id functions. The choice is a pure
+function of :class:`EnvFacts` so it is tested without a GPU; ``probe_facts()`` reads the
+facts from the machine once.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import glob
+import os
+import re
+import sys
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from ..errors import CaptureError
+from .resolve import NodeInfo
+
+TORCH = "torch"
+CUDA_RUNTIME = "cuda-runtime"
+CUPTI = "cupti"
+BACKENDS = (TORCH, CUDA_RUNTIME, CUPTI)
+#: driver version (cudaDriverGetVersion) from which graph node tools / local ids exist
+TOOLS_ID_DRIVER = 13010
+
+
+class CaptureBackend:
+    """What capture needs from CUDA. Handles are plain ints."""
+
+    name: str = "abstract"
+
+    def capture_graph(self, stream: int) -> Optional[int]:
+        """The graph being captured on ``stream`` (cudaStream_t as int), or None."""
+        raise NotImplementedError
+
+    def list_nodes(self, graph: int) -> List[int]:
+        """Handles of the nodes now in ``graph``."""
+        raise NotImplementedError
+
+    def node_infos(self, graph: int) -> List[NodeInfo]:
+        """Type, local id, kernel name, grid and block of every node of ``graph``."""
+        raise NotImplementedError
+
+    def exec_id(self, graph_exec: int) -> int:
+        """The executable graph's id (high 32 bits of its nodes' keys)."""
+        raise NotImplementedError
+
+    def graph_id(self, graph: int) -> Optional[int]:
+        """The template graph's id, for reference (None if unknown)."""
+        return None
+
+
+_NODE_TYPE_NAMES = {
+    "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "host": "host", "graph": "graph",
+    "empty": "empty", "waitevent": "event_wait", "eventrecord": "event_record",
+    "extsemassignal": "ext_semas_signal", "extsemaswait": "ext_semas_wait",
+    "extsemaphoresignal": "ext_semas_signal", "extsemaphorewait": "ext_semas_wait",
+    "memalloc": "mem_alloc", "memfree": "mem_free", "batchmemop": "batch_mem_op",
+    "conditional": "conditional",
+}
+
+
+def node_type_name(enum_name: str) -> str:
+    """``cudaGraphNodeTypeKernel`` / ``CU_GRAPH_NODE_TYPE_WAIT_EVENT`` -> ``kernel`` / ``event_wait``."""
+    s = re.sub(r"^(cudaGraphNodeType|CU_GRAPH_NODE_TYPE_)", "", enum_name)
+    return _NODE_TYPE_NAMES.get(s.replace("_", "").lower(), "other")
+
+
+def _check(res: Tuple, what: str) -> Any:
+    err = res[0]
+    if int(err) != 0:
+        raise CaptureError(f"{what} failed: {err}")
+    return res[1] if len(res) == 2 else res[1:]
+
+
+class CudaGraphBackend(CaptureBackend):
+    """Node listing and kernel params through cuda-bindings; ids left to subclasses."""
+
+    def __init__(self) -> None:
+        from cuda.bindings import driver, runtime
+
+        self._rt, self._drv = runtime, driver
+
+    def capture_graph(self, stream: int) -> Optional[int]:
+        res = self._rt.cudaStreamGetCaptureInfo(stream)
+        if int(res[0]) != 0 or int(res[1]) != int(self._rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusActive):
+            return None
+        return int(res[3])
+
+    def _nodes(self, graph: int) -> Sequence[Any]:
+        g = self._rt.cudaGraph_t(graph)
+        _, n = _check(self._rt.cudaGraphGetNodes(g, 0), "cudaGraphGetNodes")
+        if not n:
+            return []
+        nodes, _ = _check(self._rt.cudaGraphGetNodes(g, n), "cudaGraphGetNodes")
+        return nodes
+
+    def list_nodes(self, graph: int) -> List[int]:
+        return [int(n) for n in self._nodes(graph)]
+
+    def local_id(self, node: Any) -> int:
+        raise NotImplementedError
+
+    def node_infos(self, graph: int) -> List[NodeInfo]:
+        out = []
+        for nd in self._nodes(graph):
+            t = node_type_name(_check(self._rt.cudaGraphNodeGetType(nd), "cudaGraphNodeGetType").name)
+            kernel = grid = block = None
+            if t == "kernel":
+                with contextlib.suppress(CaptureError):
+                    p = _check(self._drv.cuGraphKernelNodeGetParams(nd), "cuGraphKernelNodeGetParams")
+                    grid = (int(p.gridDimX), int(p.gridDimY), int(p.gridDimZ))
+                    block = (int(p.blockDimX), int(p.blockDimY), int(p.blockDimZ))
+                    with contextlib.suppress(CaptureError):
+                        name = _check(self._drv.cuFuncGetName(p.func), "cuFuncGetName")
+                        kernel = name.decode() if isinstance(name, bytes) else str(name)
+            out.append(NodeInfo(handle=int(nd), local_id=self.local_id(nd), type=t, kernel=kernel, grid=grid, block=block))
+        return out
+
+
+def find_libcupti() -> Optional[str]:
+    """libcupti already loaded by this process (torch's Kineto), else one from the nvidia wheels."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "libcupti.so" in line:
+                    return line.split()[-1]
+    for d in sys.path:
+        for pattern in ("nvidia/*/lib/libcupti.so*", "nvidia/cu*/lib/libcupti.so*"):
+            hits = sorted(glob.glob(os.path.join(d, pattern)))
+            if hits:
+                return hits[0]
+    hits = sorted(glob.glob("/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*"))
+    return hits[0] if hits else None
+
+
+class CuptiBackend(CudaGraphBackend):
+    """Ids from libcupti: ``cuptiGetGraphNodeId`` = (template graph id << 32) | local index."""
+
+    name = CUPTI
+
+    def __init__(self, libcupti: Optional[str] = None) -> None:
+        super().__init__()
+        path = libcupti or find_libcupti()
+        if path is None:
+            raise CaptureError("libcupti not found (install nvidia-cuda-cupti or cupti-python)")
+        self._lib = ctypes.CDLL(path)
+        self.libcupti = path
+
+    def _node_id(self, node: Any) -> int:
+        v = ctypes.c_uint64()
+        rc = self._lib.cuptiGetGraphNodeId(ctypes.c_void_p(int(node)), ctypes.byref(v))
+        if rc != 0:
+            raise CaptureError(f"cuptiGetGraphNodeId failed with CUPTI error {rc}")
+        return v.value
+
+    def local_id(self, node: Any) -> int:
+        return self._node_id(node) & 0xFFFFFFFF
+
+    def graph_id(self, graph: int) -> Optional[int]:
+        v = ctypes.c_uint32()
+        rc = self._lib.cuptiGetGraphId(ctypes.c_void_p(int(graph)), ctypes.byref(v))
+        return v.value if rc == 0 else None
+
+    def exec_id(self, graph_exec: int) -> int:
+        v = ctypes.c_uint32()
+        rc = self._lib.cuptiGetGraphExecId(ctypes.c_void_p(int(graph_exec)), ctypes.byref(v))
+        if rc != 0:
+            raise CaptureError(f"cuptiGetGraphExecId failed with CUPTI error {rc}")
+        return v.value
+
+
+class RuntimeIdsBackend(CudaGraphBackend):
+    """Ids from the CUDA runtime (driver >= 13.1): node local id and exec graph id."""
+
+    name = CUDA_RUNTIME
+
+    def local_id(self, node: Any) -> int:
+        return int(_check(self._rt.cudaGraphNodeGetLocalId(node), "cudaGraphNodeGetLocalId"))
+
+    def graph_id(self, graph: int) -> Optional[int]:
+        with contextlib.suppress(Exception):
+            return int(_check(self._rt.cudaGraphGetId(self._rt.cudaGraph_t(graph)), "cudaGraphGetId"))
+        return None
+
+    def exec_id(self, graph_exec: int) -> int:
+        return int(_check(self._rt.cudaGraphExecGetId(self._rt.cudaGraphExec_t(graph_exec)), "cudaGraphExecGetId"))
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvFacts:
+    """What the machine offers; everything the backend choice depends on."""
+
+    torch_version: Optional[str] = None  #: None: torch not importable
+    cuda_available: bool = False
+    torch_native: Optional[bool] = None  #: torch.cuda.graph_annotations.is_available(); None: module absent
+    driver_version: Optional[int] = None  #: cudaDriverGetVersion, e.g. 13000
+    cuda_bindings: bool = False
+    runtime_ids: bool = False  #: cuda-bindings has cudaGraphNodeGetLocalId and cudaGraphExecGetId
+    libcupti: Optional[str] = None
+    cupti_python: bool = False  #: calibration needs cupti-python's activity API
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendInfo:
+    backend: Optional[str]
+    reasons: Dict[str, str]  #: backend -> why it was not used (or "chosen")
+    calibration: bool
+    facts: EnvFacts
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"backend": self.backend, "reasons": dict(self.reasons), "calibration": self.calibration,
+                "facts": dataclasses.asdict(self.facts)}
+
+
+def _torch_at_least(version: Optional[str], major: int, minor: int) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (major, minor)
+
+
+def choose_backend(f: EnvFacts) -> BackendInfo:
+    """Pick the first usable backend in order torch, cuda-runtime, cupti; say why not the others."""
+    reasons: Dict[str, str] = {}
+    chosen: Optional[str] = None
+    if f.torch_version is None:
+        for b in BACKENDS:
+            reasons[b] = "torch is not installed"
+        return BackendInfo(None, reasons, False, f)
+    if not f.cuda_available:
+        for b in BACKENDS:
+            reasons[b] = "no CUDA device (torch.cuda.is_available() is False)"
+        return BackendInfo(None, reasons, False, f)
+    if not _torch_at_least(f.torch_version, 2, 15):
+        reasons[TORCH] = f"torch {f.torch_version} < 2.15 has no torch.cuda.graph_annotations"
+    elif f.torch_native is None:
+        reasons[TORCH] = "torch.cuda.graph_annotations is missing"
+    elif not f.torch_native:
+        reasons[TORCH] = "torch.cuda.graph_annotations.is_available() is False (needs driver >= 13.1 and cuda-bindings >= 13.1)"
+    else:
+        chosen = TORCH
+    drv = f"driver {f.driver_version // 1000}.{f.driver_version % 1000 // 10}" if f.driver_version else "driver version unknown"
+    if not f.cuda_bindings:
+        reasons[CUDA_RUNTIME] = reasons[CUPTI] = "cuda-bindings is not installed"
+    else:
+        if f.driver_version is None or f.driver_version < TOOLS_ID_DRIVER:
+            reasons[CUDA_RUNTIME] = f"{drv} < 13.1: cudaGraphNodeGetLocalId / cudaGraphExecGetId return cudaErrorCallRequiresNewerDriver"
+        elif not f.runtime_ids:
+            reasons[CUDA_RUNTIME] = "cuda-bindings lacks cudaGraphNodeGetLocalId / cudaGraphExecGetId (needs >= 13.1)"
+        elif chosen is None:
+            chosen = CUDA_RUNTIME
+        if f.libcupti is None:
+            reasons[CUPTI] = "libcupti not found (pip install nvidia-cuda-cupti)"
+        elif chosen is None:
+            chosen = CUPTI
+    for b in BACKENDS:
+        if b == chosen:
+            reasons[b] = "chosen"
+        else:
+            reasons.setdefault(b, f"not needed: {chosen} is preferred")
+    calibration = chosen in (CUDA_RUNTIME, CUPTI) and f.cupti_python
+    return BackendInfo(chosen, reasons, calibration, f)
+
+
+def probe_facts() -> EnvFacts:
+    """Read :class:`EnvFacts` from this machine (imports torch and cuda-bindings if present)."""
+    try:
+        import torch
+    except Exception:
+        return EnvFacts()
+    kw: Dict[str, Any] = {"torch_version": torch.__version__, "cuda_available": bool(torch.cuda.is_available())}
+    ga = getattr(torch.cuda, "graph_annotations", None)
+    if ga is None:
+        with contextlib.suppress(Exception):
+            import importlib
+
+            ga = importlib.import_module("torch.cuda.graph_annotations")
+    if ga is not None:
+        try:
+            kw["torch_native"] = bool(ga.is_available())
+        except Exception:
+            kw["torch_native"] = False
+    try:
+        from cuda.bindings import runtime as rt
+
+        kw["cuda_bindings"] = True
+        kw["runtime_ids"] = hasattr(rt, "cudaGraphNodeGetLocalId") and hasattr(rt, "cudaGraphExecGetId")
+        if kw["cuda_available"]:
+            err, v = rt.cudaDriverGetVersion()
+            if int(err) == 0:
+                kw["driver_version"] = int(v)
+    except Exception:
+        pass
+    if kw["cuda_available"]:
+        torch.cuda.init()
+        kw["libcupti"] = find_libcupti()
+    with contextlib.suppress(Exception):
+        import importlib.util
+
+        kw["cupti_python"] = importlib.util.find_spec("cupti") is not None
+    return EnvFacts(**kw)
+
+
+_lock = threading.Lock()
+_info: Optional[BackendInfo] = None
+_instance: Optional[CaptureBackend] = None
+_override: List[CaptureBackend] = []
+
+
+def backend_info() -> Dict[str, Any]:
+    """Which backend captures here and why the others were not used (probed once, cached)."""
+    return _get_info().as_dict()
+
+
+def _get_info() -> BackendInfo:
+    global _info
+    with _lock:
+        if _info is None:
+            _info = choose_backend(probe_facts())
+        return _info
+
+
+def is_available() -> bool:
+    """True when some backend can annotate captures on this machine."""
+    return bool(_override) or _get_info().backend is not None
+
+
+def selected_name() -> Optional[str]:
+    if _override:
+        return _override[-1].name
+    return _get_info().backend
+
+
+def active() -> Optional[CaptureBackend]:
+    """The backend instance capture uses (None: none usable, or torch's native one)."""
+    global _instance
+    if _override:
+        return _override[-1]
+    info = _get_info()
+    if info.backend in (None, TORCH):
+        return None
+    with _lock:
+        if _instance is None:
+            _instance = RuntimeIdsBackend() if info.backend == CUDA_RUNTIME else CuptiBackend(info.facts.libcupti)
+        return _instance
+
+
+@contextlib.contextmanager
+def use(backend: CaptureBackend) -> Iterator[CaptureBackend]:
+    """Use ``backend`` instead of the probed one (tests, or forcing ``CuptiBackend``)."""
+    _override.append(backend)
+    try:
+        yield backend
+    finally:
+        _override.remove(backend)

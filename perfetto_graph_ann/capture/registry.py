@@ -1,0 +1,98 @@
+"""The process-global registry of resolved graphs, and ``get_kernel_annotations()``.
+
+One entry per captured ``CUDAGraph`` object (its *owner* token): re-instantiating a graph
+replaces its entry (new executable id, new keys), ``reset()`` drops it. Lane labels come
+from the shared :class:`~.scopes.LaneAllocator`. Torch-free.
+"""
+from __future__ import annotations
+
+import threading
+import types
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+from .annotations import AnnotationSet, GraphRecord
+from .scopes import LaneAllocator
+
+
+class Registry:
+    """Thread-safe store of :class:`GraphRecord` per owner."""
+
+    def __init__(self, lanes: Optional[LaneAllocator] = None):
+        self._lock = threading.Lock()
+        self._graphs: Dict[Any, GraphRecord] = {}
+        self.lanes = lanes or LaneAllocator()
+        self.backend: Optional[str] = None
+
+    def put(self, owner: Any, record: GraphRecord) -> None:
+        with self._lock:
+            self._graphs[owner] = record
+
+    def get(self, owner: Any) -> Optional[GraphRecord]:
+        with self._lock:
+            return self._graphs.get(owner)
+
+    def drop(self, owner: Any) -> Optional[GraphRecord]:
+        with self._lock:
+            return self._graphs.pop(owner, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._graphs.clear()
+
+    def records(self) -> List[GraphRecord]:
+        with self._lock:
+            return list(self._graphs.values())
+
+    def snapshot(self) -> AnnotationSet:
+        """Everything recorded so far, as the join and the sidecar take it."""
+        return AnnotationSet(tuple(self.records()), types.MappingProxyType(self.lanes.snapshot()), self.backend)
+
+    def kernel_annotations(self) -> Dict[int, List[Dict[str, Any]]]:
+        out: Dict[int, List[Dict[str, Any]]] = {}
+        for g in self.records():
+            for n in g.nodes:
+                if n.annotation:
+                    out[n.key] = [dict(n.annotation)]
+        return out
+
+
+class KernelAnnotationsView(Mapping):
+    """Live read-only view ``key -> [annotation]`` (torch 2.15's shape: a one-element list)."""
+
+    def __init__(self, registry: Registry):
+        self._registry = registry
+
+    def _now(self) -> Dict[int, List[Dict[str, Any]]]:
+        return self._registry.kernel_annotations()
+
+    def __getitem__(self, key: int) -> List[Dict[str, Any]]:
+        return self._now()[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __repr__(self) -> str:
+        return f"KernelAnnotationsView({self._now()!r})"
+
+
+#: The process-global registry every capture writes to.
+REGISTRY = Registry()
+
+
+def get_kernel_annotations() -> Mapping[int, List[Dict[str, Any]]]:
+    """Live read-only mapping ``(exec graph id << 32) | node local id -> [annotation dict]``.
+
+    Like torch 2.15's: keys are the ids a replayed kernel reports; a graph's entries are
+    rekeyed when it is re-instantiated and dropped when it is reset. With the torch-native
+    backend this returns torch's own registry.
+    """
+    from . import backends
+
+    if backends.selected_name() == backends.TORCH:
+        import torch  # noqa: F401  (only reached when torch's own backend was chosen)
+
+        return torch.cuda.graph_annotations.get_kernel_annotations()
+    return KernelAnnotationsView(REGISTRY)

@@ -1,0 +1,99 @@
+"""Turn a finished capture into a :class:`GraphRecord`: rekey nodes and attach annotations.
+
+Pure Python. Inputs are the template (capture) graph's node table, read by a backend
+while the graph still exists, the merged scope annotations per node handle, and the
+executable graph's id; calibration comes from :func:`calibration_table`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+
+from .annotations import Dim3, GraphRecord, NodeRecord, make_key, split_key
+
+#: node types whose creation a scope annotates; the others (empty, child graph, ...) carry
+#: nothing a profile shows.
+ANNOTATED_NODE_TYPES = frozenset({"kernel", "memcpy", "memset", "host", "event_record", "event_wait"})
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeInfo:
+    """What a backend reads from one node of the template graph."""
+
+    handle: int  #: cudaGraphNode_t as int (valid while the template graph lives)
+    local_id: int  #: node local id: low 32 bits of the template key
+    type: str = "kernel"
+    kernel: Optional[str] = None
+    grid: Optional[Dim3] = None
+    block: Optional[Dim3] = None
+
+
+def rekey(exec_id: int, local_id: int) -> int:
+    """The key a replayed node reports: ``(exec graph id << 32) | local id``."""
+    return make_key(exec_id, local_id & 0xFFFFFFFF)
+
+
+def resolve_graph(
+    nodes: Sequence[NodeInfo],
+    annotations: Mapping[int, Mapping[str, Any]],
+    exec_id: int,
+    template_id: Optional[int] = None,
+    device: Optional[int] = None,
+    calibration: Optional[Mapping[int, Tuple[int, int]]] = None,
+) -> GraphRecord:
+    """Build the record of one executable graph.
+
+    ``annotations`` maps node handle -> merged fields (from the scope recorder);
+    ``calibration`` maps exec key -> (stream, ordinal).
+    """
+    calibration = calibration or {}
+    out = []
+    for n in nodes:
+        key = rekey(exec_id, n.local_id)
+        ann = dict(annotations.get(n.handle, {})) if n.type in ANNOTATED_NODE_TYPES else {}
+        stream, ordinal = calibration.get(key, (None, None))
+        out.append(NodeRecord(key=key, type=n.type, kernel=n.kernel, grid=n.grid, block=n.block,
+                              annotation=ann, stream=stream, ordinal=ordinal))
+    out.sort(key=lambda r: r.key)
+    return GraphRecord(exec_id=exec_id, nodes=tuple(out), template_id=template_id, device=device)
+
+
+def with_calibration(record: GraphRecord, calibration: Mapping[int, Tuple[int, int]]) -> GraphRecord:
+    """A copy of ``record`` with (stream, ordinal) set from ``calibration`` (exec key -> pair)."""
+    nodes = []
+    for n in record.nodes:
+        s, o = calibration.get(n.key, (None, None))
+        nodes.append(dataclasses.replace(n, stream=s, ordinal=o))
+    return dataclasses.replace(record, nodes=tuple(nodes))
+
+
+@dataclasses.dataclass(frozen=True)
+class ActivityRecord:
+    """One GPU activity record of a calibration replay (CUPTI kernel / memcpy / memset)."""
+
+    graph_node_id: int
+    stream: int
+    start: int
+    end: int = 0
+    kind: str = "kernel"
+
+
+def calibration_table(records: Iterable[ActivityRecord], exec_id: int) -> Dict[int, Tuple[int, int]]:
+    """exec key -> (stream, ordinal) from the records of exactly one replay of ``exec_id``.
+
+    The ordinal counts every GPU work record (kernel, memcpy, memset) on that stream, in
+    start order (ties: end, then node key), which is how a profile's events of one replay
+    are numbered per stream. Records of other graphs are ignored; a node seen twice (more
+    than one replay recorded) keeps its first position.
+    """
+    mine = [r for r in records if r.graph_node_id and split_key(r.graph_node_id)[0] == exec_id]
+    mine.sort(key=lambda r: (r.start, r.end, r.graph_node_id))
+    seen: Dict[int, int] = {}
+    table: Dict[int, Tuple[int, int]] = {}
+    for r in mine:
+        if r.graph_node_id in table:
+            continue
+        o = seen.get(r.stream, 0)
+        table[r.graph_node_id] = (r.stream, o)
+        seen[r.stream] = o + 1
+    return table

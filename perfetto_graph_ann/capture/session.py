@@ -1,0 +1,114 @@
+"""One capture, from ``graph(...)``'s entry to a registered :class:`GraphRecord`. Torch-free.
+
+Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
+
+1. ``start()`` right after capture began: finds the graph under capture on the capture
+   stream; scopes list that graph (by handle, so a scope on a side stream that has not
+   joined yet still sees the nodes it adds once it joins).
+2. ``finish_capture()`` just before capture ends: reads the template graph's node table
+   (type, local id, kernel, grid, block) while it still exists (torch destroys it at
+   instantiation unless ``keep_graph=True``) and freezes the merged scope annotations.
+3. ``bind_exec(exec handle)`` after each instantiation: rekeys to the executable graph's
+   id and registers (replacing the graph's previous entry).
+4. ``apply_calibration(table)``: adds (stream, ordinal) per node.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ..errors import CaptureError
+from .annotations import GraphRecord
+from .backends import CaptureBackend
+from .registry import REGISTRY, Registry
+from .resolve import NodeInfo, resolve_graph, with_calibration
+from .scopes import ScopeRecorder
+
+_owner_ids = itertools.count(1)
+
+
+class CaptureSession:
+    def __init__(self, backend: CaptureBackend, capture_stream: int, registry: Registry = REGISTRY,
+                 owner: Any = None, device: Optional[int] = None):
+        self.backend = backend
+        self.capture_stream = capture_stream
+        self.registry = registry
+        self.owner = owner if owner is not None else next(_owner_ids)
+        self.device = device
+        self.graph: Optional[int] = None
+        self.recorder = ScopeRecorder(self._list)
+        self.nodes: Optional[List[NodeInfo]] = None
+        self.template_id: Optional[int] = None
+        self.annotations: Dict[int, Dict[str, Any]] = {}
+        self.record: Optional[GraphRecord] = None
+
+    def _list(self) -> Optional[List[int]]:
+        if self.graph is None:
+            return None
+        return self.backend.list_nodes(self.graph)
+
+    def start(self) -> None:
+        self.graph = self.backend.capture_graph(self.capture_stream)
+        if self.graph is None:
+            raise CaptureError(f"stream {self.capture_stream:#x} is not capturing; graph() must wrap an active capture")
+
+    def finish_capture(self) -> None:
+        if self.graph is None:
+            return
+        self.nodes = self.backend.node_infos(self.graph)
+        self.template_id = self.backend.graph_id(self.graph)
+        self.annotations = self.recorder.merged()
+        self.recorder.active = False
+
+    def bind_exec(self, graph_exec: int) -> GraphRecord:
+        if self.nodes is None:
+            raise CaptureError("bind_exec before finish_capture: the capture's node table was not read")
+        exec_id = self.backend.exec_id(graph_exec)
+        self.record = resolve_graph(self.nodes, self.annotations, exec_id, self.template_id, self.device)
+        self.registry.put(self.owner, self.record)
+        return self.record
+
+    def apply_calibration(self, table: Mapping[int, Tuple[int, int]]) -> GraphRecord:
+        if self.record is None:
+            raise CaptureError("calibration before the graph was instantiated")
+        self.record = with_calibration(self.record, table)
+        self.registry.put(self.owner, self.record)
+        return self.record
+
+    def drop(self) -> None:
+        self.record = None
+        self.registry.drop(self.owner)
+
+
+# Sessions being captured: a thread's own first, else the most recent one of any thread
+# (autograd's engine threads and user helper threads record into the capture in flight).
+_local = threading.local()
+_global: List[CaptureSession] = []
+_glock = threading.Lock()
+
+
+def push(session: CaptureSession) -> None:
+    st = getattr(_local, "stack", None)
+    if st is None:
+        st = _local.stack = []
+    st.append(session)
+    with _glock:
+        _global.append(session)
+
+
+def pop(session: CaptureSession) -> None:
+    st = getattr(_local, "stack", [])
+    if session in st:
+        st.remove(session)
+    with _glock:
+        if session in _global:
+            _global.remove(session)
+
+
+def current() -> Optional[CaptureSession]:
+    st = getattr(_local, "stack", None)
+    if st:
+        return st[-1]
+    with _glock:
+        return _global[-1] if _global else None

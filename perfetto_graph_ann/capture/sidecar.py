@@ -1,0 +1,365 @@
+"""Save and load annotations: the versioned sidecar (``protos/perfetto_graph_ann/sidecar.proto``).
+
+Two forms of the same content: binary protobuf (default) and JSON for humans (a path
+ending in ``.json`` / ``.json.gz``). ``load_annotations`` tells them apart by content,
+and also reads the fixtures' capture records (``*.capture.json``). Nothing is pickled or
+evaluated; every problem is a :class:`~perfetto_graph_ann.errors.SidecarError` whose
+message starts with the path.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import struct
+import types
+import zlib
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ..errors import PathLike, SidecarError
+from ..util.atomic import atomic_write_bytes
+from .annotations import NODE_TYPES, AnnotationSet, GraphRecord, NodeRecord
+
+MAGIC = "perfetto_graph_ann.sidecar"
+VERSION = 1
+_CRC_TAG = bytes([(15 << 3) | 5])  # field 15, wire type fixed32
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _pb():
+    from . import sidecar_pb2
+
+    return sidecar_pb2
+
+
+# ---- annotation values ----------------------------------------------------------------
+
+def _to_value(pb, v: Any, where: str):
+    out = pb.Value()
+    if v is None:
+        out.null_value = True
+    elif isinstance(v, bool):
+        out.bool_value = v
+    elif isinstance(v, int):
+        if not _INT64[0] <= v <= _INT64[1]:
+            raise ValueError(f"{where}: int {v} does not fit in 64 bits")
+        out.int_value = v
+    elif isinstance(v, float):
+        out.double_value = v
+    elif isinstance(v, str):
+        out.string_value = v
+    elif isinstance(v, (list, tuple)):
+        out.list_value.SetInParent()
+        for i, x in enumerate(v):
+            out.list_value.values.append(_to_value(pb, x, f"{where}[{i}]"))
+    elif isinstance(v, Mapping):
+        out.map_value.CopyFrom(_to_map(pb, v, where))
+    else:
+        raise TypeError(f"{where}: value of type {type(v).__name__} cannot be saved (int, float, bool, str, list, dict)")
+    return out
+
+
+def _to_map(pb, m: Mapping[str, Any], where: str):
+    out = pb.ValueMap()
+    for k, v in m.items():
+        if not isinstance(k, str):
+            raise TypeError(f"{where}: key {k!r} is not a str")
+        out.fields.add(key=k, value=_to_value(pb, v, f"{where}.{k}"))
+    return out
+
+
+def _from_value(v, path: str, where: str) -> Any:
+    kind = v.WhichOneof("kind")
+    if kind is None:
+        raise SidecarError(path, f"{where}: value has no type set")
+    if kind == "null_value":
+        return None
+    if kind == "list_value":
+        return [_from_value(x, path, f"{where}[{i}]") for i, x in enumerate(v.list_value.values)]
+    if kind == "map_value":
+        return _from_map(v.map_value, path, where)
+    return getattr(v, kind)
+
+
+def _from_map(m, path: str, where: str) -> Dict[str, Any]:
+    return {f.key: _from_value(f.value, path, f"{where}.{f.key}") for f in m.fields}
+
+
+# ---- AnnotationSet <-> protobuf -------------------------------------------------------
+
+def _producer() -> str:
+    from .. import __version__
+
+    return f"perfetto_graph_ann {__version__}"
+
+
+def to_proto(s: AnnotationSet):
+    pb = _pb()
+    msg = pb.Sidecar(magic=MAGIC, version=VERSION, backend=s.backend or "", producer=_producer())
+    for lane, label in sorted(s.lanes.items()):
+        msg.lanes.add(id=lane, label=label)
+    for g in s.graphs:
+        gm = msg.graphs.add(exec_id=g.exec_id)
+        if g.template_id is not None:
+            gm.template_id = g.template_id
+        if g.device is not None:
+            gm.device = g.device
+        for n in g.nodes:
+            nm = gm.nodes.add(key=n.key, type=n.type)
+            if n.kernel is not None:
+                nm.kernel = n.kernel
+            if n.grid is not None:
+                nm.grid.x, nm.grid.y, nm.grid.z = n.grid
+            if n.block is not None:
+                nm.block.x, nm.block.y, nm.block.z = n.block
+            if n.annotation:
+                nm.annotation.CopyFrom(_to_map(pb, n.annotation, f"node {n.key} annotation"))
+            if n.stream is not None and n.ordinal is not None:
+                nm.calibration.stream, nm.calibration.ordinal = n.stream, n.ordinal
+    return msg
+
+
+def from_proto(msg, path: str) -> AnnotationSet:
+    if msg.magic != MAGIC:
+        raise SidecarError(path, f"not an annotation sidecar (magic {msg.magic!r})")
+    if msg.version != VERSION:
+        raise SidecarError(path, f"sidecar version {msg.version} is not supported (this reader knows {VERSION}); "
+                                 "upgrade perfetto_graph_ann")
+    graphs = []
+    for gi, g in enumerate(msg.graphs):
+        nodes = []
+        for ni, n in enumerate(g.nodes):
+            where = f"graph {gi} node {ni}"
+            if n.type not in NODE_TYPES:
+                raise SidecarError(path, f"{where}: unknown node type {n.type!r}")
+            if n.key >> 32 != g.exec_id:
+                raise SidecarError(path, f"{where}: key {n.key} does not belong to graph {g.exec_id}")
+            cal = n.calibration if n.HasField("calibration") else None
+            nodes.append(NodeRecord(
+                key=n.key, type=n.type, kernel=n.kernel if n.HasField("kernel") else None,
+                grid=(n.grid.x, n.grid.y, n.grid.z) if n.HasField("grid") else None,
+                block=(n.block.x, n.block.y, n.block.z) if n.HasField("block") else None,
+                annotation=_from_map(n.annotation, path, f"{where} annotation"),
+                stream=cal.stream if cal else None, ordinal=cal.ordinal if cal else None))
+        graphs.append(GraphRecord(exec_id=g.exec_id, nodes=tuple(nodes),
+                                  template_id=g.template_id if g.HasField("template_id") else None,
+                                  device=g.device if g.HasField("device") else None))
+    lanes = {ln.id: ln.label for ln in msg.lanes}
+    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), msg.backend or None, path)
+
+
+def to_bytes(s: AnnotationSet) -> bytes:
+    """Binary form: the Sidecar message, then its CRC-32 as field 15 (written last)."""
+    payload = to_proto(s).SerializeToString(deterministic=True)
+    return payload + _CRC_TAG + struct.pack("<I", zlib.crc32(payload))
+
+
+def from_bytes(data: bytes, path: str) -> AnnotationSet:
+    from google.protobuf.message import DecodeError
+
+    if len(data) < 5 or data[-5:-4] != _CRC_TAG:
+        raise SidecarError(path, "truncated sidecar: the closing checksum is missing")
+    payload, (crc,) = data[:-5], struct.unpack("<I", data[-4:])
+    if zlib.crc32(payload) != crc:
+        raise SidecarError(path, "corrupt or truncated sidecar: checksum mismatch")
+    try:
+        msg = _pb().Sidecar.FromString(data)
+    except DecodeError as e:
+        raise SidecarError(path, f"corrupt sidecar: {e}") from e
+    return from_proto(msg, path)
+
+
+# ---- JSON form -----------------------------------------------------------------------
+
+def _json_value(v: Any, where: str) -> Any:
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"{where}: {v} cannot be written as JSON")
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    if isinstance(v, Mapping):
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where}: key {k!r} is not a str")
+            out[k] = _json_value(x, f"{where}.{k}")
+        return out
+    raise TypeError(f"{where}: value of type {type(v).__name__} cannot be saved (int, float, bool, str, list, dict)")
+
+
+def to_json(s: AnnotationSet) -> Dict[str, Any]:
+    graphs = []
+    for g in s.graphs:
+        nodes = []
+        for n in g.nodes:
+            d: Dict[str, Any] = {"key": n.key, "type": n.type}
+            if n.kernel is not None:
+                d["kernel"] = n.kernel
+            if n.grid is not None:
+                d["grid"] = list(n.grid)
+            if n.block is not None:
+                d["block"] = list(n.block)
+            if n.annotation:
+                d["annotation"] = _json_value(n.annotation, f"node {n.key} annotation")
+            if n.stream is not None and n.ordinal is not None:
+                d["calibration"] = {"stream": n.stream, "ordinal": n.ordinal}
+            nodes.append(d)
+        gd: Dict[str, Any] = {"exec_id": g.exec_id}
+        if g.template_id is not None:
+            gd["template_id"] = g.template_id
+        if g.device is not None:
+            gd["device"] = g.device
+        gd["nodes"] = nodes
+        graphs.append(gd)
+    return {"format": MAGIC, "version": VERSION, "producer": _producer(), "backend": s.backend,
+            "lanes": {str(k): v for k, v in sorted(s.lanes.items())}, "graphs": graphs}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _want(cond: bool, path: str, problem: str) -> None:
+    if not cond:
+        raise SidecarError(path, problem)
+
+
+def _dim3(v: Any, path: str, where: str) -> Optional[Tuple[int, int, int]]:
+    if v is None:
+        return None
+    _want(isinstance(v, list) and len(v) == 3 and all(_is_int(x) and x >= 0 for x in v), path,
+          f"{where}: expected a list of 3 non-negative ints, got {v!r}")
+    return (v[0], v[1], v[2])
+
+
+def from_json(doc: Any, path: str) -> AnnotationSet:
+    _want(isinstance(doc, dict), path, "JSON sidecar must be an object")
+    _want(doc.get("format") == MAGIC, path, f"not an annotation sidecar (format {doc.get('format')!r})")
+    ver = doc.get("version")
+    _want(_is_int(ver), path, f"'version' must be an int, got {ver!r}")
+    _want(ver == VERSION, path, f"sidecar version {ver} is not supported (this reader knows {VERSION}); upgrade perfetto_graph_ann")
+    backend = doc.get("backend")
+    _want(backend is None or isinstance(backend, str), path, f"'backend' must be a string, got {backend!r}")
+    lanes_in = doc.get("lanes", {})
+    _want(isinstance(lanes_in, dict), path, "'lanes' must be an object of lane id -> label")
+    lanes = {}
+    for k, v in lanes_in.items():
+        _want(k.isdigit() and isinstance(v, str), path, f"lanes: bad entry {k!r}: {v!r}")
+        lanes[int(k)] = v
+    graphs_in = doc.get("graphs")
+    _want(isinstance(graphs_in, list), path, "'graphs' must be a list")
+    graphs = []
+    for gi, g in enumerate(graphs_in):
+        _want(isinstance(g, dict), path, f"graph {gi}: must be an object")
+        ex = g.get("exec_id")
+        _want(_is_int(ex) and 0 <= ex < 1 << 32, path, f"graph {gi}: 'exec_id' must be a 32-bit int, got {ex!r}")
+        for opt in ("template_id", "device"):
+            _want(g.get(opt) is None or _is_int(g.get(opt)), path, f"graph {gi}: '{opt}' must be an int")
+        nodes_in = g.get("nodes")
+        _want(isinstance(nodes_in, list), path, f"graph {gi}: 'nodes' must be a list")
+        nodes = []
+        for ni, n in enumerate(nodes_in):
+            where = f"graph {gi} node {ni}"
+            _want(isinstance(n, dict), path, f"{where}: must be an object")
+            key = n.get("key")
+            _want(_is_int(key) and key >> 32 == ex and key >= 0, path, f"{where}: 'key' must be an int of graph {ex}, got {key!r}")
+            t = n.get("type", "kernel")
+            _want(t in NODE_TYPES, path, f"{where}: unknown node type {t!r}")
+            kernel = n.get("kernel")
+            _want(kernel is None or isinstance(kernel, str), path, f"{where}: 'kernel' must be a string")
+            ann = n.get("annotation", {})
+            _want(isinstance(ann, dict), path, f"{where}: 'annotation' must be an object")
+            cal = n.get("calibration")
+            stream = ordinal = None
+            if cal is not None:
+                _want(isinstance(cal, dict) and _is_int(cal.get("stream")) and _is_int(cal.get("ordinal")), path,
+                      f"{where}: 'calibration' must be {{stream: int, ordinal: int}}")
+                stream, ordinal = cal["stream"], cal["ordinal"]
+            nodes.append(NodeRecord(key=key, type=t, kernel=kernel, grid=_dim3(n.get("grid"), path, f"{where} grid"),
+                                    block=_dim3(n.get("block"), path, f"{where} block"), annotation=ann,
+                                    stream=stream, ordinal=ordinal))
+        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device")))
+    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, path)
+
+
+# ---- public API ----------------------------------------------------------------------
+
+def _is_json_path(path: str) -> bool:
+    p = path[:-3] if path.endswith(".gz") else path
+    return p.endswith(".json")
+
+
+def save_annotations(path: PathLike, annotations: Optional[AnnotationSet] = None, format: Optional[str] = None) -> str:
+    """Write the annotations recorded so far (or ``annotations``) to ``path``, atomically.
+
+    ``format``: ``"binary"`` or ``"json"``; default from the name (``.json`` / ``.json.gz``
+    is JSON, anything else binary). A ``.gz`` suffix gzips. Returns the path.
+    """
+    path = os.fspath(path)
+    if annotations is None:
+        annotations = _recorded()
+    fmt = format or ("json" if _is_json_path(path) else "binary")
+    if fmt == "json":
+        data = json.dumps(to_json(annotations), indent=1, ensure_ascii=False).encode() + b"\n"
+    elif fmt == "binary":
+        data = to_bytes(annotations)
+    else:
+        raise ValueError(f"format must be 'binary' or 'json', got {format!r}")
+    atomic_write_bytes(path, data)
+    return path
+
+
+def _recorded() -> AnnotationSet:
+    from . import backends
+    from .registry import REGISTRY
+
+    if backends.selected_name() == backends.TORCH:  # torch's own registry: keys and fields only
+        import torch
+
+        ann = torch.cuda.graph_annotations.get_kernel_annotations()
+        by_graph: Dict[int, List[NodeRecord]] = {}
+        for key, vals in dict(ann).items():
+            merged: Dict[str, Any] = {}
+            for v in vals:
+                merged.update(v)
+            by_graph.setdefault(key >> 32, []).append(NodeRecord(key=key, annotation=merged))
+        graphs = tuple(GraphRecord(g, tuple(sorted(ns, key=lambda n: n.key))) for g, ns in sorted(by_graph.items()))
+        return AnnotationSet(graphs, types.MappingProxyType(REGISTRY.lanes.snapshot()), backends.TORCH)
+    return REGISTRY.snapshot()
+
+
+def load_annotations(path: PathLike) -> AnnotationSet:
+    """Read a binary sidecar, a JSON sidecar, or a fixture capture record (``*.capture.json``)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SidecarError(path, f"cannot read: {e.strerror or e}") from e
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise SidecarError(path, f"corrupt gzip: {e}") from e
+    if not data.strip():
+        raise SidecarError(path, "empty file")
+    if data.lstrip()[:1] == b"{":
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise SidecarError(path, f"invalid or truncated JSON: {e}") from e
+        if isinstance(doc, dict) and "exec_cupti_graph_id" in doc and "format" not in doc:
+            from .capture_record import read_capture_record
+
+            return read_capture_record(path)
+        return from_json(doc, path)
+    magic = MAGIC.encode()
+    if not data.startswith(b"\x0a" + bytes([len(magic)]) + magic):
+        raise SidecarError(path, "not an annotation sidecar (neither the binary form nor JSON)")
+    return from_bytes(data, path)
