@@ -1,0 +1,45 @@
+"""``convert``: a torch.profiler Chrome trace in, a native Perfetto trace (.pftrace) out.
+
+Public entry point of the write stage::
+
+    from perfetto_graph_ann.write.convert import convert, ConvertConfig
+    stats = convert("trace.json.gz", "trace.pftrace")
+
+The output is written atomically (temp file + rename) and gzip-compressed when asked
+(``ConvertConfig(gzip=True)``) or when the name ends in ``.gz``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+from ..errors import PathLike
+from ..join.model import LaneLayout
+from ..read.kineto import read_trace
+from ..read.model import KinetoTrace
+from ..util.atomic import atomic_write
+from .perfetto import WriterConfig, WriteStats, write_perfetto
+
+
+@dataclasses.dataclass
+class ConvertConfig:
+    """Options of :func:`convert`."""
+
+    gzip: Optional[bool] = None  #: None: by the output name (".gz")
+    progress: Optional[bool] = None  #: tqdm bar on stderr; None: on a TTY for large inputs
+    encoder: str = "fast"  #: packet encoder: "fast" or "protos" (reference, slower)
+
+
+def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
+            layout: Optional[LaneLayout] = None) -> WriteStats:
+    """Convert ``src`` (a path, or an already read trace) to a Perfetto trace at ``out``.
+
+    ``layout`` (from the join) moves GPU events to their lanes and adds their args.
+    Bad input raises :class:`~perfetto_graph_ann.errors.TraceFormatError` before anything
+    is written; a failed write leaves no file (and any previous ``out`` untouched).
+    """
+    trace = src if isinstance(src, KinetoTrace) else read_trace(src)
+    wc = WriterConfig(encoder=config.encoder, progress=config.progress)
+    with atomic_write(out, "wb", compress=config.gzip) as f:
+        return write_perfetto(trace, f, layout, wc)

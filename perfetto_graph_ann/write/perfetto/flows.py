@@ -1,0 +1,77 @@
+"""Flows: bind Kineto's flow events (``ph`` s / t / f) to the slices they point at.
+
+Kineto writes a flow start (``s``) at the start of the launching CPU call and a flow end
+(``f``, ``bp: "e"``) at the start of each GPU slice it launched, both with the CUPTI
+correlation as ``id`` (category ``ac2g``); a graph launch has one ``s`` and one ``f`` per
+kernel of the replay. torch also writes ``fwdbwd`` flows the same way. Each flow event is
+bound to the slice that starts at its timestamp on its (pid, tid); the result is one
+Perfetto flow (TrackEvent ``flow_ids`` on the source, ``terminating_flow_ids`` on the
+target) per (source slice, target slice) pair, so a graph launch fans out to all its kernels.
+Flow events that match no slice, or ids with no start, are counted in :class:`FlowPlan`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Sequence, Tuple
+
+from ...read.model import TraceEvent
+
+
+@dataclasses.dataclass
+class FlowPlan:
+    """Flow ids per event index: outgoing on sources, terminating on targets."""
+
+    outgoing: Dict[int, List[int]] = dataclasses.field(default_factory=dict)
+    terminating: Dict[int, List[int]] = dataclasses.field(default_factory=dict)
+    count: int = 0  #: flows written
+    unbound: int = 0  #: flow events with no slice starting at their ts on their thread
+    without_start: int = 0  #: bound flow ends whose id has no bound start
+
+
+def plan_flows(events: Sequence[TraceEvent], slice_indices: Sequence[int]) -> FlowPlan:
+    """Bind flow events of ``events`` to the slices listed in ``slice_indices``."""
+    plan = FlowPlan()
+    flow_events = [e for e in events if e.ph in ("s", "t", "f") and e.id is not None and e.ts_ns is not None]
+    if not flow_events:
+        return plan
+    starts: Dict[Tuple, List[TraceEvent]] = {}
+    for i in slice_indices:
+        e = events[i]
+        starts.setdefault((e.pid, e.tid, e.ts_ns), []).append(e)
+    sources: Dict[Tuple[str, object], int] = {}
+    targets: Dict[Tuple[str, object], List[int]] = {}
+    for fe in flow_events:
+        cands = starts.get((fe.pid, fe.tid, fe.ts_ns))
+        if not cands:
+            plan.unbound += 1
+            continue
+        target = _pick(cands, fe.id)
+        key = (fe.cat, fe.id)
+        if fe.ph == "s":
+            sources.setdefault(key, target.index)
+        else:
+            targets.setdefault(key, []).append(target.index)
+    next_id = 1
+    for key, tgts in targets.items():
+        src = sources.get(key)
+        if src is None:
+            plan.without_start += len(tgts)
+            continue
+        for t in tgts:
+            if t == src:
+                continue
+            plan.outgoing.setdefault(src, []).append(next_id)
+            plan.terminating.setdefault(t, []).append(next_id)
+            next_id += 1
+    plan.count = next_id - 1
+    return plan
+
+
+def _pick(cands: List[TraceEvent], flow_id: object) -> TraceEvent:
+    """The slice a flow event means: the one with that correlation, else the innermost."""
+    if len(cands) == 1:
+        return cands[0]
+    for c in cands:
+        if c.args.get("correlation") == flow_id:
+            return c
+    return min(cands, key=lambda c: (c.dur_ns or 0, -c.index))

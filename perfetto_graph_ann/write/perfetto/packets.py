@@ -1,0 +1,274 @@
+"""Encoders for the TrackEvent packets of one sequence: slice begin/end, instant, counter.
+
+Two implementations with one interface:
+
+* :class:`ProtosEncoder` builds ``perfetto.protos`` messages and serializes them (the
+  reference; simple and obviously right);
+* :class:`FastEncoder` writes the same bytes by hand, with a cache of encoded debug
+  annotations for (key, value) pairs that repeat (device, stream, grid, ...). It exists
+  because the converter must be no slower than ``json.load`` of the input
+  (``benchmarks/convert.py`` measures both); tests check both give identical bytes.
+
+Each method returns one framed packet: ``Trace.packet`` (field 1) tag, length, payload, so
+the output file is simply the concatenation.
+"""
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from .interning import ANNOTATION_NAMES, Interner
+from .wire import _pack_double, _pack_fixed64, field_bytes, small_varint, utf8, varint
+
+SEQUENCE_ID = 1
+SEQ_INCREMENTAL_STATE_CLEARED = 1
+SEQ_NEEDS_INCREMENTAL_STATE = 2
+TYPE_SLICE_BEGIN = 1
+TYPE_SLICE_END = 2
+TYPE_INSTANT = 3
+TYPE_COUNTER = 4
+
+#: Nesting deeper than this in an arg value is written as its JSON text (string).
+MAX_ARG_DEPTH = 32
+_INT64_MIN = -(1 << 63)
+_UINT64_END = 1 << 64
+
+
+def frame(payload: bytes) -> bytes:
+    """``Trace.packet`` framing: tag 0x0A, varint length, packet bytes."""
+    return b"\x0a" + varint(len(payload)) + payload
+
+
+def _json_text(value: Any) -> str:
+    import json
+
+    try:
+        return json.dumps(value, default=str, allow_nan=True)
+    except (ValueError, RecursionError):
+        return repr(value)
+
+
+class ProtosEncoder:
+    """Reference encoder built on ``perfetto.protos`` message classes."""
+
+    def __init__(self, interner: Interner) -> None:
+        self.interner = interner
+
+    def _annotation(self, msg: "pb.DebugAnnotation", value: Any, depth: int) -> None:
+        t = type(value)
+        if t is bool:
+            msg.bool_value = value
+        elif t is int:
+            if _INT64_MIN <= value < (1 << 63):
+                msg.int_value = value
+            elif 0 <= value < _UINT64_END:
+                msg.uint_value = value
+            else:
+                msg.string_value = str(value)
+        elif t is float or t is Decimal:
+            msg.double_value = float(value)
+        elif t is str:
+            msg.string_value = utf8(value).decode("utf-8")
+        elif value is None:
+            msg.string_value = "null"
+        elif depth >= MAX_ARG_DEPTH:
+            msg.string_value = _json_text(value)
+        elif t is list or t is tuple:
+            if not value:
+                msg.string_value = "[]"
+                return
+            for v in value:
+                self._annotation(msg.array_values.add(), v, depth + 1)
+        elif t is dict:
+            if not value:
+                msg.string_value = "{}"
+                return
+            for k, v in value.items():
+                entry = msg.dict_entries.add()
+                entry.name = utf8(str(k)).decode("utf-8")
+                self._annotation(entry, v, depth + 1)
+        else:
+            msg.string_value = str(value)
+
+    def _event(self, te: "pb.TrackEvent", args: Optional[Mapping[str, Any]]) -> None:
+        if args:
+            for k, v in args.items():
+                a = te.debug_annotations.add()
+                a.name_iid = self.interner.iid(ANNOTATION_NAMES, k)
+                self._annotation(a, v, 0)
+
+    def _packet(self, ts: int, te: "pb.TrackEvent", flags: int) -> bytes:
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID)
+        p.track_event.CopyFrom(te)
+        pending = self.interner.take_pending()
+        for kind, iid, text in pending:
+            getattr(p.interned_data, _INTERNED_FIELDS[kind]).add(iid=iid, name=text)
+        if flags:
+            p.sequence_flags = flags
+        return frame(p.SerializeToString())
+
+    def slice_begin(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
+                    flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
+        te = pb.TrackEvent(type=kind, name_iid=name_iid, track_uuid=track)
+        if cat_iid:
+            te.category_iids.append(cat_iid)
+        self._event(te, args)
+        te.flow_ids.extend(flow_ids)
+        te.terminating_flow_ids.extend(terminating_flow_ids)
+        return self._packet(ts, te, SEQ_NEEDS_INCREMENTAL_STATE)
+
+    def instant(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
+                flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
+        return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
+
+    def slice_end(self, ts: int, track: int) -> bytes:
+        te = pb.TrackEvent(type=TYPE_SLICE_END, track_uuid=track)
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID, track_event=te)
+        return frame(p.SerializeToString())
+
+    def counter(self, ts: int, track: int, value: Any) -> bytes:
+        te = pb.TrackEvent(type=TYPE_COUNTER, track_uuid=track)
+        if type(value) is int and _INT64_MIN <= value < (1 << 63):
+            te.counter_value = value
+        else:
+            te.double_counter_value = float(value)
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID, track_event=te)
+        return frame(p.SerializeToString())
+
+
+_INTERNED_FIELDS = {1: "event_categories", 2: "event_names", 3: "debug_annotation_names"}
+
+
+class FastEncoder:
+    """Hand-written encoder producing exactly :class:`ProtosEncoder`'s bytes, faster."""
+
+    #: Bound on cached (key, value) annotation encodings; the cache is dropped when full.
+    CACHE_LIMIT = 200_000
+
+    def __init__(self, interner: Interner) -> None:
+        self.interner = interner
+        self._cache: Dict[Tuple[str, type, Any], bytes] = {}
+        self._ts_prefix = b"\x40"
+        self._seq = b"\x50" + varint(SEQUENCE_ID)
+
+    # -- debug annotations -------------------------------------------------------------
+    def _value(self, value: Any, depth: int) -> Tuple[bytes, bytes]:
+        """(bytes of fields below 10, bytes of fields above 10) for one value."""
+        t = type(value)
+        if t is int:
+            if _INT64_MIN <= value < (1 << 63):
+                return b"\x20" + varint(value), b""
+            if 0 <= value < _UINT64_END:
+                return b"\x18" + varint(value), b""
+            s = utf8(str(value))
+            return b"\x32" + varint(len(s)) + s, b""
+        if t is str:
+            s = utf8(value)
+            return b"\x32" + varint(len(s)) + s, b""
+        if t is float or t is Decimal:
+            return b"\x29" + _pack_double(float(value)), b""
+        if t is bool:
+            return (b"\x10\x01" if value else b"\x10\x00"), b""
+        if value is None:
+            return b"\x32\x04null", b""
+        if depth >= MAX_ARG_DEPTH:
+            s = utf8(_json_text(value))
+            return b"\x32" + varint(len(s)) + s, b""
+        if t is list or t is tuple:
+            if not value:
+                return b"\x32\x02[]", b""
+            parts = []
+            for v in value:
+                lo, hi = self._value(v, depth + 1)
+                item = lo + hi
+                parts.append(b"\x62" + varint(len(item)) + item)
+            return b"", b"".join(parts)
+        if t is dict:
+            if not value:
+                return b"\x32\x02{}", b""
+            parts = []
+            for k, v in value.items():
+                lo, hi = self._value(v, depth + 1)
+                name = utf8(str(k))
+                item = lo + b"\x52" + varint(len(name)) + name + hi
+                parts.append(b"\x5a" + varint(len(item)) + item)
+            return b"", b"".join(parts)
+        s = utf8(str(value))
+        return b"\x32" + varint(len(s)) + s, b""
+
+    def _annotations(self, args: Mapping[str, Any]) -> bytes:
+        cache = self._cache
+        out = []
+        for k, v in args.items():
+            t = type(v)
+            if t is list:
+                try:
+                    key = (k, t, repr(v))  # repr keeps 1, True and 1.0 apart
+                except RecursionError:
+                    key = None
+            else:
+                key = (k, t, v) if t is not dict else None
+            if key is not None:
+                b = cache.get(key)
+                if b is not None:
+                    out.append(b)
+                    continue
+            lo, hi = self._value(v, 0)
+            body = b"\x08" + small_varint(self.interner.iid(ANNOTATION_NAMES, k)) + lo + hi
+            b = b"\x22" + varint(len(body)) + body
+            if key is not None and not (t is float and math.isnan(v)):
+                if len(cache) >= self.CACHE_LIMIT:
+                    cache.clear()
+                cache[key] = b
+            out.append(b)
+        return b"".join(out)
+
+    # -- packets -----------------------------------------------------------------------
+    def _interned(self) -> bytes:
+        pending = self.interner.take_pending()
+        if not pending:
+            return b""
+        parts = []
+        for kind, iid, text in pending:
+            s = utf8(text)
+            entry = b"\x08" + varint(iid) + b"\x12" + varint(len(s)) + s
+            parts.append(bytes(((kind << 3) | 2,)) + varint(len(entry)) + entry)
+        body = b"".join(parts)
+        return b"\x62" + varint(len(body)) + body
+
+    def slice_begin(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
+                    flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
+        te = (b"\x18" + small_varint(cat_iid)) if cat_iid else b""
+        if args:
+            te += self._annotations(args)
+        te += b"\x48" + bytes((kind,)) + b"\x50" + small_varint(name_iid) + b"\x58" + small_varint(track)
+        if flow_ids:
+            te += b"".join(b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids)
+        if terminating_flow_ids:
+            te += b"".join(b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids)
+        p = b"\x40" + varint(ts) + self._seq + b"\x5a" + varint(len(te)) + te + self._interned() + b"\x68\x02"
+        return b"\x0a" + varint(len(p)) + p
+
+    def instant(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
+                flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
+        return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
+
+    def slice_end(self, ts: int, track: int) -> bytes:
+        te = b"\x48\x02\x58" + small_varint(track)
+        p = b"\x40" + varint(ts) + self._seq + b"\x5a" + bytes((len(te),)) + te
+        return b"\x0a" + varint(len(p)) + p
+
+    def counter(self, ts: int, track: int, value: Any) -> bytes:
+        te = b"\x48\x04\x58" + small_varint(track)
+        if type(value) is int and _INT64_MIN <= value < (1 << 63):
+            te += b"\xf0\x01" + varint(value)
+        else:
+            te += b"\xe1\x02" + _pack_double(float(value))
+        p = b"\x40" + varint(ts) + self._seq + b"\x5a" + varint(len(te)) + te
+        return b"\x0a" + varint(len(p)) + p
+
+
+ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}

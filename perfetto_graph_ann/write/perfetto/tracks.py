@@ -1,0 +1,189 @@
+"""Track layout of a written trace (docs/design.md, Contract 4).
+
+* GPU: one global root track per device, ``GPU <n>`` (description: the device name), with
+  one child per lane ordered by lane id (EXPLICIT ordering); lanes are named from
+  ``LaneLayout.lane_names`` or ``stream <id>``. Spill tracks of a lane repeat its name and rank.
+* CPU: a process track per pid (Kineto's ``process_name`` / ``process_labels`` /
+  ``process_sort_index``) and a thread track per (pid, tid) (``thread_name``,
+  ``thread_sort_index``); spill tracks of a thread are children of the process track
+  named like the thread.
+* Anything else (string pids such as Kineto's "Spans" / "Traces", negative pids such as the
+  overhead events' -1): a global root track named after the pid with a child per tid.
+* Counters: a counter track per (pid, counter name, arg key) under the pid's track.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Tuple
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from ...read.model import KinetoTrace, TraceEvent
+
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+Home = Tuple[Any, ...]
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _clamp32(v: int) -> int:
+    return max(_INT32_MIN, min(_INT32_MAX, v))
+
+
+@dataclasses.dataclass
+class Track:
+    uuid: int
+    descriptor: "pb.TrackDescriptor"
+
+
+class TrackTable:
+    """Creates tracks on first use and remembers their descriptors, in creation order."""
+
+    def __init__(self, trace: KinetoTrace, lane_names: Optional[Dict[Tuple[int, int], str]] = None) -> None:
+        self._lane_names = lane_names or {}
+        self._next_uuid = 1
+        self._tracks: Dict[Tuple, int] = {}
+        self.descriptors: List[pb.TrackDescriptor] = []
+        self.process_name: Dict[Any, str] = {}
+        self.process_labels: Dict[Any, str] = {}
+        self.process_sort: Dict[Any, int] = {}
+        self.thread_name: Dict[Tuple[Any, Any], str] = {}
+        self.thread_sort: Dict[Tuple[Any, Any], int] = {}
+        self.device_names: Dict[int, str] = {}
+        for p in trace.device_properties:
+            if isinstance(p, dict) and _is_int(p.get("id")) and isinstance(p.get("name"), str):
+                self.device_names[p["id"]] = p["name"]
+        self.spill_tracks = 0
+
+    # -- metadata ------------------------------------------------------------------------
+    def consume_metadata(self, e: TraceEvent) -> bool:
+        """Take a known ``M`` event (process/thread name, labels, sort index); False if unknown."""
+        a = e.args
+        n = e.name
+        if n == "process_name" and isinstance(a.get("name"), str):
+            self.process_name[e.pid] = a["name"]
+        elif n == "process_labels" and isinstance(a.get("labels"), str):
+            self.process_labels[e.pid] = a["labels"]
+        elif n == "process_sort_index" and _is_int(a.get("sort_index")):
+            self.process_sort[e.pid] = a["sort_index"]
+        elif n == "thread_name" and isinstance(a.get("name"), str):
+            self.thread_name[(e.pid, e.tid)] = a["name"]
+        elif n == "thread_sort_index" and _is_int(a.get("sort_index")):
+            self.thread_sort[(e.pid, e.tid)] = a["sort_index"]
+        else:
+            return False
+        return True
+
+    # -- homes -----------------------------------------------------------------------------
+    @staticmethod
+    def cpu_home(pid: Any, tid: Any) -> Home:
+        if _is_int(pid) and 0 <= pid <= _INT32_MAX and _is_int(tid) and -(1 << 63) <= tid < (1 << 63):
+            return ("thread", pid, tid)
+        return ("named", pid, tid)
+
+    def track(self, home: Home, spill: int = 0) -> int:
+        """uuid of track ``spill`` (0 = the home's own track) of ``home``, created on first use."""
+        key = (home, spill)
+        u = self._tracks.get(key)
+        if u is None:
+            u = self._tracks[key] = self._create(home, spill)
+        return u
+
+    def counter_track(self, pid: Any, tid: Any, name: str, gpu_device: Optional[int]) -> int:
+        key = ("counter", pid, name, gpu_device)
+        u = self._tracks.get(key)
+        if u is None:
+            if gpu_device is not None:
+                parent = self._gpu_root(gpu_device)
+            else:
+                home = self.cpu_home(pid, tid)
+                parent = self._process(pid) if home[0] == "thread" else self._named_root(pid)
+            d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name)
+            d.counter.SetInParent()
+            u = self._tracks[key] = self._add(d)
+        return u
+
+    # -- creation --------------------------------------------------------------------------
+    def _uuid(self) -> int:
+        u = self._next_uuid
+        self._next_uuid += 1
+        return u
+
+    def _add(self, d: "pb.TrackDescriptor") -> int:
+        self.descriptors.append(d)
+        return d.uuid
+
+    def _gpu_root(self, device: int) -> int:
+        key = ("gpu_root", device)
+        u = self._tracks.get(key)
+        if u is None:
+            d = pb.TrackDescriptor(uuid=self._uuid(), name=f"GPU {device}",
+                                   child_ordering=pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT)
+            desc = self.device_names.get(device)
+            if desc:
+                d.description = desc
+            u = self._tracks[key] = self._add(d)
+        return u
+
+    def _process(self, pid: int) -> int:
+        key = ("process", pid)
+        u = self._tracks.get(key)
+        if u is None:
+            d = pb.TrackDescriptor(uuid=self._uuid())
+            d.process.pid = pid
+            name = self.process_name.get(pid)
+            if name is not None:
+                d.process.process_name = name
+            if pid in self.process_sort:
+                d.process.legacy_sort_index = _clamp32(self.process_sort[pid])
+            if pid in self.process_labels:
+                d.process.process_labels.append(self.process_labels[pid])
+            u = self._tracks[key] = self._add(d)
+        return u
+
+    def _named_root(self, pid: Any) -> int:
+        key = ("named_root", pid)
+        u = self._tracks.get(key)
+        if u is None:
+            name = self.process_name.get(pid) or (str(pid) if pid != "" else "(no pid)")
+            d = pb.TrackDescriptor(uuid=self._uuid(), name=name)
+            u = self._tracks[key] = self._add(d)
+        return u
+
+    def lane_name(self, device: int, lane: int) -> str:
+        return self._lane_names.get((device, lane)) or f"stream {lane}"
+
+    def _create(self, home: Home, spill: int) -> int:
+        kind = home[0]
+        if spill:
+            self.spill_tracks += 1
+        if kind == "gpu":
+            _, device, lane = home
+            d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(device),
+                                   name=self.lane_name(device, lane), sibling_order_rank=_clamp32(lane))
+            return self._add(d)
+        if kind == "thread":
+            _, pid, tid = home
+            parent = self._process(pid)
+            name = self.thread_name.get((pid, tid))
+            if spill:
+                d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name or f"thread {tid}")
+                return self._add(d)
+            d = pb.TrackDescriptor(uuid=self._uuid())
+            d.thread.pid = pid
+            d.thread.tid = tid
+            if name is not None:
+                d.thread.thread_name = name
+            if (pid, tid) in self.thread_sort:
+                d.thread.legacy_sort_index = _clamp32(self.thread_sort[(pid, tid)])
+            return self._add(d)
+        _, pid, tid = home
+        parent = self._named_root(pid)
+        name = self.thread_name.get((pid, tid)) or (str(tid) if tid != "" else "(no tid)")
+        d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name)
+        if (pid, tid) in self.thread_sort:
+            d.sibling_order_rank = _clamp32(self.thread_sort[(pid, tid)])
+        return self._add(d)

@@ -1,0 +1,67 @@
+"""Protobuf wire-format primitives for the hot path (varints, tags, length-delimited fields).
+
+Only what the TrackEvent packet encoder needs. Field order and encodings follow what the
+``perfetto.protos`` classes serialize (ascending field numbers, unpacked repeated fields);
+tests compare the two byte for byte.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Dict
+
+_pack_double = struct.Struct("<d").pack
+_pack_fixed64 = struct.Struct("<Q").pack
+
+_VARINT_CACHE: Dict[int, bytes] = {}
+
+
+def varint(value: int) -> bytes:
+    """Unsigned LEB128; negative int64 values use their 64-bit two's complement (10 bytes)."""
+    if value < 0:
+        value += 1 << 64
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def small_varint(value: int) -> bytes:
+    """:func:`varint` with a cache for the small ids (tags, iids, track uuids) that repeat."""
+    b = _VARINT_CACHE.get(value)
+    if b is None:
+        b = varint(value)
+        if len(_VARINT_CACHE) < 65536:
+            _VARINT_CACHE[value] = b
+    return b
+
+
+def tag(field: int, wire_type: int) -> bytes:
+    return varint((field << 3) | wire_type)
+
+
+def field_varint(field: int, value: int) -> bytes:
+    return varint((field << 3) | 0) + varint(value)
+
+
+def field_bytes(field: int, payload: bytes) -> bytes:
+    return varint((field << 3) | 2) + varint(len(payload)) + payload
+
+
+def field_double(field: int, value: float) -> bytes:
+    return varint((field << 3) | 1) + _pack_double(value)
+
+
+def field_fixed64(field: int, value: int) -> bytes:
+    return varint((field << 3) | 1) + _pack_fixed64(value)
+
+
+def utf8(text: str) -> bytes:
+    """UTF-8 bytes of ``text``; lone surrogates (possible in JSON) become U+FFFD."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
