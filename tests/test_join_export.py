@@ -1,0 +1,78 @@
+"""``export(prof, out)``: a profiler-like object + annotations -> annotated trace in one call."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from conftest import fixture_capture, fixture_trace
+from join_expect import calibrated_expectation
+from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.capture.registry import REGISTRY
+from perfetto_graph_ann.errors import OutputError
+from perfetto_graph_ann.write.export import export
+
+
+class FakeProfiler:
+    """What export uses of torch.profiler.profile: export_chrome_trace(path) only."""
+
+    def __init__(self, name):
+        self.name = name
+        self.calls = []
+
+    def export_chrome_trace(self, path):
+        self.calls.append(path)
+        with gzip.open(fixture_trace(self.name), "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def _lanes(path):
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
+        doc = json.load(f)
+    return Counter(e["tid"] for e in doc["traceEvents"] if e.get("cat") == "kernel"), doc
+
+
+@pytest.mark.parametrize("as_path", [False, True])
+def test_export_chrome_json_with_given_annotations(tmp_path, as_path):
+    cap = fixture_capture("seed_block_annotated")
+    ann = str(cap) if as_path else read_capture_record(cap)
+    prof = FakeProfiler("seed_block_annotated")
+    layout = export(prof, tmp_path / "run.json.gz", annotations=ann)
+    assert len(prof.calls) == 1
+    counts, _ = _lanes(tmp_path / "run.json.gz")
+    assert counts == {7: 10, 61: 20, 62: 40}
+    assert layout.report.matched["calibrated"] == 70
+
+
+def test_export_uses_live_registry_by_default(tmp_path):
+    ann = read_capture_record(fixture_capture("two_branch"))
+    owner = object()
+    REGISTRY.put(owner, ann.graphs[0])
+    labels = dict(REGISTRY.lanes.snapshot())
+    try:
+        layout = export(FakeProfiler("two_branch"), tmp_path / "run.json", graph_lanes="all")
+    finally:
+        REGISTRY.drop(owner)
+    expect = calibrated_expectation("two_branch")
+    counts, doc = _lanes(tmp_path / "run.json")
+    assert counts == Counter(x["lane"] for x in expect.values())
+    assert layout.report.unmatched == 0
+    for idx, x in expect.items():
+        assert doc["traceEvents"][idx]["args"]["name"] == x["scope"]
+    assert labels == dict(REGISTRY.lanes.snapshot())
+
+
+def test_export_missing_folder(tmp_path):
+    with pytest.raises(OutputError):
+        export(FakeProfiler("two_branch"), tmp_path / "no" / "x.json", annotations=read_capture_record(fixture_capture("two_branch")))
+
+
+def test_export_import_is_torch_free():
+    code = ("import sys, perfetto_graph_ann.write.export, perfetto_graph_ann.join; "
+            "import perfetto_graph_ann as p; p.export; assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
