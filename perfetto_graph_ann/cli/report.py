@@ -1,14 +1,178 @@
-"""`perfetto-graph-ann report` (not implemented yet: owned by its issue)."""
+"""``perfetto-graph-ann report TRACE``: the ``graph_ann`` SQL metrics as tables.
+
+Prints per-lane utilization and duration percentiles, the top kernels per lane, CUDA
+graph replays, collectives with their bandwidths, compute/communication overlap and idle
+gaps per lane. TRACE is a trace written by this package (.pftrace); a torch.profiler JSON
+trace is converted first (with --annotations, joined to them).
+"""
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+from typing import Dict, List, Tuple
+
+#: Section title and the columns the table view shows (``--format csv/json`` give all).
+SECTIONS: Dict[str, Tuple[str, List[str]]] = {
+    "lane_summary": ("Lanes (graph_ann_lane)", [
+        "device", "lane_id", "lane_name", "work_count", "busy_dur", "utilization", "replay_utilization",
+        "mean_dur", "p50_dur", "p90_dur", "p99_dur", "max_dur"]),
+    "lane_top_kernels": ("Top kernels per lane (graph_ann_lane_top_kernels)", [
+        "device", "lane_id", "rank", "name", "count", "total_dur", "share"]),
+    "replays": ("Graph replays (graph_ann_replay)", [
+        "device", "replay_index", "correlation", "graph_id", "replay", "work_count", "wall_dur", "busy_dur",
+        "launch_overhead_dur"]),
+    "collectives": ("Collectives (graph_ann_collective)", [
+        "device", "lane_id", "collective_type", "dtype", "msg_bytes", "group_size", "pg_desc", "dur",
+        "algbw_gbps", "busbw_gbps"]),
+    "overlap": ("Compute / communication overlap (graph_ann_overlap)", [
+        "device", "dur", "busy_dur", "compute_dur", "comm_dur", "overlapped_comm_dur", "exposed_comm_dur",
+        "comm_overlap_fraction", "idle_dur"]),
+    "lane_idle": ("Idle gaps per lane (graph_ann_lane_idle)", [
+        "device", "lane_id", "lane_name", "span_dur", "busy_dur", "idle_dur", "gap_count", "max_gap_dur"]),
+}
+
+_RATIO_COLUMNS = {"utilization", "replay_utilization", "share", "comm_overlap_fraction", "busy_fraction"}
 
 
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("report", help="(not implemented yet)")
+    p = sub.add_parser("report", help="lane, replay, collective and overlap metrics of a trace (graph_ann SQL)",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("trace", help=".pftrace written by this package, or a torch.profiler JSON trace (.json, .json.gz)")
+    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
+                   help="for a JSON trace: annotation sidecar or capture record to join (repeatable)")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
+                   help="for a JSON trace with --annotations: lane policy of the join (default: all)")
+    p.add_argument("--top", type=_positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="table: readable (times in µs, ratios in %%); csv / json: every column, raw units (ns)")
+    p.add_argument("--engine", choices=("auto", "native", "portable"), default="auto",
+                   help="trace processor to use (default: auto)")
+    p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
     p.set_defaults(func=run)
     return p
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def is_json_trace(path: str) -> bool:
+    """Whether ``path`` holds JSON (plain or gzipped) rather than a protobuf trace."""
+    from ..errors import InputError
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+            f.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=f) as g:
+                    head = g.read(64)
+            else:
+                head = f.read(64)
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    except (OSError, EOFError) as e:
+        raise InputError(path, f"cannot read: {e}") from e
+    return head.lstrip()[:1] in (b"{", b"[")
+
+
+def format_report(tables: Dict[str, "object"], fmt: str = "table") -> str:
+    """Render :func:`perfetto_graph_ann.query.metrics.report`'s tables as text."""
+    if fmt == "json":
+        return json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}, indent=1) + "\n"
+    parts = []
+    for key, df in tables.items():
+        title, columns = SECTIONS[key]
+        if fmt == "csv":
+            parts.append(f"# {key}\n" + df.to_csv(index=False))
+            continue
+        parts.append(title)
+        if df.empty:
+            parts.append("  (none)\n")
+            continue
+        view = df[[c for c in columns if c in df.columns]].copy()
+        for c in view.columns:
+            if c in _RATIO_COLUMNS:
+                view[c] = [_fmt_ratio(v) for v in view[c]]
+            elif c.endswith("_dur") or c == "dur":
+                view[c] = [_fmt_us(v) for v in view[c]]
+            elif c.endswith("_gbps"):
+                view[c] = ["" if _isnull(v) else f"{float(v):.2f}" for v in view[c]]
+            else:
+                view[c] = ["" if _isnull(v) else str(v) for v in view[c]]
+        view.columns = [_header(c) for c in view.columns]
+        parts.append(view.to_string(index=False, na_rep="") + "\n")
+    return "\n".join(parts)
+
+
+def _isnull(v) -> bool:
+    import pandas as pd
+
+    return v is None or bool(pd.isna(v))
+
+
+def _fmt_us(v) -> str:
+    """ns -> µs with 3 decimals (exact for integer ns)."""
+    if _isnull(v):
+        return ""
+    if float(v).is_integer():
+        n = int(v)
+        sign = "-" if n < 0 else ""
+        return f"{sign}{abs(n) // 1000}.{abs(n) % 1000:03d}"
+    return f"{float(v) / 1000:.3f}"
+
+
+def _fmt_ratio(v) -> str:
+    return "" if _isnull(v) else f"{100 * float(v):.1f}%"
+
+
+def _header(c: str) -> str:
+    if c.endswith("_dur") or c == "dur":
+        return f"{c} (µs)"
+    return c
+
+
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("report")
+    from ..query import metrics
+    from ..query.session import open_trace
+
+    with tempfile.TemporaryDirectory(prefix="pga-report-") as tmp:
+        path = args.trace
+        if is_json_trace(path):
+            path = _convert(args, os.path.join(tmp, "trace.pftrace"))
+        elif args.annotations:
+            print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
+        with open_trace(path, engine=args.engine) as session:
+            tables = metrics.report(session, top=args.top)
+    text = f"{args.trace}\n\n" + format_report(tables, args.format) if args.format == "table" else format_report(tables, args.format)
+    if args.output:
+        from ..util.atomic import atomic_write
+
+        with atomic_write(args.output, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _convert(args: argparse.Namespace, out: str) -> str:
+    """Convert a torch.profiler JSON trace (joined to --annotations, if any) to ``out``."""
+    from ..write.convert import convert
+
+    layout = None
+    if args.annotations:
+        from ..join import join
+        from ..read.kineto import read_trace
+        from .lanes import load_annotation_files
+
+        trace = read_trace(args.trace)
+        layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+    convert(args.trace, out, layout=layout)
+    return out
