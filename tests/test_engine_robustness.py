@@ -1,0 +1,171 @@
+"""Failures become clear exceptions and leave nothing running: engine killed mid-query,
+timeouts, SQL errors, bad traces, Ctrl-C, parent killed, two sessions at once."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+import pytest
+
+from engine_support import fixture_trace, pid_alive, requires_portable, x_counts_by_cat
+from perfetto_graph_ann.errors import EngineError, GraphAnnError, InputError, QueryError, QueryTimeoutError
+from perfetto_graph_ann.query.engine import process
+from perfetto_graph_ann.query.session import open_trace
+
+pytestmark = requires_portable
+
+# Counts to 10^10 one row at a time: minutes of work for the engine, so it is still busy
+# when the test kills it or the timeout fires.
+SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) SELECT COUNT(*) FROM c"
+GRAPH = fixture_trace("seed_block_graph")
+
+
+def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def test_engine_killed_mid_query_raises_and_leaves_nothing():
+    s = open_trace(GRAPH, engine="portable")
+    pid = s.engine.pid
+    sock_dir = s.engine._tmpdir
+    killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    try:
+        with pytest.raises(EngineError) as info:
+            s.query(SLOW_SQL)
+    finally:
+        killer.cancel()
+    msg = str(info.value)
+    assert type(info.value) is EngineError
+    assert msg.startswith(str(GRAPH)) and "died during the query" in msg and "SIGKILL" in msg
+    assert not pid_alive(pid)
+    assert pid not in process.live_pids()
+    assert not os.path.exists(sock_dir)
+    with pytest.raises(EngineError, match="stopped"):
+        s.query("SELECT 1")
+    s.close()  # still fine
+
+
+def test_timeout_stops_the_engine():
+    with open_trace(GRAPH, engine="portable") as s:
+        pid = s.engine.pid
+        t0 = time.monotonic()
+        with pytest.raises(QueryTimeoutError, match=r"ran past its 0.5 s timeout"):
+            s.query(SLOW_SQL, timeout_s=0.5)
+        assert time.monotonic() - t0 < 5
+        assert _wait_gone(pid)
+        assert not s.engine.alive
+
+
+def test_query_error_keeps_the_engine_usable():
+    with open_trace(GRAPH, engine="portable") as s:
+        with pytest.raises(QueryError) as info:
+            s.query("SELECT no_such_column FROM slice")
+        assert str(info.value).startswith(str(GRAPH))
+        assert "no such column: no_such_column" in str(info.value)
+        assert s.query("SELECT COUNT(*) AS n FROM slice WHERE category = 'kernel'").rows[0].n == x_counts_by_cat("seed_block_graph")["kernel"]
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [(b"this is not a trace\n" * 10, "cannot read this trace"), (b"", "the file is empty"), (None, "no such file")],
+)
+def test_bad_trace_is_an_input_error(tmp_path, content, problem):
+    path = tmp_path / "bad.trace"
+    if content is not None:
+        path.write_bytes(content)
+    before = set(process.live_pids())
+    dirs_before = set(_socket_dirs())
+    with pytest.raises(InputError) as info:
+        open_trace(path, engine="portable")
+    assert str(info.value).startswith(str(path)) and problem in str(info.value)
+    assert set(process.live_pids()) <= before
+    assert set(_socket_dirs()) <= dirs_before
+
+
+def _socket_dirs():
+    return [p for p in os.listdir(tempfile.gettempdir()) if p.startswith("pga-tp-")]
+
+
+def test_two_sessions_at_once_from_two_threads():
+    names = ["seed_block_graph", "two_branch"]
+    sessions = [open_trace(fixture_trace(n), engine="portable") for n in names]
+    try:
+        assert len({s.engine.pid for s in sessions}) == 2
+        results = {}
+
+        def run(i):
+            for _ in range(3):
+                results[i] = sessions[i].query("SELECT COUNT(*) AS n FROM slice WHERE category = 'kernel'").rows[0].n
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert results == {i: x_counts_by_cat(n)["kernel"] for i, n in enumerate(names)}
+    finally:
+        pids = [s.engine.pid for s in sessions]
+        for s in sessions:
+            s.close()
+    assert all(_wait_gone(p) for p in pids)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    from perfetto_graph_ann.query.session import open_trace
+    s = open_trace(sys.argv[1], engine="portable")
+    print(s.engine.pid, flush=True)
+    if sys.argv[2] == "query":
+        s.query(sys.argv[3])
+    else:
+        import time
+        time.sleep(600)
+    """
+)
+
+
+def _child(mode: str):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(GRAPH), mode, SLOW_SQL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    assert line.strip().isdigit(), proc.stderr.read()
+    return proc, int(line)
+
+
+def test_ctrl_c_mid_query_leaves_no_engine():
+    proc, pid = _child("query")
+    time.sleep(0.5)
+    assert pid_alive(pid)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert _wait_gone(pid)
+
+
+def test_parent_killed_engine_exits_on_its_own():
+    proc, pid = _child("sleep")
+    proc.kill()  # SIGKILL: no atexit, no finalizers; the host sees its stdin close
+    proc.wait(timeout=10)
+    assert _wait_gone(pid, 10)
+
+
+def test_errors_are_graph_ann_errors():
+    for cls in (EngineError, QueryError, QueryTimeoutError, InputError):
+        assert issubclass(cls, GraphAnnError)
