@@ -1,0 +1,116 @@
+"""Decode a .pftrace (optionally gzipped) with ``perfetto.protos`` classes, without SQL.
+
+A small, independent reader for tests: it rebuilds slices from SLICE_BEGIN/END pairs per
+track, resolves interned names, and collects tracks, instants, counters, flows and clock
+snapshots. Other helpers' tests may reuse it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+
+@dataclasses.dataclass
+class Slice:
+    track: int
+    name: str
+    cat: str
+    ts: int
+    dur: Optional[int]  #: None for instants
+    args: Dict[str, Any]
+    flow_ids: List[int]
+    terminating_flow_ids: List[int]
+
+
+@dataclasses.dataclass
+class Decoded:
+    tracks: Dict[int, "pb.TrackDescriptor"]
+    slices: List[Slice]
+    instants: List[Slice]
+    counters: List[Tuple[int, int, float]]  #: (track, ts, value)
+    clock_snapshots: List["pb.ClockSnapshot"]
+    packets: List["pb.TracePacket"]
+
+    def track_name(self, uuid: int) -> str:
+        d = self.tracks[uuid]
+        if d.HasField("thread"):
+            return d.thread.thread_name
+        if d.HasField("process"):
+            return d.process.process_name
+        return d.name
+
+    def flows(self) -> List[Tuple[Slice, Slice]]:
+        """(source, target) slice pairs, one per flow id."""
+        src = {f: s for s in self.slices + self.instants for f in s.flow_ids}
+        out = []
+        for s in self.slices + self.instants:
+            for f in s.terminating_flow_ids:
+                out.append((src.get(f), s))
+        return out
+
+
+def annotation_value(a: "pb.DebugAnnotation") -> Any:
+    """Python value of one DebugAnnotation (dicts and lists nested)."""
+    which = [f.name for f, _ in a.ListFields()]
+    if a.dict_entries:
+        return {e.name: annotation_value(e) for e in a.dict_entries}
+    if a.array_values:
+        return [annotation_value(v) for v in a.array_values]
+    for field in ("bool_value", "int_value", "uint_value", "double_value", "string_value", "legacy_json_value"):
+        if field in which:
+            return getattr(a, field)
+    return None
+
+
+def decode(path: Path) -> Decoded:
+    data = Path(path).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    trace = pb.Trace()
+    trace.ParseFromString(data)
+    names: Dict[Tuple[str, int], str] = {}
+    tracks: Dict[int, pb.TrackDescriptor] = {}
+    open_: Dict[int, List[Slice]] = {}
+    slices: List[Slice] = []
+    instants: List[Slice] = []
+    counters: List[Tuple[int, int, float]] = []
+    snaps = []
+    for p in trace.packet:
+        if p.HasField("interned_data"):
+            idata = p.interned_data
+            for e in idata.event_names:
+                names[("name", e.iid)] = e.name
+            for e in idata.event_categories:
+                names[("cat", e.iid)] = e.name
+            for e in idata.debug_annotation_names:
+                names[("ann", e.iid)] = e.name
+        if p.HasField("track_descriptor"):
+            tracks[p.track_descriptor.uuid] = p.track_descriptor
+        if p.HasField("clock_snapshot"):
+            snaps.append(p.clock_snapshot)
+        if not p.HasField("track_event"):
+            continue
+        te = p.track_event
+        if te.type == pb.TrackEvent.TYPE_SLICE_END:
+            s = open_[te.track_uuid].pop()
+            s.dur = p.timestamp - s.ts
+            continue
+        if te.type == pb.TrackEvent.TYPE_COUNTER:
+            v = te.double_counter_value if te.HasField("double_counter_value") else te.counter_value
+            counters.append((te.track_uuid, p.timestamp, v))
+            continue
+        args = {names[("ann", a.name_iid)] if a.name_iid else a.name: annotation_value(a) for a in te.debug_annotations}
+        s = Slice(te.track_uuid, names[("name", te.name_iid)] if te.name_iid else te.name,
+                  names[("cat", te.category_iids[0])] if te.category_iids else "", p.timestamp, None, args,
+                  list(te.flow_ids), list(te.terminating_flow_ids))
+        if te.type == pb.TrackEvent.TYPE_INSTANT:
+            instants.append(s)
+        else:
+            open_.setdefault(te.track_uuid, []).append(s)
+            slices.append(s)
+    assert not any(open_.values()), "unterminated slices"
+    return Decoded(tracks, slices, instants, counters, snaps, list(trace.packet))
