@@ -1,14 +1,47 @@
-"""`perfetto-graph-ann merge` (not implemented yet: owned by its issue)."""
+"""``perfetto-graph-ann merge RANK0 RANK1 ... -o ALL.pftrace``: every rank in one trace.
+
+A group per rank holding its GPUs (and its CPU processes, renamed with the rank),
+clocks aligned on each trace's absolute time (baseTimeNanoseconds + ts), so a
+collective can be followed across ranks.
+"""
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("merge", help="(not implemented yet)")
+    p = sub.add_parser("merge", help="merge several ranks' traces into one .pftrace",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="torch.profiler trace of one rank (.json / .json.gz)")
+    p.add_argument("-o", "--output", required=True, help="merged .pftrace to write")
+    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
+                   help="annotation sidecar / capture record: once for every rank, or once per trace in order")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default="all")
     p.set_defaults(func=run)
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("merge")
+def run(args: argparse.Namespace, out=None) -> int:
+    from ..errors import InputError
+    from ..write.merge import merge
+    from .lanes import load_annotation_files
+
+    out = out or sys.stdout
+    n = len(args.traces)
+    if not args.annotations:
+        annotations = None
+    elif len(args.annotations) == 1:
+        one = load_annotation_files(args.annotations)
+        annotations = [one] * n
+    elif len(args.annotations) == n:
+        annotations = [load_annotation_files([a]) for a in args.annotations]
+    else:
+        raise InputError(args.annotations[0], f"--annotations given {len(args.annotations)} times for {n} traces: "
+                                              "give it once (all ranks) or once per trace")
+    report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes)
+    for rank, path in zip(report.ranks, args.traces):
+        shift = report.shifts_ns[rank]
+        print(f"rank {rank}: {path} (clock shift {shift} ns)", file=out)
+    print(f"wrote {args.output}", file=out)
+    return 0

@@ -1,0 +1,216 @@
+"""Merge several ranks' traces into one ``.pftrace``: every rank's GPUs and CPU threads side by side.
+
+Each rank is converted on its own (the usual converter, with its join when annotations
+are given), then its packets are rewritten so the ranks can share one trace:
+
+- **Group per rank**: a global root track ``Rank <r>`` (ordered by rank) becomes the
+  parent of that rank's root tracks (``GPU <n>`` and any other global track). Process
+  and thread tracks cannot be nested under a global track in Perfetto, so each rank's
+  processes are renamed ``<name> [rank <r>]`` and labelled ``rank <r>``; pids / tids that
+  collide with an earlier rank's get fresh ids (the original stays in the name).
+- **One clock**: times are aligned on each trace's absolute time
+  (``baseTimeNanoseconds + ts``): rank r's timestamps move by ``base_r - min(base)``, and
+  its clock snapshots move with them, so REALTIME still maps to the absolute time.
+- **No clashes**: packet sequence ids, track uuids and flow ids are remapped per rank.
+- Every slice gets a ``debug.rank`` arg, so SQL can tell ranks apart (device ids repeat).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+from typing import Dict, List, Optional, Sequence, Set
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from ..capture.annotations import AnnotationSet
+from ..errors import InputError, PathLike
+from ..join.model import LaneLayout
+from ..util.atomic import atomic_write
+from .perfetto.wire import field_bytes
+
+#: Fresh pids / tids for ones that collide across ranks start here (positive int32).
+_FRESH_ID_BASE = 0x40000000
+#: Perfetto's builtin clocks that are *not* the trace's own time base (left alone).
+_REALTIME_CLOCKS = {pb.BuiltinClock.BUILTIN_CLOCK_REALTIME, pb.BuiltinClock.BUILTIN_CLOCK_REALTIME_COARSE}
+_SLICE_TYPES = {pb.TrackEvent.Type.TYPE_SLICE_BEGIN, pb.TrackEvent.Type.TYPE_INSTANT}
+
+
+@dataclasses.dataclass
+class RankTrace:
+    """One rank's converted trace, ready to merge."""
+
+    rank: int
+    base_time_ns: int  #: baseTimeNanoseconds (Unix ns of ts == 0)
+    pftrace: bytes
+    source: Optional[str] = None
+    layout: Optional[LaneLayout] = None
+
+
+@dataclasses.dataclass
+class MergeReport:
+    ranks: List[int]
+    shifts_ns: Dict[int, int]  #: rank -> ns added to its timestamps
+    layouts: Dict[int, Optional[LaneLayout]]
+
+
+def _remap64(rank: int, kind: str, value: int) -> int:
+    h = hashlib.blake2b(f"{kind}:{rank}:{value}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & 0x7FFFFFFFFFFFFFFF or 1
+
+
+def rank_group_uuid(rank: int) -> int:
+    """uuid of the ``Rank <r>`` group track."""
+    return _remap64(rank, "rank-group", 0)
+
+
+class _Ids:
+    """pid / tid allocation shared by all ranks: keep ids unless an earlier rank used them."""
+
+    def __init__(self) -> None:
+        self.used: Set[int] = set()
+        self.next = _FRESH_ID_BASE
+
+    def mapper(self) -> Dict[int, int]:
+        return {}
+
+    def map(self, table: Dict[int, int], value: int) -> int:
+        if value in table:
+            return table[value]
+        new = value
+        if value in self.used:
+            while self.next in self.used:
+                self.next += 1
+            new = self.next
+        self.used.add(new)
+        table[value] = new
+        return new
+
+
+def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
+    """Rank ``rt``'s packets, rewritten for the merged trace (serialized TracePackets)."""
+    trace = pb.Trace()
+    try:
+        trace.ParseFromString(rt.pftrace)
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise InputError(rt.source, f"converted trace of rank {rt.rank} does not parse: {e}") from e
+    r = rt.rank
+    uuid = lambda u: _remap64(r, "track", u)  # noqa: E731
+    flow = lambda f: _remap64(r, "flow", f)  # noqa: E731
+    pids: Dict[int, int] = {}
+    tids: Dict[int, int] = {}
+    out: List[bytes] = []
+    group = pb.TracePacket()
+    group.trusted_packet_sequence_id = (order + 1) << 16
+    gd = group.track_descriptor
+    gd.uuid = rank_group_uuid(r)
+    gd.name = f"Rank {r}"
+    gd.description = f"rank {r}" + (f" from {rt.source}" if rt.source else "")
+    gd.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
+    gd.sibling_order_rank = r
+    out.append(group.SerializeToString())
+    for p in trace.packet:
+        if p.HasField("trusted_packet_sequence_id"):
+            p.trusted_packet_sequence_id = ((order + 1) << 16) | (p.trusted_packet_sequence_id & 0xFFFF)
+        if p.HasField("timestamp") and shift:
+            p.timestamp += shift
+        if p.HasField("clock_snapshot") and shift:
+            for c in p.clock_snapshot.clocks:
+                if c.clock_id not in _REALTIME_CLOCKS:
+                    c.timestamp += shift
+        if p.HasField("trace_packet_defaults"):
+            d = p.trace_packet_defaults.track_event_defaults
+            if d.HasField("track_uuid"):
+                d.track_uuid = uuid(d.track_uuid)
+            d.extra_counter_track_uuids[:] = [uuid(u) for u in d.extra_counter_track_uuids]
+            d.extra_double_counter_track_uuids[:] = [uuid(u) for u in d.extra_double_counter_track_uuids]
+        if p.HasField("track_descriptor"):
+            td = p.track_descriptor
+            td.uuid = uuid(td.uuid)
+            if td.HasField("parent_uuid"):
+                td.parent_uuid = uuid(td.parent_uuid)
+            elif not td.HasField("process") and not td.HasField("thread"):
+                td.parent_uuid = rank_group_uuid(r)  # a global root (GPU n): into the rank's group
+            if td.HasField("process"):
+                pd = td.process
+                original = pd.pid
+                pd.pid = ids.map(pids, pd.pid)
+                base = pd.process_name or (td.name if td.HasField("name") else "") or f"pid {original}"
+                pd.process_name = f"{base} [rank {r}]" + (f" (pid {original})" if pd.pid != original else "")
+                pd.process_labels.append(f"rank {r}")
+                if td.HasField("name"):
+                    td.name = pd.process_name
+            if td.HasField("thread"):
+                th = td.thread
+                th.pid = ids.map(pids, th.pid)
+                th.tid = ids.map(tids, th.tid)
+        if p.HasField("track_event"):
+            te = p.track_event
+            if te.HasField("track_uuid"):
+                te.track_uuid = uuid(te.track_uuid)
+            te.extra_counter_track_uuids[:] = [uuid(u) for u in te.extra_counter_track_uuids]
+            te.extra_double_counter_track_uuids[:] = [uuid(u) for u in te.extra_double_counter_track_uuids]
+            te.flow_ids[:] = [flow(f) for f in te.flow_ids]
+            te.terminating_flow_ids[:] = [flow(f) for f in te.terminating_flow_ids]
+            if te.type in _SLICE_TYPES:
+                a = te.debug_annotations.add()
+                a.name = "rank"
+                a.int_value = r
+        out.append(p.SerializeToString())
+    return out
+
+
+def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
+    """Merge already converted rank traces into the bytes of one trace (see module doc)."""
+    seen: Dict[int, Optional[str]] = {}
+    for rt in ranks:
+        if rt.rank in seen:
+            raise InputError(rt.source, f"rank {rt.rank} appears twice (also in {seen[rt.rank]})")
+        seen[rt.rank] = rt.source
+    with_base = [rt for rt in ranks if rt.base_time_ns]
+    if with_base and len(with_base) != len(ranks):
+        missing = next(rt for rt in ranks if not rt.base_time_ns)
+        raise InputError(missing.source, "has no baseTimeNanoseconds, so it cannot be aligned with the other ranks")
+    ref = min((rt.base_time_ns for rt in ranks), default=0)
+    ids = _Ids()
+    chunks: List[bytes] = []
+    for order, rt in enumerate(sorted(ranks, key=lambda x: x.rank)):
+        for payload in _rewrite(rt, order, rt.base_time_ns - ref, ids):
+            chunks.append(field_bytes(1, payload))
+    return b"".join(chunks)
+
+
+def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Sequence[Optional[AnnotationSet]]] = None,
+          graph_lanes: str = "all") -> MergeReport:
+    """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
+
+    ``annotations``: None, or one entry per trace (None where a rank has none). The rank
+    is the trace's ``distributedInfo.rank``, else its position. Written atomically.
+    """
+    from ..join import join
+    from ..read.kineto import read_trace
+    from .convert import convert
+
+    if annotations is not None and len(annotations) != len(traces):
+        raise ValueError(f"{len(annotations)} annotation sets for {len(traces)} traces")
+    ranks: List[RankTrace] = []
+    with tempfile.TemporaryDirectory(prefix="pga-merge-") as tmp:
+        for i, path in enumerate(traces):
+            spath = os.fspath(path)
+            trace = read_trace(spath)
+            info = trace.distributed_info or {}
+            rank = info.get("rank")
+            rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else i
+            ann = annotations[i] if annotations is not None else None
+            layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
+            pf = os.path.join(tmp, f"rank{i}.pftrace")
+            convert(spath, pf, layout=layout)
+            with open(pf, "rb") as f:
+                ranks.append(RankTrace(rank, trace.base_time_ns, f.read(), spath, layout))
+    data = merge_converted(ranks)
+    with atomic_write(out, "wb", compress=False) as f:
+        f.write(data)
+    ref = min((rt.base_time_ns for rt in ranks), default=0)
+    return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
+                       {rt.rank: rt.layout for rt in ranks})

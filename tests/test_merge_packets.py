@@ -1,0 +1,109 @@
+"""merge_converted on small hand-built traces: groups, clocks, id remapping (decoded with perfetto's protos)."""
+from __future__ import annotations
+
+import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from perfetto_graph_ann.errors import InputError
+from perfetto_graph_ann.write.merge import RankTrace, merge_converted, rank_group_uuid
+
+BOOT = pb.BuiltinClock.BUILTIN_CLOCK_BOOTTIME
+REAL = pb.BuiltinClock.BUILTIN_CLOCK_REALTIME
+
+
+def _rank_trace(pid: int, slice_ts: int, base: int) -> bytes:
+    t = pb.Trace()
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.clock_snapshot.clocks.add(clock_id=BOOT, timestamp=0)
+    p.clock_snapshot.clocks.add(clock_id=REAL, timestamp=base)
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.track_descriptor.uuid = 10
+    p.track_descriptor.name = "GPU 0"
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.track_descriptor.uuid = 11
+    p.track_descriptor.parent_uuid = 10
+    p.track_descriptor.name = "stream 7"
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.track_descriptor.uuid = 20
+    p.track_descriptor.process.pid = pid
+    p.track_descriptor.process.process_name = "python3"
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.track_descriptor.uuid = 21
+    p.track_descriptor.parent_uuid = 20
+    p.track_descriptor.thread.pid = pid
+    p.track_descriptor.thread.tid = pid
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.timestamp = slice_ts - 100
+    p.track_event.type = pb.TrackEvent.Type.TYPE_SLICE_BEGIN
+    p.track_event.track_uuid = 21
+    p.track_event.name = "cudaGraphLaunch"
+    p.track_event.flow_ids.append(5)
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.timestamp = slice_ts
+    p.track_event.type = pb.TrackEvent.Type.TYPE_SLICE_BEGIN
+    p.track_event.track_uuid = 11
+    p.track_event.name = "kernel"
+    p.track_event.terminating_flow_ids.append(5)
+    return t.SerializeToString()
+
+
+def _decode(data: bytes) -> pb.Trace:
+    t = pb.Trace()
+    t.ParseFromString(data)
+    return t
+
+
+def test_groups_clocks_and_ids():
+    base0, base1 = 1_000_000_000, 1_000_000_700
+    merged = _decode(merge_converted([
+        RankTrace(1, base1, _rank_trace(839, 5_000, base1), "r1.json"),
+        RankTrace(0, base0, _rank_trace(839, 5_000, base0), "r0.json"),
+    ]))
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in merged.packet if p.HasField("track_descriptor")}
+    groups = {d.name: u for u, d in tracks.items() if d.name.startswith("Rank ")}
+    assert groups == {"Rank 0": rank_group_uuid(0), "Rank 1": rank_group_uuid(1)}
+    gpus = [d for d in tracks.values() if d.name == "GPU 0"]
+    assert sorted(d.parent_uuid for d in gpus) == sorted(groups.values())
+    streams = [d for d in tracks.values() if d.name == "stream 7"]
+    assert {tracks[d.parent_uuid].name for d in streams} == {"GPU 0"} and len({d.parent_uuid for d in streams}) == 2
+    procs = [d.process for d in tracks.values() if d.HasField("process")]
+    assert len({p.pid for p in procs}) == 2  # the colliding pid got a fresh id in rank 1
+    assert sorted(p.process_name for p in procs)[0] == "python3 [rank 0]"
+    assert any("rank 1" in p.process_name and "(pid 839)" in p.process_name for p in procs)
+    threads = [d.thread for d in tracks.values() if d.HasField("thread")]
+    assert len({(t.pid, t.tid) for t in threads}) == 2
+    assert {t.pid for t in threads} == {p.pid for p in procs}
+    # absolute time: rank 1 moved by base1 - base0; REALTIME in every snapshot = base + trace time
+    kernels = {}
+    for p in merged.packet:
+        if p.HasField("track_event") and p.track_event.name == "kernel":
+            rank = next(a.int_value for a in p.track_event.debug_annotations if a.name == "rank")
+            kernels[rank] = p.timestamp
+    assert kernels == {0: 5_000, 1: 5_000 + 700}
+    for p in merged.packet:
+        if p.HasField("clock_snapshot"):
+            c = {x.clock_id: x.timestamp for x in p.clock_snapshot.clocks}
+            assert c[REAL] - c[BOOT] == base0
+    # flows stay paired within a rank and differ across ranks
+    outs = [p.track_event.flow_ids[0] for p in merged.packet if p.HasField("track_event") and p.track_event.flow_ids]
+    ins = [p.track_event.terminating_flow_ids[0] for p in merged.packet
+           if p.HasField("track_event") and p.track_event.terminating_flow_ids]
+    assert sorted(outs) == sorted(ins) and len(set(outs)) == 2
+    seqs = {p.trusted_packet_sequence_id for p in merged.packet if p.HasField("track_event")}
+    assert len(seqs) == 2  # each rank's (interning) sequence stays its own
+
+
+def test_duplicate_rank_and_missing_base():
+    a = _rank_trace(1, 1000, 5)
+    with pytest.raises(InputError, match="rank 0 appears twice"):
+        merge_converted([RankTrace(0, 5, a, "a.json"), RankTrace(0, 5, a, "b.json")])
+    with pytest.raises(InputError) as info:
+        merge_converted([RankTrace(0, 5, a, "a.json"), RankTrace(1, 0, a, "b.json")])
+    assert str(info.value).startswith("b.json: ") and "baseTimeNanoseconds" in str(info.value)
