@@ -130,3 +130,30 @@ def test_trackevent_track_names_and_debug_args(trackevent_trace):
         for track, ts, dur, name, args in kernels
     )
     assert [(r.ts, r.name, r.dur, r.track, r.stream, r.nelems, r.coll) for r in rows] == expected
+
+
+def test_a_package_of_our_own_registers_next_to_graph_ann(tmp_path):
+    from perfetto_graph_ann._resources import sql_package_dir
+    from perfetto_graph_ann.errors import QueryError
+    from perfetto_graph_ann.query.engine import EngineConfig
+
+    pkg = tmp_path / "mytest"
+    (pkg / "deep").mkdir(parents=True)
+    (pkg / "kernels.sql").write_text(
+        "CREATE PERFETTO TABLE mytest_kernels AS SELECT id, dur FROM slice WHERE category = 'kernel';\n"
+    )
+    (pkg / "deep" / "total.sql").write_text(
+        "INCLUDE PERFETTO MODULE mytest.kernels;\n"
+        "CREATE PERFETTO FUNCTION mytest_total() RETURNS LONG AS SELECT SUM(dur) FROM mytest_kernels;\n"
+    )
+    (pkg / "broken.sql").write_text("CREATE PERFETTO TABLE oops AS SELEC 1;\n")
+    events = [e for e in load_json("seed_block_graph")["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    config = EngineConfig(sql_packages=[sql_package_dir(), pkg])
+    with open_trace(fixture_trace("seed_block_graph"), engine="portable", config=config) as s:
+        row = s.query("INCLUDE PERFETTO MODULE mytest.deep.total; SELECT COUNT(*) AS n, mytest_total() AS total FROM mytest_kernels").rows[0]
+        assert row.n == len(events)
+        # Perfetto's JSON importer turns microseconds into ns as round(us * 1000).
+        assert row.total == sum(round(e["dur"] * 1000) for e in events)
+        s.query("INCLUDE PERFETTO MODULE graph_ann.gpu_work; SELECT 1")  # ours is still there
+        with pytest.raises(QueryError, match="mytest.broken"):
+            s.query("INCLUDE PERFETTO MODULE mytest.broken")

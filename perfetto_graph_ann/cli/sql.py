@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         from ..util.atomic import atomic_write
 
-        with atomic_write(args.output, "w") as f:
-            f.write(text)
+        with atomic_write(args.output, "wb", compress=False) as f:
+            f.write(text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     return 0
