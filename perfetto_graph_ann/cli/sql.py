@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         from ..util.atomic import atomic_write
 
-        with atomic_write(args.output, "wb", compress=False) as f:
+        with atomic_write(args.output, "wb") as f:
             f.write(text.encode("utf-8"))
     else:
         sys.stdout.write(text)
