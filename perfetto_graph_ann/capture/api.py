@@ -71,15 +71,15 @@ class graph:
     def __enter__(self) -> Any:
         import torch
 
-        name = backends.selected_name()
+        name = backends.selected_name()  # probe before capture starts: probing is not capture-safe
         if name == backends.TORCH:
             self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
                                            capture_error_mode=self.capture_error_mode, enable_annotations=True)
             return self._inner.__enter__()
+        backend = backends.active()
         self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
                                        capture_error_mode=self.capture_error_mode)
         ret = self._inner.__enter__()
-        backend = backends.active()
         if backend is None:
             _warn_unavailable()
             return ret

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ..errors import CaptureError
 from .resolve import ActivityRecord, calibration_table
@@ -24,8 +24,12 @@ _BUFFER_BYTES = 8 << 20
 _session_lock = threading.Lock()
 
 
-def records_from_activities(acts: Iterable[Any]) -> List[ActivityRecord]:
-    """cupti-python activity objects -> :class:`ActivityRecord` (others skipped)."""
+def records_from_activities(acts: Iterable[Any], kinds: Optional[Mapping[int, str]] = None) -> List[ActivityRecord]:
+    """cupti-python activity objects -> :class:`ActivityRecord`; records without a graph node are skipped.
+
+    ``kinds`` maps an activity kind value to ``kernel`` / ``memcpy`` / ``memset``; records of
+    other kinds are skipped when it is given.
+    """
     out = []
     for a in acts:
         node = getattr(a, "graph_node_id", None)
@@ -33,8 +37,11 @@ def records_from_activities(acts: Iterable[Any]) -> List[ActivityRecord]:
         start = getattr(a, "start", None)
         if not node or stream is None or start is None:
             continue
-        kind = str(getattr(getattr(a, "kind", None), "name", "kernel")).lower()
-        kind = "kernel" if "kernel" in kind else ("memset" if "memset" in kind else ("memcpy" if "memcpy" in kind else kind))
+        kind = "kernel"
+        if kinds is not None:
+            kind = kinds.get(int(getattr(a, "kind", -1)))
+            if kind is None:
+                continue
         out.append(ActivityRecord(int(node), int(stream), int(start), int(getattr(a, "end", 0) or 0), kind))
     return out
 
@@ -63,14 +70,13 @@ def cupti_activity(collected: List[Any]) -> Iterator[None]:
     def requested():
         return _BUFFER_BYTES, 0
 
-    def completed(acts):
-        collected.extend(records_from_activities(acts))
+    names = {"CONCURRENT_KERNEL": "kernel", "MEMCPY": "memcpy", "MEMSET": "memset"}
+    kind_of = {int(getattr(cupti.ActivityKind, n)): v for n, v in names.items() if hasattr(cupti.ActivityKind, n)}
 
-    kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
-    for name in ("MEMCPY", "MEMSET"):
-        k = getattr(cupti.ActivityKind, name, None)
-        if k is not None:
-            kinds.append(k)
+    def completed(acts):
+        collected.extend(records_from_activities(acts, kind_of))
+
+    kinds = [getattr(cupti.ActivityKind, n) for n in names if hasattr(cupti.ActivityKind, n)]
     cupti.activity_register_callbacks(requested, completed)
     enabled = []
     try:

@@ -1,0 +1,106 @@
+"""Capture-time annotation cost on a GPU (run on the GPU machine).
+
+Measures, on the seed's transformer block (B=4, T=256, D=1024, H=8, fp32):
+- capture time: ``torch.cuda.graph`` with the unannotated block vs ``pga.graph`` with the
+  seed's four scopes (calibration off, so only scope bookkeeping, node table and
+  rekeying are timed), median of N captures each, interleaved;
+- replay time: 200 replays of the plain graph vs the annotated one (CUDA events), median
+  of 5 rounds, interleaved (annotation must not change the executable graph);
+- calibration time: ``calibrate(g)`` (one replay under a CUPTI activity session) vs one
+  plain replay (synchronized, wall clock).
+Prints a JSON report; ``--out FILE`` also writes it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
+import perfetto_graph_ann as pga  # noqa: E402
+from blocks import seed_block, warmup  # noqa: E402
+from perfetto_graph_ann.capture.api import calibrate  # noqa: E402
+
+
+def capture_s(fn, annotated: bool) -> float:
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with (pga.graph(g, calibrate=False) if annotated else torch.cuda.graph(g)):
+        fn()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    g.reset()
+    return dt
+
+
+def replay_ms(g, n: int = 200) -> float:
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        g.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--captures", type=int, default=20)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    plain_fn, ann_fn = seed_block(annotate=False), seed_block(annotate=True)
+    warmup(plain_fn)
+    warmup(ann_fn)
+    cap_plain, cap_ann = [], []
+    for _ in range(args.captures):  # interleaved so drift hits both
+        cap_plain.append(capture_s(plain_fn, False))
+        cap_ann.append(capture_s(ann_fn, True))
+    gp, ga = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(gp):
+        plain_fn()
+    with pga.graph(ga, calibrate=False):
+        ann_fn()
+    for _ in range(20):
+        gp.replay()
+        ga.replay()
+    rp, ra = [], []
+    for _ in range(5):
+        rp.append(replay_ms(gp))
+        ra.append(replay_ms(ga))
+    one, cal = [], []
+    for _ in range(10):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        gp.replay()
+        torch.cuda.synchronize()
+        one.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        calibrate(ga)
+        cal.append(time.perf_counter() - t0)
+    med = statistics.median
+    rep = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": pga.backend_info()["backend"],
+        "captures": args.captures,
+        "capture_ms_plain_median": med(cap_plain) * 1e3, "capture_ms_annotated_median": med(cap_ann) * 1e3,
+        "capture_overhead_pct": (med(cap_ann) / med(cap_plain) - 1) * 100,
+        "replay_ms_plain_median": med(rp), "replay_ms_annotated_median": med(ra),
+        "replay_ratio": med(ra) / med(rp), "replay_ms_plain_all": rp, "replay_ms_annotated_all": ra,
+        "one_replay_sync_ms_median": med(one) * 1e3, "calibration_ms_median": med(cal) * 1e3,
+        "calibration_ms_first": cal[0] * 1e3,
+        "calibration_minus_one_replay_ms": (med(cal) - med(one)) * 1e3,
+    }
+    text = json.dumps(rep, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

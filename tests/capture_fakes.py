@@ -1,0 +1,77 @@
+"""A fake CUDA graph backend for the capture stage's CPU tests (no torch, no GPU).
+
+``FakeCuda`` plays the driver: graphs under capture on streams, nodes with local ids,
+executable graphs with their own ids. ``launch(stream, kernel)`` is what a kernel launch
+during capture does: it appends a node to the graph being captured on that stream.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Dict, List, Optional
+
+from perfetto_graph_ann.capture.backends import CaptureBackend
+from perfetto_graph_ann.capture.resolve import NodeInfo
+
+
+class FakeCuda(CaptureBackend):
+    name = "fake"
+
+    def __init__(self, first_graph_id: int = 1):
+        self._ids = itertools.count(first_graph_id)
+        self._handles = itertools.count(0x1000, 8)
+        self.capturing: Dict[int, int] = {}  # stream -> graph handle
+        self.graphs: Dict[int, List[NodeInfo]] = {}  # graph handle -> nodes
+        self.graph_ids: Dict[int, int] = {}
+        self.execs: Dict[int, int] = {}  # exec handle -> exec id
+        self.lock = threading.Lock()
+        self.list_calls = 0
+
+    # driver side ----------------------------------------------------------------
+    def begin_capture(self, stream: int) -> int:
+        g = next(self._handles)
+        self.graphs[g] = []
+        self.graph_ids[g] = next(self._ids)
+        self.capturing[stream] = g
+        return g
+
+    def join(self, side_stream: int, origin: int) -> None:
+        """A side stream waits on a capturing stream: it joins that capture."""
+        self.capturing[side_stream] = self.capturing[origin]
+
+    def launch(self, stream: int, kernel: str = "k", type: str = "kernel", grid=(1, 1, 1), block=(128, 1, 1)) -> int:
+        with self.lock:
+            g = self.capturing[stream]
+            h = next(self._handles)
+            self.graphs[g].append(NodeInfo(h, len(self.graphs[g]), type, kernel if type == "kernel" else None,
+                                           grid if type == "kernel" else None, block if type == "kernel" else None))
+            return h
+
+    def end_capture(self, stream: int) -> int:
+        g = self.capturing.pop(stream)
+        for s in [s for s, gg in self.capturing.items() if gg == g]:
+            del self.capturing[s]
+        return g
+
+    def instantiate(self, graph: int) -> int:
+        e = next(self._handles)
+        self.execs[e] = next(self._ids)
+        return e
+
+    # backend interface ------------------------------------------------------------
+    def capture_graph(self, stream: int) -> Optional[int]:
+        return self.capturing.get(stream)
+
+    def list_nodes(self, graph: int) -> List[int]:
+        self.list_calls += 1
+        with self.lock:
+            return [n.handle for n in self.graphs[graph]]
+
+    def node_infos(self, graph: int) -> List[NodeInfo]:
+        return list(self.graphs[graph])
+
+    def exec_id(self, graph_exec: int) -> int:
+        return self.execs[graph_exec]
+
+    def graph_id(self, graph: int) -> Optional[int]:
+        return self.graph_ids[graph]
