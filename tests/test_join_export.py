@@ -76,3 +76,16 @@ def test_export_import_is_torch_free():
     code = ("import sys, perfetto_graph_ann.write.export, perfetto_graph_ann.join; "
             "import perfetto_graph_ann as p; p.export; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_export_pftrace(tmp_path):
+    from pftrace_decode import decode
+
+    name = "seed_block_annotated"
+    out = tmp_path / "run.pftrace"
+    layout = export(FakeProfiler(name), out, annotations=read_capture_record(fixture_capture(name)))
+    assert layout.report.matched["calibrated"] == 70
+    d = decode(out)
+    kernels = [s for s in d.slices if s.cat == "kernel"]
+    assert Counter(s.args["stream"] for s in kernels) == Counter(x["lane"] for x in calibrated_expectation(name).values())
+    assert Counter(d.tracks[s.track].name for s in kernels) == {"stream 7": 10, "61 mlp": 20, "62 attention": 40}

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from conftest import fixture_capture, fixture_trace
+from engine_support import requires_portable
 from join_expect import calibrated_expectation, kernels, load_json
 from perfetto_graph_ann.cli.main import main
 
@@ -52,3 +53,17 @@ def test_lanes_bad_inputs_exit_2(tmp_path, capsys):
     assert str(bad) in capsys.readouterr().err
     assert main(["lanes", str(fixture_trace("two_branch")), "-a", str(tmp_path / "missing.json"), "--no-sql"]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+@requires_portable
+def test_lanes_prints_sql_lane_summary(capsys):
+    name = "seed_block_annotated"
+    rc = main(["lanes", str(fixture_trace(name)), "-a", str(fixture_capture(name)), "--engine", "portable"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "SQL lane summary" in text
+    sql_part = text.split("SQL lane summary", 1)[1]
+    after = Counter(x["lane"] for x in calibrated_expectation(name).values())
+    for lane, label in ((61, "61 mlp"), (62, "62 attention"), (7, "stream 7")):
+        m = re.search(rf"^\s*0\s+{lane}\s+{label}\s+(\d+)\s", sql_part, re.M)
+        assert m and int(m.group(1)) == after[lane]

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 
 from conftest import fixture_capture, fixture_trace
+from engine_support import requires_portable
 from join_expect import COLLECTIVE_FIELDS, calibrated_expectation, kernels, load_json
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
@@ -17,6 +18,8 @@ from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.convert import convert
 from test_join_fixtures import _strip_calibration, allreduce_annotations
+
+pytestmark = requires_portable  # the same logic is checked without an engine in test_join_fixtures.py
 
 KERNELS_SQL = """
 SELECT s.ts, s.name, t.name AS track,

@@ -84,7 +84,7 @@ def _sql_summary(args, trace, layout, out) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="pga-lanes-") as tmp:
         pf = os.path.join(tmp, "annotated.pftrace")
-        convert(args.trace, pf, layout=layout)
+        convert(trace, pf, layout=layout)
         try:
             with open_trace(pf, engine=args.engine) as session:
                 df = lane_summary(session)

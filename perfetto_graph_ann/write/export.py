@@ -65,5 +65,5 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         else:
             from .convert import convert
 
-            convert(src, out, layout=layout)
+            convert(trace, out, layout=layout)
     return layout

@@ -205,7 +205,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
             ann = annotations[i] if annotations is not None else None
             layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
             pf = os.path.join(tmp, f"rank{i}.pftrace")
-            convert(spath, pf, layout=layout)
+            convert(trace, pf, layout=layout)
             with open(pf, "rb") as f:
                 ranks.append(RankTrace(rank, trace.base_time_ns, f.read(), spath, layout))
     data = merge_converted(ranks)

@@ -1,0 +1,108 @@
+"""merge: several ranks in one .pftrace, checked in the trace processor against the fixture JSON."""
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from decimal import Decimal
+
+from conftest import fixture_capture, fixture_trace
+from engine_support import requires_portable
+from join_expect import calibrated_expectation, kernels, load_json
+from perfetto_graph_ann.cli.main import main
+from perfetto_graph_ann.query.session import open_trace
+from perfetto_graph_ann.write.merge import merge
+from test_join_fixtures import allreduce_annotations
+
+pytestmark = requires_portable  # packet-level checks without an engine: test_merge_packets.py
+
+SHIFT_NS = 1_500_000_000  # rank 1's profile started 1.5 s (absolute time) after rank 0's
+
+
+def _rank1_copy(tmp_path):
+    """allreduce_graph_rank0 relabelled as rank 1 with its base time 1.5 s later."""
+    doc = load_json("allreduce_graph_rank0")
+    doc["distributedInfo"] = dict(doc["distributedInfo"], rank=1)
+    doc["baseTimeNanoseconds"] += SHIFT_NS
+    p = tmp_path / "allreduce_graph_rank1.trace.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump(doc, f)
+    return p
+
+
+def _ts_ns(e) -> int:
+    return int(Decimal(str(e["ts"])) * 1000)
+
+
+def test_merge_two_ranks_aligned_and_grouped(tmp_path):
+    r1 = _rank1_copy(tmp_path)
+    out = tmp_path / "all.pftrace"
+    ann = allreduce_annotations()
+    report = merge([fixture_trace("allreduce_graph_rank0"), r1], out, [ann, ann])
+    assert report.shifts_ns == {0: 0, 1: SHIFT_NS}
+    src = load_json("allreduce_graph_rank0")
+    expect_ts = sorted(_ts_ns(e) for _, e in kernels(src))
+    with open_trace(out, engine="portable") as s:
+        rows = s.query("""
+            SELECT s.ts, s.name, EXTRACT_ARG(s.arg_set_id, 'debug.rank') AS rank,
+                   EXTRACT_ARG(s.arg_set_id, 'debug.stream') AS lane, t.name AS track,
+                   p.name AS gpu, g.name AS grp
+            FROM slice s JOIN track t ON s.track_id = t.id
+            JOIN track p ON t.parent_id = p.id JOIN track g ON p.parent_id = g.id
+            WHERE s.category = 'kernel'""").tuples()
+        by_rank = {0: [], 1: []}
+        for ts, name, rank, lane, track, gpu, grp in rows:
+            by_rank[rank].append(ts)
+            assert gpu == "GPU 0" and grp == f"Rank {rank}"
+            if name.startswith("nccl"):
+                assert lane == 60 and track == "60 default_pg (all_reduce)"
+        assert sorted(by_rank[0]) == expect_ts
+        assert sorted(by_rank[1]) == [t + SHIFT_NS for t in expect_ts]
+        procs = {r[0] for r in s.query("SELECT name FROM process WHERE name IS NOT NULL").tuples()}
+        assert any("[rank 0]" in p for p in procs) and any("[rank 1]" in p for p in procs)
+        n_flows = s.query("SELECT COUNT(*) FROM flow").tuples()[0][0]
+    with open_trace(_single(tmp_path), engine="portable") as s:
+        single_flows = s.query("SELECT COUNT(*) FROM flow").tuples()[0][0]
+    assert n_flows == 2 * single_flows > 0
+
+
+def _single(tmp_path):
+    from perfetto_graph_ann.write.convert import convert
+
+    p = tmp_path / "single.pftrace"
+    convert(fixture_trace("allreduce_graph_rank0"), p)
+    return p
+
+
+def test_merge_cli_per_rank_annotations(tmp_path, capsys):
+    out = tmp_path / "merged.pftrace"
+    rc = main(["merge", str(fixture_trace("seed_block_annotated")), str(fixture_trace("two_branch")),
+               "-a", str(fixture_capture("seed_block_annotated")), "-a", str(fixture_capture("two_branch")),
+               "-o", str(out)])
+    assert rc == 0 and out.exists()
+    expect = {r: Counter(x["lane"] for x in calibrated_expectation(n).values())
+              for r, n in enumerate(["seed_block_annotated", "two_branch"])}
+    with open_trace(out, engine="portable") as s:
+        rows = s.query("""SELECT EXTRACT_ARG(arg_set_id, 'debug.rank') AS rank,
+                                 EXTRACT_ARG(arg_set_id, 'debug.stream') AS lane, COUNT(*)
+                          FROM slice WHERE category = 'kernel' GROUP BY 1, 2""").tuples()
+    got = {0: Counter(), 1: Counter()}
+    for rank, lane, n in rows:
+        got[rank][lane] = n
+    assert got == expect
+
+
+def test_merge_cli_errors(tmp_path, capsys):
+    out = tmp_path / "m.pftrace"
+    t = str(fixture_trace("two_branch"))
+    a = str(fixture_capture("two_branch"))
+    # same trace twice, no distributedInfo: ranks by position, so this is fine
+    assert main(["merge", t, t, "-o", str(out)]) == 0
+    # three annotation files for two traces
+    assert main(["merge", t, t, "-a", a, "-a", a, "-a", a, "-o", str(out)]) == 2
+    assert "3 times for 2 traces" in capsys.readouterr().err
+    # the same rank twice
+    r0 = str(fixture_trace("allreduce_graph_rank0"))
+    out2 = tmp_path / "dup.pftrace"
+    assert main(["merge", r0, r0, "-o", str(out2)]) == 2
+    assert "rank 0 appears twice" in capsys.readouterr().err and not out2.exists()
