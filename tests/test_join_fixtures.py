@@ -197,3 +197,20 @@ def test_allreduce_graph_restores_eager_collective_fields():
         assert {k: type(v) for k, v in got.items()} == {k: type(v) for k, v in ref.items()}
     assert layout.lane_names[(0, 60)] == "60 default_pg (all_reduce)"
     assert sorted(p.args["replay"] for i, p in layout.placements.items() if i in nccl_idx) == [0, 1, 2, 3, 4]
+
+
+def test_cut_replay_falls_back_to_structural(seed):
+    """A replay missing its first kernel (profiling window cut) must not shift calibrated ordinals."""
+    trace, ann = seed
+    expect = calibrated_expectation("seed_block_annotated")
+    first_replay = sorted(i for i, x in expect.items() if x["replay"] == 0)
+    dropped = first_replay[0]  # the qkv GEMM of replay 0
+    cut = dataclasses.replace(trace, events=[e for e in trace.events if e.index != dropped])
+    layout = join(cut, ann, "all")
+    rest = [i for i in first_replay if i != dropped]
+    for i in rest:
+        p = layout.placements[i]
+        assert p.args["join"] == "structural"  # not calibrated: the stream count disagrees
+        assert p.lane == expect[i]["lane"] and p.args["name"] == expect[i]["scope"]
+    assert layout.report.matched["calibrated"] == 70 - len(first_replay)
+    assert layout.report.matched["structural"] == len(rest) and layout.report.unmatched == 0

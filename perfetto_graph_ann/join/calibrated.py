@@ -5,10 +5,13 @@ the stream it ran on and its position on that stream within the replay. Which st
 node runs on is fixed for one executable graph, so the same (stream, ordinal) names the
 same node in every profiled replay. When several calibrated graphs exist, each replay is
 given to the graph whose table fits most of its events (type, name, grid and block must
-agree); a tie between graphs marks the matches ambiguous.
+agree); a tie between graphs marks the matches ambiguous. A stream whose event count in
+the replay differs from the calibration's (a replay cut by the profiling window, a
+dropped record) is not trusted: its events are left to the structural join.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..capture.annotations import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
@@ -36,9 +39,12 @@ def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
         if not g.calibrated or not device_ok(g.device, replay.device):
             continue
         table, kernels_only = _table(g)
+        expected_per_stream = Counter(stream for stream, _ in table)
+        ordinals = replay.ordinals(kernels_only)
+        seen_per_stream = Counter(stream for stream, _ in ordinals.values())
         found: Dict[int, NodeRecord] = {}
-        for idx, pos in replay.ordinals(kernels_only).items():
-            if idx not in pending_set:
+        for idx, pos in ordinals.items():
+            if idx not in pending_set or seen_per_stream[pos[0]] != expected_per_stream[pos[0]]:
                 continue
             node = table.get(pos)
             if node is not None and compatible(by_index[idx], node):

@@ -69,7 +69,9 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
 
     lane_names = {}
     if graph_lanes == "all":
-        named = explicit_lanes(matches)
+        # The default lane keeps its stream name even if an annotation asks for it explicitly:
+        # it also holds every graphed event without a lane.
+        named = explicit_lanes(matches) - {DEFAULT_GRAPH_LANE}
         by_index = {e.index: e for r in replays for e in r.events}
         for idx, p in placements.items():
             dev = by_index[idx].device
