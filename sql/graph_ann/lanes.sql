@@ -166,9 +166,9 @@ SELECT
   s.work_count,
   s.kernel_count,
   s.total_dur,
-  b.busy_dur,
-  CAST(b.busy_dur AS DOUBLE) / (SELECT dur FROM _graph_ann_profiled_span) AS utilization,
-  CAST(rb.busy_dur AS DOUBLE) / r.dur AS replay_utilization,
+  COALESCE(b.busy_dur, 0) AS busy_dur,
+  CAST(COALESCE(b.busy_dur, 0) AS DOUBLE) / (SELECT dur FROM _graph_ann_profiled_span) AS utilization,
+  CAST(COALESCE(rb.busy_dur, 0) AS DOUBLE) / NULLIF(r.dur, 0) AS replay_utilization,
   s.mean_dur,
   p.p50_dur,
   p.p90_dur,
@@ -179,7 +179,7 @@ SELECT
   s.last_ts,
   s.end_ts
 FROM stats AS s
-JOIN busy AS b USING (device, lane_id)
+LEFT JOIN busy AS b USING (device, lane_id)
 JOIN pct AS p USING (device, lane_id)
 LEFT JOIN _graph_ann_replays_span AS r USING (device)
 LEFT JOIN replay_busy AS rb USING (device, lane_id)

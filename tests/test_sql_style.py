@@ -1,0 +1,71 @@
+"""Static checks of sql/graph_ann: the stdlib's documentation style and the v52 traps.
+
+PERFETTO_NOTES.md lists what trace processor v52 lacks (``ANY`` type, ``DELEGATES TO``)
+and what later releases removed (``slice.stack_id``); ``__intrinsic`` objects are
+private to the trace processor. These are text checks; that the modules actually run on
+v52 is what test_sql_metrics.py checks on the portable engine.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from perfetto_graph_ann._resources import sql_package_dir
+
+SQL_DIR = sql_package_dir()
+MODULES = sorted(p.name[:-4] for p in SQL_DIR.glob("*.sql"))
+PUBLIC = {"gpu_work", "lanes", "replays", "collectives", "overlap"}
+
+_CREATE = re.compile(r"^CREATE PERFETTO (TABLE|VIEW|FUNCTION|MACRO|INDEX) (\w+)\s*\(", re.M)
+
+
+def _text(module: str) -> str:
+    return (SQL_DIR / f"{module}.sql").read_text()
+
+
+def test_public_modules_exist():
+    assert PUBLIC <= set(MODULES)
+    assert all("." not in m for m in MODULES)  # a second dot would make the module unloadable
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_v52_traps(module):
+    text = _text(module)
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    assert not re.search(r"\bANY\b", code), "type ANY does not exist in v52"
+    assert "DELEGATES TO" not in code
+    assert "stack_id" not in code, "slice.stack_id / parent_stack_id were removed in v54"
+    assert "__intrinsic" not in code
+    assert "@" not in code
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_includes_first_and_names_prefixed(module):
+    text = _text(module)
+    lines = [l for l in text.splitlines() if l.strip() and not l.startswith("--")]
+    includes = [i for i, l in enumerate(lines) if l.startswith("INCLUDE PERFETTO MODULE")]
+    assert includes == list(range(len(includes))), "INCLUDE lines come before any other statement"
+    for _, name in _CREATE.findall(text):
+        assert name.startswith(("graph_ann_", "_graph_ann_")), name
+    assert text.rstrip().endswith(";")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_object_and_column_documented(module):
+    lines = _text(module).splitlines()
+    for i, line in enumerate(lines):
+        m = _CREATE.match(line)
+        if not m:
+            continue
+        assert lines[i - 1].startswith("--"), f"{m.group(2)}: no comment block above"
+        # the schema / argument list: every entry needs a `--` line right above it
+        j = i + 1
+        while not lines[j].startswith(")"):
+            entry = lines[j].strip()
+            if entry and not entry.startswith("--"):
+                assert lines[j - 1].strip().startswith("--"), f"{m.group(2)}: `{entry}` has no comment"
+                if m.group(1) in ("TABLE", "VIEW"):
+                    assert re.match(r"^\w+ (LONG|DOUBLE|STRING|BOOL|TIMESTAMP|DURATION|ARGSETID|INT|UINT|BYTES"
+                                    r"|ID\(\w+\.\w+\)|JOINID\(\w+\.\w+\)),?$", entry), f"{m.group(2)}: untyped `{entry}`"
+            j += 1
