@@ -16,8 +16,21 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..capture.annotations import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import CALIBRATED
-from .match import Match, compatible, device_ok
+from .match import Match, compatible_signatures, device_ok, signature
 from .replays import Replay
+
+
+_SIG_CACHE: Dict[Tuple[int, Optional[str], Optional[tuple], Optional[tuple]], Tuple] = {}
+
+
+def _node_signature(node: NodeRecord) -> Tuple:
+    k = (node.key, node.kernel, node.grid, node.block)
+    sig = _SIG_CACHE.get(k)
+    if sig is None:
+        if len(_SIG_CACHE) > 100_000:
+            _SIG_CACHE.clear()
+        sig = _SIG_CACHE[k] = signature(node, strict=False)
+    return sig
 
 
 def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], NodeRecord], bool]:
@@ -31,7 +44,7 @@ def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
                      only_graph: Optional[int] = None) -> Tuple[Dict[int, Match], Optional[int]]:
     """Match the ``pending`` event indices of ``replay``; returns matches and the chosen graph id."""
     pending_set = set(pending)
-    by_index = {e.index: e for e in replay.events}
+    ev_sig = {e.index: signature(e, strict=False) for e in replay.events if e.index in pending_set}
     scored: List[Tuple[int, int, Dict[int, NodeRecord]]] = []  # (score, exec id, matches)
     for g in graphs:
         if only_graph is not None and g.exec_id != only_graph:
@@ -47,7 +60,7 @@ def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
             if idx not in pending_set or seen_per_stream[pos[0]] != expected_per_stream[pos[0]]:
                 continue
             node = table.get(pos)
-            if node is not None and compatible(by_index[idx], node):
+            if node is not None and compatible_signatures(ev_sig[idx], _node_signature(node)):
                 found[idx] = node
         if found:
             scored.append((len(found), g.exec_id, found))

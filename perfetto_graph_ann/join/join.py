@@ -14,7 +14,7 @@ from ..capture.annotations import AnnotationSet
 from ..read.model import KinetoTrace
 from .calibrated import match_calibrated
 from .exact import match_exact
-from .lanes import GRAPH_LANES, explicit_lanes, lane_name, placement
+from .lanes import GRAPH_LANES, lane_name, placement
 from .match import Match
 from .model import DEFAULT_GRAPH_LANE, JoinReport, LaneLayout
 from .replays import Replay, find_replays
@@ -57,10 +57,11 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
 
     replay_index = _replay_indices(replays, replay_graph)
     placements = {}
+    cache: Dict = {}
     for r in replays:
         for e in r.events:
             m = matches.get(e.index)
-            placements[e.index] = placement(e, m, replay_index.get(r.correlation) if m else None, graph_lanes)
+            placements[e.index] = placement(e, m, replay_index.get(r.correlation) if m else None, graph_lanes, cache)
             if m is None:
                 report.unmatched += 1
             else:
@@ -71,7 +72,7 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
     if graph_lanes == "all":
         # The default lane keeps its stream name even if an annotation asks for it explicitly:
         # it also holds every graphed event without a lane.
-        named = explicit_lanes(matches) - {DEFAULT_GRAPH_LANE}
+        named = {lane for lane, _ in cache.values()} - {DEFAULT_GRAPH_LANE}
         by_index = {e.index: e for r in replays for e in r.events}
         for idx, p in placements.items():
             dev = by_index[idx].device

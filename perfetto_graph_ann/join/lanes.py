@@ -6,7 +6,7 @@ recorded stream and carries the lane it would have had as ``annotated_stream``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..capture.annotations import AnnotationSet, NodeRecord
 from ..read.model import TraceEvent
@@ -30,22 +30,36 @@ def annotated_lane(match: Optional[Match]) -> int:
     return DEFAULT_GRAPH_LANE
 
 
-def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[int], graph_lanes: str) -> Placement:
-    """Where a graphed event is drawn and the args it gains."""
+def node_args(node: NodeRecord) -> Dict[str, Any]:
+    """The args every event of ``node`` gains: annotation fields (not ``stream``), graph ids."""
+    args = {k: v for k, v in node.annotation.items() if k not in RESERVED_ARGS}
+    args["graph id"] = node.graph_id
+    args["graph node id"] = node.key
+    return args
+
+
+def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[int], graph_lanes: str,
+              cache: Optional[Dict[int, Tuple[int, Dict[str, Any]]]] = None) -> Placement:
+    """Where a graphed event is drawn and the args it gains.
+
+    ``cache`` (node key -> (lane, node args)) saves recomputing per-node parts per event.
+    """
     args: Dict[str, Any] = {}
+    lane = DEFAULT_GRAPH_LANE
     if match is not None:
         node = match.node
-        for k, v in node.annotation.items():
-            if k not in RESERVED_ARGS:
-                args[k] = v
-        args["graph id"] = node.graph_id
-        args["graph node id"] = node.key
+        hit = cache.get(node.key) if cache is not None else None
+        if hit is None:
+            hit = (annotated_lane(match), node_args(node))
+            if cache is not None:
+                cache[node.key] = hit
+        lane, base = hit
+        args.update(base)
         if replay_index is not None:
             args["replay"] = replay_index
         args["join"] = match.strategy
         if match.ambiguous:
             args["join_ambiguous"] = True
-    lane = annotated_lane(match)
     hw = event.stream
     if graph_lanes == "all":
         if hw is not None:
@@ -74,8 +88,3 @@ def lane_name(lane: int, annotations: AnnotationSet) -> str:
         if desc and coll:
             return f"{lane} {desc} ({coll})"
     return f"stream {lane}"
-
-
-def explicit_lanes(matches: Mapping[int, Match]) -> set:
-    """Lanes that annotations ask for (as opposed to the default lane)."""
-    return {m.node.lane for m in matches.values() if m.node.lane is not None}

@@ -20,13 +20,15 @@ class Match:
 def compatible(event: TraceEvent, node: NodeRecord) -> bool:
     """Could this event be a replay of this node? Type, base name, grid and block must agree
     wherever both sides know them."""
-    if node.type != node_type_of(event):
+    return compatible_signatures(signature(event, strict=False), signature(node, strict=False))
+
+
+def compatible_signatures(ev: Tuple, node: Tuple) -> bool:
+    """:func:`compatible` on precomputed loose signatures (None on either side matches)."""
+    if ev[0] != node[0]:
         return False
-    if node.kernel and event.category == "kernel" and base_name(node.kernel) != base_name(event.name):
-        return False
-    for key, value in (("grid", node.grid), ("block", node.block)):
-        ev = dim3_arg(event, key)
-        if value is not None and ev is not None and tuple(value) != ev:
+    for a, b in zip(ev[1:], node[1:]):
+        if a is not None and b is not None and a != b:
             return False
     return True
 

@@ -34,8 +34,10 @@ def int_arg(event: TraceEvent, key: str) -> Optional[int]:
 
 def dim3_arg(event: TraceEvent, key: str) -> Optional[Tuple[int, ...]]:
     v = event.args.get(key)
-    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-        return tuple(v)
+    if type(v) is list:
+        t = tuple(v)
+        if all(type(x) is int for x in t):
+            return t
     return None
 
 
