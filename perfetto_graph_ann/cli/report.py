@@ -155,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         from ..util.atomic import atomic_write
 
-        with atomic_write(args.output, "w") as f:
-            f.write(text)
+        with atomic_write(args.output, "wb") as f:
+            f.write(text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     return 0
@@ -164,15 +164,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace, out: str) -> str:
     """Convert a torch.profiler JSON trace (joined to --annotations, if any) to ``out``."""
+    from ..read.kineto import read_trace
     from ..write.convert import convert
 
+    trace = read_trace(args.trace)
     layout = None
     if args.annotations:
         from ..join import join
-        from ..read.kineto import read_trace
         from .lanes import load_annotation_files
 
-        trace = read_trace(args.trace)
         layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
-    convert(args.trace, out, layout=layout)
+    convert(trace, out, layout=layout)
     return out

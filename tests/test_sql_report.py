@@ -1,0 +1,100 @@
+"""``perfetto-graph-ann report``: output formats, JSON input (converted and joined), errors."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import sql_expect as X
+from conftest import fixture_capture, fixture_trace
+from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.cli.main import main
+from perfetto_graph_ann.cli.report import _fmt_us, format_report, is_json_trace
+from perfetto_graph_ann.join import join
+from perfetto_graph_ann.query.engine import EngineConfig
+from perfetto_graph_ann.query.engine.resolve import choose_engine
+from perfetto_graph_ann.read.kineto import read_trace
+from perfetto_graph_ann.write.convert import convert
+
+
+def _portable_reason():
+    try:
+        choose_engine(EngineConfig(engine="portable"))
+        return None
+    except Exception as e:
+        return f"portable engine unavailable: {e}"
+
+
+requires_portable = pytest.mark.skipif(_portable_reason() is not None, reason=str(_portable_reason()))
+
+
+def test_fmt_us_is_exact():
+    assert _fmt_us(1) == "0.001"
+    assert _fmt_us(163934) == "163.934"
+    assert _fmt_us(5141861792739817) == "5141861792739.817"
+    assert _fmt_us(-1500) == "-1.500"
+    assert _fmt_us(None) == ""
+
+
+def test_format_report_table_without_engine():
+    tables = {
+        "lane_summary": pd.DataFrame([dict(device=0, lane_id=61, lane_name="61 mlp", work_count=3, busy_dur=2500,
+                                           utilization=0.25, replay_utilization=None, mean_dur=1000.0, p50_dur=900,
+                                           p90_dur=1500, p99_dur=1500, max_dur=1500)]),
+        "collectives": pd.DataFrame(columns=["device"]),
+    }
+    text = format_report(tables)
+    assert "61 mlp" in text and "2.500" in text and "25.0%" in text and "busy_dur (µs)" in text
+    assert "Collectives (graph_ann_collective)\n  (none)" in text
+
+
+def test_is_json_trace(tmp_path):
+    assert is_json_trace(str(fixture_trace("two_branch")))
+    p = tmp_path / "x.pftrace"
+    p.write_bytes(b"\x0a\x02\x08\x01")
+    assert not is_json_trace(str(p))
+
+
+def test_missing_trace_exits_2(capsys, tmp_path):
+    missing = tmp_path / "nope.pftrace"
+    assert main(["report", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing}: file not found" in err
+
+
+@requires_portable
+def test_report_of_joined_json_trace(capsys):
+    """JSON + capture record in, converted and joined on the fly; lane numbers as computed from the JSON."""
+    src = fixture_trace("seed_block_annotated")
+    cap = fixture_capture("seed_block_annotated")
+    assert main(["report", str(src), "-a", str(cap), "--engine", "portable", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out) == ["lane_summary", "lane_top_kernels", "replays", "collectives", "overlap", "lane_idle"]
+    layout = join(read_trace(src), read_capture_record(cap), graph_lanes="all")
+    exp = X.lane_table(X.load_events(src), layout)
+    got = {(r["device"], r["lane_id"]): r for r in out["lane_summary"]}
+    assert set(got) == set(exp)
+    for key, e in exp.items():
+        assert got[key]["busy_dur"] == e["busy_dur"] and got[key]["work_count"] == e["work_count"]
+        assert got[key]["lane_name"] == e["lane_name"]
+    assert len(out["replays"]) == 5
+    assert all(r["rank"] <= 5 for r in out["lane_top_kernels"])
+
+
+@requires_portable
+def test_report_table_of_pftrace(tmp_path, capsys):
+    src = fixture_trace("allreduce_eager_rank0")
+    pf = tmp_path / "eager.pftrace"
+    convert(src, pf)
+    out_file = tmp_path / "report.txt"
+    assert main(["report", str(pf), "--engine", "portable", "--top", "1", "-o", str(out_file)]) == 0
+    assert capsys.readouterr().out == ""
+    text = out_file.read_text()
+    for title in ("Lanes (graph_ann_lane)", "Top kernels per lane", "Graph replays (graph_ann_replay)\n  (none)",
+                  "Collectives (graph_ann_collective)", "Compute / communication overlap", "Idle gaps per lane"):
+        assert title in text
+    coll = X.collective_table(X.load_events(src))
+    assert len(coll) == 3
+    for c in coll.values():  # each NCCL kernel's duration (µs) and algbw (GB/s) as printed
+        assert _fmt_us(c["dur"]) in text and f"{c['algbw_gbps']:.2f}" in text
