@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+import weakref
 from typing import Any, Iterator, Optional
 
 from ..errors import CaptureError
@@ -130,7 +131,11 @@ def _owner(cuda_graph: Any) -> int:
 
 
 def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> None:
-    """Wrap this graph object's instantiate / replay / reset so keys follow it."""
+    """Wrap this graph object's instantiate / replay / reset so keys follow it.
+
+    The wrappers hold the graph weakly: a reference cycle would leave the graph to the
+    cyclic GC, which may then destroy it in the middle of a later capture.
+    """
     cuda_graph._pga_session = sess
     cuda_graph._pga_calibrate = calibrate
     cuda_graph._pga_bound_exec = None
@@ -138,27 +143,31 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
         return
     cls = type(cuda_graph)
     orig_inst, orig_replay, orig_reset = cls.instantiate, cls.replay, cls.reset
+    ref = weakref.ref(cuda_graph)
 
     def instantiate(*a, **k):
-        r = orig_inst(cuda_graph, *a, **k)
-        _bind(cuda_graph)
+        g = ref()
+        r = orig_inst(g, *a, **k)
+        _bind(g)
         return r
 
     def replay(*a, **k):
-        if cuda_graph._pga_session is not None and _exec_handle(cuda_graph) is None:
+        g = ref()
+        if g._pga_session is not None and _exec_handle(g) is None:
             instantiate()
-        return orig_replay(cuda_graph, *a, **k)
+        return orig_replay(g, *a, **k)
 
     def reset(*a, **k):
-        s = cuda_graph._pga_session
+        g = ref()
+        s = g._pga_session
         if s is not None:
             s.drop()
-        cuda_graph._pga_session = None
-        cuda_graph._pga_bound_exec = None
-        return orig_reset(cuda_graph, *a, **k)
+        g._pga_session = None
+        g._pga_bound_exec = None
+        return orig_reset(g, *a, **k)
 
     cuda_graph.instantiate, cuda_graph.replay, cuda_graph.reset = instantiate, replay, reset
-    cuda_graph._pga_orig_replay = lambda: orig_replay(cuda_graph)
+    cuda_graph._pga_orig_replay = lambda: orig_replay(ref())
     cuda_graph._pga_wrapped = True
 
 
@@ -240,7 +249,7 @@ def mark_stream(stream: Any, label: str) -> Iterator[Any]:
     sess = _session.current()
     tok = None
     if sess is not None and sess.recorder.active:
-        # the listing is of the graph (by handle), taken before the switch
+        # counted on the graph (by handle) before the switch
         tok = sess.recorder.open({"stream": lane}, before=sess.recorder.snapshot())
     switch = torch.cuda.current_stream() != stream
     ctx = torch.cuda.stream(stream) if switch else contextlib.nullcontext()

@@ -46,8 +46,8 @@ class CaptureBackend:
         """The graph being captured on ``stream`` (cudaStream_t as int), or None."""
         raise NotImplementedError
 
-    def list_nodes(self, graph: int) -> List[int]:
-        """Handles of the nodes now in ``graph``."""
+    def node_count(self, graph: int) -> int:
+        """How many nodes ``graph`` has now (called at every scope edge: keep it cheap)."""
         raise NotImplementedError
 
     def node_infos(self, graph: int) -> List[NodeInfo]:
@@ -93,6 +93,7 @@ class CudaGraphBackend(CaptureBackend):
         from cuda.bindings import driver, runtime
 
         self._rt, self._drv = runtime, driver
+        self._names: Dict[int, Optional[str]] = {}  # CUfunction -> name (functions outlive graphs)
 
     def capture_graph(self, stream: int) -> Optional[int]:
         res = self._rt.cudaStreamGetCaptureInfo(stream)
@@ -101,15 +102,24 @@ class CudaGraphBackend(CaptureBackend):
         return int(res[3])
 
     def _nodes(self, graph: int) -> Sequence[Any]:
-        g = self._rt.cudaGraph_t(graph)
-        _, n = _check(self._rt.cudaGraphGetNodes(g, 0), "cudaGraphGetNodes")
+        _, n = _check(self._rt.cudaGraphGetNodes(graph, 0), "cudaGraphGetNodes")
         if not n:
             return []
-        nodes, _ = _check(self._rt.cudaGraphGetNodes(g, n), "cudaGraphGetNodes")
+        nodes, _ = _check(self._rt.cudaGraphGetNodes(graph, n), "cudaGraphGetNodes")
         return nodes
 
-    def list_nodes(self, graph: int) -> List[int]:
-        return [int(n) for n in self._nodes(graph)]
+    def _func_name(self, func: Any) -> Optional[str]:
+        key = int(func)
+        if key not in self._names:
+            try:
+                name = _check(self._drv.cuFuncGetName(func), "cuFuncGetName")
+                self._names[key] = name.decode() if isinstance(name, bytes) else str(name)
+            except CaptureError:
+                self._names[key] = None
+        return self._names[key]
+
+    def node_count(self, graph: int) -> int:
+        return int(_check(self._rt.cudaGraphGetNodes(graph, 0), "cudaGraphGetNodes")[1])
 
     def local_id(self, node: Any) -> int:
         raise NotImplementedError
@@ -124,9 +134,7 @@ class CudaGraphBackend(CaptureBackend):
                     p = _check(self._drv.cuGraphKernelNodeGetParams(nd), "cuGraphKernelNodeGetParams")
                     grid = (int(p.gridDimX), int(p.gridDimY), int(p.gridDimZ))
                     block = (int(p.blockDimX), int(p.blockDimY), int(p.blockDimZ))
-                    with contextlib.suppress(CaptureError):
-                        name = _check(self._drv.cuFuncGetName(p.func), "cuFuncGetName")
-                        kernel = name.decode() if isinstance(name, bytes) else str(name)
+                    kernel = self._func_name(p.func)
             out.append(NodeInfo(handle=int(nd), local_id=self.local_id(nd), type=t, kernel=kernel, grid=grid, block=block))
         return out
 

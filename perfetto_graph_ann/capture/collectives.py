@@ -195,6 +195,7 @@ def annotate_collective(name: str, input: Any, output: Any, group: Any = None,
 
 _install_lock = threading.Lock()
 _installed: Dict[Tuple[int, str], Tuple[Any, Any]] = {}  # (id(module), fn) -> (module, original)
+_wrappers: Dict[int, Callable] = {}  # id(original) -> its wrapper, reused by every capture
 _install_count = 0
 #: set False to stop graph() from wrapping torch.distributed (same as graph(..., annotate_collectives=False))
 AUTO_ANNOTATE = True
@@ -202,18 +203,22 @@ AUTO_ANNOTATE = True
 
 def _wrap(fn_name: str, original: Callable) -> Callable:
     _, in_param, out_param = COLLECTIVES[fn_name]
-    try:
-        sig: Optional[inspect.Signature] = inspect.signature(original)
-    except (TypeError, ValueError):
-        sig = None
+    sig: List[Optional[inspect.Signature]] = []  # computed at first use: install stays cheap
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         sess = _session.current()
-        if sess is None or not sess.recorder.active or sig is None:
+        if sess is None or not sess.recorder.active:
+            return original(*args, **kwargs)
+        if not sig:
+            try:
+                sig.append(inspect.signature(original))
+            except (TypeError, ValueError):
+                sig.append(None)
+        if sig[0] is None:
             return original(*args, **kwargs)
         try:
-            bound = sig.bind(*args, **kwargs)
+            bound = sig[0].bind(*args, **kwargs)
         except TypeError:
             return original(*args, **kwargs)
         a = bound.arguments
@@ -249,7 +254,10 @@ def install(modules: Optional[Sequence[Any]] = None) -> None:
                 if orig is None or (id(m), fn_name) in _installed or hasattr(orig, "__pga_original__"):
                     continue
                 _installed[(id(m), fn_name)] = (m, orig)
-                setattr(m, fn_name, _wrap(fn_name, orig))
+                w = _wrappers.get(id(orig))
+                if w is None or w.__pga_original__ is not orig:  # type: ignore[attr-defined]
+                    w = _wrappers[id(orig)] = _wrap(fn_name, orig)
+                setattr(m, fn_name, w)
 
 
 def uninstall() -> None:

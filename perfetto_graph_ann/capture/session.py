@@ -3,8 +3,8 @@
 Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
 
 1. ``start()`` right after capture began: finds the graph under capture on the capture
-   stream; scopes list that graph (by handle, so a scope on a side stream that has not
-   joined yet still sees the nodes it adds once it joins).
+   stream; scopes count that graph's nodes (by graph handle, so a scope on a side stream
+   that has not joined yet still sees the nodes it adds once it joins).
 2. ``finish_capture()`` just before capture ends: reads the template graph's node table
    (type, local id, kernel, grid, block) while it still exists (torch destroys it at
    instantiation unless ``keep_graph=True``) and freezes the merged scope annotations.
@@ -37,16 +37,16 @@ class CaptureSession:
         self.owner = owner if owner is not None else next(_owner_ids)
         self.device = device
         self.graph: Optional[int] = None
-        self.recorder = ScopeRecorder(self._list)
+        self.recorder = ScopeRecorder(self._count)
         self.nodes: Optional[List[NodeInfo]] = None
         self.template_id: Optional[int] = None
         self.annotations: Dict[int, Dict[str, Any]] = {}
         self.record: Optional[GraphRecord] = None
 
-    def _list(self) -> Optional[List[int]]:
+    def _count(self) -> Optional[int]:
         if self.graph is None:
             return None
-        return self.backend.list_nodes(self.graph)
+        return self.backend.node_count(self.graph)
 
     def start(self) -> None:
         self.graph = self.backend.capture_graph(self.capture_stream)
@@ -57,6 +57,10 @@ class CaptureSession:
         if self.graph is None:
             return
         self.nodes = self.backend.node_infos(self.graph)
+        ids = sorted(n.local_id for n in self.nodes)
+        if ids != list(range(len(ids))):
+            raise CaptureError(f"node local ids are not creation indices 0..{len(ids) - 1} "
+                               f"(got {ids[:8]}...): scope attribution would be wrong")
         self.template_id = self.backend.graph_id(self.graph)
         self.annotations = self.recorder.merged()
         self.recorder.active = False

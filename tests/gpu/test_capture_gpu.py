@@ -83,6 +83,7 @@ def test_seed_block_scopes(results):
     rec = record_of(g)
     counts = kernel_names(rec)
     results["seed_block_kernels_per_scope"] = dict(counts)
+    assert sorted(n.local_id for n in rec.nodes) == list(range(len(rec.nodes)))
     print("seed block kernel nodes per scope:", dict(counts))
     assert counts == {"qkv_proj": 1, "attention": 8, "out_proj": 1, "mlp": 4}
     lanes = {n.annotation.get("name"): n.lane for n in rec.nodes if n.type == "kernel"}
@@ -106,9 +107,15 @@ def test_calibration_matches_cupti_keys_and_profiler(results):
     results["calibration_vs_profiler"] = {"matched": ok, "kernels": total}
     print(f"calibration vs torch.profiler: {ok}/{total} kernels matched by (replay, stream, ordinal) with equal grid+block")
     assert total == 5 * len(kernels) and ok == total
-    with profile(activities=[ProfilerActivity.CUDA]):
+
+
+def test_calibration_refused_inside_profiler():
+    g, _ = capture(seed_block())
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
         with pytest.raises(CaptureError, match="profiler"):
             calibrate(g)
+        g.replay()
+        torch.cuda.synchronize()
 
 
 def test_two_branch_distinct_nodes(results):
