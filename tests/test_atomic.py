@@ -31,6 +31,21 @@ def test_success_replaces_and_gzip_by_suffix(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+def test_new_file_gets_umask_mode_and_old_file_keeps_its_mode(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "fresh.pftrace"
+        atomic_write_bytes(fresh, b"x")
+        assert fresh.stat().st_mode & 0o777 == 0o644
+        kept = tmp_path / "kept.pftrace"
+        kept.write_bytes(b"old")
+        kept.chmod(0o640)
+        atomic_write_bytes(kept, b"new")
+        assert kept.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)
+
+
 def test_exception_keeps_previous_file(tmp_path):
     out = tmp_path / "x.pftrace"
     out.write_bytes(b"previous")

@@ -57,6 +57,7 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
         fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".part", dir=directory)
     except OSError as e:
         raise OutputError(path, f"cannot create a file here: {e.strerror or e}") from e
+    _apply_normal_mode(fd, path)
     raw = os.fdopen(fd, "wb")
     stream: IO = raw
     try:
@@ -83,6 +84,18 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
     except BaseException:
         _discard(raw, tmp)
         raise
+
+
+def _apply_normal_mode(fd: int, path: str) -> None:
+    """mkstemp creates 0600; give the file the mode a plain open() would (or the old file's)."""
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, mode)
 
 
 def _discard(raw: IO, tmp: str) -> None:
