@@ -53,9 +53,14 @@ class Decoded:
         return out
 
 
+_STRINGS: Dict[int, str] = {}  # interned string values of the trace being decoded
+
+
 def annotation_value(a: "pb.DebugAnnotation") -> Any:
     """Python value of one DebugAnnotation (dicts and lists nested)."""
     which = [f.name for f, _ in a.ListFields()]
+    if "string_value_iid" in which:
+        return _STRINGS[a.string_value_iid]
     if a.dict_entries:
         return {e.name: annotation_value(e) for e in a.dict_entries}
     if a.array_values:
@@ -67,6 +72,7 @@ def annotation_value(a: "pb.DebugAnnotation") -> Any:
 
 
 def decode(path: Path) -> Decoded:
+    _STRINGS.clear()
     data = Path(path).read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
@@ -79,7 +85,26 @@ def decode(path: Path) -> Decoded:
     instants: List[Slice] = []
     counters: List[Tuple[int, int, float]] = []
     snaps = []
+    default_clock: Dict[int, int] = {}  # sequence -> trace_packet_defaults.timestamp_clock_id
+    incremental: Dict[Tuple[int, int], int] = {}  # (sequence, clock) -> last value
+    to_boot: Dict[int, int] = {}  # clock id -> offset to BOOTTIME (6)
     for p in trace.packet:
+        seq = p.trusted_packet_sequence_id
+        if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("timestamp_clock_id"):
+            default_clock[seq] = p.trace_packet_defaults.timestamp_clock_id
+        if p.HasField("clock_snapshot"):
+            boot = {c.clock_id: c.timestamp for c in p.clock_snapshot.clocks}.get(6)
+            for c in p.clock_snapshot.clocks:
+                if c.is_incremental:
+                    incremental[(seq, c.clock_id)] = c.timestamp
+                if boot is not None:
+                    to_boot[c.clock_id] = boot - c.timestamp
+        clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock.get(seq, 6)
+        ts = p.timestamp
+        if p.HasField("timestamp") and (seq, clock) in incremental:
+            ts = incremental[(seq, clock)] = incremental[(seq, clock)] + p.timestamp
+        if clock != 6 and p.HasField("timestamp"):
+            ts += to_boot[clock]
         if p.HasField("interned_data"):
             idata = p.interned_data
             for e in idata.event_names:
@@ -88,6 +113,8 @@ def decode(path: Path) -> Decoded:
                 names[("cat", e.iid)] = e.name
             for e in idata.debug_annotation_names:
                 names[("ann", e.iid)] = e.name
+            for e in idata.debug_annotation_string_values:
+                _STRINGS[e.iid] = e.str.decode("utf-8")
         if p.HasField("track_descriptor"):
             tracks[p.track_descriptor.uuid] = p.track_descriptor
         if p.HasField("clock_snapshot"):
@@ -97,15 +124,15 @@ def decode(path: Path) -> Decoded:
         te = p.track_event
         if te.type == pb.TrackEvent.TYPE_SLICE_END:
             s = open_[te.track_uuid].pop()
-            s.dur = p.timestamp - s.ts
+            s.dur = ts - s.ts
             continue
         if te.type == pb.TrackEvent.TYPE_COUNTER:
             v = te.double_counter_value if te.HasField("double_counter_value") else te.counter_value
-            counters.append((te.track_uuid, p.timestamp, v))
+            counters.append((te.track_uuid, ts, v))
             continue
         args = {names[("ann", a.name_iid)] if a.name_iid else a.name: annotation_value(a) for a in te.debug_annotations}
         s = Slice(te.track_uuid, names[("name", te.name_iid)] if te.name_iid else te.name,
-                  names[("cat", te.category_iids[0])] if te.category_iids else "", p.timestamp, None, args,
+                  names[("cat", te.category_iids[0])] if te.category_iids else "", ts, None, args,
                   list(te.flow_ids), list(te.terminating_flow_ids))
         if te.type == pb.TrackEvent.TYPE_INSTANT:
             instants.append(s)

@@ -46,6 +46,18 @@ def test_new_file_gets_umask_mode_and_old_file_keeps_its_mode(tmp_path):
         os.umask(umask)
 
 
+@pytest.mark.parametrize("name", ["t.txt", "t.json.gz"])
+def test_text_mode_plain_and_gzip(tmp_path, name):
+    out = tmp_path / name
+    with atomic_write(out, "w") as f:
+        f.write("héllo\n")
+    data = out.read_bytes()
+    if name.endswith(".gz"):
+        data = gzip.decompress(data)
+    assert data.decode("utf-8") == "héllo\n"
+    assert _leftovers(tmp_path) == []
+
+
 def test_exception_keeps_previous_file(tmp_path):
     out = tmp_path / "x.pftrace"
     out.write_bytes(b"previous")

@@ -129,3 +129,22 @@ def test_layout_moves_and_merges_lanes(tmp_path):
         else:
             assert (lane_name, stream, orig, nm, gid) == ("stream 7", 7, e.stream, "side", 9)
     assert "60 first" in ranks
+
+
+@pytest.mark.parametrize("name", ["seed_block_eager", "allreduce_eager_rank0"])
+def test_same_args_as_perfettos_json_importer(name, tmp_path):
+    """Every arg row of every slice matches the JSON importer's (args.X -> debug.X), except our
+    placeholders for empty array items, which the importer leaves as gaps. Perfetto turns '.'
+    in a debug annotation name into '_' (``est. achieved occupancy %``), so keys are compared
+    with '.' -> '_' on both sides."""
+    out = tmp_path / f"{name}.pftrace"
+    convert(fixture_trace(name), out)
+    q = ("SELECT s.name AS n, s.ts AS t, a.key AS k, a.value_type AS vt, a.int_value AS i, a.string_value AS sv, "
+         "a.real_value AS r FROM slice s JOIN args a USING (arg_set_id) WHERE a.key GLOB '{}.*'")
+    with tp(fixture_trace(name)) as s:
+        from_json = {(n, t, k[len("args."):].replace(".", "_"), vt, i, sv, r) for n, t, k, vt, i, sv, r in s.query(q.format("args")).tuples()}
+    with tp(out) as s:
+        ours = {(n, t, k[len("debug."):].replace(".", "_"), vt, i, sv, r) for n, t, k, vt, i, sv, r in s.query(q.format("debug")).tuples()
+                if not ("[" in k and sv in ("[]", "{}", "null"))}
+    assert len(from_json) > 100
+    assert ours == from_json

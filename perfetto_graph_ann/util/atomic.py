@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
+import io
 import os
 import signal
 import tempfile
@@ -59,19 +60,17 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
         raise OutputError(path, f"cannot create a file here: {e.strerror or e}") from e
     _apply_normal_mode(fd, path)
     raw = os.fdopen(fd, "wb")
-    stream: IO = raw
     try:
         with _sigterm_as_exception():
-            if compress:
-                stream = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
-            if "b" not in mode:
-                import io
-
-                stream = io.TextIOWrapper(stream, encoding="utf-8")
-            yield stream
-            stream.flush()
-            if stream is not raw:
-                stream.close()  # closes the gzip/text layers; raw stays open
+            gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else None
+            binary = gz or raw
+            text = io.TextIOWrapper(binary, encoding="utf-8") if "b" not in mode else None
+            yield text or binary
+            if text is not None:
+                text.flush()
+                text.detach()  # closing the wrapper would close the layers below it
+            if gz is not None:
+                gz.close()  # writes the gzip trailer; a GzipFile never closes its fileobj
             raw.flush()
             os.fsync(raw.fileno())
             raw.close()

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "docs" / "images" / "perfetto_ui_seed_block.png"
 UI_TIMEOUT_MS = 90_000
+ZOOM_OUT_STEPS = 3
 
 
 #: The kernel the test selects: softmax runs only inside the attention scope of the seed block.
@@ -109,6 +110,7 @@ def test_ui_shows_gpu_lanes_and_annotation_args(chromium, annotated_trace, tmp_p
                 assert args.get("stream") == str(lanes["attention"]), args
                 assert args.get("original_stream") == "7", args
                 assert args.get("join") in ("exact", "calibrated"), args
+                _frame_for_screenshot(page)
                 shot = tmp_path / SCREENSHOT.name
                 page.screenshot(path=str(shot))
                 assert shot.stat().st_size > 10_000
@@ -135,3 +137,31 @@ def _arg_tree(text: str) -> dict:
         if ln.endswith("arrow_drop_down"):
             out.setdefault(ln[: -len("arrow_drop_down")], lines[i + 1])
     return out
+
+
+def _frame_for_screenshot(page) -> None:
+    """Hide the sidebar, zoom out to about one replay and give the details panel room,
+    so the lanes and the selected kernel's args are both in view."""
+    menu = page.locator(".pf-sidebar-button, button:has-text('menu')").first
+    if menu.count() and menu.is_visible():
+        menu.click()
+    lane = page.get_by_text("62 attention", exact=True).first.bounding_box()
+    if lane:
+        page.mouse.move(900, lane["y"] + lane["height"] / 2)
+        page.keyboard.down("Control")  # ctrl + wheel zooms the timeline around the pointer
+        for _ in range(ZOOM_OUT_STEPS):
+            page.mouse.wheel(0, 400)
+            page.wait_for_timeout(100)
+        page.keyboard.up("Control")
+        page.wait_for_timeout(300)
+    handle = page.locator(".pf-split-panel__handle").first
+    box = handle.bounding_box() if handle.count() else None
+    if box:
+        x, y = box["x"] + box["width"] - 60, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x, 520, steps=8)
+        page.mouse.up()
+    # the annotation's rows (name, graph id, graph node id, replay, join, original_stream)
+    page.get_by_text("original_stream").first.scroll_into_view_if_needed(timeout=5000)
+    page.wait_for_timeout(500)

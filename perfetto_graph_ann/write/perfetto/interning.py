@@ -13,7 +13,8 @@ from typing import Dict, List, Tuple
 CATEGORIES = 1
 NAMES = 2
 ANNOTATION_NAMES = 3
-KINDS = (CATEGORIES, NAMES, ANNOTATION_NAMES)
+STRING_VALUES = 29  #: debug_annotation_string_values (InternedString: iid 1, str 2)
+KINDS = (CATEGORIES, NAMES, ANNOTATION_NAMES, STRING_VALUES)
 
 
 class Interner:

@@ -20,7 +20,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from .interning import ANNOTATION_NAMES, Interner
+from .interning import ANNOTATION_NAMES, STRING_VALUES, Interner
 from .wire import _pack_double, _pack_fixed64, field_bytes, small_varint, utf8, varint
 
 SEQUENCE_ID = 1
@@ -33,6 +33,8 @@ TYPE_COUNTER = 4
 
 #: Nesting deeper than this in an arg value is written as its JSON text (string).
 MAX_ARG_DEPTH = 32
+#: String values up to this length are interned (``string_value_iid``); longer ones inline.
+MAX_INTERNED_STRING = 64
 _INT64_MIN = -(1 << 63)
 _UINT64_END = 1 << 64
 
@@ -40,6 +42,23 @@ _UINT64_END = 1 << 64
 def frame(payload: bytes) -> bytes:
     """``Trace.packet`` framing: tag 0x0A, varint length, packet bytes."""
     return b"\x0a" + varint(len(payload)) + payload
+
+
+def _placeholder(item: Any) -> Optional[str]:
+    """Array items with no value of their own are written as text so positions survive.
+
+    The trace processor numbers array items by the values it stores: an empty item would
+    shift later ones (``[[1], [], [2]]`` read back as ``[[1], [2]]``). Kineto's ``Input Dims``
+    are positional, so an empty list / dict / null inside an array becomes "[]" / "{}" / "null".
+    """
+    if item is None:
+        return "null"
+    t = type(item)
+    if (t is list or t is tuple) and not item:
+        return "[]"
+    if t is dict and not item:
+        return "{}"
+    return None
 
 
 def _json_text(value: Any) -> str:
@@ -67,31 +86,36 @@ class ProtosEncoder:
             elif 0 <= value < _UINT64_END:
                 msg.uint_value = value
             else:
-                msg.string_value = str(value)
+                self._string(msg, str(value))
         elif t is float or t is Decimal:
             msg.double_value = float(value)
         elif t is str:
-            msg.string_value = utf8(value).decode("utf-8")
+            self._string(msg, value)
         elif value is None:
-            msg.string_value = "null"
+            pass  # no value: no arg row, as Perfetto's JSON importer does for null
         elif depth >= MAX_ARG_DEPTH:
-            msg.string_value = _json_text(value)
+            self._string(msg, _json_text(value))
         elif t is list or t is tuple:
-            if not value:
-                msg.string_value = "[]"
-                return
             for v in value:
-                self._annotation(msg.array_values.add(), v, depth + 1)
+                item = msg.array_values.add()
+                placeholder = _placeholder(v)
+                if placeholder is None:
+                    self._annotation(item, v, depth + 1)
+                else:
+                    self._string(item, placeholder)
         elif t is dict:
-            if not value:
-                msg.string_value = "{}"
-                return
             for k, v in value.items():
                 entry = msg.dict_entries.add()
                 entry.name = utf8(str(k)).decode("utf-8")
                 self._annotation(entry, v, depth + 1)
         else:
-            msg.string_value = str(value)
+            self._string(msg, str(value))
+
+    def _string(self, msg: "pb.DebugAnnotation", text: str) -> None:
+        if len(text) <= MAX_INTERNED_STRING:
+            msg.string_value_iid = self.interner.iid(STRING_VALUES, text)
+        else:
+            msg.string_value = utf8(text).decode("utf-8")
 
     def _event(self, te: "pb.TrackEvent", args: Optional[Mapping[str, Any]]) -> None:
         if args:
@@ -105,7 +129,10 @@ class ProtosEncoder:
         p.track_event.CopyFrom(te)
         pending = self.interner.take_pending()
         for kind, iid, text in pending:
-            getattr(p.interned_data, _INTERNED_FIELDS[kind]).add(iid=iid, name=text)
+            if kind == STRING_VALUES:
+                p.interned_data.debug_annotation_string_values.add(iid=iid, str=utf8(text))
+            else:
+                getattr(p.interned_data, _INTERNED_FIELDS[kind]).add(iid=iid, name=utf8(text).decode("utf-8"))
         if flags:
             p.sequence_flags = flags
         return frame(p.SerializeToString())
@@ -156,39 +183,40 @@ class FastEncoder:
 
     # -- debug annotations -------------------------------------------------------------
     def _value(self, value: Any, depth: int) -> Tuple[bytes, bytes]:
-        """(bytes of fields below 10, bytes of fields above 10) for one value."""
+        """(bytes of value fields numbered below 10, bytes of fields above 10) for one value.
+
+        Field order as protobuf serializes: scalars (2-6), then ``name`` (10) for dict entries
+        (added by the caller), ``dict_entries`` (11), ``array_values`` (12), ``string_value_iid`` (17).
+        """
         t = type(value)
         if t is int:
             if _INT64_MIN <= value < (1 << 63):
                 return b"\x20" + varint(value), b""
             if 0 <= value < _UINT64_END:
                 return b"\x18" + varint(value), b""
-            s = utf8(str(value))
-            return b"\x32" + varint(len(s)) + s, b""
+            return self._str_fields(str(value))
         if t is str:
-            s = utf8(value)
-            return b"\x32" + varint(len(s)) + s, b""
+            return self._str_fields(value)
         if t is float or t is Decimal:
             return b"\x29" + _pack_double(float(value)), b""
         if t is bool:
             return (b"\x10\x01" if value else b"\x10\x00"), b""
         if value is None:
-            return b"\x32\x04null", b""
+            return b"", b""
         if depth >= MAX_ARG_DEPTH:
-            s = utf8(_json_text(value))
-            return b"\x32" + varint(len(s)) + s, b""
+            return self._str_fields(_json_text(value))
         if t is list or t is tuple:
-            if not value:
-                return b"\x32\x02[]", b""
             parts = []
             for v in value:
-                lo, hi = self._value(v, depth + 1)
+                placeholder = _placeholder(v)
+                if placeholder is None:
+                    lo, hi = self._value(v, depth + 1)
+                else:
+                    lo, hi = self._str_fields(placeholder)
                 item = lo + hi
                 parts.append(b"\x62" + varint(len(item)) + item)
             return b"", b"".join(parts)
         if t is dict:
-            if not value:
-                return b"\x32\x02{}", b""
             parts = []
             for k, v in value.items():
                 lo, hi = self._value(v, depth + 1)
@@ -196,8 +224,13 @@ class FastEncoder:
                 item = lo + b"\x52" + varint(len(name)) + name + hi
                 parts.append(b"\x5a" + varint(len(item)) + item)
             return b"", b"".join(parts)
-        s = utf8(str(value))
-        return b"\x32" + varint(len(s)) + s, b""
+        return self._str_fields(str(value))
+
+    def _str_fields(self, text: str) -> Tuple[bytes, bytes]:
+        if len(text) <= MAX_INTERNED_STRING:
+            return b"", b"\x88\x01" + small_varint(self.interner.iid(STRING_VALUES, text))
+        b = utf8(text)
+        return b"\x32" + varint(len(b)) + b, b""
 
     def _annotations(self, args: Mapping[str, Any]) -> bytes:
         cache = self._cache
@@ -235,7 +268,7 @@ class FastEncoder:
         for kind, iid, text in pending:
             s = utf8(text)
             entry = b"\x08" + varint(iid) + b"\x12" + varint(len(s)) + s
-            parts.append(bytes(((kind << 3) | 2,)) + varint(len(entry)) + entry)
+            parts.append(varint((kind << 3) | 2) + varint(len(entry)) + entry)
         body = b"".join(parts)
         return b"\x62" + varint(len(body)) + body
 

@@ -25,6 +25,8 @@ from .tracks import TrackTable
 
 BUILTIN_CLOCK_REALTIME = 1
 BUILTIN_CLOCK_BOOTTIME = 6
+#: Sequence-scoped clock (64..127) whose timestamps are deltas to the previous packet.
+INCREMENTAL_CLOCK = 64
 
 _BEGIN, _END, _INSTANT, _COUNTER = 1, 0, 3, 4
 
@@ -154,11 +156,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         stats.packets += len(batch)
         batch.clear()
 
-    batch.append(frame(pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID,
-                                      sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED).SerializeToString()))
-    snap = _clock_snapshot(trace, records)
-    if snap is not None:
-        batch.append(snap)
+    t0 = records[0][0] if records else 0
+    batch.extend(_sequence_start(trace, t0))
     for d in tracks.descriptors:
         batch.append(frame(pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, track_descriptor=d).SerializeToString()))
 
@@ -171,7 +170,9 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     terminating = fp.terminating
     name_iid = interner.iid
     step = config.batch
+    prev = t0
     for ts, kind, i, uuid in records:
+        ts, prev = ts - prev, ts  # incremental clock: each packet carries the delta
         if kind == _END:
             if kinds[i] == _BEGIN:
                 batch.append(enc.slice_end(ts, uuid))
@@ -223,15 +224,22 @@ def _counters(e: TraceEvent, tracks: TrackTable, gpu_pids: set, out: List, stats
         stats.counter_values += 1
 
 
-def _clock_snapshot(trace: KinetoTrace, records: List) -> Optional[bytes]:
-    """Ties trace time (BOOTTIME domain, Kineto's ts) to REALTIME: realtime = base + ts."""
-    base = trace.base_time_ns
-    if not base:
-        return None
-    t0 = records[0][0] if records else 0
-    if t0 < 0 or base + t0 >= (1 << 64):
-        return None
+def _sequence_start(trace: KinetoTrace, t0: int) -> List[bytes]:
+    """Packets that open the event sequence: cleared incremental state, clocks.
+
+    Event timestamps use a sequence-scoped incremental clock (id 64): each packet's
+    ``timestamp`` is the ns delta to the previous packet's (the events are written in time
+    order), which keeps most timestamps to one or two bytes. The ClockSnapshot ties that
+    clock to BOOTTIME (the trace clock: Kineto's ``ts``) at ``t0`` and, when the trace has
+    ``baseTimeNanoseconds``, BOOTTIME to REALTIME: Unix time = ``baseTimeNanoseconds + ts``.
+    """
+    first = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED)
+    first.trace_packet_defaults.timestamp_clock_id = INCREMENTAL_CLOCK
     snap = pb.ClockSnapshot(primary_trace_clock=BUILTIN_CLOCK_BOOTTIME)
+    snap.clocks.add(clock_id=INCREMENTAL_CLOCK, timestamp=t0, is_incremental=True)
     snap.clocks.add(clock_id=BUILTIN_CLOCK_BOOTTIME, timestamp=t0)
-    snap.clocks.add(clock_id=BUILTIN_CLOCK_REALTIME, timestamp=base + t0)
-    return frame(pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, clock_snapshot=snap).SerializeToString())
+    base = trace.base_time_ns
+    if base and 0 <= base + t0 < (1 << 64):
+        snap.clocks.add(clock_id=BUILTIN_CLOCK_REALTIME, timestamp=base + t0)
+    clock = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, clock_snapshot=snap)
+    return [frame(first.SerializeToString()), frame(clock.SerializeToString())]
