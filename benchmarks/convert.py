@@ -1,0 +1,92 @@
+"""Benchmark: convert vs a plain ``json.load`` of the same file, output size, peak RSS.
+
+    python benchmarks/convert.py [--events 120000] [--repeat 3]
+
+For each bundled fixture and a large synthetic trace (``benchmarks/synth.py``) it measures,
+in one run: ``json.load`` time of the (decompressed) file, convert time (read + write,
+fast encoder; also the perfetto.protos reference encoder on the synthetic trace), events
+per second, the time ratio, output bytes vs raw and gzipped JSON, and the peak RSS of a
+conversion in a fresh process. Best of ``--repeat`` runs for each timing.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.synth import write_trace  # noqa: E402
+from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
+from perfetto_graph_ann.write.convert import ConvertConfig, convert  # noqa: E402
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def peak_rss_mb(src: Path, out: Path) -> float:
+    code = ("import resource,sys; from perfetto_graph_ann.write.convert import convert; "
+            "convert(sys.argv[1], sys.argv[2]); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    r = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True, check=True)
+    return int(r.stdout.strip()) / 1024
+
+
+def row(name: str, json_path: Path, tmp: Path, repeat: int, encoders=("fast",)) -> dict:
+    raw = json_path.read_bytes()
+    gz_size = len(gzip.compress(raw, 6))
+    t_json = best(lambda: json.loads(raw), repeat)
+    n_events = len(json.loads(raw)["traceEvents"])
+    out = tmp / f"{name}.pftrace"
+    res = {"name": name, "events": n_events, "raw": len(raw), "gz": gz_size, "t_json": t_json}
+    for enc in encoders:
+        t = best(lambda: convert(json_path, out, ConvertConfig(encoder=enc, progress=False)), repeat)
+        res[f"t_{enc}"] = t
+    res["out"] = out.stat().st_size
+    res["rss_mb"] = peak_rss_mb(json_path, out)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=120_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for p in sorted(demo_data_dir().glob("*.trace.json.gz")):
+            name = p.name[: -len(".trace.json.gz")]
+            plain = tmp / f"{name}.json"
+            plain.write_bytes(gzip.decompress(p.read_bytes()))
+            rows.append(row(name, plain, tmp, a.repeat))
+        synth = write_trace(tmp / "synthetic.json", a.events)
+        rows.append(row(f"synthetic {a.events // 1000}k", synth, tmp, a.repeat, encoders=("fast", "protos")))
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print("| trace | events | json.load s | convert s | convert/json.load | events/s | out/raw JSON | out/gz JSON | peak RSS MB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['name']} | {r['events']} | {r['t_json']:.4f} | {r['t_fast']:.4f} | {r['t_fast'] / r['t_json']:.2f} | "
+              f"{r['events'] / r['t_fast']:,.0f} | {r['out'] / r['raw']:.3f} | {r['out'] / r['gz']:.2f} | {r['rss_mb']:.0f} |")
+    s = rows[-1]
+    print(f"\nprotos reference encoder on {s['name']}: {s['t_protos']:.3f} s ({s['t_protos'] / s['t_json']:.2f}x json.load; "
+          f"fast encoder {s['t_fast'] / s['t_json']:.2f}x); raw JSON {s['raw'] / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
