@@ -90,11 +90,23 @@ def _apply_normal_mode(fd: int, path: str) -> None:
     try:
         mode = os.stat(path).st_mode & 0o7777
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+        mode = 0o666 & ~_current_umask()
     with contextlib.suppress(OSError):
         os.fchmod(fd, mode)
+
+
+def _current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (os.umask is racy)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def _discard(raw: IO, tmp: str) -> None:
