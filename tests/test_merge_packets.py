@@ -107,3 +107,44 @@ def test_duplicate_rank_and_missing_base():
     with pytest.raises(InputError) as info:
         merge_converted([RankTrace(0, 5, a, "a.json"), RankTrace(1, 0, a, "b.json")])
     assert str(info.value).startswith("b.json: ") and "baseTimeNanoseconds" in str(info.value)
+
+
+def _incremental_trace(t0: int, base: int, deltas) -> bytes:
+    t = pb.Trace()
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.sequence_flags = 1
+    p.trace_packet_defaults.timestamp_clock_id = 64
+    p = t.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.clock_snapshot.clocks.add(clock_id=64, timestamp=t0, is_incremental=True)
+    p.clock_snapshot.clocks.add(clock_id=BOOT, timestamp=t0)
+    p.clock_snapshot.clocks.add(clock_id=REAL, timestamp=base + t0)
+    for d in deltas:
+        p = t.packet.add()
+        p.trusted_packet_sequence_id = 1
+        p.timestamp = d
+        p.track_event.type = pb.TrackEvent.Type.TYPE_INSTANT
+        p.track_event.track_uuid = 1
+        p.track_event.name = "x"
+    return t.SerializeToString()
+
+
+def test_incremental_clock_is_reanchored_not_shifted_per_packet():
+    t0, deltas = 1_000, [0, 100, 50]
+    merged = _decode(merge_converted([RankTrace(0, 10_000, _incremental_trace(t0, 10_000, deltas), "a"),
+                                      RankTrace(1, 10_900, _incremental_trace(t0, 10_900, deltas), "b")]))
+    by_rank = {0: [], 1: []}
+    anchors = {}
+    for p in merged.packet:
+        if p.HasField("clock_snapshot"):
+            c = {x.clock_id: x.timestamp for x in p.clock_snapshot.clocks}
+            anchors[p.trusted_packet_sequence_id] = c
+            assert c[64] == c[BOOT] and c[REAL] - c[BOOT] == 10_000  # one REALTIME mapping for all ranks
+        elif p.HasField("track_event"):
+            r = next(a.int_value for a in p.track_event.debug_annotations if a.name == "rank")
+            by_rank[r].append((p.trusted_packet_sequence_id, p.timestamp))
+    for r, shift in ((0, 0), (1, 900)):
+        seq = by_rank[r][0][0]
+        assert [ts for _, ts in by_rank[r]] == deltas  # deltas untouched
+        assert anchors[seq][64] == t0 + shift  # the running value starts later instead

@@ -36,18 +36,9 @@ def load_annotation_files(paths):
 
 
 def _load_one(path):
-    from ..capture.capture_record import is_capture_record, read_capture_record
-    from ..errors import SidecarError
+    from ..capture.sidecar import load_annotations  # sidecars and capture records alike
 
-    try:
-        from ..capture.sidecar import load_annotations  # the capture stage's loader, when present
-    except ImportError:
-        load_annotations = None
-    if load_annotations is not None:
-        return load_annotations(path)
-    if not os.path.exists(path):
-        raise SidecarError(path, "file not found")
-    return read_capture_record(path)
+    return load_annotations(path)
 
 
 def run(args: argparse.Namespace, out=None) -> int:

@@ -32,9 +32,9 @@ def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
         return REGISTRY.snapshot()
     if isinstance(annotations, AnnotationSet):
         return annotations
-    from ..cli.lanes import load_annotation_files
+    from ..capture.sidecar import load_annotations
 
-    return load_annotation_files([os.fspath(annotations)])
+    return load_annotations(annotations)
 
 
 def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "all") -> LaneLayout:

@@ -9,8 +9,10 @@ are given), then its packets are rewritten so the ranks can share one trace:
   processes are renamed ``<name> [rank <r>]`` and labelled ``rank <r>``; pids / tids that
   collide with an earlier rank's get fresh ids (the original stays in the name).
 - **One clock**: times are aligned on each trace's absolute time
-  (``baseTimeNanoseconds + ts``): rank r's timestamps move by ``base_r - min(base)``, and
-  its clock snapshots move with them, so REALTIME still maps to the absolute time.
+  (``baseTimeNanoseconds + ts``): rank r's times move by ``base_r - min(base)``: absolute
+  packet timestamps and every clock snapshot value except REALTIME (which re-anchors
+  incremental clocks, whose packets carry deltas and are left alone), so REALTIME still
+  maps to the absolute time.
 - **No clashes**: packet sequence ids, track uuids and flow ids are remapped per rank.
 - Every slice gets a ``debug.rank`` arg, so SQL can tell ranks apart (device ids repeat).
 """
@@ -110,15 +112,24 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
     gd.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
     gd.sibling_order_rank = r
     out.append(group.SerializeToString())
+    seq_clock: Dict[int, int] = {}  # sequence -> default timestamp clock
+    incremental: Set[tuple] = set()  # (sequence, clock id) of clocks whose packets carry deltas
     for p in trace.packet:
-        if p.HasField("trusted_packet_sequence_id"):
-            p.trusted_packet_sequence_id = ((order + 1) << 16) | (p.trusted_packet_sequence_id & 0xFFFF)
-        if p.HasField("timestamp") and shift:
-            p.timestamp += shift
-        if p.HasField("clock_snapshot") and shift:
+        seq = p.trusted_packet_sequence_id
+        if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("timestamp_clock_id"):
+            seq_clock[seq] = p.trace_packet_defaults.timestamp_clock_id
+        if p.HasField("clock_snapshot"):
             for c in p.clock_snapshot.clocks:
-                if c.clock_id not in _REALTIME_CLOCKS:
-                    c.timestamp += shift
+                if c.is_incremental:
+                    incremental.add((seq, c.clock_id))
+                if shift and c.clock_id not in _REALTIME_CLOCKS:
+                    c.timestamp += shift  # also re-anchors incremental clocks' running value
+        if p.HasField("timestamp") and shift:
+            clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else seq_clock.get(seq)
+            if (seq, clock) not in incremental and clock not in _REALTIME_CLOCKS:
+                p.timestamp += shift
+        if p.HasField("trusted_packet_sequence_id"):
+            p.trusted_packet_sequence_id = ((order + 1) << 16) | (seq & 0xFFFF)
         if p.HasField("trace_packet_defaults"):
             d = p.trace_packet_defaults.track_event_defaults
             if d.HasField("track_uuid"):
