@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "docs" / "images" / "perfetto_ui_seed_block.png"
 UI_TIMEOUT_MS = 90_000
-ZOOM_OUT_STEPS = 3
+ZOOM_OUT_MS = 2500
+SELECT_TRIES = 10
 
 
 #: The kernel the test selects: softmax runs only inside the attention scope of the seed block.
@@ -66,6 +67,7 @@ def annotated_trace(tmp_path_factory) -> Path:
 
 
 def test_ui_shows_gpu_lanes_and_annotation_args(chromium, annotated_trace, tmp_path):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     from playwright.sync_api import sync_playwright
 
     lanes = _expected()
@@ -95,11 +97,16 @@ def test_ui_shows_gpu_lanes_and_annotation_args(chromium, annotated_trace, tmp_p
                 box = page.locator("input[placeholder*='Search']").first
                 box.click()
                 box.fill(PROBE_KERNEL)
-                box.press("Enter")
-                page.wait_for_timeout(500)
-                box.press("Enter")
                 details = page.get_by_text("Arguments", exact=True).first
-                details.wait_for(timeout=30_000)
+                for _ in range(SELECT_TRIES):  # Enter runs the search, then steps to the next match
+                    box.press("Enter")
+                    try:
+                        details.wait_for(timeout=3000)
+                        break
+                    except PlaywrightTimeoutError:
+                        continue
+                else:
+                    pytest.fail(f"searching {PROBE_KERNEL!r} never selected a slice")
                 page.wait_for_timeout(1000)
                 text = page.inner_text("body")
                 details_text = text[text.find("Current Selection"):text.find("Arguments")]
@@ -117,15 +124,19 @@ def test_ui_shows_gpu_lanes_and_annotation_args(chromium, annotated_trace, tmp_p
                 if os.environ.get("PGA_UPDATE_SCREENSHOT") == "1":
                     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(shot, SCREENSHOT)
+            except BaseException:
+                if browser.pages:
+                    browser.pages[-1].screenshot(path=str(tmp_path / "failure.png"))  # left for inspection
+                raise
             finally:
                 browser.close()
-    except Exception:
+    except BaseException:
+        print(f"browser console (last 40 lines); screenshot in {tmp_path}:")
         print("\n".join(console[-40:]))
         raise
     finally:
         server.close()
         shutil.rmtree(profile_dir, ignore_errors=True)
-
 
 
 def _arg_tree(text: str) -> dict:
@@ -148,12 +159,9 @@ def _frame_for_screenshot(page) -> None:
     lane = page.get_by_text("62 attention", exact=True).first.bounding_box()
     if lane:
         page.mouse.move(900, lane["y"] + lane["height"] / 2)
-        page.keyboard.down("Control")  # ctrl + wheel zooms the timeline around the pointer
-        for _ in range(ZOOM_OUT_STEPS):
-            page.mouse.wheel(0, 400)
-            page.wait_for_timeout(100)
-        page.keyboard.up("Control")
-        page.wait_for_timeout(300)
+        page.keyboard.down("s")  # WASD navigation: hold s to zoom out
+        page.wait_for_timeout(ZOOM_OUT_MS)
+        page.keyboard.up("s")
     handle = page.locator(".pf-split-panel__handle").first
     box = handle.bounding_box() if handle.count() else None
     if box:
