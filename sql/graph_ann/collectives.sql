@@ -153,7 +153,7 @@ WITH
       w.dur,
       w.device,
       w.lane_id,
-      w.lane_name,
+      w.track_id,
       w.name,
       w.is_graphed,
       EXTRACT_ARG(w.arg_set_id, 'debug.Collective name') AS collective,
@@ -164,7 +164,7 @@ WITH
       EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Name') AS pg_name,
       EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Description') AS pg_desc,
       EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Ranks') AS pg_ranks
-    FROM graph_ann_gpu_work AS w
+    FROM _graph_ann_work AS w
     WHERE w.kind = 'kernel'
   ),
   sized AS (
@@ -187,7 +187,7 @@ SELECT
   dur,
   device,
   lane_id,
-  lane_name,
+  (SELECT t.name FROM track AS t WHERE t.id = sized.track_id) AS lane_name,
   name,
   is_graphed,
   has_metadata,

@@ -43,14 +43,91 @@ FROM (
 )
 WHERE correlation IS NOT NULL;
 
+-- The columns of GPU work every metric needs, materialised once: the three
+-- arguments read for every slice (device, lane, correlation), the launch found
+-- by correlation and the lane's name. The other arguments are read on demand by
+-- the `graph_ann_gpu_work` view, so modules that do not need them do not pay
+-- for them.
+CREATE PERFETTO TABLE _graph_ann_work(
+  -- Slice id.
+  id LONG,
+  -- Start of the work.
+  ts TIMESTAMP,
+  -- Duration of the work.
+  dur DURATION,
+  -- Kernel / memcpy / memset name.
+  name STRING,
+  -- Kineto category.
+  category STRING,
+  -- `kernel`, `memcpy` or `memset`.
+  kind STRING,
+  -- GPU index (`debug.device`).
+  device LONG,
+  -- Lane (`debug.stream`).
+  lane_id LONG,
+  -- Track of the slice.
+  track_id LONG,
+  -- CUPTI correlation id (`debug.correlation`).
+  correlation LONG,
+  -- Slice id of the launching CPU call, NULL if not in the trace.
+  launch_id LONG,
+  -- Whether a CUDA graph launch launched it.
+  is_graphed BOOL,
+  -- Argument set of the slice.
+  arg_set_id ARGSETID
+) AS
+WITH
+  work AS (
+    SELECT
+      s.id,
+      s.ts,
+      s.dur,
+      s.name,
+      s.category,
+      s.track_id,
+      s.arg_set_id,
+      EXTRACT_ARG(s.arg_set_id, 'debug.device') AS device,
+      EXTRACT_ARG(s.arg_set_id, 'debug.stream') AS lane_id,
+      EXTRACT_ARG(s.arg_set_id, 'debug.correlation') AS correlation
+    FROM slice AS s
+    WHERE s.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')
+  ),
+  -- One launch per correlation id (the first, should a trace repeat one).
+  launch AS (
+    SELECT correlation, MIN(id) AS id, MAX(is_graph_launch) AS is_graph_launch
+    FROM _graph_ann_launch
+    GROUP BY correlation
+  )
+SELECT
+  w.id,
+  w.ts,
+  w.dur,
+  w.name,
+  w.category,
+  CASE w.category
+    WHEN 'kernel' THEN 'kernel'
+    WHEN 'gpu_memcpy' THEN 'memcpy'
+    ELSE 'memset'
+  END AS kind,
+  w.device,
+  w.lane_id,
+  w.track_id,
+  w.correlation,
+  l.id AS launch_id,
+  COALESCE(l.is_graph_launch, 0) AS is_graphed,
+  w.arg_set_id
+FROM work AS w
+LEFT JOIN launch AS l USING (correlation);
+
 -- One row per GPU work slice (Kineto categories `kernel`, `gpu_memcpy`,
 -- `gpu_memset`), with its lane, streams, annotation, replay and graph node.
 --
 -- The lane is the slice's `debug.stream` (the lane it is drawn on); its name is
 -- the name of the slice's track. The recorded hardware stream is
 -- `debug.original_stream` when the join moved the slice to another lane
--- (graph_lanes="all"), else `debug.stream`.
-CREATE PERFETTO TABLE graph_ann_gpu_work(
+-- (graph_lanes="all"), else `debug.stream`. A view: the less used arguments
+-- are read when it is queried.
+CREATE PERFETTO VIEW graph_ann_gpu_work(
   -- Slice id, to join back to `slice`.
   id LONG,
   -- Start of the work on the GPU.
@@ -98,35 +175,6 @@ CREATE PERFETTO TABLE graph_ann_gpu_work(
   -- Argument set of the slice, for any other argument.
   arg_set_id ARGSETID
 ) AS
-WITH
-  work AS (
-    SELECT
-      s.id,
-      s.ts,
-      s.dur,
-      s.name,
-      s.category,
-      s.track_id,
-      s.arg_set_id,
-      EXTRACT_ARG(s.arg_set_id, 'debug.device') AS device,
-      EXTRACT_ARG(s.arg_set_id, 'debug.stream') AS lane_id,
-      EXTRACT_ARG(s.arg_set_id, 'debug.original_stream') AS original_stream,
-      EXTRACT_ARG(s.arg_set_id, 'debug.annotated_stream') AS annotated_stream,
-      EXTRACT_ARG(s.arg_set_id, 'debug.name') AS annotation,
-      EXTRACT_ARG(s.arg_set_id, 'debug.correlation') AS correlation,
-      EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
-      EXTRACT_ARG(s.arg_set_id, 'debug.graph node id') AS graph_node_id,
-      EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
-      EXTRACT_ARG(s.arg_set_id, 'debug.join') AS join_strategy
-    FROM slice AS s
-    WHERE s.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')
-  ),
-  -- One launch per correlation id (the first, should a trace repeat one).
-  launch AS (
-    SELECT correlation, MIN(id) AS id, MAX(is_graph_launch) AS is_graph_launch
-    FROM _graph_ann_launch
-    GROUP BY correlation
-  )
 SELECT
   w.id,
   w.ts,
@@ -134,28 +182,22 @@ SELECT
   w.ts + w.dur AS end_ts,
   w.name,
   w.category,
-  CASE w.category
-    WHEN 'kernel' THEN 'kernel'
-    WHEN 'gpu_memcpy' THEN 'memcpy'
-    ELSE 'memset'
-  END AS kind,
+  w.kind,
   w.device,
   w.lane_id,
   t.name AS lane_name,
   w.track_id,
-  COALESCE(w.original_stream, w.lane_id) AS stream,
-  w.original_stream,
-  w.annotated_stream,
-  w.annotation,
+  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.original_stream'), w.lane_id) AS stream,
+  EXTRACT_ARG(w.arg_set_id, 'debug.original_stream') AS original_stream,
+  EXTRACT_ARG(w.arg_set_id, 'debug.annotated_stream') AS annotated_stream,
+  EXTRACT_ARG(w.arg_set_id, 'debug.name') AS annotation,
   w.correlation,
-  l.id AS launch_id,
-  COALESCE(l.is_graph_launch, 0) AS is_graphed,
-  w.graph_id,
-  w.graph_node_id,
-  w.replay,
-  w.join_strategy,
+  w.launch_id,
+  w.is_graphed,
+  EXTRACT_ARG(w.arg_set_id, 'debug.graph id') AS graph_id,
+  EXTRACT_ARG(w.arg_set_id, 'debug.graph node id') AS graph_node_id,
+  EXTRACT_ARG(w.arg_set_id, 'debug.replay') AS replay,
+  EXTRACT_ARG(w.arg_set_id, 'debug.join') AS join_strategy,
   w.arg_set_id
-FROM work AS w
-JOIN track AS t ON t.id = w.track_id
-LEFT JOIN launch AS l USING (correlation)
-ORDER BY w.ts, w.id;
+FROM _graph_ann_work AS w
+JOIN track AS t ON t.id = w.track_id;

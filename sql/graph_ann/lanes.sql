@@ -40,33 +40,37 @@ CREATE PERFETTO TABLE _graph_ann_replays_span(
   -- Length of the span.
   dur DURATION
 ) AS
-SELECT device, MIN(ts) AS ts, MAX(end_ts) - MIN(ts) AS dur
-FROM graph_ann_gpu_work
+SELECT device, MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur
+FROM _graph_ann_work
 WHERE is_graphed
 GROUP BY device;
 
--- Each lane's merged busy intervals (see `_graph_ann_intervals_union`).
-CREATE PERFETTO TABLE _graph_ann_lane_busy_interval(
+-- Each lane's time split into disjoint covered pieces and the idle gaps
+-- between them (see `_graph_ann_intervals_cover`).
+CREATE PERFETTO TABLE _graph_ann_lane_cover(
   -- GPU index.
   device LONG,
   -- Lane id.
   lane_id LONG,
-  -- Start of a busy interval.
+  -- Start of a covered piece.
   ts TIMESTAMP,
-  -- Length of the busy interval.
-  dur DURATION
+  -- Length of the piece (0 when the interval was covered already).
+  dur DURATION,
+  -- Start of the idle gap before the piece, NULL if none.
+  gap_ts TIMESTAMP,
+  -- Length of that gap, NULL if none.
+  gap_dur DURATION
 ) AS
-WITH
-  keyed AS (
-    SELECT DISTINCT device, lane_id, device * 4294967296 + lane_id AS grp
-    FROM graph_ann_gpu_work
-  )
-SELECT k.device, k.lane_id, u.ts, u.dur
-FROM _graph_ann_intervals_union!(
-  (SELECT device * 4294967296 + lane_id AS grp, ts, dur FROM graph_ann_gpu_work)
-) AS u
-JOIN keyed AS k USING (grp)
-ORDER BY k.device, k.lane_id, u.ts;
+SELECT
+  grp / 4294967296 AS device,
+  grp % 4294967296 AS lane_id,
+  ts,
+  dur,
+  gap_ts,
+  gap_dur
+FROM _graph_ann_intervals_cover!(
+  (SELECT device * 4294967296 + lane_id AS grp, ts, dur FROM _graph_ann_work)
+);
 
 -- One row per lane of each GPU: work count, busy time, utilization and the
 -- distribution of work durations.
@@ -114,9 +118,8 @@ WITH
       device,
       lane_id,
       dur,
-      ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY dur) AS rn,
-      COUNT(*) OVER (PARTITION BY device, lane_id) AS n
-    FROM graph_ann_gpu_work
+      ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY dur) AS rn
+    FROM _graph_ann_work
   ),
   pct AS (
     SELECT
@@ -126,13 +129,14 @@ WITH
       MAX(CASE WHEN rn = (90 * n + 99) / 100 THEN dur END) AS p90_dur,
       MAX(CASE WHEN rn = (99 * n + 99) / 100 THEN dur END) AS p99_dur
     FROM ranked
+    JOIN (SELECT device, lane_id, COUNT(*) AS n FROM _graph_ann_work GROUP BY device, lane_id) USING (device, lane_id)
     GROUP BY device, lane_id
   ),
   stats AS (
     SELECT
       device,
       lane_id,
-      MIN(lane_name) AS lane_name,
+      MIN(track_id) AS track_id,
       COUNT(*) AS work_count,
       SUM(kind = 'kernel') AS kernel_count,
       SUM(dur) AS total_dur,
@@ -141,13 +145,13 @@ WITH
       MAX(dur) AS max_dur,
       MIN(ts) AS first_ts,
       MAX(ts) AS last_ts,
-      MAX(end_ts) AS end_ts
-    FROM graph_ann_gpu_work
+      MAX(ts + dur) AS end_ts
+    FROM _graph_ann_work
     GROUP BY device, lane_id
   ),
   busy AS (
     SELECT device, lane_id, SUM(dur) AS busy_dur
-    FROM _graph_ann_lane_busy_interval
+    FROM _graph_ann_lane_cover
     GROUP BY device, lane_id
   ),
   replay_busy AS (
@@ -155,14 +159,14 @@ WITH
       b.device,
       b.lane_id,
       SUM(MAX(0, MIN(b.ts + b.dur, r.ts + r.dur) - MAX(b.ts, r.ts))) AS busy_dur
-    FROM _graph_ann_lane_busy_interval AS b
+    FROM _graph_ann_lane_cover AS b
     JOIN _graph_ann_replays_span AS r USING (device)
     GROUP BY b.device, b.lane_id
   )
 SELECT
   s.device,
   s.lane_id,
-  s.lane_name,
+  t.name AS lane_name,
   s.work_count,
   s.kernel_count,
   s.total_dur,
@@ -179,6 +183,7 @@ SELECT
   s.last_ts,
   s.end_ts
 FROM stats AS s
+JOIN track AS t ON t.id = s.track_id
 LEFT JOIN busy AS b USING (device, lane_id)
 JOIN pct AS p USING (device, lane_id)
 LEFT JOIN _graph_ann_replays_span AS r USING (device)
@@ -215,20 +220,20 @@ WITH
     SELECT
       device,
       lane_id,
-      MIN(lane_name) AS lane_name,
+      MIN(track_id) AS track_id,
       name,
       COUNT(*) AS count,
       SUM(dur) AS total_dur,
       AVG(dur) AS mean_dur,
       MAX(dur) AS max_dur
-    FROM graph_ann_gpu_work
+    FROM _graph_ann_work
     WHERE kind = 'kernel'
     GROUP BY device, lane_id, name
   )
 SELECT
   device,
   lane_id,
-  lane_name,
+  (SELECT name FROM track WHERE id = k.track_id) AS lane_name,
   name,
   ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY total_dur DESC, name) AS rank,
   count,
@@ -236,5 +241,5 @@ SELECT
   mean_dur,
   max_dur,
   CAST(total_dur AS DOUBLE) / SUM(total_dur) OVER (PARTITION BY device, lane_id) AS share
-FROM per_kernel
+FROM per_kernel AS k
 ORDER BY device, lane_id, rank;

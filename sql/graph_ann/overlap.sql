@@ -43,7 +43,7 @@ SELECT
     WHEN w.kind = 'kernel' THEN 0
     ELSE 2
   END AS class
-FROM graph_ann_gpu_work AS w
+FROM _graph_ann_work AS w
 LEFT JOIN graph_ann_collective AS c USING (id);
 
 -- One row per GPU: compute, communication and memory time, how much of the
@@ -79,22 +79,26 @@ WITH
     GROUP BY device
   ),
   per_class AS (
-    SELECT grp / 4 AS device, grp % 4 AS class, SUM(dur) AS dur
-    FROM _graph_ann_intervals_union!(
+    SELECT
+      grp / 4 AS device,
+      SUM(CASE WHEN grp % 4 = 0 THEN dur ELSE 0 END) AS compute_dur,
+      SUM(CASE WHEN grp % 4 = 1 THEN dur ELSE 0 END) AS comm_dur,
+      SUM(CASE WHEN grp % 4 = 2 THEN dur ELSE 0 END) AS memory_dur
+    FROM _graph_ann_intervals_cover!(
       (SELECT device * 4 + class AS grp, ts, dur FROM _graph_ann_work_class)
     )
-    GROUP BY grp
+    GROUP BY grp / 4
   ),
   comm_or_compute AS (
     SELECT grp AS device, SUM(dur) AS dur
-    FROM _graph_ann_intervals_union!(
+    FROM _graph_ann_intervals_cover!(
       (SELECT device AS grp, ts, dur FROM _graph_ann_work_class WHERE class IN (0, 1))
     )
     GROUP BY grp
   ),
   busy AS (
     SELECT grp AS device, SUM(dur) AS dur
-    FROM _graph_ann_intervals_union!(
+    FROM _graph_ann_intervals_cover!(
       (SELECT device AS grp, ts, dur FROM _graph_ann_work_class)
     )
     GROUP BY grp
@@ -105,12 +109,13 @@ WITH
       s.ts,
       s.dur,
       COALESCE(b.dur, 0) AS busy_dur,
-      COALESCE((SELECT dur FROM per_class p WHERE p.device = s.device AND p.class = 0), 0) AS compute_dur,
-      COALESCE((SELECT dur FROM per_class p WHERE p.device = s.device AND p.class = 1), 0) AS comm_dur,
-      COALESCE((SELECT dur FROM per_class p WHERE p.device = s.device AND p.class = 2), 0) AS memory_dur,
+      COALESCE(p.compute_dur, 0) AS compute_dur,
+      COALESCE(p.comm_dur, 0) AS comm_dur,
+      COALESCE(p.memory_dur, 0) AS memory_dur,
       COALESCE(cc.dur, 0) AS comm_or_compute_dur
     FROM span AS s
     LEFT JOIN busy AS b USING (device)
+    LEFT JOIN per_class AS p USING (device)
     LEFT JOIN comm_or_compute AS cc USING (device)
   )
 SELECT
@@ -141,16 +146,9 @@ CREATE PERFETTO TABLE graph_ann_lane_gap(
   -- Length of the gap.
   dur DURATION
 ) AS
-SELECT device, lane_id, end_ts AS ts, next_ts - end_ts AS dur
-FROM (
-  SELECT
-    device,
-    lane_id,
-    ts + dur AS end_ts,
-    LEAD(ts) OVER (PARTITION BY device, lane_id ORDER BY ts) AS next_ts
-  FROM _graph_ann_lane_busy_interval
-)
-WHERE next_ts IS NOT NULL
+SELECT device, lane_id, gap_ts AS ts, gap_dur AS dur
+FROM _graph_ann_lane_cover
+WHERE gap_dur > 0
 ORDER BY device, lane_id, ts;
 
 -- Idle gaps per lane, summarised: between the lane's first work start and

@@ -55,20 +55,20 @@ WITH
       launch_id,
       MIN(correlation) AS correlation,
       MIN(device) AS device,
-      MIN(graph_id) AS graph_id,
-      MIN(replay) AS replay,
+      MIN(EXTRACT_ARG(arg_set_id, 'debug.graph id')) AS graph_id,
+      MIN(EXTRACT_ARG(arg_set_id, 'debug.replay')) AS replay,
       MIN(ts) AS ts,
-      MAX(end_ts) AS end_ts,
+      MAX(ts + dur) AS end_ts,
       COUNT(*) AS work_count,
       COUNT(DISTINCT lane_id) AS lane_count
-    FROM graph_ann_gpu_work
+    FROM _graph_ann_work
     WHERE is_graphed
     GROUP BY launch_id
   ),
   busy AS (
     SELECT grp AS launch_id, SUM(dur) AS busy_dur
-    FROM _graph_ann_intervals_union!(
-      (SELECT launch_id AS grp, ts, dur FROM graph_ann_gpu_work WHERE is_graphed)
+    FROM _graph_ann_intervals_cover!(
+      (SELECT launch_id AS grp, ts, dur FROM _graph_ann_work WHERE is_graphed)
     )
     GROUP BY grp
   )
@@ -124,20 +124,20 @@ WITH
       launch_id * 4294967296 + lane_id AS grp,
       MIN(correlation) AS correlation,
       MIN(device) AS device,
-      MIN(lane_name) AS lane_name,
+      MIN(track_id) AS track_id,
       COUNT(*) AS work_count,
       MIN(ts) AS ts,
-      MAX(end_ts) AS end_ts
-    FROM graph_ann_gpu_work
+      MAX(ts + dur) AS end_ts
+    FROM _graph_ann_work
     WHERE is_graphed
     GROUP BY launch_id, lane_id
   ),
   busy AS (
     SELECT grp, SUM(dur) AS busy_dur
-    FROM _graph_ann_intervals_union!(
+    FROM _graph_ann_intervals_cover!(
       (
         SELECT launch_id * 4294967296 + lane_id AS grp, ts, dur
-        FROM graph_ann_gpu_work
+        FROM _graph_ann_work
         WHERE is_graphed
       )
     )
@@ -148,11 +148,12 @@ SELECT
   p.correlation,
   p.device,
   p.lane_id,
-  p.lane_name,
+  t.name AS lane_name,
   p.work_count,
   p.ts,
   p.end_ts,
   COALESCE(b.busy_dur, 0) AS busy_dur
 FROM per_lane AS p
+JOIN track AS t ON t.id = p.track_id
 LEFT JOIN busy AS b USING (grp)
 ORDER BY p.device, p.ts, p.lane_id;
