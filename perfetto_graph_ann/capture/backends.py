@@ -86,14 +86,44 @@ def _check(res: Tuple, what: str) -> Any:
     return res[1] if len(res) == 2 else res[1:]
 
 
+class _KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA >= 12.0)."""
+
+    _fields_ = [("func", ctypes.c_void_p),
+                ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("kernelParams", ctypes.c_void_p), ("extra", ctypes.c_void_p),
+                ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
+
+
+#: CUgraphNodeType values (cuda.h) -> our names
+_CU_NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "event_wait",
+                  7: "event_record", 8: "ext_semas_signal", 9: "ext_semas_wait", 10: "mem_alloc", 11: "mem_free",
+                  12: "batch_mem_op", 13: "conditional"}
+
+
 class CudaGraphBackend(CaptureBackend):
-    """Node listing and kernel params through cuda-bindings; ids left to subclasses."""
+    """Node counting and the node table through the driver API; ids left to subclasses.
+
+    The per-node driver calls go through ctypes on libcuda: building cuda-bindings' Python
+    objects per node made the node table the largest part of the capture overhead
+    (benchmarks/capture.py). ``node_infos_bindings`` reads the same table through
+    cuda-bindings; a GPU test checks that both agree.
+    """
 
     def __init__(self) -> None:
         from cuda.bindings import driver, runtime
 
         self._rt, self._drv = runtime, driver
-        self._names: Dict[int, Optional[str]] = {}  # CUfunction -> name (functions outlive graphs)
+        self._cu = ctypes.CDLL("libcuda.so.1")
+        self._cu.cuGraphGetNodes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+        self._cu.cuGraphNodeGetType.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        self._cu.cuGraphKernelNodeGetParams_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams)]
+        self._cu.cuFuncGetName.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p]
+        self._kernel_name = getattr(self._cu, "cuKernelGetName", None)
+        if self._kernel_name is not None:
+            self._kernel_name.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p]
+        self._names: Dict[Tuple[str, int], Optional[str]] = {}  # (func|kern, handle) -> name
 
     def capture_graph(self, stream: int) -> Optional[int]:
         res = self._rt.cudaStreamGetCaptureInfo(stream)
@@ -101,32 +131,56 @@ class CudaGraphBackend(CaptureBackend):
             return None
         return int(res[3])
 
-    def _nodes(self, graph: int) -> Sequence[Any]:
-        _, n = _check(self._rt.cudaGraphGetNodes(graph, 0), "cudaGraphGetNodes")
-        if not n:
-            return []
-        nodes, _ = _check(self._rt.cudaGraphGetNodes(graph, n), "cudaGraphGetNodes")
-        return nodes
-
-    def _func_name(self, func: Any) -> Optional[str]:
-        key = int(func)
-        if key not in self._names:
-            try:
-                name = _check(self._drv.cuFuncGetName(func), "cuFuncGetName")
-                self._names[key] = name.decode() if isinstance(name, bytes) else str(name)
-            except CaptureError:
-                self._names[key] = None
-        return self._names[key]
+    def _cu_check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise CaptureError(f"{what} failed with CUresult {rc}")
 
     def node_count(self, graph: int) -> int:
-        return int(_check(self._rt.cudaGraphGetNodes(graph, 0), "cudaGraphGetNodes")[1])
+        n = ctypes.c_size_t(0)
+        self._cu_check(self._cu.cuGraphGetNodes(graph, None, ctypes.byref(n)), "cuGraphGetNodes")
+        return n.value
 
-    def local_id(self, node: Any) -> int:
+    def node_handles(self, graph: int) -> List[int]:
+        n = ctypes.c_size_t(self.node_count(graph))
+        arr = (ctypes.c_void_p * max(n.value, 1))()
+        self._cu_check(self._cu.cuGraphGetNodes(graph, arr, ctypes.byref(n)), "cuGraphGetNodes")
+        return [int(arr[i] or 0) for i in range(n.value)]
+
+    def local_id(self, node: int) -> int:
         raise NotImplementedError
+
+    def _name(self, kind: str, handle: Optional[int]) -> Optional[str]:
+        if not handle:
+            return None
+        key = (kind, handle)
+        if key not in self._names:
+            out = ctypes.c_char_p()
+            fn = self._cu.cuFuncGetName if kind == "func" else self._kernel_name
+            rc = fn(ctypes.byref(out), handle) if fn is not None else -1
+            self._names[key] = out.value.decode(errors="replace") if rc == 0 and out.value else None
+        return self._names[key]
 
     def node_infos(self, graph: int) -> List[NodeInfo]:
         out = []
-        for nd in self._nodes(graph):
+        t = ctypes.c_int()
+        p = _KernelNodeParams()
+        for nd in self.node_handles(graph):
+            self._cu_check(self._cu.cuGraphNodeGetType(nd, ctypes.byref(t)), "cuGraphNodeGetType")
+            kind = _CU_NODE_TYPES.get(t.value, "other")
+            kernel = grid = block = None
+            if kind == "kernel" and self._cu.cuGraphKernelNodeGetParams_v2(nd, ctypes.byref(p)) == 0:
+                grid = (p.gridDimX, p.gridDimY, p.gridDimZ)
+                block = (p.blockDimX, p.blockDimY, p.blockDimZ)
+                kernel = self._name("func", p.func) or self._name("kern", p.kern)
+            out.append(NodeInfo(handle=nd, local_id=self.local_id(nd), type=kind, kernel=kernel, grid=grid, block=block))
+        return out
+
+    def node_infos_bindings(self, graph: int) -> List[NodeInfo]:
+        """The node table read through cuda-bindings (reference for the ctypes path)."""
+        _, n = _check(self._rt.cudaGraphGetNodes(graph, 0), "cudaGraphGetNodes")
+        nodes = _check(self._rt.cudaGraphGetNodes(graph, n), "cudaGraphGetNodes")[0] if n else []
+        out = []
+        for nd in nodes:
             t = node_type_name(_check(self._rt.cudaGraphNodeGetType(nd), "cudaGraphNodeGetType").name)
             kernel = grid = block = None
             if t == "kernel":
@@ -134,8 +188,10 @@ class CudaGraphBackend(CaptureBackend):
                     p = _check(self._drv.cuGraphKernelNodeGetParams(nd), "cuGraphKernelNodeGetParams")
                     grid = (int(p.gridDimX), int(p.gridDimY), int(p.gridDimZ))
                     block = (int(p.blockDimX), int(p.blockDimY), int(p.blockDimZ))
-                    kernel = self._func_name(p.func)
-            out.append(NodeInfo(handle=int(nd), local_id=self.local_id(nd), type=t, kernel=kernel, grid=grid, block=block))
+                    with contextlib.suppress(CaptureError):
+                        name = _check(self._drv.cuFuncGetName(p.func), "cuFuncGetName")
+                        kernel = name.decode() if isinstance(name, bytes) else str(name)
+            out.append(NodeInfo(handle=int(nd), local_id=self.local_id(int(nd)), type=t, kernel=kernel, grid=grid, block=block))
         return out
 
 

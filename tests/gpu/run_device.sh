@@ -24,5 +24,8 @@ for f in sorted(glob.glob(os.path.join(out, "res", "*.json"))):
 json.dump(merged, open(os.path.join(out, "gpu_results.json"), "w"), indent=1, sort_keys=True, default=str)
 PY
 rm -rf "$OUT/res"
+# the same tests in one process, in file order (several captures per process, as users do)
+timeout 200 python3 -m pytest tests/gpu/test_capture_gpu.py -o addopts="" -m gpu -p no:cacheprovider -q --timeout 150 2>&1 | tail -n 30 > "$OUT/pytest_one_process.log"
+echo "one process:"; tail -n 3 "$OUT/pytest_one_process.log"
 timeout 150 python3 benchmarks/capture.py --out "$OUT/bench_capture.json" 2>&1 | tee "$OUT/bench.log"
 echo "bench exit: $?"
