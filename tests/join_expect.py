@@ -1,14 +1,31 @@
 """Independent expectations for the join tests, computed straight from the fixture JSON
-and capture records with the json module (no code under test)."""
+and capture records with the json module (no code under test), plus two annotation sets
+the tests build by hand."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from conftest import fixture_capture, fixture_trace
+from perfetto_graph_ann._resources import demo_data_dir
+from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord
+
+# Fixture paths are defined here, not imported from conftest: tests/gpu has its own
+# conftest module, and whichever is imported first wins the name "conftest".
+FIXTURES = demo_data_dir()
+TRACES = sorted(p.name[: -len(".trace.json.gz")] for p in FIXTURES.glob("*.trace.json.gz"))
+
+
+def fixture_trace(name: str) -> Path:
+    return FIXTURES / f"{name}.trace.json.gz"
+
+
+def fixture_capture(name: str) -> Path:
+    return FIXTURES / f"{name}.capture.json"
+
 
 #: Eager NCCL kernel arg keys that are collective metadata (FINDINGS.md).
 COLLECTIVE_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
@@ -64,3 +81,25 @@ def calibrated_expectation(name: str) -> Dict[int, dict]:
             out[i] = {"key": key, "scope": node["scope"], "lane": lane, "replay": replay_of[corr],
                       "stream": stream, "graph": exec_id}
     return out
+
+
+def strip_calibration(a: AnnotationSet) -> AnnotationSet:
+    """The same annotations without calibration (forces the structural join)."""
+    graphs = tuple(dataclasses.replace(g, nodes=tuple(dataclasses.replace(n, stream=None, ordinal=None)
+                                                       for n in g.nodes)) for g in a.graphs)
+    return dataclasses.replace(a, graphs=graphs)
+
+
+def allreduce_annotations() -> AnnotationSet:
+    """What capture records for the graphed all_reduce: the NCCL node with the eager fields."""
+    eager = load_json("allreduce_eager_rank0")
+    nccl = next(e for _, e in kernels(eager) if e["name"].startswith("ncclDevKernel"))
+    gemm = next(e for _, e in kernels(eager) if "gemm" in e["name"])
+    fields = {k: nccl["args"][k] for k in COLLECTIVE_FIELDS}
+    mangled = "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"
+    nodes = (
+        NodeRecord(key=(1 << 32) | 0, kernel=gemm["name"], grid=tuple(gemm["args"]["grid"]), block=tuple(gemm["args"]["block"])),
+        NodeRecord(key=(1 << 32) | 1, kernel=mangled, grid=tuple(nccl["args"]["grid"]), block=tuple(nccl["args"]["block"]),
+                   annotation=dict(fields, stream=60)),
+    )
+    return AnnotationSet(graphs=(GraphRecord(exec_id=1, nodes=nodes),), lanes={60: "default_pg (all_reduce)"})

@@ -7,8 +7,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import TRACES, fixture_capture, fixture_trace
-from join_expect import calibrated_expectation, load_json
+from join_expect import TRACES, calibrated_expectation, fixture_capture, fixture_trace, load_json
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.errors import OutputError
 from perfetto_graph_ann.join import join

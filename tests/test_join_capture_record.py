@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from conftest import fixture_capture
-from join_expect import label_lanes, load_capture
+from join_expect import fixture_capture, label_lanes, load_capture
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.errors import GraphAnnError, SidecarError
 

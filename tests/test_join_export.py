@@ -10,8 +10,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import fixture_capture, fixture_trace
-from join_expect import calibrated_expectation
+from join_expect import calibrated_expectation, fixture_capture, fixture_trace
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.errors import OutputError

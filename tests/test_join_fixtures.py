@@ -6,18 +6,11 @@ from collections import Counter
 
 import pytest
 
-from conftest import fixture_capture, fixture_trace
-from join_expect import COLLECTIVE_FIELDS, calibrated_expectation, kernels, load_capture, load_json
-from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord
+from join_expect import COLLECTIVE_FIELDS, allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace, kernels, load_capture, load_json, strip_calibration
+from perfetto_graph_ann.capture.annotations import AnnotationSet
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
-
-
-def _strip_calibration(a: AnnotationSet) -> AnnotationSet:
-    graphs = tuple(dataclasses.replace(g, nodes=tuple(dataclasses.replace(n, stream=None, ordinal=None)
-                                                       for n in g.nodes)) for g in a.graphs)
-    return dataclasses.replace(a, graphs=graphs)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +81,7 @@ def test_two_branch_calibrated_puts_each_gemm_on_its_lane(two_branch):
 
 def test_two_branch_structural_flags_identical_gemms(two_branch):
     trace, ann = two_branch
-    layout = join(trace, _strip_calibration(ann), "all")
+    layout = join(trace, strip_calibration(ann), "all")
     doc = load_json("two_branch")
     gemm = {i for i, e in kernels(doc) if "gemm" in e["name"]}
     others = {i for i, _ in kernels(doc)} - gemm
@@ -107,7 +100,7 @@ def test_structural_seed_block_lanes_still_right(seed):
     """Ambiguity on the seed block is only between nodes of the same scope: lanes stay right."""
     trace, ann = seed
     expect = calibrated_expectation("seed_block_annotated")
-    layout = join(trace, _strip_calibration(ann), "all")
+    layout = join(trace, strip_calibration(ann), "all")
     assert layout.report.matched["structural"] == 70
     for idx, exp in expect.items():
         assert layout.placements[idx].lane == exp["lane"]
@@ -127,7 +120,7 @@ def test_exact_join_by_graph_node_id(seed):
             e = dataclasses.replace(e, args=args)
         events.append(e)
     newer = dataclasses.replace(trace, events=events)
-    layout = join(newer, _strip_calibration(ann), "all")
+    layout = join(newer, strip_calibration(ann), "all")
     assert layout.report.matched == {"exact": 70, "calibrated": 0, "structural": 0}
     for idx, exp in expect.items():
         assert layout.placements[idx].lane == exp["lane"]
@@ -139,7 +132,7 @@ def test_several_graphs_each_replay_finds_its_own(seed, two_branch):
     both = AnnotationSet.merge([seed[1], two_branch[1]])
     for (trace, ann), name in ((seed, "seed_block_annotated"), (two_branch, "two_branch")):
         exec_id = load_capture(name)["exec_cupti_graph_id"]
-        for a in (both, _strip_calibration(both)):
+        for a in (both, strip_calibration(both)):
             layout = join(trace, a, "all")
             assert layout.report.unmatched == 0
             assert {p.args["graph id"] for p in layout.placements.values()} == {exec_id}
@@ -163,21 +156,6 @@ def test_eager_trace_has_no_placements():
 def test_bad_graph_lanes():
     with pytest.raises(ValueError):
         join(read_trace(fixture_trace("two_branch")), AnnotationSet(), "some")
-
-
-def allreduce_annotations() -> AnnotationSet:
-    """What capture records for the graphed all_reduce: the NCCL node with the eager fields."""
-    eager = load_json("allreduce_eager_rank0")
-    nccl = next(e for _, e in kernels(eager) if e["name"].startswith("ncclDevKernel"))
-    gemm = next(e for _, e in kernels(eager) if "gemm" in e["name"])
-    fields = {k: nccl["args"][k] for k in COLLECTIVE_FIELDS}
-    mangled = "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"
-    nodes = (
-        NodeRecord(key=(1 << 32) | 0, kernel=gemm["name"], grid=tuple(gemm["args"]["grid"]), block=tuple(gemm["args"]["block"])),
-        NodeRecord(key=(1 << 32) | 1, kernel=mangled, grid=tuple(nccl["args"]["grid"]), block=tuple(nccl["args"]["block"]),
-                   annotation=dict(fields, stream=60)),
-    )
-    return AnnotationSet(graphs=(GraphRecord(exec_id=1, nodes=nodes),), lanes={60: "default_pg (all_reduce)"})
 
 
 def test_allreduce_graph_restores_eager_collective_fields():

@@ -3,21 +3,18 @@ processor (open_trace, portable engine) and compared with expectations computed 
 fixture JSON and capture records (tests/join_expect.py), not from the code under test."""
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from decimal import Decimal
 
-import pytest
 
-from conftest import fixture_capture, fixture_trace
 from engine_support import requires_portable
-from join_expect import COLLECTIVE_FIELDS, calibrated_expectation, kernels, load_json
+from join_expect import (COLLECTIVE_FIELDS, allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace,
+                         kernels, load_json, strip_calibration)
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.convert import convert
-from test_join_fixtures import _strip_calibration, allreduce_annotations
 
 pytestmark = requires_portable  # the same logic is checked without an engine in test_join_fixtures.py
 
@@ -87,7 +84,7 @@ def test_two_branch_calibrated_and_structural_in_trace_processor(tmp_path):
     cal = _by_ts(_kernels(_convert(tmp_path, name, ann)))
     structural_dir = tmp_path / "structural"
     structural_dir.mkdir()
-    st = _by_ts(_kernels(_convert(structural_dir, name, _strip_calibration(ann))))
+    st = _by_ts(_kernels(_convert(structural_dir, name, strip_calibration(ann))))
     for idx, x in expect.items():
         key = (_ts_ns(events[idx]), events[idx]["name"])
         assert cal[key]["lane"] == x["lane"] and cal[key]["ann_name"] == x["scope"]

@@ -6,13 +6,11 @@ import json
 from collections import Counter
 from decimal import Decimal
 
-from conftest import fixture_capture, fixture_trace
 from engine_support import requires_portable
-from join_expect import calibrated_expectation, kernels, load_json
+from join_expect import allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace, kernels, load_json
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.write.merge import merge
-from test_join_fixtures import allreduce_annotations
 
 pytestmark = requires_portable  # packet-level checks without an engine: test_merge_packets.py
 

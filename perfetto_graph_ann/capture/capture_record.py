@@ -18,7 +18,7 @@ import gzip
 import json
 import os
 import types
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import PathLike, SidecarError
 from ..join.model import FIRST_LOGICAL_LANE

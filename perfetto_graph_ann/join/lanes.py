@@ -6,7 +6,7 @@ recorded stream and carries the lane it would have had as ``annotated_stream``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ..capture.annotations import AnnotationSet, NodeRecord
 from ..read.model import TraceEvent

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Optional, Union
+from typing import Union
 
 from ..capture.annotations import AnnotationSet
 from ..errors import OutputError, PathLike
