@@ -128,6 +128,9 @@ def _ns(value: Any, index: int, key: str, path: Optional[str]) -> int:
         raise TraceFormatError(path, f"event {index}: {key} is not a finite number ({value!r})") from None
     if not -(1 << 63) <= ns < (1 << 63):
         raise TraceFormatError(path, f"event {index}: {key} {value} us is out of range")
+    if ns < 0 and key == "ts":
+        # Perfetto's clocks are unsigned: a trace cannot start before time 0.
+        raise TraceFormatError(path, f"event {index}: negative timestamp {value} us")
     return ns
 
 
