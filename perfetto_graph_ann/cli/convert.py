@@ -32,6 +32,13 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..write.convert import paused_gc
+
+    with paused_gc():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..read.kineto import read_trace
     from ..write.convert import ConvertConfig, convert
 

@@ -31,13 +31,16 @@ class FlowPlan:
 def plan_flows(events: Sequence[TraceEvent], slice_indices: Sequence[int]) -> FlowPlan:
     """Bind flow events of ``events`` to the slices listed in ``slice_indices``."""
     plan = FlowPlan()
-    flow_events = [e for e in events if e.ph in ("s", "t", "f") and e.id is not None and e.ts_ns is not None]
+    flow_events = [e for e in events if (e.ph == "f" or e.ph == "s" or e.ph == "t") and e.id is not None
+                   and e.ts_ns is not None]
     if not flow_events:
         return plan
+    wanted = {fe.ts_ns for fe in flow_events}
     starts: Dict[Tuple, List[TraceEvent]] = {}
     for i in slice_indices:
         e = events[i]
-        starts.setdefault((e.pid, e.tid, e.ts_ns), []).append(e)
+        if e.ts_ns in wanted:  # int lookup first: only slices a flow can bind to get a key
+            starts.setdefault((e.pid, e.tid, e.ts_ns), []).append(e)
     sources: Dict[Tuple[str, object], int] = {}
     targets: Dict[Tuple[str, object], List[int]] = {}
     for fe in flow_events:

@@ -14,14 +14,13 @@ the output file is simply the concatenation.
 """
 from __future__ import annotations
 
-import math
 from decimal import Decimal
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .interning import ANNOTATION_NAMES, STRING_VALUES, Interner
-from .wire import _pack_double, _pack_fixed64, field_bytes, small_varint, utf8, varint
+from .wire import _ONE_BYTE, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
 SEQUENCE_ID = 1
 SEQ_INCREMENTAL_STATE_CLEARED = 1
@@ -172,12 +171,13 @@ _INTERNED_FIELDS = {1: "event_categories", 2: "event_names", 3: "debug_annotatio
 class FastEncoder:
     """Hand-written encoder producing exactly :class:`ProtosEncoder`'s bytes, faster."""
 
-    #: Bound on cached (key, value) annotation encodings; the cache is dropped when full.
-    CACHE_LIMIT = 200_000
+    #: Distinct values cached per arg key; past it the key is encoded without a cache.
+    KEY_CACHE_LIMIT = 2048
 
     def __init__(self, interner: Interner) -> None:
         self.interner = interner
-        self._cache: Dict[Tuple[str, type, Any], bytes] = {}
+        self._keys: Dict[str, list] = {}  # arg key -> [name iid prefix, value cache or None]
+        self._end_tails: Dict[int, bytes] = {}
         self._ts_prefix = b"\x40"
         self._seq = b"\x50" + varint(SEQUENCE_ID)
 
@@ -233,29 +233,54 @@ class FastEncoder:
         return b"\x32" + varint(len(b)) + b, b""
 
     def _annotations(self, args: Mapping[str, Any]) -> bytes:
-        cache = self._cache
+        """Encoded ``debug_annotations`` of one event.
+
+        Per arg key: the name's iid prefix, and a cache of encoded (key, value) annotations
+        while the key's values repeat (device, stream, grid, ...). A key whose values keep
+        changing (correlation, External id) loses its cache after ``KEY_CACHE_LIMIT``
+        distinct values; its ints are then encoded directly.
+        """
+        keys = self._keys
         out = []
         for k, v in args.items():
+            ks = keys.get(k)
+            if ks is None:
+                ks = keys[k] = [b"\x08" + small_varint(self.interner.iid(ANNOTATION_NAMES, k)), {}]
+            prefix, cache = ks
             t = type(v)
-            if t is list:
+            if cache is None:
+                if t is int and -1 < v < (1 << 63):
+                    body = prefix + b"\x20" + varint(v)
+                    out.append(b"\x22" + _ONE_BYTE[len(body)] + body)
+                    continue
+                lo, hi = self._value(v, 0)
+                body = prefix + lo + hi
+                out.append(b"\x22" + varint(len(body)) + body)
+                continue
+            if t is int or t is str:
+                ck = v
+            elif t is list:
                 try:
-                    key = (k, t, repr(v))  # repr keeps 1, True and 1.0 apart
+                    ck = ("L", repr(v))  # repr keeps 1, True and 1.0 apart
                 except RecursionError:
-                    key = None
+                    ck = None
+            elif t is bool or (t is float and v == v):
+                ck = (t, v)
             else:
-                key = (k, t, v) if t is not dict else None
-            if key is not None:
-                b = cache.get(key)
+                ck = None
+            if ck is not None:
+                b = cache.get(ck)
                 if b is not None:
                     out.append(b)
                     continue
             lo, hi = self._value(v, 0)
-            body = b"\x08" + small_varint(self.interner.iid(ANNOTATION_NAMES, k)) + lo + hi
+            body = prefix + lo + hi
             b = b"\x22" + varint(len(body)) + body
-            if key is not None and not (t is float and math.isnan(v)):
-                if len(cache) >= self.CACHE_LIMIT:
-                    cache.clear()
-                cache[key] = b
+            if ck is not None:
+                if len(cache) >= self.KEY_CACHE_LIMIT:
+                    ks[1] = None
+                else:
+                    cache[ck] = b
             out.append(b)
         return b"".join(out)
 
@@ -290,8 +315,11 @@ class FastEncoder:
         return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
 
     def slice_end(self, ts: int, track: int) -> bytes:
-        te = b"\x48\x02\x58" + small_varint(track)
-        p = b"\x40" + varint(ts) + self._seq + b"\x5a" + bytes((len(te),)) + te
+        tail = self._end_tails.get(track)
+        if tail is None:
+            te = b"\x48\x02\x58" + small_varint(track)
+            tail = self._end_tails[track] = self._seq + b"\x5a" + bytes((len(te),)) + te
+        p = b"\x40" + varint(ts) + tail
         return b"\x0a" + varint(len(p)) + p
 
     def counter(self, ts: int, track: int, value: Any) -> bytes:

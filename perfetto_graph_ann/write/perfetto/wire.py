@@ -13,14 +13,19 @@ _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
 
 _VARINT_CACHE: Dict[int, bytes] = {}
+#: bytes((i,)) for i < 256: one-byte varints and lengths without building a new object.
+_ONE_BYTE = [bytes((i,)) for i in range(256)]
+_TWO_BYTES = [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(0x80, 0x4000)]
 
 
 def varint(value: int) -> bytes:
     """Unsigned LEB128; negative int64 values use their 64-bit two's complement (10 bytes)."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
+    if 0x80 <= value < 0x4000:
+        return _TWO_BYTES[value - 0x80]
     if value < 0:
         value += 1 << 64
-    if value < 0x80:
-        return bytes((value,))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

@@ -16,7 +16,7 @@ from typing import IO, Any, Dict, List, Optional, Tuple
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ...join.model import LaneLayout
-from ...read.model import GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
+from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
 from . import overlap
 from .flows import plan_flows
 from .interning import CATEGORIES, NAMES, Interner
@@ -61,8 +61,22 @@ class WriteStats:
     bytes: int = 0
 
 
-def _gpu_pids(trace: KinetoTrace) -> set:
-    return {e.pid for e in trace.events if type(e.pid) is int and (e.category in GPU_WORK_CATEGORIES or e.category == "gpu_user_annotation") and e.ph == "X"}
+class _Categories(dict):
+    """Raw ``cat`` -> normalised category (``TraceEvent.category``), computed once per spelling."""
+
+    def __missing__(self, cat: str) -> str:
+        c = cat.lower()
+        v = self[cat] = CATEGORY_ALIASES.get(c, c)
+        return v
+
+
+_GPU_TRACK_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
+
+
+def _gpu_pids(trace: KinetoTrace, cats: _Categories) -> set:
+    """pids Kineto uses for GPUs: those holding GPU work or GPU user annotations."""
+    return {e.pid for e in trace.events
+            if e.ph == "X" and cats[e.cat] in _GPU_TRACK_CATEGORIES and type(e.pid) is int}
 
 
 def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayout] = None,
@@ -72,7 +86,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     placements = layout.placements if layout is not None else {}
     tracks = TrackTable(trace, layout.lane_names if layout is not None else None)
     events = trace.events
-    gpu_pids = _gpu_pids(trace)
+    cats = _Categories()
+    gpu_pids = _gpu_pids(trace, cats)
 
     # 1. metadata first: names and sort indices must be known before tracks are created.
     kinds: List[int] = [0] * len(events)  # 0 skip, 1 slice, 3 instant, 4 counter
@@ -170,33 +185,38 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     terminating = fp.terminating
     name_iid = interner.iid
     step = config.batch
+    begin, end, instant, counter = enc.slice_begin, enc.slice_end, enc.instant, enc.counter
+    append = batch.append
+    no_flows = ()
     prev = t0
     for ts, kind, i, uuid in records:
-        ts, prev = ts - prev, ts  # incremental clock: each packet carries the delta
         if kind == _END:
-            if kinds[i] == _BEGIN:
-                batch.append(enc.slice_end(ts, uuid))
+            if kinds[i] != _BEGIN:
+                continue  # instants have no end packet
+            append(end(ts - prev, uuid))
         elif kind == _COUNTER:
-            batch.append(enc.counter(ts, uuid, i))  # i holds the value for counter records
+            append(counter(ts - prev, uuid, i))  # i holds the value for counter records
         else:
             e = events[i]
             args = e.args
-            lane = lanes.get(i)
-            if lane is not None and e.ph == "X" and e.category in GPU_WORK_CATEGORIES:
+            if i in lanes and e.ph == "X" and cats[e.cat] in GPU_WORK_CATEGORIES:
                 args = dict(args)
                 p = placements.get(i)
                 if p is not None:
                     args.update(p.args)
-                args["stream"] = lane
-            if e.ph not in ("X", "i", "I") and "ph" not in args:
+                args["stream"] = lanes[i]
+            ph = e.ph
+            if ph != "X" and ph != "i" and ph != "I" and "ph" not in args:
                 args = dict(args)
-                args["ph"] = e.ph
+                args["ph"] = ph
             cat = name_iid(CATEGORIES, e.cat) if e.cat else 0
-            nm = name_iid(NAMES, e.name)
+            fo = outgoing.get(i, no_flows)
+            ft = terminating.get(i, no_flows)
             if kinds[i] == _INSTANT:
-                batch.append(enc.instant(ts, uuid, cat, nm, args, outgoing.get(i, ()), terminating.get(i, ())))
+                append(instant(ts - prev, uuid, cat, name_iid(NAMES, e.name), args, fo, ft))
             else:
-                batch.append(enc.slice_begin(ts, uuid, cat, nm, args, outgoing.get(i, ()), terminating.get(i, ())))
+                append(begin(ts - prev, uuid, cat, name_iid(NAMES, e.name), args, fo, ft))
+        prev = ts  # incremental clock: each packet carries the delta to the previous one
         if len(batch) >= step:
             flush()
             if bar is not None:
