@@ -81,21 +81,25 @@ def test_query_error_keeps_the_engine_usable():
     "content, problem",
     [(b"this is not a trace\n" * 10, "cannot read this trace"), (b"", "the file is empty"), (None, "no such file")],
 )
-def test_bad_trace_is_an_input_error(tmp_path, content, problem):
+def test_bad_trace_is_an_input_error(tmp_path, content, problem, private_tmp):
     path = tmp_path / "bad.trace"
     if content is not None:
         path.write_bytes(content)
     before = set(process.live_pids())
-    dirs_before = set(_socket_dirs())
     with pytest.raises(InputError) as info:
         open_trace(path, engine="portable")
     assert str(info.value).startswith(str(path)) and problem in str(info.value)
     assert set(process.live_pids()) <= before
-    assert set(_socket_dirs()) <= dirs_before
+    assert os.listdir(private_tmp) == []  # the socket folder is gone too
 
 
-def _socket_dirs():
-    return [p for p in os.listdir(tempfile.gettempdir()) if p.startswith("pga-tp-")]
+@pytest.fixture
+def private_tmp(monkeypatch):
+    """A short private temp dir, so socket folders made by this test alone land there."""
+    d = tempfile.mkdtemp(prefix="pga-t-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    monkeypatch.setattr(tempfile, "tempdir", d)
+    yield d
+    os.rmdir(d)
 
 
 def test_two_sessions_at_once_from_two_threads():
@@ -137,12 +141,13 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _child(mode: str):
+def _child(mode: str, env=None):
     proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, str(GRAPH), mode, SLOW_SQL],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     line = proc.stdout.readline()
     assert line.strip().isdigit(), proc.stderr.read()
@@ -159,11 +164,13 @@ def test_ctrl_c_mid_query_leaves_no_engine():
     assert _wait_gone(pid)
 
 
-def test_parent_killed_engine_exits_on_its_own():
-    proc, pid = _child("sleep")
+def test_parent_killed_engine_exits_on_its_own(private_tmp):
+    proc, pid = _child("sleep", env={**os.environ, "TMPDIR": private_tmp})
+    assert len(os.listdir(private_tmp)) == 1
     proc.kill()  # SIGKILL: no atexit, no finalizers; the host sees its stdin close
     proc.wait(timeout=10)
     assert _wait_gone(pid, 10)
+    assert os.listdir(private_tmp) == []  # the host removed its socket folder
 
 
 def test_errors_are_graph_ann_errors():

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, Iterator, Optional
 
+from google.protobuf.message import DecodeError
 from perfetto.common.exceptions import PerfettoException
 from perfetto.common.query_result_iterator import QueryResultIterator
 from perfetto.trace_processor.platform import PlatformDelegate
@@ -27,8 +28,9 @@ from ...errors import EngineError, InputError, QueryError, QueryTimeoutError
 from .config import EngineConfig
 from .process import describe_exit
 
-# Errors that mean the engine went away or the connection to it broke.
-_TRANSPORT_ERRORS = (OSError, EOFError, http.client.HTTPException, PerfettoException)
+# Errors that mean the engine went away or the connection to it broke (ValueError /
+# DecodeError: a reply stream that is no longer well-formed).
+_TRANSPORT_ERRORS = (OSError, EOFError, http.client.HTTPException, PerfettoException, ValueError, DecodeError)
 
 
 @functools.lru_cache(maxsize=1)

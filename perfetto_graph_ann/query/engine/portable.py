@@ -48,7 +48,7 @@ class PortableEngine(Engine):
         self._transport: Optional[DeadlineTransport] = None
         try:
             self._proc: Optional[subprocess.Popen] = subprocess.Popen(
-                [node, str(HOST_SCRIPT), "--bundle", str(self.bundle), "--socket", self._socket],
+                [node, str(HOST_SCRIPT), "--bundle", str(self.bundle), "--socket", self._socket, "--owned-dir", self._tmpdir],
                 stdin=subprocess.PIPE,  # the host exits when this closes (we died)
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,
@@ -59,13 +59,17 @@ class PortableEngine(Engine):
             raise EngineError(f"{trace_path}: cannot start {node}: {e.strerror or e}") from e
         process.track(self._proc)
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._tmpdir, self._stderr, None)
-        self._wait_ready()
-        self._transport = DeadlineTransport(self._socket)
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._tmpdir, self._stderr, self._transport)
-        self._backend = RpcBackend(self._transport, protos())
-        with self._guard("start-up", config.start_timeout_s):
-            status = self._backend.status()
+        try:
+            self._wait_ready()
+            self._transport = DeadlineTransport(self._socket)
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._tmpdir, self._stderr, self._transport)
+            self._backend = RpcBackend(self._transport, protos())
+            with self._guard("start-up", config.start_timeout_s):
+                status = self._backend.status()
+        except BaseException:  # incl. Ctrl-C while starting: leave nothing behind
+            self._kill()
+            raise
         self.version = status.human_readable_version or status.version_code
 
     def _wait_ready(self) -> None:

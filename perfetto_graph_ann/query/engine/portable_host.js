@@ -7,7 +7,8 @@
 // that byte stream on a Unix socket, so any trace processor RPC client (perfetto's Python
 // TraceProcessorRpc included) can talk to it.
 //
-// Usage: node portable_host.js --bundle DIR/engine_bundle.js --socket PATH
+// Usage: node portable_host.js --bundle DIR/engine_bundle.js --socket PATH [--owned-dir DIR]
+// --owned-dir: a private folder holding the socket, removed (if empty) on exit.
 // Prints one line "READY <version>" on stdout once the socket accepts connections.
 // Exits (removing the socket) when stdin closes, i.e. when the parent process goes away,
 // on SIGTERM/SIGINT, or with status 70 if the engine crashes (the reason goes to stderr).
@@ -46,6 +47,9 @@ function shutdown(code) {
   exiting = true;
   try { if (server) server.close(); } catch (e) { /* already closed */ }
   try { fs.unlinkSync(socketPath); } catch (e) { /* already gone */ }
+  if (args['owned-dir']) {
+    try { fs.rmdirSync(args['owned-dir']); } catch (e) { /* not empty or gone */ }
+  }
   nodeProcess.exit(code);
 }
 
