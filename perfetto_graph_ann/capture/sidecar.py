@@ -233,9 +233,48 @@ def _want(cond: bool, path: str, problem: str) -> None:
 def _dim3(v: Any, path: str, where: str) -> Optional[Tuple[int, int, int]]:
     if v is None:
         return None
-    _want(isinstance(v, list) and len(v) == 3 and all(_is_int(x) and x >= 0 for x in v), path,
-          f"{where}: expected a list of 3 non-negative ints, got {v!r}")
+    _want(isinstance(v, list) and len(v) == 3 and all(_is_int(x) and 0 <= x < 1 << 32 for x in v), path,
+          f"{where}: expected a list of 3 unsigned 32-bit ints, got {v!r}")
     return (v[0], v[1], v[2])
+
+
+#: Deepest list/dict nesting of an annotation value (the binary form's decoder allows ~100
+#: message levels and each value level costs three).
+MAX_VALUE_DEPTH = 16
+
+
+def check_annotation_value(v: Any, path: str, where: str, depth: int = 0) -> None:
+    """Schema check of an annotation value read from a file: what the binary form can hold."""
+    _want(depth <= MAX_VALUE_DEPTH, path, f"{where}: nested deeper than {MAX_VALUE_DEPTH} levels")
+    if v is None or isinstance(v, (bool, str)):
+        return
+    if isinstance(v, int):
+        _want(_INT64[0] <= v <= _INT64[1], path, f"{where}: int {v} does not fit in 64 bits")
+    elif isinstance(v, float):
+        _want(math.isfinite(v), path, f"{where}: {v} is not a finite number")
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            check_annotation_value(x, path, f"{where}[{i}]", depth + 1)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            _want(isinstance(k, str), path, f"{where}: key {k!r} is not a string")
+            check_annotation_value(x, path, f"{where}.{k}", depth + 1)
+    else:
+        _want(False, path, f"{where}: value of type {type(v).__name__} is not allowed")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_bytes(data: bytes, path: str) -> Any:
+    """Strict JSON (no NaN/Infinity); every failure, deep nesting included, is a SidecarError."""
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SidecarError(path, f"not valid JSON (truncated or corrupt?): {e}") from None
+    except RecursionError:
+        raise SidecarError(path, "not valid JSON: nested too deeply") from None
 
 
 def from_json(doc: Any, path: str) -> AnnotationSet:
@@ -250,7 +289,8 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
     _want(isinstance(lanes_in, dict), path, "'lanes' must be an object of lane id -> label")
     lanes = {}
     for k, v in lanes_in.items():
-        _want(k.isdigit() and isinstance(v, str), path, f"lanes: bad entry {k!r}: {v!r}")
+        _want(k.isascii() and k.isdigit() and int(k) < 1 << 32 and isinstance(v, str), path,
+              f"lanes: bad entry {k!r}: {v!r} (expected a 32-bit lane id -> label)")
         lanes[int(k)] = v
     graphs_in = doc.get("graphs")
     _want(isinstance(graphs_in, list), path, "'graphs' must be a list")
@@ -259,8 +299,9 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
         _want(isinstance(g, dict), path, f"graph {gi}: must be an object")
         ex = g.get("exec_id")
         _want(_is_int(ex) and 0 <= ex < 1 << 32, path, f"graph {gi}: 'exec_id' must be a 32-bit int, got {ex!r}")
-        for opt in ("template_id", "device"):
-            _want(g.get(opt) is None or _is_int(g.get(opt)), path, f"graph {gi}: '{opt}' must be an int")
+        tid, dev = g.get("template_id"), g.get("device")
+        _want(tid is None or (_is_int(tid) and 0 <= tid < 1 << 32), path, f"graph {gi}: 'template_id' must be a 32-bit int")
+        _want(dev is None or (_is_int(dev) and -(1 << 31) <= dev < 1 << 31), path, f"graph {gi}: 'device' must be a 32-bit int")
         nodes_in = g.get("nodes")
         _want(isinstance(nodes_in, list), path, f"graph {gi}: 'nodes' must be a list")
         nodes = []
@@ -275,11 +316,13 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
             _want(kernel is None or isinstance(kernel, str), path, f"{where}: 'kernel' must be a string")
             ann = n.get("annotation", {})
             _want(isinstance(ann, dict), path, f"{where}: 'annotation' must be an object")
+            check_annotation_value(ann, path, f"{where} annotation")
             cal = n.get("calibration")
             stream = ordinal = None
             if cal is not None:
-                _want(isinstance(cal, dict) and _is_int(cal.get("stream")) and _is_int(cal.get("ordinal")), path,
-                      f"{where}: 'calibration' must be {{stream: int, ordinal: int}}")
+                _want(isinstance(cal, dict) and _is_int(cal.get("stream")) and _is_int(cal.get("ordinal"))
+                      and 0 <= cal["stream"] < 1 << 64 and 0 <= cal["ordinal"] < 1 << 32, path,
+                      f"{where}: 'calibration' must be {{stream: uint64, ordinal: uint32}}")
                 stream, ordinal = cal["stream"], cal["ordinal"]
             nodes.append(NodeRecord(key=key, type=t, kernel=kernel, grid=_dim3(n.get("grid"), path, f"{where} grid"),
                                     block=_dim3(n.get("block"), path, f"{where} block"), annotation=ann,
@@ -350,10 +393,7 @@ def load_annotations(path: PathLike) -> AnnotationSet:
     if not data.strip():
         raise SidecarError(path, "empty file")
     if data.lstrip()[:1] == b"{":
-        try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise SidecarError(path, f"invalid or truncated JSON: {e}") from e
+        doc = parse_json_bytes(data, path)
         if isinstance(doc, dict) and "exec_cupti_graph_id" in doc and "format" not in doc:
             from .capture_record import read_capture_record
 
