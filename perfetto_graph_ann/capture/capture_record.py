@@ -61,8 +61,8 @@ def _dim3(path: str, where: str, value: Any) -> Optional[Tuple[int, int, int]]:
     if value is None:
         return None
     if (not isinstance(value, list) or len(value) != 3
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
-        raise SidecarError(path, f"{where}: expected a list of 3 non-negative integers, got {value!r}")
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 32 for v in value)):
+        raise SidecarError(path, f"{where}: expected a list of 3 unsigned 32-bit integers, got {value!r}")
     return (value[0], value[1], value[2])
 
 
@@ -70,6 +70,10 @@ def _int(path: str, where: str, value: Any, bits: int = 64) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << bits:
         raise SidecarError(path, f"{where}: expected an unsigned {bits}-bit integer, got {value!r}")
     return value
+
+
+def _is_handle(value: Any) -> bool:
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
 
 
 def _load_json(path: str) -> Any:
@@ -82,10 +86,9 @@ def _load_json(path: str) -> Any:
         raise SidecarError(path, "file not found") from e
     except (OSError, EOFError) as e:
         raise SidecarError(path, f"cannot read: {e}") from e
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SidecarError(path, f"not valid JSON ({e})") from e
+    from .sidecar import parse_json_bytes
+
+    return parse_json_bytes(data, path)
 
 
 def is_capture_record(obj: Any) -> bool:
@@ -131,6 +134,8 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
         if isinstance(raw, bool):
             raise SidecarError(spath, f"{where}: lane must be an integer, a label or null, got {raw!r}")
         if isinstance(raw, int):
+            if not 0 <= raw < 1 << 32:
+                raise SidecarError(spath, f"{where}: lane {raw} is not a 32-bit lane id")
             return raw
         if isinstance(raw, str):
             if raw not in label_lane:
@@ -158,7 +163,10 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
         lane = lane_id(f"scopes[{i}].lane", s.get("lane"))
         if lane is not None:
             fields["stream"] = lane
-        scope_fields.append((fields, frozenset(s.get("nodes", []))))
+        members = s.get("nodes", [])
+        if not all(_is_handle(h) for h in members):
+            raise SidecarError(spath, f"scopes[{i}].nodes: expected a list of node handles (integers)")
+        scope_fields.append((fields, frozenset(members)))
 
     calib: Dict[int, Tuple[int, int]] = {}
     for k, v in calibration.items():
@@ -169,7 +177,7 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
         if not isinstance(v, dict):
             raise SidecarError(spath, f"calibration[{k}]: expected an object")
         calib[key] = (_int(spath, f"calibration[{k}].stream", v.get("stream")),
-                      _int(spath, f"calibration[{k}].ordinal", v.get("ordinal")))
+                      _int(spath, f"calibration[{k}].ordinal", v.get("ordinal"), 32))
 
     records: List[NodeRecord] = []
     seen = set()
@@ -185,6 +193,8 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
         # Merge enclosing scopes: scopes close inner-first, so apply them outer-first.
         annotation: Dict[str, Any] = {}
         handle = n.get("handle")
+        if handle is not None and not _is_handle(handle):
+            raise SidecarError(spath, f"nodes[{i}].handle: expected an integer, got {handle!r}")
         for fields, members in reversed(scope_fields):
             if handle in members:
                 annotation.update(fields)
