@@ -43,5 +43,10 @@ def run(args: argparse.Namespace, out=None) -> int:
     for rank, path in zip(report.ranks, args.traces):
         shift = report.shifts_ns[rank]
         print(f"rank {rank}: {path} (clock shift {shift} ns)", file=out)
+        layout = report.layouts.get(rank)
+        if layout is not None:
+            r = layout.report
+            print(f"  join: {r.total} GPU events, {r.graphed} graphed, matched {r.matched}, "
+                  f"{r.ambiguous} ambiguous, {r.unmatched} unmatched", file=out)
     print(f"wrote {args.output}", file=out)
     return 0
