@@ -148,3 +148,23 @@ def test_same_args_as_perfettos_json_importer(name, tmp_path):
                 if not ("[" in k and sv in ("[]", "{}", "null"))}
     assert len(from_json) > 100
     assert ours == from_json
+
+
+def test_hand_written_kinds_in_trace_processor(tmp_path):
+    from test_convert_kinds import EVENTS
+    from perfetto_graph_ann.read.kineto import parse_trace_bytes
+
+    out = tmp_path / "k.pftrace"
+    convert(parse_trace_bytes(json.dumps({"traceEvents": EVENTS}).encode()), out)
+    with tp(out) as s:
+        got = set(s.query("SELECT name, ts, dur, depth FROM slice").tuples())
+        flows = s.query("SELECT COUNT(*) FROM flow").tuples()[0][0]
+        py = s.query("SELECT t.name AS tn, p.name AS pn FROM slice sl JOIN track t ON sl.track_id = t.id "
+                     "LEFT JOIN process_track pt ON pt.id = t.id LEFT JOIN process p USING (upid) "
+                     "WHERE sl.name = 'train.py(10): step'").tuples()
+    exp = {(e["name"], ns(e["ts"]), ns(e["dur"])) for e in EVENTS if e["ph"] == "X"}
+    assert {g[:3] for g in got} == exp and len(got) == len(exp)
+    depth = {g[0]: g[3] for g in got}
+    assert depth["my_region"] == 0 and depth["k1"] == depth["k2"] == 1
+    assert flows == 2
+    assert py[0][0] == "main thread"  # 64-bit tid: a named track, never a truncated tid

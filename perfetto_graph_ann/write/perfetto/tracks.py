@@ -5,8 +5,8 @@
   ``LaneLayout.lane_names`` or ``stream <id>``. Spill tracks of a lane repeat its name and rank.
 * CPU: a process track per pid (Kineto's ``process_name`` / ``process_labels`` /
   ``process_sort_index``) and a thread track per (pid, tid) (``thread_name``,
-  ``thread_sort_index``); spill tracks of a thread are children of the process track
-  named like the thread.
+  ``thread_sort_index``); spill tracks of a thread, and threads whose tid does not fit in
+  32 bits, are children of the process track named like the thread.
 * Anything else (string pids such as Kineto's "Spans" / "Traces", negative pids such as the
   overhead events' -1): a global root track named after the pid with a child per tid.
 * Counters: a counter track per (pid, counter name, arg key) under the pid's track.
@@ -80,8 +80,11 @@ class TrackTable:
     # -- homes -----------------------------------------------------------------------------
     @staticmethod
     def cpu_home(pid: Any, tid: Any) -> Home:
-        if _is_int(pid) and 0 <= pid <= _INT32_MAX and _is_int(tid) and -(1 << 63) <= tid < (1 << 63):
-            return ("thread", pid, tid)
+        """Thread track when pid and tid fit Perfetto's 32-bit ids; a tid beyond that (64-bit
+        pthread ids) gets a named track in its process, since the trace processor would
+        truncate it and could merge two threads."""
+        if _is_int(pid) and 0 <= pid <= _INT32_MAX and _is_int(tid):
+            return ("thread", pid, tid) if 0 <= tid <= _INT32_MAX else ("wide_thread", pid, tid)
         return ("named", pid, tid)
 
     def track(self, home: Home, spill: int = 0) -> int:
@@ -100,7 +103,7 @@ class TrackTable:
                 parent = self._gpu_root(gpu_device)
             else:
                 home = self.cpu_home(pid, tid)
-                parent = self._process(pid) if home[0] == "thread" else self._named_root(pid)
+                parent = self._process(pid) if home[0] != "named" else self._named_root(pid)
             d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name)
             d.counter.SetInParent()
             u = self._tracks[key] = self._add(d)
@@ -165,11 +168,11 @@ class TrackTable:
             d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(device),
                                    name=self.lane_name(device, lane), sibling_order_rank=_clamp32(lane))
             return self._add(d)
-        if kind == "thread":
+        if kind == "thread" or kind == "wide_thread":
             _, pid, tid = home
             parent = self._process(pid)
             name = self.thread_name.get((pid, tid))
-            if spill:
+            if spill or kind == "wide_thread":
                 d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name or f"thread {tid}")
                 return self._add(d)
             d = pb.TrackDescriptor(uuid=self._uuid())

@@ -223,13 +223,14 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 bar.update(step)
     flush()
     if bar is not None:
+        bar.update(len(records) - bar.n)
         bar.close()
     stats.bytes = written
     return stats
 
 
 def _home_order(home: Tuple) -> Tuple:
-    kind = {"gpu": 0, "thread": 1, "named": 2}[home[0]]
+    kind = {"gpu": 0, "thread": 1, "wide_thread": 2, "named": 3}[home[0]]
     return (kind,) + tuple((0, x) if type(x) is int else (1, str(x)) for x in home[1:])
 
 
