@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from engine_support import requires_portable
 from join_expect import TRACES, calibrated_expectation, fixture_capture, fixture_trace, load_json
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.errors import OutputError
@@ -95,3 +96,27 @@ def test_missing_output_folder(tmp_path):
     with pytest.raises(OutputError) as info:
         write_chrome_json(trace, tmp_path / "nope" / "x.json", None)
     assert str(info.value).startswith(str(tmp_path / "nope" / "x.json"))
+
+
+@requires_portable
+def test_annotated_json_in_trace_processor(tmp_path):
+    """Perfetto's own JSON importer (what HTA-style consumers of the JSON see) shows the lanes."""
+    from perfetto_graph_ann.query.session import open_trace
+
+    name = "seed_block_annotated"
+    trace = read_trace(fixture_trace(name))
+    out = tmp_path / "annotated.json.gz"
+    write_chrome_json(trace, out, join(trace, read_capture_record(fixture_capture(name)), "all"))
+    expect = calibrated_expectation(name)
+    want = Counter(x["lane"] for x in expect.values())
+    scopes = Counter((x["lane"], x["scope"]) for x in expect.values())
+    with open_trace(out, engine="portable") as s:
+        rows = s.query("""
+            SELECT th.name, EXTRACT_ARG(s.arg_set_id, 'args.stream') AS lane,
+                   EXTRACT_ARG(s.arg_set_id, 'args.name') AS scope, COUNT(*)
+            FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread th USING (utid)
+            WHERE s.category = 'kernel' GROUP BY 1, 2, 3""").tuples()
+    assert Counter({(lane, scope): n for _, lane, scope, n in rows}) == scopes
+    names = {lane: th for th, lane, _, _ in rows}
+    assert names == {7: "stream 7 ", 61: "61 mlp", 62: "62 attention"}
+    assert sum(n for *_, n in rows) == sum(want.values())
