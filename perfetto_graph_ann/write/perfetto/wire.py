@@ -24,6 +24,10 @@ def varint(value: int) -> bytes:
         return _ONE_BYTE[value]
     if 0x80 <= value < 0x4000:
         return _TWO_BYTES[value - 0x80]
+    if 0x4000 <= value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
+    if 0x200000 <= value < 0x10000000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, ((value >> 14) & 0x7F) | 0x80, value >> 21))
     if value < 0:
         value += 1 << 64
     out = bytearray()
