@@ -8,9 +8,11 @@ Node and serves its RPC byte stream on a private Unix socket; perfetto's Python 
 talks to it. Needs no network and no native binary.
 
 Memory: the 32-bit build can grow to 4 GiB (65,536 wasm pages), the memory64 build to
-16 GiB; that heap holds the engine's tables for the whole trace. Running out aborts the
-engine, which surfaces as :class:`~perfetto_graph_ann.errors.EngineError` with the engine's
-stderr ("Aborted(...)").
+16 GiB; that heap holds the engine's tables for the whole trace. A query that runs out
+fails with :class:`~perfetto_graph_ann.errors.QueryError` ("out of memory", engine still
+usable); an allocation failing inside the trace processor itself (e.g. loading a trace too
+big for the heap) aborts the engine: :class:`~perfetto_graph_ann.errors.EngineError` with
+the engine's stderr.
 """
 from __future__ import annotations
 
