@@ -392,7 +392,7 @@ def load_annotations(path: PathLike) -> AnnotationSet:
             raise SidecarError(path, f"corrupt gzip: {e}") from e
     if not data.strip():
         raise SidecarError(path, "empty file")
-    if data.lstrip()[:1] == b"{":
+    if data.lstrip()[:1] in (b"{", b"["):
         doc = parse_json_bytes(data, path)
         if isinstance(doc, dict) and "exec_cupti_graph_id" in doc and "format" not in doc:
             from .capture_record import read_capture_record
