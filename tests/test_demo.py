@@ -180,3 +180,30 @@ def test_live_demo(tmp_path):
         ar = next(s for s in result.scenarios if s.name == "allreduce")
         assert ar.report["unmatched"] == 0
         assert any("all_reduce" in n or "allreduce" in n for n in ar.lanes["name"]), ar.lanes
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_live_branch_wiring_without_a_gpu(tmp_path, monkeypatch, devices):
+    """The live branch (CUDA found) with the capture step replaced by the shipped recordings:
+    checks device detection, the origin line and that live recordings go through the same
+    pipeline. The capture itself is tested with -m gpu."""
+    from perfetto_graph_ann.demo import scenarios
+    from perfetto_graph_ann.demo.recordings import shipped_recordings
+
+    calls = []
+
+    def fake_live(out_dir, replays, n):
+        calls.append((out_dir, replays, n))
+        recs = shipped_recordings()[1]
+        return recs if n >= 2 else recs[:2]
+
+    monkeypatch.setattr(scenarios, "cuda_device_count", lambda: devices)
+    monkeypatch.setattr(scenarios, "live_recordings", fake_live)
+    buf = io.StringIO()
+    result = run_demo(DemoConfig(out_dir=tmp_path, mode="auto", replays=3, sql=False), out=buf)
+    assert calls == [(tmp_path, 3, devices)]
+    assert result.source == "live"
+    first = buf.getvalue().splitlines()[0]
+    assert f"live capture on {devices} CUDA device(s)" in first
+    assert ("needs 2 or more GPUs" in first) == (devices == 1)
+    assert [s.name for s in result.scenarios] == ["seed_block", "two_branch", "allreduce"][: 2 if devices == 1 else 3]
