@@ -55,7 +55,9 @@ def main(argv=None) -> int:
         ok = MODULE.exists() and MODULE.read_text() == text
         print("up to date" if ok else f"{MODULE} is stale: regenerate it")
         return 0 if ok else 1
-    MODULE.write_text(text)
+    from ..util.atomic import atomic_write_bytes
+
+    atomic_write_bytes(MODULE, text.encode("utf-8"), compress=False)
     print(f"wrote {os.path.relpath(MODULE)}")
     return 0
 
