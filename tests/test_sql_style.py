@@ -18,6 +18,7 @@ MODULES = sorted(p.name[:-4] for p in SQL_DIR.glob("*.sql"))
 PUBLIC = {"gpu_work", "lanes", "replays", "collectives", "overlap"}
 
 _CREATE = re.compile(r"^CREATE PERFETTO (TABLE|VIEW|FUNCTION|MACRO|INDEX) (\w+)\s*\(", re.M)
+_VIRTUAL = re.compile(r"^CREATE VIRTUAL TABLE (\w+)", re.M)
 
 
 def _text(module: str) -> str:
@@ -46,7 +47,8 @@ def test_includes_first_and_names_prefixed(module):
     lines = [l for l in text.splitlines() if l.strip() and not l.startswith("--")]
     includes = [i for i, l in enumerate(lines) if l.startswith("INCLUDE PERFETTO MODULE")]
     assert includes == list(range(len(includes))), "INCLUDE lines come before any other statement"
-    for _, name in _CREATE.findall(text):
+    names = [n for _, n in _CREATE.findall(text)] + _VIRTUAL.findall(text)
+    for name in names:
         assert name.startswith(("graph_ann_", "_graph_ann_")), name
     assert text.rstrip().endswith(";")
 
@@ -55,6 +57,9 @@ def test_includes_first_and_names_prefixed(module):
 def test_every_object_and_column_documented(module):
     lines = _text(module).splitlines()
     for i, line in enumerate(lines):
+        v = _VIRTUAL.match(line)
+        if v:
+            assert lines[i - 1].startswith("--"), f"{v.group(1)}: no comment block above"
         m = _CREATE.match(line)
         if not m:
             continue

@@ -8,8 +8,8 @@
 -- `graph_ann_collective`), compute (any other kernel) or memory (memcpy,
 -- memset). Times are lengths of unions of intervals, so concurrent work on
 -- several lanes is counted once:
---  * overlapped communication = |comm ∩ compute|
---    = |comm| + |compute| - |comm ∪ compute|;
+--  * overlapped communication = |comm ∩ compute|, computed with SPAN_JOIN on
+--    each class's disjoint covered pieces (unions likewise with SPAN_OUTER_JOIN);
 --  * exposed communication = |comm| - overlapped communication, the
 --    communication time no compute hides;
 --  * idle = the device's span (first work start to last work end) minus the
@@ -46,6 +46,70 @@ SELECT
 FROM _graph_ann_work AS w
 LEFT JOIN graph_ann_collective AS c USING (id);
 
+-- Each class's time per device split into disjoint covered pieces (see
+-- `_graph_ann_intervals_cover`), pieces of zero length left out.
+CREATE PERFETTO TABLE _graph_ann_class_cover(
+  -- GPU index.
+  device LONG,
+  -- 0 compute, 1 communication, 2 memory.
+  class LONG,
+  -- Start of a covered piece.
+  ts TIMESTAMP,
+  -- Length of the piece.
+  dur DURATION
+) AS
+SELECT grp / 4 AS device, grp % 4 AS class, ts, dur
+FROM _graph_ann_intervals_cover!(
+  (SELECT device * 4 + class AS grp, ts, dur FROM _graph_ann_work_class)
+)
+WHERE dur > 0;
+
+-- Covered pieces of communication (disjoint per device), for the span joins.
+CREATE PERFETTO TABLE _graph_ann_comm_cover(
+  -- GPU index.
+  device LONG,
+  -- Start of a piece.
+  ts TIMESTAMP,
+  -- Length of the piece.
+  dur DURATION
+) AS
+SELECT device, ts, dur FROM _graph_ann_class_cover WHERE class = 1;
+
+-- Covered pieces of compute (disjoint per device), for the span joins.
+CREATE PERFETTO TABLE _graph_ann_compute_cover(
+  -- GPU index.
+  device LONG,
+  -- Start of a piece.
+  ts TIMESTAMP,
+  -- Length of the piece.
+  dur DURATION
+) AS
+SELECT device, ts, dur FROM _graph_ann_class_cover WHERE class = 0;
+
+-- Covered pieces of memcpy / memset work (disjoint per device), for the span joins.
+CREATE PERFETTO TABLE _graph_ann_memory_cover(
+  -- GPU index.
+  device LONG,
+  -- Start of a piece.
+  ts TIMESTAMP,
+  -- Length of the piece.
+  dur DURATION
+) AS
+SELECT device, ts, dur FROM _graph_ann_class_cover WHERE class = 2;
+
+-- Communication during which compute runs: the intersection of the two
+-- classes' pieces, per device (SPAN_JOIN of disjoint intervals).
+CREATE VIRTUAL TABLE _graph_ann_comm_x_compute
+USING SPAN_JOIN(_graph_ann_comm_cover PARTITIONED device, _graph_ann_compute_cover PARTITIONED device);
+
+-- Time communication or compute runs: the union of the two classes' pieces.
+CREATE VIRTUAL TABLE _graph_ann_comm_or_compute
+USING SPAN_OUTER_JOIN(_graph_ann_comm_cover PARTITIONED device, _graph_ann_compute_cover PARTITIONED device);
+
+-- Time any GPU work runs: the union of all three classes' pieces.
+CREATE VIRTUAL TABLE _graph_ann_any_work
+USING SPAN_OUTER_JOIN(_graph_ann_comm_or_compute PARTITIONED device, _graph_ann_memory_cover PARTITIONED device);
+
 -- One row per GPU: compute, communication and memory time, how much of the
 -- communication compute hides, and idle time.
 CREATE PERFETTO TABLE graph_ann_overlap(
@@ -80,28 +144,18 @@ WITH
   ),
   per_class AS (
     SELECT
-      grp / 4 AS device,
-      SUM(CASE WHEN grp % 4 = 0 THEN dur ELSE 0 END) AS compute_dur,
-      SUM(CASE WHEN grp % 4 = 1 THEN dur ELSE 0 END) AS comm_dur,
-      SUM(CASE WHEN grp % 4 = 2 THEN dur ELSE 0 END) AS memory_dur
-    FROM _graph_ann_intervals_cover!(
-      (SELECT device * 4 + class AS grp, ts, dur FROM _graph_ann_work_class)
-    )
-    GROUP BY grp / 4
+      device,
+      SUM(CASE WHEN class = 0 THEN dur ELSE 0 END) AS compute_dur,
+      SUM(CASE WHEN class = 1 THEN dur ELSE 0 END) AS comm_dur,
+      SUM(CASE WHEN class = 2 THEN dur ELSE 0 END) AS memory_dur
+    FROM _graph_ann_class_cover
+    GROUP BY device
   ),
-  comm_or_compute AS (
-    SELECT grp AS device, SUM(dur) AS dur
-    FROM _graph_ann_intervals_cover!(
-      (SELECT device AS grp, ts, dur FROM _graph_ann_work_class WHERE class IN (0, 1))
-    )
-    GROUP BY grp
+  overlapped AS (
+    SELECT device, SUM(dur) AS dur FROM _graph_ann_comm_x_compute GROUP BY device
   ),
   busy AS (
-    SELECT grp AS device, SUM(dur) AS dur
-    FROM _graph_ann_intervals_cover!(
-      (SELECT device AS grp, ts, dur FROM _graph_ann_work_class)
-    )
-    GROUP BY grp
+    SELECT device, SUM(dur) AS dur FROM _graph_ann_any_work GROUP BY device
   ),
   totals AS (
     SELECT
@@ -112,11 +166,11 @@ WITH
       COALESCE(p.compute_dur, 0) AS compute_dur,
       COALESCE(p.comm_dur, 0) AS comm_dur,
       COALESCE(p.memory_dur, 0) AS memory_dur,
-      COALESCE(cc.dur, 0) AS comm_or_compute_dur
+      COALESCE(o.dur, 0) AS overlapped_comm_dur
     FROM span AS s
-    LEFT JOIN busy AS b USING (device)
     LEFT JOIN per_class AS p USING (device)
-    LEFT JOIN comm_or_compute AS cc USING (device)
+    LEFT JOIN overlapped AS o USING (device)
+    LEFT JOIN busy AS b USING (device)
   )
 SELECT
   device,
@@ -126,10 +180,9 @@ SELECT
   compute_dur,
   comm_dur,
   memory_dur,
-  comm_dur + compute_dur - comm_or_compute_dur AS overlapped_comm_dur,
-  comm_or_compute_dur - compute_dur AS exposed_comm_dur,
-  CAST(comm_dur + compute_dur - comm_or_compute_dur AS DOUBLE) / NULLIF(comm_dur, 0)
-    AS comm_overlap_fraction,
+  overlapped_comm_dur,
+  comm_dur - overlapped_comm_dur AS exposed_comm_dur,
+  CAST(overlapped_comm_dur AS DOUBLE) / NULLIF(comm_dur, 0) AS comm_overlap_fraction,
   dur - busy_dur AS idle_dur
 FROM totals
 ORDER BY device;
