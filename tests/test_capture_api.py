@@ -1,0 +1,98 @@
+"""mark_kernels and backward tagging on CPU (fake backend, fake autograd nodes)."""
+from __future__ import annotations
+
+import pytest
+from capture_fakes import FakeCuda
+
+from perfetto_graph_ann import mark_kernels
+from perfetto_graph_ann.capture import backends
+from perfetto_graph_ann.capture import session as S
+from perfetto_graph_ann.capture.autograd import BackwardTagger
+from perfetto_graph_ann.capture.registry import Registry
+
+STREAM = 0x70
+
+
+@pytest.fixture
+def sess():
+    cuda = FakeCuda()
+    cuda.begin_capture(STREAM)
+    s = S.CaptureSession(cuda, STREAM, Registry())
+    s.start()
+    s.cuda = cuda
+    S.push(s)
+    with backends.use(cuda):
+        yield s
+    S.pop(s)
+
+
+def resolve(s):
+    s.finish_capture()
+    return s.bind_exec(s.cuda.instantiate(s.cuda.end_capture(STREAM)))
+
+
+def test_mark_kernels_tags_nodes_and_nests(sess):
+    with mark_kernels("block"):
+        sess.cuda.launch(STREAM, "a")
+        with mark_kernels({"name": "attention", "stream": 62}):
+            sess.cuda.launch(STREAM, "b")
+    sess.cuda.launch(STREAM, "c")
+    k = {n.kernel: n.annotation for n in resolve(sess).nodes}
+    assert k == {"a": {"name": "block"}, "b": {"name": "attention", "stream": 62}, "c": {}}
+
+
+def test_mark_kernels_is_a_noop_outside_capture():
+    assert S.current() is None
+    with mark_kernels("x"):
+        pass
+    with pytest.raises(TypeError):
+        with mark_kernels(42):
+            pass
+
+
+class FakeNode:
+    """An autograd node: hooks registered by the tagger, run() plays the backward engine."""
+
+    def __init__(self, name, cuda, stream):
+        self.name, self.cuda, self.stream = name, cuda, stream
+        self.pre, self.post = [], []
+
+    def register_prehook(self, fn):
+        self.pre.append(fn)
+
+    def register_hook(self, fn):
+        self.post.append(fn)
+
+    def run(self):
+        for f in self.pre:
+            f(("grad",))
+        self.cuda.launch(self.stream, f"{self.name}_backward")
+        for f in self.post:
+            f(("gin",), ("gout",))
+
+
+class FakeTensor:
+    def __init__(self, grad_fn):
+        self.grad_fn = grad_fn
+
+
+def test_backward_tagger_brackets_backward_of_hooked_nodes(sess):
+    mm, gelu, leaf = (FakeNode(n, sess.cuda, STREAM) for n in ("mm", "gelu", "other"))
+    tagger = BackwardTagger({"name": "mlp", "stream": 61})
+    tagger.on_outputs((FakeTensor(mm), [FakeTensor(gelu), FakeTensor(gelu)], {"x": FakeTensor(None)}))
+    assert len(gelu.pre) == 1  # hooked once although seen twice
+    sess.cuda.launch(STREAM, "forward_kernel")
+    gelu.run()
+    leaf.run()  # not created in the scope: not tagged
+    mm.run()
+    k = {n.kernel: n.annotation for n in resolve(sess).nodes}
+    assert k["gelu_backward"] == k["mm_backward"] == {"name": "mlp", "stream": 61, "autograd_phase": "backward"}
+    assert k["other_backward"] == {} and k["forward_kernel"] == {}
+
+
+def test_backward_hooks_are_inert_without_a_capture():
+    cuda = FakeCuda()
+    cuda.begin_capture(STREAM)
+    node = FakeNode("mm", cuda, STREAM)
+    BackwardTagger({"name": "mlp"}, current=lambda: None).on_outputs(FakeTensor(node))
+    node.run()  # eager backward: hooks run, nothing recorded, nothing raised
