@@ -66,13 +66,14 @@ def replay_ms(g, n: int = 200) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--captures", type=int, default=20)
+    ap.add_argument("--layers", type=int, default=1, help="chain this many seed blocks (14 kernels, 4 scopes each)")
     ap.add_argument("--out")
     args = ap.parse_args()
     from perfetto_graph_ann.capture.session import CaptureSession
 
     for name in PARTS:  # where the annotated capture's extra time goes
         setattr(CaptureSession, name, _timed(name, getattr(CaptureSession, name)))
-    plain_fn, ann_fn = seed_block(annotate=False), seed_block(annotate=True)
+    plain_fn, ann_fn = seed_block(annotate=False, layers=args.layers), seed_block(annotate=True, layers=args.layers)
     warmup(plain_fn)
     warmup(ann_fn)
     cap_plain, cap_ann = [], []
@@ -104,7 +105,7 @@ def main() -> None:
     med = statistics.median
     rep = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": pga.backend_info()["backend"],
-        "captures": args.captures,
+        "captures": args.captures, "layers": args.layers, "kernels_per_replay": 14 * args.layers,
         "capture_ms_plain_median": med(cap_plain) * 1e3, "capture_ms_annotated_median": med(cap_ann) * 1e3,
         "capture_overhead_pct": (med(cap_ann) / med(cap_plain) - 1) * 100,
         "finish_capture_ms_median": med(PARTS["finish_capture"]) * 1e3,

@@ -120,7 +120,8 @@ def test_auto_wrapping_annotates_collectives_only_during_capture(capture_env):
     assert dict(vars(dist)) == originals  # restored
     assert calls == ["all_reduce", "all_to_all_single", "broadcast"]
     sess.finish_capture()
-    rec = sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
+    rec = sess.record
     k = {n.kernel: n.annotation for n in rec.nodes}
     assert k["gemm"] == {}
     ar = k["ncclDevKernel_AllReduce_Sum_f32"]
@@ -174,7 +175,8 @@ def test_annotate_collective_context_manager(capture_env):
     with C.annotate_collective("allreduce", FakeTensor(6), FakeTensor(6)):
         cuda.launch(STREAM, "nccl")
     sess.finish_capture()
-    rec = sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
+    rec = sess.record
     ann = rec.nodes[0].annotation
     assert ann["Collective name"] == "allreduce" and ann["In msg nelems"] == 6
     assert reg.lanes.snapshot()[ann["stream"]] == "default_pg (all_reduce)"

@@ -36,7 +36,8 @@ def scope(sess, fields):
 def finish(cuda, sess):
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
-    return sess.bind_exec(cuda.instantiate(g))
+    sess.bind_exec(cuda.instantiate(g))
+    return sess.record
 
 
 def by_kernel(rec):
@@ -159,10 +160,12 @@ def test_registry_reinstantiate_replaces_and_reset_drops():
         cuda.launch(STREAM, "k0")
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
-    r1 = sess.bind_exec(cuda.instantiate(g))
+    sess.bind_exec(cuda.instantiate(g))
+    r1 = sess.record
     view = KernelAnnotationsView(reg)
     assert dict(view) == {make_key(r1.exec_id, 0): [{"name": "a"}]}
-    r2 = sess.bind_exec(cuda.instantiate(g))  # re-instantiation: new exec id, same local ids
+    sess.bind_exec(cuda.instantiate(g))  # re-instantiation: new exec id, same local ids
+    r2 = sess.record
     assert r2.exec_id != r1.exec_id
     assert dict(view) == {make_key(r2.exec_id, 0): [{"name": "a"}]}  # live view, rekeyed
     # a second graph in sequence keeps its own entries

@@ -96,8 +96,7 @@ class graph:
         _session.push(sess)
         if self.annotate_collectives and collectives.AUTO_ANNOTATE:
             try:
-                collectives.install()
-                self._installed = True
+                self._installed = collectives.install()
             except Exception as e:  # torch.distributed unusable: keep capturing
                 warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=2)
         return ret
@@ -194,40 +193,51 @@ def calibrate(cuda_graph: Any) -> None:
     import torch
 
     sess = getattr(cuda_graph, "_pga_session", None)
-    if sess is None or sess.record is None:
+    if sess is None or sess.exec_id is None:
         raise CaptureError("calibrate(): graph was not captured with perfetto_graph_ann.graph or not instantiated")
-    table = calibrate_replay(cuda_graph._pga_orig_replay, torch.cuda.synchronize, sess.record.exec_id)
+    table = calibrate_replay(cuda_graph._pga_orig_replay, torch.cuda.synchronize, sess.exec_id)
     sess.apply_calibration(table)
 
 
-@contextlib.contextmanager
-def mark_kernels(annotation: Any, backward: bool = False) -> Iterator[None]:
+class mark_kernels:
     """Annotate every node captured inside the block (any stream that joined the capture).
 
     ``annotation``: a str (``{"name": s}``) or a dict; ``stream`` (an int) is its display
     lane. Nested scopes merge, inner wins per key. A no-op outside ``graph(...)``.
     ``backward=True``: backward kernels of ops run in the block, when captured, get the
-    same fields plus ``autograd_phase: "backward"``.
+    same fields plus ``autograd_phase: "backward"``. Thread-safe; a class rather than a
+    generator context manager because it sits on the capture's critical path.
     """
-    fields = normalize_annotation(annotation)
-    if backends.selected_name() == backends.TORCH:
-        with _native().mark_kernels(annotation, backward=backward):
-            yield
-        return
-    sess = _session.current()
-    tok = sess.recorder.open(fields) if sess is not None and sess.recorder.active else None
-    mode = None
-    if backward:
-        merged = {**(sess.recorder.open_fields() if sess is not None else {}), **fields}
-        mode = torch_mode(BackwardTagger(merged))
-        mode.__enter__()
-    try:
-        yield
-    finally:
-        if mode is not None:
-            mode.__exit__(None, None, None)
-        if tok is not None:
-            sess.recorder.close(tok)
+
+    __slots__ = ("fields", "annotation", "backward", "_sess", "_tok", "_mode", "_native")
+
+    def __init__(self, annotation: Any, backward: bool = False):
+        self.fields = normalize_annotation(annotation)
+        self.annotation, self.backward = annotation, backward
+        self._sess = self._tok = self._mode = self._native = None
+
+    def __enter__(self) -> "mark_kernels":
+        if backends.selected_name() == backends.TORCH:
+            self._native = _native().mark_kernels(self.annotation, backward=self.backward)
+            self._native.__enter__()
+            return self
+        sess = _session.current()
+        if sess is not None and sess.recorder.active:
+            self._sess, self._tok = sess, sess.recorder.open(self.fields)
+        if self.backward:
+            merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
+            self._mode = torch_mode(BackwardTagger(merged))
+            self._mode.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._native is not None:
+            self._native.__exit__(exc_type, exc, tb)
+            return
+        if self._mode is not None:
+            self._mode.__exit__(exc_type, exc, tb)
+        if self._tok is not None:
+            self._sess.recorder.close(self._tok)
 
 
 @contextlib.contextmanager

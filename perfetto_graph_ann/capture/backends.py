@@ -223,10 +223,13 @@ class CuptiBackend(CudaGraphBackend):
             raise CaptureError("libcupti not found (install nvidia-cuda-cupti or cupti-python)")
         self._lib = ctypes.CDLL(path)
         self.libcupti = path
+        self._lib.cuptiGetGraphNodeId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+        self._lib.cuptiGetGraphExecId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+        self._lib.cuptiGetGraphId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
 
     def _node_id(self, node: Any) -> int:
         v = ctypes.c_uint64()
-        rc = self._lib.cuptiGetGraphNodeId(ctypes.c_void_p(int(node)), ctypes.byref(v))
+        rc = self._lib.cuptiGetGraphNodeId(int(node), ctypes.byref(v))
         if rc != 0:
             raise CaptureError(f"cuptiGetGraphNodeId failed with CUPTI error {rc}")
         return v.value
@@ -236,12 +239,12 @@ class CuptiBackend(CudaGraphBackend):
 
     def graph_id(self, graph: int) -> Optional[int]:
         v = ctypes.c_uint32()
-        rc = self._lib.cuptiGetGraphId(ctypes.c_void_p(int(graph)), ctypes.byref(v))
+        rc = self._lib.cuptiGetGraphId(int(graph), ctypes.byref(v))
         return v.value if rc == 0 else None
 
     def exec_id(self, graph_exec: int) -> int:
         v = ctypes.c_uint32()
-        rc = self._lib.cuptiGetGraphExecId(ctypes.c_void_p(int(graph_exec)), ctypes.byref(v))
+        rc = self._lib.cuptiGetGraphExecId(int(graph_exec), ctypes.byref(v))
         if rc != 0:
             raise CaptureError(f"cuptiGetGraphExecId failed with CUPTI error {rc}")
         return v.value
@@ -404,7 +407,8 @@ def is_available() -> bool:
 def selected_name() -> Optional[str]:
     if _override:
         return _override[-1].name
-    return _get_info().backend
+    info = _info  # after the first probe no lock is needed: it never changes
+    return (info or _get_info()).backend
 
 
 def active() -> Optional[CaptureBackend]:

@@ -231,18 +231,19 @@ def _wrap(fn_name: str, original: Callable) -> Callable:
     return wrapper
 
 
-def install(modules: Optional[Sequence[Any]] = None) -> None:
+def install(modules: Optional[Sequence[Any]] = None) -> bool:
     """Wrap the collectives of ``modules`` (default: torch.distributed and distributed_c10d).
 
-    Reference counted: nested captures install once; :func:`uninstall` restores the originals
-    when the last one ends.
+    By default only when a default process group exists (no group, no collective to
+    annotate). Reference counted: nested captures install once; :func:`uninstall` restores
+    the originals when the last one ends. Returns whether it installed (then call uninstall).
     """
     global _install_count
     if modules is None:
         import torch.distributed as dist
 
-        if not dist.is_available():
-            return
+        if not dist.is_available() or not dist.is_initialized():
+            return False
         from torch.distributed import distributed_c10d
 
         modules = [dist, distributed_c10d]
@@ -258,6 +259,7 @@ def install(modules: Optional[Sequence[Any]] = None) -> None:
                 if w is None or w.__pga_original__ is not orig:  # type: ignore[attr-defined]
                     w = _wrappers[id(orig)] = _wrap(fn_name, orig)
                 setattr(m, fn_name, w)
+    return True
 
 
 def uninstall() -> None:

@@ -8,32 +8,42 @@ from __future__ import annotations
 
 import threading
 import types
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 from .annotations import AnnotationSet, GraphRecord
 from .scopes import LaneAllocator
 
 
 class Registry:
-    """Thread-safe store of :class:`GraphRecord` per owner."""
+    """Thread-safe store of :class:`GraphRecord` per owner.
+
+    An entry may be put as a zero-argument callable; it is built on first read, so the
+    node records of a capture are not built inside the capture's critical path.
+    """
 
     def __init__(self, lanes: Optional[LaneAllocator] = None):
-        self._lock = threading.Lock()
-        self._graphs: Dict[Any, GraphRecord] = {}
+        self._lock = threading.RLock()
+        self._graphs: Dict[Any, Union[GraphRecord, Callable[[], GraphRecord]]] = {}
         self.lanes = lanes or LaneAllocator()
         self.backend: Optional[str] = None
 
-    def put(self, owner: Any, record: GraphRecord) -> None:
+    def put(self, owner: Any, record: Union[GraphRecord, Callable[[], GraphRecord]]) -> None:
         with self._lock:
             self._graphs[owner] = record
 
+    def _built(self, owner: Any) -> Optional[GraphRecord]:
+        r = self._graphs.get(owner)
+        if r is not None and not isinstance(r, GraphRecord):
+            r = self._graphs[owner] = r()
+        return r
+
     def get(self, owner: Any) -> Optional[GraphRecord]:
         with self._lock:
-            return self._graphs.get(owner)
+            return self._built(owner)
 
-    def drop(self, owner: Any) -> Optional[GraphRecord]:
+    def drop(self, owner: Any) -> None:
         with self._lock:
-            return self._graphs.pop(owner, None)
+            self._graphs.pop(owner, None)
 
     def clear(self) -> None:
         with self._lock:
@@ -41,7 +51,7 @@ class Registry:
 
     def records(self) -> List[GraphRecord]:
         with self._lock:
-            return list(self._graphs.values())
+            return [self._built(o) for o in list(self._graphs)]
 
     def snapshot(self) -> AnnotationSet:
         """Everything recorded so far, as the join and the sidecar take it."""

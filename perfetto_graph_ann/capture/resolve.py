@@ -7,7 +7,7 @@ executable graph's id; calibration comes from :func:`calibration_table`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .annotations import Dim3, GraphRecord, NodeRecord, make_key, split_key
 
@@ -16,9 +16,8 @@ from .annotations import Dim3, GraphRecord, NodeRecord, make_key, split_key
 ANNOTATED_NODE_TYPES = frozenset({"kernel", "memcpy", "memset", "host", "event_record", "event_wait"})
 
 
-@dataclasses.dataclass(frozen=True)
-class NodeInfo:
-    """What a backend reads from one node of the template graph."""
+class NodeInfo(NamedTuple):
+    """What a backend reads from one node of the template graph (a tuple: cheap to build)."""
 
     handle: int  #: cudaGraphNode_t as int (valid while the template graph lives)
     local_id: int  #: node local id: low 32 bits of the template key

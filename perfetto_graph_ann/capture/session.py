@@ -41,7 +41,9 @@ class CaptureSession:
         self.nodes: Optional[List[NodeInfo]] = None
         self.template_id: Optional[int] = None
         self.annotations: Dict[int, Dict[str, Any]] = {}
-        self.record: Optional[GraphRecord] = None
+        self.exec_id: Optional[int] = None
+        self._record: Optional[GraphRecord] = None
+        self._calibration: Optional[Mapping[int, Tuple[int, int]]] = None
 
     def _count(self) -> Optional[int]:
         if self.graph is None:
@@ -65,23 +67,35 @@ class CaptureSession:
         self.annotations = self.recorder.merged()
         self.recorder.active = False
 
-    def bind_exec(self, graph_exec: int) -> GraphRecord:
+    @property
+    def record(self) -> Optional[GraphRecord]:
+        """The executable graph's record (built on first use), None before instantiation."""
+        if self._record is None and self.exec_id is not None:
+            rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id, self.device)
+            self._record = with_calibration(rec, self._calibration) if self._calibration else rec
+        return self._record
+
+    def bind_exec(self, graph_exec: int) -> int:
+        """Rekey to the executable graph ``graph_exec`` and register; returns its id.
+
+        The node records are built lazily (first read of :attr:`record` or the registry).
+        """
         if self.nodes is None:
             raise CaptureError("bind_exec before finish_capture: the capture's node table was not read")
-        exec_id = self.backend.exec_id(graph_exec)
-        self.record = resolve_graph(self.nodes, self.annotations, exec_id, self.template_id, self.device)
-        self.registry.put(self.owner, self.record)
-        return self.record
+        self.exec_id = self.backend.exec_id(graph_exec)
+        self._record, self._calibration = None, None
+        self.registry.put(self.owner, lambda: self.record)
+        return self.exec_id
 
     def apply_calibration(self, table: Mapping[int, Tuple[int, int]]) -> GraphRecord:
-        if self.record is None:
+        if self.exec_id is None:
             raise CaptureError("calibration before the graph was instantiated")
-        self.record = with_calibration(self.record, table)
-        self.registry.put(self.owner, self.record)
+        self._calibration, self._record = dict(table), None
+        self.registry.put(self.owner, lambda: self.record)
         return self.record
 
     def drop(self) -> None:
-        self.record = None
+        self.exec_id, self._record = None, None
         self.registry.drop(self.owner)
 
 

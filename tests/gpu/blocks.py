@@ -18,19 +18,22 @@ def _scope(annotate, ann):
     return pga.mark_kernels(ann) if annotate else contextlib.nullcontext()
 
 
-def seed_block(annotate: bool = True):
+def seed_block(annotate: bool = True, layers: int = 1):
+    """The seed's block; ``layers`` > 1 chains that many blocks (the benchmark's larger capture)."""
     torch.manual_seed(0)
     B, T, D, H = 4, 256, 1024, 8
     hd = D // H
     x = torch.randn(B, T, D, device="cuda")
-    Wqkv = torch.randn(D, 3 * D, device="cuda") / math.sqrt(D)
-    Wo = torch.randn(D, D, device="cuda") / math.sqrt(D)
-    W1 = torch.randn(D, 4 * D, device="cuda") / math.sqrt(D)
-    W2 = torch.randn(4 * D, D, device="cuda") / math.sqrt(4 * D)
+    params = [{
+        "Wqkv": torch.randn(D, 3 * D, device="cuda") / math.sqrt(D),
+        "Wo": torch.randn(D, D, device="cuda") / math.sqrt(D),
+        "W1": torch.randn(D, 4 * D, device="cuda") / math.sqrt(D),
+        "W2": torch.randn(4 * D, D, device="cuda") / math.sqrt(4 * D),
+    } for _ in range(layers)]
 
-    def fwd():
+    def block(h, P):
         with _scope(annotate, "qkv_proj"):
-            qkv = x @ Wqkv
+            qkv = h @ P["Wqkv"]
         q, k, v = qkv.split(D, dim=-1)
         q = q.view(B, T, H, hd).transpose(1, 2)
         k = k.view(B, T, H, hd).transpose(1, 2)
@@ -40,9 +43,15 @@ def seed_block(annotate: bool = True):
             a = torch.softmax(s, dim=-1)
             ctx = (a @ v).transpose(1, 2).reshape(B, T, D)
         with _scope(annotate, "out_proj"):
-            o = ctx @ Wo
+            o = ctx @ P["Wo"]
         with _scope(annotate, {"name": "mlp", "stream": 61}):
-            return torch.nn.functional.gelu(o @ W1) @ W2
+            return torch.nn.functional.gelu(o @ P["W1"]) @ P["W2"]
+
+    def fwd():
+        h = x
+        for P in params:
+            h = block(h, P)
+        return h
 
     return fwd
 

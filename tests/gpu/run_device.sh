@@ -27,5 +27,7 @@ rm -rf "$OUT/res"
 # the same tests in one process, in file order (several captures per process, as users do)
 timeout 200 python3 -m pytest tests/gpu/test_capture_gpu.py -o addopts="" -m gpu -p no:cacheprovider -q --timeout 150 2>&1 | tail -n 30 > "$OUT/pytest_one_process.log"
 echo "one process:"; tail -n 3 "$OUT/pytest_one_process.log"
-timeout 150 python3 benchmarks/capture.py --out "$OUT/bench_capture.json" 2>&1 | tee "$OUT/bench.log"
+timeout 100 python3 benchmarks/capture.py --out "$OUT/bench_capture.json" 2>&1 | tee "$OUT/bench.log"
 echo "bench exit: $?"
+timeout 150 python3 benchmarks/capture.py --layers 8 --out "$OUT/bench_capture_8layers.json" 2>&1 | tee -a "$OUT/bench.log"
+echo "bench 8 layers exit: $?"

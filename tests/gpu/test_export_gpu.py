@@ -1,0 +1,79 @@
+"""export() with a live torch.profiler.profile and the live registry, on a real GPU.
+
+The CPU tests drive the same code with a fake profiler (tests/test_join_export.py). Here
+the expected lane of every kernel is computed independently of the join: from the same
+profile's own Chrome trace and the registry's calibration, by (replay correlation,
+stream, ordinal) as in test_capture_gpu.calibrated_match.
+"""
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import os
+import sys
+import tempfile
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from perfetto_graph_ann.capture.registry import REGISTRY
+from perfetto_graph_ann.write.export import export
+
+from blocks import capture, seed_block, two_branch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pftrace_decode import decode  # noqa: E402  (tests/pftrace_decode.py)
+
+pytestmark = pytest.mark.gpu
+
+
+def _expected_lanes(g, prof):
+    """Counter of expected lanes, from the profile's raw JSON and the registry record."""
+    rec = REGISTRY.get(g._pga_owner)
+    by_so = {(n.stream, n.ordinal): n for n in rec.nodes if n.stream is not None}
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "raw.json")
+        prof.export_chrome_trace(p)
+        with open(p) as f:
+            kernels = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
+    per = collections.defaultdict(list)
+    for e in kernels:
+        per[(e["args"]["correlation"], e["args"]["stream"])].append(e)
+    lanes = collections.Counter()
+    for evs in per.values():
+        for k, e in enumerate(sorted(evs, key=lambda e: e["ts"])):
+            node = by_so[(e["args"]["stream"], k)]
+            assert list(node.grid) == e["args"]["grid"]
+            lane = node.annotation.get("stream")
+            lanes[lane if isinstance(lane, int) else 7] += 1
+    return lanes, REGISTRY.snapshot().lanes
+
+
+@pytest.mark.parametrize("block", ["seed_block", "two_branch"])
+def test_export_live(tmp_path, results, block):
+    fn = seed_block() if block == "seed_block" else two_branch()
+    g, _ = capture(fn)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            g.replay()
+        torch.cuda.synchronize()
+    expected, labels = _expected_lanes(g, prof)
+    layout = export(prof, tmp_path / "run.pftrace")
+    export(prof, tmp_path / "run.json.gz")
+    d = decode(tmp_path / "run.pftrace")
+    got = collections.Counter(s.args["stream"] for s in d.slices if s.cat == "kernel")
+    with gzip.open(tmp_path / "run.json.gz", "rt") as f:
+        got_json = collections.Counter(e["tid"] for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel")
+    names = sorted({d.tracks[s.track].name for s in d.slices if s.cat == "kernel"})
+    results[f"export_{block}"] = {"expected": dict(expected), "pftrace": dict(got), "json": dict(got_json),
+                                  "report": layout.report.as_dict(), "track_names": names, "labels": dict(labels)}
+    print(block, results[f"export_{block}"])
+    assert got == got_json == expected
+    assert layout.report.unmatched == 0 and layout.report.ambiguous == 0
+    assert layout.report.matched["calibrated"] == sum(expected.values())
+    if block == "seed_block":
+        assert {"61 mlp", "62 attention"} <= set(names)
+    else:
+        assert {f"{lane} {label}" for lane, label in labels.items()} >= {"60 left_projection", "61 right_projection"} & set(names)
