@@ -1,21 +1,27 @@
 #!/bin/bash
 # Everything GPU for the capture stage in one device call (see tests/gpu/RESULTS.md).
-# Usage on the GPU machine, from the repo root, with the cupti-python wheel in .whl/:
-#   bash tests/gpu/run_device.sh
-# Each test runs in its own process so one failed capture cannot cascade into the next.
+# Usage on the GPU machine, from the repo root, with the wheels in .whl/ (cupti-python
+# 13.0.1, perfetto 0.59.1, msgspec; cp312):  bash tests/gpu/run_device.sh
+# ISOLATE=1 runs every test in its own process (one failed capture cannot cascade).
 set -o pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
+OUT=${OUT:-out}; mkdir -p "$OUT/res"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
 export PYTHONPATH=$PWD:/tmp/site
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch, google.protobuf as p; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(), "protobuf", p.__version__)'; } 2>&1 | tee "$OUT/env.txt"
-mkdir -p "$OUT/res"
-TESTS=$(python3 -m pytest tests/gpu -o addopts="" -m "gpu or multigpu" -p no:cacheprovider --collect-only -q 2>/dev/null | grep '::')
-for t in $TESTS; do
-  name=${t##*::}
-  PGA_GPU_RESULTS=$OUT/res/$name.json timeout 300 python3 -m pytest "$t" -o addopts="" -m "gpu or multigpu" -p no:cacheprovider -v -s --timeout 240 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASSED|FAILED|ERROR|Error|error:|^E " | head -20
+if [ -n "$ISOLATE" ]; then
+  UNITS=$(python3 -m pytest tests/gpu -o addopts= -m "gpu or multigpu" -p no:cacheprovider --collect-only -q 2>/dev/null | grep '::')
+else
+  UNITS="tests/gpu/test_capture_gpu.py tests/gpu/test_export_gpu.py tests/gpu/test_multigpu.py"
+fi
+i=0
+for u in $UNITS; do
+  i=$((i+1))
+  PGA_GPU_RESULTS=$OUT/res/$i.json timeout 300 python3 -m pytest "$u" -o addopts="" -m "gpu or multigpu" -p no:cacheprovider -v -s --timeout 240 >> "$OUT/pytest.log" 2>&1
+  echo "$u: exit $?"
 done
-grep -E "^(tests/gpu/\S+ )?(PASSED|FAILED)|passed|failed" "$OUT/pytest.log" | tail -30
+grep -E "(PASSED|FAILED|ERROR|SKIPPED)( |$)" "$OUT/pytest.log" | grep "::" | sed -E 's/^(tests\S+::\S+).*(PASSED|FAILED|ERROR|SKIPPED).*/\1 \2/' | sort | uniq
+grep -E "^FAILED|^ERROR|^E  " "$OUT/pytest.log" | head -30
 python3 - "$OUT" <<'PY'
 import glob, json, os, sys
 out = sys.argv[1]; merged = {}
@@ -24,10 +30,12 @@ for f in sorted(glob.glob(os.path.join(out, "res", "*.json"))):
 json.dump(merged, open(os.path.join(out, "gpu_results.json"), "w"), indent=1, sort_keys=True, default=str)
 PY
 rm -rf "$OUT/res"
-# the same tests in one process, in file order (several captures per process, as users do)
-timeout 200 python3 -m pytest tests/gpu/test_capture_gpu.py -o addopts="" -m gpu -p no:cacheprovider -q --timeout 150 2>&1 | tail -n 30 > "$OUT/pytest_one_process.log"
-echo "one process:"; tail -n 3 "$OUT/pytest_one_process.log"
-timeout 100 python3 benchmarks/capture.py --out "$OUT/bench_capture.json" 2>&1 | tee "$OUT/bench.log"
-echo "bench exit: $?"
-timeout 150 python3 benchmarks/capture.py --layers 8 --out "$OUT/bench_capture_8layers.json" 2>&1 | tee -a "$OUT/bench.log"
-echo "bench 8 layers exit: $?"
+timeout 100 python3 benchmarks/capture.py --out "$OUT/bench_capture.json" > "$OUT/bench.log" 2>&1; echo "bench exit: $?"
+timeout 150 python3 benchmarks/capture.py --layers 8 --out "$OUT/bench_capture_8layers.json" >> "$OUT/bench.log" 2>&1; echo "bench 8 layers exit: $?"
+python3 -c "
+import json
+for f in ('$OUT/bench_capture.json', '$OUT/bench_capture_8layers.json'):
+    try: d = json.load(open(f))
+    except Exception as e: print(f, e); continue
+    print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items() if not k.endswith('_all')})
+"
