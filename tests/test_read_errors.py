@@ -28,6 +28,8 @@ CASES = {
     "x_without_dur": (json.dumps({"traceEvents": [{k: v for k, v in GOOD.items() if k != "dur"}]}).encode(), "without dur"),
     "args_not_object": (json.dumps({"traceEvents": [dict(GOOD, args=[1])]}).encode(), "args is a array"),
     "huge_ts": (b'{"traceEvents": [{"ph": "X", "name": "k", "pid": 0, "tid": 0, "ts": 1e300, "dur": 1}]}', "out of range"),
+    "negative_ts": (json.dumps({"traceEvents": [dict(GOOD, ts=-5.0)]}).encode(), "negative timestamp -5.0 us"),
+    "end_overflow": (json.dumps({"traceEvents": [dict(GOOD, ts=9e15, dur=1e15)]}).encode(), "ts + dur is out of range"),
 }
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any, Dict, List, Optional, Union
 
 import msgspec
@@ -32,6 +32,8 @@ from .model import KinetoTrace, TraceEvent
 __all__ = ["read_trace", "parse_trace_bytes", "us_to_ns"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+#: Times and ts + dur must fit the trace processor's int64 nanoseconds.
+_MAX_NS = 1 << 63
 
 
 class _Event(msgspec.Struct, forbid_unknown_fields=True):
@@ -58,9 +60,15 @@ _KNOWN_KEYS = frozenset({"ph", "cat", "name", "pid", "tid", "ts", "dur", "args",
 
 
 def us_to_ns(value: Decimal) -> int:
-    """Exact microseconds (Decimal) to integer ns, rounding half to even like ``round``."""
+    """Exact microseconds (Decimal) to integer ns; a half ns rounds away from zero.
+
+    Kineto writes 3 decimals, so this is exact. For finer inputs, half-up is what Perfetto's
+    JSON importer gives in the cases a double can tell (``1.0005`` us -> 1001 ns).
+    """
     ns = value.scaleb(3)
-    return int(ns) if ns == ns.to_integral_value() else int(round(ns))
+    if ns == ns.to_integral_value():
+        return int(ns)
+    return int(ns.to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def read_trace(path: PathLike) -> KinetoTrace:
@@ -126,7 +134,7 @@ def _ns(value: Any, index: int, key: str, path: Optional[str]) -> int:
         ns = us_to_ns(value)
     except (InvalidOperation, ValueError, OverflowError, AttributeError, TypeError):
         raise TraceFormatError(path, f"event {index}: {key} is not a finite number ({value!r})") from None
-    if not -(1 << 63) <= ns < (1 << 63):
+    if ns >= _MAX_NS or ns < -_MAX_NS:
         raise TraceFormatError(path, f"event {index}: {key} {value} us is out of range")
     if ns < 0 and key == "ts":
         # Perfetto's clocks are unsigned: a trace cannot start before time 0.
@@ -149,6 +157,8 @@ def _from_fast(fast: List[_Event], path: Optional[str]) -> List[TraceEvent]:
             raise TraceFormatError(path, f"event {i} ({e.name!r}): complete event (ph X) without dur")
         if e.ph == "X" and ts_ns is None:
             raise TraceFormatError(path, f"event {i} ({e.name!r}): complete event (ph X) without ts")
+        if dur_ns is not None and ts_ns is not None and ts_ns + dur_ns >= _MAX_NS:
+            raise TraceFormatError(path, f"event {i} ({e.name!r}): ts + dur is out of range")
         extra = None
         if e.bp is not None or e.s is not None:
             extra = {k: getattr(e, k) for k in _FAST_EXTRA if getattr(e, k) is not None}
@@ -206,6 +216,8 @@ def _from_generic(raw: bytes, path: Optional[str]) -> List[TraceEvent]:
                 raise TraceFormatError(path, f"event {i} ({name!r}): negative duration {dur} us")
         if ph == "X" and (ts_ns is None or dur_ns is None):
             raise TraceFormatError(path, f"event {i} ({name!r}): complete event (ph X) without {'ts' if ts_ns is None else 'dur'}")
+        if dur_ns is not None and ts_ns is not None and ts_ns + dur_ns >= _MAX_NS:
+            raise TraceFormatError(path, f"event {i} ({name!r}): ts + dur is out of range")
         args = d.get("args")
         if args is None:
             args = {}
