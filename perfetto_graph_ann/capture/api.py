@@ -147,7 +147,7 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
     def instantiate(*a, **k):
         g = ref()
         r = orig_inst(g, *a, **k)
-        _bind(g)
+        _bind(g, force=True)  # a new executable graph even if its handle value was reused
         return r
 
     def replay(*a, **k):
@@ -170,10 +170,10 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
     cuda_graph._pga_wrapped = True
 
 
-def _bind(cuda_graph: Any) -> None:
+def _bind(cuda_graph: Any, force: bool = False) -> None:
     sess = getattr(cuda_graph, "_pga_session", None)
     h = _exec_handle(cuda_graph)
-    if sess is None or h is None or h == cuda_graph._pga_bound_exec:
+    if sess is None or h is None or (h == cuda_graph._pga_bound_exec and not force):
         return
     sess.bind_exec(h)
     cuda_graph._pga_bound_exec = h
