@@ -25,7 +25,7 @@ class FakeCuda(CaptureBackend):
         self.graph_ids: Dict[int, int] = {}
         self.execs: Dict[int, int] = {}  # exec handle -> exec id
         self.lock = threading.Lock()
-        self.count_calls = 0
+        self.list_calls = 0
 
     # driver side ----------------------------------------------------------------
     def begin_capture(self, stream: int) -> int:
@@ -62,10 +62,10 @@ class FakeCuda(CaptureBackend):
     def capture_graph(self, stream: int) -> Optional[int]:
         return self.capturing.get(stream)
 
-    def node_count(self, graph: int) -> int:
-        self.count_calls += 1
+    def list_nodes(self, graph: int) -> List[int]:
+        self.list_calls += 1
         with self.lock:
-            return len(self.graphs[graph])
+            return [n.handle for n in reversed(self.graphs[graph])]  # any order: attribution is by handle
 
     def node_infos(self, graph: int) -> List[NodeInfo]:
         return list(self.graphs[graph])

@@ -12,7 +12,7 @@ from perfetto_graph_ann.capture.annotations import make_key, split_key
 from perfetto_graph_ann.capture.backends import node_type_name
 from perfetto_graph_ann.capture.calibration import calibrate_replay, records_from_activities
 from perfetto_graph_ann.capture.resolve import ActivityRecord, NodeInfo, calibration_table, resolve_graph
-from perfetto_graph_ann.capture.scopes import ScopeRecord
+from perfetto_graph_ann.capture.scopes import ScopeRecord, merge_scopes
 from perfetto_graph_ann.errors import CaptureError
 
 from conftest import FIXTURES
@@ -31,20 +31,13 @@ def test_resolve_real_capture_tables(name, expected):
     infos = [NodeInfo(n["handle"], n["cupti_node_id"] & 0xFFFFFFFF, node_type_name(n["type"]), n.get("kernel"),
                       tuple(n["grid"]) if n.get("grid") else None, tuple(n["block"]) if n.get("block") else None)
              for n in table["nodes"]]
-    local = {i.handle: i.local_id for i in infos}
-    # local ids are creation indices: each scope's nodes are a contiguous run of local ids
     records = []
     for seq, (scope, lane, handles) in enumerate(d["scopes"]):
-        ids = sorted(local[h] for h in handles)
-        assert ids == list(range(ids[0], ids[0] + len(ids)))
         fields = {"name": scope}
         if isinstance(lane, int):
             fields["stream"] = lane
-        records.append(ScopeRecord(seq, fields, ids[0], ids[-1] + 1))
-    ann = {}
-    for r in records:
-        for i in r.nodes:
-            ann.setdefault(i, {}).update(r.fields)
+        records.append(ScopeRecord(seq, fields, frozenset(handles)))
+    ann = merge_scopes(records)
     rec = resolve_graph(infos, ann, d["exec_id"], template_id=split_key(table["nodes"][0]["cupti_node_id"])[0])
     assert collections.Counter(n.annotation["name"] for n in rec.nodes) == expected
     # the replayed kernels' graph_node_id (from CUPTI activity records) are our keys, same kernel

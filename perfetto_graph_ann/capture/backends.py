@@ -46,8 +46,8 @@ class CaptureBackend:
         """The graph being captured on ``stream`` (cudaStream_t as int), or None."""
         raise NotImplementedError
 
-    def node_count(self, graph: int) -> int:
-        """How many nodes ``graph`` has now (called at every scope edge: keep it cheap)."""
+    def list_nodes(self, graph: int) -> List[int]:
+        """Handles of the nodes now in ``graph`` (called at every scope edge: keep it cheap)."""
         raise NotImplementedError
 
     def node_infos(self, graph: int) -> List[NodeInfo]:
@@ -140,11 +140,11 @@ class CudaGraphBackend(CaptureBackend):
         self._cu_check(self._cu.cuGraphGetNodes(graph, None, ctypes.byref(n)), "cuGraphGetNodes")
         return n.value
 
-    def node_handles(self, graph: int) -> List[int]:
+    def list_nodes(self, graph: int) -> List[int]:
         n = ctypes.c_size_t(self.node_count(graph))
-        arr = (ctypes.c_void_p * max(n.value, 1))()
+        arr = (ctypes.c_size_t * max(n.value, 1))()  # handles as integers, converted in C
         self._cu_check(self._cu.cuGraphGetNodes(graph, arr, ctypes.byref(n)), "cuGraphGetNodes")
-        return [int(arr[i] or 0) for i in range(n.value)]
+        return arr[:n.value]
 
     def local_id(self, node: int) -> int:
         raise NotImplementedError
@@ -164,7 +164,7 @@ class CudaGraphBackend(CaptureBackend):
         out = []
         t = ctypes.c_int()
         p = _KernelNodeParams()
-        for nd in self.node_handles(graph):
+        for nd in self.list_nodes(graph):
             self._cu_check(self._cu.cuGraphNodeGetType(nd, ctypes.byref(t)), "cuGraphNodeGetType")
             kind = _CU_NODE_TYPES.get(t.value, "other")
             kernel = grid = block = None

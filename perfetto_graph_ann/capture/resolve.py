@@ -42,14 +42,14 @@ def resolve_graph(
 ) -> GraphRecord:
     """Build the record of one executable graph.
 
-    ``annotations`` maps node local id -> merged fields (from the scope recorder);
+    ``annotations`` maps node handle -> merged fields (from the scope recorder);
     ``calibration`` maps exec key -> (stream, ordinal).
     """
     calibration = calibration or {}
     out = []
     for n in nodes:
         key = rekey(exec_id, n.local_id)
-        ann = dict(annotations.get(n.local_id, {})) if n.type in ANNOTATED_NODE_TYPES else {}
+        ann = dict(annotations.get(n.handle, {})) if n.type in ANNOTATED_NODE_TYPES else {}
         stream, ordinal = calibration.get(key, (None, None))
         out.append(NodeRecord(key=key, type=n.type, kernel=n.kernel, grid=n.grid, block=n.block,
                               annotation=ann, stream=stream, ordinal=ordinal))

@@ -1,11 +1,11 @@
 """Scope bookkeeping during capture: which graph nodes each ``mark_kernels`` scope added.
 
-Pure Python; the only contact with CUDA is a *node counter*, a callable returning how
-many nodes the graph under capture has (``None`` when nothing is being captured). A
-node's local id is its creation index in the graph (CUPTI's and the runtime's local ids
-both are), and capture only ever appends nodes, so the nodes a scope added are the local
-ids ``[count on entry, count on exit)``: one cheap count query per scope edge instead of
-a listing of the whole graph (a listing diff cost ~90% capture time on the seed block).
+Pure Python; the only contact with CUDA is a *node lister*, a callable returning the
+handles of the nodes now in the graph under capture (``None`` when nothing is being
+captured). A scope lists the graph on entry and on exit; the nodes it added are the
+difference. (Counting nodes and taking local ids ``[count on entry, count on exit)`` is
+cheaper but wrong: on the H200 a captured backward pass gave CUPTI local ids that are not
+in creation order, and 6 of 9 backward kernels lost their scope; see tests/gpu/RESULTS.md.)
 Nested scopes merge at resolve time: every scope that contains a node contributes its
 fields, applied in the order the scopes were opened, so the innermost (opened last)
 wins per key.
@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence
 
-#: Returns the number of nodes now in the graph under capture, or None outside capture.
-NodeCounter = Callable[[], Optional[int]]
+#: Returns the handles of the nodes now in the graph under capture, or None outside capture.
+NodeLister = Callable[[], Optional[Sequence[int]]]
 
 
 def normalize_annotation(annotation: Any) -> Dict[str, Any]:
@@ -43,16 +43,11 @@ def normalize_annotation(annotation: Any) -> Dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class ScopeRecord:
-    """One closed scope: its fields, when it opened (``seq``) and the local ids it added."""
+    """One closed scope: its fields, when it opened (``seq``) and the node handles it added."""
 
     seq: int
     fields: Mapping[str, Any]
-    start: int  #: first local id created inside the scope
-    end: int  #: one past the last
-
-    @property
-    def nodes(self) -> range:
-        return range(self.start, self.end)
+    nodes: FrozenSet[int]
 
 
 class LaneAllocator:
@@ -91,24 +86,25 @@ class LaneAllocator:
 class _Open:
     __slots__ = ("seq", "fields", "before")
 
-    def __init__(self, seq: int, fields: Mapping[str, Any], before: Optional[int]):
+    def __init__(self, seq: int, fields: Mapping[str, Any], before: Optional[FrozenSet[int]]):
         self.seq, self.fields, self.before = seq, fields, before
 
 
 class ScopeRecorder:
     """Records scopes of one capture (one ``graph(...)`` block)."""
 
-    def __init__(self, counter: NodeCounter):
-        self._counter = counter
+    def __init__(self, lister: NodeLister):
+        self._lister = lister
         self._lock = threading.RLock()
         self._seq = itertools.count()
         self._local = threading.local()
         self.closed: List[ScopeRecord] = []
         self.active = True
 
-    def _count(self) -> Optional[int]:
+    def _list(self) -> Optional[FrozenSet[int]]:
         with self._lock:
-            return self._counter()
+            nodes = self._lister()
+        return None if nodes is None else frozenset(nodes)
 
     def _stack(self) -> List[_Open]:
         st = getattr(self._local, "stack", None)
@@ -116,18 +112,18 @@ class ScopeRecorder:
             st = self._local.stack = []
         return st
 
-    def open(self, fields: Mapping[str, Any], before: Optional[int] = None) -> _Open:
-        """Open a scope; ``before`` lets a caller take the count earlier."""
+    def open(self, fields: Mapping[str, Any], before: Optional[FrozenSet[int]] = None) -> _Open:
+        """Open a scope; ``before`` lets a caller take the listing earlier (mark_stream)."""
         if before is None and self.active:
-            before = self._count()
+            before = self._list()
         with self._lock:
             tok = _Open(next(self._seq), dict(fields), before)
         self._stack().append(tok)
         return tok
 
-    def snapshot(self) -> Optional[int]:
-        """The current node count (None outside capture)."""
-        return self._count() if self.active else None
+    def snapshot(self) -> Optional[FrozenSet[int]]:
+        """The current node listing (None outside capture)."""
+        return self._list() if self.active else None
 
     def close(self, tok: _Open) -> Optional[ScopeRecord]:
         """Close ``tok`` (the innermost open scope of this thread) and record the nodes it added."""
@@ -136,10 +132,10 @@ class ScopeRecorder:
             st.remove(tok)
         if tok.before is None or not self.active:
             return None
-        after = self._count()
+        after = self._list()
         if after is None:
             return None
-        rec = ScopeRecord(tok.seq, tok.fields, tok.before, after)
+        rec = ScopeRecord(tok.seq, tok.fields, after - tok.before)
         with self._lock:
             self.closed.append(rec)
         return rec
@@ -152,13 +148,13 @@ class ScopeRecorder:
         return out
 
     def merged(self) -> Dict[int, Dict[str, Any]]:
-        """local id -> merged annotation over every closed scope containing it."""
+        """node handle -> merged annotation over every closed scope containing it."""
         with self._lock:
             records = list(self.closed)
         return merge_scopes(records)
 
 def merge_scopes(records: Iterable[ScopeRecord]) -> Dict[int, Dict[str, Any]]:
-    """local id -> merged fields; scopes applied in opening order so the inner one wins."""
+    """node handle -> merged fields; scopes applied in opening order so the inner one wins."""
     out: Dict[int, Dict[str, Any]] = {}
     for r in sorted(records, key=lambda r: r.seq):
         for n in r.nodes:

@@ -84,7 +84,6 @@ def test_seed_block_scopes(results):
     rec = record_of(g)
     counts = kernel_names(rec)
     results["seed_block_kernels_per_scope"] = dict(counts)
-    assert sorted(n.local_id for n in rec.nodes) == list(range(len(rec.nodes)))
     print("seed block kernel nodes per scope:", dict(counts))
     assert counts == {"qkv_proj": 1, "attention": 8, "out_proj": 1, "mlp": 4}
     lanes = {n.annotation.get("name"): n.lane for n in rec.nodes if n.type == "kernel"}
@@ -159,7 +158,9 @@ def test_backward_phase(results):
     results["backward_phases"] = {f"{k[0]}/{k[1]}": v for k, v in phases.items()}
     print("backward test kernels by (name, phase):", dict(phases))
     assert phases[("mlp", None)] >= 3  # two GEMMs and the GELU of the forward
-    assert phases[("mlp", "backward")] >= 3  # their gradients
+    # their gradients: addmm (grad input, grad weight, grad bias), gelu, addmm (grad weight,
+    # grad bias): at least 6 kernels (run 2 saw 9; the count-based attribution of run 3 saw 3)
+    assert phases[("mlp", "backward")] >= 6
 
 
 def test_keep_graph_reinstantiate_reset_and_sequence(results):
