@@ -161,6 +161,11 @@ def test_backward_phase(results):
     # their gradients: addmm (grad input, grad weight, grad bias), gelu, addmm (grad weight,
     # grad bias): at least 6 kernels (run 2 saw 9; the count-based attribution of run 3 saw 3)
     assert phases[("mlp", "backward")] >= 6
+    # keys in a graph whose node ids are not in creation order: CUPTI's calibration records,
+    # looked up by our keys, must still name nodes whose grid/block match the profiled kernels
+    ok, total = calibrated_match(rec, profile_kernels(g, 3))
+    results["backward_calibration_vs_profiler"] = {"matched": ok, "kernels": total}
+    assert ok == total == 3 * sum(1 for n in rec.nodes if n.type == "kernel")
 
 
 def test_keep_graph_reinstantiate_reset_and_sequence(results):
