@@ -95,6 +95,8 @@ def main() -> None:
     ap.add_argument("--prepare", metavar="DIR", help="only write DIR/synth.trace.json and DIR/synth.pftrace")
     ap.add_argument("--inputs", metavar="DIR", help="use DIR/synth.trace.json + DIR/synth.pftrace made by --prepare "
                     "(e.g. on a machine without the converter's dependencies)")
+    ap.add_argument("--also", metavar="PATH", action="append", default=[],
+                    help="also time loading this file (e.g. a variant of the .pftrace), same method")
     args = ap.parse_args()
 
     if args.prepare:
@@ -112,6 +114,8 @@ def main() -> None:
         start_s, fixture_load_s = time_start(config, choice, fixture, args.repeat)
         _, json_load = time_start(config, choice, src, args.repeat)
         _, pf_load = time_start(config, choice, ours, args.repeat)
+        also = {p: time_start(config, choice, Path(p), args.repeat)[1] for p in args.also}
+        also_mb = {p: Path(p).stat().st_size / 1e6 for p in args.also}
         q_json = time_queries(config, choice, src, args.repeat)
         q_pf = time_queries(config, choice, ours, args.repeat)
         json_mb = src.stat().st_size / 1e6
@@ -133,6 +137,8 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     print(f"| file size (synthetic trace{'' if args.inputs else f', {args.events:,} events'}) | {json_mb:.1f} MB | {pf_mb:.1f} MB | {json_mb / pf_mb:.2f}x |")
     print(f"| load into the engine (append + finalize) | {json_load:.3f} s | {pf_load:.3f} s | **{json_load / pf_load:.2f}x** |")
+    for p, secs in also.items():
+        print(f"| load `{Path(p).name}` ({also_mb[p]:.1f} MB) | {json_load:.3f} s (JSON) | {secs:.3f} s | {json_load / secs:.2f}x |")
     for label in QUERIES:
         print(f"| query: {label} | {q_json[label] * 1e3:.1f} ms | {q_pf[label] * 1e3:.1f} ms | {q_json[label] / q_pf[label]:.2f}x |")
     print()
