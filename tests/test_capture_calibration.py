@@ -15,7 +15,9 @@ from perfetto_graph_ann.capture.resolve import ActivityRecord, NodeInfo, calibra
 from perfetto_graph_ann.capture.scopes import ScopeRecord, merge_scopes
 from perfetto_graph_ann.errors import CaptureError
 
-from conftest import FIXTURES
+from perfetto_graph_ann._resources import demo_data_dir
+
+FIXTURES = demo_data_dir()
 
 
 def key_check():

@@ -12,7 +12,11 @@ from perfetto_graph_ann.capture import collectives as C
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.registry import REGISTRY, Registry
 
-from conftest import fixture_trace
+from perfetto_graph_ann._resources import demo_data_dir
+
+
+def fixture_trace(name):
+    return demo_data_dir() / f"{name}.trace.json.gz"
 
 STREAM = 0x70
 DEFAULT_PG = C.GroupInfo("0", "default_pg", (0, 1))

@@ -19,7 +19,11 @@ from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, N
 from perfetto_graph_ann.errors import SidecarError
 from perfetto_graph_ann.util.atomic import atomic_write_bytes
 
-from conftest import fixture_capture
+from perfetto_graph_ann._resources import demo_data_dir
+
+
+def fixture_capture(name):
+    return demo_data_dir() / f"{name}.capture.json"
 
 
 def sample() -> AnnotationSet:
