@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
+
+# test modules and scripts here import their helpers as top-level modules (``blocks``)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 try:
     import torch
