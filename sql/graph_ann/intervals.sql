@@ -6,47 +6,47 @@
 -- plain SQL (one window function) so they behave the same on trace processor
 -- v52 and on current releases, whose own interval macros changed signature.
 
--- Splits the time covered by each group's intervals into disjoint pieces, one
--- per input interval, and finds the idle gaps between them.
+-- For each interval, the piece of time it adds to the time covered by the
+-- intervals of its group that start before it, and the idle gap before it.
 --
 -- Sorted by start within a group, interval i adds the piece
 -- [max(start_i, prev_end_i), max(end_i, that)] to the time covered so far,
 -- where prev_end_i is the latest end of the intervals before it: everything
 -- before prev_end_i that is at or after start_i is covered already, because
 -- every earlier interval starts at or before start_i. The pieces are disjoint,
--- so the sum of `dur` per group is the length of the union of its intervals
--- (overlap counted once), and a piece clipped to a window gives the union's
--- time inside that window. When start_i > prev_end_i nothing runs in between:
--- that is an idle gap [prev_end_i, start_i].
+-- so the sum of `cover_dur` over a group is the length of the union of its
+-- intervals (overlap counted once), and pieces clipped to a window give the
+-- union's time inside that window. When start_i > prev_end_i nothing runs in
+-- between: that is an idle gap [prev_end_i, start_i]. Intervals with
+-- `dur <= 0` cover no time: they add nothing and end no gap.
 --
 -- The input needs the columns `grp` (intervals interact only within equal
--- `grp`), `ts` and `dur`; intervals with `dur <= 0` cover no time and are
--- dropped. The returned table has the schema (grp, ts TIMESTAMP, dur DURATION,
--- gap_ts TIMESTAMP, gap_dur DURATION): one row per input interval, `dur` >= 0
--- the length of its new piece starting at `ts`, and `gap_ts` / `gap_dur` the
--- idle gap just before it (NULL when there is none).
+-- `grp`), `ts` and `dur`, and may carry any others. The returned table has
+-- every input row and column plus `_prev_end_ts`, `cover_ts` (TIMESTAMP),
+-- `cover_dur` (DURATION, >= 0), `gap_ts` and `gap_dur` (the gap before the
+-- interval, NULL when there is none).
 CREATE PERFETTO MACRO _graph_ann_intervals_cover(
-  -- Table or subquery with the columns `grp`, `ts`, `dur`.
+  -- Table or subquery with the columns `grp`, `ts`, `dur` (and any others).
   intervals TableOrSubquery
 )
 RETURNS TableOrSubquery AS
 (
   SELECT
-    grp,
-    MAX(_in_ts, COALESCE(_prev_end_ts, _in_ts)) AS ts,
-    MAX(0, _in_end_ts - MAX(_in_ts, COALESCE(_prev_end_ts, _in_ts))) AS dur,
-    CASE WHEN _in_ts > _prev_end_ts THEN _prev_end_ts END AS gap_ts,
-    CASE WHEN _in_ts > _prev_end_ts THEN _in_ts - _prev_end_ts END AS gap_dur
+    *,
+    MAX(ts, COALESCE(_prev_end_ts, ts)) AS cover_ts,
+    CASE
+      WHEN dur > 0 THEN MAX(0, ts + dur - MAX(ts, COALESCE(_prev_end_ts, ts)))
+      ELSE 0
+    END AS cover_dur,
+    CASE WHEN dur > 0 AND ts > _prev_end_ts THEN _prev_end_ts END AS gap_ts,
+    CASE WHEN dur > 0 AND ts > _prev_end_ts THEN ts - _prev_end_ts END AS gap_dur
   FROM (
     SELECT
-      grp,
-      ts AS _in_ts,
-      ts + dur AS _in_end_ts,
-      MAX(ts + dur) OVER (
+      *,
+      MAX(CASE WHEN dur > 0 THEN ts + dur END) OVER (
         PARTITION BY grp ORDER BY ts
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
       ) AS _prev_end_ts
     FROM $intervals
-    WHERE dur > 0
   )
 );

@@ -61,16 +61,118 @@ CREATE PERFETTO TABLE _graph_ann_lane_cover(
   -- Length of that gap, NULL if none.
   gap_dur DURATION
 ) AS
-SELECT
-  grp / 4294967296 AS device,
-  grp % 4294967296 AS lane_id,
-  ts,
-  dur,
-  gap_ts,
-  gap_dur
+SELECT device, lane_id, cover_ts AS ts, cover_dur AS dur, gap_ts, gap_dur
 FROM _graph_ann_intervals_cover!(
-  (SELECT device * 4294967296 + lane_id AS grp, ts, dur FROM _graph_ann_work)
+  (
+    SELECT device * 4294967296 + lane_id AS grp, device, lane_id, ts, dur
+    FROM _graph_ann_work
+  )
 );
+
+-- Per lane: counts and simple statistics of its work.
+CREATE PERFETTO TABLE _graph_ann_lane_stats(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- One of the lane's tracks (for its name).
+  track_id LONG,
+  -- Number of work slices.
+  work_count LONG,
+  -- Of those, kernels.
+  kernel_count LONG,
+  -- Sum of the durations.
+  total_dur DURATION,
+  -- Mean duration.
+  mean_dur DOUBLE,
+  -- Shortest duration.
+  min_dur DURATION,
+  -- Longest duration.
+  max_dur DURATION,
+  -- First start.
+  first_ts TIMESTAMP,
+  -- Last start.
+  last_ts TIMESTAMP,
+  -- Last end.
+  end_ts TIMESTAMP
+) AS
+SELECT
+  device,
+  lane_id,
+  MIN(track_id) AS track_id,
+  COUNT(*) AS work_count,
+  SUM(kind = 'kernel') AS kernel_count,
+  SUM(dur) AS total_dur,
+  AVG(dur) AS mean_dur,
+  MIN(dur) AS min_dur,
+  MAX(dur) AS max_dur,
+  MIN(ts) AS first_ts,
+  MAX(ts) AS last_ts,
+  MAX(ts + dur) AS end_ts
+FROM _graph_ann_work
+GROUP BY device, lane_id;
+
+-- Per lane: nearest-rank percentiles of the work durations (the duration at
+-- 1-based rank ceil(p * n / 100) in ascending order; ceil via integer division).
+CREATE PERFETTO TABLE _graph_ann_lane_pct(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Median.
+  p50_dur DURATION,
+  -- 90th percentile.
+  p90_dur DURATION,
+  -- 99th percentile.
+  p99_dur DURATION
+) AS
+WITH
+  ranked AS (
+    SELECT
+      device,
+      lane_id,
+      dur,
+      ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY dur) AS rn
+    FROM _graph_ann_work
+  ),
+  picked AS (
+    SELECT r.device, r.lane_id, r.dur, r.rn, s.work_count AS n
+    FROM ranked AS r
+    JOIN _graph_ann_lane_stats AS s USING (device, lane_id)
+    WHERE r.rn IN (
+      (50 * s.work_count + 99) / 100,
+      (90 * s.work_count + 99) / 100,
+      (99 * s.work_count + 99) / 100
+    )
+  )
+SELECT
+  device,
+  lane_id,
+  MAX(CASE WHEN rn = (50 * n + 99) / 100 THEN dur END) AS p50_dur,
+  MAX(CASE WHEN rn = (90 * n + 99) / 100 THEN dur END) AS p90_dur,
+  MAX(CASE WHEN rn = (99 * n + 99) / 100 THEN dur END) AS p99_dur
+FROM picked
+GROUP BY device, lane_id;
+
+-- Per lane: busy time overall and inside the device's replays' span.
+CREATE PERFETTO TABLE _graph_ann_lane_busy(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Length of the union of the lane's work.
+  busy_dur DURATION,
+  -- Of that, the time inside the replays' span; NULL if the device has no replays.
+  replay_busy_dur DURATION
+) AS
+SELECT
+  c.device,
+  c.lane_id,
+  SUM(c.dur) AS busy_dur,
+  SUM(MAX(0, MIN(c.ts + c.dur, r.ts + r.dur) - MAX(c.ts, r.ts))) AS replay_busy_dur
+FROM _graph_ann_lane_cover AS c
+LEFT JOIN _graph_ann_replays_span AS r USING (device)
+GROUP BY c.device, c.lane_id;
 
 -- One row per lane of each GPU: work count, busy time, utilization and the
 -- distribution of work durations.
@@ -112,57 +214,6 @@ CREATE PERFETTO TABLE graph_ann_lane(
   -- End of the lane's work (latest `ts + dur`).
   end_ts TIMESTAMP
 ) AS
-WITH
-  ranked AS (
-    SELECT
-      device,
-      lane_id,
-      dur,
-      ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY dur) AS rn
-    FROM _graph_ann_work
-  ),
-  pct AS (
-    SELECT
-      device,
-      lane_id,
-      MAX(CASE WHEN rn = (50 * n + 99) / 100 THEN dur END) AS p50_dur,
-      MAX(CASE WHEN rn = (90 * n + 99) / 100 THEN dur END) AS p90_dur,
-      MAX(CASE WHEN rn = (99 * n + 99) / 100 THEN dur END) AS p99_dur
-    FROM ranked
-    JOIN (SELECT device, lane_id, COUNT(*) AS n FROM _graph_ann_work GROUP BY device, lane_id) USING (device, lane_id)
-    GROUP BY device, lane_id
-  ),
-  stats AS (
-    SELECT
-      device,
-      lane_id,
-      MIN(track_id) AS track_id,
-      COUNT(*) AS work_count,
-      SUM(kind = 'kernel') AS kernel_count,
-      SUM(dur) AS total_dur,
-      AVG(dur) AS mean_dur,
-      MIN(dur) AS min_dur,
-      MAX(dur) AS max_dur,
-      MIN(ts) AS first_ts,
-      MAX(ts) AS last_ts,
-      MAX(ts + dur) AS end_ts
-    FROM _graph_ann_work
-    GROUP BY device, lane_id
-  ),
-  busy AS (
-    SELECT device, lane_id, SUM(dur) AS busy_dur
-    FROM _graph_ann_lane_cover
-    GROUP BY device, lane_id
-  ),
-  replay_busy AS (
-    SELECT
-      b.device,
-      b.lane_id,
-      SUM(MAX(0, MIN(b.ts + b.dur, r.ts + r.dur) - MAX(b.ts, r.ts))) AS busy_dur
-    FROM _graph_ann_lane_cover AS b
-    JOIN _graph_ann_replays_span AS r USING (device)
-    GROUP BY b.device, b.lane_id
-  )
 SELECT
   s.device,
   s.lane_id,
@@ -172,7 +223,7 @@ SELECT
   s.total_dur,
   COALESCE(b.busy_dur, 0) AS busy_dur,
   CAST(COALESCE(b.busy_dur, 0) AS DOUBLE) / (SELECT dur FROM _graph_ann_profiled_span) AS utilization,
-  CAST(COALESCE(rb.busy_dur, 0) AS DOUBLE) / NULLIF(r.dur, 0) AS replay_utilization,
+  CAST(COALESCE(b.replay_busy_dur, 0) AS DOUBLE) / NULLIF(r.dur, 0) AS replay_utilization,
   s.mean_dur,
   p.p50_dur,
   p.p90_dur,
@@ -182,12 +233,11 @@ SELECT
   s.first_ts,
   s.last_ts,
   s.end_ts
-FROM stats AS s
+FROM _graph_ann_lane_stats AS s
 JOIN track AS t ON t.id = s.track_id
-LEFT JOIN busy AS b USING (device, lane_id)
-JOIN pct AS p USING (device, lane_id)
+JOIN _graph_ann_lane_pct AS p USING (device, lane_id)
+LEFT JOIN _graph_ann_lane_busy AS b USING (device, lane_id)
 LEFT JOIN _graph_ann_replays_span AS r USING (device)
-LEFT JOIN replay_busy AS rb USING (device, lane_id)
 ORDER BY s.device, s.lane_id;
 
 -- Kernels per lane by total time: one row per (device, lane, kernel name),

@@ -58,11 +58,11 @@ CREATE PERFETTO TABLE _graph_ann_class_cover(
   -- Length of the piece.
   dur DURATION
 ) AS
-SELECT grp / 4 AS device, grp % 4 AS class, ts, dur
+SELECT device, class, cover_ts AS ts, cover_dur AS dur
 FROM _graph_ann_intervals_cover!(
-  (SELECT device * 4 + class AS grp, ts, dur FROM _graph_ann_work_class)
+  (SELECT device * 4 + class AS grp, device, class, ts, dur FROM _graph_ann_work_class)
 )
-WHERE dur > 0;
+WHERE cover_dur > 0;
 
 -- Covered pieces of communication (disjoint per device), for the span joins.
 CREATE PERFETTO TABLE _graph_ann_comm_cover(

@@ -12,6 +12,49 @@
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 INCLUDE PERFETTO MODULE graph_ann.intervals;
 
+-- Per replay: the extent, counts and busy time of its GPU work.
+CREATE PERFETTO TABLE _graph_ann_replay_work(
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- Its correlation id.
+  correlation LONG,
+  -- GPU index.
+  device LONG,
+  -- `debug.graph id` (smallest over the replay's work).
+  graph_id LONG,
+  -- `debug.replay` (smallest over the replay's work).
+  replay LONG,
+  -- First start.
+  ts TIMESTAMP,
+  -- Last end.
+  end_ts TIMESTAMP,
+  -- Number of work slices.
+  work_count LONG,
+  -- Number of lanes.
+  lane_count LONG,
+  -- Busy time: the union of the replay's work over all lanes.
+  busy_dur DURATION
+) AS
+SELECT
+  launch_id,
+  MIN(correlation) AS correlation,
+  MIN(device) AS device,
+  MIN(EXTRACT_ARG(arg_set_id, 'debug.graph id')) AS graph_id,
+  MIN(EXTRACT_ARG(arg_set_id, 'debug.replay')) AS replay,
+  MIN(ts) AS ts,
+  MAX(ts + dur) AS end_ts,
+  COUNT(*) AS work_count,
+  COUNT(DISTINCT lane_id) AS lane_count,
+  SUM(cover_dur) AS busy_dur
+FROM _graph_ann_intervals_cover!(
+  (
+    SELECT launch_id AS grp, launch_id, correlation, device, lane_id, arg_set_id, ts, dur
+    FROM _graph_ann_work
+    WHERE is_graphed
+  )
+)
+GROUP BY launch_id;
+
 -- One row per graph replay (graph launch with GPU work in the trace).
 CREATE PERFETTO TABLE graph_ann_replay(
   -- Slice id of the CPU graph launch call.
@@ -49,29 +92,6 @@ CREATE PERFETTO TABLE graph_ann_replay(
   -- Launch overhead: from the start of the CPU launch call to the first GPU work.
   launch_overhead_dur DURATION
 ) AS
-WITH
-  per_replay AS (
-    SELECT
-      launch_id,
-      MIN(correlation) AS correlation,
-      MIN(device) AS device,
-      MIN(EXTRACT_ARG(arg_set_id, 'debug.graph id')) AS graph_id,
-      MIN(EXTRACT_ARG(arg_set_id, 'debug.replay')) AS replay,
-      MIN(ts) AS ts,
-      MAX(ts + dur) AS end_ts,
-      COUNT(*) AS work_count,
-      COUNT(DISTINCT lane_id) AS lane_count
-    FROM _graph_ann_work
-    WHERE is_graphed
-    GROUP BY launch_id
-  ),
-  busy AS (
-    SELECT grp AS launch_id, SUM(dur) AS busy_dur
-    FROM _graph_ann_intervals_cover!(
-      (SELECT launch_id AS grp, ts, dur FROM _graph_ann_work WHERE is_graphed)
-    )
-    GROUP BY grp
-  )
 SELECT
   r.launch_id,
   r.correlation,
@@ -87,12 +107,11 @@ SELECT
   r.end_ts - r.ts AS wall_dur,
   r.work_count,
   r.lane_count,
-  COALESCE(b.busy_dur, 0) AS busy_dur,
-  CAST(COALESCE(b.busy_dur, 0) AS DOUBLE) / NULLIF(r.end_ts - r.ts, 0) AS busy_fraction,
+  r.busy_dur,
+  CAST(r.busy_dur AS DOUBLE) / NULLIF(r.end_ts - r.ts, 0) AS busy_fraction,
   r.ts - l.ts AS launch_overhead_dur
-FROM per_replay AS r
-JOIN slice AS l ON l.id = r.launch_id
-LEFT JOIN busy AS b USING (launch_id)
+FROM _graph_ann_replay_work AS r
+JOIN _graph_ann_launch AS l ON l.id = r.launch_id
 ORDER BY r.device, r.ts;
 
 -- One row per (replay, lane): the replay's work on each lane.
@@ -121,27 +140,21 @@ WITH
     SELECT
       launch_id,
       lane_id,
-      launch_id * 4294967296 + lane_id AS grp,
       MIN(correlation) AS correlation,
       MIN(device) AS device,
       MIN(track_id) AS track_id,
       COUNT(*) AS work_count,
       MIN(ts) AS ts,
-      MAX(ts + dur) AS end_ts
-    FROM _graph_ann_work
-    WHERE is_graphed
-    GROUP BY launch_id, lane_id
-  ),
-  busy AS (
-    SELECT grp, SUM(dur) AS busy_dur
+      MAX(ts + dur) AS end_ts,
+      SUM(cover_dur) AS busy_dur
     FROM _graph_ann_intervals_cover!(
       (
-        SELECT launch_id * 4294967296 + lane_id AS grp, ts, dur
+        SELECT launch_id * 4294967296 + lane_id AS grp, launch_id, lane_id, correlation, device, track_id, ts, dur
         FROM _graph_ann_work
         WHERE is_graphed
       )
     )
-    GROUP BY grp
+    GROUP BY launch_id, lane_id
   )
 SELECT
   p.launch_id,
@@ -152,8 +165,7 @@ SELECT
   p.work_count,
   p.ts,
   p.end_ts,
-  COALESCE(b.busy_dur, 0) AS busy_dur
+  p.busy_dur
 FROM per_lane AS p
 JOIN track AS t ON t.id = p.track_id
-LEFT JOIN busy AS b USING (grp)
 ORDER BY p.device, p.ts, p.lane_id;
