@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,7 @@ def test_capture_scopes_while_another_thread_captures_and_launches(round_):
                 with _Scope(sess, {"name": f"{prefix}{i}", "stream": lane}):
                     for j in range(per_scope):
                         cuda.launch(stream, f"{prefix}{i}_{j}")
+                        time.sleep(0)  # a real launch releases the GIL; let the other thread in
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
