@@ -17,6 +17,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .interning import ANNOTATION_NAMES, STRING_VALUES, Interner
@@ -35,6 +36,7 @@ MAX_ARG_DEPTH = 32
 #: String values up to this length are interned (``string_value_iid``); longer ones inline.
 MAX_INTERNED_STRING = 64
 _INT64_MIN = -(1 << 63)
+_json_key = msgspec.json.encode
 _UINT64_END = 1 << 64
 
 
@@ -261,8 +263,10 @@ class FastEncoder:
                 ck = v
             elif t is list:
                 try:
-                    ck = ("L", repr(v))  # repr keeps 1, True and 1.0 apart
-                except RecursionError:
+                    ck = _json_key(v)  # JSON text keeps 1, true and 1.0 apart
+                    if b"null" in ck:  # NaN / inf also encode as null: use the exact repr
+                        ck = ("L", repr(v))
+                except (RecursionError, TypeError, ValueError, OverflowError):
                     ck = None
             elif t is bool or (t is float and v == v):
                 ck = (t, v)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from operator import itemgetter
-from typing import IO, Any, Dict, List, Optional, Tuple
+from typing import IO, Dict, List, Optional, Tuple
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
