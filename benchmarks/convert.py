@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import os
 import platform
@@ -26,7 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.synth import write_trace  # noqa: E402
 from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
-from perfetto_graph_ann.write.convert import ConvertConfig, convert  # noqa: E402
+from perfetto_graph_ann.read.kineto import parse_trace_bytes  # noqa: E402
+from perfetto_graph_ann.write.convert import ConvertConfig, convert, paused_gc  # noqa: E402
+from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto  # noqa: E402
 
 
 def best(fn, repeat: int) -> float:
@@ -38,12 +41,29 @@ def best(fn, repeat: int) -> float:
     return min(times)
 
 
+# VmHWM (peak RSS of this process image, kB); ru_maxrss would include the benchmark's own
+# peak, which the forked child inherits.
+_RSS = ("import sys; {}; print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
+
+
 def peak_rss_mb(src: Path, out: Path) -> float:
-    code = ("import resource,sys; from perfetto_graph_ann.write.convert import convert; "
-            "convert(sys.argv[1], sys.argv[2]); "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    """Peak RSS (MB) of a fresh process converting ``src``."""
+    code = _RSS.format("from perfetto_graph_ann.write.convert import convert; convert(sys.argv[1], sys.argv[2])")
     r = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True, check=True)
     return int(r.stdout.strip()) / 1024
+
+
+def json_rss_mb(src: Path) -> float:
+    """Peak RSS (MB) of a fresh process doing ``json.load`` of ``src`` (the reference)."""
+    code = _RSS.format("import json; json.load(open(sys.argv[1], 'rb'))")
+    r = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True, check=True)
+    return int(r.stdout.strip()) / 1024
+
+
+def in_memory(raw: bytes, enc: str) -> None:
+    """Parse + write to memory: the conversion itself, without file I/O and fsync."""
+    trace = parse_trace_bytes(raw)
+    write_perfetto(trace, io.BytesIO(), None, WriterConfig(encoder=enc, progress=False))
 
 
 def row(name: str, json_path: Path, tmp: Path, repeat: int, encoders=("fast",)) -> dict:
@@ -54,10 +74,13 @@ def row(name: str, json_path: Path, tmp: Path, repeat: int, encoders=("fast",)) 
     out = tmp / f"{name}.pftrace"
     res = {"name": name, "events": n_events, "raw": len(raw), "gz": gz_size, "t_json": t_json}
     for enc in encoders:
-        t = best(lambda: convert(json_path, out, ConvertConfig(encoder=enc, progress=False)), repeat)
-        res[f"t_{enc}"] = t
+        res[f"t_{enc}"] = best(lambda: convert(json_path, out, ConvertConfig(encoder=enc, progress=False)), repeat)
+        with paused_gc():
+            res[f"m_{enc}"] = best(lambda: in_memory(raw, enc), repeat)
     res["out"] = out.stat().st_size
+    res["out_gz"] = len(gzip.compress(out.read_bytes(), 6))
     res["rss_mb"] = peak_rss_mb(json_path, out)
+    res["json_rss_mb"] = json_rss_mb(json_path)
     return res
 
 
@@ -78,14 +101,19 @@ def main() -> None:
         rows.append(row(f"synthetic {a.events // 1000}k", synth, tmp, a.repeat, encoders=("fast", "protos")))
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print("| trace | events | json.load s | convert s | convert/json.load | events/s | out/raw JSON | out/gz JSON | peak RSS MB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| trace | events | raw JSON MB | json.load s | convert file->file s | ratio | in memory s | ratio | events/s (in memory) "
+          "| out / raw JSON | out / gzipped JSON | out.gz / raw JSON | peak RSS MB convert | peak RSS MB json.load |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['name']} | {r['events']} | {r['t_json']:.4f} | {r['t_fast']:.4f} | {r['t_fast'] / r['t_json']:.2f} | "
-              f"{r['events'] / r['t_fast']:,.0f} | {r['out'] / r['raw']:.3f} | {r['out'] / r['gz']:.2f} | {r['rss_mb']:.0f} |")
+        print(f"| {r['name']} | {r['events']} | {r['raw'] / 1e6:.2f} | {r['t_json']:.4f} | {r['t_fast']:.4f} | "
+              f"{r['t_fast'] / r['t_json']:.2f} | {r['m_fast']:.4f} | {r['m_fast'] / r['t_json']:.2f} | "
+              f"{r['events'] / r['m_fast']:,.0f} | {r['out'] / r['raw']:.3f} | {r['out'] / r['gz']:.2f} | "
+              f"{r['out_gz'] / r['raw']:.3f} | {r['rss_mb']:.0f} | {r['json_rss_mb']:.0f} |")
     s = rows[-1]
-    print(f"\nprotos reference encoder on {s['name']}: {s['t_protos']:.3f} s ({s['t_protos'] / s['t_json']:.2f}x json.load; "
-          f"fast encoder {s['t_fast'] / s['t_json']:.2f}x); raw JSON {s['raw'] / 1e6:.1f} MB")
+    print(f"\nperfetto.protos reference encoder on {s['name']}: file->file {s['t_protos']:.3f} s "
+          f"({s['t_protos'] / s['t_json']:.2f}x json.load), in memory {s['m_protos']:.3f} s "
+          f"({s['m_protos'] / s['t_json']:.2f}x); hand-written encoder {s['t_fast'] / s['t_json']:.2f}x / "
+          f"{s['m_fast'] / s['t_json']:.2f}x")
 
 
 if __name__ == "__main__":
