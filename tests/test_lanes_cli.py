@@ -66,3 +66,21 @@ def test_lanes_prints_sql_lane_summary(capsys):
     for lane, label in ((61, "61 mlp"), (62, "62 attention"), (7, "stream 7")):
         m = re.search(rf"^\s*0\s+{lane}\s+{label}\s+(\d+)\s", sql_part, re.M)
         assert m and int(m.group(1)) == after[lane]
+
+
+def test_lanes_none_counts_annotated_lanes(capsys):
+    name = "two_branch"
+    assert main(["lanes", str(fixture_trace(name)), "-a", str(fixture_capture(name)), "--graph-lanes", "none", "--no-sql"]) == 0
+    text = capsys.readouterr().out
+    expect = calibrated_expectation(name)
+    before = Counter(e["args"]["stream"] for _, e in kernels(load_json(name)))
+    annotated = Counter(x["lane"] for x in expect.values())
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(\d+)\s+(.+?)\s+(\d+)\s+(\d+)\s+(\d+)\s*$", line)
+        if m:
+            rows[int(m.group(1))] = (m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5)))
+    assert set(rows) == set(before) | set(annotated)
+    for lane, (lname, b, a, ann) in rows.items():
+        assert (b, a, ann) == (before.get(lane, 0), before.get(lane, 0), annotated.get(lane, 0))
+    assert rows[60][0] == "60 left_projection" and rows[61][0] == "61 right_projection"

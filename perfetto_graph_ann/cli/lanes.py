@@ -50,7 +50,15 @@ def run(args: argparse.Namespace, out=None) -> int:
     trace = read_trace(args.trace)
     annotations = load_annotation_files(args.annotations)
     layout = join(trace, annotations, graph_lanes=args.graph_lanes)
-    table = lane_table(trace, layout)
+    names = None
+    if args.graph_lanes == "none":  # name the annotated lanes the table lists next to the streams
+        from ..join.lanes import lane_name
+        from ..join.model import DEFAULT_GRAPH_LANE
+        from ..join.summary import annotated_counts
+
+        names = {key: lane_name(key[1], annotations) for key in annotated_counts(trace, layout)
+                 if key[1] != DEFAULT_GRAPH_LANE}
+    table = lane_table(trace, layout, names)
     print(f"{args.trace}: GPU work per lane (graph_lanes={args.graph_lanes})", file=out)
     for device, rows in table.groupby("device", sort=True):
         print(f"GPU {device}", file=out)
