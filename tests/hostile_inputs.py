@@ -9,11 +9,14 @@ starts with the file path and names a problem, with no output file and no tempor
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import json
 import math
 import os
+import signal
+import threading
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -327,6 +330,33 @@ def mutated_json_doc(draw, doc: Any, keys: List[str]) -> Any:
 
 # ---- checks ------------------------------------------------------------------------------
 
+#: seconds one case may take before it counts as a hang
+CASE_TIMEOUT_S = float(os.environ.get("PGA_FUZZ_CASE_TIMEOUT", "60"))
+
+
+class Hang(AssertionError):
+    pass
+
+
+@contextlib.contextmanager
+def no_hang(seconds: float = CASE_TIMEOUT_S):
+    """Fail the case (instead of stalling the run) when it takes longer than ``seconds``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum, frame):  # noqa: ARG001
+        raise Hang(f"case still running after {seconds} s: a hang")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def assert_typed_error(e: BaseException, path: Path) -> None:
     """Our typed error, naming the file first and then a non-empty problem."""
     assert isinstance(e, GraphAnnError), f"{type(e).__name__} escaped: {e!r}"
@@ -369,8 +399,13 @@ def check_trace_case(folder: Path, name: str, data: bytes) -> Tuple[str, Optiona
     """Read, join (when the fixture has a capture record), convert and write Chrome JSON.
 
     Returns ``(outcome, pftrace or None, WriteStats or None)``; outcome is ``"ok"`` or
-    ``"error:<stage>"``. Raises AssertionError for anything not allowed.
+    ``"error:<stage>"``. Raises AssertionError for anything not allowed (a hang included).
     """
+    with no_hang():
+        return _check_trace_case(folder, name, data)
+
+
+def _check_trace_case(folder: Path, name: str, data: bytes) -> Tuple[str, Optional[Path], Any]:
     from perfetto_graph_ann.join.join import join
     from perfetto_graph_ann.read.kineto import read_trace
     from perfetto_graph_ann.write.chrome_json import write_chrome_json
@@ -393,6 +428,8 @@ def check_trace_case(folder: Path, name: str, data: bytes) -> Tuple[str, Optiona
         stats = convert(trace, out, layout=layout)
         stage = "chrome_json"
         write_chrome_json(trace, out_json, layout)
+    except Hang:
+        raise
     except Exception as e:  # noqa: BLE001 - the point is to see what escapes
         named = src
         if stage != "read" and isinstance(e, GraphAnnError) and not str(e).startswith(os.fspath(src)):

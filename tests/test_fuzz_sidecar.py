@@ -101,6 +101,11 @@ def hostile_sidecar(draw) -> SidecarCase:
 
 
 def check_sidecar_case(folder: Path, case: SidecarCase) -> str:
+    with H.no_hang():
+        return _check_sidecar_case(folder, case)
+
+
+def _check_sidecar_case(folder: Path, case: SidecarCase) -> str:
     from perfetto_graph_ann.join.join import join
     from perfetto_graph_ann.read.kineto import read_trace
 
@@ -108,6 +113,8 @@ def check_sidecar_case(folder: Path, case: SidecarCase) -> str:
     src.write_bytes(case.data())
     try:
         ann = load_annotations(src)
+    except H.Hang:
+        raise
     except Exception as e:  # noqa: BLE001
         assert isinstance(e, SidecarError), f"{type(e).__name__} escaped: {e!r}"
         H.assert_typed_error(e, src)
