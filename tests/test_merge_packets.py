@@ -148,3 +148,30 @@ def test_incremental_clock_is_reanchored_not_shifted_per_packet():
         seq = by_rank[r][0][0]
         assert [ts for _, ts in by_rank[r]] == deltas  # deltas untouched
         assert anchors[seq][64] == t0 + shift  # the running value starts later instead
+
+
+def test_shift_out_of_range_is_an_input_error():
+    a = _rank_trace(1, 1000, 5)
+    with pytest.raises(InputError) as info:
+        merge_converted([RankTrace(0, 5, a, "a.json"), RankTrace(1, (1 << 64) - 1, a, "b.json")])
+    assert str(info.value).startswith("b.json: ")
+
+
+@pytest.mark.parametrize("rank", [-1, 1 << 40, "0", True, 1.5])
+def test_bad_rank_is_an_input_error(tmp_path, rank):
+    import gzip
+    import json
+
+    from join_expect import fixture_trace, load_json
+    from perfetto_graph_ann.write.merge import merge
+
+    doc = load_json("allreduce_graph_rank0")
+    doc["distributedInfo"]["rank"] = rank
+    p = tmp_path / "bad.trace.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump(doc, f)
+    out = tmp_path / "m.pftrace"
+    with pytest.raises(InputError) as info:
+        merge([fixture_trace("two_branch"), p], out)
+    assert str(info.value).startswith(str(p)) and "distributedInfo.rank" in str(info.value)
+    assert not out.exists()

@@ -187,8 +187,12 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
     ids = _Ids()
     chunks: List[bytes] = []
     for order, rt in enumerate(sorted(ranks, key=lambda x: x.rank)):
-        for payload in _rewrite(rt, order, rt.base_time_ns - ref, ids):
-            chunks.append(field_bytes(1, payload))
+        try:
+            payloads = _rewrite(rt, order, rt.base_time_ns - ref, ids)
+        except ValueError as e:  # a field out of protobuf's range after the shift
+            raise InputError(rt.source, f"cannot be aligned with the other ranks: {e} "
+                                        f"(baseTimeNanoseconds {rt.base_time_ns} vs {ref})") from e
+        chunks.extend(field_bytes(1, payload) for payload in payloads)
     return b"".join(chunks)
 
 
@@ -211,8 +215,9 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
             spath = os.fspath(path)
             trace = read_trace(spath)
             info = trace.distributed_info or {}
-            rank = info.get("rank")
-            rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else i
+            rank = info.get("rank", i)
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
+                raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
             ann = annotations[i] if annotations is not None else None
             layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
             pf = os.path.join(tmp, f"rank{i}.pftrace")
