@@ -1,0 +1,94 @@
+"""The native engine's code path (perfetto.TraceProcessor start-up, --add-sql-package, HTTP
+loading and queries, timeouts, death) against tests/fake_tp_shell.py: a stand-in shell that
+serves the shell's HTTP API from the real WebAssembly trace processor. Runs everywhere the
+portable engine does; test_engine_native.py covers a real shell when one is present."""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+
+import pytest
+
+from engine_support import fixture_trace, pid_alive, requires_portable, x_counts_by_cat
+from perfetto_graph_ann.errors import EngineError, InputError, QueryError, QueryTimeoutError
+from perfetto_graph_ann.query.engine import EngineConfig
+from perfetto_graph_ann.query.session import open_trace
+
+pytestmark = requires_portable
+
+SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) SELECT COUNT(*) FROM c"
+GRAPH = fixture_trace("seed_block_graph")
+
+
+@pytest.fixture(scope="module")
+def fake_shell(tmp_path_factory):
+    """An executable named trace_processor_shell that runs fake_tp_shell.py with this Python."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = tmp_path_factory.mktemp("fakeshell") / "trace_processor_shell"
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} {os.path.join(here, 'fake_tp_shell.py')} \"$@\"\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _wait_gone(pid, seconds=10.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and pid_alive(pid):
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def test_native_path_runs_real_sql_with_our_package(fake_shell):
+    with open_trace(GRAPH, engine="native", config=EngineConfig(shell_path=fake_shell)) as s:
+        assert s.engine_kind == "native" and "v52" in s.version
+        n = s.query("INCLUDE PERFETTO MODULE graph_ann.gpu_work; SELECT COUNT(*) AS n FROM graph_ann_gpu_work").rows[0].n
+        assert n == x_counts_by_cat("seed_block_graph")["kernel"]
+        with pytest.raises(QueryError, match="no such table: nope"):
+            s.query("SELECT * FROM nope")
+        assert s.query("SELECT COUNT(*) AS n FROM slice WHERE category = 'cuda_runtime'").rows[0].n == x_counts_by_cat("seed_block_graph")["cuda_runtime"]
+        pid = s.engine.pid
+    assert _wait_gone(pid)
+
+
+def test_native_timeout_and_death(fake_shell):
+    cfg = EngineConfig(shell_path=fake_shell)
+    with open_trace(GRAPH, engine="native", config=cfg) as s:
+        pid = s.engine.pid
+        with pytest.raises(QueryTimeoutError, match="0.5 s timeout"):
+            s.query(SLOW_SQL, timeout_s=0.5)
+        assert _wait_gone(pid)
+    s = open_trace(GRAPH, engine="native", config=cfg)
+    pid = s.engine.pid
+    timer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
+    timer.start()
+    try:
+        with pytest.raises(EngineError, match="native trace processor died during the query"):
+            s.query(SLOW_SQL)
+    finally:
+        timer.cancel()
+        s.close()
+    assert _wait_gone(pid)
+
+
+def test_native_bad_trace(fake_shell, tmp_path):
+    bad = tmp_path / "bad.trace"
+    bad.write_bytes(b"not a trace at all\n" * 20)
+    with pytest.raises(InputError, match="cannot read this trace"):
+        open_trace(bad, engine="native", config=EngineConfig(shell_path=fake_shell))
+
+
+def test_native_batch_goes_through_batch_trace_processor(fake_shell):
+    from perfetto_graph_ann.query.batch import query_many
+
+    names = ["seed_block_graph", "two_branch"]
+    df = query_many(
+        [fixture_trace(n) for n in names],
+        "INCLUDE PERFETTO MODULE graph_ann.gpu_work; SELECT COUNT(*) AS n FROM graph_ann_gpu_work",
+        engine="native",
+        config=EngineConfig(shell_path=fake_shell),
+    )
+    assert list(df["trace"]) == [str(fixture_trace(n)) for n in names]
+    assert list(df["n"]) == [x_counts_by_cat(n)["kernel"] for n in names]
