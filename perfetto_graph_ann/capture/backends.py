@@ -142,7 +142,9 @@ class CudaGraphBackend(CaptureBackend):
 
     def list_nodes(self, graph: int) -> List[int]:
         n = ctypes.c_size_t(self.node_count(graph))
-        arr = (ctypes.c_size_t * max(n.value, 1))()  # handles as integers, converted in C
+        if not n.value:  # an empty array with a non-NULL pointer is CUDA_ERROR_INVALID_VALUE
+            return []
+        arr = (ctypes.c_size_t * n.value)()  # handles as integers, converted in C
         self._cu_check(self._cu.cuGraphGetNodes(graph, arr, ctypes.byref(n)), "cuGraphGetNodes")
         return arr[:n.value]
 
