@@ -164,9 +164,13 @@ def test_ctrl_c_mid_query_leaves_no_engine():
     assert _wait_gone(pid)
 
 
-def test_parent_killed_engine_exits_on_its_own(private_tmp):
-    proc, pid = _child("sleep", env={**os.environ, "TMPDIR": private_tmp})
+@pytest.mark.parametrize("mode", ["sleep", "query"])
+def test_parent_killed_engine_exits_on_its_own(private_tmp, mode):
+    """Python SIGKILLed while idle, or in the middle of a long query (the engine's event loop
+    is blocked then; the host's stdin watchdog thread still sees the pipe close)."""
+    proc, pid = _child(mode, env={**os.environ, "TMPDIR": private_tmp})
     assert len(os.listdir(private_tmp)) == 1
+    time.sleep(0.5)
     proc.kill()  # SIGKILL: no atexit, no finalizers; the host sees its stdin close
     proc.wait(timeout=10)
     assert _wait_gone(pid, 10)

@@ -10,8 +10,9 @@
 // Usage: node portable_host.js --bundle DIR/engine_bundle.js --socket PATH [--owned-dir DIR]
 // --owned-dir: a private folder holding the socket, removed (if empty) on exit.
 // Prints one line "READY <version>" on stdout once the socket accepts connections.
-// Exits (removing the socket) when stdin closes, i.e. when the parent process goes away,
-// on SIGTERM/SIGINT, or with status 70 if the engine crashes (the reason goes to stderr).
+// Exits (removing the socket) when stdin closes, i.e. when the parent process goes away --
+// also in the middle of a query --, on SIGTERM/SIGINT, or with status 70 if the engine
+// crashes (the reason goes to stderr).
 'use strict';
 
 const fs = require('fs');
@@ -106,9 +107,29 @@ if (typeof engineOnMessage !== 'function') {
 engineOnMessage({ data: port });
 
 // ---- Lifetime --------------------------------------------------------------------------------
-nodeProcess.stdin.on('data', () => {});
-nodeProcess.stdin.on('end', () => shutdown(0));
-nodeProcess.stdin.on('error', () => shutdown(0));
+// A query runs synchronously inside the wasm call and blocks this thread's event loop, so
+// stdin is watched from a worker thread: a blocking read that returns at EOF (the parent is
+// gone, even if it was SIGKILLed), then it removes the socket and kills this process.
+const { Worker } = require('worker_threads');
+const watchdog = new Worker(`
+  const fs = require('fs');
+  const { workerData } = require('worker_threads');
+  const buf = Buffer.alloc(4096);
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    let n;
+    try { n = fs.readSync(0, buf, 0, buf.length, null); }
+    catch (e) {
+      if (e.code === 'EAGAIN') { Atomics.wait(nap, 0, 0, 50); continue; }
+      n = 0;
+    }
+    if (n === 0) break;
+  }
+  try { fs.unlinkSync(workerData.socket); } catch (e) {}
+  if (workerData.dir) { try { fs.rmdirSync(workerData.dir); } catch (e) {} }
+  process.kill(process.pid, 'SIGKILL');
+`, { eval: true, workerData: { socket: socketPath, dir: args['owned-dir'] || null } });
+watchdog.unref();
 nodeProcess.on('SIGTERM', () => shutdown(143));
 nodeProcess.on('SIGINT', () => shutdown(130));
 nodeProcess.on('uncaughtException', (e) => {
