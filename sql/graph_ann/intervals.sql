@@ -22,7 +22,7 @@
 --
 -- The input needs the columns `grp` (intervals interact only within equal
 -- `grp`), `ts` and `dur`, and may carry any others. The returned table has
--- every input row and column plus `_prev_end_ts`, `cover_ts` (TIMESTAMP),
+-- every input row and column plus `cover_prev_end_ts`, `cover_ts` (TIMESTAMP),
 -- `cover_dur` (DURATION, >= 0), `gap_ts` and `gap_dur` (the gap before the
 -- interval, NULL when there is none).
 CREATE PERFETTO MACRO _graph_ann_intervals_cover(
@@ -33,20 +33,20 @@ RETURNS TableOrSubquery AS
 (
   SELECT
     *,
-    MAX(ts, COALESCE(_prev_end_ts, ts)) AS cover_ts,
+    MAX(ts, COALESCE(cover_prev_end_ts, ts)) AS cover_ts,
     CASE
-      WHEN dur > 0 THEN MAX(0, ts + dur - MAX(ts, COALESCE(_prev_end_ts, ts)))
+      WHEN dur > 0 THEN MAX(0, ts + dur - MAX(ts, COALESCE(cover_prev_end_ts, ts)))
       ELSE 0
     END AS cover_dur,
-    CASE WHEN dur > 0 AND ts > _prev_end_ts THEN _prev_end_ts END AS gap_ts,
-    CASE WHEN dur > 0 AND ts > _prev_end_ts THEN ts - _prev_end_ts END AS gap_dur
+    CASE WHEN dur > 0 AND ts > cover_prev_end_ts THEN cover_prev_end_ts END AS gap_ts,
+    CASE WHEN dur > 0 AND ts > cover_prev_end_ts THEN ts - cover_prev_end_ts END AS gap_dur
   FROM (
     SELECT
       *,
       MAX(CASE WHEN dur > 0 THEN ts + dur END) OVER (
         PARTITION BY grp ORDER BY ts
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-      ) AS _prev_end_ts
+      ) AS cover_prev_end_ts
     FROM $intervals
   )
 );

@@ -217,7 +217,7 @@ CREATE PERFETTO TABLE graph_ann_lane(
 SELECT
   s.device,
   s.lane_id,
-  t.name AS lane_name,
+  (SELECT t.name FROM track AS t WHERE t.id = s.track_id) AS lane_name,
   s.work_count,
   s.kernel_count,
   s.total_dur,
@@ -234,7 +234,6 @@ SELECT
   s.last_ts,
   s.end_ts
 FROM _graph_ann_lane_stats AS s
-JOIN track AS t ON t.id = s.track_id
 JOIN _graph_ann_lane_pct AS p USING (device, lane_id)
 LEFT JOIN _graph_ann_lane_busy AS b USING (device, lane_id)
 LEFT JOIN _graph_ann_replays_span AS r USING (device)

@@ -161,11 +161,10 @@ SELECT
   p.correlation,
   p.device,
   p.lane_id,
-  t.name AS lane_name,
+  (SELECT t.name FROM track AS t WHERE t.id = p.track_id) AS lane_name,
   p.work_count,
   p.ts,
   p.end_ts,
   p.busy_dur
 FROM per_lane AS p
-JOIN track AS t ON t.id = p.track_id
 ORDER BY p.device, p.ts, p.lane_id;
