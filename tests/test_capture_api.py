@@ -97,3 +97,51 @@ def test_backward_hooks_are_inert_without_a_capture():
     node = FakeNode("mm", cuda, STREAM)
     BackwardTagger({"name": "mlp"}, current=lambda: None).on_outputs(FakeTensor(node))
     node.run()  # eager backward: hooks run, nothing recorded, nothing raised
+
+
+class CppNode(FakeNode):
+    """A C++ autograd node: its metadata dict is shared by every Python wrapper of it."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.metadata = {}
+
+
+class Wrapper:
+    """A fresh Python wrapper per grad_fn access, like torch's for C++ nodes."""
+
+    def __init__(self, node):
+        self._node = node
+        self.metadata = node.metadata
+
+    def register_prehook(self, fn):
+        self._node.register_prehook(fn)
+
+    def register_hook(self, fn):
+        self._node.register_hook(fn)
+
+
+class WrappingTensor:
+    def __init__(self, node):
+        self._node = node
+
+    @property
+    def grad_fn(self):
+        return Wrapper(self._node)
+
+
+def test_backward_tagger_dedupes_by_node_not_by_wrapper(sess):
+    a, b = CppNode("a", sess.cuda, STREAM), CppNode("b", sess.cuda, STREAM)
+    tagger = BackwardTagger({"name": "mlp"})
+    # the same node reached through several short-lived wrappers (whose ids may repeat)
+    for _ in range(3):
+        tagger.on_outputs([WrappingTensor(a), WrappingTensor(b)])
+    assert len(a.pre) == len(b.pre) == 1 and len(a.post) == len(b.post) == 1
+    other = BackwardTagger({"name": "outer"})  # another scope hooks the same node too
+    other.on_outputs(WrappingTensor(a))
+    assert len(a.pre) == 2
+    b.run()
+    a.run()
+    k = {n.kernel: n.annotation for n in resolve(sess).nodes}
+    assert k["b_backward"] == {"name": "mlp", "autograd_phase": "backward"}
+    assert k["a_backward"] == {"name": "outer", "autograd_phase": "backward"}  # opened last: wins

@@ -38,24 +38,43 @@ class BackwardTagger:
                  current: Callable[[], Optional[_session.CaptureSession]] = _session.current):
         self.fields = {**dict(fields), PHASE_KEY: BACKWARD}
         self._current = current
-        self._seen: set = set()
-        self._open: Dict[int, List[Any]] = {}
+        self._token = object()  # marks nodes this tagger hooked (in the node's own metadata)
+        self._seen: Dict[int, Any] = {}  # fallback for nodes without metadata: id -> node (kept alive)
+        self._open: Dict[Any, List[Any]] = {}
         self._lock = threading.Lock()
+
+    def _first_time(self, node: Any) -> bool:
+        """True the first time this tagger sees ``node``.
+
+        Not by ``id(node)``: torch hands out a fresh Python wrapper for a C++ autograd node
+        whenever the previous one was freed, and a new node's wrapper can reuse a freed one's
+        address (likely the cause of H200 run 10 tagging 3 of >= 6 backward kernels). The
+        mark lives in the C++ node's ``metadata`` dict, which every wrapper shares.
+        """
+        meta = getattr(node, "metadata", None)
+        with self._lock:
+            if isinstance(meta, dict):
+                mine = meta.setdefault("_perfetto_graph_ann_taggers", [])
+                if any(t is self._token for t in mine):
+                    return False
+                mine.append(self._token)
+                return True
+            if id(node) in self._seen:
+                return False
+            self._seen[id(node)] = node
+            return True
 
     def on_outputs(self, outputs: Any) -> None:
         """Hook the ``grad_fn`` of every tensor in ``outputs`` (once per node)."""
         for t in _flatten(outputs, []):
             node = getattr(t, "grad_fn", None)
-            if node is None or type(node).__name__ == "AccumulateGrad":
+            if node is None or type(node).__name__ == "AccumulateGrad" or not self._first_time(node):
                 continue
-            with self._lock:
-                if id(node) in self._seen:
-                    continue
-                self._seen.add(id(node))
-            node.register_prehook(self._make_pre(id(node)))
-            node.register_hook(self._make_post(id(node)))
+            slot = object()  # pairs this node's pre- and post-hook
+            node.register_prehook(self._make_pre(slot))
+            node.register_hook(self._make_post(slot))
 
-    def _make_pre(self, nid: int):
+    def _make_pre(self, nid: Any):
         def pre(grad_outputs):
             sess = self._current()
             if sess is not None and sess.recorder.active:
@@ -66,7 +85,7 @@ class BackwardTagger:
 
         return pre
 
-    def _make_post(self, nid: int):
+    def _make_post(self, nid: Any):
         def post(grad_inputs, grad_outputs):
             with self._lock:
                 stack = self._open.get(nid)
