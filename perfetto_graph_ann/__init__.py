@@ -21,6 +21,7 @@ _LAZY = {
     "graph": "capture.api",
     "mark_kernels": "capture.api",
     "mark_stream": "capture.api",
+    "calibrate": "capture.api",
     "annotate_collective": "capture.collectives",
     "get_stream_for_pg": "capture.collectives",
     "is_available": "capture.backends",
