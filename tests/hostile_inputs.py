@@ -141,7 +141,7 @@ HOSTILE_VALUES = st.one_of(
     st.builds(lambda b: Raw(b'"' + b + b'"'), st.binary(min_size=1, max_size=8).map(lambda b: b"\xff" + b.replace(b'"', b"").replace(b"\\", b""))),
     st.builds(Raw, st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e99999", b"-0", b"00012", b"1.", b".5", b"0x10", b"tru", b"nul"])),
     st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40),
-)
+).map(copy.deepcopy)  # sampled lists/dicts are shared objects: never let a case mutate them
 
 EVENT_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s", "id2", "tts", "unknown_key"]
 ARG_KEYS = ["correlation", "stream", "device", "grid", "block", "graph id", "graph node id", "External id",
@@ -185,7 +185,7 @@ def apply_mutation(doc: Dict[str, Any], m: Tuple) -> None:
     events = doc.get("traceEvents")
     kind = m[0]
     if kind == "top":
-        doc[m[1]] = m[2]
+        doc[m[1]] = copy.deepcopy(m[2])
         return
     if kind == "events_type":
         doc["traceEvents"] = m[1]
@@ -213,7 +213,7 @@ def apply_mutation(doc: Dict[str, Any], m: Tuple) -> None:
     if kind == "drop_key":
         e.pop(m[2], None)
     elif kind == "set_key":
-        e[m[2]] = m[3]
+        e[m[2]] = copy.deepcopy(m[3])
     elif kind == "phase":
         e["ph"] = m[2]
     elif kind == "big_ts":
@@ -223,7 +223,7 @@ def apply_mutation(doc: Dict[str, Any], m: Tuple) -> None:
         if not isinstance(args, dict):
             args = e["args"] = {}
         if kind == "set_arg":
-            args[m[2]] = m[3]
+            args[m[2]] = copy.deepcopy(m[3])
         elif kind == "drop_arg":
             args.pop(m[2], None)
         else:

@@ -79,6 +79,7 @@ def test_lanes_cli_on_hostile_sidecars(case):
 
 
 @pytest.mark.fuzz_long
+@pytest.mark.timeout(3000)
 @given(H.hostile_trace())
 @settings(max_examples=int(os.environ.get("PGA_FUZZ_LONG_CLI", "60")), database=None)
 def test_convert_cli_long(case):

@@ -57,6 +57,7 @@ def test_fuzz_convert_fast():
 
 
 @pytest.mark.fuzz_long
+@pytest.mark.timeout(3000)
 def test_fuzz_convert_long():
     counts = _run(int(os.environ.get("PGA_FUZZ_LONG_CONVERT", "10000")), "convert_long")
     assert counts["ok"] > 0
@@ -100,6 +101,7 @@ def test_fuzzed_traces_load_in_trace_processor(tmp_path):
 
 
 @pytest.mark.fuzz_long
+@pytest.mark.timeout(3000)
 def test_fuzzed_traces_load_in_trace_processor_long(tmp_path):
     n = _tp_sample(int(os.environ.get("PGA_FUZZ_LONG_TP", "40")), tmp_path)
     _report("trace_processor_long", collections.Counter({"loaded_ok": n}), 0)

@@ -81,5 +81,6 @@ def test_fuzz_merge_fast():
 
 
 @pytest.mark.fuzz_long
+@pytest.mark.timeout(3000)
 def test_fuzz_merge_long():
     _run(int(os.environ.get("PGA_FUZZ_LONG_MERGE", "1000")), "merge_long")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import copy
 import gzip
 import json
 import os
@@ -60,6 +61,7 @@ class SidecarCase:
 
 def _apply_json_mut(doc, path, op, value):
     """Walk ``path`` (indices into sorted keys / list positions, modulo sizes) and mutate there."""
+    value = copy.deepcopy(value)  # the case keeps its own copy: data() is repeatable
     cur = doc
     for step in path:
         if isinstance(cur, dict) and cur:
@@ -175,6 +177,7 @@ def test_fuzz_sidecar_fast():
 
 
 @pytest.mark.fuzz_long
+@pytest.mark.timeout(3000)
 def test_fuzz_sidecar_long():
     counts = _run(int(os.environ.get("PGA_FUZZ_LONG_SIDECAR", "10000")), "sidecar_long")
     assert any(k.startswith("ok") for k in counts)
