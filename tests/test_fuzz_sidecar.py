@@ -337,3 +337,29 @@ def test_package_source_has_no_code_loading():
                         and isinstance(fn.value, ast.Name) and fn.value.id in _FORBIDDEN_MODULES:
                     found.append(f"{py.relative_to(PACKAGE)}:{node.lineno} calls {fn.value.id}.{name}()")
     assert found == []
+
+
+@pytest.mark.parametrize("form,version", [("json", v) for v in (0, 2, 99, "1", None, 1.0)]
+                         + [("binary", v) for v in (0, 2, 99)])  # binary: a uint32 field
+def test_unknown_or_mistyped_version_names_file(tmp_path, form, version):
+    from perfetto_graph_ann.capture import sidecar
+
+    ann = H.fixture_annotations("two_branch")
+    if form == "json":
+        doc = to_json(ann)
+        doc["version"] = version
+        p = tmp_path / "v.json"
+        p.write_bytes(H.encode(doc))
+    else:
+        msg = sidecar.to_proto(ann)
+        msg.version = version
+        payload = msg.SerializeToString(deterministic=True)
+        import struct
+        import zlib
+
+        p = tmp_path / "v.pga"
+        p.write_bytes(payload + sidecar._CRC_TAG + struct.pack("<I", zlib.crc32(payload)))
+    with pytest.raises(SidecarError) as ei:
+        load_annotations(p)
+    H.assert_typed_error(ei.value, p)
+    assert "version" in str(ei.value)
