@@ -91,6 +91,51 @@ SELECT
     ELSE NULL
   END;
 
+-- Kernels that are collectives: those carrying `Collective name` or named
+-- like an NCCL kernel (only these get their other arguments read).
+CREATE PERFETTO TABLE _graph_ann_collective_kernel(
+  -- Slice id.
+  id LONG,
+  -- Start.
+  ts TIMESTAMP,
+  -- Duration.
+  dur DURATION,
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Track of the slice.
+  track_id LONG,
+  -- Kernel name.
+  name STRING,
+  -- Whether graphed.
+  is_graphed BOOL,
+  -- Argument set.
+  arg_set_id ARGSETID,
+  -- `Collective name` as recorded, NULL without metadata.
+  collective STRING
+) AS
+SELECT id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id, collective
+FROM (
+  SELECT
+    id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id,
+    EXTRACT_ARG(arg_set_id, 'debug.Collective name') AS collective
+  FROM _graph_ann_work
+  WHERE kind = 'kernel'
+)
+WHERE collective IS NOT NULL OR name GLOB 'nccl*';
+
+-- The collective type of every distinct collective / kernel name among the
+-- collective kernels (the type function runs once per name, not per kernel).
+CREATE PERFETTO TABLE _graph_ann_collective_name_type(
+  -- `Collective name`, else the kernel name.
+  type_key STRING,
+  -- Normalised collective type.
+  collective_type STRING
+) AS
+SELECT type_key, _graph_ann_collective_type(type_key) AS collective_type
+FROM (SELECT DISTINCT COALESCE(collective, name) AS type_key FROM _graph_ann_collective_kernel);
+
 -- One row per collective kernel: GPU work carrying collective metadata
 -- (eager, or graphed with restored metadata) or named like an NCCL kernel.
 CREATE PERFETTO TABLE graph_ann_collective(
@@ -156,7 +201,8 @@ WITH
       w.track_id,
       w.name,
       w.is_graphed,
-      EXTRACT_ARG(w.arg_set_id, 'debug.Collective name') AS collective,
+      w.collective,
+      COALESCE(w.collective, w.name) AS type_key,
       EXTRACT_ARG(w.arg_set_id, 'debug.dtype') AS dtype,
       EXTRACT_ARG(w.arg_set_id, 'debug.In msg nelems') AS in_nelems,
       EXTRACT_ARG(w.arg_set_id, 'debug.Out msg nelems') AS out_nelems,
@@ -164,22 +210,25 @@ WITH
       EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Name') AS pg_name,
       EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Description') AS pg_desc,
       EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Ranks') AS pg_ranks
-    FROM _graph_ann_work AS w
-    WHERE w.kind = 'kernel'
+    FROM _graph_ann_collective_kernel AS w
   ),
   sized AS (
     SELECT
       c.*,
       c.collective IS NOT NULL AS has_metadata,
-      _graph_ann_collective_type(COALESCE(c.collective, c.name)) AS collective_type,
+      nt.collective_type,
       d.element_size,
       c.in_nelems * d.element_size AS in_bytes,
       c.out_nelems * d.element_size AS out_bytes,
       MAX(COALESCE(c.in_nelems, c.out_nelems), COALESCE(c.out_nelems, c.in_nelems))
         * d.element_size AS msg_bytes
     FROM coll AS c
+    JOIN _graph_ann_collective_name_type AS nt USING (type_key)
     LEFT JOIN _graph_ann_dtype_size AS d USING (dtype)
-    WHERE c.collective IS NOT NULL OR c.name GLOB 'nccl*'
+  ),
+  factors AS (
+    SELECT collective_type, group_size, _graph_ann_busbw_factor(collective_type, group_size) AS busbw_factor
+    FROM (SELECT DISTINCT collective_type, group_size FROM sized)
   )
 SELECT
   id,
@@ -205,8 +254,8 @@ SELECT
   pg_desc,
   pg_ranks,
   CAST(msg_bytes AS DOUBLE) / NULLIF(dur, 0) AS algbw_gbps,
-  _graph_ann_busbw_factor(collective_type, group_size) AS busbw_factor,
-  CAST(msg_bytes AS DOUBLE) / NULLIF(dur, 0)
-    * _graph_ann_busbw_factor(collective_type, group_size) AS busbw_gbps
+  f.busbw_factor,
+  CAST(msg_bytes AS DOUBLE) / NULLIF(dur, 0) * f.busbw_factor AS busbw_gbps
 FROM sized
+LEFT JOIN factors AS f USING (collective_type, group_size)
 ORDER BY device, ts, id;

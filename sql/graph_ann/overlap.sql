@@ -44,7 +44,7 @@ SELECT
     ELSE 2
   END AS class
 FROM _graph_ann_work AS w
-LEFT JOIN graph_ann_collective AS c USING (id);
+LEFT JOIN _graph_ann_collective_kernel AS c USING (id);
 
 -- Each class's time per device split into disjoint covered pieces (see
 -- `_graph_ann_intervals_cover`), pieces of zero length left out.
