@@ -32,17 +32,23 @@ from perfetto_graph_ann.write.convert import ConvertConfig, convert, paused_gc  
 from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto  # noqa: E402
 
 
-def best(fn, repeat: int) -> float:
-    times = []
+def interleaved(fns: dict, repeat: int) -> dict:
+    """Run each function once per round, ``repeat`` rounds; best wall and CPU time of each.
+
+    Interleaving keeps a noisy, shared machine from favouring whichever ran in a quiet
+    moment; CPU time (``process_time``) is less sensitive to other jobs than wall time.
+    """
+    wall = {k: float("inf") for k in fns}
+    cpu = dict(wall)
     for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        for k, fn in fns.items():
+            w, c = time.perf_counter(), time.process_time()
+            fn()
+            wall[k] = min(wall[k], time.perf_counter() - w)
+            cpu[k] = min(cpu[k], time.process_time() - c)
+    return {"wall": wall, "cpu": cpu}
 
 
-# VmHWM (peak RSS of this process image, kB); ru_maxrss would include the benchmark's own
-# peak, which the forked child inherits.
 _RSS = ("import sys; {}; print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
 
 
@@ -68,20 +74,24 @@ def in_memory(raw: bytes, enc: str) -> None:
 
 def row(name: str, json_path: Path, tmp: Path, repeat: int, encoders=("fast",)) -> dict:
     raw = json_path.read_bytes()
-    gz_size = len(gzip.compress(raw, 6))
-    t_json = best(lambda: json.loads(raw), repeat)
     n_events = len(json.loads(raw)["traceEvents"])
     out = tmp / f"{name}.pftrace"
-    res = {"name": name, "events": n_events, "raw": len(raw), "gz": gz_size, "t_json": t_json}
+    def plain_json_load():
+        with open(json_path, "rb") as f:
+            json.load(f)
+    fns = {"json": plain_json_load}
     for enc in encoders:
-        res[f"t_{enc}"] = best(lambda: convert(json_path, out, ConvertConfig(encoder=enc, progress=False)), repeat)
-        with paused_gc():
-            res[f"m_{enc}"] = best(lambda: in_memory(raw, enc), repeat)
-    res["out"] = out.stat().st_size
-    res["out_gz"] = len(gzip.compress(out.read_bytes(), 6))
-    res["rss_mb"] = peak_rss_mb(json_path, out)
-    res["json_rss_mb"] = json_rss_mb(json_path)
-    return res
+        fns[f"file_{enc}"] = lambda enc=enc: convert(json_path, out, ConvertConfig(encoder=enc, progress=False))
+
+        def mem(enc=enc):
+            with paused_gc():
+                in_memory(raw, enc)
+        fns[f"mem_{enc}"] = mem
+    t = interleaved(fns, repeat)
+    convert(json_path, out, ConvertConfig(progress=False))
+    return {"name": name, "events": n_events, "raw": len(raw), "gz": len(gzip.compress(raw, 6)), "t": t,
+            "out": out.stat().st_size, "out_gz": len(gzip.compress(out.read_bytes(), 6)),
+            "rss_mb": peak_rss_mb(json_path, out), "json_rss_mb": json_rss_mb(json_path)}
 
 
 def main() -> None:
@@ -101,20 +111,24 @@ def main() -> None:
         rows.append(row(f"synthetic {a.events // 1000}k", synth, tmp, a.repeat, encoders=("fast", "protos")))
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print("| trace | events | raw JSON MB | json.load s | convert file->file s | ratio | in memory s | ratio | events/s (in memory) "
-          "| out / raw JSON | out / gzipped JSON | out.gz / raw JSON | peak RSS MB convert | peak RSS MB json.load |")
+    print("Times: best of the interleaved rounds; CPU = process_time, wall in parentheses.\n")
+    print("| trace | events | raw JSON MB | json.load s | convert file->file s | ratio | in memory s | ratio "
+          "| events/s (in memory, CPU) | out / raw JSON | out / gzipped JSON | out.gz / raw JSON "
+          "| peak RSS MB convert | peak RSS MB json.load |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['name']} | {r['events']} | {r['raw'] / 1e6:.2f} | {r['t_json']:.4f} | {r['t_fast']:.4f} | "
-              f"{r['t_fast'] / r['t_json']:.2f} | {r['m_fast']:.4f} | {r['m_fast'] / r['t_json']:.2f} | "
-              f"{r['events'] / r['m_fast']:,.0f} | {r['out'] / r['raw']:.3f} | {r['out'] / r['gz']:.2f} | "
+        c, w = r["t"]["cpu"], r["t"]["wall"]
+        print(f"| {r['name']} | {r['events']} | {r['raw'] / 1e6:.2f} | {c['json']:.4f} ({w['json']:.4f}) | "
+              f"{c['file_fast']:.4f} ({w['file_fast']:.4f}) | {c['file_fast'] / c['json']:.2f} | "
+              f"{c['mem_fast']:.4f} ({w['mem_fast']:.4f}) | {c['mem_fast'] / c['json']:.2f} | "
+              f"{r['events'] / c['mem_fast']:,.0f} | {r['out'] / r['raw']:.3f} | {r['out'] / r['gz']:.2f} | "
               f"{r['out_gz'] / r['raw']:.3f} | {r['rss_mb']:.0f} | {r['json_rss_mb']:.0f} |")
     s = rows[-1]
-    print(f"\nperfetto.protos reference encoder on {s['name']}: file->file {s['t_protos']:.3f} s "
-          f"({s['t_protos'] / s['t_json']:.2f}x json.load), in memory {s['m_protos']:.3f} s "
-          f"({s['m_protos'] / s['t_json']:.2f}x); hand-written encoder {s['t_fast'] / s['t_json']:.2f}x / "
-          f"{s['m_fast'] / s['t_json']:.2f}x")
-
+    c = s["t"]["cpu"]
+    print(f"\nperfetto.protos reference encoder on {s['name']} (CPU): file->file {c['file_protos']:.3f} s "
+          f"({c['file_protos'] / c['json']:.2f}x json.load), in memory {c['mem_protos']:.3f} s "
+          f"({c['mem_protos'] / c['json']:.2f}x); hand-written encoder {c['file_fast'] / c['json']:.2f}x / "
+          f"{c['mem_fast'] / c['json']:.2f}x")
 
 if __name__ == "__main__":
     main()

@@ -45,5 +45,9 @@ class Interner:
             p.sort(key=lambda t: t[0])  # stable: iids stay ascending within a kind
         return p
 
+    def table(self, kind: int) -> Dict[str, int]:
+        """The live string -> iid dict of ``kind`` (read-only use: a fast lookup before :meth:`iid`)."""
+        return self._tables[kind]
+
     def size(self, kind: int) -> int:
         return len(self._tables[kind])

@@ -180,6 +180,7 @@ class FastEncoder:
         self.interner = interner
         self._keys: Dict[str, list] = {}  # arg key -> [name iid prefix, value cache or None]
         self._end_tails: Dict[int, bytes] = {}
+        self._begin_parts: Dict[Tuple[int, int, int, int], Tuple[bytes, bytes]] = {}
         self._ts_prefix = b"\x40"
         self._seq = b"\x50" + varint(SEQUENCE_ID)
 
@@ -252,7 +253,7 @@ class FastEncoder:
             t = type(v)
             if cache is None:
                 if t is int and -1 < v < (1 << 63):
-                    body = prefix + b"\x20" + varint(v)
+                    body = prefix + b"\x20" + (_ONE_BYTE[v] if v < 128 else varint(v))
                     out.append(b"\x22" + _ONE_BYTE[len(body)] + body)
                     continue
                 lo, hi = self._value(v, 0)
@@ -303,16 +304,25 @@ class FastEncoder:
 
     def slice_begin(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
                     flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
-        te = (b"\x18" + small_varint(cat_iid)) if cat_iid else b""
-        if args:
-            te += self._annotations(args)
-        te += b"\x48" + bytes((kind,)) + b"\x50" + small_varint(name_iid) + b"\x58" + small_varint(track)
+        key = (cat_iid, kind, name_iid, track)
+        head_tail = self._begin_parts.get(key)
+        if head_tail is None:
+            head = (b"\x18" + small_varint(cat_iid)) if cat_iid else b""
+            tail = b"\x48" + bytes((kind,)) + b"\x50" + small_varint(name_iid) + b"\x58" + small_varint(track)
+            if len(self._begin_parts) >= self.KEY_CACHE_LIMIT * 32:
+                self._begin_parts.clear()
+            head_tail = self._begin_parts[key] = (head, tail)
+        te = head_tail[0] + self._annotations(args) + head_tail[1] if args else head_tail[0] + head_tail[1]
         if flow_ids:
-            te += b"".join(b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids)
+            te += b"".join([b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids])
         if terminating_flow_ids:
-            te += b"".join(b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids)
-        p = b"\x40" + varint(ts) + self._seq + b"\x5a" + varint(len(te)) + te + self._interned() + b"\x68\x02"
-        return b"\x0a" + varint(len(p)) + p
+            te += b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids])
+        n = len(te)
+        p = b"".join((b"\x40", _ONE_BYTE[ts] if 0 <= ts < 128 else varint(ts), self._seq, b"\x5a",
+                      _ONE_BYTE[n] if n < 128 else varint(n), te,
+                      self._interned() if self.interner.pending else b"", b"\x68\x02"))
+        n = len(p)
+        return (b"\x0a" + _ONE_BYTE[n] if n < 128 else b"\x0a" + varint(n)) + p
 
     def instant(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
                 flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:

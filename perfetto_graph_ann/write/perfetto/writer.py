@@ -184,10 +184,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     outgoing = fp.outgoing
     terminating = fp.terminating
     name_iid = interner.iid
+    name_table, cat_table = interner.table(NAMES), interner.table(CATEGORIES)
     step = config.batch
     begin, end, instant, counter = enc.slice_begin, enc.slice_end, enc.instant, enc.counter
     append = batch.append
     no_flows = ()
+    flowing = outgoing.keys() | terminating.keys()
     prev = t0
     for ts, kind, i, uuid in records:
         if kind == _END:
@@ -209,13 +211,18 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             if ph != "X" and ph != "i" and ph != "I" and "ph" not in args:
                 args = dict(args)
                 args["ph"] = ph
-            cat = name_iid(CATEGORIES, e.cat) if e.cat else 0
-            fo = outgoing.get(i, no_flows)
-            ft = terminating.get(i, no_flows)
-            if kinds[i] == _INSTANT:
-                append(instant(ts - prev, uuid, cat, name_iid(NAMES, e.name), args, fo, ft))
+            c = e.cat
+            cat = (cat_table.get(c) or name_iid(CATEGORIES, c)) if c else 0
+            nm = name_table.get(e.name) or name_iid(NAMES, e.name)
+            if i in flowing:
+                fo = outgoing.get(i, no_flows)
+                ft = terminating.get(i, no_flows)
             else:
-                append(begin(ts - prev, uuid, cat, name_iid(NAMES, e.name), args, fo, ft))
+                fo = ft = no_flows
+            if kinds[i] == _INSTANT:
+                append(instant(ts - prev, uuid, cat, nm, args, fo, ft))
+            else:
+                append(begin(ts - prev, uuid, cat, nm, args, fo, ft))
         prev = ts  # incremental clock: each packet carries the delta to the previous one
         if len(batch) >= step:
             flush()
