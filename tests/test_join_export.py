@@ -13,12 +13,13 @@ import pytest
 from join_expect import calibrated_expectation, fixture_capture, fixture_trace
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.capture.registry import REGISTRY
-from perfetto_graph_ann.errors import OutputError
-from perfetto_graph_ann.write.export import export
+from perfetto_graph_ann.errors import GraphAnnError, OutputError
+from perfetto_graph_ann.write.export import chrome_trace_bytes, export
 
 
 class FakeProfiler:
-    """What export uses of torch.profiler.profile: export_chrome_trace(path) only."""
+    """What export uses of torch.profiler.profile: export_chrome_trace(path) only, which,
+    like torch's, works once ("Trace is already saved" afterwards)."""
 
     def __init__(self, name):
         self.name = name
@@ -26,6 +27,8 @@ class FakeProfiler:
 
     def export_chrome_trace(self, path):
         self.calls.append(path)
+        if len(self.calls) > 1:
+            raise RuntimeError("Trace is already saved.")
         with gzip.open(fixture_trace(self.name), "rb") as src, open(path, "wb") as dst:
             shutil.copyfileobj(src, dst)
 
@@ -88,3 +91,24 @@ def test_export_pftrace(tmp_path):
     kernels = [s for s in d.slices if s.cat == "kernel"]
     assert Counter(s.args["stream"] for s in kernels) == Counter(x["lane"] for x in calibrated_expectation(name).values())
     assert Counter(d.tracks[s.track].name for s in kernels) == {"stream 7": 10, "61 mlp": 20, "62 attention": 40}
+
+
+def test_export_twice_from_one_profile(tmp_path):
+    """torch saves a profile once: a second export (other format) reuses the first copy."""
+    name = "two_branch"
+    prof = FakeProfiler(name)
+    ann = read_capture_record(fixture_capture(name))
+    export(prof, tmp_path / "a.json", annotations=ann)
+    export(prof, tmp_path / "b.pftrace", annotations=ann)
+    assert len(prof.calls) == 1
+    with gzip.open(fixture_trace(name), "rb") as f:
+        assert chrome_trace_bytes(prof) == f.read()
+    assert _lanes(tmp_path / "a.json")[0] == Counter(x["lane"] for x in calibrated_expectation(name).values())
+
+
+def test_export_after_user_saved_the_profile(tmp_path):
+    prof = FakeProfiler("two_branch")
+    prof.export_chrome_trace(str(tmp_path / "mine.json"))  # the user saved it first
+    with pytest.raises(GraphAnnError, match="already saved"):
+        export(prof, tmp_path / "x.pftrace", annotations=read_capture_record(fixture_capture("two_branch")))
+    assert not (tmp_path / "x.pftrace").exists()

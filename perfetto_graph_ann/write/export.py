@@ -5,7 +5,8 @@
     perfetto_graph_ann.export(prof, "run.pftrace")          # or "run.json.gz"
 
 The profiler writes its Chrome trace to a temporary file (``export_chrome_trace``, the
-only profiler method used, so any object with it works); the trace is joined with the
+only profiler method used, so any object with it works; torch saves a trace only once,
+so the bytes are kept on the profiler for later calls); the trace is joined with the
 live annotation registry (or the given annotations) and written as native Perfetto
 (``.pftrace``) or annotated Chrome JSON (``.json`` / ``.json.gz``). Importing this module
 does not import torch.
@@ -17,7 +18,7 @@ import tempfile
 from typing import Union
 
 from ..capture.annotations import AnnotationSet
-from ..errors import OutputError, PathLike
+from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
 
 AnnotationsArg = Union[AnnotationSet, PathLike, None]
@@ -37,33 +38,64 @@ def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
     return load_annotations(annotations)
 
 
+#: Attribute on the profiler object holding its Chrome trace once exported.
+_CACHE_ATTR = "_pga_chrome_trace"
+
+
+def chrome_trace_bytes(prof) -> bytes:
+    """The profiler's own Chrome trace (JSON bytes), exported once and kept on ``prof``.
+
+    torch.profiler saves a trace only once (a second ``export_chrome_trace`` raises
+    "Trace is already saved"), so every :func:`export` of the same profile, and callers
+    who want the raw trace too, share this one copy.
+    """
+    data = getattr(prof, _CACHE_ATTR, None)
+    if data is not None:
+        return data
+    with tempfile.TemporaryDirectory(prefix="pga-export-") as tmp:
+        src = os.path.join(tmp, "trace.json")
+        try:
+            prof.export_chrome_trace(src)
+        except RuntimeError as e:
+            if "already saved" in str(e):
+                raise InputError(None, "this torch.profiler profile was already saved with export_chrome_trace "
+                                       "(torch saves a trace only once): call perfetto_graph_ann.export first, or "
+                                       "convert the saved JSON with `perfetto-graph-ann convert`") from e
+            raise
+        with open(src, "rb") as f:
+            data = f.read()
+    try:
+        setattr(prof, _CACHE_ATTR, data)
+    except AttributeError:  # an object that takes no new attributes: no cache
+        pass
+    return data
+
+
 def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "all") -> LaneLayout:
     """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args; returns the layout.
 
     ``annotations``: an :class:`AnnotationSet`, a sidecar / capture-record path, or None for
     everything captured so far in this process. ``out`` ending in ``.json`` / ``.json.gz``
     gives annotated Chrome JSON, anything else a ``.pftrace``. The output is written
-    atomically; its join report is ``layout.report``.
+    atomically; its join report is ``layout.report``. May be called several times on one
+    profile (e.g. once per format): the profiler's trace is exported once and reused.
     """
     from ..join import join
-    from ..read.kineto import read_trace
+    from ..read.kineto import parse_trace_bytes
 
     out = os.fspath(out)
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         raise OutputError(out, f"output folder {folder} does not exist")
     ann = _annotations(annotations)
-    with tempfile.TemporaryDirectory(prefix="pga-export-") as tmp:
-        src = os.path.join(tmp, "trace.json")
-        prof.export_chrome_trace(src)
-        trace = read_trace(src)
-        layout = join(trace, ann, graph_lanes=graph_lanes)
-        if out.endswith(_JSON_SUFFIXES):
-            from .chrome_json import write_chrome_json
+    trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
+    layout = join(trace, ann, graph_lanes=graph_lanes)
+    if out.endswith(_JSON_SUFFIXES):
+        from .chrome_json import write_chrome_json
 
-            write_chrome_json(trace, out, layout)
-        else:
-            from .convert import convert
+        write_chrome_json(trace, out, layout)
+    else:
+        from .convert import convert
 
-            convert(trace, out, layout=layout)
+        convert(trace, out, layout=layout)
     return layout
