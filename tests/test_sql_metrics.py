@@ -92,6 +92,32 @@ def _synth(fn):
     return build
 
 
+def _chrome_json_joined(name: str):
+    """The joined trace exported as annotated Chrome JSON (write_chrome_json) and loaded as is:
+    the SQL reads `args.*` and thread names there instead of `debug.*` and track names."""
+    def build(tmp):
+        from perfetto_graph_ann.write.chrome_json import write_chrome_json
+
+        src = fixture_trace(name)
+        trace = read_trace(src)
+        layout = join(trace, read_capture_record(fixture_capture(name)), graph_lanes="all")
+        out = tmp / f"{name}.annotated.json"
+        write_chrome_json(trace, out, layout)
+        return out, X.load_events(src), layout
+    return build
+
+
+def _json_as_is(name: str):
+    """torch.profiler's own JSON loaded without conversion (Perfetto's JSON importer)."""
+    def build(tmp):
+        src = fixture_trace(name)
+        return src, X.load_events(src), None
+    return build
+
+
+#: Cases whose file is loaded as is instead of converted to .pftrace first.
+LOAD_AS_IS = {"json_allreduce_eager_rank0", "json_seed_block_graph", "json_seed_block_annotated_joined"}
+
 CASES = {
     "seed_block_annotated": _joined("seed_block_annotated"),
     "seed_block_annotated_none": _joined("seed_block_annotated", "none"),
@@ -102,6 +128,9 @@ CASES = {
     "allreduce_graph_restored": _allreduce_graph_restored,
     "synth_overlap": _synth(sql_synth.overlap_trace),
     "synth_gaps": _synth(sql_synth.gaps_trace),
+    "json_allreduce_eager_rank0": _json_as_is("allreduce_eager_rank0"),
+    "json_seed_block_graph": _json_as_is("seed_block_graph"),
+    "json_seed_block_annotated_joined": _chrome_json_joined("seed_block_annotated"),
 }
 
 
@@ -125,7 +154,10 @@ def _load(cache, tmp_path_factory, case: str, engine: str) -> _Loaded:
             tmp = tmp_path_factory.mktemp(f"sql-{case}")
             src, events, layout = CASES[case](tmp)
             out = tmp / f"{case}.pftrace"
-            convert(src, out, layout=layout)
+            if case in LOAD_AS_IS:
+                out = src
+            else:
+                convert(src, out, layout=layout)
             cache[case] = (out, events, layout)
         out, events, layout = cache[case]
         cache[(case, engine)] = _Loaded(events, layout, open_trace(out, engine=engine))

@@ -119,7 +119,7 @@ SELECT id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id, col
 FROM (
   SELECT
     id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id,
-    EXTRACT_ARG(arg_set_id, 'debug.Collective name') AS collective
+    COALESCE(EXTRACT_ARG(arg_set_id, 'debug.Collective name'), EXTRACT_ARG(arg_set_id, 'args.Collective name')) AS collective
   FROM _graph_ann_work
   WHERE kind = 'kernel'
 )
@@ -203,13 +203,13 @@ WITH
       w.is_graphed,
       w.collective,
       COALESCE(w.collective, w.name) AS type_key,
-      EXTRACT_ARG(w.arg_set_id, 'debug.dtype') AS dtype,
-      EXTRACT_ARG(w.arg_set_id, 'debug.In msg nelems') AS in_nelems,
-      EXTRACT_ARG(w.arg_set_id, 'debug.Out msg nelems') AS out_nelems,
-      EXTRACT_ARG(w.arg_set_id, 'debug.Group size') AS group_size,
-      EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Name') AS pg_name,
-      EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Description') AS pg_desc,
-      EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Ranks') AS pg_ranks
+      COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.dtype'), EXTRACT_ARG(w.arg_set_id, 'args.dtype')) AS dtype,
+      COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.In msg nelems'), EXTRACT_ARG(w.arg_set_id, 'args.In msg nelems')) AS in_nelems,
+      COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.Out msg nelems'), EXTRACT_ARG(w.arg_set_id, 'args.Out msg nelems')) AS out_nelems,
+      COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.Group size'), EXTRACT_ARG(w.arg_set_id, 'args.Group size')) AS group_size,
+      COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Name'), EXTRACT_ARG(w.arg_set_id, 'args.Process Group Name')) AS pg_name,
+      COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Description'), EXTRACT_ARG(w.arg_set_id, 'args.Process Group Description')) AS pg_desc,
+      COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.Process Group Ranks'), EXTRACT_ARG(w.arg_set_id, 'args.Process Group Ranks')) AS pg_ranks
     FROM _graph_ann_collective_kernel AS w
   ),
   sized AS (
@@ -236,7 +236,7 @@ SELECT
   dur,
   device,
   lane_id,
-  (SELECT t.name FROM track AS t WHERE t.id = sized.track_id) AS lane_name,
+  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = sized.track_id) AS lane_name,
   name,
   is_graphed,
   has_metadata,

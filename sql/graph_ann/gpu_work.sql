@@ -4,7 +4,10 @@
 --
 -- GPU work of traces written by perfetto_graph_ann (docs/design.md, "Contract 4"):
 -- every kernel, memcpy and memset slice with the arguments the converter and the
--- join put on it, and the CPU call that launched it. Every other module of this
+-- join put on it, and the CPU call that launched it. Every argument is read as
+-- `debug.<key>` (our TrackEvent traces) or else `args.<key>` (the same trace as
+-- Chrome JSON: torch.profiler's own, or our annotated export; note Perfetto's
+-- JSON importer drops complete events that overlap on one thread). Every other module of this
 -- package builds on `graph_ann_gpu_work`; nothing here depends on the track
 -- layout (lanes that spill onto several same-named tracks are one lane).
 
@@ -37,7 +40,7 @@ FROM (
     s.ts,
     s.dur,
     s.name,
-    EXTRACT_ARG(s.arg_set_id, 'debug.correlation') AS correlation
+    COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.correlation'), EXTRACT_ARG(s.arg_set_id, 'args.correlation')) AS correlation
   FROM slice AS s
   WHERE s.category IN ('cuda_runtime', 'cuda_driver', 'runtime', 'driver')
 )
@@ -86,9 +89,9 @@ WITH
       s.category,
       s.track_id,
       s.arg_set_id,
-      EXTRACT_ARG(s.arg_set_id, 'debug.device') AS device,
-      EXTRACT_ARG(s.arg_set_id, 'debug.stream') AS lane_id,
-      EXTRACT_ARG(s.arg_set_id, 'debug.correlation') AS correlation
+      COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.device'), EXTRACT_ARG(s.arg_set_id, 'args.device')) AS device,
+      COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.stream'), EXTRACT_ARG(s.arg_set_id, 'args.stream')) AS lane_id,
+      COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.correlation'), EXTRACT_ARG(s.arg_set_id, 'args.correlation')) AS correlation
     FROM slice AS s
     WHERE s.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')
   ),
@@ -118,6 +121,21 @@ SELECT
   w.arg_set_id
 FROM work AS w
 LEFT JOIN launch AS l USING (correlation);
+
+-- The name of every track holding GPU work: the track's own name (TrackEvent
+-- traces), else its thread's name (Chrome JSON traces, where a stream or lane
+-- is a thread, e.g. `stream 7`; Kineto's trailing space trimmed).
+CREATE PERFETTO TABLE _graph_ann_track_name(
+  -- Track id.
+  track_id LONG,
+  -- Lane name shown for the track.
+  name STRING
+) AS
+SELECT t.id AS track_id, COALESCE(t.name, TRIM(th.name)) AS name
+FROM (SELECT DISTINCT track_id FROM _graph_ann_work) AS w
+JOIN track AS t ON t.id = w.track_id
+LEFT JOIN thread_track AS tt ON tt.id = t.id
+LEFT JOIN thread AS th USING (utid);
 
 -- One row per GPU work slice (Kineto categories `kernel`, `gpu_memcpy`,
 -- `gpu_memset`), with its lane, streams, annotation, replay and graph node.
@@ -185,19 +203,19 @@ SELECT
   w.kind,
   w.device,
   w.lane_id,
-  t.name AS lane_name,
+  n.name AS lane_name,
   w.track_id,
-  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.original_stream'), w.lane_id) AS stream,
-  EXTRACT_ARG(w.arg_set_id, 'debug.original_stream') AS original_stream,
-  EXTRACT_ARG(w.arg_set_id, 'debug.annotated_stream') AS annotated_stream,
-  EXTRACT_ARG(w.arg_set_id, 'debug.name') AS annotation,
+  COALESCE(COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.original_stream'), EXTRACT_ARG(w.arg_set_id, 'args.original_stream')), w.lane_id) AS stream,
+  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.original_stream'), EXTRACT_ARG(w.arg_set_id, 'args.original_stream')) AS original_stream,
+  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.annotated_stream'), EXTRACT_ARG(w.arg_set_id, 'args.annotated_stream')) AS annotated_stream,
+  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.name'), EXTRACT_ARG(w.arg_set_id, 'args.name')) AS annotation,
   w.correlation,
   w.launch_id,
   w.is_graphed,
-  EXTRACT_ARG(w.arg_set_id, 'debug.graph id') AS graph_id,
-  EXTRACT_ARG(w.arg_set_id, 'debug.graph node id') AS graph_node_id,
-  EXTRACT_ARG(w.arg_set_id, 'debug.replay') AS replay,
-  EXTRACT_ARG(w.arg_set_id, 'debug.join') AS join_strategy,
+  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.graph id'), EXTRACT_ARG(w.arg_set_id, 'args.graph id')) AS graph_id,
+  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.graph node id'), EXTRACT_ARG(w.arg_set_id, 'args.graph node id')) AS graph_node_id,
+  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.replay'), EXTRACT_ARG(w.arg_set_id, 'args.replay')) AS replay,
+  COALESCE(EXTRACT_ARG(w.arg_set_id, 'debug.join'), EXTRACT_ARG(w.arg_set_id, 'args.join')) AS join_strategy,
   w.arg_set_id
 FROM _graph_ann_work AS w
-JOIN track AS t ON t.id = w.track_id;
+JOIN _graph_ann_track_name AS n USING (track_id);

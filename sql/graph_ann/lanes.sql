@@ -217,7 +217,7 @@ CREATE PERFETTO TABLE graph_ann_lane(
 SELECT
   s.device,
   s.lane_id,
-  (SELECT t.name FROM track AS t WHERE t.id = s.track_id) AS lane_name,
+  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = s.track_id) AS lane_name,
   s.work_count,
   s.kernel_count,
   s.total_dur,
@@ -282,7 +282,7 @@ WITH
 SELECT
   device,
   lane_id,
-  (SELECT name FROM track WHERE id = k.track_id) AS lane_name,
+  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = k.track_id) AS lane_name,
   name,
   ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY total_dur DESC, name) AS rank,
   count,
