@@ -33,7 +33,9 @@ TYPE_COUNTER = 4
 
 #: Nesting deeper than this in an arg value is written as its JSON text (string).
 MAX_ARG_DEPTH = 32
-#: String values up to this length are interned (``string_value_iid``); longer ones inline.
+#: String values of 2 to 64 characters are interned (``string_value_iid``, 3 bytes a use);
+#: shorter ones are as cheap inline, longer ones are rarely repeated.
+MIN_INTERNED_STRING = 2
 MAX_INTERNED_STRING = 64
 _INT64_MIN = -(1 << 63)
 _json_key = msgspec.json.encode
@@ -113,7 +115,7 @@ class ProtosEncoder:
             self._string(msg, str(value))
 
     def _string(self, msg: "pb.DebugAnnotation", text: str) -> None:
-        if len(text) <= MAX_INTERNED_STRING:
+        if MIN_INTERNED_STRING <= len(text) <= MAX_INTERNED_STRING:
             msg.string_value_iid = self.interner.iid(STRING_VALUES, text)
         else:
             msg.string_value = utf8(text).decode("utf-8")
@@ -230,7 +232,7 @@ class FastEncoder:
         return self._str_fields(str(value))
 
     def _str_fields(self, text: str) -> Tuple[bytes, bytes]:
-        if len(text) <= MAX_INTERNED_STRING:
+        if MIN_INTERNED_STRING <= len(text) <= MAX_INTERNED_STRING:
             return b"", b"\x88\x01" + small_varint(self.interner.iid(STRING_VALUES, text))
         b = utf8(text)
         return b"\x32" + varint(len(b)) + b, b""
