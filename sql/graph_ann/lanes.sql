@@ -112,6 +112,25 @@ SELECT
 FROM _graph_ann_work
 GROUP BY device, lane_id;
 
+-- The k-th shortest (0-based) work duration of a lane. Used for percentiles:
+-- the trace processor filters and sorts the lane natively, which is much faster
+-- than a window function over all work (v52 wasm: 0.04 s vs 1.7 s at 1M kernels).
+CREATE PERFETTO FUNCTION _graph_ann_lane_nth_dur(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- 0-based rank in ascending duration order.
+  k LONG
+)
+-- The duration, NULL when the lane has k or fewer slices.
+RETURNS LONG AS
+SELECT dur
+FROM _graph_ann_work
+WHERE device = $device AND lane_id = $lane_id
+ORDER BY dur
+LIMIT 1 OFFSET $k;
+
 -- Per lane: nearest-rank percentiles of the work durations (the duration at
 -- 1-based rank ceil(p * n / 100) in ascending order; ceil via integer division).
 CREATE PERFETTO TABLE _graph_ann_lane_pct(
@@ -126,33 +145,13 @@ CREATE PERFETTO TABLE _graph_ann_lane_pct(
   -- 99th percentile.
   p99_dur DURATION
 ) AS
-WITH
-  ranked AS (
-    SELECT
-      device,
-      lane_id,
-      dur,
-      ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY dur) AS rn
-    FROM _graph_ann_work
-  ),
-  picked AS (
-    SELECT r.device, r.lane_id, r.dur, r.rn, s.work_count AS n
-    FROM ranked AS r
-    JOIN _graph_ann_lane_stats AS s USING (device, lane_id)
-    WHERE r.rn IN (
-      (50 * s.work_count + 99) / 100,
-      (90 * s.work_count + 99) / 100,
-      (99 * s.work_count + 99) / 100
-    )
-  )
 SELECT
   device,
   lane_id,
-  MAX(CASE WHEN rn = (50 * n + 99) / 100 THEN dur END) AS p50_dur,
-  MAX(CASE WHEN rn = (90 * n + 99) / 100 THEN dur END) AS p90_dur,
-  MAX(CASE WHEN rn = (99 * n + 99) / 100 THEN dur END) AS p99_dur
-FROM picked
-GROUP BY device, lane_id;
+  _graph_ann_lane_nth_dur(device, lane_id, (50 * work_count + 99) / 100 - 1) AS p50_dur,
+  _graph_ann_lane_nth_dur(device, lane_id, (90 * work_count + 99) / 100 - 1) AS p90_dur,
+  _graph_ann_lane_nth_dur(device, lane_id, (99 * work_count + 99) / 100 - 1) AS p99_dur
+FROM _graph_ann_lane_stats;
 
 -- Per lane: busy time overall and inside the device's replays' span.
 CREATE PERFETTO TABLE _graph_ann_lane_busy(
