@@ -1,8 +1,9 @@
 """The event model between the Kineto reader and everything after it (join, write).
 
 Times are integer nanoseconds, parsed from Kineto's microsecond decimals without
-float rounding: ``ts_ns == round(Decimal(ts_text) * 1000)``, which is also what
-Perfetto's JSON importer computes. They stay on the trace's own time base (the JSON
+float rounding: ``ts_ns = Decimal(ts_text) * 1000`` rounded half up (only input finer
+than Kineto's 3 decimals rounds at all), which is also what Perfetto's JSON importer
+computes. They stay on the trace's own time base (the JSON
 ``ts``); absolute (Unix) time is ``KinetoTrace.base_time_ns + ts_ns``.
 """
 from __future__ import annotations
