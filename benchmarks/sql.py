@@ -1,0 +1,152 @@
+"""Benchmark: time of each graph_ann SQL module on a synthetic trace with 1M GPU kernels.
+
+    python benchmarks/sql.py [--kernels 1000000] [--engine portable|native|both]
+
+The trace: CUDA graph replays of a 20-node graph (17 compute kernels on two hardware
+streams, one NCCL all-reduce with eager-style collective args, one memcpy, one memset),
+each replay launched by a ``cudaGraphLaunch``; a join-like LaneLayout moves the nodes to
+four annotated lanes (``60 default_pg (allreduce)``, ``61 mlp``, ``62 attention``, lane
+7), gathering both hardware streams into lane 61 so kernels overlap there. It is built in
+memory as a :class:`~perfetto_graph_ann.read.model.KinetoTrace` and written with
+``convert`` (the converter's time is printed too, for reference).
+
+Each module is timed as ``INCLUDE PERFETTO MODULE graph_ann.<m>`` in one session, in
+dependency order (gpu_work, lanes, replays, collectives, overlap), so each time is what
+that module adds on top of the ones before it; "cold" is the module on a fresh session
+with its dependencies (sum of its own and its dependencies' times). Besides wall time it
+reports the engine process's CPU time (user + system, all threads, from /proc), which a
+busy machine inflates much less. Targets (issue 6): 2 s per module on the portable
+engine, 0.5 s native.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from perfetto_graph_ann.join.model import LaneLayout, Placement  # noqa: E402
+from perfetto_graph_ann.query.session import open_trace  # noqa: E402
+from perfetto_graph_ann.read.model import KinetoTrace, TraceEvent  # noqa: E402
+from perfetto_graph_ann.write.convert import ConvertConfig, convert  # noqa: E402
+
+MODULES = ("gpu_work", "lanes", "replays", "collectives", "overlap")
+DEPS = {"gpu_work": (), "lanes": ("gpu_work",), "replays": ("gpu_work",), "collectives": ("gpu_work",),
+        "overlap": ("gpu_work", "lanes", "collectives")}
+NODES = 20
+NCCL_ARGS = {"Collective name": "allreduce", "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "Group size": 8,
+             "dtype": "BFloat16", "Process Group Name": "0", "Process Group Description": "default_pg",
+             "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"}
+
+
+def build(kernels: int, seed: int = 1):
+    """A KinetoTrace with about ``kernels`` GPU work events, and its LaneLayout."""
+    rng = random.Random(seed)
+    events = []
+    placements = {}
+    # one shared Placement per node: lane and annotation as the join would give them
+    node_place = []
+    for n in range(NODES):
+        if n == 0:
+            node_place.append(Placement(60, dict(NCCL_ARGS, name="allreduce", original_stream=30, join="exact")))
+        elif n < 9:
+            node_place.append(Placement(61, {"name": "mlp", "original_stream": 7 + 13 * (n % 2), "join": "exact"}))
+        elif n < 16:
+            node_place.append(Placement(62, {"name": "attention", "original_stream": 7, "join": "exact"}))
+        else:
+            node_place.append(Placement(7, {"original_stream": 7, "join": "exact"}))
+    t = 1_000_000_000
+    corr = 1
+    cpu_pid = cpu_tid = 900
+    while len(placements) < kernels:
+        events.append(TraceEvent(len(events), "X", "cuda_runtime", "cudaGraphLaunch", cpu_pid, cpu_tid, t - 20_000,
+                                 8_000, {"correlation": corr}))
+        cursor = {7: t, 20: t + rng.randint(0, 2_000), 30: t + 5_000}
+        for n in range(NODES):
+            stream = 30 if n == 0 else (7 + 13 * (n % 2) if n < 9 else 7)
+            cat, name = "kernel", f"kernel_{n}"
+            if n == 0:
+                name = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+            elif n == 18:
+                cat, name = "gpu_memcpy", "Memcpy DtoD (Device -> Device)"
+            elif n == 19:
+                cat, name = "gpu_memset", "Memset (Device)"
+            dur = rng.randint(1_000, 40_000) if n else rng.randint(30_000, 120_000)
+            ts = cursor[stream]
+            args = {"device": 0, "stream": stream, "correlation": corr, "graph node id": (5 << 32) | n}
+            ev = TraceEvent(len(events), "X", cat, name, 0, stream, ts, dur, args)
+            events.append(ev)
+            placements[ev.index] = node_place[n]
+            cursor[stream] = ts + dur + rng.randint(0, 3_000)
+        t = max(cursor.values()) + rng.randint(5_000, 50_000)
+        corr += 1
+    trace = KinetoTrace(None, events, {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}]})
+    names = {(0, 60): "60 default_pg (allreduce)", (0, 61): "61 mlp", (0, 62): "62 attention"}
+    return trace, LaneLayout(placements=placements, lane_names=names)
+
+
+def cpu_seconds(pid) -> float:
+    """user + system CPU time of a process (all its threads), from /proc; NaN if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return float("nan")
+
+
+def time_modules(path: Path, engine: str) -> dict:
+    t = time.perf_counter()
+    with open_trace(path, engine=engine) as s:
+        res = {"load": time.perf_counter() - t, "version": s.version}
+        pid = s.engine.pid
+        for m in MODULES:
+            c = cpu_seconds(pid)
+            t = time.perf_counter()
+            s.query(f"INCLUDE PERFETTO MODULE graph_ann.{m}")
+            res[m] = time.perf_counter() - t
+            res[m + "_cpu"] = cpu_seconds(pid) - c
+        res["rows"] = s.query("SELECT (SELECT COUNT(*) FROM graph_ann_gpu_work) AS work, "
+                              "(SELECT COUNT(*) FROM graph_ann_replay) AS replays").tuples()[0]
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernels", type=int, default=1_000_000, help="GPU work events (default 1,000,000)")
+    ap.add_argument("--engine", choices=("portable", "native", "both"), default="portable")
+    args = ap.parse_args()
+    engines = ("portable", "native") if args.engine == "both" else (args.engine,)
+    t = time.perf_counter()
+    trace, layout = build(args.kernels)
+    print(f"built {len(trace.events):,} events ({len(layout.placements):,} GPU work) in {time.perf_counter() - t:.1f} s")
+    with tempfile.TemporaryDirectory(prefix="pga-bench-sql-") as tmp:
+        out = Path(tmp) / "synthetic.pftrace"
+        t = time.perf_counter()
+        convert(trace, out, ConvertConfig(progress=False), layout=layout)
+        print(f"converted in {time.perf_counter() - t:.1f} s: {out.stat().st_size / 1e6:.0f} MB")
+        del trace, layout
+        print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+        for engine in engines:
+            r = time_modules(out, engine)
+            print(f"\nengine {engine} ({r['version']}): load {r['load']:.1f} s; rows {r['rows']}")
+            target = 2.0 if engine == "portable" else 0.5
+            print(f"| module | wall s | engine CPU s | cold wall s (with deps) | cold CPU s | target {target} s (cold) |")
+            print("| --- | ---: | ---: | ---: | ---: | --- |")
+            for m in MODULES:
+                cold = r[m] + sum(r[d] for d in DEPS[m])
+                cold_cpu = r[m + "_cpu"] + sum(r[d + "_cpu"] for d in DEPS[m])
+                verdict = "met" if cold <= target else ("missed (CPU time within)" if cold_cpu <= target else "missed")
+                print(f"| graph_ann.{m} | {r[m]:.2f} | {r[m + '_cpu']:.2f} | {cold:.2f} | {cold_cpu:.2f} | {verdict} |")
+            print(f"load average during the run: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+
+
+if __name__ == "__main__":
+    main()
