@@ -105,6 +105,8 @@ def format_report(tables: Dict[str, "object"], fmt: str = "table") -> str:
                 view[c] = [_fmt_us(v) for v in view[c]]
             elif c.endswith("_gbps"):
                 view[c] = ["" if _isnull(v) else f"{float(v):.2f}" for v in view[c]]
+            elif c == "name":
+                view[c] = ["" if _isnull(v) else _shorten(str(v)) for v in view[c]]
             else:
                 view[c] = ["" if _isnull(v) else str(v) for v in view[c]]
         view.columns = [_header(c) for c in view.columns]
@@ -127,6 +129,11 @@ def _fmt_us(v) -> str:
         sign = "-" if n < 0 else ""
         return f"{sign}{abs(n) // 1000}.{abs(n) % 1000:03d}"
     return f"{float(v) / 1000:.3f}"
+
+
+def _shorten(text: str, width: int = 72) -> str:
+    """Kernel names can be kilobytes of C++ templates: keep the table readable."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _fmt_ratio(v) -> str:
