@@ -3,7 +3,9 @@
 Each function takes a trace (a path, opened and closed for the call, or an open
 :class:`~perfetto_graph_ann.query.session.Session`, reused) and returns the rows of one
 table of the ``sql/graph_ann`` package. The SQL is the single source of the numbers;
-this module only includes the right module and selects the table.
+this module only includes the right module and selects the table. The trace is best our
+.pftrace; torch.profiler / annotated Chrome JSON works too (the SQL falls back to
+``args.*``), except that Perfetto's JSON importer drops events overlapping on a thread.
 
     from perfetto_graph_ann.query import metrics
     with open_trace("run.pftrace") as s:
