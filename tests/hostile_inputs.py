@@ -153,7 +153,8 @@ PHASES = ["X", "B", "E", "i", "I", "n", "s", "t", "f", "b", "e", "C", "M", "P", 
 @st.composite
 def mutation(draw, n_events: int) -> Tuple:
     kind = draw(st.sampled_from(["drop_key", "set_key", "set_arg", "drop_arg", "phase", "shuffle", "reverse",
-                                 "duplicate", "flow_dup", "big_ts", "top", "events_type", "deep_args", "clear"]))
+                                 "duplicate", "flow_dup", "big_ts", "top", "events_type", "deep_args", "clear",
+                                 "plausible", "plausible", "plausible", "steal"]))
     i = draw(st.integers(0, max(n_events - 1, 0)))
     if kind == "drop_key":
         return (kind, i, draw(st.sampled_from(EVENT_KEYS)))
@@ -178,6 +179,19 @@ def mutation(draw, n_events: int) -> Tuple:
         return (kind, draw(st.sampled_from([None, {}, "events", 3, [[]], [None], [1, 2]])))
     if kind == "deep_args":
         return (kind, i, draw(st.sampled_from([50, 500, 5000, 100_000])))
+    if kind == "plausible":  # well-typed but wrong: what gets past the reader into join and writer
+        key = draw(st.sampled_from(["pid", "tid", "ts", "dur", "args.stream", "args.correlation", "args.device",
+                                    "args.graph id", "args.graph node id", "args.External id", "name", "cat"]))
+        if key in ("name", "cat"):
+            return (kind, i, key, draw(st.sampled_from(["kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "ac2g",
+                                                        "cudaGraphLaunch", "Memcpy", "", "cpu_op", "gpu_user_annotation"])))
+        value = draw(st.one_of(st.integers(0, 10), st.integers(0, 2**40), st.sampled_from([2**32 - 1, 2**32, 2**63 - 1])))
+        if key in ("ts", "dur"):
+            value = Decimal(value) / 1000
+        return (kind, i, key, value)
+    if kind == "steal":  # copy a field from another event: equal times, shared ids, crossed streams
+        return (kind, i, draw(st.integers(0, max(n_events - 1, 0))),
+                draw(st.sampled_from(["ts", "dur", "pid", "tid", "id", "args"])))
     return (kind, i)
 
 
@@ -228,6 +242,18 @@ def apply_mutation(doc: Dict[str, Any], m: Tuple) -> None:
             args.pop(m[2], None)
         else:
             args["deep"] = deep(m[2], kind="dict" if m[2] % 2 else "list")
+    elif kind == "plausible":
+        if m[2].startswith("args."):
+            args = e.get("args")
+            if not isinstance(args, dict):
+                args = e["args"] = {}
+            args[m[2][5:]] = m[3]
+        else:
+            e[m[2]] = m[3]
+    elif kind == "steal":
+        other = events[m[2] % len(events)]
+        if isinstance(other, dict) and m[3] in other:
+            e[m[3]] = copy.deepcopy(other[m[3]])
     elif kind == "flow_dup":
         # every flow / async event gets the same id: duplicate ids and flows
         for x in events:

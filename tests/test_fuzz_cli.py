@@ -41,6 +41,10 @@ N_CLI = int(os.environ.get("PGA_FUZZ_CLI", "6"))
 @given(H.hostile_trace(), st.sampled_from(["out.pftrace", "out.json.gz"]))
 @settings(max_examples=N_CLI, database=None)
 def test_convert_cli_on_hostile_traces(case, out_name):
+    _convert_cli_case(case, out_name)
+
+
+def _convert_cli_case(case, out_name) -> str:
     folder = Path(tempfile.mkdtemp(prefix="pga-cli-"))
     src = folder / "in.json"
     src.write_bytes(case.data())
@@ -61,6 +65,7 @@ def test_convert_cli_on_hostile_traces(case, out_name):
         _check_failure(r, "convert", src)
         assert not out.exists()
     assert H.leftovers(folder) == []
+    return "ok" if r.returncode == 0 else "exit_2"
 
 
 @given(hostile_sidecar())
@@ -80,7 +85,19 @@ def test_lanes_cli_on_hostile_sidecars(case):
 
 @pytest.mark.fuzz_long
 @pytest.mark.timeout(3000)
-@given(H.hostile_trace())
-@settings(max_examples=int(os.environ.get("PGA_FUZZ_LONG_CLI", "60")), database=None)
-def test_convert_cli_long(case):
-    test_convert_cli_on_hostile_traces.hypothesis.inner_test(case, "out.pftrace")
+def test_convert_cli_long():
+    import collections
+    import time
+
+    from test_fuzz_convert import _report
+
+    counts: collections.Counter = collections.Counter()
+
+    @given(H.hostile_trace())
+    @settings(max_examples=int(os.environ.get("PGA_FUZZ_LONG_CLI", "60")), database=None)
+    def case(c):
+        counts[_convert_cli_case(c, "out.pftrace")] += 1
+
+    t0 = time.monotonic()
+    case()
+    _report("cli_convert_long", counts, time.monotonic() - t0)
