@@ -1,7 +1,7 @@
 """``perfetto-graph-ann lanes TRACE [--annotations A] [--graph-lanes all|none]``.
 
 Prints GPU work per lane before and after the join, the join report, and (when a
-converter and a trace processor are available) the ``graph_ann`` SQL lane summary of
+converter and a trace processor are available) the graph_ann SQL lane summary of
 the annotated trace.
 """
 from __future__ import annotations
