@@ -354,7 +354,6 @@ def test_graphed_allreduce_without_metadata(engine, _cache, tmp_path_factory):
 
 def test_metrics_accept_a_path(tmp_path_factory, _cache):
     """A path opens (and closes) its own session; the numbers equal the session's."""
-    pytest.importorskip("pandas")
     engine = "portable"
     if _portable_reason():
         pytest.skip(_portable_reason())
