@@ -98,3 +98,16 @@ def test_report_table_of_pftrace(tmp_path, capsys):
     assert len(coll) == 3
     for c in coll.values():  # each NCCL kernel's duration (µs) and algbw (GB/s) as printed
         assert _fmt_us(c["dur"]) in text and f"{c['algbw_gbps']:.2f}" in text
+
+
+@requires_portable
+def test_trace_without_gpu_work(tmp_path, capsys):
+    """Every module runs on a trace with no GPU work at all and every table is empty."""
+    src = tmp_path / "cpu_only.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 5.0, "args": {}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 2.0, "dur": 1.0,
+         "args": {"correlation": 3}}]}))
+    assert main(["report", str(src), "--engine", "portable", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out and all(rows == [] for rows in out.values())
