@@ -209,3 +209,18 @@ def test_live_branch_wiring_without_a_gpu(tmp_path, monkeypatch, devices):
     assert f"live capture on {devices} CUDA device(s)" in first
     assert ("needs 2 or more GPUs" in first) == (devices == 1)
     assert [s.name for s in result.scenarios] == ["seed_block", "two_branch", "allreduce"][: 2 if devices == 1 else 3]
+
+
+def test_restored_collective_fields_are_reported_like_eager():
+    """The demo's 'after the join' line: the graphed NCCL kernel gets the eager kernel's fields."""
+    from join_expect import COLLECTIVE_FIELDS, allreduce_annotations, fixture_trace, kernels, load_json
+
+    from perfetto_graph_ann.demo.runner import _restored_collective
+    from perfetto_graph_ann.join import join
+    from perfetto_graph_ann.read.kineto import read_trace
+
+    trace = read_trace(fixture_trace("allreduce_graph_rank0"))
+    restored = _restored_collective(trace, join(trace, allreduce_annotations()))
+    eager = next(e for _, e in kernels(load_json("allreduce_eager_rank0")) if e["name"].startswith("nccl"))
+    expected = {k: eager["args"][k] for k in COLLECTIVE_FIELDS if k in eager["args"]}
+    assert restored == expected and all(type(restored[k]) is type(v) for k, v in expected.items())

@@ -52,6 +52,8 @@ class ScenarioResult:
     report_table: Any = None  #: DataFrame (join, events): join.summary.report_table
     reference_trace: Optional[Path] = None
     lane_summary: Any = None  #: DataFrame from graph_ann's lane summary, when SQL ran
+    #: collective fields the join put on the first graphed NCCL kernel (None: no such kernel)
+    restored_collective: Optional[Dict[str, Any]] = None
 
     def as_json(self) -> Dict[str, Any]:
         return {
@@ -61,6 +63,7 @@ class ScenarioResult:
             "reference_trace": str(self.reference_trace) if self.reference_trace else None,
             "lanes": json.loads(self.lanes.to_json(orient="records")),
             "join_report": self.report,
+            "restored_collective": self.restored_collective,
             "lane_summary": (json.loads(self.lane_summary.to_json(orient="records"))
                              if self.lane_summary is not None else None),
         }
@@ -116,7 +119,18 @@ def run_scenario(rec: Recording, out_dir: Path, config: DemoConfig) -> ScenarioR
     ann_out = out_dir / f"{rec.name}.annotated.pftrace"
     convert(rec.trace, ann_out, layout=layout)
     return ScenarioResult(rec.name, rec.title, raw_out, ann_out, lane_table(trace, layout),
-                          layout.report.as_dict(), report_table(layout), reference_out)
+                          layout.report.as_dict(), report_table(layout), reference_out,
+                          restored_collective=_restored_collective(trace, layout))
+
+
+def _restored_collective(trace, layout) -> Optional[Dict[str, Any]]:
+    """The collective fields the join adds to the first NCCL kernel, if the trace has one."""
+    for e in trace.gpu_work():
+        if e.name.startswith("nccl"):
+            placement = layout.placements.get(e.index)
+            args = placement.args if placement is not None else {}
+            return {k: args[k] for k in COLLECTIVE_FIELDS if k in args}
+    return None
 
 
 def load_any_annotations(path: Path):
@@ -178,13 +192,17 @@ def _print_scenario(rec: Recording, r: ScenarioResult, out: IO[str]) -> None:
         print(f"note: {rec.note}", file=out)
     if rec.reference is not None:
         _print_collective_fields(rec, out)
+    if r.restored_collective is not None:
+        fields = r.restored_collective or "none (no annotation reached the NCCL node)"
+        print(f"graphed NCCL kernel args after the join: {fields}", file=out)
     written = [p for p in (r.raw_trace, r.annotated_trace, r.reference_trace) if p is not None]
     print("wrote " + ", ".join(p.name for p in written), file=out)
 
 
 #: The eager fields torch.profiler puts on NCCL kernels (and our annotation restores).
 COLLECTIVE_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
-                     "Process Group Name", "Process Group Description", "Process Group Ranks")
+                     "In split size", "Out split size", "Process Group Name", "Process Group Description",
+                     "Process Group Ranks")
 
 
 def _print_collective_fields(rec: Recording, out: IO[str]) -> None:
