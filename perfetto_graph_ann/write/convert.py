@@ -30,6 +30,11 @@ class ConvertConfig:
     gzip: Optional[bool] = None  #: None: by the output name (".gz")
     progress: Optional[bool] = None  #: tqdm bar on stderr; None: on a TTY for large inputs
     encoder: str = "fast"  #: packet encoder: "fast" or "protos" (reference, slower)
+    #: "typed" (default): every list arg as typed nested debug annotations. "string": the
+    #: record_shapes arrays (``Input Dims``, ``Input Strides``, ``Input type``, ``Concrete
+    #: Inputs``) as one compact JSON-text string each: a smaller file that loads faster, at
+    #: the price of typed per-item access (CLI ``--compact-args``).
+    shape_args: str = "typed"
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
@@ -42,7 +47,7 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
     """
     with paused_gc():
         trace = src if isinstance(src, KinetoTrace) else read_trace(src)
-        wc = WriterConfig(encoder=config.encoder, progress=config.progress)
+        wc = WriterConfig(encoder=config.encoder, progress=config.progress, shape_args=config.shape_args)
         with atomic_write(out, "wb", compress=config.gzip) as f:
             return write_perfetto(trace, f, layout, wc)
 

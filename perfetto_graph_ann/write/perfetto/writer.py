@@ -13,6 +13,7 @@ import sys
 from operator import itemgetter
 from typing import IO, Dict, List, Optional, Tuple
 
+import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ...join.model import LaneLayout
@@ -25,6 +26,11 @@ from .tracks import TrackTable
 
 BUILTIN_CLOCK_REALTIME = 1
 BUILTIN_CLOCK_BOOTTIME = 6
+#: record_shapes args that ``shape_args="string"`` writes as JSON text (the bulky per-input arrays).
+SHAPE_ARG_KEYS = ("Input Dims", "Input Strides", "Input type", "Concrete Inputs")
+SHAPE_ARGS_MODES = ("typed", "string")
+_shape_text = msgspec.json.Encoder(decimal_format="number").encode
+
 #: Sequence-scoped clock (64..127) whose timestamps are deltas to the previous packet.
 INCREMENTAL_CLOCK = 64
 
@@ -36,6 +42,10 @@ class WriterConfig:
     """How packets are produced."""
 
     encoder: str = "fast"  #: "fast" (hand-written) or "protos" (perfetto.protos classes)
+    #: "typed": list args as typed nested debug annotations (default, one arg row per item);
+    #: "string": the list values of :data:`SHAPE_ARG_KEYS` as one JSON-text string each
+    #: (opt-in compact mode: smaller file, faster load; see docs/design.md).
+    shape_args: str = "typed"
     batch: int = 4096  #: packets per write() call
     progress: Optional[bool] = None  #: tqdm bar; None = on a TTY for >= progress_min events
     progress_min: int = 200_000
@@ -160,6 +170,9 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     # 5. packets
     interner = Interner()
     enc = ENCODERS[config.encoder](interner)
+    if config.shape_args not in SHAPE_ARGS_MODES:
+        raise ValueError(f"shape_args must be one of {SHAPE_ARGS_MODES}, not {config.shape_args!r}")
+    shape_strings = config.shape_args == "string"
     batch: List[bytes] = []
     written = 0
 
@@ -207,6 +220,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 if p is not None:
                     args.update(p.args)
                 args["stream"] = lanes[i]
+            if shape_strings:
+                args = _shapes_as_text(args)
             ph = e.ph
             if ph != "X" and ph != "i" and ph != "I" and "ph" not in args:
                 args = dict(args)
@@ -234,6 +249,26 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         bar.close()
     stats.bytes = written
     return stats
+
+
+def _shapes_as_text(args: Dict) -> Dict:
+    """``args`` with each list value under :data:`SHAPE_ARG_KEYS` replaced by its compact JSON text.
+
+    ``[[4, 256], [], [256]]`` becomes the string ``[[4,256],[],[256]]``: one arg row instead
+    of one per item, and identical shapes share one interned string. The event's own dict is
+    never changed (the same trace may be written again).
+    """
+    out = None
+    for k in SHAPE_ARG_KEYS:
+        v = args.get(k)
+        if type(v) is list:
+            if out is None:
+                out = dict(args)
+            try:
+                out[k] = _shape_text(v).decode("utf-8")
+            except (TypeError, ValueError, OverflowError, RecursionError):
+                pass  # not JSON-encodable as is (never seen from torch.profiler): stays typed
+    return args if out is None else out
 
 
 def _home_order(home: Tuple) -> Tuple:
