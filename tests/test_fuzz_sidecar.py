@@ -151,7 +151,7 @@ def _plain(s: AnnotationSet):
             return [val(x) for x in v]
         return v
     return (val(dict(s.lanes)), s.backend,
-            [(g.exec_id, g.template_id, g.device,
+            [(g.exec_id, g.template_id, g.device, None if g.lanes is None else dict(g.lanes),
               [(n.key, n.type, n.kernel, n.grid, n.block, val(n.annotation), n.stream, n.ordinal) for n in g.nodes])
              for g in s.graphs])
 
@@ -207,7 +207,8 @@ def annotation_sets(draw) -> AnnotationSet:
                 annotation=draw(st.dictionaries(st.text(max_size=10), values, max_size=4)),
                 stream=cal[0] if cal else None, ordinal=cal[1] if cal else None))
         graphs.append(GraphRecord(exec_id, tuple(nodes), draw(st.none() | u32),
-                                  draw(st.none() | st.integers(-(1 << 31), (1 << 31) - 1))))
+                                  draw(st.none() | st.integers(-(1 << 31), (1 << 31) - 1)),
+                                  draw(st.none() | st.dictionaries(u32, st.text(max_size=20), max_size=2))))
     lanes = draw(st.dictionaries(u32, st.text(max_size=20), max_size=3))
     return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), draw(st.none() | st.sampled_from(["cupti", "torch"])))
 

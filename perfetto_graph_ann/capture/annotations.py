@@ -73,6 +73,12 @@ class GraphRecord:
     nodes: Tuple[NodeRecord, ...]
     template_id: Optional[int] = None  #: capture (template) graph id, for reference
     device: Optional[int] = None
+    #: Labels of the lanes this graph's nodes were put on by ``mark_stream`` or a process
+    #: group during its own capture (lane id -> label). ``None`` = not recorded (sidecars
+    #: written before per-graph lanes, hand-built sets): readers then use
+    #: :attr:`AnnotationSet.lanes`. A label belongs to the graph, not the process: a lane id
+    #: reused by another graph (an explicit ``{"stream": 61}``) does not inherit it.
+    lanes: Optional[Mapping[int, str]] = None
 
     @property
     def calibrated(self) -> bool:
@@ -84,7 +90,9 @@ class AnnotationSet:
     """Everything the join needs from capture: graphs, nodes, lane labels.
 
     ``lanes`` maps a lane id (60 upward for ``mark_stream`` and process groups) to its
-    label, e.g. ``{60: "left_projection", 62: "default_pg (all_reduce)"}``.
+    label, e.g. ``{60: "left_projection", 62: "default_pg (all_reduce)"}``, for every lane
+    labelled in the process: the union readers of old sidecars use. Each graph's own
+    labels are :attr:`GraphRecord.lanes` (see :meth:`lane_labels`).
     """
 
     graphs: Tuple[GraphRecord, ...] = ()
@@ -100,6 +108,10 @@ class AnnotationSet:
             if g.exec_id == exec_id:
                 return g
         return None
+
+    def lane_labels(self, graph: GraphRecord) -> Mapping[int, str]:
+        """The lane labels that apply to ``graph``'s nodes: its own, else (not recorded) the set's."""
+        return graph.lanes if graph.lanes is not None else self.lanes
 
     @staticmethod
     def merge(sets: Iterable["AnnotationSet"]) -> "AnnotationSet":

@@ -226,7 +226,8 @@ class mark_kernels:
             self._sess, self._tok = sess, sess.recorder.open(self.fields)
         if self.backward:
             merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
-            self._mode = torch_mode(BackwardTagger(merged))
+            label = sess.lane_label(merged.get("stream")) if sess is not None else None
+            self._mode = torch_mode(BackwardTagger(merged, lane_label=label))
             self._mode.__enter__()
         return self
 
@@ -244,8 +245,9 @@ class mark_kernels:
 def mark_stream(stream: Any, label: str) -> Iterator[Any]:
     """Switch to ``stream`` and put the kernels captured in the block on a labelled lane.
 
-    Lane ids are handed out from 60 upward, one per stream, stable for the process.
-    Passing the current stream only adds the label. Like ``torch.cuda.stream`` this
+    Lane ids are handed out from 60 upward, one per stream, stable for the process; the
+    label is recorded with the graph being captured (a later graph that puts kernels on
+    the same lane id does not inherit it). Passing the current stream only adds the label. Like ``torch.cuda.stream`` this
     inserts no dependencies: make ``stream`` wait for the work it consumes
     (``stream.wait_stream(...)``) and join it back before the capture ends.
     """
@@ -255,17 +257,8 @@ def mark_stream(stream: Any, label: str) -> Iterator[Any]:
         with _native().mark_stream(stream, label) as s:
             yield s
         return
-    lane = REGISTRY.lanes.lane(("stream", int(stream.cuda_stream)), label)
-    sess = _session.current()
-    tok = None
-    if sess is not None and sess.recorder.active:
-        # counted on the graph (by handle) before the switch
-        tok = sess.recorder.open({"stream": lane}, before=sess.recorder.snapshot())
-    switch = torch.cuda.current_stream() != stream
-    ctx = torch.cuda.stream(stream) if switch else contextlib.nullcontext()
-    try:
+    with _session.lane_scope(("stream", int(stream.cuda_stream)), label, REGISTRY):
+        switch = torch.cuda.current_stream() != stream
+        ctx = torch.cuda.stream(stream) if switch else contextlib.nullcontext()
         with ctx:
             yield stream
-    finally:
-        if tok is not None:
-            sess.recorder.close(tok)

@@ -35,8 +35,12 @@ class BackwardTagger:
     """Hooks autograd nodes created in a scope so their backward work is annotated."""
 
     def __init__(self, fields: Mapping[str, Any],
-                 current: Callable[[], Optional[_session.CaptureSession]] = _session.current):
+                 current: Callable[[], Optional[_session.CaptureSession]] = _session.current,
+                 lane_label: Optional[str] = None):
         self.fields = {**dict(fields), PHASE_KEY: BACKWARD}
+        #: the forward capture's label of ``fields["stream"]`` (mark_stream): lane labels are
+        #: per graph, so a backward captured in another graph records it there too
+        self.lane_label = lane_label
         self._current = current
         self._token = object()  # marks nodes this tagger hooked (in the node's own metadata)
         self._seen: Dict[int, Any] = {}  # fallback for nodes without metadata: id -> node (kept alive)
@@ -78,6 +82,8 @@ class BackwardTagger:
         def pre(grad_outputs):
             sess = self._current()
             if sess is not None and sess.recorder.active:
+                if self.lane_label is not None and isinstance(self.fields.get("stream"), int):
+                    sess.label_lane(self.fields["stream"], self.lane_label)
                 tok = sess.recorder.open(self.fields)
                 with self._lock:
                     self._open.setdefault(nid, []).append((sess, tok))

@@ -10,7 +10,8 @@ Mapping to :class:`~perfetto_graph_ann.capture.annotations.AnnotationSet`:
 node key = ``(exec_cupti_graph_id << 32) | (cupti_node_id & 0xFFFFFFFF)`` (the template
 key's local index moved onto the executable graph); annotation = ``{"name": scope,
 "stream": lane}`` merged over every enclosing scope (inner wins per key); string lanes are
-``mark_stream`` labels and get lane ids from 60 upward in order of first appearance.
+``mark_stream`` labels of this record's graph (``GraphRecord.lanes``) and get lane ids from
+60 upward in order of first appearance.
 """
 from __future__ import annotations
 
@@ -217,6 +218,7 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
     unknown = sorted(set(calib) - seen)
     if unknown:
         raise SidecarError(spath, f"calibration names node key {unknown[0]} that is not among the nodes")
-    graph = GraphRecord(exec_id=exec_id, nodes=tuple(records))
-    return AnnotationSet(graphs=(graph,), lanes=types.MappingProxyType(dict(sorted(lanes.items()))),
-                         backend="cupti", source=spath)
+    labels = types.MappingProxyType(dict(sorted(lanes.items())))
+    # One graph per record: its mark_stream labels are the graph's own (and the set's union).
+    graph = GraphRecord(exec_id=exec_id, nodes=tuple(records), lanes=labels)
+    return AnnotationSet(graphs=(graph,), lanes=labels, backend="cupti", source=spath)

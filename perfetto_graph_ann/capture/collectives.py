@@ -183,7 +183,9 @@ def annotate_collective(name: str, input: Any, output: Any, group: Any = None,
     g = _group(group)
     fields = collective_fields(name, input, output, g, in_splits, out_splits)
     op = name if name in COLLECTIVES else _EAGER_TO_OP.get(name, name)
-    fields["stream"] = REGISTRY.lanes.lane(("pg", g.name), f"{g.desc} ({op})")
+    label = f"{g.desc} ({op})"
+    fields["stream"] = REGISTRY.lanes.lane(("pg", g.name), label)
+    sess.label_lane(fields["stream"], label)  # this capture's label: first collective of the group in it
     tok = sess.recorder.open(fields)
     try:
         yield

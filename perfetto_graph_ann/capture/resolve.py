@@ -7,6 +7,7 @@ executable graph's id; calibration comes from :func:`calibration_table`.
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .annotations import Dim3, GraphRecord, NodeRecord, make_key, split_key
@@ -39,11 +40,14 @@ def resolve_graph(
     template_id: Optional[int] = None,
     device: Optional[int] = None,
     calibration: Optional[Mapping[int, Tuple[int, int]]] = None,
+    lane_labels: Optional[Mapping[int, str]] = None,
 ) -> GraphRecord:
     """Build the record of one executable graph.
 
     ``annotations`` maps node handle -> merged fields (from the scope recorder);
-    ``calibration`` maps exec key -> (stream, ordinal).
+    ``calibration`` maps exec key -> (stream, ordinal); ``lane_labels`` the labels this
+    capture gave lanes (``mark_stream``, process groups): the record keeps those of lanes
+    its nodes are on (``None``: not recorded, the record's ``lanes`` stays ``None``).
     """
     calibration = calibration or {}
     out = []
@@ -54,7 +58,11 @@ def resolve_graph(
         out.append(NodeRecord(key=key, type=n.type, kernel=n.kernel, grid=n.grid, block=n.block,
                               annotation=ann, stream=stream, ordinal=ordinal))
     out.sort(key=lambda r: r.key)
-    return GraphRecord(exec_id=exec_id, nodes=tuple(out), template_id=template_id, device=device)
+    lanes = None
+    if lane_labels is not None:
+        used = {r.lane for r in out}
+        lanes = types.MappingProxyType({k: v for k, v in sorted(lane_labels.items()) if k in used})
+    return GraphRecord(exec_id=exec_id, nodes=tuple(out), template_id=template_id, device=device, lanes=lanes)
 
 
 def with_calibration(record: GraphRecord, calibration: Mapping[int, Tuple[int, int]]) -> GraphRecord:

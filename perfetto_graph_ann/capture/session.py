@@ -14,9 +14,10 @@ Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ..errors import CaptureError
 from .annotations import GraphRecord
@@ -41,6 +42,9 @@ class CaptureSession:
         self.nodes: Optional[List[NodeInfo]] = None
         self.template_id: Optional[int] = None
         self.annotations: Dict[int, Dict[str, Any]] = {}
+        #: lane id -> label given during this capture (first label wins), see label_lane
+        self.lane_labels: Dict[int, str] = {}
+        self._lane_lock = threading.Lock()
         self.exec_id: Optional[int] = None
         self._record: Optional[GraphRecord] = None
         self._calibration: Optional[Mapping[int, Tuple[int, int]]] = None
@@ -54,6 +58,23 @@ class CaptureSession:
         self.graph = self.backend.capture_graph(self.capture_stream)
         if self.graph is None:
             raise CaptureError(f"stream {self.capture_stream:#x} is not capturing; graph() must wrap an active capture")
+
+    def label_lane(self, lane: int, label: str) -> None:
+        """Record that this capture labelled ``lane`` (``mark_stream``, a process group).
+
+        The label goes into this graph's record only (for lanes its nodes end up on), so a
+        lane id another graph reuses never shows this graph's label. The first label this
+        capture gives a lane is kept, as the process-wide allocator does.
+        """
+        if not self.recorder.active:
+            return
+        with self._lane_lock:
+            self.lane_labels.setdefault(lane, label)
+
+    def lane_label(self, lane: Any) -> Optional[str]:
+        """The label this capture gave ``lane``, if any."""
+        with self._lane_lock:
+            return self.lane_labels.get(lane)
 
     def finish_capture(self) -> None:
         if self.graph is None:
@@ -69,7 +90,10 @@ class CaptureSession:
     def record(self) -> Optional[GraphRecord]:
         """The executable graph's record (built on first use), None before instantiation."""
         if self._record is None and self.exec_id is not None:
-            rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id, self.device)
+            with self._lane_lock:
+                labels = dict(self.lane_labels)
+            rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id, self.device,
+                                lane_labels=labels)
             self._record = with_calibration(rec, self._calibration) if self._calibration else rec
         return self._record
 
@@ -128,3 +152,25 @@ def current() -> Optional[CaptureSession]:
         return st[-1]
     with _glock:
         return _global[-1] if _global else None
+
+
+@contextlib.contextmanager
+def lane_scope(key: Any, label: str, registry: Registry = REGISTRY) -> Iterator[int]:
+    """Put the nodes captured in the block on the labelled lane of ``key``; yields the lane id.
+
+    The torch-free part of ``mark_stream`` (key = ``("stream", cuda stream handle)``): the
+    lane id comes from the process-wide allocator (stable per key), the label is recorded
+    with the capture in flight only, so it names this graph's nodes and no other graph's.
+    The graph is listed on entry, before the caller switches streams.
+    """
+    lane = registry.lanes.lane(key, label)
+    sess = current()
+    tok = None
+    if sess is not None and sess.recorder.active:
+        sess.label_lane(lane, label)
+        tok = sess.recorder.open({"stream": lane}, before=sess.recorder.snapshot())
+    try:
+        yield lane
+    finally:
+        if tok is not None:
+            sess.recorder.close(tok)

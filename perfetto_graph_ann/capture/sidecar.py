@@ -105,6 +105,10 @@ def to_proto(s: AnnotationSet):
             gm.template_id = g.template_id
         if g.device is not None:
             gm.device = g.device
+        if g.lanes is not None:
+            gm.lanes.SetInParent()  # present even when empty: "this graph labelled no lane"
+            for lane, label in sorted(g.lanes.items()):
+                gm.lanes.lanes.add(id=lane, label=label)
         for n in g.nodes:
             nm = gm.nodes.add(key=n.key, type=n.type)
             if n.kernel is not None:
@@ -142,9 +146,10 @@ def from_proto(msg, path: str) -> AnnotationSet:
                 block=(n.block.x, n.block.y, n.block.z) if n.HasField("block") else None,
                 annotation=_from_map(n.annotation, path, f"{where} annotation"),
                 stream=cal.stream if cal else None, ordinal=cal.ordinal if cal else None))
+        glanes = types.MappingProxyType({ln.id: ln.label for ln in g.lanes.lanes}) if g.HasField("lanes") else None
         graphs.append(GraphRecord(exec_id=g.exec_id, nodes=tuple(nodes),
                                   template_id=g.template_id if g.HasField("template_id") else None,
-                                  device=g.device if g.HasField("device") else None))
+                                  device=g.device if g.HasField("device") else None, lanes=glanes))
     lanes = {ln.id: ln.label for ln in msg.lanes}
     return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), msg.backend or None, path)
 
@@ -215,6 +220,8 @@ def to_json(s: AnnotationSet) -> Dict[str, Any]:
             gd["template_id"] = g.template_id
         if g.device is not None:
             gd["device"] = g.device
+        if g.lanes is not None:
+            gd["lanes"] = {str(k): v for k, v in sorted(g.lanes.items())}
         gd["nodes"] = nodes
         graphs.append(gd)
     return {"format": MAGIC, "version": VERSION, "producer": _producer(), "backend": s.backend,
@@ -277,6 +284,17 @@ def parse_json_bytes(data: bytes, path: str) -> Any:
         raise SidecarError(path, "not valid JSON: nested too deeply") from None
 
 
+def _json_lanes(lanes_in: Any, path: str, where: str) -> Dict[int, str]:
+    """``{"60": "label"}`` -> ``{60: "label"}``, checked (32-bit ids, string labels)."""
+    _want(isinstance(lanes_in, dict), path, f"'{where}' must be an object of lane id -> label")
+    lanes = {}
+    for k, v in lanes_in.items():
+        _want(k.isascii() and k.isdigit() and int(k) < 1 << 32 and isinstance(v, str), path,
+              f"{where}: bad entry {k!r}: {v!r} (expected a 32-bit lane id -> label)")
+        lanes[int(k)] = v
+    return lanes
+
+
 def from_json(doc: Any, path: str) -> AnnotationSet:
     _want(isinstance(doc, dict), path, "JSON sidecar must be an object")
     _want(doc.get("format") == MAGIC, path, f"not an annotation sidecar (format {doc.get('format')!r})")
@@ -285,13 +303,7 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
     _want(ver == VERSION, path, f"sidecar version {ver} is not supported (this reader knows {VERSION}); upgrade perfetto_graph_ann")
     backend = doc.get("backend")
     _want(backend is None or isinstance(backend, str), path, f"'backend' must be a string, got {backend!r}")
-    lanes_in = doc.get("lanes", {})
-    _want(isinstance(lanes_in, dict), path, "'lanes' must be an object of lane id -> label")
-    lanes = {}
-    for k, v in lanes_in.items():
-        _want(k.isascii() and k.isdigit() and int(k) < 1 << 32 and isinstance(v, str), path,
-              f"lanes: bad entry {k!r}: {v!r} (expected a 32-bit lane id -> label)")
-        lanes[int(k)] = v
+    lanes = _json_lanes(doc.get("lanes", {}), path, "lanes")
     graphs_in = doc.get("graphs")
     _want(isinstance(graphs_in, list), path, "'graphs' must be a list")
     graphs = []
@@ -327,7 +339,9 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
             nodes.append(NodeRecord(key=key, type=t, kernel=kernel, grid=_dim3(n.get("grid"), path, f"{where} grid"),
                                     block=_dim3(n.get("block"), path, f"{where} block"), annotation=ann,
                                     stream=stream, ordinal=ordinal))
-        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device")))
+        glanes = g.get("lanes")
+        glanes = None if glanes is None else types.MappingProxyType(_json_lanes(glanes, path, f"graph {gi} lanes"))
+        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device"), glanes))
     return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, path)
 
 

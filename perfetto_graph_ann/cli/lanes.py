@@ -52,11 +52,11 @@ def run(args: argparse.Namespace, out=None) -> int:
     layout = join(trace, annotations, graph_lanes=args.graph_lanes)
     names = None
     if args.graph_lanes == "none":  # name the annotated lanes the table lists next to the streams
-        from ..join.lanes import lane_name
+        from ..join.lanes import lane_graphs, lane_name
         from ..join.model import DEFAULT_GRAPH_LANE
-        from ..join.summary import annotated_counts
 
-        names = {key: lane_name(key[1], annotations) for key in annotated_counts(trace, layout)
+        names = {key: lane_name(key[1], annotations, graphs)
+                 for key, graphs in lane_graphs(trace.events, layout.placements, annotated=True).items()
                  if key[1] != DEFAULT_GRAPH_LANE}
     table = lane_table(trace, layout, names)
     print(f"{args.trace}: GPU work per lane (graph_lanes={args.graph_lanes})", file=out)

@@ -14,7 +14,7 @@ from ..capture.annotations import AnnotationSet
 from ..read.model import KinetoTrace
 from .calibrated import match_calibrated
 from .exact import match_exact
-from .lanes import GRAPH_LANES, lane_name, placement
+from .lanes import GRAPH_LANES, lane_graphs, lane_name, placement
 from .match import Match
 from .model import DEFAULT_GRAPH_LANE, JoinReport, LaneLayout
 from .replays import Replay, find_replays
@@ -70,15 +70,18 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
 
     lane_names = {}
     if graph_lanes == "all":
-        # The default lane keeps its stream name even if an annotation asks for it explicitly:
-        # it also holds every graphed event without a lane.
-        named = {lane for lane, _ in cache.values()} - {DEFAULT_GRAPH_LANE}
-        by_index = {e.index: e for r in replays for e in r.events}
-        for idx, p in placements.items():
-            dev = by_index[idx].device
-            key = (dev if dev is not None else 0, p.lane)
+        # A lane is named by the graphs whose events are on it in this trace (lane labels are
+        # per graph). The default lane keeps its stream name even if an annotation asks for it
+        # explicitly: it also holds every graphed event without a lane.
+        events = [e for r in replays for e in r.events]
+        graphs_on = lane_graphs(events, placements)
+        for e in events:
+            lane = placements[e.index].lane
+            key = (e.device if e.device is not None else 0, lane)
             if key not in lane_names:
-                lane_names[key] = lane_name(p.lane, annotations) if p.lane in named else f"stream {p.lane}"
+                graphs = graphs_on.get(key)
+                lane_names[key] = (lane_name(lane, annotations, graphs) if graphs and lane != DEFAULT_GRAPH_LANE
+                                   else f"stream {lane}")
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
                       graph_lanes=graph_lanes)
 

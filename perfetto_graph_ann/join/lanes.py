@@ -6,9 +6,9 @@ recorded stream and carries the lane it would have had as ``annotated_stream``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from ..capture.annotations import AnnotationSet, NodeRecord
+from ..capture.annotations import AnnotationSet, GraphRecord, NodeRecord
 from ..read.model import TraceEvent
 from .match import Match
 from .model import DEFAULT_GRAPH_LANE, Placement
@@ -69,22 +69,72 @@ def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[
     return Placement(hw if hw is not None else lane, args)
 
 
-def lane_name(lane: int, annotations: AnnotationSet) -> str:
-    """``"<id> <mark_stream label>"``, else ``"<id> <annotation name>"``, else for collectives
-    ``"<id> <pg description> (<collective>)"``, else ``"stream <id>"``.
+#: A lane shared by graphs that name it differently shows at most this many of the names.
+MAX_LANE_NAMES = 3
 
-    The annotation name is the first (in capture order) of the nodes that ask for this lane.
+
+def graph_lane_name(lane: int, graph: GraphRecord, annotations: AnnotationSet) -> Optional[str]:
+    """What one graph calls ``lane`` (Contract 4's precedence): its ``mark_stream`` / process
+    group label, else the ``name`` of its first node (capture order) on the lane, else
+    ``"<pg description> (<collective>)"`` of its first collective node there; None if nothing.
+
+    Labels are the graph's own (:attr:`GraphRecord.lanes`); a graph without recorded labels
+    (old sidecar) uses the set's process-wide :attr:`AnnotationSet.lanes`.
     """
-    label = annotations.lanes.get(lane)
+    label = annotations.lane_labels(graph).get(lane)
     if label:
-        return f"{lane} {label}"
-    nodes = [n for g in annotations.graphs for n in g.nodes if n.lane == lane]
+        return label
+    nodes = [n for n in graph.nodes if n.lane == lane]
     for n in nodes:
         name = n.annotation.get("name")
         if isinstance(name, str) and name:
-            return f"{lane} {name}"
+            return name
     for n in nodes:
         desc, coll = n.annotation.get(PG_DESCRIPTION), n.annotation.get(COLLECTIVE_NAME)
         if desc and coll:
-            return f"{lane} {desc} ({coll})"
-    return f"stream {lane}"
+            return f"{desc} ({coll})"
+    return None
+
+
+def lane_name(lane: int, annotations: AnnotationSet, graph_ids: Optional[Collection[int]] = None) -> str:
+    """``"<id> <name>"`` from the graphs that put events on ``lane``, else ``"stream <id>"``.
+
+    ``graph_ids``: exec ids of the graphs whose events are on this lane in the trace at
+    hand (None: every graph of the set). Each graph names the lane by
+    :func:`graph_lane_name`; distinct names are joined with ``" / "`` in the set's graph
+    order (capture order), at most :data:`MAX_LANE_NAMES` then ``"(+k more)"``, so a lane
+    two graphs share with different meanings says so, e.g. ``"61 right_projection / mlp"``.
+    """
+    names: List[str] = []
+    for g in annotations.graphs:
+        if graph_ids is not None and g.exec_id not in graph_ids:
+            continue
+        name = graph_lane_name(lane, g, annotations)
+        if name and name not in names:
+            names.append(name)
+    if not names:
+        return f"stream {lane}"
+    text = " / ".join(names[:MAX_LANE_NAMES])
+    if len(names) > MAX_LANE_NAMES:
+        text += f" (+{len(names) - MAX_LANE_NAMES} more)"
+    return f"{lane} {text}"
+
+
+def lane_graphs(events: Iterable[TraceEvent], placements: Mapping[int, Placement],
+                annotated: bool = False) -> Dict[Tuple[int, int], Set[int]]:
+    """(device, lane) -> exec ids of the graphs whose matched events are drawn on that lane.
+
+    ``annotated``: use the lane an event carries as ``annotated_stream`` (graph_lanes="none")
+    instead of the one it is drawn on. Unmatched events name no graph.
+    """
+    out: Dict[Tuple[int, int], Set[int]] = {}
+    for e in events:
+        p = placements.get(e.index)
+        if p is None or "graph id" not in p.args:
+            continue
+        lane = p.args.get("annotated_stream") if annotated else p.lane
+        if lane is None:
+            continue
+        dev = e.device
+        out.setdefault((dev if dev is not None else 0, lane), set()).add(p.args["graph id"])
+    return out
