@@ -163,3 +163,56 @@ def test_disk_full_on_sql_output(tmp_path, monkeypatch, capsys):
 def test_engine_pid_bookkeeping_after_faults():
     """Nothing registered as live after the faults above (atexit would otherwise kill it)."""
     assert [p for p in process.live_pids() if pid_alive(p)] == []
+
+
+def _corrupt_inputs(tmp_path: Path):
+    import gzip
+    import random
+
+    from perfetto_graph_ann.write.convert import convert
+
+    good = tmp_path / "good.pftrace"
+    convert(H.FIXTURES / "seed_block_eager.trace.json.gz", good)
+    pf = good.read_bytes()
+    js = gzip.decompress((H.FIXTURES / "two_branch.trace.json.gz").read_bytes())
+    rnd = random.Random(8)
+    flipped = bytearray(pf)
+    for i in rnd.sample(range(len(pf)), 40):
+        flipped[i] ^= 0xFF
+    return pf, {
+        "truncated_pftrace": pf[: len(pf) // 3],
+        "flipped_pftrace": bytes(flipped),
+        "junk_after_pftrace": pf + b"\xff" * 100,
+        "huge_length_prefix": b"\x0a\xff\xff\xff\xff\x0f" + b"\x00" * 10,
+        "truncated_json": js[: len(js) // 2],
+        "truncated_gzip_json": gzip.compress(js)[:500],
+    }
+
+
+@pytest.mark.skipif(portable_reason() is not None, reason=str(portable_reason()))
+def test_corrupt_traces_in_the_engine_are_input_errors_or_partial_loads(tmp_path):
+    """The trace processor's own reading of broken files: rows from what it could read, or an
+    InputError naming the file; never another exception, never an engine left running."""
+    from perfetto_graph_ann.errors import InputError
+
+    pf, cases = _corrupt_inputs(tmp_path)
+    with open_trace(tmp_path / "good.pftrace", engine="portable") as s:
+        full = s.query("SELECT COUNT(*) FROM slice").tuples()[0][0]
+    outcomes = {}
+    for name, data in cases.items():
+        p = tmp_path / f"{name}.trace"
+        p.write_bytes(data)
+        before = _children_of(os.getpid())
+        try:
+            with open_trace(p, engine="portable") as s:
+                n = s.query("SELECT COUNT(*) FROM slice").tuples()[0][0]
+            assert n <= full, (name, n, full)
+            outcomes[name] = "rows"
+        except InputError as e:
+            H.assert_typed_error(e, p)
+            outcomes[name] = "input_error"
+        _settle(before, "\0never\0")
+        assert process.live_pids() == []
+    # these cannot be read past their damage: the engine must say so, not return rows
+    for name in ("junk_after_pftrace", "truncated_json", "truncated_gzip_json"):
+        assert outcomes[name] == "input_error", outcomes
