@@ -177,7 +177,11 @@ def test_live_demo(tmp_path):
     assert after == {"stream 7": 10, "61 mlp": 20, "62 attention": 40}
     branch = next(s for s in result.scenarios if s.name == "two_branch")
     after = {row.name: row.after for row in branch.lanes.itertuples() if row.after}
-    assert after == {"60 left_projection": 5, "61 right_projection": 5, "stream 7": 5}
+    # mark_stream lane ids are per CUDA stream and process-wide (60, 61 in a fresh process;
+    # later ids after other captures in the same pytest process): compare labels and counts
+    by_label = {n.split(" ", 1)[1] if n[:1].isdigit() else n: c for n, c in after.items()}
+    assert by_label == {"left_projection": 5, "right_projection": 5, "stream 7": 5}
+    assert all(int(n.split(" ", 1)[0]) >= 60 for n in after if n[:1].isdigit())
     if devices >= 2:
         ar = next(s for s in result.scenarios if s.name == "allreduce")
         assert ar.report["unmatched"] == 0
