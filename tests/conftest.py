@@ -1,11 +1,22 @@
 """Shared test fixtures: the real H200 recordings (packaged copy, identical to shared/)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from perfetto_graph_ann._resources import demo_data_dir
+
+# Hypothesis profiles for the whole suite: "ci" (default) is derandomized so CI failures
+# reproduce; "fuzz_long" (PGA_HYPOTHESIS_PROFILE=fuzz_long) explores with fresh randomness.
+# Neither has a deadline: 2-core machines stall.
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True, suppress_health_check=_SUPPRESS)
+settings.register_profile("fuzz_long", deadline=None, derandomize=False, print_blob=True,
+                          suppress_health_check=_SUPPRESS)
+settings.load_profile(os.environ.get("PGA_HYPOTHESIS_PROFILE", "ci"))
 
 FIXTURES = demo_data_dir()
 TRACES = sorted(p.name[: -len(".trace.json.gz")] for p in FIXTURES.glob("*.trace.json.gz"))

@@ -21,7 +21,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from perfetto_graph_ann._resources import demo_data_dir
@@ -31,15 +30,7 @@ FIXTURES = demo_data_dir()
 TRACE_NAMES = sorted(p.name[: -len(".trace.json.gz")] for p in FIXTURES.glob("*.trace.json.gz"))
 CAPTURE_NAMES = sorted(p.name[: -len(".capture.json")] for p in FIXTURES.glob("*.capture.json"))
 
-# Hypothesis profiles: "ci" (default run) is derandomized so CI failures reproduce;
-# "fuzz_long" explores with fresh randomness. Neither has a deadline (2-core machines stall).
-settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                 HealthCheck.function_scoped_fixture])
-settings.register_profile("fuzz_long", deadline=None, derandomize=False, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                 HealthCheck.function_scoped_fixture])
-settings.load_profile(os.environ.get("PGA_HYPOTHESIS_PROFILE", "ci"))
+# Hypothesis profiles ("ci", "fuzz_long") are registered and loaded in conftest.py for every test.
 
 #: cases per test in the default run and in the long run (``-m fuzz_long``)
 FAST_CASES = int(os.environ.get("PGA_FUZZ_FAST", "60"))
