@@ -328,3 +328,20 @@ def test_backward_captured_in_another_graph_keeps_the_forward_label(process):
     fwd, bwd = process.snapshot().graphs
     assert dict(fwd.lanes) == dict(bwd.lanes) == {lane: "encoder"}
     assert bwd.nodes[0].annotation == {"name": "enc", "stream": lane, "autograd_phase": "backward"}
+
+
+def test_merge_keeps_each_old_files_labels_with_its_graphs(both):
+    """Merging sidecars: an old file's graphs keep that file's labels, not the later file's."""
+    two_branch, seed = (AnnotationSet((g,), both.lanes if g.exec_id == both.graphs[0].exec_id else {})
+                        for g in without_graph_lanes(both).graphs)
+    assert dict(two_branch.lanes) == {60: "left_projection", 61: "right_projection"} and seed.graphs[0].lanes is None
+    seed_trace = read_trace(fixture_trace("seed_block_annotated"))
+    for order in ((two_branch, seed), (seed, two_branch)):
+        merged = AnnotationSet.merge(order)
+        assert dict(merged.lanes) == {60: "left_projection", 61: "right_projection"}
+        assert join(seed_trace, merged, "all").lane_names[(0, 61)] == "61 mlp"
+    # two old files labelling the same lane differently: each graph keeps its own file's label
+    relabelled = AnnotationSet(seed.graphs, {61: "feed_forward"})
+    merged = AnnotationSet.merge([relabelled, two_branch])
+    assert merged.lanes[61] == "right_projection"  # the union: later file wins
+    assert join(seed_trace, merged, "all").lane_names[(0, 61)] == "61 feed_forward"

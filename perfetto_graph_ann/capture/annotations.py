@@ -115,12 +115,16 @@ class AnnotationSet:
 
     @staticmethod
     def merge(sets: Iterable["AnnotationSet"]) -> "AnnotationSet":
-        """Union of several sets (e.g. one per sidecar); later lane labels win."""
+        """Union of several sets (e.g. one per sidecar); later lane labels win in ``lanes``.
+
+        A graph without its own labels (old sidecar) gets its own set's ``lanes``, so it is
+        never named by another file's labels.
+        """
         graphs: list = []
         lanes: Dict[int, str] = {}
         backend = source = None
         for s in sets:
-            graphs.extend(s.graphs)
+            graphs.extend(g if g.lanes is not None else dataclasses.replace(g, lanes=s.lanes) for g in s.graphs)
             lanes.update(s.lanes)
             backend = backend or s.backend
             source = source or s.source
