@@ -17,17 +17,21 @@ class GraphAnnError(Exception):
     exit_code = 2
 
 
-class InputError(GraphAnnError):
-    """An input file is unreadable or malformed.
-
-    The message always starts with the path, then says what is wrong and, where known,
-    where in the file (event index, field).
-    """
+class PathError(GraphAnnError):
+    """An error about one file: the message is ``"<path>: <problem>"``."""
 
     def __init__(self, path: Optional[PathLike], problem: str):
         self.path = os.fspath(path) if path is not None else None
         self.problem = problem
         super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+
+class InputError(PathError):
+    """An input file is unreadable or malformed.
+
+    The message always starts with the path, then says what is wrong and, where known,
+    where in the file (event index, field).
+    """
 
 
 class TraceFormatError(InputError):
@@ -38,13 +42,8 @@ class SidecarError(InputError):
     """An annotation sidecar or capture record is corrupt, truncated or of an unknown version."""
 
 
-class OutputError(GraphAnnError):
+class OutputError(PathError):
     """An output could not be written (disk full, permission, missing directory)."""
-
-    def __init__(self, path: Optional[PathLike], problem: str):
-        self.path = os.fspath(path) if path is not None else None
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}" if self.path else problem)
 
 
 class CaptureError(GraphAnnError):
