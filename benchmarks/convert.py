@@ -4,7 +4,7 @@
     python benchmarks/convert.py [--events 120000] [--repeat 3]
 
 For each bundled fixture and a large synthetic trace (``benchmarks/synth.py``) it measures,
-in one run: ``json.load`` time of the (decompressed) file, convert time (read + write,
+in one run: ``json.load`` time of the (decompressed) file, ``read_trace`` alone, convert time (read + write,
 fast encoder; also the perfetto.protos reference encoder on the synthetic trace), events
 per second, the time ratio, output bytes vs raw and gzipped JSON, and the peak RSS of a
 conversion in a fresh process. Best of ``--repeat`` runs for each timing.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.synth import write_trace  # noqa: E402
 from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
-from perfetto_graph_ann.read.kineto import parse_trace_bytes  # noqa: E402
+from perfetto_graph_ann.read.kineto import parse_trace_bytes, read_trace  # noqa: E402
 from perfetto_graph_ann.write.convert import ConvertConfig, convert, paused_gc  # noqa: E402
 from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto  # noqa: E402
 
@@ -80,7 +80,10 @@ def row(name: str, json_path: Path, tmp: Path, repeat: int, encoders=("fast",)) 
     def plain_json_load():
         with open(json_path, "rb") as f:
             json.load(f)
-    fns = {"json": plain_json_load}
+    def read_only():  # convert's first half, as convert runs it (GC paused)
+        with paused_gc():
+            read_trace(json_path)
+    fns = {"json": plain_json_load, "read": read_only}
     for enc in encoders:
         fns[f"file_{enc}"] = lambda enc=enc: convert(json_path, out, ConvertConfig(encoder=enc, progress=False))
 
@@ -117,8 +120,9 @@ def main() -> None:
     print("Times: best of the interleaved rounds; CPU = process_time, wall in parentheses.\n")
     print("| trace | events | raw JSON MB | json.load s | convert file->file s | ratio | in memory s | ratio "
           "| events/s (in memory, CPU) | out / raw JSON | out / gzipped JSON | out.gz / raw JSON "
-          "| peak RSS MB convert | peak RSS MB json.load | compact: convert file->file ratio | compact: out / raw JSON |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| peak RSS MB convert | peak RSS MB json.load | compact: convert file->file ratio | compact: out / raw JSON "
+          "| read_trace only s | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         c, w = r["t"]["cpu"], r["t"]["wall"]
         print(f"| {r['name']} | {r['events']} | {r['raw'] / 1e6:.2f} | {c['json']:.4f} ({w['json']:.4f}) | "
@@ -126,7 +130,8 @@ def main() -> None:
               f"{c['mem_fast']:.4f} ({w['mem_fast']:.4f}) | {c['mem_fast'] / c['json']:.2f} | "
               f"{r['events'] / c['mem_fast']:,.0f} | {r['out'] / r['raw']:.3f} | {r['out'] / r['gz']:.2f} | "
               f"{r['out_gz'] / r['raw']:.3f} | {r['rss_mb']:.0f} | {r['json_rss_mb']:.0f} | "
-              f"{c['file_compact'] / c['json']:.2f} | {r['out_compact'] / r['raw']:.3f} |")
+              f"{c['file_compact'] / c['json']:.2f} | {r['out_compact'] / r['raw']:.3f} | "
+              f"{c['read']:.4f} ({w['read']:.4f}) | {c['read'] / c['json']:.2f} |")
     s = rows[-1]
     c = s["t"]["cpu"]
     print(f"\nperfetto.protos reference encoder on {s['name']} (CPU): file->file {c['file_protos']:.3f} s "
