@@ -10,7 +10,7 @@ from capture_fakes import FakeCuda
 
 from perfetto_graph_ann.capture import collectives as C
 from perfetto_graph_ann.capture import session as S
-from perfetto_graph_ann.capture.registry import REGISTRY, Registry
+from perfetto_graph_ann.capture.registry import Registry
 
 from perfetto_graph_ann._resources import demo_data_dir
 

@@ -6,7 +6,6 @@ JSON importer loading the same file: both must give identical slices to the ns.
 from __future__ import annotations
 
 import collections
-import gzip
 import json
 from decimal import Decimal
 

@@ -109,7 +109,6 @@ def check_sidecar_case(folder: Path, case: SidecarCase) -> str:
 
 def _check_sidecar_case(folder: Path, case: SidecarCase) -> str:
     from perfetto_graph_ann.join.join import join
-    from perfetto_graph_ann.read.kineto import read_trace
 
     src = folder / ("in.pga" if case.form == "binary" else "in.capture.json")
     src.write_bytes(case.data())

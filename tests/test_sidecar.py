@@ -17,7 +17,6 @@ from perfetto_graph_ann import load_annotations, save_annotations
 from perfetto_graph_ann.capture import _protogen, sidecar
 from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord, make_key
 from perfetto_graph_ann.errors import SidecarError
-from perfetto_graph_ann.util.atomic import atomic_write_bytes
 
 from perfetto_graph_ann._resources import demo_data_dir
 

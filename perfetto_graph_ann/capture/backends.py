@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..errors import CaptureError
 from .resolve import NodeInfo

@@ -16,7 +16,6 @@ key's local index moved onto the executable graph); annotation = ``{"name": scop
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import types
 from typing import Any, Dict, List, Optional, Tuple

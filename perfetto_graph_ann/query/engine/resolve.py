@@ -111,7 +111,7 @@ def find_local_shell(config: EngineConfig, tried: List[Attempt]) -> Optional[str
         if _is_executable_file(path):
             return path
         problem = "no such file" if not os.path.exists(path) else "not an executable file"
-        raise _Explicit(Attempt(f"{where}={value}", problem, f"point it at a trace_processor_shell binary or unset it"))
+        raise _Explicit(Attempt(f"{where}={value}", problem, "point it at a trace_processor_shell binary or unset it"))
     tried.append(Attempt(f"${ENV_SHELL} / ${ENV_SHELL_FALLBACK}", "not set", f"export {ENV_SHELL}=/path/to/trace_processor_shell"))
 
     on_path = shutil.which("trace_processor_shell")
