@@ -23,7 +23,7 @@ import textwrap
 import time
 from pathlib import Path
 
-import orjson
+import msgspec
 import pytest
 
 import hostile_inputs as H
@@ -41,7 +41,7 @@ def _env():
 
 @pytest.fixture(scope="module")
 def big_trace(tmp_path_factory) -> Path:
-    """~250k events: the eager seed block repeated with shifted times (orjson: seconds to build).
+    """~250k events: the eager seed block repeated with shifted times (msgspec: seconds to build).
 
     ``benchmarks/synth.py`` builds exact-decimal traces but takes ~20 s for this size; here only
     size matters, so times are plain floats.
@@ -64,7 +64,7 @@ def big_trace(tmp_path_factory) -> Path:
     head = {k: json.loads(H.encode(v)) for k, v in doc.items() if k != "traceEvents"}
     head["traceEvents"] = events
     p = tmp_path_factory.mktemp("big") / "big.trace.json"
-    p.write_bytes(orjson.dumps(head))
+    p.write_bytes(msgspec.json.encode(head))
     return p
 
 
