@@ -12,11 +12,11 @@ dropped record) is not trusted: its events are left to the structural join.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from ..capture.annotations import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import CALIBRATED
-from .match import Match, compatible_signatures, device_ok, signature
+from .match import Match, best_graph, compatible_signatures, signature
 from .replays import Replay
 
 
@@ -45,29 +45,22 @@ def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
     """Match the ``pending`` event indices of ``replay``; returns matches and the chosen graph id."""
     pending_set = set(pending)
     ev_sig = {e.index: signature(e, strict=False) for e in replay.events if e.index in pending_set}
-    scored: List[Tuple[int, int, Dict[int, NodeRecord]]] = []  # (score, exec id, matches)
-    for g in graphs:
-        if only_graph is not None and g.exec_id != only_graph:
-            continue
-        if not g.calibrated or not device_ok(g.device, replay.device):
-            continue
+
+    def match_graph(g: GraphRecord) -> Dict[int, NodeRecord]:
+        found: Dict[int, NodeRecord] = {}
+        if not g.calibrated:
+            return found
         table, kernels_only = _table(g)
         expected_per_stream = Counter(stream for stream, _ in table)
         ordinals = replay.ordinals(kernels_only)
         seen_per_stream = Counter(stream for stream, _ in ordinals.values())
-        found: Dict[int, NodeRecord] = {}
         for idx, pos in ordinals.items():
             if idx not in pending_set or seen_per_stream[pos[0]] != expected_per_stream[pos[0]]:
                 continue
             node = table.get(pos)
             if node is not None and compatible_signatures(ev_sig[idx], _node_signature(node)):
                 found[idx] = node
-        if found:
-            scored.append((len(found), g.exec_id, found))
-    if not scored:
-        return {}, None
-    best = max(s[0] for s in scored)
-    winners = [s for s in scored if s[0] == best]
-    ambiguous = len(winners) > 1
-    _, exec_id, found = winners[0]
-    return {i: Match(n, CALIBRATED, ambiguous) for i, n in found.items()}, exec_id
+        return found
+
+    found, exec_id, graph_tie = best_graph(replay, graphs, only_graph, match_graph)
+    return {i: Match(n, CALIBRATED, graph_tie) for i, n in found.items()}, exec_id

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
-from ..capture.annotations import NodeRecord
+from ..capture.annotations import GraphRecord, NodeRecord
 from ..read.model import TraceEvent
 from .names import base_name, full_name
-from .replays import dim3_arg, node_type_of
+from .replays import Replay, dim3_arg, node_type_of
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,3 +51,29 @@ def signature(event_or_node, strict: bool) -> Tuple:
 
 def device_ok(graph_device: Optional[int], replay_device: Optional[int]) -> bool:
     return graph_device is None or replay_device is None or graph_device == replay_device
+
+
+def best_graph(replay: Replay, graphs: Iterable[GraphRecord], only_graph: Optional[int],
+               match_graph: Callable[[GraphRecord], Dict[int, T]]) -> Tuple[Dict[int, T], Optional[int], bool]:
+    """Give ``replay`` to the graph whose matches cover most of its events.
+
+    ``match_graph`` is run on every graph the replay may belong to (only ``only_graph`` once
+    an earlier strategy chose one; same device). Returns that graph's matches, its exec id
+    (None when no graph matched) and whether another graph matched as many events (a tie: the
+    first in ``graphs`` order wins, and the caller marks its matches ambiguous).
+    """
+    scored: List[Tuple[int, int, Dict[int, T]]] = []  # (score, exec id, matches)
+    for g in graphs:
+        if only_graph is not None and g.exec_id != only_graph:
+            continue
+        if not device_ok(g.device, replay.device):
+            continue
+        found = match_graph(g)
+        if found:
+            scored.append((len(found), g.exec_id, found))
+    if not scored:
+        return {}, None, False
+    best = max(s[0] for s in scored)
+    winners = [s for s in scored if s[0] == best]
+    _, exec_id, found = winners[0]
+    return found, exec_id, len(winners) > 1

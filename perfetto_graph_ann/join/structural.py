@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from ..capture.annotations import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import STRUCTURAL
 from ..read.model import TraceEvent
-from .match import Match, device_ok, signature
+from .match import Match, best_graph, signature
 from .replays import Replay
 
 
@@ -60,19 +60,5 @@ def match_structural(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
     pending_set = set(pending)
     events = [e for e in replay.events if e.index in pending_set]
     used = set(used_keys)
-    scored = []
-    for g in graphs:
-        if only_graph is not None and g.exec_id != only_graph:
-            continue
-        if not device_ok(g.device, replay.device):
-            continue
-        found = _match_graph(events, g, used)
-        if found:
-            scored.append((len(found), g.exec_id, found))
-    if not scored:
-        return {}, None
-    best = max(s[0] for s in scored)
-    winners = [s for s in scored if s[0] == best]
-    graph_tie = len(winners) > 1
-    _, exec_id, found = winners[0]
+    found, exec_id, graph_tie = best_graph(replay, graphs, only_graph, lambda g: _match_graph(events, g, used))
     return {i: Match(n, STRUCTURAL, amb or graph_tie) for i, (n, amb) in found.items()}, exec_id
