@@ -15,7 +15,7 @@ import os
 import struct
 import types
 import zlib
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..errors import PathLike, SidecarError
 from ..util.atomic import atomic_write_bytes
@@ -417,3 +417,10 @@ def load_annotations(path: PathLike) -> AnnotationSet:
     if not data.startswith(b"\x0a" + bytes([len(magic)]) + magic):
         raise SidecarError(path, "not an annotation sidecar (neither the binary form nor JSON)")
     return from_bytes(data, path)
+
+
+def load_annotation_files(paths: Iterable[PathLike]) -> AnnotationSet:
+    """The annotations of several files (sidecars or capture records), merged in the given
+    order (:meth:`AnnotationSet.merge`); an empty set for no files."""
+    sets = [load_annotations(p) for p in paths]
+    return AnnotationSet.merge(sets) if sets else AnnotationSet()

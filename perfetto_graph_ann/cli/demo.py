@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from ._common import ENGINES
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -22,7 +24,7 @@ def register(sub) -> argparse.ArgumentParser:
     mode.add_argument("--live", dest="mode", action="store_const", const="live",
                       help="require a live capture (error without CUDA)")
     p.add_argument("--replays", type=int, default=5, help="profiled replays per scenario, live only (default: 5)")
-    p.add_argument("--engine", default="auto", choices=("auto", "native", "portable"),
+    p.add_argument("--engine", default="auto", choices=ENGINES,
                    help="trace processor for the SQL step (default: auto)")
     p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary")
     p.set_defaults(func=run, mode="auto")

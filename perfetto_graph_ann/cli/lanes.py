@@ -11,6 +11,8 @@ import os
 import sys
 import tempfile
 
+from ._common import ENGINES, load_annotation_files  # noqa: F401 (cli/convert.py imports it from here)
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("lanes", help="kernels per lane before/after the join, and the join report",
@@ -21,24 +23,10 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
                    help="all: move graphed kernels to their annotated lane (torch 2.15); none: keep streams")
     p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary (needs a trace processor)")
-    p.add_argument("--engine", choices=("auto", "native", "portable"), default="auto",
+    p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor for the SQL lane summary")
     p.set_defaults(func=run)
     return p
-
-
-def load_annotation_files(paths):
-    """Merge the annotations of several files (sidecars or capture records)."""
-    from ..capture.annotations import AnnotationSet
-
-    sets = [_load_one(p) for p in paths]
-    return AnnotationSet.merge(sets) if sets else AnnotationSet()
-
-
-def _load_one(path):
-    from ..capture.sidecar import load_annotations  # sidecars and capture records alike
-
-    return load_annotations(path)
 
 
 def run(args: argparse.Namespace, out=None) -> int:

@@ -25,7 +25,7 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, out=None) -> int:
     from ..errors import InputError
     from ..write.merge import merge
-    from .lanes import load_annotation_files
+    from ._common import load_annotation_files
 
     out = out or sys.stdout
     n = len(args.traces)

@@ -15,6 +15,8 @@ import sys
 import tempfile
 from typing import Dict, List, Tuple
 
+from ._common import ENGINES, load_annotation_files, write_output
+
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
     "lane_summary": ("Lanes (graph_ann_lane)", [
@@ -49,7 +51,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--top", type=_positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="table: readable (times in µs, ratios in %%); csv / json: every column, raw units (ns)")
-    p.add_argument("--engine", choices=("auto", "native", "portable"), default="auto",
+    p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor to use (default: auto)")
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
     p.set_defaults(func=run)
@@ -159,13 +161,7 @@ def run(args: argparse.Namespace) -> int:
         with open_trace(path, engine=args.engine) as session:
             tables = metrics.report(session, top=args.top)
     text = f"{args.trace}\n\n" + format_report(tables, args.format) if args.format == "table" else format_report(tables, args.format)
-    if args.output:
-        from ..util.atomic import atomic_write
-
-        with atomic_write(args.output, "wb") as f:
-            f.write(text.encode("utf-8"))
-    else:
-        sys.stdout.write(text)
+    write_output(text, args.output)
     return 0
 
 
@@ -178,7 +174,6 @@ def _convert(args: argparse.Namespace, out: str) -> str:
     layout = None
     if args.annotations:
         from ..join import join
-        from .lanes import load_annotation_files
 
         layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
     convert(trace, out, layout=layout)

@@ -6,7 +6,8 @@ works in the query. Output: an aligned table (default), CSV or JSON (a list of r
 from __future__ import annotations
 
 import argparse
-import sys
+
+from ._common import ENGINES, write_output
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -19,7 +20,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("trace", help="trace file (.pftrace, Chrome JSON, .gz, anything Perfetto reads)")
     p.add_argument("sql", help='SQL; several statements allowed, e.g. "INCLUDE PERFETTO MODULE graph_ann.lanes; SELECT ..."')
     p.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format (default: table)")
-    p.add_argument("--engine", choices=("auto", "native", "portable"), default="auto", help="trace processor to use (default: auto)")
+    p.add_argument("--engine", choices=ENGINES, default="auto", help="trace processor to use (default: auto)")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="stop the query after S seconds")
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
     p.set_defaults(func=run)
@@ -61,11 +62,5 @@ def run(args: argparse.Namespace) -> int:
     with open_trace(args.trace, engine=args.engine, config=config) as session:
         df = session.query(args.sql).df()
     text = format_frame(df, args.format)
-    if args.output:
-        from ..util.atomic import atomic_write
-
-        with atomic_write(args.output, "wb") as f:
-            f.write(text.encode("utf-8"))
-    else:
-        sys.stdout.write(text)
+    write_output(text, args.output)
     return 0

@@ -135,9 +135,9 @@ def _restored_collective(trace, layout) -> Optional[Dict[str, Any]]:
 
 def load_any_annotations(path: Path):
     """A sidecar written by ``save_annotations``, or a probe capture record (the shipped ones)."""
-    from ..cli.lanes import load_annotation_files
+    from ..capture.sidecar import load_annotation_files
 
-    return load_annotation_files([str(path)])
+    return load_annotation_files([path])
 
 
 def sql_lane_summary(trace: Path, engine: str):

@@ -1,0 +1,29 @@
+"""What several subcommands share: option choices, loading annotation files, writing output.
+
+Heavy imports stay inside the functions, so building the parser (``--help``) stays fast.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+#: ``--engine`` choices (see :mod:`perfetto_graph_ann.query.engine`).
+ENGINES = ("auto", "native", "portable")
+
+
+def load_annotation_files(paths: Sequence[str]):
+    """Merge the annotations of several files (sidecars or capture records)."""
+    from ..capture.sidecar import load_annotation_files as load
+
+    return load(paths)
+
+
+def write_output(text: str, output: Optional[str]) -> None:
+    """Write ``text`` to ``output`` (atomically, UTF-8) or, when it is None, to stdout."""
+    if output:
+        from ..util.atomic import atomic_write
+
+        with atomic_write(output, "wb") as f:
+            f.write(text.encode("utf-8"))
+    else:
+        sys.stdout.write(text)
