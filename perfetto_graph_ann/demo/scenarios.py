@@ -10,6 +10,7 @@ torch is imported inside the functions: importing this module needs no GPU.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from pathlib import Path
@@ -34,16 +35,17 @@ def cuda_device_count() -> int:
         return 0
 
 
-def _warm(fn: Callable[[], object]) -> None:
-    """Run ``fn`` a few times on a side stream before capture, as torch.cuda.graph's docs ask."""
+def warmup(fn: Callable[[], object], n: int = 3) -> None:
+    """Run ``fn`` ``n`` times on a side stream before capture, as torch.cuda.graph's docs ask."""
     import torch
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3):
+        for _ in range(n):
             fn()
     torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
 
 
 def _capture(fn: Callable[[], object]):
@@ -51,7 +53,7 @@ def _capture(fn: Callable[[], object]):
 
     import perfetto_graph_ann as pga
 
-    _warm(fn)
+    warmup(fn)
     g = torch.cuda.CUDAGraph()
     with pga.graph(g):
         fn()
@@ -85,38 +87,78 @@ def _save(sidecar: Path) -> None:
     pga.save_annotations(str(sidecar))
 
 
-def seed_block(out_dir: Path, replays: int) -> Recording:
-    """The seed's transformer block (B=4, T=256, D=1024, H=8, fp32) with its four scopes."""
+def seed_block_model(annotate: bool = True, layers: int = 1) -> Callable[[], object]:
+    """The seed's transformer block (B=4, T=256, D=1024, H=8, fp32) with its four scopes, as
+    a forward function on fixed random inputs (seed 0).
+
+    ``annotate=False`` runs the same code without any annotation call (the capture
+    benchmark's baseline); ``layers`` > 1 chains that many blocks (its larger capture).
+    """
     import torch
 
     import perfetto_graph_ann as pga
+
+    def scope(ann):
+        return pga.mark_kernels(ann) if annotate else contextlib.nullcontext()
 
     torch.manual_seed(0)
     B, T, D, H = 4, 256, 1024, 8
     hd = D // H
     x = torch.randn(B, T, D, device="cuda")
-    wqkv = torch.randn(D, 3 * D, device="cuda") / math.sqrt(D)
-    wo = torch.randn(D, D, device="cuda") / math.sqrt(D)
-    w1 = torch.randn(D, 4 * D, device="cuda") / math.sqrt(D)
-    w2 = torch.randn(4 * D, D, device="cuda") / math.sqrt(4 * D)
+    params = [{
+        "Wqkv": torch.randn(D, 3 * D, device="cuda") / math.sqrt(D),
+        "Wo": torch.randn(D, D, device="cuda") / math.sqrt(D),
+        "W1": torch.randn(D, 4 * D, device="cuda") / math.sqrt(D),
+        "W2": torch.randn(4 * D, D, device="cuda") / math.sqrt(4 * D),
+    } for _ in range(layers)]
 
-    def fwd():
-        with pga.mark_kernels("qkv_proj"):
-            qkv = x @ wqkv
+    def block(h, P):
+        with scope("qkv_proj"):
+            qkv = h @ P["Wqkv"]
         q, k, v = qkv.split(D, dim=-1)
         q = q.view(B, T, H, hd).transpose(1, 2)
         k = k.view(B, T, H, hd).transpose(1, 2)
         v = v.view(B, T, H, hd).transpose(1, 2)
-        with pga.mark_kernels({"name": "attention", "stream": 62}):
+        with scope({"name": "attention", "stream": 62}):
             s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
             a = torch.softmax(s, dim=-1)
             ctx = (a @ v).transpose(1, 2).reshape(B, T, D)
-        with pga.mark_kernels("out_proj"):
-            o = ctx @ wo
-        with pga.mark_kernels({"name": "mlp", "stream": 61}):
-            return torch.nn.functional.gelu(o @ w1) @ w2
+        with scope("out_proj"):
+            o = ctx @ P["Wo"]
+        with scope({"name": "mlp", "stream": 61}):
+            return torch.nn.functional.gelu(o @ P["W1"]) @ P["W2"]
 
-    g = _capture(fwd)
+    def fwd():
+        h = x
+        for P in params:
+            h = block(h, P)
+        return h
+
+    return fwd
+
+
+def allreduce_model() -> Callable[[], object]:
+    """``h = x @ W; all_reduce(h)`` on fixed random inputs (seed 0); needs a NCCL process
+    group. Inside ``pga.graph`` the collective is annotated automatically."""
+    import torch
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    D = 1024
+    x = torch.randn(4, 256, D, device="cuda")
+    w = torch.randn(D, D, device="cuda") / math.sqrt(D)
+
+    def step():
+        h = x @ w
+        dist.all_reduce(h)
+        return h
+
+    return step
+
+
+def seed_block(out_dir: Path, replays: int) -> Recording:
+    """The seed's transformer block (:func:`seed_block_model`), captured and profiled."""
+    g = _capture(seed_block_model())
     rec = Recording("seed_block", "transformer block: qkv_proj, attention (lane 62), out_proj, mlp (lane 61)",
                     out_dir / "seed_block.trace.json.gz", out_dir / "seed_block.annotations.json")
     _profile(g, replays, rec.trace)
@@ -168,16 +210,7 @@ def _allreduce_worker(rank: int, world: int, out_dir: str, replays: int, port: i
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)
-        D = 1024
-        x = torch.randn(4, 256, D, device="cuda")
-        w = torch.randn(D, D, device="cuda") / math.sqrt(D)
-
-        def fwd():
-            h = x @ w
-            dist.all_reduce(h)  # annotated automatically inside pga.graph
-            return h
-
+        fwd = allreduce_model()
         for _ in range(3):
             fwd()
         torch.cuda.synchronize()

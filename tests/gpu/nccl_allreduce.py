@@ -8,7 +8,6 @@ no annotation code. Rank 0 writes both, the node's annotation and lane labels to
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import tempfile
@@ -17,10 +16,9 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.dirname(__file__))
-import perfetto_graph_ann as pga  # noqa: E402
-from blocks import warmup  # noqa: E402
-from perfetto_graph_ann.capture.registry import REGISTRY  # noqa: E402
+import perfetto_graph_ann as pga
+from perfetto_graph_ann.capture.registry import REGISTRY
+from perfetto_graph_ann.demo.scenarios import allreduce_model, warmup
 
 FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "In split size",
           "Out split size", "Process Group Name", "Process Group Description", "Process Group Ranks")
@@ -30,16 +28,7 @@ def main(out_path: str) -> None:
     rank = int(os.environ["RANK"])
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     dist.init_process_group("nccl")
-    torch.manual_seed(0)
-    D = 1024
-    x = torch.randn(4, 256, D, device="cuda")
-    W = torch.randn(D, D, device="cuda") / math.sqrt(D)
-
-    def step():
-        h = x @ W
-        dist.all_reduce(h)
-        return h
-
+    step = allreduce_model()
     for _ in range(3):
         step()
     torch.cuda.synchronize()
