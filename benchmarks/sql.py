@@ -1,6 +1,8 @@
 """Benchmark: time of each graph_ann SQL module on a synthetic trace with 1M GPU kernels.
 
     python benchmarks/sql.py [--kernels 1000000] [--engine portable|native|both]
+    python benchmarks/sql.py --kernels 1000000 --prepare /tmp/sql1m.pftrace   # build once
+    python benchmarks/sql.py --trace /tmp/sql1m.pftrace [--statements]         # reuse it
 
 The trace: CUDA graph replays of a 20-node graph (17 compute kernels on two hardware
 streams, one NCCL all-reduce with eager-style collective args, one memcpy, one memset),
@@ -17,6 +19,10 @@ with its dependencies (sum of its own and its dependencies' times). Besides wall
 reports the engine process's CPU time (user + system, all threads, from /proc), which a
 busy machine inflates much less. Targets (issue 6): 2 s per module on the portable
 engine, 0.5 s native.
+
+``--statements`` also times every statement of every module on its own (the module's
+dependencies included first, then its statements run one by one), to find where a
+module's time goes.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import argparse
 import os
 import platform
 import random
+import re
 import sys
 import tempfile
 import time
@@ -118,34 +125,65 @@ def time_modules(path: Path, engine: str) -> dict:
     return res
 
 
+def statements(sql: str) -> list:
+    """The statements of a module's text, comments dropped (none of ours has ';' inside)."""
+    text = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    return [st.strip() for st in text.split(";") if st.strip()]
+
+
+def time_statements(path: Path, engine: str) -> None:
+    """Per-statement engine CPU and wall time of every module, each on a fresh session."""
+    for m in MODULES:
+        with open_trace(path, engine=engine) as s:
+            pid = s.engine.pid
+            for st in statements((ROOT / "sql" / "graph_ann" / f"{m}.sql").read_text()):
+                c, t = cpu_seconds(pid), time.perf_counter()
+                s.query(st)
+                head = re.sub(r"\s+", " ", st)[:90]
+                print(f"{m:12s} {time.perf_counter() - t:7.2f} wall {cpu_seconds(pid) - c:7.2f} cpu  {head}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernels", type=int, default=1_000_000, help="GPU work events (default 1,000,000)")
     ap.add_argument("--engine", choices=("portable", "native", "both"), default="portable")
+    ap.add_argument("--prepare", type=Path, metavar="PATH", help="only build the trace and write it to PATH")
+    ap.add_argument("--trace", type=Path, metavar="PATH", help="time this trace (from --prepare) instead of building one")
+    ap.add_argument("--statements", action="store_true", help="also time each statement of each module")
     args = ap.parse_args()
     engines = ("portable", "native") if args.engine == "both" else (args.engine,)
+    if args.trace:
+        report(args.trace, engines, args.statements)
+        return
     t = time.perf_counter()
     trace, layout = build(args.kernels)
     print(f"built {len(trace.events):,} events ({len(layout.placements):,} GPU work) in {time.perf_counter() - t:.1f} s")
     with tempfile.TemporaryDirectory(prefix="pga-bench-sql-") as tmp:
-        out = Path(tmp) / "synthetic.pftrace"
+        out = args.prepare or Path(tmp) / "synthetic.pftrace"
         t = time.perf_counter()
         convert(trace, out, ConvertConfig(progress=False), layout=layout)
         print(f"converted in {time.perf_counter() - t:.1f} s: {out.stat().st_size / 1e6:.0f} MB")
         del trace, layout
-        print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
-        for engine in engines:
-            r = time_modules(out, engine)
-            print(f"\nengine {engine} ({r['version']}): load {r['load']:.1f} s; rows {r['rows']}")
-            target = 2.0 if engine == "portable" else 0.5
-            print(f"| module | wall s | engine CPU s | cold wall s (with deps) | cold CPU s | target {target} s (cold) |")
-            print("| --- | ---: | ---: | ---: | ---: | --- |")
-            for m in MODULES:
-                cold = r[m] + sum(r[d] for d in DEPS[m])
-                cold_cpu = r[m + "_cpu"] + sum(r[d + "_cpu"] for d in DEPS[m])
-                verdict = "met" if cold <= target else ("missed (CPU time within)" if cold_cpu <= target else "missed")
-                print(f"| graph_ann.{m} | {r[m]:.2f} | {r[m + '_cpu']:.2f} | {cold:.2f} | {cold_cpu:.2f} | {verdict} |")
-            print(f"load average during the run: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+        if not args.prepare:
+            report(out, engines, args.statements)
+
+
+def report(out: Path, engines, per_statement: bool) -> None:
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    for engine in engines:
+        r = time_modules(out, engine)
+        print(f"\nengine {engine} ({r['version']}): load {r['load']:.1f} s; rows {r['rows']}")
+        target = 2.0 if engine == "portable" else 0.5
+        print(f"| module | wall s | engine CPU s | cold wall s (with deps) | cold CPU s | target {target} s (cold) |")
+        print("| --- | ---: | ---: | ---: | ---: | --- |")
+        for m in MODULES:
+            cold = r[m] + sum(r[d] for d in DEPS[m])
+            cold_cpu = r[m + "_cpu"] + sum(r[d + "_cpu"] for d in DEPS[m])
+            verdict = "met" if cold <= target else ("missed (CPU time within)" if cold_cpu <= target else "missed")
+            print(f"| graph_ann.{m} | {r[m]:.2f} | {r[m + '_cpu']:.2f} | {cold:.2f} | {cold_cpu:.2f} | {verdict} |")
+        print(f"load average during the run: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+        if per_statement:
+            time_statements(out, engine)
 
 
 if __name__ == "__main__":
