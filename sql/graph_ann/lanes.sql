@@ -61,10 +61,10 @@ CREATE PERFETTO TABLE _graph_ann_lane_cover(
   -- Length of that gap, NULL if none.
   gap_dur DURATION
 ) AS
-SELECT device, lane_id, cover_ts AS ts, cover_dur AS dur, gap_ts, gap_dur
+SELECT grp AS device, sub_grp AS lane_id, cover_ts AS ts, cover_dur AS dur, gap_ts, gap_dur
 FROM _graph_ann_intervals_cover!(
   (
-    SELECT device * 4294967296 + lane_id AS grp, device, lane_id, ts, dur
+    SELECT device AS grp, lane_id AS sub_grp, ts, dur
     FROM _graph_ann_work
   )
 );

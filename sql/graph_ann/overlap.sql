@@ -58,9 +58,9 @@ CREATE PERFETTO TABLE _graph_ann_class_cover(
   -- Length of the piece.
   dur DURATION
 ) AS
-SELECT device, class, cover_ts AS ts, cover_dur AS dur
+SELECT grp AS device, sub_grp AS class, cover_ts AS ts, cover_dur AS dur
 FROM _graph_ann_intervals_cover!(
-  (SELECT device * 4 + class AS grp, device, class, ts, dur FROM _graph_ann_work_class)
+  (SELECT device AS grp, class AS sub_grp, ts, dur FROM _graph_ann_work_class)
 )
 WHERE cover_dur > 0;
 

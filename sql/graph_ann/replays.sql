@@ -48,7 +48,7 @@ SELECT
   SUM(cover_dur) AS busy_dur
 FROM _graph_ann_intervals_cover!(
   (
-    SELECT launch_id AS grp, launch_id, correlation, device, lane_id, arg_set_id, ts, dur
+    SELECT launch_id AS grp, 0 AS sub_grp, launch_id, correlation, device, lane_id, arg_set_id, ts, dur
     FROM _graph_ann_work
     WHERE is_graphed
   )
@@ -149,7 +149,7 @@ WITH
       SUM(cover_dur) AS busy_dur
     FROM _graph_ann_intervals_cover!(
       (
-        SELECT launch_id * 4294967296 + lane_id AS grp, launch_id, lane_id, correlation, device, track_id, ts, dur
+        SELECT launch_id AS grp, lane_id AS sub_grp, launch_id, lane_id, correlation, device, track_id, ts, dur
         FROM _graph_ann_work
         WHERE is_graphed
       )
