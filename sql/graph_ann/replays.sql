@@ -12,7 +12,55 @@
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 INCLUDE PERFETTO MODULE graph_ann.intervals;
 
--- Per replay: the extent, counts and busy time of its GPU work.
+-- Per (replay, lane): the extent, counts and busy time of the replay's work
+-- on the lane, and the smallest graph id / replay index on it.
+CREATE PERFETTO TABLE _graph_ann_replay_lane_work(
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Correlation id (smallest; all the replay's work shares the launch's).
+  correlation LONG,
+  -- GPU index (smallest).
+  device LONG,
+  -- One of the lane's tracks (for its name).
+  track_id LONG,
+  -- `debug.graph id` (smallest).
+  graph_id LONG,
+  -- `debug.replay` (smallest).
+  replay LONG,
+  -- Number of work slices.
+  work_count LONG,
+  -- First start.
+  ts TIMESTAMP,
+  -- Last end.
+  end_ts TIMESTAMP,
+  -- Busy time: the union of the replay's work on the lane.
+  busy_dur DURATION
+) AS
+SELECT
+  grp AS launch_id,
+  sub_grp AS lane_id,
+  MIN(correlation) AS correlation,
+  MIN(device) AS device,
+  MIN(track_id) AS track_id,
+  MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.graph id'), EXTRACT_ARG(arg_set_id, 'args.graph id'))) AS graph_id,
+  MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.replay'), EXTRACT_ARG(arg_set_id, 'args.replay'))) AS replay,
+  COUNT(*) AS work_count,
+  MIN(ts) AS ts,
+  MAX(ts + dur) AS end_ts,
+  SUM(cover_dur) AS busy_dur
+FROM _graph_ann_intervals_cover!(
+  (
+    SELECT launch_id AS grp, lane_id AS sub_grp, correlation, device, track_id, arg_set_id, ts, dur
+    FROM _graph_ann_work
+    WHERE is_graphed
+  )
+)
+GROUP BY grp, sub_grp;
+
+-- Per replay: the extent, counts and busy time of its GPU work (the per-lane
+-- rows summed up; the busy time is the union over all lanes, one more pass).
 CREATE PERFETTO TABLE _graph_ann_replay_work(
   -- Slice id of the graph launch.
   launch_id LONG,
@@ -35,25 +83,41 @@ CREATE PERFETTO TABLE _graph_ann_replay_work(
   -- Busy time: the union of the replay's work over all lanes.
   busy_dur DURATION
 ) AS
-SELECT
-  launch_id,
-  MIN(correlation) AS correlation,
-  MIN(device) AS device,
-  MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.graph id'), EXTRACT_ARG(arg_set_id, 'args.graph id'))) AS graph_id,
-  MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.replay'), EXTRACT_ARG(arg_set_id, 'args.replay'))) AS replay,
-  MIN(ts) AS ts,
-  MAX(ts + dur) AS end_ts,
-  COUNT(*) AS work_count,
-  COUNT(DISTINCT lane_id) AS lane_count,
-  SUM(cover_dur) AS busy_dur
-FROM _graph_ann_intervals_cover!(
-  (
-    SELECT launch_id AS grp, 0 AS sub_grp, launch_id, correlation, device, lane_id, arg_set_id, ts, dur
-    FROM _graph_ann_work
-    WHERE is_graphed
+WITH
+  busy AS (
+    SELECT grp AS launch_id, SUM(cover_dur) AS busy_dur
+    FROM _graph_ann_intervals_cover!(
+      (SELECT launch_id AS grp, 0 AS sub_grp, ts, dur FROM _graph_ann_work WHERE is_graphed)
+    )
+    GROUP BY grp
+  ),
+  per_replay AS (
+    SELECT
+      launch_id,
+      MIN(correlation) AS correlation,
+      MIN(device) AS device,
+      MIN(graph_id) AS graph_id,
+      MIN(replay) AS replay,
+      MIN(ts) AS ts,
+      MAX(end_ts) AS end_ts,
+      SUM(work_count) AS work_count,
+      COUNT(lane_id) AS lane_count
+    FROM _graph_ann_replay_lane_work
+    GROUP BY launch_id
   )
-)
-GROUP BY launch_id;
+SELECT
+  p.launch_id,
+  p.correlation,
+  p.device,
+  p.graph_id,
+  p.replay,
+  p.ts,
+  p.end_ts,
+  p.work_count,
+  p.lane_count,
+  b.busy_dur
+FROM per_replay AS p
+JOIN busy AS b USING (launch_id);
 
 -- One row per graph replay (graph launch with GPU work in the trace).
 CREATE PERFETTO TABLE graph_ann_replay(
@@ -135,27 +199,6 @@ CREATE PERFETTO TABLE graph_ann_replay_lane(
   -- Time the lane is busy during the replay (union of the lane's intervals).
   busy_dur DURATION
 ) AS
-WITH
-  per_lane AS (
-    SELECT
-      launch_id,
-      lane_id,
-      MIN(correlation) AS correlation,
-      MIN(device) AS device,
-      MIN(track_id) AS track_id,
-      COUNT(*) AS work_count,
-      MIN(ts) AS ts,
-      MAX(ts + dur) AS end_ts,
-      SUM(cover_dur) AS busy_dur
-    FROM _graph_ann_intervals_cover!(
-      (
-        SELECT launch_id AS grp, lane_id AS sub_grp, launch_id, lane_id, correlation, device, track_id, ts, dur
-        FROM _graph_ann_work
-        WHERE is_graphed
-      )
-    )
-    GROUP BY launch_id, lane_id
-  )
 SELECT
   p.launch_id,
   p.correlation,
@@ -166,5 +209,5 @@ SELECT
   p.ts,
   p.end_ts,
   p.busy_dur
-FROM per_lane AS p
+FROM _graph_ann_replay_lane_work AS p
 ORDER BY p.device, p.ts, p.lane_id;
