@@ -7,40 +7,20 @@ test_engine_resolve.py.
 """
 from __future__ import annotations
 
-import os
-import signal
-import threading
-
 import pytest
 
-from engine_support import fixture_trace, pid_alive, x_counts_by_cat
+from engine_support import SLOW_SQL, fixture_trace, native_reason, pid_alive, sigkill_after, x_counts_by_cat
 from perfetto_graph_ann.errors import EngineError, QueryError
 from perfetto_graph_ann.query.batch import query_many
-from perfetto_graph_ann.query.engine import EngineConfig
-from perfetto_graph_ann.query.engine.config import ENV_SHELL
-from perfetto_graph_ann.query.engine.resolve import _Explicit, find_local_shell
 from perfetto_graph_ann.query.session import open_trace
 
-
-def _local_shell():
-    try:
-        return find_local_shell(EngineConfig(engine="native"), [])
-    except _Explicit:
-        return None
-
-
-SHELL = _local_shell()
 pytestmark = [
     pytest.mark.native,
-    pytest.mark.skipif(
-        SHELL is None,
-        reason=f"no local trace_processor_shell (set {ENV_SHELL}, put one on PATH, or fill the perfetto prebuilt cache); "
-        "the portable engine tests cover the same SQL",
-    ),
+    pytest.mark.skipif(native_reason() is not None,
+                       reason=f"{native_reason()}; the portable engine tests cover the same SQL"),
 ]
 
 GRAPH = fixture_trace("seed_block_graph")
-SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) SELECT COUNT(*) FROM c"
 
 
 def test_native_counts_and_graph_ann_module():
@@ -55,13 +35,10 @@ def test_native_counts_and_graph_ann_module():
 def test_native_killed_mid_query():
     s = open_trace(GRAPH, engine="native")
     pid = s.engine.pid
-    timer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
-    timer.start()
     try:
-        with pytest.raises(EngineError, match="died during the query"):
+        with sigkill_after(pid), pytest.raises(EngineError, match="died during the query"):
             s.query(SLOW_SQL)
     finally:
-        timer.cancel()
         s.close()
     assert not pid_alive(pid)
 

@@ -5,22 +5,18 @@ portable engine does; test_engine_native.py covers a real shell when one is pres
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import sys
-import threading
-import time
 
 import pytest
 
-from engine_support import fixture_trace, pid_alive, requires_portable, x_counts_by_cat
+from engine_support import SLOW_SQL, fixture_trace, requires_portable, sigkill_after, wait_gone, x_counts_by_cat
 from perfetto_graph_ann.errors import EngineError, InputError, QueryError, QueryTimeoutError
 from perfetto_graph_ann.query.engine import EngineConfig
 from perfetto_graph_ann.query.session import open_trace
 
 pytestmark = requires_portable
 
-SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) SELECT COUNT(*) FROM c"
 GRAPH = fixture_trace("seed_block_graph")
 
 
@@ -34,13 +30,6 @@ def fake_shell(tmp_path_factory):
     return path
 
 
-def _wait_gone(pid, seconds=10.0):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and pid_alive(pid):
-        time.sleep(0.05)
-    return not pid_alive(pid)
-
-
 def test_native_path_runs_real_sql_with_our_package(fake_shell):
     with open_trace(GRAPH, engine="native", config=EngineConfig(shell_path=fake_shell)) as s:
         assert s.engine_kind == "native" and "v52" in s.version
@@ -50,7 +39,7 @@ def test_native_path_runs_real_sql_with_our_package(fake_shell):
             s.query("SELECT * FROM nope")
         assert s.query("SELECT COUNT(*) AS n FROM slice WHERE category = 'cuda_runtime'").rows[0].n == x_counts_by_cat("seed_block_graph")["cuda_runtime"]
         pid = s.engine.pid
-    assert _wait_gone(pid)
+    assert wait_gone(pid, 10.0)
 
 
 def test_native_timeout_and_death(fake_shell):
@@ -59,18 +48,15 @@ def test_native_timeout_and_death(fake_shell):
         pid = s.engine.pid
         with pytest.raises(QueryTimeoutError, match="0.5 s timeout"):
             s.query(SLOW_SQL, timeout_s=0.5)
-        assert _wait_gone(pid)
+        assert wait_gone(pid, 10.0)
     s = open_trace(GRAPH, engine="native", config=cfg)
     pid = s.engine.pid
-    timer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
-    timer.start()
     try:
-        with pytest.raises(EngineError, match="native trace processor died during the query"):
+        with sigkill_after(pid), pytest.raises(EngineError, match="native trace processor died during the query"):
             s.query(SLOW_SQL)
     finally:
-        timer.cancel()
         s.close()
-    assert _wait_gone(pid)
+    assert wait_gone(pid, 10.0)
 
 
 def test_native_bad_trace(fake_shell, tmp_path):

@@ -13,39 +13,22 @@ import time
 
 import pytest
 
-from engine_support import fixture_trace, pid_alive, requires_portable, x_counts_by_cat
+from engine_support import SLOW_SQL, fixture_trace, pid_alive, requires_portable, sigkill_after, wait_gone, x_counts_by_cat
 from perfetto_graph_ann.errors import EngineError, GraphAnnError, InputError, QueryError, QueryTimeoutError
 from perfetto_graph_ann.query.engine import process
 from perfetto_graph_ann.query.session import open_trace
 
 pytestmark = requires_portable
 
-# Counts to 10^10 one row at a time: minutes of work for the engine, so it is still busy
-# when the test kills it or the timeout fires.
-SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) SELECT COUNT(*) FROM c"
 GRAPH = fixture_trace("seed_block_graph")
-
-
-def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.05)
-    return not pid_alive(pid)
 
 
 def test_engine_killed_mid_query_raises_and_leaves_nothing():
     s = open_trace(GRAPH, engine="portable")
     pid = s.engine.pid
     sock_dir = s.engine._tmpdir
-    killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
-    killer.start()
-    try:
-        with pytest.raises(EngineError) as info:
-            s.query(SLOW_SQL)
-    finally:
-        killer.cancel()
+    with sigkill_after(pid), pytest.raises(EngineError) as info:
+        s.query(SLOW_SQL)
     msg = str(info.value)
     assert type(info.value) is EngineError
     assert msg.startswith(str(GRAPH)) and "died during the query" in msg and "SIGKILL" in msg
@@ -64,7 +47,7 @@ def test_timeout_stops_the_engine():
         with pytest.raises(QueryTimeoutError, match=r"ran past its 0.5 s timeout"):
             s.query(SLOW_SQL, timeout_s=0.5)
         assert time.monotonic() - t0 < 5
-        assert _wait_gone(pid)
+        assert wait_gone(pid)
         assert not s.engine.alive
 
 
@@ -123,7 +106,7 @@ def test_two_sessions_at_once_from_two_threads():
         pids = [s.engine.pid for s in sessions]
         for s in sessions:
             s.close()
-    assert all(_wait_gone(p) for p in pids)
+    assert all(wait_gone(p) for p in pids)
 
 
 _CHILD = textwrap.dedent(
@@ -161,7 +144,7 @@ def test_ctrl_c_mid_query_leaves_no_engine():
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
-    assert _wait_gone(pid)
+    assert wait_gone(pid)
 
 
 @pytest.mark.parametrize("mode", ["sleep", "query"])
@@ -173,7 +156,7 @@ def test_parent_killed_engine_exits_on_its_own(private_tmp, mode):
     time.sleep(0.5)
     proc.kill()  # SIGKILL: no atexit, no finalizers; the host sees its stdin close
     proc.wait(timeout=10)
-    assert _wait_gone(pid, 10)
+    assert wait_gone(pid, 10)
     assert os.listdir(private_tmp) == []  # the host removed its socket folder
 
 

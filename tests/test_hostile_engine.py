@@ -16,14 +16,13 @@ from pathlib import Path
 import pytest
 
 import hostile_inputs as H
-from engine_support import pid_alive, portable_reason
+from engine_support import SLOW_SQL, pid_alive, portable_reason
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.errors import EngineError
 from perfetto_graph_ann.query.engine import EngineConfig, process
 from perfetto_graph_ann.query.session import open_trace
 
 TRACE = H.FIXTURES / "two_branch.trace.json.gz"
-SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) SELECT COUNT(*) FROM c"
 
 
 def _children_of(pid: int) -> set:

@@ -18,12 +18,11 @@ import pytest
 import sql_expect as X
 import sql_synth
 from conftest import fixture_capture, fixture_trace
+from engine_support import native_reason, portable_reason, requires_portable
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.join.model import LaneLayout, Placement
 from perfetto_graph_ann.query import metrics
-from perfetto_graph_ann.query.engine import EngineConfig
-from perfetto_graph_ann.query.engine.resolve import choose_engine, find_local_shell
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.convert import convert
@@ -31,25 +30,10 @@ from perfetto_graph_ann.write.convert import convert
 REL = 1e-9
 
 
-def _native_reason():
-    try:
-        return None if find_local_shell(EngineConfig(engine="native"), []) else "no native trace_processor_shell installed"
-    except Exception as e:  # an explicitly configured but broken shell
-        return f"native shell unusable: {e}"
-
-
-def _portable_reason():
-    try:
-        choose_engine(EngineConfig(engine="portable"))
-        return None
-    except Exception as e:
-        return f"portable engine unavailable: {e}"
-
-
 ENGINES = [
-    pytest.param("portable", marks=pytest.mark.skipif(_portable_reason() is not None, reason=str(_portable_reason()))),
+    pytest.param("portable", marks=requires_portable),
     pytest.param("native", marks=[pytest.mark.native,
-                                  pytest.mark.skipif(_native_reason() is not None, reason=str(_native_reason()))]),
+                                  pytest.mark.skipif(native_reason() is not None, reason=str(native_reason()))]),
 ]
 
 
@@ -107,15 +91,8 @@ def _chrome_json_joined(name: str):
     return build
 
 
-def _json_as_is(name: str):
-    """torch.profiler's own JSON loaded without conversion (Perfetto's JSON importer)."""
-    def build(tmp):
-        src = fixture_trace(name)
-        return src, X.load_events(src), None
-    return build
-
-
-#: Cases whose file is loaded as is instead of converted to .pftrace first.
+#: Cases whose file is loaded as is instead of converted to .pftrace first (``json_*`` of
+#: ``_plain``: torch.profiler's own JSON through Perfetto's JSON importer).
 LOAD_AS_IS = {"json_allreduce_eager_rank0", "json_seed_block_graph", "json_seed_block_annotated_joined"}
 
 CASES = {
@@ -128,8 +105,8 @@ CASES = {
     "allreduce_graph_restored": _allreduce_graph_restored,
     "synth_overlap": _synth(sql_synth.overlap_trace),
     "synth_gaps": _synth(sql_synth.gaps_trace),
-    "json_allreduce_eager_rank0": _json_as_is("allreduce_eager_rank0"),
-    "json_seed_block_graph": _json_as_is("seed_block_graph"),
+    "json_allreduce_eager_rank0": _plain("allreduce_eager_rank0"),
+    "json_seed_block_graph": _plain("seed_block_graph"),
     "json_seed_block_annotated_joined": _chrome_json_joined("seed_block_annotated"),
 }
 
@@ -355,8 +332,8 @@ def test_graphed_allreduce_without_metadata(engine, _cache, tmp_path_factory):
 def test_metrics_accept_a_path(tmp_path_factory, _cache):
     """A path opens (and closes) its own session; the numbers equal the session's."""
     engine = "portable"
-    if _portable_reason():
-        pytest.skip(_portable_reason())
+    if portable_reason():
+        pytest.skip(portable_reason())
     loaded = _load(_cache, tmp_path_factory, "two_branch", engine)
     out = _cache["two_branch"][0]
     a = metrics.lane_summary(out, engine=engine)

@@ -4,29 +4,16 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import pytest
 
 import sql_expect as X
 from conftest import fixture_capture, fixture_trace
+from engine_support import requires_portable
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.cli.report import _fmt_us, format_report, is_json_trace
 from perfetto_graph_ann.join import join
-from perfetto_graph_ann.query.engine import EngineConfig
-from perfetto_graph_ann.query.engine.resolve import choose_engine
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.convert import convert
-
-
-def _portable_reason():
-    try:
-        choose_engine(EngineConfig(engine="portable"))
-        return None
-    except Exception as e:
-        return f"portable engine unavailable: {e}"
-
-
-requires_portable = pytest.mark.skipif(_portable_reason() is not None, reason=str(_portable_reason()))
 
 
 def test_fmt_us_is_exact():
