@@ -87,6 +87,17 @@ def _save(sidecar: Path) -> None:
     pga.save_annotations(str(sidecar))
 
 
+def _record(fwd: Callable[[], object], name: str, title: str, out_dir: Path, replays: int) -> Recording:
+    """Capture ``fwd``, profile ``replays`` replays into ``<name>.trace.json.gz`` and save the
+    annotations next to it."""
+    g = _capture(fwd)
+    rec = Recording(name, title, out_dir / f"{name}.trace.json.gz", out_dir / f"{name}.annotations.json")
+    _profile(g, replays, rec.trace)
+    _save(rec.annotations)
+    g.reset()
+    return rec
+
+
 def seed_block_model(annotate: bool = True, layers: int = 1) -> Callable[[], object]:
     """The seed's transformer block (B=4, T=256, D=1024, H=8, fp32) with its four scopes, as
     a forward function on fixed random inputs (seed 0).
@@ -158,13 +169,8 @@ def allreduce_model() -> Callable[[], object]:
 
 def seed_block(out_dir: Path, replays: int) -> Recording:
     """The seed's transformer block (:func:`seed_block_model`), captured and profiled."""
-    g = _capture(seed_block_model())
-    rec = Recording("seed_block", "transformer block: qkv_proj, attention (lane 62), out_proj, mlp (lane 61)",
-                    out_dir / "seed_block.trace.json.gz", out_dir / "seed_block.annotations.json")
-    _profile(g, replays, rec.trace)
-    _save(rec.annotations)
-    g.reset()
-    return rec
+    return _record(seed_block_model(), "seed_block",
+                   "transformer block: qkv_proj, attention (lane 62), out_proj, mlp (lane 61)", out_dir, replays)
 
 
 def two_branch(out_dir: Path, replays: int) -> Recording:
@@ -193,13 +199,8 @@ def two_branch(out_dir: Path, replays: int) -> Recording:
         with pga.mark_kernels("combine"):
             return left + right
 
-    g = _capture(fwd)
-    rec = Recording("two_branch", "two-branch mark_stream block: left_projection, right_projection, combine",
-                    out_dir / "two_branch.trace.json.gz", out_dir / "two_branch.annotations.json")
-    _profile(g, replays, rec.trace)
-    _save(rec.annotations)
-    g.reset()
-    return rec
+    return _record(fwd, "two_branch", "two-branch mark_stream block: left_projection, right_projection, combine",
+                   out_dir, replays)
 
 
 def _allreduce_worker(rank: int, world: int, out_dir: str, replays: int, port: int) -> None:
