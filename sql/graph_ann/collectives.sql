@@ -121,7 +121,7 @@ FROM (
     id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id,
     COALESCE(EXTRACT_ARG(arg_set_id, 'debug.Collective name'), EXTRACT_ARG(arg_set_id, 'args.Collective name')) AS collective
   FROM _graph_ann_work
-  WHERE kind = 'kernel'
+  WHERE category = 'kernel'
 )
 WHERE collective IS NOT NULL OR name GLOB 'nccl*';
 

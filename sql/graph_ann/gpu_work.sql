@@ -46,6 +46,21 @@ FROM (
 )
 WHERE correlation IS NOT NULL;
 
+-- One launch per correlation id (the first, should a trace repeat one). A
+-- table, not a CTE: the join below is cheaper against a materialised table.
+CREATE PERFETTO TABLE _graph_ann_launch_by_correlation(
+  -- CUPTI correlation id.
+  correlation LONG,
+  -- Slice id of the first launch call with it.
+  id LONG,
+  -- Whether a call with it launches a whole CUDA graph.
+  is_graph_launch BOOL
+) AS
+SELECT correlation, MIN(id) AS id, MAX(is_graph_launch) AS is_graph_launch
+FROM _graph_ann_launch
+GROUP BY correlation
+ORDER BY correlation;
+
 -- The columns of GPU work every metric needs, materialised once: the three
 -- arguments read for every slice (device, lane, correlation), the launch found
 -- by correlation and the lane's name. The other arguments are read on demand by
@@ -60,10 +75,9 @@ CREATE PERFETTO TABLE _graph_ann_work(
   dur DURATION,
   -- Kernel / memcpy / memset name.
   name STRING,
-  -- Kineto category.
+  -- Kineto category (`kernel`, `gpu_memcpy` or `gpu_memset`; the view derives
+  -- `kind` from it, a computed string column being costly to materialise).
   category STRING,
-  -- `kernel`, `memcpy` or `memset`.
-  kind STRING,
   -- GPU index (`debug.device`).
   device LONG,
   -- Lane (`debug.stream`).
@@ -94,12 +108,6 @@ WITH
       COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.correlation'), EXTRACT_ARG(s.arg_set_id, 'args.correlation')) AS correlation
     FROM slice AS s
     WHERE s.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')
-  ),
-  -- One launch per correlation id (the first, should a trace repeat one).
-  launch AS (
-    SELECT correlation, MIN(id) AS id, MAX(is_graph_launch) AS is_graph_launch
-    FROM _graph_ann_launch
-    GROUP BY correlation
   )
 SELECT
   w.id,
@@ -107,11 +115,6 @@ SELECT
   w.dur,
   w.name,
   w.category,
-  CASE w.category
-    WHEN 'kernel' THEN 'kernel'
-    WHEN 'gpu_memcpy' THEN 'memcpy'
-    ELSE 'memset'
-  END AS kind,
   w.device,
   w.lane_id,
   w.track_id,
@@ -120,7 +123,7 @@ SELECT
   COALESCE(l.is_graph_launch, 0) AS is_graphed,
   w.arg_set_id
 FROM work AS w
-LEFT JOIN launch AS l USING (correlation);
+LEFT JOIN _graph_ann_launch_by_correlation AS l USING (correlation);
 
 -- The name of every track holding GPU work: the track's own name (TrackEvent
 -- traces), else its thread's name (Chrome JSON traces, where a stream or lane
@@ -200,7 +203,11 @@ SELECT
   w.ts + w.dur AS end_ts,
   w.name,
   w.category,
-  w.kind,
+  CASE w.category
+    WHEN 'kernel' THEN 'kernel'
+    WHEN 'gpu_memcpy' THEN 'memcpy'
+    ELSE 'memset'
+  END AS kind,
   w.device,
   w.lane_id,
   n.name AS lane_name,

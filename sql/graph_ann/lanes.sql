@@ -101,7 +101,7 @@ SELECT
   lane_id,
   MIN(track_id) AS track_id,
   COUNT(*) AS work_count,
-  SUM(kind = 'kernel') AS kernel_count,
+  SUM(category = 'kernel') AS kernel_count,
   SUM(dur) AS total_dur,
   AVG(dur) AS mean_dur,
   MIN(dur) AS min_dur,
@@ -275,7 +275,7 @@ WITH
       AVG(dur) AS mean_dur,
       MAX(dur) AS max_dur
     FROM _graph_ann_work
-    WHERE kind = 'kernel'
+    WHERE category = 'kernel'
     GROUP BY device, lane_id, name
   )
 SELECT

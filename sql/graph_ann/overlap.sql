@@ -40,7 +40,7 @@ SELECT
   w.dur,
   CASE
     WHEN c.id IS NOT NULL THEN 1
-    WHEN w.kind = 'kernel' THEN 0
+    WHEN w.category = 'kernel' THEN 0
     ELSE 2
   END AS class
 FROM _graph_ann_work AS w
