@@ -22,8 +22,6 @@ NODE_TYPES = ("kernel", "memcpy", "memset", "host", "graph", "empty", "event_rec
 #: Node types whose replay shows up as GPU work in a profile.
 GPU_WORK_NODE_TYPES = frozenset({"kernel", "memcpy", "memset"})
 
-_EMPTY: Mapping[str, Any] = types.MappingProxyType({})
-
 
 def make_key(graph_id: int, local_id: int) -> int:
     """Pack a node key: ``(graph id << 32) | local id`` (both unsigned 32-bit)."""

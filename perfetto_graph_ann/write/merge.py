@@ -74,9 +74,6 @@ class _Ids:
         self.used: Set[int] = set()
         self.next = _FRESH_ID_BASE
 
-    def mapper(self) -> Dict[int, int]:
-        return {}
-
     def map(self, table: Dict[int, int], value: int) -> int:
         if value in table:
             return table[value]
