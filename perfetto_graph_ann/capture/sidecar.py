@@ -409,9 +409,9 @@ def load_annotations(path: PathLike) -> AnnotationSet:
     if data.lstrip()[:1] in (b"{", b"["):
         doc = parse_json_bytes(data, path)
         if isinstance(doc, dict) and "exec_cupti_graph_id" in doc and "format" not in doc:
-            from .capture_record import read_capture_record
+            from .capture_record import capture_record_to_annotations
 
-            return read_capture_record(path)
+            return capture_record_to_annotations(doc, path)
         return from_json(doc, path)
     magic = MAGIC.encode()
     if not data.startswith(b"\x0a" + bytes([len(magic)]) + magic):

@@ -107,7 +107,7 @@ def run_scenario(rec: Recording, out_dir: Path, config: DemoConfig) -> ScenarioR
 
     trace = read_trace(rec.trace)
     raw_out = out_dir / f"{rec.name}.raw.pftrace"
-    convert(rec.trace, raw_out)
+    convert(trace, raw_out)
     reference_out = None
     if rec.reference is not None:
         reference_out = out_dir / f"{rec.name}.reference.pftrace"
@@ -117,7 +117,7 @@ def run_scenario(rec: Recording, out_dir: Path, config: DemoConfig) -> ScenarioR
                               reference_trace=reference_out)
     layout = join(trace, load_any_annotations(rec.annotations), graph_lanes="all")
     ann_out = out_dir / f"{rec.name}.annotated.pftrace"
-    convert(rec.trace, ann_out, layout=layout)
+    convert(trace, ann_out, layout=layout)
     return ScenarioResult(rec.name, rec.title, raw_out, ann_out, lane_table(trace, layout),
                           layout.report.as_dict(), report_table(layout), reference_out,
                           restored_collective=_restored_collective(trace, layout))
