@@ -16,7 +16,7 @@ from .calibrated import match_calibrated
 from .exact import match_exact
 from .lanes import GRAPH_LANES, lane_graphs, lane_name, placement
 from .match import Match
-from .model import DEFAULT_GRAPH_LANE, JoinReport, LaneLayout
+from .model import DEFAULT_GRAPH_LANE, JoinReport, LaneLayout, lane_key
 from .replays import Replay, find_replays
 from .structural import match_structural
 
@@ -77,7 +77,7 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
         graphs_on = lane_graphs(events, placements)
         for e in events:
             lane = placements[e.index].lane
-            key = (e.device if e.device is not None else 0, lane)
+            key = lane_key(e.device, lane)
             if key not in lane_names:
                 graphs = graphs_on.get(key)
                 lane_names[key] = (lane_name(lane, annotations, graphs) if graphs and lane != DEFAULT_GRAPH_LANE

@@ -11,7 +11,7 @@ from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Set
 from ..capture.annotations import AnnotationSet, GraphRecord, NodeRecord
 from ..read.model import TraceEvent
 from .match import Match
-from .model import DEFAULT_GRAPH_LANE, Placement
+from .model import DEFAULT_GRAPH_LANE, Placement, lane_key
 
 GRAPH_LANES = ("all", "none")
 
@@ -135,6 +135,5 @@ def lane_graphs(events: Iterable[TraceEvent], placements: Mapping[int, Placement
         lane = p.args.get("annotated_stream") if annotated else p.lane
         if lane is None:
             continue
-        dev = e.device
-        out.setdefault((dev if dev is not None else 0, lane), set()).add(p.args["graph id"])
+        out.setdefault(lane_key(e.device, lane), set()).add(p.args["graph id"])
     return out

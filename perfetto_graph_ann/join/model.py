@@ -6,7 +6,7 @@ GPU event stays on its recorded stream. Placements are keyed by ``TraceEvent.ind
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 #: Join strategies, best first.
 EXACT = "exact"
@@ -40,11 +40,16 @@ class JoinReport:
     total: int = 0  #: GPU work events in the trace
     graphed: int = 0  #: of those, launched by a graph launch
     matched: Dict[str, int] = dataclasses.field(default_factory=lambda: {s: 0 for s in STRATEGIES})
-    ambiguous: int = 0  #: structural matches with more than one candidate node
+    ambiguous: int = 0  #: of the matched, those flagged ambiguous (several candidate nodes or graphs)
     unmatched: int = 0  #: graphed events no strategy could place
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def lane_key(device: Optional[int], lane: int) -> Tuple[int, int]:
+    """The (device, lane) key of :attr:`LaneLayout.lane_names`; no device counts as device 0."""
+    return (device if device is not None else 0, lane)
 
 
 @dataclasses.dataclass

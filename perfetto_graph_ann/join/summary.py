@@ -11,7 +11,7 @@ from typing import Dict, Optional, Tuple
 import pandas as pd
 
 from ..read.model import KinetoTrace
-from .model import LaneLayout
+from .model import LaneLayout, lane_key
 
 COLUMNS = ["device", "lane", "name", "before", "after"]
 
@@ -25,8 +25,7 @@ def lane_counts(trace: KinetoTrace, layout: LaneLayout = None) -> Dict[Tuple[int
             continue
         p = placements.get(e.index)
         lane = p.lane if p is not None else e.stream
-        dev = e.device
-        counts[(dev if dev is not None else 0, lane if lane is not None else -1)] += 1
+        counts[lane_key(e.device, lane if lane is not None else -1)] += 1
     return dict(counts)
 
 
@@ -36,8 +35,7 @@ def annotated_counts(trace: KinetoTrace, layout: LaneLayout) -> Dict[Tuple[int, 
     for e in trace.events:
         p = layout.placements.get(e.index)
         if p is not None and "annotated_stream" in p.args:
-            dev = e.device
-            counts[(dev if dev is not None else 0, p.args["annotated_stream"])] += 1
+            counts[lane_key(e.device, p.args["annotated_stream"])] += 1
     return dict(counts)
 
 
