@@ -21,6 +21,14 @@ def test_version_and_help():
         assert cmd in out.stdout
 
 
+def test_cli_engine_choices_are_the_engines():
+    """The CLI repeats the engine names so --help need not import the engine package."""
+    from perfetto_graph_ann.cli._common import ENGINES as CLI_ENGINES
+    from perfetto_graph_ann.query.engine.config import ENGINES
+
+    assert CLI_ENGINES == ENGINES
+
+
 def test_import_does_not_import_torch():
     code = "import sys, perfetto_graph_ann; perfetto_graph_ann.AnnotationSet; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -36,9 +36,7 @@ def query_many(
     Rows keep the order of ``traces``. The first failure (bad trace, SQL error, engine
     death) is raised, naming its trace, and every engine is stopped.
     """
-    config = config or EngineConfig()
-    if engine != "auto" or config.engine == "auto":
-        config = config.replace(engine=engine)
+    config = (config or EngineConfig()).with_engine(engine)
     paths = [Path(t) for t in traces]
     if not paths:
         return pd.DataFrame({"trace": pd.Series([], dtype=object)})

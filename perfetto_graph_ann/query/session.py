@@ -111,7 +111,5 @@ def open_trace(path: PathArg, engine: str = "auto", config: Optional[EngineConfi
     :class:`~perfetto_graph_ann.errors.EngineNotFoundError` (listing what was tried and
     how to fix each) when no engine is usable.
     """
-    config = config or EngineConfig()
-    if engine != "auto" or config.engine == "auto":
-        config = config.replace(engine=engine)
+    config = (config or EngineConfig()).with_engine(engine)
     return Session(Path(path), start_engine(path, config))

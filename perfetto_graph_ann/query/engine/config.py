@@ -91,3 +91,8 @@ class EngineConfig:
     def replace(self, **changes) -> "EngineConfig":
         """A copy with ``changes`` applied."""
         return dc.replace(self, **changes)
+
+    def with_engine(self, engine: str) -> "EngineConfig":
+        """The config a call's ``engine=`` argument gives: an explicit choice overrides
+        :attr:`engine`; ``"auto"`` (the argument's default) keeps it."""
+        return self if engine == "auto" else self.replace(engine=engine)
