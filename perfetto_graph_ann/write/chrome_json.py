@@ -57,10 +57,13 @@ def annotated_events(trace: KinetoTrace, layout: Optional[LaneLayout]) -> List[D
     placements = layout.placements if layout else {}
     # Flow ends ("f", bound to the enclosing slice) follow their GPU event to its lane.
     moved: Dict[Tuple[Any, Any, int, Any], Any] = {}
+    by_index: Optional[Dict[int, TraceEvent]] = None  # only for traces whose index is not the position
     for idx, p in placements.items():
         e = trace.events[idx] if idx < len(trace.events) and trace.events[idx].index == idx else None
         if e is None:
-            e = next(x for x in trace.events if x.index == idx)
+            if by_index is None:
+                by_index = {x.index: x for x in trace.events}
+            e = by_index[idx]
         if e.tid != p.lane and e.ts_ns is not None:
             moved[(e.pid, e.tid, e.ts_ns, e.correlation)] = p.lane
 
