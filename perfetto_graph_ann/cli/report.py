@@ -160,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
             print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
         with open_trace(path, engine=args.engine) as session:
             tables = metrics.report(session, top=args.top)
-    text = f"{args.trace}\n\n" + format_report(tables, args.format) if args.format == "table" else format_report(tables, args.format)
+    text = format_report(tables, args.format)
+    if args.format == "table":
+        text = f"{args.trace}\n\n{text}"
     write_output(text, args.output)
     return 0
 
