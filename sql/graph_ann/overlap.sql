@@ -137,9 +137,11 @@ CREATE PERFETTO TABLE graph_ann_overlap(
   idle_dur DURATION
 ) AS
 WITH
+  -- The device's span from the per-lane first starts and last ends (the same
+  -- as over all work, without another pass over it).
   span AS (
-    SELECT device, MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur
-    FROM _graph_ann_work_class
+    SELECT device, MIN(first_ts) AS ts, MAX(end_ts) - MIN(first_ts) AS dur
+    FROM _graph_ann_lane_stats
     GROUP BY device
   ),
   per_class AS (
