@@ -35,11 +35,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from perfetto_graph_ann.join.model import LaneLayout, Placement  # noqa: E402
+from perfetto_graph_ann.query.engine import EngineConfig  # noqa: E402
 from perfetto_graph_ann.query.session import open_trace  # noqa: E402
 from perfetto_graph_ann.read.model import KinetoTrace, TraceEvent  # noqa: E402
 from perfetto_graph_ann.write.convert import ConvertConfig, convert  # noqa: E402
@@ -109,9 +111,15 @@ def cpu_seconds(pid) -> float:
         return float("nan")
 
 
-def time_modules(path: Path, engine: str) -> dict:
+def time_modules(path: Path, engine: str, sql_dir: Optional[Path] = None) -> dict:
+    """Seconds (wall and engine CPU) of each module's INCLUDE, in dependency order, one session.
+
+    ``sql_dir``: a ``graph_ann`` folder to register instead of the package's own (to time
+    an older version of the modules against the current one in one run).
+    """
+    config = EngineConfig(sql_packages=[sql_dir]) if sql_dir else None
     t = time.perf_counter()
-    with open_trace(path, engine=engine) as s:
+    with open_trace(path, engine=engine, config=config) as s:
         res = {"load": time.perf_counter() - t, "version": s.version}
         pid = s.engine.pid
         for m in MODULES:
@@ -150,10 +158,12 @@ def main() -> None:
     ap.add_argument("--prepare", type=Path, metavar="PATH", help="only build the trace and write it to PATH")
     ap.add_argument("--trace", type=Path, metavar="PATH", help="time this trace (from --prepare) instead of building one")
     ap.add_argument("--statements", action="store_true", help="also time each statement of each module")
+    ap.add_argument("--sql-dir", type=Path, metavar="DIR",
+                    help="time this graph_ann folder (e.g. an older version) instead of the package's own")
     args = ap.parse_args()
     engines = ("portable", "native") if args.engine == "both" else (args.engine,)
     if args.trace:
-        report(args.trace, engines, args.statements)
+        report(args.trace, engines, args.statements, args.sql_dir)
         return
     t = time.perf_counter()
     trace, layout = build(args.kernels)
@@ -165,13 +175,14 @@ def main() -> None:
         print(f"converted in {time.perf_counter() - t:.1f} s: {out.stat().st_size / 1e6:.0f} MB")
         del trace, layout
         if not args.prepare:
-            report(out, engines, args.statements)
+            report(out, engines, args.statements, args.sql_dir)
 
 
-def report(out: Path, engines, per_statement: bool) -> None:
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+def report(out: Path, engines, per_statement: bool, sql_dir: Optional[Path] = None) -> None:
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+          f"modules: {sql_dir or 'the package'}")
     for engine in engines:
-        r = time_modules(out, engine)
+        r = time_modules(out, engine, sql_dir)
         print(f"\nengine {engine} ({r['version']}): load {r['load']:.1f} s; rows {r['rows']}")
         target = 2.0 if engine == "portable" else 0.5
         print(f"| module | wall s | engine CPU s | cold wall s (with deps) | cold CPU s | target {target} s (cold) |")
