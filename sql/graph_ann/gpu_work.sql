@@ -135,7 +135,8 @@ CREATE PERFETTO TABLE _graph_ann_track_name(
   name STRING
 ) AS
 SELECT t.id AS track_id, COALESCE(t.name, TRIM(th.name)) AS name
-FROM (SELECT DISTINCT track_id FROM _graph_ann_work) AS w
+-- GROUP BY, not DISTINCT: half the time in v52.
+FROM (SELECT track_id FROM _graph_ann_work GROUP BY track_id) AS w
 JOIN track AS t ON t.id = w.track_id
 LEFT JOIN thread_track AS tt ON tt.id = t.id
 LEFT JOIN thread AS th USING (utid);
