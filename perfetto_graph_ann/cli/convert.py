@@ -49,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     layout = None
     if args.annotations:
         from ..join.join import join
-        from .lanes import load_annotation_files
+        from ._common import load_annotation_files
 
         layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
     out = args.output

@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 
-from ._common import ENGINES, load_annotation_files  # noqa: F401 (cli/convert.py imports it from here)
+from ._common import ENGINES, load_annotation_files
 
 
 def register(sub) -> argparse.ArgumentParser:
