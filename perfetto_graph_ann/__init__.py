@@ -43,6 +43,11 @@ _LAZY = {
     "replays": "query.metrics",
     "collectives": "query.metrics",
     "overlap": "query.metrics",
+    "lane_top_kernels": "query.metrics",
+    "replay_lanes": "query.metrics",
+    "lane_idle": "query.metrics",
+    "lane_gaps": "query.metrics",
+    "EngineConfig": "query.engine.config",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
