@@ -15,7 +15,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it (relative to this package)
+# public name -> module that defines it (relative to this package), or (module, attribute)
 _LAZY = {
     # capture (issue: capture)
     "graph": "capture.api",
@@ -33,8 +33,8 @@ _LAZY = {
     # read / write (issue: converter)
     "read_trace": "read.kineto",
     "convert": "write.convert",
-    # join (issue: lanes)
-    "join": "join.join",
+    # join (issue: lanes). Not "join": that name is the subpackage.
+    "join_trace": ("join.join", "join"),
     "export": "write.export",
     # query (issues: engine, SQL)
     "open_trace": "query.session",
@@ -54,10 +54,11 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
+    target = _LAZY.get(name)
+    if target is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    mod, attr = target if isinstance(target, tuple) else (target, name)
+    value = getattr(importlib.import_module(f".{mod}", __name__), attr)
     globals()[name] = value
     return value
 

@@ -48,3 +48,15 @@ def test_demo_data_is_the_shared_recording():
     for src in SHARED.iterdir():
         ours = demo_data_dir() / src.name
         assert hashlib.sha256(ours.read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest(), src.name
+
+
+def test_every_public_name_resolves_to_what_it_says():
+    import inspect
+
+    import perfetto_graph_ann.join  # noqa: F401  (the subpackage must not shadow the function)
+
+    for name in perfetto_graph_ann.__all__:
+        value = getattr(perfetto_graph_ann, name)
+        if name != "__version__":
+            assert not inspect.ismodule(value), name
+    assert perfetto_graph_ann.join_trace.__name__ == "join"
