@@ -60,3 +60,25 @@ def test_every_public_name_resolves_to_what_it_says():
         if name != "__version__":
             assert not inspect.ismodule(value), name
     assert perfetto_graph_ann.join_trace.__name__ == "join"
+
+
+def test_wheel_ships_sql_protos_demo_data_and_engine_host(tmp_path):
+    """sql/ and protos/ live at the repository root but must be inside the installed package."""
+    import zipfile
+
+    import pytest
+
+    root = Path(__file__).resolve().parents[1]
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path), str(root)], capture_output=True, text=True)
+    if build.returncode != 0 and "hatchling" in build.stderr:
+        pytest.skip(f"hatchling not importable without build isolation: {build.stderr[-200:]}")
+    assert build.returncode == 0, build.stderr
+    (wheel,) = tmp_path.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sql = {p.name for p in (root / "sql" / "graph_ann").glob("*.sql")}
+    assert sql and {f"perfetto_graph_ann/sql/graph_ann/{n}" for n in sql} <= names
+    protos = {p.name for p in (root / "protos" / "perfetto_graph_ann").glob("*.proto")}
+    assert protos and {f"perfetto_graph_ann/protos/perfetto_graph_ann/{n}" for n in protos} <= names
+    assert "perfetto_graph_ann/demo/data/h200/seed_block_annotated.trace.json.gz" in names
+    assert "perfetto_graph_ann/query/engine/portable_host.js" in names
