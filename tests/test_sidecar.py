@@ -230,3 +230,18 @@ def test_generated_module_matches_proto():
 def test_generated_module_regenerates_identically():
     pytest.importorskip("grpc_tools", reason="regeneration needs grpcio-tools (dev extra)")
     assert _protogen.generate() == _protogen.MODULE.read_text()
+
+
+def test_a_trace_given_as_annotations_gets_a_hint(tmp_path):
+    """Passing the profiler trace where annotations belong is a common slip: say so."""
+    import gzip as _gzip
+
+    from perfetto_graph_ann.capture.sidecar import load_annotations
+    from perfetto_graph_ann.errors import SidecarError
+
+    p = tmp_path / "trace.json"
+    p.write_bytes(_gzip.decompress((demo_data_dir() / "two_branch.trace.json.gz").read_bytes()))
+    with pytest.raises(SidecarError) as ei:
+        load_annotations(p)
+    msg = str(ei.value)
+    assert msg.startswith(str(p)) and "profiler trace" in msg and '"format"' in msg

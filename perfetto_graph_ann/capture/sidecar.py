@@ -297,7 +297,13 @@ def _json_lanes(lanes_in: Any, path: str, where: str) -> Dict[int, str]:
 
 def from_json(doc: Any, path: str) -> AnnotationSet:
     _want(isinstance(doc, dict), path, "JSON sidecar must be an object")
-    _want(doc.get("format") == MAGIC, path, f"not an annotation sidecar (format {doc.get('format')!r})")
+    if "format" not in doc:
+        hint = " (it looks like a profiler trace: pass it as TRACE, not as annotations)" if "traceEvents" in doc else ""
+        raise SidecarError(path, f'not an annotation sidecar{hint}: a JSON sidecar has "format": "{MAGIC}", '
+                                 'a capture record has "exec_cupti_graph_id" and "nodes"; this JSON has '
+                                 f"neither (keys: {', '.join(sorted(map(str, doc))[:8]) or 'none'})")
+    _want(doc.get("format") == MAGIC, path, f"not an annotation sidecar (format {doc.get('format')!r}, "
+                                            f"expected {MAGIC!r})")
     ver = doc.get("version")
     _want(_is_int(ver), path, f"'version' must be an int, got {ver!r}")
     _want(ver == VERSION, path, f"sidecar version {ver} is not supported (this reader knows {VERSION}); upgrade perfetto_graph_ann")
