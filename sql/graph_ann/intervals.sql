@@ -22,7 +22,7 @@
 --
 -- The input needs the columns `grp` and `sub_grp` (intervals interact only
 -- within equal (`grp`, `sub_grp`); two plain columns rather than one computed
--- key, because a computed partition key costs a third of the statement in v52
+-- key, because a computed partition key costs a quarter of the statement in v52
 -- wasm), `ts` and `dur`, and may carry any others. The returned table has
 -- every input row and column plus `cover_prev_end_ts` (the latest end before
 -- the interval, else its own start), `cover_ts` (TIMESTAMP), `cover_dur`
