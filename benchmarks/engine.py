@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
+from proc import cpu_seconds  # noqa: E402
 from perfetto_graph_ann.query.engine import EngineConfig, choose_engine, create_engine, prepare_engine  # noqa: E402
 
 QUERIES = {
@@ -38,16 +39,6 @@ def _median(xs):
     return statistics.median(xs)
 
 
-def _process_cpu_s(pid) -> float:
-    """user + system CPU seconds of process ``pid`` (all its threads), from /proc; NaN elsewhere."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, TypeError):
-        return float("nan")
-
-
 def _one_load(config: EngineConfig, choice, trace: Path):
     """(start + registration wall s, load wall s, load CPU s of the engine process) of one fresh engine."""
     t0 = time.perf_counter()
@@ -56,10 +47,10 @@ def _one_load(config: EngineConfig, choice, trace: Path):
         if eng.kind == "portable":
             eng.register_sql_packages()
         t1 = time.perf_counter()
-        c1 = _process_cpu_s(eng.pid)
+        c1 = cpu_seconds(eng.pid)
         eng.load()
         t2 = time.perf_counter()
-        cpu = _process_cpu_s(eng.pid) - c1
+        cpu = cpu_seconds(eng.pid) - c1
     finally:
         eng.close()
     return t1 - t0, t2 - t1, cpu

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from perfetto_graph_ann.join.model import LaneLayout, Placement  # noqa: E402
+from proc import cpu_seconds  # noqa: E402
 from perfetto_graph_ann.query.engine import EngineConfig  # noqa: E402
 from perfetto_graph_ann.query.session import open_trace  # noqa: E402
 from perfetto_graph_ann.read.model import KinetoTrace, TraceEvent  # noqa: E402
@@ -99,16 +100,6 @@ def build(kernels: int, seed: int = 1):
     trace = KinetoTrace(None, events, {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}]})
     names = {(0, 60): "60 default_pg (allreduce)", (0, 61): "61 mlp", (0, 62): "62 attention"}
     return trace, LaneLayout(placements=placements, lane_names=names)
-
-
-def cpu_seconds(pid) -> float:
-    """user + system CPU time of a process (all its threads), from /proc; NaN if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, TypeError):
-        return float("nan")
 
 
 def time_modules(path: Path, engine: str, sql_dir: Optional[Path] = None) -> dict:
