@@ -30,3 +30,8 @@ def protos_dir() -> Path:
 def demo_data_dir() -> Path:
     """The real H200 recordings shipped with the package (the demo's embedded default)."""
     return _PKG / "demo" / "data" / "h200"
+
+
+def demo_live_data_dir() -> Path:
+    """Recordings this package's own live demo made on an H200 (annotated all_reduce, 2 ranks)."""
+    return _PKG / "demo" / "data" / "h200_live"

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from perfetto_graph_ann._resources import demo_data_dir
+from join_expect import COLLECTIVE_FIELDS
+
+from perfetto_graph_ann._resources import demo_data_dir, demo_live_data_dir
 from perfetto_graph_ann.cli.main import main as cli_main
 from perfetto_graph_ann.demo.runner import DemoConfig, run_demo
 
@@ -124,15 +126,25 @@ def test_sql_lane_summary_matches_the_lane_table(demo):
     assert "SQL lane summary" in text
 
 
-def test_allreduce_shows_what_graphs_lose(demo):
+def test_allreduce_shows_what_graphs_lose_and_the_join_restores(demo):
+    """The shipped all_reduce scenario: the live H200 capture (annotated automatically) joined,
+    compared field by field with the eager run's NCCL kernel, read here from the JSON."""
     result, text, out_dir = demo
     part = text.split("== allreduce")[1]
     eager_nccl = next(e for e in _events("allreduce_eager_rank0") if e.get("cat") == "kernel"
                       and e["name"].startswith("nccl"))
-    assert f"'Collective name': '{eager_nccl['args']['Collective name']}'" in part
-    assert "graphed NCCL kernel args: no collective fields" in part
+    fields = {k: v for k, v in eager_nccl["args"].items() if k in COLLECTIVE_FIELDS}
+    assert fields and f"eager NCCL kernel args: {fields}" in part
+    assert "graphed (as recorded) NCCL kernel args: no collective fields" in part
+    assert f"graphed NCCL kernel args after the join: {fields}" in part
     r = next(s for s in result.scenarios if s.name == "allreduce")
-    assert r.annotated_trace is None and r.reference_trace.exists()
+    assert r.restored_collective == fields
+    assert all(type(r.restored_collective[k]) is type(v) for k, v in fields.items())
+    live = json.loads(gzip.decompress((demo_live_data_dir() / "allreduce_graph_rank0.trace.json.gz").read_bytes()))
+    nccl = [e for e in live["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+    after = {row.name: row.after for row in r.lanes.itertuples() if row.after}
+    assert after == {"60 default_pg (all_reduce)": len(nccl), "stream 7": 10 - len(nccl)} and len(nccl) == 5
+    assert r.annotated_trace.exists() and r.reference_trace.exists()
 
 
 def test_cli_demo_no_sql(tmp_path, capsys):
@@ -142,7 +154,8 @@ def test_cli_demo_no_sql(tmp_path, capsys):
     assert "SQL lane summary" not in printed
     assert sorted(p.name for p in out.iterdir()) == sorted([
         "seed_block.raw.pftrace", "seed_block.annotated.pftrace", "two_branch.raw.pftrace",
-        "two_branch.annotated.pftrace", "allreduce.raw.pftrace", "allreduce.reference.pftrace", "summary.json"])
+        "two_branch.annotated.pftrace", "allreduce.raw.pftrace", "allreduce.annotated.pftrace",
+        "allreduce.reference.pftrace", "summary.json"])
 
 
 def test_cli_demo_out_is_a_file_exits_2(tmp_path, capsys):
@@ -217,7 +230,7 @@ def test_live_branch_wiring_without_a_gpu(tmp_path, monkeypatch, devices):
 
 def test_restored_collective_fields_are_reported_like_eager():
     """The demo's 'after the join' line: the graphed NCCL kernel gets the eager kernel's fields."""
-    from join_expect import COLLECTIVE_FIELDS, allreduce_annotations, fixture_trace, kernels, load_json
+    from join_expect import allreduce_annotations, fixture_trace, kernels, load_json
 
     from perfetto_graph_ann.demo.runner import _restored_collective
     from perfetto_graph_ann.join import join

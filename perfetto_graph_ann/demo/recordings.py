@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from .._resources import demo_data_dir
+from .._resources import demo_data_dir, demo_live_data_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,9 +29,15 @@ class Recording:
     note: str = ""
 
 
-def shipped_recordings(data_dir: Optional[Path] = None) -> Tuple[str, List[Recording]]:
-    """The bundled H200 recordings and a one-line description of where they come from."""
+def shipped_recordings(data_dir: Optional[Path] = None,
+                       live_dir: Optional[Path] = None) -> Tuple[str, List[Recording]]:
+    """The bundled H200 recordings and a one-line description of where they come from.
+
+    The all_reduce scenario uses the annotated 2-rank capture this package's live demo recorded
+    on an H200 (``demo/data/h200_live``), compared with the probe's eager run.
+    """
     d = Path(data_dir) if data_dir is not None else demo_data_dir()
+    live = Path(live_dir) if live_dir is not None else demo_live_data_dir()
     origin = ("no CUDA device here: running on the real H200 recordings shipped in the package "
               "(torch 2.11, driver 580 / CUDA 13.0), not on a live capture")
     return origin, [
@@ -39,8 +45,10 @@ def shipped_recordings(data_dir: Optional[Path] = None) -> Tuple[str, List[Recor
                   d / "seed_block_annotated.trace.json.gz", d / "seed_block_annotated.capture.json"),
         Recording("two_branch", "two-branch mark_stream block: left_projection, right_projection, combine",
                   d / "two_branch.trace.json.gz", d / "two_branch.capture.json"),
-        Recording("allreduce", "2-rank x @ W + all_reduce step, CUDA graph vs eager (rank 0)",
-                  d / "allreduce_graph_rank0.trace.json.gz", None, d / "allreduce_eager_rank0.trace.json.gz",
-                  note="recorded without annotations: the live GPU run (2+ GPUs) annotates the graphed "
-                  "all_reduce automatically; here the eager trace shows the fields it restores"),
+        Recording("allreduce", "2-rank x @ W + all_reduce step in a CUDA graph, collective annotated "
+                  "automatically (rank 0), vs eager",
+                  live / "allreduce_graph_rank0.trace.json.gz", live / "allreduce_graph_rank0.annotations.json",
+                  d / "allreduce_eager_rank0.trace.json.gz",
+                  note="recorded by this package's live demo on 2 H200s; the eager run shows the fields "
+                  "graphs lose and the join restores"),
     ]

@@ -213,7 +213,7 @@ def _print_collective_fields(rec: Recording, out: IO[str]) -> None:
         return next((e for e in read_trace(path).gpu_work() if e.name.startswith("nccl")), None)
 
     eager, graphed = first_nccl(rec.reference), first_nccl(rec.trace)
-    for label, e in (("eager", eager), ("graphed", graphed)):
+    for label, e in (("eager", eager), ("graphed (as recorded)", graphed)):
         if e is None:
             print(f"{label}: no NCCL kernel", file=out)
             continue
