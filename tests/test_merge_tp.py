@@ -104,3 +104,36 @@ def test_merge_cli_errors(tmp_path, capsys):
     out2 = tmp_path / "dup.pftrace"
     assert main(["merge", r0, r0, "-o", str(out2)]) == 2
     assert "rank 0 appears twice" in capsys.readouterr().err and not out2.exists()
+
+
+def test_merge_real_two_rank_capture(tmp_path):
+    """The 2-rank all_reduce our live demo recorded on 2 H200s, each rank with its own sidecar:
+    both ranks' NCCL kernels carry the eager fields, and each rank's kernels keep their own times
+    shifted by the difference of the two traces' absolute bases (computed here from the JSON)."""
+    from perfetto_graph_ann._resources import demo_live_data_dir
+    from perfetto_graph_ann.capture.sidecar import load_annotations
+
+    live = demo_live_data_dir()
+    traces = [live / f"allreduce_graph_rank{r}.trace.json.gz" for r in (0, 1)]
+    anns = [load_annotations(live / f"allreduce_graph_rank{r}.annotations.json") for r in (0, 1)]
+    docs = [json.loads(gzip.decompress(p.read_bytes())) for p in traces]
+    bases = [d["baseTimeNanoseconds"] for d in docs]
+    out = tmp_path / "ranks.pftrace"
+    report = merge(traces, out, anns)
+    # aligned on absolute time: the ranks' shifts differ exactly by their bases' difference
+    assert report.shifts_ns[1] - report.shifts_ns[0] == bases[1] - bases[0]
+    eager = next(e for _, e in kernels(load_json("allreduce_eager_rank0")) if e["name"].startswith("nccl"))
+    fields = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
+              "Process Group Name", "Process Group Description", "Process Group Ranks")
+    with open_trace(out, engine="portable") as s:
+        cols = ", ".join(f"EXTRACT_ARG(arg_set_id, 'debug.{f}')" for f in fields)
+        rows = s.query(f"""SELECT EXTRACT_ARG(arg_set_id, 'debug.rank'), ts, {cols} FROM slice
+                           WHERE category = 'kernel' AND name LIKE 'nccl%' ORDER BY 1, 2""").tuples()
+    for r, d in enumerate(docs):
+        mine = [row for row in rows if row[0] == r]
+        expect = sorted(_ts_ns(e) for _, e in kernels(d) if e["name"].startswith("nccl"))
+        assert len(mine) == len(expect) == 5
+        shift = report.shifts_ns[r]
+        assert [row[1] - shift for row in mine] == expect
+        for row in mine:
+            assert tuple(row[2:]) == tuple(eager["args"][f] for f in fields)
