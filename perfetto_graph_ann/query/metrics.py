@@ -21,6 +21,7 @@ import dataclasses
 import os
 from typing import Dict, Iterator, Optional, Union
 
+from ..errors import InputError
 from .session import Session, open_trace
 
 TraceArg = Union[str, "os.PathLike[str]", Session]
@@ -70,7 +71,29 @@ def query_metric(trace: TraceArg, name: str, where: Optional[str] = None, engine
         sql += f" WHERE {where}"
     sql += f" ORDER BY {m.order_by}"
     with _session(trace, engine) as s:
+        _refuse_ambiguous_merge(s)
         return _frame(s.query(sql))
+
+
+#: GPU tracks that more than one rank group of a merged trace holds (``merge`` writes
+#: ``Rank <r>`` root groups, each holding that rank's ``GPU <n>`` tracks).
+_SHARED_GPUS_SQL = """
+SELECT gpu.name, COUNT(DISTINCT gpu.parent_id)
+FROM track AS gpu JOIN track AS grp ON gpu.parent_id = grp.id
+WHERE grp.parent_id IS NULL AND grp.name GLOB 'Rank *' AND gpu.name GLOB 'GPU *'
+GROUP BY gpu.name HAVING COUNT(DISTINCT gpu.parent_id) > 1
+"""
+
+
+def _refuse_ambiguous_merge(s: Session) -> None:
+    """The tables group GPU work by device (and replays by launch correlation), which ranks of a
+    merged trace may share: refuse rather than mix ranks. Ranks on distinct devices are fine."""
+    shared = s.query(_SHARED_GPUS_SQL).tuples()
+    if shared:
+        names = ", ".join(f"{name} ({n} ranks)" for name, n in shared)
+        raise InputError(s.path, f"a merged trace whose ranks share device ids ({names}): the graph_ann tables "
+                                 "group by device, so they would mix ranks; compute them on each rank's trace "
+                                 "(perfetto_graph_ann.query_many runs one query over many traces)")
 
 
 def _frame(result):
