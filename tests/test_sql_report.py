@@ -98,3 +98,20 @@ def test_trace_without_gpu_work(tmp_path, capsys):
     assert main(["report", str(src), "--engine", "portable", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out and all(rows == [] for rows in out.values())
+
+
+def test_protobuf_trace_whose_first_packet_is_123_bytes_is_not_json(tmp_path):
+    """0x0A + length 0x7B reads as "\\n{": a .pftrace must never be sniffed as JSON."""
+    import gzip as _gzip
+
+    from perfetto_graph_ann.cli.report import is_json_trace
+
+    packet = b"\x0a\x7b" + b"P\x80\x80\x04" + bytes(119)
+    for name, data in [("a.pftrace", packet), ("noext", packet), ("noext2", b"\x0a[\x08\x01"),
+                       ("b.pftrace.gz", _gzip.compress(packet))]:
+        (tmp_path / name).write_bytes(data)
+        assert not is_json_trace(str(tmp_path / name)), name
+    for name, data in [("t.json", b"{}"), ("t2", b'\n{\n "traceEvents": []}'), ("t3", b"[{}]"),
+                       ("t4.gz", _gzip.compress(b'  {"a": 1}'))]:
+        (tmp_path / name).write_bytes(data)
+        assert is_json_trace(str(tmp_path / name)), name

@@ -65,10 +65,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: Names that say what a file is; only other names are sniffed.
+_JSON_SUFFIXES = (".json", ".json.gz")
+_PROTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace", ".perfetto-trace.gz", ".pb", ".pb.gz")
+
+
 def is_json_trace(path: str) -> bool:
-    """Whether ``path`` holds JSON (plain or gzipped) rather than a protobuf trace."""
+    """Whether ``path`` holds JSON (plain or gzipped) rather than a protobuf trace.
+
+    A protobuf trace starts with 0x0A (a TracePacket) and a length byte, which can be ``{``
+    or ``[``: so the name decides where it says, and a sniff must also see JSON's next byte.
+    """
     from ..errors import InputError
 
+    name = str(path).lower()
+    if name.endswith(_JSON_SUFFIXES):
+        return True
+    if name.endswith(_PROTO_SUFFIXES):
+        return False
     try:
         with open(path, "rb") as f:
             head = f.read(2)
@@ -82,7 +96,12 @@ def is_json_trace(path: str) -> bool:
         raise InputError(path, "file not found") from None
     except (OSError, EOFError) as e:
         raise InputError(path, f"cannot read: {e}") from e
-    return head.lstrip()[:1] in (b"{", b"[")
+    text = head.lstrip(b" \t\r\n")
+    if text[:1] == b"{":
+        return len(text) == 1 or text[1:2] in b' \t\r\n"}'
+    if text[:1] == b"[":
+        return len(text) == 1 or text[1:2] in b" \t\r\n{]"
+    return False
 
 
 def format_report(tables: Dict[str, "object"], fmt: str = "table") -> str:
