@@ -78,6 +78,8 @@ def is_json_trace(path: str) -> bool:
     """
     from ..errors import InputError
 
+    if not os.path.exists(path):
+        raise InputError(path, "file not found")
     name = str(path).lower()
     if name.endswith(_JSON_SUFFIXES):
         return True
