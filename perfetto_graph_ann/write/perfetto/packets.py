@@ -39,6 +39,9 @@ MIN_INTERNED_STRING = 2
 MAX_INTERNED_STRING = 64
 _INT64_MIN = -(1 << 63)
 _json_key = msgspec.json.encode
+_json_args = msgspec.json.Encoder(decimal_format="number").encode
+#: Per-event ids (CUPTI / profiler counters) that make otherwise identical args differ.
+VARYING_KEYS = frozenset({"correlation", "External id", "Ev Idx", "Record function id", "Python id", "Python parent id"})
 _UINT64_END = 1 << 64
 
 
@@ -177,10 +180,14 @@ class FastEncoder:
 
     #: Distinct values cached per arg key; past it the key is encoded without a cache.
     KEY_CACHE_LIMIT = 2048
+    #: Distinct whole-args templates kept (see :meth:`_annotations`).
+    WHOLE_CACHE_LIMIT = 4096
 
     def __init__(self, interner: Interner) -> None:
         self.interner = interner
         self._keys: Dict[str, list] = {}  # arg key -> [name iid prefix, value cache or None]
+        self._whole: Optional[Dict[bytes, Any]] = {}  # blanked args JSON -> template; None: off
+        self._whole_hits = self._whole_misses = 0
         self._end_tails: Dict[int, bytes] = {}
         self._begin_parts: Dict[Tuple[int, int, int, int], Tuple[bytes, bytes]] = {}
         self._ts_prefix = b"\x40"
@@ -240,56 +247,115 @@ class FastEncoder:
     def _annotations(self, args: Mapping[str, Any]) -> bytes:
         """Encoded ``debug_annotations`` of one event.
 
+        First a whole-args template cache: events of one kind (a kernel of a graph replay,
+        a runtime call) repeat every arg but a few per-event ids (:data:`VARYING_KEYS`).
+        The key is the JSON text of the args with those ids blanked, so it keeps the key
+        order and tells 1, 1.0 and true apart (decimal_format="number": a Decimal and a
+        float of one value encode to the same bytes anyway); the template is the encoded
+        constant runs with a slot per varying key. Args with NaN / inf (JSON null) or
+        values JSON cannot encode skip it. When it hits less than half the time (eager ops
+        with per-call shapes), it turns itself off and only the per-key cache is used.
+        """
+        whole = self._whole
+        if whole is not None:
+            d = dict(args)
+            for k in VARYING_KEYS:
+                if k in d:
+                    d[k] = 0
+            try:
+                ck = _json_args(d)
+            except (RecursionError, TypeError, ValueError, OverflowError):
+                ck = None
+            if ck is not None and b"null" not in ck:
+                tpl = whole.get(ck)
+                if tpl is not None:
+                    self._whole_hits += 1
+                    if type(tpl) is bytes:
+                        return tpl
+                    one = self._one
+                    return b"".join([p if type(p) is bytes else one(p, args[p]) for p in tpl])
+                self._whole_misses += 1
+                tpl, encoded = self._template(args)
+                if len(whole) < self.WHOLE_CACHE_LIMIT:
+                    whole[ck] = tpl
+                if self._whole_misses >= 1024 and self._whole_misses > self._whole_hits:
+                    self._whole = None
+                return encoded
+        one = self._one
+        return b"".join([one(k, v) for k, v in args.items()])
+
+    def _template(self, args: Mapping[str, Any]) -> Tuple[Any, bytes]:
+        """(template, encoded ``args``): the constant runs as bytes, a varying key as its name.
+
+        The template is a single bytes object when no key varies. Every key is encoded in
+        order here, so names and strings are interned in arg order (as the reference does).
+        """
+        parts: list = []
+        run: list = []
+        encoded: list = []
+        one = self._one
+        for k, v in args.items():
+            b = one(k, v)
+            encoded.append(b)
+            if k in VARYING_KEYS:
+                if run:
+                    parts.append(b"".join(run))
+                    run = []
+                parts.append(k)
+            else:
+                run.append(b)
+        if run:
+            parts.append(b"".join(run))
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            return parts[0], parts[0]
+        return (tuple(parts) if parts else b""), b"".join(encoded)
+
+    def _one(self, k: str, v: Any) -> bytes:
+        """One encoded debug annotation, with the per-key cache.
+
         Per arg key: the name's iid prefix, and a cache of encoded (key, value) annotations
         while the key's values repeat (device, stream, grid, ...). A key whose values keep
         changing (correlation, External id) loses its cache after ``KEY_CACHE_LIMIT``
         distinct values; its ints are then encoded directly.
         """
-        keys = self._keys
-        out = []
-        for k, v in args.items():
-            ks = keys.get(k)
-            if ks is None:
-                ks = keys[k] = [b"\x08" + small_varint(self.interner.iid(ANNOTATION_NAMES, k)), {}]
-            prefix, cache = ks
-            t = type(v)
-            if cache is None:
-                if t is int and -1 < v < (1 << 63):
-                    body = prefix + b"\x20" + (_ONE_BYTE[v] if v < 128 else varint(v))
-                    out.append(b"\x22" + _ONE_BYTE[len(body)] + body)
-                    continue
-                lo, hi = self._value(v, 0)
-                body = prefix + lo + hi
-                out.append(b"\x22" + varint(len(body)) + body)
-                continue
-            if t is int or t is str:
-                ck = v
-            elif t is list:
-                try:
-                    ck = _json_key(v)  # JSON text keeps 1, true and 1.0 apart
-                    if b"null" in ck:  # NaN / inf also encode as null: use the exact repr
-                        ck = ("L", repr(v))
-                except (RecursionError, TypeError, ValueError, OverflowError):
-                    ck = None
-            elif t is bool or (t is float and v == v):
-                ck = (t, v)
-            else:
-                ck = None
-            if ck is not None:
-                b = cache.get(ck)
-                if b is not None:
-                    out.append(b)
-                    continue
+        ks = self._keys.get(k)
+        if ks is None:
+            ks = self._keys[k] = [b"\x08" + small_varint(self.interner.iid(ANNOTATION_NAMES, k)), {}]
+        prefix, cache = ks
+        t = type(v)
+        if cache is None:
+            if t is int and -1 < v < (1 << 63):
+                body = prefix + b"\x20" + (_ONE_BYTE[v] if v < 128 else varint(v))
+                return b"\x22" + _ONE_BYTE[len(body)] + body
             lo, hi = self._value(v, 0)
             body = prefix + lo + hi
-            b = b"\x22" + varint(len(body)) + body
-            if ck is not None:
-                if len(cache) >= self.KEY_CACHE_LIMIT:
-                    ks[1] = None
-                else:
-                    cache[ck] = b
-            out.append(b)
-        return b"".join(out)
+            return b"\x22" + varint(len(body)) + body
+        if t is int or t is str:
+            ck = v
+        elif t is list:
+            try:
+                ck = _json_key(v)  # JSON text keeps 1, true and 1.0 apart
+                if b"null" in ck:  # NaN / inf also encode as null: use the exact repr
+                    ck = ("L", repr(v))
+            except (RecursionError, TypeError, ValueError, OverflowError):
+                ck = None
+        elif t is bool or (t is float and v == v):
+            ck = (t, v)
+        else:
+            ck = None
+        if ck is not None:
+            b = cache.get(ck)
+            if b is not None:
+                return b
+        lo, hi = self._value(v, 0)
+        body = prefix + lo + hi
+        b = b"\x22" + varint(len(body)) + body
+        if ck is not None:
+            if len(cache) >= self.KEY_CACHE_LIMIT:
+                ks[1] = None
+            else:
+                cache[ck] = b
+        return b
 
     # -- packets -----------------------------------------------------------------------
     def _interned(self) -> bytes:
