@@ -108,7 +108,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
 
     # 2. homes and spans
     by_home: Dict[Tuple, List[Tuple[int, int, int]]] = {}
-    lanes: Dict[int, int] = {}  # event index -> lane, for GPU events (stream arg rewrite)
+    # event index -> lane, for GPU work whose args change (placement args, stream arg rewrite)
+    rewrite: Dict[int, int] = {}
     counter_records: List[Tuple[int, int, int, int]] = []
     slice_indices: List[int] = []
     for e in events:
@@ -142,7 +143,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             lane = p.lane if p is not None else e.stream
             if device is not None and lane is not None:
                 home = ("gpu", device, lane)
-                lanes[i] = lane
+                if ph == "X" and cats[e.cat] in GPU_WORK_CATEGORIES:
+                    stream_arg = e.args.get("stream")
+                    # unchanged args are written as they are (no copy): no placement args
+                    # and already the lane as an int stream arg (True == 1, so check the type)
+                    if (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane:
+                        rewrite[i] = lane
         if home is None:
             home = tracks.cpu_home(e.pid, e.tid)
         by_home.setdefault(home, []).append((ts, dur, i))
@@ -214,12 +220,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         else:
             e = events[i]
             args = e.args
-            if i in lanes and e.ph == "X" and cats[e.cat] in GPU_WORK_CATEGORIES:
+            if i in rewrite:
                 args = dict(args)
                 p = placements.get(i)
                 if p is not None:
                     args.update(p.args)
-                args["stream"] = lanes[i]
+                args["stream"] = rewrite[i]
             if shape_strings:
                 args = _shapes_as_text(args)
             ph = e.ph
