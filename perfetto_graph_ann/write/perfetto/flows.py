@@ -12,7 +12,7 @@ Flow events that match no slice, or ids with no start, are counted in :class:`Fl
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...read.model import TraceEvent
 
@@ -28,44 +28,80 @@ class FlowPlan:
     without_start: int = 0  #: bound flow ends whose id has no bound start
 
 
-def plan_flows(events: Sequence[TraceEvent], slice_indices: Sequence[int]) -> FlowPlan:
-    """Bind flow events of ``events`` to the slices listed in ``slice_indices``."""
+def plan_flows(events: Sequence[TraceEvent], slice_indices: Sequence[int],
+               flow_indices: Optional[Sequence[int]] = None) -> FlowPlan:
+    """Bind flow events of ``events`` to the slices listed in ``slice_indices``.
+
+    ``flow_indices``: the indices of the flow events (``ph`` s / t / f with an id), when the
+    caller already knows them; else they are found by a scan of ``events``.
+    """
     plan = FlowPlan()
-    flow_events = [e for e in events if (e.ph == "f" or e.ph == "s" or e.ph == "t") and e.id is not None
-                   and e.ts_ns is not None]
+    if flow_indices is None:
+        flow_events = [e for e in events if (e.ph == "f" or e.ph == "s" or e.ph == "t") and e.id is not None
+                       and e.ts_ns is not None]
+    else:
+        flow_events = [events[i] for i in flow_indices]
+        flow_events = [e for e in flow_events if e.ts_ns is not None]
     if not flow_events:
         return plan
     wanted = {fe.ts_ns for fe in flow_events}
-    starts: Dict[Tuple, List[TraceEvent]] = {}
+    # (pid, tid, ts) -> the slice starting there, or a list when several do (nested slices)
+    starts: Dict[Tuple, Any] = {}
+    get = starts.get
     for i in slice_indices:
         e = events[i]
         if e.ts_ns in wanted:  # int lookup first: only slices a flow can bind to get a key
-            starts.setdefault((e.pid, e.tid, e.ts_ns), []).append(e)
+            k = (e.pid, e.tid, e.ts_ns)
+            c = get(k)
+            if c is None:
+                starts[k] = e
+            elif type(c) is list:
+                c.append(e)
+            else:
+                starts[k] = [c, e]
     sources: Dict[Tuple[str, object], int] = {}
     targets: Dict[Tuple[str, object], List[int]] = {}
+    unbound = 0
     for fe in flow_events:
-        cands = starts.get((fe.pid, fe.tid, fe.ts_ns))
-        if not cands:
-            plan.unbound += 1
+        target = get((fe.pid, fe.tid, fe.ts_ns))
+        if target is None:
+            unbound += 1
             continue
-        target = _pick(cands, fe.id)
+        if type(target) is list:
+            target = _pick(target, fe.id)
         key = (fe.cat, fe.id)
         if fe.ph == "s":
-            sources.setdefault(key, target.index)
+            if key not in sources:
+                sources[key] = target.index
         else:
-            targets.setdefault(key, []).append(target.index)
+            t = targets.get(key)
+            if t is None:
+                targets[key] = [target.index]
+            else:
+                t.append(target.index)
+    plan.unbound = unbound
+    outgoing, terminating = plan.outgoing, plan.terminating
     next_id = 1
     for key, tgts in targets.items():
         src = sources.get(key)
         if src is None:
             plan.without_start += len(tgts)
             continue
+        out = outgoing.get(src)
+        if out is None:
+            out = outgoing[src] = []
         for t in tgts:
             if t == src:
                 continue
-            plan.outgoing.setdefault(src, []).append(next_id)
-            plan.terminating.setdefault(t, []).append(next_id)
+            out.append(next_id)
+            term = terminating.get(t)
+            if term is None:
+                terminating[t] = [next_id]
+            else:
+                term.append(next_id)
             next_id += 1
+        if not out:
+            del outgoing[src]
     plan.count = next_id - 1
     return plan
 

@@ -272,8 +272,19 @@ class FastEncoder:
                     self._whole_hits += 1
                     if type(tpl) is bytes:
                         return tpl
-                    one = self._one
-                    return b"".join([p if type(p) is bytes else one(p, args[p]) for p in tpl])
+                    keys = self._keys
+                    parts = []
+                    for p in tpl:
+                        if type(p) is bytes:
+                            parts.append(p)
+                            continue
+                        v = args[p]
+                        if type(v) is int and -1 < v < (1 << 63):  # the usual id: inline
+                            body = keys[p][0] + b"\x20" + (_ONE_BYTE[v] if v < 128 else varint(v))
+                            parts.append(b"\x22" + _ONE_BYTE[len(body)] + body)
+                        else:
+                            parts.append(self._one(p, v))
+                    return b"".join(parts)
                 self._whole_misses += 1
                 tpl, encoded = self._template(args)
                 if len(whole) < self.WHOLE_CACHE_LIMIT:

@@ -112,13 +112,14 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     rewrite: Dict[int, int] = {}
     counter_records: List[Tuple[int, int, int, int]] = []
     slice_indices: List[int] = []
+    flow_indices: List[int] = []
     for e in events:
         i = e.index
         if kinds[i] == -1:
             continue
         ph = e.ph
         if ph in ("s", "t", "f") and e.id is not None:
-            stats.flow_events += 1
+            flow_indices.append(i)
             continue
         ts = e.ts_ns
         if ts is None:
@@ -154,7 +155,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         by_home.setdefault(home, []).append((ts, dur, i))
 
     # 3. flows
-    fp = plan_flows(events, slice_indices)
+    stats.flow_events = len(flow_indices)
+    fp = plan_flows(events, slice_indices, flow_indices)
     stats.flows = fp.count
     stats.unbound_flow_events = fp.unbound
     stats.flow_ends_without_start = fp.without_start
