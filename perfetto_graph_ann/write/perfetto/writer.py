@@ -83,12 +83,6 @@ class _Categories(dict):
 _GPU_TRACK_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
 
 
-def _gpu_pids(trace: KinetoTrace, cats: _Categories) -> set:
-    """pids Kineto uses for GPUs: those holding GPU work or GPU user annotations."""
-    return {e.pid for e in trace.events
-            if e.ph == "X" and cats[e.cat] in _GPU_TRACK_CATEGORIES and type(e.pid) is int}
-
-
 def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayout] = None,
                    config: WriterConfig = WriterConfig()) -> WriteStats:
     """Write ``trace`` as framed TracePackets to the binary stream ``out``."""
@@ -97,17 +91,25 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     tracks = TrackTable(trace, layout.lane_names if layout is not None else None)
     events = trace.events
     cats = _Categories()
-    gpu_pids = _gpu_pids(trace, cats)
 
-    # 1. metadata first: names and sort indices must be known before tracks are created.
+    # 1. metadata first: names and sort indices must be known before tracks are created;
+    #    in the same pass, the pids Kineto uses for GPUs (those holding GPU work or GPU user annotations).
     kinds: List[int] = [0] * len(events)  # 0 skip, 1 slice, 3 instant, 4 counter
+    gpu_pids = set()
     for e in events:
-        if e.ph == "M" and tracks.consume_metadata(e):
+        ph = e.ph
+        if ph == "X":
+            if type(e.pid) is int and cats[e.cat] in _GPU_TRACK_CATEGORIES:
+                gpu_pids.add(e.pid)
+        elif ph == "M" and tracks.consume_metadata(e):
             stats.metadata += 1
             kinds[e.index] = -1
 
     # 2. homes and spans
     by_home: Dict[Tuple, List[Tuple[int, int, int]]] = {}
+    # the by_home list of each (pid, tid) / (device, lane) seen, so most events find theirs in one lookup
+    cpu_spans: Dict[Tuple, List[Tuple[int, int, int]]] = {}
+    gpu_spans: Dict[Tuple, List[Tuple[int, int, int]]] = {}
     # event index -> lane, for GPU work whose args change (placement args, stream arg rewrite)
     rewrite: Dict[int, int] = {}
     counter_records: List[Tuple[int, int, int, int]] = []
@@ -137,22 +139,35 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             kinds[i] = _BEGIN
             stats.slices += 1
             slice_indices.append(i)
-        home = None
-        if type(e.pid) is int and e.pid in gpu_pids:
+        spans = None
+        pid = e.pid
+        if type(pid) is int and pid in gpu_pids:
             p = placements.get(i)
-            device = e.device
-            lane = p.lane if p is not None else e.stream
+            a = e.args
+            device = a.get("device")
+            if type(device) is not int:
+                device = e.device
+            stream_arg = a.get("stream")
+            if p is not None:
+                lane = p.lane
+            else:
+                lane = stream_arg if type(stream_arg) is int else e.stream
             if device is not None and lane is not None:
-                home = ("gpu", device, lane)
+                key = (device, lane)
+                spans = gpu_spans.get(key)
+                if spans is None:
+                    spans = gpu_spans[key] = by_home.setdefault(("gpu", device, lane), [])
                 if ph == "X" and cats[e.cat] in GPU_WORK_CATEGORIES:
-                    stream_arg = e.args.get("stream")
                     # unchanged args are written as they are (no copy): no placement args
                     # and already the lane as an int stream arg (True == 1, so check the type)
                     if (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane:
                         rewrite[i] = lane
-        if home is None:
-            home = tracks.cpu_home(e.pid, e.tid)
-        by_home.setdefault(home, []).append((ts, dur, i))
+        if spans is None:
+            key = (pid, e.tid)
+            spans = cpu_spans.get(key)
+            if spans is None:
+                spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), [])
+        spans.append((ts, dur, i))
 
     # 3. flows
     stats.flow_events = len(flow_indices)
