@@ -173,8 +173,11 @@ def _from_fast(fast: List[_Event], path: Optional[str]) -> List[TraceEvent]:
                 raise TraceFormatError(path, f"event {i} ({e.name!r}): complete event (ph X) without dur")
         if ts_ns is None and e.ph == "X":
             raise TraceFormatError(path, f"event {i} ({e.name!r}): complete event (ph X) without ts")
-        extra = None
-        if e.bp is not None or e.s is not None:
+        bp = e.bp
+        sv = e.s
+        if sv is None:  # the usual cases spelled out: every ac2g flow end has bp
+            extra = None if bp is None else {"bp": bp}
+        else:
             extra = {k: getattr(e, k) for k in _FAST_EXTRA if getattr(e, k) is not None}
         append(TraceEvent(i, e.ph, e.cat, e.name, e.pid, e.tid, ts_ns, dur_ns, e.args or {}, e.id, extra))
     return events
