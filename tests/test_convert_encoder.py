@@ -52,3 +52,55 @@ def test_lone_surrogates_and_long_strings():
     args = {"bad\ud800": "x\udfff", "long": "y" * 500, "nested": [{"k\ud800": "\ud800"}, [], None]}
     names = [(i.iid(CATEGORIES, "c"), i.iid(NAMES, "n\ud800")) for i in (fi, pi)]
     assert fast.slice_begin(1, 2, *names[0], args) == ref.slice_begin(1, 2, *names[1], args)
+
+
+varying_values = st.one_of(st.integers(min_value=-(1 << 65), max_value=1 << 65), st.text(max_size=70), st.none(),
+                           st.floats(allow_nan=True), st.lists(st.integers(), max_size=3), st.booleans())
+
+
+@settings(max_examples=80, deadline=None)
+@given(arg_dicts, st.lists(st.tuples(varying_values, varying_values), min_size=2, max_size=8),
+       st.sampled_from([0, 1, 2]))
+def test_whole_args_template_cache_equals_protos_encoder(base, ids, where):
+    """Args that repeat except the per-event ids (a replayed kernel's): template hits give the reference bytes.
+
+    The ids sit first, in the middle or last, take any type (the slot falls back to the
+    generic encoding) and the constant part may hold NaN, nested values or look-alikes.
+    """
+    from perfetto_graph_ann.write.perfetto.packets import VARYING_KEYS
+
+    items = [(k, v) for k, v in base.items() if k not in VARYING_KEYS]
+    fi, pi = Interner(), Interner()
+    fast, ref = FastEncoder(fi), ProtosEncoder(pi)
+    names = [(i.iid(CATEGORIES, "kernel"), i.iid(NAMES, "k")) for i in (fi, pi)]
+    for corr, ext in ids * 2:
+        pos = (0, len(items) // 2, len(items))[where]
+        args = dict(items[:pos] + [("correlation", corr)] + items[pos:] + [("External id", ext)])
+        assert fast.slice_begin(5, 3, *names[0], args) == ref.slice_begin(5, 3, *names[1], args)
+
+
+def test_whole_args_cache_keeps_lookalike_values_apart():
+    """1, 1.0, True and Decimal("1.0") / 1.0 encode differently or identically exactly as the reference does."""
+    from decimal import Decimal
+
+    fi, pi = Interner(), Interner()
+    fast, ref = FastEncoder(fi), ProtosEncoder(pi)
+    names = [(i.iid(CATEGORIES, "c"), i.iid(NAMES, "n")) for i in (fi, pi)]
+    looks = [1, 1.0, True, Decimal("1.0"), "1", [1], [1.0], [True], None, float("nan"), 0, False, 2 ** 64 - 1, 2 ** 70]
+    for rep in range(3):
+        for corr, v in enumerate(looks):
+            args = {"a": v, "correlation": corr + rep, "b": [v, v]}
+            assert fast.slice_begin(1, 2, *names[0], args) == ref.slice_begin(1, 2, *names[1], args), (rep, v)
+    assert fast._whole is not None and fast._whole_hits > 0  # the cache was used, not bypassed
+
+
+def test_whole_args_cache_turns_itself_off_on_unique_args():
+    """All-distinct args (eager ops with per-call shapes): the template cache switches off, bytes unchanged."""
+    fi, pi = Interner(), Interner()
+    fast, ref = FastEncoder(fi), ProtosEncoder(pi)
+    names = [(i.iid(CATEGORIES, "cpu_op"), i.iid(NAMES, "aten::mm")) for i in (fi, pi)]
+    for n in range(1500):
+        args = {"Input Dims": [[n, 4], [4, n % 7]], "External id": n, "Sequence number": n // 2}
+        assert fast.slice_begin(n, 2, *names[0], args) == ref.slice_begin(n, 2, *names[1], args)
+    assert fast._whole is None
+    assert fast.slice_begin(9, 2, *names[0], {"x": 1}) == ref.slice_begin(9, 2, *names[1], {"x": 1})
