@@ -7,9 +7,7 @@ the annotated trace.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 
 from ._common import ENGINES, load_annotation_files
 
@@ -61,22 +59,14 @@ def run(args: argparse.Namespace, out=None) -> int:
 def _sql_summary(args, trace, layout, out) -> None:
     """The SQL lane summary of the annotated trace; a note instead when it cannot run here."""
     from ..errors import EngineError
+    from ..query.metrics import lane_summary
+    from ..query.session import open_converted
 
     try:
-        from ..query.metrics import lane_summary
-        from ..query.session import open_trace
-        from ..write.convert import convert
-    except ImportError as e:
-        print(f"\n(SQL lane summary not available in this build: {e})", file=out)
+        with open_converted(trace, layout, engine=args.engine) as session:
+            df = lane_summary(session)
+    except EngineError as e:
+        print(f"\n(SQL lane summary skipped: {e})", file=out)
         return
-    with tempfile.TemporaryDirectory(prefix="pga-lanes-") as tmp:
-        pf = os.path.join(tmp, "annotated.pftrace")
-        convert(trace, pf, layout=layout)
-        try:
-            with open_trace(pf, engine=args.engine) as session:
-                df = lane_summary(session)
-        except EngineError as e:
-            print(f"\n(SQL lane summary skipped: {e})", file=out)
-            return
     print("\nSQL lane summary (graph_ann.lanes)", file=out)
     print(df.to_string(index=False), file=out)

@@ -12,7 +12,6 @@ import gzip
 import json
 import os
 import sys
-import tempfile
 from typing import Dict, List, Tuple
 
 from ._common import ENGINES, load_annotation_files, write_output
@@ -171,16 +170,16 @@ def _header(c: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..query import metrics
-    from ..query.session import open_trace
+    from ..query.session import open_converted, open_trace
 
-    with tempfile.TemporaryDirectory(prefix="pga-report-") as tmp:
-        path = args.trace
-        if is_json_trace(path):
-            path = _convert(args, os.path.join(tmp, "trace.pftrace"))
-        elif args.annotations:
+    if is_json_trace(args.trace):
+        session = open_converted(*_read_and_join(args), engine=args.engine)
+    else:
+        if args.annotations:
             print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
-        with open_trace(path, engine=args.engine) as session:
-            tables = metrics.report(session, top=args.top)
+        session = open_trace(args.trace, engine=args.engine)
+    with session as s:
+        tables = metrics.report(s, top=args.top)
     text = format_report(tables, args.format)
     if args.format == "table":
         text = f"{args.trace}\n\n{text}"
@@ -188,16 +187,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _convert(args: argparse.Namespace, out: str) -> str:
-    """Convert a torch.profiler JSON trace (joined to --annotations, if any) to ``out``."""
+def _read_and_join(args: argparse.Namespace):
+    """A torch.profiler JSON trace and its layout (joined to --annotations, if any; else None)."""
     from ..read.kineto import read_trace
-    from ..write.convert import convert
 
     trace = read_trace(args.trace)
-    layout = None
-    if args.annotations:
-        from ..join import join
+    if not args.annotations:
+        return trace, None
+    from ..join import join
 
-        layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
-    convert(trace, out, layout=layout)
-    return out
+    return trace, join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)

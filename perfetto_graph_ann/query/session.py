@@ -8,7 +8,9 @@ portable WebAssembly engine, else the ``perfetto`` download).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple, Union
 
@@ -113,3 +115,17 @@ def open_trace(path: PathArg, engine: str = "auto", config: Optional[EngineConfi
     """
     config = (config or EngineConfig()).with_engine(engine)
     return Session(Path(path), start_engine(path, config))
+
+
+@contextlib.contextmanager
+def open_converted(trace, layout=None, engine: str = "auto",
+                   config: Optional[EngineConfig] = None) -> Iterator[Session]:
+    """A session on ``trace`` (a read :class:`~perfetto_graph_ann.read.model.KinetoTrace`)
+    converted with ``layout`` to a temporary .pftrace, removed when the session closes."""
+    from ..write.convert import convert
+
+    with tempfile.TemporaryDirectory(prefix="pga-session-") as tmp:
+        path = os.path.join(tmp, "trace.pftrace")
+        convert(trace, path, layout=layout)
+        with open_trace(path, engine=engine, config=config) as session:
+            yield session
