@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import os
-import tempfile
 from typing import Dict, List, Optional, Sequence, Set
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -202,25 +202,25 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
     """
     from ..join import join
     from ..read.kineto import read_trace
-    from .convert import convert
+    from .convert import paused_gc
+    from .perfetto import write_perfetto
 
     if annotations is not None and len(annotations) != len(traces):
         raise ValueError(f"{len(annotations)} annotation sets for {len(traces)} traces")
     ranks: List[RankTrace] = []
-    with tempfile.TemporaryDirectory(prefix="pga-merge-") as tmp:
-        for i, path in enumerate(traces):
-            spath = os.fspath(path)
-            trace = read_trace(spath)
-            info = trace.distributed_info or {}
-            rank = info.get("rank", i)
-            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
-                raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
-            ann = annotations[i] if annotations is not None else None
-            layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
-            pf = os.path.join(tmp, f"rank{i}.pftrace")
-            convert(trace, pf, layout=layout)
-            with open(pf, "rb") as f:
-                ranks.append(RankTrace(rank, trace.base_time_ns, f.read(), spath, layout))
+    for i, path in enumerate(traces):
+        spath = os.fspath(path)
+        trace = read_trace(spath)
+        info = trace.distributed_info or {}
+        rank = info.get("rank", i)
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
+            raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
+        ann = annotations[i] if annotations is not None else None
+        layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
+        buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
+        with paused_gc():
+            write_perfetto(trace, buf, layout)
+        ranks.append(RankTrace(rank, trace.base_time_ns, buf.getvalue(), spath, layout))
     data = merge_converted(ranks)
     with atomic_write(out, "wb", compress=False) as f:
         f.write(data)
