@@ -19,14 +19,9 @@ class Match:
     ambiguous: bool = False  #: more than one node (or graph) fitted equally well
 
 
-def compatible(event: TraceEvent, node: NodeRecord) -> bool:
-    """Could this event be a replay of this node? Type, base name, grid and block must agree
-    wherever both sides know them."""
-    return compatible_signatures(signature(event, strict=False), signature(node, strict=False))
-
-
 def compatible_signatures(ev: Tuple, node: Tuple) -> bool:
-    """:func:`compatible` on precomputed loose signatures (None on either side matches)."""
+    """Could an event be a replay of a node, given their loose signatures? Type must agree;
+    name, grid and block wherever both sides know them (None on either side matches)."""
     if ev[0] != node[0]:
         return False
     for a, b in zip(ev[1:], node[1:]):
