@@ -95,8 +95,11 @@ def test_backward_hooks_are_inert_without_a_capture():
     cuda = FakeCuda()
     cuda.begin_capture(STREAM)
     node = FakeNode("mm", cuda, STREAM)
-    BackwardTagger({"name": "mlp"}, current=lambda: None).on_outputs(FakeTensor(node))
+    tagger = BackwardTagger({"name": "mlp"}, current=lambda: None)
+    tagger.on_outputs(FakeTensor(node))
+    assert len(node.pre) == len(node.post) == 1  # the hooks are in place, so run() exercises them
     node.run()  # eager backward: hooks run, nothing recorded, nothing raised
+    assert tagger._open == {}  # the pre-hook opened no scope for the post-hook to close
 
 
 class CppNode(FakeNode):
