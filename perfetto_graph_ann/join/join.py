@@ -79,8 +79,8 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
             lane = placements[e.index].lane
             key = lane_key(e.device, lane)
             if key not in lane_names:
-                graphs = graphs_on.get(key)
-                lane_names[key] = (lane_name(lane, annotations, graphs) if graphs and lane != DEFAULT_GRAPH_LANE
+                on_lane = graphs_on.get(key)
+                lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != DEFAULT_GRAPH_LANE
                                    else f"stream {lane}")
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
                       graph_lanes=graph_lanes)
