@@ -15,8 +15,10 @@ import sys
 import pytest
 
 from conftest import fixture_trace
+from engine_support import requires_portable
 from pftrace_decode import decode
 from test_convert_fixtures import ns, source
+from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.write.convert import ConvertConfig, convert
 
 SHAPE_KEYS = ("Input Dims", "Input Strides", "Input type", "Concrete Inputs")
@@ -112,12 +114,12 @@ def test_cli_compact_args(tmp_path):
     assert out.read_bytes() == ref.read_bytes()
 
 
+@requires_portable
 def test_compact_args_in_trace_processor(tmp_path):
-    session_mod = pytest.importorskip("perfetto_graph_ann.query.session")
     doc = source(NAME)
     out = tmp_path / "compact.pftrace"
     convert(fixture_trace(NAME), out, ConvertConfig(shape_args="string"))
-    with session_mod.open_trace(out, engine="portable") as s:
+    with open_trace(out, engine="portable") as s:
         rows = s.query(
             "SELECT s.name AS n, s.ts AS t, a.key AS k, a.value_type AS vt, a.string_value AS v FROM slice s "
             "JOIN args a USING (arg_set_id) WHERE a.flat_key IN ('debug.Input Dims', 'debug.Input Strides', "

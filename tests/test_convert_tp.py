@@ -12,16 +12,18 @@ from decimal import Decimal
 import pytest
 
 from conftest import TRACES, fixture_trace
+from engine_support import requires_portable
 from test_convert_fixtures import expected_flows, ns, source
 from perfetto_graph_ann.join.model import LaneLayout, Placement
+from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.convert import convert
 
-session_mod = pytest.importorskip("perfetto_graph_ann.query.session")
+pytestmark = requires_portable  # the output's packets are checked without an engine in test_convert_fixtures.py
 
 
 def tp(path):
-    return session_mod.open_trace(path, engine="portable")
+    return open_trace(path, engine="portable")
 
 
 SLICES = "SELECT COALESCE(category, '') AS cat, name, ts, dur FROM slice WHERE dur >= 0"
