@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..errors import PathLike, SidecarError
 from ..join.model import FIRST_LOGICAL_LANE
 from .annotations import AnnotationSet, GraphRecord, NodeRecord, make_key
+from .sidecar import _dim3, parse_json_bytes
 
 #: ``cudaGraphNodeType`` names (as the probe writes them) -> NodeRecord.type
 _NODE_TYPES = {
@@ -57,15 +58,6 @@ def _node_type(raw: Any) -> str:
     return "other"
 
 
-def _dim3(path: str, where: str, value: Any) -> Optional[Tuple[int, int, int]]:
-    if value is None:
-        return None
-    if (not isinstance(value, list) or len(value) != 3
-            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 32 for v in value)):
-        raise SidecarError(path, f"{where}: expected a list of 3 unsigned 32-bit integers, got {value!r}")
-    return (value[0], value[1], value[2])
-
-
 def _int(path: str, where: str, value: Any, bits: int = 64) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << bits:
         raise SidecarError(path, f"{where}: expected an unsigned {bits}-bit integer, got {value!r}")
@@ -86,8 +78,6 @@ def _load_json(path: str) -> Any:
         raise SidecarError(path, "file not found") from e
     except (OSError, EOFError) as e:
         raise SidecarError(path, f"cannot read: {e}") from e
-    from .sidecar import parse_json_bytes
-
     return parse_json_bytes(data, path)
 
 
@@ -208,8 +198,8 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
             key=key,
             type=_node_type(n.get("type")),
             kernel=kernel,
-            grid=_dim3(spath, f"nodes[{i}].grid", n.get("grid")),
-            block=_dim3(spath, f"nodes[{i}].block", n.get("block")),
+            grid=_dim3(n.get("grid"), spath, f"nodes[{i}].grid"),
+            block=_dim3(n.get("block"), spath, f"nodes[{i}].block"),
             annotation=types.MappingProxyType(annotation),
             stream=stream,
             ordinal=ordinal,
