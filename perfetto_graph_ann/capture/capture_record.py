@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import PathLike, SidecarError
 from ..join.model import FIRST_LOGICAL_LANE
-from .annotations import AnnotationSet, GraphRecord, NodeRecord, make_key
+from .annotations import AnnotationSet, GraphRecord, NodeRecord
+from .resolve import rekey
 from .sidecar import _dim3, parse_json_bytes
 
 #: ``cudaGraphNodeType`` names (as the probe writes them) -> NodeRecord.type
@@ -173,7 +174,7 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
     seen = set()
     for i, n in enumerate(nodes):
         cupti_id = _int(spath, f"nodes[{i}].cupti_node_id", n.get("cupti_node_id"))
-        key = make_key(exec_id, cupti_id & 0xFFFFFFFF)
+        key = rekey(exec_id, cupti_id)
         if key in seen:
             raise SidecarError(spath, f"nodes[{i}]: duplicate node key {key}")
         seen.add(key)
