@@ -23,41 +23,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..errors import PathLike, SidecarError
 from ..join.model import FIRST_LOGICAL_LANE
 from .annotations import AnnotationSet, GraphRecord, NodeRecord
+from .backends import node_type_name
 from .resolve import rekey
 from .sidecar import _dim3, parse_json_bytes
-
-#: ``cudaGraphNodeType`` names (as the probe writes them) -> NodeRecord.type
-_NODE_TYPES = {
-    "Kernel": "kernel",
-    "Memcpy": "memcpy",
-    "Memset": "memset",
-    "Host": "host",
-    "Graph": "graph",
-    "Empty": "empty",
-    "WaitEvent": "event_wait",
-    "EventRecord": "event_record",
-    "ExtSemasSignal": "ext_semas_signal",
-    "ExtSemasWait": "ext_semas_wait",
-    "MemAlloc": "mem_alloc",
-    "MemFree": "mem_free",
-    "BatchMemOp": "batch_mem_op",
-    "Conditional": "conditional",
-}
-
-
-def _node_type(raw: Any) -> str:
-    text = str(raw or "")
-    for prefix in ("cudaGraphNodeType", "CU_GRAPH_NODE_TYPE_"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    if text in _NODE_TYPES:
-        return _NODE_TYPES[text]
-    lowered = text.lower().replace("_", "")
-    for k, v in _NODE_TYPES.items():
-        if k.lower() == lowered:
-            return v
-    return "other"
-
 
 def _int(path: str, where: str, value: Any, bits: int = 64) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << bits:
@@ -197,7 +165,7 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
         stream, ordinal = calib.get(key, (None, None))
         records.append(NodeRecord(
             key=key,
-            type=_node_type(n.get("type")),
+            type=node_type_name(str(n.get("type") or "")),
             kernel=kernel,
             grid=_dim3(n.get("grid"), spath, f"nodes[{i}].grid"),
             block=_dim3(n.get("block"), spath, f"nodes[{i}].block"),
