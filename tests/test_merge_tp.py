@@ -142,7 +142,7 @@ def test_merge_real_two_rank_capture(tmp_path):
 def test_metrics_refuse_a_merge_whose_ranks_share_a_device(tmp_path):
     """Two ranks both on GPU 0 (separate hosts): lane tables grouped by device would mix them."""
     from perfetto_graph_ann.errors import InputError
-    from perfetto_graph_ann.query.metrics import lane_summary
+    from perfetto_graph_ann.query.metrics import lane_summary, report
 
     out = tmp_path / "shared.pftrace"
     merge([fixture_trace("allreduce_graph_rank0"), _rank1_copy(tmp_path)], out)
@@ -151,6 +151,8 @@ def test_metrics_refuse_a_merge_whose_ranks_share_a_device(tmp_path):
     with pytest.raises(InputError) as ei:
         lane_summary(out, engine="portable")
     assert str(ei.value).startswith(str(out)) and "GPU 0 (2 ranks)" in str(ei.value)
+    with pytest.raises(InputError, match=r"GPU 0 \(2 ranks\)"):  # report checks once for all its tables
+        report(out, engine="portable")
     # ranks on distinct devices (the live 2-GPU capture): one row per (device, lane), counted from the JSON
     from perfetto_graph_ann._resources import demo_live_data_dir
 

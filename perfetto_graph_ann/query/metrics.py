@@ -65,14 +65,19 @@ def query_metric(trace: TraceArg, name: str, where: Optional[str] = None, engine
 
     ``where``: an optional SQL condition on the table's columns, e.g. ``"rank <= 5"``.
     """
+    with _session(trace, engine) as s:
+        _refuse_ambiguous_merge(s)
+        return _select(s, name, where)
+
+
+def _select(s: Session, name: str, where: Optional[str] = None):
+    """The rows of metric ``name`` on ``s``, which :func:`_refuse_ambiguous_merge` has passed."""
     m = METRICS[name]
     sql = f"INCLUDE PERFETTO MODULE {m.module}; SELECT * FROM {m.table}"
     if where:
         sql += f" WHERE {where}"
     sql += f" ORDER BY {m.order_by}"
-    with _session(trace, engine) as s:
-        _refuse_ambiguous_merge(s)
-        return _frame(s.query(sql))
+    return _frame(s.query(sql))
 
 
 #: GPU tracks that more than one rank group of a merged trace holds (``merge`` writes
@@ -126,8 +131,11 @@ def lane_summary(trace: TraceArg, engine: str = "auto"):
 
 def lane_top_kernels(trace: TraceArg, top: Optional[int] = None, engine: str = "auto"):
     """Kernels per lane ranked by total time with their share of the lane; ``top`` keeps the first N."""
-    where = f"rank <= {int(top)}" if top is not None else None
-    return query_metric(trace, "lane_top_kernels", where=where, engine=engine)
+    return query_metric(trace, "lane_top_kernels", where=_top_where(top), engine=engine)
+
+
+def _top_where(top: Optional[int]) -> Optional[str]:
+    return f"rank <= {int(top)}" if top is not None else None
 
 
 def replays(trace: TraceArg, engine: str = "auto"):
@@ -163,11 +171,12 @@ def lane_gaps(trace: TraceArg, engine: str = "auto"):
 def report(trace: TraceArg, top: int = 5, engine: str = "auto") -> Dict[str, "object"]:
     """All report tables from one session: ``{name: DataFrame}`` in print order."""
     with _session(trace, engine) as s:
+        _refuse_ambiguous_merge(s)  # once for all the tables
         return {
-            "lane_summary": lane_summary(s),
-            "lane_top_kernels": lane_top_kernels(s, top=top),
-            "replays": replays(s),
-            "collectives": collectives(s),
-            "overlap": overlap(s),
-            "lane_idle": lane_idle(s),
+            "lane_summary": _select(s, "lane_summary"),
+            "lane_top_kernels": _select(s, "lane_top_kernels", _top_where(top)),
+            "replays": _select(s, "replays"),
+            "collectives": _select(s, "collectives"),
+            "overlap": _select(s, "overlap"),
+            "lane_idle": _select(s, "lane_idle"),
         }
