@@ -187,8 +187,7 @@ def _plain(value: Any) -> Any:
     """Generic-path values: Decimal -> float (args carry floats, only times stay exact)."""
     t = type(value)
     if t is Decimal:
-        f = float(value)
-        return f
+        return float(value)
     if t is list:
         return [_plain(v) for v in value]
     if t is dict:
