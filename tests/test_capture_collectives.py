@@ -7,16 +7,11 @@ import types
 
 import pytest
 from capture_fakes import FakeCuda
+from join_expect import fixture_trace
 
 from perfetto_graph_ann.capture import collectives as C
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.registry import Registry
-
-from perfetto_graph_ann._resources import demo_data_dir
-
-
-def fixture_trace(name):
-    return demo_data_dir() / f"{name}.trace.json.gz"
 
 STREAM = 0x70
 DEFAULT_PG = C.GroupInfo("0", "default_pg", (0, 1))
