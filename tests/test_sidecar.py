@@ -12,17 +12,12 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from join_expect import fixture_capture, fixture_trace
 
 from perfetto_graph_ann import load_annotations, save_annotations
 from perfetto_graph_ann.capture import _protogen, sidecar
 from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord, make_key
 from perfetto_graph_ann.errors import SidecarError
-
-from perfetto_graph_ann._resources import demo_data_dir
-
-
-def fixture_capture(name):
-    return demo_data_dir() / f"{name}.capture.json"
 
 
 def sample() -> AnnotationSet:
@@ -234,13 +229,8 @@ def test_generated_module_regenerates_identically():
 
 def test_a_trace_given_as_annotations_gets_a_hint(tmp_path):
     """Passing the profiler trace where annotations belong is a common slip: say so."""
-    import gzip as _gzip
-
-    from perfetto_graph_ann.capture.sidecar import load_annotations
-    from perfetto_graph_ann.errors import SidecarError
-
     p = tmp_path / "trace.json"
-    p.write_bytes(_gzip.decompress((demo_data_dir() / "two_branch.trace.json.gz").read_bytes()))
+    p.write_bytes(gzip.decompress(fixture_trace("two_branch").read_bytes()))
     with pytest.raises(SidecarError) as ei:
         load_annotations(p)
     msg = str(ei.value)
