@@ -22,9 +22,8 @@ def load_annotation_files(paths: Sequence[str]):
 def write_output(text: str, output: Optional[str]) -> None:
     """Write ``text`` to ``output`` (atomically, UTF-8) or, when it is None, to stdout."""
     if output:
-        from ..util.atomic import atomic_write
+        from ..util.atomic import atomic_write_bytes
 
-        with atomic_write(output, "wb") as f:
-            f.write(text.encode("utf-8"))
+        atomic_write_bytes(output, text.encode("utf-8"))
     else:
         sys.stdout.write(text)

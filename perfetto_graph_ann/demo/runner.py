@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Tuple
 
 from ..errors import EngineNotFoundError, OutputError, PathLike
-from ..util.atomic import atomic_write
+from ..util.atomic import atomic_write_bytes
 from .recordings import Recording, shipped_recordings
 
 #: Columns of graph_ann's lane summary that the demo prints (summary.json has them all).
@@ -172,8 +172,7 @@ def run_demo(config: DemoConfig = DemoConfig(), out: IO[str] = sys.stdout) -> De
                 print(r.lane_summary[cols].to_string(index=False), file=out)
         results.append(r)
     summary = {"source": source, "origin": origin, "scenarios": [r.as_json() for r in results]}
-    with atomic_write(out_dir / "summary.json") as f:
-        f.write(json.dumps(summary, indent=1, default=str).encode("utf-8"))
+    atomic_write_bytes(out_dir / "summary.json", json.dumps(summary, indent=1, default=str).encode("utf-8"))
     print(f"\nwrote {len(results)} scenario(s) to {out_dir}/ (open one with: perfetto-graph-ann open "
           f"{results[0].annotated_trace or results[0].raw_trace})" if results else "", file=out)
     return DemoResult(source, origin, results, out_dir)

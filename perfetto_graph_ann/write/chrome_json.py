@@ -18,7 +18,7 @@ import msgspec
 from ..errors import PathLike
 from ..join.model import LaneLayout
 from ..read.model import KinetoTrace, TraceEvent
-from ..util.atomic import atomic_write
+from ..util.atomic import atomic_write_bytes
 
 __all__ = ["write_chrome_json", "annotated_events"]
 
@@ -111,6 +111,4 @@ def write_chrome_json(trace: KinetoTrace, out: PathLike, layout: Optional[LaneLa
     """
     doc: Dict[str, Any] = dict(trace.metadata)
     doc["traceEvents"] = annotated_events(trace, layout)
-    data = _encoder.encode(doc)
-    with atomic_write(out, "wb") as f:
-        f.write(data)
+    atomic_write_bytes(out, _encoder.encode(doc))

@@ -29,7 +29,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from ..capture.annotations import AnnotationSet
 from ..errors import InputError, PathLike
 from ..join.model import LaneLayout
-from ..util.atomic import atomic_write
+from ..util.atomic import atomic_write_bytes
 from .perfetto.wire import field_bytes
 
 #: Fresh pids / tids for ones that collide across ranks start here (positive int32).
@@ -221,9 +221,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
         with paused_gc():
             write_perfetto(trace, buf, layout)
         ranks.append(RankTrace(rank, trace.base_time_ns, buf.getvalue(), spath, layout))
-    data = merge_converted(ranks)
-    with atomic_write(out, "wb", compress=False) as f:
-        f.write(data)
+    atomic_write_bytes(out, merge_converted(ranks), compress=False)
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
                        {rt.rank: rt.layout for rt in ranks})
