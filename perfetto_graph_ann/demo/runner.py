@@ -54,6 +54,9 @@ class ScenarioResult:
     lane_summary: Any = None  #: DataFrame from graph_ann's lane summary, when SQL ran
     #: collective fields the join put on the first graphed NCCL kernel (None: no such kernel)
     restored_collective: Optional[Dict[str, Any]] = None
+    #: with a reference: (label, the first NCCL kernel's collective fields as recorded, None: no
+    #: NCCL kernel) for the reference (eager) and the recorded (graphed) trace
+    recorded_collectives: Tuple[Tuple[str, Optional[Dict[str, Any]]], ...] = ()
 
     def as_json(self) -> Dict[str, Any]:
         return {
@@ -109,26 +112,39 @@ def run_scenario(rec: Recording, out_dir: Path, config: DemoConfig) -> ScenarioR
     raw_out = out_dir / f"{rec.name}.raw.pftrace"
     convert(trace, raw_out)
     reference_out = None
+    recorded: Tuple[Tuple[str, Optional[Dict[str, Any]]], ...] = ()
     if rec.reference is not None:
+        reference = read_trace(rec.reference)
         reference_out = out_dir / f"{rec.name}.reference.pftrace"
-        convert(rec.reference, reference_out)
+        convert(reference, reference_out)
+        recorded = (("eager", _collective_fields(reference, None)),
+                    ("graphed (as recorded)", _collective_fields(trace, None)))
     if rec.annotations is None:
         return ScenarioResult(rec.name, rec.title, raw_out, None, lane_table(trace, LaneLayout()), None,
-                              reference_trace=reference_out)
+                              reference_trace=reference_out, recorded_collectives=recorded)
     layout = join(trace, load_any_annotations(rec.annotations), graph_lanes="all")
     ann_out = out_dir / f"{rec.name}.annotated.pftrace"
     convert(trace, ann_out, layout=layout)
     return ScenarioResult(rec.name, rec.title, raw_out, ann_out, lane_table(trace, layout),
                           layout.report.as_dict(), report_table(layout), reference_out,
-                          restored_collective=_restored_collective(trace, layout))
+                          restored_collective=_restored_collective(trace, layout), recorded_collectives=recorded)
 
 
 def _restored_collective(trace, layout) -> Optional[Dict[str, Any]]:
     """The collective fields the join adds to the first NCCL kernel, if the trace has one."""
+    return _collective_fields(trace, layout)
+
+
+def _collective_fields(trace, layout) -> Optional[Dict[str, Any]]:
+    """The first NCCL kernel's collective fields: from the join's args with ``layout``, else as
+    recorded in the trace; None when the trace has no NCCL kernel."""
     for e in trace.gpu_work():
         if e.name.startswith("nccl"):
-            placement = layout.placements.get(e.index)
-            args = placement.args if placement is not None else {}
+            if layout is None:
+                args = e.args
+            else:
+                placement = layout.placements.get(e.index)
+                args = placement.args if placement is not None else {}
             return {k: args[k] for k in COLLECTIVE_FIELDS if k in args}
     return None
 
@@ -189,8 +205,11 @@ def _print_scenario(rec: Recording, r: ScenarioResult, out: IO[str]) -> None:
         print(r.report_table.to_string(index=False), file=out)
     if rec.note:
         print(f"note: {rec.note}", file=out)
-    if rec.reference is not None:
-        _print_collective_fields(rec, out)
+    for label, fields in r.recorded_collectives:  # the reference (eager) and the graphed trace as recorded
+        if fields is None:
+            print(f"{label}: no NCCL kernel", file=out)
+        else:
+            print(f"{label} NCCL kernel args: {fields if fields else 'no collective fields'}", file=out)
     if r.restored_collective is not None:
         fields = r.restored_collective or "none (no annotation reached the NCCL node)"
         print(f"graphed NCCL kernel args after the join: {fields}", file=out)
@@ -202,19 +221,3 @@ def _print_scenario(rec: Recording, r: ScenarioResult, out: IO[str]) -> None:
 COLLECTIVE_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
                      "In split size", "Out split size", "Process Group Name", "Process Group Description",
                      "Process Group Ranks")
-
-
-def _print_collective_fields(rec: Recording, out: IO[str]) -> None:
-    """The first NCCL kernel's collective fields in the reference (eager) and the graphed trace."""
-    from ..read.kineto import read_trace
-
-    def first_nccl(path: Path):
-        return next((e for e in read_trace(path).gpu_work() if e.name.startswith("nccl")), None)
-
-    eager, graphed = first_nccl(rec.reference), first_nccl(rec.trace)
-    for label, e in (("eager", eager), ("graphed (as recorded)", graphed)):
-        if e is None:
-            print(f"{label}: no NCCL kernel", file=out)
-            continue
-        fields = {k: e.args[k] for k in COLLECTIVE_FIELDS if k in e.args}
-        print(f"{label} NCCL kernel args: {fields if fields else 'no collective fields'}", file=out)
