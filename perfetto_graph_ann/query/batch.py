@@ -8,7 +8,6 @@ memory, not cores, is usually the limit).
 from __future__ import annotations
 
 import concurrent.futures as cf
-import math
 import os
 import threading
 from pathlib import Path
@@ -120,15 +119,10 @@ def _parallel_sessions(paths: List[Path], sql: str, config: EngineConfig, choice
 def _native_batch(paths: List[Path], sql: str, config: EngineConfig, shell: str, workers: int) -> List[pd.DataFrame]:
     from perfetto.batch_trace_processor.api import BatchTraceProcessor, BatchTraceProcessorConfig
     from perfetto.common.exceptions import PerfettoException
-    from perfetto.trace_processor.api import TraceProcessorConfig
 
-    tp_config = TraceProcessorConfig(
-        bin_path=shell,
-        add_sql_packages=[str(d) for d in config.package_dirs()],
-        load_timeout=max(1, math.ceil(config.start_timeout_s)),
-        verbose=config.verbose,
-    )
-    btp_config = BatchTraceProcessorConfig(tp_config=tp_config)
+    from .engine.native import tp_config
+
+    btp_config = BatchTraceProcessorConfig(tp_config=tp_config(config, shell))
     try:
         with BatchTraceProcessor([str(p) for p in paths], btp_config) as btp:
             return [df.infer_objects() for df in btp.query(sql)]

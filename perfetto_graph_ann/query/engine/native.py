@@ -21,6 +21,17 @@ from .base import Engine
 from .config import EngineConfig
 
 
+def tp_config(config: EngineConfig, shell: str) -> TraceProcessorConfig:
+    """The ``perfetto`` package's config for ``shell`` with our SQL packages (also used by
+    :func:`~perfetto_graph_ann.query.batch.query_many`'s BatchTraceProcessor)."""
+    return TraceProcessorConfig(
+        bin_path=shell,
+        add_sql_packages=[str(d) for d in config.package_dirs()],
+        load_timeout=max(1, math.ceil(config.start_timeout_s)),
+        verbose=config.verbose,
+    )
+
+
 class NativeEngine(Engine):
     """One ``trace_processor_shell`` process, one trace loaded."""
 
@@ -29,14 +40,8 @@ class NativeEngine(Engine):
     def __init__(self, trace_path: Path, config: EngineConfig, shell: str):
         super().__init__(trace_path, config)
         self.shell = shell
-        tp_config = TraceProcessorConfig(
-            bin_path=shell,
-            add_sql_packages=[str(d) for d in config.package_dirs()],
-            load_timeout=max(1, math.ceil(config.start_timeout_s)),
-            verbose=config.verbose,
-        )
         try:
-            self.tp: Optional[TraceProcessor] = TraceProcessor(config=tp_config)
+            self.tp: Optional[TraceProcessor] = TraceProcessor(config=tp_config(config, shell))
         except (PerfettoException, OSError) as e:
             raise EngineError(f"{trace_path}: the native trace processor {shell} failed to start: {e}") from e
         proc = self.tp.subprocess
