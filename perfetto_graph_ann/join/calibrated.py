@@ -44,12 +44,14 @@ def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
                      only_graph: Optional[int] = None) -> Tuple[Dict[int, Match], Optional[int]]:
     """Match the ``pending`` event indices of ``replay``; returns matches and the chosen graph id."""
     pending_set = set(pending)
-    ev_sig = {e.index: signature(e, strict=False) for e in replay.events if e.index in pending_set}
+    ev_sig: Dict[int, Tuple] = {}  # filled by the first calibrated graph: none, no signatures
 
     def match_graph(g: GraphRecord) -> Dict[int, NodeRecord]:
         found: Dict[int, NodeRecord] = {}
         if not g.calibrated:
             return found
+        if not ev_sig:
+            ev_sig.update((e.index, signature(e, strict=False)) for e in replay.events if e.index in pending_set)
         table, kernels_only = _table(g)
         expected_per_stream = Counter(stream for stream, _ in table)
         ordinals = replay.ordinals(kernels_only)
