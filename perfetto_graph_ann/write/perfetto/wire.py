@@ -48,24 +48,9 @@ def small_varint(value: int) -> bytes:
     return b
 
 
-def tag(field: int, wire_type: int) -> bytes:
-    return varint((field << 3) | wire_type)
-
-
-def field_varint(field: int, value: int) -> bytes:
-    return varint((field << 3) | 0) + varint(value)
-
-
 def field_bytes(field: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2): tag, length, payload."""
     return varint((field << 3) | 2) + varint(len(payload)) + payload
-
-
-def field_double(field: int, value: float) -> bytes:
-    return varint((field << 3) | 1) + _pack_double(value)
-
-
-def field_fixed64(field: int, value: int) -> bytes:
-    return varint((field << 3) | 1) + _pack_fixed64(value)
 
 
 def utf8(text: str) -> bytes:
