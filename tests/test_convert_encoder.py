@@ -27,6 +27,17 @@ def test_varint_matches_protobuf(v):
         assert pb.DebugAnnotation(uint_value=v).SerializeToString() == b"\x18" + varint(v)
 
 
+def test_varint_every_length_boundary():
+    """Each fast path of ``varint`` (1-5 bytes) and the general loop, at and around its edges."""
+    for n in range(1, 11):
+        edge = 1 << (7 * n)
+        for v in (edge - 2, edge - 1, edge, edge + 1):
+            if v < (1 << 64):
+                assert pb.DebugAnnotation(uint_value=v).SerializeToString() == b"\x18" + varint(v), v
+    for v in (-1, -(1 << 28), -(1 << 35), -(1 << 63)):
+        assert pb.DebugAnnotation(int_value=v).SerializeToString() == b"\x20" + varint(v), v
+
+
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.tuples(arg_dicts, st.integers(0, 1 << 40), st.text(max_size=20)), min_size=1, max_size=6),
        st.lists(st.integers(0, (1 << 64) - 1), max_size=3))

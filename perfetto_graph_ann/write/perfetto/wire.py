@@ -28,6 +28,9 @@ def varint(value: int) -> bytes:
         return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     if 0x200000 <= value < 0x10000000:
         return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, ((value >> 14) & 0x7F) | 0x80, value >> 21))
+    if 0x10000000 <= value < 0x800000000:  # 5 bytes: large ids (correlations of long runs)
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, ((value >> 14) & 0x7F) | 0x80,
+                      ((value >> 21) & 0x7F) | 0x80, value >> 28))
     if value < 0:
         value += 1 << 64
     out = bytearray()
