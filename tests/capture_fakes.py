@@ -26,6 +26,9 @@ class FakeCuda(CaptureBackend):
         self.execs: Dict[int, int] = {}  # exec handle -> exec id
         self.lock = threading.Lock()
         self.list_calls = 0
+        self.count_calls = 0
+        self.can_clone = True  # False: the session must read the node table at finish
+        self.destroyed: List[int] = []
 
     # driver side ----------------------------------------------------------------
     def begin_capture(self, stream: int) -> int:
@@ -62,13 +65,39 @@ class FakeCuda(CaptureBackend):
     def capture_graph(self, stream: int) -> Optional[int]:
         return self.capturing.get(stream)
 
+    def node_count(self, graph: int) -> int:
+        self.count_calls += 1
+        with self.lock:
+            return len(self.graphs[graph])
+
     def list_nodes(self, graph: int) -> List[int]:
         self.list_calls += 1
         with self.lock:
-            return [n.handle for n in reversed(self.graphs[graph])]  # any order: attribution is by handle
+            return [n.handle for n in self.graphs[graph]]
 
     def node_infos(self, graph: int) -> List[NodeInfo]:
+        if graph in self.destroyed:
+            raise AssertionError(f"graph {graph:#x} read after it was destroyed")
         return list(self.graphs[graph])
+
+    def clone_graph(self, graph: int) -> Optional[int]:
+        """Like cuGraphClone: new handles, same local ids and order."""
+        if not self.can_clone:
+            return None
+        with self.lock:
+            c = next(self._handles)
+            self.graphs[c] = [n._replace(handle=next(self._handles)) for n in self.graphs[graph]]
+            self.graph_ids[c] = 1000 + c  # not from the driver's id sequence: tests count those
+            return c
+
+    def destroy_graph(self, graph: int) -> None:
+        if graph in self.destroyed:
+            raise AssertionError(f"graph {graph:#x} destroyed twice")
+        self.destroyed.append(graph)
+
+    def forget(self, graph: int) -> None:
+        """What torch does to the template graph at instantiation (keep_graph=False)."""
+        self.graphs[graph] = None  # reading it now fails loudly
 
     def exec_id(self, graph_exec: int) -> int:
         return self.execs[graph_exec]

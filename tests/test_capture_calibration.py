@@ -27,19 +27,26 @@ def key_check():
 @pytest.mark.parametrize("name,expected", [("transformer", {"qkv_proj": 1, "attention": 8, "out_proj": 1, "mlp": 4}),
                                            ("multistream", {"left_projection": 1, "right_projection": 1, "combine": 1})])
 def test_resolve_real_capture_tables(name, expected):
-    """The probe's node table + scopes (by handle) -> our ranges -> keys CUPTI reported at replay."""
+    """The probe's node table + scopes (by handle) -> our ranges -> keys CUPTI reported at replay.
+
+    The probe recorded each scope's handles; in the table's (listing) order every scope's
+    handles are one contiguous run, which is what the count-based recorder stores.
+    """
     d = key_check()[name]
     table = d["table"]
     infos = [NodeInfo(n["handle"], n["cupti_node_id"] & 0xFFFFFFFF, node_type_name(n["type"]), n.get("kernel"),
                       tuple(n["grid"]) if n.get("grid") else None, tuple(n["block"]) if n.get("block") else None)
              for n in table["nodes"]]
+    listing = [n.handle for n in infos]
     records = []
     for seq, (scope, lane, handles) in enumerate(d["scopes"]):
         fields = {"name": scope}
         if isinstance(lane, int):
             fields["stream"] = lane
-        records.append(ScopeRecord(seq, fields, frozenset(handles)))
-    ann = merge_scopes(records)
+        pos = sorted(listing.index(h) for h in handles)
+        assert pos == list(range(pos[0], pos[-1] + 1)), f"{scope}: handles not contiguous in listing order"
+        records.append(ScopeRecord(seq, fields, pos[0], pos[-1] + 1))
+    ann = merge_scopes(records, listing)
     rec = resolve_graph(infos, ann, d["exec_id"], template_id=split_key(table["nodes"][0]["cupti_node_id"])[0])
     assert collections.Counter(n.annotation["name"] for n in rec.nodes) == expected
     # the replayed kernels' graph_node_id (from CUPTI activity records) are our keys, same kernel

@@ -37,6 +37,7 @@ def finish(cuda, sess):
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
     sess.bind_exec(cuda.instantiate(g))
+    cuda.forget(g)  # torch destroys the template at instantiation (keep_graph=False)
     return sess.record
 
 
@@ -231,3 +232,93 @@ def test_current_session_lookup_threads():
     finally:
         S.pop(sess)
     assert S.current() is None
+
+
+def test_scope_edges_count_nodes_and_the_table_is_read_later_from_a_copy():
+    cuda = FakeCuda()
+    sess = new_session(cuda)
+    with scope(sess, "a"):
+        cuda.launch(STREAM, "k0")
+        with scope(sess, "b"):
+            cuda.launch(STREAM, "k1")
+    cuda.launch(STREAM, "k2")
+    assert (cuda.count_calls, cuda.list_calls) == (4, 0)  # one count per edge, no listing
+    sess.finish_capture()
+    g = cuda.end_capture(STREAM)
+    assert len(cuda.graphs) == 2 and cuda.destroyed == []  # the template and its copy
+    copy = next(h for h in cuda.graphs if h != g)
+    sess.bind_exec(cuda.instantiate(g))
+    cuda.forget(g)  # the template is gone: the table must come from the copy
+    rec = sess.record
+    assert cuda.destroyed == [copy]  # read once, then freed
+    assert {n.kernel: dict(n.annotation) for n in rec.nodes} == {
+        "k0": {"name": "a"}, "k1": {"name": "b"}, "k2": {}}
+    assert [n.key for n in rec.nodes] == [make_key(rec.exec_id, i) for i in range(3)]
+    assert {n.handle for n in sess.nodes} <= {n.handle for n in cuda.graphs[copy]}
+    sess.bind_exec(cuda.instantiate(g))  # re-instantiation reuses the table read once
+    assert cuda.destroyed == [copy] and by_kernel(sess.record)["k1"].annotation["name"] == "b"
+
+
+def test_without_a_copy_the_table_is_read_at_finish():
+    cuda = FakeCuda()
+    cuda.can_clone = False  # e.g. a graph with memory-allocation nodes
+    sess = new_session(cuda)
+    with scope(sess, "a"):
+        cuda.launch(STREAM, "k0")
+    rec = finish(cuda, sess)  # finish() forgets the template after instantiation
+    assert by_kernel(rec)["k0"].annotation == {"name": "a"} and cuda.destroyed == []
+
+
+def test_reset_before_the_table_was_read_frees_the_copy():
+    cuda = FakeCuda()
+    sess = new_session(cuda)
+    cuda.launch(STREAM, "k0")
+    sess.finish_capture()
+    g = cuda.end_capture(STREAM)
+    sess.bind_exec(cuda.instantiate(g))
+    sess.drop()
+    assert len(cuda.destroyed) == 1
+    sess.drop()  # twice: nothing left to free
+    assert len(cuda.destroyed) == 1
+
+
+def test_verify_mode_lists_every_edge_and_catches_a_reordering_driver(monkeypatch):
+    cuda = FakeCuda()
+    monkeypatch.setenv(S.VERIFY_ENV, "1")
+    sess = new_session(cuda)
+    with scope(sess, "a"):
+        cuda.launch(STREAM, "k0")
+    assert cuda.list_calls == 2
+    rec = finish(cuda, sess)
+    assert by_kernel(rec)["k0"].annotation == {"name": "a"}
+    # a driver whose listing is not append-only: the scope's count range would be wrong
+    sess = new_session(cuda)
+    with scope(sess, "a"):
+        cuda.launch(STREAM, "k0")
+    g = cuda.capturing[STREAM]
+    tok = sess.recorder.open({"name": "b"})
+    cuda.launch(STREAM, "k1")
+    cuda.graphs[g].reverse()
+    with pytest.raises(CaptureError, match="changed order"):
+        sess.recorder.close(tok)
+
+
+def test_verify_mode_catches_a_copy_that_lists_differently():
+    cuda = FakeCuda()
+    orig = cuda.clone_graph
+
+    def reversed_clone(graph):
+        c = orig(graph)
+        cuda.graphs[c].reverse()
+        return c
+
+    cuda.clone_graph = reversed_clone
+    sess = S.CaptureSession(cuda, STREAM, Registry(), verify=True)
+    cuda.begin_capture(STREAM)
+    sess.start()
+    cuda.launch(STREAM, "k0")
+    cuda.launch(STREAM, "k1")
+    sess.finish_capture()
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
+    with pytest.raises(CaptureError, match="copy of the captured graph"):
+        sess.record

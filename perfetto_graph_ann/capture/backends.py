@@ -46,9 +46,24 @@ class CaptureBackend:
         """The graph being captured on ``stream`` (cudaStream_t as int), or None."""
         raise NotImplementedError
 
+    def node_count(self, graph: int) -> int:
+        """How many nodes ``graph`` has now (called at every scope edge: keep it cheap)."""
+        return len(self.list_nodes(graph))
+
     def list_nodes(self, graph: int) -> List[int]:
-        """Handles of the nodes now in ``graph`` (called at every scope edge: keep it cheap)."""
+        """Handles of the nodes now in ``graph``, in creation order."""
         raise NotImplementedError
+
+    def clone_graph(self, graph: int) -> Optional[int]:
+        """A copy of ``graph`` with the same node local ids and listing order, or None.
+
+        Lets the node table be read after torch destroyed the template graph; None makes
+        the session read it right away.
+        """
+        return None
+
+    def destroy_graph(self, graph: int) -> None:
+        """Free a graph returned by :meth:`clone_graph`."""
 
     def node_infos(self, graph: int) -> List[NodeInfo]:
         """Type, local id, kernel name, grid and block of every node of ``graph``."""
@@ -117,6 +132,8 @@ class CudaGraphBackend(CaptureBackend):
         self._rt, self._drv = runtime, driver
         self._cu = ctypes.CDLL("libcuda.so.1")
         self._cu.cuGraphGetNodes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+        self._cu.cuGraphClone.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        self._cu.cuGraphDestroy.argtypes = [ctypes.c_void_p]
         self._cu.cuGraphNodeGetType.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
         self._cu.cuGraphKernelNodeGetParams_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams)]
         self._cu.cuFuncGetName.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p]
@@ -147,6 +164,14 @@ class CudaGraphBackend(CaptureBackend):
         arr = (ctypes.c_size_t * n.value)()  # handles as integers, converted in C
         self._cu_check(self._cu.cuGraphGetNodes(graph, arr, ctypes.byref(n)), "cuGraphGetNodes")
         return arr[:n.value]
+
+    def clone_graph(self, graph: int) -> Optional[int]:
+        out = ctypes.c_void_p()
+        # fails for graphs that cannot be cloned (memory allocation / free nodes): read now
+        return out.value if self._cu.cuGraphClone(ctypes.byref(out), graph) == 0 and out.value else None
+
+    def destroy_graph(self, graph: int) -> None:
+        self._cu.cuGraphDestroy(graph)
 
     def local_id(self, node: int) -> int:
         raise NotImplementedError

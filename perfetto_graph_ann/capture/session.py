@@ -3,19 +3,29 @@
 Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
 
 1. ``start()`` right after capture began: finds the graph under capture on the capture
-   stream; scopes list that graph's nodes (by graph handle, so a scope on a side stream
+   stream; scopes count that graph's nodes (by graph handle, so a scope on a side stream
    that has not joined yet still sees the nodes it adds once it joins).
-2. ``finish_capture()`` just before capture ends: reads the template graph's node table
-   (type, local id, kernel, grid, block) while it still exists (torch destroys it at
-   instantiation unless ``keep_graph=True``) and freezes the merged scope annotations.
+2. ``finish_capture()`` just before capture ends: freezes the scopes and keeps a copy of
+   the template graph (``cuGraphClone``, ~25 us on 112 nodes): torch destroys the template
+   at instantiation unless ``keep_graph=True``. The node table (type, local id, kernel,
+   grid, block: ~4 us a node) is read from that copy on first use (the registry, the
+   sidecar, calibration), off the capture's critical path, and the copy is destroyed. A
+   copy keeps every node's local id and the listing order (checked on the H200). Where
+   the backend cannot copy the graph (e.g. one with memory-allocation nodes) the table is
+   read right away, as before.
 3. ``bind_exec(exec handle)`` after each instantiation: rekeys to the executable graph's
    id and registers (replacing the graph's previous entry).
 4. ``apply_calibration(table)``: adds (stream, ordinal) per node.
+
+``PERFETTO_GRAPH_ANN_VERIFY_SCOPES=1`` (or ``verify=True``) lists the graph at every scope
+edge and reads the template's table right away too, and checks that the scope ranges and
+the copy agree with them (raising :class:`CaptureError` if not): the GPU tests run so.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import threading
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -24,30 +34,47 @@ from .annotations import GraphRecord
 from .backends import CaptureBackend
 from .registry import REGISTRY, Registry
 from .resolve import NodeInfo, resolve_graph, with_calibration
-from .scopes import ScopeRecorder
+from .scopes import ScopeRecord, ScopeRecorder, merge_scopes
 
 _owner_ids = itertools.count(1)
+#: environment switch for :class:`CaptureSession`'s ``verify``
+VERIFY_ENV = "PERFETTO_GRAPH_ANN_VERIFY_SCOPES"
+
+
+def verify_from_env() -> bool:
+    return os.environ.get(VERIFY_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 class CaptureSession:
     def __init__(self, backend: CaptureBackend, capture_stream: int, registry: Registry = REGISTRY,
-                 owner: Any = None, device: Optional[int] = None):
+                 owner: Any = None, device: Optional[int] = None, verify: Optional[bool] = None):
         self.backend = backend
         self.capture_stream = capture_stream
         self.registry = registry
         self.owner = owner if owner is not None else next(_owner_ids)
         self.device = device
         self.graph: Optional[int] = None
-        self.recorder = ScopeRecorder(self._list)
-        self.nodes: Optional[List[NodeInfo]] = None
+        self.verify = verify_from_env() if verify is None else verify
+        self.recorder = ScopeRecorder(self._count, lister=self._list if self.verify else None)
         self.template_id: Optional[int] = None
-        self.annotations: Dict[int, Dict[str, Any]] = {}
+        self._finished = False
+        self._scopes: List[ScopeRecord] = []
+        self._nodes: Optional[List[NodeInfo]] = None
+        self._annotations: Dict[int, Dict[str, Any]] = {}
+        self._copy: Optional[int] = None  # copy of the template graph, table not read yet
+        self._expected: Optional[List[Tuple]] = None  # verify: the template's own table
+        self._table_lock = threading.RLock()
         #: lane id -> label given during this capture (first label wins), see label_lane
         self.lane_labels: Dict[int, str] = {}
         self._lane_lock = threading.Lock()
         self.exec_id: Optional[int] = None
         self._record: Optional[GraphRecord] = None
         self._calibration: Optional[Mapping[int, Tuple[int, int]]] = None
+
+    def _count(self) -> Optional[int]:
+        if self.graph is None:
+            return None
+        return self.backend.node_count(self.graph)
 
     def _list(self) -> Optional[List[int]]:
         if self.graph is None:
@@ -79,12 +106,51 @@ class CaptureSession:
     def finish_capture(self) -> None:
         if self.graph is None:
             return
-        self.nodes = self.backend.node_infos(self.graph)
-        if len({n.local_id for n in self.nodes}) != len(self.nodes):
-            raise CaptureError("two nodes of the captured graph report the same local id")
         self.template_id = self.backend.graph_id(self.graph)
-        self.annotations = self.recorder.merged()
+        self._scopes = self.recorder.records()
         self.recorder.active = False
+        self._finished = True
+        copy = self.backend.clone_graph(self.graph)
+        if self.verify or copy is None:
+            self._read_table(self.graph)
+        if copy is not None:
+            if self.verify:
+                self._expected = [_table_row(n) for n in self._nodes]
+                self._nodes = None
+            self._copy = copy
+
+    def _read_table(self, graph: int) -> None:
+        nodes = self.backend.node_infos(graph)
+        if len({n.local_id for n in nodes}) != len(nodes):
+            raise CaptureError("two nodes of the captured graph report the same local id")
+        end = max((r.end for r in self._scopes), default=0)
+        if end > len(nodes):
+            raise CaptureError(f"a scope ends at node {end} but the captured graph has {len(nodes)} nodes")
+        if self._expected is not None and [_table_row(n) for n in nodes] != self._expected:
+            raise CaptureError("the copy of the captured graph lists its nodes differently from the graph")
+        self._annotations = merge_scopes(self._scopes, [n.handle for n in nodes])
+        self._nodes = nodes
+
+    def _ensure_table(self) -> None:
+        with self._table_lock:
+            if self._nodes is None and self._copy is not None:
+                copy, self._copy = self._copy, None
+                try:
+                    self._read_table(copy)
+                finally:
+                    self.backend.destroy_graph(copy)
+
+    @property
+    def nodes(self) -> Optional[List[NodeInfo]]:
+        """The template graph's node table, in creation order (None before finish_capture)."""
+        self._ensure_table()
+        return self._nodes
+
+    @property
+    def annotations(self) -> Dict[int, Dict[str, Any]]:
+        """node handle (in :attr:`nodes`) -> merged scope fields."""
+        self._ensure_table()
+        return self._annotations
 
     @property
     def record(self) -> Optional[GraphRecord]:
@@ -102,8 +168,8 @@ class CaptureSession:
 
         The node records are built lazily (first read of :attr:`record` or the registry).
         """
-        if self.nodes is None:
-            raise CaptureError("bind_exec before finish_capture: the capture's node table was not read")
+        if not self._finished:
+            raise CaptureError("bind_exec before finish_capture: the capture was not finished")
         self.exec_id = self.backend.exec_id(graph_exec)
         self._record, self._calibration = None, None
         self.registry.put(self.owner, lambda: self.record)
@@ -117,8 +183,18 @@ class CaptureSession:
         return self.record
 
     def drop(self) -> None:
+        """The graph was reset: forget its entry and free the template copy if unread."""
         self.exec_id, self._record = None, None
         self.registry.drop(self.owner)
+        with self._table_lock:
+            copy, self._copy = self._copy, None
+        if copy is not None:
+            self.backend.destroy_graph(copy)
+
+
+def _table_row(n: NodeInfo) -> Tuple:
+    """A node table row without its handle (handles differ between a graph and its copy)."""
+    return (n.local_id, n.type, n.kernel, n.grid, n.block)
 
 
 # Sessions being captured: a thread's own first, else the most recent one of any thread

@@ -3,6 +3,10 @@
 # Usage on the GPU machine, from the repo root, with the wheels in .whl/ (cupti-python
 # 13.0.1, perfetto 0.59.1, msgspec; cp312):  bash tests/gpu/run_device.sh
 # ISOLATE=1 runs every test in its own process (one failed capture cannot cascade).
+# The tests run with PERFETTO_GRAPH_ANN_VERIFY_SCOPES=1: every scope edge also lists the graph
+# and checks that node listings only grow by appending (what count-based scopes rely on), and
+# the deferred node table read from the graph's copy is compared with the template's.
+# The benchmark and the probe run without it (the real, unverified path).
 set -o pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT/res"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -17,7 +21,7 @@ fi
 i=0
 for u in $UNITS; do
   i=$((i+1))
-  PGA_GPU_RESULTS=$OUT/res/$i.json timeout 300 python3 -m pytest "$u" -o addopts="" -m "gpu or multigpu" -p no:cacheprovider -v -s --timeout 240 >> "$OUT/pytest.log" 2>&1
+  PERFETTO_GRAPH_ANN_VERIFY_SCOPES=1 PGA_GPU_RESULTS=$OUT/res/$i.json timeout 300 python3 -m pytest "$u" -o addopts="" -m "gpu or multigpu" -p no:cacheprovider -v -s --timeout 240 >> "$OUT/pytest.log" 2>&1
   echo "$u: exit $?"
 done
 grep -E "(PASSED|FAILED|ERROR|SKIPPED)( |$)" "$OUT/pytest.log" | grep "::" | sed -E 's/^(tests\S+::\S+).*(PASSED|FAILED|ERROR|SKIPPED).*/\1 \2/' | sort | uniq
@@ -30,6 +34,7 @@ for f in sorted(glob.glob(os.path.join(out, "res", "*.json"))):
 json.dump(merged, open(os.path.join(out, "gpu_results.json"), "w"), indent=1, sort_keys=True, default=str)
 PY
 rm -rf "$OUT/res"
+timeout 120 python3 tests/gpu/probe_capture_cost.py --out "$OUT/probe_capture_cost.json" > "$OUT/probe.log" 2>&1; echo "probe exit: $?"
 timeout 100 python3 benchmarks/capture.py --out "$OUT/bench_capture.json" > "$OUT/bench.log" 2>&1; echo "bench exit: $?"
 timeout 150 python3 benchmarks/capture.py --layers 8 --out "$OUT/bench_capture_8layers.json" >> "$OUT/bench.log" 2>&1; echo "bench 8 layers exit: $?"
 python3 -c "
