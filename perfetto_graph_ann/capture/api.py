@@ -80,15 +80,20 @@ class graph:
         backend = backends.active()
         self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
                                        capture_error_mode=self.capture_error_mode)
-        ret = self._inner.__enter__()
         if backend is None:
+            ret = self._inner.__enter__()
             _warn_unavailable()
             return ret
+        # everything that does not need the capture is built before it begins
+        sess = _session.CaptureSession(backend, 0, REGISTRY, owner=_owner(self.cuda_graph),
+                                       device=torch.cuda.current_device())
+        ret = self._inner.__enter__()
         REGISTRY.backend = backend.name
-        sess = _session.CaptureSession(backend, int(torch.cuda.current_stream().cuda_stream), REGISTRY,
-                                       owner=_owner(self.cuda_graph), device=torch.cuda.current_device())
+        stream = getattr(self._inner, "capture_stream", None)
+        if stream is None:
+            stream = torch.cuda.current_stream()
         try:
-            sess.start()
+            sess.start(int(stream.cuda_stream))
         except Exception:
             self._inner.__exit__(None, None, None)
             raise
@@ -116,8 +121,7 @@ class graph:
         if sess is None or exc_type is not None:
             return result
         _attach(self.cuda_graph, sess, self.calibrate)
-        if _exec_handle(self.cuda_graph) is not None:
-            _bind(self.cuda_graph)
+        _bind(self.cuda_graph)  # nothing to bind yet with keep_graph=True: instantiate() does
         return result
 
 

@@ -111,6 +111,9 @@ class _KernelNodeParams(ctypes.Structure):
                 ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
 
 
+#: CU_STREAM_CAPTURE_STATUS_ACTIVE (cuda.h)
+_CU_STREAM_CAPTURE_STATUS_ACTIVE = 1
+
 #: CUgraphNodeType values (cuda.h) -> our names
 _CU_NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "event_wait",
                   7: "event_record", 8: "ext_semas_signal", 9: "ext_semas_wait", 10: "mem_alloc", 11: "mem_free",
@@ -137,12 +140,22 @@ class CudaGraphBackend(CaptureBackend):
         self._cu.cuGraphNodeGetType.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
         self._cu.cuGraphKernelNodeGetParams_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams)]
         self._cu.cuFuncGetName.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p]
+        # (stream, *status, *id, *graph, **deps, *numDeps): exported by every driver since 11.3
+        self._capture_info = getattr(self._cu, "cuStreamGetCaptureInfo_v2", None)
+        if self._capture_info is not None:
+            self._capture_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p]
         self._kernel_name = getattr(self._cu, "cuKernelGetName", None)
         if self._kernel_name is not None:
             self._kernel_name.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p]
         self._names: Dict[Tuple[str, int], Optional[str]] = {}  # (func|kern, handle) -> name
 
     def capture_graph(self, stream: int) -> Optional[int]:
+        if self._capture_info is not None:  # ctypes: no cuda-bindings objects at capture start
+            status, graph = ctypes.c_int(), ctypes.c_void_p()
+            if self._capture_info(stream, ctypes.byref(status), None, ctypes.byref(graph), None, None) != 0:
+                return None
+            return graph.value if status.value == _CU_STREAM_CAPTURE_STATUS_ACTIVE and graph.value else None
         res = self._rt.cudaStreamGetCaptureInfo(stream)
         if int(res[0]) != 0 or int(res[1]) != int(self._rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusActive):
             return None

@@ -25,10 +25,9 @@ graph, not the thread, is what is counted).
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence
 
 from ..errors import CaptureError
 
@@ -54,11 +53,11 @@ def normalize_annotation(annotation: Any) -> Dict[str, Any]:
     raise TypeError(f"annotation must be a str or a dict, got {type(annotation).__name__}")
 
 
-@dataclasses.dataclass(frozen=True)
-class ScopeRecord:
+class ScopeRecord(NamedTuple):
     """One closed scope: its fields, when it opened (``seq``) and the nodes it added.
 
-    The nodes are positions in the graph's node listing: ``[start, end)``.
+    The nodes are positions in the graph's node listing: ``[start, end)``. A tuple: one
+    is built at every scope exit, on the capture's critical path.
     """
 
     seq: int
@@ -117,16 +116,22 @@ class ScopeRecorder:
     def __init__(self, counter: NodeCounter, lister: Optional[NodeLister] = None):
         self._counter = counter
         self._lister = lister
+        # the per-edge call: the counter itself unless every edge is verified
+        self._count: NodeCounter = counter if lister is None else self._verified_count
         self._last: Sequence[int] = ()
         self._lock = threading.RLock()
         self._seq = itertools.count()
         self._local = threading.local()
-        self.closed: List[ScopeRecord] = []
+        self.closed: List[tuple] = []
         self.active = True
 
-    def _count(self) -> Optional[int]:
+    def set_counter(self, counter: NodeCounter) -> None:
+        """Replace the counter (the session binds it to its graph once capture started)."""
+        self._counter = counter
         if self._lister is None:
-            return self._counter()
+            self._count = counter
+
+    def _verified_count(self) -> Optional[int]:
         with self._lock:
             nodes = self._lister()
             if nodes is None:
@@ -156,20 +161,18 @@ class ScopeRecorder:
         """The current node count (None outside capture)."""
         return self._count() if self.active else None
 
-    def close(self, tok: _Open) -> Optional[ScopeRecord]:
+    def close(self, tok: _Open) -> None:
         """Close ``tok`` (the innermost open scope of this thread) and record the nodes it added."""
         st = self._stack()
-        if tok in st:
+        if st and st[-1] is tok:
+            st.pop()
+        elif tok in st:
             st.remove(tok)
         if tok.before is None or not self.active:
-            return None
+            return
         after = self._count()
-        if after is None:
-            return None
-        rec = ScopeRecord(tok.seq, tok.fields, tok.before, after)
-        with self._lock:
-            self.closed.append(rec)
-        return rec
+        if after is not None:  # list.append is atomic; a plain tuple: records() builds ScopeRecords
+            self.closed.append((tok.seq, tok.fields, tok.before, after))
 
     def open_fields(self) -> Dict[str, Any]:
         """Merged fields of this thread's open scopes (outer first, inner wins)."""
@@ -180,8 +183,7 @@ class ScopeRecorder:
 
     def records(self) -> List[ScopeRecord]:
         """The closed scopes so far."""
-        with self._lock:
-            return list(self.closed)
+        return [ScopeRecord(*r) for r in list(self.closed)]
 
 
 def merge_scopes(records: Iterable[ScopeRecord], listing: Sequence[int]) -> Dict[int, Dict[str, Any]]:

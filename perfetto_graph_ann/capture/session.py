@@ -24,6 +24,7 @@ the copy agree with them (raising :class:`CaptureError` if not): the GPU tests r
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import threading
@@ -81,10 +82,14 @@ class CaptureSession:
             return None
         return self.backend.list_nodes(self.graph)
 
-    def start(self) -> None:
+    def start(self, capture_stream: Optional[int] = None) -> None:
+        """Find the graph under capture on ``capture_stream`` (default: the one given at init)."""
+        if capture_stream is not None:
+            self.capture_stream = capture_stream
         self.graph = self.backend.capture_graph(self.capture_stream)
         if self.graph is None:
             raise CaptureError(f"stream {self.capture_stream:#x} is not capturing; graph() must wrap an active capture")
+        self.recorder.set_counter(functools.partial(self.backend.node_count, self.graph))
 
     def label_lane(self, lane: int, label: str) -> None:
         """Record that this capture labelled ``lane`` (``mark_stream``, a process group).

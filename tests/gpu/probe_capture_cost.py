@@ -193,6 +193,218 @@ def micro() -> None:
     print("micro", res, flush=True)
 
 
+def edge_costs() -> None:
+    """Per-op cost during a live capture: a launch alone, and a launch followed by each
+    candidate scope-edge query (a query right after a new node may cost more than a repeated one)."""
+    import contextlib
+
+    be = backends.active()
+    y = torch.zeros(64, device="cuda")
+    res: dict = {}
+    n = 200
+    for label in ("launch", "launch+count", "launch+list", "launch+capture_info", "launch+null_scope",
+                  "launch+mark_kernels", "launch+count+count"):
+        ts = []
+        for _ in range(3):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                stream = int(torch.cuda.current_stream().cuda_stream)
+                graph = be.capture_graph(stream)
+                sess = None
+                if label == "launch+mark_kernels":
+                    sess = S.current()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    if label == "launch":
+                        y.add_(1)
+                    elif label == "launch+count":
+                        y.add_(1)
+                        be.node_count(graph)
+                    elif label == "launch+count+count":
+                        y.add_(1)
+                        be.node_count(graph)
+                        be.node_count(graph)
+                    elif label == "launch+list":
+                        y.add_(1)
+                        be.list_nodes(graph)
+                    elif label == "launch+capture_info":
+                        y.add_(1)
+                        be.capture_graph(stream)
+                    elif label == "launch+null_scope":
+                        with contextlib.nullcontext():
+                            y.add_(1)
+                    else:
+                        with pga.mark_kernels("x"):
+                            y.add_(1)
+                ts.append((time.perf_counter() - t0) / n)
+            del sess
+            g.reset()
+        res[label + "_us"] = round(med(ts) * 1e6, 2)
+    # mark_kernels needs a pga capture: measure it inside pga.graph
+    for label in ("pga:launch", "pga:launch+mark_kernels"):
+        ts = []
+        for _ in range(3):
+            g = torch.cuda.CUDAGraph()
+            with pga.graph(g, calibrate=False):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    if label == "pga:launch":
+                        y.add_(1)
+                    else:
+                        with pga.mark_kernels("x"):
+                            y.add_(1)
+                ts.append((time.perf_counter() - t0) / n)
+            g.reset()
+        res[label + "_us"] = round(med(ts) * 1e6, 2)
+    OUT["edge_costs"] = res
+    print("edge costs", res, flush=True)
+
+
+def breakdown(layers: int = 1, annotate: bool = False, n: int = 40) -> None:
+    """``pga.graph``'s enter and exit, step by step (the same calls as api.graph), vs plain."""
+    from perfetto_graph_ann.capture import api
+    from perfetto_graph_ann.capture.registry import REGISTRY
+
+    fn = seed_block(annotate=annotate, layers=layers)
+    plain_fn = seed_block(annotate=False, layers=layers)
+    warmup(fn)
+    warmup(plain_fn)
+    steps: dict = {}
+    pc = time.perf_counter
+    for _ in range(n):
+        g = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        t = [("t0", pc())]
+        inner = torch.cuda.graph(g)
+        t.append(("plain:ctor", pc()))
+        inner.__enter__()
+        t.append(("plain:enter", pc()))
+        plain_fn()
+        t.append(("plain:fn", pc()))
+        inner.__exit__(None, None, None)
+        t.append(("plain:exit", pc()))
+        torch.cuda.synchronize()
+        g.reset()
+        g = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        t.append(("t1", pc()))
+        backends.selected_name()
+        t.append(("selected_name", pc()))
+        backend = backends.active()
+        t.append(("active", pc()))
+        inner = torch.cuda.graph(g)
+        t.append(("ctor", pc()))
+        inner.__enter__()
+        t.append(("torch_enter", pc()))
+        REGISTRY.backend = backend.name
+        cs = int(torch.cuda.current_stream().cuda_stream)
+        t.append(("current_stream", pc()))
+        dev = torch.cuda.current_device()
+        t.append(("current_device", pc()))
+        owner = api._owner(g)
+        t.append(("owner", pc()))
+        sess = S.CaptureSession(backend, cs, REGISTRY, owner=owner, device=dev)
+        t.append(("session_init", pc()))
+        sess.start()
+        t.append(("start", pc()))
+        S.push(sess)
+        t.append(("push", pc()))
+        installed = collectives.install()
+        t.append(("install", pc()))
+        fn()
+        t.append(("fn", pc()))
+        sess.finish_capture()
+        t.append(("finish_capture", pc()))
+        S.pop(sess)
+        t.append(("pop", pc()))
+        if installed:
+            collectives.uninstall()
+        t.append(("uninstall", pc()))
+        inner.__exit__(None, None, None)
+        t.append(("torch_exit", pc()))
+        api._attach(g, sess, False)
+        t.append(("attach", pc()))
+        api._bind(g)
+        t.append(("bind", pc()))
+        torch.cuda.synchronize()
+        g.reset()
+        for (_, a), (k, b) in zip(t, t[1:]):
+            if k != "t1":
+                steps.setdefault(k, []).append(b - a)
+    res = {k: round(med(v) * 1e6, 1) for k, v in steps.items()}
+    OUT[f"breakdown_us_{layers}_{'scopes' if annotate else 'no_scopes'}"] = res
+    print("breakdown", layers, annotate, res, flush=True)
+
+
+def scope_variants(n: int = 30) -> None:
+    """Time of the captured function with the seed's scopes replaced by: nothing, a Python
+    no-op context, one node count per edge only, and the real mark_kernels."""
+    real = pga.mark_kernels
+    be = backends.active()
+
+    class Noop:
+        def __init__(self, ann):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return None
+
+    class CountOnly(Noop):
+        def __enter__(self):
+            be.node_count(S.current().graph)
+            return self
+
+        def __exit__(self, *a):
+            be.node_count(S.current().graph)
+
+    class Sync(Noop):  # a host round trip instead: does any call between launches cost this much?
+        def __enter__(self):
+            torch.cuda.current_stream().query()
+            return self
+
+        def __exit__(self, *a):
+            torch.cuda.current_stream().query()
+
+    for layers in (1, 8):
+        plain = seed_block(annotate=False, layers=layers)
+        ann = seed_block(annotate=True, layers=layers)
+        warmup(plain)
+        warmup(ann)
+        times: dict = {}
+        for _ in range(n):
+            for label, fn, cls in (("none", plain, None), ("noop", ann, Noop), ("count_only", ann, CountOnly),
+                                   ("capture_info_only", ann, None), ("real", ann, real)):
+                if label == "capture_info_only":
+                    stream = None
+
+                    class Info(Noop):
+                        def __enter__(self):
+                            be.capture_graph(stream)
+                            return self
+
+                        def __exit__(self, *a):
+                            be.capture_graph(stream)
+
+                    cls = Info
+                pga.mark_kernels = cls or real
+                g = torch.cuda.CUDAGraph()
+                torch.cuda.synchronize()
+                with pga.graph(g, calibrate=False):
+                    stream = int(torch.cuda.current_stream().cuda_stream)
+                    t0 = time.perf_counter()
+                    fn()
+                    times.setdefault(label, []).append(time.perf_counter() - t0)
+                pga.mark_kernels = real
+                torch.cuda.synchronize()
+                g.reset()
+        res = {k: {"median_us": round(med(v) * 1e6, 1), "min_us": round(min(v) * 1e6, 1)} for k, v in times.items()}
+        OUT[f"scope_variants_{layers}"] = res
+        print("scope variants", layers, res, flush=True)
+
+
 PHASES: dict = {}
 
 
@@ -272,7 +484,19 @@ def fixed_costs() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--only", choices=["edges", "breakdown", "scopes"], help="only one part")
     args = ap.parse_args()
+    if args.only:
+        if args.only == "edges":
+            edge_costs()
+        elif args.only == "scopes":
+            scope_variants()
+        else:
+            for layers in (1, 8):
+                breakdown(layers, annotate=False)
+                breakdown(layers, annotate=True)
+        print(json.dumps(OUT, indent=1))
+        return
     # plain captures before anything of ours touched CUDA or CUPTI, and again after
     OUT["plain_before_pga_ms"] = {1: plain_capture_ms(1), 8: plain_capture_ms(8)}
     OUT["backend"] = pga.backend_info()["backend"]
@@ -285,6 +509,11 @@ def main() -> None:
             OUT[f"order_{name}"] = f"error: {type(e).__name__}: {e}"
             print(name, "error", e, flush=True)
     micro()
+    edge_costs()
+    scope_variants()
+    for layers in (1, 8):
+        breakdown(layers, annotate=False)
+        breakdown(layers, annotate=True)
     fixed_costs()
     OUT["plain_after_pga_ms"] = {1: plain_capture_ms(1), 8: plain_capture_ms(8)}
     text = json.dumps(OUT, indent=1, default=str)
