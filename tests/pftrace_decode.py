@@ -53,7 +53,7 @@ class Decoded:
         return out
 
 
-_STRINGS: Dict[int, str] = {}  # interned string values of the trace being decoded
+_STRINGS: Dict[int, str] = {}  # interned string values of the sequence whose packet is being decoded
 
 
 def annotation_value(a: "pb.DebugAnnotation") -> Any:
@@ -72,13 +72,15 @@ def annotation_value(a: "pb.DebugAnnotation") -> Any:
 
 
 def decode(path: Path) -> Decoded:
-    _STRINGS.clear()
+    global _STRINGS
     data = Path(path).read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
     trace = pb.Trace()
     trace.ParseFromString(data)
-    names: Dict[Tuple[str, int], str] = {}
+    seq_names: Dict[int, Dict[Tuple[str, int], str]] = {}  # interning is per packet sequence
+    seq_strings: Dict[int, Dict[int, str]] = {}
+    default_track: Dict[int, int] = {}  # sequence -> track_event_defaults.track_uuid
     tracks: Dict[int, pb.TrackDescriptor] = {}
     open_: Dict[int, List[Slice]] = {}
     slices: List[Slice] = []
@@ -90,8 +92,15 @@ def decode(path: Path) -> Decoded:
     to_boot: Dict[int, int] = {}  # clock id -> offset to BOOTTIME (6)
     for p in trace.packet:
         seq = p.trusted_packet_sequence_id
+        if p.sequence_flags & 1:  # SEQ_INCREMENTAL_STATE_CLEARED
+            seq_names[seq], seq_strings[seq] = {}, {}
+            default_track.pop(seq, None)
+        names = seq_names.setdefault(seq, {})
+        _STRINGS = seq_strings.setdefault(seq, {})
         if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("timestamp_clock_id"):
             default_clock[seq] = p.trace_packet_defaults.timestamp_clock_id
+        if p.trace_packet_defaults.track_event_defaults.HasField("track_uuid"):
+            default_track[seq] = p.trace_packet_defaults.track_event_defaults.track_uuid
         if p.HasField("clock_snapshot"):
             boot = {c.clock_id: c.timestamp for c in p.clock_snapshot.clocks}.get(6)
             for c in p.clock_snapshot.clocks:
@@ -122,22 +131,23 @@ def decode(path: Path) -> Decoded:
         if not p.HasField("track_event"):
             continue
         te = p.track_event
+        track = te.track_uuid if te.HasField("track_uuid") else default_track[seq]
         if te.type == pb.TrackEvent.TYPE_SLICE_END:
-            s = open_[te.track_uuid].pop()
+            s = open_[track].pop()
             s.dur = ts - s.ts
             continue
         if te.type == pb.TrackEvent.TYPE_COUNTER:
             v = te.double_counter_value if te.HasField("double_counter_value") else te.counter_value
-            counters.append((te.track_uuid, ts, v))
+            counters.append((track, ts, v))
             continue
         args = {names[("ann", a.name_iid)] if a.name_iid else a.name: annotation_value(a) for a in te.debug_annotations}
-        s = Slice(te.track_uuid, names[("name", te.name_iid)] if te.name_iid else te.name,
+        s = Slice(track, names[("name", te.name_iid)] if te.name_iid else te.name,
                   names[("cat", te.category_iids[0])] if te.category_iids else "", ts, None, args,
                   list(te.flow_ids), list(te.terminating_flow_ids))
         if te.type == pb.TrackEvent.TYPE_INSTANT:
             instants.append(s)
         else:
-            open_.setdefault(te.track_uuid, []).append(s)
+            open_.setdefault(track, []).append(s)
             slices.append(s)
     assert not any(open_.values()), "unterminated slices"
     return Decoded(tracks, slices, instants, counters, snaps, list(trace.packet))

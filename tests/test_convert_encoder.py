@@ -1,6 +1,7 @@
 """The hand-written packet encoder against the perfetto.protos reference, byte for byte."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,6 +56,27 @@ def test_fast_encoder_equals_protos_encoder(events, flows):
         assert fast.slice_end(ts, 3) == ref.slice_end(ts, 3)
     for v in (0, -3, 1 << 62, 2.5, float("inf")):
         assert fast.counter(7, 9, v) == ref.counter(7, 9, v)
+
+
+@pytest.mark.parametrize("sequence_id", [2, 127, 300])
+def test_own_sequence_default_track(sequence_id):
+    """On a track's own sequence both encoders write its sequence id and leave out the default
+    track's uuid (and only its), in BEGIN, instant, END and counter packets."""
+    fi, pi = Interner(), Interner()
+    fast, ref = FastEncoder(fi, sequence_id, 3), ProtosEncoder(pi, sequence_id, 3)
+    args = {"stream": 7, "correlation": 12, "grid": [1, 2, 3]}
+    for track in (3, 4, 3, 200):
+        c, n = fi.iid(CATEGORIES, "kernel"), fi.iid(NAMES, "k")
+        assert (c, n) == (pi.iid(CATEGORIES, "kernel"), pi.iid(NAMES, "k"))
+        pairs = [(fast.slice_begin(5, track, c, n, args, [9], []), ref.slice_begin(5, track, c, n, args, [9], [])),
+                 (fast.instant(5, track, c, n, args), ref.instant(5, track, c, n, args)),
+                 (fast.slice_end(6, track), ref.slice_end(6, track)),
+                 (fast.counter(7, track, 1.5), ref.counter(7, track, 1.5))]
+        for a, b in pairs:
+            assert a == b
+            p = pb.Trace.FromString(a).packet[0]
+            assert p.trusted_packet_sequence_id == sequence_id
+            assert p.track_event.HasField("track_uuid") == (track != 3)
 
 
 def test_lone_surrogates_and_long_strings():

@@ -195,21 +195,36 @@ def test_cpu_threads_named_and_sorted(converted):
 def test_clock_snapshot_recovers_absolute_time(converted):
     name, out, _ = converted
     doc = source(name)
-    (snap,) = decode(out).clock_snapshots
-    clocks = {c.clock_id: c.timestamp for c in snap.clocks}
-    assert clocks[1] - clocks[6] == doc["baseTimeNanoseconds"]  # REALTIME - BOOTTIME
+    snaps = [{c.clock_id: c.timestamp for c in snap.clocks} for snap in decode(out).clock_snapshots]
+    for c in snaps:  # one per sequence: its incremental clock anchored at BOOTTIME, and REALTIME
+        assert set(c) == {1, 6, 64} and c[64] == c[6]
+        assert c[1] - c[6] == doc["baseTimeNanoseconds"]  # REALTIME - BOOTTIME
+    assert len(snaps) == len({p.trusted_packet_sequence_id for p in decode(out).packets if p.HasField("track_event")})
 
 
 def test_sequence_flags_and_interning(converted):
     _, out, _ = converted
     packets = decode(out).packets
     assert packets[0].sequence_flags & 1  # SEQ_INCREMENTAL_STATE_CLEARED first
+    assert packets[0].trusted_packet_sequence_id == 1
+    started = set()
+    descriptor_seqs = {p.trusted_packet_sequence_id for p in packets if p.HasField("track_descriptor")}
+    assert len(descriptor_seqs) == 1
     for p in packets:
-        assert p.trusted_packet_sequence_id == 1
-        if p.HasField("track_event") and p.track_event.name_iid:
-            assert p.sequence_flags & 2
-    defined = [e.iid for p in packets for e in p.interned_data.event_names]
-    assert len(defined) == len(set(defined))  # each name defined once
+        seq = p.trusted_packet_sequence_id
+        assert 1 <= seq <= 128  # the shared sequence 1, busy tracks' own 2..127, then the descriptors'
+        if p.sequence_flags & 1:
+            assert seq not in started  # each sequence is cleared once, at its first packet
+            started.add(seq)
+        if p.HasField("track_event"):
+            assert seq in started and seq not in descriptor_seqs
+            if p.track_event.name_iid:
+                assert p.sequence_flags & 2
+            if not p.track_event.HasField("track_uuid"):
+                assert seq != 1  # only an own sequence has a default track
+    for seq in started:  # each name defined once per sequence (interning is per sequence)
+        defined = [e.iid for p in packets if p.trusted_packet_sequence_id == seq for e in p.interned_data.event_names]
+        assert len(defined) == len(set(defined))
 
 
 def test_fast_encoder_matches_protos_byte_for_byte(tmp_path):

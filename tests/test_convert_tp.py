@@ -169,3 +169,46 @@ def test_hand_written_kinds_in_trace_processor(tmp_path):
     assert depth["my_region"] == 0 and depth["k1"] == depth["k2"] == 1
     assert flows == 2
     assert py[0][0] == "main thread"  # 64-bit tid: a named track, never a truncated tid
+
+
+def test_own_sequences_load_as_one_shared_sequence(tmp_path):
+    """Busy tracks on sequences of their own (track_event_defaults, own clock and interning)
+    give the trace processor exactly what one shared sequence gives: slices with their track,
+    thread, depth and times, every arg row, flows, counters; and the JSON's kernel count."""
+    from benchmarks.synth import make_trace, dumps
+    from perfetto_graph_ann.read.kineto import parse_trace_bytes
+    from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto
+
+    doc = make_trace(3000, overlap_ns=700)  # spill tracks too
+    t0 = min(Decimal(e["ts"]) for e in doc["traceEvents"] if "ts" in e)
+    doc["traceEvents"] += [{"ph": "C", "name": "mem", "pid": 1, "tid": 0, "ts": t0 + Decimal(k) / 8,
+                            "args": {"bytes": k * 1000 + 7}} for k in range(300)]
+    trace = parse_trace_bytes(dumps(doc))
+    outs, seqs = {}, {}
+    for label, minimum in (("own", WriterConfig.own_sequence_min), ("shared", 1 << 62)):
+        outs[label] = tmp_path / f"{label}.pftrace"
+        with open(outs[label], "wb") as f:
+            seqs[label] = write_perfetto(trace, f, config=WriterConfig(own_sequence_min=minimum)).sequences
+    assert seqs["shared"] == 1 and seqs["own"] >= 4
+    queries = {
+        "slices": "SELECT t.name AS tn, th.tid, COALESCE(sl.category, '') AS c, sl.name, sl.ts, sl.dur, sl.depth "
+                  "FROM slice sl JOIN track t ON sl.track_id = t.id LEFT JOIN thread_track tt ON tt.id = t.id "
+                  "LEFT JOIN thread th USING (utid)",
+        "args": "SELECT s.name, s.ts, a.key, a.value_type, a.int_value, a.string_value, a.real_value "
+                "FROM slice s JOIN args a USING (arg_set_id)",
+        "flows": "SELECT a.name, a.ts, b.name AS bn, b.ts AS bts FROM flow f JOIN slice a ON f.slice_out = a.id "
+                 "JOIN slice b ON f.slice_in = b.id",
+        "counters": "SELECT t.name, c.ts, c.value FROM counter c JOIN track t ON c.track_id = t.id",
+    }
+    got = {}
+    for label, path in outs.items():
+        with tp(path) as s:
+            got[label] = {k: collections.Counter(s.query(q).tuples()) for k, q in queries.items()}
+    for k in queries:
+        assert got["own"][k] == got["shared"][k], k
+    # no made-up thread on GPU slices (descriptors are on a sequence of their own)
+    assert not [r for r in got["own"]["args"] if r[2].startswith("legacy_event")]
+    kernels = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    assert sum(1 for r in got["own"]["slices"].elements() if r[2] == "kernel") == len(kernels)
+    assert sorted(v for (_, _, v) in got["own"]["counters"].elements()) == [k * 1000 + 7 for k in range(300)]
+    assert sum(got["own"]["flows"].values()) > 0

@@ -77,10 +77,21 @@ def _json_text(value: Any) -> str:
 
 
 class ProtosEncoder:
-    """Reference encoder built on ``perfetto.protos`` message classes."""
+    """Reference encoder built on ``perfetto.protos`` message classes.
 
-    def __init__(self, interner: Interner) -> None:
+    One encoder per packet sequence: ``sequence_id`` is written on every packet, and
+    ``track_uuid`` is left out for ``default_track`` (the sequence's
+    ``track_event_defaults.track_uuid``, see ``writer.py``).
+    """
+
+    def __init__(self, interner: Interner, sequence_id: int = SEQUENCE_ID, default_track: Optional[int] = None) -> None:
         self.interner = interner
+        self.sequence_id = sequence_id
+        self.default_track = default_track
+
+    def _track(self, te: "pb.TrackEvent", track: int) -> None:
+        if track != self.default_track:
+            te.track_uuid = track
 
     def _annotation(self, msg: "pb.DebugAnnotation", value: Any, depth: int) -> None:
         t = type(value)
@@ -131,7 +142,7 @@ class ProtosEncoder:
                 self._annotation(a, v, 0)
 
     def _packet(self, ts: int, te: "pb.TrackEvent", flags: int) -> bytes:
-        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID)
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=self.sequence_id)
         p.track_event.CopyFrom(te)
         pending = self.interner.take_pending()
         for kind, iid, text in pending:
@@ -145,7 +156,8 @@ class ProtosEncoder:
 
     def slice_begin(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
                     flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
-        te = pb.TrackEvent(type=kind, name_iid=name_iid, track_uuid=track)
+        te = pb.TrackEvent(type=kind, name_iid=name_iid)
+        self._track(te, track)
         if cat_iid:
             te.category_iids.append(cat_iid)
         self._event(te, args)
@@ -158,17 +170,19 @@ class ProtosEncoder:
         return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
 
     def slice_end(self, ts: int, track: int) -> bytes:
-        te = pb.TrackEvent(type=TYPE_SLICE_END, track_uuid=track)
-        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID, track_event=te)
+        te = pb.TrackEvent(type=TYPE_SLICE_END)
+        self._track(te, track)
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=self.sequence_id, track_event=te)
         return frame(p.SerializeToString())
 
     def counter(self, ts: int, track: int, value: Any) -> bytes:
-        te = pb.TrackEvent(type=TYPE_COUNTER, track_uuid=track)
+        te = pb.TrackEvent(type=TYPE_COUNTER)
+        self._track(te, track)
         if type(value) is int and _INT64_MIN <= value < (1 << 63):
             te.counter_value = value
         else:
             te.double_counter_value = float(value)
-        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID, track_event=te)
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=self.sequence_id, track_event=te)
         return frame(p.SerializeToString())
 
 
@@ -183,15 +197,16 @@ class FastEncoder:
     #: Distinct whole-args templates kept (see :meth:`_annotations`).
     WHOLE_CACHE_LIMIT = 4096
 
-    def __init__(self, interner: Interner) -> None:
+    def __init__(self, interner: Interner, sequence_id: int = SEQUENCE_ID, default_track: Optional[int] = None) -> None:
         self.interner = interner
+        self.default_track = default_track
         self._keys: Dict[str, list] = {}  # arg key -> [name iid prefix, value cache or None]
         self._whole: Optional[Dict[bytes, Any]] = {}  # blanked args JSON -> template; None: off
         self._whole_hits = self._whole_misses = 0
         self._end_tails: Dict[int, bytes] = {}
         self._begin_parts: Dict[Tuple[int, int, int, int], Tuple[bytes, bytes]] = {}
         self._ts_prefix = b"\x40"
-        self._seq = b"\x50" + varint(SEQUENCE_ID)
+        self._seq = b"\x50" + varint(sequence_id)
 
     # -- debug annotations -------------------------------------------------------------
     def _value(self, value: Any, depth: int) -> Tuple[bytes, bytes]:
@@ -387,7 +402,7 @@ class FastEncoder:
         head_tail = self._begin_parts.get(key)
         if head_tail is None:
             head = (b"\x18" + small_varint(cat_iid)) if cat_iid else b""
-            tail = b"\x48" + bytes((kind,)) + b"\x50" + small_varint(name_iid) + b"\x58" + small_varint(track)
+            tail = b"\x48" + bytes((kind,)) + b"\x50" + small_varint(name_iid) + self._track(track)
             if len(self._begin_parts) >= self.KEY_CACHE_LIMIT * 32:
                 self._begin_parts.clear()
             head_tail = self._begin_parts[key] = (head, tail)
@@ -407,16 +422,20 @@ class FastEncoder:
                 flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
         return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
 
+    def _track(self, track: int) -> bytes:
+        """The ``track_uuid`` field (11), or nothing on the sequence's default track."""
+        return b"" if track == self.default_track else b"\x58" + small_varint(track)
+
     def slice_end(self, ts: int, track: int) -> bytes:
         tail = self._end_tails.get(track)
         if tail is None:
-            te = b"\x48\x02\x58" + small_varint(track)
+            te = b"\x48\x02" + self._track(track)
             tail = self._end_tails[track] = self._seq + b"\x5a" + bytes((len(te),)) + te
         p = b"\x40" + varint(ts) + tail
         return b"\x0a" + varint(len(p)) + p
 
     def counter(self, ts: int, track: int, value: Any) -> bytes:
-        te = b"\x48\x04\x58" + small_varint(track)
+        te = b"\x48\x04" + self._track(track)
         if type(value) is int and _INT64_MIN <= value < (1 << 63):
             te += b"\xf0\x01" + varint(value)
         else:

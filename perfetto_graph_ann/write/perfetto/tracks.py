@@ -115,6 +115,10 @@ class TrackTable:
         self._next_uuid += 1
         return u
 
+    def max_uuid(self) -> int:
+        """The largest uuid handed out so far (uuids are 1, 2, ...: small, dense varints)."""
+        return self._next_uuid - 1
+
     def _add(self, d: "pb.TrackDescriptor") -> int:
         self.descriptors.append(d)
         return d.uuid

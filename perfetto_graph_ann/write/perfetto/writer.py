@@ -49,6 +49,10 @@ class WriterConfig:
     batch: int = 4096  #: packets per write() call
     progress: Optional[bool] = None  #: tqdm bar; None = on a TTY for >= progress_min events
     progress_min: int = 200_000
+    #: A track with at least this many packets gets a packet sequence of its own (at most
+    #: ``MAX_OWN_SEQUENCES``, busiest first) whose ``track_event_defaults`` name it, so its
+    #: BEGIN/END packets carry no ``track_uuid`` and their time deltas stay on the track.
+    own_sequence_min: int = 128
 
 
 @dataclasses.dataclass
@@ -66,6 +70,7 @@ class WriteStats:
     flow_ends_without_start: int = 0
     untimed: int = 0  #: non-metadata events without ts (cannot be placed on a timeline)
     spill_tracks: int = 0
+    sequences: int = 0  #: packet sequences (1 shared + the busiest tracks' own)
     tracks: int = 0
     packets: int = 0
     bytes: int = 0
@@ -178,21 +183,31 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
 
     # 4. nesting tracks per home, then one timestamp-ordered record list
     records: List[Tuple[int, int, int, int]] = []
+    packets_per_track: Dict[int, int] = {}
     for home in sorted(by_home, key=_home_order):
         spans = by_home[home]
         spans.sort(key=lambda s: (s[0], -s[1], s[2]))
         _, per_track = overlap.assign(spans)
         for t, recs in enumerate(per_track):
             uuid = tracks.track(home, t)
+            packets_per_track[uuid] = len(recs)
             records.extend((ts, kind, i, uuid) for ts, kind, i in recs)
+    for rec in counter_records:
+        packets_per_track[rec[3]] = packets_per_track.get(rec[3], 0) + 1
     records.extend(counter_records)
     records.sort(key=itemgetter(0))  # stable: per-track order kept for equal timestamps
     stats.spill_tracks = tracks.spill_tracks
     stats.tracks = len(tracks.descriptors)
 
-    # 5. packets
-    interner = Interner()
-    enc = ENCODERS[config.encoder](interner)
+    # 5. packets: the busiest tracks get a sequence of their own (see _own_sequences)
+    own = _own_sequences(packets_per_track, config.own_sequence_min)
+    stats.sequences = 1 + len(own)
+    n_seq = stats.sequences
+    seq_of = [0] * (tracks.max_uuid() + 1)  # track uuid -> sequence slot (0: the shared sequence)
+    encoders = [ENCODERS[config.encoder](Interner())]
+    for slot, uuid in enumerate(own, 1):
+        seq_of[uuid] = slot
+        encoders.append(ENCODERS[config.encoder](Interner(), SEQUENCE_ID + slot, uuid))
     if config.shape_args not in SHAPE_ARGS_MODES:
         raise ValueError(f"shape_args must be one of {SHAPE_ARGS_MODES}, not {config.shape_args!r}")
     shape_strings = config.shape_args == "string"
@@ -209,8 +224,14 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
 
     t0 = records[0][0] if records else 0
     batch.extend(_sequence_start(trace, t0))
+    prevs: List[Optional[int]] = [None] * n_seq  # per sequence: the previous packet's time (None: not started)
+    prevs[0] = t0
+    # Track descriptors go on a sequence with no events: a thread's descriptor gives its
+    # sequence that pid/tid, and the trace processor would then tag every event the sequence
+    # draws on a GPU lane or other non-thread track with a made-up `legacy_event.passthrough_utid`.
+    descriptor_sequence = SEQUENCE_ID + n_seq
     for d in tracks.descriptors:
-        batch.append(frame(pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, track_descriptor=d).SerializeToString()))
+        batch.append(frame(pb.TracePacket(trusted_packet_sequence_id=descriptor_sequence, track_descriptor=d).SerializeToString()))
 
     bar = None
     if config.progress or (config.progress is None and len(events) >= config.progress_min and sys.stderr.isatty()):
@@ -219,21 +240,27 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
     outgoing = fp.outgoing
     terminating = fp.terminating
-    name_iid = interner.iid
-    name_table, cat_table = interner.table(NAMES), interner.table(CATEGORIES)
+    name_iids = [enc.interner.iid for enc in encoders]
+    name_tables = [enc.interner.table(NAMES) for enc in encoders]
+    cat_tables = [enc.interner.table(CATEGORIES) for enc in encoders]
+    begins = [enc.slice_begin for enc in encoders]
+    ends = [enc.slice_end for enc in encoders]
     step = config.batch
-    begin, end, instant, counter = enc.slice_begin, enc.slice_end, enc.instant, enc.counter
     append = batch.append
     no_flows = ()
     flowing = outgoing.keys() | terminating.keys()
-    prev = t0
     for ts, kind, i, uuid in records:
+        q = seq_of[uuid]
+        prev = prevs[q]
+        if prev is None:  # first packet of a track's own sequence: its defaults and clock first
+            batch.extend(_sequence_start(trace, ts, SEQUENCE_ID + q, uuid))
+            prev = prevs[q] = ts
         if kind == _END:
             if kinds[i] != _BEGIN:
                 continue  # instants have no end packet
-            append(end(ts - prev, uuid))
+            append(ends[q](ts - prev, uuid))
         elif kind == _COUNTER:
-            append(counter(ts - prev, uuid, i))  # i holds the value for counter records
+            append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
         else:
             e = events[i]
             args = e.args
@@ -250,18 +277,18 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 args = dict(args)
                 args["ph"] = ph
             c = e.cat
-            cat = (cat_table.get(c) or name_iid(CATEGORIES, c)) if c else 0
-            nm = name_table.get(e.name) or name_iid(NAMES, e.name)
+            cat = (cat_tables[q].get(c) or name_iids[q](CATEGORIES, c)) if c else 0
+            nm = name_tables[q].get(e.name) or name_iids[q](NAMES, e.name)
             if i in flowing:
                 fo = outgoing.get(i, no_flows)
                 ft = terminating.get(i, no_flows)
             else:
                 fo = ft = no_flows
             if kinds[i] == _INSTANT:
-                append(instant(ts - prev, uuid, cat, nm, args, fo, ft))
+                append(encoders[q].instant(ts - prev, uuid, cat, nm, args, fo, ft))
             else:
-                append(begin(ts - prev, uuid, cat, nm, args, fo, ft))
-        prev = ts  # incremental clock: each packet carries the delta to the previous one
+                append(begins[q](ts - prev, uuid, cat, nm, args, fo, ft))
+        prevs[q] = ts  # incremental clock: each packet carries the delta to its sequence's previous one
         if len(batch) >= step:
             flush()
             if bar is not None:
@@ -310,22 +337,43 @@ def _counters(e: TraceEvent, tracks: TrackTable, gpu_pids: set, out: List, stats
         stats.counter_values += 1
 
 
-def _sequence_start(trace: KinetoTrace, t0: int) -> List[bytes]:
-    """Packets that open the event sequence: cleared incremental state, clocks.
+#: Own sequences get ids 2..127 (one-byte varints); tracks beyond stay on the shared sequence.
+MAX_OWN_SEQUENCES = 126
+
+
+def _own_sequences(packets_per_track: Dict[int, int], minimum: int) -> List[int]:
+    """Track uuids that get their own sequence: at least ``minimum`` packets, busiest first.
+
+    Why: on the shared sequence every BEGIN and END names its track (``track_uuid``, 2-3
+    bytes) and its timestamp is a delta to whatever packet came before on any track. A
+    sequence of its own costs a defaults packet, a clock snapshot and its own interning
+    (names used on several tracks are defined once per sequence), so only busy tracks gain.
+    """
+    busy = [u for u, n in packets_per_track.items() if n >= minimum]
+    busy.sort(key=lambda u: (-packets_per_track[u], u))
+    return busy[:MAX_OWN_SEQUENCES]
+
+
+def _sequence_start(trace: KinetoTrace, t0: int, sequence_id: int = SEQUENCE_ID, track: Optional[int] = None) -> List[bytes]:
+    """Packets that open a packet sequence at time ``t0``: cleared incremental state, clocks.
 
     Event timestamps use a sequence-scoped incremental clock (id 64): each packet's
-    ``timestamp`` is the ns delta to the previous packet's (the events are written in time
-    order), which keeps most timestamps to one or two bytes. The ClockSnapshot ties that
-    clock to BOOTTIME (the trace clock: Kineto's ``ts``) at ``t0`` and, when the trace has
-    ``baseTimeNanoseconds``, BOOTTIME to REALTIME: Unix time = ``baseTimeNanoseconds + ts``.
+    ``timestamp`` is the ns delta to the previous packet's on its sequence (the events are
+    written in time order), which keeps most timestamps to one or two bytes. The
+    ClockSnapshot ties that clock to BOOTTIME (the trace clock: Kineto's ``ts``) at ``t0``
+    and, when the trace has ``baseTimeNanoseconds``, BOOTTIME to REALTIME: Unix time =
+    ``baseTimeNanoseconds + ts`` (on every sequence, so any snapshot gives the same offset).
+    A busy track's own sequence also names the track in ``track_event_defaults``.
     """
-    first = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED)
+    first = pb.TracePacket(trusted_packet_sequence_id=sequence_id, sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED)
     first.trace_packet_defaults.timestamp_clock_id = INCREMENTAL_CLOCK
+    if track is not None:
+        first.trace_packet_defaults.track_event_defaults.track_uuid = track
     snap = pb.ClockSnapshot(primary_trace_clock=BUILTIN_CLOCK_BOOTTIME)
     snap.clocks.add(clock_id=INCREMENTAL_CLOCK, timestamp=t0, is_incremental=True)
     snap.clocks.add(clock_id=BUILTIN_CLOCK_BOOTTIME, timestamp=t0)
     base = trace.base_time_ns
     if base and 0 <= base + t0 < (1 << 64):
         snap.clocks.add(clock_id=BUILTIN_CLOCK_REALTIME, timestamp=base + t0)
-    clock = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID, clock_snapshot=snap)
+    clock = pb.TracePacket(trusted_packet_sequence_id=sequence_id, clock_snapshot=snap)
     return [frame(first.SerializeToString()), frame(clock.SerializeToString())]
