@@ -19,6 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends
 from perfetto_graph_ann.capture.registry import REGISTRY
+from perfetto_graph_ann.capture.session import VERIFY_ENV
 from perfetto_graph_ann.errors import CaptureError
 
 from blocks import capture, seed_block, two_branch
@@ -78,12 +79,16 @@ def test_backend_info(results):
     assert info["calibration"] is True
 
 
-def test_seed_block_scopes(results):
+@pytest.mark.parametrize("verify", ["1", "0"])
+def test_seed_block_scopes(results, monkeypatch, verify):
+    # run_device.sh verifies every edge; "0" checks the plain count-based path on its own
+    monkeypatch.setenv(VERIFY_ENV, verify)
     fn_g = seed_block()  # keeps the graph's inputs alive
     g, _ = capture(fn_g)
+    assert g._pga_session.verify is (verify == "1")
     rec = record_of(g)
     counts = kernel_names(rec)
-    results["seed_block_kernels_per_scope"] = dict(counts)
+    results[f"seed_block_kernels_per_scope_verify{verify}"] = dict(counts)
     print("seed block kernel nodes per scope:", dict(counts))
     assert counts == {"qkv_proj": 1, "attention": 8, "out_proj": 1, "mlp": 4}
     lanes = {n.annotation.get("name"): n.lane for n in rec.nodes if n.type == "kernel"}
@@ -285,3 +290,69 @@ def test_memcpy_and_memset_nodes_annotated_and_calibrated(results):
             ok += n is not None and n.type == want
     results["copy_calibration_vs_profiler"] = {"matched": ok, "events": len(evs)}
     assert ok == len(evs) == 3 * len(work)
+
+
+def test_memset_node_annotated_and_calibrated(results):
+    from cuda.bindings import runtime as rt
+
+    c = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    a = torch.randn(1024, device="cuda")
+
+    def fn():
+        with pga.mark_kernels("fill"):
+            err, = rt.cudaMemsetAsync(c.data_ptr(), 7, c.numel(), torch.cuda.current_stream().cuda_stream)
+            assert int(err) == 0
+            return a * 2
+
+    g, _ = capture(fn)
+    rec = record_of(g)
+    types = collections.Counter((n.type, n.annotation.get("name")) for n in rec.nodes)
+    results["memset_nodes"] = {f"{t}/{a_}": v for (t, a_), v in types.items()}
+    print("memset test nodes:", dict(types))
+    assert types[("memset", "fill")] == 1 and types[("kernel", "fill")] == 1
+    memset = next(n for n in rec.nodes if n.type == "memset")
+    assert memset.stream is not None and memset.ordinal is not None  # calibrated from CUPTI's memset record
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        g.replay()
+        torch.cuda.synchronize()
+    assert int(c[0].item()) == 7
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.json")
+        prof.export_chrome_trace(p)
+        evs = [e for e in json.load(open(p))["traceEvents"] if e.get("cat") == "gpu_memset"]
+    results["memset_profiler_events"] = [{"stream": e["args"]["stream"]} for e in evs]
+    assert len(evs) == 1 and evs[0]["args"]["stream"] == memset.stream
+
+
+def test_forward_and_backward_in_separate_graphs(results):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)).cuda()
+    x = torch.randn(64, 256, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up fwd + bwd on a side stream
+        for _ in range(3):
+            model(x).sum().backward()
+    torch.cuda.current_stream().wait_stream(s)
+    for p_ in model.parameters():
+        p_.grad = None
+    g_fwd, g_bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with pga.graph(g_fwd, calibrate=False):
+        with pga.mark_kernels("mlp", backward=True):
+            y = model(x)
+        loss = y.sum()
+    with pga.graph(g_bwd, pool=g_fwd.pool(), calibrate=False):
+        loss.backward()
+    fwd, bwd = record_of(g_fwd), record_of(g_bwd)
+    ph = lambda rec: collections.Counter((n.annotation.get("name"), n.annotation.get("autograd_phase"))  # noqa: E731
+                                         for n in rec.nodes if n.type == "kernel")
+    results["separate_graphs_phases"] = {"forward": {f"{k[0]}/{k[1]}": v for k, v in ph(fwd).items()},
+                                         "backward": {f"{k[0]}/{k[1]}": v for k, v in ph(bwd).items()}}
+    print("separate graphs:", results["separate_graphs_phases"])
+    assert ph(fwd)[("mlp", None)] >= 3 and ph(fwd)[("mlp", "backward")] == 0
+    assert ph(bwd)[("mlp", "backward")] >= 6 and ph(bwd)[("mlp", None)] == 0
+    assert fwd.exec_id != bwd.exec_id
+    g_fwd.replay()
+    g_bwd.replay()
+    torch.cuda.synchronize()
+    assert all(p_.grad is not None for p_ in model.parameters())
