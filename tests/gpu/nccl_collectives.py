@@ -26,7 +26,7 @@ FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "d
           "Out split size", "Process Group Name", "Process Group Description", "Process Group Ranks")
 
 
-def calls(rank: int, world: int):
+def calls(rank: int, world: int, subgroup):
     """name -> a zero-argument step on fixed tensors (the same tensors eager and graphed)."""
     n = 1 << 16
     x = torch.arange(n, device="cuda", dtype=torch.float32) + rank
@@ -51,6 +51,7 @@ def calls(rank: int, world: int):
     steps = {
         "all_reduce": lambda: dist.all_reduce(x),
         "all_reduce_bf16": lambda: dist.all_reduce(xb),
+        "all_reduce_subgroup": lambda: dist.all_reduce(x, group=subgroup),
         "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(gathered, x),
         "all_gather": lambda: dist.all_gather(gathered_list, x),
         "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(rs_out, x),
@@ -86,8 +87,9 @@ def main(out_path: str) -> None:
     world = int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+    subgroup = dist.new_group(list(range(world)), group_desc="tp_group")  # a second process group
     results = {}
-    for name, step in calls(rank, world).items():
+    for name, step in calls(rank, world, subgroup).items():
         r: dict = {}
         try:
             for _ in range(2):

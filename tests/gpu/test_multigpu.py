@@ -72,3 +72,7 @@ def test_every_wrapped_collective_has_eager_fields(tmp_path, results):
             if r["other_kernels_annotated"]:  # the collective's event nodes are its own: annotated too
                 failures.append(f"rank {rank} {name}: non-NCCL kernels annotated: {r['other_kernels_annotated']}")
     assert not failures, "\n".join(failures)
+    for res in by_rank:  # a second process group: its own name, description and lane
+        main_, sub = res["all_reduce"]["graphed"][0]["annotation"], res["all_reduce_subgroup"]["graphed"][0]["annotation"]
+        assert sub["Process Group Name"] != main_["Process Group Name"] and sub["stream"] != main_["stream"]
+        assert sub["Process Group Description"] == "tp_group"
