@@ -19,7 +19,8 @@ fields, applied in the order the scopes were opened, so the innermost (opened la
 wins per key.
 
 Thread safety: every scope's state lives in its own object, each thread keeps its own
-stack of open scopes, and the recorded list is guarded by a lock. A scope open in one
+stack of open scopes, and closed scopes are appended to one list (an atomic append; the
+verify mode's listings are serialised by a lock). A scope open in one
 thread while another thread adds nodes to the same graph contains those nodes too (the
 graph, not the thread, is what is counted).
 """
@@ -119,7 +120,7 @@ class ScopeRecorder:
         # the per-edge call: the counter itself unless every edge is verified
         self._count: NodeCounter = counter if lister is None else self._verified_count
         self._last: Sequence[int] = ()
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # verify mode only: one listing check at a time
         self._seq = itertools.count()
         self._local = threading.local()
         self.closed: List[tuple] = []
