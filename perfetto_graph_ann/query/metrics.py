@@ -45,8 +45,8 @@ METRICS: Dict[str, Metric] = {
     "replay_lanes": Metric("graph_ann.replays", "graph_ann_replay_lane", "device, ts, lane_id"),
     "collectives": Metric("graph_ann.collectives", "graph_ann_collective", "device, ts, id"),
     "overlap": Metric("graph_ann.overlap", "graph_ann_overlap", "device"),
-    "lane_idle": Metric("graph_ann.overlap", "graph_ann_lane_idle", "device, lane_id"),
-    "lane_gaps": Metric("graph_ann.overlap", "graph_ann_lane_gap", "device, lane_id, ts"),
+    "lane_idle": Metric("graph_ann.lane_idle", "graph_ann_lane_idle", "device, lane_id"),
+    "lane_gaps": Metric("graph_ann.lane_idle", "graph_ann_lane_gap", "device, lane_id, ts"),
 }
 
 

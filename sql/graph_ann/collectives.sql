@@ -24,6 +24,7 @@
 -- Bandwidths are in GB/s with 1 GB = 1e9 bytes (bytes per ns).
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
+INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
 
 -- Size in bytes of one element of each torch dtype, by the name torch's
 -- eager traces write in `dtype` (c10::ScalarType names).
@@ -90,40 +91,6 @@ SELECT
     WHEN $collective_type IN ('broadcast', 'reduce', 'sendrecv') THEN 1.0
     ELSE NULL
   END;
-
--- Kernels that are collectives: those carrying `Collective name` or named
--- like an NCCL kernel (only these get their other arguments read).
-CREATE PERFETTO TABLE _graph_ann_collective_kernel(
-  -- Slice id.
-  id LONG,
-  -- Start.
-  ts TIMESTAMP,
-  -- Duration.
-  dur DURATION,
-  -- GPU index.
-  device LONG,
-  -- Lane id.
-  lane_id LONG,
-  -- Track of the slice.
-  track_id LONG,
-  -- Kernel name.
-  name STRING,
-  -- Whether graphed.
-  is_graphed BOOL,
-  -- Argument set.
-  arg_set_id ARGSETID,
-  -- `Collective name` as recorded, NULL without metadata.
-  collective STRING
-) AS
-SELECT id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id, collective
-FROM (
-  SELECT
-    id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id,
-    COALESCE(EXTRACT_ARG(arg_set_id, 'debug.Collective name'), EXTRACT_ARG(arg_set_id, 'args.Collective name')) AS collective
-  FROM _graph_ann_work
-  WHERE category = 'kernel'
-)
-WHERE collective IS NOT NULL OR name GLOB 'nccl*';
 
 -- The collective type of every distinct collective / kernel name among the
 -- collective kernels (the type function runs once per name, not per kernel).

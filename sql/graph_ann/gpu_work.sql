@@ -84,6 +84,8 @@ CREATE PERFETTO TABLE _graph_ann_work(
   lane_id LONG,
   -- Track of the slice.
   track_id LONG,
+  -- Nesting depth of the slice on its track (see `_graph_ann_track_name.laminar`).
+  depth LONG,
   -- CUPTI correlation id (`debug.correlation`).
   correlation LONG,
   -- Slice id of the launching CPU call, NULL if not in the trace.
@@ -102,6 +104,7 @@ WITH
       s.name,
       s.category,
       s.track_id,
+      s.depth,
       s.arg_set_id,
       COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.device'), EXTRACT_ARG(s.arg_set_id, 'args.device')) AS device,
       COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.stream'), EXTRACT_ARG(s.arg_set_id, 'args.stream')) AS lane_id,
@@ -118,6 +121,7 @@ SELECT
   w.device,
   w.lane_id,
   w.track_id,
+  w.depth,
   w.correlation,
   l.id AS launch_id,
   COALESCE(l.is_graph_launch, 0) AS is_graphed,
@@ -127,14 +131,36 @@ LEFT JOIN _graph_ann_launch_by_correlation AS l USING (correlation);
 
 -- The name of every track holding GPU work: the track's own name (TrackEvent
 -- traces), else its thread's name (Chrome JSON traces, where a stream or lane
--- is a thread, e.g. `stream 7`; Kineto's trailing space trimmed).
+-- is a thread, e.g. `stream 7`; Kineto's trailing space trimmed); and whether
+-- the track's slices nest properly.
+--
+-- `laminar`: no slice of the track ends after its parent (parents still open
+-- at the end of the trace, `dur` -1, contain everything). The trace processor
+-- puts a slice at depth d only when the d slices it opened before are all that
+-- is still open on the track, so the previous slice at depth d was closed
+-- first; on such a track slices of one depth never overlap, and the union of
+-- a set of them is the sum of their durations. Mixing complete and
+-- begin / end events on one track with ill-nested ends breaks this (a child
+-- outlives its parent, and a later slice of the child's depth can overlap the
+-- child), which this flag detects (checked on v52 with random ill-nested
+-- Chrome JSON: every track with overlapping same-depth slices had such a child).
 CREATE PERFETTO TABLE _graph_ann_track_name(
   -- Track id.
   track_id LONG,
   -- Lane name shown for the track.
-  name STRING
+  name STRING,
+  -- Whether every slice of the track lies within its parent (see above).
+  laminar BOOL
 ) AS
-SELECT t.id AS track_id, COALESCE(t.name, TRIM(th.name)) AS name
+SELECT
+  t.id AS track_id,
+  COALESCE(t.name, TRIM(th.name)) AS name,
+  NOT EXISTS (
+    SELECT 1
+    FROM slice AS c
+    JOIN slice AS p ON p.id = c.parent_id
+    WHERE c.track_id = t.id AND c.depth > 0 AND p.dur >= 0 AND c.ts + c.dur > p.ts + p.dur
+  ) AS laminar
 -- GROUP BY, not DISTINCT: half the time in v52.
 FROM (SELECT track_id FROM _graph_ann_work GROUP BY track_id) AS w
 JOIN track AS t ON t.id = w.track_id

@@ -6,7 +6,48 @@
 -- plain SQL (one window function) so they behave the same on trace processor
 -- v52 and on current releases, whose own interval macros changed signature.
 
--- For each interval, the piece of time it adds to the time covered by the
+-- For each interval, the latest end of the intervals with `dur > 0` of its
+-- group that start before it (in start order; ties in any order), else its
+-- own start.
+--
+-- With `p` = `prev_end_ts`: sorted by start within a group, interval i adds
+-- the piece [MAX(ts, p), MAX(ts + dur, that)] to the time covered so far:
+-- everything before p that is at or after ts is covered already, because
+-- every earlier interval starts at or before ts. The pieces are disjoint, so
+-- the sum of `MAX(0, ts + dur - MAX(ts, p))` over a group is the length of the
+-- union of its intervals (overlap counted once); a piece clipped to a window
+-- gives the union's time inside that window. When `dur > 0 AND ts > p`
+-- nothing runs in between: that is an idle gap [p, ts]. Intervals with
+-- `dur <= 0` cover no time: they add nothing and end no gap. The modules use
+-- the same rule in functions over one group (one lane, one device), where a
+-- window without partitions is cheaper.
+--
+-- The input needs the columns `grp` and `sub_grp` (intervals interact only
+-- within equal (`grp`, `sub_grp`); two plain columns rather than one computed
+-- key, because a computed partition key costs a quarter of the statement in v52
+-- wasm), `ts` and `dur`, and may carry any others; the output has them all
+-- plus `prev_end_ts`. Callers aggregate straight away: a window's output
+-- cannot be flattened into the query around it, so every column computed here
+-- costs on every row.
+CREATE PERFETTO MACRO _graph_ann_intervals_prev_end(
+  -- Table or subquery with the columns `grp`, `sub_grp`, `ts`, `dur` (and any others).
+  intervals TableOrSubquery
+)
+RETURNS TableOrSubquery AS
+(
+  SELECT
+    *,
+    COALESCE(
+      MAX(CASE WHEN dur > 0 THEN ts + dur END) OVER (
+        PARTITION BY grp, sub_grp ORDER BY ts
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+      ),
+      ts
+    ) AS prev_end_ts
+  FROM $intervals
+);
+
+-- (Used by graph_ann.replays.) For each interval, the piece of time it adds to the time covered by the
 -- intervals of its group that start before it, and the idle gap before it.
 --
 -- Sorted by start within a group, interval i adds the piece

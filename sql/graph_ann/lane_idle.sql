@@ -1,0 +1,157 @@
+--
+-- Copyright 2026 The perfetto_graph_ann developers.
+-- Licensed under the Apache License, Version 2.0.
+--
+-- Idle gaps per lane: the times between a lane's busy intervals when nothing
+-- runs on it, listed and summarised per lane.
+--
+-- A gap is a hole in the union of the lane's work intervals with `dur > 0`
+-- (see `graph_ann.lanes` for busy time): work that overlaps on a lane leaves
+-- no gap, work starting exactly where earlier work ends leaves none either,
+-- and zero-length work neither fills nor ends a gap.
+
+INCLUDE PERFETTO MODULE graph_ann.gpu_work;
+
+-- The idle gaps of one lane, in start order: one window pass over the lane's
+-- work in start order (see `_graph_ann_intervals_prev_end`), called per lane so
+-- that the trace processor filters the lane's rows natively and the window
+-- needs no partitions.
+CREATE PERFETTO FUNCTION _graph_ann_lane_gaps(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG
+)
+-- One row per gap.
+RETURNS TABLE(
+  -- Start of the gap (end of the busy interval before it).
+  ts LONG,
+  -- Length of the gap.
+  dur LONG
+) AS
+SELECT prev_end_ts AS ts, ts - prev_end_ts AS dur
+FROM (
+  SELECT
+    ts,
+    dur,
+    MAX(CASE WHEN dur > 0 THEN ts + dur END) OVER (
+      ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS prev_end_ts
+  FROM _graph_ann_work
+  WHERE device = $device AND lane_id = $lane_id
+)
+WHERE dur > 0 AND ts > prev_end_ts;
+
+-- Per lane: its first track (for its name), its span and the span of its work
+-- with `dur > 0`.
+CREATE PERFETTO TABLE _graph_ann_lane_span(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- One of the lane's tracks (for its name).
+  track_id LONG,
+  -- First work start to last work end.
+  span_dur DURATION,
+  -- First start to last end of the work with `dur > 0`; NULL if none.
+  positive_span_dur DURATION
+) AS
+SELECT
+  device,
+  lane_id,
+  MIN(track_id) AS track_id,
+  MAX(ts + dur) - MIN(ts) AS span_dur,
+  MAX(CASE WHEN dur > 0 THEN ts + dur END) - MIN(CASE WHEN dur > 0 THEN ts END) AS positive_span_dur
+FROM _graph_ann_work
+GROUP BY device, lane_id;
+
+-- One row per idle gap of each lane: a time between two of the lane's busy
+-- intervals (see `graph_ann_lane`) when nothing runs on the lane.
+CREATE PERFETTO TABLE graph_ann_lane_gap(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Start of the gap (end of the busy interval before it).
+  ts TIMESTAMP,
+  -- Length of the gap.
+  dur DURATION
+) AS
+SELECT l.device, l.lane_id, g.ts, g.dur
+FROM _graph_ann_lane_span AS l
+JOIN _graph_ann_lane_gaps(l.device, l.lane_id) AS g
+ORDER BY l.device, l.lane_id, g.ts;
+
+-- The gaps of one lane summarised (from `graph_ann_lane_gap`, filtered natively).
+CREATE PERFETTO FUNCTION _graph_ann_lane_gap_summary(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG
+)
+-- One row: count, total, longest and mean gap (NULL total / longest / mean when none).
+RETURNS TABLE(
+  -- Number of gaps.
+  gap_count LONG,
+  -- Sum of their lengths.
+  gap_dur LONG,
+  -- Longest gap.
+  max_gap_dur LONG,
+  -- Mean gap.
+  mean_gap_dur DOUBLE
+) AS
+SELECT COUNT(*) AS gap_count, SUM(dur) AS gap_dur, MAX(dur) AS max_gap_dur, AVG(dur) AS mean_gap_dur
+FROM graph_ann_lane_gap
+WHERE device = $device AND lane_id = $lane_id;
+
+-- Idle gaps per lane, summarised: between the lane's first work start and
+-- last work end, how long and how often the lane has nothing running.
+--
+-- The busy time is the union of the lane's intervals with `dur > 0`: from the
+-- first such start to the last such end, less the gaps.
+CREATE PERFETTO TABLE graph_ann_lane_idle(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Lane name.
+  lane_name STRING,
+  -- The lane's span: first work start to last work end.
+  span_dur DURATION,
+  -- Busy time (union of the lane's work).
+  busy_dur DURATION,
+  -- Idle time within the span: `span_dur - busy_dur`.
+  idle_dur DURATION,
+  -- Number of gaps.
+  gap_count LONG,
+  -- Longest gap; 0 when none.
+  max_gap_dur DURATION,
+  -- Mean gap; NULL when none.
+  mean_gap_dur DOUBLE
+) AS
+WITH
+  busy AS (
+    SELECT
+      l.device,
+      l.lane_id,
+      l.track_id,
+      l.span_dur,
+      COALESCE(l.positive_span_dur - COALESCE(g.gap_dur, 0), 0) AS busy_dur,
+      g.gap_count,
+      g.max_gap_dur,
+      g.mean_gap_dur
+    FROM _graph_ann_lane_span AS l
+    JOIN _graph_ann_lane_gap_summary(l.device, l.lane_id) AS g
+  )
+SELECT
+  b.device,
+  b.lane_id,
+  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = b.track_id) AS lane_name,
+  b.span_dur,
+  b.busy_dur,
+  b.span_dur - b.busy_dur AS idle_dur,
+  b.gap_count,
+  COALESCE(b.max_gap_dur, 0) AS max_gap_dur,
+  b.mean_gap_dur
+FROM busy AS b
+ORDER BY b.device, b.lane_id;
