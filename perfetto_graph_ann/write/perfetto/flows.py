@@ -45,30 +45,42 @@ def plan_flows(events: Sequence[TraceEvent], slice_indices: Sequence[int],
     if not flow_events:
         return plan
     wanted = {fe.ts_ns for fe in flow_events}
-    # (pid, tid, ts) -> the slice starting there, or a list when several do (nested slices)
-    starts: Dict[Tuple, Any] = {}
+    # ts -> the slice starting there, or a list when several do (nested slices, other
+    # threads); keyed by the int alone (no (pid, tid, ts) tuple per slice and flow event),
+    # the thread is compared on lookup
+    starts: Dict[int, Any] = {}
     get = starts.get
     for i in slice_indices:
         e = events[i]
-        if e.ts_ns in wanted:  # int lookup first: only slices a flow can bind to get a key
-            k = (e.pid, e.tid, e.ts_ns)
-            c = get(k)
+        ts = e.ts_ns
+        if ts in wanted:  # only slices a flow can bind to get an entry
+            c = get(ts)
             if c is None:
-                starts[k] = e
+                starts[ts] = e
             elif type(c) is list:
                 c.append(e)
             else:
-                starts[k] = [c, e]
+                starts[ts] = [c, e]
     sources: Dict[Tuple[str, object], int] = {}
     targets: Dict[Tuple[str, object], List[int]] = {}
     unbound = 0
     for fe in flow_events:
-        target = get((fe.pid, fe.tid, fe.ts_ns))
-        if target is None:
+        c = get(fe.ts_ns)
+        if c is None:
             unbound += 1
             continue
-        if type(target) is list:
-            target = _pick(target, fe.id)
+        if type(c) is list:
+            pid, tid = fe.pid, fe.tid
+            c = [x for x in c if x.pid == pid and x.tid == tid]
+            if not c:
+                unbound += 1
+                continue
+            target = c[0] if len(c) == 1 else _pick(c, fe.id)
+        elif c.pid == fe.pid and c.tid == fe.tid:
+            target = c
+        else:
+            unbound += 1
+            continue
         key = (fe.cat, fe.id)
         if fe.ph == "s":
             if key not in sources:
