@@ -281,7 +281,9 @@ class FastEncoder:
                 ck = _json_args(d)
             except (RecursionError, TypeError, ValueError, OverflowError):
                 ck = None
-            if ck is not None and b"null" not in ck:
+            if ck is not None:
+                # a key with null (NaN / inf / None) is never stored, so it can only miss:
+                # the null check is needed on a miss alone
                 tpl = whole.get(ck)
                 if tpl is not None:
                     self._whole_hits += 1
@@ -300,13 +302,14 @@ class FastEncoder:
                         else:
                             parts.append(self._one(p, v))
                     return b"".join(parts)
-                self._whole_misses += 1
-                tpl, encoded = self._template(args)
-                if len(whole) < self.WHOLE_CACHE_LIMIT:
-                    whole[ck] = tpl
-                if self._whole_misses >= 1024 and self._whole_misses > self._whole_hits:
-                    self._whole = None
-                return encoded
+                if b"null" not in ck:
+                    self._whole_misses += 1
+                    tpl, encoded = self._template(args)
+                    if len(whole) < self.WHOLE_CACHE_LIMIT:
+                        whole[ck] = tpl
+                    if self._whole_misses >= 1024 and self._whole_misses > self._whole_hits:
+                        self._whole = None
+                    return encoded
         one = self._one
         return b"".join([one(k, v) for k, v in args.items()])
 
