@@ -13,7 +13,7 @@
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 
 -- The idle gaps of one lane, in start order: one window pass over the lane's
--- work in start order (see `_graph_ann_intervals_prev_end`), called per lane so
+-- work in start order (the union rule: see `graph_ann.gpu_work`), called per lane so
 -- that the trace processor filters the lane's rows natively and the window
 -- needs no partitions.
 CREATE PERFETTO FUNCTION _graph_ann_lane_gaps(

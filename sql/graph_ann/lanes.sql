@@ -156,7 +156,7 @@ SELECT
 FROM _graph_ann_lane_stats;
 
 -- The union of one lane's work, overall and clipped to a span: one window
--- pass over the lane's work in start order (see `_graph_ann_intervals_prev_end`).
+-- pass over the lane's work in start order (the union rule: see `graph_ann.gpu_work`).
 -- A function called per lane rather than one window partitioned by lane: the
 -- trace processor filters the lane's rows natively, and the window needs no
 -- partitions nor the aggregate a sort (v52 wasm, 1M kernels: 0.34 s instead

@@ -15,8 +15,8 @@
 --  * idle = the device's span (first work start to last work end) minus the
 --    time any work runs.
 -- The five unions (each class, comm ∪ compute, all work) come from one window
--- pass over the device's work in start order (see `_graph_ann_intervals_prev_end`
--- for the rule). Idle gaps per lane are in `graph_ann.lane_idle`.
+-- pass over the device's work in start order (the union rule: see
+-- `graph_ann.gpu_work`). Idle gaps per lane are in `graph_ann.lane_idle`.
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
@@ -49,7 +49,7 @@ LEFT JOIN _graph_ann_collective_kernel AS c USING (id);
 -- start order, the window gives the latest end of the earlier slices of its
 -- class (`p0`, `p1`, `p2`), of communication or compute (`p01`) and of any
 -- class (`p_all`); the slice adds `MAX(0, ts + dur - MAX(ts, p))` to each
--- union it belongs to (see `_graph_ann_intervals_prev_end`). Called per
+-- union it belongs to (the union rule: see `graph_ann.gpu_work`). Called per
 -- device: the trace processor filters the rows natively and the window needs
 -- no partitions.
 CREATE PERFETTO FUNCTION _graph_ann_device_unions(

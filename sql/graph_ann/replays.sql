@@ -10,11 +10,13 @@
 -- CUPTI gives every kernel of one replay its graph launch's correlation.
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
-INCLUDE PERFETTO MODULE graph_ann.intervals;
 
--- Per (replay, lane): the extent, counts and busy time of the replay's work
--- on the lane, and the smallest graph id / replay index on it.
-CREATE PERFETTO TABLE _graph_ann_replay_lane_work(
+-- Per (replay, lane): the extent and counts of the replay's work on the lane,
+-- the smallest graph id / replay index on it, and whether that work is "flat"
+-- (all on one track, at one depth, no negative duration, on a laminar track;
+-- see `_graph_ann_track_name`), so that its busy time is the sum of its
+-- durations.
+CREATE PERFETTO TABLE _graph_ann_replay_lane_stats(
   -- Slice id of the graph launch.
   launch_id LONG,
   -- Lane id.
@@ -35,33 +37,50 @@ CREATE PERFETTO TABLE _graph_ann_replay_lane_work(
   ts TIMESTAMP,
   -- Last end.
   end_ts TIMESTAMP,
-  -- Busy time: the union of the replay's work on the lane.
-  busy_dur DURATION
+  -- Sum of the durations.
+  total_dur DURATION,
+  -- Whether the work is flat (see above).
+  flat BOOL
 ) AS
 SELECT
-  grp AS launch_id,
-  sub_grp AS lane_id,
-  MIN(correlation) AS correlation,
-  MIN(device) AS device,
-  MIN(track_id) AS track_id,
-  MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.graph id'), EXTRACT_ARG(arg_set_id, 'args.graph id'))) AS graph_id,
-  MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.replay'), EXTRACT_ARG(arg_set_id, 'args.replay'))) AS replay,
-  COUNT(*) AS work_count,
-  MIN(ts) AS ts,
-  MAX(ts + dur) AS end_ts,
-  SUM(cover_dur) AS busy_dur
-FROM _graph_ann_intervals_cover!(
-  (
-    SELECT launch_id AS grp, lane_id AS sub_grp, correlation, device, track_id, arg_set_id, ts, dur
-    FROM _graph_ann_work
-    WHERE is_graphed
-  )
-)
-GROUP BY grp, sub_grp;
+  launch_id,
+  lane_id,
+  correlation,
+  device,
+  track_id,
+  graph_id,
+  replay,
+  work_count,
+  ts,
+  end_ts,
+  total_dur,
+  track_id = max_track_id AND min_depth = max_depth AND min_dur >= 0
+    AND (SELECT n.laminar FROM _graph_ann_track_name AS n WHERE n.track_id = g.track_id) AS flat
+FROM (
+  SELECT
+    launch_id,
+    lane_id,
+    MIN(correlation) AS correlation,
+    MIN(device) AS device,
+    MIN(track_id) AS track_id,
+    MAX(track_id) AS max_track_id,
+    MIN(depth) AS min_depth,
+    MAX(depth) AS max_depth,
+    MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.graph id'), EXTRACT_ARG(arg_set_id, 'args.graph id'))) AS graph_id,
+    MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.replay'), EXTRACT_ARG(arg_set_id, 'args.replay'))) AS replay,
+    COUNT(*) AS work_count,
+    MIN(ts) AS ts,
+    MAX(ts + dur) AS end_ts,
+    SUM(dur) AS total_dur,
+    MIN(dur) AS min_dur
+  FROM _graph_ann_work
+  WHERE is_graphed
+  GROUP BY launch_id, lane_id
+) AS g;
 
--- Per replay: the extent, counts and busy time of its GPU work (the per-lane
--- rows summed up; the busy time is the union over all lanes, one more pass).
-CREATE PERFETTO TABLE _graph_ann_replay_work(
+-- Per replay: the extent and counts of its GPU work (the per-lane rows summed
+-- up).
+CREATE PERFETTO TABLE _graph_ann_replay_stats(
   -- Slice id of the graph launch.
   launch_id LONG,
   -- Its correlation id.
@@ -79,45 +98,106 @@ CREATE PERFETTO TABLE _graph_ann_replay_work(
   -- Number of work slices.
   work_count LONG,
   -- Number of lanes.
-  lane_count LONG,
+  lane_count LONG
+) AS
+SELECT
+  launch_id,
+  MIN(correlation) AS correlation,
+  MIN(device) AS device,
+  MIN(graph_id) AS graph_id,
+  MIN(replay) AS replay,
+  MIN(ts) AS ts,
+  MAX(end_ts) AS end_ts,
+  SUM(work_count) AS work_count,
+  COUNT(lane_id) AS lane_count
+FROM _graph_ann_replay_lane_stats
+GROUP BY launch_id;
+
+-- The busy time of each replay on one lane: the union of the replay's work on
+-- the lane, one window pass over the lane's graphed work in start order,
+-- partitioned by replay (the union rule: see `graph_ann.gpu_work`).
+-- Called per lane: the trace processor filters the lane's rows natively.
+CREATE PERFETTO FUNCTION _graph_ann_replay_lane_union(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG
+)
+-- One row per replay with work on the lane.
+RETURNS TABLE(
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- Length of the union of the replay's work on the lane.
+  busy_dur LONG
+) AS
+SELECT launch_id, SUM(MAX(0, ts + dur - MAX(ts, COALESCE(prev_end_ts, ts)))) AS busy_dur
+FROM (
+  SELECT
+    launch_id,
+    ts,
+    dur,
+    MAX(ts + dur) OVER (
+      PARTITION BY launch_id ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS prev_end_ts
+  FROM _graph_ann_work
+  WHERE device = $device AND lane_id = $lane_id AND is_graphed
+)
+GROUP BY launch_id;
+
+-- Busy time of the (replay, lane) pairs whose work is not flat, from the lanes
+-- that have such a pair.
+CREATE PERFETTO TABLE _graph_ann_replay_lane_busy(
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Busy time: the union of the replay's work on the lane.
+  busy_dur DURATION
+) AS
+SELECT u.launch_id, l.lane_id, u.busy_dur
+FROM (
+  SELECT device, lane_id FROM _graph_ann_replay_lane_stats WHERE NOT flat GROUP BY device, lane_id
+) AS l
+JOIN _graph_ann_replay_lane_union(l.device, l.lane_id) AS u;
+
+-- The busy time of each replay on one device: the union of the replay's work
+-- over all lanes, one window pass over the device's graphed work, partitioned
+-- by replay.
+CREATE PERFETTO FUNCTION _graph_ann_replay_union(
+  -- GPU index.
+  device LONG
+)
+-- One row per replay on the device.
+RETURNS TABLE(
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- Length of the union of the replay's work.
+  busy_dur LONG
+) AS
+SELECT launch_id, SUM(MAX(0, ts + dur - MAX(ts, COALESCE(prev_end_ts, ts)))) AS busy_dur
+FROM (
+  SELECT
+    launch_id,
+    ts,
+    dur,
+    MAX(ts + dur) OVER (
+      PARTITION BY launch_id ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS prev_end_ts
+  FROM _graph_ann_work
+  WHERE device = $device AND is_graphed
+)
+GROUP BY launch_id;
+
+-- Busy time of every replay.
+CREATE PERFETTO TABLE _graph_ann_replay_busy(
+  -- Slice id of the graph launch.
+  launch_id LONG,
   -- Busy time: the union of the replay's work over all lanes.
   busy_dur DURATION
 ) AS
-WITH
-  busy AS (
-    SELECT grp AS launch_id, SUM(cover_dur) AS busy_dur
-    FROM _graph_ann_intervals_cover!(
-      (SELECT launch_id AS grp, 0 AS sub_grp, ts, dur FROM _graph_ann_work WHERE is_graphed)
-    )
-    GROUP BY grp
-  ),
-  per_replay AS (
-    SELECT
-      launch_id,
-      MIN(correlation) AS correlation,
-      MIN(device) AS device,
-      MIN(graph_id) AS graph_id,
-      MIN(replay) AS replay,
-      MIN(ts) AS ts,
-      MAX(end_ts) AS end_ts,
-      SUM(work_count) AS work_count,
-      COUNT(lane_id) AS lane_count
-    FROM _graph_ann_replay_lane_work
-    GROUP BY launch_id
-  )
-SELECT
-  p.launch_id,
-  p.correlation,
-  p.device,
-  p.graph_id,
-  p.replay,
-  p.ts,
-  p.end_ts,
-  p.work_count,
-  p.lane_count,
-  b.busy_dur
-FROM per_replay AS p
-JOIN busy AS b USING (launch_id);
+SELECT u.launch_id, u.busy_dur
+FROM (SELECT device FROM _graph_ann_replay_stats GROUP BY device) AS d
+JOIN _graph_ann_replay_union(d.device) AS u;
 
 -- One row per graph replay (graph launch with GPU work in the trace).
 CREATE PERFETTO TABLE graph_ann_replay(
@@ -171,11 +251,12 @@ SELECT
   r.end_ts - r.ts AS wall_dur,
   r.work_count,
   r.lane_count,
-  r.busy_dur,
-  CAST(r.busy_dur AS DOUBLE) / NULLIF(r.end_ts - r.ts, 0) AS busy_fraction,
+  b.busy_dur,
+  CAST(b.busy_dur AS DOUBLE) / NULLIF(r.end_ts - r.ts, 0) AS busy_fraction,
   r.ts - l.ts AS launch_overhead_dur
-FROM _graph_ann_replay_work AS r
+FROM _graph_ann_replay_stats AS r
 JOIN _graph_ann_launch AS l ON l.id = r.launch_id
+JOIN _graph_ann_replay_busy AS b USING (launch_id)
 ORDER BY r.device, r.ts;
 
 -- One row per (replay, lane): the replay's work on each lane.
@@ -208,6 +289,7 @@ SELECT
   p.work_count,
   p.ts,
   p.end_ts,
-  p.busy_dur
-FROM _graph_ann_replay_lane_work AS p
+  CASE WHEN p.flat THEN p.total_dur ELSE b.busy_dur END AS busy_dur
+FROM _graph_ann_replay_lane_stats AS p
+LEFT JOIN _graph_ann_replay_lane_busy AS b USING (launch_id, lane_id)
 ORDER BY p.device, p.ts, p.lane_id;
