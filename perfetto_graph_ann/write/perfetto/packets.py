@@ -411,9 +411,11 @@ class FastEncoder:
             head_tail = self._begin_parts[key] = (head, tail)
         te = head_tail[0] + self._annotations(args) + head_tail[1] if args else head_tail[0] + head_tail[1]
         if flow_ids:
-            te += b"".join([b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids])
-        if terminating_flow_ids:
-            te += b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids])
+            te += (b"\xf9\x02" + _pack_fixed64(flow_ids[0]) if len(flow_ids) == 1
+                   else b"".join([b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids]))
+        if terminating_flow_ids:  # a kernel's one launch: no list to build
+            te += (b"\x81\x03" + _pack_fixed64(terminating_flow_ids[0]) if len(terminating_flow_ids) == 1
+                   else b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids]))
         n = len(te)
         p = b"".join((b"\x40", _ONE_BYTE[ts] if 0 <= ts < 128 else varint(ts), self._seq, b"\x5a",
                       _ONE_BYTE[n] if n < 128 else varint(n), te,
