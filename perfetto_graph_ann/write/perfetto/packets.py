@@ -289,18 +289,18 @@ class FastEncoder:
                     self._whole_hits += 1
                     if type(tpl) is bytes:
                         return tpl
-                    keys = self._keys
                     parts = []
                     for p in tpl:
                         if type(p) is bytes:
                             parts.append(p)
                             continue
-                        v = args[p]
+                        k, head = p
+                        v = args[k]
                         if type(v) is int and -1 < v < (1 << 63):  # the usual id: inline
-                            body = keys[p][0] + b"\x20" + (_ONE_BYTE[v] if v < 128 else varint(v))
+                            body = head + (_ONE_BYTE[v] if v < 128 else varint(v))
                             parts.append(b"\x22" + _ONE_BYTE[len(body)] + body)
                         else:
-                            parts.append(self._one(p, v))
+                            parts.append(self._one(k, v))
                     return b"".join(parts)
                 if b"null" not in ck:
                     self._whole_misses += 1
@@ -314,7 +314,9 @@ class FastEncoder:
         return b"".join([one(k, v) for k, v in args.items()])
 
     def _template(self, args: Mapping[str, Any]) -> Tuple[Any, bytes]:
-        """(template, encoded ``args``): the constant runs as bytes, a varying key as its name.
+        """(template, encoded ``args``): the constant runs as bytes, a varying key as a slot.
+
+        A slot is (key, the annotation's bytes up to an int value: name iid and int tag).
 
         The template is a single bytes object when no key varies. Every key is encoded in
         order here, so names and strings are interned in arg order (as the reference does).
@@ -330,7 +332,7 @@ class FastEncoder:
                 if run:
                     parts.append(b"".join(run))
                     run = []
-                parts.append(k)
+                parts.append((k, self._keys[k][0] + b"\x20"))
             else:
                 run.append(b)
         if run:
