@@ -11,6 +11,27 @@
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 
+-- Which spellings of the graph id / replay arguments the trace has at all
+-- (`debug.*` in our TrackEvent traces, `args.*` in Chrome JSON; neither in a
+-- trace the join did not annotate): the per-slice lookups below are skipped
+-- for a key no slice has, which gives the same NULLs (v52 wasm, 1M kernels
+-- without the keys: 0.5 s less; one lookup instead of two with them).
+CREATE PERFETTO TABLE _graph_ann_replay_arg_keys(
+  -- Whether some slice has `debug.graph id`.
+  debug_graph_id BOOL,
+  -- Whether some slice has `args.graph id`.
+  args_graph_id BOOL,
+  -- Whether some slice has `debug.replay`.
+  debug_replay BOOL,
+  -- Whether some slice has `args.replay`.
+  args_replay BOOL
+) AS
+SELECT
+  EXISTS (SELECT 1 FROM args WHERE key = 'debug.graph id') AS debug_graph_id,
+  EXISTS (SELECT 1 FROM args WHERE key = 'args.graph id') AS args_graph_id,
+  EXISTS (SELECT 1 FROM args WHERE key = 'debug.replay') AS debug_replay,
+  EXISTS (SELECT 1 FROM args WHERE key = 'args.replay') AS args_replay;
+
 -- Per (replay, lane): the extent and counts of the replay's work on the lane,
 -- the smallest graph id / replay index on it, and whether that work is "flat"
 -- (all on one track, at one depth, no negative duration, on a laminar track;
@@ -55,7 +76,8 @@ SELECT
   end_ts,
   total_dur,
   track_id = max_track_id AND min_depth = max_depth AND min_dur >= 0
-    AND (SELECT n.laminar FROM _graph_ann_track_name AS n WHERE n.track_id = g.track_id) AS flat
+    -- `NOT IN` a (mostly empty) list, not a lookup per pair: 0.15 s less at 1M kernels.
+    AND +track_id NOT IN (SELECT n.track_id FROM _graph_ann_track_name AS n WHERE NOT n.laminar) AS flat
 FROM (
   SELECT
     launch_id,
@@ -66,8 +88,14 @@ FROM (
     MAX(track_id) AS max_track_id,
     MIN(depth) AS min_depth,
     MAX(depth) AS max_depth,
-    MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.graph id'), EXTRACT_ARG(arg_set_id, 'args.graph id'))) AS graph_id,
-    MIN(COALESCE(EXTRACT_ARG(arg_set_id, 'debug.replay'), EXTRACT_ARG(arg_set_id, 'args.replay'))) AS replay,
+    MIN(COALESCE(
+      CASE WHEN (SELECT debug_graph_id FROM _graph_ann_replay_arg_keys) THEN EXTRACT_ARG(arg_set_id, 'debug.graph id') END,
+      CASE WHEN (SELECT args_graph_id FROM _graph_ann_replay_arg_keys) THEN EXTRACT_ARG(arg_set_id, 'args.graph id') END
+    )) AS graph_id,
+    MIN(COALESCE(
+      CASE WHEN (SELECT debug_replay FROM _graph_ann_replay_arg_keys) THEN EXTRACT_ARG(arg_set_id, 'debug.replay') END,
+      CASE WHEN (SELECT args_replay FROM _graph_ann_replay_arg_keys) THEN EXTRACT_ARG(arg_set_id, 'args.replay') END
+    )) AS replay,
     COUNT(*) AS work_count,
     MIN(ts) AS ts,
     MAX(ts + dur) AS end_ts,
