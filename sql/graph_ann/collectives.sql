@@ -203,8 +203,8 @@ SELECT
   dur,
   device,
   lane_id,
-  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = sized.track_id) AS lane_name,
-  name,
+  n.name AS lane_name,
+  sized.name,
   is_graphed,
   has_metadata,
   collective,
@@ -225,4 +225,6 @@ SELECT
   CAST(msg_bytes AS DOUBLE) / NULLIF(dur, 0) * f.busbw_factor AS busbw_gbps
 FROM sized
 LEFT JOIN factors AS f USING (collective_type, group_size)
+-- A join, not a scalar subquery per row (a lookup per kernel).
+LEFT JOIN _graph_ann_track_name AS n USING (track_id)
 ORDER BY device, ts, id;
