@@ -205,6 +205,8 @@ def report(out: Path, engines, per_statement: bool, sql_dir: Optional[Path] = No
             cold_cpu = r[m + "_cpu"] + sum(r[d + "_cpu"] for d in deps)
             verdict = "met" if cold <= target else ("missed (CPU time within)" if cold_cpu <= target else "missed")
             print(f"| graph_ann.{m} | {r[m]:.2f} | {r[m + '_cpu']:.2f} | {cold:.2f} | {cold_cpu:.2f} | {verdict} |")
+        every = sum(r[m] for m in r["deps"]), sum(r[m + "_cpu"] for m in r["deps"])
+        print(f"all modules in one session: {every[0]:.2f} s wall, {every[1]:.2f} s engine CPU")
         print(f"load average during the run: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
         if per_statement:
             time_statements(out, engine, sql_dir)
