@@ -11,18 +11,20 @@ from __future__ import annotations
 import dataclasses
 import sys
 from operator import itemgetter
-from typing import IO, Dict, List, Optional, Tuple
+from typing import IO, TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from ...join.model import LaneLayout
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
 from . import overlap
 from .flows import plan_flows
 from .interning import CATEGORIES, NAMES, Interner
 from .packets import ENCODERS, SEQ_INCREMENTAL_STATE_CLEARED, SEQUENCE_ID, frame
 from .tracks import TrackTable
+
+if TYPE_CHECKING:  # annotation only: importing the join package costs ~18 ms a conversion
+    from ...join.model import LaneLayout
 
 BUILTIN_CLOCK_REALTIME = 1
 BUILTIN_CLOCK_BOOTTIME = 6
