@@ -28,6 +28,11 @@
 -- partitions, nor its aggregate a sort (v52 wasm: about 40% less than one
 -- window partitioned by group and a GROUP BY). Ties in start order do not
 -- change the sums.
+-- Those functions select a group with `=` (what the trace processor filters
+-- natively; `IS` made the lanes module twice as slow), so the per-lane and
+-- per-device numbers need `device` and `stream` on every GPU work slice, as
+-- Kineto and our converter write them: work without them is listed here with
+-- NULLs but a NULL lane gets no busy time, gaps or percentiles.
 
 -- CPU launch calls (CUDA runtime / driver slices carrying `debug.correlation`):
 -- `cudaLaunchKernel*`, memcpy / memset calls and graph launches.
