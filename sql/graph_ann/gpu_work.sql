@@ -32,7 +32,8 @@
 -- natively; `IS` made the lanes module twice as slow), so the per-lane and
 -- per-device numbers need `device` and `stream` on every GPU work slice, as
 -- Kineto and our converter write them: work without them is listed here with
--- NULLs but a NULL lane gets no busy time, gaps or percentiles.
+-- NULLs, but a NULL device or lane gets NULL or 0 for the numbers computed
+-- by such a function (unions, gaps, percentiles, overlap).
 
 -- CPU launch calls (CUDA runtime / driver slices carrying `debug.correlation`):
 -- `cudaLaunchKernel*`, memcpy / memset calls and graph launches.
