@@ -141,6 +141,29 @@ SELECT
 FROM _graph_ann_replay_lane_stats
 GROUP BY launch_id;
 
+-- The union of each replay's work in `work` (columns launch_id, ts, dur), one
+-- window pass in start order partitioned by replay (the union rule: see
+-- `graph_ann.gpu_work`). One row per launch_id: (launch_id, busy_dur).
+CREATE PERFETTO MACRO _graph_ann_union_per_replay(
+  -- Graphed work: launch_id, ts, dur.
+  work TableOrSubquery
+)
+RETURNS TableOrSubquery AS
+(
+  SELECT launch_id, SUM(MAX(0, ts + dur - MAX(ts, COALESCE(prev_end_ts, ts)))) AS busy_dur
+  FROM (
+    SELECT
+      launch_id,
+      ts,
+      dur,
+      MAX(ts + dur) OVER (
+        PARTITION BY launch_id ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+      ) AS prev_end_ts
+    FROM $work
+  )
+  GROUP BY launch_id
+);
+
 -- The busy time of each replay on one lane: the union of the replay's work on
 -- the lane, one window pass over the lane's graphed work in start order,
 -- partitioned by replay (the union rule: see `graph_ann.gpu_work`).
@@ -158,19 +181,11 @@ RETURNS TABLE(
   -- Length of the union of the replay's work on the lane.
   busy_dur LONG
 ) AS
-SELECT launch_id, SUM(MAX(0, ts + dur - MAX(ts, COALESCE(prev_end_ts, ts)))) AS busy_dur
-FROM (
-  SELECT
-    launch_id,
-    ts,
-    dur,
-    MAX(ts + dur) OVER (
-      PARTITION BY launch_id ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS prev_end_ts
-  FROM _graph_ann_work
+SELECT launch_id, busy_dur
+FROM _graph_ann_union_per_replay!((
+  SELECT launch_id, ts, dur FROM _graph_ann_work
   WHERE device = $device AND lane_id = $lane_id AND is_graphed
-)
-GROUP BY launch_id;
+));
 
 -- Busy time of the (replay, lane) pairs whose work is not flat, from the lanes
 -- that have such a pair.
@@ -202,19 +217,10 @@ RETURNS TABLE(
   -- Length of the union of the replay's work.
   busy_dur LONG
 ) AS
-SELECT launch_id, SUM(MAX(0, ts + dur - MAX(ts, COALESCE(prev_end_ts, ts)))) AS busy_dur
-FROM (
-  SELECT
-    launch_id,
-    ts,
-    dur,
-    MAX(ts + dur) OVER (
-      PARTITION BY launch_id ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS prev_end_ts
-  FROM _graph_ann_work
-  WHERE device = $device AND is_graphed
-)
-GROUP BY launch_id;
+SELECT launch_id, busy_dur
+FROM _graph_ann_union_per_replay!((
+  SELECT launch_id, ts, dur FROM _graph_ann_work WHERE device = $device AND is_graphed
+));
 
 -- Busy time of every replay.
 CREATE PERFETTO TABLE _graph_ann_replay_busy(
