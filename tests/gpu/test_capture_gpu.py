@@ -38,7 +38,8 @@ def kernel_names(rec):
     return collections.Counter(n.annotation.get("name") for n in rec.nodes if n.type == "kernel")
 
 
-def profile_kernels(g, replays=5):
+def profile_kernels(g, replays=5, cats=("kernel",)):
+    """The GPU events of ``cats`` that torch.profiler records over ``replays`` replays of ``g``."""
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             g.replay()
@@ -47,7 +48,7 @@ def profile_kernels(g, replays=5):
         p = os.path.join(d, "t.json")
         prof.export_chrome_trace(p)
         with open(p) as f:
-            return [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
+            return [e for e in json.load(f)["traceEvents"] if e.get("cat") in cats]
 
 
 def calibrated_match(rec, kernels):
@@ -267,14 +268,7 @@ def test_memcpy_and_memset_nodes_annotated_and_calibrated(results):
     assert types[("memcpy", "copies")] == 1
     work = [n for n in rec.nodes if n.type in ("kernel", "memcpy", "memset")]
     assert all(n.stream is not None for n in work)  # memcpy / memset records calibrated too
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
-            g.replay()
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "t.json")
-        prof.export_chrome_trace(p)
-        evs = [e for e in json.load(open(p))["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    evs = profile_kernels(g, 3, ("kernel", "gpu_memcpy", "gpu_memset"))
     by_so = {(n.stream, n.ordinal): n for n in work}
     per_launch = collections.defaultdict(list)
     for e in sorted(evs, key=lambda e: e["ts"]):
@@ -312,14 +306,8 @@ def test_memset_node_annotated_and_calibrated(results):
     assert types[("memset", "fill")] == 1 and types[("kernel", "fill")] == 1
     memset = next(n for n in rec.nodes if n.type == "memset")
     assert memset.stream is not None and memset.ordinal is not None  # calibrated from CUPTI's memset record
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        g.replay()
-        torch.cuda.synchronize()
+    evs = profile_kernels(g, 1, ("gpu_memset",))
     assert int(c[0].item()) == 7
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "t.json")
-        prof.export_chrome_trace(p)
-        evs = [e for e in json.load(open(p))["traceEvents"] if e.get("cat") == "gpu_memset"]
     results["memset_profiler_events"] = [{"stream": e["args"]["stream"]} for e in evs]
     assert len(evs) == 1 and evs[0]["args"]["stream"] == memset.stream
 
