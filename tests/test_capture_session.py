@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from capture_fakes import FakeCuda
@@ -322,3 +323,37 @@ def test_verify_mode_catches_a_copy_that_lists_differently():
     sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
     with pytest.raises(CaptureError, match="copy of the captured graph"):
         sess.record
+
+
+def test_concurrent_first_reads_read_the_copy_once():
+    """Several threads asking for the record at once: one reads the copy, all see the same table."""
+    cuda = FakeCuda()
+    reads = []
+    orig = cuda.node_infos
+
+    def slow_infos(graph):
+        reads.append(graph)
+        time.sleep(0.01)  # widen the window in which a second reader could slip in
+        return orig(graph)
+
+    cuda.node_infos = slow_infos
+    sess = new_session(cuda)
+    with scope(sess, "a"):
+        cuda.launch(STREAM, "k0")
+    sess.finish_capture()
+    g = cuda.end_capture(STREAM)
+    sess.bind_exec(cuda.instantiate(g))
+    cuda.forget(g)
+    out, barrier = [], threading.Barrier(8)
+
+    def read():
+        barrier.wait()
+        out.append(sess.record)
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(reads) == 1 and len(cuda.destroyed) == 1
+    assert len({id(r) for r in out}) == 1 and by_kernel(out[0])["k0"].annotation == {"name": "a"}

@@ -161,11 +161,13 @@ class CaptureSession:
     def record(self) -> Optional[GraphRecord]:
         """The executable graph's record (built on first use), None before instantiation."""
         if self._record is None and self.exec_id is not None:
-            with self._lane_lock:
-                labels = dict(self.lane_labels)
-            rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id, self.device,
-                                lane_labels=labels)
-            self._record = with_calibration(rec, self._calibration) if self._calibration else rec
+            with self._table_lock:  # concurrent first readers: one builds, the others get its record
+                if self._record is None and self.exec_id is not None:
+                    with self._lane_lock:
+                        labels = dict(self.lane_labels)
+                    rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id,
+                                        self.device, lane_labels=labels)
+                    self._record = with_calibration(rec, self._calibration) if self._calibration else rec
         return self._record
 
     def bind_exec(self, graph_exec: int) -> int:
@@ -175,24 +177,26 @@ class CaptureSession:
         """
         if not self._finished:
             raise CaptureError("bind_exec before finish_capture: the capture was not finished")
-        self.exec_id = self.backend.exec_id(graph_exec)
-        self._record, self._calibration = None, None
+        exec_id = self.backend.exec_id(graph_exec)
+        with self._table_lock:  # never a record half built for the previous executable graph
+            self.exec_id, self._record, self._calibration = exec_id, None, None
         self.registry.put(self.owner, lambda: self.record)
-        return self.exec_id
+        return exec_id
 
     def apply_calibration(self, table: Mapping[int, Tuple[int, int]]) -> GraphRecord:
         if self.exec_id is None:
             raise CaptureError("calibration before the graph was instantiated")
-        self._calibration, self._record = dict(table), None
+        with self._table_lock:
+            self._calibration, self._record = dict(table), None
         self.registry.put(self.owner, lambda: self.record)
         return self.record
 
     def drop(self) -> None:
         """The graph was reset: forget its entry and free the template copy if unread."""
-        self.exec_id, self._record = None, None
-        self.registry.drop(self.owner)
         with self._table_lock:
+            self.exec_id, self._record = None, None
             copy, self._copy = self._copy, None
+        self.registry.drop(self.owner)
         if copy is not None:
             self.backend.destroy_graph(copy)
 
