@@ -456,6 +456,8 @@ def active() -> Optional[CaptureBackend]:
     global _instance
     if _override:
         return _override[-1]
+    if _instance is not None:  # built once, never replaced: no lock needed to read it
+        return _instance
     info = _get_info()
     if info.backend in (None, TORCH):
         return None

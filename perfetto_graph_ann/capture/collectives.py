@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -243,9 +244,8 @@ def install(modules: Optional[Sequence[Any]] = None) -> bool:
     """
     global _install_count
     if modules is None:
-        import torch.distributed as dist
-
-        if not dist.is_available() or not dist.is_initialized():
+        dist = sys.modules.get("torch.distributed")  # never imported: no process group exists
+        if dist is None or not dist.is_available() or not dist.is_initialized():
             return False
         from torch.distributed import distributed_c10d
 
