@@ -108,9 +108,12 @@ class graph:
 
     def __exit__(self, exc_type, exc, tb) -> Any:
         sess = self._session
+        failed: Optional[BaseException] = None
         try:
             if sess is not None and exc_type is None:
                 sess.finish_capture()
+        except Exception as e:  # end the capture first: a stream left capturing breaks the process
+            failed = e
         finally:
             if sess is not None:
                 _session.pop(sess)
@@ -118,6 +121,8 @@ class graph:
                 collectives.uninstall()
                 self._installed = False
         result = self._inner.__exit__(exc_type, exc, tb)
+        if failed is not None:
+            raise failed
         if sess is None or exc_type is not None:
             return result
         _attach(self.cuda_graph, sess, self.calibrate)

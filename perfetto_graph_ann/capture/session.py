@@ -64,6 +64,7 @@ class CaptureSession:
         self._annotations: Dict[int, Dict[str, Any]] = {}
         self._copy: Optional[int] = None  # copy of the template graph, table not read yet
         self._expected: Optional[List[Tuple]] = None  # verify: the template's own table
+        self._table_error: Optional[CaptureError] = None  # why the copy's table could not be read
         self._table_lock = threading.RLock()
         #: lane id -> label given during this capture (first label wins), see label_lane
         self.lane_labels: Dict[int, str] = {}
@@ -138,10 +139,15 @@ class CaptureSession:
 
     def _ensure_table(self) -> None:
         with self._table_lock:
+            if self._table_error is not None:  # the copy is gone: every later read says why
+                raise self._table_error
             if self._nodes is None and self._copy is not None:
                 copy, self._copy = self._copy, None
                 try:
                     self._read_table(copy)
+                except CaptureError as e:
+                    self._table_error = e
+                    raise
                 finally:
                     self.backend.destroy_graph(copy)
 

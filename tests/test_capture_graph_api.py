@@ -1,0 +1,122 @@
+"""``pga.graph`` itself on CPU: a fake ``torch`` module drives the fake CUDA driver.
+
+The GPU tests run the same flow on an H200 (tests/gpu); these check the wiring that needs no
+GPU: the session is pushed and popped, scopes inside the block tag their nodes, the record is
+keyed by the executable graph, the template's table comes from its copy after torch
+destroyed the template, and a failure while finishing still ends the capture.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from capture_fakes import FakeCuda
+
+import perfetto_graph_ann as pga
+from perfetto_graph_ann.capture import backends
+from perfetto_graph_ann.capture import session as S
+from perfetto_graph_ann.capture.annotations import make_key
+from perfetto_graph_ann.capture.registry import REGISTRY
+from perfetto_graph_ann.errors import CaptureError
+
+STREAM = 0x70
+
+
+class FakeStream:
+    cuda_stream = STREAM
+
+
+def fake_torch(cuda: FakeCuda) -> types.ModuleType:
+    """Just what api.graph touches: torch.cuda.graph, current_device, current_stream."""
+
+    class CUDAGraph:
+        def __init__(self):
+            self.template = self.exec = None
+
+        def raw_cuda_graph_exec(self):
+            return self.exec or 0
+
+        def instantiate(self):
+            self.exec = cuda.instantiate(self.template)
+
+        def replay(self):
+            assert self.exec, "replay before instantiate"
+
+        def reset(self):
+            self.exec = None
+
+    class graph:  # torch.cuda.graph: capture on its capture_stream, instantiate, drop the template
+        def __init__(self, g, pool=None, stream=None, capture_error_mode="global"):
+            self.g, self.capture_stream = g, FakeStream()
+
+        def __enter__(self):
+            self.g.template = cuda.begin_capture(STREAM)
+
+        def __exit__(self, *exc):
+            cuda.end_capture(STREAM)
+            self.g.instantiate()
+            cuda.forget(self.g.template)
+            return False
+
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(graph=graph, CUDAGraph=CUDAGraph, current_device=lambda: 0,
+                                       current_stream=lambda: FakeStream())
+    return torch
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    with backends.use(cuda):
+        yield cuda
+    REGISTRY.clear()
+
+
+def test_graph_block_tags_scoped_nodes_and_keys_them_by_the_exec_graph(cuda):
+    g = sys.modules["torch"].cuda.CUDAGraph()
+    with pga.graph(g, calibrate=False):
+        assert S.current() is not None
+        cuda.launch(STREAM, "embed")
+        with pga.mark_kernels({"name": "attention", "stream": 62}):
+            cuda.launch(STREAM, "qk")
+            with pga.mark_kernels("softmax"):
+                cuda.launch(STREAM, "sm")
+    assert S.current() is None and cuda.capturing == {}
+    rec = REGISTRY.get(g._pga_owner)
+    by_kernel = {n.kernel: dict(n.annotation) for n in rec.nodes}
+    assert by_kernel == {"embed": {}, "qk": {"name": "attention", "stream": 62},
+                         "sm": {"name": "softmax", "stream": 62}}
+    assert [n.key for n in rec.nodes] == [make_key(rec.exec_id, i) for i in range(3)]
+    assert len(cuda.destroyed) == 1  # the template's copy, read once and freed
+    assert dict(pga.get_kernel_annotations())[make_key(rec.exec_id, 1)] == [{"name": "attention", "stream": 62}]
+    g.reset()
+    assert REGISTRY.get(g._pga_owner) is None
+
+
+def test_a_failure_while_finishing_still_ends_the_capture(cuda, monkeypatch):
+    g = sys.modules["torch"].cuda.CUDAGraph()
+
+    def broken(graph):
+        raise CaptureError("cuptiGetGraphId failed with CUPTI error 1")
+
+    monkeypatch.setattr(cuda, "graph_id", broken)
+    with pytest.raises(CaptureError, match="cuptiGetGraphId"):
+        with pga.graph(g, calibrate=False):
+            cuda.launch(STREAM, "k")
+    assert cuda.capturing == {} and g.exec is not None  # torch's capture_end ran
+    assert S.current() is None
+
+
+def test_an_unreadable_copy_fails_every_read_not_just_the_first(cuda, monkeypatch):
+    g = sys.modules["torch"].cuda.CUDAGraph()
+    with pga.graph(g, calibrate=False):
+        with pga.mark_kernels("a"):
+            cuda.launch(STREAM, "k")
+    sess = g._pga_session
+    monkeypatch.setattr(cuda, "node_infos", lambda graph: [])  # the copy lists no node
+    for _ in range(2):
+        with pytest.raises(CaptureError, match="scope ends at node 1"):
+            sess.record
+    assert len(cuda.destroyed) == 1
