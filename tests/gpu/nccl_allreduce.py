@@ -10,18 +10,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile
 
 import perfetto_graph_ann as pga
+from nccl_collectives import FIELDS, eager_args  # same folder: the script's own
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.demo.scenarios import allreduce_model, warmup
-
-FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "In split size",
-          "Out split size", "Process Group Name", "Process Group Description", "Process Group Ranks")
 
 
 def main(out_path: str) -> None:
@@ -32,15 +28,7 @@ def main(out_path: str) -> None:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "t.json")
-        prof.export_chrome_trace(p)
-        with open(p) as f:
-            evs = json.load(f)["traceEvents"]
-    eager = next(e["args"] for e in evs if e.get("cat") == "kernel" and "Collective name" in e.get("args", {}))
+    eager = eager_args(step)[0]
     dist.barrier()
     warmup(step)
     g = torch.cuda.CUDAGraph()
