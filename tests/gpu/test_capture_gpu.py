@@ -38,6 +38,11 @@ def kernel_names(rec):
     return collections.Counter(n.annotation.get("name") for n in rec.nodes if n.type == "kernel")
 
 
+def node_types(rec):
+    """(node type, annotation name) -> count."""
+    return collections.Counter((n.type, n.annotation.get("name")) for n in rec.nodes)
+
+
 def profile_kernels(g, replays=5, cats=("kernel",)):
     """The GPU events of ``cats`` that torch.profiler records over ``replays`` replays of ``g``."""
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -262,7 +267,7 @@ def test_memcpy_and_memset_nodes_annotated_and_calibrated(results):
 
     g, _ = capture(fn)
     rec = record_of(g)
-    types = collections.Counter((n.type, n.annotation.get("name")) for n in rec.nodes)
+    types = node_types(rec)
     results["copy_nodes"] = {f"{t}/{a}": v for (t, a), v in types.items()}
     print("copy test nodes:", dict(types))
     assert types[("memcpy", "copies")] == 1
@@ -300,7 +305,7 @@ def test_memset_node_annotated_and_calibrated(results):
 
     g, _ = capture(fn)
     rec = record_of(g)
-    types = collections.Counter((n.type, n.annotation.get("name")) for n in rec.nodes)
+    types = node_types(rec)
     results["memset_nodes"] = {f"{t}/{a_}": v for (t, a_), v in types.items()}
     print("memset test nodes:", dict(types))
     assert types[("memset", "fill")] == 1 and types[("kernel", "fill")] == 1
@@ -368,7 +373,7 @@ def test_graph_with_memory_nodes_reads_its_table_at_finish(results, monkeypatch)
 
     g, _ = capture(fn)
     rec = record_of(g)
-    types = collections.Counter((n.type, n.annotation.get("name")) for n in rec.nodes)
+    types = node_types(rec)
     results["memory_nodes"] = {"types": {f"{t}/{n}": v for (t, n), v in types.items()},
                                "clone_returned": [c is not None for c in clones]}
     print("memory nodes:", results["memory_nodes"])
