@@ -42,8 +42,6 @@ CREATE PERFETTO TABLE _graph_ann_replay_lane_stats(
   launch_id LONG,
   -- Lane id.
   lane_id LONG,
-  -- Correlation id (smallest; all the replay's work shares the launch's).
-  correlation LONG,
   -- GPU index (smallest).
   device LONG,
   -- One of the lane's tracks (for its name).
@@ -66,7 +64,6 @@ CREATE PERFETTO TABLE _graph_ann_replay_lane_stats(
 SELECT
   launch_id,
   lane_id,
-  correlation,
   device,
   track_id,
   graph_id,
@@ -82,7 +79,6 @@ FROM (
   SELECT
     launch_id,
     lane_id,
-    MIN(correlation) AS correlation,
     MIN(device) AS device,
     MIN(track_id) AS track_id,
     MAX(track_id) AS max_track_id,
@@ -111,8 +107,6 @@ FROM (
 CREATE PERFETTO TABLE _graph_ann_replay_stats(
   -- Slice id of the graph launch.
   launch_id LONG,
-  -- Its correlation id.
-  correlation LONG,
   -- GPU index.
   device LONG,
   -- `debug.graph id` (smallest over the replay's work).
@@ -130,7 +124,6 @@ CREATE PERFETTO TABLE _graph_ann_replay_stats(
 ) AS
 SELECT
   launch_id,
-  MIN(correlation) AS correlation,
   MIN(device) AS device,
   MIN(graph_id) AS graph_id,
   MIN(replay) AS replay,
@@ -272,7 +265,8 @@ CREATE PERFETTO TABLE graph_ann_replay(
 ) AS
 SELECT
   r.launch_id,
-  r.correlation,
+  -- The launch's correlation: all the replay's work has it (the launch was found by it).
+  l.correlation,
   r.device,
   r.graph_id,
   r.replay,
@@ -316,7 +310,7 @@ CREATE PERFETTO TABLE graph_ann_replay_lane(
 ) AS
 SELECT
   p.launch_id,
-  p.correlation,
+  l.correlation,
   p.device,
   p.lane_id,
   n.name AS lane_name,
@@ -325,6 +319,7 @@ SELECT
   p.end_ts,
   CASE WHEN p.flat THEN p.total_dur ELSE b.busy_dur END AS busy_dur
 FROM _graph_ann_replay_lane_stats AS p
+JOIN _graph_ann_launch AS l ON l.id = p.launch_id
 LEFT JOIN _graph_ann_replay_lane_busy AS b USING (launch_id, lane_id)
 -- A join, not a scalar subquery per row: 0.21 -> 0.09 s for 200k rows.
 LEFT JOIN _graph_ann_track_name AS n USING (track_id)
