@@ -139,3 +139,48 @@ def test_whole_args_cache_turns_itself_off_on_unique_args():
         assert fast.slice_begin(n, 2, *names[0], args) == ref.slice_begin(n, 2, *names[1], args)
     assert fast._whole is None
     assert fast.slice_begin(9, 2, *names[0], {"x": 1}) == ref.slice_begin(9, 2, *names[1], {"x": 1})
+
+
+#: Args like Kineto's (no null / NaN, which never enter the template cache): the template paths are hit.
+clean_values = st.recursive(st.one_of(st.integers(-(1 << 64), 1 << 64), st.floats(allow_nan=False, allow_infinity=False),
+                                      st.text(max_size=70), st.booleans()),
+                            lambda inner: st.lists(inner, min_size=1, max_size=4), max_leaves=8)
+clean_arg_dicts = st.dictionaries(st.text(min_size=1, max_size=12), clean_values, min_size=2, max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.one_of(clean_arg_dicts, arg_dicts), st.lists(st.tuples(varying_values, varying_values), min_size=1, max_size=3),
+                          st.sampled_from(["kernel", "", "cuda_runtime"]), st.sampled_from(["k", "m", "n\ud800"]),
+                          st.sampled_from([3, 4, 300]), st.sampled_from([0, 1, 2, 3]), st.booleans(), st.integers(0, 1 << 40)),
+                min_size=1, max_size=5),
+       st.lists(st.integers(0, (1 << 64) - 1), max_size=3), st.sampled_from([(1, None), (5, 3)]))
+def test_event_equals_interning_then_slice_begin(events, flows, seq):
+    """``event`` (the writer's hot path: strings in, head/tail cache, inline one-slot template
+    fill) gives the bytes of interning + ``slice_begin`` on the reference encoder, for begins
+    and instants, with 0, 1 or 2 id slots of any type, empty args, any track, both sequence kinds."""
+    from perfetto_graph_ann.write.perfetto.packets import TYPE_INSTANT, TYPE_SLICE_BEGIN, VARYING_KEYS
+
+    fast, ref, plain = FastEncoder(Interner(), *seq), ProtosEncoder(Interner(), *seq), FastEncoder(Interner(), *seq)
+    for base, ids, cat, name, track, slots, instant, ts in events * 3:  # repeats hit every cache
+        items = [(k, v) for k, v in base.items() if k not in VARYING_KEYS]
+        for corr, ext in ids:
+            args = dict(items[:1] + ([("correlation", corr)] if slots & 1 else []) + items[1:]
+                        + ([("External id", ext)] if slots & 2 else []))
+            kind = TYPE_INSTANT if instant else TYPE_SLICE_BEGIN
+            a = fast.event(ts, track, cat, name, args, flows, flows[:1], kind)
+            b = ref.event(ts, track, cat, name, args, flows, flows[:1], kind)
+            ci = plain.interner.iid(CATEGORIES, cat) if cat else 0
+            c = plain.slice_begin(ts, track, ci, plain.interner.iid(NAMES, name), args, flows, flows[:1], kind)
+            assert a == b == c
+
+
+def test_event_one_slot_template_is_used():
+    """A replayed kernel's args (one correlation slot) hit the one-slot template and stay exact."""
+    fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
+    base = {"device": 0, "stream": 7, "correlation": 0, "grid": [16, 48, 1], "blocks per SM": 5.818182}
+    for corr in (1, 127, 128, 1 << 14, 1 << 21, 1 << 28, 1 << 35, (1 << 63) - 1, 1 << 63, -1, "x", None, 2.5):
+        args = dict(base, correlation=corr)
+        assert fast.event(9, 3, "kernel", "k", args, (), (4,)) == ref.event(9, 3, "kernel", "k", args, (), (4,)), corr
+    tpls = list(fast._whole.values())
+    assert len(tpls) == 1 and type(tpls[0]) is tuple and tpls[0][1] == "correlation"
+    assert fast._whole_hits >= 10

@@ -20,7 +20,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from .interning import ANNOTATION_NAMES, STRING_VALUES, Interner
+from .interning import ANNOTATION_NAMES, CATEGORIES, NAMES, STRING_VALUES, Interner
 from .wire import _ONE_BYTE, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
 SEQUENCE_ID = 1
@@ -169,6 +169,13 @@ class ProtosEncoder:
                 flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
         return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
 
+    def event(self, ts: int, track: int, cat: str, name: str, args: Optional[Mapping[str, Any]],
+              flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
+        """A slice begin (or ``kind`` TYPE_INSTANT) named by strings: category ("" for none) and name
+        are interned here, category first, then the args' names and values."""
+        cat_iid = self.interner.iid(CATEGORIES, cat) if cat else 0
+        return self.slice_begin(ts, track, cat_iid, self.interner.iid(NAMES, name), args, flow_ids, terminating_flow_ids, kind)
+
     def slice_end(self, ts: int, track: int) -> bytes:
         te = pb.TrackEvent(type=TYPE_SLICE_END)
         self._track(te, track)
@@ -205,6 +212,7 @@ class FastEncoder:
         self._whole_hits = self._whole_misses = 0
         self._end_tails: Dict[int, bytes] = {}
         self._begin_parts: Dict[Tuple[int, int, int, int], Tuple[bytes, bytes]] = {}
+        self._heads: Dict[Tuple[str, str, int, int], Tuple[bytes, bytes]] = {}  # see event()
         self._ts_prefix = b"\x40"
         self._seq = b"\x50" + varint(sequence_id)
 
@@ -289,29 +297,40 @@ class FastEncoder:
                     self._whole_hits += 1
                     if type(tpl) is bytes:
                         return tpl
-                    parts = []
-                    for p in tpl:
-                        if type(p) is bytes:
-                            parts.append(p)
-                            continue
-                        k, head = p
-                        v = args[k]
-                        if type(v) is int and -1 < v < (1 << 63):  # the usual id: inline
-                            body = head + (_ONE_BYTE[v] if v < 128 else varint(v))
-                            parts.append(b"\x22" + _ONE_BYTE[len(body)] + body)
-                        else:
-                            parts.append(self._one(k, v))
-                    return b"".join(parts)
+                    return self._fill(tpl, args)
                 if b"null" not in ck:
-                    self._whole_misses += 1
-                    tpl, encoded = self._template(args)
-                    if len(whole) < self.WHOLE_CACHE_LIMIT:
-                        whole[ck] = tpl
-                    if self._whole_misses >= 1024 and self._whole_misses > self._whole_hits:
-                        self._whole = None
-                    return encoded
+                    return self._miss(args, ck)
         one = self._one
         return b"".join([one(k, v) for k, v in args.items()])
+
+    def _fill(self, tpl: Any, args: Mapping[str, Any]) -> bytes:
+        """The encoded args from a template hit: its constant runs and each slot's value."""
+        if type(tpl) is tuple:  # one slot: (run before, key, head, run after)
+            tpl = [tpl[0], (tpl[1], tpl[2]), tpl[3]]
+        parts = []
+        for p in tpl:
+            if type(p) is bytes:
+                parts.append(p)
+                continue
+            k, head = p
+            v = args[k]
+            if type(v) is int and -1 < v < (1 << 63):  # the usual id: inline
+                body = head + (_ONE_BYTE[v] if v < 128 else varint(v))
+                parts.append(b"\x22" + _ONE_BYTE[len(body)] + body)
+            else:
+                parts.append(self._one(k, v))
+        return b"".join(parts)
+
+    def _miss(self, args: Mapping[str, Any], ck: bytes) -> bytes:
+        """A whole-args key (without null) seen for the first time: encode, store the template."""
+        whole = self._whole
+        self._whole_misses += 1
+        tpl, encoded = self._template(args)
+        if len(whole) < self.WHOLE_CACHE_LIMIT:
+            whole[ck] = tpl
+        if self._whole_misses >= 1024 and self._whole_misses > self._whole_hits:
+            self._whole = None
+        return encoded
 
     def _template(self, args: Mapping[str, Any]) -> Tuple[Any, bytes]:
         """(template, encoded ``args``): the constant runs as bytes, a varying key as a slot.
@@ -339,7 +358,15 @@ class FastEncoder:
             parts.append(b"".join(run))
         if len(parts) == 1 and type(parts[0]) is bytes:
             return parts[0], parts[0]
-        return (tuple(parts) if parts else b""), b"".join(encoded)
+        if not parts:
+            return b"", b""
+        slots = [p for p in parts if type(p) is tuple]
+        if len(slots) == 1:  # the common case (a kernel's correlation): (run before, key, head, run after)
+            at = parts.index(slots[0])
+            pre = parts[0] if at == 1 else b""
+            post = parts[at + 1] if at + 1 < len(parts) else b""
+            return (pre, slots[0][0], slots[0][1], post), b"".join(encoded)
+        return parts, b"".join(encoded)
 
     def _one(self, k: str, v: Any) -> bytes:
         """One encoded debug annotation, with the per-key cache.
@@ -428,6 +455,71 @@ class FastEncoder:
     def instant(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
                 flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
         return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
+
+    def event(self, ts: int, track: int, cat: str, name: str, args: Optional[Mapping[str, Any]],
+              flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
+        """:meth:`slice_begin` (or an instant) named by strings; the writer's hot path.
+
+        The same bytes as interning the category and name and calling :meth:`slice_begin`,
+        with the packet's constant parts cached per (category, name, track, kind) and a
+        whole-args template hit with one id slot (a replayed kernel, a runtime call)
+        assembled inline: one call per event instead of three.
+        """
+        key = (cat, name, track, kind)
+        parts = self._heads.get(key)
+        if parts is None:
+            interner = self.interner
+            cat_iid = interner.iid(CATEGORIES, cat) if cat else 0
+            parts = self._heads[key] = self._head_tail(cat_iid, kind, interner.iid(NAMES, name), track)
+        if not args:
+            te = parts[0] + parts[1]
+        else:
+            whole = self._whole
+            tpl = None
+            if whole is not None:
+                d = dict(args)
+                for k in VARYING_KEYS:
+                    if k in d:
+                        d[k] = 0
+                try:
+                    tpl = whole.get(_json_args(d))
+                except (RecursionError, TypeError, ValueError, OverflowError):
+                    pass
+            if tpl is None:  # no template hit: the general path (it repeats the lookup: a miss is rare)
+                te = parts[0] + self._annotations(args) + parts[1]
+            else:
+                self._whole_hits += 1
+                t = type(tpl)
+                if t is tuple:  # one id slot
+                    v = args[tpl[1]]
+                    if type(v) is int and -1 < v < (1 << 63):
+                        body = tpl[2] + (_ONE_BYTE[v] if v < 128 else varint(v))
+                        te = b"".join((parts[0], tpl[0], b"\x22", _ONE_BYTE[len(body)], body, tpl[3], parts[1]))
+                    else:
+                        te = parts[0] + self._fill(tpl, args) + parts[1]
+                elif t is bytes:
+                    te = parts[0] + tpl + parts[1]
+                else:
+                    te = parts[0] + self._fill(tpl, args) + parts[1]
+        if flow_ids:
+            te += (b"\xf9\x02" + _pack_fixed64(flow_ids[0]) if len(flow_ids) == 1
+                   else b"".join([b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids]))
+        if terminating_flow_ids:
+            te += (b"\x81\x03" + _pack_fixed64(terminating_flow_ids[0]) if len(terminating_flow_ids) == 1
+                   else b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids]))
+        n = len(te)
+        p = b"".join((b"\x40", _ONE_BYTE[ts] if 0 <= ts < 128 else varint(ts), self._seq, b"\x5a",
+                      _ONE_BYTE[n] if n < 128 else varint(n), te,
+                      self._interned() if self.interner.pending else b"", b"\x68\x02"))
+        n = len(p)
+        return (b"\x0a" + _ONE_BYTE[n] if n < 128 else b"\x0a" + varint(n)) + p
+
+    def _head_tail(self, cat_iid: int, kind: int, name_iid: int, track: int) -> Tuple[bytes, bytes]:
+        """TrackEvent fields around the annotations: category iid (3); type (9), name iid (10), track (11)."""
+        if len(self._heads) >= self.KEY_CACHE_LIMIT * 32:
+            self._heads.clear()
+        head = (b"\x18" + small_varint(cat_iid)) if cat_iid else b""
+        return head, b"\x48" + bytes((kind,)) + b"\x50" + small_varint(name_iid) + self._track(track)
 
     def _track(self, track: int) -> bytes:
         """The ``track_uuid`` field (11), or nothing on the sequence's default track."""

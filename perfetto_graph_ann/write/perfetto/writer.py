@@ -19,8 +19,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
 from . import overlap
 from .flows import plan_flows
-from .interning import CATEGORIES, NAMES, Interner
-from .packets import ENCODERS, SEQ_INCREMENTAL_STATE_CLEARED, SEQUENCE_ID, frame
+from .interning import Interner
+from .packets import ENCODERS, SEQ_INCREMENTAL_STATE_CLEARED, SEQUENCE_ID, TYPE_INSTANT, frame
 from .tracks import TrackTable
 
 if TYPE_CHECKING:  # annotation only: importing the join package costs ~18 ms a conversion
@@ -242,10 +242,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
     outgoing = fp.outgoing
     terminating = fp.terminating
-    name_iids = [enc.interner.iid for enc in encoders]
-    name_tables = [enc.interner.table(NAMES) for enc in encoders]
-    cat_tables = [enc.interner.table(CATEGORIES) for enc in encoders]
-    begins = [enc.slice_begin for enc in encoders]
+    begins = [enc.event for enc in encoders]
     ends = [enc.slice_end for enc in encoders]
     step = config.batch
     append = batch.append
@@ -278,18 +275,15 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             if ph != "X" and ph != "i" and ph != "I" and "ph" not in args:
                 args = dict(args)
                 args["ph"] = ph
-            c = e.cat
-            cat = (cat_tables[q].get(c) or name_iids[q](CATEGORIES, c)) if c else 0
-            nm = name_tables[q].get(e.name) or name_iids[q](NAMES, e.name)
             if i in flowing:
                 fo = outgoing.get(i, no_flows)
                 ft = terminating.get(i, no_flows)
             else:
                 fo = ft = no_flows
             if kinds[i] == _INSTANT:
-                append(encoders[q].instant(ts - prev, uuid, cat, nm, args, fo, ft))
+                append(begins[q](ts - prev, uuid, e.cat, e.name, args, fo, ft, TYPE_INSTANT))
             else:
-                append(begins[q](ts - prev, uuid, cat, nm, args, fo, ft))
+                append(begins[q](ts - prev, uuid, e.cat, e.name, args, fo, ft))
         prevs[q] = ts  # incremental clock: each packet carries the delta to its sequence's previous one
         if len(batch) >= step:
             flush()
