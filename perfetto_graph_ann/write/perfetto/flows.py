@@ -12,7 +12,7 @@ Flow events that match no slice, or ids with no start, are counted in :class:`Fl
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from ...read.model import TraceEvent
 
@@ -61,8 +61,11 @@ def plan_flows(events: Sequence[TraceEvent], slice_indices: Sequence[int],
                 c.append(e)
             else:
                 starts[ts] = [c, e]
-    sources: Dict[Tuple[str, object], int] = {}
-    targets: Dict[Tuple[str, object], List[int]] = {}
+    # keyed by (cat, id); the first flow event's category (ac2g in a Kineto trace) by the id
+    # alone (no tuple to build and hash; an int / str id never equals a (cat, id) tuple)
+    sources: Dict[object, int] = {}
+    targets: Dict[object, List[int]] = {}
+    main_cat = flow_events[0].cat
     unbound = 0
     for fe in flow_events:
         c = get(fe.ts_ns)
@@ -81,7 +84,8 @@ def plan_flows(events: Sequence[TraceEvent], slice_indices: Sequence[int],
         else:
             unbound += 1
             continue
-        key = (fe.cat, fe.id)
+        cat = fe.cat
+        key = fe.id if cat == main_cat else (cat, fe.id)
         if fe.ph == "s":
             if key not in sources:
                 sources[key] = target.index

@@ -9,32 +9,35 @@ the trace processor reports every slice with its exact ts and dur.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Callable, List, Sequence, Tuple
 
-#: (ts_ns, dur_ns, key): key is anything the caller needs back (e.g. an event index).
+#: (ts_ns, -dur_ns, key): key is anything the caller needs back (e.g. an event index). The
+#: negated duration makes the plain tuple order the nesting order (start, longest first, key).
 Span = Tuple[int, int, int]
+#: (ts_ns, kind, key, track uuid); kind 1 = begin, 0 = end.
+Record = Tuple[int, int, int, int]
 
 
-def assign(spans: Sequence[Span]) -> Tuple[List[int], List[List[Tuple[int, int, int]]]]:
-    """Assign spans (already sorted by ts, -dur, key) to nesting tracks.
+def assign(spans: Sequence[Span], track_uuid: Callable[[int], int]) -> List[List[Record]]:
+    """Assign spans (already sorted: ``sorted(spans)``) to nesting tracks.
 
-    Returns ``(track_of, records)``: ``track_of[i]`` is the track number (0 = the lane's
-    own track, 1.. = spill tracks) of ``spans[i]``, and ``records[t]`` the ordered
-    (ts, kind, key) begin (kind 1) / end (kind 0) records of track ``t``, in an order whose
-    timestamps never decrease and that nests properly (ends before begins at equal ts,
-    inner ends first).
+    Returns ``records``: ``records[t]`` holds the ordered (ts, kind, key, uuid) begin (kind 1)
+    / end (kind 0) records of track ``t`` (0 = the lane's own track, 1.. = spill tracks), in
+    an order whose timestamps never decrease and that nests properly (ends before begins at
+    equal ts, inner ends first). ``track_uuid(t)`` is called once per track, in order, when
+    the track is first needed; its result is the records' uuid.
     """
     stacks: List[List[Tuple[int, int]]] = []  # per track: (end_ns, key) of open slices
-    records: List[List[Tuple[int, int, int]]] = []
-    track_of: List[int] = []
-    for ts, dur, key in spans:
-        end = ts + dur
+    records: List[List[Record]] = []
+    uuids: List[int] = []
+    for ts, neg_dur, key in spans:
+        end = ts - neg_dur
         placed = -1
         for t, stack in enumerate(stacks):
             rec = records[t]
             while stack and stack[-1][0] <= ts:
                 e, k = stack.pop()
-                rec.append((e, 0, k))
+                rec.append((e, 0, k, uuids[t]))
             if not stack or end <= stack[-1][0]:
                 placed = t
                 break
@@ -42,13 +45,12 @@ def assign(spans: Sequence[Span]) -> Tuple[List[int], List[List[Tuple[int, int, 
             placed = len(stacks)
             stacks.append([])
             records.append([])
+            uuids.append(track_uuid(placed))
         stacks[placed].append((end, key))
-        records[placed].append((ts, 1, key))
-        track_of.append(placed)
+        records[placed].append((ts, 1, key, uuids[placed]))
     for t, stack in enumerate(stacks):
         rec = records[t]
         while stack:
             e, k = stack.pop()
-            rec.append((e, 0, k))
-    return track_of, records
-
+            rec.append((e, 0, k, uuids[t]))
+    return records

@@ -42,6 +42,7 @@ _json_key = msgspec.json.encode
 _json_args = msgspec.json.Encoder(decimal_format="number").encode
 #: Per-event ids (CUPTI / profiler counters) that make otherwise identical args differ.
 VARYING_KEYS = frozenset({"correlation", "External id", "Ev Idx", "Record function id", "Python id", "Python parent id"})
+_VARYING_ORDER = tuple(sorted(VARYING_KEYS))
 _UINT64_END = 1 << 64
 
 
@@ -212,7 +213,7 @@ class FastEncoder:
         self._whole_hits = self._whole_misses = 0
         self._end_tails: Dict[int, bytes] = {}
         self._begin_parts: Dict[Tuple[int, int, int, int], Tuple[bytes, bytes]] = {}
-        self._heads: Dict[Tuple[str, str, int, int], Tuple[bytes, bytes]] = {}  # see event()
+        self._heads: Dict[Tuple[str, str, int, int], list] = {}  # see event()
         self._ts_prefix = b"\x40"
         self._seq = b"\x50" + varint(sequence_id)
 
@@ -471,14 +472,25 @@ class FastEncoder:
             interner = self.interner
             cat_iid = interner.iid(CATEGORIES, cat) if cat else 0
             parts = self._heads[key] = self._head_tail(cat_iid, kind, interner.iid(NAMES, name), track)
+        if flow_ids:
+            fb = (b"\xf9\x02" + _pack_fixed64(flow_ids[0]) if len(flow_ids) == 1
+                  else b"".join([b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids]))
+        else:
+            fb = b""
+        if terminating_flow_ids:  # a kernel's one launch: no list to build
+            fb += (b"\x81\x03" + _pack_fixed64(terminating_flow_ids[0]) if len(terminating_flow_ids) == 1
+                   else b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids]))
         if not args:
-            te = parts[0] + parts[1]
+            te = parts[0] + parts[1] + fb
         else:
             whole = self._whole
             tpl = None
             if whole is not None:
+                # Blank only the ids this name / track had last time (parts[2]). Exact either
+                # way: a key that blanks too little can only miss (or hit a template whose
+                # slots hold every id key anyway); a miss takes the full path below.
                 d = dict(args)
-                for k in VARYING_KEYS:
+                for k in parts[2]:
                     if k in d:
                         d[k] = 0
                 try:
@@ -486,7 +498,9 @@ class FastEncoder:
                 except (RecursionError, TypeError, ValueError, OverflowError):
                     pass
             if tpl is None:  # no template hit: the general path (it repeats the lookup: a miss is rare)
-                te = parts[0] + self._annotations(args) + parts[1]
+                te = parts[0] + self._annotations(args) + parts[1] + fb
+                if whole is not None:
+                    parts[2] = tuple([k for k in args if k in VARYING_KEYS])
             else:
                 self._whole_hits += 1
                 t = type(tpl)
@@ -494,19 +508,13 @@ class FastEncoder:
                     v = args[tpl[1]]
                     if type(v) is int and -1 < v < (1 << 63):
                         body = tpl[2] + (_ONE_BYTE[v] if v < 128 else varint(v))
-                        te = b"".join((parts[0], tpl[0], b"\x22", _ONE_BYTE[len(body)], body, tpl[3], parts[1]))
+                        te = b"".join((parts[0], tpl[0], b"\x22", _ONE_BYTE[len(body)], body, tpl[3], parts[1], fb))
                     else:
-                        te = parts[0] + self._fill(tpl, args) + parts[1]
+                        te = parts[0] + self._fill(tpl, args) + parts[1] + fb
                 elif t is bytes:
-                    te = parts[0] + tpl + parts[1]
+                    te = parts[0] + tpl + parts[1] + fb
                 else:
-                    te = parts[0] + self._fill(tpl, args) + parts[1]
-        if flow_ids:
-            te += (b"\xf9\x02" + _pack_fixed64(flow_ids[0]) if len(flow_ids) == 1
-                   else b"".join([b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids]))
-        if terminating_flow_ids:
-            te += (b"\x81\x03" + _pack_fixed64(terminating_flow_ids[0]) if len(terminating_flow_ids) == 1
-                   else b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids]))
+                    te = parts[0] + self._fill(tpl, args) + parts[1] + fb
         n = len(te)
         p = b"".join((b"\x40", _ONE_BYTE[ts] if 0 <= ts < 128 else varint(ts), self._seq, b"\x5a",
                       _ONE_BYTE[n] if n < 128 else varint(n), te,
@@ -514,12 +522,13 @@ class FastEncoder:
         n = len(p)
         return (b"\x0a" + _ONE_BYTE[n] if n < 128 else b"\x0a" + varint(n)) + p
 
-    def _head_tail(self, cat_iid: int, kind: int, name_iid: int, track: int) -> Tuple[bytes, bytes]:
-        """TrackEvent fields around the annotations: category iid (3); type (9), name iid (10), track (11)."""
+    def _head_tail(self, cat_iid: int, kind: int, name_iid: int, track: int) -> list:
+        """[TrackEvent fields before the annotations: category iid (3); after: type (9), name
+        iid (10), track (11); the id keys to blank in the whole-args key (see :meth:`event`)]."""
         if len(self._heads) >= self.KEY_CACHE_LIMIT * 32:
             self._heads.clear()
         head = (b"\x18" + small_varint(cat_iid)) if cat_iid else b""
-        return head, b"\x48" + bytes((kind,)) + b"\x50" + small_varint(name_iid) + self._track(track)
+        return [head, b"\x48" + bytes((kind,)) + b"\x50" + small_varint(name_iid) + self._track(track), _VARYING_ORDER]
 
     def _track(self, track: int) -> bytes:
         """The ``track_uuid`` field (11), or nothing on the sequence's default track."""

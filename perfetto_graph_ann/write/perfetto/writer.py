@@ -113,7 +113,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             kinds[e.index] = -1
 
     # 2. homes and spans
-    by_home: Dict[Tuple, List[Tuple[int, int, int]]] = {}
+    by_home: Dict[Tuple, List[Tuple[int, int, int]]] = {}  # home -> spans (ts, -dur, index)
     # the by_home list of each (pid, tid) / (device, lane) seen, so most events find theirs in one lookup
     cpu_spans: Dict[Tuple, List[Tuple[int, int, int]]] = {}
     gpu_spans: Dict[Tuple, List[Tuple[int, int, int]]] = {}
@@ -174,7 +174,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             spans = cpu_spans.get(key)
             if spans is None:
                 spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), [])
-        spans.append((ts, dur, i))
+        spans.append((ts, -dur, i))
 
     # 3. flows
     stats.flow_events = len(flow_indices)
@@ -188,12 +188,10 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     packets_per_track: Dict[int, int] = {}
     for home in sorted(by_home, key=_home_order):
         spans = by_home[home]
-        spans.sort(key=lambda s: (s[0], -s[1], s[2]))
-        _, per_track = overlap.assign(spans)
-        for t, recs in enumerate(per_track):
-            uuid = tracks.track(home, t)
-            packets_per_track[uuid] = len(recs)
-            records.extend((ts, kind, i, uuid) for ts, kind, i in recs)
+        spans.sort()  # (ts, -dur, index): start, longest first, file order
+        for recs in overlap.assign(spans, lambda t, home=home: tracks.track(home, t)):
+            packets_per_track[recs[0][3]] = len(recs)
+            records.extend(recs)
     for rec in counter_records:
         packets_per_track[rec[3]] = packets_per_track.get(rec[3], 0) + 1
     records.extend(counter_records)
@@ -247,7 +245,6 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     step = config.batch
     append = batch.append
     no_flows = ()
-    flowing = outgoing.keys() | terminating.keys()
     for ts, kind, i, uuid in records:
         q = seq_of[uuid]
         prev = prevs[q]
@@ -275,15 +272,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             if ph != "X" and ph != "i" and ph != "I" and "ph" not in args:
                 args = dict(args)
                 args["ph"] = ph
-            if i in flowing:
-                fo = outgoing.get(i, no_flows)
-                ft = terminating.get(i, no_flows)
-            else:
-                fo = ft = no_flows
             if kinds[i] == _INSTANT:
-                append(begins[q](ts - prev, uuid, e.cat, e.name, args, fo, ft, TYPE_INSTANT))
+                append(begins[q](ts - prev, uuid, e.cat, e.name, args, outgoing.get(i, no_flows),
+                                 terminating.get(i, no_flows), TYPE_INSTANT))
             else:
-                append(begins[q](ts - prev, uuid, e.cat, e.name, args, fo, ft))
+                append(begins[q](ts - prev, uuid, e.cat, e.name, args, outgoing.get(i, no_flows),
+                                 terminating.get(i, no_flows)))
         prevs[q] = ts  # incremental clock: each packet carries the delta to its sequence's previous one
         if len(batch) >= step:
             flush()
