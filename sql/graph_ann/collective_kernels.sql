@@ -2,43 +2,26 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Private helper of `graph_ann.collectives` and `graph_ann.overlap`: which GPU
--- kernels are collectives (NCCL). A module of its own so that the overlap
--- module, which only needs to know which kernels communicate, does not build
--- the collectives' sizes and bandwidths.
+-- Private helper of `graph_ann.collectives` and `graph_ann.overlap`: the rule
+-- that says which GPU kernels are collectives (NCCL), as a macro, so that both
+-- modules apply the same rule within their own pass over the work (overlap
+-- classifies every slice while building its class table; a shared table of
+-- collective kernels joined back by id cost it 0.28 s to build plus 0.30 s for
+-- the join at 1M kernels, the inlined rule 0.41 s in all).
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 
--- Kernels that are collectives: those carrying `Collective name` or named
--- like an NCCL kernel (only these get their other arguments read).
-CREATE PERFETTO TABLE _graph_ann_collective_kernel(
-  -- Slice id.
-  id LONG,
-  -- Start.
-  ts TIMESTAMP,
-  -- Duration.
-  dur DURATION,
-  -- GPU index.
-  device LONG,
-  -- Lane id.
-  lane_id LONG,
-  -- Track of the slice.
-  track_id LONG,
-  -- Kernel name.
-  name STRING,
-  -- Whether graphed.
-  is_graphed BOOL,
-  -- Argument set.
-  arg_set_id ARGSETID,
-  -- `Collective name` as recorded, NULL without metadata.
-  collective STRING
-) AS
-SELECT id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id, collective
-FROM (
-  SELECT
-    id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id,
-    COALESCE(EXTRACT_ARG(arg_set_id, 'debug.Collective name'), EXTRACT_ARG(arg_set_id, 'args.Collective name')) AS collective
-  FROM _graph_ann_work
-  WHERE category = 'kernel'
+-- Whether a kernel is a collective: it carries `Collective name` (`debug.*`,
+-- else `args.*`) or is named like an NCCL kernel (`nccl*`). The name is tested
+-- first, so NCCL kernels need no argument lookup.
+CREATE PERFETTO MACRO _graph_ann_is_collective(
+  -- The kernel's argument set.
+  arg_set_id Expr,
+  -- The kernel's name.
+  name Expr
 )
-WHERE collective IS NOT NULL OR name GLOB 'nccl*';
+RETURNS Expr AS
+(
+  $name GLOB 'nccl*'
+  OR COALESCE(EXTRACT_ARG($arg_set_id, 'debug.Collective name'), EXTRACT_ARG($arg_set_id, 'args.Collective name')) IS NOT NULL
+);

@@ -26,6 +26,35 @@
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
 
+-- Kernels that are collectives (see `_graph_ann_is_collective`).
+CREATE PERFETTO TABLE _graph_ann_collective_kernel(
+  -- Slice id.
+  id LONG,
+  -- Start.
+  ts TIMESTAMP,
+  -- Duration.
+  dur DURATION,
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Track of the slice.
+  track_id LONG,
+  -- Kernel name.
+  name STRING,
+  -- Whether graphed.
+  is_graphed BOOL,
+  -- Argument set.
+  arg_set_id ARGSETID,
+  -- `Collective name` as recorded, NULL without metadata.
+  collective STRING
+) AS
+SELECT
+  id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id,
+  COALESCE(EXTRACT_ARG(arg_set_id, 'debug.Collective name'), EXTRACT_ARG(arg_set_id, 'args.Collective name')) AS collective
+FROM _graph_ann_work
+WHERE category = 'kernel' AND _graph_ann_is_collective!(arg_set_id, name);
+
 -- Size in bytes of one element of each torch dtype, by the name torch's
 -- eager traces write in `dtype` (c10::ScalarType names).
 CREATE PERFETTO TABLE _graph_ann_dtype_size(
