@@ -29,6 +29,65 @@ SELECT MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur
 FROM slice
 WHERE dur >= 0;
 
+-- The one pass over all GPU work that the lane statistics, the top kernels and
+-- the replays' span share: per (device, lane, name, category, graphed or not),
+-- counts and extremes. Each of the three is then a small aggregate of these
+-- groups (1M kernels: 0.58 s for this pass instead of 0.49 + 0.22 + 0.14 s for
+-- three passes over the work).
+CREATE PERFETTO TABLE _graph_ann_lane_group(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Kernel / memcpy / memset name.
+  name STRING,
+  -- Kineto category.
+  category STRING,
+  -- Whether a graph launch launched the work.
+  is_graphed BOOL,
+  -- Number of work slices.
+  work_count LONG,
+  -- Sum of the durations.
+  total_dur DURATION,
+  -- Shortest duration.
+  min_dur DURATION,
+  -- Longest duration.
+  max_dur DURATION,
+  -- First start.
+  first_ts TIMESTAMP,
+  -- Last start.
+  last_ts TIMESTAMP,
+  -- Last end.
+  end_ts TIMESTAMP,
+  -- Smallest track id.
+  track_id LONG,
+  -- Largest track id.
+  max_track_id LONG,
+  -- Smallest depth.
+  min_depth LONG,
+  -- Largest depth.
+  max_depth LONG
+) AS
+SELECT
+  device,
+  lane_id,
+  name,
+  category,
+  is_graphed,
+  COUNT(*) AS work_count,
+  SUM(dur) AS total_dur,
+  MIN(dur) AS min_dur,
+  MAX(dur) AS max_dur,
+  MIN(ts) AS first_ts,
+  MAX(ts) AS last_ts,
+  MAX(ts + dur) AS end_ts,
+  MIN(track_id) AS track_id,
+  MAX(track_id) AS max_track_id,
+  MIN(depth) AS min_depth,
+  MAX(depth) AS max_depth
+FROM _graph_ann_work
+GROUP BY device, lane_id, name, category, is_graphed;
+
 -- Per device: the span of the graph replays (first start to last end of the
 -- GPU work launched by graph launches); no row for a device without replays.
 CREATE PERFETTO TABLE _graph_ann_replays_span(
@@ -39,8 +98,8 @@ CREATE PERFETTO TABLE _graph_ann_replays_span(
   -- Length of the span.
   dur DURATION
 ) AS
-SELECT device, MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur
-FROM _graph_ann_work
+SELECT device, MIN(first_ts) AS ts, MAX(end_ts) - MIN(first_ts) AS dur
+FROM _graph_ann_lane_group
 WHERE is_graphed
 GROUP BY device;
 
@@ -94,24 +153,26 @@ SELECT
   s.track_id = s.max_track_id AND s.min_depth = s.max_depth AND s.min_dur >= 0
     AND (SELECT n.laminar FROM _graph_ann_track_name AS n WHERE n.track_id = s.track_id) AS flat
 FROM (
+  -- The mean as total / count is what AVG(dur) gives for integers (SQLite
+  -- sums them exactly, then divides as doubles).
   SELECT
-    w.device,
-    w.lane_id,
-    MIN(w.track_id) AS track_id,
-    MAX(w.track_id) AS max_track_id,
-    MIN(w.depth) AS min_depth,
-    MAX(w.depth) AS max_depth,
-    COUNT(*) AS work_count,
-    SUM(w.category = 'kernel') AS kernel_count,
-    SUM(w.dur) AS total_dur,
-    AVG(w.dur) AS mean_dur,
-    MIN(w.dur) AS min_dur,
-    MAX(w.dur) AS max_dur,
-    MIN(w.ts) AS first_ts,
-    MAX(w.ts) AS last_ts,
-    MAX(w.ts + w.dur) AS end_ts
-  FROM _graph_ann_work AS w
-  GROUP BY w.device, w.lane_id
+    device,
+    lane_id,
+    MIN(track_id) AS track_id,
+    MAX(max_track_id) AS max_track_id,
+    MIN(min_depth) AS min_depth,
+    MAX(max_depth) AS max_depth,
+    SUM(work_count) AS work_count,
+    SUM(CASE WHEN category = 'kernel' THEN work_count ELSE 0 END) AS kernel_count,
+    SUM(total_dur) AS total_dur,
+    CAST(SUM(total_dur) AS DOUBLE) / SUM(work_count) AS mean_dur,
+    MIN(min_dur) AS min_dur,
+    MAX(max_dur) AS max_dur,
+    MIN(first_ts) AS first_ts,
+    MAX(last_ts) AS last_ts,
+    MAX(end_ts) AS end_ts
+  FROM _graph_ann_lane_group
+  GROUP BY device, lane_id
 ) AS s;
 
 -- The k-th shortest (0-based) work duration of a lane. Used for percentiles:
@@ -337,11 +398,11 @@ WITH
       lane_id,
       MIN(track_id) AS track_id,
       name,
-      COUNT(*) AS count,
-      SUM(dur) AS total_dur,
-      AVG(dur) AS mean_dur,
-      MAX(dur) AS max_dur
-    FROM _graph_ann_work
+      SUM(work_count) AS count,
+      SUM(total_dur) AS total_dur,
+      CAST(SUM(total_dur) AS DOUBLE) / SUM(work_count) AS mean_dur,
+      MAX(max_dur) AS max_dur
+    FROM _graph_ann_lane_group
     WHERE category = 'kernel'
     GROUP BY device, lane_id, name
   )
