@@ -72,6 +72,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--captures", type=int, default=60)
     ap.add_argument("--layers", type=int, default=1, help="chain this many seed blocks (14 kernels, 4 scopes each)")
+    ap.add_argument("--capture-only", action="store_true",
+                    help="time captures only (no replay / calibration): for large --layers")
     ap.add_argument("--out")
     args = ap.parse_args()
     from perfetto_graph_ann.capture.session import CaptureSession
@@ -85,6 +87,32 @@ def main() -> None:
     for _ in range(args.captures):  # interleaved so drift hits both
         cap_plain.append(capture_s(plain_fn, False))
         cap_ann.append(capture_s(ann_fn, True))
+    med = statistics.median
+    rep = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": pga.backend_info()["backend"],
+        "captures": args.captures, "layers": args.layers, "kernels_per_replay": 14 * args.layers,
+        "capture_ms_plain_median": med(cap_plain) * 1e3, "capture_ms_annotated_median": med(cap_ann) * 1e3,
+        "capture_overhead_pct": (med(cap_ann) / med(cap_plain) - 1) * 100,
+        # captures are CPU-bound driver work; the fastest capture is the least disturbed by the host
+        "capture_ms_plain_min": min(cap_plain) * 1e3, "capture_ms_annotated_min": min(cap_ann) * 1e3,
+        "capture_overhead_pct_of_min": (min(cap_ann) / min(cap_plain) - 1) * 100,
+        "capture_ms_plain_p25_p75": [statistics.quantiles(cap_plain, n=4)[i] * 1e3 for i in (0, 2)],
+        "capture_ms_annotated_p25_p75": [statistics.quantiles(cap_ann, n=4)[i] * 1e3 for i in (0, 2)],
+        "finish_capture_ms_median": med(PARTS["finish_capture"]) * 1e3,
+        "bind_exec_ms_median": med(PARTS["bind_exec"]) * 1e3,
+        "deferred_record_ms_median": med(PARTS["deferred_record"]) * 1e3,
+    }
+    if not args.capture_only:
+        rep.update(replay_and_calibration(plain_fn, ann_fn))
+    text = json.dumps(rep, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+def replay_and_calibration(plain_fn, ann_fn) -> dict:
+    """Replay time of both graphs (CUDA events) and calibrate()'s wall time vs one replay."""
     gp, ga = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(gp):
         plain_fn()
@@ -108,30 +136,13 @@ def main() -> None:
         calibrate(ga)
         cal.append(time.perf_counter() - t0)
     med = statistics.median
-    rep = {
-        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": pga.backend_info()["backend"],
-        "captures": args.captures, "layers": args.layers, "kernels_per_replay": 14 * args.layers,
-        "capture_ms_plain_median": med(cap_plain) * 1e3, "capture_ms_annotated_median": med(cap_ann) * 1e3,
-        "capture_overhead_pct": (med(cap_ann) / med(cap_plain) - 1) * 100,
-        # captures are CPU-bound driver work; the fastest capture is the least disturbed by the host
-        "capture_ms_plain_min": min(cap_plain) * 1e3, "capture_ms_annotated_min": min(cap_ann) * 1e3,
-        "capture_overhead_pct_of_min": (min(cap_ann) / min(cap_plain) - 1) * 100,
-        "capture_ms_plain_p25_p75": [statistics.quantiles(cap_plain, n=4)[i] * 1e3 for i in (0, 2)],
-        "capture_ms_annotated_p25_p75": [statistics.quantiles(cap_ann, n=4)[i] * 1e3 for i in (0, 2)],
-        "finish_capture_ms_median": med(PARTS["finish_capture"]) * 1e3,
-        "bind_exec_ms_median": med(PARTS["bind_exec"]) * 1e3,
-        "deferred_record_ms_median": med(PARTS["deferred_record"]) * 1e3,
+    return {
         "replay_ms_plain_median": med(rp), "replay_ms_annotated_median": med(ra),
         "replay_ratio": med(ra) / med(rp), "replay_ms_plain_all": rp, "replay_ms_annotated_all": ra,
         "one_replay_sync_ms_median": med(one) * 1e3, "calibration_ms_median": med(cal) * 1e3,
         "calibration_ms_first": cal[0] * 1e3,
         "calibration_minus_one_replay_ms": (med(cal) - med(one)) * 1e3,
     }
-    text = json.dumps(rep, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ class FakeCuda(CaptureBackend):
         self.count_calls = 0
         self.can_clone = True  # False: the session must read the node table at finish
         self.destroyed: List[int] = []
+        self.can_mark = True  # False: add_marker unsupported (the session must count)
+        self.marker_calls = 0
+        self.marker_id_skew = 0  # != 0: a driver whose marker ids are not listing positions
 
     # driver side ----------------------------------------------------------------
     def begin_capture(self, stream: int) -> int:
@@ -69,6 +72,16 @@ class FakeCuda(CaptureBackend):
         self.count_calls += 1
         with self.lock:
             return len(self.graphs[graph])
+
+    def add_marker(self, graph: int) -> Optional[int]:
+        """Like cuGraphAddEmptyNode + the new node's local id (None: ``can_mark`` is off)."""
+        if not self.can_mark:
+            return None
+        with self.lock:
+            self.marker_calls += 1
+            nodes = self.graphs[graph]
+            nodes.append(NodeInfo(next(self._handles), len(nodes), "empty", None, None, None))
+            return len(nodes) - 1 + self.marker_id_skew
 
     def list_nodes(self, graph: int) -> List[int]:
         self.list_calls += 1

@@ -54,6 +54,17 @@ class CaptureBackend:
         """Handles of the nodes now in ``graph``, in creation order."""
         raise NotImplementedError
 
+    def add_marker(self, graph: int) -> Optional[int]:
+        """Add an empty node to ``graph`` (under capture); its local id, or None if unsupported.
+
+        Local ids are handed out in creation order from 0 and nodes cannot be destroyed
+        during capture, so the id is the number of nodes created before it: what
+        :meth:`node_count` says, in constant time where the count walks the whole graph.
+        The node stays in the graph (the driver refuses ``cuGraphDestroyNode`` during
+        capture, CUresult 401) and does nothing on replay.
+        """
+        return None
+
     def clone_graph(self, graph: int) -> Optional[int]:
         """A copy of ``graph`` with the same node local ids and listing order, or None.
 
@@ -137,6 +148,8 @@ class CudaGraphBackend(CaptureBackend):
         self._cu.cuGraphGetNodes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
         self._cu.cuGraphClone.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
         self._cu.cuGraphDestroy.argtypes = [ctypes.c_void_p]
+        self._cu.cuGraphAddEmptyNode.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p,
+                                                 ctypes.c_size_t]
         self._cu.cuGraphNodeGetType.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
         self._cu.cuGraphKernelNodeGetParams_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams)]
         self._cu.cuFuncGetName.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p]
@@ -177,6 +190,12 @@ class CudaGraphBackend(CaptureBackend):
         arr = (ctypes.c_size_t * n.value)()  # handles as integers, converted in C
         self._cu_check(self._cu.cuGraphGetNodes(graph, arr, ctypes.byref(n)), "cuGraphGetNodes")
         return arr[:n.value]
+
+    def add_marker(self, graph: int) -> Optional[int]:
+        node = ctypes.c_void_p()
+        if self._cu.cuGraphAddEmptyNode(ctypes.byref(node), graph, None, 0) != 0 or not node.value:
+            return None
+        return self.local_id(node.value)
 
     def clone_graph(self, graph: int) -> Optional[int]:
         out = ctypes.c_void_p()

@@ -7,8 +7,9 @@ listing taken at a scope edge is a prefix of the next one (checked on the H200 f
 seed block, 8 chained blocks, the two-branch block, a captured backward pass and four
 interleaved side streams: tests/gpu/RESULTS.md). So a scope records the node count at
 entry and at exit, and its nodes are ``listing[count at entry:count at exit]`` of the one
-listing read when the capture finishes. An edge costs one driver call (~1 us) instead of
-a listing of the whole graph (~8 us on 112 nodes, and growing with the graph).
+listing read when the capture finishes. An edge costs one driver call instead of a listing
+of the whole graph (the session picks it: a count on small graphs, a marker node's id on
+large ones, where the count's walk of the graph costs more: docs/design.md).
 
 With ``lister`` given (``PERFETTO_GRAPH_ANN_VERIFY_SCOPES=1``, the GPU tests) every edge
 also lists the graph and checks the prefix property, raising :class:`CaptureError` if the
