@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import perfetto_graph_ann as pga  # noqa: E402
 from blocks import seed_block, two_branch, warmup  # noqa: E402
+from probe_util import per_call_us  # noqa: E402
 from perfetto_graph_ann.capture import backends, collectives  # noqa: E402
 from perfetto_graph_ann.capture import session as S  # noqa: E402
 
@@ -34,14 +35,6 @@ OUT: dict = {}
 med = statistics.median
 
 
-def per_call_us(fn, n: int = 200) -> float:
-    ts = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        ts.append((time.perf_counter() - t0) / n)
-    return med(ts) * 1e6
 
 
 def backward_step():

@@ -1,19 +1,15 @@
 """Does a node count / capture-info query cost grow with the graph under capture? (probe)"""
-import json, os, sys, time, statistics, ctypes
+import json, os, sys, ctypes
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_util import per_call_us  # noqa: E402
 import torch
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.registry import REGISTRY
 def per_call(fn, n=200):
-    ts = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        ts.append((time.perf_counter() - t0) / n)
-    return round(statistics.median(ts) * 1e6, 3)
+    return per_call_us(fn, n, rounds=5)
 torch.zeros(1, device="cuda")
 be = backends.active()
 x = torch.randn(64, 64, device="cuda"); torch.add(x, 1); torch.cuda.synchronize()

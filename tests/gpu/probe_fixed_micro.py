@@ -1,6 +1,8 @@
 """Per-call costs of pga.graph's fixed steps on the GPU host (probe, prints JSON)."""
-import json, os, sys, threading, time, statistics
+import json, os, sys, threading
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_util import per_call_us  # noqa: E402
 import torch
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends, api, collectives
@@ -9,13 +11,7 @@ from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.capture.scopes import ScopeRecorder
 OUT = {}
 def per_call(fn, n=2000):
-    ts = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        ts.append((time.perf_counter() - t0) / n)
-    return round(statistics.median(ts) * 1e6, 3)
+    return per_call_us(fn, n, rounds=5)
 torch.cuda.init(); torch.zeros(1, device="cuda")
 be = backends.active()
 OUT["threading.local"] = per_call(threading.local)

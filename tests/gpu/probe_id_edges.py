@@ -1,16 +1,12 @@
 """Can a scope edge learn the graph's next node id in O(1)? Probe an empty node (add, read id, destroy)."""
-import ctypes, json, os, sys, time, statistics
+import ctypes, json, os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_util import per_call_us  # noqa: E402
 import torch
 from perfetto_graph_ann.capture import backends
 def per_call(fn, n=200):
-    ts = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        ts.append((time.perf_counter() - t0) / n)
-    return round(statistics.median(ts) * 1e6, 3)
+    return per_call_us(fn, n, rounds=5)
 torch.zeros(1, device="cuda")
 be = backends.active()
 cu = be._cu

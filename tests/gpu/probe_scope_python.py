@@ -1,7 +1,9 @@
 """Where a mark_kernels scope's time goes on the GPU host: Python vs driver (probe)."""
-import cProfile, io, json, os, pstats, sys, time, statistics
+import cProfile, io, json, os, pstats, sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_util import per_call_us  # noqa: E402
 import torch
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends
@@ -9,13 +11,7 @@ from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.registry import REGISTRY
 from capture_fakes import FakeCuda
 def per_call(fn, n=500):
-    ts = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        ts.append((time.perf_counter() - t0) / n)
-    return round(statistics.median(ts) * 1e6, 3)
+    return per_call_us(fn, n, rounds=7)
 def scope():
     with pga.mark_kernels("x"):
         pass
