@@ -7,6 +7,7 @@ destroyed the template, and a failure while finishing still ends the capture.
 """
 from __future__ import annotations
 
+import gc
 import sys
 import types
 
@@ -120,3 +121,29 @@ def test_an_unreadable_copy_fails_every_read_not_just_the_first(cuda, monkeypatc
         with pytest.raises(CaptureError, match="scope ends at node 1"):
             sess.record
     assert len(cuda.destroyed) == 1
+
+
+def test_a_graph_object_that_is_garbage_collected_leaves_the_registry(cuda):
+    """As torch's destructor resets the graph: a stale entry would tie with its re-capture."""
+    torch = sys.modules["torch"]
+    old = torch.cuda.CUDAGraph()
+    with pga.graph(old, calibrate=False):
+        with pga.mark_kernels("old_name"):
+            cuda.launch(STREAM, "k")
+    old_owner = old._pga_owner
+    new = torch.cuda.CUDAGraph()
+    with pga.graph(new, calibrate=False):
+        with pga.mark_kernels("new_name"):
+            cuda.launch(STREAM, "k")
+    assert cuda.destroyed == []  # neither table read yet
+    del old
+    gc.collect()
+    assert len(cuda.destroyed) == 1  # the dead graph's unread template copy was freed
+    assert REGISTRY.get(old_owner) is None
+    names = [dict(n.annotation) for r in REGISTRY.records() for n in r.nodes]
+    assert names == [{"name": "new_name"}] and len(cuda.destroyed) == 2
+    owner = new._pga_owner
+    new.reset()  # reset, then collected: nothing left to drop twice
+    del new
+    gc.collect()
+    assert REGISTRY.get(owner) is None and len(cuda.destroyed) == 2

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from ..errors import CaptureError
 from . import backends, collectives
@@ -138,17 +138,34 @@ def _owner(cuda_graph: Any) -> int:
     return owner
 
 
+#: owner token -> the session of that graph object's latest capture (dropped with the graph)
+_LIVE: Dict[int, _session.CaptureSession] = {}
+
+
+def _forget(owner: int) -> None:
+    """The graph object is gone: drop its entry (as torch's reset on destruction does)."""
+    sess = _LIVE.pop(owner, None)
+    if sess is not None:
+        sess.drop()
+
+
 def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> None:
     """Wrap this graph object's instantiate / replay / reset so keys follow it.
 
     The wrappers hold the graph weakly: a reference cycle would leave the graph to the
-    cyclic GC, which may then destroy it in the middle of a later capture.
+    cyclic GC, which may then destroy it in the middle of a later capture. When the graph
+    object is garbage collected its entry leaves the registry (torch's destructor resets
+    the graph, and ``reset()`` drops the entry): a stale copy of a re-captured graph would
+    otherwise tie with the live one in the join.
     """
     cuda_graph._pga_session = sess
     cuda_graph._pga_calibrate = calibrate
     cuda_graph._pga_bound_exec = None
+    _LIVE[sess.owner] = sess
     if getattr(cuda_graph, "_pga_wrapped", False):
         return
+    # not at interpreter exit: the driver may already be gone, and the registry with it
+    weakref.finalize(cuda_graph, _forget, sess.owner).atexit = False
     cls = type(cuda_graph)
     orig_inst, orig_replay, orig_reset = cls.instantiate, cls.replay, cls.reset
     ref = weakref.ref(cuda_graph)
@@ -170,6 +187,7 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
         s = g._pga_session
         if s is not None:
             s.drop()
+            _LIVE.pop(s.owner, None)
         g._pga_session = None
         g._pga_bound_exec = None
         return orig_reset(g, *a, **k)
