@@ -13,9 +13,10 @@
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 
 -- The idle gaps of one lane, in start order: one window pass over the lane's
--- work in start order (the union rule: see `graph_ann.gpu_work`), called per lane so
--- that the trace processor filters the lane's rows natively and the window
--- needs no partitions.
+-- work with `dur > 0` in start order (the union rule: see `graph_ann.gpu_work`;
+-- work with `dur <= 0` neither ends nor fills a gap, so the trace processor
+-- drops it natively), called per lane so that the trace processor filters the
+-- lane's rows natively and the window needs no partitions.
 CREATE PERFETTO FUNCTION _graph_ann_lane_gaps(
   -- GPU index.
   device LONG,
@@ -33,14 +34,13 @@ SELECT prev_end_ts AS ts, ts - prev_end_ts AS dur
 FROM (
   SELECT
     ts,
-    dur,
-    MAX(CASE WHEN dur > 0 THEN ts + dur END) OVER (
+    MAX(ts + dur) OVER (
       ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ) AS prev_end_ts
   FROM _graph_ann_work
-  WHERE device = $device AND lane_id = $lane_id
+  WHERE device = $device AND lane_id = $lane_id AND dur > 0
 )
-WHERE dur > 0 AND ts > prev_end_ts;
+WHERE ts > prev_end_ts;
 
 -- Per lane: its first track (for its name), its span and the span of its work
 -- with `dur > 0`.
