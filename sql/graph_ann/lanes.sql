@@ -275,7 +275,10 @@ WHERE device = $device AND lane_id = $lane_id;
 
 -- Per lane: busy time overall and inside the device's replays' span. A flat
 -- lane's (see `_graph_ann_lane_stats`) is the sum of its durations, plain or
--- clipped to the span; any other lane's is the union of its work.
+-- clipped to the span (no clipping needed, and no pass over its work, when
+-- the lane's first start and last end lie in the span: its durations are not
+-- negative, so every interval lies in the span); any other lane's is the union
+-- of its work.
 CREATE PERFETTO TABLE _graph_ann_lane_busy(
   -- GPU index.
   device LONG,
@@ -290,7 +293,10 @@ SELECT
   s.device,
   s.lane_id,
   s.total_dur AS busy_dur,
-  _graph_ann_lane_clipped_dur(s.device, s.lane_id, r.ts, r.ts + r.dur) AS replay_busy_dur
+  CASE
+    WHEN r.ts <= s.first_ts AND s.end_ts <= r.ts + r.dur THEN s.total_dur
+    ELSE _graph_ann_lane_clipped_dur(s.device, s.lane_id, r.ts, r.ts + r.dur)
+  END AS replay_busy_dur
 FROM _graph_ann_lane_stats AS s
 LEFT JOIN _graph_ann_replays_span AS r USING (device)
 WHERE s.flat
