@@ -28,41 +28,20 @@ class FlowPlan:
     without_start: int = 0  #: bound flow ends whose id has no bound start
 
 
-def plan_flows(events: Sequence[TraceEvent], slice_indices: Sequence[int],
-               flow_indices: Optional[Sequence[int]] = None) -> FlowPlan:
-    """Bind flow events of ``events`` to the slices listed in ``slice_indices``.
+def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts: Dict[int, Any]) -> FlowPlan:
+    """Bind the flow events ``events[i]`` for ``i`` in ``flow_indices`` (``ph`` s / t / f with
+    an id) to slices.
 
-    ``flow_indices``: the indices of the flow events (``ph`` s / t / f with an id), when the
-    caller already knows them; else they are found by a scan of ``events``.
+    ``starts``: ts -> the slice starting there, or a list of them in file order when several
+    do (nested slices, other threads), over every slice a flow may bind to; the writer
+    builds it while it places the slices. The thread is compared on lookup.
     """
     plan = FlowPlan()
-    if flow_indices is None:
-        flow_events = [e for e in events if (e.ph == "f" or e.ph == "s" or e.ph == "t") and e.id is not None
-                       and e.ts_ns is not None]
-    else:
-        flow_events = [events[i] for i in flow_indices]
-        flow_events = [e for e in flow_events if e.ts_ns is not None]
+    flow_events = [events[i] for i in flow_indices]
+    flow_events = [e for e in flow_events if e.ts_ns is not None]
     if not flow_events:
         return plan
-    wanted = {fe.ts_ns for fe in flow_events}
-    # ts -> the slice starting there, or a list when several do (nested slices, other
-    # threads); keyed by the int alone (no (pid, tid, ts) tuple per slice and flow event),
-    # the thread is compared on lookup
-    starts: Dict[int, Any] = {}
     get = starts.get
-    for i in slice_indices:
-        e = events[i]
-        ts = e.ts_ns
-        if ts in wanted:  # only slices a flow can bind to get an entry
-            c = get(ts)
-            if c is None:
-                starts[ts] = e
-            elif type(c) is list:
-                c.append(e)
-            else:
-                starts[ts] = [c, e]
-    # keyed by (cat, id); the first flow event's category (ac2g in a Kineto trace) by the id
-    # alone (no tuple to build and hash; an int / str id never equals a (cat, id) tuple)
     sources: Dict[object, int] = {}
     targets: Dict[object, List[int]] = {}
     main_cat = flow_events[0].cat

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from operator import itemgetter
-from typing import IO, TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import IO, TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -120,8 +120,11 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     # event index -> lane, for GPU work whose args change (placement args, stream arg rewrite)
     rewrite: Dict[int, int] = {}
     counter_records: List[Tuple[int, int, int, int]] = []
-    slice_indices: List[int] = []
+    # ts -> the slice starting there (a list when several do), for the flow binding
+    starts: Dict[int, Any] = {}
+    starts_get = starts.get
     flow_indices: List[int] = []
+    n_slices = n_instants = 0
     for e in events:
         i = e.index
         if kinds[i] == -1:
@@ -141,11 +144,17 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         if dur is None or ph in ("i", "I", "M", "n", "R", "B", "E"):
             kinds[i] = _INSTANT
             dur = 0
-            stats.instants += 1
+            n_instants += 1
         else:
             kinds[i] = _BEGIN
-            stats.slices += 1
-            slice_indices.append(i)
+            n_slices += 1
+            c = starts_get(ts)
+            if c is None:
+                starts[ts] = e
+            elif type(c) is list:
+                c.append(e)
+            else:
+                starts[ts] = [c, e]
         spans = None
         pid = e.pid
         if type(pid) is int and pid in gpu_pids:
@@ -176,9 +185,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), [])
         spans.append((ts, -dur, i))
 
+    stats.slices += n_slices
+    stats.instants += n_instants
+
     # 3. flows
     stats.flow_events = len(flow_indices)
-    fp = plan_flows(events, slice_indices, flow_indices)
+    fp = plan_flows(events, flow_indices, starts)
     stats.flows = fp.count
     stats.unbound_flow_events = fp.unbound
     stats.flow_ends_without_start = fp.without_start
