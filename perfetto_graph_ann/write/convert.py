@@ -50,8 +50,15 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
     with paused_gc():
         trace = src if isinstance(src, KinetoTrace) else read_trace(src)
         wc = WriterConfig(encoder=config.encoder, progress=config.progress, shape_args=config.shape_args)
-        with atomic_write(out, "wb", compress=config.gzip) as f:
-            return write_perfetto(trace, f, layout, wc)
+        try:
+            with atomic_write(out, "wb", compress=config.gzip) as f:
+                return write_perfetto(trace, f, layout, wc)
+        finally:
+            # Drop the trace read here while the collector is still paused: everything
+            # allocated meanwhile is still in the youngest generation, so the first
+            # allocation after re-enabling it would trigger a pass over the whole dying
+            # trace (measured: +0.15 s CPU on a 200k-event trace; benchmarks/convert.py).
+            del trace
 
 
 @contextlib.contextmanager
