@@ -7,9 +7,8 @@
 -- modules apply the same rule within their own pass over the work (overlap
 -- classifies every slice while building its class table; a shared table of
 -- collective kernels joined back by id cost it 0.28 s to build plus 0.30 s for
--- the join at 1M kernels, the inlined rule 0.41 s in all).
-
-INCLUDE PERFETTO MODULE graph_ann.gpu_work;
+-- the join at 1M kernels, the inlined rule 0.41 s in all). Needs no other
+-- module: the rule reads only a slice's name and arguments.
 
 -- Whether a kernel is a collective: it carries `Collective name` (`debug.*`,
 -- else `args.*`) or is named like an NCCL kernel (`nccl*`). The name is tested

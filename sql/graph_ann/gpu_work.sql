@@ -7,9 +7,12 @@
 -- join put on it, and the CPU call that launched it. Every argument is read as
 -- `debug.<key>` (our TrackEvent traces) or else `args.<key>` (the same trace as
 -- Chrome JSON: torch.profiler's own, or our annotated export; note Perfetto's
--- JSON importer drops complete events that overlap on one thread). Every other module of this
--- package builds on `graph_ann_gpu_work`; nothing here depends on the track
--- layout (lanes that spill onto several same-named tracks are one lane).
+-- JSON importer drops complete events that overlap on one thread). The rules
+-- for what GPU work is and for its device and lane are in `graph_ann.work_args`;
+-- `graph_ann.lanes`, `graph_ann.replays` and `graph_ann.collectives` build on
+-- the table here, `graph_ann.overlap` and `graph_ann.lane_idle` on narrower
+-- tables of their own read with the same rules. Nothing here depends on the
+-- track layout (lanes that spill onto several same-named tracks are one lane).
 --
 -- Unions of intervals (busy time), used by the other modules: sorted by start
 -- within a group (a lane, a replay, a device), interval i with start `ts`,
@@ -34,6 +37,8 @@
 -- Kineto and our converter write them: work without them is listed here with
 -- NULLs, but a NULL device or lane gets NULL or 0 for the numbers computed
 -- by such a function (unions, gaps, percentiles, overlap).
+
+INCLUDE PERFETTO MODULE graph_ann.work_args;
 
 -- CPU launch calls (CUDA runtime / driver slices carrying `debug.correlation`):
 -- `cudaLaunchKernel*`, memcpy / memset calls and graph launches.
@@ -131,11 +136,11 @@ WITH
       s.track_id,
       s.depth,
       s.arg_set_id,
-      COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.device'), EXTRACT_ARG(s.arg_set_id, 'args.device')) AS device,
-      COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.stream'), EXTRACT_ARG(s.arg_set_id, 'args.stream')) AS lane_id,
+      _graph_ann_device!(s.arg_set_id) AS device,
+      _graph_ann_lane!(s.arg_set_id) AS lane_id,
       COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.correlation'), EXTRACT_ARG(s.arg_set_id, 'args.correlation')) AS correlation
     FROM slice AS s
-    WHERE s.category IN ('kernel', 'gpu_memcpy', 'gpu_memset')
+    WHERE _graph_ann_is_gpu_work!(s.category)
   )
 SELECT
   w.id,
@@ -153,10 +158,9 @@ SELECT
 FROM work AS w
 LEFT JOIN _graph_ann_launch_by_correlation AS l USING (correlation);
 
--- The name of every track holding GPU work: the track's own name (TrackEvent
--- traces), else its thread's name (Chrome JSON traces, where a stream or lane
--- is a thread, e.g. `stream 7`; Kineto's trailing space trimmed); and whether
--- the track's slices nest properly.
+-- The name of every track holding GPU work (`_graph_ann_lane_name`: the
+-- track's own name, else its thread's); and whether the track's slices nest
+-- properly.
 --
 -- `laminar`: no slice of the track ends after its parent (parents still open
 -- at the end of the trace, `dur` -1, contain everything). The trace processor
@@ -178,7 +182,7 @@ CREATE PERFETTO TABLE _graph_ann_track_name(
 ) AS
 SELECT
   t.id AS track_id,
-  COALESCE(t.name, TRIM(th.name)) AS name,
+  _graph_ann_lane_name(t.id) AS name,
   NOT EXISTS (
     SELECT 1
     FROM slice AS c
@@ -187,9 +191,7 @@ SELECT
   ) AS laminar
 -- GROUP BY, not DISTINCT: half the time in v52.
 FROM (SELECT track_id FROM _graph_ann_work GROUP BY track_id) AS w
-JOIN track AS t ON t.id = w.track_id
-LEFT JOIN thread_track AS tt ON tt.id = t.id
-LEFT JOIN thread AS th USING (utid);
+JOIN track AS t ON t.id = w.track_id;
 
 -- One row per GPU work slice (Kineto categories `kernel`, `gpu_memcpy`,
 -- `gpu_memset`), with its lane, streams, annotation, replay and graph node.

@@ -10,7 +10,32 @@
 -- no gap, work starting exactly where earlier work ends leaves none either,
 -- and zero-length work neither fills nor ends a gap.
 
-INCLUDE PERFETTO MODULE graph_ann.gpu_work;
+INCLUDE PERFETTO MODULE graph_ann.work_args;
+
+-- The GPU work this module reads (the same rows, devices and lanes as
+-- `graph_ann_gpu_work`), straight from `slice` with the rules of
+-- `graph_ann.work_args`: five columns and no launch lookup (1M kernels: 0.4 s
+-- instead of 1.1 s for `graph_ann.gpu_work`).
+CREATE PERFETTO TABLE _graph_ann_lane_work(
+  -- Start.
+  ts TIMESTAMP,
+  -- Duration.
+  dur DURATION,
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Track of the slice.
+  track_id LONG
+) AS
+SELECT
+  ts,
+  dur,
+  _graph_ann_device!(arg_set_id) AS device,
+  _graph_ann_lane!(arg_set_id) AS lane_id,
+  track_id
+FROM slice
+WHERE _graph_ann_is_gpu_work!(category);
 
 -- The idle gaps of one lane, in start order: one window pass over the lane's
 -- work with `dur > 0` in start order (the union rule: see `graph_ann.gpu_work`;
@@ -37,7 +62,7 @@ FROM (
     MAX(ts + dur) OVER (
       ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ) AS prev_end_ts
-  FROM _graph_ann_work
+  FROM _graph_ann_lane_work
   WHERE device = $device AND lane_id = $lane_id AND dur > 0
 )
 WHERE ts > prev_end_ts;
@@ -69,18 +94,18 @@ SELECT
     -- `=` where it can (filtered natively), `IS` for a NULL device or lane.
     WHEN s.device IS NOT NULL AND s.lane_id IS NOT NULL THEN (
       SELECT MAX(w.ts + w.dur) - MIN(w.ts)
-      FROM _graph_ann_work AS w
+      FROM _graph_ann_lane_work AS w
       WHERE w.device = s.device AND w.lane_id = s.lane_id AND w.dur > 0
     )
     ELSE (
       SELECT MAX(w.ts + w.dur) - MIN(w.ts)
-      FROM _graph_ann_work AS w
+      FROM _graph_ann_lane_work AS w
       WHERE w.device IS s.device AND w.lane_id IS s.lane_id AND w.dur > 0
     )
   END AS positive_span_dur
 FROM (
   SELECT device, lane_id, MIN(track_id) AS track_id, MIN(ts) AS ts, MAX(ts + dur) AS end_ts, MIN(dur) AS min_dur
-  FROM _graph_ann_work
+  FROM _graph_ann_lane_work
   GROUP BY device, lane_id
 ) AS s;
 
@@ -166,7 +191,7 @@ WITH
 SELECT
   b.device,
   b.lane_id,
-  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = b.track_id) AS lane_name,
+  _graph_ann_lane_name(b.track_id) AS lane_name,
   b.span_dur,
   b.busy_dur,
   b.span_dur - b.busy_dur AS idle_dur,
