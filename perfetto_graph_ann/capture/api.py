@@ -239,18 +239,21 @@ class mark_kernels:
     __slots__ = ("fields", "annotation", "backward", "_sess", "_tok", "_mode", "_native")
 
     def __init__(self, annotation: Any, backward: bool = False):
-        self.fields = normalize_annotation(annotation)
+        # on the capture's critical path: the common str case without a call
+        self.fields = {"name": annotation} if type(annotation) is str else normalize_annotation(annotation)
         self.annotation, self.backward = annotation, backward
         self._sess = self._tok = self._mode = self._native = None
 
     def __enter__(self) -> "mark_kernels":
-        if backends.selected_name() == backends.TORCH:
+        if backends.native_selected():
             self._native = _native().mark_kernels(self.annotation, backward=self.backward)
             self._native.__enter__()
             return self
         sess = _session.current()
-        if sess is not None and sess.recorder.active:
-            self._sess, self._tok = sess, sess.recorder.open(self.fields)
+        if sess is not None:
+            rec = sess.recorder
+            if rec.active:
+                self._sess, self._tok = sess, rec.open(self.fields)
         if self.backward:
             merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
             label = sess.lane_label(merged.get("stream")) if sess is not None else None
@@ -280,7 +283,7 @@ def mark_stream(stream: Any, label: str) -> Iterator[Any]:
     """
     import torch
 
-    if backends.selected_name() == backends.TORCH:
+    if backends.native_selected():
         with _native().mark_stream(stream, label) as s:
             yield s
         return

@@ -146,6 +146,7 @@ class CudaGraphBackend(CaptureBackend):
         self._rt, self._drv = runtime, driver
         self._cu = ctypes.CDLL("libcuda.so.1")
         self._cu.cuGraphGetNodes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+        self._get_nodes = self._cu.cuGraphGetNodes  # called at every scope edge
         self._cu.cuGraphClone.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
         self._cu.cuGraphDestroy.argtypes = [ctypes.c_void_p]
         self._cu.cuGraphAddEmptyNode.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p,
@@ -180,7 +181,9 @@ class CudaGraphBackend(CaptureBackend):
 
     def node_count(self, graph: int) -> int:
         n = ctypes.c_size_t(0)
-        self._cu_check(self._cu.cuGraphGetNodes(graph, None, ctypes.byref(n)), "cuGraphGetNodes")
+        rc = self._get_nodes(graph, None, ctypes.byref(n))
+        if rc:
+            self._cu_check(rc, "cuGraphGetNodes")
         return n.value
 
     def list_nodes(self, graph: int) -> List[int]:
@@ -461,6 +464,14 @@ def _get_info() -> BackendInfo:
 def is_available() -> bool:
     """True when some backend can annotate captures on this machine."""
     return bool(_override) or _get_info().backend is not None
+
+
+def native_selected() -> bool:
+    """Whether torch's own graph annotations are in use (checked at every scope edge)."""
+    if _override:
+        return _override[-1].name == TORCH
+    info = _info
+    return (info or _get_info()).backend == TORCH
 
 
 def selected_name() -> Optional[str]:

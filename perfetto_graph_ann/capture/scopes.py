@@ -105,13 +105,6 @@ class LaneAllocator:
             self.labels.clear()
 
 
-class _Open:
-    __slots__ = ("seq", "fields", "before")
-
-    def __init__(self, seq: int, fields: Mapping[str, Any], before: Optional[int]):
-        self.seq, self.fields, self.before = seq, fields, before
-
-
 class ScopeRecorder:
     """Records scopes of one capture (one ``graph(...)`` block) as node-count ranges."""
 
@@ -145,42 +138,52 @@ class ScopeRecorder:
             self._last = nodes
             return len(nodes)
 
-    def _stack(self) -> List[_Open]:
+    # open and close sit on the capture's critical path between torch's launches, where every
+    # Python call runs with cold caches (a scope cost ~2x a lean inline version inside the
+    # seed block's capture on the H200, tests/gpu/RESULTS.md run 36): hence the inlined
+    # per-thread stack and a list as the token.
+
+    def open(self, fields: Mapping[str, Any], before: Optional[int] = None) -> list:
+        """Open a scope; returns its token ``[seq, fields, count at entry]``.
+
+        ``fields`` is kept, not copied: it must not change afterwards. ``before`` lets a caller
+        take the count earlier (mark_stream).
+        """
+        if before is None and self.active:
+            before = self._count()
+        tok = [next(self._seq), fields, before]
         st = getattr(self._local, "stack", None)
         if st is None:
             st = self._local.stack = []
-        return st
-
-    def open(self, fields: Mapping[str, Any], before: Optional[int] = None) -> _Open:
-        """Open a scope; ``before`` lets a caller take the count earlier (mark_stream)."""
-        if before is None and self.active:
-            before = self._count()
-        tok = _Open(next(self._seq), dict(fields), before)
-        self._stack().append(tok)
+        st.append(tok)
         return tok
 
     def snapshot(self) -> Optional[int]:
         """The current node count (None outside capture)."""
         return self._count() if self.active else None
 
-    def close(self, tok: _Open) -> None:
+    def close(self, tok: list) -> None:
         """Close ``tok`` (the innermost open scope of this thread) and record the nodes it added."""
-        st = self._stack()
-        if st and st[-1] is tok:
-            st.pop()
-        elif tok in st:
-            st.remove(tok)
-        if tok.before is None or not self.active:
+        st = getattr(self._local, "stack", None)
+        if st:
+            if st[-1] is tok:
+                st.pop()
+            else:
+                for i, t in enumerate(st):
+                    if t is tok:
+                        del st[i]
+                        break
+        if tok[2] is None or not self.active:
             return
         after = self._count()
         if after is not None:  # list.append is atomic; a plain tuple: records() builds ScopeRecords
-            self.closed.append((tok.seq, tok.fields, tok.before, after))
+            self.closed.append((tok[0], tok[1], tok[2], after))
 
     def open_fields(self) -> Dict[str, Any]:
         """Merged fields of this thread's open scopes (outer first, inner wins)."""
         out: Dict[str, Any] = {}
-        for tok in self._stack():
-            out.update(tok.fields)
+        for tok in getattr(self._local, "stack", None) or ():
+            out.update(tok[1])
         return out
 
     def records(self) -> List[ScopeRecord]:
