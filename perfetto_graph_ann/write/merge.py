@@ -210,17 +210,24 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
     ranks: List[RankTrace] = []
     for i, path in enumerate(traces):
         spath = os.fspath(path)
-        trace = read_trace(spath)
-        info = trace.distributed_info or {}
-        rank = info.get("rank", i)
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
-            raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
-        ann = annotations[i] if annotations is not None else None
-        layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
-        buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
+        # As in convert(): the cyclic GC paused while a rank is read, joined and written, and
+        # its trace dropped before the GC resumes (else the first collection afterwards
+        # walks every event of the dying trace).
         with paused_gc():
-            write_perfetto(trace, buf, layout)
-        ranks.append(RankTrace(rank, trace.base_time_ns, buf.getvalue(), spath, layout))
+            trace = read_trace(spath)
+            try:
+                info = trace.distributed_info or {}
+                rank = info.get("rank", i)
+                if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
+                    raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
+                ann = annotations[i] if annotations is not None else None
+                layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
+                buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
+                write_perfetto(trace, buf, layout)
+                base_time_ns = trace.base_time_ns
+            finally:
+                del trace
+        ranks.append(RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout))
     atomic_write_bytes(out, merge_converted(ranks), compress=False)
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
