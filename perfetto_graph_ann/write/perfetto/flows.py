@@ -37,17 +37,19 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
     builds it while it places the slices. The thread is compared on lookup.
     """
     plan = FlowPlan()
-    flow_events = [events[i] for i in flow_indices]
-    flow_events = [e for e in flow_events if e.ts_ns is not None]
-    if not flow_events:
-        return plan
     get = starts.get
     sources: Dict[object, int] = {}
     targets: Dict[object, List[int]] = {}
-    main_cat = flow_events[0].cat
+    main_cat = None
     unbound = 0
-    for fe in flow_events:
-        c = get(fe.ts_ns)
+    for i in flow_indices:
+        fe = events[i]
+        ts = fe.ts_ns
+        if ts is None:
+            continue
+        if main_cat is None:
+            main_cat = fe.cat
+        c = get(ts)
         if c is None:
             unbound += 1
             continue

@@ -537,10 +537,15 @@ class FastEncoder:
     def slice_end(self, ts: int, track: int) -> bytes:
         tail = self._end_tails.get(track)
         if tail is None:
-            te = b"\x48\x02" + self._track(track)
-            tail = self._end_tails[track] = self._seq + b"\x5a" + bytes((len(te),)) + te
+            tail = self._end_tails[track] = self.end_tail(track)
         p = b"\x40" + varint(ts) + tail
         return b"\x0a" + varint(len(p)) + p
+
+    def end_tail(self, track: int) -> bytes:
+        """A slice end packet's bytes after its timestamp (sequence id, TrackEvent): fixed per
+        track, short (an END packet is below 128 bytes, so its length is one byte)."""
+        te = b"\x48\x02" + self._track(track)
+        return self._seq + b"\x5a" + bytes((len(te),)) + te
 
     def counter(self, ts: int, track: int, value: Any) -> bytes:
         te = b"\x48\x04" + self._track(track)
