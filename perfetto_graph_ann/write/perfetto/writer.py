@@ -38,6 +38,8 @@ _shape_text = msgspec.json.Encoder(decimal_format="number").encode
 INCREMENTAL_CLOCK = 64
 
 _BEGIN, _END, _INSTANT, _COUNTER = 1, 0, 3, 4
+#: kinds[i] of a slice whose args the packet loop changes (placement, stream, phase kept as an arg)
+_BEGIN_REWRITTEN = 2
 
 
 @dataclasses.dataclass
@@ -102,7 +104,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
 
     # 1. metadata first: names and sort indices must be known before tracks are created;
     #    in the same pass, the pids Kineto uses for GPUs (those holding GPU work or GPU user annotations).
-    kinds: List[int] = [0] * len(events)  # 0 skip, 1 slice, 3 instant, 4 counter
+    kinds: List[int] = [0] * len(events)  # 0 skip, 1 slice, 2 slice with changed args, 3 instant
     gpu_pids = set()
     for e in events:
         ph = e.ph
@@ -142,12 +144,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             _counters(e, tracks, gpu_pids, counter_records, stats)
             continue
         dur = e.dur_ns
-        if dur is None or ph in ("i", "I", "M", "n", "R", "B", "E"):
+        if dur is None or (ph != "X" and ph in ("i", "I", "M", "n", "R", "B", "E")):  # X first: the usual case
             kinds[i] = _INSTANT
             dur = 0
             n_instants += 1
         else:
-            kinds[i] = _BEGIN
+            kinds[i] = _BEGIN if ph == "X" else _BEGIN_REWRITTEN  # another phase: kept as the "ph" arg
             n_slices += 1
             c = starts_get(ts)
             if c is None:
@@ -179,6 +181,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                     # and already the lane as an int stream arg (True == 1, so check the type)
                     if (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane:
                         rewrite[i] = lane
+                        if kinds[i] == _BEGIN:
+                            kinds[i] = _BEGIN_REWRITTEN
         if spans is None:
             key = (pid, e.tid)
             spans = cpu_spans.get(key)
@@ -267,7 +271,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             batch.extend(_sequence_start(trace, ts, SEQUENCE_ID + q, uuid))
             prev = prevs[q] = ts
         if kind == _END:
-            if kinds[i] != _BEGIN:
+            if kinds[i] == _INSTANT:
                 continue  # instants have no end packet
             if end_tails is None:
                 append(ends[q](ts - prev, uuid))
@@ -280,6 +284,10 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 append(b"\x0a" + _ONE_BYTE[len(p)] + p)
         elif kind == _COUNTER:
             append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
+        elif kinds[i] == _BEGIN and not shape_strings:  # the usual slice: its own args as they are
+            e = events[i]
+            append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
+                             terminating.get(i, no_flows)))
         else:
             e = events[i]
             args = e.args
