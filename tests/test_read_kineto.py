@@ -133,3 +133,31 @@ def test_bulk_path_declines_complete_event_without_dur_and_the_exact_path_names_
     assert kineto._from_bulk(_events_raw(raw), None) is None
     with pytest.raises(kineto.TraceFormatError, match="complete event \\(ph X\\) without dur"):
         kineto.parse_trace_bytes(raw, "t.json")
+
+
+
+_time_chars = st.text(alphabet="0123456789.-+e\"{}[]nul ", max_size=22).map(lambda s: s.encode())
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(kineto_times.map(str.encode), other_times.map(str.encode), _time_chars,
+                          st.builds(lambda i, f: f"{i}.{f}".encode(), st.integers(0, 10**17), st.integers(0, 10**5))),
+                min_size=1, max_size=6))
+def test_bulk_time_check_is_the_regex(raws):
+    """The bytes-pass check of the bulk path accepts exactly what the reference regex accepts;
+    a value with a space inside (a JSON string or object, never a number) is always refused."""
+    text = b" ".join(raws)
+    if any(b" " in r for r in raws):
+        assert not kineto._kineto_times(text, len(raws))
+    else:
+        assert kineto._kineto_times(text, len(raws)) == (kineto._KINETO_TIMES.fullmatch(text) is not None)
+
+
+@pytest.mark.parametrize("raws, ok", [
+    ([b"1.000"], True), ([b"0.500", b"123456789012345.999"], True), ([b"1234567890123456.000"], False),
+    ([b".000"], False), ([b"1.00"], False), ([b"1.0000"], False), ([b"1.000", b".000"], False),
+    ([b"1..000"], False), ([b"1.000", b""], False), ([b"1.000", b"2"], False), ([b"-1.000"], False),
+    ([b"1.000e3"], False), ([b"1.000", b"2.000."], False), ([b"1.000 2.000"], False), ([b'"1.000"'], False),
+])
+def test_bulk_time_check_cases(raws, ok):
+    assert kineto._kineto_times(b" ".join(raws), len(raws)) is ok

@@ -10,7 +10,7 @@ Two decoding paths produce the same events:
 * a fast path decodes ``traceEvents`` into a typed msgspec Struct that knows every key
   torch.profiler writes (``forbid_unknown_fields``), with ``ts`` / ``dur`` kept as their JSON
   text (``msgspec.Raw``); when every time is written as Kineto writes it (digits, a point,
-  3 decimals) all of them are turned into integer ns in one bulk pass (one regex check of
+  3 decimals) all of them are turned into integer ns in one bulk pass (a format check of
   the joined text, drop the points, ``int``): exact, and what makes convert faster than a
   plain ``json.load``. Any other time (an int, more decimals, an exponent, a sign, null)
   sends the file to the exact path: the same Struct with ``Decimal`` times, per event;
@@ -80,6 +80,24 @@ _raw_decoder = msgspec.json.Decoder(List[_RawEvent])
 #: below 2^63 without a range check), a point and exactly 3 decimals (so the digits without
 #: the point are the exact ns). JSON has no leading zeros, so ``int`` reads them as written.
 _KINETO_TIMES = re.compile(rb"(?:[0-9]{1,15}\.[0-9]{3} )*[0-9]{1,15}\.[0-9]{3}")
+_DIGITS = b"0123456789"
+_DIGITS_AS_D = bytes.maketrans(_DIGITS, b"d" * 10)
+_SIXTEEN_DIGITS = b"d" * 16
+
+
+def _kineto_times(text: bytes, n: int) -> bool:
+    """Whether ``text``, ``n`` JSON values joined by single spaces, is all Kineto times.
+
+    The language of :data:`_KINETO_TIMES` (a test compares both), checked with a few C-level
+    bytes passes instead of the regex (4x faster on 200k times): only digits, points and the
+    ``n - 1`` separators; every point and every separator belongs to a ``.ddd `` (so each
+    value is ``<digits>.<3 digits>``); no empty and no 16-digit integer part.
+    """
+    if text.translate(None, _DIGITS + b".") != b" " * (n - 1):
+        return False
+    marks = (text.translate(_DIGITS_AS_D) + b" ").replace(b".ddd ", b"|")
+    return (b"." not in marks and b" " not in marks and marks[:1] != b"|" and b"||" not in marks
+            and _SIXTEEN_DIGITS not in marks)
 _top_decoder = msgspec.json.Decoder(Dict[str, msgspec.Raw])
 _generic_decoder = msgspec.json.Decoder(float_hook=Decimal)
 _KNOWN_KEYS = frozenset({"ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id"})
@@ -192,7 +210,7 @@ def _bulk_ns(raws: List[Optional[msgspec.Raw]]) -> Optional[List[Optional[int]]]
     if not present:
         return [None] * len(raws)
     text = b" ".join(present)
-    if _KINETO_TIMES.fullmatch(text) is None:
+    if not _kineto_times(text, len(present)):
         return None
     values = list(map(int, text.replace(b".", b"").split()))
     if len(present) == len(raws):
