@@ -184,3 +184,19 @@ def test_event_one_slot_template_is_used():
     tpls = list(fast._whole.values())
     assert len(tpls) == 1 and type(tpls[0]) is tuple and tpls[0][1] == "correlation"
     assert fast._whole_hits >= 10
+
+
+def test_event_reuses_a_slot_only_for_the_same_key_and_int_value():
+    """The kernels of one replay share their launch's correlation (the last slot's bytes are
+    reused); the same value under another id key, or 1 vs True / 1.0, must not reuse them."""
+    fast, ref = FastEncoder(Interner(), 5, 3), ProtosEncoder(Interner(), 5, 3)
+    kernel = {"device": 0, "stream": 7, "correlation": 0, "grid": [16, 48, 1]}
+    runtime = {"cbid": 211, "External id": 0}
+    seq = []
+    for corr in (1, 1 << 30, 127, 128):
+        seq += [("kernel", f"k{j}", dict(kernel, correlation=c)) for j, c in enumerate((corr, corr, True, 1.0, corr))]
+        seq += [("cuda_runtime", "launch", dict(runtime, **{"External id": corr}))]
+        seq += [("kernel", "k0", dict(kernel, correlation=c)) for c in (corr, corr)]
+    for cat, name, args in seq * 2:
+        assert fast.event(9, 3, cat, name, args, (), (4,)) == ref.event(9, 3, cat, name, args, (), (4,)), (name, args)
+    assert fast._whole_hits >= 40

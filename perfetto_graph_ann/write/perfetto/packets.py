@@ -216,6 +216,12 @@ class FastEncoder:
         self._heads: Dict[Tuple[str, str, int, int], list] = {}  # see event()
         self._ts_prefix = b"\x40"
         self._seq = b"\x50" + varint(sequence_id)
+        # The last one-slot annotation filled by event(): (key, value) and its bytes. The
+        # kernels of one graph replay all carry their launch's correlation, so consecutive
+        # kernels reuse it (the bytes depend only on the key's name iid and the value).
+        self._slot_key: Optional[str] = None
+        self._slot_value = -1
+        self._slot_bytes = b""
 
     # -- debug annotations -------------------------------------------------------------
     def _value(self, value: Any, depth: int) -> Tuple[bytes, bytes]:
@@ -505,10 +511,17 @@ class FastEncoder:
                 self._whole_hits += 1
                 t = type(tpl)
                 if t is tuple:  # one id slot
-                    v = args[tpl[1]]
-                    if type(v) is int and -1 < v < (1 << 63):
+                    k = tpl[1]
+                    v = args[k]
+                    if type(v) is int and v == self._slot_value and k == self._slot_key:
+                        te = b"".join((parts[0], tpl[0], self._slot_bytes, tpl[3], parts[1], fb))
+                    elif type(v) is int and -1 < v < (1 << 63):
                         body = tpl[2] + (_ONE_BYTE[v] if v < 128 else varint(v))
-                        te = b"".join((parts[0], tpl[0], b"\x22", _ONE_BYTE[len(body)], body, tpl[3], parts[1], fb))
+                        ann = b"\x22" + _ONE_BYTE[len(body)] + body
+                        self._slot_key = k
+                        self._slot_value = v
+                        self._slot_bytes = ann
+                        te = b"".join((parts[0], tpl[0], ann, tpl[3], parts[1], fb))
                     else:
                         te = parts[0] + self._fill(tpl, args) + parts[1] + fb
                 elif t is bytes:
