@@ -278,12 +278,75 @@ SELECT SUM(MAX(0, MIN(ts + dur, $span_end_ts) - MAX(ts, $span_ts)))
 FROM _graph_ann_work
 WHERE device = $device AND lane_id = $lane_id;
 
+-- The lanes that are not flat but whose union comes from at most two layers
+-- (see `_graph_ann_lane_layers`) and that lie in their device's replays' span
+-- (or whose device has none), each with a key for the SPAN_JOIN below.
+CREATE PERFETTO TABLE _graph_ann_lane_layered(
+  -- Key of the lane (partition of the SPAN_JOIN).
+  lane_key LONG,
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- The lane's first track.
+  track_a LONG,
+  -- Its last track.
+  track_b LONG,
+  -- Whether the device has replays (else the busy time in their span is NULL).
+  has_span BOOL
+) AS
+SELECT
+  ROW_NUMBER() OVER (ORDER BY s.device, s.lane_id) AS lane_key,
+  s.device,
+  s.lane_id,
+  y.track_a,
+  y.track_b,
+  r.ts IS NOT NULL AS has_span
+FROM _graph_ann_lane_stats AS s
+LEFT JOIN _graph_ann_replays_span AS r USING (device)
+JOIN _graph_ann_lane_layers(s.device, s.lane_id) AS y
+WHERE NOT s.flat AND (r.ts IS NULL OR (r.ts <= s.first_ts AND s.end_ts <= r.ts + r.dur));
+
+-- The first layer (depth-0 work on the first track) of each such lane.
+CREATE PERFETTO TABLE _graph_ann_lane_layer_a(
+  -- Key of the lane.
+  lane_key LONG,
+  -- Start.
+  ts TIMESTAMP,
+  -- Duration.
+  dur DURATION
+) AS
+SELECT k.lane_key, w.ts, w.dur
+FROM _graph_ann_lane_layered AS k
+JOIN _graph_ann_lane_layer(k.device, k.lane_id, k.track_a) AS w;
+
+-- The second layer (depth-0 work on the last track) of such lanes on two tracks.
+CREATE PERFETTO TABLE _graph_ann_lane_layer_b(
+  -- Key of the lane.
+  lane_key LONG,
+  -- Start.
+  ts TIMESTAMP,
+  -- Duration.
+  dur DURATION
+) AS
+SELECT k.lane_key, w.ts, w.dur
+FROM _graph_ann_lane_layered AS k
+JOIN _graph_ann_lane_layer(k.device, k.lane_id, k.track_b) AS w
+WHERE k.track_b != k.track_a;
+
+-- The two layers' intersection, lane by lane (each layer's intervals are
+-- disjoint, as SPAN_JOIN requires; it sorts its inputs by partition and start
+-- itself).
+CREATE VIRTUAL TABLE _graph_ann_lane_layer_ab
+USING SPAN_JOIN(_graph_ann_lane_layer_a PARTITIONED lane_key, _graph_ann_lane_layer_b PARTITIONED lane_key);
+
 -- Per lane: busy time overall and inside the device's replays' span. A flat
 -- lane's (see `_graph_ann_lane_stats`) is the sum of its durations, plain or
 -- clipped to the span (no clipping needed, and no pass over its work, when
 -- the lane's first start and last end lie in the span: its durations are not
--- negative, so every interval lies in the span); any other lane's is the union
--- of its work.
+-- negative, so every interval lies in the span); a layered lane's (see
+-- `_graph_ann_lane_layered`) is |A| + |B| - |A intersect B|, all of it in the
+-- span; any other lane's is the union of its work.
 CREATE PERFETTO TABLE _graph_ann_lane_busy(
   -- GPU index.
   device LONG,
@@ -306,11 +369,28 @@ FROM _graph_ann_lane_stats AS s
 LEFT JOIN _graph_ann_replays_span AS r USING (device)
 WHERE s.flat
 UNION ALL
+SELECT k.device, k.lane_id, b.busy_dur, CASE WHEN k.has_span THEN b.busy_dur END AS replay_busy_dur
+FROM _graph_ann_lane_layered AS k
+JOIN (
+  SELECT
+    k.lane_key,
+    (SELECT SUM(dur) FROM _graph_ann_lane_layer_a AS a WHERE a.lane_key = k.lane_key)
+      + COALESCE((SELECT SUM(dur) FROM _graph_ann_lane_layer_b AS b WHERE b.lane_key = k.lane_key), 0)
+      - COALESCE(ab.dur, 0) AS busy_dur
+  FROM _graph_ann_lane_layered AS k
+  LEFT JOIN (
+    SELECT lane_key, SUM(dur) AS dur FROM _graph_ann_lane_layer_ab GROUP BY lane_key
+  ) AS ab USING (lane_key)
+) AS b USING (lane_key)
+UNION ALL
 SELECT s.device, s.lane_id, u.busy_dur, u.span_busy_dur AS replay_busy_dur
 FROM _graph_ann_lane_stats AS s
 LEFT JOIN _graph_ann_replays_span AS r USING (device)
 JOIN _graph_ann_lane_union(s.device, s.lane_id, r.ts, r.ts + r.dur) AS u
-WHERE NOT s.flat;
+WHERE NOT s.flat
+  AND NOT EXISTS (
+    SELECT 1 FROM _graph_ann_lane_layered AS k WHERE k.device = s.device AND k.lane_id = s.lane_id
+  );
 
 -- One row per lane of each GPU: work count, busy time, utilization and the
 -- distribution of work durations.
