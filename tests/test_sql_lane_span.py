@@ -73,3 +73,26 @@ def test_lane_spans_with_zero_length_work(tmp_path: Path):
                        "SELECT lane_id, span_dur, busy_dur, idle_dur, gap_count FROM graph_ann_lane_idle").tuples()
     got = {r[0]: {"span_dur": r[1], "busy_dur": r[2], "idle_dur": r[3], "gap_count": r[4]} for r in rows}
     assert got == want
+
+
+def test_lane_statistics_of_work_without_a_lane(tmp_path: Path):
+    """graph_ann.lanes reads a lane's last start, shortest duration, tracks and depths with
+    `=` (natively filtered): lane 7's row (zero-length work first and last) is compared with
+    the statistics of KERNELS computed here. Work without a lane (NULL lane id) has no row
+    (the lane's percentiles are joined with `=`), as before that change."""
+    meta = [{"name": "process_name", "ph": "M", "ts": 0, "pid": 0, "tid": 0, "args": {"name": "gpu"}}]
+    events = [_kernel(n, ts, dur, 8 if s is None else s, s) for n, ts, dur, s in KERNELS]
+    src = tmp_path / "no_lane.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": meta + events}))
+    cols = ("work_count", "total_dur", "min_dur", "max_dur", "first_ts", "last_ts", "end_ts", "busy_dur")
+    want = {}
+    for lane in (7,):
+        work = [(ts * 1000, dur * 1000) for _, ts, dur, s in KERNELS if s == lane]
+        durs = [d for _, d in work]
+        # one track, one depth, disjoint work: busy = the sum of durations
+        want[lane] = (len(work), sum(durs), min(durs), max(durs), min(t for t, _ in work),
+                      max(t for t, _ in work), max(t + d for t, d in work), sum(durs))
+    with open_trace(src, engine="portable") as s:
+        rows = s.query("INCLUDE PERFETTO MODULE graph_ann.lanes; "
+                       f"SELECT lane_id, {', '.join(cols)} FROM graph_ann_lane").tuples()
+    assert {r[0]: tuple(r[1:]) for r in rows} == want
