@@ -21,7 +21,7 @@ import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .interning import ANNOTATION_NAMES, CATEGORIES, NAMES, STRING_VALUES, Interner
-from .wire import _ONE_BYTE, _pack_double, _pack_fixed64, small_varint, utf8, varint
+from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
 SEQUENCE_ID = 1
 SEQ_INCREMENTAL_STATE_CLEARED = 1
@@ -529,11 +529,11 @@ class FastEncoder:
                 else:
                     te = parts[0] + self._fill(tpl, args) + parts[1] + fb
         n = len(te)
-        p = b"".join((b"\x40", _ONE_BYTE[ts] if 0 <= ts < 128 else varint(ts), self._seq, b"\x5a",
-                      _ONE_BYTE[n] if n < 128 else varint(n), te,
+        p = b"".join((b"\x40", _ONE_BYTE[ts] if 0 <= ts < 128 else _TWO_BYTES[ts - 128] if 128 <= ts < 0x4000 else varint(ts), self._seq, b"\x5a",
+                      _ONE_BYTE[n] if n < 128 else _TWO_BYTES[n - 128] if n < 0x4000 else varint(n), te,
                       self._interned() if self.interner.pending else b"", b"\x68\x02"))
         n = len(p)
-        return (b"\x0a" + _ONE_BYTE[n] if n < 128 else b"\x0a" + varint(n)) + p
+        return (b"\x0a" + _ONE_BYTE[n] if n < 128 else b"\x0a" + _TWO_BYTES[n - 128] if n < 0x4000 else b"\x0a" + varint(n)) + p
 
     def _head_tail(self, cat_iid: int, kind: int, name_iid: int, track: int) -> list:
         """[TrackEvent fields before the annotations: category iid (3); after: type (9), name

@@ -20,7 +20,7 @@ from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, Tr
 from . import overlap
 from .flows import plan_flows
 from .interning import Interner
-from .wire import _ONE_BYTE, varint
+from .wire import _ONE_BYTE, _TWO_BYTES, varint
 from .packets import ENCODERS, SEQ_INCREMENTAL_STATE_CLEARED, SEQUENCE_ID, TYPE_INSTANT, frame
 from .tracks import TrackTable
 
@@ -280,7 +280,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 tail = end_tails[uuid]
                 if tail is None:
                     tail = end_tails[uuid] = encoders[q].end_tail(uuid)
-                p = b"\x40" + (_ONE_BYTE[d] if d < 128 else varint(d)) + tail
+                p = b"\x40" + (_ONE_BYTE[d] if d < 128 else _TWO_BYTES[d - 128] if d < 0x4000 else varint(d)) + tail
                 append(b"\x0a" + _ONE_BYTE[len(p)] + p)
         elif kind == _COUNTER:
             append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
