@@ -30,10 +30,23 @@ def assign(spans: Sequence[Span], track_uuid: Callable[[int], int]) -> List[List
     stacks: List[List[Tuple[int, int]]] = []  # per track: (end_ns, key) of open slices
     records: List[List[Record]] = []
     uuids: List[int] = []
+    # the lane's own track (0), held in locals: nearly every slice goes there
+    stack0: List[Tuple[int, int]] = []
+    rec0: List[Record] = []
+    uuid0 = 0
     for ts, neg_dur, key in spans:
         end = ts - neg_dur
+        if stacks:
+            while stack0 and stack0[-1][0] <= ts:
+                e, k = stack0.pop()
+                rec0.append((e, 0, k, uuid0))
+            if not stack0 or end <= stack0[-1][0]:
+                stack0.append((end, key))
+                rec0.append((ts, 1, key, uuid0))
+                continue
         placed = -1
-        for t, stack in enumerate(stacks):
+        for t in range(1, len(stacks)):
+            stack = stacks[t]
             rec = records[t]
             while stack and stack[-1][0] <= ts:
                 e, k = stack.pop()
@@ -43,9 +56,10 @@ def assign(spans: Sequence[Span], track_uuid: Callable[[int], int]) -> List[List
                 break
         if placed < 0:
             placed = len(stacks)
-            stacks.append([])
-            records.append([])
+            stacks.append(stack0 if placed == 0 else [])
+            records.append(rec0 if placed == 0 else [])
             uuids.append(track_uuid(placed))
+            uuid0 = uuids[0]
         stacks[placed].append((end, key))
         records[placed].append((ts, 1, key, uuids[placed]))
     for t, stack in enumerate(stacks):
