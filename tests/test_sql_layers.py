@@ -118,3 +118,58 @@ def test_layered_busy_time(tmp_path: Path, case: str):
         assert sorted(zip(mine["ts"].astype(int), mine["dur"].astype(int))) == _gaps(iv), lane
     assert len(replay) == 1
     assert int(replay["busy_dur"].iloc[0]) == _union_len([i for iv in ns.values() for i in iv])
+
+
+def _k(name: str, tid: int, ts: int, dur: int, corr: int, device: int = 0, pid: int = 0) -> Dict[str, Any]:
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": {"device": device, "stream": 7, "correlation": corr}}
+
+
+def _launch(name: str, ts: int, corr: int) -> Dict[str, Any]:
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 2,
+            "args": {"correlation": corr}}
+
+
+#: case -> (events, replays' correlations, {(corr, device): lane 7 work intervals in us counted
+#: for that replay's busy time on lane 7}, how graph_ann.replays gets lane 7's busy time).
+#: All work is on lane 7, on threads 100 and 101 (two tracks).
+REPLAY_CASES: Dict[str, Tuple[List[Dict[str, Any]], List[int], Dict[int, List[Interval]], str]] = {
+    # one replay, nested kernels on one track, the other track overlapping: layered
+    "layered": ([_k("outer", 100, 100, 50, 5), _k("inner", 100, 110, 20, 5), _k("b", 101, 140, 30, 5)],
+                [5], {5: [(100, 150), (110, 130), (140, 170)]}, "layered"),
+    # two replays whose work on the lane overlaps in time (replay 6's kernel nested in
+    # replay 5's): replay 6 has no depth-0 work on thread 100
+    "replays_overlap": ([_k("r5", 100, 100, 100, 5), _k("r6", 100, 120, 30, 6), _k("r6b", 101, 300, 10, 6)],
+                        [5, 6], {5: [(100, 200)], 6: [(120, 150), (300, 310)]}, "union"),
+    # a kernel of an eager launch (not a replay) with the replay's kernel nested in it
+    "eager_parent": ([_k("eager", 100, 100, 100, 9), _k("inner", 100, 120, 30, 5), _k("b", 101, 300, 10, 5)],
+                     [5], {5: [(120, 150), (300, 310)]}, "union"),
+    # the replay's lane-7 work on device 0 and on device 1 (another process): the pair is
+    # listed under device 0 and, as before, its busy time is the union of device 0's work
+    "two_devices": ([_k("d0", 100, 100, 30, 5), _k("d1", 7, 110, 40, 5, device=1, pid=2)],
+                    [5], {5: [(100, 130)]}, "union"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPLAY_CASES))
+def test_replay_lane_busy_time(tmp_path: Path, case: str):
+    events, replays, busy, path = REPLAY_CASES[case]
+    meta = [{"name": "process_name", "ph": "M", "ts": 0, "pid": p, "tid": p, "args": {"name": n}}
+            for p, n in ((0, "gpu"), (1, "cpu"), (2, "gpu1"))]
+    launches = [_launch("cudaGraphLaunch", 90 - 5 * c, c) for c in replays]  # disjoint on one thread
+    launches += [_launch("cudaLaunchKernel", 80, 9)]
+    src = tmp_path / f"{case}.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": meta + launches + events}))
+    with open_trace(src, engine="portable") as s:
+        rows = s.query(
+            "INCLUDE PERFETTO MODULE graph_ann.replays; "
+            "SELECT f.flat, EXISTS (SELECT 1 FROM _graph_ann_replay_lane_layered AS k "
+            "  WHERE k.device = f.device AND k.lane_id = f.lane_id) "
+            "FROM _graph_ann_replay_lane_flat AS f WHERE f.device = 0 AND f.lane_id = 7").tuples()
+        assert [tuple(map(int, r)) for r in rows] == [{"flat": (1, 0), "layered": (0, 1), "union": (0, 0)}[path]]
+        per_lane = s.query("SELECT correlation, busy_dur FROM graph_ann_replay_lane WHERE lane_id = 7").tuples()
+        replay = s.query("SELECT correlation, busy_dur FROM graph_ann_replay").tuples()
+    want = {c: _union_len([(a * 1000, b * 1000) for a, b in iv]) for c, iv in busy.items()}
+    assert dict(per_lane) == want
+    if case != "two_devices":  # there the replay's busy time spans both devices' work
+        assert dict(replay) == want
