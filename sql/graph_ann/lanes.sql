@@ -58,8 +58,6 @@ CREATE PERFETTO TABLE _graph_ann_lane_group(
   total_dur DURATION,
   -- Longest duration.
   max_dur DURATION,
-  -- First start.
-  first_ts TIMESTAMP,
   -- Last end.
   end_ts TIMESTAMP,
   -- Smallest track id.
@@ -74,14 +72,13 @@ SELECT
   COUNT(*) AS work_count,
   SUM(dur) AS total_dur,
   MAX(dur) AS max_dur,
-  MIN(ts) AS first_ts,
   MAX(ts + dur) AS end_ts,
   MIN(track_id) AS track_id
 FROM _graph_ann_work
 GROUP BY device, lane_id, name, category, is_graphed;
 
--- One lane's last start, shortest duration, largest track id and smallest and
--- largest depth: each the first row of the lane's work in one order, which the
+-- One lane's first and last start, shortest duration, largest track id and
+-- smallest and largest depth: each the first row of the lane's work in one order, which the
 -- trace processor filters and sorts natively (1M kernels, v52 wasm: 0.01 s
 -- for all lanes instead of about 0.15 s for five more aggregates over all
 -- work). A NULL device or lane matches nothing here (`=`); such work has no
@@ -94,6 +91,8 @@ CREATE PERFETTO FUNCTION _graph_ann_lane_extremes(
 )
 -- One row.
 RETURNS TABLE(
+  -- First start.
+  first_ts LONG,
   -- Last start.
   last_ts LONG,
   -- Shortest duration.
@@ -106,6 +105,7 @@ RETURNS TABLE(
   max_depth LONG
 ) AS
 SELECT
+  (SELECT ts FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY ts LIMIT 1) AS first_ts,
   (SELECT ts FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY ts DESC LIMIT 1) AS last_ts,
   (SELECT dur FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY dur LIMIT 1) AS min_dur,
   (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id DESC LIMIT 1)
@@ -124,8 +124,12 @@ CREATE PERFETTO TABLE _graph_ann_replays_span(
   -- Length of the span.
   dur DURATION
 ) AS
-SELECT device, MIN(first_ts) AS ts, MAX(end_ts) - MIN(first_ts) AS dur
-FROM _graph_ann_lane_group
+SELECT
+  device,
+  (SELECT ts FROM _graph_ann_work AS w WHERE w.device = g.device AND w.is_graphed = 1 ORDER BY ts LIMIT 1) AS ts,
+  MAX(end_ts)
+    - (SELECT ts FROM _graph_ann_work AS w WHERE w.device = g.device AND w.is_graphed = 1 ORDER BY ts LIMIT 1) AS dur
+FROM _graph_ann_lane_group AS g
 WHERE is_graphed
 GROUP BY device;
 
@@ -173,7 +177,7 @@ SELECT
   s.mean_dur,
   x.min_dur,
   s.max_dur,
-  s.first_ts,
+  x.first_ts,
   x.last_ts,
   s.end_ts,
   s.track_id = x.max_track_id AND x.min_depth = x.max_depth AND x.min_dur >= 0
@@ -190,7 +194,6 @@ FROM (
     SUM(total_dur) AS total_dur,
     CAST(SUM(total_dur) AS DOUBLE) / SUM(work_count) AS mean_dur,
     MAX(max_dur) AS max_dur,
-    MIN(first_ts) AS first_ts,
     MAX(end_ts) AS end_ts
   FROM _graph_ann_lane_group
   GROUP BY device, lane_id
@@ -389,12 +392,18 @@ UNION ALL
 SELECT k.device, k.lane_id, b.busy_dur, CASE WHEN k.has_span THEN b.busy_dur END AS replay_busy_dur
 FROM _graph_ann_lane_layered AS k
 JOIN (
+  -- The lane's total duration less that of its work below depth 0 (within
+  -- depth-0 work) is |A| + |B| (zero-length work adds nothing).
   SELECT
     k.lane_key,
-    (SELECT SUM(dur) FROM _graph_ann_lane_layer_a AS a WHERE a.lane_key = k.lane_key)
-      + COALESCE((SELECT SUM(dur) FROM _graph_ann_lane_layer_b AS b WHERE b.lane_key = k.lane_key), 0)
+    s.total_dur
+      - COALESCE((
+        SELECT SUM(dur) FROM _graph_ann_work
+        WHERE device = k.device AND lane_id = k.lane_id AND depth > 0
+      ), 0)
       - COALESCE(ab.dur, 0) AS busy_dur
   FROM _graph_ann_lane_layered AS k
+  JOIN _graph_ann_lane_stats AS s USING (device, lane_id)
   LEFT JOIN (
     SELECT lane_key, SUM(dur) AS dur FROM _graph_ann_lane_layer_ab GROUP BY lane_key
   ) AS ab USING (lane_key)
