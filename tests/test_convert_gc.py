@@ -8,7 +8,7 @@ youngest generation.
 """
 from __future__ import annotations
 
-import gc
+from gc_probe import first_collection_gen0
 
 from benchmarks.synth import write_trace
 from perfetto_graph_ann.write.convert import ConvertConfig, convert
@@ -16,25 +16,7 @@ from perfetto_graph_ann.write.convert import ConvertConfig, convert
 
 def test_first_collection_after_convert_does_not_see_the_trace(tmp_path):
     src = write_trace(tmp_path / "t.json", 6000)
-    seen = []
-
-    def probe(phase, info):
-        if phase == "start" and not seen:
-            seen.append(len(gc.get_objects(generation=0)))
-
-    was = gc.isenabled()
-    gc.enable()
-    gc.collect()
-    gc.callbacks.append(probe)
-    try:
-        convert(src, tmp_path / "t.pftrace", ConvertConfig(progress=False))
-        junk = [[] for _ in range(3 * gc.get_threshold()[0])]  # enough allocations to trigger a collection
-        del junk
-    finally:
-        gc.callbacks.remove(probe)
-        if not was:
-            gc.disable()
-    assert seen, "no collection ran"
+    seen = first_collection_gen0(lambda: convert(src, tmp_path / "t.pftrace", ConvertConfig(progress=False)))
     # the 6,000 events alone are >= 12,000 tracked objects (event + args dict); the
     # probe's own allocations are < 2,000
-    assert seen[0] < 3000, seen
+    assert seen < 3000, seen

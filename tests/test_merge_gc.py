@@ -11,6 +11,8 @@ import gc
 
 import perfetto_graph_ann.read.kineto as kineto
 import perfetto_graph_ann.write.perfetto as perfetto_writer
+from gc_probe import first_collection_gen0
+
 from benchmarks.synth import write_trace
 from perfetto_graph_ann.write.merge import merge
 
@@ -44,27 +46,7 @@ def test_each_rank_is_read_and_written_with_the_gc_paused(tmp_path, monkeypatch)
 
 def test_first_collection_after_merge_does_not_see_a_trace(tmp_path):
     srcs = [write_trace(tmp_path / f"r{r}.json", 6000) for r in (0, 1)]
-    seen = []
-
-    def probe(phase, info):
-        if phase == "start" and not seen:
-            seen.append(len(gc.get_objects(generation=0)))
-
-    was = gc.isenabled()
-    gc.enable()
-    gc.collect()
-    try:
-        merge(srcs[:1], tmp_path / "warm.pftrace")  # imports done before the probe
-        gc.collect()
-        gc.callbacks.append(probe)
-        merge(srcs, tmp_path / "m.pftrace")
-        junk = [[] for _ in range(3 * gc.get_threshold()[0])]  # enough allocations to trigger a collection
-        del junk
-    finally:
-        if probe in gc.callbacks:
-            gc.callbacks.remove(probe)
-        if not was:
-            gc.disable()
-    assert seen, "no collection ran"
+    seen = first_collection_gen0(lambda: merge(srcs, tmp_path / "m.pftrace"),
+                                 warm=lambda: merge(srcs[:1], tmp_path / "warm.pftrace"))  # imports first
     # 6,000 events are >= 12,000 tracked objects (event + args dict)
-    assert seen[0] < 3000, seen
+    assert seen < 3000, seen

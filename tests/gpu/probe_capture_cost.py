@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import perfetto_graph_ann as pga  # noqa: E402
 from blocks import seed_block, two_branch, warmup  # noqa: E402
-from probe_util import per_call_us  # noqa: E402
+from probe_util import CountOnlyScope as CountOnly, NoopScope as Noop, per_call_us  # noqa: E402
 from perfetto_graph_ann.capture import backends, collectives  # noqa: E402
 from perfetto_graph_ann.capture import session as S  # noqa: E402
 
@@ -334,24 +334,6 @@ def scope_variants(n: int = 30) -> None:
     no-op context, one node count per edge only, and the real mark_kernels."""
     real = pga.mark_kernels
     be = backends.active()
-
-    class Noop:
-        def __init__(self, ann):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            return None
-
-    class CountOnly(Noop):
-        def __enter__(self):
-            be.node_count(S.current().graph)
-            return self
-
-        def __exit__(self, *a):
-            be.node_count(S.current().graph)
 
     class Sync(Noop):  # a host round trip instead: does any call between launches cost this much?
         def __enter__(self):

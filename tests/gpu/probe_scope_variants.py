@@ -5,31 +5,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import perfetto_graph_ann as pga  # noqa: E402
 from blocks import seed_block, warmup  # noqa: E402
+from probe_util import CountOnlyScope as CountOnly, NoopScope as Noop  # noqa: E402
 from perfetto_graph_ann.capture import backends  # noqa: E402
 from perfetto_graph_ann.capture import session as S  # noqa: E402
 
 be = backends.active()
 real = pga.mark_kernels
-
-
-class Noop:
-    def __init__(self, ann, backward=False):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return None
-
-
-class CountOnly(Noop):
-    def __enter__(self):
-        self.a = be.node_count(S.current().graph)
-        return self
-
-    def __exit__(self, *a):
-        be.node_count(S.current().graph)
 
 
 class Lean:
