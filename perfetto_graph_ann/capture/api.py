@@ -245,7 +245,7 @@ class mark_kernels:
         self._sess = self._tok = self._mode = self._native = None
 
     def __enter__(self) -> "mark_kernels":
-        if backends.native_selected():
+        if backends.selected_name() == backends.TORCH:
             self._native = _native().mark_kernels(self.annotation, backward=self.backward)
             self._native.__enter__()
             return self
@@ -283,7 +283,7 @@ def mark_stream(stream: Any, label: str) -> Iterator[Any]:
     """
     import torch
 
-    if backends.native_selected():
+    if backends.selected_name() == backends.TORCH:
         with _native().mark_stream(stream, label) as s:
             yield s
         return

@@ -466,14 +466,6 @@ def is_available() -> bool:
     return bool(_override) or _get_info().backend is not None
 
 
-def native_selected() -> bool:
-    """Whether torch's own graph annotations are in use (checked at every scope edge)."""
-    if _override:
-        return _override[-1].name == TORCH
-    info = _info
-    return (info or _get_info()).backend == TORCH
-
-
 def selected_name() -> Optional[str]:
     if _override:
         return _override[-1].name
