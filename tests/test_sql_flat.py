@@ -15,8 +15,6 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-import pytest
-
 from engine_support import requires_portable
 from perfetto_graph_ann.join.model import LaneLayout
 from perfetto_graph_ann.query import metrics

@@ -12,7 +12,7 @@ Flow events that match no slice, or ids with no start, are counted in :class:`Fl
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 from ...read.model import TraceEvent
 
