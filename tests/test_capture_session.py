@@ -357,3 +357,29 @@ def test_concurrent_first_reads_read_the_copy_once():
         t.join()
     assert len(reads) == 1 and len(cuda.destroyed) == 1
     assert len({id(r) for r in out}) == 1 and by_kernel(out[0])["k0"].annotation == {"name": "a"}
+
+
+def test_exec_id_is_read_on_first_use_once_per_binding(monkeypatch):
+    """bind_exec asks the backend nothing (it sits in the timed capture); the first reader
+    does, once; a re-binding or a drop forgets the id, never keeping a stale one."""
+    cuda, reg = FakeCuda(), Registry()
+    calls = []
+    real = cuda.exec_id
+    monkeypatch.setattr(cuda, "exec_id", lambda h: calls.append(h) or real(h))
+    sess = new_session(cuda, reg)
+    with scope(sess, "a"):
+        cuda.launch(STREAM, "k0")
+    sess.finish_capture()
+    g = cuda.end_capture(STREAM)
+    h1 = cuda.instantiate(g)
+    sess.bind_exec(h1)
+    assert calls == []
+    assert sess.exec_id == cuda.execs[h1] and sess.record.exec_id == cuda.execs[h1]
+    assert calls == [h1]
+    h2 = cuda.instantiate(g)
+    sess.bind_exec(h2)
+    assert sess.exec_id == cuda.execs[h2] != cuda.execs[h1]
+    assert calls == [h1, h2]
+    assert [gr.exec_id for gr in reg.snapshot().graphs] == [cuda.execs[h2]]
+    sess.drop()
+    assert sess.exec_id is None and calls == [h1, h2]

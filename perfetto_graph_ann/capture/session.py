@@ -13,8 +13,11 @@ Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
    copy keeps every node's local id and the listing order (checked on the H200). Where
    the backend cannot copy the graph (e.g. one with memory-allocation nodes) the table is
    read right away, as before.
-3. ``bind_exec(exec handle)`` after each instantiation: rekeys to the executable graph's
-   id and registers (replacing the graph's previous entry).
+3. ``bind_exec(exec handle)`` after each instantiation: rekeys to the executable graph and
+   registers (replacing the graph's previous entry). The executable graph's id is asked of
+   the backend on first use (calibration, the registry, the sidecar), not at the end of the
+   capture: a CUPTI call there cost 7-11 us in the timed capture on the H200
+   (tests/gpu/RESULTS.md run 40).
 4. ``apply_calibration(table)``: adds (stream, ordinal) per node.
 
 ``PERFETTO_GRAPH_ANN_VERIFY_SCOPES=1`` (or ``verify=True``) lists the graph at every scope
@@ -102,7 +105,8 @@ class CaptureSession:
         #: lane id -> label given during this capture (first label wins), see label_lane
         self.lane_labels: Dict[int, str] = {}
         self._lane_lock = threading.Lock()
-        self.exec_id: Optional[int] = None
+        self._exec_handle: Optional[int] = None  # bound executable graph; its id is read on first use
+        self._exec_id: Optional[int] = None
         self._record: Optional[GraphRecord] = None
         self._calibration: Optional[Mapping[int, Tuple[int, int]]] = None
 
@@ -231,18 +235,33 @@ class CaptureSession:
                     self._record = with_calibration(rec, self._calibration) if self._calibration else rec
         return self._record
 
-    def bind_exec(self, graph_exec: int) -> int:
-        """Rekey to the executable graph ``graph_exec`` and register; returns its id.
+    @property
+    def exec_id(self) -> Optional[int]:
+        """The bound executable graph's id (None before ``bind_exec`` or after ``drop``).
 
-        The node records are built lazily (first read of :attr:`record` or the registry).
+        Read from the backend on first use: the handle stays valid while it is bound, as every
+        way its executable graph goes away (reset, re-instantiation, the graph object being
+        collected) goes through ``drop`` or ``bind_exec`` first.
+        """
+        eid = self._exec_id
+        if eid is None and self._exec_handle is not None:
+            with self._table_lock:
+                if self._exec_id is None and self._exec_handle is not None:
+                    self._exec_id = self.backend.exec_id(self._exec_handle)
+                eid = self._exec_id
+        return eid
+
+    def bind_exec(self, graph_exec: int) -> None:
+        """Rekey to the executable graph ``graph_exec`` and register.
+
+        The node records and the executable graph's id are built lazily (first read of
+        :attr:`record`, :attr:`exec_id` or the registry).
         """
         if not self._finished:
             raise CaptureError("bind_exec before finish_capture: the capture was not finished")
-        exec_id = self.backend.exec_id(graph_exec)
         with self._table_lock:  # never a record half built for the previous executable graph
-            self.exec_id, self._record, self._calibration = exec_id, None, None
+            self._exec_handle, self._exec_id, self._record, self._calibration = graph_exec, None, None, None
         self.registry.put(self.owner, lambda: self.record)
-        return exec_id
 
     def apply_calibration(self, table: Mapping[int, Tuple[int, int]]) -> GraphRecord:
         if self.exec_id is None:
@@ -255,7 +274,7 @@ class CaptureSession:
     def drop(self) -> None:
         """The graph was reset: forget its entry and free the template copy if unread."""
         with self._table_lock:
-            self.exec_id, self._record = None, None
+            self._exec_handle, self._exec_id, self._record = None, None, None
             copy, self._copy = self._copy, None
         self.registry.drop(self.owner)
         if copy is not None:
