@@ -117,7 +117,7 @@ def test_exact_join_by_graph_node_id(seed):
     for e in trace.events:
         if e.index in expect:
             args = dict(e.args, **{"graph id": expect[e.index]["graph"], "graph node id": expect[e.index]["key"]})
-            e = dataclasses.replace(e, args=args)
+            e = e.replace(args=args)
         events.append(e)
     newer = dataclasses.replace(trace, events=events)
     layout = join(newer, strip_calibration(ann), "all")

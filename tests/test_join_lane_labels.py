@@ -194,8 +194,8 @@ def combined_trace():
         args = dict(e.args)
         if e.correlation is not None:
             args["correlation"] = e.correlation + shift_corr
-        events.append(dataclasses.replace(
-            e, index=len(events), args=args, ts_ns=None if e.ts_ns is None else e.ts_ns + shift_ts,
+        events.append(e.replace(
+            index=len(events), args=args, ts_ns=None if e.ts_ns is None else e.ts_ns + shift_ts,
             id=e.id + shift_corr if isinstance(e.id, int) and not isinstance(e.id, bool) else e.id))
     return dataclasses.replace(seed, events=events), len(seed.events)
 

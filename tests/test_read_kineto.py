@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import TRACES, fixture_trace
 from perfetto_graph_ann.read import kineto
+from perfetto_graph_ann.read.model import TraceEvent
 
 
 def _raw(name):
@@ -161,3 +162,62 @@ def test_bulk_time_check_is_the_regex(raws):
 ])
 def test_bulk_time_check_cases(raws, ok):
     assert kineto._kineto_times(b" ".join(raws), len(raws)) is ok
+
+
+def test_fast_decoders_accept_the_same_json_keys():
+    """The bulk path decodes into TraceEvent's own slots under Kineto's key names; it must know
+    exactly the keys the exact path's Struct knows (so no field name such as ``index`` or
+    ``extra`` becomes an accepted JSON key)."""
+    assert set(kineto._KinetoEvent.__struct_encode_fields__) == set(kineto._Event.__struct_fields__)
+    assert set(kineto._Event.__struct_fields__) == {"ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s"}
+
+
+@pytest.mark.parametrize("key, value", [("index", 5), ("extra", {"a": 1}), ("ts_ns", 7), ("dur_ns", 7),
+                                        ("__class__", "x"), ("bp ", "e")])
+def test_model_field_names_are_unknown_keys(key, value):
+    """A JSON key named like a TraceEvent field is an unknown key, as before: the bulk path
+    declines, the generic path keeps it in ``extra`` and the model fields keep their meaning."""
+    ev = {"ph": "X", "name": "k", "pid": 1, "tid": 2, "ts": 1.5, "dur": 0.25, key: value}
+    doc = json.dumps({"traceEvents": [{"ph": "i", "name": "a", "pid": 1, "tid": 2, "ts": 1.0}, ev]}).encode()
+    assert kineto._from_bulk(_events_raw(doc), None) is None
+    e = kineto.parse_trace_bytes(doc).events[1]
+    assert type(e) is TraceEvent
+    assert (e.index, e.ts_ns, e.dur_ns, e.extra) == (1, 1500, 250, {key: value})
+
+
+def test_bulk_events_are_plain_trace_events_with_every_field_in_place():
+    """The bulk path's objects are TraceEvents (not the decode class) whose every field equals
+    an independent read of the JSON, including ``s`` / ``bp`` in ``extra`` and absent args."""
+    raw = (b'[{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 12.345, "dur": 0.001, '
+           b'"args": {"stream": 7, "correlation": 9}}, '
+           b'{"ph": "f", "id": 9, "pid": 0, "tid": 7, "ts": 12.345, "cat": "ac2g", "name": "ac2g", "bp": "e"}, '
+           b'{"ph": "i", "s": "t", "name": "mark", "pid": "Spans", "tid": "x", "ts": 3.000}, '
+           b'{"ph": "i", "s": "g", "bp": "e", "name": "both", "pid": 1, "tid": 1, "ts": 4.000, "id": "a"}, '
+           b'{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "p"}}]')
+    evs = json.loads(raw, parse_float=Decimal)
+    bulk = kineto._from_bulk(raw, None)
+    assert bulk is not None and bulk == _exact(raw)
+    for i, (e, d) in enumerate(zip(bulk, evs, strict=True)):
+        assert type(e) is TraceEvent
+        extra = {k: d[k] for k in ("bp", "s") if k in d} or None
+        ts = int(d["ts"] * 1000) if "ts" in d else None
+        dur = int(d["dur"] * 1000) if "dur" in d else None
+        want = TraceEvent(i, d["ph"], d.get("cat", ""), d.get("name", ""), d.get("pid", ""), d.get("tid", ""),
+                          ts, dur, d.get("args", {}), d.get("id"), extra)
+        assert e == want
+        assert [getattr(e, f) for f in TraceEvent.__struct_fields__] == [getattr(want, f) for f in TraceEvent.__struct_fields__]
+
+
+def test_null_args_take_the_exact_path_and_read_as_empty():
+    doc = b'{"traceEvents": [{"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": 1.000, "dur": 2.000, "args": null}]}'
+    assert kineto._from_bulk(_events_raw(doc), None) is None
+    assert kineto.parse_trace_bytes(doc).events[0].args == {}
+
+
+def test_trace_event_replace():
+    e = TraceEvent(3, "X", "kernel", "k", 0, 7, 10, 5, {"stream": 7})
+    r = e.replace(index=4, args={"stream": 8})
+    assert (r.index, r.args, r.ts_ns, r.dur_ns, r.name) == (4, {"stream": 8}, 10, 5, "k")
+    assert (e.index, e.args) == (3, {"stream": 7}) and type(r) is TraceEvent
+    with pytest.raises(TypeError):
+        e.replace(bogus=1)

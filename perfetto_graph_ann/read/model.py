@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+import msgspec
+
 Pid = Union[int, str]
 Tid = Union[int, str]
 
@@ -22,12 +24,16 @@ CATEGORY_ALIASES = {"memcpy": "gpu_memcpy", "memset": "gpu_memset", "runtime": "
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch_ptsz"})
 
 
-@dataclasses.dataclass(slots=True)
-class TraceEvent:
+class TraceEvent(msgspec.Struct, gc=False):
     """One entry of ``traceEvents``, with exact integer times.
 
     ``index`` is the event's position in the file; it is the stable id every later
     stage uses (join placements are keyed by it, equal timestamps keep file order).
+
+    A ``msgspec.Struct`` rather than a dataclass so the reader can decode the JSON straight
+    into these objects (``read/kineto.py``) instead of building one per event afterwards.
+    Use :meth:`replace` for a modified copy (``dataclasses.replace`` does not apply). Not
+    tracked by the cyclic GC (``gc=False``): an event never refers back to itself.
     """
 
     index: int
@@ -38,9 +44,13 @@ class TraceEvent:
     tid: Tid
     ts_ns: Optional[int]  #: None for metadata events without ts
     dur_ns: Optional[int] = None  #: complete events ('X') only
-    args: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    args: Dict[str, Any] = msgspec.field(default_factory=dict)
     id: Optional[Union[int, str]] = None  #: flow / async id ('s', 'f', 'b', 'e', ...)
     extra: Optional[Dict[str, Any]] = None  #: other top-level keys ('bp', 's', 'id2', ...)
+
+    def replace(self, **changes: Any) -> "TraceEvent":
+        """A copy with ``changes`` applied (what ``dataclasses.replace`` did for the dataclass)."""
+        return msgspec.structs.replace(self, **changes)
 
     @property
     def category(self) -> str:
