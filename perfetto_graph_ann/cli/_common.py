@@ -4,6 +4,9 @@ Heavy imports stay inside the functions, so building the parser (``--help``) sta
 """
 from __future__ import annotations
 
+import argparse
+import math
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -27,3 +30,42 @@ def write_output(text: str, output: Optional[str]) -> None:
         atomic_write_bytes(output, text.encode("utf-8"))
     else:
         sys.stdout.write(text)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds above 0 (0, negative, nan and inf are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
+    return value
+
+
+def refuse_input_as_output(output: Optional[str], inputs: Sequence[str]) -> None:
+    """Raise :class:`OutputError` when ``output`` is one of ``inputs`` (by name, link or hard link).
+
+    Every output replaces its target by a rename, so an input named as the output would be
+    lost once the command succeeds.
+    """
+    from ..errors import OutputError
+
+    if not output or not os.path.exists(output):
+        return
+    for path in inputs:
+        try:
+            same = os.path.samefile(output, path)
+        except OSError:  # a missing or unreadable input is reported by the reader
+            continue
+        if same:
+            raise OutputError(output, f"is also an input of this command ({path}); writing the output there "
+                                      "would replace it: choose another output path")

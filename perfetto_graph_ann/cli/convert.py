@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ..read.kineto import read_trace
     from ..write.convert import ConvertConfig, convert
+    from ._common import refuse_input_as_output
 
+    refuse_input_as_output(args.output, [args.input, *args.annotations])
     trace = read_trace(args.input)
     layout = None
     if args.annotations:

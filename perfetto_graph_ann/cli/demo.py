@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import ENGINES
+from ._common import ENGINES, positive_int
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -23,7 +23,7 @@ def register(sub) -> argparse.ArgumentParser:
                       help="use the shipped H200 recordings even when CUDA is available")
     mode.add_argument("--live", dest="mode", action="store_const", const="live",
                       help="require a live capture (error without CUDA)")
-    p.add_argument("--replays", type=int, default=5, help="profiled replays per scenario, live only (default: 5)")
+    p.add_argument("--replays", type=positive_int, default=5, help="profiled replays per scenario, live only (default: 5)")
     p.add_argument("--engine", default="auto", choices=ENGINES,
                    help="trace processor for the SQL step (default: auto)")
     p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary")
@@ -34,8 +34,6 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ..demo.runner import DemoConfig, run_demo
 
-    if args.replays < 1:
-        raise SystemExit("perfetto-graph-ann demo: error: --replays must be at least 1")
     run_demo(DemoConfig(out_dir=args.out, mode=args.mode, replays=args.replays, engine=args.engine,
                         sql=not args.no_sql))
     return 0

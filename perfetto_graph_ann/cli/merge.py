@@ -23,11 +23,15 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, out=None) -> int:
-    from ..errors import InputError
+    from ..errors import InputError, OutputError
     from ..write.merge import merge
-    from ._common import load_annotation_files
+    from ._common import load_annotation_files, refuse_input_as_output
 
     out = out or sys.stdout
+    refuse_input_as_output(args.output, [*args.traces, *args.annotations])
+    if args.output.lower().endswith((".json", ".json.gz")):
+        raise OutputError(args.output, "merge writes a Perfetto protobuf trace, not JSON: name the output "
+                                       ".pftrace (or .pftrace.gz)")
     n = len(args.traces)
     if not args.annotations:
         annotations = None

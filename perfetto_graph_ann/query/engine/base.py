@@ -25,7 +25,7 @@ from perfetto.trace_processor.platform import PlatformDelegate
 from perfetto.trace_processor.protos import ProtoFactory
 
 from ...errors import EngineError, InputError, QueryError, QueryTimeoutError
-from .config import EngineConfig
+from .config import EngineConfig, check_seconds
 from .process import describe_exit
 
 # Errors that mean the engine went away or the connection to it broke (ValueError /
@@ -90,6 +90,7 @@ class Engine(abc.ABC):
         """Run ``sql`` (one or more statements; the last one's rows are returned)."""
         if timeout_s is None:
             timeout_s = self.config.query_timeout_s
+        check_seconds("timeout_s", timeout_s)
         with self._lock, self._guard("query", timeout_s, sql):
             result = self._backend.execute_query(sql)
         if result.error:

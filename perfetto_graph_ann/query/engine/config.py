@@ -7,6 +7,7 @@ touching code.
 from __future__ import annotations
 
 import dataclasses as dc
+import math
 import os
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
@@ -28,6 +29,16 @@ ENGINES = ("auto", "native", "portable")
 MIN_NODE_MAJOR = 18
 
 PathArg = Union[str, "os.PathLike[str]"]
+
+
+def check_seconds(name: str, value: Optional[float], optional: bool = True) -> None:
+    """A timeout is a finite number of seconds above 0 (``None`` = no limit, where allowed):
+    0 or less would stop every engine at once, and socket deadlines cannot hold nan or inf."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number of seconds above 0{' or None' if optional else ''}, "
+                         f"not {value!r}")
 
 
 @dc.dataclass
@@ -73,6 +84,9 @@ class EngineConfig:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         if not 0 < self.chunk_bytes <= 32 << 20:
             raise ValueError("chunk_bytes must be between 1 and 32 MiB")
+        check_seconds("start_timeout_s", self.start_timeout_s, optional=False)
+        check_seconds("load_timeout_s", self.load_timeout_s)
+        check_seconds("query_timeout_s", self.query_timeout_s)
 
     def download_allowed(self) -> bool:
         """Whether the ``perfetto`` package may download a shell (config, then env var)."""

@@ -1,0 +1,115 @@
+"""The CLI as a daily user drives it: outputs that would replace an input, and argument values
+that make no sense, are refused with exit 2 and one line naming the file or option; nothing
+is written or overwritten."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+
+import pytest
+
+from conftest import fixture_capture, fixture_trace
+from engine_support import requires_portable
+from perfetto_graph_ann.cli.main import main
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def _no_temp_files(folder) -> bool:
+    return not [p for p in os.listdir(folder) if p.startswith(".pga-tmp-")]
+
+
+@pytest.fixture
+def trace(tmp_path):
+    """A copy of a real H200 trace (annotated seed block) and its capture record."""
+    src = tmp_path / "run.json.gz"
+    shutil.copyfile(fixture_trace("seed_block_annotated"), src)
+    ann = tmp_path / "run.capture.json"
+    shutil.copyfile(fixture_capture("seed_block_annotated"), ann)
+    return src, ann
+
+
+@pytest.mark.parametrize("target", ["trace", "annotations", "link"])
+def test_convert_refuses_to_overwrite_an_input(trace, tmp_path, capsys, target):
+    src, ann = trace
+    before = {p: _digest(p) for p in (src, ann)}
+    if target == "link":  # another name for the same file is the same file
+        out = tmp_path / "other_name.json.gz"
+        os.link(src, out)
+    else:
+        out = src if target == "trace" else ann
+    rc = main(["convert", str(src), "--annotations", str(ann), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith(f"perfetto-graph-ann convert: error: {out}: ") and err.count("\n") == 1
+    assert "input" in err
+    assert {p: _digest(p) for p in (src, ann)} == before
+    assert _no_temp_files(tmp_path)
+
+
+def test_merge_refuses_to_overwrite_an_input(trace, tmp_path, capsys):
+    src, ann = trace
+    before = _digest(src)
+    assert main(["merge", str(src), "-a", str(ann), "-o", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfetto-graph-ann merge: error: {src}: ") and "input" in err
+    assert _digest(src) == before
+    assert main(["merge", str(src), "-a", str(ann), "-o", str(ann)]) == 2
+    assert _digest(ann) == _digest(fixture_capture("seed_block_annotated"))
+    assert _no_temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["all.json", "all.json.gz", "ALL.JSON"])
+def test_merge_refuses_a_json_output_name(trace, tmp_path, capsys, name):
+    """merge writes a protobuf trace; under a .json name every tool (this one's `report`
+    included) would take it for JSON and fail on it."""
+    src, _ = trace
+    out = tmp_path / name
+    assert main(["merge", str(src), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfetto-graph-ann merge: error: {out}: ") and ".pftrace" in err
+    assert not out.exists() and _no_temp_files(tmp_path)
+
+
+@requires_portable
+def test_report_and_sql_refuse_to_overwrite_the_trace(trace, tmp_path, capsys):
+    src, ann = trace
+    pftrace = tmp_path / "run.pftrace"
+    assert main(["convert", str(src), "--annotations", str(ann), "-o", str(pftrace), "-q"]) == 0
+    before = _digest(pftrace)
+    assert main(["report", str(pftrace), "-o", str(pftrace)]) == 2
+    assert capsys.readouterr().err.startswith(f"perfetto-graph-ann report: error: {pftrace}: ")
+    assert main(["report", str(src), "-a", str(ann), "-o", str(ann)]) == 2
+    assert capsys.readouterr().err.startswith(f"perfetto-graph-ann report: error: {ann}: ")
+    assert main(["sql", str(pftrace), "SELECT 1 AS x", "-o", str(pftrace)]) == 2
+    assert capsys.readouterr().err.startswith(f"perfetto-graph-ann sql: error: {pftrace}: ")
+    assert _digest(pftrace) == before
+    assert _digest(ann) == _digest(fixture_capture("seed_block_annotated"))
+    assert _no_temp_files(tmp_path)
+
+
+def test_demo_replays_below_one_exits_2(tmp_path, capsys):
+    out = tmp_path / "d"
+    assert _exit_code(["demo", "--out", str(out), "--shipped", "--no-sql", "--replays", "0"]) == 2
+    assert "--replays" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_sql_and_open_timeouts_must_be_positive(trace, capsys, value):
+    src, _ = trace
+    assert _exit_code(["sql", str(src), "SELECT 1", f"--timeout={value}"]) == 2
+    assert "--timeout" in capsys.readouterr().err
+    assert _exit_code(["open", str(src), "--no-browser", f"--timeout={value}"]) == 2
+    assert "--timeout" in capsys.readouterr().err
+
+
+def _exit_code(argv) -> int:
+    """main's return value, or the status argparse exits with for a bad option value."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
