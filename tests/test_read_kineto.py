@@ -221,3 +221,93 @@ def test_trace_event_replace():
     assert (e.index, e.args) == (3, {"stream": 7}) and type(r) is TraceEvent
     with pytest.raises(TypeError):
         e.replace(bogus=1)
+
+
+def _outcome(data: bytes):
+    """What parse_trace_bytes makes of ``data``: the events and metadata (in key order), or the error."""
+    try:
+        t = kineto.parse_trace_bytes(data, "t.json")
+    except kineto.TraceFormatError as e:
+        return ("error", str(e))
+    return ("ok", t.events, list(t.metadata.items()))
+
+
+def _reference_outcome(data: bytes):
+    """The same without _split_top: the whole document scanned as {key: Raw} first."""
+    split_top = kineto._split_top
+    kineto._split_top = lambda data: None
+    try:
+        return _outcome(data)
+    finally:
+        kineto._split_top = split_top
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_split_top_takes_kineto_files_and_reads_them_as_the_full_scan(name):
+    raw = _raw(name)
+    split = kineto._split_top(raw)
+    assert split is not None  # Kineto's layout: the array found without scanning it
+    top, events = split
+    full = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
+    assert bytes(events) == bytes(full.pop("traceEvents"))
+    assert [(k, bytes(v)) for k, v in top.items()] == [(k, bytes(v)) for k, v in full.items()]
+    assert _outcome(raw) == _reference_outcome(raw)
+
+
+_EV = b'{"ph": "X", "cat": "kernel", "name": "k]", "pid": 0, "tid": 7, "ts": 1.000, "dur": 0.500}'
+_TOP_CASES = {
+    "plain": b'{"a": 1, "traceEvents": [' + _EV + b'], "traceName": "x"}',
+    "spaces": b' {"traceEvents" \n:\t[ ' + _EV + b' ] \n}\n',
+    "empty array": b'{"traceEvents": [], "b": [1]}',
+    "empty array, spaces": b'{"traceEvents": [ ], "b": {}}',
+    "name with ] and backslash": b'{"traceEvents": [' + _EV + b'], "traceName": "C:\\\\run[1]\\\\t.json"}',
+    "list after": b'{"traceEvents": [' + _EV + b'], "foo": [1, 2]}',
+    "list of objects after": b'{"traceEvents": [' + _EV + b'], "foo": [{"a": [1]}]}',
+    "object with list after": b'{"traceEvents": [' + _EV + b'], "foo": {"a": [1], "b": 2}}',
+    "nested key before": b'{"x": {"traceEvents": [1]}, "traceEvents": [' + _EV + b']}',
+    "nested key only": b'{"x": {"traceEvents": [' + _EV + b']}}',
+    "key as a value": b'{"x": "traceEvents", "traceEvents": [' + _EV + b']}',
+    "key in a string": b'{"x": "\\"traceEvents\\": [", "traceEvents": [' + _EV + b']}',
+    "escaped key": b'{"trace\\u0045vents": [' + _EV + b']}',
+    "escaped duplicate after": b'{"traceEvents": [' + _EV + b'], "trace\\u0045vents": null}',
+    "duplicate after": b'{"traceEvents": [' + _EV + b'], "traceEvents": [' + _EV + b', ' + _EV + b']}',
+    "duplicate null after": b'{"traceEvents": [' + _EV + b'], "traceEvents": null}',
+    "duplicate before": b'{"traceEvents": [], "traceEvents": [' + _EV + b']}',
+    "not an array": b'{"traceEvents": {"a": [' + _EV + b']}}',
+    "top level array": b'["traceEvents", [' + _EV + b']]',
+    "trailing garbage": b'{"traceEvents": [' + _EV + b']} ]',
+    "broken event": b'{"traceEvents": [{"ph": "X",, "ts": 1.000}], "t": "]"}',
+    "broken tail": b'{"traceEvents": [' + _EV + b'], "t": }',
+    "unclosed": b'{"traceEvents": [' + _EV + b']',
+    "inner ] last": b'{"traceEvents": [' + _EV + b', {"ph": "i", "args": {"a": [1]}, "ts": 2.000}]}',
+    "unknown key": b'{"traceEvents": [{"ph": "i", "ts": 1.000, "tts": 3}], "t": 1}',
+    "other times": b'{"traceEvents": [{"ph": "i", "ts": 1.5}], "t": 1}',
+    "deep metadata": b'{"traceEvents": [' + _EV + b'], "deep": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_TOP_CASES))
+def test_split_top_gives_the_full_scans_result_on_odd_layouts(case):
+    """Wherever the key or the array's end is not what it seems, the result (events, metadata
+    and its key order, or the error message) is the full scan's."""
+    data = _TOP_CASES[case]
+    assert _outcome(data) == _reference_outcome(data)
+
+
+_top_values = st.recursive(
+    st.one_of(st.none(), st.integers(-5, 5), st.sampled_from(["]", "[", "traceEvents", '"traceEvents": [', "\\", "}"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["a", "traceEvents"]), inner, max_size=2)),
+    max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "traceEvents", "trace\\u0045vents", "traceName", "b"]),
+                          st.one_of(st.just(None), _top_values)), max_size=4),
+       st.integers(0, 4), st.sampled_from(["", " ", "\n"]))
+def test_split_top_random_top_levels(members, where, space):
+    """Random top levels around a real events array (keys repeated, escaped, lists and "]" after
+    it, the key's name inside values): always the full scan's result."""
+    parts = [f'"{k}":{space}{json.dumps(v)}'.encode() for k, v in members]
+    parts.insert(where % (len(parts) + 1), b'"traceEvents":' + space.encode() + b"[" + _EV + b"]")
+    data = b"{" + b", ".join(parts) + b"}"
+    assert _outcome(data) == _reference_outcome(data)
