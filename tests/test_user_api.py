@@ -48,3 +48,62 @@ def test_query_timeout_argument_is_checked_and_the_session_stays_usable(value):
         with pytest.raises(ValueError, match="timeout_s"):
             s.query("SELECT 1 AS x", timeout_s=value)
         assert s.query("SELECT 2 AS x").df()["x"].tolist() == [2]
+
+
+# ---- integers stay integers when a column also holds NULL -------------------------------
+# (before: pandas turned such columns into float64, so `sql --format csv` printed ids as
+# `10935.0` and 2**53 + 1 came out as 9007199254740992)
+BIG = 2 ** 53 + 1
+MIXED_SQL = f"SELECT {BIG} AS big, 1 AS k UNION ALL SELECT NULL, 2 ORDER BY k"
+
+
+@requires_portable
+def test_query_df_keeps_integers_with_nulls_exact():
+    from perfetto_graph_ann.query.session import open_trace
+
+    with open_trace(fixture_trace("two_branch"), engine="portable") as s:
+        df = s.query(MIXED_SQL).df()
+        assert df["big"].tolist()[0] == BIG and type(df["big"].tolist()[0]) is int
+        assert df["big"].isna().tolist() == [False, True]
+        assert df["k"].tolist() == [1, 2]
+    # every column of a real table equals the engine's own cells, NULLs included
+    with open_trace(fixture_trace("seed_block_eager"), engine="portable") as s:
+        sql = "SELECT id, ts, dur, parent_id, arg_set_id, name FROM slice ORDER BY id"
+        result = s.query(sql)
+        df = s.query(sql).df()
+        for col in result.columns:
+            got = [None if v is None or (not isinstance(v, str) and pd_isna(v)) else v for v in df[col].tolist()]
+            assert got == [getattr(r, col) for r in result.rows], col
+        assert df["parent_id"].isna().any() and not df["parent_id"].isna().all()
+
+
+@requires_portable
+def test_query_many_keeps_integers_with_nulls_exact():
+    import perfetto_graph_ann as pga
+
+    df = pga.query_many([fixture_trace("two_branch"), fixture_trace("seed_block_graph")], MIXED_SQL)
+    assert df["big"].tolist()[0::2] == [BIG, BIG] and df["big"].isna().tolist() == [False, True] * 2
+
+
+@requires_portable
+def test_sql_cli_prints_integers_with_nulls_exactly(capsys):
+    import csv
+    import io
+    import json
+
+    from perfetto_graph_ann.cli.main import main
+
+    trace = str(fixture_trace("two_branch"))
+    assert main(["sql", trace, MIXED_SQL, "--format", "csv"]) == 0
+    assert list(csv.reader(io.StringIO(capsys.readouterr().out))) == [["big", "k"], [str(BIG), "1"], ["", "2"]]
+    assert main(["sql", trace, MIXED_SQL, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"big": BIG, "k": 1}, {"big": None, "k": 2}]
+    assert main(["sql", trace, MIXED_SQL]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split() for ln in lines[2:4]] == [[str(BIG), "1"], ["NULL", "2"]]
+
+
+def pd_isna(v) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))

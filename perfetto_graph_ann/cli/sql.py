@@ -41,7 +41,7 @@ def _table(df) -> str:
     import pandas as pd
 
     cols = [str(c) for c in df.columns]
-    cells = [["NULL" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v) for v in row] for row in df.itertuples(index=False, name=None)]
+    cells = [["NULL" if v is None or v is pd.NA or (isinstance(v, float) and pd.isna(v)) else str(v) for v in row] for row in df.itertuples(index=False, name=None)]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
 

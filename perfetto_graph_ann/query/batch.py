@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import EngineError, EngineNotFoundError
 from .engine import EngineConfig, create_engine, prepare_engine
 from .engine.resolve import choose_engine
+from .session import exact_frame
 
 PathArg = Union[str, "os.PathLike[str]"]
 
@@ -75,7 +76,7 @@ class _Engines:
             if cancelled:
                 raise cf.CancelledError()
             prepare_engine(eng)
-            return eng.query(sql).as_pandas_dataframe().infer_objects()
+            return exact_frame(eng.query(sql).as_pandas_dataframe())
         finally:
             eng.close()
 
@@ -125,6 +126,6 @@ def _native_batch(paths: List[Path], sql: str, config: EngineConfig, shell: str,
     btp_config = BatchTraceProcessorConfig(tp_config=tp_config(config, shell))
     try:
         with BatchTraceProcessor([str(p) for p in paths], btp_config) as btp:
-            return [df.infer_objects() for df in btp.query(sql)]
+            return [exact_frame(df) for df in btp.query(sql)]
     except PerfettoException as e:
         raise EngineError(f"{paths[0]} (and {len(paths) - 1} more): native batch query failed: {e}") from e

@@ -21,12 +21,29 @@ from .engine import Engine, EngineConfig, start_engine
 PathArg = Union[str, "os.PathLike[str]"]
 
 
+def exact_frame(cells):
+    """``cells.infer_objects()`` for a DataFrame of a query's cells (object columns), except
+    that a column of integers with NULLs becomes nullable ``Int64``: inferred, it would be
+    float64, which rounds integers above 2**53 (ids, absolute ns) and prints ids as ``12.0``."""
+    import pandas as pd
+
+    frame = cells.infer_objects()
+    for i, dtype in enumerate(frame.dtypes):
+        if dtype != "float64" or cells.dtypes.iloc[i] != object:
+            continue
+        values = cells.iloc[:, i].tolist()
+        present = [v for v in values if v is not None]
+        if len(present) < len(values) and present and all(type(v) is int for v in present):
+            frame.isetitem(i, pd.array(values, dtype="Int64"))
+    return frame
+
+
 class QueryResult:
     """The rows of one query, kept in memory: iterate rows, or take a DataFrame.
 
     Rows are perfetto's ``Row`` objects (columns as attributes), as
     ``TraceProcessor.query`` gives them; :meth:`df` is ``as_pandas_dataframe()`` with
-    column dtypes inferred (int64 / float64 / object).
+    column dtypes inferred (int64 / float64 / object; see :func:`exact_frame`).
     """
 
     def __init__(self, it: QueryResultIterator):
@@ -42,8 +59,8 @@ class QueryResult:
         return self._rows
 
     def df(self):
-        """The rows as a new pandas DataFrame."""
-        return self._it.as_pandas_dataframe().infer_objects()
+        """The rows as a new pandas DataFrame (integers kept exact: :func:`exact_frame`)."""
+        return exact_frame(self._it.as_pandas_dataframe())
 
     def tuples(self) -> List[Tuple]:
         """The rows as plain tuples, in column order."""
