@@ -113,3 +113,21 @@ def _exit_code(argv) -> int:
         return main(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 1
+
+
+@pytest.mark.parametrize("sql", [False, pytest.param(True, marks=requires_portable)])
+def test_lanes_of_a_trace_without_gpu_work_says_so(tmp_path, capsys, sql):
+    """A CPU-only trace: no pandas 'Empty DataFrame / Columns: [...] / Index: []' dumps."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress(fixture_trace("seed_block_eager").read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")]
+    assert doc["traceEvents"]
+    src = tmp_path / "cpu_only.json"
+    src.write_text(json.dumps(doc))
+    assert main(["lanes", str(src)] + ([] if sql else ["--no-sql"])) == 0
+    out = capsys.readouterr().out
+    assert "Empty DataFrame" not in out and "Index: []" not in out
+    assert out.count("no GPU work") == (2 if sql else 1)

@@ -46,6 +46,8 @@ def run(args: argparse.Namespace, out=None) -> int:
                  if key[1] != DEFAULT_GRAPH_LANE}
     table = lane_table(trace, layout, names)
     print(f"{args.trace}: GPU work per lane (graph_lanes={args.graph_lanes})", file=out)
+    if table.empty:
+        print("  (no GPU work in this trace)", file=out)
     for device, rows in table.groupby("device", sort=True):
         print(f"GPU {device}", file=out)
         print(rows.drop(columns=["device"]).to_string(index=False), file=out)
@@ -69,4 +71,4 @@ def _sql_summary(args, trace, layout, out) -> None:
         print(f"\n(SQL lane summary skipped: {e})", file=out)
         return
     print("\nSQL lane summary (graph_ann.lanes)", file=out)
-    print(df.to_string(index=False), file=out)
+    print(df.to_string(index=False) if not df.empty else "  (no GPU work in this trace)", file=out)
