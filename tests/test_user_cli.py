@@ -131,3 +131,16 @@ def test_lanes_of_a_trace_without_gpu_work_says_so(tmp_path, capsys, sql):
     out = capsys.readouterr().out
     assert "Empty DataFrame" not in out and "Index: []" not in out
     assert out.count("no GPU work") == (2 if sql else 1)
+
+
+@pytest.mark.parametrize("command", ["report", "lanes", "convert", "merge", "sql", "open"])
+def test_a_directory_as_trace_is_one_clear_line(tmp_path, capsys, command):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    extra = {"convert": ["-o", str(tmp_path / "x.pftrace")], "merge": ["-o", str(tmp_path / "x.pftrace")],
+             "sql": ["SELECT 1"], "open": ["--no-browser", "--timeout", "1"]}.get(command, [])
+    assert main([command, str(folder)] + extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfetto-graph-ann {command}: error: {folder}: ") and err.count("\n") == 1
+    assert err.count(str(folder)) == 1 and "Errno" not in err
+    assert os.listdir(tmp_path) == ["traces"]

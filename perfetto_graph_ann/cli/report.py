@@ -72,6 +72,8 @@ def is_json_trace(path: str) -> bool:
 
     if not os.path.exists(path):
         raise InputError(path, "file not found")
+    if os.path.isdir(path):
+        raise InputError(path, "is a directory, not a trace file")
     name = str(path).lower()
     if name.endswith(_JSON_SUFFIXES):
         return True
