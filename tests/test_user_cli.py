@@ -144,3 +144,31 @@ def test_a_directory_as_trace_is_one_clear_line(tmp_path, capsys, command):
     assert err.startswith(f"perfetto-graph-ann {command}: error: {folder}: ") and err.count("\n") == 1
     assert err.count(str(folder)) == 1 and "Errno" not in err
     assert os.listdir(tmp_path) == ["traces"]
+
+
+def test_errors_about_a_converted_json_trace_name_the_json_not_a_temp_file(trace, capsys, monkeypatch):
+    """report / lanes convert a JSON trace to a temporary .pftrace first; an engine problem
+    must still name the user's file (before: /tmp/pga-session-*/trace.pftrace)."""
+    src, ann = trace
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD", "0")
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_TP_SHELL", str(src.parent / "no_such_shell"))
+    assert main(["report", str(src), "-a", str(ann), "--engine", "native"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfetto-graph-ann report: error: {src}: ") and "pga-session-" not in err
+    assert main(["lanes", str(src), "-a", str(ann), "--engine", "native"]) == 0
+    out = capsys.readouterr().out
+    assert f"(SQL lane summary skipped: {src}: " in out and "pga-session-" not in out
+
+
+@requires_portable
+def test_session_of_a_converted_trace_is_named_after_the_source(trace):
+    from perfetto_graph_ann.errors import QueryError
+    from perfetto_graph_ann.query.session import open_converted
+    from perfetto_graph_ann.read.kineto import read_trace
+
+    src, _ = trace
+    with pytest.raises(QueryError) as info:
+        with open_converted(read_trace(src), engine="portable") as s:
+            assert str(s.path) == str(src)
+            s.query("SELECT no_such_column FROM slice")
+    assert str(info.value).startswith(f"{src}: ") and "pga-session-" not in str(info.value)

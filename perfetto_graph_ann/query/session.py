@@ -138,11 +138,32 @@ def open_trace(path: PathArg, engine: str = "auto", config: Optional[EngineConfi
 def open_converted(trace, layout=None, engine: str = "auto",
                    config: Optional[EngineConfig] = None) -> Iterator[Session]:
     """A session on ``trace`` (a read :class:`~perfetto_graph_ann.read.model.KinetoTrace`)
-    converted with ``layout`` to a temporary .pftrace, removed when the session closes."""
+    converted with ``layout`` to a temporary .pftrace, removed when the session closes.
+
+    The session and its errors are named after ``trace.path`` (the file the user gave), not
+    the temporary file."""
+    from ..errors import GraphAnnError
     from ..write.convert import convert
 
     with tempfile.TemporaryDirectory(prefix="pga-session-") as tmp:
         path = os.path.join(tmp, "trace.pftrace")
         convert(trace, path, layout=layout)
-        with open_trace(path, engine=engine, config=config) as session:
-            yield session
+        source = os.fspath(trace.path) if trace.path else None
+        try:
+            with open_trace(path, engine=engine, config=config) as session:
+                if source:
+                    session.path = Path(source)
+                yield session
+        except GraphAnnError as e:
+            if source:
+                _rename_file_in_error(e, path, source)
+            raise
+
+
+def _rename_file_in_error(error: Exception, old: str, new: str) -> None:
+    """Make ``error`` (raised about file ``old``) name ``new`` instead, in place."""
+    from ..errors import PathError
+
+    error.args = tuple(a.replace(old, new) if isinstance(a, str) else a for a in error.args)
+    if isinstance(error, PathError) and error.path == old:
+        error.path = new
