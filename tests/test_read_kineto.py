@@ -137,7 +137,7 @@ def test_bulk_path_declines_complete_event_without_dur_and_the_exact_path_names_
 
 
 
-_time_chars = st.text(alphabet="0123456789.-+e\"{}[]nul ", max_size=22).map(lambda s: s.encode())
+_time_chars = st.text(alphabet="0123456789.-+e\"{}[]nul ,", max_size=22).map(lambda s: s.encode())
 
 
 @settings(max_examples=400, deadline=None)
@@ -146,9 +146,9 @@ _time_chars = st.text(alphabet="0123456789.-+e\"{}[]nul ", max_size=22).map(lamb
                 min_size=1, max_size=6))
 def test_bulk_time_check_is_the_regex(raws):
     """The bytes-pass check of the bulk path accepts exactly what the reference regex accepts;
-    a value with a space inside (a JSON string or object, never a number) is always refused."""
-    text = b" ".join(raws)
-    if any(b" " in r for r in raws):
+    a value with a comma inside (a JSON string, array or object, never a number) is always refused."""
+    text = b",".join(raws)
+    if any(b"," in r for r in raws):
         assert not kineto._kineto_times(text, len(raws))
     else:
         assert kineto._kineto_times(text, len(raws)) == (kineto._KINETO_TIMES.fullmatch(text) is not None)
@@ -158,10 +158,12 @@ def test_bulk_time_check_is_the_regex(raws):
     ([b"1.000"], True), ([b"0.500", b"123456789012345.999"], True), ([b"1234567890123456.000"], False),
     ([b".000"], False), ([b"1.00"], False), ([b"1.0000"], False), ([b"1.000", b".000"], False),
     ([b"1..000"], False), ([b"1.000", b""], False), ([b"1.000", b"2"], False), ([b"-1.000"], False),
-    ([b"1.000e3"], False), ([b"1.000", b"2.000."], False), ([b"1.000 2.000"], False), ([b'"1.000"'], False),
+    ([b"1.000e3"], False), ([b"1.000", b"2.000."], False), ([b"1.000,2.000"], False), ([b'"1.000"'], False),
+    ([b"12.345", b"67.890", b"11.111"], True), ([b"12.345", b"67.890", b"1.111"], True),
+    ([b"12.345", b"67.89", b"11.111"], False), ([b"12.345", b"67.8900", b"11.111"], False),
 ])
 def test_bulk_time_check_cases(raws, ok):
-    assert kineto._kineto_times(b" ".join(raws), len(raws)) is ok
+    assert kineto._kineto_times(b",".join(raws), len(raws)) is ok
 
 
 def test_fast_decoders_accept_the_same_json_keys():
@@ -311,3 +313,12 @@ def test_split_top_random_top_levels(members, where, space):
     parts.insert(where % (len(parts) + 1), b'"traceEvents":' + space.encode() + b"[" + _EV + b"]")
     data = b"{" + b", ".join(parts) + b"}"
     assert _outcome(data) == _reference_outcome(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), kineto_times, st.builds(lambda f: f"0.{f:03d}", st.integers(0, 999))), max_size=12))
+def test_bulk_ns_is_decimal_times_1000(times):
+    """The bulk conversion (leading zeros of values below 1 us dropped, one JSON int array)
+    gives Decimal(text) * 1000 for every value, None where absent."""
+    raws = [None if t is None else msgspec.Raw(t.encode()) for t in times]
+    assert kineto._bulk_ns(raws) == [None if t is None else int(Decimal(t) * 1000) for t in times]

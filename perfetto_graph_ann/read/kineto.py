@@ -89,34 +89,37 @@ assert _KinetoEvent.__basicsize__ == TraceEvent.__basicsize__
 _FAST_EXTRA = ("bp", "s")
 _fast_decoder = msgspec.json.Decoder(List[_Event])
 _raw_decoder = msgspec.json.Decoder(List[_KinetoEvent])
-#: Kineto's time format, space-joined: at most 15 integer digits (so ns, and ts + dur, stay
+#: Kineto's time format, comma-joined: at most 15 integer digits (so ns, and ts + dur, stay
 #: below 2^63 without a range check), a point and exactly 3 decimals (so the digits without
-#: the point are the exact ns). JSON has no leading zeros, so ``int`` reads them as written.
-_KINETO_TIMES = re.compile(rb"(?:[0-9]{1,15}\.[0-9]{3} )*[0-9]{1,15}\.[0-9]{3}")
+#: the point are the exact ns). JSON has no leading zeros but in ``0.ddd``.
+_KINETO_TIMES = re.compile(rb"(?:[0-9]{1,15}\.[0-9]{3},)*[0-9]{1,15}\.[0-9]{3}")
 _DIGITS = b"0123456789"
 _DIGITS_AS_D = bytes.maketrans(_DIGITS, b"d" * 10)
 _SIXTEEN_DIGITS = b"d" * 16
+_int_list_decoder = msgspec.json.Decoder(List[int])
 
 
 def _kineto_times(text: bytes, n: int) -> bool:
-    """Whether ``text``, ``n`` JSON values joined by single spaces, is all Kineto times.
+    """Whether ``text``, ``n`` JSON values joined by single commas, is all Kineto times.
 
     The language of :data:`_KINETO_TIMES` (a test compares both), checked with a few C-level
     bytes passes instead of the regex: only digits, points and the ``n - 1`` separators; then,
-    with digits shown as ``d`` and a space appended, either every value is shaped like the
-    first, a valid ``<1-15 d>.ddd `` (one comparison: a trace's timestamps all have the same
-    number of digits), or ``n`` disjoint ``.ddd `` hold all ``n`` points and all ``n`` spaces,
-    so each value is ``<digits>.<3 digits>``, none with an empty (``.`` first or after a space)
+    with digits shown as ``d`` and a comma appended, either every value is shaped like the
+    first, a valid ``<1-15 d>.ddd,`` (one comparison: a trace's timestamps all have the same
+    number of digits), or ``n`` disjoint ``.ddd,`` hold all ``n`` points and all ``n`` commas,
+    so each value is ``<digits>.<3 digits>``, none with an empty (``.`` first or after a comma)
     or a 16-digit integer part.
     """
-    if text.translate(None, _DIGITS + b".") != b" " * (n - 1):
+    if text.translate(None, _DIGITS + b".") != b"," * (n - 1):
         return False
-    marks = text.translate(_DIGITS_AS_D) + b" "
-    width = marks.find(b" ") + 1
-    if 6 <= width <= 20 and marks[:width] == _SIXTEEN_DIGITS[: width - 5] + b".ddd " and marks == marks[:width] * n:
+    marks = text.translate(_DIGITS_AS_D) + b","
+    width = marks.find(b",") + 1
+    if 6 <= width <= 20 and marks[:width] == _SIXTEEN_DIGITS[: width - 5] + b".ddd," and marks == marks[:width] * n:
         return True
-    return (marks.count(b".ddd ") == n and marks.count(b".") == n and marks[:1] != b"."
-            and b" ." not in marks and _SIXTEEN_DIGITS not in marks)
+    return (marks.count(b".ddd,") == n and marks.count(b".") == n and marks[:1] != b"."
+            and b",." not in marks and _SIXTEEN_DIGITS not in marks)
+
+
 _top_decoder = msgspec.json.Decoder(Dict[str, msgspec.Raw])
 _generic_decoder = msgspec.json.Decoder(float_hook=Decimal)
 _KNOWN_KEYS = frozenset({"ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id"})
@@ -291,10 +294,14 @@ def _bulk_ns(raws: List[Optional[msgspec.Raw]]) -> Optional[List[Optional[int]]]
     present = [r for r in raws if r is not None]
     if not present:
         return [None] * len(raws)
-    text = b" ".join(present)
+    text = b",".join(present)
     if not _kineto_times(text, len(present)):
         return None
-    values = list(map(int, text.replace(b".", b"").split()))
+    # The digits without the point are the ns; msgspec reads them as one JSON array of ints
+    # (5x faster than int() per value) once the leading zeros of values below 1 us are gone:
+    # 0.000 -> 0, 0.005 -> 5, 0.050 -> 50, 0.500 -> 500 (JSON numbers have no other leading 0).
+    digits = (b"," + text).replace(b",0.00", b",").replace(b",0.0", b",").replace(b",0.", b",")
+    values = _int_list_decoder.decode(b"[" + digits[1:].translate(None, b".") + b"]")
     if len(present) == len(raws):
         return values
     it = iter(values)
