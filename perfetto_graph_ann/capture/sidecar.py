@@ -8,6 +8,7 @@ message starts with the path.
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -427,6 +428,20 @@ def load_annotations(path: PathLike) -> AnnotationSet:
 
 def load_annotation_files(paths: Iterable[PathLike]) -> AnnotationSet:
     """The annotations of several files (sidecars or capture records), merged in the given
-    order (:meth:`AnnotationSet.merge`); an empty set for no files."""
+    order (:meth:`AnnotationSet.merge`); an empty set for no files.
+
+    A graph recorded identically in two files (one file passed twice, a copy, its sidecar
+    next to its capture record) is kept once: as two graphs every match would tie with its
+    own duplicate and be flagged ambiguous. Graphs that differ in anything stay apart.
+    """
     sets = [load_annotations(p) for p in paths]
-    return AnnotationSet.merge(sets) if sets else AnnotationSet()
+    if not sets:
+        return AnnotationSet()
+    merged = AnnotationSet.merge(sets)
+    graphs: list = []
+    for g in merged.graphs:
+        if g not in graphs:
+            graphs.append(g)
+    if len(graphs) == len(merged.graphs):
+        return merged
+    return dataclasses.replace(merged, graphs=tuple(graphs))
