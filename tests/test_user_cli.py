@@ -172,3 +172,38 @@ def test_session_of_a_converted_trace_is_named_after_the_source(trace):
             assert str(s.path) == str(src)
             s.query("SELECT no_such_column FROM slice")
     assert str(info.value).startswith(f"{src}: ") and "pga-session-" not in str(info.value)
+
+
+def _run_cli(args, env_extra, cwd):
+    import subprocess
+    import sys
+
+    env = {**os.environ, **env_extra}
+    return subprocess.run([sys.executable, "-m", "perfetto_graph_ann", *args], cwd=cwd, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_file_name_that_is_not_utf8_does_not_crash_a_strict_terminal(tmp_path):
+    """Linux file names are bytes; with a UTF-8 locale Python's stdout is strict, so printing
+    'wrote <name>' raised UnicodeEncodeError (a traceback, exit 1) after the file was written."""
+    src = os.fsdecode(b"run\xff.json.gz")
+    out = os.fsdecode(b"out\xff.pftrace")
+    shutil.copyfile(fixture_trace("two_branch"), tmp_path / src)
+    r = _run_cli(["convert", src, "-o", out], {"PYTHONIOENCODING": "utf-8"}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert b"Traceback" not in r.stderr and r.stdout.startswith(b"wrote out")
+    assert (tmp_path / out).read_bytes()[:1] == b"\x0a"
+    r = _run_cli(["convert", src, "-o", "nodir/x.pftrace"], {"PYTHONIOENCODING": "utf-8"}, tmp_path)
+    assert r.returncode == 2 and b"Traceback" not in r.stderr and r.stderr.count(b"\n") == 1
+
+
+@requires_portable
+def test_report_on_an_ascii_terminal_does_not_crash(trace, tmp_path):
+    """The table's headers say µs: an ASCII stdout (LANG=C without UTF-8 coercion, or
+    PYTHONIOENCODING=ascii) raised UnicodeEncodeError; the report file itself stays UTF-8."""
+    src, ann = trace
+    r = _run_cli(["report", str(src), "-a", str(ann)], {"PYTHONIOENCODING": "ascii"}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert b"Lanes (graph_ann_lane)" in r.stdout and b"busy_dur (\\xb5s)" in r.stdout
+    r = _run_cli(["report", str(src), "-a", str(ann), "-o", "r.txt"], {"PYTHONIOENCODING": "ascii"}, tmp_path)
+    assert r.returncode == 0 and "busy_dur (µs)" in (tmp_path / "r.txt").read_text(encoding="utf-8")

@@ -31,7 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tolerant_output() -> None:
+    """Print what the console cannot encode as escapes instead of failing: file names are
+    bytes on Linux (one that is not UTF-8 decodes to surrogates) and the tables say µs, so a
+    strict UTF-8 or ASCII stdout raised UnicodeEncodeError after the work was done."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    _tolerant_output()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
