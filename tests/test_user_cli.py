@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 
 import pytest
@@ -207,3 +208,51 @@ def test_report_on_an_ascii_terminal_does_not_crash(trace, tmp_path):
     assert b"Lanes (graph_ann_lane)" in r.stdout and b"busy_dur (\\xb5s)" in r.stdout
     r = _run_cli(["report", str(src), "-a", str(ann), "-o", "r.txt"], {"PYTHONIOENCODING": "ascii"}, tmp_path)
     assert r.returncode == 0 and "busy_dur (µs)" in (tmp_path / "r.txt").read_text(encoding="utf-8")
+
+
+def _graphed_kernels(name) -> int:
+    """GPU work launched by a cudaGraphLaunch, counted straight from the fixture JSON."""
+    import gzip
+    import json
+
+    events = json.loads(gzip.decompress(fixture_trace(name).read_bytes()))["traceEvents"]
+    launches = {e["args"]["correlation"] for e in events if e.get("name") == "cudaGraphLaunch"}
+    return sum(1 for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+               and e["args"].get("correlation") in launches)
+
+
+def test_annotations_that_match_nothing_are_warned_about(tmp_path, capsys):
+    """A sidecar saved before the capture (no graphs), or one from another run: the join
+    silently left every graphed kernel unplaced; now one warning line names the files."""
+    from perfetto_graph_ann.capture.annotations import AnnotationSet
+    from perfetto_graph_ann.capture.sidecar import save_annotations
+
+    empty = save_annotations(tmp_path / "empty.json", AnnotationSet())
+    src = fixture_trace("two_branch")
+    n = _graphed_kernels("two_branch")
+    assert main(["convert", str(src), "--annotations", empty, "-o", str(tmp_path / "a.pftrace")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"none of the {n} graph-launched GPU events" in err and empty in err
+    # a capture record of another graph: most events stay unmatched
+    seed = fixture_trace("seed_block_annotated")
+    other = str(fixture_capture("two_branch"))
+    assert main(["convert", str(seed), "--annotations", other, "-o", str(tmp_path / "b.pftrace")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(rf"\b\d+ of the {_graphed_kernels('seed_block_annotated')} "
+                                              r"graph-launched GPU events", err) and other in err
+    # the right annotations: nothing to warn about
+    assert main(["convert", str(src), "--annotations", str(fixture_capture("two_branch")),
+                 "-o", str(tmp_path / "c.pftrace")]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["merge", str(src), "-a", empty, "-o", str(tmp_path / "m.pftrace")]) == 0
+    assert f"none of the {n} graph-launched GPU events" in capsys.readouterr().err
+
+
+@requires_portable
+def test_report_warns_about_annotations_that_match_nothing(tmp_path, capsys):
+    from perfetto_graph_ann.capture.annotations import AnnotationSet
+    from perfetto_graph_ann.capture.sidecar import save_annotations
+
+    empty = save_annotations(tmp_path / "empty.json", AnnotationSet())
+    assert main(["report", str(fixture_trace("two_branch")), "-a", empty, "-o", str(tmp_path / "r.txt")]) == 0
+    assert f"none of the {_graphed_kernels('two_branch')} graph-launched GPU events" in capsys.readouterr().err

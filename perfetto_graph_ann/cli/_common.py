@@ -22,6 +22,21 @@ def load_annotation_files(paths: Sequence[str]):
     return load(paths)
 
 
+def warn_unmatched(report, annotation_paths: Sequence[str], out=None) -> None:
+    """One warning line on stderr when annotations were given but graphed GPU work stayed
+    unmatched (a sidecar saved before the capture, or from another run): the join itself
+    only counts them, and they silently keep the default lane."""
+    if not annotation_paths or not report.graphed or not report.unmatched:
+        return
+    files = ", ".join(annotation_paths)
+    if report.unmatched == report.graphed:
+        what = f"none of the {report.graphed} graph-launched GPU events matched the annotations in {files} " \
+               "(are they from this run?)"
+    else:
+        what = f"{report.unmatched} of the {report.graphed} graph-launched GPU events matched no annotation in {files}"
+    print(f"warning: {what}", file=out or sys.stderr)
+
+
 def write_output(text: str, output: Optional[str]) -> None:
     """Write ``text`` to ``output`` (atomically, UTF-8) or, when it is None, to stdout."""
     if output:

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ..read.kineto import read_trace
     from ..write.convert import ConvertConfig, convert
-    from ._common import refuse_input_as_output
+    from ._common import refuse_input_as_output, warn_unmatched
 
     refuse_input_as_output(args.output, [args.input, *args.annotations])
     trace = read_trace(args.input)
@@ -54,6 +54,8 @@ def _run(args: argparse.Namespace) -> int:
         from ._common import load_annotation_files
 
         layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+        if not args.quiet:
+            warn_unmatched(layout.report, args.annotations)
     out = args.output
     if out.endswith(".json") or out.endswith(".json.gz"):
         from ..write.chrome_json import write_chrome_json

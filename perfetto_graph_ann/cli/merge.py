@@ -25,13 +25,13 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, out=None) -> int:
     from ..errors import InputError, OutputError
     from ..write.merge import merge
-    from ._common import load_annotation_files, refuse_input_as_output
+    from ._common import load_annotation_files, refuse_input_as_output, warn_unmatched
 
     out = out or sys.stdout
     refuse_input_as_output(args.output, [*args.traces, *args.annotations])
     if args.output.lower().endswith((".json", ".json.gz")):
         raise OutputError(args.output, "merge writes a Perfetto protobuf trace, not JSON: name the output "
-                                       ".pftrace (or .pftrace.gz)")
+                                       ".pftrace")
     n = len(args.traces)
     if not args.annotations:
         annotations = None
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace, out=None) -> int:
         raise InputError(args.annotations[0], f"--annotations given {len(args.annotations)} times for {n} traces: "
                                               "give it once (all ranks) or once per trace")
     report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes)
-    for rank, path in zip(report.ranks, args.traces):
+    for i, (rank, path) in enumerate(zip(report.ranks, args.traces)):
         shift = report.shifts_ns[rank]
         print(f"rank {rank}: {path} (clock shift {shift} ns)", file=out)
         layout = report.layouts.get(rank)
@@ -52,5 +52,6 @@ def run(args: argparse.Namespace, out=None) -> int:
             r = layout.report
             print(f"  join: {r.total} GPU events, {r.graphed} graphed, matched {r.matched}, "
                   f"{r.ambiguous} ambiguous, {r.unmatched} unmatched", file=out)
+            warn_unmatched(r, args.annotations if len(args.annotations) == 1 else [args.annotations[i]])
     print(f"wrote {args.output}", file=out)
     return 0

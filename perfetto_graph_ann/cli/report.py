@@ -191,5 +191,8 @@ def _read_and_join(args: argparse.Namespace):
     if not args.annotations:
         return trace, None
     from ..join import join
+    from ._common import warn_unmatched
 
-    return trace, join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+    layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+    warn_unmatched(layout.report, args.annotations)
+    return trace, layout
