@@ -52,3 +52,17 @@ def test_two_different_graphs_with_one_exec_id_still_tie(tmp_path):
     assert layout.report.ambiguous == layout.report.graphed == 15
     doc = json.loads(open(other).read())
     assert doc["graphs"][0]["exec_id"] == g.exec_id
+
+
+@pytest.mark.parametrize("name", ["two_branch", "seed_block_annotated"])
+def test_a_json_sidecar_edited_by_an_editor_that_adds_a_bom_still_loads(tmp_path, name):
+    """The JSON sidecar is the form "for humans"; Windows editors save UTF-8 with a BOM, which
+    was reported as 'not an annotation sidecar'."""
+    plain = save_annotations(tmp_path / "a.json", load_annotations(fixture_capture(name)))
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + open(plain, "rb").read())
+    got, want = load_annotations(bom), load_annotations(plain)
+    assert (got.graphs, dict(got.lanes), got.backend) == (want.graphs, dict(want.lanes), want.backend)
+    cap = tmp_path / "bom.capture.json"  # a capture record too
+    cap.write_bytes(b"\xef\xbb\xbf" + fixture_capture(name).read_bytes())
+    assert load_annotations(cap).graphs == load_annotations(fixture_capture(name)).graphs

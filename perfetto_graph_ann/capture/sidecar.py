@@ -411,6 +411,8 @@ def load_annotations(path: PathLike) -> AnnotationSet:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
             raise SidecarError(path, f"corrupt gzip: {e}") from e
+    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 BOM, as Windows editors save the JSON form
+        data = data[3:]
     if not data.strip():
         raise SidecarError(path, "empty file")
     if data.lstrip()[:1] in (b"{", b"["):
