@@ -1,7 +1,7 @@
 """Benchmark: convert vs a plain ``json.load`` of the same file, output size, peak RSS
 (default typed args, and the opt-in compact shape args ``ConvertConfig(shape_args="string")``).
 
-    python benchmarks/convert.py [--events 120000] [--graph-events 200000] [--repeat 3]
+    python benchmarks/convert.py [--events 120000] [--graph-events 200000] [--repeat 3] [--fresh 5]
 
 For each bundled fixture, a large synthetic trace (``benchmarks/synth.py``: eager CPU ops with
 ``record_shapes`` arrays, launches, kernels, graph replays, NCCL) and a large kernel-heavy
@@ -10,7 +10,8 @@ correlations, i.e. kernels, their launches and ``ac2g`` flows; 0 leaves it out) 
 in one run: ``json.load`` time of the (decompressed) file, ``read_trace`` alone, convert time (read + write,
 fast encoder; also the perfetto.protos reference encoder on the synthetic trace), events
 per second, the time ratio, output bytes vs raw and gzipped JSON, and the peak RSS of a
-conversion in a fresh process. Best of ``--repeat`` runs for each timing.
+conversion in a fresh process. Best of ``--repeat`` runs for each timing. ``--fresh N``: also
+``json.load`` and ``convert()`` of the graph trace as the first call of N fresh processes each.
 """
 from __future__ import annotations
 
@@ -107,12 +108,32 @@ def row(name: str, json_path: Path, tmp: Path, repeat: int, encoders=("fast",)) 
             "rss_mb": peak_rss_mb(json_path, out), "json_rss_mb": json_rss_mb(json_path)}
 
 
+_FRESH = ("import sys, time{imp}; c = time.process_time(); {call}; print(time.process_time() - c)")
+
+
+def fresh_cpu(src: Path, out: Path, runs: int) -> dict:
+    """CPU time of ``json.load`` and of ``convert()`` as the first thing a fresh process does
+    (the way a user compares them), ``runs`` processes each, alternating."""
+    calls = {"json": _FRESH.format(imp=", json", call="json.load(open(sys.argv[1], 'rb'))"),
+             "convert": _FRESH.format(imp="; from perfetto_graph_ann.write.convert import convert, ConvertConfig",
+                                      call="convert(sys.argv[1], sys.argv[2], ConvertConfig(progress=False))")}
+    got: dict = {k: [] for k in calls}
+    for _ in range(runs):
+        for k, code in calls.items():
+            r = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True, check=True)
+            got[k].append(float(r.stdout.strip()))
+    return got
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=120_000)
     ap.add_argument("--graph-events", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--fresh", type=int, default=5,
+                    help="fresh processes each for json.load / convert() of the graph trace (0: skip)")
     a = ap.parse_args()
+    fresh = None
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -127,6 +148,8 @@ def main() -> None:
             graph = tmp / "graph.json"
             graph.write_bytes(dumps(make_trace(a.graph_events, fixtures=GRAPH_FIXTURES)))
             rows.append(row(f"graph replays {a.graph_events // 1000}k", graph, tmp, a.repeat))
+            if a.fresh:
+                fresh = fresh_cpu(graph, tmp / "fresh.pftrace", a.fresh)
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("Times: best of the interleaved rounds; CPU = process_time, wall in parentheses.\n")
@@ -150,6 +173,13 @@ def main() -> None:
           f"({c['file_protos'] / c['json']:.2f}x json.load), in memory {c['mem_protos']:.3f} s "
           f"({c['mem_protos'] / c['json']:.2f}x); hand-written encoder {c['file_fast'] / c['json']:.2f}x / "
           f"{c['mem_fast'] / c['json']:.2f}x")
+
+    if fresh:
+        j, c = sorted(fresh["json"]), sorted(fresh["convert"])
+        print(f"\nfresh processes, graph replays (CPU of the call, {len(j)} each, alternating): json.load "
+              f"{j[0]:.3f}-{j[-1]:.3f} s (median {j[len(j) // 2]:.3f}), convert() {c[0]:.3f}-{c[-1]:.3f} s "
+              f"(median {c[len(c) // 2]:.3f}): median ratio {c[len(c) // 2] / j[len(j) // 2]:.2f}")
+
 
 if __name__ == "__main__":
     main()
