@@ -256,3 +256,14 @@ def test_report_warns_about_annotations_that_match_nothing(tmp_path, capsys):
     empty = save_annotations(tmp_path / "empty.json", AnnotationSet())
     assert main(["report", str(fixture_trace("two_branch")), "-a", empty, "-o", str(tmp_path / "r.txt")]) == 0
     assert f"none of the {_graphed_kernels('two_branch')} graph-launched GPU events" in capsys.readouterr().err
+
+
+def test_convert_takes_a_like_lanes_report_and_merge(trace, tmp_path):
+    """``-a`` is the short form of ``--annotations`` on every command that reads a sidecar."""
+    src, ann = trace
+    short, long = tmp_path / "short.pftrace", tmp_path / "long.pftrace"
+    assert main(["convert", str(src), "-a", str(ann), "-o", str(short), "-q"]) == 0
+    assert main(["convert", str(src), "--annotations", str(ann), "-o", str(long), "-q"]) == 0
+    plain = tmp_path / "plain.pftrace"
+    assert main(["convert", str(src), "-o", str(plain), "-q"]) == 0
+    assert _digest(short) == _digest(long) != _digest(plain)

@@ -20,7 +20,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("input", metavar="IN", help="torch.profiler trace, .json or .json.gz")
     p.add_argument("-o", "--output", metavar="OUT", required=True,
                    help="output: .pftrace (or .pftrace.gz); .json/.json.gz writes annotated Chrome JSON")
-    p.add_argument("--annotations", metavar="SIDECAR", action="append", default=[],
+    p.add_argument("--annotations", "-a", metavar="SIDECAR", action="append", default=[],
                    help="annotation sidecar or capture record (repeatable); enables semantic lanes")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
                    help="with --annotations: move graphed kernels to their lanes (all) or keep streams (none)")
