@@ -7,13 +7,14 @@ the float rounding that a plain ``json.load`` would add (Kineto writes microseco
 
 Two decoding paths produce the same events:
 
-* a fast path decodes ``traceEvents`` into a typed msgspec Struct that knows every key
-  torch.profiler writes (``forbid_unknown_fields``), with ``ts`` / ``dur`` kept as their JSON
-  text (``msgspec.Raw``); when every time is written as Kineto writes it (digits, a point,
-  3 decimals) all of them are turned into integer ns in one bulk pass (a format check of
-  the joined text, drop the points, ``int``): exact, and what makes convert faster than a
-  plain ``json.load``. Any other time (an int, more decimals, an exponent, a sign, null)
-  sends the file to the exact path: the same Struct with ``Decimal`` times, per event;
+* a fast path decodes ``traceEvents`` straight into :class:`TraceEvent` objects (through
+  ``_KinetoEvent``, a typed Struct that knows every key torch.profiler writes,
+  ``forbid_unknown_fields``), with ``ts`` / ``dur`` kept as their JSON text (``msgspec.Raw``);
+  when every time is written as Kineto writes it (digits, a point, 3 decimals) all of them
+  are turned into integer ns in one bulk pass (a format check of the joined text, drop the
+  points, one JSON int array): exact, and what makes convert faster than a plain
+  ``json.load``. Any other time (an int, more decimals, an exponent, a sign, null) sends the
+  file to the exact path: a Struct with the same keys and ``Decimal`` times, per event;
 * when the typed decode refuses the file (an unknown key, a wrong type), a generic path decodes
   plain dicts, keeps unknown keys in ``TraceEvent.extra`` and names the exact problem.
 
