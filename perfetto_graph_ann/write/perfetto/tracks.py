@@ -2,7 +2,10 @@
 
 * GPU: one global root track per device, ``GPU <n>`` (description: the device name), with
   one child per lane ordered by lane id (EXPLICIT ordering); lanes are named from
-  ``LaneLayout.lane_names`` or ``stream <id>``. Spill tracks of a lane repeat its name and rank.
+  ``LaneLayout.lane_names``, else the trace's own ``thread_name`` for that GPU pid / tid
+  when it is not Kineto's default ``stream N`` (so our annotated Chrome JSON's ``61 mlp``
+  survives a conversion back, as in Perfetto's JSON importer), else ``stream <id>``.
+  Spill tracks of a lane repeat its name and rank.
 * CPU: a process track per pid (Kineto's ``process_name`` / ``process_labels`` /
   ``process_sort_index``) and a thread track per (pid, tid) (``thread_name``,
   ``thread_sort_index``); spill tracks of a thread, and threads whose tid does not fit in
@@ -14,7 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -27,6 +30,12 @@ Home = Tuple[Any, ...]
 
 def _is_int(v: Any) -> bool:
     return type(v) is int
+
+
+def _is_default_lane_name(name: str) -> bool:
+    """Kineto's own GPU thread names (``"stream 7 "``), empty ones, and ours (``stream 7``)."""
+    words = name.split()
+    return not words or words[0] == "stream"
 
 
 def _clamp32(v: int) -> int:
@@ -53,6 +62,8 @@ class TrackTable:
         self.thread_name: Dict[Tuple[Any, Any], str] = {}
         self.thread_sort: Dict[Tuple[Any, Any], int] = {}
         self.device_names: Dict[int, str] = {}
+        #: pids holding GPU work (set by the writer): their ``thread_name`` metadata names lanes
+        self.gpu_pids: Set[Any] = set()
         for p in trace.device_properties:
             if isinstance(p, dict) and _is_int(p.get("id")) and isinstance(p.get("name"), str):
                 self.device_names[p["id"]] = p["name"]
@@ -161,7 +172,15 @@ class TrackTable:
         return u
 
     def lane_name(self, device: int, lane: int) -> str:
-        return self._lane_names.get((device, lane)) or f"stream {lane}"
+        """The join's name, else the trace's own non-default thread name, else ``stream <lane>``."""
+        name = self._lane_names.get((device, lane))
+        if name:
+            return name
+        if device in self.gpu_pids:
+            name = self.thread_name.get((device, lane))
+            if name is not None and not _is_default_lane_name(name):
+                return name
+        return f"stream {lane}"
 
     def _create(self, home: Home, spill: int) -> int:
         kind = home[0]

@@ -114,6 +114,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         elif ph == "M" and tracks.consume_metadata(e):
             stats.metadata += 1
             kinds[e.index] = -1
+    tracks.gpu_pids = gpu_pids
 
     # 2. homes and spans
     by_home: Dict[Tuple, List[Tuple[int, int, int]]] = {}  # home -> spans (ts, -dur, index)
