@@ -83,3 +83,23 @@ def test_join_lane_names_win_over_the_json_thread_names(annotated_json, tmp_path
     got = decode(out)
     by_stream = {s.args["stream"]: got.track_name(s.track) for s in got.slices if s.cat == "kernel"}
     assert by_stream[61] == "61 renamed" and by_stream[62] == "62 attention" and by_stream[7] == "stream 7"
+
+
+# -- 2. merge of a trace whose path is not valid UTF-8 ----------------------------------------
+def test_merge_accepts_a_path_that_is_not_utf8(tmp_path, capsys):
+    import os
+    import shutil
+
+    from perfetto_graph_ann.cli.main import main
+
+    src = os.path.join(os.fsdecode(tmp_path), os.fsdecode(b"b\xff.json.gz"))  # a byte file name, as Linux allows
+    shutil.copyfile(fixture_trace("two_branch"), src)
+    out = tmp_path / "m.pftrace"
+    assert main(["merge", src, "-o", str(out)]) == 0, capsys.readouterr().err
+    doc = _load(src)
+    got = decode(out)
+    kernels = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_WORK)
+    assert sum(1 for s in got.slices if s.cat in GPU_WORK) == kernels
+    group = next(d for d in got.tracks.values() if d.name == "Rank 0")
+    # the undecodable byte is shown as an escape, like the CLI prints such names
+    assert group.description == "rank 0 from " + os.path.join(str(tmp_path), "b\\xff.json.gz")

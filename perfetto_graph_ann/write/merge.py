@@ -62,6 +62,15 @@ def _remap64(rank: int, kind: str, value: int) -> int:
     return int.from_bytes(h, "little") & 0x7FFFFFFFFFFFFFFF or 1
 
 
+def _printable(path: str) -> str:
+    """``path`` as text a protobuf string can hold: a file name that is not UTF-8 (Linux names
+    are bytes; Python decodes the odd bytes to lone surrogates) shows them as ``\\xff`` escapes."""
+    try:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    except UnicodeError:  # a lone surrogate no file system name decodes to
+        return path.encode("utf-8", "backslashreplace").decode("ascii")
+
+
 def rank_group_uuid(rank: int) -> int:
     """uuid of the ``Rank <r>`` group track."""
     return _remap64(rank, "rank-group", 0)
@@ -105,7 +114,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
     gd = group.track_descriptor
     gd.uuid = rank_group_uuid(r)
     gd.name = f"Rank {r}"
-    gd.description = f"rank {r}" + (f" from {rt.source}" if rt.source else "")
+    gd.description = f"rank {r}" + (f" from {_printable(rt.source)}" if rt.source else "")
     gd.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
     gd.sibling_order_rank = r
     out.append(group.SerializeToString())
