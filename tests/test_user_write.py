@@ -103,3 +103,31 @@ def test_merge_accepts_a_path_that_is_not_utf8(tmp_path, capsys):
     group = next(d for d in got.tracks.values() if d.name == "Rank 0")
     # the undecodable byte is shown as an escape, like the CLI prints such names
     assert group.description == "rank 0 from " + os.path.join(str(tmp_path), "b\\xff.json.gz")
+
+
+# -- 3. merge gzips by name (and on --gzip), as convert does -----------------------------------
+def _kernel_count(path) -> int:
+    return sum(1 for e in _load(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_WORK)
+
+
+@pytest.mark.parametrize("name, flag", [("m.pftrace.gz", []), ("m.pftrace", ["--gzip"])])
+def test_merge_gzips_like_convert(tmp_path, capsys, name, flag):
+    from perfetto_graph_ann.cli.main import main
+
+    out = tmp_path / name
+    assert main(["merge", str(fixture_trace("two_branch")), "-o", str(out), *flag]) == 0, capsys.readouterr().err
+    assert out.read_bytes()[:2] == b"\x1f\x8b"  # gzip magic
+    got = decode(out)  # decodes the gunzipped bytes
+    assert sum(1 for s in got.slices if s.cat in GPU_WORK) == _kernel_count(fixture_trace("two_branch"))
+
+
+def test_merge_python_api_gzips_by_name(tmp_path):
+    from perfetto_graph_ann.write.merge import merge
+
+    plain, packed = tmp_path / "m.pftrace", tmp_path / "m.pftrace.gz"
+    merge([fixture_trace("two_branch")], plain)
+    merge([fixture_trace("two_branch")], packed)
+    assert plain.read_bytes()[:2] != b"\x1f\x8b"
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    merge([fixture_trace("two_branch")], plain, gzip=True)
+    assert gzip.decompress(plain.read_bytes()) == gzip.decompress(packed.read_bytes())

@@ -14,10 +14,11 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="merge several ranks' traces into one .pftrace",
                        description=__doc__.split("\n\n")[1])
     p.add_argument("traces", nargs="+", metavar="TRACE", help="torch.profiler trace of one rank (.json / .json.gz)")
-    p.add_argument("-o", "--output", required=True, help="merged .pftrace to write")
+    p.add_argument("-o", "--output", required=True, help="merged .pftrace (or .pftrace.gz) to write")
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
                    help="annotation sidecar / capture record: once for every rank, or once per trace in order")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all")
+    p.add_argument("--gzip", action="store_true", help="gzip the output (also implied by a .gz name)")
     p.set_defaults(func=run)
     return p
 
@@ -43,7 +44,8 @@ def run(args: argparse.Namespace, out=None) -> int:
     else:
         raise InputError(args.annotations[0], f"--annotations given {len(args.annotations)} times for {n} traces: "
                                               "give it once (all ranks) or once per trace")
-    report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes)
+    report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes,
+                   gzip=True if args.gzip else None)
     for i, (rank, path) in enumerate(zip(report.ranks, args.traces)):
         shift = report.shifts_ns[rank]
         print(f"rank {rank}: {path} (clock shift {shift} ns)", file=out)

@@ -203,11 +203,12 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
 
 
 def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Sequence[Optional[AnnotationSet]]] = None,
-          graph_lanes: str = "all") -> MergeReport:
+          graph_lanes: str = "all", gzip: Optional[bool] = None) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
     ``annotations``: None, or one entry per trace (None where a rank has none). The rank
-    is the trace's ``distributedInfo.rank``, else its position. Written atomically.
+    is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
+    as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``.
     """
     from ..join import join
     from ..read.kineto import read_trace
@@ -237,7 +238,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
             finally:
                 del trace
         ranks.append(RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout))
-    atomic_write_bytes(out, merge_converted(ranks), compress=False)
+    atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
                        {rt.rank: rt.layout for rt in ranks})
