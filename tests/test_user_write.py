@@ -131,3 +131,84 @@ def test_merge_python_api_gzips_by_name(tmp_path):
     assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
     merge([fixture_trace("two_branch")], plain, gzip=True)
     assert gzip.decompress(plain.read_bytes()) == gzip.decompress(packed.read_bytes())
+
+
+# -- 4. the Python convert() refuses what the CLI refuses ---------------------------------------
+@pytest.fixture
+def copied(tmp_path):
+    import shutil
+
+    src = tmp_path / "run.json.gz"
+    shutil.copyfile(fixture_trace("two_branch"), src)
+    return src
+
+
+def _sha(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.mark.parametrize("name", ["x.json", "x.json.gz", "X.JSON"])
+def test_convert_refuses_a_json_output_name(copied, tmp_path, name):
+    from perfetto_graph_ann.errors import GraphAnnError, OutputError
+
+    out = tmp_path / name
+    with pytest.raises(OutputError) as err:
+        convert(copied, out)
+    assert isinstance(err.value, GraphAnnError) and str(err.value).startswith(f"{out}: ")
+    assert "JSON" in str(err.value)
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run.json.gz"]
+
+
+@pytest.mark.parametrize("how", ["path", "read trace", "link"])
+def test_convert_refuses_to_overwrite_its_input(copied, tmp_path, how):
+    import os
+
+    from perfetto_graph_ann.errors import OutputError
+
+    before = _sha(copied)
+    src = read_trace(copied) if how == "read trace" else copied
+    out = copied
+    if how == "link":
+        out = tmp_path / "link.pftrace"
+        os.link(copied, out)
+    with pytest.raises(OutputError) as err:
+        convert(src, out)
+    assert str(err.value).startswith(f"{out}: ") and "input" in str(err.value)
+    assert _sha(copied) == before
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".pga-tmp-")]
+
+
+def test_merge_refuses_json_names_and_its_inputs(copied, tmp_path):
+    from perfetto_graph_ann.errors import OutputError
+    from perfetto_graph_ann.write.merge import merge
+
+    before = _sha(copied)
+    for out in (copied, tmp_path / "m.json"):
+        with pytest.raises(OutputError) as err:
+            merge([copied], out)
+        assert str(err.value).startswith(f"{out}: ")
+    assert _sha(copied) == before and not (tmp_path / "m.json").exists()
+
+
+def test_export_writes_json_for_an_upper_case_json_name(tmp_path):
+    """export() picks the format by name; the check and the choice agree on ``.JSON``."""
+    from perfetto_graph_ann.capture.annotations import AnnotationSet
+    from perfetto_graph_ann.write.export import export
+
+    class Prof:  # what export() uses of a torch.profiler profile
+        def export_chrome_trace(self, path):
+            open(path, "wb").write(gzip.decompress(fixture_trace("two_branch").read_bytes()))
+
+    out = tmp_path / "run.JSON"
+    export(Prof(), out, annotations=AnnotationSet())
+    assert _load(out)["traceEvents"]
+
+
+def test_cli_convert_writes_json_for_an_upper_case_json_name(copied, tmp_path, capsys):
+    from perfetto_graph_ann.cli.main import main
+
+    out = tmp_path / "out.JSON"
+    assert main(["convert", str(copied), "-o", str(out), "-q"]) == 0, capsys.readouterr().err
+    assert len(_load(out)["traceEvents"]) == len(_load(copied)["traceEvents"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from typing import Optional, Sequence
 
@@ -67,20 +66,9 @@ def positive_seconds(text: str) -> float:
 
 
 def refuse_input_as_output(output: Optional[str], inputs: Sequence[str]) -> None:
-    """Raise :class:`OutputError` when ``output`` is one of ``inputs`` (by name, link or hard link).
+    """Raise :class:`OutputError` when ``output`` is one of ``inputs`` (by name, link or hard link):
+    :func:`perfetto_graph_ann.util.atomic.refuse_input_as_output`, which ``convert()`` and
+    ``merge()`` apply too."""
+    from ..util.atomic import refuse_input_as_output as refuse
 
-    Every output replaces its target by a rename, so an input named as the output would be
-    lost once the command succeeds.
-    """
-    from ..errors import OutputError
-
-    if not output or not os.path.exists(output):
-        return
-    for path in inputs:
-        try:
-            same = os.path.samefile(output, path)
-        except OSError:  # a missing or unreadable input is reported by the reader
-            continue
-        if same:
-            raise OutputError(output, f"is also an input of this command ({path}); writing the output there "
-                                      "would replace it: choose another output path")
+    refuse(output, inputs)

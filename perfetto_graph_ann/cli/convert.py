@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ..read.kineto import read_trace
-    from ..write.convert import ConvertConfig, convert
+    from ..write.convert import ConvertConfig, convert, is_json_name
     from ._common import refuse_input_as_output, warn_unmatched
 
     refuse_input_as_output(args.output, [args.input, *args.annotations])
@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
         if not args.quiet:
             warn_unmatched(layout.report, args.annotations)
     out = args.output
-    if out.endswith(".json") or out.endswith(".json.gz"):
+    if is_json_name(out):  # any case: convert() refuses a protobuf trace under such a name
         from ..write.chrome_json import write_chrome_json
 
         write_chrome_json(trace, out, layout)

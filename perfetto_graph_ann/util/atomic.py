@@ -13,7 +13,7 @@ import os
 import signal
 import tempfile
 import threading
-from typing import IO, Iterator, Optional
+from typing import IO, Iterator, Optional, Sequence
 
 from ..errors import OutputError, PathLike
 
@@ -114,6 +114,26 @@ def _discard(raw: IO, tmp: str) -> None:
         raw.close()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
+
+
+def refuse_input_as_output(output: Optional[PathLike], inputs: Sequence[Optional[PathLike]]) -> None:
+    """Raise :class:`OutputError` when ``output`` is one of ``inputs`` (by name, link or hard link).
+
+    Every output replaces its target by a rename, so an input named as the output would be
+    lost once the command succeeds. Shared by the CLI and the Python entry points.
+    """
+    if not output or not os.path.exists(output):
+        return
+    for path in inputs:
+        if path is None:
+            continue
+        try:
+            same = os.path.samefile(output, path)
+        except (OSError, ValueError):  # a missing or unreadable input is reported by the reader
+            continue
+        if same:
+            raise OutputError(output, f"is also an input of this command ({os.fspath(path)}); writing the output "
+                                      "there would replace it: choose another output path")
 
 
 def atomic_write_bytes(path: PathLike, data: bytes, compress: Optional[bool] = None) -> None:

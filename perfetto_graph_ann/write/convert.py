@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import os
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from ..errors import PathLike
+from ..errors import OutputError, PathLike
 from ..read.kineto import read_trace
 from ..read.model import KinetoTrace
-from ..util.atomic import atomic_write
+from ..util.atomic import atomic_write, refuse_input_as_output
 from .perfetto import WriterConfig, WriteStats, write_perfetto
 
 if TYPE_CHECKING:  # annotation only: importing the join package costs ~18 ms a conversion
@@ -45,8 +46,12 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
 
     ``layout`` (from the join) moves GPU events to their lanes and adds their args.
     Bad input raises :class:`~perfetto_graph_ann.errors.TraceFormatError` before anything
-    is written; a failed write leaves no file (and any previous ``out`` untouched).
+    is written; a failed write leaves no file (and any previous ``out`` untouched). An ``out``
+    that is the input, or has a Chrome JSON name, raises
+    :class:`~perfetto_graph_ann.errors.OutputError` (as the CLI refuses them).
     """
+    check_protobuf_output(out, [src.path if isinstance(src, KinetoTrace) else src],
+                          "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
     with paused_gc():
         trace = src if isinstance(src, KinetoTrace) else read_trace(src)
         wc = WriterConfig(encoder=config.encoder, progress=config.progress, shape_args=config.shape_args)
@@ -59,6 +64,27 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             # allocation after re-enabling it would trigger a pass over the whole dying
             # trace (measured: +0.15 s CPU on a 200k-event trace; benchmarks/convert.py).
             del trace
+
+
+#: Output names that mean (annotated) Chrome JSON rather than a Perfetto protobuf trace.
+JSON_SUFFIXES = (".json", ".json.gz")
+
+
+def is_json_name(path: PathLike) -> bool:
+    """Whether ``path`` names a Chrome JSON file (``.json`` / ``.json.gz``, any case)."""
+    return os.fspath(path).lower().endswith(JSON_SUFFIXES)
+
+
+def check_protobuf_output(out: PathLike, inputs: "list[PathLike | str | None]", hint: str) -> None:
+    """Refuse, before any work, a protobuf output that has a JSON name or would replace an input.
+
+    Raises :class:`~perfetto_graph_ann.errors.OutputError` naming ``out``; ``hint`` says
+    where the JSON form is written instead.
+    """
+    refuse_input_as_output(out, inputs)
+    if is_json_name(out):
+        raise OutputError(out, f"is a Chrome JSON name (.json / .json.gz) but a Perfetto protobuf trace is "
+                               f"written here: name the output .pftrace ({hint})")
 
 
 @contextlib.contextmanager

@@ -23,9 +23,6 @@ from ..join.model import LaneLayout
 
 AnnotationsArg = Union[AnnotationSet, PathLike, None]
 
-_JSON_SUFFIXES = (".json", ".json.gz")
-
-
 def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
     if annotations is None:
         from ..capture.registry import REGISTRY
@@ -90,7 +87,9 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
     ann = _annotations(annotations)
     trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
     layout = join(trace, ann, graph_lanes=graph_lanes)
-    if out.endswith(_JSON_SUFFIXES):
+    from .convert import is_json_name
+
+    if is_json_name(out):
         from .chrome_json import write_chrome_json
 
         write_chrome_json(trace, out, layout)

@@ -208,13 +208,15 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
 
     ``annotations``: None, or one entry per trace (None where a rank has none). The rank
     is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
-    as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``.
+    as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``;
+    an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
     """
     from ..join import join
     from ..read.kineto import read_trace
-    from .convert import paused_gc
+    from .convert import check_protobuf_output, paused_gc
     from .perfetto import write_perfetto
 
+    check_protobuf_output(out, list(traces), "merge writes only Perfetto traces")
     if annotations is not None and len(annotations) != len(traces):
         raise ValueError(f"{len(annotations)} annotation sets for {len(traces)} traces")
     ranks: List[RankTrace] = []
