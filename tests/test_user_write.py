@@ -212,3 +212,48 @@ def test_cli_convert_writes_json_for_an_upper_case_json_name(copied, tmp_path, c
     out = tmp_path / "out.JSON"
     assert main(["convert", str(copied), "-o", str(out), "-q"]) == 0, capsys.readouterr().err
     assert len(_load(out)["traceEvents"]) == len(_load(copied)["traceEvents"])
+
+
+# -- 5. GPU work without a device arg is written with the device it was placed under -----------
+def _without_device(tmp_path):
+    """two_branch with ``args.device`` removed from its first kernel and first memcpy/memset."""
+    doc = _load(fixture_trace("two_branch"))
+    dropped = set()
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in GPU_WORK and e["cat"] not in dropped:
+            del e["args"]["device"]
+            dropped.add(e["cat"])
+    assert "kernel" in dropped
+    src = tmp_path / "nodevice.json"
+    src.write_text(json.dumps(doc))
+    return src, doc
+
+
+def test_gpu_work_without_device_arg_gets_its_device(tmp_path):
+    src, doc = _without_device(tmp_path)
+    out = tmp_path / "nodevice.pftrace"
+    convert(src, out)
+    got = decode(out)
+    expected = sorted((e["name"], e["pid"], e["args"]["stream"]) for e in doc["traceEvents"]
+                      if e.get("ph") == "X" and e.get("cat") in GPU_WORK)  # Kineto's GPU pid is the device
+    assert sorted((s.name, s.args.get("device"), s.args.get("stream")) for s in got.slices
+                  if s.cat in GPU_WORK) == expected
+
+
+def test_sql_counts_gpu_work_without_device_arg(tmp_path):
+    from collections import Counter
+
+    from engine_support import portable_reason
+    from perfetto_graph_ann.query import metrics
+
+    if portable_reason():
+        pytest.skip(f"{portable_reason()} (test_gpu_work_without_device_arg_gets_its_device checks the args on CPU)")
+    src, doc = _without_device(tmp_path)
+    out = tmp_path / "nodevice.pftrace"
+    convert(src, out)
+    kinds = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+    expected = Counter(kinds[e["cat"]] for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_WORK)
+    got = Counter(metrics.gpu_work(out, engine="portable")["kind"])
+    assert got == expected
+    lanes = metrics.lane_summary(out, engine="portable")
+    assert int(lanes["work_count"].sum()) == sum(expected.values())
