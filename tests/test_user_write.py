@@ -257,3 +257,52 @@ def test_sql_counts_gpu_work_without_device_arg(tmp_path):
     assert got == expected
     lanes = metrics.lane_summary(out, engine="portable")
     assert int(lanes["work_count"].sum()) == sum(expected.values())
+
+
+# -- 6. a .pftrace (or a binary sidecar) given where a JSON trace is needed ----------------------
+@pytest.fixture
+def pftrace(tmp_path):
+    out = tmp_path / "run.pftrace"
+    convert(fixture_trace("two_branch"), out)
+    return out
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("command", ["lanes", "convert", "merge"])
+def test_commands_needing_json_say_a_pftrace_is_protobuf(pftrace, tmp_path, capsys, command, packed):
+    from perfetto_graph_ann.cli.main import main
+
+    src = pftrace
+    if packed:
+        src = tmp_path / "run.pftrace.gz"
+        src.write_bytes(gzip.compress(pftrace.read_bytes()))
+    argv = [command, str(src)] + ([] if command == "lanes" else ["-o", str(tmp_path / "out.pftrace")])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"perfetto-graph-ann {command}: error: {src}: this is a Perfetto protobuf trace, not a "
+                   "torch.profiler JSON trace (report, sql and open read it as it is)"]
+    assert not (tmp_path / "out.pftrace").exists()
+
+
+def test_binary_sidecar_given_as_a_trace_says_so(tmp_path):
+    from perfetto_graph_ann.capture.sidecar import save_annotations
+    from perfetto_graph_ann.errors import TraceFormatError
+
+    side = tmp_path / "run.pga"
+    save_annotations(side, load_annotation_files([str(fixture_capture("two_branch"))]))
+    assert side.read_bytes()[:1] == b"\x0a"  # starts like a protobuf trace
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(side)
+    assert str(err.value) == f"{side}: this is an annotation sidecar, not a torch.profiler JSON trace " \
+                             "(give it with --annotations)"
+
+
+@pytest.mark.parametrize("text", [b"\n{broken", b"\n\n{\"a\": [1, 2", b"\x0a\x05abc", b"\x0a\x05abcde\x0a"])
+def test_broken_json_starting_with_a_newline_is_still_just_broken_json(tmp_path, text):
+    from perfetto_graph_ann.errors import TraceFormatError
+
+    p = tmp_path / "bad.json"
+    p.write_bytes(text)
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(p)
+    assert str(err.value).startswith(f"{p}: not valid JSON (")

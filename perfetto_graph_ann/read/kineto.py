@@ -177,7 +177,7 @@ def parse_trace_bytes(data: bytes, path: Optional[str] = None) -> KinetoTrace:
         except msgspec.ValidationError:
             raise TraceFormatError(path, "not a Chrome trace: the top level is not a JSON object") from None
         except msgspec.DecodeError as e:
-            raise TraceFormatError(path, f"not valid JSON ({_msg(e)})") from None
+            raise TraceFormatError(path, _binary_hint(data) or f"not valid JSON ({_msg(e)})") from None
         except RecursionError:
             raise TraceFormatError(path, "JSON nested too deeply") from None
         raw_events = top.pop("traceEvents", None)
@@ -307,6 +307,42 @@ def _bulk_ns(raws: List[Optional[msgspec.Raw]]) -> Optional[List[Optional[int]]]
         return values
     it = iter(values)
     return [None if r is None else next(it) for r in raws]
+
+
+def _binary_hint(data: bytes) -> Optional[str]:
+    """What a file that is not JSON is, when it is one of the binary files this package uses.
+
+    A Perfetto trace (``.pftrace``) is a ``Trace`` message: a run of ``packet`` fields (tag
+    0x0a, a varint length, the packet). JSON text can start with 0x0a (a newline) too, so
+    the first frames must fit the data exactly and the head must hold a byte JSON text cannot
+    (a control character other than tab, CR, LF). A binary annotation sidecar starts with its
+    magic string.
+    """
+    from ..capture.sidecar import MAGIC  # error path only
+
+    magic = MAGIC.encode()
+    if data.startswith(b"\x0a" + bytes([len(magic)]) + magic):
+        return "this is an annotation sidecar, not a torch.profiler JSON trace (give it with --annotations)"
+    if data[:1] != b"\x0a" or not any(b < 0x20 and b not in b"\t\n\r" for b in data[:64]):
+        return None
+    at, n = 0, len(data)
+    for _ in range(4):  # a few frames: tag, length, payload
+        if at == n:
+            break
+        if data[at] != 0x0A:
+            return None
+        length, shift, at = 0, 0, at + 1
+        while at < n and data[at] & 0x80 and shift < 63:
+            length |= (data[at] & 0x7F) << shift
+            shift += 7
+            at += 1
+        if at >= n:
+            return None
+        length |= data[at] << shift
+        at += 1 + length
+        if at > n:
+            return None
+    return "this is a Perfetto protobuf trace, not a torch.profiler JSON trace (report, sql and open read it as it is)"
 
 
 def _msg(e: BaseException) -> str:
