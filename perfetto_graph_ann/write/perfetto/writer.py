@@ -123,8 +123,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     gpu_spans: Dict[Tuple, List[Tuple[int, int, int]]] = {}
     # event index -> lane, for GPU work whose args change (placement args, stream arg rewrite)
     rewrite: Dict[int, int] = {}
-    # event index -> device, for GPU work with no int device arg (placed by its pid): written as
-    # the `device` arg, which the SQL package needs to count it
+    # event index -> device, for events on a GPU pid with no int device arg (placed by the pid):
+    # GPU work gets it as its `device` arg, which the SQL package needs to count it
     device_of: Dict[int, int] = {}
     counter_records: List[Tuple[int, int, int, int]] = []
     # ts -> the slice starting there (a list when several do), for the flow binding
@@ -168,10 +168,10 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             p = placements.get(i)
             a = e.args
             device = a.get("device")
-            device_arg = type(device) is int
-            if not device_arg:
-                device = e.device
             stream_arg = a.get("stream")
+            if type(device) is not int:
+                device = device_of[i] = e.device  # written as the device arg if the args are rewritten
+                stream_arg = None  # forces that rewrite (GPU work); the lane is the same: e.stream
             if p is not None:
                 lane = p.lane
             else:
@@ -184,11 +184,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 if ph == "X" and cats[e.cat] in GPU_WORK_CATEGORIES:
                     # unchanged args are written as they are (no copy): no placement args
                     # and already the lane as an int stream arg (True == 1, so check the type)
-                    if (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane \
-                            or not device_arg:
+                    if (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane:
                         rewrite[i] = lane
-                        if not device_arg:
-                            device_of[i] = device
                         if kinds[i] == _BEGIN:
                             kinds[i] = _BEGIN_REWRITTEN
         if spans is None:
