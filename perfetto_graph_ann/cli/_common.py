@@ -63,12 +63,3 @@ def positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
     return value
-
-
-def refuse_input_as_output(output: Optional[str], inputs: Sequence[str]) -> None:
-    """Raise :class:`OutputError` when ``output`` is one of ``inputs`` (by name, link or hard link):
-    :func:`perfetto_graph_ann.util.atomic.refuse_input_as_output`, which ``convert()`` and
-    ``merge()`` apply too."""
-    from ..util.atomic import refuse_input_as_output as refuse
-
-    refuse(output, inputs)

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ..read.kineto import read_trace
     from ..write.convert import ConvertConfig, convert, is_json_name
-    from ._common import refuse_input_as_output, warn_unmatched
+    from ..util.atomic import refuse_input_as_output
+    from ._common import warn_unmatched
 
     refuse_input_as_output(args.output, [args.input, *args.annotations])
     trace = read_trace(args.input)

@@ -24,15 +24,13 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, out=None) -> int:
-    from ..errors import InputError, OutputError
+    from ..errors import InputError
     from ..write.merge import merge
-    from ._common import load_annotation_files, refuse_input_as_output, warn_unmatched
+    from ..util.atomic import refuse_input_as_output
+    from ._common import load_annotation_files, warn_unmatched
 
     out = out or sys.stdout
-    refuse_input_as_output(args.output, [*args.traces, *args.annotations])
-    if args.output.lower().endswith((".json", ".json.gz")):
-        raise OutputError(args.output, "merge writes a Perfetto protobuf trace, not JSON: name the output "
-                                       ".pftrace")
+    refuse_input_as_output(args.output, [*args.traces, *args.annotations])  # merge() checks a JSON name
     n = len(args.traces)
     if not args.annotations:
         annotations = None

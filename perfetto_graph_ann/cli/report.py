@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Dict, List, Tuple
 
-from ._common import ENGINES, load_annotation_files, positive_int, refuse_input_as_output, write_output
+from ._common import ENGINES, load_annotation_files, positive_int, write_output
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -166,6 +166,7 @@ def _header(c: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..query import metrics
     from ..query.session import open_converted, open_trace
+    from ..util.atomic import refuse_input_as_output
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
     if is_json_trace(args.trace):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import ENGINES, positive_seconds, refuse_input_as_output, write_output
+from ._common import ENGINES, positive_seconds, write_output
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -57,6 +57,7 @@ def _table(df) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..query.engine import EngineConfig
     from ..query.session import open_trace
+    from ..util.atomic import refuse_input_as_output
 
     refuse_input_as_output(args.output, [args.trace])
     config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
