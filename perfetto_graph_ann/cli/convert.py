@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ..read.kineto import read_trace
-    from ..write.convert import ConvertConfig, convert, is_json_name
+    from ..util.names import is_json_name
+    from ..write.convert import ConvertConfig, convert
     from ..util.atomic import refuse_input_as_output
     from ._common import warn_unmatched
 

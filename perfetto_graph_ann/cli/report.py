@@ -57,8 +57,7 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
-#: Names that say what a file is; only other names are sniffed.
-_JSON_SUFFIXES = (".json", ".json.gz")
+#: Protobuf names: these and JSON names (util.names) say what a file is; other names are sniffed.
 _PROTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace", ".perfetto-trace.gz", ".pb", ".pb.gz")
 
 
@@ -69,13 +68,14 @@ def is_json_trace(path: str) -> bool:
     or ``[``: so the name decides where it says, and a sniff must also see JSON's next byte.
     """
     from ..errors import InputError
+    from ..util.names import is_json_name
 
     if not os.path.exists(path):
         raise InputError(path, "file not found")
     if os.path.isdir(path):
         raise InputError(path, "is a directory, not a trace file")
     name = str(path).lower()
-    if name.endswith(_JSON_SUFFIXES):
+    if is_json_name(name):
         return True
     if name.endswith(_PROTO_SUFFIXES):
         return False

@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import os
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from ..errors import OutputError, PathLike
 from ..read.kineto import read_trace
 from ..read.model import KinetoTrace
 from ..util.atomic import atomic_write, refuse_input_as_output
+from ..util.names import is_json_name
 from .perfetto import WriterConfig, WriteStats, write_perfetto
 
 if TYPE_CHECKING:  # annotation only: importing the join package costs ~18 ms a conversion
@@ -64,15 +64,6 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             # allocation after re-enabling it would trigger a pass over the whole dying
             # trace (measured: +0.15 s CPU on a 200k-event trace; benchmarks/convert.py).
             del trace
-
-
-#: Output names that mean (annotated) Chrome JSON rather than a Perfetto protobuf trace.
-JSON_SUFFIXES = (".json", ".json.gz")
-
-
-def is_json_name(path: PathLike) -> bool:
-    """Whether ``path`` names a Chrome JSON file (``.json`` / ``.json.gz``, any case)."""
-    return os.fspath(path).lower().endswith(JSON_SUFFIXES)
 
 
 def check_protobuf_output(out: PathLike, inputs: "list[PathLike | str | None]", hint: str) -> None:

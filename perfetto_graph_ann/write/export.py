@@ -87,7 +87,7 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
     ann = _annotations(annotations)
     trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
     layout = join(trace, ann, graph_lanes=graph_lanes)
-    from .convert import is_json_name
+    from ..util.names import is_json_name
 
     if is_json_name(out):
         from .chrome_json import write_chrome_json
