@@ -2,16 +2,37 @@
 
 ``FakeCuda`` plays the driver: graphs under capture on streams, nodes with local ids,
 executable graphs with their own ids. ``launch(stream, kernel)`` is what a kernel launch
-during capture does: it appends a node to the graph being captured on that stream.
+during capture does: it appends a node to the graph being captured on that stream. Its
+``count_function`` is a C-callable ``cuGraphGetNodes`` stand-in (a ctypes callback), so the
+compiled recorder counts through a function pointer exactly as on a GPU.
+
+``capture_path``: an autouse fixture, imported by the capture test modules, that runs each
+of their tests on the compiled capture path and on the pure-Python one.
 """
 from __future__ import annotations
 
+import ctypes
 import itertools
 import threading
 from typing import Dict, List, Optional
 
+import pytest
+
+from perfetto_graph_ann.capture import fastpath
 from perfetto_graph_ann.capture.backends import CaptureBackend
 from perfetto_graph_ann.capture.resolve import NodeInfo
+
+#: CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *)
+GET_NODES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def capture_path(request, monkeypatch):
+    """Run the test on both capture paths (the compiled one skipped where it is not built)."""
+    if request.param == "compiled" and fastpath._c is None:
+        pytest.skip(f"compiled capture path not built: {fastpath.describe()}")
+    monkeypatch.setattr(fastpath, "ENABLED", request.param == "compiled")
+    return request.param
 
 
 class FakeCuda(CaptureBackend):
@@ -32,6 +53,9 @@ class FakeCuda(CaptureBackend):
         self.can_mark = True  # False: add_marker unsupported (the session must count)
         self.marker_calls = 0
         self.marker_id_skew = 0  # != 0: a driver whose marker ids are not listing positions
+        self.count_rc = 0  # != 0: the C count function fails with this CUresult
+        self.c_count = True  # False: no count_function (the compiled recorder calls node_count)
+        self._c_get_nodes = GET_NODES(self._c_node_count)  # kept alive with the fake
 
     # driver side ----------------------------------------------------------------
     def begin_capture(self, stream: int) -> int:
@@ -72,6 +96,15 @@ class FakeCuda(CaptureBackend):
         self.count_calls += 1
         with self.lock:
             return len(self.graphs[graph])
+
+    def _c_node_count(self, graph, nodes, num) -> int:
+        if self.count_rc:
+            return self.count_rc
+        num[0] = self.node_count(graph or 0)
+        return 0
+
+    def count_function(self) -> Optional[int]:
+        return ctypes.cast(self._c_get_nodes, ctypes.c_void_p).value if self.c_count else None
 
     def add_marker(self, graph: int) -> Optional[int]:
         """Like cuGraphAddEmptyNode + the new node's local id (None: ``can_mark`` is off)."""

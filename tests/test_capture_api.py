@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
 
 from perfetto_graph_ann import mark_kernels
 from perfetto_graph_ann.capture import backends

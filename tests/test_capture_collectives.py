@@ -6,7 +6,7 @@ import json
 import types
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
 from join_expect import fixture_trace
 
 from perfetto_graph_ann.capture import collectives as C

@@ -12,7 +12,7 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends
@@ -140,6 +140,9 @@ def test_a_graph_object_that_is_garbage_collected_leaves_the_registry(cuda):
     gc.collect()
     assert len(cuda.destroyed) == 1  # the dead graph's unread template copy was freed
     assert REGISTRY.get(old_owner) is None
+    from perfetto_graph_ann.capture import api
+
+    assert old_owner not in api._REFS  # the weak reference went with it
     names = [dict(n.annotation) for r in REGISTRY.records() for n in r.nodes]
     assert names == [{"name": "new_name"}] and len(cuda.destroyed) == 2
     owner = new._pga_owner
@@ -147,3 +150,19 @@ def test_a_graph_object_that_is_garbage_collected_leaves_the_registry(cuda):
     del new
     gc.collect()
     assert REGISTRY.get(owner) is None and len(cuda.destroyed) == 2
+
+
+def test_a_graph_in_a_reference_cycle_leaves_the_registry_when_the_cycle_is_collected(cuda):
+    """The weak reference whose callback drops the entry is held outside the graph: a graph in
+    cyclic garbage (its wrappers included) still triggers it."""
+    torch = sys.modules["torch"]
+    g = torch.cuda.CUDAGraph()
+    with pga.graph(g, calibrate=False):
+        with pga.mark_kernels("cyclic"):
+            cuda.launch(STREAM, "k")
+    owner = g._pga_owner
+    g.me = g  # a cycle: only the cyclic GC can free it
+    del g
+    assert REGISTRY.get(owner) is not None
+    gc.collect()
+    assert REGISTRY.get(owner) is None and cuda.destroyed

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
 
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import make_key

@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
 
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import make_key

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
 
 import hostile_inputs as H
 from perfetto_graph_ann.capture import session as S

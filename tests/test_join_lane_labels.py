@@ -18,7 +18,7 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
 
 from join_expect import calibrated_expectation, fixture_capture, fixture_trace, load_capture
 from perfetto_graph_ann import mark_kernels

@@ -11,6 +11,7 @@ With torch's own ``torch.cuda.graph_annotations`` available (torch >= 2.15 on a 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import warnings
 import weakref
@@ -142,11 +143,28 @@ def _owner(cuda_graph: Any) -> int:
 _LIVE: Dict[int, _session.CaptureSession] = {}
 
 
+#: owner token -> weak reference to that graph object, whose callback calls _collected
+_REFS: Dict[int, "weakref.ref[Any]"] = {}
+_exiting = False
+
+
+@atexit.register
+def _at_exit() -> None:
+    global _exiting
+    _exiting = True  # graphs collected at interpreter exit: the driver may already be gone
+
+
 def _forget(owner: int) -> None:
     """The graph object is gone: drop its entry (as torch's reset on destruction does)."""
     sess = _LIVE.pop(owner, None)
     if sess is not None:
         sess.drop()
+
+
+def _collected(owner: int) -> None:
+    _REFS.pop(owner, None)
+    if not _exiting:
+        _forget(owner)
 
 
 def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> None:
@@ -161,14 +179,15 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
     cuda_graph._pga_session = sess
     cuda_graph._pga_calibrate = calibrate
     cuda_graph._pga_bound_exec = None
-    _LIVE[sess.owner] = sess
+    owner = sess.owner
+    _LIVE[owner] = sess
     if getattr(cuda_graph, "_pga_wrapped", False):
         return
-    # not at interpreter exit: the driver may already be gone, and the registry with it
-    weakref.finalize(cuda_graph, _forget, sess.owner).atexit = False
+    # a weak reference whose callback drops the entry (weakref.finalize did the same at ~3x
+    # the cost on the capture's path); held in _REFS so that it outlives the graph
+    ref = _REFS[owner] = weakref.ref(cuda_graph, lambda _r: _collected(owner))
     cls = type(cuda_graph)
     orig_inst, orig_replay, orig_reset = cls.instantiate, cls.replay, cls.reset
-    ref = weakref.ref(cuda_graph)
 
     def instantiate(*a, **k):
         g = ref()
@@ -245,15 +264,16 @@ class mark_kernels:
         self._sess = self._tok = self._mode = self._native = None
 
     def __enter__(self) -> "mark_kernels":
-        if backends.selected_name() == backends.TORCH:
-            self._native = _native().mark_kernels(self.annotation, backward=self.backward)
-            self._native.__enter__()
-            return self
-        sess = _session.current()
-        if sess is not None:
+        st = getattr(_session._local, "stack", None)  # _session.current() inlined: the thread's own first
+        sess = st[-1] if st else _session.current()
+        if sess is not None:  # our capture in flight (never pushed when torch's backend is used)
             rec = sess.recorder
             if rec.active:
                 self._sess, self._tok = sess, rec.open(self.fields)
+        elif backends.selected_name() == backends.TORCH:
+            self._native = _native().mark_kernels(self.annotation, backward=self.backward)
+            self._native.__enter__()
+            return self
         if self.backward:
             merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
             label = sess.lane_label(merged.get("stream")) if sess is not None else None

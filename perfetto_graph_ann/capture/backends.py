@@ -27,6 +27,7 @@ import threading
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..errors import CaptureError
+from . import fastpath
 from .resolve import NodeInfo
 
 TORCH = "torch"
@@ -53,6 +54,14 @@ class CaptureBackend:
     def list_nodes(self, graph: int) -> List[int]:
         """Handles of the nodes now in ``graph``, in creation order."""
         raise NotImplementedError
+
+    def count_function(self) -> Optional[int]:
+        """Address of a C function with ``cuGraphGetNodes``' signature, or None.
+
+        With it the compiled recorder (:mod:`.fastpath`) counts at scope edges without
+        entering Python; without it every edge calls :meth:`node_count`.
+        """
+        return None
 
     def add_marker(self, graph: int) -> Optional[int]:
         """Add an empty node to ``graph`` (under capture); its local id, or None if unsupported.
@@ -131,6 +140,11 @@ _CU_NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 
                   12: "batch_mem_op", 13: "conditional"}
 
 
+def _address(fn: Any) -> Optional[int]:
+    """The address of a ctypes foreign function (None for None)."""
+    return ctypes.cast(fn, ctypes.c_void_p).value if fn is not None else None
+
+
 class CudaGraphBackend(CaptureBackend):
     """Node counting and the node table through the driver API; ids left to subclasses.
 
@@ -163,8 +177,18 @@ class CudaGraphBackend(CaptureBackend):
         if self._kernel_name is not None:
             self._kernel_name.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p]
         self._names: Dict[Tuple[str, int], Optional[str]] = {}  # (func|kern, handle) -> name
+        # driver function addresses for the compiled path (fastpath): called from C, no ctypes
+        self._get_nodes_addr = _address(self._get_nodes)
+        self._capture_info_addr = _address(self._capture_info)
+        self._clone_addr = _address(self._cu.cuGraphClone)
+
+    def count_function(self) -> Optional[int]:
+        return self._get_nodes_addr
 
     def capture_graph(self, stream: int) -> Optional[int]:
+        fast = fastpath.module()
+        if fast is not None and self._capture_info_addr:
+            return fast.capture_graph(self._capture_info_addr, stream)
         if self._capture_info is not None:  # ctypes: no cuda-bindings objects at capture start
             status, graph = ctypes.c_int(), ctypes.c_void_p()
             if self._capture_info(stream, ctypes.byref(status), None, ctypes.byref(graph), None, None) != 0:
@@ -201,6 +225,9 @@ class CudaGraphBackend(CaptureBackend):
         return self.local_id(node.value)
 
     def clone_graph(self, graph: int) -> Optional[int]:
+        fast = fastpath.module()
+        if fast is not None:
+            return fast.out_ptr(self._clone_addr, graph)
         out = ctypes.c_void_p()
         # fails for graphs that cannot be cloned (memory allocation / free nodes): read now
         return out.value if self._cu.cuGraphClone(ctypes.byref(out), graph) == 0 and out.value else None
@@ -288,6 +315,7 @@ class CuptiBackend(CudaGraphBackend):
         self._lib.cuptiGetGraphNodeId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
         self._lib.cuptiGetGraphExecId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
         self._lib.cuptiGetGraphId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+        self._graph_id_addr = _address(self._lib.cuptiGetGraphId)
 
     def _node_id(self, node: Any) -> int:
         v = ctypes.c_uint64()
@@ -300,6 +328,9 @@ class CuptiBackend(CudaGraphBackend):
         return self._node_id(node) & 0xFFFFFFFF
 
     def graph_id(self, graph: int) -> Optional[int]:
+        fast = fastpath.module()
+        if fast is not None:
+            return fast.out_u32(self._graph_id_addr, graph)
         v = ctypes.c_uint32()
         rc = self._lib.cuptiGetGraphId(int(graph), ctypes.byref(v))
         return v.value if rc == 0 else None
@@ -351,8 +382,9 @@ class BackendInfo:
     facts: EnvFacts
 
     def as_dict(self) -> Dict[str, Any]:
+        """The report, plus ``capture_path``: whether scope edges run compiled (:mod:`.fastpath`)."""
         return {"backend": self.backend, "reasons": dict(self.reasons), "calibration": self.calibration,
-                "facts": dataclasses.asdict(self.facts)}
+                "capture_path": fastpath.describe(), "facts": dataclasses.asdict(self.facts)}
 
 
 def _torch_at_least(version: Optional[str], major: int, minor: int) -> bool:

@@ -42,10 +42,11 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ..errors import CaptureError
 from .annotations import GraphRecord
+from . import fastpath
 from .backends import CaptureBackend
 from .registry import REGISTRY, Registry
 from .resolve import NodeInfo, resolve_graph, with_calibration
-from .scopes import ScopeRecord, ScopeRecorder, merge_scopes
+from .scopes import ScopeRecorder, merge_scopes
 
 _owner_ids = itertools.count(1)
 #: environment switch for :class:`CaptureSession`'s ``verify``
@@ -92,10 +93,12 @@ class CaptureSession:
         self.markers_from: Optional[int] = markers_from_env() if markers_from == "env" else markers_from
         self._markers: List[int] = []  # listing positions of the marker nodes added
         self._edge_hint = 0  # the last edge's position: picks count or marker for the next
-        self.recorder = ScopeRecorder(self._count, lister=self._list if self.verify else None)
+        # the compiled recorder where built (scope edges in C), unless every edge is verified
+        self._fast = not self.verify and fastpath.module() is not None
+        self.recorder = fastpath.FastScopeRecorder(self._count) if self._fast else \
+            ScopeRecorder(self._count, lister=self._list if self.verify else None)
         self.template_id: Optional[int] = None
         self._finished = False
-        self._scopes: List[ScopeRecord] = []
         self._nodes: Optional[List[NodeInfo]] = None
         self._annotations: Dict[int, Dict[str, Any]] = {}
         self._copy: Optional[int] = None  # copy of the template graph, table not read yet
@@ -129,6 +132,11 @@ class CaptureSession:
         self._edge_hint = n
         return n
 
+    def _marker_edge(self) -> int:
+        """The compiled recorder's edge once its count reached ``markers_from``."""
+        self._edge_hint = max(self._edge_hint, self.markers_from or 0)
+        return self._edge()
+
     def _list(self) -> Optional[List[int]]:
         if self.graph is None:
             return None
@@ -141,7 +149,12 @@ class CaptureSession:
         self.graph = self.backend.capture_graph(self.capture_stream)
         if self.graph is None:
             raise CaptureError(f"stream {self.capture_stream:#x} is not capturing; graph() must wrap an active capture")
-        self.recorder.set_counter(self._edge)
+        count_fn = self.backend.count_function() if self._fast else None
+        if count_fn is not None:
+            start = self.markers_from
+            self.recorder.set_fast(count_fn, self.graph, -1 if start is None else start, self._marker_edge)
+        else:
+            self.recorder.set_counter(self._edge)
 
     def label_lane(self, lane: int, label: str) -> None:
         """Record that this capture labelled ``lane`` (``mark_stream``, a process group).
@@ -164,8 +177,7 @@ class CaptureSession:
         if self.graph is None:
             return
         self.template_id = self.backend.graph_id(self.graph)
-        self._scopes = self.recorder.records()
-        self.recorder.active = False
+        self.recorder.active = False  # closed scopes are final now; read with the table
         self._finished = True
         copy = self.backend.clone_graph(self.graph)
         if self.verify or copy is None:
@@ -179,14 +191,15 @@ class CaptureSession:
         nodes = self.backend.node_infos(graph)
         if len({n.local_id for n in nodes}) != len(nodes):
             raise CaptureError("two nodes of the captured graph report the same local id")
-        end = max((r.end for r in self._scopes), default=0)
+        scopes = self.recorder.records()
+        end = max((r.end for r in scopes), default=0)
         if end > len(nodes):
             raise CaptureError(f"a scope ends at node {end} but the captured graph has {len(nodes)} nodes")
         rows = [_table_row(n) for n in nodes] if self.verify else None
         if self._expected is not None and rows != self._expected:
             raise CaptureError("the copy of the captured graph lists its nodes differently from the graph")
         self._expected = rows
-        annotations = merge_scopes(self._scopes, [n.handle for n in nodes])
+        annotations = merge_scopes(scopes, [n.handle for n in nodes])
         markers = set(self._markers)
         for pos in markers:
             if pos >= len(nodes) or nodes[pos].type != "empty" or nodes[pos].local_id != pos:

@@ -1,0 +1,93 @@
+"""Build hook: compiles the optional capture fast path, ``perfetto_graph_ann/capture/_fastpath.c``.
+
+Where a C compiler and Python's headers are found, the wheel gets the extension (and a
+platform tag); where not, the build goes on with a warning and the package captures with
+its pure-Python path (same behaviour, more capture overhead: BENCHMARKS.md). An editable
+install compiles it next to the source, as ``build_ext --inplace`` would.
+
+``PERFETTO_GRAPH_ANN_NO_EXTENSION=1`` skips it. ``python hatch_build.py`` compiles in place
+for the running interpreter (e.g. a cp312 build to carry to the GPU machine).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from typing import Any, Dict, Optional
+
+try:
+    from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+except ImportError:  # run as a script: only compile_extension is needed
+    BuildHookInterface = object  # type: ignore[assignment,misc]
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = "perfetto_graph_ann/capture"
+SOURCE = f"{PACKAGE_DIR}/_fastpath.c"
+SKIP_ENV = "PERFETTO_GRAPH_ANN_NO_EXTENSION"
+
+
+def extension_name() -> str:
+    return "_fastpath" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+
+
+def compile_extension(out_path: str, root: str = ROOT) -> Optional[str]:
+    """Compile the extension to ``out_path`` (written whole or not at all); None, or why not."""
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        return f"Python.h not found in {include} (install the Python development headers)"
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    if shutil.which(cc[0]) is None:
+        return f"no C compiler ({cc[0]} not found)"
+    tmp = f"{out_path}.tmp{os.getpid()}"
+    cmd = [*cc, "-O2", "-DNDEBUG", "-fPIC", "-shared", "-Wall", "-I", include, os.path.join(root, SOURCE), "-o", tmp]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            return f"{' '.join(cmd)} failed: {res.stderr.strip()[-500:]}"
+        os.replace(tmp, out_path)
+        return None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class CustomBuildHook(BuildHookInterface):
+    """Adds the compiled ``_fastpath`` to wheels (standard and editable) when it builds."""
+
+    def initialize(self, version: str, build_data: Dict[str, Any]) -> None:
+        self._tmp: Optional[str] = None
+        if self.target_name != "wheel":
+            return
+        if os.environ.get(SKIP_ENV, "").strip() not in ("", "0"):
+            self.app.display_info(f"{SKIP_ENV} set: the capture fast path is not compiled")
+            return
+        name = extension_name()
+        if version == "editable":
+            out = os.path.join(self.root, PACKAGE_DIR, name)
+        else:
+            self._tmp = tempfile.mkdtemp(prefix="pga-ext-")
+            out = os.path.join(self._tmp, name)
+        why = compile_extension(out, self.root)
+        if why is not None:
+            self.app.display_warning(f"perfetto_graph_ann: capture fast path not compiled, using pure Python: {why}")
+            return
+        if version != "editable":
+            build_data["force_include"][out] = f"{PACKAGE_DIR}/{name}"
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: Dict[str, Any], artifact_path: str) -> None:
+        if getattr(self, "_tmp", None):
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    target = os.path.join(ROOT, PACKAGE_DIR, extension_name())
+    problem = compile_extension(target)
+    if problem:
+        sys.exit(f"hatch_build.py: {problem}")
+    print(target)

@@ -1,0 +1,525 @@
+/*
+ * perfetto_graph_ann.capture._fastpath: the capture's critical path, compiled.
+ *
+ * Optional: capture/fastpath.py falls back to the pure-Python code (scopes.ScopeRecorder,
+ * the ctypes calls in backends.py) when this module is not built. Same behaviour either way;
+ * the CPU tests run both against the same expectations.
+ *
+ * Why C: scope edges and the per-capture driver calls run between torch's kernel launches,
+ * where Python runs with cold caches (a scope cost 15-19 us inside a real capture against
+ * 4-5 us for its two driver calls, tests/gpu/RESULTS.md runs 35-39).
+ *
+ * No CUDA headers and no link to libcuda: Python hands over the addresses of the driver
+ * functions (from its ctypes handles), and tests hand over ctypes callbacks that play the
+ * driver. Only the signatures below are assumed (cuda.h, cupti_activity.h):
+ *   CUresult cuGraphGetNodes(CUgraph, CUgraphNode *nodes, size_t *numNodes)
+ *   CUresult cuStreamGetCaptureInfo_v2(CUstream, CUstreamCaptureStatus *, cuuint64_t *id,
+ *                                      CUgraph *, const CUgraphNode **deps, size_t *numDeps)
+ *   CUresult cuGraphClone(CUgraph *out, CUgraph)
+ *   CUptiResult cuptiGetGraphId(CUgraph, uint32_t *), cuptiGetGraphExecId(CUgraphExec, uint32_t *)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <stdint.h>
+
+typedef int (*get_nodes_fn)(void *graph, void *nodes, size_t *num);
+typedef int (*capture_info_fn)(void *stream, int *status, void *id, void **graph, void *deps, void *ndeps);
+typedef int (*out_ptr_fn)(void **out, void *in);
+typedef int (*out_u32_fn)(void *in, uint32_t *out);
+
+#define CAPTURE_STATUS_ACTIVE 1
+
+static PyObject *error_type = NULL; /* perfetto_graph_ann.errors.CaptureError, set by set_error */
+
+static void *
+as_pointer(PyObject *o)
+{
+    if (o == Py_None)
+        return NULL;
+    return PyLong_AsVoidPtr(o);
+}
+
+static PyObject *
+driver_error(const char *what, int rc)
+{
+    PyErr_Format(error_type ? error_type : PyExc_RuntimeError, "%s failed with CUresult %d", what, rc);
+    return NULL;
+}
+
+/* ---- the per-capture driver calls ------------------------------------------------------- */
+
+PyDoc_STRVAR(capture_graph_doc,
+"capture_graph(fn, stream) -> int | None\n\n"
+"The graph under capture on ``stream`` through cuStreamGetCaptureInfo_v2 at address ``fn``;\n"
+"None when the stream is not capturing or the call fails.");
+
+static PyObject *
+capture_graph(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "capture_graph(fn, stream)");
+        return NULL;
+    }
+    capture_info_fn fn = (capture_info_fn)as_pointer(args[0]);
+    void *stream = as_pointer(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    int status = 0;
+    void *graph = NULL;
+    if (fn(stream, &status, NULL, &graph, NULL, NULL) != 0 || status != CAPTURE_STATUS_ACTIVE || graph == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromVoidPtr(graph);
+}
+
+PyDoc_STRVAR(out_ptr_doc,
+"out_ptr(fn, handle) -> int | None\n\n"
+"Calls ``CUresult fn(void **out, handle)`` (e.g. cuGraphClone); the handle written, or None\n"
+"when the call fails or writes NULL.");
+
+static PyObject *
+out_ptr(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "out_ptr(fn, handle)");
+        return NULL;
+    }
+    out_ptr_fn fn = (out_ptr_fn)as_pointer(args[0]);
+    void *in = as_pointer(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    void *out = NULL;
+    if (fn(&out, in) != 0 || out == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromVoidPtr(out);
+}
+
+PyDoc_STRVAR(out_u32_doc,
+"out_u32(fn, handle) -> int | None\n\n"
+"Calls ``int fn(handle, uint32_t *out)`` (e.g. cuptiGetGraphId); the value, or None when the\n"
+"call fails.");
+
+static PyObject *
+out_u32(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "out_u32(fn, handle)");
+        return NULL;
+    }
+    out_u32_fn fn = (out_u32_fn)as_pointer(args[0]);
+    void *in = as_pointer(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    uint32_t out = 0;
+    if (fn(in, &out) != 0)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(out);
+}
+
+static PyObject *
+set_error(PyObject *mod, PyObject *cls)
+{
+    Py_INCREF(cls);
+    Py_XSETREF(error_type, cls);
+    Py_RETURN_NONE;
+}
+
+/* ---- Recorder: scopes.ScopeRecorder's open / close / snapshot ----------------------------
+ *
+ * Same state and tokens as the Python class: a token is the list [seq, fields, count at
+ * entry]; a closed scope is the tuple (seq, fields, start, end) appended to ``closed``.
+ * The node count comes either from cuGraphGetNodes (``set_fast``) or from a Python
+ * callable (``set_counter``, the session's marker path, the fakes of the tests).
+ *
+ * Each thread has its own stack of open tokens. The capturing thread's stack is held
+ * inline; other threads' stacks live in a dict keyed by thread ident (a thread ident can be
+ * reused after its thread ended: a thread that ended with scopes still open would hand
+ * them to a later thread of the same ident, in this recorder only).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    get_nodes_fn get_nodes; /* fast count when non-NULL */
+    void *graph;
+    Py_ssize_t switch_at;   /* fast count >= this: use ``slow`` from the next edge on; -1: never */
+    PyObject *slow;         /* the Python counter used after the switch */
+    PyObject *counter;      /* the Python counter when there is no fast count */
+    long long seq;
+    int active;
+    PyObject *closed;       /* list of (seq, fields, start, end) */
+    unsigned long owner;    /* thread ident of the inline stack (0: none yet) */
+    PyObject *owner_stack;  /* list */
+    PyObject *stacks;       /* dict: ident -> list, for the other threads */
+} Recorder;
+
+static int
+Recorder_init(Recorder *self, PyObject *args, PyObject *kw)
+{
+    PyObject *counter = Py_None;
+    static char *kwlist[] = {"counter", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:Recorder", kwlist, &counter))
+        return -1;
+    Py_INCREF(counter);
+    Py_XSETREF(self->counter, counter);
+    self->get_nodes = NULL;
+    self->graph = NULL;
+    self->switch_at = -1;
+    self->seq = 0;
+    self->active = 1;
+    if (self->closed == NULL && (self->closed = PyList_New(0)) == NULL)
+        return -1;
+    if (self->owner_stack == NULL && (self->owner_stack = PyList_New(0)) == NULL)
+        return -1;
+    if (self->stacks == NULL && (self->stacks = PyDict_New()) == NULL)
+        return -1;
+    return 0;
+}
+
+static int
+Recorder_traverse(Recorder *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->slow);
+    Py_VISIT(self->counter);
+    Py_VISIT(self->closed);
+    Py_VISIT(self->owner_stack);
+    Py_VISIT(self->stacks);
+    return 0;
+}
+
+static int
+Recorder_clear(Recorder *self)
+{
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->counter);
+    Py_CLEAR(self->closed);
+    Py_CLEAR(self->owner_stack);
+    Py_CLEAR(self->stacks);
+    return 0;
+}
+
+static void
+Recorder_dealloc(Recorder *self)
+{
+    PyObject_GC_UnTrack(self);
+    Recorder_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* the node count now: a new reference to an int, None (not capturing), or NULL (error) */
+static PyObject *
+count_now(Recorder *self)
+{
+    if (self->get_nodes != NULL) {
+        size_t n = 0;
+        int rc = self->get_nodes(self->graph, NULL, &n);
+        if (rc != 0)
+            return driver_error("cuGraphGetNodes", rc);
+        if (self->switch_at >= 0 && (Py_ssize_t)n >= self->switch_at && self->slow != NULL) {
+            self->get_nodes = NULL;
+            Py_INCREF(self->slow);
+            Py_XSETREF(self->counter, self->slow);
+        }
+        return PyLong_FromSize_t(n);
+    }
+    if (self->counter == NULL || self->counter == Py_None)
+        Py_RETURN_NONE;
+    return PyObject_CallNoArgs(self->counter);
+}
+
+/* this thread's stack of open tokens (borrowed), created if ``create`` */
+static PyObject *
+thread_stack(Recorder *self, int create)
+{
+    unsigned long ident = PyThread_get_thread_ident();
+    if (self->owner == ident)
+        return self->owner_stack;
+    if (self->owner == 0) {
+        self->owner = ident;
+        return self->owner_stack;
+    }
+    PyObject *key = PyLong_FromUnsignedLong(ident);
+    if (key == NULL)
+        return NULL;
+    PyObject *st = PyDict_GetItemWithError(self->stacks, key);
+    if (st == NULL && !PyErr_Occurred() && create) {
+        st = PyList_New(0);
+        if (st != NULL) {
+            int rc = PyDict_SetItem(self->stacks, key, st);
+            Py_DECREF(st); /* the dict holds it */
+            if (rc < 0)
+                st = NULL;
+        }
+    }
+    Py_DECREF(key);
+    return st;
+}
+
+PyDoc_STRVAR(open_doc, "open(fields, before=None) -> token: see scopes.ScopeRecorder.open");
+
+static PyObject *
+Recorder_open(Recorder *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *fields = NULL, *before = Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs + nkw < 1 || nargs + nkw > 2 || nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "open(fields, before=None)");
+        return NULL;
+    }
+    fields = args[0];
+    if (nargs == 2)
+        before = args[1];
+    else if (nkw == 1) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0)) ||
+            PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "before") != 0) {
+            PyErr_SetString(PyExc_TypeError, "open(): unexpected keyword argument");
+            return NULL;
+        }
+        before = args[1];
+    }
+    PyObject *count;
+    if (before == Py_None && self->active) {
+        count = count_now(self);
+        if (count == NULL)
+            return NULL;
+    } else {
+        Py_INCREF(before);
+        count = before;
+    }
+    PyObject *tok = PyList_New(3);
+    PyObject *seq = PyLong_FromLongLong(self->seq++);
+    if (tok == NULL || seq == NULL) {
+        Py_XDECREF(tok);
+        Py_XDECREF(seq);
+        Py_DECREF(count);
+        return NULL;
+    }
+    Py_INCREF(fields);
+    PyList_SET_ITEM(tok, 0, seq);
+    PyList_SET_ITEM(tok, 1, fields);
+    PyList_SET_ITEM(tok, 2, count);
+    PyObject *st = thread_stack(self, 1);
+    if (st == NULL || PyList_Append(st, tok) < 0) {
+        Py_DECREF(tok);
+        return NULL;
+    }
+    return tok;
+}
+
+PyDoc_STRVAR(close_doc, "close(token): see scopes.ScopeRecorder.close");
+
+static PyObject *
+Recorder_close(Recorder *self, PyObject *tok)
+{
+    if (!PyList_CheckExact(tok) || PyList_GET_SIZE(tok) != 3) {
+        PyErr_SetString(PyExc_TypeError, "close(): not a token from open()");
+        return NULL;
+    }
+    PyObject *st = thread_stack(self, 0);
+    if (st == NULL && PyErr_Occurred())
+        return NULL;
+    if (st != NULL) {
+        Py_ssize_t n = PyList_GET_SIZE(st);
+        if (n > 0 && PyList_GET_ITEM(st, n - 1) == tok) {
+            if (PyList_SetSlice(st, n - 1, n, NULL) < 0)
+                return NULL;
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (PyList_GET_ITEM(st, i) == tok) {
+                    if (PyList_SetSlice(st, i, i + 1, NULL) < 0)
+                        return NULL;
+                    break;
+                }
+            }
+        }
+    }
+    PyObject *start = PyList_GET_ITEM(tok, 2);
+    if (start == Py_None || !self->active)
+        Py_RETURN_NONE;
+    PyObject *after = count_now(self);
+    if (after == NULL)
+        return NULL;
+    if (after == Py_None) {
+        Py_DECREF(after);
+        Py_RETURN_NONE;
+    }
+    PyObject *rec = PyTuple_Pack(4, PyList_GET_ITEM(tok, 0), PyList_GET_ITEM(tok, 1), start, after);
+    Py_DECREF(after);
+    if (rec == NULL)
+        return NULL;
+    int rc = PyList_Append(self->closed, rec);
+    Py_DECREF(rec);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(snapshot_doc, "snapshot() -> the current node count (None outside capture)");
+
+static PyObject *
+Recorder_snapshot(Recorder *self, PyObject *unused)
+{
+    if (!self->active)
+        Py_RETURN_NONE;
+    return count_now(self);
+}
+
+PyDoc_STRVAR(open_fields_doc, "open_fields() -> merged fields of this thread's open scopes (inner wins)");
+
+static PyObject *
+Recorder_open_fields(Recorder *self, PyObject *unused)
+{
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    PyObject *st = thread_stack(self, 0);
+    if (st == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        return out;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st); i++) {
+        PyObject *fields = PyList_GET_ITEM(PyList_GET_ITEM(st, i), 1);
+        if (PyDict_Merge(out, fields, 1) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+PyDoc_STRVAR(set_counter_doc, "set_counter(counter): count with a Python callable from now on");
+
+static PyObject *
+Recorder_set_counter(Recorder *self, PyObject *counter)
+{
+    self->get_nodes = NULL;
+    Py_INCREF(counter);
+    Py_XSETREF(self->counter, counter);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(set_fast_doc,
+"set_fast(get_nodes, graph, switch_at, slow)\n\n"
+"Count ``graph``'s nodes with cuGraphGetNodes at address ``get_nodes``; once a count reaches\n"
+"``switch_at`` (>= 0; -1 never) call ``slow()`` for every later edge (the marker path).");
+
+static PyObject *
+Recorder_set_fast(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "set_fast(get_nodes, graph, switch_at, slow)");
+        return NULL;
+    }
+    get_nodes_fn fn = (get_nodes_fn)as_pointer(args[0]);
+    void *graph = as_pointer(args[1]);
+    Py_ssize_t switch_at = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (fn == NULL) {
+        PyErr_SetString(PyExc_ValueError, "set_fast(): get_nodes is NULL");
+        return NULL;
+    }
+    self->get_nodes = fn;
+    self->graph = graph;
+    self->switch_at = switch_at;
+    Py_INCREF(args[3]);
+    Py_XSETREF(self->slow, args[3]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Recorder_get_active(Recorder *self, void *closure)
+{
+    return PyBool_FromLong(self->active);
+}
+
+static int
+Recorder_set_active(Recorder *self, PyObject *value, void *closure)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete 'active'");
+        return -1;
+    }
+    int v = PyObject_IsTrue(value);
+    if (v < 0)
+        return -1;
+    self->active = v;
+    return 0;
+}
+
+static PyObject *
+Recorder_get_closed(Recorder *self, void *closure)
+{
+    Py_INCREF(self->closed);
+    return self->closed;
+}
+
+static PyObject *
+Recorder_get_fast(Recorder *self, void *closure)
+{
+    return PyBool_FromLong(self->get_nodes != NULL);
+}
+
+static PyMethodDef Recorder_methods[] = {
+    {"open", (PyCFunction)(void (*)(void))Recorder_open, METH_FASTCALL | METH_KEYWORDS, open_doc},
+    {"close", (PyCFunction)Recorder_close, METH_O, close_doc},
+    {"snapshot", (PyCFunction)Recorder_snapshot, METH_NOARGS, snapshot_doc},
+    {"open_fields", (PyCFunction)Recorder_open_fields, METH_NOARGS, open_fields_doc},
+    {"set_counter", (PyCFunction)Recorder_set_counter, METH_O, set_counter_doc},
+    {"set_fast", (PyCFunction)(void (*)(void))Recorder_set_fast, METH_FASTCALL, set_fast_doc},
+    {NULL}
+};
+
+static PyGetSetDef Recorder_getset[] = {
+    {"active", (getter)Recorder_get_active, (setter)Recorder_set_active, "False once the capture finished", NULL},
+    {"closed", (getter)Recorder_get_closed, NULL, "closed scopes: (seq, fields, start, end) tuples", NULL},
+    {"fast", (getter)Recorder_get_fast, NULL, "True while counting through cuGraphGetNodes in C", NULL},
+    {NULL}
+};
+
+static PyTypeObject RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "perfetto_graph_ann.capture._fastpath.Recorder",
+    .tp_doc = PyDoc_STR("Scope recorder with open / close in C (scopes.ScopeRecorder's hot half)."),
+    .tp_basicsize = sizeof(Recorder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Recorder_init,
+    .tp_dealloc = (destructor)Recorder_dealloc,
+    .tp_traverse = (traverseproc)Recorder_traverse,
+    .tp_clear = (inquiry)Recorder_clear,
+    .tp_methods = Recorder_methods,
+    .tp_getset = Recorder_getset,
+};
+
+static PyMethodDef module_methods[] = {
+    {"capture_graph", (PyCFunction)(void (*)(void))capture_graph, METH_FASTCALL, capture_graph_doc},
+    {"out_ptr", (PyCFunction)(void (*)(void))out_ptr, METH_FASTCALL, out_ptr_doc},
+    {"out_u32", (PyCFunction)(void (*)(void))out_u32, METH_FASTCALL, out_u32_doc},
+    {"set_error", (PyCFunction)set_error, METH_O, "set_error(cls): the exception type of driver failures"},
+    {NULL}
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_fastpath",
+    "The capture's critical path in C (optional; see capture/fastpath.py).", -1, module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastpath(void)
+{
+    if (PyType_Ready(&RecorderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&RecorderType);
+    if (PyModule_AddObject(m, "Recorder", (PyObject *)&RecorderType) < 0) {
+        Py_DECREF(&RecorderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,69 @@
+"""The compiled capture path, when it was built; the pure-Python one otherwise.
+
+``_fastpath`` (``_fastpath.c``, compiled by the wheel's build hook where a C compiler is
+found, see ``hatch_build.py``) does a scope edge and the per-capture driver calls in C: the
+capture's critical path runs between torch's kernel launches, where our Python ran with cold
+caches at 3-4x its hot cost (tests/gpu/RESULTS.md). It is an accelerator only: the same
+logic stays in :mod:`.scopes` and :mod:`.backends`, and the CPU tests run both paths.
+
+``PERFETTO_GRAPH_ANN_PURE_PYTHON=1`` (read at import) or ``ENABLED = False`` turns it off;
+:func:`describe` says which path captures (``backend_info()["capture_path"]``).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, List, Optional
+
+from ..errors import CaptureError
+from .scopes import ScopeRecord
+
+#: environment switch: capture with the pure-Python path even where the compiled one exists
+PURE_ENV = "PERFETTO_GRAPH_ANN_PURE_PYTHON"
+
+try:
+    from . import _fastpath as _c
+except ImportError as e:  # not built (no compiler at install time) or built for another Python
+    _c = None
+    _IMPORT_ERROR: Optional[str] = str(e)
+else:
+    _c.set_error(CaptureError)
+    _IMPORT_ERROR = None
+
+#: False: sessions use the pure-Python recorder and ctypes calls (set by tests and the A/B benchmark)
+ENABLED: bool = _c is not None and os.environ.get(PURE_ENV, "").strip().lower() in ("", "0", "false", "no")
+
+
+def module_built() -> bool:
+    """True when the compiled module imported (whether or not it is enabled)."""
+    return _c is not None
+
+
+def module() -> Any:
+    """The compiled module while enabled, else None (callers keep their Python path)."""
+    return _c if ENABLED else None
+
+
+def describe() -> str:
+    """Which capture path runs here and, for the Python one, why."""
+    if _c is None:
+        return f"python (the compiled path is not built: {_IMPORT_ERROR})"
+    if not ENABLED:
+        return f"python ({PURE_ENV} is set)" if os.environ.get(PURE_ENV) else "python (disabled)"
+    return "compiled"
+
+
+if _c is not None:
+    class FastScopeRecorder(_c.Recorder):
+        """:class:`.scopes.ScopeRecorder` with open / close / snapshot in C.
+
+        Tokens and closed records have the same form; ``set_fast`` makes edges count the
+        graph's nodes through cuGraphGetNodes without entering Python.
+        """
+
+        __slots__ = ()
+
+        def records(self) -> List[ScopeRecord]:
+            """The closed scopes so far."""
+            return [ScopeRecord(*r) for r in list(self.closed)]
+else:
+    FastScopeRecorder = None  # type: ignore[assignment,misc]

@@ -1,0 +1,281 @@
+"""The compiled capture path (``capture/_fastpath.c``) against the pure-Python one.
+
+The C recorder must behave exactly like ``scopes.ScopeRecorder``: the same tokens, closed
+records, per-thread open fields and snapshots for any sequence of operations, whether it
+counts through a Python callable or through a C function pointer (here a ctypes callback
+playing ``cuGraphGetNodes``). The driver helpers are driven by callbacks with the driver's
+signatures. Skipped where the extension is not built (no C compiler at install time).
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from capture_fakes import GET_NODES, FakeCuda
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfetto_graph_ann.capture import fastpath
+from perfetto_graph_ann.capture import session as S
+from perfetto_graph_ann.capture.scopes import ScopeRecorder
+from perfetto_graph_ann.errors import CaptureError
+
+pytestmark = pytest.mark.skipif(fastpath._c is None, reason=f"compiled capture path not built: {fastpath.describe()}")
+
+C = fastpath._c
+CAPTURE_INFO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p)
+OUT_PTR = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+OUT_U32 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32))
+
+
+def addr(cb) -> int:
+    return ctypes.cast(cb, ctypes.c_void_p).value
+
+
+class Graph:
+    """A node counter both recorders can read: a Python callable and a C function pointer."""
+
+    def __init__(self):
+        self.n = 0
+        self.c_fn = GET_NODES(self._c)
+
+    def __call__(self):
+        return self.n
+
+    def _c(self, graph, nodes, num):
+        num[0] = self.n
+        return 0
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("open"), st.dictionaries(st.sampled_from("abc"), st.integers(0, 3), max_size=2)),
+    st.tuples(st.just("open_before"), st.integers(0, 50)),
+    st.tuples(st.just("close"), st.integers(0, 5)),  # the i-th most recent open token, in or out of order
+    st.tuples(st.just("launch"), st.integers(1, 4)),
+    st.tuples(st.just("snapshot"), st.none()),
+    st.tuples(st.just("fields"), st.none()),
+    st.tuples(st.just("finish"), st.none()),
+), max_size=40)
+
+
+def run(rec, graph: Graph, ops):
+    """Apply ``ops`` and return everything observable (tokens as plain lists)."""
+    seen, open_toks = [], []
+    for op, arg in ops:
+        if op == "open":
+            tok = rec.open(arg)
+            open_toks.append(tok)
+            seen.append(("tok", list(tok)))
+        elif op == "open_before":
+            tok = rec.open({"stream": 60}, before=arg)
+            open_toks.append(tok)
+            seen.append(("tok", list(tok)))
+        elif op == "close" and open_toks:
+            rec.close(open_toks.pop(-1 - arg % len(open_toks)))
+        elif op == "launch":
+            graph.n += arg
+        elif op == "snapshot":
+            seen.append(("snap", rec.snapshot()))
+        elif op == "fields":
+            seen.append(("fields", rec.open_fields()))
+        elif op == "finish":
+            rec.active = False
+    seen.append(("records", rec.records(), rec.active))
+    return seen
+
+
+@given(OPS)
+def test_c_recorder_matches_python_recorder_with_a_python_counter(ops):
+    g1, g2 = Graph(), Graph()
+    assert run(ScopeRecorder(g1), g1, ops) == run(fastpath.FastScopeRecorder(g2), g2, ops)
+
+
+@given(OPS)
+def test_c_recorder_matches_python_recorder_counting_through_a_function_pointer(ops):
+    g1, g2 = Graph(), Graph()
+    fast = fastpath.FastScopeRecorder(None)
+    fast.set_fast(addr(g2.c_fn), 0x1234, -1, None)
+    assert fast.fast
+    assert run(ScopeRecorder(g1), g1, ops) == run(fast, g2, ops)
+
+
+def test_fast_count_switches_to_the_python_edge_once_the_count_reaches_switch_at():
+    g, calls = Graph(), []
+
+    def slow():
+        calls.append(g.n)
+        return g.n
+
+    rec = fastpath.FastScopeRecorder(None)
+    rec.set_fast(addr(g.c_fn), 0x10, 5, slow)
+    g.n = 3
+    assert rec.snapshot() == 3 and rec.fast and calls == []
+    g.n = 5
+    assert rec.snapshot() == 5 and not rec.fast  # this count reached 5: the next edge is Python's
+    g.n = 9
+    assert rec.snapshot() == 9 and calls == [9]
+
+
+def test_a_failing_count_raises_capture_error_naming_the_call_and_code():
+    fail = GET_NODES(lambda graph, nodes, num: 201)
+    rec = fastpath.FastScopeRecorder(None)
+    rec.set_fast(addr(fail), 0x10, -1, None)
+    with pytest.raises(CaptureError, match=r"cuGraphGetNodes failed with CUresult 201"):
+        rec.open({"name": "x"})
+    assert rec.records() == []
+
+
+def test_python_counter_errors_propagate():
+    def boom():
+        raise CaptureError("counter broke")
+
+    rec = fastpath.FastScopeRecorder(boom)
+    with pytest.raises(CaptureError, match="counter broke"):
+        rec.open({"name": "x"})
+
+
+def test_bad_tokens_and_arguments_are_type_errors():
+    rec = fastpath.FastScopeRecorder(lambda: 0)
+    with pytest.raises(TypeError):
+        rec.close([1, 2])
+    with pytest.raises(TypeError):
+        rec.open()
+    with pytest.raises(TypeError):
+        rec.open({}, nope=1)
+    with pytest.raises(ValueError):
+        rec.set_fast(0, 1, -1, None)
+
+
+def test_each_thread_has_its_own_stack_of_open_scopes():
+    g = Graph()
+    rec = fastpath.FastScopeRecorder(g)
+    outer = rec.open({"name": "main"})
+    seen = {}
+
+    def other():
+        tok = rec.open({"name": "worker", "w": 1})
+        seen["inside"] = rec.open_fields()
+        rec.close(tok)
+        seen["after"] = rec.open_fields()
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == {"inside": {"name": "worker", "w": 1}, "after": {}}
+    assert rec.open_fields() == {"name": "main"}
+    rec.close(outer)
+    assert [r.fields["name"] for r in rec.records()] == ["worker", "main"]
+
+
+def test_no_references_leak():
+    fields = {"name": "leak-check"}
+    g = Graph()
+    rec = fastpath.FastScopeRecorder(None)
+    rec.set_fast(addr(g.c_fn), 0x10, -1, None)
+    base = sys.getrefcount(fields)
+    for _ in range(1000):
+        rec.close(rec.open(fields))
+    assert sys.getrefcount(fields) == base + 1000  # one per closed record, none for the tokens
+    del rec
+    gc.collect()
+    assert sys.getrefcount(fields) == base
+
+
+def test_a_recorder_in_a_reference_cycle_is_collected():
+    import weakref
+
+    class Holder:
+        def count(self):
+            return 0
+
+    h = Holder()
+    h.rec = fastpath.FastScopeRecorder(h.count)  # holder -> recorder -> bound method -> holder
+    ref = weakref.ref(h)
+    del h
+    gc.collect()
+    assert ref() is None
+
+
+def test_capture_graph_reads_an_active_capture_only():
+    state = {"status": 1, "graph": 0xABC0, "rc": 0, "stream": None}
+
+    def info(stream, status, ident, graph, deps, ndeps):
+        state["stream"] = stream
+        status[0] = state["status"]
+        graph[0] = state["graph"]
+        return state["rc"]
+
+    fn = CAPTURE_INFO(info)
+    assert C.capture_graph(addr(fn), 0x70) == 0xABC0 and state["stream"] == 0x70
+    state["status"] = 0  # CU_STREAM_CAPTURE_STATUS_NONE
+    assert C.capture_graph(addr(fn), 0x70) is None
+    state.update(status=1, rc=400)
+    assert C.capture_graph(addr(fn), 0x70) is None
+    state.update(rc=0, graph=0)
+    assert C.capture_graph(addr(fn), 0x70) is None
+
+
+def test_out_ptr_and_out_u32_return_the_value_or_none_on_failure():
+    rc = {"v": 0}
+
+    def clone(out, graph):
+        out[0] = graph + 8
+        return rc["v"]
+
+    def graph_id(graph, out):
+        out[0] = 0xFFFFFFFF
+        return rc["v"]
+
+    c, i = OUT_PTR(clone), OUT_U32(graph_id)
+    assert C.out_ptr(addr(c), 0x100) == 0x108
+    assert C.out_u32(addr(i), 0x100) == 0xFFFFFFFF
+    rc["v"] = 1
+    assert C.out_ptr(addr(c), 0x100) is None and C.out_u32(addr(i), 0x100) is None
+
+
+def test_sessions_count_in_c_and_attribute_nodes_as_the_python_path(monkeypatch):
+    def capture(enabled):
+        monkeypatch.setattr(fastpath, "ENABLED", enabled)
+        cuda = FakeCuda()
+        cuda.begin_capture(0x70)
+        sess = S.CaptureSession(cuda, 0x70, markers_from=None)
+        sess.start()
+        rec = sess.recorder
+        cuda.launch(0x70, "pre")
+        tok = rec.open({"name": "attention"})
+        cuda.launch(0x70, "qk")
+        inner = rec.open({"name": "softmax", "stream": 61})
+        cuda.launch(0x70, "softmax")
+        rec.close(inner)
+        cuda.launch(0x70, "pv")
+        rec.close(tok)
+        sess.finish_capture()
+        return type(rec).__name__, getattr(rec, "fast", False), \
+            {n.kernel: sess.annotations.get(n.handle) for n in sess.nodes}
+
+    name_c, fast_c, ann_c = capture(True)
+    name_py, fast_py, ann_py = capture(False)
+    assert (name_c, fast_c) == ("FastScopeRecorder", True) and name_py == "ScopeRecorder"
+    assert ann_c == ann_py == {"pre": None, "qk": {"name": "attention"},
+                               "softmax": {"name": "softmax", "stream": 61}, "pv": {"name": "attention"}}
+
+
+def test_verify_mode_keeps_the_python_recorder(monkeypatch):
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    sess = S.CaptureSession(FakeCuda(), 0x70, verify=True)
+    assert type(sess.recorder).__name__ == "ScopeRecorder"
+
+
+def test_environment_switch_selects_the_python_path_and_says_so():
+    code = ("from perfetto_graph_ann.capture import fastpath, session; from capture_fakes import FakeCuda; "
+            "print(fastpath.describe()); print(type(session.CaptureSession(FakeCuda(), 1).recorder).__name__)")
+    env = dict(os.environ, PERFETTO_GRAPH_ANN_PURE_PYTHON="1",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["python (PERFETTO_GRAPH_ANN_PURE_PYTHON is set)", "ScopeRecorder"]
