@@ -2,7 +2,8 @@
 
 Measures, on the seed's transformer block (B=4, T=256, D=1024, H=8, fp32):
 - capture time: ``torch.cuda.graph`` with the unannotated block vs ``pga.graph`` with the
-  seed's four scopes (calibration off, so only scope bookkeeping, the template copy and
+  seed's four scopes (on the compiled capture path where built; ``--python-arm`` adds the
+  pure-Python path as a third interleaved arm) (calibration off, so only scope bookkeeping, the template copy and
   rekeying are timed), median of N captures each, interleaved; and, apart, the deferred
   node table read on first use of the graph's record after the capture;
 - replay time: 200 replays of the plain graph vs the annotated one (CUDA events), median
@@ -25,6 +26,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
 import perfetto_graph_ann as pga  # noqa: E402
 from blocks import seed_block, warmup  # noqa: E402
+from perfetto_graph_ann.capture import fastpath  # noqa: E402
 from perfetto_graph_ann.capture.api import calibrate  # noqa: E402
 
 
@@ -42,7 +44,8 @@ def _timed(name, fn):
     return run
 
 
-def capture_s(fn, annotated: bool) -> float:
+def capture_s(fn, annotated: bool, compiled: bool = True) -> float:
+    fastpath.ENABLED = compiled and fastpath.module_built()
     g = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -74,6 +77,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=1, help="chain this many seed blocks (14 kernels, 4 scopes each)")
     ap.add_argument("--capture-only", action="store_true",
                     help="time captures only (no replay / calibration): for large --layers")
+    ap.add_argument("--python-arm", action="store_true",
+                    help="also time the annotated captures on the pure-Python capture path (interleaved)")
     ap.add_argument("--out")
     args = ap.parse_args()
     from perfetto_graph_ann.capture.session import CaptureSession
@@ -83,13 +88,17 @@ def main() -> None:
     plain_fn, ann_fn = seed_block(annotate=False, layers=args.layers), seed_block(annotate=True, layers=args.layers)
     warmup(plain_fn)
     warmup(ann_fn)
-    cap_plain, cap_ann = [], []
-    for _ in range(args.captures):  # interleaved so drift hits both
+    cap_plain, cap_ann, cap_py = [], [], []
+    for _ in range(args.captures):  # interleaved so drift hits every arm
         cap_plain.append(capture_s(plain_fn, False))
         cap_ann.append(capture_s(ann_fn, True))
+        if args.python_arm:
+            cap_py.append(capture_s(ann_fn, True, compiled=False))
+    fastpath.ENABLED = fastpath.module_built()
     med = statistics.median
     rep = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": pga.backend_info()["backend"],
+        "capture_path": fastpath.describe(),
         "captures": args.captures, "layers": args.layers, "kernels_per_replay": 14 * args.layers,
         "capture_ms_plain_median": med(cap_plain) * 1e3, "capture_ms_annotated_median": med(cap_ann) * 1e3,
         "capture_overhead_pct": (med(cap_ann) / med(cap_plain) - 1) * 100,
@@ -102,6 +111,12 @@ def main() -> None:
         "bind_exec_ms_median": med(PARTS["bind_exec"]) * 1e3,
         "deferred_record_ms_median": med(PARTS["deferred_record"]) * 1e3,
     }
+    if cap_py:  # the same annotated captures on the pure-Python path, same run
+        rep.update({
+            "capture_ms_python_path_median": med(cap_py) * 1e3, "capture_ms_python_path_min": min(cap_py) * 1e3,
+            "capture_overhead_pct_python_path": (med(cap_py) / med(cap_plain) - 1) * 100,
+            "capture_overhead_pct_of_min_python_path": (min(cap_py) / min(cap_plain) - 1) * 100,
+        })
     if not args.capture_only:
         rep.update(replay_and_calibration(plain_fn, ann_fn))
     text = json.dumps(rep, indent=1)
