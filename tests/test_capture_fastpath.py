@@ -279,3 +279,23 @@ def test_environment_switch_selects_the_python_path_and_says_so():
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["python (PERFETTO_GRAPH_ANN_PURE_PYTHON is set)", "ScopeRecorder"]
+
+
+@pytest.mark.parametrize("make", [ScopeRecorder, fastpath.FastScopeRecorder], ids=["python", "compiled"])
+def test_a_thread_that_ended_with_a_scope_open_leaves_nothing_to_later_threads(make):
+    """Thread idents are reused: a later thread must not inherit a dead thread's open scopes."""
+    rec = make(lambda: 0)
+    seen = []
+
+    def leaves_open():
+        rec.open({"name": "abandoned"})
+
+    def looks():
+        seen.append(rec.open_fields())
+
+    for _ in range(20):  # the ident of an ended thread is usually handed to the next one
+        for fn in (leaves_open, looks):
+            t = threading.Thread(target=fn)
+            t.start()
+            t.join()
+    assert seen == [{}] * 20

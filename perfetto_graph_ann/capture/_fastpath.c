@@ -131,10 +131,10 @@ set_error(PyObject *mod, PyObject *cls)
  * The node count comes either from cuGraphGetNodes (``set_fast``) or from a Python
  * callable (``set_counter``, the session's marker path, the fakes of the tests).
  *
- * Each thread has its own stack of open tokens. The capturing thread's stack is held
- * inline; other threads' stacks live in a dict keyed by thread ident (a thread ident can be
- * reused after its thread ended: a thread that ended with scopes still open would hand
- * them to a later thread of the same ident, in this recorder only).
+ * Each thread has its own stack of open tokens. The stack of the thread that created the
+ * recorder (the capturing thread, alive until the capture ends) is held inline; other
+ * threads' stacks (autograd's engine threads, user helpers) live in a ``_thread._local``,
+ * as in the Python class, so a thread's stack goes with the thread.
  */
 
 typedef struct {
@@ -147,10 +147,13 @@ typedef struct {
     long long seq;
     int active;
     PyObject *closed;       /* list of (seq, fields, start, end) */
-    unsigned long owner;    /* thread ident of the inline stack (0: none yet) */
+    unsigned long owner;    /* thread ident of the inline stack: the creating thread */
     PyObject *owner_stack;  /* list */
-    PyObject *stacks;       /* dict: ident -> list, for the other threads */
+    PyObject *local;        /* _thread._local: attribute "stack" for the other threads */
 } Recorder;
+
+static PyObject *local_type = NULL; /* _thread._local */
+static PyObject *str_stack = NULL;  /* "stack" */
 
 static int
 Recorder_init(Recorder *self, PyObject *args, PyObject *kw)
@@ -170,8 +173,9 @@ Recorder_init(Recorder *self, PyObject *args, PyObject *kw)
         return -1;
     if (self->owner_stack == NULL && (self->owner_stack = PyList_New(0)) == NULL)
         return -1;
-    if (self->stacks == NULL && (self->stacks = PyDict_New()) == NULL)
+    if (self->local == NULL && (self->local = PyObject_CallNoArgs(local_type)) == NULL)
         return -1;
+    self->owner = PyThread_get_thread_ident();
     return 0;
 }
 
@@ -182,7 +186,7 @@ Recorder_traverse(Recorder *self, visitproc visit, void *arg)
     Py_VISIT(self->counter);
     Py_VISIT(self->closed);
     Py_VISIT(self->owner_stack);
-    Py_VISIT(self->stacks);
+    Py_VISIT(self->local);
     return 0;
 }
 
@@ -193,7 +197,7 @@ Recorder_clear(Recorder *self)
     Py_CLEAR(self->counter);
     Py_CLEAR(self->closed);
     Py_CLEAR(self->owner_stack);
-    Py_CLEAR(self->stacks);
+    Py_CLEAR(self->local);
     return 0;
 }
 
@@ -230,28 +234,24 @@ count_now(Recorder *self)
 static PyObject *
 thread_stack(Recorder *self, int create)
 {
-    unsigned long ident = PyThread_get_thread_ident();
-    if (self->owner == ident)
+    if (self->owner == PyThread_get_thread_ident())
         return self->owner_stack;
-    if (self->owner == 0) {
-        self->owner = ident;
-        return self->owner_stack;
+    PyObject *st = PyObject_GetAttr(self->local, str_stack);
+    if (st != NULL) {
+        Py_DECREF(st); /* the thread's local dict holds it */
+        return st;
     }
-    PyObject *key = PyLong_FromUnsignedLong(ident);
-    if (key == NULL)
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError))
         return NULL;
-    PyObject *st = PyDict_GetItemWithError(self->stacks, key);
-    if (st == NULL && !PyErr_Occurred() && create) {
-        st = PyList_New(0);
-        if (st != NULL) {
-            int rc = PyDict_SetItem(self->stacks, key, st);
-            Py_DECREF(st); /* the dict holds it */
-            if (rc < 0)
-                st = NULL;
-        }
-    }
-    Py_DECREF(key);
-    return st;
+    PyErr_Clear();
+    if (!create)
+        return NULL;
+    st = PyList_New(0);
+    if (st == NULL)
+        return NULL;
+    int rc = PyObject_SetAttr(self->local, str_stack, st);
+    Py_DECREF(st);
+    return rc < 0 ? NULL : st;
 }
 
 PyDoc_STRVAR(open_doc, "open(fields, before=None) -> token: see scopes.ScopeRecorder.open");
@@ -511,6 +511,17 @@ PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
     if (PyType_Ready(&RecorderType) < 0)
+        return NULL;
+    if (local_type == NULL) {
+        PyObject *thread = PyImport_ImportModule("_thread");
+        if (thread == NULL)
+            return NULL;
+        local_type = PyObject_GetAttrString(thread, "_local");
+        Py_DECREF(thread);
+        if (local_type == NULL)
+            return NULL;
+    }
+    if (str_stack == NULL && (str_stack = PyUnicode_InternFromString("stack")) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
