@@ -24,7 +24,11 @@ try:
     from . import _fastpath as _c
 except ImportError as e:  # not built (no compiler at install time) or built for another Python
     _c = None
-    _IMPORT_ERROR: Optional[str] = str(e)
+    _built = [f for f in os.listdir(os.path.dirname(__file__)) if f.startswith("_fastpath.") and not f.endswith(".c")]
+    _IMPORT_ERROR: Optional[str] = (
+        f"built but not importable here ({', '.join(sorted(_built))}: {e})" if _built else
+        "not built at install time (no C compiler or Python headers then, or "
+        "PERFETTO_GRAPH_ANN_NO_EXTENSION was set: reinstall with them)")
 else:
     _c.set_error(CaptureError)
     _IMPORT_ERROR = None
@@ -46,7 +50,7 @@ def module() -> Any:
 def describe() -> str:
     """Which capture path runs here and, for the Python one, why."""
     if _c is None:
-        return f"python (the compiled path is not built: {_IMPORT_ERROR})"
+        return f"python (the compiled path: {_IMPORT_ERROR})"
     if not ENABLED:
         return f"python ({PURE_ENV} is set)" if os.environ.get(PURE_ENV) else "python (disabled)"
     return "compiled"
