@@ -5,9 +5,6 @@ executable graphs with their own ids. ``launch(stream, kernel)`` is what a kerne
 during capture does: it appends a node to the graph being captured on that stream. Its
 ``count_function`` is a C-callable ``cuGraphGetNodes`` stand-in (a ctypes callback), so the
 compiled recorder counts through a function pointer exactly as on a GPU.
-
-``capture_path``: an autouse fixture, imported by the capture test modules, that runs each
-of their tests on the compiled capture path and on the pure-Python one.
 """
 from __future__ import annotations
 
@@ -16,23 +13,11 @@ import itertools
 import threading
 from typing import Dict, List, Optional
 
-import pytest
-
-from perfetto_graph_ann.capture import fastpath
 from perfetto_graph_ann.capture.backends import CaptureBackend
 from perfetto_graph_ann.capture.resolve import NodeInfo
 
 #: CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *)
 GET_NODES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))
-
-
-@pytest.fixture(autouse=True, params=["compiled", "python"])
-def capture_path(request, monkeypatch):
-    """Run the test on both capture paths (the compiled one skipped where it is not built)."""
-    if request.param == "compiled" and fastpath._c is None:
-        pytest.skip(f"compiled capture path not built: {fastpath.describe()}")
-    monkeypatch.setattr(fastpath, "ENABLED", request.param == "compiled")
-    return request.param
 
 
 class FakeCuda(CaptureBackend):

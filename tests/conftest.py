@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from perfetto_graph_ann._resources import demo_data_dir
+from perfetto_graph_ann.capture import fastpath
 
 # Hypothesis profiles for the whole suite: "ci" (default) is derandomized so CI failures
 # reproduce; "fuzz_long" (PGA_HYPOTHESIS_PROFILE=fuzz_long) explores with fresh randomness.
@@ -33,3 +34,13 @@ def fixture_trace(name: str) -> Path:
 
 def fixture_capture(name: str) -> Path:
     return FIXTURES / f"{name}.capture.json"
+
+
+@pytest.fixture(params=["compiled", "python"])
+def capture_path(request, monkeypatch):
+    """Runs a test on both capture paths: the compiled one (skipped where it is not built) and
+    the pure-Python one. Capture test modules use it with ``pytest.mark.usefixtures``."""
+    if request.param == "compiled" and not fastpath.module_built():
+        pytest.skip(f"compiled capture path not built: {fastpath.describe()}")
+    monkeypatch.setattr(fastpath, "ENABLED", request.param == "compiled")
+    return request.param

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import pytest
-from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
+from capture_fakes import FakeCuda
 
 from perfetto_graph_ann import mark_kernels
 from perfetto_graph_ann.capture import backends
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.autograd import BackwardTagger
 from perfetto_graph_ann.capture.registry import Registry
+
+# every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
+pytestmark = pytest.mark.usefixtures("capture_path")
 
 STREAM = 0x70
 

@@ -6,12 +6,15 @@ import json
 import types
 
 import pytest
-from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
+from capture_fakes import FakeCuda
 from join_expect import fixture_trace
 
 from perfetto_graph_ann.capture import collectives as C
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.registry import Registry
+
+# every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
+pytestmark = pytest.mark.usefixtures("capture_path")
 
 STREAM = 0x70
 DEFAULT_PG = C.GroupInfo("0", "default_pg", (0, 1))

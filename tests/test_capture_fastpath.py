@@ -299,3 +299,13 @@ def test_a_thread_that_ended_with_a_scope_open_leaves_nothing_to_later_threads(m
             t.start()
             t.join()
     assert seen == [{}] * 20
+
+
+def test_driver_helpers_refuse_a_null_function_and_wrong_arguments():
+    for fn in (C.capture_graph, C.out_ptr, C.out_u32):
+        with pytest.raises(ValueError, match="fn is NULL"):
+            fn(0, 0x10)
+        with pytest.raises(ValueError, match="fn is NULL"):
+            fn(None, 0x10)
+        with pytest.raises(TypeError):
+            fn(1)

@@ -12,7 +12,7 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
+from capture_fakes import FakeCuda
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends
@@ -20,6 +20,9 @@ from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import make_key
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.errors import CaptureError
+
+# every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
+pytestmark = pytest.mark.usefixtures("capture_path")
 
 STREAM = 0x70
 
@@ -123,18 +126,20 @@ def test_an_unreadable_copy_fails_every_read_not_just_the_first(cuda, monkeypatc
     assert len(cuda.destroyed) == 1
 
 
+def captured(cuda, name: str):
+    """A fake CUDAGraph captured with one kernel in a ``name`` scope (calibration off)."""
+    g = sys.modules["torch"].cuda.CUDAGraph()
+    with pga.graph(g, calibrate=False):
+        with pga.mark_kernels(name):
+            cuda.launch(STREAM, "k")
+    return g
+
+
 def test_a_graph_object_that_is_garbage_collected_leaves_the_registry(cuda):
     """As torch's destructor resets the graph: a stale entry would tie with its re-capture."""
-    torch = sys.modules["torch"]
-    old = torch.cuda.CUDAGraph()
-    with pga.graph(old, calibrate=False):
-        with pga.mark_kernels("old_name"):
-            cuda.launch(STREAM, "k")
+    old = captured(cuda, "old_name")
     old_owner = old._pga_owner
-    new = torch.cuda.CUDAGraph()
-    with pga.graph(new, calibrate=False):
-        with pga.mark_kernels("new_name"):
-            cuda.launch(STREAM, "k")
+    new = captured(cuda, "new_name")
     assert cuda.destroyed == []  # neither table read yet
     del old
     gc.collect()
@@ -155,11 +160,7 @@ def test_a_graph_object_that_is_garbage_collected_leaves_the_registry(cuda):
 def test_a_graph_in_a_reference_cycle_leaves_the_registry_when_the_cycle_is_collected(cuda):
     """The weak reference whose callback drops the entry is held outside the graph: a graph in
     cyclic garbage (its wrappers included) still triggers it."""
-    torch = sys.modules["torch"]
-    g = torch.cuda.CUDAGraph()
-    with pga.graph(g, calibrate=False):
-        with pga.mark_kernels("cyclic"):
-            cuda.launch(STREAM, "k")
+    g = captured(cuda, "cyclic")
     owner = g._pga_owner
     g.me = g  # a cycle: only the cyclic GC can free it
     del g

@@ -11,13 +11,16 @@ from __future__ import annotations
 import threading
 
 import pytest
-from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
+from capture_fakes import FakeCuda
 
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import make_key
 from perfetto_graph_ann.capture.registry import Registry
 from perfetto_graph_ann.capture.scopes import normalize_annotation
 from perfetto_graph_ann.errors import CaptureError
+
+# every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
+pytestmark = pytest.mark.usefixtures("capture_path")
 
 STREAM, SIDE = 0x70, 0x71
 

@@ -5,13 +5,16 @@ import threading
 import time
 
 import pytest
-from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
+from capture_fakes import FakeCuda
 
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import make_key
 from perfetto_graph_ann.capture.registry import KernelAnnotationsView, Registry
 from perfetto_graph_ann.capture.scopes import LaneAllocator, normalize_annotation
 from perfetto_graph_ann.errors import CaptureError
+
+# every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
+pytestmark = pytest.mark.usefixtures("capture_path")
 
 STREAM, SIDE = 0x70, 0x71
 

@@ -12,13 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from capture_fakes import FakeCuda, capture_path  # noqa: F401 (autouse: both capture paths)
+from capture_fakes import FakeCuda
 
 import hostile_inputs as H
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import make_key
 from perfetto_graph_ann.capture.registry import Registry
 from perfetto_graph_ann.capture.scopes import normalize_annotation
+
+# every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
+pytestmark = pytest.mark.usefixtures("capture_path")
 
 REPO = Path(__file__).resolve().parents[1]
 STREAM_A, STREAM_B = 0x70, 0x90

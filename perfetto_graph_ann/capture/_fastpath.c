@@ -49,6 +49,25 @@ driver_error(const char *what, int rc)
 
 /* ---- the per-capture driver calls ------------------------------------------------------- */
 
+/* the (fn, handle) arguments of the driver helpers: 0, or -1 with an exception set */
+static int
+fn_and_handle(const char *usage, PyObject *const *args, Py_ssize_t nargs, void **fn, void **handle)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    *fn = as_pointer(args[0]);
+    *handle = as_pointer(args[1]);
+    if (PyErr_Occurred())
+        return -1;
+    if (*fn == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s: fn is NULL", usage);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(capture_graph_doc,
 "capture_graph(fn, stream) -> int | None\n\n"
 "The graph under capture on ``stream`` through cuStreamGetCaptureInfo_v2 at address ``fn``;\n"
@@ -57,14 +76,10 @@ PyDoc_STRVAR(capture_graph_doc,
 static PyObject *
 capture_graph(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "capture_graph(fn, stream)");
+    void *fn_addr, *stream;
+    if (fn_and_handle("capture_graph(fn, stream)", args, nargs, &fn_addr, &stream) < 0)
         return NULL;
-    }
-    capture_info_fn fn = (capture_info_fn)as_pointer(args[0]);
-    void *stream = as_pointer(args[1]);
-    if (PyErr_Occurred())
-        return NULL;
+    capture_info_fn fn = (capture_info_fn)fn_addr;
     int status = 0;
     void *graph = NULL;
     if (fn(stream, &status, NULL, &graph, NULL, NULL) != 0 || status != CAPTURE_STATUS_ACTIVE || graph == NULL)
@@ -80,14 +95,10 @@ PyDoc_STRVAR(out_ptr_doc,
 static PyObject *
 out_ptr(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "out_ptr(fn, handle)");
+    void *fn_addr, *in;
+    if (fn_and_handle("out_ptr(fn, handle)", args, nargs, &fn_addr, &in) < 0)
         return NULL;
-    }
-    out_ptr_fn fn = (out_ptr_fn)as_pointer(args[0]);
-    void *in = as_pointer(args[1]);
-    if (PyErr_Occurred())
-        return NULL;
+    out_ptr_fn fn = (out_ptr_fn)fn_addr;
     void *out = NULL;
     if (fn(&out, in) != 0 || out == NULL)
         Py_RETURN_NONE;
@@ -102,14 +113,10 @@ PyDoc_STRVAR(out_u32_doc,
 static PyObject *
 out_u32(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "out_u32(fn, handle)");
+    void *fn_addr, *in;
+    if (fn_and_handle("out_u32(fn, handle)", args, nargs, &fn_addr, &in) < 0)
         return NULL;
-    }
-    out_u32_fn fn = (out_u32_fn)as_pointer(args[0]);
-    void *in = as_pointer(args[1]);
-    if (PyErr_Occurred())
-        return NULL;
+    out_u32_fn fn = (out_u32_fn)fn_addr;
     uint32_t out = 0;
     if (fn(in, &out) != 0)
         Py_RETURN_NONE;
