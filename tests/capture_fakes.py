@@ -18,6 +18,11 @@ from perfetto_graph_ann.capture.resolve import NodeInfo
 
 #: CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *)
 GET_NODES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))
+#: CUresult cuGraphAddEmptyNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t)
+ADD_EMPTY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_size_t)
+#: CUptiResult cuptiGetGraphNodeId(CUgraphNode, uint64_t *)
+NODE_ID = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))
 
 
 class FakeCuda(CaptureBackend):
@@ -40,7 +45,11 @@ class FakeCuda(CaptureBackend):
         self.marker_id_skew = 0  # != 0: a driver whose marker ids are not listing positions
         self.count_rc = 0  # != 0: the C count function fails with this CUresult
         self.c_count = True  # False: no count_function (the compiled recorder calls node_count)
+        self.node_id_rc = 0  # != 0: the C node-id function fails with this code
         self._c_get_nodes = GET_NODES(self._c_node_count)  # kept alive with the fake
+        self._c_add_empty = ADD_EMPTY(self._c_add_marker)
+        self._c_node_id = NODE_ID(self._c_marker_id)
+        self._marker_ids: Dict[int, int] = {}  # marker node handle -> the local id it reports
 
     # driver side ----------------------------------------------------------------
     def begin_capture(self, stream: int) -> int:
@@ -90,6 +99,29 @@ class FakeCuda(CaptureBackend):
 
     def count_function(self) -> Optional[int]:
         return ctypes.cast(self._c_get_nodes, ctypes.c_void_p).value if self.c_count else None
+
+    def _c_add_marker(self, node_out, graph, deps, ndeps) -> int:
+        if not self.can_mark:
+            return 801  # CUDA_ERROR_NOT_SUPPORTED
+        with self.lock:
+            self.marker_calls += 1
+            nodes = self.graphs[graph]
+            h = next(self._handles)
+            nodes.append(NodeInfo(h, len(nodes), "empty", None, None, None))
+            self._marker_ids[h] = len(nodes) - 1 + self.marker_id_skew
+        node_out[0] = h
+        return 0
+
+    def _c_marker_id(self, node, out) -> int:
+        if self.node_id_rc:
+            return self.node_id_rc
+        out[0] = self._marker_ids[node]
+        return 0
+
+    def marker_functions(self):
+        if not self.c_count:
+            return None
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (self._c_add_empty, self._c_node_id))
 
     def add_marker(self, graph: int) -> Optional[int]:
         """Like cuGraphAddEmptyNode + the new node's local id (None: ``can_mark`` is off)."""

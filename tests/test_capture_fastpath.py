@@ -309,3 +309,82 @@ def test_driver_helpers_refuse_a_null_function_and_wrong_arguments():
             fn(None, 0x10)
         with pytest.raises(TypeError):
             fn(1)
+
+
+SESSION_OPS = st.lists(st.one_of(st.tuples(st.just("launch"), st.integers(1, 3)),
+                                 st.tuples(st.just("open"), st.sampled_from(["a", "b", "c"])),
+                                 st.tuples(st.just("close"), st.none())), max_size=30)
+
+
+def run_session(monkeypatch, compiled: bool, markers_from, ops, can_mark=True):
+    """A capture driven by ``ops``; what it attributed and where its marker nodes went."""
+    monkeypatch.setattr(fastpath, "ENABLED", compiled)
+    cuda = FakeCuda()
+    cuda.can_mark = can_mark
+    cuda.begin_capture(0x70)
+    sess = S.CaptureSession(cuda, 0x70, markers_from=markers_from)
+    sess.start()
+    toks, k = [], 0
+    for op, arg in ops:
+        if op == "launch":
+            for _ in range(arg):
+                k += 1
+                cuda.launch(0x70, f"k{k}")
+        elif op == "open":
+            toks.append(sess.recorder.open({"name": arg, "depth": len(toks)}))
+        elif toks:
+            sess.recorder.close(toks.pop())
+    while toks:
+        sess.recorder.close(toks.pop())
+    sess.finish_capture()
+    ann = {n.kernel: sess.annotations.get(n.handle) for n in sess.nodes}
+    return ann, list(sess._markers), cuda.marker_calls
+
+
+@pytest.mark.parametrize("markers_from", [None, 0, 3])
+@given(ops=SESSION_OPS)
+def test_compiled_markers_and_counts_attribute_exactly_as_the_python_path(monkeypatch, markers_from, ops):
+    assert run_session(monkeypatch, True, markers_from, ops) == run_session(monkeypatch, False, markers_from, ops)
+
+
+def test_markers_are_added_from_c_once_the_graph_is_large(monkeypatch):
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    cuda = FakeCuda()
+    cuda.begin_capture(0x70)
+    sess = S.CaptureSession(cuda, 0x70, markers_from=2)
+    sess.start()
+    rec = sess.recorder
+    tok = rec.open({"name": "x"})  # 0 nodes: a count
+    assert not rec.marking and cuda.marker_calls == 0
+    cuda.launch(0x70)
+    cuda.launch(0x70)
+    rec.close(tok)  # 2 nodes: a count that reaches markers_from
+    assert rec.marking and cuda.count_calls == 2
+    tok = rec.open({"name": "y"})  # a marker at position 2
+    cuda.launch(0x70)
+    rec.close(tok)  # a marker at position 4
+    assert cuda.count_calls == 2 and cuda.marker_calls == 2 and sess._markers == [2, 4]
+    sess.finish_capture()
+    assert [sess.annotations.get(n.handle) for n in sess.nodes] == [{"name": "x"}, {"name": "x"}, {"name": "y"}]
+
+
+def test_a_failing_marker_id_raises_capture_error(monkeypatch):
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    cuda = FakeCuda()
+    cuda.node_id_rc = 999
+    cuda.begin_capture(0x70)
+    sess = S.CaptureSession(cuda, 0x70, markers_from=0)
+    sess.start()
+    with pytest.raises(CaptureError, match="cuptiGetGraphNodeId failed with CUPTI error 999"):
+        sess.recorder.open({"name": "x"})
+
+
+def test_getenv_sees_what_os_environ_sets_and_unsets(monkeypatch):
+    name = "PERFETTO_GRAPH_ANN_TEST_GETENV"
+    monkeypatch.delenv(name, raising=False)
+    assert C.getenv(name) is None and fastpath.getenv(name) is None
+    for value in ("1", "", "off", "caf\u00e9", "bad\udcffbyte"):  # the last: a non-UTF-8 byte, as os.environ shows it
+        monkeypatch.setenv(name, value)
+        assert C.getenv(name) == os.environ.get(name) == value
+    monkeypatch.delenv(name)
+    assert C.getenv(name) is None

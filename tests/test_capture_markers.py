@@ -103,11 +103,15 @@ def test_small_graphs_keep_counting_by_default(monkeypatch):
     assert cuda.marker_calls == 0 and annotations(sess) == EXPECTED
 
 
-def test_a_backend_that_cannot_add_markers_counts():
+def test_a_backend_that_cannot_add_markers_counts(capture_path):
     cuda = FakeCuda()
     cuda.can_mark = False
     cuda, sess, template = run(0, cuda)
-    assert annotations(sess) == EXPECTED and sess.markers_from is None
+    assert annotations(sess) == EXPECTED
+    if capture_path == "python":  # gave up on markers for the rest of the capture
+        assert sess.markers_from is None
+    else:
+        assert not sess.recorder.marking
     assert cuda.count_calls == 10 and not any(n.type == "empty" for n in template)
 
 

@@ -16,17 +16,22 @@
  *   CUresult cuStreamGetCaptureInfo_v2(CUstream, CUstreamCaptureStatus *, cuuint64_t *id,
  *                                      CUgraph *, const CUgraphNode **deps, size_t *numDeps)
  *   CUresult cuGraphClone(CUgraph *out, CUgraph)
+ *   CUresult cuGraphAddEmptyNode(CUgraphNode *out, CUgraph, const CUgraphNode *deps, size_t numDeps)
  *   CUptiResult cuptiGetGraphId(CUgraph, uint32_t *), cuptiGetGraphExecId(CUgraphExec, uint32_t *)
+ *   CUptiResult cuptiGetGraphNodeId(CUgraphNode, uint64_t *)  (low 32 bits: the node's local id)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef int (*get_nodes_fn)(void *graph, void *nodes, size_t *num);
 typedef int (*capture_info_fn)(void *stream, int *status, void *id, void **graph, void *deps, void *ndeps);
 typedef int (*out_ptr_fn)(void **out, void *in);
 typedef int (*out_u32_fn)(void *in, uint32_t *out);
+typedef int (*add_empty_fn)(void **node, void *graph, void *deps, size_t ndeps);
+typedef int (*node_id_fn)(void *node, uint64_t *id);
 
 #define CAPTURE_STATUS_ACTIVE 1
 
@@ -123,6 +128,23 @@ out_u32(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(out);
 }
 
+PyDoc_STRVAR(getenv_doc,
+"getenv(name) -> str | None\n\n"
+"The process environment's value (C getenv, which os.environ's changes reach through putenv):\n"
+"os.environ.get runs five Python frames, cold on the capture's path.");
+
+static PyObject *
+py_getenv(PyObject *mod, PyObject *name)
+{
+    const char *key = PyUnicode_AsUTF8(name);
+    if (key == NULL)
+        return NULL;
+    const char *value = getenv(key);
+    if (value == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(value);
+}
+
 static PyObject *
 set_error(PyObject *mod, PyObject *cls)
 {
@@ -135,8 +157,10 @@ set_error(PyObject *mod, PyObject *cls)
  *
  * Same state and tokens as the Python class: a token is the list [seq, fields, count at
  * entry]; a closed scope is the tuple (seq, fields, start, end) appended to ``closed``.
- * The node count comes either from cuGraphGetNodes (``set_fast``) or from a Python
- * callable (``set_counter``, the session's marker path, the fakes of the tests).
+ * The position of an edge comes from cuGraphGetNodes (``set_fast``: a count), from an empty
+ * marker node's local id once the graph is large (``set_fast`` with the marker functions:
+ * session.py explains markers), or from a Python callable (``set_counter``; the fallback
+ * ``slow`` where the backend has no marker functions).
  *
  * Each thread has its own stack of open tokens. The stack of the thread that created the
  * recorder (the capturing thread, alive until the capture ends) is held inline; other
@@ -148,8 +172,12 @@ typedef struct {
     PyObject_HEAD
     get_nodes_fn get_nodes; /* fast count when non-NULL */
     void *graph;
-    Py_ssize_t switch_at;   /* fast count >= this: use ``slow`` from the next edge on; -1: never */
-    PyObject *slow;         /* the Python counter used after the switch */
+    Py_ssize_t switch_at;   /* fast count >= this: markers (or ``slow``) from the next edge on; -1: never */
+    PyObject *slow;         /* the Python edge used after the switch without marker functions */
+    add_empty_fn add_empty; /* marker functions (NULL: none) */
+    node_id_fn node_id;
+    PyObject *markers;      /* list: the marker nodes' positions are appended here */
+    int marking;            /* edges add marker nodes */
     PyObject *counter;      /* the Python counter when there is no fast count */
     long long seq;
     int active;
@@ -174,6 +202,9 @@ Recorder_init(Recorder *self, PyObject *args, PyObject *kw)
     self->get_nodes = NULL;
     self->graph = NULL;
     self->switch_at = -1;
+    self->add_empty = NULL;
+    self->node_id = NULL;
+    self->marking = 0;
     self->seq = 0;
     self->active = 1;
     if (self->closed == NULL && (self->closed = PyList_New(0)) == NULL)
@@ -190,6 +221,7 @@ static int
 Recorder_traverse(Recorder *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->slow);
+    Py_VISIT(self->markers);
     Py_VISIT(self->counter);
     Py_VISIT(self->closed);
     Py_VISIT(self->owner_stack);
@@ -201,6 +233,7 @@ static int
 Recorder_clear(Recorder *self)
 {
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->markers);
     Py_CLEAR(self->counter);
     Py_CLEAR(self->closed);
     Py_CLEAR(self->owner_stack);
@@ -216,19 +249,53 @@ Recorder_dealloc(Recorder *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* the node count now: a new reference to an int, None (not capturing), or NULL (error) */
+/* an empty marker node's position (new reference), NULL with an exception, or NULL without
+ * one when the driver would not add the node (then the caller counts) */
+static PyObject *
+add_marker(Recorder *self)
+{
+    void *node = NULL;
+    if (self->add_empty(&node, self->graph, NULL, 0) != 0 || node == NULL)
+        return NULL;
+    uint64_t id = 0;
+    int rc = self->node_id(node, &id);
+    if (rc != 0) {
+        PyErr_Format(error_type ? error_type : PyExc_RuntimeError,
+                     "cuptiGetGraphNodeId failed with CUPTI error %d", rc);
+        return NULL;
+    }
+    PyObject *pos = PyLong_FromUnsignedLongLong(id & 0xFFFFFFFFull);
+    if (pos == NULL || PyList_Append(self->markers, pos) < 0) {
+        Py_XDECREF(pos);
+        return NULL;
+    }
+    return pos;
+}
+
+/* the edge's position now: a new reference to an int, None (not capturing), or NULL (error) */
 static PyObject *
 count_now(Recorder *self)
 {
+    if (self->marking) {
+        PyObject *pos = add_marker(self);
+        if (pos != NULL || PyErr_Occurred())
+            return pos;
+        self->marking = 0; /* the driver cannot: count from now on, as session._edge does */
+        self->switch_at = -1;
+    }
     if (self->get_nodes != NULL) {
         size_t n = 0;
         int rc = self->get_nodes(self->graph, NULL, &n);
         if (rc != 0)
             return driver_error("cuGraphGetNodes", rc);
-        if (self->switch_at >= 0 && (Py_ssize_t)n >= self->switch_at && self->slow != NULL) {
-            self->get_nodes = NULL;
-            Py_INCREF(self->slow);
-            Py_XSETREF(self->counter, self->slow);
+        if (self->switch_at >= 0 && (Py_ssize_t)n >= self->switch_at) {
+            if (self->add_empty != NULL && self->node_id != NULL && self->markers != NULL) {
+                self->marking = 1;
+            } else if (self->slow != NULL && self->slow != Py_None) {
+                self->get_nodes = NULL;
+                Py_INCREF(self->slow);
+                Py_XSETREF(self->counter, self->slow);
+            }
         }
         return PyLong_FromSize_t(n);
     }
@@ -408,31 +475,52 @@ Recorder_set_counter(Recorder *self, PyObject *counter)
 }
 
 PyDoc_STRVAR(set_fast_doc,
-"set_fast(get_nodes, graph, switch_at, slow)\n\n"
-"Count ``graph``'s nodes with cuGraphGetNodes at address ``get_nodes``; once a count reaches\n"
-"``switch_at`` (>= 0; -1 never) call ``slow()`` for every later edge (the marker path).");
+"set_fast(get_nodes, graph, switch_at, slow, add_empty=None, node_id=None, markers=None)\n\n"
+"Count ``graph``'s nodes with cuGraphGetNodes at address ``get_nodes``. Once a count reaches\n"
+"``switch_at`` (>= 0; -1 never), every later edge adds an empty marker node\n"
+"(cuGraphAddEmptyNode at ``add_empty``), reads its local id (cuptiGetGraphNodeId at\n"
+"``node_id``), appends it to the list ``markers`` and returns it; without marker functions it\n"
+"calls ``slow()`` instead. Where the driver will not add a marker, edges count again.");
 
 static PyObject *
 Recorder_set_fast(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "set_fast(get_nodes, graph, switch_at, slow)");
+    static const char usage[] = "set_fast(get_nodes, graph, switch_at, slow, add_empty=None, node_id=None, markers=None)";
+    if (nargs != 4 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     get_nodes_fn fn = (get_nodes_fn)as_pointer(args[0]);
     void *graph = as_pointer(args[1]);
     Py_ssize_t switch_at = PyLong_AsSsize_t(args[2]);
+    add_empty_fn add_empty = nargs == 7 ? (add_empty_fn)as_pointer(args[4]) : NULL;
+    node_id_fn node_id = nargs == 7 ? (node_id_fn)as_pointer(args[5]) : NULL;
+    PyObject *markers = nargs == 7 ? args[6] : Py_None;
     if (PyErr_Occurred())
         return NULL;
     if (fn == NULL) {
         PyErr_SetString(PyExc_ValueError, "set_fast(): get_nodes is NULL");
         return NULL;
     }
+    if (markers != Py_None && !PyList_Check(markers)) {
+        PyErr_SetString(PyExc_TypeError, "set_fast(): markers must be a list or None");
+        return NULL;
+    }
     self->get_nodes = fn;
     self->graph = graph;
     self->switch_at = switch_at;
+    self->add_empty = add_empty;
+    self->node_id = node_id;
+    /* as session._edge: markers once the previous edge's position (0 before the first) reached switch_at */
+    self->marking = switch_at == 0 && add_empty != NULL && node_id != NULL && markers != Py_None;
     Py_INCREF(args[3]);
     Py_XSETREF(self->slow, args[3]);
+    if (markers == Py_None) {
+        Py_CLEAR(self->markers);
+    } else {
+        Py_INCREF(markers);
+        Py_XSETREF(self->markers, markers);
+    }
     Py_RETURN_NONE;
 }
 
@@ -469,6 +557,12 @@ Recorder_get_fast(Recorder *self, void *closure)
     return PyBool_FromLong(self->get_nodes != NULL);
 }
 
+static PyObject *
+Recorder_get_marking(Recorder *self, void *closure)
+{
+    return PyBool_FromLong(self->marking);
+}
+
 static PyMethodDef Recorder_methods[] = {
     {"open", (PyCFunction)(void (*)(void))Recorder_open, METH_FASTCALL | METH_KEYWORDS, open_doc},
     {"close", (PyCFunction)Recorder_close, METH_O, close_doc},
@@ -482,7 +576,8 @@ static PyMethodDef Recorder_methods[] = {
 static PyGetSetDef Recorder_getset[] = {
     {"active", (getter)Recorder_get_active, (setter)Recorder_set_active, "False once the capture finished", NULL},
     {"closed", (getter)Recorder_get_closed, NULL, "closed scopes: (seq, fields, start, end) tuples", NULL},
-    {"fast", (getter)Recorder_get_fast, NULL, "True while counting through cuGraphGetNodes in C", NULL},
+    {"fast", (getter)Recorder_get_fast, NULL, "True while edges are positioned in C (count or marker)", NULL},
+    {"marking", (getter)Recorder_get_marking, NULL, "True while edges add marker nodes in C", NULL},
     {NULL}
 };
 
@@ -505,6 +600,7 @@ static PyMethodDef module_methods[] = {
     {"capture_graph", (PyCFunction)(void (*)(void))capture_graph, METH_FASTCALL, capture_graph_doc},
     {"out_ptr", (PyCFunction)(void (*)(void))out_ptr, METH_FASTCALL, out_ptr_doc},
     {"out_u32", (PyCFunction)(void (*)(void))out_u32, METH_FASTCALL, out_u32_doc},
+    {"getenv", (PyCFunction)py_getenv, METH_O, getenv_doc},
     {"set_error", (PyCFunction)set_error, METH_O, "set_error(cls): the exception type of driver failures"},
     {NULL}
 };

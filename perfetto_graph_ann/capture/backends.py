@@ -63,6 +63,15 @@ class CaptureBackend:
         """
         return None
 
+    def marker_functions(self) -> Optional[Tuple[int, int]]:
+        """Addresses of C functions with the signatures of ``cuGraphAddEmptyNode`` and
+        ``cuptiGetGraphNodeId`` (whose low 32 bits are the local id), or None.
+
+        With them the compiled recorder adds :meth:`add_marker`'s marker nodes without
+        entering Python.
+        """
+        return None
+
     def add_marker(self, graph: int) -> Optional[int]:
         """Add an empty node to ``graph`` (under capture); its local id, or None if unsupported.
 
@@ -316,6 +325,10 @@ class CuptiBackend(CudaGraphBackend):
         self._lib.cuptiGetGraphExecId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
         self._lib.cuptiGetGraphId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
         self._graph_id_addr = _address(self._lib.cuptiGetGraphId)
+        self._marker_addrs = (_address(self._cu.cuGraphAddEmptyNode), _address(self._lib.cuptiGetGraphNodeId))
+
+    def marker_functions(self) -> Optional[Tuple[int, int]]:
+        return self._marker_addrs
 
     def _node_id(self, node: Any) -> int:
         v = ctypes.c_uint64()

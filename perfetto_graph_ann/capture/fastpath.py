@@ -37,6 +37,11 @@ else:
 ENABLED: bool = _c is not None and os.environ.get(PURE_ENV, "").strip().lower() in ("", "0", "false", "no")
 
 
+#: ``os.environ.get`` for the capture's per-session settings: the compiled one where built
+#: (C ``getenv``; ``os.environ`` changes reach it through ``putenv``)
+getenv = _c.getenv if _c is not None else os.environ.get
+
+
 def module_built() -> bool:
     """True when the compiled module imported (whether or not it is enabled)."""
     return _c is not None

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import threading
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -59,12 +58,12 @@ DEFAULT_MARKERS_FROM = 512
 
 
 def verify_from_env() -> bool:
-    return os.environ.get(VERIFY_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    return (fastpath.getenv(VERIFY_ENV) or "").strip().lower() not in ("", "0", "false", "no")
 
 
 def markers_from_env() -> Optional[int]:
     """``PERFETTO_GRAPH_ANN_MARKERS_FROM``: a node count, or ``off``; unset: the default."""
-    raw = os.environ.get(MARKERS_ENV, "").strip().lower()
+    raw = (fastpath.getenv(MARKERS_ENV) or "").strip().lower()
     if raw == "":
         return DEFAULT_MARKERS_FROM
     if raw in ("off", "never", "none"):
@@ -152,7 +151,11 @@ class CaptureSession:
         count_fn = self.backend.count_function() if self._fast else None
         if count_fn is not None:
             start = self.markers_from
-            self.recorder.set_fast(count_fn, self.graph, -1 if start is None else start, self._marker_edge)
+            marker_fns = self.backend.marker_functions() if start is not None else None
+            if marker_fns is not None:  # markers added from C too, their positions into self._markers
+                self.recorder.set_fast(count_fn, self.graph, start, self._marker_edge, *marker_fns, self._markers)
+            else:
+                self.recorder.set_fast(count_fn, self.graph, -1 if start is None else start, self._marker_edge)
         else:
             self.recorder.set_counter(self._edge)
 
@@ -315,13 +318,17 @@ def push(session: CaptureSession) -> None:
         _global.append(session)
 
 
+def _remove(stack: List[CaptureSession], session: CaptureSession) -> None:
+    if stack and stack[-1] is session:  # the usual case: the innermost capture ends
+        stack.pop()
+    elif session in stack:
+        stack.remove(session)
+
+
 def pop(session: CaptureSession) -> None:
-    st = getattr(_local, "stack", [])
-    if session in st:
-        st.remove(session)
+    _remove(getattr(_local, "stack", None) or [], session)
     with _glock:
-        if session in _global:
-            _global.remove(session)
+        _remove(_global, session)
 
 
 def current() -> Optional[CaptureSession]:

@@ -21,14 +21,23 @@ for f in $FILES; do for v in 1 0; do
     -p no:cacheprovider -q --timeout 240 > "$log" 2>&1
   echo "$f verify=$v: exit $? $(tail -1 "$log")"
 done; done
+# the compiled marker path on every edge (markers from 0 nodes), verify off
+PERFETTO_GRAPH_ANN_MARKERS_FROM=0 PERFETTO_GRAPH_ANN_VERIFY_SCOPES=0 timeout 300 python3 -m pytest tests/gpu/test_capture_gpu.py \
+  -o addopts="" -m gpu -p no:cacheprovider -q --timeout 240 > "$OUT/pytest_markers0.log" 2>&1
+echo "test_capture_gpu.py markers at every edge, verify=0: exit $? $(tail -1 "$OUT/pytest_markers0.log")"
 timeout 200 python3 -m pytest tests/test_demo.py -k live -o addopts="" -p no:cacheprovider -q > "$OUT/pytest_demo_live.log" 2>&1
 echo "live demo: exit $? $(tail -1 "$OUT/pytest_demo_live.log")"
 timeout 150 python3 benchmarks/capture.py --python-arm --captures ${CAPTURES:-60} --out "$OUT/bench1.json" > "$OUT/bench.log" 2>&1; echo "bench exit: $?"
 timeout 150 python3 benchmarks/capture.py --python-arm --capture-only --layers 8 --captures 40 --out "$OUT/bench8.json" >> "$OUT/bench.log" 2>&1; echo "bench 8 exit: $?"
+for L in ${LARGE:-}; do  # e.g. LARGE="32 128 256": large graphs (markers from 512 nodes by default)
+  timeout 150 python3 benchmarks/capture.py --python-arm --capture-only --layers $L --captures 15 --out "$OUT/bench_L$L.json" >> "$OUT/bench.log" 2>&1
+  echo "bench $L layers exit: $?"
+done
 timeout 120 python3 tests/gpu/probe_fixed_steps.py --captures 30 > "$OUT/steps.json" 2>&1; echo "steps exit: $?"
 python3 - "$OUT" <<'PY'
 import json, sys
-for f in ("bench1.json", "bench8.json"):
+import glob, os
+for f in ["bench1.json", "bench8.json"] + sorted(os.path.basename(p) for p in glob.glob(f"{sys.argv[1]}/bench_L*.json")):
     try:
         d = json.load(open(f"{sys.argv[1]}/{f}"))
     except Exception as e:
