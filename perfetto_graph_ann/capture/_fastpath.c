@@ -184,7 +184,7 @@ typedef struct {
     PyObject *closed;       /* list of (seq, fields, start, end) */
     unsigned long owner;    /* thread ident of the inline stack: the creating thread */
     PyObject *owner_stack;  /* list */
-    PyObject *local;        /* _thread._local: attribute "stack" for the other threads */
+    PyObject *local;        /* _thread._local: attribute "stack" for the other threads (made on first use) */
 } Recorder;
 
 static PyObject *local_type = NULL; /* _thread._local */
@@ -211,9 +211,7 @@ Recorder_init(Recorder *self, PyObject *args, PyObject *kw)
         return -1;
     if (self->owner_stack == NULL && (self->owner_stack = PyList_New(0)) == NULL)
         return -1;
-    if (self->local == NULL && (self->local = PyObject_CallNoArgs(local_type)) == NULL)
-        return -1;
-    self->owner = PyThread_get_thread_ident();
+    self->owner = PyThread_get_thread_ident(); /* self->local: made when another thread first comes */
     return 0;
 }
 
@@ -310,6 +308,12 @@ thread_stack(Recorder *self, int create)
 {
     if (self->owner == PyThread_get_thread_ident())
         return self->owner_stack;
+    if (self->local == NULL) {
+        if (!create)
+            return NULL;
+        if ((self->local = PyObject_CallNoArgs(local_type)) == NULL)
+            return NULL;
+    }
     PyObject *st = PyObject_GetAttr(self->local, str_stack);
     if (st != NULL) {
         Py_DECREF(st); /* the thread's local dict holds it */
