@@ -43,4 +43,11 @@ for f in ["bench1.json", "bench8.json"] + sorted(os.path.basename(p) for p in gl
     except Exception as e:
         print(f, e); continue
     print(f, {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items() if not k.endswith("_all")})
+try:
+    for k, v in json.load(open(f"{sys.argv[1]}/steps.json")).items():
+        if isinstance(v, dict):
+            print("steps", k, {x: v[x] for x in ("plain", "pga, no scopes", "pga, scopes", "fixed pct", "total pct")},
+                  v["steps_us_per_capture_mean"])
+except Exception as e:
+    print("steps.json", e)
 PY
