@@ -65,8 +65,9 @@ if _c is not None:
     class FastScopeRecorder(_c.Recorder):
         """:class:`.scopes.ScopeRecorder` with open / close / snapshot in C.
 
-        Tokens and closed records have the same form; ``set_fast`` makes edges count the
-        graph's nodes through cuGraphGetNodes without entering Python.
+        Tokens and closed records have the same form; ``set_fast`` positions edges without
+        entering Python: a ``cuGraphGetNodes`` count, or on large graphs a marker node
+        (``CaptureSession.start`` wires it).
         """
 
         __slots__ = ()
