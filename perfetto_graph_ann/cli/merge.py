@@ -18,7 +18,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("traces", nargs="+", metavar="TRACE", help="torch.profiler trace of one rank (.json / .json.gz)")
     p.add_argument("-o", "--output", required=True, help="merged .pftrace (or .pftrace.gz) to write")
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
-                   help="annotation sidecar / capture record: once for every rank, or once per trace in order")
+                   help="annotation sidecar / capture record: once per trace in order, or once for every rank "
+                   "(only files without a capture identity: each rank is its own process)")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all")
     add_force_option(p)
     p.add_argument("--gzip", action="store_true", help="gzip the output (also implied by a .gz name)")
