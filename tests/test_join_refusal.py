@@ -306,3 +306,21 @@ def test_calibration_note_is_reported_for_structural_graphs(capsys):
     assert f"warning: two branch was matched structurally, without calibration: {note}" in lines
     # calibrated graphs carry no note into the report
     assert join(read_trace(fixture_trace(TWO)), read_capture_record(fixture_capture(TWO))).report.calibration_notes == {}
+
+
+def test_quiet_convert_prints_nothing(tmp_path, capsys):
+    assert main(["convert", str(fixture_trace(TWO)), "-a", str(fixture_capture(TWO)), "-o",
+                 str(tmp_path / "q.pftrace"), "-q"]) == 0
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err == "" and (tmp_path / "q.pftrace").exists()
+
+
+def test_summary_line_lists_strategies_and_ambiguity():
+    from perfetto_graph_ann.join.model import JoinReport
+    from perfetto_graph_ann.join.summary import summary_line
+
+    r = JoinReport(total=30, graphed=20, matched={"exact": 2, "calibrated": 0, "structural": 15}, ambiguous=4,
+                   unmatched=3, annotation_files=["/x/a.pga", "b.capture.json"])
+    assert summary_line(r) == ("join: 17/20 GPU events of graph replays matched (2 exact, 15 structural) · "
+                               "4 ambiguous · 3 unmatched · annotations: a.pga, b.capture.json")
+    assert summary_line(JoinReport(total=9)) == "join: no GPU events launched by a graph in this trace (9 GPU events)"
