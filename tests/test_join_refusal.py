@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_support import requires_portable
 from join_expect import (calibrated_expectation, fixture_capture, fixture_trace, kernels, launch_pids, load_json,
                          strip_calibration)
 from perfetto_graph_ann.capture.annotations import AnnotationSet, CaptureIdentity
@@ -324,3 +325,21 @@ def test_summary_line_lists_strategies_and_ambiguity():
     assert summary_line(r) == ("join: 17/20 GPU events of graph replays matched (2 exact, 15 structural) · "
                                "4 ambiguous · 3 unmatched · annotations: a.pga, b.capture.json")
     assert summary_line(JoinReport(total=9)) == "join: no GPU events launched by a graph in this trace (9 GPU events)"
+
+
+@requires_portable
+def test_sql_joins_a_json_trace_with_annotations(tmp_path, capsys):
+    """``sql TRACE.json -a FILE`` queries the joined trace (as ``report`` does) and prints the
+    same join summary; lanes come from the fixture's expectation."""
+    expect = calibrated_expectation(TWO)
+    query = ("SELECT EXTRACT_ARG(arg_set_id, 'debug.stream') AS lane, EXTRACT_ARG(arg_set_id, 'debug.join') AS j, "
+             "count(*) AS n FROM slice WHERE EXTRACT_ARG(arg_set_id, 'debug.join') IS NOT NULL GROUP BY 1, 2 ORDER BY 1")
+    out = tmp_path / "q.csv"
+    assert main(["sql", str(fixture_trace(TWO)), query, "-a", str(fixture_capture(TWO)), "--format", "csv",
+                 "-o", str(out), "--engine", "portable"]) == 0
+    rows = [line.split(",") for line in out.read_text().splitlines()[1:]]
+    assert {int(lane): int(n) for lane, j, n in rows} == dict(Counter(x["lane"] for x in expect.values()))
+    assert {j for _, j, _ in rows} == {"calibrated"}
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "join: 15/15 GPU events of graph replays matched (15 calibrated) · 0 unmatched · "
+        "annotations: two_branch.capture.json")
