@@ -52,7 +52,6 @@ from .resolve import NodeInfo, resolve_graph, with_calibration
 from .scopes import ScopeRecorder, merge_scopes
 
 _owner_ids = itertools.count(1)
-_HAS_NOTE = "calibration_note" in GraphRecord.__dataclass_fields__  # TEMP until the sidecar v2 merge
 #: environment switch for :class:`CaptureSession`'s ``verify``
 VERIFY_ENV = "PERFETTO_GRAPH_ANN_VERIFY_SCOPES"
 #: environment setting for :class:`CaptureSession`'s ``markers_from``
@@ -258,7 +257,7 @@ class CaptureSession:
                     rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id,
                                         self.device, lane_labels=labels)
                     rec = with_calibration(rec, self._calibration) if self._calibration else rec
-                    if self.calibration_note is not None and not self._calibration and _HAS_NOTE:
+                    if self.calibration_note is not None and not self._calibration:
                         rec = dataclasses.replace(rec, calibration_note=self.calibration_note)
                     self._record = rec
         return self._record
