@@ -192,7 +192,9 @@ def decoder_main(args) -> None:
     ann = [decoder(weights, b, annotate=True) for b in batches]
     for fn in plain + ann:
         warmup(fn)
-    arms = ("plain", "annotated")
+    fns = {"plain": plain, "annotated": ann, "python": ann}
+    # "python": the annotated set again on the pure-Python capture path (--python-arm)
+    arms = ("plain", "annotated", "python") if args.python_arm else ("plain", "annotated")
     cap = {a: {b: [] for b in batches} for a in arms}
     first = {a: {b: [] for b in batches} for a in arms}
     steady = {a: {b: [] for b in batches} for a in arms}
@@ -218,12 +220,13 @@ def decoder_main(args) -> None:
         sets = {}
         for arm in (arms if r % 2 == 0 else arms[::-1]):  # alternate which set is captured first
             current[0] = arm
-            graphs, outs, secs = capture_set(plain if arm == "plain" else ann, annotated=arm == "annotated",
-                                             fn_secs=phases[arm]["fn"])
+            fastpath.ENABLED = fastpath.module_built() and arm != "python"
+            graphs, outs, secs = capture_set(fns[arm], annotated=arm != "plain", fn_secs=phases[arm]["fn"])
             phases[arm]["total"].extend(secs)
             sets[arm] = (graphs, outs)
             for b, t in zip(batches, secs):
                 cap[arm][b].append(t)
+        fastpath.ENABLED = fastpath.module_built()  # replays and calibration on the default path
         for i, b in enumerate(batches):
             for arm in (arms if (r + i) % 2 == 0 else arms[::-1]):
                 first[arm][b].append(_first_replay_s(sets[arm][0][i]))
@@ -238,7 +241,7 @@ def decoder_main(args) -> None:
                 for arm in arms:
                     steady[arm][b].append(replay_ms(sets[arm][0][i], 20))
         torch.cuda.synchronize()
-        equal.append(all(torch.equal(p, a) for p, a in zip(sets["plain"][1], sets["annotated"][1])))
+        equal.append(all(torch.equal(p, a) for arm in arms[1:] for p, a in zip(sets["plain"][1], sets[arm][1])))
         for arm in arms:
             for g in sets[arm][0]:
                 g.reset()
@@ -252,11 +255,17 @@ def decoder_main(args) -> None:
             "first_replay_ms_plain": med(first["plain"][b]) * 1e3,
             "first_replay_ms_annotated": med(first["annotated"][b]) * 1e3,
             "first_replay_extra_ms": (med(first["annotated"][b]) - med(first["plain"][b])) * 1e3,
+            # the process's first calibration also starts CUPTI's activity API (once)
+            "first_replay_ms_annotated_round0": first["annotated"][b][0] * 1e3,
             "steady_replay_ms_plain": med(steady["plain"][b]), "steady_replay_ms_annotated": med(steady["annotated"][b]),
             "steady_ratio": med(steady["annotated"][b]) / med(steady["plain"][b]),
         }
+        if "python" in arms:
+            rows[b].update(capture_ms_python_path=med(cap["python"][b]) * 1e3,
+                           capture_ratio_python_path=med(cap["python"][b]) / med(cap["plain"][b]))
     cls.__enter__, cls.__exit__ = orig_enter, orig_exit
-    parts = {k: med([p.get(k, 0.0) for p in cal_parts]) * 1e3 for k in sorted({k for p in cal_parts for k in p})}
+    parts = {k: med([p.get(k, 0.0) for p in cal_parts]) * (1 if k == "records" else 1e3)
+             for k in sorted({k for p in cal_parts for k in p})}
     n = len(batches)  # the first batch of each set: phases[arm][name][i * n]
     cap_phases = {a: {k: med(v[::n]) * 1e3 for k, v in phases[a].items() if v} for a in arms}
     for a in arms:

@@ -213,9 +213,9 @@ class CudaGraphBackend(CaptureBackend):
         return None if self._cupti_python else "cupti-python is not installed (pip install cupti-python)"
 
     def activity_session(self, collected: List[Any], exec_id: Optional[int]) -> ContextManager[None]:
-        from .calibration import cupti_activity
+        from .calibration import activity_session
 
-        return cupti_activity(collected, exec_id)
+        return activity_session(collected, exec_id, getattr(self, "libcupti", None))
 
     def capture_graph(self, stream: int) -> Optional[int]:
         fast = fastpath.module()

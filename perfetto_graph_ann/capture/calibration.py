@@ -29,7 +29,9 @@ from .resolve import ActivityRecord, calibration_table
 #: requested when a replay fills one)
 _BUFFER_BYTES = 2 << 20
 _session_lock = threading.Lock()
-#: where the last calibration's time went (seconds per phase), for benchmarks/capture.py
+#: where the last calibration's time went (seconds per phase: synchronize before, session
+#: start, replay + synchronize, session stop (flush, records read), table; and the record
+#: count), for benchmarks/capture.py
 LAST_TIMES: Dict[str, float] = {}
 
 
@@ -146,19 +148,19 @@ def _cupti() -> Tuple[Any, Dict[int, str], List[Any]]:
 
 @contextlib.contextmanager
 def cupti_activity(collected: List[Any], exec_id: Optional[int] = None) -> Iterator[None]:
-    """Record kernel, memcpy and memset activity (of ``exec_id`` only, if given) into ``collected``."""
+    """Record kernel, memcpy and memset activity (of ``exec_id`` only, if given) into ``collected``.
+
+    Through cupti-python's own buffer callbacks, which build an object per record: the
+    fallback of :func:`activity_session` where :mod:`.activity` cannot read its record layouts.
+    """
     cupti, kind_of, kinds = _cupti()
-    t = LAST_TIMES
 
     def requested():
         return _BUFFER_BYTES, 0
 
     def completed(acts):
-        t0 = time.perf_counter()
         collected.extend(records_from_activities(acts, kind_of, exec_id))
-        t["decode"] = t.get("decode", 0.0) + time.perf_counter() - t0
 
-    t0 = time.perf_counter()
     cupti.activity_register_callbacks(requested, completed)
     enabled = []
     try:
@@ -169,17 +171,24 @@ def cupti_activity(collected: List[Any], exec_id: Optional[int] = None) -> Itera
             except Exception:
                 if k == cupti.ActivityKind.CONCURRENT_KERNEL:
                     raise
-        t["enable"] = time.perf_counter() - t0
         yield
     finally:
-        t0 = time.perf_counter()
         with contextlib.suppress(Exception):
             cupti.activity_flush_all(1)
-        t1 = time.perf_counter()
         for k in enabled:
             with contextlib.suppress(Exception):
                 cupti.activity_disable(k)
-        t["flush"], t["disable"] = t1 - t0, time.perf_counter() - t1
+
+
+def activity_session(collected: List[Any], exec_id: Optional[int] = None, libcupti: Optional[str] = None) -> Any:
+    """The activity session calibration uses: :mod:`.activity`'s direct buffers, else :func:`cupti_activity`."""
+    from . import activity
+
+    try:
+        api = activity.api(libcupti)
+    except activity.LayoutError:
+        return cupti_activity(collected, exec_id)
+    return api.session(collected, exec_id)
 
 
 def calibrate_replay(
@@ -201,24 +210,30 @@ def calibrate_replay(
         raise CalibrationDeferred("a torch.profiler session is active (or prepared) and uses CUPTI")
     if not _session_lock.acquire(blocking):
         raise CalibrationDeferred("another calibration is running")
-    LAST_TIMES.clear()
+    times: Dict[str, float] = {}
     collected: List[ActivityRecord] = []
     try:
+        t0 = time.perf_counter()
         synchronize()
         with contextlib.ExitStack() as stack:
+            t1 = time.perf_counter()
             try:
                 stack.enter_context(session(collected, exec_id))
             except Exception as e:
                 raise CalibrationDeferred(f"the CUPTI activity session could not start: {e}") from e
-            t0 = time.perf_counter()
+            t2 = time.perf_counter()
             replay()
             synchronize()
-            LAST_TIMES["replay"] = time.perf_counter() - t0
+            t3 = time.perf_counter()
+        t4 = time.perf_counter()
+        times.update(sync_before=t1 - t0, start=t2 - t1, replay=t3 - t2, stop=t4 - t3)
     finally:
         _session_lock.release()
     t0 = time.perf_counter()
     table = calibration_table(collected, exec_id)
-    LAST_TIMES["table"] = time.perf_counter() - t0
+    times.update(table=time.perf_counter() - t0, records=len(collected))
+    LAST_TIMES.clear()
+    LAST_TIMES.update(times)
     if not table:
         raise CaptureError(f"calibration recorded no activity of executable graph {exec_id} "
                            f"({len(collected)} records)")

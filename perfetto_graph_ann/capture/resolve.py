@@ -74,9 +74,12 @@ def with_calibration(record: GraphRecord, calibration: Mapping[int, Tuple[int, i
     return dataclasses.replace(record, nodes=tuple(nodes))
 
 
-@dataclasses.dataclass(frozen=True)
-class ActivityRecord:
-    """One GPU activity record of a calibration replay (CUPTI kernel / memcpy / memset)."""
+class ActivityRecord(NamedTuple):
+    """One GPU activity record of a calibration replay (CUPTI kernel / memcpy / memset).
+
+    A tuple: a replay of a large graph gives a thousand of them, built from the C parser's
+    tuples without a Python constructor call each.
+    """
 
     graph_node_id: int
     stream: int

@@ -11,6 +11,8 @@ phase of a CUPTI activity session around one replay is timed on its own, in vari
 - ``three_replays``: three replays inside one session (is the first traced launch slower?);
 - ``flush0``: ``activity_flush_all(0)`` instead of the forced flush;
 - the next plain replays after a session (does leaving tracing cost a replay?);
+- ``direct``: the session calibration uses (capture/activity.py: our own buffer callbacks,
+  records read in C);
 - ``hw_trace``: whether ``activity_enable_hw_trace(1)`` is accepted here.
 """
 from __future__ import annotations
@@ -85,6 +87,26 @@ def session(g, kinds, replays=1, flush=1, decode=True):
     return t
 
 
+def direct_session(g):
+    """The session calibration uses now (capture/activity.py): our buffers, records read in C."""
+    from perfetto_graph_ann.capture import activity
+
+    got, t = [], {}
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    ctx = activity.api().session(got, None)
+    ctx.__enter__()
+    t1 = time.perf_counter()
+    g.replay()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    ctx.__exit__(None, None, None)
+    t3 = time.perf_counter()
+    t.update(start=(t1 - t0) * 1e3, replay_and_sync=(t2 - t1) * 1e3, stop=(t3 - t2) * 1e3, records=len(got))
+    t["next_plain_replay"] = sync_replay_ms(g)
+    return t
+
+
 def summarize(runs):
     keys = sorted({k for r in runs for k in r})
     return {"first": runs[0], "median_of_rest": {k: round(med([r.get(k, 0) for r in runs[1:]]), 3) for k in keys}
@@ -114,6 +136,7 @@ def main() -> None:
     rep["three_replays"] = summarize([session(g, three, replays=3) for _ in range(3)])
     rep["flush0"] = summarize([session(g, three, flush=0) for _ in range(3)])
     rep["no_decode"] = summarize([session(g, three, decode=False) for _ in range(3)])
+    rep["direct"] = summarize([direct_session(g) for _ in range(6)])
     try:
         cupti.activity_enable_hw_trace(1)
         rep["hw_trace"] = summarize([session(g, three) for _ in range(3)])

@@ -25,8 +25,29 @@ from test_capture_gpu import calibrated_match, profile_kernels
 pytestmark = pytest.mark.gpu
 
 
+WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
 def record_of(g):
     return REGISTRY.get(g._pga_owner)
+
+
+def work_match(rec, events):
+    """Join the profile's GPU work events to nodes by (replay correlation, stream, ordinal among
+    all work on that stream), as calibration numbers them; count those whose node has the
+    event's type (and, for kernels, its grid and block)."""
+    by_so = {(n.stream, n.ordinal): n for n in rec.nodes if n.stream is not None}
+    want = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+    per = collections.defaultdict(list)
+    for e in sorted(events, key=lambda e: e["ts"]):
+        per[(e["args"]["correlation"], e["args"]["stream"])].append(e)
+    ok = 0
+    for (_, stream), evs in per.items():
+        for k, e in enumerate(evs):
+            n = by_so.get((stream, k))
+            ok += n is not None and n.type == want[e["cat"]] and (
+                e["cat"] != "kernel" or (list(n.grid) == e["args"]["grid"] and list(n.block) == e["args"]["block"]))
+    return ok, len(events)
 
 
 class StatefulStep:
@@ -109,10 +130,12 @@ def test_in_place_state_matches_torch_cuda_graph_bitwise(tmp_path, results):
     torch.cuda.synchronize()
     assert bitwise_equal(ours.state(), theirs.state())
     layout = export(prof, tmp_path / "step.pftrace")
-    kernels = [e for e in json.loads(chrome_trace_bytes(prof))["traceEvents"] if e.get("cat") == "kernel"]
-    results["in_place_state"] = {"replays": steps, "report": layout.report.as_dict(), "profiled_kernels": len(kernels)}
+    work = [e for e in json.loads(chrome_trace_bytes(prof))["traceEvents"] if e.get("cat") in WORK]
+    ok, total = work_match(rec, work)
+    results["in_place_state"] = {"replays": steps, "report": layout.report.as_dict(), "profiled_work": total,
+                                 "matched_by_calibration": ok}
     print("in-place state:", results["in_place_state"])
-    assert layout.report.matched["calibrated"] == len(kernels) > 0
+    assert layout.report.matched["calibrated"] == ok == total > 0  # kernels, memcpys and memsets
     assert layout.report.unmatched == 0
 
 
@@ -193,11 +216,11 @@ def test_decoder_batch_sizes_share_a_pool_with_nested_scopes(results):
         assert len(attn) == 1 and len(mlp) == 1  # every layer the same kernels
         summary[b] = {"nodes": len(rec.nodes), "kernels": len(kern), "attn_per_layer": attn.pop(),
                       "mlp_per_layer": mlp.pop()}
-    trace = profile_kernels(ann[0], 2)
-    ok, total = calibrated_match(record_of(ann[0]), trace)
+    trace = profile_kernels(ann[0], 2, WORK)
+    ok, total = work_match(record_of(ann[0]), trace)
     summary["calibration_vs_profiler"] = [ok, total]
     results["decoder"] = summary
     print("decoder:", summary)
-    assert ok == total == 2 * summary[16]["kernels"]
+    assert ok == total == 2 * sum(1 for n in record_of(ann[0]).nodes if n.type in ("kernel", "memcpy", "memset"))
     for g in plain + ann:
         g.reset()
