@@ -214,7 +214,7 @@ def test_decoder_batch_sizes_share_a_pool_with_nested_scopes(results):
         assert sorted({layer for layer, _ in per}) == list(range(layers))
         attn, mlp = {per[(i, "attn")] for i in range(layers)}, {per[(i, "mlp")] for i in range(layers)}
         assert len(attn) == 1 and len(mlp) == 1  # every layer the same kernels
-        summary[b] = {"nodes": len(rec.nodes), "kernels": len(kern), "attn_per_layer": attn.pop(),
+        summary[f"batch{b}"] = {"nodes": len(rec.nodes), "kernels": len(kern), "attn_per_layer": attn.pop(),
                       "mlp_per_layer": mlp.pop()}
     trace = profile_kernels(ann[0], 2, WORK)
     ok, total = work_match(record_of(ann[0]), trace)
