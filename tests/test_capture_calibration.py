@@ -160,3 +160,36 @@ def test_node_type_names():
     assert node_type_name("CU_GRAPH_NODE_TYPE_EVENT_RECORD") == "event_record"
     assert node_type_name("cudaGraphNodeTypeMemAlloc") == "mem_alloc"
     assert node_type_name("cudaGraphNodeTypeWhatever") == "other"
+
+
+def test_a_prepared_profiler_counts_as_active_until_it_is_disabled(monkeypatch):
+    """torch.profiler's warm-up prepares Kineto (CUPTI activity on) before _profiler_enabled()
+    turns True: the wrapped module functions say so, and a stop clears it."""
+    import sys
+
+    from perfetto_graph_ann.capture import calibration as C
+
+    calls = []
+    tap = types.ModuleType("torch.autograd.profiler")
+    tap._prepare_profiler = lambda *a, **k: calls.append(("prepare", a))
+    tap._disable_profiler = lambda: calls.append(("disable",)) or "results"
+    torch = types.ModuleType("torch")
+    torch.autograd = types.ModuleType("torch.autograd")
+    torch.autograd.profiler = tap
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: False))
+    for name, mod in (("torch", torch), ("torch.autograd", torch.autograd), ("torch.autograd.profiler", tap)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    watch = C._KinetoWatch()
+    monkeypatch.setattr(C, "KINETO", watch)
+    watch.install()
+    watch.install()  # once only: not wrapped twice
+    assert not C.profiler_active()
+    tap._prepare_profiler("config", {"CUDA"})
+    assert C.profiler_active() and calls == [("prepare", ("config", {"CUDA"}))]
+    assert tap._disable_profiler() == "results"  # torch's own result passes through
+    assert not C.profiler_active() and calls[-1] == ("disable",)
+    replays = []
+    tap._prepare_profiler("config", {"CUDA"})
+    with pytest.raises(CalibrationDeferred, match="profiler"):
+        calibrate_replay(lambda: replays.append(1), lambda: None, 3, session=fake_session([]))
+    assert replays == []

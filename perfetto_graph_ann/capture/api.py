@@ -56,9 +56,14 @@ def _exec_handle(cuda_graph: Any) -> Optional[int]:
 class graph:
     """Drop-in for ``torch.cuda.graph`` that annotates the captured kernels.
 
-    Works with ``CUDAGraph(keep_graph=True)`` (keys are bound at ``instantiate()`` or the
-    first ``replay()``), re-instantiation (entries are rekeyed) and ``reset()`` (entries
-    dropped). ``annotate_collectives=False`` leaves ``torch.distributed`` unwrapped.
+    Runs nothing on the GPU beyond torch's capture. ``calibrate=True``: the graph's first
+    replay outside a profiler (and outside a capture) is recorded by a CUPTI activity
+    session, which gives the calibration table; until then the record's
+    ``calibration_note`` says why there is none. ``calibrate=False``: never, unless
+    :func:`calibrate` is called. Works with ``CUDAGraph(keep_graph=True)`` (keys are bound at
+    ``instantiate()`` or the first ``replay()``), re-instantiation (entries are rekeyed and
+    calibrated again at the next replay) and ``reset()`` (entries dropped).
+    ``annotate_collectives=False`` leaves ``torch.distributed`` unwrapped.
     """
 
     def __init__(self, cuda_graph: Any, pool: Any = None, stream: Any = None, capture_error_mode: str = "global",
