@@ -2,9 +2,10 @@
 
 Thin torch layer over :mod:`.session` (torch-free). ``graph`` is a drop-in for
 ``torch.cuda.graph``: it records scopes during capture and, on exit, reads the node
-table, rekeys it to the executable graph and calibrates (one extra replay; pass
-``calibrate=False`` when replaying the graph has effects you do not want, e.g. an
-optimizer step, and call :func:`calibrate` later).
+table and rekeys it to the executable graph. It issues no GPU work of its own: the
+calibration table is recorded during the user's own first eligible replay of the graph
+(the graph object's ``replay`` is wrapped until then, and unwrapped after), or by
+:func:`calibrate`, which replays the graph once now when asked to.
 
 With torch's own ``torch.cuda.graph_annotations`` available (torch >= 2.15 on a driver
 >= 13.1) everything is deferred to torch.
@@ -15,13 +16,13 @@ import atexit
 import contextlib
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..errors import CaptureError
 from . import backends, collectives
 from . import session as _session
 from .autograd import BackwardTagger, torch_mode
-from .calibration import calibrate_replay
+from .calibration import KINETO, CalibrationDeferred, calibrate_replay
 from .registry import REGISTRY
 from .scopes import normalize_annotation
 
@@ -55,9 +56,14 @@ def _exec_handle(cuda_graph: Any) -> Optional[int]:
 class graph:
     """Drop-in for ``torch.cuda.graph`` that annotates the captured kernels.
 
-    Works with ``CUDAGraph(keep_graph=True)`` (keys are bound at ``instantiate()`` or the
-    first ``replay()``), re-instantiation (entries are rekeyed) and ``reset()`` (entries
-    dropped). ``annotate_collectives=False`` leaves ``torch.distributed`` unwrapped.
+    Runs nothing on the GPU beyond torch's capture. ``calibrate=True``: the graph's first
+    replay outside a profiler (and outside a capture) is recorded by a CUPTI activity
+    session, which gives the calibration table; until then the record's
+    ``calibration_note`` says why there is none. ``calibrate=False``: never, unless
+    :func:`calibrate` is called. Works with ``CUDAGraph(keep_graph=True)`` (keys are bound at
+    ``instantiate()`` or the first ``replay()``), re-instantiation (entries are rekeyed and
+    calibrated again at the next replay) and ``reset()`` (entries dropped).
+    ``annotate_collectives=False`` leaves ``torch.distributed`` unwrapped.
     """
 
     def __init__(self, cuda_graph: Any, pool: Any = None, stream: Any = None, capture_error_mode: str = "global",
@@ -79,6 +85,7 @@ class graph:
                                            capture_error_mode=self.capture_error_mode, enable_annotations=True)
             return self._inner.__enter__()
         backend = backends.active()
+        KINETO.install()  # before any profiler prepares: its warm-up must defer calibration
         self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
                                        capture_error_mode=self.capture_error_mode)
         if backend is None:
@@ -168,7 +175,7 @@ def _collected(owner: int) -> None:
 
 
 def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> None:
-    """Wrap this graph object's instantiate / replay / reset so keys follow it.
+    """Wrap this graph object's instantiate / reset (and replay, while needed) so keys follow it.
 
     The wrappers hold the graph weakly: a reference cycle would leave the graph to the
     cyclic GC, which may then destroy it in the middle of a later capture. When the graph
@@ -181,8 +188,12 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
     cuda_graph._pga_bound_exec = None
     owner = sess.owner
     _LIVE[owner] = sess
-    if getattr(cuda_graph, "_pga_wrapped", False):
-        return
+    if not getattr(cuda_graph, "_pga_wrapped", False):
+        _wrap(cuda_graph, owner)
+    _arm(cuda_graph)  # not instantiated yet (keep_graph=True): the first replay instantiates
+
+
+def _wrap(cuda_graph: Any, owner: int) -> None:
     # a weak reference whose callback drops the entry (weakref.finalize did the same at ~3x
     # the cost on the capture's path); held in _REFS so that it outlives the graph
     ref = _REFS[owner] = weakref.ref(cuda_graph, lambda _r: _collected(owner))
@@ -197,8 +208,12 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
 
     def replay(*a, **k):
         g = ref()
-        if g._pga_session is not None and _exec_handle(g) is None:
+        sess = g._pga_session
+        if sess is not None and _exec_handle(g) is None:  # keep_graph=True: bind what torch instantiates
             instantiate()
+        if sess is not None and sess.calibration_pending:
+            return _calibrating_replay(g, sess, lambda: orig_replay(g, *a, **k))
+        _disarm(g)
         return orig_replay(g, *a, **k)
 
     def reset(*a, **k):
@@ -209,11 +224,23 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
             _LIVE.pop(s.owner, None)
         g._pga_session = None
         g._pga_bound_exec = None
+        _disarm(g)
         return orig_reset(g, *a, **k)
 
-    cuda_graph.instantiate, cuda_graph.replay, cuda_graph.reset = instantiate, replay, reset
+    cuda_graph.instantiate, cuda_graph.reset = instantiate, reset
+    cuda_graph._pga_replay = replay
     cuda_graph._pga_orig_replay = lambda: orig_replay(ref())
     cuda_graph._pga_wrapped = True
+
+
+def _arm(cuda_graph: Any) -> None:
+    """Route the graph's ``replay`` through the wrapper (binding or a calibration is due)."""
+    cuda_graph.replay = cuda_graph._pga_replay
+
+
+def _disarm(cuda_graph: Any) -> None:
+    """Back to torch's own ``replay``: nothing is left to do at a replay, so it costs nothing."""
+    cuda_graph.__dict__.pop("replay", None)
 
 
 def _bind(cuda_graph: Any, force: bool = False) -> None:
@@ -223,26 +250,72 @@ def _bind(cuda_graph: Any, force: bool = False) -> None:
         return
     sess.bind_exec(h)
     cuda_graph._pga_bound_exec = h
-    if cuda_graph._pga_calibrate:
+    if not cuda_graph._pga_calibrate:
+        sess.set_calibration_note("calibration off (graph(calibrate=False)) and calibrate() not called", False)
+    elif sess.backend.calibration_unavailable() is not None:
+        sess.set_calibration_note(f"no calibration here: {sess.backend.calibration_unavailable()}", False)
+    else:
+        sess.set_calibration_note(NOT_REPLAYED, True)
+        _arm(cuda_graph)
+
+
+#: the note of a graph whose first eligible replay has not come yet
+NOT_REPLAYED = ("not calibrated: the graph was not replayed outside a profiler session since it was "
+                "instantiated (call perfetto_graph_ann.calibrate(g) before profiling)")
+
+
+def _calibrating_replay(cuda_graph: Any, sess: _session.CaptureSession, replay: Callable[[], Any]) -> Any:
+    """The user's replay, recorded by a CUPTI activity session when it can be; run once either way."""
+    import torch
+
+    ran: List[Any] = []
+
+    def run() -> None:
+        ran.append(replay())
+
+    reason = None
+    if torch.cuda.is_current_stream_capturing():
+        reason = "a stream capture was in progress at every replay"
+    else:
         try:
-            calibrate(cuda_graph)
-        except CaptureError as e:
+            table = calibrate_replay(run, torch.cuda.synchronize, sess.exec_id, session=sess.backend.activity_session,
+                                     blocking=False)
+        except CalibrationDeferred as e:
+            reason = f"every replay was refused calibration ({e})"
+        except CaptureError as e:  # the replay ran: do not try again at every replay
+            sess.set_calibration_note(f"calibration failed: {e}", False)
             warnings.warn(f"perfetto_graph_ann: graph annotated but not calibrated: {e}", RuntimeWarning, stacklevel=3)
+        else:
+            sess.apply_calibration(table)
+        if ran:
+            _disarm(cuda_graph)
+            return ran[0]
+    sess.set_calibration_note(f"not calibrated: {reason}; call perfetto_graph_ann.calibrate(g) before profiling")
+    return replay()
 
 
 def calibrate(cuda_graph: Any) -> None:
-    """Replay ``cuda_graph`` once under a CUPTI activity session and store (stream, ordinal).
+    """Replay ``cuda_graph`` once, now, under a CUPTI activity session and store (stream, ordinal).
 
-    Raises :class:`CaptureError` inside a torch.profiler session, for a graph not captured
-    with :class:`graph`, or when CUPTI recorded nothing for it.
+    The explicit way to calibrate (``graph`` otherwise records the graph's own first
+    eligible replay): use it when the graph's first replays will all run inside a
+    profiler, or after ``graph(calibrate=False)``. The replay runs the graph's work like
+    any ``replay()``. Raises :class:`CaptureError` inside a torch.profiler session (nothing
+    is replayed then), for a graph not captured with :class:`graph`, or when CUPTI
+    recorded nothing for it.
     """
     import torch
 
     sess = getattr(cuda_graph, "_pga_session", None)
     if sess is None or sess.exec_id is None:
         raise CaptureError("calibrate(): graph was not captured with perfetto_graph_ann.graph or not instantiated")
-    table = calibrate_replay(cuda_graph._pga_orig_replay, torch.cuda.synchronize, sess.exec_id)
+    try:
+        table = calibrate_replay(cuda_graph._pga_orig_replay, torch.cuda.synchronize, sess.exec_id,
+                                 session=sess.backend.activity_session)
+    except CalibrationDeferred as e:
+        raise CaptureError(f"calibration refused: {e}; calibrate before starting the profiler") from e
     sess.apply_calibration(table)
+    _disarm(cuda_graph)
 
 
 class mark_kernels:

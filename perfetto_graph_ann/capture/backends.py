@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple
 
 from ..errors import CaptureError
 from . import fastpath
@@ -105,6 +105,16 @@ class CaptureBackend:
     def graph_id(self, graph: int) -> Optional[int]:
         """The template graph's id, for reference (None if unknown)."""
         return None
+
+    def calibration_unavailable(self) -> Optional[str]:
+        """Why this backend cannot record a calibration replay (None: it can)."""
+        return f"the {self.name} backend records no GPU activity"
+
+    def activity_session(self, collected: List[Any], exec_id: Optional[int]) -> ContextManager[None]:
+        """A context in which the GPU work of executable graph ``exec_id`` is recorded into
+        ``collected`` (:class:`~.resolve.ActivityRecord`); raising on entry means it could
+        not start (nothing was recorded, nothing replayed)."""
+        raise CaptureError(self.calibration_unavailable() or "no activity session")
 
 
 _NODE_TYPE_NAMES = {
@@ -190,9 +200,22 @@ class CudaGraphBackend(CaptureBackend):
         self._get_nodes_addr = _address(self._get_nodes)
         self._capture_info_addr = _address(self._capture_info)
         self._clone_addr = _address(self._cu.cuGraphClone)
+        self._cupti_python: Optional[bool] = None  # probed on the first calibration
 
     def count_function(self) -> Optional[int]:
         return self._get_nodes_addr
+
+    def calibration_unavailable(self) -> Optional[str]:
+        if self._cupti_python is None:
+            import importlib.util
+
+            self._cupti_python = importlib.util.find_spec("cupti") is not None
+        return None if self._cupti_python else "cupti-python is not installed (pip install cupti-python)"
+
+    def activity_session(self, collected: List[Any], exec_id: Optional[int]) -> ContextManager[None]:
+        from .calibration import activity_session
+
+        return activity_session(collected, exec_id, getattr(self, "libcupti", None))
 
     def capture_graph(self, stream: int) -> Optional[int]:
         fast = fastpath.module()
