@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, Optional
 from ..errors import CaptureError
 from . import backends, collectives
 from . import session as _session
-from .autograd import BackwardTagger, torch_mode
+from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, in_backward
 from .calibration import calibrate_replay
 from .registry import REGISTRY
 from .scopes import normalize_annotation
@@ -269,7 +269,9 @@ class mark_kernels:
         if sess is not None:  # our capture in flight (never pushed when torch's backend is used)
             rec = sess.recorder
             if rec.active:
-                self._sess, self._tok = sess, rec.open(self.fields)
+                # a forward run inside backward (a checkpoint's recomputation): its kernels are backward work
+                fields = self.fields if not in_backward() else {**self.fields, PHASE_KEY: BACKWARD}
+                self._sess, self._tok = sess, rec.open(fields)
         elif backends.selected_name() == backends.TORCH:
             self._native = _native().mark_kernels(self.annotation, backward=self.backward)
             self._native.__enter__()
@@ -277,7 +279,7 @@ class mark_kernels:
         if self.backward:
             merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
             label = sess.lane_label(merged.get("stream")) if sess is not None else None
-            self._mode = torch_mode(BackwardTagger(merged, lane_label=label))
+            self._mode = BackwardRegion(BackwardTagger(merged, lane_label=label))
             self._mode.__enter__()
         return self
 
