@@ -371,3 +371,31 @@ def test_no_mode_and_no_claims_when_backward_is_false(sess):
         assert _get_current_function_mode_stack() == []
         h = F.gelu(lin(torch.randn(3, D)))
     assert all(CLAIM_KEY not in n.metadata for n in graph_nodes(h.grad_fn))
+
+
+def test_compiled_module_in_a_region_is_one_claimed_node_and_stays_one_graph(sess):
+    """AOTAutograd runs a compiled module's backward as one node, created in the region: all of
+    it gets the region's scope. The walk stays out of Dynamo's trace (no graph breaks)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+    compiled = torch.compile(mlp, backend="aot_eager")
+    x = torch.randn(3, D)
+    # warm-up as before a capture, with the scope (Dynamo guards on the torch-function mode
+    # stack: a first call outside the region would compile a second, identical graph for it)
+    with mark_kernels("mlp", backward=True):
+        h = compiled(x)
+    h.sum().backward()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with scope("mlp"):
+            h = compiled(x)
+        loss = h.sum()
+        probe(sess, loss.grad_fn)
+        loss.backward()
+    want = compare(sess, prof, ("mlp",))
+    assert by_scope(want)[("mlp", "CompiledFunctionBackward")] == 1
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert not torch._dynamo.utils.counters["graph_break"]

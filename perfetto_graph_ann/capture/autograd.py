@@ -152,9 +152,16 @@ def _regions() -> List["BackwardRegion"]:
 def _wrapped_apply(cls, *args, **kwargs):
     out = _orig_apply.__func__(cls, *args, **kwargs)
     st = getattr(_tls, "regions", None)
-    if st:
+    if st and not _is_compiling():
         st[-1].walk.on_outputs(out)
     return out
+
+
+def _is_compiling() -> bool:
+    """True while Dynamo traces: the walk must stay out of its graphs (it would break them)."""
+    import torch
+
+    return torch.compiler.is_compiling()
 
 
 def _hook_function_apply(on: bool) -> None:
@@ -197,29 +204,51 @@ def in_backward() -> bool:
     return _current_node() is not None
 
 
+_mode_class: Any = None
+
+
+def _region_mode_class() -> Any:
+    """One ``TorchFunctionMode`` class for all regions (Dynamo guards on the modes' types: a
+    class per region would recompile a compiled module at every region)."""
+    global _mode_class
+    if _mode_class is not None:
+        return _mode_class
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    is_compiling = torch.compiler.is_compiling
+
+    class RegionMode(TorchFunctionMode):
+        def __init__(self, region: "BackwardRegion"):
+            super().__init__()
+            self.region = region
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            # Dynamo traces through modes: is_compiling() keeps the walk out of its graphs; a
+            # compiled graph's single autograd node is claimed when it runs (Function.apply).
+            if is_compiling():
+                return out
+            # Only the innermost region of this thread walks: an inner region's handler calls
+            # func through the enclosing regions' handlers, and an autograd engine thread that
+            # inherits the mode numbers its nodes with its own counter.
+            st = getattr(_tls, "regions", None)
+            if st and st[-1] is self.region:
+                self.region.walk.on_outputs(out)
+            return out
+
+    _mode_class = RegionMode
+    return RegionMode
+
+
 class BackwardRegion:
     """The torch side of one ``mark_kernels(..., backward=True)`` block (enter/exit pair)."""
 
     __slots__ = ("walk", "_mode")
 
     def __init__(self, tagger: BackwardTagger):
-        from torch.overrides import TorchFunctionMode
-
         self.walk = NodeWalk(sequence_number(), tagger)
-        walk, region, tls = self.walk, self, _tls
-
-        class _Mode(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                # Only the innermost region of this thread walks: an inner region's handler
-                # calls func through the enclosing regions' handlers, and an autograd engine
-                # thread that inherits the mode numbers its nodes with its own counter.
-                st = getattr(tls, "regions", None)
-                if st and st[-1] is region:
-                    walk.on_outputs(out)
-                return out
-
-        self._mode = _Mode()
+        self._mode = _region_mode_class()(self)
 
     def __enter__(self) -> "BackwardRegion":
         _hook_function_apply(True)
