@@ -181,11 +181,19 @@ def _hook_function_apply(on: bool) -> None:
                 Function.apply = _orig_apply
 
 
+_peek: Optional[Callable[[], int]] = None
+
+
 def sequence_number() -> int:
     """The number autograd gives the next node this thread creates."""
-    import torch
+    global _peek
+    if _peek is None:
+        import torch
 
-    return torch._C._autograd._get_sequence_nr()
+        _peek = getattr(torch._C._autograd, "_get_sequence_nr", None)
+        if _peek is None:  # older torch: make a node and read its number (one number used up)
+            _peek = lambda: torch.empty(0, requires_grad=True).view(0).grad_fn._sequence_nr() + 1  # noqa: E731
+    return _peek()
 
 
 _current_node: Optional[Callable[[], Any]] = None
