@@ -137,8 +137,7 @@ class NodeWalk:
 # Regions open on this thread (innermost last): autograd.Function.apply's wrapper hands its
 # outputs to the innermost one.
 _tls = threading.local()
-_apply_lock = threading.Lock()
-_apply_users = 0
+_install_lock = threading.Lock()
 _orig_apply: Any = None
 
 
@@ -164,21 +163,20 @@ def _is_compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
-def _hook_function_apply(on: bool) -> None:
-    """Wrap ``torch.autograd.Function.apply`` while at least one region is open (any thread)."""
-    global _apply_users, _orig_apply
+def _wrap_function_apply() -> None:
+    """Wrap ``torch.autograd.Function.apply`` (it bypasses torch-function modes), once, at the
+    process's first backward region; the wrapper passes straight through on threads without
+    an open region. Kept afterwards: patching a class per region would churn the type caches
+    of every Function subclass."""
+    global _orig_apply
+    if _orig_apply is not None:
+        return
     from torch.autograd.function import Function
 
-    with _apply_lock:
-        if on:
-            _apply_users += 1
-            if _apply_users == 1:
-                _orig_apply = Function.__dict__["apply"]
-                Function.apply = classmethod(_wrapped_apply)
-        else:
-            _apply_users -= 1
-            if _apply_users == 0:
-                Function.apply = _orig_apply
+    with _install_lock:
+        if _orig_apply is None:
+            _orig_apply = Function.__dict__["apply"]
+            Function.apply = classmethod(_wrapped_apply)
 
 
 _peek: Optional[Callable[[], int]] = None
@@ -259,7 +257,7 @@ class BackwardRegion:
         self._mode = _region_mode_class()(self)
 
     def __enter__(self) -> "BackwardRegion":
-        _hook_function_apply(True)
+        _wrap_function_apply()
         _regions().append(self)
         self._mode.__enter__()
         return self
@@ -273,4 +271,3 @@ class BackwardRegion:
                 st.pop()
             elif self in st:
                 st.remove(self)
-            _hook_function_apply(False)
