@@ -397,3 +397,21 @@ def test_compiled_module_in_a_region_is_one_claimed_node_and_stays_one_graph(ses
     assert by_scope(want)[("mlp", "CompiledFunctionBackward")] == 1
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
     assert not torch._dynamo.utils.counters["graph_break"]
+
+
+def test_entry_number_without_get_sequence_nr(sess, monkeypatch):
+    """A torch without ``_get_sequence_nr``: the entry number comes from a throwaway node (also
+    under no_grad), and the region claims exactly its own nodes."""
+    from perfetto_graph_ann.capture import autograd
+
+    monkeypatch.delattr(torch._C._autograd, "_get_sequence_nr")
+    monkeypatch.setattr(autograd, "_peek", None)
+    lin = nn.Linear(D, D)
+    before = lin(torch.randn(3, D))
+    with torch.no_grad():
+        start = autograd.sequence_number()
+    assert start > seq_of(before.grad_fn)
+    with mark_kernels("mlp", backward=True):
+        h = F.gelu(before)
+    assert h.grad_fn.metadata[CLAIM_KEY]["name"] == "mlp"
+    assert all(CLAIM_KEY not in n.metadata for n in graph_nodes(before.grad_fn))

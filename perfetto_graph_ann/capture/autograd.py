@@ -190,7 +190,9 @@ def sequence_number() -> int:
 
         _peek = getattr(torch._C._autograd, "_get_sequence_nr", None)
         if _peek is None:  # older torch: make a node and read its number (one number used up)
-            _peek = lambda: torch.empty(0, requires_grad=True).view(0).grad_fn._sequence_nr() + 1  # noqa: E731
+            def _peek() -> int:
+                with torch.enable_grad():
+                    return torch.empty(0, requires_grad=True).view(0).grad_fn._sequence_nr() + 1
     return _peek()
 
 
