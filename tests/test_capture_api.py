@@ -103,6 +103,7 @@ def test_walk_claims_new_nodes_behind_outputs_and_brackets_their_backward(sess):
     k = {n.kernel: n.annotation for n in resolve(sess).nodes}
     assert k["gelu_backward"] == k["mm_backward"] == {"name": "mlp", "stream": 61, "autograd_phase": "backward"}
     assert k["old_backward"] == {} and k["forward_kernel"] == {}
+    assert walk.tagger._open == {}  # every pre-hook's scope closed, no per-node entries left
 
 
 def test_backward_hooks_are_inert_without_a_capture():

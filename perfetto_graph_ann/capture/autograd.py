@@ -6,15 +6,17 @@ that only grows), so the nodes created since the region opened are exactly those
 thread numbered at least the counter's value at entry (AccumulateGrad nodes carry the
 largest number and are never ours). They are found by walking back from the ``grad_fn`` of
 every tensor an op returns (a ``TorchFunctionMode``; ``autograd.Function.apply``, which
-bypasses torch-function modes, is wrapped while a region is open): a composite op's internal
-nodes (``linear`` on a 3-D input: view, addmm, t; SDPA's math path: a dozen) all lie behind
-its outputs. The walk stops at nodes numbered below the entry value (they existed before the
+bypasses torch-function modes, is wrapped from the first region on): a composite op's
+internal nodes (``linear`` on a 3-D input: view, addmm, t; SDPA's math path: a dozen and more)
+all lie behind its outputs. The walk stops at nodes numbered below the entry value (they existed before the
 region) and at nodes already claimed, so each node is claimed once, by the innermost region
 that created it (an inner region claims its nodes before the enclosing one sees them).
 
 How: a claimed node gets a pre-hook that opens a scope (the region's fields plus
 ``autograd_phase: "backward"``) in whatever capture runs its backward, and a post-hook that
-closes it. Outside a capture the hooks do nothing. The walk and the hooks are torch-free
+closes it. Outside a capture the hooks do nothing. Not bracketed: what the engine does for a
+node outside its hooks (summing gradients into the next nodes' input buffers) and hooks that
+run before ours (docs/design.md, "Backward tagging"). The walk and the hooks are torch-free
 (:class:`NodeWalk`, :class:`BackwardTagger`); :class:`BackwardRegion` ties them to torch.
 """
 from __future__ import annotations
@@ -85,6 +87,8 @@ class BackwardTagger:
             with self._lock:
                 stack = self._open.get(nid)
                 item = stack.pop() if stack else None
+                if stack is not None and not stack:
+                    del self._open[nid]
             if item is not None:
                 sess, tok = item
                 sess.recorder.close(tok)
