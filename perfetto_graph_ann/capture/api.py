@@ -250,8 +250,10 @@ class mark_kernels:
 
     ``annotation``: a str (``{"name": s}``) or a dict; ``stream`` (an int) is its display
     lane. Nested scopes merge, inner wins per key. A no-op outside ``graph(...)``.
-    ``backward=True``: backward kernels of ops run in the block, when captured, get the
-    same fields plus ``autograd_phase: "backward"``. Thread-safe; a class rather than a
+    ``backward=True``: the backward kernels of every autograd node created in the block on
+    this thread (composite ops' inner nodes included), when captured, get the same fields plus
+    ``autograd_phase: "backward"`` (the innermost block wins; see capture/autograd.py). A block
+    re-run inside backward (a checkpoint's recomputation) tags its kernels ``backward`` too. Thread-safe; a class rather than a
     generator context manager because it sits on the capture's critical path.
     """
 

@@ -252,7 +252,8 @@ def test_backward_kernels_match_eager_truth(results, loss_kind, ckpt):
     diff_extra = {f"{k}": v for k, v in (got - want).items()}
     # the issue's definition: every kernel inside evaluate_function, the engine's sums included
     want_eval = want - collections.Counter({(None, None, k[2]): n for k, n in engine.items()}) + engine
-    results[name] = {"table": table(want, got), "table_issue_definition": table(want_eval, got), "engine_between_nodes": {f"{k}": v for k, v in engine.items()},
+    results[name] = {"table": table(want, got), "table_issue_definition": table(want_eval, got),
+                     "engine_between_nodes": {f"{k}": v for k, v in engine.items()},
                      "missing_in_ours": diff_missing, "extra_in_ours": diff_extra, "report": report.as_dict(),
                      "replays": len(per_replay)}
     print(f"\n== {name}\n{table(want, got)}\nissue's definition (engine sums in their node's scope):\n"
