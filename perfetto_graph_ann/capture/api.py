@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from ..errors import CaptureError
 from . import backends, collectives
 from . import session as _session
-from .autograd import BackwardTagger, torch_mode
+from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, in_backward
 from .calibration import KINETO, CalibrationDeferred, calibrate_replay
 from .registry import REGISTRY
 from .scopes import normalize_annotation
@@ -323,8 +323,10 @@ class mark_kernels:
 
     ``annotation``: a str (``{"name": s}``) or a dict; ``stream`` (an int) is its display
     lane. Nested scopes merge, inner wins per key. A no-op outside ``graph(...)``.
-    ``backward=True``: backward kernels of ops run in the block, when captured, get the
-    same fields plus ``autograd_phase: "backward"``. Thread-safe; a class rather than a
+    ``backward=True``: the backward kernels of every autograd node created in the block on
+    this thread (composite ops' inner nodes included), when captured, get the same fields plus
+    ``autograd_phase: "backward"`` (the innermost block wins; see capture/autograd.py). A block
+    re-run inside backward (a checkpoint's recomputation) tags its kernels ``backward`` too. Thread-safe; a class rather than a
     generator context manager because it sits on the capture's critical path.
     """
 
@@ -342,7 +344,9 @@ class mark_kernels:
         if sess is not None:  # our capture in flight (never pushed when torch's backend is used)
             rec = sess.recorder
             if rec.active:
-                self._sess, self._tok = sess, rec.open(self.fields)
+                # a forward run inside backward (a checkpoint's recomputation): its kernels are backward work
+                fields = self.fields if not in_backward() else {**self.fields, PHASE_KEY: BACKWARD}
+                self._sess, self._tok = sess, rec.open(fields)
         elif backends.selected_name() == backends.TORCH:
             self._native = _native().mark_kernels(self.annotation, backward=self.backward)
             self._native.__enter__()
@@ -350,7 +354,7 @@ class mark_kernels:
         if self.backward:
             merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
             label = sess.lane_label(merged.get("stream")) if sess is not None else None
-            self._mode = torch_mode(BackwardTagger(merged, lane_label=label))
+            self._mode = BackwardRegion(BackwardTagger(merged, lane_label=label))
             self._mode.__enter__()
         return self
 
