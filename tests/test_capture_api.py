@@ -103,7 +103,7 @@ def test_walk_claims_new_nodes_behind_outputs_and_brackets_their_backward(sess):
     k = {n.kernel: n.annotation for n in resolve(sess).nodes}
     assert k["gelu_backward"] == k["mm_backward"] == {"name": "mlp", "stream": 61, "autograd_phase": "backward"}
     assert k["old_backward"] == {} and k["forward_kernel"] == {}
-    assert walk.tagger._open == {}  # every pre-hook's scope closed, no per-node entries left
+    assert all(h.__self__.open == [] for n in (gelu, mm) for h in n.pre)  # every scope closed
 
 
 def test_backward_hooks_are_inert_without_a_capture():
@@ -114,7 +114,7 @@ def test_backward_hooks_are_inert_without_a_capture():
     tagger.hook(node)
     assert len(node.pre) == len(node.post) == 1  # the hooks are in place, so run() exercises them
     node.run()  # eager backward: hooks run, nothing recorded, nothing raised
-    assert tagger._open == {}  # the pre-hook opened no scope for the post-hook to close
+    assert node.pre[0].__self__.open == []  # the pre-hook opened no scope for the post-hook to close
 
 
 class Wrapper:

@@ -415,3 +415,52 @@ def test_entry_number_without_get_sequence_nr(sess, monkeypatch):
         h = F.gelu(before)
     assert h.grad_fn.metadata[CLAIM_KEY]["name"] == "mlp"
     assert all(CLAIM_KEY not in n.metadata for n in graph_nodes(before.grad_fn))
+
+
+@pytest.mark.parametrize("off", ["no_grad", "inference_mode"])
+def test_no_mode_when_grad_is_off_at_entry(sess, off):
+    """A serving capture: grad off at entry, so no node can be made; no mode, nothing claimed."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    lin = nn.Linear(D, D)
+    ctx = torch.no_grad() if off == "no_grad" else torch.inference_mode()
+    with ctx, mark_kernels("serve", backward=True):
+        assert _get_current_function_mode_stack() == []
+        h = F.gelu(lin(torch.randn(3, D)))
+    assert h.grad_fn is None
+
+
+def test_grad_turned_back_on_inside_a_grad_off_region(sess):
+    """Nodes made after ``enable_grad()`` inside a block entered with grad off: not tagged by it
+    (a warning counts them), not claimed by the enclosing region either; a region opened inside
+    with grad on claims its own; the enclosing region's nodes before and after are its own."""
+    torch.manual_seed(0)
+    lin1, lin2, lin3 = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+    x = torch.randn(3, D)
+    with mark_kernels("outer", backward=True):
+        a = lin1(x)  # outer's nodes
+        with torch.no_grad(), pytest.warns(UserWarning, match=r"entered with grad mode off, and \d+ autograd node"):
+            with mark_kernels("serve", backward=True):
+                with torch.enable_grad():
+                    b = F.gelu(a) * 2  # 2 nodes, made in "serve" with grad re-enabled
+                    with mark_kernels("inner", backward=True):
+                        c = lin2(b)
+        d = lin3(c) + b  # outer's again; its walk reaches b's nodes through the add
+    nodes = {n.name(): n for n in graph_nodes(d.grad_fn)}
+    name = lambda n: n.metadata.get(CLAIM_KEY, {}).get("name")  # noqa: E731
+    assert name(nodes["GeluBackward0"]) is None and name(nodes["MulBackward0"]) is None
+    # the two Linear's on 2-D input are one AddmmBackward0 each: tell them apart by their edges
+    addmm = [n for n in graph_nodes(d.grad_fn) if n.name() == "AddmmBackward0"]
+    by_input = {n.next_functions[1][0].name() if n.next_functions[1][0] is not None else None: n for n in addmm}
+    assert name(by_input["MulBackward0"]) == "inner"
+    assert name(d.grad_fn) == "outer" and name(a.grad_fn) == "outer"
+    assert sum(name(n) == "outer" for n in graph_nodes(d.grad_fn)) == sum(
+        1 for n in graph_nodes(d.grad_fn) if n.name() in ("AddmmBackward0", "TBackward0", "AddBackward0")
+        and n is not by_input["MulBackward0"] and n not in [t for t, _ in by_input["MulBackward0"].next_functions])
+
+
+def test_grad_off_region_without_new_nodes_warns_nothing(sess, recwarn):
+    lin = nn.Linear(D, D)
+    with torch.no_grad(), mark_kernels("serve", backward=True):
+        lin(torch.randn(3, D))
+    assert not [w for w in recwarn if "grad mode off" in str(w.message)]

@@ -324,11 +324,10 @@ def test_backward_captured_in_another_graph_keeps_the_forward_label(process):
             cuda.launch(STREAM, "fwd")
     cap = {"exec_cupti_graph_id": 40, "calibration": {}}
     with capture(process, cap, "bwd") as (cuda, sess):
-        pre = tagger._make_pre("n")
-        post = tagger._make_post("n")
-        pre(None)
+        hooks = tagger.hooks()
+        hooks.pre(None)
         cuda.launch(STREAM, "bwd")
-        post(None, None)
+        hooks.post(None, None)
     fwd, bwd = process.snapshot().graphs
     assert dict(fwd.lanes) == dict(bwd.lanes) == {lane: "encoder"}
     assert bwd.nodes[0].annotation == {"name": "enc", "stream": lane, "autograd_phase": "backward"}

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from ..errors import CaptureError
 from . import backends, collectives
 from . import session as _session
-from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, in_backward
+from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, GradOffRegion, grad_enabled, in_backward
 from .calibration import KINETO, CalibrationDeferred, calibrate_replay
 from .registry import REGISTRY
 from .scopes import normalize_annotation
@@ -352,6 +352,10 @@ class mark_kernels:
             self._native.__enter__()
             return self
         if self.backward:
+            if not grad_enabled():  # no_grad / inference_mode: no node can be created, no mode
+                self._mode = GradOffRegion()
+                self._mode.__enter__()
+                return self
             merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
             label = sess.lane_label(merged.get("stream")) if sess is not None else None
             self._mode = BackwardRegion(BackwardTagger(merged, lane_label=label))

@@ -49,52 +49,76 @@ def _flatten(obj: Any, out: List[Any], depth: int = 0) -> List[Any]:
     return out
 
 
+def _current_session() -> Optional[_session.CaptureSession]:
+    """:func:`.session.current` without its lock: a captured backward runs on autograd's device
+    thread, which has no session stack of its own (reading a list's last item is atomic)."""
+    st = getattr(_session._local, "stack", None)
+    if st:
+        return st[-1]
+    try:
+        return _session._global[-1]
+    except IndexError:
+        return None
+
+
+class _NodeHooks:
+    """The pre- and post-hook of one claimed node (bound methods: no closures, no lock).
+
+    ``open`` pairs them: a stack of the scopes the pre-hook opened (a node re-run by a nested
+    backward before its post-hook, or by two threads, pops its own scope; list append/pop
+    are atomic).
+    """
+
+    __slots__ = ("tagger", "open")
+
+    def __init__(self, tagger: "BackwardTagger"):
+        self.tagger = tagger
+        self.open: List[Any] = []
+
+    def pre(self, grad_outputs: Any) -> None:
+        t = self.tagger
+        sess = t._current()
+        if sess is not None:
+            rec = sess.recorder
+            if rec.active:
+                if t._lane is not None:
+                    sess.label_lane(t._lane, t.lane_label)
+                self.open.append((rec, rec.open(t.fields)))
+
+    def post(self, grad_inputs: Any, grad_outputs: Any) -> None:
+        if self.open:
+            try:
+                rec, tok = self.open.pop()
+            except IndexError:  # another thread's post-hook took it
+                return
+            rec.close(tok)
+
+
 class BackwardTagger:
     """Brackets the backward of the nodes it hooks with a scope of its fields."""
 
+    __slots__ = ("fields", "lane_label", "_lane", "_current")
+
     def __init__(self, fields: Mapping[str, Any],
-                 current: Callable[[], Optional[_session.CaptureSession]] = _session.current,
+                 current: Callable[[], Optional[_session.CaptureSession]] = _current_session,
                  lane_label: Optional[str] = None):
         self.fields = {**dict(fields), PHASE_KEY: BACKWARD}
         #: the forward capture's label of ``fields["stream"]`` (mark_stream): lane labels are
         #: per graph, so a backward captured in another graph records it there too
         self.lane_label = lane_label
+        lane = self.fields.get("stream")
+        self._lane = lane if lane_label is not None and isinstance(lane, int) else None
         self._current = current
-        self._open: Dict[Any, List[Any]] = {}
-        self._lock = threading.Lock()
+
+    def hooks(self) -> _NodeHooks:
+        """A fresh pair of hooks (``.pre``, ``.post``) for one node."""
+        return _NodeHooks(self)
 
     def hook(self, node: Any) -> None:
         """Register the scope-opening pre-hook and the scope-closing post-hook on ``node``."""
-        slot = object()  # pairs this node's pre- and post-hook
-        node.register_prehook(self._make_pre(slot))
-        node.register_hook(self._make_post(slot))
-
-    def _make_pre(self, nid: Any):
-        def pre(grad_outputs):
-            sess = self._current()
-            if sess is not None and sess.recorder.active:
-                if self.lane_label is not None and isinstance(self.fields.get("stream"), int):
-                    sess.label_lane(self.fields["stream"], self.lane_label)
-                tok = sess.recorder.open(self.fields)
-                with self._lock:
-                    self._open.setdefault(nid, []).append((sess, tok))
-            return None
-
-        return pre
-
-    def _make_post(self, nid: Any):
-        def post(grad_inputs, grad_outputs):
-            with self._lock:
-                stack = self._open.get(nid)
-                item = stack.pop() if stack else None
-                if stack is not None and not stack:
-                    del self._open[nid]
-            if item is not None:
-                sess, tok = item
-                sess.recorder.close(tok)
-            return None
-
-        return post
+        h = _NodeHooks(self)
+        node.register_prehook(h.pre)
+        node.register_hook(h.post)
 
 
 class NodeWalk:
@@ -109,18 +133,33 @@ class NodeWalk:
 
     def on_outputs(self, outputs: Any) -> None:
         """Walk back from the ``grad_fn`` of every tensor in ``outputs``."""
-        gf = getattr(outputs, "grad_fn", None)
-        if gf is not None:
-            self.walk(gf)
-        elif isinstance(outputs, (list, tuple, dict)):
+        if isinstance(outputs, (list, tuple)):
+            for t in outputs:
+                if isinstance(t, (list, tuple, dict)):
+                    for u in _flatten(t, []):
+                        gf = getattr(u, "grad_fn", None)
+                        if gf is not None:
+                            self.walk(gf)
+                else:
+                    gf = getattr(t, "grad_fn", None)
+                    if gf is not None:
+                        self.walk(gf)
+        elif isinstance(outputs, dict):
             for t in _flatten(outputs, []):
                 gf = getattr(t, "grad_fn", None)
                 if gf is not None:
                     self.walk(gf)
+        else:
+            gf = getattr(outputs, "grad_fn", None)
+            if gf is not None:
+                self.walk(gf)
 
     def walk(self, root: Any) -> None:
         """Claim ``root`` and the nodes behind it that are new and unclaimed."""
-        start, tagger = self.start, self.tagger
+        start = self.start
+        if root._sequence_nr() < start:
+            return  # the usual non-creating op (a view of an input): nothing new behind it
+        tagger, excluded = self.tagger, getattr(_tls, "excluded", None)
         todo = [root]
         while todo:
             node = todo.pop()
@@ -130,12 +169,24 @@ class NodeWalk:
             meta = node.metadata
             if CLAIM_KEY in meta:
                 continue  # this region's walk, or an inner region's, was here and went behind it
+            todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+            if excluded and any(lo <= seq < hi for lo, hi in excluded):
+                continue  # created in a grad-off region after grad was re-enabled: not ours
             meta[CLAIM_KEY] = tagger.fields
             tagger.hook(node)
             self.claimed += 1
-            for nxt, _ in node.next_functions:
-                if nxt is not None:
-                    todo.append(nxt)
+
+
+class _NoWalk:
+    """The walk of a region that claims nothing (see :class:`GradOffRegion`)."""
+
+    __slots__ = ()
+
+    def on_outputs(self, outputs: Any) -> None:
+        return None
+
+
+_NO_WALK = _NoWalk()
 
 
 # Regions open on this thread (innermost last): autograd.Function.apply's wrapper hands its
@@ -184,15 +235,18 @@ def _wrap_function_apply() -> None:
 
 
 _peek: Optional[Callable[[], int]] = None
+#: True when :func:`sequence_number` makes a throwaway node (a torch without ``_get_sequence_nr``)
+_peek_uses_a_number = False
 
 
 def sequence_number() -> int:
     """The number autograd gives the next node this thread creates."""
-    global _peek
+    global _peek, _peek_uses_a_number
     if _peek is None:
         import torch
 
         _peek = getattr(torch._C._autograd, "_get_sequence_nr", None)
+        _peek_uses_a_number = _peek is None
         if _peek is None:  # older torch: make a node and read its number (one number used up)
             def _peek() -> int:
                 with torch.enable_grad():
@@ -229,6 +283,9 @@ def _region_mode_class() -> Any:
     from torch.overrides import TorchFunctionMode
 
     is_compiling = torch.compiler.is_compiling
+    Tensor = torch.Tensor
+    # results that never carry a grad_fn (sizes, dtypes, scalars): returned without a look
+    _NO_NODES = frozenset((bool, int, float, str, torch.Size, torch.dtype, torch.device))
 
     class RegionMode(TorchFunctionMode):
         def __init__(self, region: "BackwardRegion"):
@@ -236,17 +293,28 @@ def _region_mode_class() -> Any:
             self.region = region
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
+            out = func(*args, **kwargs) if kwargs else func(*args)
             # Dynamo traces through modes: is_compiling() keeps the walk out of its graphs; a
             # compiled graph's single autograd node is claimed when it runs (Function.apply).
             if is_compiling():
                 return out
+            if type(out) is Tensor:  # the common case first: one plain tensor
+                gf = out.grad_fn
+                if gf is None:
+                    return out
+            elif out is None or type(out) in _NO_NODES:
+                return out
+            else:
+                gf = None
             # Only the innermost region of this thread walks: an inner region's handler calls
             # func through the enclosing regions' handlers, and an autograd engine thread that
             # inherits the mode numbers its nodes with its own counter.
             st = getattr(_tls, "regions", None)
             if st and st[-1] is self.region:
-                self.region.walk.on_outputs(out)
+                if gf is not None:
+                    self.region.walk.walk(gf)
+                else:
+                    self.region.walk.on_outputs(out)
             return out
 
     _mode_class = RegionMode
@@ -272,8 +340,71 @@ class BackwardRegion:
         try:
             self._mode.__exit__(exc_type, exc, tb)
         finally:
-            st = _regions()
-            if st and st[-1] is self:
-                st.pop()
-            elif self in st:
-                st.remove(self)
+            _leave(self)
+
+
+class GradOffRegion:
+    """A backward region entered with grad mode off (``torch.no_grad``, ``inference_mode``: a
+    serving capture): no torch-function mode, no walk, no cost per op.
+
+    Ops create no autograd nodes while grad is off. Nodes created after the block turns grad
+    back on (``torch.enable_grad()`` inside it) are not tagged by it, and no enclosing region
+    claims them either (they were created in this block, not in the enclosing one: the
+    numbers they got are excluded from every walk of the thread's open regions); a warning
+    says how many there were. Regions opened inside the block with grad on work as usual.
+    """
+
+    __slots__ = ("start",)
+
+    #: a region on the thread's stack that claims nothing (an enclosing region's mode sees it
+    #: on top and does not walk; Function.apply's wrapper hands its outputs to it)
+    walk = _NO_WALK
+
+    def __init__(self) -> None:
+        self.start = sequence_number()
+
+    def __enter__(self) -> "GradOffRegion":
+        _regions().append(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        st = _leave(self)
+        end = sequence_number()
+        created = end - self.start - (1 if _peek_uses_a_number else 0)
+        if created > 0:
+            if st:  # enclosing regions are open: keep their walks off these numbers
+                ex = getattr(_tls, "excluded", None)
+                if ex is None:
+                    ex = _tls.excluded = []
+                ex.append((self.start, end))
+            import warnings
+
+            warnings.warn(f"mark_kernels(..., backward=True) was entered with grad mode off, and "
+                          f"{created} autograd node(s) were created in it after grad was turned back "
+                          "on: those not claimed by a block opened inside it with grad on are not "
+                          "tagged backward (enter the block with grad on to tag them)", stacklevel=3)
+
+
+def _leave(region: Any) -> List[Any]:
+    """Take ``region`` off this thread's stack; returns the stack (forgets exclusions once empty)."""
+    st = _regions()
+    if st and st[-1] is region:
+        st.pop()
+    elif region in st:
+        st.remove(region)
+    if not st and getattr(_tls, "excluded", None):
+        _tls.excluded = []
+    return st
+
+
+_grad_mode: Optional[Callable[[], bool]] = None
+
+
+def grad_enabled() -> bool:
+    """torch's grad mode on this thread (False under ``no_grad`` and ``inference_mode``)."""
+    global _grad_mode
+    if _grad_mode is None:
+        import torch
+
+        _grad_mode = torch.is_grad_enabled
+    return _grad_mode()
