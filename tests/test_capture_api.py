@@ -103,7 +103,7 @@ def test_walk_claims_new_nodes_behind_outputs_and_brackets_their_backward(sess):
     k = {n.kernel: n.annotation for n in resolve(sess).nodes}
     assert k["gelu_backward"] == k["mm_backward"] == {"name": "mlp", "stream": 61, "autograd_phase": "backward"}
     assert k["old_backward"] == {} and k["forward_kernel"] == {}
-    assert all(h.__self__.open == [] for n in (gelu, mm) for h in n.pre)  # every scope closed
+    assert all(getattr(h, "__self__", h).open == [] for n in (gelu, mm) for h in n.pre)  # every scope closed
 
 
 def test_backward_hooks_are_inert_without_a_capture():
@@ -161,3 +161,38 @@ def test_claims_are_per_node_not_per_wrapper_and_the_inner_region_wins(sess):
     k = {n.kernel: n.annotation for n in resolve(sess).nodes}
     assert k["b_backward"] == {"name": "mlp", "autograd_phase": "backward"}
     assert k["a_backward"] == {"name": "outer", "autograd_phase": "backward"}
+
+
+def test_node_hooks_label_the_lane_nest_and_find_the_capture_from_another_thread(sess, capture_path):
+    """One claimed node's hooks, as registered on each capture path (one C object called with
+    one or two arguments on the compiled path, two bound methods on the Python one): the
+    forward's lane label is recorded, a node re-run before its post-hook closes its own
+    scopes in order, and autograd's device thread (no session stack of its own) finds the
+    capture in flight."""
+    import threading
+
+    node = FakeNode("mm", sess.cuda, STREAM)
+    BackwardTagger({"name": "enc", "stream": 61}, lane_label="encoder").hook(node)
+    (pre,), (post,) = node.pre, node.post
+    assert (pre is post) == (capture_path == "compiled")
+    pre(("g",))
+    sess.cuda.launch(STREAM, "outer_part")
+    pre(("g",))  # a nested backward runs the node again before its post-hook
+    sess.cuda.launch(STREAM, "inner_part")
+    post(("gin",), ("gout",))
+    sess.cuda.launch(STREAM, "after_inner")
+    post(("gin",), ("gout",))
+    post(("gin",), ("gout",))  # nothing open: no scope, no error
+    t = threading.Thread(target=node.run)  # the device thread: session found without its own stack
+    t.start()
+    t.join()
+    sess.cuda.launch(STREAM, "outside")
+    rec = resolve(sess)
+    k = {n.kernel: dict(n.annotation) for n in rec.nodes}
+    tagged = {"name": "enc", "stream": 61, "autograd_phase": "backward"}
+    assert k == {"outer_part": tagged, "inner_part": tagged, "after_inner": tagged, "mm_backward": tagged,
+                 "outside": {}}
+    assert dict(rec.lanes) == {61: "encoder"}
+    # the scopes: two from the nested runs (inner closed first), one from the thread
+    spans = sorted((r.start, r.end) for r in sess.recorder.records())
+    assert spans == [(0, 3), (1, 2), (3, 4)]

@@ -693,6 +693,216 @@ static PyTypeObject RecorderType = {
     .tp_getset = Recorder_getset,
 };
 
+/* ---- NodeHooks: autograd.py's _NodeHooks (one claimed node's pre- and post-hook) ----------
+ * One object registered twice on a node: called with one argument (grad_outputs) it is the
+ * pre-hook and opens a scope in the capture in flight, if any; with two (grad_inputs,
+ * grad_outputs) the post-hook, closing the scope its pre-hook opened. The capture in flight is
+ * session.current() without its lock: this thread's stack (session._local.stack), else the
+ * last of session._global (a captured backward runs on autograd's device thread). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fields;     /* the region's fields plus autograd_phase */
+    PyObject *local;      /* session._local */
+    PyObject *global;     /* session._global (a list) */
+    PyObject *lane;       /* None, or the lane id to label in the capture */
+    PyObject *lane_label;
+    PyObject *open;       /* list of (recorder, token) the pre-hook opened */
+} NodeHooks;
+
+static PyObject *str_recorder = NULL, *str_active = NULL, *str_open = NULL, *str_close = NULL,
+                *str_label_lane = NULL;
+
+static PyObject *
+NodeHooks_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *fields, *local, *global, *lane, *lane_label;
+    if (kw != NULL && PyDict_GET_SIZE(kw) != 0) {
+        PyErr_SetString(PyExc_TypeError, "NodeHooks takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "NodeHooks", 5, 5, &fields, &local, &global, &lane, &lane_label))
+        return NULL;
+    if (!PyList_Check(global)) {
+        PyErr_SetString(PyExc_TypeError, "NodeHooks: the sessions' global stack must be a list");
+        return NULL;
+    }
+    NodeHooks *self = (NodeHooks *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if ((self->open = PyList_New(0)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(fields); self->fields = fields;
+    Py_INCREF(local); self->local = local;
+    Py_INCREF(global); self->global = global;
+    Py_INCREF(lane); self->lane = lane;
+    Py_INCREF(lane_label); self->lane_label = lane_label;
+    return (PyObject *)self;
+}
+
+static int
+NodeHooks_traverse(NodeHooks *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fields);
+    Py_VISIT(self->local);
+    Py_VISIT(self->global);
+    Py_VISIT(self->lane);
+    Py_VISIT(self->lane_label);
+    Py_VISIT(self->open);
+    return 0;
+}
+
+static int
+NodeHooks_clear(NodeHooks *self)
+{
+    Py_CLEAR(self->fields);
+    Py_CLEAR(self->local);
+    Py_CLEAR(self->global);
+    Py_CLEAR(self->lane);
+    Py_CLEAR(self->lane_label);
+    Py_CLEAR(self->open);
+    return 0;
+}
+
+static void
+NodeHooks_dealloc(NodeHooks *self)
+{
+    PyObject_GC_UnTrack(self);
+    NodeHooks_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* the capture in flight (new reference), or None */
+static PyObject *
+current_session(NodeHooks *self)
+{
+    PyObject *st = PyObject_GetAttr(self->local, str_stack);
+    if (st == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+    } else {
+        if (PyList_Check(st) && PyList_GET_SIZE(st) > 0) {
+            PyObject *s = PyList_GET_ITEM(st, PyList_GET_SIZE(st) - 1);
+            Py_INCREF(s);
+            Py_DECREF(st);
+            return s;
+        }
+        Py_DECREF(st);
+    }
+    Py_ssize_t n = PyList_GET_SIZE(self->global);
+    PyObject *s = n > 0 ? PyList_GET_ITEM(self->global, n - 1) : Py_None;
+    Py_INCREF(s);
+    return s;
+}
+
+static PyObject *
+NodeHooks_pre(NodeHooks *self)
+{
+    PyObject *sess = current_session(self);
+    if (sess == NULL)
+        return NULL;
+    if (sess == Py_None)
+        return sess;
+    PyObject *rec = PyObject_GetAttr(sess, str_recorder);
+    if (rec == NULL)
+        goto fail_sess;
+    PyObject *active = PyObject_GetAttr(rec, str_active);
+    if (active == NULL)
+        goto fail_rec;
+    int on = PyObject_IsTrue(active);
+    Py_DECREF(active);
+    if (on < 0)
+        goto fail_rec;
+    if (on) {
+        if (self->lane != Py_None) {
+            PyObject *r = PyObject_CallMethodObjArgs(sess, str_label_lane, self->lane, self->lane_label, NULL);
+            if (r == NULL)
+                goto fail_rec;
+            Py_DECREF(r);
+        }
+        PyObject *tok = PyObject_CallMethodOneArg(rec, str_open, self->fields);
+        if (tok == NULL)
+            goto fail_rec;
+        PyObject *pair = PyTuple_Pack(2, rec, tok);
+        Py_DECREF(tok);
+        if (pair == NULL)
+            goto fail_rec;
+        int rc = PyList_Append(self->open, pair);
+        Py_DECREF(pair);
+        if (rc < 0)
+            goto fail_rec;
+    }
+    Py_DECREF(rec);
+    Py_DECREF(sess);
+    Py_RETURN_NONE;
+fail_rec:
+    Py_DECREF(rec);
+fail_sess:
+    Py_DECREF(sess);
+    return NULL;
+}
+
+static PyObject *
+NodeHooks_post(NodeHooks *self)
+{
+    Py_ssize_t n = PyList_GET_SIZE(self->open);
+    if (n == 0)
+        Py_RETURN_NONE;
+    PyObject *pair = PyList_GET_ITEM(self->open, n - 1);
+    Py_INCREF(pair);
+    if (PyList_SetSlice(self->open, n - 1, n, NULL) < 0) {
+        Py_DECREF(pair);
+        return NULL;
+    }
+    PyObject *r = PyObject_CallMethodOneArg(PyTuple_GET_ITEM(pair, 0), str_close, PyTuple_GET_ITEM(pair, 1));
+    Py_DECREF(pair);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+NodeHooks_call(NodeHooks *self, PyObject *args, PyObject *kw)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (n == 1)
+        return NodeHooks_pre(self);
+    if (n == 2)
+        return NodeHooks_post(self);
+    PyErr_SetString(PyExc_TypeError, "NodeHooks(grad_outputs) is the pre-hook, (grad_inputs, grad_outputs) the post-hook");
+    return NULL;
+}
+
+static PyObject *
+NodeHooks_get_open(NodeHooks *self, void *closure)
+{
+    return PyList_GetSlice(self->open, 0, PyList_GET_SIZE(self->open));
+}
+
+static PyGetSetDef NodeHooks_getset[] = {
+    {"open", (getter)NodeHooks_get_open, NULL, "a copy of the (recorder, token) pairs still open", NULL},
+    {NULL}
+};
+
+static PyTypeObject NodeHooksType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "perfetto_graph_ann.capture._fastpath.NodeHooks",
+    .tp_doc = PyDoc_STR("NodeHooks(fields, session_local, session_global, lane, lane_label): one claimed "
+                        "autograd node's pre-hook (called with 1 argument) and post-hook (2 arguments)."),
+    .tp_basicsize = sizeof(NodeHooks),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = NodeHooks_new,
+    .tp_call = (ternaryfunc)NodeHooks_call,
+    .tp_dealloc = (destructor)NodeHooks_dealloc,
+    .tp_traverse = (traverseproc)NodeHooks_traverse,
+    .tp_clear = (inquiry)NodeHooks_clear,
+    .tp_getset = NodeHooks_getset,
+};
+
 static PyMethodDef module_methods[] = {
     {"capture_graph", (PyCFunction)(void (*)(void))capture_graph, METH_FASTCALL, capture_graph_doc},
     {"out_ptr", (PyCFunction)(void (*)(void))out_ptr, METH_FASTCALL, out_ptr_doc},
@@ -711,7 +921,7 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&RecorderType) < 0)
+    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&NodeHooksType) < 0)
         return NULL;
     if (local_type == NULL) {
         PyObject *thread = PyImport_ImportModule("_thread");
@@ -724,12 +934,24 @@ PyInit__fastpath(void)
     }
     if (str_stack == NULL && (str_stack = PyUnicode_InternFromString("stack")) == NULL)
         return NULL;
+    if ((str_recorder == NULL && (str_recorder = PyUnicode_InternFromString("recorder")) == NULL) ||
+        (str_active == NULL && (str_active = PyUnicode_InternFromString("active")) == NULL) ||
+        (str_open == NULL && (str_open = PyUnicode_InternFromString("open")) == NULL) ||
+        (str_close == NULL && (str_close = PyUnicode_InternFromString("close")) == NULL) ||
+        (str_label_lane == NULL && (str_label_lane = PyUnicode_InternFromString("label_lane")) == NULL))
+        return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;
     Py_INCREF(&RecorderType);
     if (PyModule_AddObject(m, "Recorder", (PyObject *)&RecorderType) < 0) {
         Py_DECREF(&RecorderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&NodeHooksType);
+    if (PyModule_AddObject(m, "NodeHooks", (PyObject *)&NodeHooksType) < 0) {
+        Py_DECREF(&NodeHooksType);
         Py_DECREF(m);
         return NULL;
     }

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from . import fastpath as _fastpath
 from . import session as _session
 
 PHASE_KEY = "autograd_phase"
@@ -111,11 +112,20 @@ class BackwardTagger:
         self._current = current
 
     def hooks(self) -> _NodeHooks:
-        """A fresh pair of hooks (``.pre``, ``.post``) for one node."""
+        """A fresh pair of hooks (``.pre``, ``.post``) for one node, in Python."""
         return _NodeHooks(self)
 
     def hook(self, node: Any) -> None:
-        """Register the scope-opening pre-hook and the scope-closing post-hook on ``node``."""
+        """Register the scope-opening pre-hook and the scope-closing post-hook on ``node``.
+
+        On the compiled capture path both are one C object (``_fastpath.NodeHooks``, the pre-hook
+        when called with one argument, the post-hook with two): no Python frame per hook."""
+        c = _fastpath.module()
+        if c is not None and self._current is _current_session:
+            h = c.NodeHooks(self.fields, _session._local, _session._global, self._lane, self.lane_label)
+            node.register_prehook(h)
+            node.register_hook(h)
+            return
         h = _NodeHooks(self)
         node.register_prehook(h.pre)
         node.register_hook(h.post)
