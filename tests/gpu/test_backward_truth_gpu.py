@@ -294,7 +294,7 @@ def test_backward_hooks_capture_cost(results, monkeypatch, path):
         warmup(s)
     real_hook = autograd.BackwardTagger.hook
     t = {a: [] for a in arms}
-    for _ in range(5):
+    for _ in range(7):
         for a, s in arms.items():
             monkeypatch.setattr(autograd.BackwardTagger, "hook",
                                 (lambda self, node: None) if "no node hooks" in a else real_hook)
@@ -306,3 +306,39 @@ def test_backward_hooks_capture_cost(results, monkeypatch, path):
     results[f"backward_hooks_capture_cost_{path}"] = res
     print(f"\ncapture cost ({path} path):", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4))
                                           for a, v in res.items()})
+
+
+def inference_step(backward):
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(None, backward), Block(None, backward)).cuda().eval()
+    x = torch.randn(B, T, D, device="cuda")
+
+    def step():
+        with torch.no_grad():
+            model(x)
+
+    return step
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_backward_true_under_no_grad_capture_cost(results, monkeypatch, path):
+    """A serving capture (forward under no_grad, the same 4 scopes): backward=True enters no
+    torch-function mode, so it should cost what backward=False does. Interleaved, medians."""
+    from perfetto_graph_ann.capture import fastpath
+
+    if path == "compiled" and not fastpath.module_built():
+        pytest.skip("compiled capture path not built")
+    monkeypatch.setattr(fastpath, "ENABLED", path == "compiled")
+    arms = {"backward=False": inference_step(False), "backward=True": inference_step(True)}
+    for s in arms.values():
+        warmup(s)
+    t = {a: [] for a in arms}
+    for _ in range(7):
+        for a, s in arms.items():
+            t[a] += _capture_seconds(s, 3)
+    med = {a: statistics.median(v) for a, v in t.items()}
+    base = med["backward=False"]
+    res = {a: {"median_ms": med[a] * 1e3, "vs_backward_false": med[a] / base} for a in arms}
+    results[f"no_grad_capture_cost_{path}"] = res
+    print(f"\nno_grad capture cost ({path} path):", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4))
+                                                   for a, v in res.items()})
