@@ -22,8 +22,11 @@ def register(sub) -> argparse.ArgumentParser:
                    help="output: .pftrace (or .pftrace.gz); .json/.json.gz writes annotated Chrome JSON")
     p.add_argument("--annotations", "-a", metavar="SIDECAR", action="append", default=[],
                    help="annotation sidecar or capture record (repeatable); enables semantic lanes")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
-                   help="with --annotations: move graphed kernels to their lanes (all) or keep streams (none)")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
+                   help="with --annotations: move graphed kernels to their lanes (all) or keep streams (none); "
+                   "default: all for .pftrace, none (torch 2.15's default) for .json; all needs annotated nodes")
+    p.add_argument("--default-stream", type=int, default=7, metavar="N",
+                   help="with --graph-lanes all: lane of graphed kernels whose annotation names none (default 7)")
     p.add_argument("--gzip", action="store_true", help="gzip the .pftrace output (also implied by a .gz name)")
     p.add_argument("--compact-args", action="store_true",
                    help="write record_shapes arrays (Input Dims, Input Strides, Input type, Concrete Inputs) "
@@ -52,10 +55,18 @@ def _run(args: argparse.Namespace) -> int:
     trace = read_trace(args.input)
     layout = None
     if args.annotations:
-        from ..join.join import join
+        from ..errors import InputError
+        from ..join.join import has_annotated_nodes, join
         from ._common import load_annotation_files
 
-        layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+        annotations = load_annotation_files(args.annotations)
+        graph_lanes = args.graph_lanes
+        if graph_lanes is None:  # torch's default for its own format; our lanes for Perfetto's
+            graph_lanes = "none" if is_json_name(args.output) or not has_annotated_nodes(annotations) else "all"
+        elif graph_lanes == "all" and not has_annotated_nodes(annotations):
+            raise InputError(args.annotations[0], "--graph-lanes all needs annotations, and no node of these "
+                             "files carries a field (torch 2.15 refuses the same)")
+        layout = join(trace, annotations, graph_lanes=graph_lanes, default_stream=args.default_stream)
         if not args.quiet:
             warn_unmatched(layout.report, args.annotations)
     out = args.output
