@@ -317,10 +317,12 @@ def test_backward_captured_in_another_graph_keeps_the_forward_label(process):
 
     cap = {"exec_cupti_graph_id": 30, "calibration": {}}
     with capture(process, cap, "fwd") as (cuda, sess):
-        with api.mark_stream(FakeStream(STREAM), "encoder"):
+        side = FakeStream(0x300)  # a side stream: mark_stream gives the current one no lane
+        cuda.join(side.cuda_stream, STREAM)
+        with api.mark_stream(side, "encoder"):
             lane = sess.recorder.open_fields()["stream"]
             tagger = BackwardTagger({"name": "enc", "stream": lane}, lane_label=sess.lane_label(lane))
-            cuda.launch(STREAM, "fwd")
+            cuda.launch(side.cuda_stream, "fwd")
     cap = {"exec_cupti_graph_id": 40, "calibration": {}}
     with capture(process, cap, "bwd") as (cuda, sess):
         pre = tagger._make_pre("n")

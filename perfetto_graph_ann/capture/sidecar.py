@@ -384,9 +384,9 @@ def _recorded() -> AnnotationSet:
     from .registry import REGISTRY
 
     if backends.selected_name() == backends.TORCH:  # torch's own registry: keys and fields only
-        import torch
+        from . import torch_native
 
-        ann = torch.cuda.graph_annotations.get_kernel_annotations()
+        ann = torch_native.call("get_kernel_annotations")
         by_graph: Dict[int, List[NodeRecord]] = {}
         for key, vals in dict(ann).items():
             merged: Dict[str, Any] = {}
