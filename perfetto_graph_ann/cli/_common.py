@@ -21,6 +21,30 @@ def load_annotation_files(paths: Sequence[str]):
     return load(paths)
 
 
+#: ``--graph-lanes`` help shared by the subcommands that join
+GRAPH_LANES_HELP = ("all: move graphed kernels to their annotated lanes; none: keep the recorded streams "
+                    "(torch 2.15's default). Default here: all when a node is annotated, else none; "
+                    "all needs annotated nodes, as in torch")
+
+
+def resolve_graph_lanes(requested: Optional[str], annotations, paths: Sequence[str], default: str = "all") -> str:
+    """The ``graph_lanes`` a subcommand joins with: ``requested``, else ``default`` where a node
+    is annotated and ``"none"`` where none is. ``"all"`` without annotated nodes is refused
+    as torch 2.15 refuses it (an :class:`InputError`, exit 2), naming the files."""
+    from ..errors import InputError
+    from ..join.join import has_annotated_nodes
+
+    annotated = has_annotated_nodes(annotations)
+    if requested is None:
+        return default if annotated else "none"
+    if requested == "all" and not annotated:
+        where = ", ".join(paths) if paths else "(no --annotations given)"
+        raise InputError(paths[0] if paths else None,
+                         f"--graph-lanes all needs annotations, and no node of {where} carries a field "
+                         "(torch 2.15 refuses the same)")
+    return requested
+
+
 def warn_unmatched(report, annotation_paths: Sequence[str], out=None) -> None:
     """One warning line on stderr when annotations were given but graphed GPU work stayed
     unmatched (a sidecar saved before the capture, or from another run): the join itself

@@ -55,17 +55,13 @@ def _run(args: argparse.Namespace) -> int:
     trace = read_trace(args.input)
     layout = None
     if args.annotations:
-        from ..errors import InputError
-        from ..join.join import has_annotated_nodes, join
-        from ._common import load_annotation_files
+        from ..join.join import join
+        from ._common import load_annotation_files, resolve_graph_lanes
 
         annotations = load_annotation_files(args.annotations)
-        graph_lanes = args.graph_lanes
-        if graph_lanes is None:  # torch's default for its own format; our lanes for Perfetto's
-            graph_lanes = "none" if is_json_name(args.output) or not has_annotated_nodes(annotations) else "all"
-        elif graph_lanes == "all" and not has_annotated_nodes(annotations):
-            raise InputError(args.annotations[0], "--graph-lanes all needs annotations, and no node of these "
-                             "files carries a field (torch 2.15 refuses the same)")
+        # torch's default for torch's format (Chrome JSON); our lanes for Perfetto's
+        graph_lanes = resolve_graph_lanes(args.graph_lanes, annotations, args.annotations,
+                                          default="none" if is_json_name(args.output) else "all")
         layout = join(trace, annotations, graph_lanes=graph_lanes, default_stream=args.default_stream)
         if not args.quiet:
             warn_unmatched(layout.report, args.annotations)

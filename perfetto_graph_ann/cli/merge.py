@@ -17,7 +17,9 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="merged .pftrace (or .pftrace.gz) to write")
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
                    help="annotation sidecar / capture record: once for every rank, or once per trace in order")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
+                   help="all (default): move graphed kernels to their annotated lanes (a rank whose annotations "
+                   "name nothing keeps its streams); none: keep the recorded streams (torch 2.15's default)")
     p.add_argument("--gzip", action="store_true", help="gzip the output (also implied by a .gz name)")
     p.set_defaults(func=run)
     return p

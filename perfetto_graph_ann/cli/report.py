@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Dict, List, Tuple
 
-from ._common import ENGINES, load_annotation_files, positive_int, write_output
+from ._common import ENGINES, GRAPH_LANES_HELP, load_annotation_files, positive_int, resolve_graph_lanes, write_output
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -45,8 +45,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("trace", help=".pftrace written by this package, or a torch.profiler JSON trace (.json, .json.gz)")
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
                    help="for a JSON trace: annotation sidecar or capture record to join (repeatable)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
-                   help="for a JSON trace with --annotations: lane policy of the join (default: all)")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
+                   help="for a JSON trace with --annotations: " + GRAPH_LANES_HELP)
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="table: readable (times in µs, ratios in %%); csv / json: every column, raw units (ns)")
@@ -194,6 +194,7 @@ def _read_and_join(args: argparse.Namespace):
     from ..join import join
     from ._common import warn_unmatched
 
-    layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+    annotations = load_annotation_files(args.annotations)
+    layout = join(trace, annotations, graph_lanes=resolve_graph_lanes(args.graph_lanes, annotations, args.annotations))
     warn_unmatched(layout.report, args.annotations)
     return trace, layout
