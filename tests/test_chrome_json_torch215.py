@@ -242,3 +242,62 @@ def test_all_without_annotations_raises_in_export_and_cli(tmp_path, capsys):
     assert "needs annotations" in capsys.readouterr().err and not (tmp_path / "y.json").exists()
     # the CLI's .pftrace default stays "all", and falls back to torch's "none" when nothing is annotated
     assert main(argv + ["-o", str(tmp_path / "z.pftrace")]) == 0
+
+
+# -- the README's "Compared with torch 2.15" table, kept true -----------------------------------
+
+README = Path(__file__).parent.parent / "README.md"
+TABLE_ROWS = ["annotation values", "new lane names", "a real stream's name", '`original_stream` (`"all"`)',
+              '`annotated_stream` (`"none"`)', "`cudaGraphInlineAnnotated`", "`gpu_user_annotation` on a lane left empty",
+              "`graph_lanes` default", "added args"]
+
+
+def _readme_table():
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Compared with torch 2.15", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| ---")]
+    return {cells[0]: cells[1:] for cells in ([c.strip() for c in r.strip("|").split(" | ")] for r in rows[1:])}
+
+
+def test_readme_table_rows_are_the_tested_ones():
+    table = _readme_table()
+    assert list(table) == TABLE_ROWS
+    # our JSON column says "the same" (or repeats torch's word) wherever the tests above prove it
+    for row, (torch_json, our_json, _) in table.items():
+        if row != "added args":
+            assert our_json.startswith("the same") or our_json == torch_json, row
+
+
+def test_readme_table_pftrace_column(tmp_path):
+    """The .pftrace column: typed values, descriptive lane names, Kineto's stream names, join
+    args on every graphed event, gpu_user_annotation kept."""
+    from pftrace_decode import decode
+
+    from perfetto_graph_ann.write.convert import convert
+
+    ann = _two_branch_with([{"name": "left", "stream": 60},
+                            {"name": "right", "stream": 61, "layer": 3, "flag": True, "dims": [1, 2]},
+                            {"name": "combine"}])
+    doc = _load(fixture_trace("two_branch"))
+    _add_user_annotations(doc)
+    src = tmp_path / "src.json"
+    src.write_text(json.dumps(doc))
+    trace = read_trace(src)
+    graphed = 15  # 3 kernels x 5 replays
+    for lanes in ("all", "none"):
+        out = tmp_path / f"{lanes}.pftrace"
+        convert(trace, out, layout=join(trace, ann, lanes))
+        d = decode(out)
+        kernels = [s for s in d.slices if s.cat == "kernel"]
+        assert len(kernels) == graphed
+        right = [s for s in kernels if s.args.get("name") == "right"]
+        assert right and all((s.args["layer"], s.args["flag"], list(s.args["dims"])) == (3, True, [1, 2]) for s in right)
+        assert sum(1 for s in d.slices if s.cat == "gpu_user_annotation") == 2  # kept, even on an emptied lane
+        if lanes == "all":
+            assert all("original_stream" in s.args for s in kernels)  # on every graphed event
+            names = {s.args["stream"]: d.track_name(s.track) for s in kernels}
+            # the capture record's mark_stream labels name its lanes
+            assert names == {60: "60 left_projection", 61: "61 right_projection", 7: "stream 7"}
+        else:
+            got = {(s.args["name"], s.args["annotated_stream"]) for s in kernels}
+            assert got == {("left", 60), ("right", 61), ("combine", 7)}  # on every graphed event
