@@ -144,3 +144,20 @@ def test_a_torch_without_the_entry_points_is_named(monkeypatch):
         assert "lack mark_stream, get_stream_for_pg" in info.reasons[backends.TORCH]
     finally:
         torch_native.forget()
+
+
+def test_export_and_save_read_torchs_registry(fake, tmp_path):
+    from perfetto_graph_ann.capture.sidecar import load_annotations
+    from perfetto_graph_ann.write.export import _annotations
+
+    side = Stream()
+    with pga.graph(fake.torch.cuda.CUDAGraph()):
+        with pga.mark_kernels({"name": "attention", "layer": 3}):
+            a = fake.launch("softmax")
+        with pga.mark_stream(side, "left"):
+            b = fake.launch("gemm")
+    want = {a: {"name": "attention", "layer": 3}, b: {"name": "left", "stream": 60}}
+    got = _annotations(None)  # what export(prof, out) joins with by default
+    assert {n.key: dict(n.annotation) for g in got.graphs for n in g.nodes} == want
+    saved = load_annotations(pga.save_annotations(tmp_path / "run.pga"))
+    assert {n.key: dict(n.annotation) for g in saved.graphs for n in g.nodes} == want

@@ -77,7 +77,7 @@ class graph:
             ret = self._inner.__enter__()
             torch_native.capture_started()
             self._native = True
-            self._install_collectives()
+            self._install_native_collectives()
             return ret
         backend = backends.active()
         self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
@@ -101,10 +101,15 @@ class graph:
             raise
         self._session = sess
         _session.push(sess)
-        self._install_collectives()
+        if self.annotate_collectives and collectives.AUTO_ANNOTATE:
+            try:
+                self._installed = collectives.install()
+            except Exception as e:  # torch.distributed unusable: keep capturing
+                warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=2)
         return ret
 
-    def _install_collectives(self) -> None:
+    def _install_native_collectives(self) -> None:
+        """torch's backend: wrap torch.distributed so collectives reach torch's mark_kernels."""
         if self.annotate_collectives and collectives.AUTO_ANNOTATE:
             try:
                 self._installed = collectives.install()
@@ -116,6 +121,7 @@ class graph:
             try:
                 return self._inner.__exit__(exc_type, exc, tb)
             finally:
+                self._native = False
                 torch_native.capture_ended()
                 if self._installed:
                     collectives.uninstall()

@@ -367,7 +367,7 @@ def save_annotations(path: PathLike, annotations: Optional[AnnotationSet] = None
     """
     path = os.fspath(path)
     if annotations is None:
-        annotations = _recorded()
+        annotations = recorded_annotations()
     fmt = format or ("json" if _is_json_path(path) else "binary")
     if fmt == "json":
         data = json.dumps(to_json(annotations), indent=1, ensure_ascii=False).encode() + b"\n"
@@ -379,7 +379,8 @@ def save_annotations(path: PathLike, annotations: Optional[AnnotationSet] = None
     return path
 
 
-def _recorded() -> AnnotationSet:
+def recorded_annotations() -> AnnotationSet:
+    """Everything captured so far in this process: our registry, or torch's own on torch's backend."""
     from . import backends
     from .registry import REGISTRY
 

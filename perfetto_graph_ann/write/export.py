@@ -24,10 +24,10 @@ from ..join.model import LaneLayout
 AnnotationsArg = Union[AnnotationSet, PathLike, None]
 
 def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
-    if annotations is None:
-        from ..capture.registry import REGISTRY
+    if annotations is None:  # ours, or torch's own registry on torch's backend
+        from ..capture.sidecar import recorded_annotations
 
-        return REGISTRY.snapshot()
+        return recorded_annotations()
     if isinstance(annotations, AnnotationSet):
         return annotations
     from ..capture.sidecar import load_annotations
