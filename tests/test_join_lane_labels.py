@@ -18,7 +18,7 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, fake_torch_overrides
 
 from join_expect import calibrated_expectation, fixture_capture, fixture_trace, load_capture
 from perfetto_graph_ann import mark_kernels
@@ -67,6 +67,7 @@ def process(monkeypatch):
     monkeypatch.setattr(api, "REGISTRY", reg)
     monkeypatch.setattr(C, "REGISTRY", reg)
     monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
     return reg
 
 
