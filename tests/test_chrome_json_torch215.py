@@ -301,3 +301,13 @@ def test_readme_table_pftrace_column(tmp_path):
         else:
             got = {(s.args["name"], s.args["annotated_stream"]) for s in kernels}
             assert got == {("left", 60), ("right", 61), ("combine", 7)}  # on every graphed event
+
+
+def test_annotation_rendering_of_odd_values():
+    from perfetto_graph_ann.write.chrome_json import torch_annotation_args
+
+    assert torch_annotation_args({"name": "a", "stream": 61, "d": {"k": 1}, 3: 4.0}) == (
+        {"name": "a", "d": "{'k': 1}", "3": "4.0"}, 61, None)
+    # a stream that is no lane id names no lane (as the join treats it) instead of failing the export
+    assert torch_annotation_args({"stream": "x", "Process Group Description": 7}) == (
+        {"Process Group Description": "7"}, None, "7")

@@ -77,17 +77,22 @@ OUR_ARGS = ("replay", "join", "join_ambiguous")
 
 def torch_annotation_args(annotation: Mapping[str, Any]) -> Tuple[Dict[str, str], Optional[int], Optional[str]]:
     """One node's annotation as torch 2.15 renders it: (args with ``str()`` values, the
-    lane its ``stream`` field names, the lane name from its process group description)."""
+    lane its int ``stream`` field names, the lane name from its process group description)."""
     args: Dict[str, str] = {}
     stream = lane_name = None
     for key, value in annotation.items():
-        if key == "stream":
-            stream = int(value)
-        else:
+        if key != "stream":
             args[str(key)] = str(value)
+        elif isinstance(value, int) and not isinstance(value, bool):  # the join's rule (NodeRecord.lane)
+            stream = value
     if _LANE_NAME_KEY in annotation:
         lane_name = str(annotation[_LANE_NAME_KEY])
     return args, stream, lane_name
+
+
+def _order(pid: Any) -> Tuple[int, Any]:
+    """Sort key for pids that may mix ints (devices) and strings."""
+    return (0, pid) if isinstance(pid, int) else (1, str(pid))
 
 
 class _Rendered:
@@ -163,7 +168,7 @@ def _render(trace: KinetoTrace, layout: Optional[LaneLayout]) -> _Rendered:
             continue  # its kernels all moved away: torch 2.15 drops it as noise
         out.events.append(_event_dict(e))
 
-    for (pid, tid), (ts, name) in sorted(reassigned.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    for (pid, tid), (ts, name) in sorted(reassigned.items(), key=lambda kv: (_order(kv[0][0]), kv[0][1])):
         if (pid, tid) in seen:
             continue
         for meta, value in (("thread_name", {"name": name or f"stream {tid} "}), ("thread_sort_index", {"sort_index": tid})):
