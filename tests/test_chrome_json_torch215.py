@@ -76,13 +76,27 @@ def _ours(how, name, lanes, out):
         write_chrome_json(trace, out, join(trace, read_capture_record(cap), lanes))
     elif how == "export":
         export(_Profiler(name), out, annotations=str(cap), graph_lanes=lanes)
+    elif how == "exact":  # a newer Kineto's trace: graph node ids in the events, the exact join
+        doc = _load(fixture_trace(name))
+        ref = _load(REFERENCES / f"{name}.torch.{lanes}.trace.json.gz")
+        ids = {(e["name"], e["ts"]): {k: e["args"][k] for k in ("graph id", "graph node id")}
+               for e in ref["traceEvents"] if e.get("cat") == "kernel" and "graph node id" in e.get("args", {})}
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel":
+                e["args"].update(ids[(e["name"], e["ts"])])
+        src = out.parent / "with_ids.json"
+        src.write_text(json.dumps(doc))
+        trace = read_trace(src)
+        layout = join(trace, read_capture_record(cap), lanes)
+        assert layout.report.matched["exact"] == layout.report.graphed > 0
+        write_chrome_json(trace, out, layout)
     else:
         argv = ["convert", str(fixture_trace(name)), "-o", str(out), "-a", str(cap), "-q"]
         assert main(argv + (["--graph-lanes", lanes] if lanes == "all" else [])) == 0  # none: the .json default
     return _load(out)
 
 
-@pytest.mark.parametrize("how", ["join", "export", "cli"])
+@pytest.mark.parametrize("how", ["join", "export", "cli", "exact"])
 @pytest.mark.parametrize("name,lanes", CASES)
 def test_matches_torch_215_event_by_event(tmp_path, name, lanes, how):
     ref = _load(REFERENCES / f"{name}.torch.{lanes}.trace.json.gz")
