@@ -207,3 +207,21 @@ class FakeCuda(CaptureBackend):
 
     def graph_id(self, graph: int) -> Optional[int]:
         return self.graph_ids[graph]
+
+
+def fake_torch_overrides():
+    """``torch.overrides`` with a do-nothing ``TorchFunctionMode``: what ``mark_kernels``'
+    backward tagging (on by default, as in torch) enters under a fake ``torch`` module."""
+    import types
+
+    mod = types.ModuleType("torch.overrides")
+
+    class TorchFunctionMode:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    mod.TorchFunctionMode = TorchFunctionMode
+    return mod

@@ -160,7 +160,7 @@ def test_claims_are_per_node_not_per_wrapper_and_the_inner_region_wins(sess):
     a.run()
     k = {n.kernel: n.annotation for n in resolve(sess).nodes}
     assert k["b_backward"] == {"name": "mlp", "autograd_phase": "backward"}
-    assert k["a_backward"] == {"name": "outer", "autograd_phase": "backward"}
+    assert k["a_backward"] == {"name": "outer", "autograd_phase": "backward"}  # opened last: wins
 
 
 def test_node_hooks_label_the_lane_nest_and_find_the_capture_from_another_thread(sess, capture_path):
@@ -196,3 +196,27 @@ def test_node_hooks_label_the_lane_nest_and_find_the_capture_from_another_thread
     # the scopes: two from the nested runs (inner closed first), one from the thread
     spans = sorted((r.start, r.end) for r in sess.recorder.records())
     assert spans == [(0, 3), (1, 2), (3, 4)]
+
+
+def test_mark_stream_records_what_torchs_records(sess, monkeypatch):
+    """Our backend: ``{"name", "stream"}`` for a side stream, no lane for the current one."""
+    from torch215_fake import FakeTorch215, Stream
+
+    from perfetto_graph_ann.capture import api
+
+    fake = FakeTorch215().install(monkeypatch)
+    fake.streams[:] = [Stream(STREAM)]
+    side = Stream(STREAM + 1)
+    sess.cuda.join(side.cuda_stream, STREAM)
+    with api.mark_stream(side, "left_projection") as s:
+        assert s is side and fake.torch.cuda.current_stream() is side
+        lane = sess.recorder.open_fields()["stream"]
+        sess.cuda.launch(side.cuda_stream, "gemm")
+    with api.mark_stream(Stream(STREAM), {"name": "combine", "layer": 3}):
+        assert "stream" not in sess.recorder.open_fields()
+        sess.cuda.launch(STREAM, "add")
+    rec = resolve(sess)
+    assert lane >= 60
+    assert {n.kernel: n.annotation for n in rec.nodes} == {
+        "gemm": {"name": "left_projection", "stream": lane}, "add": {"name": "combine", "layer": 3}}
+    assert dict(rec.lanes) == {lane: "left_projection"}  # the name labels the lane in the .pftrace

@@ -12,7 +12,7 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, fake_torch_overrides
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends
@@ -78,6 +78,7 @@ def fake_torch(cuda: FakeCuda) -> types.ModuleType:
 def cuda(monkeypatch):
     cuda = FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
     with backends.use(cuda):
         yield cuda
     REGISTRY.clear()

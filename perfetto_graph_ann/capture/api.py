@@ -7,8 +7,9 @@ calibration table is recorded during the user's own first eligible replay of the
 (the graph object's ``replay`` is wrapped until then, and unwrapped after), or by
 :func:`calibrate`, which replays the graph once now when asked to.
 
-With torch's own ``torch.cuda.graph_annotations`` available (torch >= 2.15 on a driver
->= 13.1) everything is deferred to torch.
+With torch's own graph annotations available (torch >= 2.15 on a driver >= 13.1)
+everything is deferred to torch (:mod:`.torch_native`); ``mark_kernels`` and
+``mark_stream`` take torch 2.15's arguments and record what torch's record on every backend.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..errors import CaptureError
-from . import backends, collectives
+from . import backends, collectives, torch_native
 from . import session as _session
 from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, GradOffRegion, grad_enabled, in_backward
 from .calibration import KINETO, CalibrationDeferred, calibrate_replay
@@ -27,12 +28,6 @@ from .registry import REGISTRY
 from .scopes import normalize_annotation
 
 _warned = False
-
-
-def _native():
-    import torch
-
-    return torch.cuda.graph_annotations
 
 
 def _warn_unavailable() -> None:
@@ -75,15 +70,21 @@ class graph:
         self._inner: Any = None
         self._session: Optional[_session.CaptureSession] = None
         self._installed = False
+        self._native = False  # torch's own annotations record this capture
 
     def __enter__(self) -> Any:
         import torch
 
         name = backends.selected_name()  # probe before capture starts: probing is not capture-safe
         if name == backends.TORCH:
+            torch_native.entry_points()  # a torch that moved them fails here, before capturing
             self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
                                            capture_error_mode=self.capture_error_mode, enable_annotations=True)
-            return self._inner.__enter__()
+            ret = self._inner.__enter__()
+            torch_native.capture_started()
+            self._native = True
+            self._install_native_collectives()
+            return ret
         backend = backends.active()
         KINETO.install()  # before any profiler prepares: its warm-up must defer calibration
         self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
@@ -114,7 +115,24 @@ class graph:
                 warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=2)
         return ret
 
+    def _install_native_collectives(self) -> None:
+        """torch's backend: wrap torch.distributed so collectives reach torch's mark_kernels."""
+        if self.annotate_collectives and collectives.AUTO_ANNOTATE:
+            try:
+                self._installed = collectives.install()
+            except Exception as e:  # torch.distributed unusable: keep capturing
+                warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=3)
+
     def __exit__(self, exc_type, exc, tb) -> Any:
+        if self._native:
+            try:
+                return self._inner.__exit__(exc_type, exc, tb)
+            finally:
+                self._native = False
+                torch_native.capture_ended()
+                if self._installed:
+                    collectives.uninstall()
+                    self._installed = False
         sess = self._session
         failed: Optional[BaseException] = None
         try:
@@ -321,18 +339,21 @@ def calibrate(cuda_graph: Any) -> None:
 class mark_kernels:
     """Annotate every node captured inside the block (any stream that joined the capture).
 
-    ``annotation``: a str (``{"name": s}``) or a dict; ``stream`` (an int) is its display
-    lane. Nested scopes merge, inner wins per key. A no-op outside ``graph(...)``.
-    ``backward=True``: the backward kernels of every autograd node created in the block on
+    torch 2.15's ``mark_kernels(annotation, *, backward=True)``: ``annotation`` is a str
+    (``{"name": s}``) or a dict; ``stream`` (an int) is its display lane. Nested scopes
+    merge, inner wins per key. A no-op outside ``graph(...)``. ``backward=True`` (the
+    default, as in torch): the backward kernels of every autograd node created in the block on
     this thread (composite ops' inner nodes included), when captured, get the same fields plus
     ``autograd_phase: "backward"`` (the innermost block wins; see capture/autograd.py). A block
-    re-run inside backward (a checkpoint's recomputation) tags its kernels ``backward`` too. Thread-safe; a class rather than a
+    re-run inside backward (a checkpoint's recomputation) tags its kernels ``backward`` too. On
+    torch's backend the call goes to torch's ``mark_kernels`` with the same arguments.
+    Thread-safe; a class rather than a
     generator context manager because it sits on the capture's critical path.
     """
 
     __slots__ = ("fields", "annotation", "backward", "_sess", "_tok", "_mode", "_native")
 
-    def __init__(self, annotation: Any, backward: bool = False):
+    def __init__(self, annotation: Any, *, backward: bool = True):
         # on the capture's critical path: the common str case without a call
         self.fields = {"name": annotation} if type(annotation) is str else normalize_annotation(annotation)
         self.annotation, self.backward = annotation, backward
@@ -343,22 +364,24 @@ class mark_kernels:
         sess = st[-1] if st else _session.current()
         if sess is not None:  # our capture in flight (never pushed when torch's backend is used)
             rec = sess.recorder
-            if rec.active:
-                # a forward run inside backward (a checkpoint's recomputation): its kernels are backward work
-                fields = self.fields if not in_backward() else {**self.fields, PHASE_KEY: BACKWARD}
-                self._sess, self._tok = sess, rec.open(fields)
-        elif backends.selected_name() == backends.TORCH:
-            self._native = _native().mark_kernels(self.annotation, backward=self.backward)
+            if not rec.active:
+                return self
+            # a forward run inside backward (a checkpoint's recomputation): its kernels are backward work
+            fields = self.fields if not in_backward() else {**self.fields, PHASE_KEY: BACKWARD}
+            self._sess, self._tok = sess, rec.open(fields)
+        elif torch_native.capturing() or backends.selected_name() == backends.TORCH:
+            self._native = torch_native.call("mark_kernels", self.annotation, backward=self.backward)
             self._native.__enter__()
             return self
+        else:
+            return self  # as torch's: outside a capture nothing is recorded, nothing hooked
         if self.backward:
             if not grad_enabled():  # no_grad / inference_mode: no node can be created, no mode
                 self._mode = GradOffRegion()
                 self._mode.__enter__()
                 return self
-            merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
-            label = sess.lane_label(merged.get("stream")) if sess is not None else None
-            self._mode = BackwardRegion(BackwardTagger(merged, lane_label=label))
+            merged = {**sess.recorder.open_fields(), **self.fields}
+            self._mode = BackwardRegion(BackwardTagger(merged, lane_label=sess.lane_label(merged.get("stream"))))
             self._mode.__enter__()
         return self
 
@@ -373,23 +396,41 @@ class mark_kernels:
 
 
 @contextlib.contextmanager
-def mark_stream(stream: Any, label: str) -> Iterator[Any]:
-    """Switch to ``stream`` and put the kernels captured in the block on a labelled lane.
+def mark_stream(stream: Any, annotation: Any) -> Iterator[Any]:
+    """torch 2.15's ``mark_stream(stream, annotation)``: switch to ``stream`` and annotate
+    the kernels captured in the block with ``{"name": annotation, "stream": lane}`` (a dict
+    ``annotation`` gets its ``stream`` set the same way).
 
-    Lane ids are handed out from 60 upward, one per stream, stable for the process; the
-    label is recorded with the graph being captured (a later graph that puts kernels on
-    the same lane id does not inherit it). Passing the current stream only adds the label. Like ``torch.cuda.stream`` this
+    Lane ids are handed out from 60 upward, one per stream, stable for the process. For the
+    stream that is already current nothing switches and no lane is assigned: the block is a
+    ``mark_kernels(annotation)`` (as in torch, the kernels stay where they run). The name
+    labels the lane in our ``.pftrace`` (``60 left_projection``); the label is recorded with
+    the graph being captured (a later graph that puts kernels on the same lane id does not
+    inherit it). Outside a capture it only switches streams. Like ``torch.cuda.stream`` this
     inserts no dependencies: make ``stream`` wait for the work it consumes
     (``stream.wait_stream(...)``) and join it back before the capture ends.
     """
     import torch
 
-    if backends.selected_name() == backends.TORCH:
-        with _native().mark_stream(stream, label) as s:
-            yield s
-        return
-    with _session.lane_scope(("stream", int(stream.cuda_stream)), label, REGISTRY):
-        switch = torch.cuda.current_stream() != stream
-        ctx = torch.cuda.stream(stream) if switch else contextlib.nullcontext()
-        with ctx:
+    sess = _session.current()
+    if sess is None and (torch_native.capturing() or backends.selected_name() == backends.TORCH):
+        with torch_native.call("mark_stream", stream, annotation):
             yield stream
+        return
+    fields = {"name": annotation} if isinstance(annotation, str) else normalize_annotation(annotation)
+    if sess is None or not sess.recorder.active:
+        with torch.cuda.stream(stream):
+            yield stream
+        return
+    if torch.cuda.current_stream().cuda_stream == stream.cuda_stream:
+        with mark_kernels(fields):
+            yield stream
+        return
+    fields.pop("stream", None)  # the stream's own lane, as torch's sets it
+    name = fields.get("name")
+    label = name if isinstance(name, str) and name else None
+    # the lane scope lists the graph before the switch; the inner scope adds the fields
+    with _session.lane_scope(("stream", int(stream.cuda_stream)), label, REGISTRY):
+        with mark_kernels(fields):
+            with torch.cuda.stream(stream):
+                yield stream

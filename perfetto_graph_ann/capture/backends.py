@@ -403,6 +403,8 @@ class EnvFacts:
     torch_version: Optional[str] = None  #: None: torch not importable
     cuda_available: bool = False
     torch_native: Optional[bool] = None  #: torch.cuda.graph_annotations.is_available(); None: module absent
+    #: torch's annotation entry points this torch lacks (:mod:`.torch_native`), e.g. ("mark_stream",)
+    torch_missing: Tuple[str, ...] = ()
     driver_version: Optional[int] = None  #: cudaDriverGetVersion, e.g. 13000
     cuda_bindings: bool = False
     runtime_ids: bool = False  #: cuda-bindings has cudaGraphNodeGetLocalId and cudaGraphExecGetId
@@ -444,6 +446,10 @@ def choose_backend(f: EnvFacts) -> BackendInfo:
         reasons[TORCH] = f"torch {f.torch_version} < 2.15 has no torch.cuda.graph_annotations"
     elif f.torch_native is None:
         reasons[TORCH] = "torch.cuda.graph_annotations is missing"
+    elif f.torch_missing:
+        reasons[TORCH] = (f"torch {f.torch_version}'s graph annotations lack {', '.join(f.torch_missing)} "
+                          "(looked in torch.cuda.graph_annotations and torch.cuda._graph_annotations, "
+                          "where torch 2.15 has them)")
     elif not f.torch_native:
         reasons[TORCH] = "torch.cuda.graph_annotations.is_available() is False (needs driver >= 13.1 and cuda-bindings >= 13.1)"
     else:
@@ -478,17 +484,10 @@ def probe_facts() -> EnvFacts:
     except Exception:
         return EnvFacts()
     kw: Dict[str, Any] = {"torch_version": torch.__version__, "cuda_available": bool(torch.cuda.is_available())}
-    ga = getattr(torch.cuda, "graph_annotations", None)
-    if ga is None:
-        with contextlib.suppress(Exception):
-            import importlib
+    if _torch_at_least(kw["torch_version"], 2, 15):
+        from . import torch_native
 
-            ga = importlib.import_module("torch.cuda.graph_annotations")
-    if ga is not None:
-        try:
-            kw["torch_native"] = bool(ga.is_available())
-        except Exception:
-            kw["torch_native"] = False
+        kw["torch_native"], kw["torch_missing"] = torch_native.probe()
     try:
         from cuda.bindings import runtime as rt
 

@@ -366,7 +366,7 @@ def current() -> Optional[CaptureSession]:
 
 
 @contextlib.contextmanager
-def lane_scope(key: Any, label: str, registry: Registry = REGISTRY) -> Iterator[int]:
+def lane_scope(key: Any, label: Optional[str], registry: Registry = REGISTRY) -> Iterator[int]:
     """Put the nodes captured in the block on the labelled lane of ``key``; yields the lane id.
 
     The torch-free part of ``mark_stream`` (key = ``("stream", cuda stream handle)``): the
@@ -378,7 +378,8 @@ def lane_scope(key: Any, label: str, registry: Registry = REGISTRY) -> Iterator[
     sess = current()
     tok = None
     if sess is not None and sess.recorder.active:
-        sess.label_lane(lane, label)
+        if label is not None:
+            sess.label_lane(lane, label)
         tok = sess.recorder.open({"stream": lane}, before=sess.recorder.snapshot())
     try:
         yield lane
