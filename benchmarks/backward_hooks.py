@@ -5,7 +5,7 @@ capture path is enabled (``--python`` forces the pure-Python one). Three costs, 
 difference between ``backward=True`` and ``backward=False`` around the same work, the best of
 ``--rounds`` interleaved rounds in process CPU time (a shared CPU's noise only adds time):
 
-- per forward op with grad on: the region's TorchFunctionMode and node walk, over a chain of
+- per forward op with grad on, inside a (fake) capture: the region's TorchFunctionMode and node walk, over a chain of
   small elementwise ops and ``nn.Linear`` on a 3-D input (a composite op: several nodes);
 - per forward op under ``torch.no_grad()`` (a serving capture: nothing can be claimed);
 - per claimed node in backward, inside a (fake) capture: the pre-hook opening a scope and
@@ -18,6 +18,7 @@ Prints a JSON report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -50,6 +51,21 @@ def _time(fn) -> float:
     return time.process_time() - t0
 
 
+@contextlib.contextmanager
+def _fake_capture():
+    """A capture in flight on the fake backend (regions outside a capture hook nothing)."""
+    cuda = FakeCuda()
+    cuda.begin_capture(STREAM)
+    sess = S.CaptureSession(cuda, STREAM, Registry())
+    sess.start()
+    S.push(sess)
+    try:
+        with backends.use(cuda):
+            yield sess
+    finally:
+        S.pop(sess)
+
+
 def forward_cost(backward: bool, grad: bool, n: int) -> float:
     lin = nn.Linear(8, 8)
     x = torch.randn(2, 3, 8, requires_grad=True)
@@ -58,26 +74,19 @@ def forward_cost(backward: bool, grad: bool, n: int) -> float:
         with torch.set_grad_enabled(grad), mark_kernels("blk", backward=backward):
             _forward_ops(x, lin, n)
 
-    return _time(run)
+    with _fake_capture():
+        return _time(run)
 
 
 def backward_cost(backward: bool, nodes: int) -> float:
-    cuda = FakeCuda()
-    cuda.begin_capture(STREAM)
-    sess = S.CaptureSession(cuda, STREAM, Registry())
-    sess.start()
-    S.push(sess)
-    try:
-        with backends.use(cuda):
-            x = torch.randn(4, requires_grad=True)
-            with mark_kernels("blk", backward=backward):
-                h = x
-                for _ in range(nodes):
-                    h = h * 1.0001
-            loss = h.sum()
-            return _time(loss.backward)
-    finally:
-        S.pop(sess)
+    with _fake_capture():
+        x = torch.randn(4, requires_grad=True)
+        with mark_kernels("blk", backward=backward):
+            h = x
+            for _ in range(nodes):
+                h = h * 1.0001
+        loss = h.sum()
+        return _time(loss.backward)
 
 
 def main(argv=None) -> dict:
