@@ -18,11 +18,14 @@ closes it. Outside a capture the hooks do nothing. Not bracketed: what the engin
 node outside its hooks (summing gradients into the next nodes' input buffers) and hooks that
 run before ours (docs/design.md, "Backward tagging"). The walk and the hooks are torch-free
 (:class:`NodeWalk`, :class:`BackwardTagger`); :class:`BackwardRegion` ties them to torch.
+A region entered with grad mode off (no_grad, inference_mode) is a :class:`GradOffRegion`:
+no mode, no walk (no node can be created; the exact rule for grad turned back on inside it
+is in its docstring).
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from . import fastpath as _fastpath
 from . import session as _session
