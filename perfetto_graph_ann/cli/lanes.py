@@ -37,6 +37,7 @@ def run(args: argparse.Namespace, out=None) -> int:
     if args.annotations:
         print_join_summary(layout.report)
     names = None
+    graph_lanes = layout.graph_lanes
     if graph_lanes == "none":  # name the annotated lanes the table lists next to the streams
         from ..join.lanes import lane_graphs, lane_name
         from ..join.model import DEFAULT_GRAPH_LANE
