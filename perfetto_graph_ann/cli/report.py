@@ -25,7 +25,7 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
         "device", "lane_id", "rank", "name", "count", "total_dur", "share"]),
     "replays": ("Graph replays (graph_ann_replay)", [
         "device", "replay_index", "correlation", "graph_id", "replay", "work_count", "wall_dur", "busy_dur",
-        "launch_overhead_dur"]),
+        "queued_dur", "launch_overhead_dur"]),
     "collectives": ("Collectives (graph_ann_collective)", [
         "device", "lane_id", "collective_type", "dtype", "msg_bytes", "group_size", "pg_desc", "dur",
         "algbw_gbps", "busbw_gbps"]),
