@@ -110,3 +110,29 @@ def test_lanes_without_annotations_hints_to_pass_them(capsys):
     assert re.search(rf"hint: {graphed} graph-launched GPU events have no annotations to join; .*--annotations", err), err
     assert main(["lanes", str(src), "--no-sql", "-a", str(fixture_capture("seed_block_annotated"))]) == 0
     assert "hint:" not in capsys.readouterr().err
+
+
+@requires_portable
+def test_a_normal_run_leaves_nothing_in_the_temporary_folder(tmp_path):
+    """convert, lanes, report (JSON in: converted to a temporary .pftrace) and sql, each in a
+    process whose temporary folder is private: afterwards that folder is empty."""
+    import os
+    import subprocess
+    import sys
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    env = dict(os.environ, TMPDIR=str(private))
+    src, cap = str(fixture_trace("seed_block_annotated")), str(fixture_capture("seed_block_annotated"))
+    runs = [
+        ["convert", src, "-a", cap, "-o", str(tmp_path / "o.pftrace")],
+        ["lanes", src, "-a", cap, "--engine", "portable"],
+        ["report", src, "-a", cap, "--engine", "portable"],
+        ["sql", str(tmp_path / "o.pftrace"), "INCLUDE PERFETTO MODULE graph_ann.replays; SELECT * FROM graph_ann_replay",
+         "--engine", "portable"],
+    ]
+    for argv in runs:
+        r = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", *argv], env=env, capture_output=True,
+                           text=True, timeout=300, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, (argv, r.stderr)
+        assert os.listdir(private) == [], (argv[0], os.listdir(private))

@@ -30,19 +30,24 @@ def register(sub) -> argparse.ArgumentParser:
                    help="write record_shapes arrays (Input Dims, Input Strides, Input type, Concrete Inputs) "
                    "as one JSON-text string each: smaller .pftrace, faster load, no per-item typed args")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success (and no progress)")
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..util.progress import Progress, wanted
     from ..write.convert import paused_gc
 
-    with paused_gc():
-        return _run(args)
+    progress = Progress("convert", enabled=wanted(args.quiet or args.no_progress))
+    try:
+        with paused_gc():
+            return _run(args, progress)
+    finally:
+        progress.close()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, progress) -> int:
     from ..read.kineto import read_trace
     from ..util.names import is_json_name
     from ..write.convert import ConvertConfig, convert
@@ -50,26 +55,33 @@ def _run(args: argparse.Namespace) -> int:
     from ._common import warn_unmatched
 
     refuse_input_as_output(args.output, [args.input, *args.annotations])
-    trace = read_trace(args.input)
+    with progress.phase(f"reading {args.input}"):
+        trace = read_trace(args.input)
     layout = None
     if args.annotations:
         from ..join.join import join
         from ._common import load_annotation_files
 
-        layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+        with progress.phase("joining the GPU work to the annotations"):
+            layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
         if not args.quiet:
             warn_unmatched(layout.report, args.annotations)
     out = args.output
     if is_json_name(out):  # any case: convert() refuses a protobuf trace under such a name
         from ..write.chrome_json import write_chrome_json
 
-        write_chrome_json(trace, out, layout)
+        with progress.phase(f"writing {out}"):
+            write_chrome_json(trace, out, layout)
+        progress.close()
         if not args.quiet:
             print(f"wrote {out} (Chrome JSON, {len(trace.events)} events)")
         return 0
-    config = ConvertConfig(gzip=True if args.gzip else None, progress=False if args.no_progress else None,
+    quiet_bar = args.no_progress or args.quiet
+    config = ConvertConfig(gzip=True if args.gzip else None, progress=False if quiet_bar else None,
                            shape_args="string" if args.compact_args else "typed")
-    stats = convert(trace, out, config, layout)
+    with progress.phase(f"writing {out}"):  # large traces: the writer's own per-event bar below it
+        stats = convert(trace, out, config, layout)
+    progress.close()
     if not args.quiet:
         size = os.path.getsize(out)  # the file as written: compressed when gzipped
         gzipped = args.gzip or out.lower().endswith(".gz")

@@ -8,11 +8,12 @@ trace is converted first (with --annotations, joined to them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ._common import ENGINES, load_annotation_files, positive_int, write_output
 
@@ -36,8 +37,6 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
         "device", "lane_id", "lane_name", "span_dur", "busy_dur", "idle_dur", "gap_count", "max_gap_dur"]),
 }
 
-_RATIO_COLUMNS = {"utilization", "replay_utilization", "share", "comm_overlap_fraction", "busy_fraction"}
-
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="lane, replay, collective and overlap metrics of a trace (graph_ann SQL)",
@@ -49,10 +48,12 @@ def register(sub) -> argparse.ArgumentParser:
                    help="for a JSON trace with --annotations: lane policy of the join (default: all)")
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                   help="table: readable (times in µs, ratios in %%); csv / json: every column, raw units (ns)")
+                   help="table: readable (durations in µs/ms, timestamps from the trace start, ratios in %%, "
+                   "fitted to the terminal); csv / json: every column, exact raw values (ns)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor to use (default: auto)")
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 
@@ -100,10 +101,15 @@ def is_json_trace(path: str) -> bool:
     return False
 
 
-def format_report(tables: Dict[str, "object"], fmt: str = "table") -> str:
-    """Render :func:`perfetto_graph_ann.query.metrics.report`'s tables as text."""
+def format_report(tables: Dict[str, "object"], fmt: str = "table", trace_start: Optional[int] = None,
+                  width: Optional[int] = None) -> str:
+    """Render :func:`perfetto_graph_ann.query.metrics.report`'s tables as text: ``table`` is
+    readable (:mod:`.tables`: durations in µs / ms, timestamps from ``trace_start``, ratios
+    in %, fitted to ``width``); ``csv`` / ``json`` keep every column's exact raw value."""
     if fmt == "json":
         return json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}, indent=1) + "\n"
+    from .tables import render
+
     parts = []
     for key, df in tables.items():
         title, columns = SECTIONS[key]
@@ -114,86 +120,64 @@ def format_report(tables: Dict[str, "object"], fmt: str = "table") -> str:
         if df.empty:
             parts.append("  (none)\n")
             continue
-        view = df[[c for c in columns if c in df.columns]].copy()
-        for c in view.columns:
-            if c in _RATIO_COLUMNS:
-                view[c] = [_fmt_ratio(v) for v in view[c]]
-            elif c.endswith("_dur") or c == "dur":
-                view[c] = [_fmt_us(v) for v in view[c]]
-            elif c.endswith("_gbps"):
-                view[c] = ["" if _isnull(v) else f"{float(v):.2f}" for v in view[c]]
-            elif c == "name":
-                view[c] = ["" if _isnull(v) else _shorten(str(v)) for v in view[c]]
-            else:
-                view[c] = ["" if _isnull(v) else str(v) for v in view[c]]
-        view.columns = [_header(c) for c in view.columns]
-        parts.append(view.to_string(index=False, na_rep="") + "\n")
+        parts.append(render(df, trace_start=trace_start, width=width, columns=columns))
     return "\n".join(parts)
 
 
-def _isnull(v) -> bool:
-    import pandas as pd
-
-    return v is None or bool(pd.isna(v))
-
-
-def _fmt_us(v) -> str:
-    """ns -> µs with 3 decimals (exact for integer ns)."""
-    if _isnull(v):
-        return ""
-    if float(v).is_integer():
-        n = int(v)
-        sign = "-" if n < 0 else ""
-        return f"{sign}{abs(n) // 1000}.{abs(n) % 1000:03d}"
-    return f"{float(v) / 1000:.3f}"
-
-
-def _shorten(text: str, width: int = 72) -> str:
-    """Kernel names can be kilobytes of C++ templates: keep the table readable."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _fmt_ratio(v) -> str:
-    return "" if _isnull(v) else f"{100 * float(v):.1f}%"
-
-
-def _header(c: str) -> str:
-    if c.endswith("_dur") or c == "dur":
-        return f"{c} (µs)"
-    return c
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..query import metrics
-    from ..query.session import open_converted, open_trace
-    from ..util.atomic import refuse_input_as_output
+    from ..util.progress import Progress, wanted
 
-    refuse_input_as_output(args.output, [args.trace, *args.annotations])
-    if is_json_trace(args.trace):
-        session = open_converted(*_read_and_join(args), engine=args.engine)
-    else:
-        if args.annotations:
-            print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
-        session = open_trace(args.trace, engine=args.engine)
-    with session as s:
-        tables = metrics.report(s, top=args.top)
-    text = format_report(tables, args.format)
-    if args.format == "table":
-        text = f"{args.trace}\n\n{text}"
+    progress = Progress("report", enabled=wanted(args.quiet))
+    try:
+        text = _report(args, progress)
+    finally:
+        progress.close()
     write_output(text, args.output)
     return 0
 
 
-def _read_and_join(args: argparse.Namespace):
+def _report(args: argparse.Namespace, progress) -> str:
+    from ..query import metrics
+    from ..query.includes import include_modules
+    from ..query.session import open_converted, open_trace
+    from ..util.atomic import refuse_input_as_output
+    from .tables import trace_start_ns
+
+    refuse_input_as_output(args.output, [args.trace, *args.annotations])
+    with contextlib.ExitStack() as stack:
+        if is_json_trace(args.trace):
+            trace, layout = _read_and_join(args, progress)
+            with progress.phase(f"converting and loading {args.trace} into the trace processor"):
+                s = stack.enter_context(open_converted(trace, layout, engine=args.engine))
+        else:
+            if args.annotations:
+                print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored",
+                      file=sys.stderr)
+            with progress.phase(f"loading {args.trace} into the trace processor"):
+                s = stack.enter_context(open_trace(args.trace, engine=args.engine))
+        # each module on its own first, so the progress line says which one runs
+        include_modules(s, [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS], progress)
+        with progress.phase("reading the report tables"):
+            tables = metrics.report(s, top=args.top)
+        start = trace_start_ns(s) if args.format == "table" else None
+    text = format_report(tables, args.format, start)
+    if args.format == "table":
+        text = f"{args.trace}\n\n{text}"
+    return text
+
+
+def _read_and_join(args: argparse.Namespace, progress):
     """A torch.profiler JSON trace and its layout (joined to --annotations, if any; else None)."""
     from ..read.kineto import read_trace
 
-    trace = read_trace(args.trace)
+    with progress.phase(f"reading {args.trace}"):
+        trace = read_trace(args.trace)
     if not args.annotations:
         return trace, None
     from ..join import join
     from ._common import warn_unmatched
 
-    layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+    with progress.phase("joining the GPU work to the annotations"):
+        layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
     warn_unmatched(layout.report, args.annotations)
     return trace, layout
