@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace, progress) -> int:
     from ._common import warn_unmatched
 
     refuse_input_as_output(args.output, [args.input, *args.annotations])
-    with progress.phase(f"reading {args.input}"):
+    with progress.phase(f"reading {os.path.basename(args.input)}"):
         trace = read_trace(args.input)
     layout = None
     if args.annotations:
@@ -70,7 +70,7 @@ def _run(args: argparse.Namespace, progress) -> int:
     if is_json_name(out):  # any case: convert() refuses a protobuf trace under such a name
         from ..write.chrome_json import write_chrome_json
 
-        with progress.phase(f"writing {out}"):
+        with progress.phase(f"writing {os.path.basename(out)}"):
             write_chrome_json(trace, out, layout)
         progress.close()
         if not args.quiet:
@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace, progress) -> int:
     quiet_bar = args.no_progress or args.quiet
     config = ConvertConfig(gzip=True if args.gzip else None, progress=False if quiet_bar else None,
                            shape_args="string" if args.compact_args else "typed")
-    with progress.phase(f"writing {out}"):  # large traces: the writer's own per-event bar below it
+    with progress.phase(f"writing {os.path.basename(out)}"):  # large traces: the writer's own per-event bar below it
         stats = convert(trace, out, config, layout)
     progress.close()
     if not args.quiet:

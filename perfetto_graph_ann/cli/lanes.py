@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 
 from ._common import ENGINES, hint_annotations, load_annotation_files
@@ -45,14 +46,15 @@ def run(args: argparse.Namespace, out=None) -> int:
 
 
 def _run(args: argparse.Namespace, out, progress) -> int:
-    from ..join import join
-    from ..join.summary import lane_table, report_table
-    from ..read.kineto import read_trace
+    with progress.phase(f"reading {os.path.basename(args.trace)}"):
+        from ..read.kineto import read_trace
 
-    with progress.phase(f"reading {args.trace}"):
         trace = read_trace(args.trace)
     annotations = load_annotation_files(args.annotations)
     with progress.phase("joining the GPU work to the annotations"):
+        from ..join import join
+        from ..join.summary import lane_table, report_table
+
         layout = join(trace, annotations, graph_lanes=args.graph_lanes)
     names = None
     if args.graph_lanes == "none":  # name the annotated lanes the table lists next to the streams

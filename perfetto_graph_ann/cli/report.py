@@ -137,24 +137,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, progress) -> str:
-    from ..query import metrics
-    from ..query.includes import include_modules
-    from ..query.session import open_converted, open_trace
     from ..util.atomic import refuse_input_as_output
-    from .tables import trace_start_ns
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
+    name = os.path.basename(args.trace)
     with contextlib.ExitStack() as stack:
+        # the heavy imports (pandas) inside the phases: the progress line shows at once
         if is_json_trace(args.trace):
             trace, layout = _read_and_join(args, progress)
-            with progress.phase(f"converting and loading {args.trace} into the trace processor"):
+            with progress.phase(f"converting and loading {name} into the trace processor"):
+                from ..query.session import open_converted
+
                 s = stack.enter_context(open_converted(trace, layout, engine=args.engine))
         else:
             if args.annotations:
                 print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored",
                       file=sys.stderr)
-            with progress.phase(f"loading {args.trace} into the trace processor"):
+            with progress.phase(f"loading {name} into the trace processor"):
+                from ..query.session import open_trace
+
                 s = stack.enter_context(open_trace(args.trace, engine=args.engine))
+        from ..query import metrics
+        from ..query.includes import include_modules
+        from .tables import trace_start_ns
+
         # each module on its own first, so the progress line says which one runs
         include_modules(s, [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS], progress)
         with progress.phase("reading the report tables"):
@@ -170,7 +176,7 @@ def _read_and_join(args: argparse.Namespace, progress):
     """A torch.profiler JSON trace and its layout (joined to --annotations, if any; else None)."""
     from ..read.kineto import read_trace
 
-    with progress.phase(f"reading {args.trace}"):
+    with progress.phase(f"reading {os.path.basename(args.trace)}"):
         trace = read_trace(args.trace)
     if not args.annotations:
         return trace, None

@@ -59,15 +59,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace, progress) -> str:
-    from ..query.engine import EngineConfig
-    from ..query.includes import include_modules, split_includes
-    from ..query.session import open_trace
+    import os
+
     from ..util.atomic import refuse_input_as_output
 
     refuse_input_as_output(args.output, [args.trace])
-    config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
-    with progress.phase(f"loading {args.trace} into the trace processor"):
+    with progress.phase(f"loading {os.path.basename(args.trace)} into the trace processor"):
+        from ..query.engine import EngineConfig
+        from ..query.session import open_trace
+
+        config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
         session = open_trace(args.trace, engine=args.engine, config=config)
+    from ..query.includes import include_modules, split_includes
+
     with session:
         if progress.enabled:  # each included module on its own, to say which one runs
             include_modules(session, split_includes(args.sql)[0], progress, timeout_s=args.timeout)

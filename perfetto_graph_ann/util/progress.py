@@ -68,8 +68,9 @@ class Progress:
             if self._bar is None or not self._desc:
                 return
             elapsed = time.monotonic() - self._started
-            head = f"{self.prefix}: " if self.prefix else ""
-            self._bar.set_description_str(f"{head}{self._desc} ({elapsed:.0f} s)", refresh=True)
+            head = f"{self.prefix} " if self.prefix else ""
+            # time first: a long description is cut at the terminal's width, never the clock
+            self._bar.set_description_str(f"{head}[{elapsed:3.0f} s] {self._desc}", refresh=True)
 
     @contextlib.contextmanager
     def phase(self, desc: str) -> Iterator[None]:
