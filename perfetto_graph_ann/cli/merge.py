@@ -22,6 +22,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--label", action="append", default=[], metavar="TEXT",
                    help="name a trace's group '<TEXT> (rank <r>)' instead of 'Rank <r>': once per trace, in "
                    "order; lets two traces of one rank (e.g. eager and graphed) sit side by side")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 
@@ -47,8 +48,11 @@ def run(args: argparse.Namespace, out=None) -> int:
                                               "give it once (all ranks) or once per trace")
     if args.label and len(args.label) != n:
         raise InputError(args.traces[0], f"--label given {len(args.label)} times for {n} traces: give it once per trace")
-    report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes,
-                   gzip=True if args.gzip else None, labels=args.label or None)
+    from ..util.progress import Progress, wanted
+
+    with Progress("merge", enabled=wanted(getattr(args, "quiet", False))) as progress:
+        report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes,
+                       gzip=True if args.gzip else None, labels=args.label or None, progress=progress)
     for i, (item, path) in enumerate(zip(report.inputs, args.traces)):
         label = f" [{item.label}]" if item.label is not None else ""
         print(f"rank {item.rank}{label}: {path} (clock shift {item.shift_ns} ns)", file=out)

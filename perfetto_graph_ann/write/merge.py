@@ -239,7 +239,7 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
 
 def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Sequence[Optional[AnnotationSet]]] = None,
           graph_lanes: str = "all", gzip: Optional[bool] = None,
-          labels: Optional[Sequence[Optional[str]]] = None) -> MergeReport:
+          labels: Optional[Sequence[Optional[str]]] = None, progress=None) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
     ``annotations``: None, or one entry per trace (None where a rank has none). The rank
@@ -248,8 +248,14 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
     an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
     ``labels``: None, or one entry per trace (None: unlabelled): a labelled trace's group is
     ``<label> (rank <r>)``, so an eager and a graphed trace of one rank can be compared;
-    labelled groups keep the order of ``traces``.
+    labelled groups keep the order of ``traces``. ``progress``: a
+    :class:`~perfetto_graph_ann.util.progress.Progress` to name each rank's phases on.
     """
+    import contextlib
+
+    def phase(desc: str):
+        return progress.phase(desc) if progress is not None else contextlib.nullcontext()
+
     from ..join import join
     from ..read.kineto import read_trace
     from .convert import check_protobuf_output, paused_gc
@@ -267,22 +273,25 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
         # its trace dropped before the GC resumes (else the first collection afterwards
         # walks every event of the dying trace).
         with paused_gc():
-            trace = read_trace(spath)
+            with phase(f"reading {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
+                trace = read_trace(spath)
             try:
                 info = trace.distributed_info or {}
                 rank = info.get("rank", i)
                 if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
                     raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
                 ann = annotations[i] if annotations is not None else None
-                layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
-                buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
-                write_perfetto(trace, buf, layout)
+                with phase(f"joining and converting {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
+                    layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
+                    buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
+                    write_perfetto(trace, buf, layout)
                 base_time_ns = trace.base_time_ns
             finally:
                 del trace
         label = labels[i] if labels is not None else None
         ranks.append(RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout, label))
-    atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
+    with phase(f"merging and writing {os.path.basename(os.fspath(out))}"):
+        atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
                        {rt.rank: rt.layout for rt in ranks},
