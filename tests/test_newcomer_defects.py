@@ -136,3 +136,27 @@ def test_a_normal_run_leaves_nothing_in_the_temporary_folder(tmp_path):
                            text=True, timeout=300, stdin=subprocess.DEVNULL)
         assert r.returncode == 0, (argv, r.stderr)
         assert os.listdir(private) == [], (argv[0], os.listdir(private))
+
+
+def test_export_of_a_saved_trace(tmp_path):
+    """pga.export with a path (a trace saved by torch.profiler) instead of a live profiler:
+    kernels per lane as the capture record's calibration says (computed from the JSON)."""
+    from collections import Counter
+
+    import perfetto_graph_ann as pga
+    from join_expect import calibrated_expectation
+    from pftrace_decode import decode
+
+    name = "seed_block_annotated"
+    out = tmp_path / "run.pftrace"
+    layout = pga.export(str(fixture_trace(name)), out, annotations=fixture_capture(name))
+    assert layout.report.unmatched == 0
+    got = Counter(s.args["stream"] for s in decode(out).slices if s.cat == "kernel")
+    assert got == Counter(x["lane"] for x in calibrated_expectation(name).values())
+    copy = tmp_path / "in.json.gz"
+    copy.write_bytes(fixture_trace(name).read_bytes())
+    from perfetto_graph_ann.errors import OutputError
+
+    with pytest.raises(OutputError):
+        pga.export(copy, copy, annotations=fixture_capture(name))
+    assert copy.read_bytes() == fixture_trace(name).read_bytes()

@@ -45,7 +45,7 @@ BLOCKS = _blocks()
 
 def _env() -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD="0")  # never the network
     env.pop("PERFETTO_GRAPH_ANN_TP_SHELL", None)
     return env
 
@@ -84,6 +84,14 @@ def _as_this_python(cmd: str) -> str:
     return re.sub(r"^python3\b", exe, cmd)
 
 
+def _need_engine(line: int) -> None:
+    from engine_support import native_reason, portable_reason
+
+    portable, native = portable_reason(), native_reason()
+    if portable and native:
+        pytest.skip(f"README line {line}: runs SQL and no trace processor is usable here ({portable}; {native})")
+
+
 def test_readme_has_python_and_bash_blocks():
     langs = [b[0] for b in BLOCKS]
     assert "python" in langs and "bash" in langs
@@ -100,6 +108,8 @@ def test_readme_block_runs(lang, body, skip, line, tmp_path):
             pytest.skip(f"README line {line}: needs a CUDA GPU (torch.cuda.is_available() is False here)")
         if re.search(r"^\s*import torch\b", body, re.M):
             pytest.importorskip("torch", reason=f"README line {line}: needs torch (the gpu extra)")
+        if re.search(r"pga\.(lane_summary|open_trace|query_many|replays|collectives|overlap)\b", body):
+            _need_engine(line)
         script = tmp_path / "block.py"
         script.write_text(body, encoding="utf-8")
         r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True,
@@ -128,6 +138,7 @@ def test_quickstart_offline_path_writes_the_trace(tmp_path):
     if _cuda():
         pytest.skip("CUDA is available: the quickstart takes the live path (test_readme_block_runs runs it)")
     pytest.importorskip("torch", reason="the quickstart imports torch")
+    _need_engine(0)
     body = next(b[1] for b in BLOCKS if b[0] == "python" and "pga.graph(g)" in b[1])
     (tmp_path / "q.py").write_text(body, encoding="utf-8")
     r = subprocess.run([sys.executable, "q.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
