@@ -17,7 +17,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import pytest
 
@@ -43,9 +43,11 @@ def _blocks() -> List[Tuple[str, str, str, int]]:
 BLOCKS = _blocks()
 
 
-def _env() -> dict:
+def _env(tmp_path: Optional[Path] = None) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
                PYTHONUNBUFFERED="1", PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD="0")  # never the network
+    if tmp_path is not None:  # torch.profiler makes torch's inductor cache folder, by default in /tmp
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "torchinductor")
     env.pop("PERFETTO_GRAPH_ANN_TP_SHELL", None)
     return env
 
@@ -112,7 +114,7 @@ def test_readme_block_runs(lang, body, skip, line, tmp_path):
             _need_engine(line)
         script = tmp_path / "block.py"
         script.write_text(body, encoding="utf-8")
-        r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True,
+        r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(tmp_path), capture_output=True,
                            text=True, timeout=BLOCK_TIMEOUT_S, stdin=subprocess.DEVNULL)
         assert r.returncode == 0, f"README line {line}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         return
@@ -125,7 +127,7 @@ def test_readme_block_runs(lang, body, skip, line, tmp_path):
             continue
         script.append(_as_this_python(cmd))
     if script:
-        r = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(script)], cwd=tmp_path, env=_env(),
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(script)], cwd=tmp_path, env=_env(tmp_path),
                            capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S, stdin=subprocess.DEVNULL)
         assert r.returncode == 0, f"README line {line}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         ran = len(script)
@@ -141,7 +143,7 @@ def test_quickstart_offline_path_writes_the_trace(tmp_path):
     _need_engine(0)
     body = next(b[1] for b in BLOCKS if b[0] == "python" and "pga.graph(g)" in b[1])
     (tmp_path / "q.py").write_text(body, encoding="utf-8")
-    r = subprocess.run([sys.executable, "q.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "q.py"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
                        timeout=BLOCK_TIMEOUT_S, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "no CUDA: exporting the shipped recording seed_block_annotated.trace.json.gz" in r.stdout

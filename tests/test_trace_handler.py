@@ -17,6 +17,12 @@ torch = pytest.importorskip("torch", reason="trace_handler is driven by torch.pr
 import perfetto_graph_ann as pga  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _inductor_cache_in_tmp_path(tmp_path, monkeypatch):
+    """torch.profiler creates torch's inductor cache folder (in /tmp by default): keep it here."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torchinductor"))
+
+
 def _profile(handler, steps: int = 8) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 

@@ -35,7 +35,7 @@ def test_readme_python_block_live(body, line, tmp_path, results):
     if quickstart and no_engine:
         body = body[:body.index("lanes = pga.lane_summary")]
     (tmp_path / "block.py").write_text(body, encoding="utf-8")
-    r = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
                        timeout=600, stdin=subprocess.DEVNULL)
     entry = {"rc": r.returncode, "stdout": r.stdout[-2000:], "stderr": r.stderr[-2000:], "no_engine": no_engine}
     results[f"readme_line{line}"] = entry
