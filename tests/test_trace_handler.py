@@ -16,6 +16,9 @@ torch = pytest.importorskip("torch", reason="trace_handler is driven by torch.pr
 
 import perfetto_graph_ann as pga  # noqa: E402
 
+# torch says each cycle's events are cleared at its end: exactly the per-cycle traces wanted here
+pytestmark = pytest.mark.filterwarnings("ignore:.*Profiler clears events at the end of each cycle")
+
 
 @pytest.fixture(autouse=True)
 def _inductor_cache_in_tmp_path(tmp_path, monkeypatch):
