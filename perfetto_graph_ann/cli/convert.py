@@ -25,9 +25,13 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
                    help="with --annotations: move graphed kernels to their lanes (all) or keep streams (none)")
     p.add_argument("--gzip", action="store_true", help="gzip the .pftrace output (also implied by a .gz name)")
-    p.add_argument("--compact-args", action="store_true",
-                   help="write record_shapes arrays (Input Dims, Input Strides, Input type, Concrete Inputs) "
-                   "as one JSON-text string each: smaller .pftrace, faster load, no per-item typed args")
+    args_mode = p.add_mutually_exclusive_group()
+    args_mode.add_argument("--typed-args", action="store_true",
+                           help="write Kineto's list args (grid, block, Input Dims, Input Strides, Input type, "
+                           "Concrete Inputs) as typed per-item args instead of one JSON-text string each "
+                           "(the default): full fidelity, larger .pftrace, slower load")
+    args_mode.add_argument("--compact-args", action="store_true",
+                           help="Kineto's list args as one JSON-text string each (the default; kept for old scripts)")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=run)
@@ -67,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"wrote {out} (Chrome JSON, {len(trace.events)} events)")
         return 0
     config = ConvertConfig(gzip=True if args.gzip else None, progress=False if args.no_progress else None,
-                           shape_args="string" if args.compact_args else "typed")
+                           list_args="typed" if args.typed_args else "text")
     stats = convert(trace, out, config, layout)
     if not args.quiet:
         print(f"wrote {out}: {stats.slices} slices, {stats.instants} instants, {stats.counter_values} counter values, "

@@ -33,11 +33,23 @@ class ConvertConfig:
     gzip: Optional[bool] = None  #: None: by the output name (".gz")
     progress: Optional[bool] = None  #: tqdm bar on stderr; None: on a TTY for large inputs
     encoder: str = "fast"  #: packet encoder: "fast" or "protos" (reference, slower)
-    #: "typed" (default): every list arg as typed nested debug annotations. "string": the
-    #: record_shapes arrays (``Input Dims``, ``Input Strides``, ``Input type``, ``Concrete
-    #: Inputs``) as one compact JSON-text string each: a smaller file that loads faster, at
-    #: the price of typed per-item access (CLI ``--compact-args``).
-    shape_args: str = "typed"
+    #: "text" (default): every list arg of Kineto's own (``grid``, ``block``, ``Input Dims``,
+    #: ``Input Strides``, ``Input type``, ``Concrete Inputs``, ...) as one string, its compact
+    #: JSON text (``[[4,256],[],[256]]``): one arg row instead of one per item, so the trace
+    #: loads faster than its JSON. Annotation and join fields stay typed. "typed": those
+    #: lists as typed nested debug annotations, one arg row per item (CLI ``--typed-args``).
+    list_args: str = "text"
+    #: Deprecated spelling: "string" is list_args="text", "typed" is list_args="typed".
+    shape_args: Optional[str] = None
+
+    def writer_list_args(self) -> str:
+        """The effective :attr:`list_args` (the deprecated :attr:`shape_args` wins when set)."""
+        if self.shape_args is None:
+            return self.list_args
+        modes = {"string": "text", "typed": "typed"}
+        if self.shape_args not in modes:
+            raise ValueError(f"shape_args must be one of {tuple(modes)}, not {self.shape_args!r}")
+        return modes[self.shape_args]
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
@@ -54,7 +66,7 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
                           "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
     with paused_gc():
         trace = src if isinstance(src, KinetoTrace) else read_trace(src)
-        wc = WriterConfig(encoder=config.encoder, progress=config.progress, shape_args=config.shape_args)
+        wc = WriterConfig(encoder=config.encoder, progress=config.progress, list_args=config.writer_list_args())
         try:
             with atomic_write(out, "wb", compress=config.gzip) as f:
                 return write_perfetto(trace, f, layout, wc)
