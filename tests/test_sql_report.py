@@ -47,7 +47,7 @@ def test_missing_trace_exits_2(capsys, tmp_path):
     missing = tmp_path / "nope.pftrace"
     assert main(["report", str(missing)]) == 2
     err = capsys.readouterr().err
-    assert f"{missing}: file not found" in err
+    assert f"{missing}: no such file" in err
 
 
 @requires_portable

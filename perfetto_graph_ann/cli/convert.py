@@ -7,6 +7,7 @@ JSON instead of a ``.pftrace``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -74,8 +75,11 @@ def _run(args: argparse.Namespace) -> int:
                            list_args="typed" if args.typed_args else "text")
     stats = convert(trace, out, config, layout)
     if not args.quiet:
+        size = os.path.getsize(out)  # the file as written: compressed when gzipped
+        gzipped = args.gzip or out.lower().endswith(".gz")
+        size_text = f"{size} bytes (gzip; {stats.bytes} uncompressed)" if gzipped else f"{size} bytes"
         print(f"wrote {out}: {stats.slices} slices, {stats.instants} instants, {stats.counter_values} counter values, "
-              f"{stats.flows} flows, {stats.tracks} tracks ({stats.spill_tracks} spill), {stats.bytes} bytes")
+              f"{stats.flows} flows, {stats.tracks} tracks ({stats.spill_tracks} spill), {size_text}")
         if layout is not None:
             r = layout.report
             print(f"join: {r.total} GPU events, {r.graphed} graphed, matched {r.matched}, "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import ENGINES, load_annotation_files
+from ._common import ENGINES, hint_annotations, load_annotation_files
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -53,6 +53,7 @@ def run(args: argparse.Namespace, out=None) -> int:
         print(rows.drop(columns=["device"]).to_string(index=False), file=out)
     print("", file=out)
     print(report_table(layout).to_string(index=False), file=out)
+    hint_annotations(layout.report, args.annotations)
     if not args.no_sql:
         _sql_summary(args, trace, layout, out)
     return 0

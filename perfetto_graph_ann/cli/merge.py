@@ -19,6 +19,9 @@ def register(sub) -> argparse.ArgumentParser:
                    help="annotation sidecar / capture record: once for every rank, or once per trace in order")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all")
     p.add_argument("--gzip", action="store_true", help="gzip the output (also implied by a .gz name)")
+    p.add_argument("--label", action="append", default=[], metavar="TEXT",
+                   help="name a trace's group '<TEXT> (rank <r>)' instead of 'Rank <r>': once per trace, in "
+                   "order; lets two traces of one rank (e.g. eager and graphed) sit side by side")
     p.set_defaults(func=run)
     return p
 
@@ -42,12 +45,14 @@ def run(args: argparse.Namespace, out=None) -> int:
     else:
         raise InputError(args.annotations[0], f"--annotations given {len(args.annotations)} times for {n} traces: "
                                               "give it once (all ranks) or once per trace")
+    if args.label and len(args.label) != n:
+        raise InputError(args.traces[0], f"--label given {len(args.label)} times for {n} traces: give it once per trace")
     report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes,
-                   gzip=True if args.gzip else None)
-    for i, (rank, path) in enumerate(zip(report.ranks, args.traces)):
-        shift = report.shifts_ns[rank]
-        print(f"rank {rank}: {path} (clock shift {shift} ns)", file=out)
-        layout = report.layouts.get(rank)
+                   gzip=True if args.gzip else None, labels=args.label or None)
+    for i, (item, path) in enumerate(zip(report.inputs, args.traces)):
+        label = f" [{item.label}]" if item.label is not None else ""
+        print(f"rank {item.rank}{label}: {path} (clock shift {item.shift_ns} ns)", file=out)
+        layout = item.layout
         if layout is not None:
             r = layout.report
             print(f"  join: {r.total} GPU events, {r.graphed} graphed, matched {r.matched}, "

@@ -25,7 +25,7 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
         "device", "lane_id", "rank", "name", "count", "total_dur", "share"]),
     "replays": ("Graph replays (graph_ann_replay)", [
         "device", "replay_index", "correlation", "graph_id", "replay", "work_count", "wall_dur", "busy_dur",
-        "launch_overhead_dur"]),
+        "queued_dur", "launch_overhead_dur"]),
     "collectives": ("Collectives (graph_ann_collective)", [
         "device", "lane_id", "collective_type", "dtype", "msg_bytes", "group_size", "pg_desc", "dur",
         "algbw_gbps", "busbw_gbps"]),
@@ -71,7 +71,7 @@ def is_json_trace(path: str) -> bool:
     from ..util.names import is_json_name
 
     if not os.path.exists(path):
-        raise InputError(path, "file not found")
+        raise InputError(path, "no such file")
     if os.path.isdir(path):
         raise InputError(path, "is a directory, not a trace file")
     name = str(path).lower()
@@ -89,7 +89,7 @@ def is_json_trace(path: str) -> bool:
             else:
                 head = f.read(64)
     except FileNotFoundError:
-        raise InputError(path, "file not found") from None
+        raise InputError(path, "no such file") from None
     except (OSError, EOFError) as e:
         raise InputError(path, f"cannot read: {e}") from e
     text = head.lstrip(b" \t\r\n")
