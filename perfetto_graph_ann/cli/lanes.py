@@ -66,7 +66,7 @@ def _sql_summary(args, trace, layout, out) -> None:
     from ..query.session import open_converted
 
     try:
-        with open_converted(trace, layout, engine=args.engine) as session:
+        with open_converted(trace, layout, engine=args.engine, sql_args_only=True) as session:
             df = lane_summary(session)
     except EngineError as e:
         print(f"\n(SQL lane summary skipped: {e})", file=out)

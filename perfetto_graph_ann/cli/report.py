@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
     if is_json_trace(args.trace):
-        session = open_converted(*_read_and_join(args), engine=args.engine)
+        session = open_converted(*_read_and_join(args), engine=args.engine, sql_args_only=True)
     else:
         if args.annotations:
             print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, FrozenSet, Iterator, Optional
 
 from ..errors import OutputError, PathLike
 from ..read.kineto import read_trace
@@ -39,6 +39,8 @@ class ConvertConfig:
     #: loads faster than its JSON. Annotation and join fields stay typed. "typed": those
     #: lists as typed nested debug annotations, one arg row per item (CLI ``--typed-args``).
     list_args: str = "text"
+    #: Only args with these names are written (None: all); see WriterConfig.keep_args.
+    keep_args: Optional[FrozenSet[str]] = None
     #: Deprecated spelling: "string" is list_args="text", "typed" is list_args="typed".
     shape_args: Optional[str] = None
 
@@ -66,7 +68,8 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
                           "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
     with paused_gc():
         trace = src if isinstance(src, KinetoTrace) else read_trace(src)
-        wc = WriterConfig(encoder=config.encoder, progress=config.progress, list_args=config.writer_list_args())
+        wc = WriterConfig(encoder=config.encoder, progress=config.progress, list_args=config.writer_list_args(),
+                          keep_args=config.keep_args)
         try:
             with atomic_write(out, "wb", compress=config.gzip) as f:
                 return write_perfetto(trace, f, layout, wc)

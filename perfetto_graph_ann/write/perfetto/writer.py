@@ -49,6 +49,9 @@ class WriterConfig:
     #: fields, graph ids) stay typed. "typed": those lists as typed nested debug annotations,
     #: one arg row per item (full fidelity, slower to load; see docs/design.md).
     list_args: str = "text"
+    #: Only args with these names are written (a name also matches with '.' read as '_');
+    #: None: all. For a trace only the SQL package reads (see query.session.open_converted).
+    keep_args: Optional[FrozenSet[str]] = None
     batch: int = 4096  #: packets per write() call
     progress: Optional[bool] = None  #: tqdm bar; None = on a TTY for >= progress_min events
     progress_min: int = 200_000
@@ -228,10 +231,11 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         raise ValueError(f"list_args must be one of {LIST_ARGS_MODES}, not {config.list_args!r}")
     as_text = config.list_args == "text"
     typed = _join_arg_keys(layout) if as_text else frozenset()
-    encoders = [ENCODERS[config.encoder](Interner(), SEQUENCE_ID, None, as_text, typed)]
+    keep = config.keep_args
+    encoders = [ENCODERS[config.encoder](Interner(), SEQUENCE_ID, None, as_text, typed, keep)]
     for slot, uuid in enumerate(own, 1):
         seq_of[uuid] = slot
-        encoders.append(ENCODERS[config.encoder](Interner(), SEQUENCE_ID + slot, uuid, as_text, typed))
+        encoders.append(ENCODERS[config.encoder](Interner(), SEQUENCE_ID + slot, uuid, as_text, typed, keep))
     batch: List[bytes] = []
     written = 0
 
