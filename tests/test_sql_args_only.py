@@ -71,3 +71,48 @@ def test_report_tables_are_the_same(name):
     for k in full:
         assert full[k].equals(slim[k]), k
     assert sum(len(v) for v in full.values()) > 0
+
+
+@requires_portable
+def test_feeder_hands_the_engines_error_to_the_writer(tmp_path):
+    from perfetto_graph_ann.errors import InputError
+    from perfetto_graph_ann.query.engine import create_engine
+    from perfetto_graph_ann.query.session import _Feeder
+
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(b"")
+    eng = create_engine(path, EngineConfig(engine="portable"))
+    try:
+        with pytest.raises(InputError, match="t.pftrace"):
+            with _Feeder(eng, 64) as feeder:
+                for _ in range(200):  # more pieces than the queue holds: must never block
+                    feeder.write(b"\xff" * 64)
+    finally:
+        eng.close()
+
+
+@requires_portable
+def test_a_failing_conversion_closes_the_engine(monkeypatch):
+    import perfetto_graph_ann.write.convert as wc
+
+    started = []
+
+    def boom(trace, out, config, layout):
+        out.write(b"\x0a\x00")
+        raise RuntimeError("writer failed")
+
+    import perfetto_graph_ann.query.session as session_mod
+
+    real_create = session_mod.create_engine
+
+    def create(*a, **k):
+        eng = real_create(*a, **k)
+        started.append(eng)
+        return eng
+
+    monkeypatch.setattr(wc, "convert_to_stream", boom)
+    monkeypatch.setattr(session_mod, "create_engine", create)
+    with pytest.raises(RuntimeError, match="writer failed"):
+        with open_converted(read_trace(fixture_trace("two_branch")), engine="portable"):
+            pass
+    assert len(started) == 1 and started[0].pid is None
