@@ -158,8 +158,9 @@ def open_converted(trace, layout=None, engine: str = "auto",
     cfg = (config or EngineConfig()).with_engine(engine)
     convert_config = ConvertConfig(keep_args=sql_arg_names(cfg.package_dirs())) if sql_args_only else ConvertConfig()
     with tempfile.TemporaryDirectory(prefix="pga-session-") as tmp:
-        path = os.path.join(tmp, "trace.pftrace")
-        open(path, "wb").close()  # the engine is started on a file name; the bytes come from the feeder
+        # the engine is started on a file name (an empty placeholder); the bytes come from the feeder
+        fd, path = tempfile.mkstemp(prefix="trace-", suffix=".pftrace", dir=tmp)
+        os.close(fd)
         source = os.fspath(trace.path) if trace.path else None
         try:
             eng = create_engine(path, cfg)
