@@ -58,8 +58,8 @@ def _flatten(key: str, value, out: dict) -> None:
 
 
 def _slices(path, prefix: str):
-    """Counter of (name, ts, dur, frozenset of (key, value text)) for every slice of ``path``,
-    and the set of keys whose (top-level) value was a string."""
+    """({slice id: (name, ts, dur)}, {slice id: {key: (value type, display value)}}) of every
+    slice of ``path`` with a duration, keys without ``prefix.`` and with '.' read as '_'."""
     with open_trace(path, engine="portable") as s:
         rows = s.query(SLICES).tuples()
         args = s.query(ARGS.format(prefix)).tuples()
