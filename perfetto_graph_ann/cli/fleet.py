@@ -4,7 +4,7 @@ Loads every rank's trace in its own engine (here, or one Ray task per trace on a
 cluster), matches the collectives across ranks by process group and order, and prints the
 straggler ranking (who arrives last, how long the others wait for it) and the collectives
 with the largest arrival spread. torch.profiler JSON traces are joined with the sidecar
-saved beside them (``<stem>.annotations.json`` / ``.pga``) and converted on the worker.
+saved beside them (<stem>.annotations.json or .pga) and converted on the worker.
 """
 from __future__ import annotations
 
