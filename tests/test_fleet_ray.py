@@ -152,3 +152,40 @@ def test_a_worker_that_keeps_dying_fails_naming_its_trace(local_ray, fleet_dir, 
     with pytest.raises(EngineError, match=f"{trace}: the Ray task failed after 0 retries"):
         pga.query_many([trace], COUNT_SQL, executor="ray", config=EngineConfig(engine="portable", node_path=node),
                        progress=False, ray_options=RayOptions(max_retries=0))
+
+
+_HEAD = """
+import sys, ray
+ray.init(num_cpus=1, _temp_dir=sys.argv[1], include_dashboard=False)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()  # until the test closes it
+ray.shutdown()
+"""
+
+
+def test_fleet_cli_joins_a_running_cluster_by_address(tmp_path_factory):
+    import json
+    import subprocess
+    import sys
+
+    from fleet_synth import LIVE
+
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    head = subprocess.Popen([sys.executable, "-c", _HEAD, str(tmp_path_factory.mktemp("head"))], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        address = head.stdout.readline().strip()
+        assert address, "the head did not start"
+        cli = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "fleet", str(LIVE), "--ray", address,
+                              "--engine", "portable", "--format", "json"], env=env, capture_output=True, text=True,
+                             timeout=240)
+        assert cli.returncode == 0, cli.stderr[-3000:]
+        doc = json.loads(cli.stdout)
+        assert doc["ranking"][0]["rank"] == 1 and doc["worst_collectives"][0]["last_rank"] == 1
+    finally:
+        head.stdin.close()
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import pandas as pd
 
@@ -171,19 +171,14 @@ def _instances(a: pd.DataFrame, present: set) -> pd.DataFrame:
 
 def _ranking(a: pd.DataFrame, instances: pd.DataFrame, ranks: List[RankTables]) -> pd.DataFrame:
     blamed = instances[instances["blamed"]]
-    caused: Dict[int, float] = {rt.rank: 0.0 for rt in ranks}
-    delay: Dict[int, int] = {rt.rank: 0 for rt in ranks}
-    last: Dict[int, int] = {rt.rank: 0 for rt in ranks}
-    tied_last: Dict[int, int] = {rt.rank: 0 for rt in ranks}
-    for inst in blamed.itertuples(index=False):
-        rows = a[(a["pg"] == inst.pg) & (a["seq"] == inst.seq) & (a["start_ns"] == inst.latest_ns)]
-        for r in rows["rank"]:
-            caused[r] += inst.peer_wait_ns / len(rows)
-            if len(rows) == 1:
-                last[r] += 1
-                delay[r] += int(inst.last_lead_ns)
-            else:
-                tied_last[r] += 1
+    lat = a.merge(blamed[["pg", "seq", "latest_ns", "peer_wait_ns", "last_lead_ns"]], on=["pg", "seq"])
+    lat = lat[lat["start_ns"] == lat["latest_ns"]]
+    ties = lat.groupby(["pg", "seq"])["rank"].transform("size")
+    caused = (lat["peer_wait_ns"] / ties).groupby(lat["rank"]).sum()
+    unique = lat[ties == 1]
+    last = unique.groupby("rank").size()
+    delay = unique.groupby("rank")["last_lead_ns"].sum()
+    tied_last = lat[ties > 1].groupby("rank").size()
     b = a[a["blamed"].astype(bool)]
     stats = b.groupby("rank").agg(instances=("seq", "size"), median_lateness_ns=("lateness_ns", "median"),
                                   mean_lateness_ns=("lateness_ns", "mean"), max_lateness_ns=("lateness_ns", "max"),
@@ -191,10 +186,10 @@ def _ranking(a: pd.DataFrame, instances: pd.DataFrame, ranks: List[RankTables]) 
     out = pd.DataFrame({
         "rank": [rt.rank for rt in ranks],
         "trace": [rt.trace for rt in ranks],
-        "times_last": [last[rt.rank] for rt in ranks],
-        "times_tied_last": [tied_last[rt.rank] for rt in ranks],
-        "peer_wait_caused_ns": [caused[rt.rank] for rt in ranks],
-        "delay_caused_ns": [delay[rt.rank] for rt in ranks],
+        "times_last": [int(last.get(rt.rank, 0)) for rt in ranks],
+        "times_tied_last": [int(tied_last.get(rt.rank, 0)) for rt in ranks],
+        "peer_wait_caused_ns": [float(caused.get(rt.rank, 0.0)) for rt in ranks],
+        "delay_caused_ns": [int(delay.get(rt.rank, 0)) for rt in ranks],
     }).merge(stats, left_on="rank", right_index=True, how="left")
     out["instances"] = out["instances"].fillna(0).astype("int64")
     out["waited_ns"] = out["waited_ns"].fillna(0)
