@@ -86,3 +86,10 @@ def test_bad_executor_and_annotation_lists():
         query_many(TRACES, "SELECT 1", executor="dask", progress=False)
     with pytest.raises(ValueError, match="1 annotation entries for 2 traces"):
         query_many(TRACES, "SELECT 1", annotations=[SIDECARS[0]])
+
+
+@requires_portable
+def test_a_missing_trace_is_an_input_error_naming_it(tmp_path):
+    missing = tmp_path / "gone.pftrace"
+    with pytest.raises(InputError, match=f"^{missing}: no such file"):
+        query_many([missing], "SELECT 1", config=PORTABLE, progress=False)

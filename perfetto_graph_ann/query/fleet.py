@@ -9,7 +9,6 @@ collectives and its clock; the per-rank tables are combined in pandas
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple

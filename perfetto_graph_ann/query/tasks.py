@@ -43,8 +43,10 @@ class FileInput:
 
     def visible(self) -> bool:
         """Whether this machine sees the driver's file at the same path (same size)."""
+        if self.data is not None or self.size < 0:  # missing on the driver too: the engine says so
+            return True
         try:
-            return self.data is not None or os.path.getsize(self.path) == self.size or self.size < 0
+            return os.path.getsize(self.path) == self.size
         except OSError:
             return False
 
@@ -156,10 +158,7 @@ def _materialize(f: FileInput, tmp: Optional[str], sub: str) -> str:
 
 
 def _run(task: TraceTask, tmp: Optional[str], tracker: Any) -> TaskResult:
-    import socket
-
     from .engine import create_engine, prepare_engine
-    from .engine.resolve import choose_engine
     from .session import exact_frame
 
     renames: List[Tuple[str, str]] = []
@@ -172,7 +171,7 @@ def _run(task: TraceTask, tmp: Optional[str], tracker: Any) -> TaskResult:
         if local != f.path:
             renames.append((local, f.path))
         sidecars.append(local)
-    info: Dict[str, Any] = {"host": socket.gethostname()}
+    info: Dict[str, Any] = {"host": _hostname()}
     try:
         load_path = trace_path
         if _needs_convert(task):
