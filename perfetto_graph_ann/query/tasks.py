@@ -152,8 +152,9 @@ def _materialize(f: FileInput, tmp: Optional[str], sub: str) -> str:
         import ray
 
         data = ray.get(data)
-    with open(local, "wb") as out:
-        out.write(data)
+    from ..util.atomic import atomic_write_bytes
+
+    atomic_write_bytes(local, bytes(data), compress=False)
     return local
 
 
