@@ -20,6 +20,7 @@ import gzip
 import os
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -55,13 +56,15 @@ def run(config: str, folder: Path, ranks: int) -> dict:
     engine = EngineConfig(engine="portable")
     workers = int(config[-1])
     init_s = 0.0
+    ray_tmp = None
     if config.startswith("ray"):
         import ray
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray_tmp = tempfile.mkdtemp(prefix="pga-bench-ray-")
         t = time.perf_counter()
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, object_store_memory=256 << 20,
-                 _temp_dir=tempfile.mkdtemp(prefix="pga-bench-ray-"))
+                 _temp_dir=ray_tmp)
         init_s = time.perf_counter() - t
     try:
         t = time.perf_counter()
@@ -69,8 +72,9 @@ def run(config: str, folder: Path, ranks: int) -> dict:
                                   config=engine, max_workers=workers, progress=False)
         wall = time.perf_counter() - t
     finally:
-        if config.startswith("ray"):
+        if ray_tmp is not None:
             ray.shutdown()
+            shutil.rmtree(ray_tmp, ignore_errors=True)
     top = report.ranking.iloc[0]
     assert top["rank"] == ranks - 1, report.ranking.head()
     return {"config": config, "wall_s": wall, "init_s": init_s, "per_rank_s": wall / ranks,
