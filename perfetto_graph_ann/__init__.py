@@ -42,6 +42,10 @@ _LAZY = {
     # query (issues: engine, SQL)
     "open_trace": "query.session",
     "query_many": "query.batch",
+    # many ranks, many machines (issue 19)
+    "fleet_report": "query.fleet",
+    "FleetReport": "query.straggler",
+    "RayOptions": "query.executors",
     "lane_summary": "query.metrics",
     "replays": "query.metrics",
     "collectives": "query.metrics",

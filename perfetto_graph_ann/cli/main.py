@@ -15,7 +15,7 @@ from .. import __version__
 from ..errors import GraphAnnError
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "convert", "lanes", "report", "sql", "merge", "open")
+COMMANDS = ("demo", "convert", "lanes", "report", "sql", "merge", "fleet", "open")
 
 
 def build_parser() -> argparse.ArgumentParser:

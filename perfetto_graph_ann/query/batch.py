@@ -1,120 +1,113 @@
 """``query_many``: the same SQL over many traces (one per rank), as one DataFrame.
 
-Native engine: the ``perfetto`` package's ``BatchTraceProcessor`` (one shell per trace,
-loaded and queried in parallel). Portable engine: parallel portable sessions, at most
-``max_workers`` at a time (each is one Node process with its own WebAssembly heap, so
-memory, not cores, is usually the limit).
+Local native engine: the ``perfetto`` package's ``BatchTraceProcessor`` (one shell per
+trace, loaded and queried in parallel). Everything else runs one task per trace
+(:mod:`.tasks`) in local threads, a ``concurrent.futures`` executor or Ray
+(:mod:`.executors`): at most ``max_workers`` engines at a time locally (each portable
+engine is one Node process with its own WebAssembly heap, so memory, not cores, is
+usually the limit).
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
+import dataclasses
 import os
-import threading
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
 from ..errors import EngineError, EngineNotFoundError
-from .engine import EngineConfig, create_engine, prepare_engine
+from .engine import EngineConfig
 from .engine.resolve import choose_engine
+from .executors import RayOptions, run_tasks
 from .session import exact_frame
+from .tasks import FileInput, TraceTask, to_frame
 
 PathArg = Union[str, "os.PathLike[str]"]
 
 
 def query_many(
     traces: Sequence[PathArg],
-    sql: str,
+    sql: Union[str, Mapping[str, str]],
     engine: str = "auto",
     config: Optional[EngineConfig] = None,
     max_workers: Optional[int] = None,
-    progress: bool = False,
-) -> pd.DataFrame:
+    progress: Optional[bool] = None,
+    executor: Any = "local",
+    annotations: Optional[Sequence[Any]] = None,
+    ray_address: Optional[str] = None,
+    ray_options: Optional[RayOptions] = None,
+) -> Union[pd.DataFrame, Dict[str, pd.DataFrame]]:
     """Run ``sql`` on every trace; one DataFrame, a ``trace`` column (the path) first.
 
+    ``sql`` may also be a mapping name -> SQL: each trace is loaded once and every query
+    runs on it; the result is then a dict name -> DataFrame.
+
+    ``executor``: ``"local"`` (threads on this machine, at most ``max_workers`` engines),
+    ``"ray"`` (one Ray task per trace: ``ray.init(address=ray_address)``, else
+    ``$RAY_ADDRESS``, else a new local instance; see :class:`RayOptions`), or any
+    ``concurrent.futures.Executor`` (at most ``max_workers`` tasks in flight).
+    ``annotations``: per trace, a sidecar path, a list of them, or None; a trace with
+    annotations (a torch.profiler JSON) is joined and converted to ``.pftrace`` on the
+    worker before it is loaded. ``progress``: a tqdm bar over the traces on stderr
+    (``None``: only on a terminal).
+
     Rows keep the order of ``traces``. The first failure (bad trace, SQL error, engine
-    death) is raised, naming its trace, and every engine is stopped.
+    death, a Ray task whose worker died more than ``max_retries`` times) is raised, naming
+    its trace, and the other tasks are stopped.
     """
     config = (config or EngineConfig()).with_engine(engine)
     paths = [Path(t) for t in traces]
+    queries = {"": sql} if isinstance(sql, str) else dict(sql)
     if not paths:
-        return pd.DataFrame({"trace": pd.Series([], dtype=object)})
-    try:
-        choice = choose_engine(config)
-    except EngineNotFoundError as e:
-        raise EngineNotFoundError(f"{paths[0]}: {e}") from None
-    workers = max_workers or min(len(paths), os.cpu_count() or 1)
-    if choice.kind == "native":
-        frames = _native_batch(paths, sql, config, choice.shell, workers)
-    else:
-        frames = _parallel_sessions(paths, sql, config, choice, workers, progress)
+        empty = pd.DataFrame({"trace": pd.Series([], dtype=object)})
+        return empty if isinstance(sql, str) else {name: empty.copy() for name in queries}
+    sidecars = annotation_inputs(annotations, len(paths))
+    if executor == "local" and isinstance(sql, str) and not any(sidecars):
+        try:
+            choice = choose_engine(config)
+        except EngineNotFoundError as e:
+            raise EngineNotFoundError(f"{paths[0]}: {e}") from None
+        if choice.kind == "native":
+            workers = max_workers or min(len(paths), os.cpu_count() or 1)
+            return _with_trace_column(paths, _native_batch(paths, sql, config, choice.shell, workers))
+    tasks = [TraceTask(i, FileInput.of(p), queries, config, annotations=sidecars[i], arrow=executor != "local")
+             for i, p in enumerate(paths)]
+    ray_opts = ray_options or RayOptions()
+    if ray_address is not None:
+        ray_opts = dataclasses.replace(ray_opts, address=ray_address)
+    results = run_tasks(tasks, executor, max_workers, progress, ray_opts, desc="query_many")
+    frames = {name: _with_trace_column(paths, [to_frame(r.tables[name]) for r in results]) for name in queries}
+    return frames[""] if isinstance(sql, str) else frames
+
+
+def annotation_inputs(annotations: Optional[Sequence[Any]], n: int) -> List[Tuple[FileInput, ...]]:
+    """Per trace, the sidecars to join it with: ``annotations`` is None, or one entry per
+    trace (None, a path, or a list of paths)."""
+    if annotations is None:
+        return [()] * n
+    if isinstance(annotations, (str, os.PathLike)):
+        raise ValueError("annotations must be one entry per trace (a path, a list of paths or None), not one path")
+    if len(annotations) != n:
+        raise ValueError(f"{len(annotations)} annotation entries for {n} traces")
+    out = []
+    for entry in annotations:
+        if entry is None:
+            out.append(())
+        elif isinstance(entry, (str, os.PathLike)):
+            out.append((FileInput.of(entry),))
+        else:
+            out.append(tuple(FileInput.of(p) for p in entry))
+    return out
+
+
+def _with_trace_column(paths: List[Path], frames: List[pd.DataFrame]) -> pd.DataFrame:
     out = []
     for path, df in zip(paths, frames):
         df = df.copy()
         df.insert(0, "trace", str(path))
         out.append(df)
     return pd.concat(out, ignore_index=True)
-
-
-class _Engines:
-    """The engines one batch started, so a failure or Ctrl-C stops exactly those."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.live: List = []
-        self.cancelled = False
-
-    def run(self, path: Path, sql: str, config: EngineConfig, choice) -> pd.DataFrame:
-        if self.cancelled:
-            raise cf.CancelledError()
-        eng = create_engine(path, config, choice=choice)
-        with self.lock:
-            self.live.append(eng)
-            cancelled = self.cancelled
-        try:
-            if cancelled:
-                raise cf.CancelledError()
-            prepare_engine(eng)
-            return exact_frame(eng.query(sql).as_pandas_dataframe())
-        finally:
-            eng.close()
-
-    def stop_all(self) -> None:
-        with self.lock:
-            self.cancelled = True
-            live = list(self.live)
-        for eng in live:
-            eng.close()
-
-
-def _parallel_sessions(paths: List[Path], sql: str, config: EngineConfig, choice, workers: int, progress: bool) -> List[pd.DataFrame]:
-    results: List[Optional[pd.DataFrame]] = [None] * len(paths)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(paths), unit="trace", desc="query_many")
-    engines = _Engines()
-    futures = {}
-    pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pga-query")
-    try:
-        futures = {pool.submit(engines.run, p, sql, config, choice): i for i, p in enumerate(paths)}
-        for fut in cf.as_completed(futures):
-            results[futures[fut]] = fut.result()  # re-raises the first failure
-            if bar is not None:
-                bar.update(1)
-    except BaseException:
-        for fut in futures:
-            fut.cancel()
-        # Stop this batch's engines still running in worker threads (their reads fail fast).
-        engines.stop_all()
-        raise
-    finally:
-        pool.shutdown(wait=True)
-        if bar is not None:
-            bar.close()
-    return results  # type: ignore[return-value]
 
 
 def _native_batch(paths: List[Path], sql: str, config: EngineConfig, shell: str, workers: int) -> List[pd.DataFrame]:
