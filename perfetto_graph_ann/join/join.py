@@ -16,6 +16,7 @@ from .calibrated import match_calibrated
 from .exact import match_exact
 from .lanes import GRAPH_LANES, lane_graphs, lane_name, placement
 from .match import Match
+from .projection import project
 from .model import DEFAULT_GRAPH_LANE, JoinReport, LaneLayout, lane_key
 from .replays import Replay, find_replays
 from .structural import match_structural
@@ -83,7 +84,8 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
                 lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != DEFAULT_GRAPH_LANE
                                    else f"stream {lane}")
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
-                      graph_lanes=graph_lanes)
+                      graph_lanes=graph_lanes,
+                      ranges=project(replays, matches, replay_graph, replay_index, annotations))
 
 
 def _majority_graph(found: Dict[int, Match]) -> Optional[int]:

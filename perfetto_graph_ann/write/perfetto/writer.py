@@ -75,6 +75,7 @@ class WriteStats:
     flow_ends_without_start: int = 0
     untimed: int = 0  #: non-metadata events without ts (cannot be placed on a timeline)
     spill_tracks: int = 0
+    projected: int = 0  #: replay and scope slices added from the join's GPU projection (not input events)
     sequences: int = 0  #: packet sequences (1 shared + the busiest tracks' own)
     tracks: int = 0
     packets: int = 0
@@ -198,9 +199,21 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     stats.slices += n_slices
     stats.instants += n_instants
 
+    # 2b. the join's GPU projection: replay and scope ranges as slices after the input events
+    ranges = layout.ranges if layout is not None else ()
+    base = len(events)
+    if ranges:
+        events = events + [_range_event(base + k, r) for k, r in enumerate(ranges)]
+        kinds.extend([_BEGIN] * len(ranges))
+        for k, r in enumerate(ranges):
+            by_home.setdefault(_range_home(r), []).append((r.ts, -r.dur, base + k))
+        stats.projected = len(ranges)
+
     # 3. flows
     stats.flow_events = len(flow_indices)
     fp = plan_flows(events, flow_indices, starts)
+    if ranges:
+        _launch_flows(ranges, base, kinds, fp)
     stats.flows = fp.count
     stats.unbound_flow_events = fp.unbound
     stats.flow_ends_without_start = fp.without_start
@@ -351,8 +364,30 @@ def _shapes_as_text(args: Dict) -> Dict:
     return args if out is None else out
 
 
+def _range_event(index: int, r: Any) -> TraceEvent:
+    """A projected range (``join.projection.GpuRange``) as a complete event of its own."""
+    return TraceEvent(index, "X", r.category, r.name, r.device, r.track, r.ts, r.dur, dict(r.args))
+
+
+def _range_home(r: Any) -> Tuple:
+    return ("replays", r.device) if r.kind == "replay" else ("scope", r.device)
+
+
+def _launch_flows(ranges: Any, base: int, kinds: List[int], fp: Any) -> None:
+    """A flow from each replay's CPU launch slice to its replay slice (ids after Kineto's)."""
+    next_id = fp.count + 1
+    for k, r in enumerate(ranges):
+        src = r.launch
+        if src is None or kinds[src] not in (_BEGIN, _BEGIN_REWRITTEN):
+            continue
+        fp.outgoing[src] = list(fp.outgoing.get(src, ())) + [next_id]
+        fp.terminating[base + k] = [next_id]
+        next_id += 1
+    fp.count = next_id - 1
+
+
 def _home_order(home: Tuple) -> Tuple:
-    kind = {"gpu": 0, "thread": 1, "wide_thread": 2, "named": 3}[home[0]]
+    kind = {"gpu": 0, "replays": 1, "scope": 2, "thread": 3, "wide_thread": 4, "named": 5}[home[0]]
     return (kind,) + tuple((0, x) if type(x) is int else (1, str(x)) for x in home[1:])
 
 

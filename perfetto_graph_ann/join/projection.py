@@ -1,0 +1,139 @@
+"""GPU projection: graph replays and scope instances as time ranges on the GPU timeline.
+
+For every joined replay, one range from its first GPU start to its last GPU end; for every
+scope instance (see :mod:`..capture.scope_instances`) in every replay, one range from the
+earliest start to the latest end of the GPU work captured inside it, across all lanes.
+Only events the join matched to a node count toward a scope, whichever strategy matched
+them; a replay whose graph the join could not tell is left out (no guessed name).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..capture.annotations import AnnotationSet
+from ..capture.scope_instances import graph_scopes, path_of, scope_label
+from .match import Match
+from .replays import Replay
+
+REPLAY = "replay"
+SCOPE = "scope"
+#: track name of the replays under each GPU
+REPLAYS_TRACK = "graph replays"
+SCOPES_TRACK = "scopes"
+#: Kineto-style categories of the written slices (the SQL package selects them by these)
+REPLAY_CATEGORY = "graph_replay"
+SCOPE_CATEGORY = "gpu_scope"
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuRange:
+    """One slice the writers add under ``GPU <device>``.
+
+    ``track`` is the track name (``graph replays`` or ``scopes``); ``order`` sorts ranges with equal start and end so that a parent comes
+    before its child; ``launch`` is the trace index of the replay's CPU launch (a flow
+    starts there), replays only.
+    """
+
+    kind: str
+    device: int
+    track: str
+    ts: int
+    dur: int
+    name: str
+    args: Mapping[str, Any]
+    order: int = 0
+    launch: Optional[int] = None
+
+    @property
+    def category(self) -> str:
+        return REPLAY_CATEGORY if self.kind == REPLAY else SCOPE_CATEGORY
+
+
+def graph_name(graph: Any) -> str:
+    """The graph's name (``pga.graph(g, name=...)``), else ``graph <exec id>``."""
+    name = getattr(graph, "name", None)
+    return name if name else f"graph {graph.exec_id}"
+
+
+def busy_ns(intervals: List[Tuple[int, int]]) -> int:
+    """Length of the union of ``(start, end)`` intervals (sorted here)."""
+    intervals.sort()
+    total = 0
+    cur_s = cur_e = None
+    for s, e in intervals:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_graph: Mapping[int, Optional[int]],
+            replay_index: Mapping[int, int], annotations: AnnotationSet) -> List[GpuRange]:
+    """Replay and scope ranges of every joined replay, in replay order."""
+    graphs = {g.exec_id: g for g in annotations.graphs}
+    scope_cache: Dict[int, Tuple[Mapping, Dict, Dict[int, Tuple[str, str, int]]]] = {}
+    out: List[GpuRange] = []
+    order = 0
+    for r in replays:
+        gid = replay_graph.get(r.correlation)
+        g = graphs.get(gid) if gid is not None else None
+        timed = [e for e in r.events if e.ts_ns is not None]
+        if g is None or not timed or r.correlation not in replay_index:
+            continue
+        device = r.device if r.device is not None else 0
+        idx = replay_index[r.correlation]
+        gname = graph_name(g)
+        ivs = [(e.ts_ns, e.ts_ns + (e.dur_ns or 0)) for e in timed]
+        start = min(s for s, _ in ivs)
+        end = max(e for _, e in ivs)
+        args: Dict[str, Any] = {"graph id": g.exec_id, "graph name": gname, "replay": idx,
+                                "kernel count": len(timed), "busy ns": busy_ns(ivs), "span ns": end - start}
+        launch = r.launch
+        if launch is not None and launch.ts_ns is not None:
+            args["launch latency ns"] = start - launch.ts_ns
+        out.append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{gname} #{idx}", args, order,
+                            launch.index if launch is not None else None))
+        order += 1
+
+        cached = scope_cache.get(g.exec_id)
+        if cached is None:
+            instances, per_node = graph_scopes(g)
+            info = {}
+            for iid in instances:
+                chain = path_of(instances, iid)
+                labels = [scope_label(s.fields) for s in chain]
+                info[iid] = (labels[-1], " / ".join(labels), len(chain) - 1)
+            cached = scope_cache[g.exec_id] = (instances, per_node, info)
+        instances, per_node, info = cached
+        if not instances:
+            continue
+        acc: Dict[int, List[Tuple[int, int]]] = {}
+        for e in timed:
+            m = matches.get(e.index)
+            if m is None:
+                continue
+            for iid in per_node.get(m.node.key, ()):
+                lst = acc.get(iid)
+                if lst is None:
+                    lst = acc[iid] = []
+                lst.append((e.ts_ns, e.ts_ns + (e.dur_ns or 0)))
+        for iid in sorted(acc, key=lambda i: (info[i][2], i)):  # parents (lower depth) first
+            spans = acc[iid]
+            s = min(a for a, _ in spans)
+            t = max(b for _, b in spans)
+            label, path, depth = info[iid]
+            sargs: Dict[str, Any] = {"graph id": g.exec_id, "graph name": gname, "replay": idx,
+                                     "scope": label, "scope path": path, "scope depth": depth,
+                                     "kernel count": len(spans), "busy ns": busy_ns(spans), "span ns": t - s}
+            own = {k: v for k, v in instances[iid].fields.items()}
+            if own:
+                sargs["fields"] = own
+            out.append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, order))
+            order += 1
+    return out
