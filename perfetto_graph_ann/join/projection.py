@@ -92,7 +92,7 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         ivs = [(e.ts_ns, e.ts_ns + (e.dur_ns or 0)) for e in timed]
         start = min(s for s, _ in ivs)
         end = max(e for _, e in ivs)
-        args: Dict[str, Any] = {"graph id": g.exec_id, "graph name": gname, "replay": idx,
+        args: Dict[str, Any] = {"device": device, "graph id": g.exec_id, "graph name": gname, "replay": idx,
                                 "kernel count": len(timed), "busy ns": busy_ns(ivs), "span ns": end - start}
         launch = r.launch
         if launch is not None and launch.ts_ns is not None:
@@ -128,7 +128,7 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             s = min(a for a, _ in spans)
             t = max(b for _, b in spans)
             label, path, depth = info[iid]
-            sargs: Dict[str, Any] = {"graph id": g.exec_id, "graph name": gname, "replay": idx,
+            sargs: Dict[str, Any] = {"device": device, "graph id": g.exec_id, "graph name": gname, "replay": idx,
                                      "scope": label, "scope path": path, "scope depth": depth,
                                      "kernel count": len(spans), "busy ns": busy_ns(spans), "span ns": t - s}
             own = {k: v for k, v in instances[iid].fields.items()}
