@@ -77,10 +77,48 @@ class GraphRecord:
     #: :attr:`AnnotationSet.lanes`. A label belongs to the graph, not the process: a lane id
     #: reused by another graph (an explicit ``{"stream": 61}``) does not inherit it.
     lanes: Optional[Mapping[int, str]] = None
+    #: The user's name for the graph (``pga.graph(g, name="decode bs=16")``); None: shown
+    #: as ``graph <exec_id>`` (see :attr:`display_name`).
+    name: Optional[str] = None
+    #: Why this graph has no calibration table (e.g. every replay before export ran under
+    #: torch.profiler, CUPTI busy); None when calibrated or not applicable. The join report
+    #: prints it when the graph's kernels fall back to structural matching.
+    calibration_note: Optional[str] = None
+
+    @property
+    def display_name(self) -> str:
+        """``name`` when the user gave one, else ``graph <exec_id>``."""
+        return self.name if self.name is not None else f"graph {self.exec_id}"
 
     @property
     def calibrated(self) -> bool:
         return any(n.stream is not None and n.ordinal is not None for n in self.nodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureIdentity:
+    """Where the graphs of a sidecar were captured: the process, its host and its devices.
+
+    Every field may be None / empty (not known where it was recorded). The join compares
+    the fields the trace also records (pid, device names by index, CUDA driver version)
+    and refuses a sidecar from another process; the rest is for people reading the file.
+    """
+
+    host: Optional[str] = None  #: host name (``socket.gethostname()``)
+    pid: Optional[int] = None  #: process id as the process itself sees it (``os.getpid()``)
+    #: Process start, Unix time in ns (Linux: boot time + ``/proc/self/stat`` start ticks, so
+    #: accurate to about a second); with ``host`` and ``pid`` it tells a reused pid apart.
+    process_start_ns: Optional[int] = None
+    devices: Mapping[int, str] = dataclasses.field(default_factory=dict)  #: CUDA device index -> UUID ("GPU-...")
+    device_names: Mapping[int, str] = dataclasses.field(default_factory=dict)  #: CUDA device index -> name ("NVIDIA H200")
+    torch_version: Optional[str] = None  #: ``torch.__version__``
+    driver_version: Optional[str] = None  #: NVIDIA driver release as NVML reports it, e.g. "580.65.06"
+    #: CUDA driver API version (``cuDriverGetVersion``, e.g. 13000): what Kineto writes as
+    #: ``cuda_driver_version``.
+    cuda_driver_version: Optional[int] = None
+
+    def is_empty(self) -> bool:
+        return self == CaptureIdentity()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +135,9 @@ class AnnotationSet:
     lanes: Mapping[int, str] = dataclasses.field(default_factory=dict)
     backend: Optional[str] = None  #: capture backend that produced the keys
     source: Optional[str] = None  #: file it was loaded from, for messages
+    #: Where the graphs were captured (sidecar version 2); None: not recorded (version-1
+    #: sidecars, capture records, hand-built sets), so the join cannot check it.
+    capture: Optional[CaptureIdentity] = None
 
     def nodes_by_key(self) -> Dict[int, NodeRecord]:
         return {n.key: n for g in self.graphs for n in g.nodes}
@@ -120,10 +161,11 @@ class AnnotationSet:
         """
         graphs: list = []
         lanes: Dict[int, str] = {}
-        backend = source = None
+        backend = source = capture = None
         for s in sets:
             graphs.extend(g if g.lanes is not None else dataclasses.replace(g, lanes=s.lanes) for g in s.graphs)
             lanes.update(s.lanes)
             backend = backend or s.backend
             source = source or s.source
-        return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, source)
+            capture = capture or s.capture
+        return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, source, capture)

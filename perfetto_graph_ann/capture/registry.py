@@ -54,8 +54,12 @@ class Registry:
             return [self._built(o) for o in list(self._graphs)]
 
     def snapshot(self) -> AnnotationSet:
-        """Everything recorded so far, as the join and the sidecar take it."""
-        return AnnotationSet(tuple(self.records()), types.MappingProxyType(self.lanes.snapshot()), self.backend)
+        """Everything recorded so far, as the join and the sidecar take it, with this
+        process's :class:`~.annotations.CaptureIdentity` (sidecar version 2)."""
+        from .identity import capture_identity
+
+        return AnnotationSet(tuple(self.records()), types.MappingProxyType(self.lanes.snapshot()), self.backend,
+                             capture=capture_identity())
 
     def kernel_annotations(self) -> Dict[int, List[Dict[str, Any]]]:
         out: Dict[int, List[Dict[str, Any]]] = {}

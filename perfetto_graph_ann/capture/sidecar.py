@@ -20,10 +20,13 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..errors import PathLike, SidecarError
 from ..util.atomic import atomic_write_bytes
-from .annotations import NODE_TYPES, AnnotationSet, GraphRecord, NodeRecord
+from .annotations import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord
 
 MAGIC = "perfetto_graph_ann.sidecar"
-VERSION = 1
+#: Version written. 2 added the capture identity, graph names and calibration notes.
+VERSION = 2
+#: Versions read (a version-1 file simply has none of version 2's fields).
+READABLE_VERSIONS = (1, 2)
 _CRC_TAG = bytes([(15 << 3) | 5])  # field 15, wire type fixed32
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -95,9 +98,38 @@ def _producer() -> str:
     return f"perfetto_graph_ann {__version__}"
 
 
+def _identity_to_proto(pb, c: CaptureIdentity):
+    out = pb.CaptureIdentity()
+    for f in ("host", "pid", "process_start_ns", "torch_version", "driver_version", "cuda_driver_version"):
+        v = getattr(c, f)
+        if v is not None:
+            setattr(out, f, v)
+    for i in sorted(set(c.devices) | set(c.device_names)):
+        d = out.devices.add(index=i)
+        if i in c.devices:
+            d.uuid = c.devices[i]
+        if i in c.device_names:
+            d.name = c.device_names[i]
+    return out
+
+
+def _identity_from_proto(m) -> CaptureIdentity:
+    def opt(f: str) -> Any:
+        return getattr(m, f) if m.HasField(f) else None
+
+    return CaptureIdentity(
+        host=opt("host"), pid=opt("pid"), process_start_ns=opt("process_start_ns"),
+        devices=types.MappingProxyType({d.index: d.uuid for d in m.devices if d.HasField("uuid")}),
+        device_names=types.MappingProxyType({d.index: d.name for d in m.devices if d.HasField("name")}),
+        torch_version=opt("torch_version"), driver_version=opt("driver_version"),
+        cuda_driver_version=opt("cuda_driver_version"))
+
+
 def to_proto(s: AnnotationSet):
     pb = _pb()
     msg = pb.Sidecar(magic=MAGIC, version=VERSION, backend=s.backend or "", producer=_producer())
+    if s.capture is not None:
+        msg.capture.CopyFrom(_identity_to_proto(pb, s.capture))
     for lane, label in sorted(s.lanes.items()):
         msg.lanes.add(id=lane, label=label)
     for g in s.graphs:
@@ -106,6 +138,10 @@ def to_proto(s: AnnotationSet):
             gm.template_id = g.template_id
         if g.device is not None:
             gm.device = g.device
+        if g.name is not None:
+            gm.name = g.name
+        if g.calibration_note is not None:
+            gm.calibration_note = g.calibration_note
         if g.lanes is not None:
             gm.lanes.SetInParent()  # present even when empty: "this graph labelled no lane"
             for lane, label in sorted(g.lanes.items()):
@@ -128,9 +164,9 @@ def to_proto(s: AnnotationSet):
 def from_proto(msg, path: str) -> AnnotationSet:
     if msg.magic != MAGIC:
         raise SidecarError(path, f"not an annotation sidecar (magic {msg.magic!r})")
-    if msg.version != VERSION:
-        raise SidecarError(path, f"sidecar version {msg.version} is not supported (this reader knows {VERSION}); "
-                                 "upgrade perfetto_graph_ann")
+    if msg.version not in READABLE_VERSIONS:
+        raise SidecarError(path, f"sidecar version {msg.version} is not supported (this reader knows "
+                                 f"{_known_versions()}); upgrade perfetto_graph_ann")
     graphs = []
     for gi, g in enumerate(msg.graphs):
         nodes = []
@@ -150,9 +186,16 @@ def from_proto(msg, path: str) -> AnnotationSet:
         glanes = types.MappingProxyType({ln.id: ln.label for ln in g.lanes.lanes}) if g.HasField("lanes") else None
         graphs.append(GraphRecord(exec_id=g.exec_id, nodes=tuple(nodes),
                                   template_id=g.template_id if g.HasField("template_id") else None,
-                                  device=g.device if g.HasField("device") else None, lanes=glanes))
+                                  device=g.device if g.HasField("device") else None, lanes=glanes,
+                                  name=g.name if g.HasField("name") else None,
+                                  calibration_note=g.calibration_note if g.HasField("calibration_note") else None))
     lanes = {ln.id: ln.label for ln in msg.lanes}
-    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), msg.backend or None, path)
+    capture = _identity_from_proto(msg.capture) if msg.HasField("capture") else None
+    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), msg.backend or None, path, capture)
+
+
+def _known_versions() -> str:
+    return ", ".join(map(str, READABLE_VERSIONS))
 
 
 def to_bytes(s: AnnotationSet) -> bytes:
@@ -223,10 +266,66 @@ def to_json(s: AnnotationSet) -> Dict[str, Any]:
             gd["device"] = g.device
         if g.lanes is not None:
             gd["lanes"] = {str(k): v for k, v in sorted(g.lanes.items())}
+        if g.name is not None:
+            gd["name"] = g.name
+        if g.calibration_note is not None:
+            gd["calibration_note"] = g.calibration_note
         gd["nodes"] = nodes
         graphs.append(gd)
-    return {"format": MAGIC, "version": VERSION, "producer": _producer(), "backend": s.backend,
-            "lanes": {str(k): v for k, v in sorted(s.lanes.items())}, "graphs": graphs}
+    doc: Dict[str, Any] = {"format": MAGIC, "version": VERSION, "producer": _producer(), "backend": s.backend}
+    if s.capture is not None:
+        doc["capture"] = _identity_to_json(s.capture)
+    doc["lanes"] = {str(k): v for k, v in sorted(s.lanes.items())}
+    doc["graphs"] = graphs
+    return doc
+
+
+def _identity_to_json(c: CaptureIdentity) -> Dict[str, Any]:
+    """``{"host", "pid", "process_start_ns", "devices": {"0": {"uuid", "name"}}, "torch_version", ...}``;
+    unknown fields are left out."""
+    out: Dict[str, Any] = {}
+    for f in ("host", "pid", "process_start_ns"):
+        if getattr(c, f) is not None:
+            out[f] = getattr(c, f)
+    devices: Dict[str, Dict[str, str]] = {}
+    for i in sorted(set(c.devices) | set(c.device_names)):
+        d = devices[str(i)] = {}
+        if i in c.devices:
+            d["uuid"] = c.devices[i]
+        if i in c.device_names:
+            d["name"] = c.device_names[i]
+    if devices:
+        out["devices"] = devices
+    for f in ("torch_version", "driver_version", "cuda_driver_version"):
+        if getattr(c, f) is not None:
+            out[f] = getattr(c, f)
+    return out
+
+
+def _identity_from_json(doc: Any, path: str) -> CaptureIdentity:
+    _want(isinstance(doc, dict), path, "'capture' must be an object")
+    for f in ("host", "torch_version", "driver_version"):
+        _want(doc.get(f) is None or isinstance(doc[f], str), path, f"capture.{f} must be a string, got {doc.get(f)!r}")
+    for f, bits in (("pid", 63), ("process_start_ns", 63), ("cuda_driver_version", 31)):
+        v = doc.get(f)
+        _want(v is None or (_is_int(v) and 0 <= v < 1 << bits), path,
+              f"capture.{f} must be a non-negative {bits + 1}-bit int, got {v!r}")
+    devs = doc.get("devices", {})
+    _want(isinstance(devs, dict), path, "capture.devices must be an object of device index -> {uuid, name}")
+    uuids: Dict[int, str] = {}
+    names: Dict[int, str] = {}
+    for k, d in devs.items():
+        _want(k.isascii() and k.isdigit() and int(k) < 1 << 32 and isinstance(d, dict)
+              and set(d) <= {"uuid", "name"} and all(isinstance(x, str) for x in d.values()), path,
+              f"capture.devices: bad entry {k!r}: {d!r} (expected a device index -> {{uuid, name}} strings)")
+        if "uuid" in d:
+            uuids[int(k)] = d["uuid"]
+        if "name" in d:
+            names[int(k)] = d["name"]
+    return CaptureIdentity(host=doc.get("host"), pid=doc.get("pid"), process_start_ns=doc.get("process_start_ns"),
+                           devices=types.MappingProxyType(uuids), device_names=types.MappingProxyType(names),
+                           torch_version=doc.get("torch_version"), driver_version=doc.get("driver_version"),
+                           cuda_driver_version=doc.get("cuda_driver_version"))
 
 
 def _is_int(v: Any) -> bool:
@@ -307,7 +406,8 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
                                             f"expected {MAGIC!r})")
     ver = doc.get("version")
     _want(_is_int(ver), path, f"'version' must be an int, got {ver!r}")
-    _want(ver == VERSION, path, f"sidecar version {ver} is not supported (this reader knows {VERSION}); upgrade perfetto_graph_ann")
+    _want(ver in READABLE_VERSIONS, path, f"sidecar version {ver} is not supported (this reader knows "
+                                          f"{_known_versions()}); upgrade perfetto_graph_ann")
     backend = doc.get("backend")
     _want(backend is None or isinstance(backend, str), path, f"'backend' must be a string, got {backend!r}")
     lanes = _json_lanes(doc.get("lanes", {}), path, "lanes")
@@ -348,8 +448,12 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
                                     stream=stream, ordinal=ordinal))
         glanes = g.get("lanes")
         glanes = None if glanes is None else types.MappingProxyType(_json_lanes(glanes, path, f"graph {gi} lanes"))
-        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device"), glanes))
-    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, path)
+        gname, note = g.get("name"), g.get("calibration_note")
+        _want(gname is None or isinstance(gname, str), path, f"graph {gi}: 'name' must be a string, got {gname!r}")
+        _want(note is None or isinstance(note, str), path, f"graph {gi}: 'calibration_note' must be a string, got {note!r}")
+        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device"), glanes, gname, note))
+    capture = _identity_from_json(doc["capture"], path) if doc.get("capture") is not None else None
+    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, path, capture)
 
 
 # ---- public API ----------------------------------------------------------------------
@@ -394,7 +498,10 @@ def _recorded() -> AnnotationSet:
                 merged.update(v)
             by_graph.setdefault(key >> 32, []).append(NodeRecord(key=key, annotation=merged))
         graphs = tuple(GraphRecord(g, tuple(sorted(ns, key=lambda n: n.key))) for g, ns in sorted(by_graph.items()))
-        return AnnotationSet(graphs, types.MappingProxyType(REGISTRY.lanes.snapshot()), backends.TORCH)
+        from .identity import capture_identity
+
+        return AnnotationSet(graphs, types.MappingProxyType(REGISTRY.lanes.snapshot()), backends.TORCH,
+                             capture=capture_identity())
     return REGISTRY.snapshot()
 
 
