@@ -19,21 +19,16 @@ Only *named* scopes are instances: a block whose fields are a ``stream`` lane al
 """
 from __future__ import annotations
 
-import dataclasses
 import types
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .annotations import ScopeInstance
+
+__all__ = ["ScopeInstance", "LANE_FIELDS", "is_named", "scope_label", "from_ranges", "from_members", "derive",
+           "graph_scopes", "path_of"]
+
 #: fields that place a node rather than name a range
 LANE_FIELDS = frozenset({"stream"})
-
-
-@dataclasses.dataclass(frozen=True)
-class ScopeInstance:
-    """One scope block of one capture: its own (unmerged) fields and enclosing instance."""
-
-    id: int  #: unique within its graph
-    fields: Mapping[str, Any]
-    parent: Optional[int] = None  #: id of the innermost enclosing instance, None at top level
 
 
 def is_named(fields: Mapping[str, Any]) -> bool:

@@ -5,6 +5,13 @@ scope instance (see :mod:`..capture.scope_instances`) in every replay, one range
 earliest start to the latest end of the GPU work captured inside it, across all lanes.
 Only events the join matched to a node count toward a scope, whichever strategy matched
 them; a replay whose graph the join could not tell is left out (no guessed name).
+
+Ambiguous matches (the structural join's equal-signature nodes) are trusted only as far
+as they cannot change a range: if every node the event could be has the same enclosing
+instances, it counts; otherwise the instances that differ between the candidates are
+not drawn for that replay (the two-branch block's identical GEMMs: ``left_projection``
+and ``right_projection`` are left out, ``combine`` is drawn). A match that is ambiguous
+because two graphs fit equally drops the whole replay's projection.
 """
 from __future__ import annotations
 
@@ -13,7 +20,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..capture.annotations import AnnotationSet
 from ..capture.scope_instances import graph_scopes, path_of, scope_label
-from .match import Match
+from ..capture.annotations import GPU_WORK_NODE_TYPES
+from .match import Match, signature
 from .replays import Replay
 
 REPLAY = "replay"
@@ -52,8 +60,7 @@ class GpuRange:
 
 def graph_name(graph: Any) -> str:
     """The graph's name (``pga.graph(g, name=...)``), else ``graph <exec id>``."""
-    name = getattr(graph, "name", None)
-    return name if name else f"graph {graph.exec_id}"
+    return graph.display_name
 
 
 def busy_ns(intervals: List[Tuple[int, int]]) -> int:
@@ -71,6 +78,23 @@ def busy_ns(intervals: List[Tuple[int, int]]) -> int:
     if cur_e is not None:
         total += cur_e - cur_s
     return total
+
+
+def _uncertain(events: Sequence[Any], matches: Mapping[int, Match], per_node: Mapping[int, Tuple[int, ...]],
+               groups: Mapping[Tuple, List[int]]) -> Optional[set]:
+    """Instances an ambiguous match could put a kernel in or out of; None when a match is
+    ambiguous between graphs (its node's signature is unique within the graph)."""
+    out: set = set()
+    for e in events:
+        m = matches.get(e.index)
+        if m is None or not m.ambiguous:
+            continue
+        cands = groups.get(signature(m.node, False), ())
+        if len(cands) <= 1:
+            return None
+        chains = [set(per_node.get(k, ())) for k in cands]
+        out |= set.union(*chains) - set.intersection(*chains)
+    return out
 
 
 def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_graph: Mapping[int, Optional[int]],
@@ -104,13 +128,22 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         cached = scope_cache.get(g.exec_id)
         if cached is None:
             instances, per_node = graph_scopes(g)
+            groups: Dict[Tuple, List[int]] = {}  # loose signature -> node keys, for ambiguous matches
+            for n in g.nodes:
+                if n.type in GPU_WORK_NODE_TYPES:
+                    groups.setdefault(signature(n, False), []).append(n.key)
             info = {}
             for iid in instances:
                 chain = path_of(instances, iid)
                 labels = [scope_label(s.fields) for s in chain]
                 info[iid] = (labels[-1], " / ".join(labels), len(chain) - 1)
-            cached = scope_cache[g.exec_id] = (instances, per_node, info)
-        instances, per_node, info = cached
+            cached = scope_cache[g.exec_id] = (instances, per_node, info, groups)
+        instances, per_node, info, groups = cached
+        uncertain = _uncertain(timed, matches, per_node, groups)
+        if uncertain is None:  # the graph itself was a tie: no name, no ranges
+            out.pop()
+            order -= 1
+            continue
         if not instances:
             continue
         acc: Dict[int, List[Tuple[int, int]]] = {}
@@ -119,6 +152,8 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             if m is None:
                 continue
             for iid in per_node.get(m.node.key, ()):
+                if iid in uncertain:
+                    continue
                 lst = acc.get(iid)
                 if lst is None:
                     lst = acc[iid] = []
