@@ -90,7 +90,7 @@ def test_fixture_scope_and_replay_slices_match_the_json(tmp_path, name, strategy
         assert s.name == f"graph {exec_id} #{r}" and s.args["graph id"] == exec_id
         assert d.track_name(s.track) == "graph replays"
 
-    got = {(s.args["replay"], s.args["scope"]): (s.ts, s.ts + s.dur, s.args["kernel count"])
+    got = {(s.args["replay"], s.name): (s.ts, s.ts + s.dur, s.args["kernel count"])
            for s in _by_cat(d, "gpu_scope")}
     if name == "two_branch" and strategy == "structural":
         # the two branches' GEMMs are identical: which is left and which right is a guess,
@@ -101,7 +101,7 @@ def test_fixture_scope_and_replay_slices_match_the_json(tmp_path, name, strategy
     assert got == scopes
     for s in _by_cat(d, "gpu_scope"):
         assert d.track_name(s.track) == "scopes"
-        assert s.args["span ns"] == s.dur and 0 < s.args["busy ns"] <= s.dur
+        assert s.args.get("scope path", s.name) == s.name and 0 < s.args["busy ns"] <= s.dur
 
 
 def test_replay_slices_have_a_flow_from_their_launch(tmp_path):
@@ -171,24 +171,21 @@ def test_synthetic_nested_scopes(tmp_path, strategy, graph_lanes):
     got_r = {(s.args["graph id"], s.args["replay"]): s for s in _by_cat(d, "graph_replay")}
     assert {k: (s.ts, s.ts + s.dur, s.args["kernel count"]) for k, s in got_r.items()} == replays
     for (g, r), s in got_r.items():
-        assert s.name == f"{names[g]} #{r}" and s.args["graph name"] == names[g]
+        assert s.name == f"{names[g]} #{r}"
 
     got = _by_cat(d, "gpu_scope")
     assert len(got) == 3 * layers * len(replays)  # layer, attn, mlp per layer and replay
-    assert {(s.args["graph id"], s.args["replay"], s.args["scope path"]): (s.ts, s.ts + s.dur, s.args["kernel count"])
+    assert {(s.args["graph id"], s.args["replay"], s.args.get("scope path", s.name)): (s.ts, s.ts + s.dur, s.args["kernel count"])
             for s in got} == scopes
     for s in got:
-        depth = s.args["scope path"].count(" / ")
-        assert s.args["scope depth"] == depth
-        assert s.name == (s.args["scope path"].split(" / ")[-1])
-        if depth == 0:
-            assert s.args["fields"] == {"name": "layer", "layer": int(s.name.split()[1])}
+        assert s.name == (s.args.get("scope path", s.name).split(" / ")[-1])
+        assert ("scope path" in s.args) == (s.name in ("attn", "mlp"))  # nested scopes carry their path
     # the attention kernels overlap on two streams: busy < span for attn, = sum for mlp's serial pair
     for s in got:
         if s.name == "attn":
             assert s.args["busy ns"] < sum(k.end - k.ts for k in truth if k.graph == s.args["graph id"]
                                            and k.replay == s.args["replay"] and k.part == "attn"
-                                           and f"layer {k.layer} / attn" == s.args["scope path"])
+                                           and f"layer {k.layer} / attn" == s.args.get("scope path", s.name))
 
 
 def test_synthetic_scopes_nest_in_trace_processor(tmp_path):
@@ -226,7 +223,7 @@ def test_derived_scopes_without_a_scope_table(tmp_path):
     for k in truth:
         exp[(k.graph, k.replay, f"{k.part} layer={k.layer}")].append((k.ts, k.end))
     assert got == {k: _span(v)[:2] for k, v in exp.items()}
-    assert all(s.args["scope depth"] == 0 for s in _by_cat(d, "gpu_scope"))
+    assert all(s.args.get("scope path", s.name) == s.name for s in _by_cat(d, "gpu_scope"))
 
 
 def test_no_annotations_no_projection(tmp_path):

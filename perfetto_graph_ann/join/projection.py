@@ -15,8 +15,7 @@ because two graphs fit equally drops the whole replay's projection.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..capture.annotations import AnnotationSet
 from ..capture.scope_instances import graph_scopes, path_of, scope_label
@@ -34,8 +33,7 @@ REPLAY_CATEGORY = "graph_replay"
 SCOPE_CATEGORY = "gpu_scope"
 
 
-@dataclasses.dataclass(frozen=True)
-class GpuRange:
+class GpuRange(NamedTuple):
     """One slice the writers add under ``GPU <device>``.
 
     ``track`` is the track name (``graph replays`` or ``scopes``); ``order`` sorts ranges with equal start and end so that a parent comes
@@ -64,8 +62,7 @@ def graph_name(graph: Any) -> str:
 
 
 def busy_ns(intervals: List[Tuple[int, int]]) -> int:
-    """Length of the union of ``(start, end)`` intervals (sorted here)."""
-    intervals.sort()
+    """Length of the union of ``(start, end)`` intervals, given sorted by start."""
     total = 0
     cur_s = cur_e = None
     for s, e in intervals:
@@ -97,78 +94,93 @@ def _uncertain(events: Sequence[Any], matches: Mapping[int, Match], per_node: Ma
     return out
 
 
+def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], List[Tuple[str, str, int]]]:
+    """Per graph, once: node key -> instance ids; loose signature -> node keys (for ambiguous
+    matches); per instance (label, path, depth), indexed by id order."""
+    instances, per_node = graph_scopes(g)
+    groups: Dict[Tuple, List[int]] = {}
+    for n in g.nodes:
+        if n.type in GPU_WORK_NODE_TYPES:
+            groups.setdefault(signature(n, False), []).append(n.key)
+    info = {}
+    for iid in instances:
+        chain = path_of(instances, iid)
+        labels = [scope_label(s.fields) for s in chain]
+        info[iid] = (labels[-1], " / ".join(labels), len(chain) - 1)
+    return per_node, groups, info
+
+
 def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_graph: Mapping[int, Optional[int]],
             replay_index: Mapping[int, int], annotations: AnnotationSet) -> List[GpuRange]:
-    """Replay and scope ranges of every joined replay, in replay order."""
+    """Replay and scope ranges of every joined replay, in replay order.
+
+    Replay args: graph id, replay, kernel count, busy ns, launch latency ns (the span is
+    the slice's duration, the graph's name its name, the device its track's). Scope args:
+    graph id, replay, scope path (nested scopes only: at the top level it is the name),
+    kernel count, busy ns. Few on purpose: there is one scope slice per scope and replay.
+    """
     graphs = {g.exec_id: g for g in annotations.graphs}
-    scope_cache: Dict[int, Tuple[Mapping, Dict, Dict[int, Tuple[str, str, int]]]] = {}
+    cache: Dict[int, Any] = {}
     out: List[GpuRange] = []
+    append = out.append
     order = 0
+    get_match = matches.get
     for r in replays:
         gid = replay_graph.get(r.correlation)
         g = graphs.get(gid) if gid is not None else None
-        timed = [e for e in r.events if e.ts_ns is not None]
-        if g is None or not timed or r.correlation not in replay_index:
+        if g is None or r.correlation not in replay_index:
+            continue
+        timed = [e for e in r.events if e.ts_ns is not None]  # sorted by start (find_replays)
+        if not timed:
+            continue
+        info = cache.get(gid)
+        if info is None:
+            info = cache[gid] = _graph_info(g)
+        per_node, groups, labels = info
+        ivs = []
+        acc: Dict[int, List[Tuple[int, int]]] = {}
+        ambiguous = []
+        for e in timed:
+            t0 = e.ts_ns
+            iv = (t0, t0 + (e.dur_ns or 0))
+            ivs.append(iv)
+            m = get_match(e.index)
+            if m is None:
+                continue
+            if m.ambiguous:
+                ambiguous.append(e)
+            for iid in per_node.get(m.node.key, ()):
+                lst = acc.get(iid)
+                if lst is None:
+                    acc[iid] = [iv]
+                else:
+                    lst.append(iv)
+        uncertain = _uncertain(ambiguous, matches, per_node, groups) if ambiguous else ()
+        if uncertain is None:  # the graph itself was a tie: no name, no ranges
             continue
         device = r.device if r.device is not None else 0
         idx = replay_index[r.correlation]
-        gname = graph_name(g)
-        ivs = [(e.ts_ns, e.ts_ns + (e.dur_ns or 0)) for e in timed]
-        start = min(s for s, _ in ivs)
-        end = max(e for _, e in ivs)
-        args: Dict[str, Any] = {"device": device, "graph id": g.exec_id, "graph name": gname, "replay": idx,
-                                "kernel count": len(timed), "busy ns": busy_ns(ivs), "span ns": end - start}
+        start = ivs[0][0]
+        end = max(b for _, b in ivs)
+        args: Dict[str, Any] = {"graph id": gid, "replay": idx, "kernel count": len(ivs), "busy ns": busy_ns(ivs)}
         launch = r.launch
         if launch is not None and launch.ts_ns is not None:
             args["launch latency ns"] = start - launch.ts_ns
-        out.append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{gname} #{idx}", args, order,
-                            launch.index if launch is not None else None))
+        append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{graph_name(g)} #{idx}", args, order,
+                        launch.index if launch is not None else None))
         order += 1
-
-        cached = scope_cache.get(g.exec_id)
-        if cached is None:
-            instances, per_node = graph_scopes(g)
-            groups: Dict[Tuple, List[int]] = {}  # loose signature -> node keys, for ambiguous matches
-            for n in g.nodes:
-                if n.type in GPU_WORK_NODE_TYPES:
-                    groups.setdefault(signature(n, False), []).append(n.key)
-            info = {}
-            for iid in instances:
-                chain = path_of(instances, iid)
-                labels = [scope_label(s.fields) for s in chain]
-                info[iid] = (labels[-1], " / ".join(labels), len(chain) - 1)
-            cached = scope_cache[g.exec_id] = (instances, per_node, info, groups)
-        instances, per_node, info, groups = cached
-        uncertain = _uncertain(timed, matches, per_node, groups)
-        if uncertain is None:  # the graph itself was a tie: no name, no ranges
-            out.pop()
-            order -= 1
-            continue
-        if not instances:
-            continue
-        acc: Dict[int, List[Tuple[int, int]]] = {}
-        for e in timed:
-            m = matches.get(e.index)
-            if m is None:
+        for iid in sorted(acc, key=lambda i: (labels[i][2], i)):  # parents (lower depth) first
+            if iid in uncertain:
                 continue
-            for iid in per_node.get(m.node.key, ()):
-                if iid in uncertain:
-                    continue
-                lst = acc.get(iid)
-                if lst is None:
-                    lst = acc[iid] = []
-                lst.append((e.ts_ns, e.ts_ns + (e.dur_ns or 0)))
-        for iid in sorted(acc, key=lambda i: (info[i][2], i)):  # parents (lower depth) first
             spans = acc[iid]
-            s = min(a for a, _ in spans)
+            s = spans[0][0]
             t = max(b for _, b in spans)
-            label, path, depth = info[iid]
-            sargs: Dict[str, Any] = {"device": device, "graph id": g.exec_id, "graph name": gname, "replay": idx,
-                                     "scope": label, "scope path": path, "scope depth": depth,
-                                     "kernel count": len(spans), "busy ns": busy_ns(spans), "span ns": t - s}
-            own = {k: v for k, v in instances[iid].fields.items()}
-            if own:
-                sargs["fields"] = own
-            out.append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, order))
+            label, path, depth = labels[iid]
+            sargs: Dict[str, Any] = {"graph id": gid, "replay": idx}
+            if depth:
+                sargs["scope path"] = path
+            sargs["kernel count"] = len(spans)
+            sargs["busy ns"] = busy_ns(spans)
+            append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, order))
             order += 1
     return out

@@ -8,9 +8,14 @@
 -- the earliest start to the latest end of the GPU work captured inside the
 -- scope, across all lanes; and one slice of category `graph_replay` per
 -- replay on the `graph replays` track. The numbers are read from the slices'
--- `debug.*` arguments, so nothing here depends on the track layout. Traces
--- without the projection (Chrome JSON, a conversion without annotations) give
--- empty tables.
+-- `debug.*` arguments, names and tracks: a replay slice is named
+-- `<graph name> #<replay>` and carries `graph id`, `replay`, `kernel count`,
+-- `busy ns` and `launch latency ns`; a scope slice is named by its label and
+-- carries `graph id`, `replay`, `scope path` (nested scopes only; at the top
+-- level the path is the name), `kernel count` and `busy ns`; a
+-- slice's duration is its span; the device is the `GPU N` track it is under.
+-- Traces without the projection (Chrome JSON, a conversion without
+-- annotations) give empty tables.
 --
 -- A scope is keyed across replays by its graph and its path, the labels of
 -- the instance and its enclosing scopes (`layer 3 / attn`): the same path in
@@ -18,19 +23,32 @@
 -- Percentiles are nearest-rank: the p-th percentile of n durations sorted
 -- ascending is the k-th with k = ceil(p * n / 100), as in `graph_ann.lanes`.
 
+-- The GPU index of each track under a `GPU N` root (the projection's tracks).
+CREATE PERFETTO TABLE _graph_ann_projection_track(
+  -- Track id.
+  track_id LONG,
+  -- GPU index, from the parent track's name `GPU N`.
+  device LONG
+) AS
+SELECT t.id AS track_id, CAST(SUBSTR(p.name, 5) AS INT) AS device
+FROM track AS t
+JOIN track AS p ON t.parent_id = p.id
+WHERE p.name GLOB 'GPU [0-9]*' AND t.name IN ('graph replays', 'scopes');
+
 -- Every projected graph replay.
 CREATE PERFETTO TABLE graph_ann_graph_replay(
   -- Slice id of the replay slice.
   id LONG,
   -- First GPU start of the replay.
   ts TIMESTAMP,
-  -- Last GPU end minus first GPU start.
+  -- Last GPU end minus first GPU start (the span).
   dur DURATION,
   -- GPU index.
   device LONG,
   -- Executable graph id.
   graph_id LONG,
-  -- Graph name (`pga.graph(g, name=...)`, else `graph <id>`).
+  -- Graph name (`pga.graph(g, name=...)`, else `graph <id>`): the slice name
+  -- without its ` #<replay>` suffix.
   graph_name STRING,
   -- 0-based replay index among the replays of the graph.
   replay LONG,
@@ -42,18 +60,31 @@ CREATE PERFETTO TABLE graph_ann_graph_replay(
   launch_latency DURATION
 ) AS
 SELECT
-  s.id,
-  s.ts,
-  s.dur,
-  EXTRACT_ARG(s.arg_set_id, 'debug.device') AS device,
-  EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
-  EXTRACT_ARG(s.arg_set_id, 'debug.graph name') AS graph_name,
-  EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
-  EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
-  EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur,
-  EXTRACT_ARG(s.arg_set_id, 'debug.launch latency ns') AS launch_latency
-FROM slice AS s
-WHERE s.category = 'graph_replay';
+  id,
+  ts,
+  dur,
+  (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = r.track_id) AS device,
+  graph_id,
+  SUBSTR(name, 1, LENGTH(name) - LENGTH(' #' || replay)) AS graph_name,
+  replay,
+  kernel_count,
+  busy_dur,
+  launch_latency
+FROM (
+  SELECT
+    s.id,
+    s.ts,
+    s.dur,
+    s.track_id,
+    s.name,
+    EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
+    EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
+    EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
+    EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur,
+    EXTRACT_ARG(s.arg_set_id, 'debug.launch latency ns') AS launch_latency
+  FROM slice AS s
+  WHERE s.category = 'graph_replay'
+) AS r;
 
 -- Every scope instance of every replay.
 CREATE PERFETTO TABLE graph_ann_scope_instance(
@@ -67,7 +98,7 @@ CREATE PERFETTO TABLE graph_ann_scope_instance(
   device LONG,
   -- Executable graph id.
   graph_id LONG,
-  -- Graph name.
+  -- Graph name (from the instance's replay slice).
   graph_name STRING,
   -- 0-based replay index among the replays of the graph.
   replay LONG,
@@ -83,20 +114,34 @@ CREATE PERFETTO TABLE graph_ann_scope_instance(
   busy_dur DURATION
 ) AS
 SELECT
-  s.id,
-  s.ts,
-  s.dur,
-  EXTRACT_ARG(s.arg_set_id, 'debug.device') AS device,
-  EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
-  EXTRACT_ARG(s.arg_set_id, 'debug.graph name') AS graph_name,
-  EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
-  EXTRACT_ARG(s.arg_set_id, 'debug.scope') AS scope,
-  EXTRACT_ARG(s.arg_set_id, 'debug.scope path') AS scope_path,
-  EXTRACT_ARG(s.arg_set_id, 'debug.scope depth') AS depth,
-  EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
-  EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur
-FROM slice AS s
-WHERE s.category = 'gpu_scope';
+  i.id,
+  i.ts,
+  i.dur,
+  COALESCE(r.device, (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = i.track_id)) AS device,
+  i.graph_id,
+  r.graph_name,
+  i.replay,
+  i.scope,
+  i.scope_path,
+  (LENGTH(i.scope_path) - LENGTH(REPLACE(i.scope_path, ' / ', ''))) / 3 AS depth,
+  i.kernel_count,
+  i.busy_dur
+FROM (
+  SELECT
+    s.id,
+    s.ts,
+    s.dur,
+    s.track_id,
+    s.name AS scope,
+    EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
+    EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
+    COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.scope path'), s.name) AS scope_path,
+    EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
+    EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur
+  FROM slice AS s
+  WHERE s.category = 'gpu_scope'
+) AS i
+LEFT JOIN graph_ann_graph_replay AS r USING (graph_id, replay);
 
 -- Scope instances with their rank among the instances of the same scope
 -- (graph and path), longest span first.

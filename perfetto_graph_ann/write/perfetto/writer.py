@@ -201,7 +201,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
 
     # 2b. the join's GPU projection: replay and scope ranges as slices after the input events
     ranges = layout.ranges if layout is not None else ()
-    base = len(events)
+    base = len(events)  # indices from here on are projected ranges
     if ranges:
         events = events + [_range_event(base + k, r) for k, r in enumerate(ranges)]
         kinds.extend([_BEGIN] * len(ranges))
@@ -302,10 +302,14 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 append(b"\x0a" + _ONE_BYTE[len(p)] + p)
         elif kind == _COUNTER:
             append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
-        elif kinds[i] == _BEGIN and not shape_strings:  # the usual slice: its own args as they are
+        elif kinds[i] == _BEGIN and not shape_strings and i < base:  # the usual slice: its own args as they are
             e = events[i]
             append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
                              terminating.get(i, no_flows)))
+        elif i >= base:  # a projected range: its own args, never worth the whole-args cache
+            e = events[i]
+            append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
+                             terminating.get(i, no_flows), cacheable=False))
         else:
             e = events[i]
             args = e.args
@@ -366,7 +370,7 @@ def _shapes_as_text(args: Dict) -> Dict:
 
 def _range_event(index: int, r: Any) -> TraceEvent:
     """A projected range (``join.projection.GpuRange``) as a complete event of its own."""
-    return TraceEvent(index, "X", r.category, r.name, r.device, r.track, r.ts, r.dur, dict(r.args))
+    return TraceEvent(index, "X", r.category, r.name, r.device, r.track, r.ts, r.dur, r.args)
 
 
 def _range_home(r: Any) -> Tuple:
