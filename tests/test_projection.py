@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Tuple
 
 import pytest
 
@@ -193,7 +193,7 @@ def test_synthetic_scopes_nest_in_trace_processor(tmp_path):
     from perfetto_graph_ann.query.session import open_trace
 
     src = tmp_path / "synth.json"
-    truth = scope_synth.write_trace(src, layers=2)
+    scope_synth.write_trace(src, layers=2)
     trace = read_trace(src)
     out = tmp_path / "s.pftrace"
     convert(trace, out, layout=join(trace, scope_synth.annotations(2, "exact")))
