@@ -231,3 +231,12 @@ def test_no_annotations_no_projection(tmp_path):
     trace = read_trace(fixture_trace(name))
     d = _written(tmp_path, trace, None)
     assert not _by_cat(d, "graph_replay") and not _by_cat(d, "gpu_scope")
+
+
+def test_projection_can_be_turned_off(tmp_path):
+    name = "two_branch"
+    trace = read_trace(fixture_trace(name))
+    layout = join(trace, read_capture_record(fixture_capture(name)), projection=False)
+    d = _written(tmp_path, trace, layout)
+    assert not _by_cat(d, "graph_replay") and not _by_cat(d, "gpu_scope")
+    assert not any(t.name in ("graph replays", "scopes") for t in d.tracks.values())

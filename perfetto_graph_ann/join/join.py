@@ -22,12 +22,13 @@ from .replays import Replay, find_replays
 from .structural import match_structural
 
 
-def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all") -> LaneLayout:
+def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all", projection: bool = True) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
 
     ``graph_lanes``: ``"all"`` moves graphed events to their annotated lane (else lane 7);
     ``"none"`` keeps the recorded streams and adds ``annotated_stream``. Events not
-    launched by a graph are left alone (no placement).
+    launched by a graph are left alone (no placement). ``projection``: also the replay and
+    scope ranges the Perfetto writer draws under each GPU (``LaneLayout.ranges``).
     """
     if graph_lanes not in GRAPH_LANES:
         raise ValueError(f"graph_lanes must be one of {GRAPH_LANES}, got {graph_lanes!r}")
@@ -85,7 +86,7 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
                                    else f"stream {lane}")
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
                       graph_lanes=graph_lanes,
-                      ranges=project(replays, matches, replay_graph, replay_index, annotations))
+                      ranges=project(replays, matches, replay_graph, replay_index, annotations) if projection else [])
 
 
 def _majority_graph(found: Dict[int, Match]) -> Optional[int]:
