@@ -240,3 +240,18 @@ def test_projection_can_be_turned_off(tmp_path):
     d = _written(tmp_path, trace, layout)
     assert not _by_cat(d, "graph_replay") and not _by_cat(d, "gpu_scope")
     assert not any(t.name in ("graph replays", "scopes") for t in d.tracks.values())
+
+
+def test_a_tie_between_graphs_draws_nothing():
+    """Two identical graphs (a recapture): the structural join cannot tell which replayed, so
+    no replay is named and no scope drawn, though every kernel still gets its lane."""
+    name = "seed_block_annotated"
+    trace = read_trace(fixture_trace(name))
+    g = strip_calibration(read_capture_record(fixture_capture(name))).graphs[0]
+    twin = dataclasses.replace(g, exec_id=g.exec_id + 100, name="twin", nodes=tuple(
+        dataclasses.replace(n, key=((g.exec_id + 100) << 32) | n.local_id) for n in g.nodes))
+    from perfetto_graph_ann.capture.annotations import AnnotationSet
+
+    layout = join(trace, AnnotationSet(graphs=(g, twin)))
+    assert layout.report.ambiguous == layout.report.graphed > 0
+    assert layout.ranges == []

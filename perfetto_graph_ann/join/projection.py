@@ -11,15 +11,16 @@ as they cannot change a range: if every node the event could be has the same enc
 instances, it counts; otherwise the instances that differ between the candidates are
 not drawn for that replay (the two-branch block's identical GEMMs: ``left_projection``
 and ``right_projection`` are left out, ``combine`` is drawn). A match that is ambiguous
-because two graphs fit equally drops the whole replay's projection.
+because two graphs fit equally drops the whole replay's projection; so does a replay whose
+every match is ambiguous when the set has several graphs (the join folds a tie between
+graphs into the matches' ambiguity, so the graph itself may be a guess).
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from ..capture.annotations import AnnotationSet
+from ..capture.annotations import GPU_WORK_NODE_TYPES, AnnotationSet
 from ..capture.scope_instances import graph_scopes, path_of, scope_label
-from ..capture.annotations import GPU_WORK_NODE_TYPES
 from .match import Match, signature
 from .replays import Replay
 
@@ -34,11 +35,12 @@ SCOPE_CATEGORY = "gpu_scope"
 
 
 class GpuRange(NamedTuple):
-    """One slice the writers add under ``GPU <device>``.
+    """One slice the Perfetto writer adds under ``GPU <device>``.
 
-    ``track`` is the track name (``graph replays`` or ``scopes``); ``order`` sorts ranges with equal start and end so that a parent comes
-    before its child; ``launch`` is the trace index of the replay's CPU launch (a flow
-    starts there), replays only.
+    ``track`` is the track name (``graph replays`` or ``scopes``); ``launch`` is the trace
+    index of the replay's CPU launch (a flow starts there), replays only. Ranges come in
+    replay order, each replay's scopes parents first: the writer keeps that order for ranges
+    with equal start and end, so a parent encloses its child.
     """
 
     kind: str
@@ -48,17 +50,11 @@ class GpuRange(NamedTuple):
     dur: int
     name: str
     args: Mapping[str, Any]
-    order: int = 0
     launch: Optional[int] = None
 
     @property
     def category(self) -> str:
         return REPLAY_CATEGORY if self.kind == REPLAY else SCOPE_CATEGORY
-
-
-def graph_name(graph: Any) -> str:
-    """The graph's name (``pga.graph(g, name=...)``), else ``graph <exec id>``."""
-    return graph.display_name
 
 
 def busy_ns(intervals: List[Tuple[int, int]]) -> int:
@@ -94,9 +90,9 @@ def _uncertain(events: Sequence[Any], matches: Mapping[int, Match], per_node: Ma
     return out
 
 
-def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], List[Tuple[str, str, int]]]:
+def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], Dict[int, Tuple[str, str, int]]]:
     """Per graph, once: node key -> instance ids; loose signature -> node keys (for ambiguous
-    matches); per instance (label, path, depth), indexed by id order."""
+    matches); instance id -> (label, path, depth)."""
     instances, per_node = graph_scopes(g)
     groups: Dict[Tuple, List[int]] = {}
     for n in g.nodes:
@@ -120,10 +116,10 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
     kernel count, busy ns. Few on purpose: there is one scope slice per scope and replay.
     """
     graphs = {g.exec_id: g for g in annotations.graphs}
+    several_graphs = len(graphs) > 1
     cache: Dict[int, Any] = {}
     out: List[GpuRange] = []
     append = out.append
-    order = 0
     get_match = matches.get
     for r in replays:
         gid = replay_graph.get(r.correlation)
@@ -140,6 +136,7 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         ivs = []
         acc: Dict[int, List[Tuple[int, int]]] = {}
         ambiguous = []
+        matched = 0
         for e in timed:
             t0 = e.ts_ns
             iv = (t0, t0 + (e.dur_ns or 0))
@@ -147,6 +144,7 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             m = get_match(e.index)
             if m is None:
                 continue
+            matched += 1
             if m.ambiguous:
                 ambiguous.append(e)
             for iid in per_node.get(m.node.key, ()):
@@ -156,8 +154,8 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
                 else:
                     lst.append(iv)
         uncertain = _uncertain(ambiguous, matches, per_node, groups) if ambiguous else ()
-        if uncertain is None:  # the graph itself was a tie: no name, no ranges
-            continue
+        if uncertain is None or (several_graphs and matched and len(ambiguous) == matched):
+            continue  # the graph itself may be a guess: no name, no ranges
         device = r.device if r.device is not None else 0
         idx = replay_index[r.correlation]
         start = ivs[0][0]
@@ -166,9 +164,8 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         launch = r.launch
         if launch is not None and launch.ts_ns is not None:
             args["launch latency ns"] = start - launch.ts_ns
-        append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{graph_name(g)} #{idx}", args, order,
+        append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
                         launch.index if launch is not None else None))
-        order += 1
         for iid in sorted(acc, key=lambda i: (labels[i][2], i)):  # parents (lower depth) first
             if iid in uncertain:
                 continue
@@ -181,6 +178,5 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
                 sargs["scope path"] = path
             sargs["kernel count"] = len(spans)
             sargs["busy ns"] = busy_ns(spans)
-            append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, order))
-            order += 1
+            append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs))
     return out
