@@ -149,3 +149,41 @@ def test_scope_labels():
     assert scope_label({"name": "attn", "head": 2, "stream": 61}) == "attn head=2"
     assert scope_label({"name": "mlp"}) == "mlp"
     assert scope_label({"phase": "fwd", "causal": True}) == "phase=fwd causal=true"
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    import sys
+
+    from test_capture_graph_api import fake_torch
+
+    from perfetto_graph_ann.capture import backends
+    from perfetto_graph_ann.capture.registry import REGISTRY
+
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    with backends.use(cuda):
+        yield cuda, sys.modules["torch"]
+    REGISTRY.clear()
+
+
+def test_pga_graph_name_reaches_the_record_and_the_sidecar(fake_cuda, tmp_path):
+    import perfetto_graph_ann as pga
+    from perfetto_graph_ann.capture.registry import REGISTRY
+
+    cuda, torch = fake_cuda
+    g = torch.cuda.CUDAGraph()
+    with pga.graph(g, calibrate=False, name="decode bs=16"):
+        with pga.mark_kernels({"name": "layer", "layer": 0}):
+            with pga.mark_kernels("attn"):
+                cuda.launch(STREAM, "qk")
+    rec = REGISTRY.get(g._pga_owner)
+    assert rec.name == "decode bs=16"
+    assert [dict(rec.scopes[i].fields) for i in rec.nodes[0].scopes] == [{"name": "layer", "layer": 0},
+                                                                          {"name": "attn"}]
+    path = tmp_path / "run.json"
+    save_annotations(path)
+    back = load_annotations(path).graphs[0]
+    assert back.name == "decode bs=16" and back.nodes[0].scopes == rec.nodes[0].scopes
+    with pytest.raises(TypeError, match="graph name must be a str"):
+        pga.graph(torch.cuda.CUDAGraph(), name=16)
