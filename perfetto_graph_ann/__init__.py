@@ -30,6 +30,7 @@ _LAZY = {
     "save_annotations": "capture.sidecar",
     "load_annotations": "capture.sidecar",
     "AnnotationSet": "capture.annotations",
+    "CaptureIdentity": "capture.annotations",
     # read / write (issue: converter)
     "read_trace": "read.kineto",
     "convert": "write.convert",

@@ -42,6 +42,20 @@ class SidecarError(InputError):
     """An annotation sidecar or capture record is corrupt, truncated or of an unknown version."""
 
 
+class AnnotationMismatchError(InputError):
+    """Annotations that do not belong to the trace they are joined with: captured by another
+    process (their capture identity disagrees with the trace's), or matching none of the
+    trace's graph replays. ``path`` is the annotation file, ``trace`` the trace;
+    ``differences`` says what differs. ``force=True`` / ``--force-annotations`` overrides it.
+    """
+
+    def __init__(self, path: Optional[PathLike], trace: Optional[PathLike], problem: str,
+                 differences: "tuple[str, ...]" = ()):
+        self.trace = os.fspath(trace) if trace is not None else None
+        self.differences = tuple(differences)
+        super().__init__(path, problem)
+
+
 class OutputError(PathError):
     """An output could not be written (disk full, permission, missing directory)."""
 

@@ -103,3 +103,19 @@ def allreduce_annotations() -> AnnotationSet:
                    annotation=dict(fields, stream=60)),
     )
     return AnnotationSet(graphs=(GraphRecord(exec_id=1, nodes=nodes),), lanes={60: "default_pg (all_reduce)"})
+
+
+def launch_pids(name: str) -> List[int]:
+    """The pids of the ``cudaGraphLaunch`` events of a fixture trace (the capturing process)."""
+    return sorted({e["pid"] for e in load_json(name)["traceEvents"]
+                   if e.get("ph") == "X" and e.get("name") == "cudaGraphLaunch"})
+
+
+def as_fixture_process(monkeypatch, name: str = "seed_block_annotated") -> None:
+    """Make this process's capture identity that of the process that recorded fixture ``name``,
+    for tests that capture here (fakes) and join with a recorded fixture trace."""
+    from perfetto_graph_ann.capture import identity
+    from perfetto_graph_ann.capture.annotations import CaptureIdentity
+
+    (pid,) = launch_pids(name)
+    monkeypatch.setattr(identity, "capture_identity", lambda: CaptureIdentity(host="fixture", pid=pid))

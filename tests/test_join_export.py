@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from join_expect import calibrated_expectation, fixture_capture, fixture_trace
+from join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.errors import GraphAnnError, OutputError
@@ -51,7 +51,8 @@ def test_export_chrome_json_with_given_annotations(tmp_path, as_path):
     assert layout.report.matched["calibrated"] == 70
 
 
-def test_export_uses_live_registry_by_default(tmp_path):
+def test_export_uses_live_registry_by_default(tmp_path, monkeypatch):
+    as_fixture_process(monkeypatch, "two_branch")
     ann = read_capture_record(fixture_capture("two_branch"))
     owner = object()
     REGISTRY.put(owner, ann.graphs[0])

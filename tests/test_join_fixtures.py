@@ -177,8 +177,12 @@ def test_allreduce_graph_restores_eager_collective_fields():
     assert sorted(p.args["replay"] for i, p in layout.placements.items() if i in nccl_idx) == [0, 1, 2, 3, 4]
 
 
-def test_cut_replay_falls_back_to_structural(seed):
-    """A replay missing its first kernel (profiling window cut) must not shift calibrated ordinals."""
+def test_cut_replay_stays_unlabelled(seed):
+    """A replay missing its first kernel (profiling window cut) must not shift calibrated ordinals,
+    and, matching the graph only in part, gets no structural labels either: it is left unlabelled
+    and counted with its reason."""
+    from perfetto_graph_ann.join.structural import REASON_COUNT
+
     trace, ann = seed
     expect = calibrated_expectation("seed_block_annotated")
     first_replay = sorted(i for i, x in expect.items() if x["replay"] == 0)
@@ -188,7 +192,11 @@ def test_cut_replay_falls_back_to_structural(seed):
     rest = [i for i in first_replay if i != dropped]
     for i in rest:
         p = layout.placements[i]
-        assert p.args["join"] == "structural"  # not calibrated: the stream count disagrees
-        assert p.lane == expect[i]["lane"] and p.args["name"] == expect[i]["scope"]
-    assert layout.report.matched["calibrated"] == 70 - len(first_replay)
-    assert layout.report.matched["structural"] == len(rest) and layout.report.unmatched == 0
+        assert "join" not in p.args and "name" not in p.args and p.lane == 7  # the default lane, no label
+    for i, x in expect.items():
+        if x["replay"] != 0:
+            assert layout.placements[i].args["join"] == "calibrated" and layout.placements[i].lane == x["lane"]
+    assert layout.report.matched == {"exact": 0, "calibrated": 70 - len(first_replay), "structural": 0}
+    assert layout.report.unmatched == len(rest)
+    assert layout.report.unmatched_replays == {REASON_COUNT: 1}
+    assert layout.report.unmatched_replay_events == {REASON_COUNT: len(rest)}

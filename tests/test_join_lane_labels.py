@@ -20,7 +20,7 @@ import types
 import pytest
 from capture_fakes import FakeCuda
 
-from join_expect import calibrated_expectation, fixture_capture, fixture_trace, load_capture
+from join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace, load_capture
 from perfetto_graph_ann import mark_kernels
 from perfetto_graph_ann.capture import api, backends
 from perfetto_graph_ann.capture import collectives as C
@@ -67,6 +67,7 @@ def process(monkeypatch):
     monkeypatch.setattr(api, "REGISTRY", reg)
     monkeypatch.setattr(C, "REGISTRY", reg)
     monkeypatch.setitem(sys.modules, "torch", fake_torch())
+    as_fixture_process(monkeypatch)  # the fixture traces' pid: the identity check passes
     return reg
 
 

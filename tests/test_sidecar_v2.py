@@ -10,6 +10,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfetto_graph_ann import load_annotations, save_annotations
 from perfetto_graph_ann.capture import sidecar_pb2
@@ -147,3 +149,25 @@ def test_registry_snapshot_carries_identity():
 
     snap = Registry().snapshot()
     assert snap.capture is not None and snap.capture.pid == os.getpid() and snap.capture == capture_identity()
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_idents = st.builds(
+    CaptureIdentity, host=st.none() | _text, pid=st.none() | st.integers(0, (1 << 63) - 1),
+    process_start_ns=st.none() | st.integers(0, (1 << 63) - 1),
+    devices=st.dictionaries(st.integers(0, (1 << 32) - 1), _text, max_size=3),
+    device_names=st.dictionaries(st.integers(0, (1 << 32) - 1), _text, max_size=3),
+    torch_version=st.none() | _text, driver_version=st.none() | _text,
+    cuda_driver_version=st.none() | st.integers(0, (1 << 31) - 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ident=_idents, name=st.none() | _text, note=st.none() | _text)
+def test_v2_fields_round_trip_any_value(tmp_path_factory, ident, name, note):
+    folder = tmp_path_factory.mktemp("rt")
+    s = AnnotationSet((GraphRecord(5, (NodeRecord(make_key(5, 0)),), name=name, calibration_note=note),),
+                      types.MappingProxyType({}), "cupti", capture=ident)
+    for file in ("a.pga", "a.json"):
+        back = load_annotations(save_annotations(folder / file, s))
+        assert back.capture == ident
+        assert (back.graphs[0].name, back.graphs[0].calibration_note) == (name, note)

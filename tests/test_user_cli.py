@@ -155,7 +155,9 @@ def test_errors_about_a_converted_json_trace_name_the_json_not_a_temp_file(trace
     monkeypatch.setenv("PERFETTO_GRAPH_ANN_TP_SHELL", str(src.parent / "no_such_shell"))
     assert main(["report", str(src), "-a", str(ann), "--engine", "native"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"perfetto-graph-ann report: error: {src}: ") and "pga-session-" not in err
+    # the join summary comes first (stderr), then the error naming the user's file
+    assert err.splitlines()[0].startswith("join: 70/70 ")
+    assert f"\nperfetto-graph-ann report: error: {src}: " in err and "pga-session-" not in err
     assert main(["lanes", str(src), "-a", str(ann), "--engine", "native"]) == 0
     out = capsys.readouterr().out
     assert f"(SQL lane summary skipped: {src}: " in out and "pga-session-" not in out
@@ -221,41 +223,57 @@ def _graphed_kernels(name) -> int:
                and e["args"].get("correlation") in launches)
 
 
-def test_annotations_that_match_nothing_are_warned_about(tmp_path, capsys):
-    """A sidecar saved before the capture (no graphs), or one from another run: the join
-    silently left every graphed kernel unplaced; now one warning line names the files."""
+def test_annotations_that_match_nothing_are_refused(tmp_path, capsys):
+    """A sidecar saved before the capture (no graphs), or one from another run: the join used
+    to leave every graphed kernel unplaced (or label a few structurally) with exit 0; now it is
+    an error naming both files, and nothing is written, unless --force-annotations."""
     from perfetto_graph_ann.capture.annotations import AnnotationSet
     from perfetto_graph_ann.capture.sidecar import save_annotations
 
     empty = save_annotations(tmp_path / "empty.json", AnnotationSet())
     src = fixture_trace("two_branch")
     n = _graphed_kernels("two_branch")
-    assert main(["convert", str(src), "--annotations", empty, "-o", str(tmp_path / "a.pftrace")]) == 0
+    out = tmp_path / "a.pftrace"
+    assert main(["convert", str(src), "--annotations", empty, "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"none of the {n} graph-launched GPU events" in err and empty in err
-    # a capture record of another graph: most events stay unmatched
+    assert err.startswith(f"perfetto-graph-ann convert: error: {empty}: ") and str(src) in err
+    assert f"match none of the 5 graph replays ({n} GPU events)" in err and "--force-annotations" in err
+    assert not out.exists()
+    # a capture record of another graph
     seed = fixture_trace("seed_block_annotated")
     other = str(fixture_capture("two_branch"))
-    assert main(["convert", str(seed), "--annotations", other, "-o", str(tmp_path / "b.pftrace")]) == 0
+    assert main(["convert", str(seed), "--annotations", other, "-o", str(tmp_path / "b.pftrace")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and re.search(rf"\b\d+ of the {_graphed_kernels('seed_block_annotated')} "
-                                              r"graph-launched GPU events", err) and other in err
-    # the right annotations: nothing to warn about
+    assert f"error: {other}: " in err and str(seed) in err and not (tmp_path / "b.pftrace").exists()
+    # forced: written, and the summary says what was overridden
+    assert main(["convert", str(seed), "--annotations", other, "-o", str(tmp_path / "b.pftrace"),
+                 "--force-annotations"]) == 0
+    err = capsys.readouterr().err
+    seed_n = _graphed_kernels("seed_block_annotated")
+    assert f"join: 0/{seed_n} GPU events of graph replays matched · {seed_n} unmatched" in err
+    assert "match none of the trace's graph replays; joined anyway" in err and (tmp_path / "b.pftrace").exists()
+    # the right annotations: the summary line and the one note about the unchecked identity
     assert main(["convert", str(src), "--annotations", str(fixture_capture("two_branch")),
                  "-o", str(tmp_path / "c.pftrace")]) == 0
-    assert capsys.readouterr().err == ""
-    assert main(["merge", str(src), "-a", empty, "-o", str(tmp_path / "m.pftrace")]) == 0
-    assert f"none of the {n} graph-launched GPU events" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines() == [
+        f"join: {n}/{n} GPU events of graph replays matched ({n} calibrated) · 0 unmatched · "
+        "annotations: two_branch.capture.json",
+        "note: two_branch.capture.json: no capture identity recorded (version-1 sidecar or capture record), "
+        "not checked against the trace"]
+    assert main(["merge", str(src), "-a", empty, "-o", str(tmp_path / "m.pftrace")]) == 2
+    assert f"match none of the 5 graph replays ({n} GPU events)" in capsys.readouterr().err
+    assert not (tmp_path / "m.pftrace").exists()
 
 
 @requires_portable
-def test_report_warns_about_annotations_that_match_nothing(tmp_path, capsys):
+def test_report_refuses_annotations_that_match_nothing(tmp_path, capsys):
     from perfetto_graph_ann.capture.annotations import AnnotationSet
     from perfetto_graph_ann.capture.sidecar import save_annotations
 
     empty = save_annotations(tmp_path / "empty.json", AnnotationSet())
-    assert main(["report", str(fixture_trace("two_branch")), "-a", empty, "-o", str(tmp_path / "r.txt")]) == 0
-    assert f"none of the {_graphed_kernels('two_branch')} graph-launched GPU events" in capsys.readouterr().err
+    assert main(["report", str(fixture_trace("two_branch")), "-a", empty, "-o", str(tmp_path / "r.txt")]) == 2
+    assert f"({_graphed_kernels('two_branch')} GPU events)" in capsys.readouterr().err
+    assert not (tmp_path / "r.txt").exists()
 
 
 def test_convert_takes_a_like_lanes_report_and_merge(trace, tmp_path):

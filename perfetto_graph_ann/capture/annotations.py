@@ -133,9 +133,6 @@ class CaptureIdentity:
     #: ``cuda_driver_version``.
     cuda_driver_version: Optional[int] = None
 
-    def is_empty(self) -> bool:
-        return self == CaptureIdentity()
-
 
 @dataclasses.dataclass(frozen=True)
 class AnnotationSet:
@@ -173,7 +170,8 @@ class AnnotationSet:
         """Union of several sets (e.g. one per sidecar); later lane labels win in ``lanes``.
 
         A graph without its own labels (old sidecar) gets its own set's ``lanes``, so it is
-        never named by another file's labels.
+        never named by another file's labels. ``capture`` is the first set's that has one;
+        the join checks each file's own identity (``join(..., sources=)``).
         """
         graphs: list = []
         lanes: Dict[int, str] = {}

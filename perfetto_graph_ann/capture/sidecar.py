@@ -615,7 +615,13 @@ def load_annotation_files(paths: Iterable[PathLike]) -> AnnotationSet:
     next to its capture record) is kept once: as two graphs every match would tie with its
     own duplicate and be flagged ambiguous. Graphs that differ in anything stay apart.
     """
-    sets = [load_annotations(p) for p in paths]
+    return merge_annotation_sets([load_annotations(p) for p in paths])
+
+
+def merge_annotation_sets(sets: Iterable[AnnotationSet]) -> AnnotationSet:
+    """:meth:`AnnotationSet.merge`, keeping a graph recorded identically in several sets once
+    (see :func:`load_annotation_files`); an empty set for no sets."""
+    sets = list(sets)
     if not sets:
         return AnnotationSet()
     merged = AnnotationSet.merge(sets)

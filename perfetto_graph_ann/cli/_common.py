@@ -14,6 +14,16 @@ from typing import Optional, Sequence
 ENGINES = ("auto", "native", "portable")
 
 
+#: ``--force-annotations`` help, the same on every command that joins.
+FORCE_HELP = ("join the annotations even if they do not belong to the trace (their capture identity "
+              "differs, or they match none of its graph replays); the join summary says what was overridden")
+
+
+def add_force_option(p: argparse.ArgumentParser) -> None:
+    """``--force-annotations`` on a command that joins."""
+    p.add_argument("--force-annotations", action="store_true", help=FORCE_HELP)
+
+
 def load_annotation_files(paths: Sequence[str]):
     """Merge the annotations of several files (sidecars or capture records)."""
     from ..capture.sidecar import load_annotation_files as load
@@ -21,19 +31,41 @@ def load_annotation_files(paths: Sequence[str]):
     return load(paths)
 
 
-def warn_unmatched(report, annotation_paths: Sequence[str], out=None) -> None:
-    """One warning line on stderr when annotations were given but graphed GPU work stayed
-    unmatched (a sidecar saved before the capture, or from another run): the join itself
-    only counts them, and they silently keep the default lane."""
-    if not annotation_paths or not report.graphed or not report.unmatched:
-        return
-    files = ", ".join(annotation_paths)
-    if report.unmatched == report.graphed:
-        what = f"none of the {report.graphed} graph-launched GPU events matched the annotations in {files} " \
-               "(are they from this run?)"
-    else:
-        what = f"{report.unmatched} of the {report.graphed} graph-launched GPU events matched no annotation in {files}"
-    print(f"warning: {what}", file=out or sys.stderr)
+def join_files(trace, paths: Sequence[str], graph_lanes: str = "all", force: bool = False):
+    """Join ``trace`` with the annotations of ``paths`` (merged; each file's identity checked).
+
+    Returns ``(layout, merged annotations)``. Raises
+    :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` (exit 2, nothing written)
+    for annotations that do not belong to the trace, unless ``force``.
+    """
+    from ..capture.sidecar import load_annotations, merge_annotation_sets
+    from ..join import join
+
+    sets = [load_annotations(p) for p in paths]
+    merged = merge_annotation_sets(sets)
+    return join(trace, merged, graph_lanes=graph_lanes, force=force, sources=sets), merged
+
+
+def read_and_join(trace_path: str, paths: Sequence[str], graph_lanes: str = "all", force: bool = False):
+    """A torch.profiler JSON trace and its layout: joined to ``paths`` (summary printed), else None."""
+    from ..read.kineto import read_trace
+
+    trace = read_trace(trace_path)
+    if not paths:
+        return trace, None
+    layout, _ = join_files(trace, paths, graph_lanes, force)
+    print_join_summary(layout.report)
+    return trace, layout
+
+
+def print_join_summary(report, file=None, prefix: str = "") -> None:
+    """The one join summary every joining command prints (on stderr, so stdout keeps only the
+    command's own output): one ``join:`` line, then ``warning:`` / ``note:`` lines."""
+    from ..join.summary import summary_lines
+
+    out = file or sys.stderr
+    for line in summary_lines(report):
+        print(f"{prefix}{line}", file=out)
 
 
 def write_output(text: str, output: Optional[str]) -> None:

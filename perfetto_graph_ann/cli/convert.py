@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._common import add_force_option
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -24,6 +26,7 @@ def register(sub) -> argparse.ArgumentParser:
                    help="annotation sidecar or capture record (repeatable); enables semantic lanes")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
                    help="with --annotations: move graphed kernels to their lanes (all) or keep streams (none)")
+    add_force_option(p)
     p.add_argument("--gzip", action="store_true", help="gzip the .pftrace output (also implied by a .gz name)")
     p.add_argument("--compact-args", action="store_true",
                    help="write record_shapes arrays (Input Dims, Input Strides, Input type, Concrete Inputs) "
@@ -46,18 +49,15 @@ def _run(args: argparse.Namespace) -> int:
     from ..util.names import is_json_name
     from ..write.convert import ConvertConfig, convert
     from ..util.atomic import refuse_input_as_output
-    from ._common import warn_unmatched
+    from ._common import join_files, print_join_summary
 
     refuse_input_as_output(args.output, [args.input, *args.annotations])
     trace = read_trace(args.input)
     layout = None
     if args.annotations:
-        from ..join.join import join
-        from ._common import load_annotation_files
-
-        layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
+        layout, _ = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
         if not args.quiet:
-            warn_unmatched(layout.report, args.annotations)
+            print_join_summary(layout.report)
     out = args.output
     if is_json_name(out):  # any case: convert() refuses a protobuf trace under such a name
         from ..write.chrome_json import write_chrome_json
@@ -72,10 +72,6 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"wrote {out}: {stats.slices} slices, {stats.instants} instants, {stats.counter_values} counter values, "
               f"{stats.flows} flows, {stats.tracks} tracks ({stats.spill_tracks} spill), {stats.bytes} bytes")
-        if layout is not None:
-            r = layout.report
-            print(f"join: {r.total} GPU events, {r.graphed} graphed, matched {r.matched}, "
-                  f"{r.ambiguous} ambiguous, {r.unmatched} unmatched")
         if stats.untimed:
             print(f"warning: {stats.untimed} events without ts could not be placed on the timeline", file=sys.stderr)
     return 0

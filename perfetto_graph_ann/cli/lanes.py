@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import ENGINES, load_annotation_files
+from ._common import ENGINES, add_force_option, join_files, print_join_summary
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def register(sub) -> argparse.ArgumentParser:
                    help="annotation sidecar or capture record (repeatable; merged)")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
                    help="all: move graphed kernels to their annotated lane (torch 2.15); none: keep streams")
+    add_force_option(p)
     p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary (needs a trace processor)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor for the SQL lane summary")
@@ -28,14 +29,14 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, out=None) -> int:
-    from ..join import join
     from ..join.summary import lane_table, report_table
     from ..read.kineto import read_trace
 
     out = out or sys.stdout
     trace = read_trace(args.trace)
-    annotations = load_annotation_files(args.annotations)
-    layout = join(trace, annotations, graph_lanes=args.graph_lanes)
+    layout, annotations = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
+    if args.annotations:
+        print_join_summary(layout.report)
     names = None
     if args.graph_lanes == "none":  # name the annotated lanes the table lists next to the streams
         from ..join.lanes import lane_graphs, lane_name

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._common import add_force_option
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="merge several ranks' traces into one .pftrace",
@@ -16,8 +18,10 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("traces", nargs="+", metavar="TRACE", help="torch.profiler trace of one rank (.json / .json.gz)")
     p.add_argument("-o", "--output", required=True, help="merged .pftrace (or .pftrace.gz) to write")
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
-                   help="annotation sidecar / capture record: once for every rank, or once per trace in order")
+                   help="annotation sidecar / capture record: once per trace in order, or once for every rank "
+                   "(only files without a capture identity: each rank is its own process)")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all")
+    add_force_option(p)
     p.add_argument("--gzip", action="store_true", help="gzip the output (also implied by a .gz name)")
     p.set_defaults(func=run)
     return p
@@ -27,7 +31,7 @@ def run(args: argparse.Namespace, out=None) -> int:
     from ..errors import InputError
     from ..write.merge import merge
     from ..util.atomic import refuse_input_as_output
-    from ._common import load_annotation_files, warn_unmatched
+    from ._common import load_annotation_files, print_join_summary
 
     out = out or sys.stdout
     refuse_input_as_output(args.output, [*args.traces, *args.annotations])  # merge() checks a JSON name
@@ -43,15 +47,12 @@ def run(args: argparse.Namespace, out=None) -> int:
         raise InputError(args.annotations[0], f"--annotations given {len(args.annotations)} times for {n} traces: "
                                               "give it once (all ranks) or once per trace")
     report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes,
-                   gzip=True if args.gzip else None)
-    for i, (rank, path) in enumerate(zip(report.ranks, args.traces)):
+                   gzip=True if args.gzip else None, force=args.force_annotations)
+    for rank, path in zip(report.ranks, args.traces):
         shift = report.shifts_ns[rank]
         print(f"rank {rank}: {path} (clock shift {shift} ns)", file=out)
         layout = report.layouts.get(rank)
         if layout is not None:
-            r = layout.report
-            print(f"  join: {r.total} GPU events, {r.graphed} graphed, matched {r.matched}, "
-                  f"{r.ambiguous} ambiguous, {r.unmatched} unmatched", file=out)
-            warn_unmatched(r, args.annotations if len(args.annotations) == 1 else [args.annotations[i]])
+            print_join_summary(layout.report, prefix=f"rank {rank}: ")
     print(f"wrote {args.output}", file=out)
     return 0

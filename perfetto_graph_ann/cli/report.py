@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Dict, List, Tuple
 
-from ._common import ENGINES, load_annotation_files, positive_int, write_output
+from ._common import ENGINES, add_force_option, positive_int, read_and_join, write_output
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -50,6 +50,7 @@ def register(sub) -> argparse.ArgumentParser:
                    help="for a JSON trace: annotation sidecar or capture record to join (repeatable)")
     p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
                    help="for a JSON trace with --annotations: lane policy of the join (default: all)")
+    add_force_option(p)
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="table: readable (times in µs, ratios in %%); csv / json: every column, raw units (ns)")
@@ -173,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
     if is_json_trace(args.trace):
-        session = open_converted(*_read_and_join(args), engine=args.engine)
+        session = open_converted(*read_and_join(args.trace, args.annotations, args.graph_lanes,
+                                                args.force_annotations), engine=args.engine)
     else:
         if args.annotations:
             print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
@@ -185,18 +187,3 @@ def run(args: argparse.Namespace) -> int:
         text = f"{args.trace}\n\n{text}"
     write_output(text, args.output)
     return 0
-
-
-def _read_and_join(args: argparse.Namespace):
-    """A torch.profiler JSON trace and its layout (joined to --annotations, if any; else None)."""
-    from ..read.kineto import read_trace
-
-    trace = read_trace(args.trace)
-    if not args.annotations:
-        return trace, None
-    from ..join import join
-    from ._common import warn_unmatched
-
-    layout = join(trace, load_annotation_files(args.annotations), graph_lanes=args.graph_lanes)
-    warn_unmatched(layout.report, args.annotations)
-    return trace, layout

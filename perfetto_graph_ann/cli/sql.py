@@ -2,12 +2,13 @@
 
 The ``graph_ann`` package is registered, so ``INCLUDE PERFETTO MODULE graph_ann.<module>;``
 works in the query. Output: an aligned table (default), CSV or JSON (a list of row objects).
+A torch.profiler JSON trace given with ``--annotations`` is joined to them first (as ``report``).
 """
 from __future__ import annotations
 
 import argparse
 
-from ._common import ENGINES, positive_seconds, write_output
+from ._common import ENGINES, add_force_option, positive_seconds, read_and_join, write_output
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -23,6 +24,11 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=ENGINES, default="auto", help="trace processor to use (default: auto)")
     p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S", help="stop the query after S seconds")
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
+    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
+                   help="for a JSON trace: annotation sidecar or capture record to join first (repeatable)")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
+                   help="for a JSON trace with --annotations: lane policy of the join (default: all)")
+    add_force_option(p)
     p.set_defaults(func=run)
     return p
 
@@ -55,14 +61,24 @@ def _table(df) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..query.engine import EngineConfig
-    from ..query.session import open_trace
-    from ..util.atomic import refuse_input_as_output
+    import sys
 
-    refuse_input_as_output(args.output, [args.trace])
+    from ..query.engine import EngineConfig
+    from ..query.session import open_converted, open_trace
+    from ..util.atomic import refuse_input_as_output
+    from .report import is_json_trace
+
+    refuse_input_as_output(args.output, [args.trace, *args.annotations])
     config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
-    with open_trace(args.trace, engine=args.engine, config=config) as session:
-        df = session.query(args.sql).df()
+    if args.annotations and is_json_trace(args.trace):
+        session = open_converted(*read_and_join(args.trace, args.annotations, args.graph_lanes,
+                                                args.force_annotations), engine=args.engine, config=config)
+    else:
+        if args.annotations:
+            print("perfetto-graph-ann sql: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
+        session = open_trace(args.trace, engine=args.engine, config=config)
+    with session as s:
+        df = s.query(args.sql).df()
     text = format_frame(df, args.format)
     write_output(text, args.output)
     return 0

@@ -4,14 +4,22 @@ Each replay is joined with the best strategy its data allows, event by event: ex
 (``graph node id`` args), then calibrated (stream + ordinal), then structural (name,
 grid, block, order). Later strategies only see events the earlier ones left, and only
 the graph an earlier strategy chose for that replay.
+
+Before anything is matched, each annotation file's capture identity is compared with the
+trace (``join/identity.py``); afterwards, annotations that matched none of the trace's
+graph replays are refused too. Both raise
+:class:`~perfetto_graph_ann.errors.AnnotationMismatchError` unless ``force``, and the
+report records what was overridden.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from ..capture.annotations import AnnotationSet
+from ..errors import AnnotationMismatchError
 from ..read.model import KinetoTrace
+from . import identity
 from .calibrated import match_calibrated
 from .exact import match_exact
 from .lanes import GRAPH_LANES, lane_graphs, lane_name, placement
@@ -22,20 +30,78 @@ from .replays import Replay, find_replays
 from .structural import match_structural
 
 
-def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all", projection: bool = True) -> LaneLayout:
+IN_MEMORY = "(annotations in memory)"
+
+
+def _name(s: AnnotationSet) -> str:
+    return s.source or IN_MEMORY
+
+
+def _check_identities(trace: KinetoTrace, sources: Sequence[AnnotationSet], force: bool, report: JoinReport) -> None:
+    for src in sources:
+        if not src.graphs:
+            continue
+        name = _name(src)
+        if src.capture is None:
+            report.identity_missing.append(name)
+            continue
+        diffs = identity.differences(src.capture, trace)
+        if not diffs:
+            report.identity_checked[name] = identity.compared_fields(src.capture, trace)
+        elif force:
+            report.identity_overridden[name] = diffs
+        else:
+            raise AnnotationMismatchError(
+                src.source, trace.path,
+                f"these annotations were captured by another process than the one that recorded {trace.path} "
+                f"({'; '.join(diffs)}): their graph ids name other graphs. Pass --force-annotations (CLI) "
+                "or force=True (Python) to join them anyway", diffs)
+
+
+def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Sequence[AnnotationSet],
+                     replays: List[Replay], force: bool, report: JoinReport) -> None:
+    """Annotations read from a file, or holding graphs, that match none of the trace's graph
+    replays belong to another run (or were saved before the capture). An in-memory set without
+    graphs (nothing captured in this process) labels nothing and is not an error."""
+    from_file = any(s.source for s in sources)
+    if not (annotations.graphs or from_file) or not report.graphed or sum(report.matched.values()):
+        return
+    if force:
+        report.no_match_overridden = True
+        return
+    why = "; ".join(f"{n} replay{'s' if n != 1 else ''}: {r}" for r, n in sorted(report.unmatched_replays.items()))
+    files = ", ".join(_name(s) for s in sources if s.graphs or s.source) or _name(annotations)
+    raise AnnotationMismatchError(
+        files, trace.path,
+        f"these annotations match none of the {len(replays)} graph replays ({report.graphed} GPU events) in "
+        f"{trace.path} ({why}): they are from another run or program. Pass --force-annotations (CLI) or "
+        "force=True (Python) to join them anyway", tuple(report.unmatched_replays))
+
+
+def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all", force: bool = False,
+         sources: Optional[Sequence[AnnotationSet]] = None, projection: bool = True) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
 
     ``graph_lanes``: ``"all"`` moves graphed events to their annotated lane (else lane 7);
     ``"none"`` keeps the recorded streams and adds ``annotated_stream``. Events not
     launched by a graph are left alone (no placement). ``projection``: also the replay and
     scope ranges the Perfetto writer draws under each GPU (``LaneLayout.ranges``).
+
+    Raises :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` when an annotation
+    file's capture identity disagrees with the trace, or when annotations with graphs match
+    none of the trace's graph replays; ``force=True`` joins anyway and the report says what
+    was overridden. ``sources``: the sets ``annotations`` was merged from (one per file), so
+    each file's identity is checked; default ``[annotations]``.
     """
     if graph_lanes not in GRAPH_LANES:
         raise ValueError(f"graph_lanes must be one of {GRAPH_LANES}, got {graph_lanes!r}")
+    sources = list(sources) if sources is not None else [annotations]
+    report = JoinReport(total=sum(1 for e in trace.events if e.is_gpu_work))
+    report.annotation_files = [s.source for s in sources if s.source]
+    _check_identities(trace, sources, force, report)
     replays = find_replays(trace)
     nodes_by_key = annotations.nodes_by_key()
     graphs = annotations.graphs
-    report = JoinReport(total=sum(1 for e in trace.events if e.is_gpu_work))
     report.graphed = sum(len(r.events) for r in replays)
 
     matches: Dict[int, Match] = {}
@@ -51,9 +117,16 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
             pending = [i for i in pending if i not in cal]
         if pending:
             used = {m.node.key for m in found.values()}
-            st, g = match_structural(r, graphs, pending, only_graph=chosen, used_keys=used)
+            st, g, why = match_structural(r, graphs, pending, only_graph=chosen, used_keys=used)
             found.update(st)
             chosen = chosen if chosen is not None else g
+            if why:
+                report.unmatched_replays[why] = report.unmatched_replays.get(why, 0) + 1
+                report.unmatched_replay_events[why] = report.unmatched_replay_events.get(why, 0) + len(pending)
+            elif st:
+                gr = annotations.graph(g) if g is not None else None
+                if gr is not None and gr.calibration_note:
+                    report.calibration_notes[gr.display_name] = gr.calibration_note
         matches.update(found)
         replay_graph[r.correlation] = chosen
 
@@ -69,6 +142,7 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
             else:
                 report.matched[m.strategy] += 1
                 report.ambiguous += int(m.ambiguous)
+    _refuse_no_match(trace, annotations, sources, replays, force, report)
 
     lane_names = {}
     if graph_lanes == "all":

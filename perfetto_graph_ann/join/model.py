@@ -42,6 +42,22 @@ class JoinReport:
     matched: Dict[str, int] = dataclasses.field(default_factory=lambda: {s: 0 for s in STRATEGIES})
     ambiguous: int = 0  #: of the matched, those flagged ambiguous (several candidate nodes or graphs)
     unmatched: int = 0  #: graphed events no strategy could place
+    #: The annotation files joined (``AnnotationSet.source`` of each; empty for in-memory sets).
+    annotation_files: List[str] = dataclasses.field(default_factory=list)
+    #: Files whose capture identity was compared with the trace and agreed -> fields compared.
+    identity_checked: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+    #: Files without a capture identity (version-1 sidecars, capture records): not checked.
+    identity_missing: List[str] = dataclasses.field(default_factory=list)
+    #: Files whose identity disagreed with the trace but were used anyway (``force``) -> what differed.
+    identity_overridden: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+    #: The annotations matched none of the trace's graph replays and were used anyway (``force``).
+    no_match_overridden: bool = False
+    #: Replays whose leftover events no graph completed (left unlabelled): reason -> replays.
+    unmatched_replays: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Events of those replays left unlabelled: reason -> events.
+    unmatched_replay_events: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Graphs matched structurally that carry a calibration note: display name -> note.
+    calibration_notes: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

@@ -6,6 +6,12 @@ kernel name, grid and block, first by the full demangled name, then by the base 
 takes the k-th node (capture order). Whenever more than one node shares the signature,
 start order across concurrent branches is not guaranteed, so every such match is marked
 ambiguous rather than trusted (e.g. the two identical GEMMs of the two-branch block).
+
+Only whole replays are labelled: the replay's events left by the better strategies must
+pair one to one with the graph's GPU-work nodes they left (same count, names, grids and
+blocks; the same stream wherever the graph recorded one). A replay that matches no graph
+that completely (cut by the profiling window, another graph, annotations of another run)
+keeps no structural label, and :func:`match_structural` says why.
 """
 from __future__ import annotations
 
@@ -15,8 +21,14 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from ..capture.annotations import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import STRUCTURAL
 from ..read.model import TraceEvent
-from .match import Match, best_graph, signature
+from .match import Match, best_graph, device_ok, signature
 from .replays import Replay
+
+#: Why a replay kept no structural label (JoinReport.unmatched_replays keys).
+REASON_NO_GRAPHS = "no annotated graph"
+REASON_COUNT = "its GPU work count matches no annotated graph (cut by the profiling window, or another graph)"
+REASON_SIGNATURES = "kernel names, grids or blocks differ from every annotated graph of that size"
+REASON_STREAMS = "its streams differ from the graph's calibration"
 
 
 def _pair(events: Sequence[TraceEvent], nodes: Sequence[NodeRecord], strict: bool) -> List[Tuple[TraceEvent, NodeRecord, bool]]:
@@ -37,8 +49,11 @@ def _pair(events: Sequence[TraceEvent], nodes: Sequence[NodeRecord], strict: boo
     return out
 
 
-def _match_graph(events: Sequence[TraceEvent], graph: GraphRecord, used: Set[int]) -> Dict[int, Tuple[NodeRecord, bool]]:
-    nodes = [n for n in graph.nodes if n.type in GPU_WORK_NODE_TYPES and n.key not in used]
+def _gpu_nodes(graph: GraphRecord, used: Set[int]) -> List[NodeRecord]:
+    return [n for n in graph.nodes if n.type in GPU_WORK_NODE_TYPES and n.key not in used]
+
+
+def _match_graph(events: Sequence[TraceEvent], nodes: Sequence[NodeRecord]) -> Dict[int, Tuple[NodeRecord, bool]]:
     found: Dict[int, Tuple[NodeRecord, bool]] = {}
     for strict in (True, False):
         rest_e = [e for e in events if e.index not in found]
@@ -51,14 +66,53 @@ def _match_graph(events: Sequence[TraceEvent], graph: GraphRecord, used: Set[int
     return found
 
 
-def match_structural(replay: Replay, graphs: Iterable[GraphRecord], pending: Sequence[int],
-                     only_graph: Optional[int] = None, used_keys: Iterable[int] = ()) -> Tuple[Dict[int, Match], Optional[int]]:
-    """Match the ``pending`` event indices of ``replay``; returns matches and the chosen graph id.
+def _streams_agree(events: Sequence[TraceEvent], found: Dict[int, Tuple[NodeRecord, bool]]) -> bool:
+    """Every event runs on the stream its node was calibrated on, where the node has one."""
+    return all(found[e.index][0].stream is None or e.stream is None or found[e.index][0].stream == e.stream
+               for e in events)
 
-    ``used_keys``: nodes already taken in this replay by a better strategy.
+
+def _complete(events: Sequence[TraceEvent], graph: GraphRecord, used: Set[int]) -> Tuple[Dict[int, Tuple[NodeRecord, bool]], str]:
+    """The graph's pairing of ``events`` when it covers them and its remaining nodes one to one
+    (else {}), and, when it does not, the reason."""
+    nodes = _gpu_nodes(graph, used)
+    if len(nodes) != len(events):
+        return {}, REASON_COUNT
+    found = _match_graph(events, nodes)
+    if len(found) != len(events):
+        return {}, REASON_SIGNATURES
+    if not _streams_agree(events, found):
+        return {}, REASON_STREAMS
+    return found, ""
+
+
+def match_structural(replay: Replay, graphs: Iterable[GraphRecord], pending: Sequence[int],
+                     only_graph: Optional[int] = None,
+                     used_keys: Iterable[int] = ()) -> Tuple[Dict[int, Match], Optional[int], Optional[str]]:
+    """Match the ``pending`` event indices of ``replay`` to a graph that they complete.
+
+    ``used_keys``: nodes already taken in this replay by a better strategy. Returns the
+    matches, the chosen graph id and, when no graph was complete, the reason (the closest
+    failure over the graphs tried: a signature or stream disagreement of a graph of the right
+    size before a count mismatch).
     """
+    graphs = [g for g in graphs if (only_graph is None or g.exec_id == only_graph)
+              and device_ok(g.device, replay.device)]
+    if not graphs:
+        return {}, None, REASON_NO_GRAPHS
     pending_set = set(pending)
     events = [e for e in replay.events if e.index in pending_set]
     used = set(used_keys)
-    found, exec_id, graph_tie = best_graph(replay, graphs, only_graph, lambda g: _match_graph(events, g, used))
-    return {i: Match(n, STRUCTURAL, amb or graph_tie) for i, (n, amb) in found.items()}, exec_id
+    reasons: List[str] = []
+
+    def complete(g: GraphRecord) -> Dict[int, Tuple[NodeRecord, bool]]:
+        found, why = _complete(events, g, used)
+        if why:
+            reasons.append(why)
+        return found
+
+    found, exec_id, graph_tie = best_graph(replay, graphs, None, complete)
+    if not found:
+        order = (REASON_STREAMS, REASON_SIGNATURES, REASON_COUNT)
+        return {}, None, min(reasons, key=order.index) if reasons else REASON_NO_GRAPHS
+    return {i: Match(n, STRUCTURAL, amb or graph_tie) for i, (n, amb) in found.items()}, exec_id, None

@@ -5,13 +5,14 @@ trace with and without annotations), as a pandas DataFrame.
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 
 from ..read.model import KinetoTrace
-from .model import LaneLayout, lane_key
+from .model import STRATEGIES, JoinReport, LaneLayout, lane_key
 
 COLUMNS = ["device", "lane", "name", "before", "after"]
 
@@ -67,3 +68,51 @@ def report_table(layout: LaneLayout) -> pd.DataFrame:
     rows += [(f"matched {s}", n) for s, n in r.matched.items()]
     rows += [("ambiguous (of matched)", r.ambiguous), ("unmatched", r.unmatched)]
     return pd.DataFrame(rows, columns=["join", "events"])
+
+
+def _files(paths: List[str]) -> str:
+    return ", ".join(os.path.basename(p) or p for p in paths)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def summary_line(report: JoinReport) -> str:
+    """The join in one line, e.g. ``join: 70/70 GPU events of graph replays matched (70 calibrated)
+    · 0 unmatched · annotations: seed_block_annotated.capture.json``."""
+    files = f" · annotations: {_files(report.annotation_files)}" if report.annotation_files else ""
+    if not report.graphed:
+        return f"join: no GPU events launched by a graph in this trace ({report.total} GPU events){files}"
+    matched = sum(report.matched.values())
+    parts = ", ".join(f"{report.matched[s]} {s}" for s in STRATEGIES if report.matched.get(s))
+    ambiguous = f" · {report.ambiguous} ambiguous" if report.ambiguous else ""
+    return (f"join: {matched}/{report.graphed} GPU events of graph replays matched"
+            f"{f' ({parts})' if parts else ''}{ambiguous} · {report.unmatched} unmatched{files}")
+
+
+def warning_lines(report: JoinReport) -> List[str]:
+    """What the user must know about a join besides its counts, one line each (without a
+    ``warning:`` / ``note:`` prefix, which :func:`summary_lines` adds)."""
+    out: List[Tuple[str, str]] = []
+    for path, diffs in report.identity_overridden.items():
+        out.append(("warning", f"{_files([path])} was captured by another process than the trace's "
+                               f"({'; '.join(diffs)}); joined anyway (identity check overridden)"))
+    if report.no_match_overridden:
+        out.append(("warning", f"the annotations match none of the trace's graph replays; joined anyway "
+                               "(check overridden): no event is labelled"))
+    for reason, n in sorted(report.unmatched_replays.items()):
+        events = report.unmatched_replay_events.get(reason, 0)
+        out.append(("warning", f"{_plural(n, 'graph replay')} ({_plural(events, 'GPU event')}) left unlabelled: "
+                               f"{reason}"))
+    for graph, note in sorted(report.calibration_notes.items()):
+        out.append(("warning", f"{graph} was matched structurally, without calibration: {note}"))
+    if report.identity_missing:
+        out.append(("note", f"{_files(report.identity_missing)}: no capture identity recorded (version-1 sidecar "
+                            "or capture record), not checked against the trace"))
+    return [f"{kind}: {text}" for kind, text in out]
+
+
+def summary_lines(report: JoinReport) -> List[str]:
+    """:func:`summary_line` then :func:`warning_lines`: what every joining command prints."""
+    return [summary_line(report)] + warning_lines(report)

@@ -68,7 +68,8 @@ def chrome_trace_bytes(prof) -> bytes:
     return data
 
 
-def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "all") -> LaneLayout:
+def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "all",
+           force: bool = False) -> LaneLayout:
     """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args; returns the layout.
 
     ``annotations``: an :class:`AnnotationSet`, a sidecar / capture-record path, or None for
@@ -76,6 +77,9 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
     gives annotated Chrome JSON, anything else a ``.pftrace``. The output is written
     atomically; its join report is ``layout.report``. May be called several times on one
     profile (e.g. once per format): the profiler's trace is exported once and reused.
+    Annotations that do not belong to the profile (another process's sidecar, or ones that
+    match none of its graph replays) raise ``AnnotationMismatchError`` and nothing is
+    written, unless ``force=True`` (the report then says what was overridden).
     """
     from ..join import join
     from ..read.kineto import parse_trace_bytes
@@ -86,7 +90,7 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         raise OutputError(out, f"output folder {folder} does not exist")
     ann = _annotations(annotations)
     trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
-    layout = join(trace, ann, graph_lanes=graph_lanes)
+    layout = join(trace, ann, graph_lanes=graph_lanes, force=force)
     from ..util.names import is_json_name
 
     if is_json_name(out):

@@ -203,13 +203,15 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
 
 
 def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Sequence[Optional[AnnotationSet]]] = None,
-          graph_lanes: str = "all", gzip: Optional[bool] = None) -> MergeReport:
+          graph_lanes: str = "all", gzip: Optional[bool] = None, force: bool = False) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
     ``annotations``: None, or one entry per trace (None where a rank has none). The rank
     is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
     as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``;
     an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
+    Annotations that do not belong to their rank's trace raise ``AnnotationMismatchError``
+    before anything is written, unless ``force`` (see :func:`~perfetto_graph_ann.join.join`).
     """
     from ..join import join
     from ..read.kineto import read_trace
@@ -233,7 +235,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
                 if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
                     raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
                 ann = annotations[i] if annotations is not None else None
-                layout = join(trace, ann, graph_lanes=graph_lanes) if ann is not None else None
+                layout = join(trace, ann, graph_lanes=graph_lanes, force=force) if ann is not None else None
                 buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
                 write_perfetto(trace, buf, layout)
                 base_time_ns = trace.base_time_ns
