@@ -10,6 +10,14 @@ Measures, on the seed's transformer block (B=4, T=256, D=1024, H=8, fp32):
   of 5 rounds, interleaved (annotation must not change the executable graph);
 - calibration time: ``calibrate(g)`` (one replay under a CUPTI activity session) vs one
   plain replay (synchronized, wall clock).
+
+``--decoder``: a 36-layer bf16 decoder (tests/gpu/blocks.py ``decoder``: RMSNorm, SDPA,
+SiLU-gated MLP, ``{"name": "layer", "layer": i}`` around ``attn`` / ``mlp`` scopes) captured
+for several batch sizes (``--batches``, largest first) sharing one memory pool, per round:
+the plain set (``torch.cuda.graph``) and the annotated set (``pga.graph``, default
+calibration: recorded at the first replay), in alternating order; then each graph's first
+replay (synchronized wall clock; the annotated one records the calibration table) and
+steady replays (CUDA events, interleaved across all graphs). Medians over ``--rounds``.
 Prints a JSON report; ``--out FILE`` also writes it.
 """
 from __future__ import annotations
@@ -25,7 +33,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
 import perfetto_graph_ann as pga  # noqa: E402
-from blocks import seed_block, warmup  # noqa: E402
+from blocks import capture_set, decoder, decoder_weights, seed_block, warmup  # noqa: E402
 from perfetto_graph_ann.capture import fastpath  # noqa: E402
 from perfetto_graph_ann.capture.api import calibrate  # noqa: E402
 
@@ -79,8 +87,13 @@ def main() -> None:
                     help="time captures only (no replay / calibration): for large --layers")
     ap.add_argument("--python-arm", action="store_true",
                     help="also time the annotated captures on the pure-Python capture path (interleaved)")
+    ap.add_argument("--decoder", action="store_true", help="the decoder benchmark (see the module docstring)")
+    ap.add_argument("--batches", default="16,8,4,1", help="--decoder: batch sizes, one graph each")
+    ap.add_argument("--rounds", type=int, default=8, help="--decoder: interleaved rounds")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.decoder:
+        return decoder_main(args)
     from perfetto_graph_ann.capture.session import CaptureSession
 
     for name in ("finish_capture", "bind_exec"):  # where the annotated capture's extra time goes
@@ -158,6 +171,121 @@ def replay_and_calibration(plain_fn, ann_fn) -> dict:
         "calibration_ms_first": cal[0] * 1e3,
         "calibration_minus_one_replay_ms": (med(cal) - med(one)) * 1e3,
     }
+
+
+def _first_replay_s(g) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    g.replay()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def decoder_main(args) -> None:
+    from perfetto_graph_ann.capture import calibration
+    from perfetto_graph_ann.capture.registry import REGISTRY
+
+    layers = args.layers if args.layers > 1 else 36
+    batches = [int(b) for b in args.batches.split(",")]
+    weights = decoder_weights(layers)
+    plain = [decoder(weights, b, annotate=False) for b in batches]
+    ann = [decoder(weights, b, annotate=True) for b in batches]
+    for fn in plain + ann:
+        warmup(fn)
+    fns = {"plain": plain, "annotated": ann, "python": ann}
+    # "python": the annotated set again on the pure-Python capture path (--python-arm)
+    arms = ("plain", "annotated", "python") if args.python_arm else ("plain", "annotated")
+    cap = {a: {b: [] for b in batches} for a in arms}
+    first = {a: {b: [] for b in batches} for a in arms}
+    steady = {a: {b: [] for b in batches} for a in arms}
+    cal_parts, nodes, equal = [], {}, []
+    # where a capture's time goes, per arm: the captured code itself, torch's enter / exit
+    # (capture begin; capture end + instantiation), the rest is ours
+    phases = {a: {"fn": [], "torch_enter": [], "torch_exit": [], "total": []} for a in arms}
+    current = ["plain"]
+    cls = torch.cuda.graph
+    orig_enter, orig_exit = cls.__enter__, cls.__exit__
+
+    def timed(name, fn):
+        def run(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                phases[current[0]][name].append(time.perf_counter() - t0)
+        return run
+
+    cls.__enter__, cls.__exit__ = timed("torch_enter", orig_enter), timed("torch_exit", orig_exit)
+    for r in range(args.rounds):
+        sets = {}
+        for arm in (arms if r % 2 == 0 else arms[::-1]):  # alternate which set is captured first
+            current[0] = arm
+            fastpath.ENABLED = fastpath.module_built() and arm != "python"
+            graphs, outs, secs = capture_set(fns[arm], annotated=arm != "plain", fn_secs=phases[arm]["fn"])
+            phases[arm]["total"].extend(secs)
+            sets[arm] = (graphs, outs)
+            for b, t in zip(batches, secs):
+                cap[arm][b].append(t)
+        fastpath.ENABLED = fastpath.module_built()  # replays and calibration on the default path
+        for i, b in enumerate(batches):
+            for arm in (arms if (r + i) % 2 == 0 else arms[::-1]):
+                first[arm][b].append(_first_replay_s(sets[arm][0][i]))
+                if arm == "annotated" and i == 0:
+                    cal_parts.append(dict(calibration.LAST_TIMES))
+        rec = REGISTRY.get(sets["annotated"][0][0]._pga_owner)
+        nodes = {"nodes": len(rec.nodes), "kernels": sum(n.type == "kernel" for n in rec.nodes),
+                 "calibrated_after_first_replay": rec.calibrated,
+                 "scoped_kernels": sum(1 for n in rec.nodes if n.annotation)}
+        for _ in range(3):
+            for i, b in enumerate(batches):
+                for arm in arms:
+                    steady[arm][b].append(replay_ms(sets[arm][0][i], 20))
+        torch.cuda.synchronize()
+        equal.append(all(torch.equal(p, a) for arm in arms[1:] for p, a in zip(sets["plain"][1], sets[arm][1])))
+        for arm in arms:
+            for g in sets[arm][0]:
+                g.reset()
+        del sets
+    med = statistics.median
+    rows = {}
+    for b in batches:
+        rows[b] = {
+            "capture_ms_plain": med(cap["plain"][b]) * 1e3, "capture_ms_annotated": med(cap["annotated"][b]) * 1e3,
+            "capture_ratio": med(cap["annotated"][b]) / med(cap["plain"][b]),
+            "first_replay_ms_plain": med(first["plain"][b]) * 1e3,
+            "first_replay_ms_annotated": med(first["annotated"][b]) * 1e3,
+            "first_replay_extra_ms": (med(first["annotated"][b]) - med(first["plain"][b])) * 1e3,
+            # the process's first calibration also starts CUPTI's activity API (once)
+            "first_replay_ms_annotated_round0": first["annotated"][b][0] * 1e3,
+            "steady_replay_ms_plain": med(steady["plain"][b]), "steady_replay_ms_annotated": med(steady["annotated"][b]),
+            "steady_ratio": med(steady["annotated"][b]) / med(steady["plain"][b]),
+        }
+        if "python" in arms:
+            rows[b].update(capture_ms_python_path=med(cap["python"][b]) * 1e3,
+                           capture_ratio_python_path=med(cap["python"][b]) / med(cap["plain"][b]))
+    cls.__enter__, cls.__exit__ = orig_enter, orig_exit
+    parts = {k: med([p.get(k, 0.0) for p in cal_parts]) * (1 if k == "records" else 1e3)
+             for k in sorted({k for p in cal_parts for k in p})}
+    n = len(batches)  # the first batch of each set: phases[arm][name][i * n]
+    cap_phases = {a: {k: med(v[::n]) * 1e3 for k, v in phases[a].items() if v} for a in arms}
+    for a in arms:
+        p = cap_phases[a]
+        p["ours"] = p["total"] - p["fn"] - p["torch_enter"] - p["torch_exit"]
+    rep = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": pga.backend_info()["backend"],
+        "capture_path": fastpath.describe(), "layers": layers, "batches": batches, "rounds": args.rounds,
+        "graph": nodes, "outputs_bitwise_equal": all(equal),
+        "capture_ms_all_batches_plain": sum(rows[b]["capture_ms_plain"] for b in batches),
+        "capture_ms_all_batches_annotated": sum(rows[b]["capture_ms_annotated"] for b in batches),
+        "by_batch": rows, "calibration_parts_ms_median": parts,
+        f"capture_phases_ms_median_batch{batches[0]}": cap_phases,
+        "raw": {"capture_s": cap, "first_replay_s": first, "steady_ms": steady},
+    }
+    text = json.dumps(rep, indent=1)
+    print(json.dumps({k: v for k, v in rep.items() if k != "raw"}, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
 
 
 if __name__ == "__main__":

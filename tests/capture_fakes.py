@@ -4,17 +4,21 @@
 executable graphs with their own ids. ``launch(stream, kernel)`` is what a kernel launch
 during capture does: it appends a node to the graph being captured on that stream. Its
 ``count_function`` is a C-callable ``cuGraphGetNodes`` stand-in (a ctypes callback), so the
-compiled recorder counts through a function pointer exactly as on a GPU.
+compiled recorder counts through a function pointer exactly as on a GPU. ``replay(exec)``
+is a graph launch: it counts, and while an ``activity_session`` is open it records one
+activity record per work node, as CUPTI would (``busy``: the session cannot start).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import threading
-from typing import Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from perfetto_graph_ann.capture.backends import CaptureBackend
-from perfetto_graph_ann.capture.resolve import NodeInfo
+from perfetto_graph_ann.capture.annotations import make_key
+from perfetto_graph_ann.capture.resolve import ActivityRecord, NodeInfo
 
 #: CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *)
 GET_NODES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))
@@ -50,6 +54,13 @@ class FakeCuda(CaptureBackend):
         self._c_add_empty = ADD_EMPTY(self._c_add_marker)
         self._c_node_id = NODE_ID(self._c_marker_id)
         self._marker_ids: Dict[int, int] = {}  # marker node handle -> the local id it reports
+        self._forgotten: Dict[int, List[NodeInfo]] = {}
+        self.exec_nodes: Dict[int, List[NodeInfo]] = {}  # exec handle -> the nodes it was instantiated from
+        self.replays: Dict[int, int] = {}  # exec handle -> how many times it was launched
+        self.recording: List[Any] = []  # the open activity sessions' (collected, exec_id)
+        self.sessions = 0  # activity sessions opened
+        self.busy: Optional[str] = None  # the activity session cannot start: this message
+        self.no_calibration: Optional[str] = None  # calibration_unavailable()'s answer
 
     # driver side ----------------------------------------------------------------
     def begin_capture(self, stream: int) -> int:
@@ -80,7 +91,20 @@ class FakeCuda(CaptureBackend):
     def instantiate(self, graph: int) -> int:
         e = next(self._handles)
         self.execs[e] = next(self._ids)
+        nodes = self.graphs[graph]
+        self.exec_nodes[e] = list(self._forgotten.get(graph, []) if nodes is None else nodes)
         return e
+
+    def replay(self, graph_exec: int) -> None:
+        """cudaGraphLaunch: every work node runs once, on stream 7, in creation order."""
+        self.replays[graph_exec] = self.replays.get(graph_exec, 0) + 1
+        eid = self.execs[graph_exec]
+        work = [n for n in self.exec_nodes[graph_exec] if n.type in ("kernel", "memcpy", "memset")]
+        for collected, only in self.recording:
+            if only is None or only == eid:
+                base = 1000 * self.replays[graph_exec]
+                collected.extend(ActivityRecord(make_key(eid, n.local_id), 7, base + i, base + i + 1, n.type)
+                                 for i, n in enumerate(work))
 
     # backend interface ------------------------------------------------------------
     def capture_graph(self, stream: int) -> Optional[int]:
@@ -160,10 +184,44 @@ class FakeCuda(CaptureBackend):
 
     def forget(self, graph: int) -> None:
         """What torch does to the template graph at instantiation (keep_graph=False)."""
+        self._forgotten[graph] = self.graphs[graph]  # what a re-instantiation (keep_graph) runs
         self.graphs[graph] = None  # reading it now fails loudly
 
     def exec_id(self, graph_exec: int) -> int:
         return self.execs[graph_exec]
 
+    def calibration_unavailable(self) -> Optional[str]:
+        return self.no_calibration
+
+    @contextlib.contextmanager
+    def activity_session(self, collected: List[Any], exec_id: Optional[int]) -> Iterator[None]:
+        if self.busy:
+            raise RuntimeError(self.busy)
+        self.sessions += 1
+        entry = (collected, exec_id)
+        self.recording.append(entry)
+        try:
+            yield
+        finally:
+            self.recording.remove(entry)
+
     def graph_id(self, graph: int) -> Optional[int]:
         return self.graph_ids[graph]
+
+
+def fake_torch_overrides():
+    """``torch.overrides`` with a do-nothing ``TorchFunctionMode``: what ``mark_kernels``'
+    backward tagging (on by default, as in torch) enters under a fake ``torch`` module."""
+    import types
+
+    mod = types.ModuleType("torch.overrides")
+
+    class TorchFunctionMode:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    mod.TorchFunctionMode = TorchFunctionMode
+    return mod

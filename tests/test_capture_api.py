@@ -1,4 +1,5 @@
-"""mark_kernels and backward tagging on CPU (fake backend, fake autograd nodes)."""
+"""mark_kernels and backward tagging on CPU (fake backend, fake autograd nodes; real autograd:
+test_capture_autograd_walk.py)."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,7 @@ from capture_fakes import FakeCuda
 from perfetto_graph_ann import mark_kernels
 from perfetto_graph_ann.capture import backends
 from perfetto_graph_ann.capture import session as S
-from perfetto_graph_ann.capture.autograd import BackwardTagger
+from perfetto_graph_ann.capture.autograd import CLAIM_KEY, BackwardTagger, NodeWalk
 from perfetto_graph_ann.capture.registry import Registry
 
 # every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
@@ -57,9 +58,14 @@ def test_mark_kernels_is_a_noop_outside_capture():
 class FakeNode:
     """An autograd node: hooks registered by the tagger, run() plays the backward engine."""
 
-    def __init__(self, name, cuda, stream):
-        self.name, self.cuda, self.stream = name, cuda, stream
+    def __init__(self, name, cuda, stream, seq=0, nexts=()):
+        self.name, self.cuda, self.stream, self.seq = name, cuda, stream, seq
+        self.next_functions = tuple((n, 0) for n in nexts)
+        self.metadata = {}
         self.pre, self.post = [], []
+
+    def _sequence_nr(self):
+        return self.seq
 
     def register_prehook(self, fn):
         self.pre.append(fn)
@@ -80,18 +86,24 @@ class FakeTensor:
         self.grad_fn = grad_fn
 
 
-def test_backward_tagger_brackets_backward_of_hooked_nodes(sess):
-    mm, gelu, leaf = (FakeNode(n, sess.cuda, STREAM) for n in ("mm", "gelu", "other"))
-    tagger = BackwardTagger({"name": "mlp", "stream": 61})
-    tagger.on_outputs((FakeTensor(mm), [FakeTensor(gelu), FakeTensor(gelu)], {"x": FakeTensor(None)}))
-    assert len(gelu.pre) == 1  # hooked once although seen twice
+def test_walk_claims_new_nodes_behind_outputs_and_brackets_their_backward(sess):
+    old = FakeNode("old", sess.cuda, STREAM, seq=3)  # created before the region (numbered below 5)
+    acc = FakeNode("acc", sess.cuda, STREAM, seq=(1 << 64) - 1)  # AccumulateGrad: unnumbered
+    mm = FakeNode("mm", sess.cuda, STREAM, seq=5, nexts=(old, acc, None))  # inside a composite op
+    gelu = FakeNode("gelu", sess.cuda, STREAM, seq=6, nexts=(mm,))
+    walk = NodeWalk(5, BackwardTagger({"name": "mlp", "stream": 61}))
+    walk.on_outputs((FakeTensor(gelu), [FakeTensor(gelu), FakeTensor(mm)], {"x": FakeTensor(None)}, 7))
+    assert walk.claimed == 2 and len(gelu.pre) == len(mm.pre) == 1  # once although reached three times
+    assert old.pre == acc.pre == [] and CLAIM_KEY not in old.metadata
+    assert mm.metadata[CLAIM_KEY]["name"] == "mlp"
     sess.cuda.launch(STREAM, "forward_kernel")
     gelu.run()
-    leaf.run()  # not created in the scope: not tagged
+    old.run()  # not created in the region: not tagged
     mm.run()
     k = {n.kernel: n.annotation for n in resolve(sess).nodes}
     assert k["gelu_backward"] == k["mm_backward"] == {"name": "mlp", "stream": 61, "autograd_phase": "backward"}
-    assert k["other_backward"] == {} and k["forward_kernel"] == {}
+    assert k["old_backward"] == {} and k["forward_kernel"] == {}
+    assert walk.tagger._open == {}  # every pre-hook's scope closed, no per-node entries left
 
 
 def test_backward_hooks_are_inert_without_a_capture():
@@ -99,18 +111,10 @@ def test_backward_hooks_are_inert_without_a_capture():
     cuda.begin_capture(STREAM)
     node = FakeNode("mm", cuda, STREAM)
     tagger = BackwardTagger({"name": "mlp"}, current=lambda: None)
-    tagger.on_outputs(FakeTensor(node))
+    tagger.hook(node)
     assert len(node.pre) == len(node.post) == 1  # the hooks are in place, so run() exercises them
     node.run()  # eager backward: hooks run, nothing recorded, nothing raised
     assert tagger._open == {}  # the pre-hook opened no scope for the post-hook to close
-
-
-class CppNode(FakeNode):
-    """A C++ autograd node: its metadata dict is shared by every Python wrapper of it."""
-
-    def __init__(self, *a):
-        super().__init__(*a)
-        self.metadata = {}
 
 
 class Wrapper:
@@ -119,6 +123,10 @@ class Wrapper:
     def __init__(self, node):
         self._node = node
         self.metadata = node.metadata
+        self.next_functions = tuple((Wrapper(n), i) for n, i in node.next_functions)
+
+    def _sequence_nr(self):
+        return self._node.seq
 
     def register_prehook(self, fn):
         self._node.register_prehook(fn)
@@ -136,18 +144,44 @@ class WrappingTensor:
         return Wrapper(self._node)
 
 
-def test_backward_tagger_dedupes_by_node_not_by_wrapper(sess):
-    a, b = CppNode("a", sess.cuda, STREAM), CppNode("b", sess.cuda, STREAM)
-    tagger = BackwardTagger({"name": "mlp"})
+def test_claims_are_per_node_not_per_wrapper_and_the_inner_region_wins(sess):
+    a = FakeNode("a", sess.cuda, STREAM, seq=1)
+    b = FakeNode("b", sess.cuda, STREAM, seq=2, nexts=(a,))
+    outer = NodeWalk(0, BackwardTagger({"name": "outer"}))
+    outer.on_outputs(WrappingTensor(a))  # the op that made a returns
+    inner = NodeWalk(1, BackwardTagger({"name": "mlp"}))  # opened after a was created
     # the same node reached through several short-lived wrappers (whose ids may repeat)
     for _ in range(3):
-        tagger.on_outputs([WrappingTensor(a), WrappingTensor(b)])
-    assert len(a.pre) == len(b.pre) == 1 and len(a.post) == len(b.post) == 1
-    other = BackwardTagger({"name": "outer"})  # another scope hooks the same node too
-    other.on_outputs(WrappingTensor(a))
-    assert len(a.pre) == 2
+        inner.on_outputs([WrappingTensor(b)])
+    assert len(b.pre) == len(b.post) == 1 and len(a.pre) == 1
+    outer.on_outputs(WrappingTensor(b))  # the enclosing region sees b later: the inner one's
+    assert len(b.pre) == 1 and len(a.pre) == 1
     b.run()
     a.run()
     k = {n.kernel: n.annotation for n in resolve(sess).nodes}
     assert k["b_backward"] == {"name": "mlp", "autograd_phase": "backward"}
     assert k["a_backward"] == {"name": "outer", "autograd_phase": "backward"}  # opened last: wins
+
+
+def test_mark_stream_records_what_torchs_records(sess, monkeypatch):
+    """Our backend: ``{"name", "stream"}`` for a side stream, no lane for the current one."""
+    from torch215_fake import FakeTorch215, Stream
+
+    from perfetto_graph_ann.capture import api
+
+    fake = FakeTorch215().install(monkeypatch)
+    fake.streams[:] = [Stream(STREAM)]
+    side = Stream(STREAM + 1)
+    sess.cuda.join(side.cuda_stream, STREAM)
+    with api.mark_stream(side, "left_projection") as s:
+        assert s is side and fake.torch.cuda.current_stream() is side
+        lane = sess.recorder.open_fields()["stream"]
+        sess.cuda.launch(side.cuda_stream, "gemm")
+    with api.mark_stream(Stream(STREAM), {"name": "combine", "layer": 3}):
+        assert "stream" not in sess.recorder.open_fields()
+        sess.cuda.launch(STREAM, "add")
+    rec = resolve(sess)
+    assert lane >= 60
+    assert {n.kernel: n.annotation for n in rec.nodes} == {
+        "gemm": {"name": "left_projection", "stream": lane}, "add": {"name": "combine", "layer": 3}}
+    assert dict(rec.lanes) == {lane: "left_projection"}  # the name labels the lane in the .pftrace

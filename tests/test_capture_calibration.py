@@ -10,7 +10,7 @@ import pytest
 
 from perfetto_graph_ann.capture.annotations import make_key, split_key
 from perfetto_graph_ann.capture.backends import node_type_name
-from perfetto_graph_ann.capture.calibration import calibrate_replay, records_from_activities
+from perfetto_graph_ann.capture.calibration import CalibrationDeferred, calibrate_replay, records_from_activities
 from perfetto_graph_ann.capture.resolve import ActivityRecord, NodeInfo, calibration_table, resolve_graph
 from perfetto_graph_ann.capture.scopes import ScopeRecord, merge_scopes
 from perfetto_graph_ann.errors import CaptureError
@@ -104,7 +104,7 @@ def test_records_from_activities():
 
 def fake_session(records):
     @contextlib.contextmanager
-    def session(collected):
+    def session(collected, exec_id=None):
         yield
         collected.extend(records)
 
@@ -130,9 +130,66 @@ def test_calibrate_refuses_inside_profiler_and_without_records():
                          is_profiling=lambda: False)
 
 
+def test_calibrate_replay_defers_without_replaying_when_the_session_cannot_start():
+    """CUPTI busy (the session raises on entry): deferred, and the caller's replay did not run."""
+    replays = []
+
+    @contextlib.contextmanager
+    def busy(collected, exec_id=None):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+        yield  # pragma: no cover
+
+    with pytest.raises(CalibrationDeferred, match="could not start: CUPTI_ERROR_NOT_INITIALIZED"):
+        calibrate_replay(lambda: replays.append(1), lambda: None, 3, session=busy, is_profiling=lambda: False)
+    assert replays == []
+    with pytest.raises(CalibrationDeferred, match="profiler"):
+        calibrate_replay(lambda: replays.append(1), lambda: None, 3, session=busy, is_profiling=lambda: True)
+    assert replays == []
+
+
+def test_records_from_activities_keeps_one_exec_graph():
+    K = types.SimpleNamespace
+    acts = [K(kind=1, graph_node_id=make_key(2, 0), stream_id=7, start=5, end=9),
+            K(kind=1, graph_node_id=make_key(3, 0), stream_id=7, start=6, end=8)]
+    assert [r.graph_node_id for r in records_from_activities(acts, {1: "kernel"}, exec_id=3)] == [make_key(3, 0)]
+
+
 def test_node_type_names():
     assert node_type_name("cudaGraphNodeTypeKernel") == "kernel"
     assert node_type_name("cudaGraphNodeTypeWaitEvent") == "event_wait"
     assert node_type_name("CU_GRAPH_NODE_TYPE_EVENT_RECORD") == "event_record"
     assert node_type_name("cudaGraphNodeTypeMemAlloc") == "mem_alloc"
     assert node_type_name("cudaGraphNodeTypeWhatever") == "other"
+
+
+def test_a_prepared_profiler_counts_as_active_until_it_is_disabled(monkeypatch):
+    """torch.profiler's warm-up prepares Kineto (CUPTI activity on) before _profiler_enabled()
+    turns True: the wrapped module functions say so, and a stop clears it."""
+    import sys
+
+    from perfetto_graph_ann.capture import calibration as C
+
+    calls = []
+    tap = types.ModuleType("torch.autograd.profiler")
+    tap._prepare_profiler = lambda *a, **k: calls.append(("prepare", a))
+    tap._disable_profiler = lambda: calls.append(("disable",)) or "results"
+    torch = types.ModuleType("torch")
+    torch.autograd = types.ModuleType("torch.autograd")
+    torch.autograd.profiler = tap
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: False))
+    for name, mod in (("torch", torch), ("torch.autograd", torch.autograd), ("torch.autograd.profiler", tap)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    watch = C._KinetoWatch()
+    monkeypatch.setattr(C, "KINETO", watch)
+    watch.install()
+    watch.install()  # once only: not wrapped twice
+    assert not C.profiler_active()
+    tap._prepare_profiler("config", {"CUDA"})
+    assert C.profiler_active() and calls == [("prepare", ("config", {"CUDA"}))]
+    assert tap._disable_profiler() == "results"  # torch's own result passes through
+    assert not C.profiler_active() and calls[-1] == ("disable",)
+    replays = []
+    tap._prepare_profiler("config", {"CUDA"})
+    with pytest.raises(CalibrationDeferred, match="profiler"):
+        calibrate_replay(lambda: replays.append(1), lambda: None, 3, session=fake_session([]))
+    assert replays == []

@@ -12,7 +12,7 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, fake_torch_overrides
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends
@@ -46,6 +46,7 @@ def fake_torch(cuda: FakeCuda) -> types.ModuleType:
 
         def replay(self):
             assert self.exec, "replay before instantiate"
+            cuda.replay(self.exec)
 
         def reset(self):
             self.exec = None
@@ -65,7 +66,11 @@ def fake_torch(cuda: FakeCuda) -> types.ModuleType:
 
     torch = types.ModuleType("torch")
     torch.cuda = types.SimpleNamespace(graph=graph, CUDAGraph=CUDAGraph, current_device=lambda: 0,
-                                       current_stream=lambda: FakeStream())
+                                       current_stream=lambda: FakeStream(), synchronize=lambda: None,
+                                       is_current_stream_capturing=lambda: bool(cuda.capturing))
+    # what calibration asks of torch's profiler: set torch.profiling = True to be "inside" one
+    torch.profiling = False
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: torch.profiling))
     return torch
 
 
@@ -73,6 +78,7 @@ def fake_torch(cuda: FakeCuda) -> types.ModuleType:
 def cuda(monkeypatch):
     cuda = FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
     with backends.use(cuda):
         yield cuda
     REGISTRY.clear()
@@ -167,3 +173,147 @@ def test_a_graph_in_a_reference_cycle_leaves_the_registry_when_the_cycle_is_coll
     assert REGISTRY.get(owner) is not None
     gc.collect()
     assert REGISTRY.get(owner) is None and cuda.destroyed
+
+
+# Deferred calibration: the table is recorded at the graph's own first eligible replay,
+# never by a replay of ours. The fake driver counts launches (cuda.replays) and activity
+# sessions (cuda.sessions); a launch inside a session records one record per work node.
+
+def three_kernels(cuda, calibrate: bool = True):
+    g = sys.modules["torch"].cuda.CUDAGraph()
+    with pga.graph(g, calibrate=calibrate):
+        with pga.mark_kernels("a"):
+            cuda.launch(STREAM, "k0")
+            cuda.launch(STREAM, "k1", type="memset")
+        cuda.launch(STREAM, "k2")
+    return g
+
+
+def table(g):
+    """(stream, ordinal) per node, in key order, from the registry's record."""
+    return [(n.stream, n.ordinal) for n in REGISTRY.get(g._pga_owner).nodes]
+
+
+def test_capture_replays_nothing_and_the_first_replay_is_recorded(cuda):
+    g = three_kernels(cuda)
+    assert cuda.replays == {} and cuda.sessions == 0  # the capture issued no launch of its own
+    assert not REGISTRY.get(g._pga_owner).calibrated
+    assert "not replayed" in REGISTRY.get(g._pga_owner).calibration_note
+    assert "replay" in vars(g)  # the replay is wrapped until it is calibrated
+    g.replay()
+    assert cuda.replays == {g.exec: 1} and cuda.sessions == 1  # the user's replay, recorded, run once
+    assert table(g) == [(7, 0), (7, 1), (7, 2)]  # kernel, memset, kernel: ordinals per stream
+    assert REGISTRY.get(g._pga_owner).calibration_note is None
+    assert "replay" not in vars(g)  # unwrapped: later replays are torch's own, at no cost
+    g.replay()
+    assert cuda.replays == {g.exec: 2} and cuda.sessions == 1
+
+
+def test_calibration_waits_for_a_replay_outside_the_profiler(cuda):
+    torch = sys.modules["torch"]
+    g = three_kernels(cuda)
+    torch.profiling = True
+    g.replay()
+    g.replay()
+    assert cuda.replays == {g.exec: 2} and cuda.sessions == 0  # replayed as asked, not recorded
+    assert not REGISTRY.get(g._pga_owner).calibrated
+    note = g._pga_session.calibration_note
+    assert "profiler" in note and "calibrate(g)" in note
+    torch.profiling = False
+    g.replay()
+    assert cuda.replays == {g.exec: 3} and cuda.sessions == 1
+    assert table(g) == [(7, 0), (7, 1), (7, 2)] and "replay" not in vars(g)
+
+
+def test_calibration_waits_while_cupti_is_busy(cuda):
+    g = three_kernels(cuda)
+    cuda.busy = "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+    g.replay()
+    assert cuda.replays == {g.exec: 1} and not REGISTRY.get(g._pga_owner).calibrated
+    assert "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" in g._pga_session.calibration_note
+    cuda.busy = None
+    g.replay()
+    assert cuda.replays == {g.exec: 2} and REGISTRY.get(g._pga_owner).calibrated
+
+
+def test_a_graph_only_replayed_under_the_profiler_stays_structural_with_the_reason(cuda):
+    torch = sys.modules["torch"]
+    g = three_kernels(cuda)
+    torch.profiling = True
+    g.replay()
+    torch.profiling = False
+    snap = REGISTRY.snapshot()  # what export() joins with
+    (rec,) = snap.graphs
+    assert not rec.calibrated and all(n.stream is None for n in rec.nodes)
+    assert rec.calibration_note == g._pga_session.calibration_note and "profiler" in rec.calibration_note
+
+
+def test_explicit_calibrate_replays_now_and_is_refused_inside_the_profiler(cuda):
+    torch = sys.modules["torch"]
+    g = three_kernels(cuda, calibrate=False)
+    assert "calibration off" in g._pga_session.calibration_note
+    g.replay()
+    assert cuda.replays == {g.exec: 1} and cuda.sessions == 0 and "replay" not in vars(g)
+    torch.profiling = True
+    with pytest.raises(CaptureError, match="profiler"):
+        pga.calibrate(g)
+    assert cuda.replays == {g.exec: 1}  # refused before replaying
+    torch.profiling = False
+    pga.calibrate(g)
+    assert cuda.replays == {g.exec: 2} and cuda.sessions == 1
+    assert table(g) == [(7, 0), (7, 1), (7, 2)] and g._pga_session.calibration_note is None
+
+
+def test_explicit_calibrate_before_the_first_replay_unwraps_the_replay(cuda):
+    g = three_kernels(cuda)
+    pga.calibrate(g)
+    assert cuda.replays == {g.exec: 1} and "replay" not in vars(g)
+    g.replay()
+    assert cuda.replays == {g.exec: 2} and cuda.sessions == 1
+
+
+def test_a_calibration_that_records_nothing_is_not_retried_and_the_replay_ran_once(cuda):
+    g = three_kernels(cuda)
+    cuda.exec_nodes[g.exec] = []  # the launch records nothing of this graph
+    with pytest.warns(RuntimeWarning, match="no activity of executable graph"):
+        g.replay()
+    assert cuda.replays == {g.exec: 1} and "replay" not in vars(g)
+    assert "calibration failed" in g._pga_session.calibration_note
+    g.replay()
+    assert cuda.sessions == 1
+
+
+def test_reinstantiation_calibrates_the_new_executable_graph_at_its_first_replay(cuda):
+    g = three_kernels(cuda)
+    g.replay()
+    first = REGISTRY.get(g._pga_owner).exec_id
+    g.instantiate()  # a new executable graph: new keys, table to record again
+    assert "replay" in vars(g) and not REGISTRY.get(g._pga_owner).calibrated
+    g.replay()
+    rec = REGISTRY.get(g._pga_owner)
+    assert rec.exec_id != first and rec.calibrated and cuda.sessions == 2
+
+
+def test_no_activity_recorder_here_leaves_the_replay_unwrapped_with_the_reason(cuda):
+    cuda.no_calibration = "cupti-python is not installed"
+    g = three_kernels(cuda)
+    assert "replay" in vars(g)  # only until the first replay, which finds nothing to do
+    g.replay()
+    assert "replay" not in vars(g) and cuda.sessions == 0
+    assert g._pga_session.calibration_note == "no calibration here: cupti-python is not installed"
+
+
+def test_a_replay_during_another_capture_is_not_recorded(cuda):
+    g = three_kernels(cuda)
+    cuda.begin_capture(STREAM)  # the user captures another graph meanwhile
+    g.replay()
+    assert cuda.sessions == 0 and "stream capture" in g._pga_session.calibration_note
+    cuda.end_capture(STREAM)
+    g.replay()
+    assert REGISTRY.get(g._pga_owner).calibrated
+
+
+def test_reset_unwraps_the_replay(cuda):
+    g = three_kernels(cuda)
+    g.reset()
+    assert "replay" not in vars(g)

@@ -194,7 +194,8 @@ def test_calibration_applied_to_record():
     cuda.launch(STREAM, "b")
     rec = finish(cuda, sess)
     keys = [n.key for n in rec.nodes]
-    rec = sess.apply_calibration({keys[0]: (7, 0), keys[1]: (145, 0)})
+    sess.apply_calibration({keys[0]: (7, 0), keys[1]: (145, 0)})
+    rec = sess.record
     assert [(n.stream, n.ordinal) for n in rec.nodes] == [(7, 0), (145, 0)] and rec.calibrated
 
 

@@ -148,7 +148,7 @@ def _convert_one(args):
     name, out = args
     trace = read_trace(H.FIXTURES / f"{name}.trace.json.gz")
     cap = H.FIXTURES / f"{name}.capture.json"
-    layout = join(trace, load_annotations(cap)) if cap.exists() else None
+    layout = join(trace, load_annotations(cap), "all") if cap.exists() else None  # the CLI's .pftrace default
     if out.endswith(".json"):
         write_chrome_json(trace, out, layout)
     else:

@@ -44,7 +44,7 @@ def test_export_chrome_json_with_given_annotations(tmp_path, as_path):
     cap = fixture_capture("seed_block_annotated")
     ann = str(cap) if as_path else read_capture_record(cap)
     prof = FakeProfiler("seed_block_annotated")
-    layout = export(prof, tmp_path / "run.json.gz", annotations=ann)
+    layout = export(prof, tmp_path / "run.json.gz", annotations=ann, graph_lanes="all")
     assert len(prof.calls) == 1
     counts, _ = _lanes(tmp_path / "run.json.gz")
     assert counts == {7: 10, 61: 20, 62: 40}
@@ -86,7 +86,7 @@ def test_export_pftrace(tmp_path):
 
     name = "seed_block_annotated"
     out = tmp_path / "run.pftrace"
-    layout = export(FakeProfiler(name), out, annotations=read_capture_record(fixture_capture(name)))
+    layout = export(FakeProfiler(name), out, annotations=read_capture_record(fixture_capture(name)), graph_lanes="all")
     assert layout.report.matched["calibrated"] == 70
     d = decode(out)
     kernels = [s for s in d.slices if s.cat == "kernel"]
@@ -99,8 +99,8 @@ def test_export_twice_from_one_profile(tmp_path):
     name = "two_branch"
     prof = FakeProfiler(name)
     ann = read_capture_record(fixture_capture(name))
-    export(prof, tmp_path / "a.json", annotations=ann)
-    export(prof, tmp_path / "b.pftrace", annotations=ann)
+    export(prof, tmp_path / "a.json", annotations=ann, graph_lanes="all")
+    export(prof, tmp_path / "b.pftrace", annotations=ann, graph_lanes="all")
     assert len(prof.calls) == 1
     with gzip.open(fixture_trace(name), "rb") as f:
         assert chrome_trace_bytes(prof) == f.read()

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from join_expect import COLLECTIVE_FIELDS, allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace, kernels, load_capture, load_json, strip_calibration
-from perfetto_graph_ann.capture.annotations import AnnotationSet
+from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
@@ -140,7 +140,8 @@ def test_several_graphs_each_replay_finds_its_own(seed, two_branch):
 
 def test_unmatched_graphed_events_go_to_default_lane(two_branch):
     trace, _ = two_branch
-    layout = join(trace, AnnotationSet(), "all")
+    other = GraphRecord(999, (NodeRecord(key=999 << 32, type="host", annotation={"name": "elsewhere"}),))
+    layout = join(trace, AnnotationSet(graphs=(other,)), "all")
     assert layout.report.unmatched == layout.report.graphed == 15
     assert {p.lane for p in layout.placements.values()} == {7}
     assert all(set(p.args) == {"original_stream"} for p in layout.placements.values())
@@ -151,6 +152,26 @@ def test_eager_trace_has_no_placements():
     layout = join(trace, read_capture_record(fixture_capture("seed_block_annotated")), "all")
     assert layout.placements == {} and layout.report.graphed == 0
     assert layout.report.total == len(kernels(load_json("seed_block_eager")))
+
+
+@pytest.mark.parametrize("default_stream", [7, 3])
+def test_all_without_annotated_nodes_raises_as_torch_does(two_branch, default_stream):
+    """torch 2.15 refuses graph_lanes="all" without annotations; nodes without fields count as none."""
+    trace, ann = two_branch
+    bare = dataclasses.replace(ann, graphs=tuple(dataclasses.replace(g, nodes=tuple(
+        dataclasses.replace(n, annotation={}) for n in g.nodes)) for g in ann.graphs))
+    for empty in (AnnotationSet(), bare):
+        with pytest.raises(ValueError, match="graph_lanes='all' needs annotations"):
+            join(trace, empty, "all", default_stream=default_stream)
+        assert join(trace, empty).graph_lanes == "none"  # torch's default
+
+
+def test_default_stream_is_the_lane_of_unlaned_events(two_branch):
+    trace, ann = two_branch
+    layout = join(trace, ann, "all", default_stream=5)
+    expect = calibrated_expectation("two_branch")
+    assert {i: p.lane for i, p in layout.placements.items()} == {i: 5 if x["lane"] == 7 else x["lane"]
+                                                                  for i, x in expect.items()}
 
 
 def test_bad_graph_lanes():

@@ -18,7 +18,7 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, fake_torch_overrides
 
 from join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace, load_capture
 from perfetto_graph_ann import mark_kernels
@@ -68,6 +68,7 @@ def process(monkeypatch):
     monkeypatch.setattr(C, "REGISTRY", reg)
     monkeypatch.setitem(sys.modules, "torch", fake_torch())
     as_fixture_process(monkeypatch)  # the fixture traces' pid: the identity check passes
+    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
     return reg
 
 
@@ -318,10 +319,12 @@ def test_backward_captured_in_another_graph_keeps_the_forward_label(process):
 
     cap = {"exec_cupti_graph_id": 30, "calibration": {}}
     with capture(process, cap, "fwd") as (cuda, sess):
-        with api.mark_stream(FakeStream(STREAM), "encoder"):
+        side = FakeStream(0x300)  # a side stream: mark_stream gives the current one no lane
+        cuda.join(side.cuda_stream, STREAM)
+        with api.mark_stream(side, "encoder"):
             lane = sess.recorder.open_fields()["stream"]
             tagger = BackwardTagger({"name": "enc", "stream": lane}, lane_label=sess.lane_label(lane))
-            cuda.launch(STREAM, "fwd")
+            cuda.launch(side.cuda_stream, "fwd")
     cap = {"exec_cupti_graph_id": 40, "calibration": {}}
     with capture(process, cap, "bwd") as (cuda, sess):
         pre = tagger._make_pre("n")

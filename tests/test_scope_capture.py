@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, fake_torch_overrides
 
 import scope_synth
 from join_expect import fixture_capture, load_capture
@@ -162,6 +162,7 @@ def fake_cuda(monkeypatch):
 
     cuda = FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
     with backends.use(cuda):
         yield cuda, sys.modules["torch"]
     REGISTRY.clear()
@@ -174,8 +175,9 @@ def test_pga_graph_name_reaches_the_record_and_the_sidecar(fake_cuda, tmp_path):
     cuda, torch = fake_cuda
     g = torch.cuda.CUDAGraph()
     with pga.graph(g, calibrate=False, name="decode bs=16"):
-        with pga.mark_kernels({"name": "layer", "layer": 0}):
-            with pga.mark_kernels("attn"):
+        # backward=False: the fake torch has no autograd (not what this test is about)
+        with pga.mark_kernels({"name": "layer", "layer": 0}, backward=False):
+            with pga.mark_kernels("attn", backward=False):
                 cuda.launch(STREAM, "qk")
     rec = REGISTRY.get(g._pga_owner)
     assert rec.name == "decode bs=16"

@@ -29,7 +29,7 @@ def test_the_same_annotations_twice_join_like_once(tmp_path, capsys, name, secon
     else:
         other = save_annotations(tmp_path / "saved.json", load_annotations(cap))
     trace = read_trace(fixture_trace(name))
-    layout = join(trace, load_annotation_files([cap, other]))
+    layout = join(trace, load_annotation_files([cap, other]), "all")
     expect = calibrated_expectation(name)
     assert layout.report.ambiguous == 0 and layout.report.unmatched == 0
     assert layout.report.matched["calibrated"] == len(expect)

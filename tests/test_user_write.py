@@ -38,11 +38,18 @@ def _expected_lane_name(doc: dict, pid: int, tid: int) -> str:
 
 @pytest.fixture(scope="module")
 def annotated_json(tmp_path_factory):
-    """Our own annotated Chrome JSON of the annotated seed block (lanes 61 mlp, 62 attention)."""
+    """Our annotated Chrome JSON of the annotated seed block, its new lanes given descriptive
+    names (61 mlp, 62 attention) as a process group description or a hand edit names them:
+    torch 2.15's format names them ``stream N `` otherwise."""
     out = tmp_path_factory.mktemp("ann") / "ann.json"
     trace = read_trace(fixture_trace("seed_block_annotated"))
-    layout = join(trace, load_annotation_files([str(fixture_capture("seed_block_annotated"))]))
+    layout = join(trace, load_annotation_files([str(fixture_capture("seed_block_annotated"))]), "all")
     write_chrome_json(trace, out, layout)
+    doc = _load(out)
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["tid"] in (61, 62):
+            e["args"]["name"] = {61: "61 mlp", 62: "62 attention"}[e["tid"]]
+    out.write_text(json.dumps(doc))
     return out
 
 

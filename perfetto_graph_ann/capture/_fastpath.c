@@ -19,12 +19,15 @@
  *   CUresult cuGraphAddEmptyNode(CUgraphNode *out, CUgraph, const CUgraphNode *deps, size_t numDeps)
  *   CUptiResult cuptiGetGraphId(CUgraph, uint32_t *), cuptiGetGraphExecId(CUgraphExec, uint32_t *)
  *   CUptiResult cuptiGetGraphNodeId(CUgraphNode, uint64_t *)  (low 32 bits: the node's local id)
+ *   CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, CUpti_Activity **record)
+ *     (record fields are read at the byte offsets Python passes: capture/activity.py)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef int (*get_nodes_fn)(void *graph, void *nodes, size_t *num);
 typedef int (*capture_info_fn)(void *stream, int *status, void *id, void **graph, void *deps, void *ndeps);
@@ -32,6 +35,7 @@ typedef int (*out_ptr_fn)(void **out, void *in);
 typedef int (*out_u32_fn)(void *in, uint32_t *out);
 typedef int (*add_empty_fn)(void **node, void *graph, void *deps, size_t ndeps);
 typedef int (*node_id_fn)(void *node, uint64_t *id);
+typedef int (*next_record_fn)(uint8_t *buffer, size_t valid, void **record);
 
 #define CAPTURE_STATUS_ACTIVE 1
 
@@ -126,6 +130,95 @@ out_u32(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (fn(in, &out) != 0)
         Py_RETURN_NONE;
     return PyLong_FromUnsignedLong(out);
+}
+
+PyDoc_STRVAR(activity_records_doc,
+"activity_records(next_record, buffer, valid, exec_id, layouts) -> list\n\n"
+"Walks a completed CUPTI activity buffer with ``next_record`` (cuptiActivityGetNextRecord's\n"
+"address) and returns (graph node id, stream, start, end, kind name) of every record whose\n"
+"kind is in ``layouts`` ((kind, name, node, stream, start, end offsets) tuples), whose node id\n"
+"is set and, unless ``exec_id`` is -1, whose high 32 bits are ``exec_id``.");
+
+#define MAX_LAYOUTS 8
+
+typedef struct {
+    uint32_t kind;
+    PyObject *name; /* borrowed from the layouts tuple */
+    Py_ssize_t node, stream, start, end;
+} layout_t;
+
+static PyObject *
+activity_records(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyTuple_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "activity_records(next_record, buffer, valid, exec_id, layouts: tuple)");
+        return NULL;
+    }
+    next_record_fn next = (next_record_fn)PyLong_AsVoidPtr(args[0]);
+    uint8_t *buffer = (uint8_t *)PyLong_AsVoidPtr(args[1]);
+    size_t valid = PyLong_AsSize_t(args[2]);
+    long long exec_id = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (next == NULL || buffer == NULL) {
+        PyErr_SetString(PyExc_ValueError, "activity_records: NULL function or buffer");
+        return NULL;
+    }
+    layout_t lay[MAX_LAYOUTS];
+    Py_ssize_t n = PyTuple_GET_SIZE(args[4]);
+    if (n > MAX_LAYOUTS) {
+        PyErr_SetString(PyExc_ValueError, "activity_records: too many layouts");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(args[4], i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6) {
+            PyErr_SetString(PyExc_TypeError, "activity_records: a layout is (kind, name, node, stream, start, end)");
+            return NULL;
+        }
+        lay[i].kind = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(t, 0));
+        lay[i].name = PyTuple_GET_ITEM(t, 1);
+        lay[i].node = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+        lay[i].stream = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
+        lay[i].start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 4));
+        lay[i].end = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 5));
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    void *rec = NULL;
+    while (next(buffer, valid, &rec) == 0 && rec != NULL) {
+        const uint8_t *r = (const uint8_t *)rec;
+        uint32_t kind;
+        memcpy(&kind, r, sizeof kind);
+        const layout_t *l = NULL;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (lay[i].kind == kind) {
+                l = &lay[i];
+                break;
+            }
+        if (l == NULL)
+            continue;
+        uint64_t node, start, end;
+        uint32_t stream;
+        memcpy(&node, r + l->node, sizeof node);
+        if (node == 0 || (exec_id >= 0 && (long long)(node >> 32) != exec_id))
+            continue;
+        memcpy(&stream, r + l->stream, sizeof stream);
+        memcpy(&start, r + l->start, sizeof start);
+        memcpy(&end, r + l->end, sizeof end);
+        PyObject *row = Py_BuildValue("(KkKKO)", (unsigned long long)node, (unsigned long)stream,
+                                      (unsigned long long)start, (unsigned long long)end, l->name);
+        if (row == NULL || PyList_Append(out, row) < 0) {
+            Py_XDECREF(row);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(row);
+    }
+    return out;
 }
 
 PyDoc_STRVAR(getenv_doc,
@@ -605,6 +698,7 @@ static PyMethodDef module_methods[] = {
     {"out_ptr", (PyCFunction)(void (*)(void))out_ptr, METH_FASTCALL, out_ptr_doc},
     {"out_u32", (PyCFunction)(void (*)(void))out_u32, METH_FASTCALL, out_u32_doc},
     {"getenv", (PyCFunction)py_getenv, METH_O, getenv_doc},
+    {"activity_records", (PyCFunction)(void (*)(void))activity_records, METH_FASTCALL, activity_records_doc},
     {"set_error", (PyCFunction)set_error, METH_O, "set_error(cls): the exception type of driver failures"},
     {NULL}
 };

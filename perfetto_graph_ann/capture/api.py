@@ -2,12 +2,14 @@
 
 Thin torch layer over :mod:`.session` (torch-free). ``graph`` is a drop-in for
 ``torch.cuda.graph``: it records scopes during capture and, on exit, reads the node
-table, rekeys it to the executable graph and calibrates (one extra replay; pass
-``calibrate=False`` when replaying the graph has effects you do not want, e.g. an
-optimizer step, and call :func:`calibrate` later).
+table and rekeys it to the executable graph. It issues no GPU work of its own: the
+calibration table is recorded during the user's own first eligible replay of the graph
+(the graph object's ``replay`` is wrapped until then, and unwrapped after), or by
+:func:`calibrate`, which replays the graph once now when asked to.
 
-With torch's own ``torch.cuda.graph_annotations`` available (torch >= 2.15 on a driver
->= 13.1) everything is deferred to torch.
+With torch's own graph annotations available (torch >= 2.15 on a driver >= 13.1)
+everything is deferred to torch (:mod:`.torch_native`); ``mark_kernels`` and
+``mark_stream`` take torch 2.15's arguments and record what torch's record on every backend.
 """
 from __future__ import annotations
 
@@ -15,23 +17,17 @@ import atexit
 import contextlib
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..errors import CaptureError
-from . import backends, collectives
+from . import backends, collectives, torch_native
 from . import session as _session
-from .autograd import BackwardTagger, torch_mode
-from .calibration import calibrate_replay
+from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, in_backward
+from .calibration import KINETO, CalibrationDeferred, calibrate_replay
 from .registry import REGISTRY
 from .scopes import normalize_annotation
 
 _warned = False
-
-
-def _native():
-    import torch
-
-    return torch.cuda.graph_annotations
 
 
 def _warn_unavailable() -> None:
@@ -55,9 +51,14 @@ def _exec_handle(cuda_graph: Any) -> Optional[int]:
 class graph:
     """Drop-in for ``torch.cuda.graph`` that annotates the captured kernels.
 
-    Works with ``CUDAGraph(keep_graph=True)`` (keys are bound at ``instantiate()`` or the
-    first ``replay()``), re-instantiation (entries are rekeyed) and ``reset()`` (entries
-    dropped). ``annotate_collectives=False`` leaves ``torch.distributed`` unwrapped.
+    Runs nothing on the GPU beyond torch's capture. ``calibrate=True``: the graph's first
+    replay outside a profiler (and outside a capture) is recorded by a CUPTI activity
+    session, which gives the calibration table; until then the record's
+    ``calibration_note`` says why there is none. ``calibrate=False``: never, unless
+    :func:`calibrate` is called. Works with ``CUDAGraph(keep_graph=True)`` (keys are bound at
+    ``instantiate()`` or the first ``replay()``), re-instantiation (entries are rekeyed and
+    calibrated again at the next replay) and ``reset()`` (entries dropped).
+    ``annotate_collectives=False`` leaves ``torch.distributed`` unwrapped.
     ``name`` names the graph in the trace (its replays: ``<name> #<replay>``; default
     ``graph <exec id>``); kept in the sidecar.
     """
@@ -74,16 +75,23 @@ class graph:
         self._inner: Any = None
         self._session: Optional[_session.CaptureSession] = None
         self._installed = False
+        self._native = False  # torch's own annotations record this capture
 
     def __enter__(self) -> Any:
         import torch
 
         name = backends.selected_name()  # probe before capture starts: probing is not capture-safe
         if name == backends.TORCH:
+            torch_native.entry_points()  # a torch that moved them fails here, before capturing
             self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
                                            capture_error_mode=self.capture_error_mode, enable_annotations=True)
-            return self._inner.__enter__()
+            ret = self._inner.__enter__()
+            torch_native.capture_started()
+            self._native = True
+            self._install_native_collectives()
+            return ret
         backend = backends.active()
+        KINETO.install()  # before any profiler prepares: its warm-up must defer calibration
         self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
                                        capture_error_mode=self.capture_error_mode)
         if backend is None:
@@ -112,7 +120,24 @@ class graph:
                 warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=2)
         return ret
 
+    def _install_native_collectives(self) -> None:
+        """torch's backend: wrap torch.distributed so collectives reach torch's mark_kernels."""
+        if self.annotate_collectives and collectives.AUTO_ANNOTATE:
+            try:
+                self._installed = collectives.install()
+            except Exception as e:  # torch.distributed unusable: keep capturing
+                warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=3)
+
     def __exit__(self, exc_type, exc, tb) -> Any:
+        if self._native:
+            try:
+                return self._inner.__exit__(exc_type, exc, tb)
+            finally:
+                self._native = False
+                torch_native.capture_ended()
+                if self._installed:
+                    collectives.uninstall()
+                    self._installed = False
         sess = self._session
         failed: Optional[BaseException] = None
         try:
@@ -173,7 +198,7 @@ def _collected(owner: int) -> None:
 
 
 def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> None:
-    """Wrap this graph object's instantiate / replay / reset so keys follow it.
+    """Wrap this graph object's instantiate / reset (and replay, while needed) so keys follow it.
 
     The wrappers hold the graph weakly: a reference cycle would leave the graph to the
     cyclic GC, which may then destroy it in the middle of a later capture. When the graph
@@ -186,8 +211,12 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
     cuda_graph._pga_bound_exec = None
     owner = sess.owner
     _LIVE[owner] = sess
-    if getattr(cuda_graph, "_pga_wrapped", False):
-        return
+    if not getattr(cuda_graph, "_pga_wrapped", False):
+        _wrap(cuda_graph, owner)
+    _arm(cuda_graph)  # not instantiated yet (keep_graph=True): the first replay instantiates
+
+
+def _wrap(cuda_graph: Any, owner: int) -> None:
     # a weak reference whose callback drops the entry (weakref.finalize did the same at ~3x
     # the cost on the capture's path); held in _REFS so that it outlives the graph
     ref = _REFS[owner] = weakref.ref(cuda_graph, lambda _r: _collected(owner))
@@ -202,8 +231,12 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
 
     def replay(*a, **k):
         g = ref()
-        if g._pga_session is not None and _exec_handle(g) is None:
+        sess = g._pga_session
+        if sess is not None and _exec_handle(g) is None:  # keep_graph=True: bind what torch instantiates
             instantiate()
+        if sess is not None and sess.calibration_pending:
+            return _calibrating_replay(g, sess, lambda: orig_replay(g, *a, **k))
+        _disarm(g)
         return orig_replay(g, *a, **k)
 
     def reset(*a, **k):
@@ -214,11 +247,23 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
             _LIVE.pop(s.owner, None)
         g._pga_session = None
         g._pga_bound_exec = None
+        _disarm(g)
         return orig_reset(g, *a, **k)
 
-    cuda_graph.instantiate, cuda_graph.replay, cuda_graph.reset = instantiate, replay, reset
+    cuda_graph.instantiate, cuda_graph.reset = instantiate, reset
+    cuda_graph._pga_replay = replay
     cuda_graph._pga_orig_replay = lambda: orig_replay(ref())
     cuda_graph._pga_wrapped = True
+
+
+def _arm(cuda_graph: Any) -> None:
+    """Route the graph's ``replay`` through the wrapper (binding or a calibration is due)."""
+    cuda_graph.replay = cuda_graph._pga_replay
+
+
+def _disarm(cuda_graph: Any) -> None:
+    """Back to torch's own ``replay``: nothing is left to do at a replay, so it costs nothing."""
+    cuda_graph.__dict__.pop("replay", None)
 
 
 def _bind(cuda_graph: Any, force: bool = False) -> None:
@@ -228,41 +273,92 @@ def _bind(cuda_graph: Any, force: bool = False) -> None:
         return
     sess.bind_exec(h)
     cuda_graph._pga_bound_exec = h
-    if cuda_graph._pga_calibrate:
+    if not cuda_graph._pga_calibrate:
+        sess.set_calibration_note("calibration off (graph(calibrate=False)) and calibrate() not called", False)
+    elif sess.backend.calibration_unavailable() is not None:
+        sess.set_calibration_note(f"no calibration here: {sess.backend.calibration_unavailable()}", False)
+    else:
+        sess.set_calibration_note(NOT_REPLAYED, True)
+        _arm(cuda_graph)
+
+
+#: the note of a graph whose first eligible replay has not come yet
+NOT_REPLAYED = ("not calibrated: the graph was not replayed outside a profiler session since it was "
+                "instantiated (call perfetto_graph_ann.calibrate(g) before profiling)")
+
+
+def _calibrating_replay(cuda_graph: Any, sess: _session.CaptureSession, replay: Callable[[], Any]) -> Any:
+    """The user's replay, recorded by a CUPTI activity session when it can be; run once either way."""
+    import torch
+
+    ran: List[Any] = []
+
+    def run() -> None:
+        ran.append(replay())
+
+    reason = None
+    if torch.cuda.is_current_stream_capturing():
+        reason = "a stream capture was in progress at every replay"
+    else:
         try:
-            calibrate(cuda_graph)
-        except CaptureError as e:
+            table = calibrate_replay(run, torch.cuda.synchronize, sess.exec_id, session=sess.backend.activity_session,
+                                     blocking=False)
+        except CalibrationDeferred as e:
+            reason = f"every replay was refused calibration ({e})"
+        except CaptureError as e:  # the replay ran: do not try again at every replay
+            sess.set_calibration_note(f"calibration failed: {e}", False)
             warnings.warn(f"perfetto_graph_ann: graph annotated but not calibrated: {e}", RuntimeWarning, stacklevel=3)
+        else:
+            sess.apply_calibration(table)
+        if ran:
+            _disarm(cuda_graph)
+            return ran[0]
+    sess.set_calibration_note(f"not calibrated: {reason}; call perfetto_graph_ann.calibrate(g) before profiling")
+    return replay()
 
 
 def calibrate(cuda_graph: Any) -> None:
-    """Replay ``cuda_graph`` once under a CUPTI activity session and store (stream, ordinal).
+    """Replay ``cuda_graph`` once, now, under a CUPTI activity session and store (stream, ordinal).
 
-    Raises :class:`CaptureError` inside a torch.profiler session, for a graph not captured
-    with :class:`graph`, or when CUPTI recorded nothing for it.
+    The explicit way to calibrate (``graph`` otherwise records the graph's own first
+    eligible replay): use it when the graph's first replays will all run inside a
+    profiler, or after ``graph(calibrate=False)``. The replay runs the graph's work like
+    any ``replay()``. Raises :class:`CaptureError` inside a torch.profiler session (nothing
+    is replayed then), for a graph not captured with :class:`graph`, or when CUPTI
+    recorded nothing for it.
     """
     import torch
 
     sess = getattr(cuda_graph, "_pga_session", None)
     if sess is None or sess.exec_id is None:
         raise CaptureError("calibrate(): graph was not captured with perfetto_graph_ann.graph or not instantiated")
-    table = calibrate_replay(cuda_graph._pga_orig_replay, torch.cuda.synchronize, sess.exec_id)
+    try:
+        table = calibrate_replay(cuda_graph._pga_orig_replay, torch.cuda.synchronize, sess.exec_id,
+                                 session=sess.backend.activity_session)
+    except CalibrationDeferred as e:
+        raise CaptureError(f"calibration refused: {e}; calibrate before starting the profiler") from e
     sess.apply_calibration(table)
+    _disarm(cuda_graph)
 
 
 class mark_kernels:
     """Annotate every node captured inside the block (any stream that joined the capture).
 
-    ``annotation``: a str (``{"name": s}``) or a dict; ``stream`` (an int) is its display
-    lane. Nested scopes merge, inner wins per key. A no-op outside ``graph(...)``.
-    ``backward=True``: backward kernels of ops run in the block, when captured, get the
-    same fields plus ``autograd_phase: "backward"``. Thread-safe; a class rather than a
+    torch 2.15's ``mark_kernels(annotation, *, backward=True)``: ``annotation`` is a str
+    (``{"name": s}``) or a dict; ``stream`` (an int) is its display lane. Nested scopes
+    merge, inner wins per key. A no-op outside ``graph(...)``. ``backward=True`` (the
+    default, as in torch): the backward kernels of every autograd node created in the block on
+    this thread (composite ops' inner nodes included), when captured, get the same fields plus
+    ``autograd_phase: "backward"`` (the innermost block wins; see capture/autograd.py). A block
+    re-run inside backward (a checkpoint's recomputation) tags its kernels ``backward`` too. On
+    torch's backend the call goes to torch's ``mark_kernels`` with the same arguments.
+    Thread-safe; a class rather than a
     generator context manager because it sits on the capture's critical path.
     """
 
     __slots__ = ("fields", "annotation", "backward", "_sess", "_tok", "_mode", "_native")
 
-    def __init__(self, annotation: Any, backward: bool = False):
+    def __init__(self, annotation: Any, *, backward: bool = True):
         # on the capture's critical path: the common str case without a call
         self.fields = {"name": annotation} if type(annotation) is str else normalize_annotation(annotation)
         self.annotation, self.backward = annotation, backward
@@ -273,16 +369,20 @@ class mark_kernels:
         sess = st[-1] if st else _session.current()
         if sess is not None:  # our capture in flight (never pushed when torch's backend is used)
             rec = sess.recorder
-            if rec.active:
-                self._sess, self._tok = sess, rec.open(self.fields)
-        elif backends.selected_name() == backends.TORCH:
-            self._native = _native().mark_kernels(self.annotation, backward=self.backward)
+            if not rec.active:
+                return self
+            # a forward run inside backward (a checkpoint's recomputation): its kernels are backward work
+            fields = self.fields if not in_backward() else {**self.fields, PHASE_KEY: BACKWARD}
+            self._sess, self._tok = sess, rec.open(fields)
+        elif torch_native.capturing() or backends.selected_name() == backends.TORCH:
+            self._native = torch_native.call("mark_kernels", self.annotation, backward=self.backward)
             self._native.__enter__()
             return self
+        else:
+            return self  # as torch's: outside a capture nothing is recorded, nothing hooked
         if self.backward:
-            merged = {**(sess.recorder.open_fields() if sess is not None else {}), **self.fields}
-            label = sess.lane_label(merged.get("stream")) if sess is not None else None
-            self._mode = torch_mode(BackwardTagger(merged, lane_label=label))
+            merged = {**sess.recorder.open_fields(), **self.fields}
+            self._mode = BackwardRegion(BackwardTagger(merged, lane_label=sess.lane_label(merged.get("stream"))))
             self._mode.__enter__()
         return self
 
@@ -297,23 +397,41 @@ class mark_kernels:
 
 
 @contextlib.contextmanager
-def mark_stream(stream: Any, label: str) -> Iterator[Any]:
-    """Switch to ``stream`` and put the kernels captured in the block on a labelled lane.
+def mark_stream(stream: Any, annotation: Any) -> Iterator[Any]:
+    """torch 2.15's ``mark_stream(stream, annotation)``: switch to ``stream`` and annotate
+    the kernels captured in the block with ``{"name": annotation, "stream": lane}`` (a dict
+    ``annotation`` gets its ``stream`` set the same way).
 
-    Lane ids are handed out from 60 upward, one per stream, stable for the process; the
-    label is recorded with the graph being captured (a later graph that puts kernels on
-    the same lane id does not inherit it). Passing the current stream only adds the label. Like ``torch.cuda.stream`` this
+    Lane ids are handed out from 60 upward, one per stream, stable for the process. For the
+    stream that is already current nothing switches and no lane is assigned: the block is a
+    ``mark_kernels(annotation)`` (as in torch, the kernels stay where they run). The name
+    labels the lane in our ``.pftrace`` (``60 left_projection``); the label is recorded with
+    the graph being captured (a later graph that puts kernels on the same lane id does not
+    inherit it). Outside a capture it only switches streams. Like ``torch.cuda.stream`` this
     inserts no dependencies: make ``stream`` wait for the work it consumes
     (``stream.wait_stream(...)``) and join it back before the capture ends.
     """
     import torch
 
-    if backends.selected_name() == backends.TORCH:
-        with _native().mark_stream(stream, label) as s:
-            yield s
-        return
-    with _session.lane_scope(("stream", int(stream.cuda_stream)), label, REGISTRY):
-        switch = torch.cuda.current_stream() != stream
-        ctx = torch.cuda.stream(stream) if switch else contextlib.nullcontext()
-        with ctx:
+    sess = _session.current()
+    if sess is None and (torch_native.capturing() or backends.selected_name() == backends.TORCH):
+        with torch_native.call("mark_stream", stream, annotation):
             yield stream
+        return
+    fields = {"name": annotation} if isinstance(annotation, str) else normalize_annotation(annotation)
+    if sess is None or not sess.recorder.active:
+        with torch.cuda.stream(stream):
+            yield stream
+        return
+    if torch.cuda.current_stream().cuda_stream == stream.cuda_stream:
+        with mark_kernels(fields):
+            yield stream
+        return
+    fields.pop("stream", None)  # the stream's own lane, as torch's sets it
+    name = fields.get("name")
+    label = name if isinstance(name, str) and name else None
+    # the lane scope lists the graph before the switch; the inner scope adds the fields
+    with _session.lane_scope(("stream", int(stream.cuda_stream)), label, REGISTRY):
+        with mark_kernels(fields):
+            with torch.cuda.stream(stream):
+                yield stream

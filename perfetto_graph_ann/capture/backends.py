@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple
 
 from ..errors import CaptureError
 from . import fastpath
@@ -105,6 +105,16 @@ class CaptureBackend:
     def graph_id(self, graph: int) -> Optional[int]:
         """The template graph's id, for reference (None if unknown)."""
         return None
+
+    def calibration_unavailable(self) -> Optional[str]:
+        """Why this backend cannot record a calibration replay (None: it can)."""
+        return f"the {self.name} backend records no GPU activity"
+
+    def activity_session(self, collected: List[Any], exec_id: Optional[int]) -> ContextManager[None]:
+        """A context in which the GPU work of executable graph ``exec_id`` is recorded into
+        ``collected`` (:class:`~.resolve.ActivityRecord`); raising on entry means it could
+        not start (nothing was recorded, nothing replayed)."""
+        raise CaptureError(self.calibration_unavailable() or "no activity session")
 
 
 _NODE_TYPE_NAMES = {
@@ -190,9 +200,22 @@ class CudaGraphBackend(CaptureBackend):
         self._get_nodes_addr = _address(self._get_nodes)
         self._capture_info_addr = _address(self._capture_info)
         self._clone_addr = _address(self._cu.cuGraphClone)
+        self._cupti_python: Optional[bool] = None  # probed on the first calibration
 
     def count_function(self) -> Optional[int]:
         return self._get_nodes_addr
+
+    def calibration_unavailable(self) -> Optional[str]:
+        if self._cupti_python is None:
+            import importlib.util
+
+            self._cupti_python = importlib.util.find_spec("cupti") is not None
+        return None if self._cupti_python else "cupti-python is not installed (pip install cupti-python)"
+
+    def activity_session(self, collected: List[Any], exec_id: Optional[int]) -> ContextManager[None]:
+        from .calibration import activity_session
+
+        return activity_session(collected, exec_id, getattr(self, "libcupti", None))
 
     def capture_graph(self, stream: int) -> Optional[int]:
         fast = fastpath.module()
@@ -380,6 +403,8 @@ class EnvFacts:
     torch_version: Optional[str] = None  #: None: torch not importable
     cuda_available: bool = False
     torch_native: Optional[bool] = None  #: torch.cuda.graph_annotations.is_available(); None: module absent
+    #: torch's annotation entry points this torch lacks (:mod:`.torch_native`), e.g. ("mark_stream",)
+    torch_missing: Tuple[str, ...] = ()
     driver_version: Optional[int] = None  #: cudaDriverGetVersion, e.g. 13000
     cuda_bindings: bool = False
     runtime_ids: bool = False  #: cuda-bindings has cudaGraphNodeGetLocalId and cudaGraphExecGetId
@@ -421,6 +446,10 @@ def choose_backend(f: EnvFacts) -> BackendInfo:
         reasons[TORCH] = f"torch {f.torch_version} < 2.15 has no torch.cuda.graph_annotations"
     elif f.torch_native is None:
         reasons[TORCH] = "torch.cuda.graph_annotations is missing"
+    elif f.torch_missing:
+        reasons[TORCH] = (f"torch {f.torch_version}'s graph annotations lack {', '.join(f.torch_missing)} "
+                          "(looked in torch.cuda.graph_annotations and torch.cuda._graph_annotations, "
+                          "where torch 2.15 has them)")
     elif not f.torch_native:
         reasons[TORCH] = "torch.cuda.graph_annotations.is_available() is False (needs driver >= 13.1 and cuda-bindings >= 13.1)"
     else:
@@ -455,17 +484,10 @@ def probe_facts() -> EnvFacts:
     except Exception:
         return EnvFacts()
     kw: Dict[str, Any] = {"torch_version": torch.__version__, "cuda_available": bool(torch.cuda.is_available())}
-    ga = getattr(torch.cuda, "graph_annotations", None)
-    if ga is None:
-        with contextlib.suppress(Exception):
-            import importlib
+    if _torch_at_least(kw["torch_version"], 2, 15):
+        from . import torch_native
 
-            ga = importlib.import_module("torch.cuda.graph_annotations")
-    if ga is not None:
-        try:
-            kw["torch_native"] = bool(ga.is_available())
-        except Exception:
-            kw["torch_native"] = False
+        kw["torch_native"], kw["torch_missing"] = torch_native.probe()
     try:
         from cuda.bindings import runtime as rt
 

@@ -9,8 +9,11 @@ with eager's value types (ints for counts and size, strings like ``"Float"``, ``
 ``"<pg description> (<collective>)"``.
 
 Inside ``graph(...)`` the ``torch.distributed`` collectives are wrapped (only during
-capture) so they annotate themselves. Field building and wrapping are torch-free: tensors
-only need ``numel()`` and ``dtype``, groups are resolved by an injectable function.
+capture) so they annotate themselves. On torch's own backend (torch >= 2.15, which has no
+``annotate_collective``) the same fields go to torch's ``mark_kernels`` and the lane comes
+from torch's ``get_stream_for_pg``, so graphed NCCL kernels carry them there too. Field
+building and wrapping are torch-free: tensors only need ``numel()`` and ``dtype``, groups
+are resolved by an injectable function.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import session as _session
+from . import torch_native
 from .registry import REGISTRY
 
 #: torch dtype name (``str(dtype)`` without ``torch.``) -> c10 ScalarType name as eager traces print it
@@ -149,19 +153,22 @@ def _group(group: Any) -> GroupInfo:
 
 
 def get_stream_for_pg(key: Any) -> int:
-    """The logical lane of a process group (a ProcessGroup, a GroupInfo or its name): stable, 60 upward."""
+    """The logical lane of a process group (a ProcessGroup, a GroupInfo or its name): stable, 60 upward.
+
+    On torch's backend, torch's own ``get_stream_for_pg`` (the lanes its ``mark_stream`` shares)."""
     name = key if isinstance(key, str) else _group(key).name
+    if _on_torch_backend():
+        return int(torch_native.call("get_stream_for_pg", name))
     return REGISTRY.lanes.lane(("pg", name))
 
 
-def _torch_native(attr: str) -> Optional[Callable]:
+def _on_torch_backend() -> bool:
+    """Whether torch's own annotations record captures here (then torch gets the fields)."""
+    if torch_native.capturing():
+        return True
     from . import backends
 
-    if backends.selected_name() != backends.TORCH:
-        return None
-    import torch
-
-    return getattr(torch.cuda.graph_annotations, attr, None)
+    return backends.selected_name() == backends.TORCH
 
 
 @contextlib.contextmanager
@@ -171,14 +178,18 @@ def annotate_collective(name: str, input: Any, output: Any, group: Any = None,
     """Annotate the kernels a collective launches inside the block with eager's fields.
 
     A no-op outside ``graph(...)``. The lane is the process group's (see
-    :func:`get_stream_for_pg`), labelled ``"<pg description> (<collective>)"``.
+    :func:`get_stream_for_pg`), labelled ``"<pg description> (<collective>)"``. On torch's
+    backend the fields go to torch's ``mark_kernels(fields, backward=False)`` with the lane
+    from torch's ``get_stream_for_pg(<process group name>)``.
     """
-    native = _torch_native("annotate_collective")
-    if native is not None:
-        with native(name, input, output, group=group):
+    sess = _session.current()
+    if sess is None and _on_torch_backend():
+        g = _group(group)
+        fields = collective_fields(name, input, output, g, in_splits, out_splits)
+        fields["stream"] = torch_native.call("get_stream_for_pg", g.name)
+        with torch_native.call("mark_kernels", fields, backward=False):
             yield
         return
-    sess = _session.current()
     if sess is None or not sess.recorder.active:
         yield
         return
@@ -212,7 +223,7 @@ def _wrap(fn_name: str, original: Callable) -> Callable:
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         sess = _session.current()
-        if sess is None or not sess.recorder.active:
+        if (sess is None or not sess.recorder.active) and not torch_native.capturing():
             return original(*args, **kwargs)
         if not sig:
             try:

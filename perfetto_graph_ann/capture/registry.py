@@ -106,7 +106,7 @@ def get_kernel_annotations() -> Mapping[int, List[Dict[str, Any]]]:
     from . import backends
 
     if backends.selected_name() == backends.TORCH:
-        import torch  # noqa: F401  (only reached when torch's own backend was chosen)
+        from . import torch_native
 
-        return torch.cuda.graph_annotations.get_kernel_annotations()
+        return torch_native.call("get_kernel_annotations")
     return KernelAnnotationsView(REGISTRY)

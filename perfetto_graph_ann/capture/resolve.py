@@ -10,7 +10,7 @@ import dataclasses
 import types
 from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from .annotations import Dim3, GraphRecord, NodeRecord, ScopeInstance, make_key, split_key
+from .annotations import Dim3, GraphRecord, NodeRecord, ScopeInstance, make_key
 
 #: node types whose creation a scope annotates; the others (empty, child graph, ...) carry
 #: nothing a profile shows.
@@ -82,9 +82,12 @@ def with_calibration(record: GraphRecord, calibration: Mapping[int, Tuple[int, i
     return dataclasses.replace(record, nodes=tuple(nodes))
 
 
-@dataclasses.dataclass(frozen=True)
-class ActivityRecord:
-    """One GPU activity record of a calibration replay (CUPTI kernel / memcpy / memset)."""
+class ActivityRecord(NamedTuple):
+    """One GPU activity record of a calibration replay (CUPTI kernel / memcpy / memset).
+
+    A tuple: a replay of a large graph gives a thousand of them, built from the C parser's
+    tuples without a Python constructor call each.
+    """
 
     graph_node_id: int
     stream: int
@@ -101,14 +104,16 @@ def calibration_table(records: Iterable[ActivityRecord], exec_id: int) -> Dict[i
     are numbered per stream. Records of other graphs are ignored; a node seen twice (more
     than one replay recorded) keeps its first position.
     """
-    mine = [r for r in records if r.graph_node_id and split_key(r.graph_node_id)[0] == exec_id]
-    mine.sort(key=lambda r: (r.start, r.end, r.graph_node_id))
+    # rows as (start, end, key, stream): one C-level sort of plain tuples (a replay of a large
+    # graph gives a thousand records, sorted while the user's first replay waits)
+    rows = sorted((r.start, r.end, r.graph_node_id, r.stream) for r in records
+                  if r.graph_node_id and r.graph_node_id >> 32 == exec_id)
     seen: Dict[int, int] = {}
     table: Dict[int, Tuple[int, int]] = {}
-    for r in mine:
-        if r.graph_node_id in table:
+    for _, _, key, stream in rows:
+        if key in table:
             continue
-        o = seen.get(r.stream, 0)
-        table[r.graph_node_id] = (r.stream, o)
-        seen[r.stream] = o + 1
+        o = seen.get(stream, 0)
+        table[key] = (stream, o)
+        seen[stream] = o + 1
     return table

@@ -18,7 +18,10 @@ Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
    the backend on first use (calibration, the registry, the sidecar), not at the end of the
    capture: a CUPTI call there cost 7-11 us in the timed capture on the H200
    (tests/gpu/RESULTS.md run 40).
-4. ``apply_calibration(table)``: adds (stream, ordinal) per node.
+4. ``apply_calibration(table)``: adds (stream, ordinal) per node. Until then
+   :attr:`calibration_note` says why the record has no calibration table (pending until
+   the graph's first eligible replay, deferred by a profiler, off, failed); the record
+   carries it for the join's report.
 
 ``PERFETTO_GRAPH_ANN_VERIFY_SCOPES=1`` (or ``verify=True``) lists the graph at every scope
 edge and reads the template's table right away too, and checks that the scope ranges and
@@ -35,6 +38,7 @@ without, H200) and are left out of the node table, the registry and the sidecar.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import threading
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -115,6 +119,10 @@ class CaptureSession:
         self._exec_id: Optional[int] = None
         self._record: Optional[GraphRecord] = None
         self._calibration: Optional[Mapping[int, Tuple[int, int]]] = None
+        #: why the bound executable graph has no calibration table (None once it has one)
+        self.calibration_note: Optional[str] = None
+        #: True while the graph's next eligible replay is to be recorded (``api`` wraps it)
+        self.calibration_pending = False
 
     def _count(self) -> Optional[int]:
         if self.graph is None:
@@ -254,7 +262,10 @@ class CaptureSession:
                         labels = dict(self.lane_labels)
                     rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id,
                                         self.device, lane_labels=labels, name=self.name, scopes=self._scopes)
-                    self._record = with_calibration(rec, self._calibration) if self._calibration else rec
+                    rec = with_calibration(rec, self._calibration) if self._calibration else rec
+                    if self.calibration_note is not None and not self._calibration:
+                        rec = dataclasses.replace(rec, calibration_note=self.calibration_note)
+                    self._record = rec
         return self._record
 
     @property
@@ -283,15 +294,30 @@ class CaptureSession:
             raise CaptureError("bind_exec before finish_capture: the capture was not finished")
         with self._table_lock:  # never a record half built for the previous executable graph
             self._exec_handle, self._exec_id, self._record, self._calibration = graph_exec, None, None, None
+            self.calibration_pending = False
         self.registry.put(self.owner, lambda: self.record)
 
-    def apply_calibration(self, table: Mapping[int, Tuple[int, int]]) -> GraphRecord:
+    def set_calibration_note(self, note: Optional[str], pending: Optional[bool] = None) -> None:
+        """Say why the graph has no calibration table (and whether a replay will still record one).
+
+        The record is rebuilt on its next read only when the note changed.
+        """
+        with self._table_lock:
+            if pending is not None:
+                self.calibration_pending = pending
+            if note == self.calibration_note:
+                return
+            self.calibration_note, self._record = note, None
+        self.registry.put(self.owner, lambda: self.record)
+
+    def apply_calibration(self, table: Mapping[int, Tuple[int, int]]) -> None:
+        """Store the (stream, ordinal) table; the record is rebuilt on its next read."""
         if self.exec_id is None:
             raise CaptureError("calibration before the graph was instantiated")
         with self._table_lock:
             self._calibration, self._record = dict(table), None
+            self.calibration_note, self.calibration_pending = None, False
         self.registry.put(self.owner, lambda: self.record)
-        return self.record
 
     def drop(self) -> None:
         """The graph was reset: forget its entry and free the template copy if unread."""
@@ -346,7 +372,7 @@ def current() -> Optional[CaptureSession]:
 
 
 @contextlib.contextmanager
-def lane_scope(key: Any, label: str, registry: Registry = REGISTRY) -> Iterator[int]:
+def lane_scope(key: Any, label: Optional[str], registry: Registry = REGISTRY) -> Iterator[int]:
     """Put the nodes captured in the block on the labelled lane of ``key``; yields the lane id.
 
     The torch-free part of ``mark_stream`` (key = ``("stream", cuda stream handle)``): the
@@ -358,7 +384,8 @@ def lane_scope(key: Any, label: str, registry: Registry = REGISTRY) -> Iterator[
     sess = current()
     tok = None
     if sess is not None and sess.recorder.active:
-        sess.label_lane(lane, label)
+        if label is not None:
+            sess.label_lane(lane, label)
         tok = sess.recorder.open({"stream": lane}, before=sess.recorder.snapshot())
     try:
         yield lane

@@ -543,7 +543,7 @@ def save_annotations(path: PathLike, annotations: Optional[AnnotationSet] = None
     """
     path = os.fspath(path)
     if annotations is None:
-        annotations = _recorded()
+        annotations = recorded_annotations()
     fmt = format or ("json" if _is_json_path(path) else "binary")
     if fmt == "json":
         data = json.dumps(to_json(annotations), indent=1, ensure_ascii=False).encode() + b"\n"
@@ -555,14 +555,15 @@ def save_annotations(path: PathLike, annotations: Optional[AnnotationSet] = None
     return path
 
 
-def _recorded() -> AnnotationSet:
+def recorded_annotations() -> AnnotationSet:
+    """Everything captured so far in this process: our registry, or torch's own on torch's backend."""
     from . import backends
     from .registry import REGISTRY
 
     if backends.selected_name() == backends.TORCH:  # torch's own registry: keys and fields only
-        import torch
+        from . import torch_native
 
-        ann = torch.cuda.graph_annotations.get_kernel_annotations()
+        ann = torch_native.call("get_kernel_annotations")
         by_graph: Dict[int, List[NodeRecord]] = {}
         for key, vals in dict(ann).items():
             merged: Dict[str, Any] = {}

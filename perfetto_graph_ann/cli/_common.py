@@ -31,10 +31,36 @@ def load_annotation_files(paths: Sequence[str]):
     return load(paths)
 
 
-def join_files(trace, paths: Sequence[str], graph_lanes: str = "all", force: bool = False):
+#: ``--graph-lanes`` help shared by the subcommands that join
+GRAPH_LANES_HELP = ("all: move graphed kernels to their annotated lanes; none: keep the recorded streams "
+                    "(torch 2.15's default). Default here: all when a node is annotated, else none; "
+                    "all needs annotated nodes, as in torch")
+
+
+def resolve_graph_lanes(requested: Optional[str], annotations, paths: Sequence[str], default: str = "all") -> str:
+    """The ``graph_lanes`` a subcommand joins with: ``requested``, else ``default`` where a node
+    is annotated and ``"none"`` where none is. ``"all"`` without annotated nodes is refused
+    as torch 2.15 refuses it (an :class:`InputError`, exit 2), naming the files."""
+    from ..errors import InputError
+    from ..join.join import has_annotated_nodes
+
+    annotated = has_annotated_nodes(annotations)
+    if requested is None:
+        return default if annotated else "none"
+    if requested == "all" and not annotated:
+        where = ", ".join(paths) if paths else "(no --annotations given)"
+        raise InputError(paths[0] if paths else None,
+                         f"--graph-lanes all needs annotations, and no node of {where} carries a field "
+                         "(torch 2.15 refuses the same)")
+    return requested
+
+
+def join_files(trace, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
+               default_stream: int = 7, default: str = "all"):
     """Join ``trace`` with the annotations of ``paths`` (merged; each file's identity checked).
 
-    Returns ``(layout, merged annotations)``. Raises
+    ``graph_lanes`` None picks ``default`` where a node is annotated, else ``"none"``
+    (:func:`resolve_graph_lanes`). Returns ``(layout, merged annotations)``. Raises
     :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` (exit 2, nothing written)
     for annotations that do not belong to the trace, unless ``force``.
     """
@@ -43,10 +69,11 @@ def join_files(trace, paths: Sequence[str], graph_lanes: str = "all", force: boo
 
     sets = [load_annotations(p) for p in paths]
     merged = merge_annotation_sets(sets)
-    return join(trace, merged, graph_lanes=graph_lanes, force=force, sources=sets), merged
+    lanes = resolve_graph_lanes(graph_lanes, merged, paths, default=default)
+    return join(trace, merged, graph_lanes=lanes, default_stream=default_stream, force=force, sources=sets), merged
 
 
-def read_and_join(trace_path: str, paths: Sequence[str], graph_lanes: str = "all", force: bool = False):
+def read_and_join(trace_path: str, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False):
     """A torch.profiler JSON trace and its layout: joined to ``paths`` (summary printed), else None."""
     from ..read.kineto import read_trace
 

@@ -24,8 +24,11 @@ def register(sub) -> argparse.ArgumentParser:
                    help="output: .pftrace (or .pftrace.gz); .json/.json.gz writes annotated Chrome JSON")
     p.add_argument("--annotations", "-a", metavar="SIDECAR", action="append", default=[],
                    help="annotation sidecar or capture record (repeatable); enables semantic lanes")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
-                   help="with --annotations: move graphed kernels to their lanes (all) or keep streams (none)")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
+                   help="with --annotations: move graphed kernels to their lanes (all) or keep streams (none); "
+                   "default: all for .pftrace, none (torch 2.15's default) for .json; all needs annotated nodes")
+    p.add_argument("--default-stream", type=int, default=7, metavar="N",
+                   help="with --graph-lanes all: lane of graphed kernels whose annotation names none (default 7)")
     add_force_option(p)
     p.add_argument("--gzip", action="store_true", help="gzip the .pftrace output (also implied by a .gz name)")
     p.add_argument("--compact-args", action="store_true",
@@ -55,7 +58,10 @@ def _run(args: argparse.Namespace) -> int:
     trace = read_trace(args.input)
     layout = None
     if args.annotations:
-        layout, _ = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
+        # torch's default for torch's format (Chrome JSON); our lanes for Perfetto's
+        layout, _ = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations,
+                               default_stream=args.default_stream,
+                               default="none" if is_json_name(args.output) else "all")
         if not args.quiet:
             print_join_summary(layout.report)
     out = args.output

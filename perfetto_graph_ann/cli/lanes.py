@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import ENGINES, add_force_option, join_files, print_join_summary
+from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, join_files, print_join_summary
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -18,8 +18,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("trace", help="torch.profiler trace (.json or .json.gz)")
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
                    help="annotation sidecar or capture record (repeatable; merged)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
-                   help="all: move graphed kernels to their annotated lane (torch 2.15); none: keep streams")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default=None, help=GRAPH_LANES_HELP)
     add_force_option(p)
     p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary (needs a trace processor)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace, out=None) -> int:
     if args.annotations:
         print_join_summary(layout.report)
     names = None
-    if args.graph_lanes == "none":  # name the annotated lanes the table lists next to the streams
+    if graph_lanes == "none":  # name the annotated lanes the table lists next to the streams
         from ..join.lanes import lane_graphs, lane_name
         from ..join.model import DEFAULT_GRAPH_LANE
 
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace, out=None) -> int:
                  for key, graphs in lane_graphs(trace.events, layout.placements, annotated=True).items()
                  if key[1] != DEFAULT_GRAPH_LANE}
     table = lane_table(trace, layout, names)
-    print(f"{args.trace}: GPU work per lane (graph_lanes={args.graph_lanes})", file=out)
+    print(f"{args.trace}: GPU work per lane (graph_lanes={graph_lanes})", file=out)
     if table.empty:
         print("  (no GPU work in this trace)", file=out)
     for device, rows in table.groupby("device", sort=True):

@@ -20,7 +20,9 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
                    help="annotation sidecar / capture record: once per trace in order, or once for every rank "
                    "(only files without a capture identity: each rank is its own process)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
+                   help="all (default): move graphed kernels to their annotated lanes (a rank whose annotations "
+                   "name nothing keeps its streams); none: keep the recorded streams (torch 2.15's default)")
     add_force_option(p)
     p.add_argument("--gzip", action="store_true", help="gzip the output (also implied by a .gz name)")
     p.set_defaults(func=run)

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Dict, List, Tuple
 
-from ._common import ENGINES, add_force_option, positive_int, read_and_join, write_output
+from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, positive_int, read_and_join, write_output
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -48,8 +48,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("trace", help=".pftrace written by this package, or a torch.profiler JSON trace (.json, .json.gz)")
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
                    help="for a JSON trace: annotation sidecar or capture record to join (repeatable)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
-                   help="for a JSON trace with --annotations: lane policy of the join (default: all)")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
+                   help="for a JSON trace with --annotations: " + GRAPH_LANES_HELP)
     add_force_option(p)
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import ENGINES, add_force_option, positive_seconds, read_and_join, write_output
+from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, positive_seconds, read_and_join, write_output
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -26,8 +26,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
     p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
                    help="for a JSON trace: annotation sidecar or capture record to join first (repeatable)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
-                   help="for a JSON trace with --annotations: lane policy of the join (default: all)")
+    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
+                   help="for a JSON trace with --annotations: " + GRAPH_LANES_HELP)
     add_force_option(p)
     p.set_defaults(func=run)
     return p

@@ -78,14 +78,18 @@ def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Se
         "force=True (Python) to join them anyway", tuple(report.unmatched_replays))
 
 
-def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all", force: bool = False,
+def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "none",
+         default_stream: int = DEFAULT_GRAPH_LANE, force: bool = False,
          sources: Optional[Sequence[AnnotationSet]] = None, projection: bool = True) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
 
-    ``graph_lanes``: ``"all"`` moves graphed events to their annotated lane (else lane 7);
-    ``"none"`` keeps the recorded streams and adds ``annotated_stream``. Events not
-    launched by a graph are left alone (no placement). ``projection``: also the replay and
-    scope ranges the Perfetto writer draws under each GPU (``LaneLayout.ranges``).
+    ``graph_lanes`` as in torch 2.15's ``export_chrome_trace``: ``"none"`` (its default)
+    keeps the recorded streams and adds ``annotated_stream``; ``"all"`` moves graphed events
+    to their annotated lane, else to ``default_stream``, and like torch refuses annotations
+    in which no node carries a field (it would only pile every graphed event onto one
+    lane). Events not launched by a graph are left alone (no placement). ``projection``:
+    also the replay and scope ranges the Perfetto writer draws under each GPU
+    (``LaneLayout.ranges``).
 
     Raises :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` when an annotation
     file's capture identity disagrees with the trace, or when annotations with graphs match
@@ -95,6 +99,10 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
     """
     if graph_lanes not in GRAPH_LANES:
         raise ValueError(f"graph_lanes must be one of {GRAPH_LANES}, got {graph_lanes!r}")
+    if graph_lanes == "all" and not has_annotated_nodes(annotations):
+        raise ValueError("graph_lanes='all' needs annotations (no node of the given annotations carries a "
+                         "field): without them every graphed event would land on default_stream, which loses "
+                         "the stream layout and names nothing in return (torch 2.15 raises the same)")
     sources = list(sources) if sources is not None else [annotations]
     report = JoinReport(total=sum(1 for e in trace.events if e.is_gpu_work))
     report.annotation_files = [s.source for s in sources if s.source]
@@ -136,7 +144,8 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
     for r in replays:
         for e in r.events:
             m = matches.get(e.index)
-            placements[e.index] = placement(e, m, replay_index.get(r.correlation) if m else None, graph_lanes, cache)
+            placements[e.index] = placement(e, m, replay_index.get(r.correlation) if m else None, graph_lanes, cache,
+                                           default_stream)
             if m is None:
                 report.unmatched += 1
             else:
@@ -156,11 +165,17 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "all
             key = lane_key(e.device, lane)
             if key not in lane_names:
                 on_lane = graphs_on.get(key)
-                lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != DEFAULT_GRAPH_LANE
+                lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
                                    else f"stream {lane}")
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
                       graph_lanes=graph_lanes,
                       ranges=project(replays, matches, replay_graph, replay_index, annotations) if projection else [])
+
+
+def has_annotated_nodes(annotations: AnnotationSet) -> bool:
+    """Whether any node carries an annotation field: what a non-empty
+    ``get_kernel_annotations()`` means in torch, which only lists annotated nodes."""
+    return any(n.annotation for g in annotations.graphs for n in g.nodes)
 
 
 def _majority_graph(found: Dict[int, Match]) -> Optional[int]:
@@ -182,4 +197,4 @@ def _replay_indices(replays: List[Replay], replay_graph: Dict[int, Optional[int]
     return out
 
 
-__all__ = ["join", "DEFAULT_GRAPH_LANE"]
+__all__ = ["join", "has_annotated_nodes", "DEFAULT_GRAPH_LANE"]

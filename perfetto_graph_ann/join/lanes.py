@@ -23,11 +23,11 @@ COLLECTIVE_NAME = "Collective name"
 PG_DESCRIPTION = "Process Group Description"
 
 
-def annotated_lane(match: Optional[Match]) -> int:
-    """The lane an event belongs on: its annotation's ``stream`` field, else the default lane."""
+def annotated_lane(match: Optional[Match], default_stream: int = DEFAULT_GRAPH_LANE) -> int:
+    """The lane an event belongs on: its annotation's ``stream`` field, else ``default_stream``."""
     if match is not None and match.node.lane is not None:
         return match.node.lane
-    return DEFAULT_GRAPH_LANE
+    return default_stream
 
 
 def node_args(node: NodeRecord) -> Dict[str, Any]:
@@ -39,18 +39,22 @@ def node_args(node: NodeRecord) -> Dict[str, Any]:
 
 
 def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[int], graph_lanes: str,
-              cache: Optional[Dict[int, Tuple[int, Dict[str, Any]]]] = None) -> Placement:
+              cache: Optional[Dict[int, Tuple[int, Dict[str, Any]]]] = None,
+              default_stream: int = DEFAULT_GRAPH_LANE) -> Placement:
     """Where a graphed event is drawn and the args it gains.
 
-    ``cache`` (node key -> (lane, node args)) saves recomputing per-node parts per event.
+    ``cache`` (node key -> (lane, node args)) saves recomputing per-node parts per event;
+    ``default_stream`` is the lane of graphed events whose annotation names none.
     """
     args: Dict[str, Any] = {}
-    lane = DEFAULT_GRAPH_LANE
+    lane = default_stream
+    annotation = None
     if match is not None:
+        annotation = match.node.annotation
         node = match.node
         hit = cache.get(node.key) if cache is not None else None
         if hit is None:
-            hit = (annotated_lane(match), node_args(node))
+            hit = (annotated_lane(match, default_stream), node_args(node))
             if cache is not None:
                 cache[node.key] = hit
         lane, base = hit
@@ -64,9 +68,9 @@ def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[
     if graph_lanes == "all":
         if hw is not None:
             args["original_stream"] = hw
-        return Placement(lane, args)
+        return Placement(lane, args, annotation)
     args["annotated_stream"] = lane
-    return Placement(hw if hw is not None else lane, args)
+    return Placement(hw if hw is not None else lane, args, annotation)
 
 
 #: A lane shared by graphs that name it differently shows at most this many of the names.

@@ -31,6 +31,9 @@ class Placement:
 
     lane: int
     args: Mapping[str, Any]
+    #: the matched node's annotation as recorded ({} = the node has none); None = unmatched.
+    #: The Chrome JSON writer renders it torch 2.15's way (see ``write/chrome_json.py``).
+    annotation: Optional[Mapping[str, Any]] = None
 
 
 @dataclasses.dataclass

@@ -24,10 +24,10 @@ from ..join.model import LaneLayout
 AnnotationsArg = Union[AnnotationSet, PathLike, None]
 
 def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
-    if annotations is None:
-        from ..capture.registry import REGISTRY
+    if annotations is None:  # ours, or torch's own registry on torch's backend
+        from ..capture.sidecar import recorded_annotations
 
-        return REGISTRY.snapshot()
+        return recorded_annotations()
     if isinstance(annotations, AnnotationSet):
         return annotations
     from ..capture.sidecar import load_annotations
@@ -68,13 +68,17 @@ def chrome_trace_bytes(prof) -> bytes:
     return data
 
 
-def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "all",
-           force: bool = False) -> LaneLayout:
+def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "none",
+           default_stream: int = 7, force: bool = False) -> LaneLayout:
     """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args; returns the layout.
 
     ``annotations``: an :class:`AnnotationSet`, a sidecar / capture-record path, or None for
     everything captured so far in this process. ``out`` ending in ``.json`` / ``.json.gz``
-    gives annotated Chrome JSON, anything else a ``.pftrace``. The output is written
+    gives annotated Chrome JSON as torch 2.15's exporter writes it, anything else a
+    ``.pftrace``. ``graph_lanes`` and ``default_stream`` as in torch 2.15's
+    ``export_chrome_trace``: ``"none"`` (default) keeps the recorded streams, ``"all"``
+    moves graphed events to their annotated lanes and raises ``ValueError`` when no node
+    is annotated. The output is written
     atomically; its join report is ``layout.report``. May be called several times on one
     profile (e.g. once per format): the profiler's trace is exported once and reused.
     Annotations that do not belong to the profile (another process's sidecar, or ones that
@@ -90,7 +94,7 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         raise OutputError(out, f"output folder {folder} does not exist")
     ann = _annotations(annotations)
     trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
-    layout = join(trace, ann, graph_lanes=graph_lanes, force=force)
+    layout = join(trace, ann, graph_lanes=graph_lanes, default_stream=default_stream, force=force)
     from ..util.names import is_json_name
 
     if is_json_name(out):

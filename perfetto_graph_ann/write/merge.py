@@ -206,7 +206,9 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
           graph_lanes: str = "all", gzip: Optional[bool] = None, force: bool = False) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
-    ``annotations``: None, or one entry per trace (None where a rank has none). The rank
+    ``annotations``: None, or one entry per trace (None where a rank has none). With
+    ``graph_lanes="all"`` a rank whose annotations carry no field keeps its recorded streams
+    (``"none"``: torch 2.15 refuses ``"all"`` without annotations). The rank
     is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
     as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``;
     an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
@@ -214,6 +216,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
     before anything is written, unless ``force`` (see :func:`~perfetto_graph_ann.join.join`).
     """
     from ..join import join
+    from ..join.join import has_annotated_nodes
     from ..read.kineto import read_trace
     from .convert import check_protobuf_output, paused_gc
     from .perfetto import write_perfetto
@@ -235,7 +238,10 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
                 if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
                     raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
                 ann = annotations[i] if annotations is not None else None
-                layout = join(trace, ann, graph_lanes=graph_lanes, force=force) if ann is not None else None
+                layout = None
+                if ann is not None:
+                    lanes = graph_lanes if graph_lanes != "all" or has_annotated_nodes(ann) else "none"
+                    layout = join(trace, ann, graph_lanes=lanes, force=force)
                 buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
                 write_perfetto(trace, buf, layout)
                 base_time_ns = trace.base_time_ns

@@ -2,12 +2,15 @@
 
 The seed's transformer block is the demo's (``seed_block_model``, with its four scopes);
 the two-branch ``mark_stream`` example here differs from the demo's (``left`` / ``right``
-scopes inside the stream scopes). ``annotate=False`` runs the same code without any
-annotation call (the benchmark's baseline).
+scopes inside the stream scopes); ``decoder`` is a 36-layer bf16 decoder (RMSNorm, SDPA
+attention, SiLU-gated MLP; ~22 kernels a layer) with three nested scopes per layer.
+``annotate=False`` runs the same code without any annotation call (the benchmark's baseline).
 """
 from __future__ import annotations
 
 import contextlib
+import math
+from typing import Callable, Dict, List
 
 import torch
 
@@ -15,7 +18,7 @@ import perfetto_graph_ann as pga
 from perfetto_graph_ann.demo.scenarios import seed_block_model as seed_block
 from perfetto_graph_ann.demo.scenarios import warmup
 
-__all__ = ["capture", "seed_block", "two_branch", "warmup"]
+__all__ = ["capture", "capture_set", "decoder", "decoder_weights", "seed_block", "two_branch", "warmup"]
 
 
 def _scope(annotate, ann):
@@ -54,3 +57,77 @@ def capture(fn, annotated: bool = True, keep_graph: bool = False, calibrate: boo
     with ctx:
         out = fn()
     return g, out
+
+
+def decoder_weights(layers: int = 36, d: int = 1024, ffn: int = 2816, seed: int = 0) -> List[Dict[str, torch.Tensor]]:
+    """bf16 weights of a ``layers``-layer decoder (shared by every batch size's graph)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def w(*shape):
+        return (torch.randn(*shape, device="cuda", generator=g) / math.sqrt(shape[0])).to(torch.bfloat16)
+
+    return [{"n1": torch.ones(d, device="cuda", dtype=torch.bfloat16), "qkv": w(d, 3 * d), "o": w(d, d),
+             "n2": torch.ones(d, device="cuda", dtype=torch.bfloat16), "gu": w(d, 2 * ffn), "down": w(ffn, d)}
+            for _ in range(layers)]
+
+
+def decoder(weights: List[Dict[str, torch.Tensor]], batch: int = 16, seq: int = 128, heads: int = 16,
+            annotate: bool = True) -> Callable[[], torch.Tensor]:
+    """The decoder's forward on a fixed bf16 input of ``batch`` sequences.
+
+    Per layer: ``{"name": "layer", "layer": i}`` around ``attn`` and ``mlp`` (three nested
+    scopes); RMSNorm written out (pow, mean, add, rsqrt, mul, mul), SDPA on causal heads,
+    SiLU-gated MLP, residual adds.
+    """
+    d = weights[0]["o"].shape[0]
+    ffn = weights[0]["down"].shape[0]
+    hd = d // heads
+    x = torch.randn(batch, seq, d, device="cuda", generator=torch.Generator(device="cuda").manual_seed(batch))
+    x = x.to(torch.bfloat16)
+
+    def norm(h, w):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def layer(h, P):
+        with _scope(annotate, "attn"):
+            qkv = norm(h, P["n1"]) @ P["qkv"]
+            q, k, v = (t.view(batch, seq, heads, hd).transpose(1, 2) for t in qkv.split(d, dim=-1))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            h = h + a.transpose(1, 2).reshape(batch, seq, d) @ P["o"]
+        with _scope(annotate, "mlp"):
+            gate, up = (norm(h, P["n2"]) @ P["gu"]).split(ffn, dim=-1)
+            return h + (torch.nn.functional.silu(gate) * up) @ P["down"]
+
+    def fwd():
+        h = x
+        for i, P in enumerate(weights):
+            with _scope(annotate, {"name": "layer", "layer": i}):
+                h = layer(h, P)
+        return h
+
+    return fwd
+
+
+def capture_set(fns, annotated: bool = True, calibrate: bool = True, fn_secs=None):
+    """Capture each of ``fns`` (largest batch first) into its own graph, all sharing one
+    memory pool, as serving engines capture their batch sizes. Returns (graphs, outputs,
+    capture seconds); ``fn_secs`` (a list) gets the time spent in each ``fn`` itself."""
+    import time
+
+    graphs, outs, secs = [], [], []
+    pool = None
+    for fn in fns:
+        g = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        ctx = pga.graph(g, pool=pool, calibrate=calibrate) if annotated else torch.cuda.graph(g, pool=pool)
+        with ctx:
+            t1 = time.perf_counter()
+            outs.append(fn())
+            if fn_secs is not None:
+                fn_secs.append(time.perf_counter() - t1)
+        torch.cuda.synchronize()
+        secs.append(time.perf_counter() - t0)
+        pool = g.pool() if pool is None else pool
+        graphs.append(g)
+    return graphs, outs, secs

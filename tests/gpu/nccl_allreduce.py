@@ -35,11 +35,11 @@ def main(out_path: str) -> None:
     with pga.graph(g):
         step()
     wrapped_after = getattr(dist.all_reduce, "__pga_original__", None) is not None
+    g.replay()  # both ranks' first replay: the one calibration records
+    torch.cuda.synchronize()
     rec = REGISTRY.get(g._pga_owner)
     nccl = [n for n in rec.nodes if n.type == "kernel" and "nccl" in (n.kernel or "").lower()]
     other = [n for n in rec.nodes if n.type == "kernel" and "nccl" not in (n.kernel or "").lower()]
-    g.replay()
-    torch.cuda.synchronize()
     result = {
         "rank": rank,
         "eager": {k: eager.get(k) for k in FIELDS},

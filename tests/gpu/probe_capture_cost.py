@@ -45,7 +45,7 @@ def backward_step():
     def step():
         with pga.mark_kernels("mlp", backward=True):
             y = model(x)
-        with pga.mark_kernels("loss"):
+        with pga.mark_kernels("loss", backward=False):
             loss = y.sum()
         loss.backward()
 
@@ -68,7 +68,7 @@ def streams_stress():
                     with pga.mark_kernels({"name": f"r{rnd}s{i}"}):
                         xs[i].mul_(0.5)
                         outs.append(xs[i] @ xs[i])
-            with pga.mark_kernels("main"):
+            with pga.mark_kernels("main", backward=False):
                 ev = torch.cuda.Event()
                 ev.record(ss[rnd])
                 cur.wait_event(ev)
@@ -149,7 +149,7 @@ def micro() -> None:
         S.push(sess)
         try:
             def pair():
-                with pga.mark_kernels("x"):
+                with pga.mark_kernels("x", backward=False):
                     pass
             res["mark_kernels_pair_us"] = per_call_us(pair)
             sess.recorder.active = False  # same Python path without listings
@@ -227,7 +227,7 @@ def edge_costs() -> None:
                         with contextlib.nullcontext():
                             y.add_(1)
                     else:
-                        with pga.mark_kernels("x"):
+                        with pga.mark_kernels("x", backward=False):
                             y.add_(1)
                 ts.append((time.perf_counter() - t0) / n)
             del sess
@@ -244,7 +244,7 @@ def edge_costs() -> None:
                     if label == "pga:launch":
                         y.add_(1)
                     else:
-                        with pga.mark_kernels("x"):
+                        with pga.mark_kernels("x", backward=False):
                             y.add_(1)
                 ts.append((time.perf_counter() - t0) / n)
             g.reset()

@@ -35,11 +35,11 @@ for target in (16, 256, 1024, 4096, 8192):
     row["add+count"] = per_call(lambda: (torch.add(x, 1), be.node_count(graph)), 50)
     row["add+capinfo"] = per_call(lambda: (torch.add(x, 1), capinfo()), 50)
     def sc():
-        with pga.mark_kernels("x"):
+        with pga.mark_kernels("x", backward=False):
             pass
     row["scope_empty"] = per_call(sc, 50)
     def sca():
-        with pga.mark_kernels("x"):
+        with pga.mark_kernels("x", backward=False):
             torch.add(x, 1)
     row["scope+add"] = per_call(sca, 50)
     print(row, flush=True)

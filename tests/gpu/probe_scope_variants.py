@@ -17,7 +17,7 @@ class Lean:
     """mark_kernels' bookkeeping written inline: one class, no helper calls (what is the floor?)."""
     __slots__ = ("f", "r", "t")
 
-    def __init__(self, ann, backward=False):
+    def __init__(self, ann, *, backward=True):  # mark_kernels's signature
         self.f = {"name": ann} if type(ann) is str else dict(ann)
 
     def __enter__(self):

@@ -34,6 +34,13 @@ def record_of(g):
     return rec
 
 
+def replayed(g):
+    """The graph's first replay, outside any profiler: the one its calibration records."""
+    g.replay()
+    torch.cuda.synchronize()
+    return record_of(g)
+
+
 def kernel_names(rec):
     return collections.Counter(n.annotation.get("name") for n in rec.nodes if n.type == "kernel")
 
@@ -110,7 +117,8 @@ def test_calibration_matches_cupti_keys_and_profiler(results):
     profile_kernels(warm, 1)
     fn_g = seed_block()  # keeps the graph's inputs alive
     g, _ = capture(fn_g)
-    rec = record_of(g)
+    assert not record_of(g).calibrated  # nothing replayed at capture
+    rec = replayed(g)
     kernels = [n for n in rec.nodes if n.type == "kernel"]
     assert rec.calibrated and all(n.stream is not None for n in kernels)
     # the calibration replay reported exactly our keys: every CUPTI record was a node we keyed
@@ -130,12 +138,13 @@ def test_calibration_refused_inside_profiler():
             calibrate(g)
         g.replay()
         torch.cuda.synchronize()
+    assert not record_of(g).calibrated and "profiler" in record_of(g).calibration_note
 
 
 def test_two_branch_distinct_nodes(results):
     fn_g = two_branch()  # keeps the graph's inputs alive
     g, _ = capture(fn_g)
-    rec = record_of(g)
+    rec = replayed(g)
     kern = [n for n in rec.nodes if n.type == "kernel"]
     names = sorted(n.annotation.get("name") for n in kern)
     results["two_branch"] = [{"name": n.annotation.get("name"), "lane": n.lane, "stream": n.stream, "key": n.key} for n in kern]
@@ -163,7 +172,7 @@ def test_backward_phase(results):
         y.sum().backward()
 
     g, _ = capture(step)
-    rec = record_of(g)
+    rec = replayed(g)
     phases = collections.Counter((n.annotation.get("name"), n.annotation.get("autograd_phase"))
                                  for n in rec.nodes if n.type == "kernel")
     results["backward_phases"] = {f"{k[0]}/{k[1]}": v for k, v in phases.items()}
@@ -186,7 +195,8 @@ def test_keep_graph_reinstantiate_reset_and_sequence(results):
     g1, _ = capture(f1, keep_graph=True)
     assert REGISTRY.get(g1._pga_owner) is None  # not instantiated yet
     g1.instantiate()
-    r1 = record_of(g1)
+    assert not record_of(g1).calibrated
+    r1 = replayed(g1)
     assert kernel_names(r1)["attention"] == 8 and r1.calibrated
     g2, _ = capture(f2)
     r2 = record_of(g2)
@@ -268,7 +278,7 @@ def test_memcpy_and_memset_nodes_annotated_and_calibrated(results):
             return b * 2
 
     g, _ = capture(fn)
-    rec = record_of(g)
+    rec = replayed(g)
     types = node_types(rec)
     results["copy_nodes"] = {f"{t}/{a}": v for (t, a), v in types.items()}
     print("copy test nodes:", dict(types))
@@ -306,7 +316,7 @@ def test_memset_node_annotated_and_calibrated(results):
             return a * 2
 
     g, _ = capture(fn)
-    rec = record_of(g)
+    rec = replayed(g)
     types = node_types(rec)
     results["memset_nodes"] = {f"{t}/{a_}": v for (t, a_), v in types.items()}
     print("memset test nodes:", dict(types))
@@ -374,7 +384,7 @@ def test_graph_with_memory_nodes_reads_its_table_at_finish(results, monkeypatch)
             return a * 2
 
     g, _ = capture(fn)
-    rec = record_of(g)
+    rec = replayed(g)
     types = node_types(rec)
     results["memory_nodes"] = {"types": {f"{t}/{n}": v for (t, n), v in types.items()},
                                "clone_returned": [c is not None for c in clones]}
