@@ -34,6 +34,8 @@ _LAZY = {
     # read / write (issue: converter)
     "read_trace": "read.kineto",
     "convert": "write.convert",
+    "merge": "write.merge",
+    "trace_handler": "write.handler",
     # join (issue: lanes). Not "join": that name is the subpackage.
     "join_trace": ("join.join", "join"),
     "export": "write.export",

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import signal
+import tempfile
 import threading
 from decimal import Decimal
 from pathlib import Path
@@ -380,6 +381,14 @@ def assert_typed_error(e: BaseException, path: Path) -> None:
     msg = str(e)
     assert msg.startswith(os.fspath(path)), f"message does not start with the path: {msg!r}"
     assert len(msg) > len(os.fspath(path)) + 3, f"message names no problem: {msg!r}"
+
+
+@contextlib.contextmanager
+def scratch(prefix: str = "pga-test-"):
+    """A temporary folder, removed afterwards: hypothesis examples cannot use pytest's
+    function-scoped ``tmp_path`` per example, and the suite must leave nothing in /tmp."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        yield Path(d)
 
 
 def leftovers(folder: Path) -> List[str]:

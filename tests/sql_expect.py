@@ -222,12 +222,20 @@ def replay_table(events, layout=None) -> Dict[int, Dict[str, Any]]:
         out[corr] = dict(
             device=g[0].device, launch_name=la.name, launch_ts=la.ts, launch_dur=la.dur, ts=ts, end_ts=end,
             wall_dur=end - ts, work_count=len(g), lane_count=len(lanes), busy_dur=busy,
-            busy_fraction=busy / (end - ts) if end > ts else None, launch_overhead_dur=ts - la.ts,
+            busy_fraction=busy / (end - ts) if end > ts else None, launch_to_gpu_dur=ts - la.ts,
             graph_id=min(gids) if gids else None, replay=min(reps) if reps else None,
             lanes={lane: dict(work_count=len(lw), busy_dur=length((w.ts, w.end) for w in lw),
                               ts=min(w.ts for w in lw), end_ts=max(w.end for w in lw), lane_name=lw[0].lane_name)
                    for lane, lw in lanes.items()},
         )
+    # Queueing behind earlier work on the device: earlier replays (whole) and work outside replays.
+    loose = [w for w in works(events, layout) if not replay_of(w, lc)]
+    for corr, r in out.items():
+        ends = [o["end_ts"] for o in out.values() if o["device"] == r["device"] and o["ts"] < r["ts"]]
+        ends += [w.end for w in loose if w.device == r["device"] and w.ts < r["ts"]]
+        queued = max(0, min(max(ends), r["ts"]) - r["launch_ts"]) if ends else 0
+        r["queued_dur"] = queued
+        r["launch_overhead_dur"] = r["launch_to_gpu_dur"] - queued
     by_device = defaultdict(list)
     for corr, r in out.items():
         by_device[r["device"]].append((r["ts"], corr))

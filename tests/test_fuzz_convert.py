@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +35,6 @@ def _report(name: str, counts: collections.Counter, seconds: float) -> None:
 
 def _run(n: int, label: str) -> collections.Counter:
     counts: collections.Counter = collections.Counter()
-    folder = Path(tempfile.mkdtemp(prefix="pga-fuzz-"))
 
     @settings(max_examples=n, database=None)
     @given(H.hostile_trace())
@@ -45,7 +43,8 @@ def _run(n: int, label: str) -> collections.Counter:
         counts[outcome] += 1
 
     t0 = time.monotonic()
-    case()
+    with H.scratch() as folder:
+        case()
     _report(label, counts, time.monotonic() - t0)
     return counts
 
@@ -163,14 +162,14 @@ def test_odd_but_valid_traces_convert(events, tmp_path):
 @settings(max_examples=40, database=None)
 def test_any_int64_timestamp_is_exact_or_typed(ts_ns, dur_ns):
     """ts in [0, 2^63) ns, written as Kineto's 3-decimal microseconds, converts exactly."""
-    folder = Path(tempfile.mkdtemp(prefix="pga-fuzz-"))
-    ts = H.Raw(f"{ts_ns // 1000}.{ts_ns % 1000:03d}".encode())
-    dur = H.Raw(f"{dur_ns // 1000}.{dur_ns % 1000:03d}".encode())
-    data = H.encode(_doc([dict(K, ts=ts, dur=dur)]))
-    outcome, out, _ = H.check_trace_case(folder, "none", data)
-    if outcome != "ok":
-        return
-    t = H.decode_pftrace(out.read_bytes())
-    # the clock snapshot anchors the first event's time: BOOTTIME == ts_ns
-    snaps = [c.timestamp for p in t.packet if p.HasField("clock_snapshot") for c in p.clock_snapshot.clocks if c.clock_id == 6]
-    assert snaps == [ts_ns]
+    with H.scratch("pga-fuzz-") as folder:
+        ts = H.Raw(f"{ts_ns // 1000}.{ts_ns % 1000:03d}".encode())
+        dur = H.Raw(f"{dur_ns // 1000}.{dur_ns % 1000:03d}".encode())
+        data = H.encode(_doc([dict(K, ts=ts, dur=dur)]))
+        outcome, out, _ = H.check_trace_case(folder, "none", data)
+        if outcome != "ok":
+            return
+        t = H.decode_pftrace(out.read_bytes())
+        # the clock snapshot anchors the first event's time: BOOTTIME == ts_ns
+        snaps = [c.timestamp for p in t.packet if p.HasField("clock_snapshot") for c in p.clock_snapshot.clocks if c.clock_id == 6]
+        assert snaps == [ts_ns]

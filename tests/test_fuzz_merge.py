@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -62,7 +61,6 @@ def check_merge_case(folder: Path, specs, extra) -> str:
 
 def _run(n: int, label: str) -> collections.Counter:
     counts: collections.Counter = collections.Counter()
-    folder = Path(tempfile.mkdtemp(prefix="pga-fuzz-merge-"))
 
     @settings(max_examples=n, database=None)
     @given(st.lists(rank_spec, min_size=1, max_size=3), st.none() | H.hostile_trace())
@@ -70,7 +68,8 @@ def _run(n: int, label: str) -> collections.Counter:
         counts[check_merge_case(folder, specs, extra)] += 1
 
     t0 = time.monotonic()
-    case()
+    with H.scratch() as folder:
+        case()
     _report(label, counts, time.monotonic() - t0)
     return counts
 

@@ -13,7 +13,6 @@ import gzip
 import json
 import os
 import pickle
-import tempfile
 import time
 import types
 from pathlib import Path
@@ -157,7 +156,6 @@ def _plain(s: AnnotationSet):
 
 def _run(n: int, label: str) -> collections.Counter:
     counts: collections.Counter = collections.Counter()
-    folder = Path(tempfile.mkdtemp(prefix="pga-fuzz-sc-"))
 
     @settings(max_examples=n, database=None)
     @given(hostile_sidecar())
@@ -165,7 +163,8 @@ def _run(n: int, label: str) -> collections.Counter:
         counts[check_sidecar_case(folder, c)] += 1
 
     t0 = time.monotonic()
-    case()
+    with H.scratch() as folder:
+        case()
     _report(label, counts, time.monotonic() - t0)
     return counts
 
@@ -215,14 +214,14 @@ def annotation_sets(draw) -> AnnotationSet:
 @given(annotation_sets(), st.sampled_from([".pga", ".pga.gz", ".json", ".json.gz"]))
 @settings(max_examples=60, database=None)
 def test_valid_sets_round_trip(s, suffix):
-    folder = Path(tempfile.mkdtemp(prefix="pga-rt-"))
-    out = folder / f"a{suffix}"
-    save_annotations(out, s)
-    back = load_annotations(out)
-    assert back.source == os.fspath(out)
-    # JSON turns -0.0 into 0 and 1.0 into 1.0; compare through the JSON form
-    assert json.dumps(to_json(back), sort_keys=True) == json.dumps(to_json(s), sort_keys=True)
-    assert H.leftovers(folder) == []
+    with H.scratch("pga-rt-") as folder:
+        out = folder / f"a{suffix}"
+        save_annotations(out, s)
+        back = load_annotations(out)
+        assert back.source == os.fspath(out)
+        # JSON turns -0.0 into 0 and 1.0 into 1.0; compare through the JSON form
+        assert json.dumps(to_json(back), sort_keys=True) == json.dumps(to_json(s), sort_keys=True)
+        assert H.leftovers(folder) == []
 
 
 # ---- nothing in a file ever runs --------------------------------------------------------

@@ -57,7 +57,7 @@ def test_bad_records(tmp_path, doc, problem):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(SidecarError, match="file not found"):
+    with pytest.raises(SidecarError, match="no such file"):
         read_capture_record(tmp_path / "nope.json")
 
 

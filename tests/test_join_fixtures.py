@@ -141,7 +141,9 @@ def test_several_graphs_each_replay_finds_its_own(seed, two_branch):
 def test_unmatched_graphed_events_go_to_default_lane(two_branch):
     trace, _ = two_branch
     other = GraphRecord(999, (NodeRecord(key=999 << 32, type="host", annotation={"name": "elsewhere"}),))
-    layout = join(trace, AnnotationSet(graphs=(other,)), "all")
+    # annotations with graphs that match no replay are refused unless forced (test_join_refusal.py)
+    layout = join(trace, AnnotationSet(graphs=(other,)), "all", force=True)
+    assert layout.report.no_match_overridden
     assert layout.report.unmatched == layout.report.graphed == 15
     assert {p.lane for p in layout.placements.values()} == {7}
     assert all(set(p.args) == {"original_stream"} for p in layout.placements.values())

@@ -154,7 +154,7 @@ def test_force_annotations_joins_and_reports_the_override(tmp_path, capsys):
     pid, _, _ = trace_facts(SEED)
     ann = sidecar(tmp_path, SEED, **own_identity(SEED, pid=pid + 7))
     out = tmp_path / "o.json"
-    assert main(["convert", trace, "-a", ann, "-o", str(out), "--force-annotations"]) == 0
+    assert main(["convert", trace, "-a", ann, "-o", str(out), "--force-annotations", "--graph-lanes", "all"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("join: 70/70 GPU events of graph replays matched (70 calibrated)")
     assert err[1] == (f"warning: ann.pga was captured by another process than the trace's "

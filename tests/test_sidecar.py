@@ -184,7 +184,7 @@ def test_garbage_inputs(tmp_path, content, problem):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(SidecarError, match="cannot read"):
+    with pytest.raises(SidecarError, match=r"nope\.pga: no such file$"):
         load_annotations(tmp_path / "nope.pga")
 
 

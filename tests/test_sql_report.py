@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 
@@ -10,18 +11,25 @@ from conftest import fixture_capture, fixture_trace
 from engine_support import requires_portable
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
-from perfetto_graph_ann.cli.report import _fmt_us, format_report, is_json_trace
+from perfetto_graph_ann.cli.report import format_report, is_json_trace
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.convert import convert
 
 
-def test_fmt_us_is_exact():
-    assert _fmt_us(1) == "0.001"
-    assert _fmt_us(163934) == "163.934"
-    assert _fmt_us(5141861792739817) == "5141861792739.817"
-    assert _fmt_us(-1500) == "-1.500"
-    assert _fmt_us(None) == ""
+def _human_us(ns: int) -> str:
+    """How the table prints a duration: 3 significant digits in s / ms / µs (written out here)."""
+    value, unit = ns, "ns"
+    for name, scale in (("s", 10**9), ("ms", 10**6), ("µs", 10**3)):
+        if ns >= scale:
+            value, unit = ns / scale, name
+            break
+    digits = 2 if value < 10 else 1 if value < 100 else 0
+    return f"{value:.{digits}f} {unit}"
+
+
+def _four_digits(x: float) -> str:
+    return f"{x:.{max(0, 3 - math.floor(math.log10(abs(x))))}f}"
 
 
 def test_format_report_table_without_engine():
@@ -31,8 +39,9 @@ def test_format_report_table_without_engine():
                                            p90_dur=1500, p99_dur=1500, max_dur=1500)]),
         "collectives": pd.DataFrame(columns=["device"]),
     }
-    text = format_report(tables)
-    assert "61 mlp" in text and "2.500" in text and "25.0%" in text and "busy_dur (µs)" in text
+    text = format_report(tables, width=200)
+    assert "61 mlp" in text and "2.50 µs" in text and "25.0%" in text and "busy_dur" in text
+    assert "1.00 µs" in text and "900 ns" in text  # mean_dur, p50_dur
     assert "Collectives (graph_ann_collective)\n  (none)" in text
 
 
@@ -47,7 +56,7 @@ def test_missing_trace_exits_2(capsys, tmp_path):
     missing = tmp_path / "nope.pftrace"
     assert main(["report", str(missing)]) == 2
     err = capsys.readouterr().err
-    assert f"{missing}: file not found" in err
+    assert f"{missing}: no such file" in err
 
 
 @requires_portable
@@ -84,7 +93,7 @@ def test_report_table_of_pftrace(tmp_path, capsys):
     coll = X.collective_table(X.load_events(src))
     assert len(coll) == 3
     for c in coll.values():  # each NCCL kernel's duration (µs) and algbw (GB/s) as printed
-        assert _fmt_us(c["dur"]) in text and f"{c['algbw_gbps']:.2f}" in text
+        assert _human_us(c["dur"]) in text and _four_digits(c["algbw_gbps"]) in text
 
 
 @requires_portable

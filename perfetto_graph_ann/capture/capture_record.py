@@ -46,7 +46,7 @@ def _load_json(path: str) -> Any:
             f.seek(0)
             data = gzip.decompress(f.read()) if head == b"\x1f\x8b" else f.read()
     except FileNotFoundError as e:
-        raise SidecarError(path, "file not found") from e
+        raise SidecarError(path, "no such file") from e
     except (OSError, EOFError) as e:
         raise SidecarError(path, f"cannot read: {e}") from e
     return parse_json_bytes(data, path)

@@ -530,21 +530,18 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
 
 # ---- public API ----------------------------------------------------------------------
 
-def _is_json_path(path: str) -> bool:
-    p = path[:-3] if path.endswith(".gz") else path
-    return p.endswith(".json")
-
-
 def save_annotations(path: PathLike, annotations: Optional[AnnotationSet] = None, format: Optional[str] = None) -> str:
     """Write the annotations recorded so far (or ``annotations``) to ``path``, atomically.
 
     ``format``: ``"binary"`` or ``"json"``; default from the name (``.json`` / ``.json.gz``
-    is JSON, anything else binary). A ``.gz`` suffix gzips. Returns the path.
+    in any case is JSON, as everywhere else in the package; anything else binary). A ``.gz`` suffix gzips. Returns the path.
     """
     path = os.fspath(path)
     if annotations is None:
         annotations = recorded_annotations()
-    fmt = format or ("json" if _is_json_path(path) else "binary")
+    from ..util.names import is_json_name
+
+    fmt = format or ("json" if is_json_name(path) else "binary")
     if fmt == "json":
         data = json.dumps(to_json(annotations), indent=1, ensure_ascii=False).encode() + b"\n"
     elif fmt == "binary":
@@ -584,6 +581,8 @@ def load_annotations(path: PathLike) -> AnnotationSet:
     try:
         with open(path, "rb") as f:
             data = f.read()
+    except FileNotFoundError:
+        raise SidecarError(path, "no such file") from None
     except OSError as e:
         raise SidecarError(path, f"cannot read: {e.strerror or e}") from e
     if data[:2] == b"\x1f\x8b":

@@ -95,6 +95,16 @@ def print_join_summary(report, file=None, prefix: str = "") -> None:
         print(f"{prefix}{line}", file=out)
 
 
+def hint_annotations(report, annotation_paths: Sequence[str], out=None) -> None:
+    """One hint line on stderr when no annotations were given but graph-launched GPU work
+    stayed unmatched: the join needs the capture's sidecar to name those kernels' lanes."""
+    if annotation_paths or not report.graphed or not report.unmatched:
+        return
+    print(f"hint: {report.unmatched} graph-launched GPU events have no annotations to join; pass the sidecar "
+          "saved at capture (--annotations run.annotations.json, from pga.save_annotations) to give them "
+          "their lanes", file=out or sys.stderr)
+
+
 def write_output(text: str, output: Optional[str]) -> None:
     """Write ``text`` to ``output`` (atomically, UTF-8) or, when it is None, to stdout."""
     if output:

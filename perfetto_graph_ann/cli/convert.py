@@ -7,6 +7,7 @@ JSON instead of a ``.pftrace``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ._common import add_force_option
@@ -35,19 +36,24 @@ def register(sub) -> argparse.ArgumentParser:
                    help="write record_shapes arrays (Input Dims, Input Strides, Input type, Concrete Inputs) "
                    "as one JSON-text string each: smaller .pftrace, faster load, no per-item typed args")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success (and no progress)")
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..util.progress import Progress, wanted
     from ..write.convert import paused_gc
 
-    with paused_gc():
-        return _run(args)
+    progress = Progress("convert", enabled=wanted(args.quiet or args.no_progress))
+    try:
+        with paused_gc():
+            return _run(args, progress)
+    finally:
+        progress.close()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, progress) -> int:
     from ..read.kineto import read_trace
     from ..util.names import is_json_name
     from ..write.convert import ConvertConfig, convert
@@ -55,29 +61,39 @@ def _run(args: argparse.Namespace) -> int:
     from ._common import join_files, print_join_summary
 
     refuse_input_as_output(args.output, [args.input, *args.annotations])
-    trace = read_trace(args.input)
+    with progress.phase(f"reading {os.path.basename(args.input)}"):
+        trace = read_trace(args.input)
     layout = None
     if args.annotations:
-        # torch's default for torch's format (Chrome JSON); our lanes for Perfetto's
-        layout, _ = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations,
-                               default_stream=args.default_stream,
-                               default="none" if is_json_name(args.output) else "all")
+        with progress.phase("joining the GPU work to the annotations"):
+            # torch's default for torch's format (Chrome JSON); our lanes for Perfetto's
+            layout, _ = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations,
+                                   default_stream=args.default_stream,
+                                   default="none" if is_json_name(args.output) else "all")
         if not args.quiet:
             print_join_summary(layout.report)
     out = args.output
     if is_json_name(out):  # any case: convert() refuses a protobuf trace under such a name
         from ..write.chrome_json import write_chrome_json
 
-        write_chrome_json(trace, out, layout)
+        with progress.phase(f"writing {os.path.basename(out)}"):
+            write_chrome_json(trace, out, layout)
+        progress.close()
         if not args.quiet:
             print(f"wrote {out} (Chrome JSON, {len(trace.events)} events)")
         return 0
-    config = ConvertConfig(gzip=True if args.gzip else None, progress=False if args.no_progress else None,
+    quiet_bar = args.no_progress or args.quiet
+    config = ConvertConfig(gzip=True if args.gzip else None, progress=False if quiet_bar else None,
                            shape_args="string" if args.compact_args else "typed")
-    stats = convert(trace, out, config, layout)
+    with progress.phase(f"writing {os.path.basename(out)}"):  # large traces: the writer's own per-event bar below it
+        stats = convert(trace, out, config, layout)
+    progress.close()
     if not args.quiet:
+        size = os.path.getsize(out)  # the file as written: compressed when gzipped
+        gzipped = args.gzip or out.lower().endswith(".gz")
+        size_text = f"{size} bytes (gzip; {stats.bytes} uncompressed)" if gzipped else f"{size} bytes"
         print(f"wrote {out}: {stats.slices} slices, {stats.instants} instants, {stats.counter_values} counter values, "
-              f"{stats.flows} flows, {stats.tracks} tracks ({stats.spill_tracks} spill), {stats.bytes} bytes")
+              f"{stats.flows} flows, {stats.tracks} tracks ({stats.spill_tracks} spill), {size_text}")
         if stats.untimed:
             print(f"warning: {stats.untimed} events without ts could not be placed on the timeline", file=sys.stderr)
     return 0

@@ -7,9 +7,11 @@ the annotated trace.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
-from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, join_files, print_join_summary
+from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, hint_annotations, join_files, print_join_summary
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -23,20 +25,39 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary (needs a trace processor)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor for the SQL lane summary")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 
 
-def run(args: argparse.Namespace, out=None) -> int:
-    from ..join.summary import lane_table, report_table
-    from ..read.kineto import read_trace
+#: Columns of the SQL lane summary the table shows (all of them with --format csv in `sql`).
+SQL_COLUMNS = ["device", "lane_id", "lane_name", "work_count", "busy_dur", "utilization", "replay_utilization",
+               "mean_dur", "p50_dur", "p90_dur", "p99_dur", "max_dur", "first_ts", "end_ts"]
 
-    out = out or sys.stdout
-    trace = read_trace(args.trace)
-    layout, annotations = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
+
+def run(args: argparse.Namespace, out=None) -> int:
+    from ..util.progress import Progress, wanted
+
+    progress = Progress("lanes", enabled=wanted(getattr(args, "quiet", False)))
+    try:
+        return _run(args, out or sys.stdout, progress)
+    finally:
+        progress.close()
+
+
+def _run(args: argparse.Namespace, out, progress) -> int:
+    with progress.phase(f"reading {os.path.basename(args.trace)}"):
+        from ..read.kineto import read_trace
+
+        trace = read_trace(args.trace)
+    with progress.phase("joining the GPU work to the annotations"):
+        from ..join.summary import lane_table, report_table
+
+        layout, annotations = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
     if args.annotations:
         print_join_summary(layout.report)
     names = None
+    graph_lanes = layout.graph_lanes
     if graph_lanes == "none":  # name the annotated lanes the table lists next to the streams
         from ..join.lanes import lane_graphs, lane_name
         from ..join.model import DEFAULT_GRAPH_LANE
@@ -53,22 +74,32 @@ def run(args: argparse.Namespace, out=None) -> int:
         print(rows.drop(columns=["device"]).to_string(index=False), file=out)
     print("", file=out)
     print(report_table(layout).to_string(index=False), file=out)
+    hint_annotations(layout.report, args.annotations)
     if not args.no_sql:
-        _sql_summary(args, trace, layout, out)
+        _sql_summary(args, trace, layout, out, progress)
     return 0
 
 
-def _sql_summary(args, trace, layout, out) -> None:
+def _sql_summary(args, trace, layout, out, progress) -> None:
     """The SQL lane summary of the annotated trace; a note instead when it cannot run here."""
     from ..errors import EngineError
-    from ..query.metrics import lane_summary
+    from ..query.includes import include_modules
+    from ..query.metrics import METRICS, lane_summary
     from ..query.session import open_converted
+    from .tables import render, trace_start_ns
 
     try:
-        with open_converted(trace, layout, engine=args.engine) as session:
+        with contextlib.ExitStack() as stack:
+            with progress.phase("converting and loading into the trace processor"):
+                session = stack.enter_context(open_converted(trace, layout, engine=args.engine))
+            include_modules(session, [METRICS["lane_summary"].module], progress)
             df = lane_summary(session)
+            start = trace_start_ns(session)
     except EngineError as e:
+        progress.close()
         print(f"\n(SQL lane summary skipped: {e})", file=out)
         return
+    progress.close()
     print("\nSQL lane summary (graph_ann.lanes)", file=out)
-    print(df.to_string(index=False) if not df.empty else "  (no GPU work in this trace)", file=out)
+    print(render(df, trace_start=start, columns=SQL_COLUMNS).rstrip("\n") if not df.empty
+          else "  (no GPU work in this trace)", file=out)

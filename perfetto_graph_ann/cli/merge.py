@@ -25,6 +25,10 @@ def register(sub) -> argparse.ArgumentParser:
                    "name nothing keeps its streams); none: keep the recorded streams (torch 2.15's default)")
     add_force_option(p)
     p.add_argument("--gzip", action="store_true", help="gzip the output (also implied by a .gz name)")
+    p.add_argument("--label", action="append", default=[], metavar="TEXT",
+                   help="name a trace's group '<TEXT> (rank <r>)' instead of 'Rank <r>': once per trace, in "
+                   "order; lets two traces of one rank (e.g. eager and graphed) sit side by side")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 
@@ -48,13 +52,19 @@ def run(args: argparse.Namespace, out=None) -> int:
     else:
         raise InputError(args.annotations[0], f"--annotations given {len(args.annotations)} times for {n} traces: "
                                               "give it once (all ranks) or once per trace")
-    report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes,
-                   gzip=True if args.gzip else None, force=args.force_annotations)
-    for rank, path in zip(report.ranks, args.traces):
-        shift = report.shifts_ns[rank]
-        print(f"rank {rank}: {path} (clock shift {shift} ns)", file=out)
-        layout = report.layouts.get(rank)
+    if args.label and len(args.label) != n:
+        raise InputError(args.traces[0], f"--label given {len(args.label)} times for {n} traces: give it once per trace")
+    from ..util.progress import Progress, wanted
+
+    with Progress("merge", enabled=wanted(getattr(args, "quiet", False))) as progress:
+        report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes,
+                       gzip=True if args.gzip else None, labels=args.label or None, progress=progress,
+                       force=args.force_annotations)
+    for item, path in zip(report.inputs, args.traces):
+        label = f" [{item.label}]" if item.label is not None else ""
+        print(f"rank {item.rank}{label}: {path} (clock shift {item.shift_ns} ns)", file=out)
+        layout = item.layout
         if layout is not None:
-            print_join_summary(layout.report, prefix=f"rank {rank}: ")
+            print_join_summary(layout.report, prefix=f"rank {item.rank}{label}: ")
     print(f"wrote {args.output}", file=out)
     return 0

@@ -8,13 +8,14 @@ trace is converted first (with --annotations, joined to them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, positive_int, read_and_join, write_output
+from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, join_files, positive_int, print_join_summary, write_output
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -25,7 +26,7 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
         "device", "lane_id", "rank", "name", "count", "total_dur", "share"]),
     "replays": ("Graph replays (graph_ann_replay)", [
         "device", "replay_index", "correlation", "graph_id", "replay", "work_count", "wall_dur", "busy_dur",
-        "launch_overhead_dur"]),
+        "queued_dur", "launch_overhead_dur"]),
     "collectives": ("Collectives (graph_ann_collective)", [
         "device", "lane_id", "collective_type", "dtype", "msg_bytes", "group_size", "pg_desc", "dur",
         "algbw_gbps", "busbw_gbps"]),
@@ -39,8 +40,6 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
         "max_dur", "mean_busy_dur"]),
 }
 
-_RATIO_COLUMNS = {"utilization", "replay_utilization", "share", "comm_overlap_fraction", "busy_fraction"}
-
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="lane, replay, collective and overlap metrics of a trace (graph_ann SQL)",
@@ -53,10 +52,12 @@ def register(sub) -> argparse.ArgumentParser:
     add_force_option(p)
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                   help="table: readable (times in µs, ratios in %%); csv / json: every column, raw units (ns)")
+                   help="table: readable (durations in µs/ms, timestamps from the trace start, ratios in %%, "
+                   "fitted to the terminal); csv / json: every column, exact raw values (ns)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="trace processor to use (default: auto)")
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 
@@ -75,7 +76,7 @@ def is_json_trace(path: str) -> bool:
     from ..util.names import is_json_name
 
     if not os.path.exists(path):
-        raise InputError(path, "file not found")
+        raise InputError(path, "no such file")
     if os.path.isdir(path):
         raise InputError(path, "is a directory, not a trace file")
     name = str(path).lower()
@@ -93,7 +94,7 @@ def is_json_trace(path: str) -> bool:
             else:
                 head = f.read(64)
     except FileNotFoundError:
-        raise InputError(path, "file not found") from None
+        raise InputError(path, "no such file") from None
     except (OSError, EOFError) as e:
         raise InputError(path, f"cannot read: {e}") from e
     text = head.lstrip(b" \t\r\n")
@@ -104,10 +105,15 @@ def is_json_trace(path: str) -> bool:
     return False
 
 
-def format_report(tables: Dict[str, "object"], fmt: str = "table") -> str:
-    """Render :func:`perfetto_graph_ann.query.metrics.report`'s tables as text."""
+def format_report(tables: Dict[str, "object"], fmt: str = "table", trace_start: Optional[int] = None,
+                  width: Optional[int] = None) -> str:
+    """Render :func:`perfetto_graph_ann.query.metrics.report`'s tables as text: ``table`` is
+    readable (:mod:`.tables`: durations in µs / ms, timestamps from ``trace_start``, ratios
+    in %, fitted to ``width``); ``csv`` / ``json`` keep every column's exact raw value."""
     if fmt == "json":
         return json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}, indent=1) + "\n"
+    from .tables import render
+
     parts = []
     for key, df in tables.items():
         title, columns = SECTIONS[key]
@@ -118,72 +124,67 @@ def format_report(tables: Dict[str, "object"], fmt: str = "table") -> str:
         if df.empty:
             parts.append("  (none)\n")
             continue
-        view = df[[c for c in columns if c in df.columns]].copy()
-        for c in view.columns:
-            if c in _RATIO_COLUMNS:
-                view[c] = [_fmt_ratio(v) for v in view[c]]
-            elif c.endswith("_dur") or c == "dur":
-                view[c] = [_fmt_us(v) for v in view[c]]
-            elif c.endswith("_gbps"):
-                view[c] = ["" if _isnull(v) else f"{float(v):.2f}" for v in view[c]]
-            elif c == "name":
-                view[c] = ["" if _isnull(v) else _shorten(str(v)) for v in view[c]]
-            else:
-                view[c] = ["" if _isnull(v) else str(v) for v in view[c]]
-        view.columns = [_header(c) for c in view.columns]
-        parts.append(view.to_string(index=False, na_rep="") + "\n")
+        parts.append(render(df, trace_start=trace_start, width=width, columns=columns))
     return "\n".join(parts)
 
 
-def _isnull(v) -> bool:
-    import pandas as pd
-
-    return v is None or bool(pd.isna(v))
-
-
-def _fmt_us(v) -> str:
-    """ns -> µs with 3 decimals (exact for integer ns)."""
-    if _isnull(v):
-        return ""
-    if float(v).is_integer():
-        n = int(v)
-        sign = "-" if n < 0 else ""
-        return f"{sign}{abs(n) // 1000}.{abs(n) % 1000:03d}"
-    return f"{float(v) / 1000:.3f}"
-
-
-def _shorten(text: str, width: int = 72) -> str:
-    """Kernel names can be kilobytes of C++ templates: keep the table readable."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _fmt_ratio(v) -> str:
-    return "" if _isnull(v) else f"{100 * float(v):.1f}%"
-
-
-def _header(c: str) -> str:
-    if c.endswith("_dur") or c == "dur":
-        return f"{c} (µs)"
-    return c
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..query import metrics
-    from ..query.session import open_converted, open_trace
+    from ..util.progress import Progress, wanted
+
+    progress = Progress("report", enabled=wanted(args.quiet))
+    try:
+        text = _report(args, progress)
+    finally:
+        progress.close()
+    write_output(text, args.output)
+    return 0
+
+
+def _report(args: argparse.Namespace, progress) -> str:
     from ..util.atomic import refuse_input_as_output
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
-    if is_json_trace(args.trace):
-        session = open_converted(*read_and_join(args.trace, args.annotations, args.graph_lanes,
-                                                args.force_annotations), engine=args.engine)
-    else:
-        if args.annotations:
-            print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
-        session = open_trace(args.trace, engine=args.engine)
-    with session as s:
-        tables = metrics.report(s, top=args.top)
-    text = format_report(tables, args.format)
+    name = os.path.basename(args.trace)
+    with contextlib.ExitStack() as stack:
+        # the heavy imports (pandas) inside the phases: the progress line shows at once
+        if is_json_trace(args.trace):
+            trace, layout = _read_and_join(args, progress)
+            with progress.phase(f"converting and loading {name} into the trace processor"):
+                from ..query.session import open_converted
+
+                s = stack.enter_context(open_converted(trace, layout, engine=args.engine))
+        else:
+            if args.annotations:
+                print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored",
+                      file=sys.stderr)
+            with progress.phase(f"loading {name} into the trace processor"):
+                from ..query.session import open_trace
+
+                s = stack.enter_context(open_trace(args.trace, engine=args.engine))
+        from ..query import metrics
+        from ..query.includes import include_modules
+        from .tables import trace_start_ns
+
+        # each module on its own first, so the progress line says which one runs
+        include_modules(s, [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS], progress)
+        with progress.phase("reading the report tables"):
+            tables = metrics.report(s, top=args.top)
+        start = trace_start_ns(s) if args.format == "table" else None
+    text = format_report(tables, args.format, start)
     if args.format == "table":
         text = f"{args.trace}\n\n{text}"
-    write_output(text, args.output)
-    return 0
+    return text
+
+
+def _read_and_join(args: argparse.Namespace, progress):
+    """A torch.profiler JSON trace and its layout (joined to --annotations, if any; else None)."""
+    from ..read.kineto import read_trace
+
+    with progress.phase(f"reading {os.path.basename(args.trace)}"):
+        trace = read_trace(args.trace)
+    if not args.annotations:
+        return trace, None
+    with progress.phase("joining the GPU work to the annotations"):
+        layout, _ = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
+    print_join_summary(layout.report)
+    return trace, layout

@@ -1,14 +1,18 @@
 """``perfetto-graph-ann sql TRACE "SELECT ..."``: run PerfettoSQL on a trace and print it.
 
 The ``graph_ann`` package is registered, so ``INCLUDE PERFETTO MODULE graph_ann.<module>;``
-works in the query. Output: an aligned table (default), CSV or JSON (a list of row objects).
-A torch.profiler JSON trace given with ``--annotations`` is joined to them first (as ``report``).
+works in the query. Output: a readable table (default: durations in µs / ms, timestamps from the
+trace start, ratios in %, fitted to the terminal), or CSV / JSON (a list of row objects) with
+the exact raw values. A torch.profiler JSON trace given with ``--annotations`` is joined to
+them first (as ``report``).
 """
 from __future__ import annotations
 
 import argparse
+from typing import Optional
 
 from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, positive_seconds, read_and_join, write_output
+from .tables import trace_start_ns
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -20,7 +24,9 @@ def register(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("trace", help="trace file (.pftrace, Chrome JSON, .gz, anything Perfetto reads)")
     p.add_argument("sql", help='SQL; several statements allowed, e.g. "INCLUDE PERFETTO MODULE graph_ann.lanes; SELECT ..."')
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format (default: table)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="table (default): readable (durations in µs/ms, timestamps from the trace start, ratios "
+                   "in %%, fitted to the terminal); csv / json: exact raw values")
     p.add_argument("--engine", choices=ENGINES, default="auto", help="trace processor to use (default: auto)")
     p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S", help="stop the query after S seconds")
     p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
@@ -29,56 +35,61 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
                    help="for a JSON trace with --annotations: " + GRAPH_LANES_HELP)
     add_force_option(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 
 
-def format_frame(df, fmt: str) -> str:
-    """Render a DataFrame as ``table``, ``csv`` or ``json`` text (ends with a newline)."""
+def format_frame(df, fmt: str, trace_start: Optional[int] = None) -> str:
+    """Render a DataFrame as ``table`` (readable: see :mod:`.tables`), ``csv`` or ``json``
+    (exact raw values) text, ending with a newline."""
     if fmt == "csv":
         return df.to_csv(index=False)
     if fmt == "json":
         return df.to_json(orient="records", force_ascii=False) + "\n"
-    return _table(df)
+    from .tables import render
 
-
-def _table(df) -> str:
-    """Aligned columns: numbers right-aligned, text left-aligned, NULL shown as NULL."""
-    import pandas as pd
-
-    cols = [str(c) for c in df.columns]
-    cells = [["NULL" if v is None or v is pd.NA or (isinstance(v, float) and pd.isna(v)) else str(v) for v in row] for row in df.itertuples(index=False, name=None)]
-    numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
-
-    def line(values):
-        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
-        return "  ".join(parts).rstrip()
-
-    out = [line(cols), line(["-" * w for w in widths])] + [line(r) for r in cells]
-    out.append(f"({len(cells)} row{'s' if len(cells) != 1 else ''})")
-    return "\n".join(out) + "\n"
+    return render(df, trace_start=trace_start, count=True, null="NULL")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..util.progress import Progress, wanted
+
+    progress = Progress("sql", enabled=wanted(args.quiet))
+    try:
+        text = _query(args, progress)
+    finally:
+        progress.close()
+    write_output(text, args.output)
+    return 0
+
+
+def _query(args: argparse.Namespace, progress) -> str:
+    import os
     import sys
 
-    from ..query.engine import EngineConfig
-    from ..query.session import open_converted, open_trace
     from ..util.atomic import refuse_input_as_output
     from .report import is_json_trace
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
-    config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
-    if args.annotations and is_json_trace(args.trace):
-        session = open_converted(*read_and_join(args.trace, args.annotations, args.graph_lanes,
-                                                args.force_annotations), engine=args.engine, config=config)
-    else:
-        if args.annotations:
-            print("perfetto-graph-ann sql: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
-        session = open_trace(args.trace, engine=args.engine, config=config)
-    with session as s:
-        df = s.query(args.sql).df()
-    text = format_frame(df, args.format)
-    write_output(text, args.output)
-    return 0
+    if args.annotations and not is_json_trace(args.trace):
+        print("perfetto-graph-ann sql: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
+    with progress.phase(f"loading {os.path.basename(args.trace)} into the trace processor"):
+        from ..query.engine import EngineConfig
+        from ..query.session import open_converted, open_trace
+
+        config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
+        if args.annotations and is_json_trace(args.trace):
+            session = open_converted(*read_and_join(args.trace, args.annotations, args.graph_lanes,
+                                                    args.force_annotations), engine=args.engine, config=config)
+        else:
+            session = open_trace(args.trace, engine=args.engine, config=config)
+    from ..query.includes import include_modules, split_includes
+
+    with session:
+        if progress.enabled:  # each included module on its own, to say which one runs
+            include_modules(session, split_includes(args.sql)[0], progress, timeout_s=args.timeout)
+        with progress.phase("running the query"):
+            df = session.query(args.sql).df()
+        start = trace_start_ns(session) if args.format == "table" else None
+    return format_frame(df, args.format, start)

@@ -121,11 +121,11 @@ def _native_batch(paths: List[Path], sql: str, config: EngineConfig, shell: str,
     from perfetto.batch_trace_processor.api import BatchTraceProcessor, BatchTraceProcessorConfig
     from perfetto.common.exceptions import PerfettoException
 
-    from .engine.native import tp_config
+    from .engine.native import removing_status_downloads, tp_config
 
     btp_config = BatchTraceProcessorConfig(tp_config=tp_config(config, shell))
     try:
-        with BatchTraceProcessor([str(p) for p in paths], btp_config) as btp:
+        with removing_status_downloads(), BatchTraceProcessor([str(p) for p in paths], btp_config) as btp:
             return [exact_frame(df) for df in btp.query(sql)]
     except PerfettoException as e:
         raise EngineError(f"{paths[0]} (and {len(paths) - 1} more): native batch query failed: {e}") from e

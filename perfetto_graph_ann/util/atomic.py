@@ -51,7 +51,7 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if compress is None:
-        compress = path.endswith(".gz")
+        compress = path.lower().endswith(".gz")  # any case, as JSON names are (util.names)
     if not os.path.isdir(directory):
         raise OutputError(path, f"output folder {directory} does not exist")
     try:

@@ -3,6 +3,7 @@
     with torch.profiler.profile(...) as prof:
         g.replay()
     perfetto_graph_ann.export(prof, "run.pftrace")          # or "run.json.gz"
+    perfetto_graph_ann.export("saved.json", "run.pftrace")  # a trace saved earlier
 
 The profiler writes its Chrome trace to a temporary file (``export_chrome_trace``, the
 only profiler method used, so any object with it works; torch saves a trace only once,
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Union
+from typing import Optional, Union
 
 from ..capture.annotations import AnnotationSet
 from ..errors import InputError, OutputError, PathLike
@@ -49,7 +50,19 @@ def chrome_trace_bytes(prof) -> bytes:
     data = getattr(prof, _CACHE_ATTR, None)
     if data is not None:
         return data
-    with tempfile.TemporaryDirectory(prefix="pga-export-") as tmp:
+    data = export_chrome_trace_bytes(prof)
+    try:
+        setattr(prof, _CACHE_ATTR, data)
+    except AttributeError:  # an object that takes no new attributes: no cache
+        pass
+    return data
+
+
+def export_chrome_trace_bytes(prof, tmp_dir: Optional[str] = None) -> bytes:
+    """``prof.export_chrome_trace`` to a temporary file (in ``tmp_dir``, else the system's
+    temporary folder; removed afterwards), returned as bytes. Not cached: a profiler with a
+    schedule has a new trace in every cycle (see :mod:`.handler`)."""
+    with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=tmp_dir) as tmp:
         src = os.path.join(tmp, "trace.json")
         try:
             prof.export_chrome_trace(src)
@@ -60,17 +73,15 @@ def chrome_trace_bytes(prof) -> bytes:
                                        "convert the saved JSON with `perfetto-graph-ann convert`") from e
             raise
         with open(src, "rb") as f:
-            data = f.read()
-    try:
-        setattr(prof, _CACHE_ATTR, data)
-    except AttributeError:  # an object that takes no new attributes: no cache
-        pass
-    return data
+            return f.read()
 
 
 def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "none",
            default_stream: int = 7, force: bool = False) -> LaneLayout:
     """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args; returns the layout.
+
+    ``prof``: a live ``torch.profiler.profile`` (anything with ``export_chrome_trace``), or
+    the path of a trace it saved (``.json`` / ``.json.gz``).
 
     ``annotations``: an :class:`AnnotationSet`, a sidecar / capture-record path, or None for
     everything captured so far in this process. ``out`` ending in ``.json`` / ``.json.gz``
@@ -85,18 +96,37 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
     match none of its graph replays) raise ``AnnotationMismatchError`` and nothing is
     written, unless ``force=True`` (the report then says what was overridden).
     """
-    from ..join import join
     from ..read.kineto import parse_trace_bytes
 
+    out = _checked_output(out)
+    ann = _annotations(annotations)
+    if isinstance(prof, (str, bytes, os.PathLike)):
+        from ..read.kineto import read_trace
+        from ..util.atomic import refuse_input_as_output
+
+        refuse_input_as_output(out, [os.fsdecode(prof)])
+        trace = read_trace(os.fsdecode(prof))
+    else:
+        trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
+    return write_joined(trace, out, ann, graph_lanes, default_stream, force)
+
+
+def _checked_output(out: PathLike) -> str:
     out = os.fspath(out)
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         raise OutputError(out, f"output folder {folder} does not exist")
-    ann = _annotations(annotations)
-    trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
-    layout = join(trace, ann, graph_lanes=graph_lanes, default_stream=default_stream, force=force)
+    return out
+
+
+def write_joined(trace, out: str, annotations: AnnotationSet, graph_lanes: str = "none",
+                 default_stream: int = 7, force: bool = False) -> LaneLayout:
+    """Join a read trace with ``annotations`` and write it to ``out`` (Chrome JSON for a JSON
+    name, else ``.pftrace``), atomically; returns the layout."""
+    from ..join import join
     from ..util.names import is_json_name
 
+    layout = join(trace, annotations, graph_lanes=graph_lanes, default_stream=default_stream, force=force)
     if is_json_name(out):
         from .chrome_json import write_chrome_json
 

@@ -15,6 +15,10 @@ are given), then its packets are rewritten so the ranks can share one trace:
   maps to the absolute time.
 - **No clashes**: packet sequence ids, track uuids and flow ids are remapped per rank.
 - Every slice gets a ``debug.rank`` arg, so SQL can tell ranks apart (device ids repeat).
+- **Labels**: a trace may carry a label (``merge(..., labels=[...])``, CLI ``--label``): its
+  group is then ``<label> (rank <r>)``, its processes say ``[<label>, rank <r>]``, its
+  slices get a ``debug.label`` arg, and two traces of the same rank (an eager and a graphed
+  rank 0) can sit side by side as long as their labels differ.
 """
 from __future__ import annotations
 
@@ -48,16 +52,39 @@ class RankTrace:
     pftrace: bytes
     source: Optional[str] = None
     layout: Optional[LaneLayout] = None
+    label: Optional[str] = None  #: names the group instead of ``Rank <r>``; lets a rank repeat
+
+    @property
+    def key(self) -> str:
+        """What must be unique across the merged traces (and seeds its id remapping)."""
+        return str(self.rank) if self.label is None else f"{self.rank}/label={self.label}"
+
+    @property
+    def title(self) -> str:
+        """The group track's name."""
+        return f"Rank {self.rank}" if self.label is None else f"{self.label} (rank {self.rank})"
+
+
+@dataclasses.dataclass
+class MergedInput:
+    """One input of a merge, in the order given."""
+
+    source: str
+    rank: int
+    label: Optional[str]
+    shift_ns: int  #: ns added to its timestamps
+    layout: Optional[LaneLayout]
 
 
 @dataclasses.dataclass
 class MergeReport:
     ranks: List[int]
-    shifts_ns: Dict[int, int]  #: rank -> ns added to its timestamps
+    shifts_ns: Dict[int, int]  #: rank -> ns added to its timestamps (see ``inputs`` when a rank repeats)
     layouts: Dict[int, Optional[LaneLayout]]
+    inputs: List[MergedInput] = dataclasses.field(default_factory=list)
 
 
-def _remap64(rank: int, kind: str, value: int) -> int:
+def _remap64(rank: "int | str", kind: str, value: int) -> int:
     h = hashlib.blake2b(f"{kind}:{rank}:{value}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") & 0x7FFFFFFFFFFFFFFF or 1
 
@@ -71,8 +98,8 @@ def _printable(path: str) -> str:
         return path.encode("utf-8", "backslashreplace").decode("ascii")
 
 
-def rank_group_uuid(rank: int) -> int:
-    """uuid of the ``Rank <r>`` group track."""
+def rank_group_uuid(rank: "int | str") -> int:
+    """uuid of the ``Rank <r>`` group track (``rank``: the rank, or a labelled trace's ``key``)."""
     return _remap64(rank, "rank-group", 0)
 
 
@@ -104,19 +131,21 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
     except Exception as e:  # protobuf's DecodeError and friends
         raise InputError(rt.source, f"converted trace of rank {rt.rank} does not parse: {e}") from e
     r = rt.rank
-    uuid = lambda u: _remap64(r, "track", u)  # noqa: E731
-    flow = lambda f: _remap64(r, "flow", f)  # noqa: E731
+    key = r if rt.label is None else rt.key
+    tag = f"rank {r}" if rt.label is None else f"{rt.label}, rank {r}"
+    uuid = lambda u: _remap64(key, "track", u)  # noqa: E731
+    flow = lambda f: _remap64(key, "flow", f)  # noqa: E731
     pids: Dict[int, int] = {}
     tids: Dict[int, int] = {}
     out: List[bytes] = []
     group = pb.TracePacket()
     group.trusted_packet_sequence_id = (order + 1) << 16
     gd = group.track_descriptor
-    gd.uuid = rank_group_uuid(r)
-    gd.name = f"Rank {r}"
-    gd.description = f"rank {r}" + (f" from {_printable(rt.source)}" if rt.source else "")
+    gd.uuid = rank_group_uuid(key)
+    gd.name = rt.title
+    gd.description = tag + (f" from {_printable(rt.source)}" if rt.source else "")
     gd.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
-    gd.sibling_order_rank = r
+    gd.sibling_order_rank = r if rt.label is None else order
     out.append(group.SerializeToString())
     seq_clock: Dict[int, int] = {}  # sequence -> default timestamp clock
     incremental: Set[tuple] = set()  # (sequence, clock id) of clocks whose packets carry deltas
@@ -148,14 +177,14 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
             if td.HasField("parent_uuid"):
                 td.parent_uuid = uuid(td.parent_uuid)
             elif not td.HasField("process") and not td.HasField("thread"):
-                td.parent_uuid = rank_group_uuid(r)  # a global root (GPU n): into the rank's group
+                td.parent_uuid = rank_group_uuid(key)  # a global root (GPU n): into the rank's group
             if td.HasField("process"):
                 pd = td.process
                 original = pd.pid
                 pd.pid = ids.map(pids, pd.pid)
                 base = pd.process_name or (td.name if td.HasField("name") else "") or f"pid {original}"
-                pd.process_name = f"{base} [rank {r}]" + (f" (pid {original})" if pd.pid != original else "")
-                pd.process_labels.append(f"rank {r}")
+                pd.process_name = f"{base} [{tag}]" + (f" (pid {original})" if pd.pid != original else "")
+                pd.process_labels.append(tag)
                 if td.HasField("name"):
                     td.name = pd.process_name
             if td.HasField("thread"):
@@ -174,17 +203,23 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
                 a = te.debug_annotations.add()
                 a.name = "rank"
                 a.int_value = r
+                if rt.label is not None:
+                    a = te.debug_annotations.add()
+                    a.name = "label"
+                    a.string_value = rt.label
         out.append(p.SerializeToString())
     return out
 
 
 def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
     """Merge already converted rank traces into the bytes of one trace (see module doc)."""
-    seen: Dict[int, Optional[str]] = {}
+    seen: Dict[str, Optional[str]] = {}
     for rt in ranks:
-        if rt.rank in seen:
-            raise InputError(rt.source, f"rank {rt.rank} appears twice (also in {seen[rt.rank]})")
-        seen[rt.rank] = rt.source
+        if rt.key in seen:
+            what = f"rank {rt.rank}" if rt.label is None else f"rank {rt.rank} with label {rt.label!r}"
+            hint = "" if rt.label is not None else " (give each trace a --label to compare them side by side)"
+            raise InputError(rt.source, f"{what} appears twice (also in {seen[rt.key]}){hint}")
+        seen[rt.key] = rt.source
     with_base = [rt for rt in ranks if rt.base_time_ns]
     if with_base and len(with_base) != len(ranks):
         missing = next(rt for rt in ranks if not rt.base_time_ns)
@@ -192,7 +227,7 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     ids = _Ids()
     chunks: List[bytes] = []
-    for order, rt in enumerate(sorted(ranks, key=lambda x: x.rank)):
+    for order, rt in enumerate(sorted(ranks, key=lambda x: x.rank) if all(rt.label is None for rt in ranks) else ranks):
         try:
             payloads = _rewrite(rt, order, rt.base_time_ns - ref, ids)
         except ValueError as e:  # a field out of protobuf's range after the shift
@@ -203,7 +238,8 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
 
 
 def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Sequence[Optional[AnnotationSet]]] = None,
-          graph_lanes: str = "all", gzip: Optional[bool] = None, force: bool = False) -> MergeReport:
+          graph_lanes: str = "all", gzip: Optional[bool] = None,
+          labels: Optional[Sequence[Optional[str]]] = None, progress=None, force: bool = False) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
     ``annotations``: None, or one entry per trace (None where a rank has none). With
@@ -212,9 +248,18 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
     is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
     as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``;
     an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
+    ``labels``: None, or one entry per trace (None: unlabelled): a labelled trace's group is
+    ``<label> (rank <r>)``, so an eager and a graphed trace of one rank can be compared;
+    labelled groups keep the order of ``traces``. ``progress``: a
+    :class:`~perfetto_graph_ann.util.progress.Progress` to name each rank's phases on.
     Annotations that do not belong to their rank's trace raise ``AnnotationMismatchError``
     before anything is written, unless ``force`` (see :func:`~perfetto_graph_ann.join.join`).
     """
+    import contextlib
+
+    def phase(desc: str):
+        return progress.phase(desc) if progress is not None else contextlib.nullcontext()
+
     from ..join import join
     from ..join.join import has_annotated_nodes
     from ..read.kineto import read_trace
@@ -224,6 +269,8 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
     check_protobuf_output(out, list(traces), "merge writes only Perfetto traces")
     if annotations is not None and len(annotations) != len(traces):
         raise ValueError(f"{len(annotations)} annotation sets for {len(traces)} traces")
+    if labels is not None and len(labels) != len(traces):
+        raise ValueError(f"{len(labels)} labels for {len(traces)} traces")
     ranks: List[RankTrace] = []
     for i, path in enumerate(traces):
         spath = os.fspath(path)
@@ -231,24 +278,29 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
         # its trace dropped before the GC resumes (else the first collection afterwards
         # walks every event of the dying trace).
         with paused_gc():
-            trace = read_trace(spath)
+            with phase(f"reading {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
+                trace = read_trace(spath)
             try:
                 info = trace.distributed_info or {}
                 rank = info.get("rank", i)
                 if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
                     raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
                 ann = annotations[i] if annotations is not None else None
-                layout = None
-                if ann is not None:
-                    lanes = graph_lanes if graph_lanes != "all" or has_annotated_nodes(ann) else "none"
-                    layout = join(trace, ann, graph_lanes=lanes, force=force)
-                buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
-                write_perfetto(trace, buf, layout)
+                with phase(f"joining and converting {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
+                    layout = None
+                    if ann is not None:
+                        lanes = graph_lanes if graph_lanes != "all" or has_annotated_nodes(ann) else "none"
+                        layout = join(trace, ann, graph_lanes=lanes, force=force)
+                    buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
+                    write_perfetto(trace, buf, layout)
                 base_time_ns = trace.base_time_ns
             finally:
                 del trace
-        ranks.append(RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout))
-    atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
+        label = labels[i] if labels is not None else None
+        ranks.append(RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout, label))
+    with phase(f"merging and writing {os.path.basename(os.fspath(out))}"):
+        atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
-                       {rt.rank: rt.layout for rt in ranks})
+                       {rt.rank: rt.layout for rt in ranks},
+                       [MergedInput(rt.source or "", rt.rank, rt.label, rt.base_time_ns - ref, rt.layout) for rt in ranks])

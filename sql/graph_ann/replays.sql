@@ -8,6 +8,17 @@
 --
 -- A replay's GPU work is the work whose correlation id is the graph launch's:
 -- CUPTI gives every kernel of one replay its graph launch's correlation.
+--
+-- Launch overhead: from the start of the CPU launch call to the replay's
+-- first GPU work is `launch_to_gpu_dur`. Part of it is queueing: the GPU was
+-- still busy with work submitted earlier (back-to-back replays wait for the
+-- previous one), `queued_dur`. The rest, `launch_overhead_dur`, is what the
+-- launch itself cost. Earlier work is, on the same device, every replay that
+-- starts strictly before this one (all of its work, up to its last end) and
+-- every GPU work slice outside a replay that starts strictly before it:
+--   queued_dur = MAX(0, MIN(end of earlier work, ts) - launch_ts)
+--   launch_overhead_dur = launch_to_gpu_dur - queued_dur
+-- so with an idle GPU all of `launch_to_gpu_dur` is launch overhead.
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 
@@ -201,6 +212,30 @@ SELECT
   COUNT(lane_id) AS lane_count
 FROM _graph_ann_replay_lane_stats
 GROUP BY launch_id;
+
+-- Per replay: the last end of the device's earlier work (see the module
+-- comment), one window pass in start order over the replays and the GPU work
+-- outside replays; NULL when nothing ran before on the device.
+CREATE PERFETTO TABLE _graph_ann_replay_prev_end(
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- Last end of the earlier work.
+  prev_end_ts TIMESTAMP
+) AS
+SELECT launch_id, prev_end_ts
+FROM (
+  SELECT
+    launch_id,
+    MAX(end_ts) OVER (
+      PARTITION BY device ORDER BY ts RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS prev_end_ts
+  FROM (
+    SELECT launch_id, device, ts, end_ts FROM _graph_ann_replay_stats
+    UNION ALL
+    SELECT NULL AS launch_id, device, ts, ts + dur AS end_ts FROM _graph_ann_work WHERE NOT is_graphed
+  )
+)
+WHERE launch_id IS NOT NULL;
 
 -- The union of each replay's work in `work` (columns launch_id, ts, dur), one
 -- window pass in start order partitioned by replay (the union rule: see
@@ -409,7 +444,14 @@ CREATE PERFETTO TABLE graph_ann_replay(
   busy_dur DURATION,
   -- `busy_dur` over `wall_dur`.
   busy_fraction DOUBLE,
-  -- Launch overhead: from the start of the CPU launch call to the first GPU work.
+  -- From the start of the CPU launch call to the replay's first GPU work:
+  -- `queued_dur + launch_overhead_dur`.
+  launch_to_gpu_dur DURATION,
+  -- Of `launch_to_gpu_dur`, the time the GPU was still busy with earlier work
+  -- (see the module comment); 0 when it was idle at the launch.
+  queued_dur DURATION,
+  -- Launch overhead: `launch_to_gpu_dur` less `queued_dur`, from the later of
+  -- the launch call's start and the end of earlier work to the first GPU work.
   launch_overhead_dur DURATION
 ) AS
 SELECT
@@ -430,10 +472,13 @@ SELECT
   r.lane_count,
   b.busy_dur,
   CAST(b.busy_dur AS DOUBLE) / NULLIF(r.end_ts - r.ts, 0) AS busy_fraction,
-  r.ts - l.ts AS launch_overhead_dur
+  r.ts - l.ts AS launch_to_gpu_dur,
+  MAX(0, MIN(COALESCE(q.prev_end_ts, l.ts), r.ts) - l.ts) AS queued_dur,
+  r.ts - l.ts - MAX(0, MIN(COALESCE(q.prev_end_ts, l.ts), r.ts) - l.ts) AS launch_overhead_dur
 FROM _graph_ann_replay_stats AS r
 JOIN _graph_ann_launch AS l ON l.id = r.launch_id
 JOIN _graph_ann_replay_busy AS b USING (launch_id)
+JOIN _graph_ann_replay_prev_end AS q USING (launch_id)
 ORDER BY r.device, r.ts;
 
 -- One row per (replay, lane): the replay's work on each lane.

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -31,9 +30,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200)]
 # Where the browser comes from, in this order:
 # 1. PGA_CHROMIUM=/path/to/chromium (any Chromium or Chrome build);
 # 2. chromium / chromium-browser / google-chrome on PATH;
-# 3. when running as root with apt-get (CI runs .ci/run as root, registries reachable):
-#    apt-get install -y chromium from the distribution's packages, once per session, bounded
-#    in time. PGA_BROWSER_INSTALL=0 turns this off.
+# 3. only when asked with PGA_BROWSER_INSTALL=1 (.ci/run sets it; CI runs as root with
+#    registries reachable): apt-get install -y chromium from the distribution's packages,
+#    once per session, bounded in time. By default tests never install anything.
 # Otherwise the test is skipped with the reason. Nothing ever downloads a browser build of its
 # own (Playwright is used only as a driver, with executable_path). The fixture lives here, not
 # in a conftest.py, so it does not shadow tests/conftest.py's module name.
@@ -87,8 +86,10 @@ def _chromium_path() -> str:
         return path
     if os.environ.get("PGA_CHROMIUM"):
         pytest.fail(f"PGA_CHROMIUM={os.environ['PGA_CHROMIUM']}: not an executable file")
-    if os.environ.get("PGA_BROWSER_INSTALL", "1") == "0":
-        pytest.skip("no Chromium on PATH and PGA_BROWSER_INSTALL=0: apt-get install chromium, or set PGA_CHROMIUM")
+    if os.environ.get("PGA_BROWSER_INSTALL", "0") != "1":
+        pytest.skip("no Chromium found (PGA_CHROMIUM, or chromium / chromium-browser / google-chrome on PATH); "
+                    "install one (apt-get install chromium), set PGA_CHROMIUM=/path/to/chromium, or set "
+                    "PGA_BROWSER_INSTALL=1 to let the test apt-get install it (as root)")
     if not shutil.which("apt-get") or os.geteuid() != 0:
         pytest.skip("no Chromium on PATH, and installing Debian's chromium package needs root and apt-get: "
                     "apt-get install chromium, or set PGA_CHROMIUM=/path/to/chromium")
@@ -148,7 +149,7 @@ def test_ui_shows_gpu_lanes_and_annotation_args(chromium, annotated_trace, tmp_p
 
     lanes = _expected()
     server = TraceServer(ServeConfig(annotated_trace, port=0, local_ui=True, timeout_s=300, linger_s=300)).start()
-    profile_dir = tempfile.mkdtemp(prefix="pga-chromium-")
+    profile_dir = str(tmp_path / "chromium-profile")
     console = []
     try:
         with sync_playwright() as pw:

@@ -25,6 +25,7 @@ from perfetto.trace_processor.platform import PlatformDelegate
 from perfetto.trace_processor.protos import ProtoFactory
 
 from ...errors import EngineError, InputError, QueryError, QueryTimeoutError
+from .sql_errors import sql_error_line
 from .config import EngineConfig, check_seconds
 from .process import describe_exit
 
@@ -94,7 +95,7 @@ class Engine(abc.ABC):
         with self._lock, self._guard("query", timeout_s, sql):
             result = self._backend.execute_query(sql)
         if result.error:
-            raise QueryError(f"{self.trace_path}: query failed: {result.error.strip()}\nSQL: {_clip(sql)}")
+            raise QueryError(f"{self.trace_path}: SQL error: {sql_error_line(result.error, sql)}")
         return QueryResultIterator(result.column_names, result.batch)
 
     def load(self) -> None:

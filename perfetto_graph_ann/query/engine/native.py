@@ -8,9 +8,12 @@ portable engine, through the backend's ``parse``/``notify_eof``.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from perfetto.common.exceptions import PerfettoException
 from perfetto.trace_processor.api import TraceProcessor, TraceProcessorConfig
@@ -32,6 +35,26 @@ def tp_config(config: EngineConfig, shell: str) -> TraceProcessorConfig:
     )
 
 
+@contextlib.contextmanager
+def removing_status_downloads() -> Iterator[None]:
+    """Remove the temporary files the ``perfetto`` package's start-up leaves behind.
+
+    It polls the shell's ``/status`` with ``urllib.request.urlretrieve`` and no file name,
+    which keeps every reply in a temporary file until ``urlcleanup()``; calling that would
+    also reset an opener the user installed, so only the files added meanwhile go.
+    """
+    registry = getattr(urllib.request, "_url_tempfiles", None)
+    before = len(registry) if isinstance(registry, list) else 0
+    try:
+        yield
+    finally:
+        if isinstance(registry, list):
+            for path in registry[before:]:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            del registry[before:]
+
+
 class NativeEngine(Engine):
     """One ``trace_processor_shell`` process, one trace loaded."""
 
@@ -41,7 +64,8 @@ class NativeEngine(Engine):
         super().__init__(trace_path, config)
         self.shell = shell
         try:
-            self.tp: Optional[TraceProcessor] = TraceProcessor(config=tp_config(config, shell))
+            with removing_status_downloads():
+                self.tp: Optional[TraceProcessor] = TraceProcessor(config=tp_config(config, shell))
         except (PerfettoException, OSError) as e:
             raise EngineError(f"{trace_path}: the native trace processor {shell} failed to start: {e}") from e
         proc = self.tp.subprocess

