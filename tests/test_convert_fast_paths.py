@@ -25,10 +25,10 @@ def _both(trace: KinetoTrace, **kw) -> tuple:
     return tuple(out)
 
 
-@pytest.mark.parametrize("shape_args", ["typed", "string"])
-def test_graph_replays_fast_equals_protos(shape_args):
+@pytest.mark.parametrize("list_args", ["typed", "text"])
+def test_graph_replays_fast_equals_protos(list_args):
     trace = parse_trace_bytes(dumps(make_trace(5000, fixtures=("seed_block_annotated",))))
-    fast, ref = _both(trace, shape_args=shape_args)
+    fast, ref = _both(trace, list_args=list_args)
     assert fast == ref and len(fast) > 100_000
 
 

@@ -34,6 +34,20 @@ def expected_arg(v):
     return "null" if v is None else v
 
 
+def list_text(v) -> str:
+    """The default encoding of a list arg: its compact JSON text (Decimal numbers as written)."""
+    if isinstance(v, list):
+        return "[" + ",".join(list_text(x) for x in v) + "]"
+    if isinstance(v, Decimal):
+        return str(v)
+    return json.dumps(v, ensure_ascii=False)
+
+
+def expected_default_arg(v):
+    """:func:`expected_arg` of the default writer: a top-level list arg is its JSON text."""
+    return list_text(v) if isinstance(v, list) else expected_arg(v)
+
+
 def same_typed(a, b) -> bool:
     if type(a) is not type(b):
         return False
@@ -126,10 +140,7 @@ def test_graph_launch_fans_out_to_all_its_kernels(tmp_path):
         assert len(s.flow_ids) == kernels_by_corr[s.args["correlation"]] == 14
 
 
-def test_args_typed(converted):
-    name, out, _ = converted
-    doc = source(name)
-    got = decode(out)
+def _check_args(doc, got, expect) -> int:
     by_key = {(s.cat, s.name, s.ts): s for s in got.slices}
     checked = 0
     for e in doc["traceEvents"]:
@@ -137,9 +148,23 @@ def test_args_typed(converted):
             continue
         s = by_key[(e.get("cat", ""), e["name"], ns(e["ts"]))]
         for k, v in e["args"].items():
-            assert same_typed(s.args[k], expected_arg(v)), (k, v, s.args[k])
+            assert same_typed(s.args[k], expect(v)), (k, v, s.args[k])
             checked += 1
-    assert checked > 0
+    return checked
+
+
+def test_args_default_encoding(converted):
+    """Scalars typed as in the JSON; Kineto's list args (grid, block, shapes) as their JSON text."""
+    name, out, _ = converted
+    assert _check_args(source(name), decode(out), expected_default_arg) > 0
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_args_typed(name, tmp_path):
+    """``list_args="typed"``: every list item a typed arg of its own (full fidelity)."""
+    out = tmp_path / f"{name}.pftrace"
+    convert(fixture_trace(name), out, ConvertConfig(list_args="typed"))
+    assert _check_args(source(name), decode(out), expected_arg) > 0
 
 
 def test_nccl_collective_args(tmp_path):

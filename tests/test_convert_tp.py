@@ -17,7 +17,7 @@ from test_convert_fixtures import expected_flows, ns, source
 from perfetto_graph_ann.join.model import LaneLayout, Placement
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.write.convert import ConvertConfig, convert
 
 pytestmark = requires_portable  # the output's packets are checked without an engine in test_convert_fixtures.py
 
@@ -52,7 +52,7 @@ def test_fixture_in_trace_processor(name, tmp_path):
     for lane, root, stream in kernel_tracks:
         assert lane == f"stream {stream}" and root == "GPU 0"
     assert snap["REALTIME"] - snap["BOOTTIME"] == doc["baseTimeNanoseconds"]
-    assert types["debug.correlation"] == "int" and types["debug.grid[0]"] == "int"
+    assert types["debug.correlation"] == "int" and types["debug.grid"] == "string"
     assert types["debug.blocks per SM"] == "real"
 
 
@@ -134,12 +134,12 @@ def test_layout_moves_and_merges_lanes(tmp_path):
 
 @pytest.mark.parametrize("name", ["seed_block_eager", "allreduce_eager_rank0"])
 def test_same_args_as_perfettos_json_importer(name, tmp_path):
-    """Every arg row of every slice matches the JSON importer's (args.X -> debug.X), except our
-    placeholders for empty array items, which the importer leaves as gaps. Perfetto turns '.'
-    in a debug annotation name into '_' (``est. achieved occupancy %``), so keys are compared
-    with '.' -> '_' on both sides."""
+    """With typed list args, every arg row of every slice matches the JSON importer's (args.X ->
+    debug.X), except our placeholders for empty array items, which the importer leaves as gaps.
+    Perfetto turns '.' in a debug annotation name into '_' (``est. achieved occupancy %``), so
+    keys are compared with '.' -> '_' on both sides. (The default encoding: test_nothing_lost.py.)"""
     out = tmp_path / f"{name}.pftrace"
-    convert(fixture_trace(name), out)
+    convert(fixture_trace(name), out, ConvertConfig(list_args="typed"))
     q = ("SELECT s.name AS n, s.ts AS t, a.key AS k, a.value_type AS vt, a.int_value AS i, a.string_value AS sv, "
          "a.real_value AS r FROM slice s JOIN args a USING (arg_set_id) WHERE a.key GLOB '{}.*'")
     with tp(fixture_trace(name)) as s:

@@ -149,7 +149,7 @@ def test_export_of_a_saved_trace(tmp_path):
 
     name = "seed_block_annotated"
     out = tmp_path / "run.pftrace"
-    layout = pga.export(str(fixture_trace(name)), out, annotations=fixture_capture(name))
+    layout = pga.export(str(fixture_trace(name)), out, annotations=fixture_capture(name), graph_lanes="all")
     assert layout.report.unmatched == 0
     got = Counter(s.args["stream"] for s in decode(out).slices if s.cat == "kernel")
     assert got == Counter(x["lane"] for x in calibrated_expectation(name).values())

@@ -32,9 +32,13 @@ def register(sub) -> argparse.ArgumentParser:
                    help="with --graph-lanes all: lane of graphed kernels whose annotation names none (default 7)")
     add_force_option(p)
     p.add_argument("--gzip", action="store_true", help="gzip the .pftrace output (also implied by a .gz name)")
-    p.add_argument("--compact-args", action="store_true",
-                   help="write record_shapes arrays (Input Dims, Input Strides, Input type, Concrete Inputs) "
-                   "as one JSON-text string each: smaller .pftrace, faster load, no per-item typed args")
+    args_mode = p.add_mutually_exclusive_group()
+    args_mode.add_argument("--typed-args", action="store_true",
+                           help="write Kineto's list args (grid, block, Input Dims, Input Strides, Input type, "
+                           "Concrete Inputs) as typed per-item args instead of one JSON-text string each "
+                           "(the default): full fidelity, larger .pftrace, slower load")
+    args_mode.add_argument("--compact-args", action="store_true",
+                           help="Kineto's list args as one JSON-text string each (the default; kept for old scripts)")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success (and no progress)")
     p.set_defaults(func=run)
@@ -84,7 +88,7 @@ def _run(args: argparse.Namespace, progress) -> int:
         return 0
     quiet_bar = args.no_progress or args.quiet
     config = ConvertConfig(gzip=True if args.gzip else None, progress=False if quiet_bar else None,
-                           shape_args="string" if args.compact_args else "typed")
+                           list_args="typed" if args.typed_args else "text")
     with progress.phase(f"writing {os.path.basename(out)}"):  # large traces: the writer's own per-event bar below it
         stats = convert(trace, out, config, layout)
     progress.close()

@@ -91,7 +91,7 @@ def _sql_summary(args, trace, layout, out, progress) -> None:
     try:
         with contextlib.ExitStack() as stack:
             with progress.phase("converting and loading into the trace processor"):
-                session = stack.enter_context(open_converted(trace, layout, engine=args.engine))
+                session = stack.enter_context(open_converted(trace, layout, engine=args.engine, sql_args_only=True))
             include_modules(session, [METRICS["lane_summary"].module], progress)
             df = lane_summary(session)
             start = trace_start_ns(session)

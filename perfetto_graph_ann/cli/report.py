@@ -152,7 +152,7 @@ def _report(args: argparse.Namespace, progress) -> str:
             with progress.phase(f"converting and loading {name} into the trace processor"):
                 from ..query.session import open_converted
 
-                s = stack.enter_context(open_converted(trace, layout, engine=args.engine))
+                s = stack.enter_context(open_converted(trace, layout, engine=args.engine, sql_args_only=True))
         else:
             if args.annotations:
                 print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored",

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace, progress) -> str:
+    import contextlib
     import os
     import sys
 
@@ -74,19 +75,19 @@ def _query(args: argparse.Namespace, progress) -> str:
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
     if args.annotations and not is_json_trace(args.trace):
         print("perfetto-graph-ann sql: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
-    with progress.phase(f"loading {os.path.basename(args.trace)} into the trace processor"):
-        from ..query.engine import EngineConfig
-        from ..query.session import open_converted, open_trace
+    with contextlib.ExitStack() as stack:
+        with progress.phase(f"loading {os.path.basename(args.trace)} into the trace processor"):
+            from ..query.engine import EngineConfig
+            from ..query.session import open_converted, open_trace
 
-        config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
-        if args.annotations and is_json_trace(args.trace):
-            session = open_converted(*read_and_join(args.trace, args.annotations, args.graph_lanes,
-                                                    args.force_annotations), engine=args.engine, config=config)
-        else:
-            session = open_trace(args.trace, engine=args.engine, config=config)
-    from ..query.includes import include_modules, split_includes
+            config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
+            if args.annotations and is_json_trace(args.trace):
+                joined = read_and_join(args.trace, args.annotations, args.graph_lanes, args.force_annotations)
+                session = stack.enter_context(open_converted(*joined, engine=args.engine, config=config))
+            else:
+                session = stack.enter_context(open_trace(args.trace, engine=args.engine, config=config))
+        from ..query.includes import include_modules, split_includes
 
-    with session:
         if progress.enabled:  # each included module on its own, to say which one runs
             include_modules(session, split_includes(args.sql)[0], progress, timeout_s=args.timeout)
         with progress.phase("running the query"):

@@ -22,7 +22,7 @@ from ..read.model import KinetoTrace
 from . import identity
 from .calibrated import match_calibrated
 from .exact import match_exact
-from .lanes import GRAPH_LANES, lane_graphs, lane_name, placement
+from .lanes import GRAPH_LANES, PLACEMENT_KEYS, lane_graphs, lane_name, placement
 from .match import Match
 from .projection import project
 from .model import DEFAULT_GRAPH_LANE, JoinReport, LaneLayout, lane_key
@@ -167,8 +167,9 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "non
                 on_lane = graphs_on.get(key)
                 lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
                                    else f"stream {lane}")
+    arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
-                      graph_lanes=graph_lanes,
+                      graph_lanes=graph_lanes, arg_keys=arg_keys,
                       ranges=project(replays, matches, replay_graph, replay_index, annotations) if projection else [])
 
 

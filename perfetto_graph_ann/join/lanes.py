@@ -38,6 +38,10 @@ def node_args(node: NodeRecord) -> Dict[str, Any]:
     return args
 
 
+#: The keys :func:`placement` adds besides a node's own args (:func:`node_args`).
+PLACEMENT_KEYS = frozenset({"replay", "join", "join_ambiguous", "original_stream", "annotated_stream"})
+
+
 def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[int], graph_lanes: str,
               cache: Optional[Dict[int, Tuple[int, Dict[str, Any]]]] = None,
               default_stream: int = DEFAULT_GRAPH_LANE) -> Placement:

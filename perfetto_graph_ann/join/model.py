@@ -6,7 +6,7 @@ GPU event stays on its recorded stream. Placements are keyed by ``TraceEvent.ind
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 #: Join strategies, best first.
 EXACT = "exact"
@@ -80,6 +80,8 @@ class LaneLayout:
     lane_names: Dict[Tuple[int, int], str] = dataclasses.field(default_factory=dict)
     report: JoinReport = dataclasses.field(default_factory=JoinReport)
     graph_lanes: str = "all"  #: "all" | "none"
+    #: Every key the placements' args may hold (so writers keep those args typed); None: unknown
+    arg_keys: Optional[FrozenSet[str]] = None
     #: graph replays and scope instances as GPU time ranges (``join.projection.GpuRange``),
     #: drawn on each GPU's ``graph replays`` track and ``scopes`` group
     ranges: List[Any] = dataclasses.field(default_factory=list)

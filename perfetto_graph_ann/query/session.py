@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import re
+import threading
 import tempfile
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import FrozenSet, Iterator, List, Optional, Tuple, Union
 
 from perfetto.common.query_result_iterator import QueryResultIterator
 
-from .engine import Engine, EngineConfig, start_engine
+from .engine import Engine, EngineConfig, create_engine, start_engine
 
 PathArg = Union[str, "os.PathLike[str]"]
 
@@ -136,21 +139,40 @@ def open_trace(path: PathArg, engine: str = "auto", config: Optional[EngineConfi
 
 @contextlib.contextmanager
 def open_converted(trace, layout=None, engine: str = "auto",
-                   config: Optional[EngineConfig] = None) -> Iterator[Session]:
+                   config: Optional[EngineConfig] = None, sql_args_only: bool = False) -> Iterator[Session]:
     """A session on ``trace`` (a read :class:`~perfetto_graph_ann.read.model.KinetoTrace`)
-    converted with ``layout`` to a temporary .pftrace, removed when the session closes.
+    converted with ``layout``.
+
+    The packets go to the engine as they are written (:class:`_Feeder`): the engine parses
+    while Python still converts, instead of a file written first and loaded after.
+
+    ``sql_args_only``: write only the args the registered SQL packages read
+    (:func:`sql_arg_names`), for a session that only queries their tables (``report``,
+    ``lanes``): a smaller trace that converts and loads faster, same tables.
 
     The session and its errors are named after ``trace.path`` (the file the user gave), not
-    the temporary file."""
+    the temporary placeholder file the engine is started on."""
     from ..errors import GraphAnnError
-    from ..write.convert import convert
+    from ..write.convert import ConvertConfig, convert_to_stream
 
+    cfg = (config or EngineConfig()).with_engine(engine)
+    convert_config = ConvertConfig(keep_args=sql_arg_names(cfg.package_dirs())) if sql_args_only else ConvertConfig()
     with tempfile.TemporaryDirectory(prefix="pga-session-") as tmp:
-        path = os.path.join(tmp, "trace.pftrace")
-        convert(trace, path, layout=layout)
+        # the engine is started on a file name (an empty placeholder); the bytes come from the feeder
+        fd, path = tempfile.mkstemp(prefix="trace-", suffix=".pftrace", dir=tmp)
+        os.close(fd)
         source = os.fspath(trace.path) if trace.path else None
         try:
-            with open_trace(path, engine=engine, config=config) as session:
+            eng = create_engine(path, cfg)
+            try:
+                if eng.kind == "portable":
+                    eng.register_sql_packages()
+                with _Feeder(eng, FEED_CHUNK_BYTES) as feeder:
+                    convert_to_stream(trace, feeder, convert_config, layout)
+            except BaseException:
+                eng.close()
+                raise
+            with Session(Path(path), eng) as session:
                 if source:
                     session.path = Path(source)
                 yield session
@@ -158,6 +180,89 @@ def open_converted(trace, layout=None, engine: str = "auto",
             if source:
                 _rename_file_in_error(e, path, source)
             raise
+
+
+#: Bytes per piece sent to the engine while converting: small enough that the engine starts
+#: parsing early, large enough that the per-call cost does not count.
+FEED_CHUNK_BYTES = 2 << 20
+
+
+class _Feeder:
+    """A binary sink whose bytes an engine loads in a background thread, piece by piece.
+
+    ``write`` collects the writer's batches into pieces of ``chunk_bytes`` and queues them;
+    the thread hands them to :meth:`Engine.load_chunks` (which waits on the engine's socket,
+    so the GIL is free for the writer). Leaving the ``with`` block sends the rest, waits for
+    the load to finish and raises its error, if any. A failed load stops taking pieces, so
+    the writer never blocks on a full queue; a failed write stops the engine (a partial
+    trace is not worth finalizing).
+    """
+
+    def __init__(self, engine: Engine, chunk_bytes: int) -> None:
+        self.engine = engine
+        self.chunk_bytes = chunk_bytes
+        self._parts: List[bytes] = []
+        self._size = 0
+        self._queue: "queue.Queue[Optional[bytes]]" = queue.Queue(maxsize=4)
+        self._error: Optional[BaseException] = None
+        self._ended = False  # the end marker was taken from the queue
+        self._thread = threading.Thread(target=self._load, name="pga-feed", daemon=True)
+        self._thread.start()
+
+    def _pieces(self) -> Iterator[bytes]:
+        while True:
+            piece = self._queue.get()
+            if piece is None:
+                self._ended = True
+                return
+            yield piece
+
+    def _load(self) -> None:
+        try:
+            self.engine.load_chunks(self._pieces())
+        except BaseException as e:  # handed to the writer's thread
+            self._error = e
+            while not self._ended:  # drain, so the writer is never blocked
+                self._ended = self._queue.get() is None
+
+    def write(self, data: bytes) -> int:
+        if self._error is not None:
+            raise self._error
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size >= self.chunk_bytes:
+            self._queue.put(b"".join(self._parts))
+            self._parts = []
+            self._size = 0
+        return len(data)
+
+    def __enter__(self) -> "_Feeder":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.engine.close()
+        elif self._parts:
+            self._queue.put(b"".join(self._parts))
+        self._parts = []
+        self._queue.put(None)
+        self._thread.join()
+        if exc_type is None and self._error is not None:
+            raise self._error
+
+
+#: An arg key in SQL text: 'debug.<name>' (our traces) or 'args.<name>' (Chrome JSON).
+_SQL_ARG_KEY = re.compile(r"'(?:debug|args)\.([^'\[]+)'")
+
+
+def sql_arg_names(package_dirs: List[Path]) -> FrozenSet[str]:
+    """Every arg name the SQL modules under ``package_dirs`` read (``EXTRACT_ARG(..., 'debug.X')``,
+    ``key = 'args.X'``): the args a trace needs for those modules' tables."""
+    names = set()
+    for folder in package_dirs:
+        for sql in sorted(Path(folder).rglob("*.sql")):
+            names.update(_SQL_ARG_KEY.findall(sql.read_text(encoding="utf-8")))
+    return frozenset(names)
 
 
 def _rename_file_in_error(error: Exception, old: str, new: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import IO, TYPE_CHECKING, FrozenSet, Iterator, Optional
 
 from ..errors import OutputError, PathLike
 from ..read.kineto import read_trace
@@ -33,11 +33,30 @@ class ConvertConfig:
     gzip: Optional[bool] = None  #: None: by the output name (".gz")
     progress: Optional[bool] = None  #: tqdm bar on stderr; None: on a TTY for large inputs
     encoder: str = "fast"  #: packet encoder: "fast" or "protos" (reference, slower)
-    #: "typed" (default): every list arg as typed nested debug annotations. "string": the
-    #: record_shapes arrays (``Input Dims``, ``Input Strides``, ``Input type``, ``Concrete
-    #: Inputs``) as one compact JSON-text string each: a smaller file that loads faster, at
-    #: the price of typed per-item access (CLI ``--compact-args``).
-    shape_args: str = "typed"
+    #: "text" (default): every list arg of Kineto's own (``grid``, ``block``, ``Input Dims``,
+    #: ``Input Strides``, ``Input type``, ``Concrete Inputs``, ...) as one string, its compact
+    #: JSON text (``[[4,256],[],[256]]``): one arg row instead of one per item, so the trace
+    #: loads faster than its JSON. Annotation and join fields stay typed. "typed": those
+    #: lists as typed nested debug annotations, one arg row per item (CLI ``--typed-args``).
+    list_args: str = "text"
+    #: Only args with these names are written (None: all); see WriterConfig.keep_args.
+    keep_args: Optional[FrozenSet[str]] = None
+    #: Deprecated spelling: "string" is list_args="text", "typed" is list_args="typed".
+    shape_args: Optional[str] = None
+
+    def writer_config(self) -> WriterConfig:
+        """The packet writer's settings for these options."""
+        return WriterConfig(encoder=self.encoder, progress=self.progress, list_args=self.writer_list_args(),
+                            keep_args=self.keep_args)
+
+    def writer_list_args(self) -> str:
+        """The effective :attr:`list_args` (the deprecated :attr:`shape_args` wins when set)."""
+        if self.shape_args is None:
+            return self.list_args
+        modes = {"string": "text", "typed": "typed"}
+        if self.shape_args not in modes:
+            raise ValueError(f"shape_args must be one of {tuple(modes)}, not {self.shape_args!r}")
+        return modes[self.shape_args]
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
@@ -54,7 +73,7 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
                           "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
     with paused_gc():
         trace = src if isinstance(src, KinetoTrace) else read_trace(src)
-        wc = WriterConfig(encoder=config.encoder, progress=config.progress, shape_args=config.shape_args)
+        wc = config.writer_config()
         try:
             with atomic_write(out, "wb", compress=config.gzip) as f:
                 return write_perfetto(trace, f, layout, wc)
@@ -64,6 +83,14 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             # allocation after re-enabling it would trigger a pass over the whole dying
             # trace (measured: +0.15 s CPU on a 200k-event trace; benchmarks/convert.py).
             del trace
+
+
+def convert_to_stream(trace: KinetoTrace, out: IO[bytes], config: ConvertConfig = ConvertConfig(),
+                      layout: Optional[LaneLayout] = None) -> WriteStats:
+    """Write ``trace`` as a Perfetto trace to the binary stream ``out`` (no file, no gzip):
+    for a consumer that reads the packets as they come (``query.session.open_converted``)."""
+    with paused_gc():
+        return write_perfetto(trace, out, layout, config.writer_config())
 
 
 def check_protobuf_output(out: PathLike, inputs: "list[PathLike | str | None]", hint: str) -> None:

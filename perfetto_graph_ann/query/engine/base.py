@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator, Optional
+from typing import IO, Iterable, Iterator, Optional
 
 from google.protobuf.message import DecodeError
 from perfetto.common.exceptions import PerfettoException
@@ -100,18 +100,22 @@ class Engine(abc.ABC):
 
     def load(self) -> None:
         """Send the trace file in chunks, then finalize it."""
+        with _open_trace(self.trace_path) as f:
+            self.load_chunks(iter(lambda: f.read(self.config.chunk_bytes), b""))
+
+    def load_chunks(self, chunks: Iterable[bytes]) -> None:
+        """Send ``chunks`` (the trace's bytes, in order, as they become available) to the
+        engine, then finalize the trace; errors name :attr:`trace_path`."""
         path = self.trace_path
         with self._lock, self._guard("trace load", self.config.load_timeout_s):
             sent = 0
-            with _open_trace(path) as f:
-                while True:
-                    chunk = f.read(self.config.chunk_bytes)
-                    if not chunk:
-                        break
-                    sent += len(chunk)
-                    result = self._backend.parse(chunk)
-                    if result.error:
-                        raise InputError(path, f"the trace processor cannot read this trace: {result.error.strip()}")
+            for chunk in chunks:
+                if not chunk:
+                    continue
+                sent += len(chunk)
+                result = self._backend.parse(chunk)
+                if result.error:
+                    raise InputError(path, f"the trace processor cannot read this trace: {result.error.strip()}")
             if sent == 0:
                 raise InputError(path, "the file is empty")
             result = self._backend.notify_eof()

@@ -9,13 +9,23 @@ Two implementations with one interface:
   because the converter must be no slower than ``json.load`` of the input
   (``benchmarks/convert.py`` measures both); tests check both give identical bytes.
 
+Both take ``list_text``: when true, a list-valued arg (top level) whose key is not in
+``typed_keys`` is written as one string, its compact JSON text (:func:`list_text`), instead
+of one typed debug annotation per item. That is the writer's default for Kineto's own
+fields (``grid``, ``block``, the ``record_shapes`` arrays): one arg row instead of one per
+item, which the trace processor parses much faster; see docs/design.md.
+
+``keep`` (None: every arg) limits the args written to those named in it (a name also
+matches with '.' read as '_', as the trace processor stores it): for a trace that only the
+SQL package will read (``report``), args no module reads are left out.
+
 Each method returns one framed packet: ``Trace.packet`` (field 1) tag, length, payload, so
 the output file is simply the concatenation.
 """
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -68,6 +78,24 @@ def _placeholder(item: Any) -> Optional[str]:
     return None
 
 
+def kept(keep: Optional[AbstractSet[str]], key: str) -> bool:
+    """Whether arg ``key`` is written under the ``keep`` filter (None keeps everything)."""
+    return keep is None or key in keep or key.replace(".", "_") in keep
+
+
+def list_text(value: list) -> Optional[str]:
+    """Compact JSON text of a list arg (``[[4,256],[],[256]]``), or None when it cannot be
+    written exactly that way (a null, NaN or infinity inside, or a value JSON cannot hold):
+    such a list stays typed."""
+    try:
+        b = _json_args(value)
+    except (RecursionError, TypeError, ValueError, OverflowError):
+        return None
+    if b"null" in b:
+        return None
+    return b.decode("utf-8", "replace")
+
+
 def _json_text(value: Any) -> str:
     import json
 
@@ -85,10 +113,15 @@ class ProtosEncoder:
     ``track_event_defaults.track_uuid``, see ``writer.py``).
     """
 
-    def __init__(self, interner: Interner, sequence_id: int = SEQUENCE_ID, default_track: Optional[int] = None) -> None:
+    def __init__(self, interner: Interner, sequence_id: int = SEQUENCE_ID, default_track: Optional[int] = None,
+                 list_text: bool = False, typed_keys: AbstractSet[str] = frozenset(),
+                 keep: Optional[AbstractSet[str]] = None) -> None:
         self.interner = interner
         self.sequence_id = sequence_id
         self.default_track = default_track
+        self.list_text = list_text
+        self.typed_keys = typed_keys
+        self.keep = keep
 
     def _track(self, te: "pb.TrackEvent", track: int) -> None:
         if track != self.default_track:
@@ -138,9 +171,15 @@ class ProtosEncoder:
     def _event(self, te: "pb.TrackEvent", args: Optional[Mapping[str, Any]]) -> None:
         if args:
             for k, v in args.items():
+                if not kept(self.keep, k):
+                    continue
                 a = te.debug_annotations.add()
                 a.name_iid = self.interner.iid(ANNOTATION_NAMES, k)
-                self._annotation(a, v, 0)
+                text = list_text(v) if self.list_text and type(v) is list and k not in self.typed_keys else None
+                if text is None:
+                    self._annotation(a, v, 0)
+                else:
+                    self._string(a, text)
 
     def _packet(self, ts: int, te: "pb.TrackEvent", flags: int) -> bytes:
         p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=self.sequence_id)
@@ -207,10 +246,17 @@ class FastEncoder:
     #: Distinct whole-args templates kept (see :meth:`_annotations`).
     WHOLE_CACHE_LIMIT = 4096
 
-    def __init__(self, interner: Interner, sequence_id: int = SEQUENCE_ID, default_track: Optional[int] = None) -> None:
+    def __init__(self, interner: Interner, sequence_id: int = SEQUENCE_ID, default_track: Optional[int] = None,
+                 list_text: bool = False, typed_keys: AbstractSet[str] = frozenset(),
+                 keep: Optional[AbstractSet[str]] = None) -> None:
         self.interner = interner
         self.default_track = default_track
-        self._keys: Dict[str, list] = {}  # arg key -> [name iid prefix, value cache or None]
+        self.list_text = list_text
+        self.typed_keys = typed_keys
+        self.keep = keep
+        # arg key -> [name iid prefix (None: the key is not written), value cache or None,
+        # whether its lists are written as text]
+        self._keys: Dict[str, list] = {}
         self._whole: Optional[Dict[bytes, Any]] = {}  # blanked args JSON -> template; None: off
         self._whole_hits = self._whole_misses = 0
         self._end_tails: Dict[int, bytes] = {}
@@ -356,7 +402,7 @@ class FastEncoder:
         for k, v in args.items():
             b = one(k, v)
             encoded.append(b)
-            if k in VARYING_KEYS:
+            if k in VARYING_KEYS and b:  # a key left out (b"") needs no slot
                 if run:
                     parts.append(b"".join(run))
                     run = []
@@ -387,9 +433,20 @@ class FastEncoder:
         """
         ks = self._keys.get(k)
         if ks is None:
-            ks = self._keys[k] = [b"\x08" + small_varint(self.interner.iid(ANNOTATION_NAMES, k)), {}]
-        prefix, cache = ks
+            if not kept(self.keep, k):
+                ks = self._keys[k] = [None, None, False]
+            else:
+                ks = self._keys[k] = [b"\x08" + small_varint(self.interner.iid(ANNOTATION_NAMES, k)), {},
+                                      self.list_text and k not in self.typed_keys]
+        prefix, cache, as_text = ks
+        if prefix is None:
+            return b""
         t = type(v)
+        if t is list and as_text:
+            text = list_text(v)
+            if text is not None:
+                v = text  # encoded (and cached) as that string: the same bytes
+                t = str
         if cache is None:
             if t is int and -1 < v < (1 << 63):
                 body = prefix + b"\x20" + (_ONE_BYTE[v] if v < 128 else varint(v))

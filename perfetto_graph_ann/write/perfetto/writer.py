@@ -11,9 +11,8 @@ from __future__ import annotations
 import dataclasses
 import sys
 from operator import itemgetter
-from typing import IO, TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import IO, TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Tuple
 
-import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
@@ -29,10 +28,8 @@ if TYPE_CHECKING:  # annotation only: importing the join package costs ~18 ms a 
 
 BUILTIN_CLOCK_REALTIME = 1
 BUILTIN_CLOCK_BOOTTIME = 6
-#: record_shapes args that ``shape_args="string"`` writes as JSON text (the bulky per-input arrays).
-SHAPE_ARG_KEYS = ("Input Dims", "Input Strides", "Input type", "Concrete Inputs")
-SHAPE_ARGS_MODES = ("typed", "string")
-_shape_text = msgspec.json.Encoder(decimal_format="number").encode
+#: How list-valued args of Kineto's own are written (see WriterConfig.list_args).
+LIST_ARGS_MODES = ("text", "typed")
 
 #: Sequence-scoped clock (64..127) whose timestamps are deltas to the previous packet.
 INCREMENTAL_CLOCK = 64
@@ -47,10 +44,14 @@ class WriterConfig:
     """How packets are produced."""
 
     encoder: str = "fast"  #: "fast" (hand-written) or "protos" (perfetto.protos classes)
-    #: "typed": list args as typed nested debug annotations (default, one arg row per item);
-    #: "string": the list values of :data:`SHAPE_ARG_KEYS` as one JSON-text string each
-    #: (opt-in compact mode: smaller file, faster load; see docs/design.md).
-    shape_args: str = "typed"
+    #: "text" (default): every list-valued arg of Kineto's own (``grid``, ``block``, the
+    #: record_shapes arrays) as one string, its compact JSON text; the join's args (annotation
+    #: fields, graph ids) stay typed. "typed": those lists as typed nested debug annotations,
+    #: one arg row per item (full fidelity, slower to load; see docs/design.md).
+    list_args: str = "text"
+    #: Only args with these names are written (a name also matches with '.' read as '_');
+    #: None: all. For a trace only the SQL package reads (see query.session.open_converted).
+    keep_args: Optional[FrozenSet[str]] = None
     batch: int = 4096  #: packets per write() call
     progress: Optional[bool] = None  #: tqdm bar; None = on a TTY for >= progress_min events
     progress_min: int = 200_000
@@ -239,13 +240,15 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     stats.sequences = 1 + len(own)
     n_seq = stats.sequences
     seq_of = [0] * (tracks.max_uuid() + 1)  # track uuid -> sequence slot (0: the shared sequence)
-    encoders = [ENCODERS[config.encoder](Interner())]
+    if config.list_args not in LIST_ARGS_MODES:
+        raise ValueError(f"list_args must be one of {LIST_ARGS_MODES}, not {config.list_args!r}")
+    as_text = config.list_args == "text"
+    typed = _join_arg_keys(layout) if as_text else frozenset()
+    keep = config.keep_args
+    encoders = [ENCODERS[config.encoder](Interner(), SEQUENCE_ID, None, as_text, typed, keep)]
     for slot, uuid in enumerate(own, 1):
         seq_of[uuid] = slot
-        encoders.append(ENCODERS[config.encoder](Interner(), SEQUENCE_ID + slot, uuid))
-    if config.shape_args not in SHAPE_ARGS_MODES:
-        raise ValueError(f"shape_args must be one of {SHAPE_ARGS_MODES}, not {config.shape_args!r}")
-    shape_strings = config.shape_args == "string"
+        encoders.append(ENCODERS[config.encoder](Interner(), SEQUENCE_ID + slot, uuid, as_text, typed, keep))
     batch: List[bytes] = []
     written = 0
 
@@ -302,7 +305,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 append(b"\x0a" + _ONE_BYTE[len(p)] + p)
         elif kind == _COUNTER:
             append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
-        elif kinds[i] == _BEGIN and not shape_strings and i < base:  # the usual slice: its own args as they are
+        elif kinds[i] == _BEGIN and i < base:  # the usual slice: its own args as they are
             e = events[i]
             append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
                              terminating.get(i, no_flows)))
@@ -323,8 +326,6 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                     d = device_of.get(i)
                     if d is not None:
                         args["device"] = d
-            if shape_strings:
-                args = _shapes_as_text(args)
             ph = e.ph
             if ph != "X" and ph != "i" and ph != "I" and "ph" not in args:
                 args = dict(args)
@@ -348,24 +349,22 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     return stats
 
 
-def _shapes_as_text(args: Dict) -> Dict:
-    """``args`` with each list value under :data:`SHAPE_ARG_KEYS` replaced by its compact JSON text.
+def _join_arg_keys(layout: Optional[LaneLayout]) -> FrozenSet[str]:
+    """Arg keys the join adds (annotation fields, graph ids): never written as list text.
 
-    ``[[4, 256], [], [256]]`` becomes the string ``[[4,256],[],[256]]``: one arg row instead
-    of one per item, and identical shapes share one interned string. The event's own dict is
-    never changed (the same trace may be written again).
+    A user's annotation field holding a list stays typed even where its key is also one of
+    Kineto's (the join's value replaces Kineto's on that event). Taken from the layout when
+    the join recorded them, else collected from every placement.
     """
-    out = None
-    for k in SHAPE_ARG_KEYS:
-        v = args.get(k)
-        if type(v) is list:
-            if out is None:
-                out = dict(args)
-            try:
-                out[k] = _shape_text(v).decode("utf-8")
-            except (TypeError, ValueError, OverflowError, RecursionError):
-                pass  # not JSON-encodable as is (never seen from torch.profiler): stays typed
-    return args if out is None else out
+    if layout is None:
+        return frozenset()
+    keys = getattr(layout, "arg_keys", None)
+    if keys is not None:
+        return frozenset(keys)
+    seen: set = set()
+    for p in layout.placements.values():
+        seen.update(p.args)
+    return frozenset(seen)
 
 
 def _range_event(index: int, r: Any) -> TraceEvent:
