@@ -54,6 +54,10 @@ _LAZY = {
     "replay_lanes": "query.metrics",
     "lane_idle": "query.metrics",
     "lane_gaps": "query.metrics",
+    "scope_summary": "query.metrics",
+    "scope_instances": "query.metrics",
+    "scope_slowest": "query.metrics",
+    "graph_replays": "query.metrics",
     "EngineConfig": "query.engine.config",
 }
 

@@ -90,7 +90,7 @@ def _tp_sample(n: int, tmp_path: Path) -> int:
         with open_trace(out, engine="portable") as s:
             n_slices = s.query("SELECT COUNT(*) FROM slice").tuples()[0][0]
             errors = s.query("SELECT name, value FROM stats WHERE severity IN ('error', 'data_loss') AND value > 0").tuples()
-        assert n_slices == stats.slices + stats.instants, (muts, n_slices, stats)
+        assert n_slices == stats.slices + stats.instants + stats.projected, (muts, n_slices, stats)
         assert errors == [], (muts, errors)
     return len(loaded)
 

@@ -65,10 +65,14 @@ def test_merge_two_ranks_aligned_and_grouped(tmp_path):
 
 
 def _single(tmp_path):
+    """Rank 0 alone, joined to the same annotations (so with the same replay flows)."""
+    from perfetto_graph_ann.join import join
+    from perfetto_graph_ann.read.kineto import read_trace
     from perfetto_graph_ann.write.convert import convert
 
     p = tmp_path / "single.pftrace"
-    convert(fixture_trace("allreduce_graph_rank0"), p)
+    trace = read_trace(fixture_trace("allreduce_graph_rank0"))
+    convert(trace, p, layout=join(trace, allreduce_annotations()))
     return p
 
 

@@ -66,7 +66,7 @@ def test_report_of_joined_json_trace(capsys):
     cap = fixture_capture("seed_block_annotated")
     assert main(["report", str(src), "-a", str(cap), "--engine", "portable", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert list(out) == ["lane_summary", "lane_top_kernels", "replays", "collectives", "overlap", "lane_idle"]
+    assert list(out) == ["lane_summary", "lane_top_kernels", "replays", "collectives", "overlap", "lane_idle", "scopes"]
     layout = join(read_trace(src), read_capture_record(cap), graph_lanes="all")
     exp = X.lane_table(X.load_events(src), layout)
     got = {(r["device"], r["lane_id"]): r for r in out["lane_summary"]}

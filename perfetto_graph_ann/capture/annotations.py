@@ -47,6 +47,8 @@ class NodeRecord:
     annotation: Annotation = dataclasses.field(default_factory=dict)  #: merged fields of every enclosing scope ({} = none)
     stream: Optional[int] = None  #: calibration: CUDA stream this node ran on in one replay
     ordinal: Optional[int] = None  #: calibration: its position on that stream within one replay
+    #: ids of the :attr:`GraphRecord.scopes` instances around this node, outermost first
+    scopes: Tuple[int, ...] = ()
 
     @property
     def graph_id(self) -> int:
@@ -61,6 +63,16 @@ class NodeRecord:
         """The display lane the annotation asks for (its ``stream`` field), if any."""
         s = self.annotation.get("stream")
         return s if isinstance(s, int) and not isinstance(s, bool) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopeInstance:
+    """One scope block of one capture (a ``mark_kernels``): its own fields, unmerged, and
+    the innermost block around it. See :mod:`.scope_instances`."""
+
+    id: int  #: unique within its graph
+    fields: Annotation
+    parent: Optional[int] = None  #: id of the enclosing instance; None at top level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +96,10 @@ class GraphRecord:
     #: torch.profiler, CUPTI busy); None when calibrated or not applicable. The join report
     #: prints it when the graph's kernels fall back to structural matching.
     calibration_note: Optional[str] = None
+    #: The capture's named scope blocks (each node lists those around it in
+    #: :attr:`NodeRecord.scopes`). None: not recorded (sidecars before scope tables,
+    #: hand-built sets): scope ranges are then derived from the merged annotations.
+    scopes: Optional[Tuple[ScopeInstance, ...]] = None
 
     @property
     def display_name(self) -> str:

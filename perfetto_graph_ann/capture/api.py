@@ -59,10 +59,15 @@ class graph:
     ``instantiate()`` or the first ``replay()``), re-instantiation (entries are rekeyed and
     calibrated again at the next replay) and ``reset()`` (entries dropped).
     ``annotate_collectives=False`` leaves ``torch.distributed`` unwrapped.
+    ``name`` names the graph in the trace (its replays: ``<name> #<replay>``; default
+    ``graph <exec id>``); kept in the sidecar.
     """
 
     def __init__(self, cuda_graph: Any, pool: Any = None, stream: Any = None, capture_error_mode: str = "global",
-                 calibrate: bool = True, annotate_collectives: bool = True):
+                 calibrate: bool = True, annotate_collectives: bool = True, name: Optional[str] = None):
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"graph name must be a str, got {type(name).__name__}")
+        self.name = name
         self.cuda_graph = cuda_graph
         self.pool, self.stream, self.capture_error_mode = pool, stream, capture_error_mode
         self.calibrate = calibrate
@@ -95,7 +100,7 @@ class graph:
             return ret
         # everything that does not need the capture is built before it begins
         sess = _session.CaptureSession(backend, 0, REGISTRY, owner=_owner(self.cuda_graph),
-                                       device=torch.cuda.current_device())
+                                       device=torch.cuda.current_device(), name=self.name)
         ret = self._inner.__enter__()
         REGISTRY.backend = backend.name
         stream = getattr(self._inner, "capture_stream", None)

@@ -9,7 +9,8 @@ scope; ``scopes[]`` (``name``, ``lane``, node ``handle``s, in closing order);
 Mapping to :class:`~perfetto_graph_ann.capture.annotations.AnnotationSet`:
 node key = ``(exec_cupti_graph_id << 32) | (cupti_node_id & 0xFFFFFFFF)`` (the template
 key's local index moved onto the executable graph); annotation = ``{"name": scope,
-"stream": lane}`` merged over every enclosing scope (inner wins per key); string lanes are
+"stream": lane}`` merged over every enclosing scope (inner wins per key); scope instances
+(``GraphRecord.scopes``) and their nesting from the member lists; string lanes are
 ``mark_stream`` labels of this record's graph (``GraphRecord.lanes``) and get lane ids from
 60 upward in order of first appearance.
 """
@@ -25,6 +26,7 @@ from ..join.model import FIRST_LOGICAL_LANE
 from .annotations import AnnotationSet, GraphRecord, NodeRecord
 from .backends import node_type_name
 from .resolve import rekey
+from .scope_instances import from_members
 from .sidecar import _dim3, parse_json_bytes
 
 def _int(path: str, where: str, value: Any, bits: int = 64) -> int:
@@ -138,6 +140,9 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
         calib[key] = (_int(spath, f"calibration[{k}].stream", v.get("stream")),
                       _int(spath, f"calibration[{k}].ordinal", v.get("ordinal"), 32))
 
+    # Scope instances and their nesting from the member lists (scopes[] is in closing order).
+    order = [n.get("handle") for n in nodes]
+    instances, node_scopes = from_members([(f, m) for f, m in scope_fields], [h for h in order if h is not None])
     records: List[NodeRecord] = []
     seen = set()
     for i, n in enumerate(nodes):
@@ -172,11 +177,12 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
             annotation=types.MappingProxyType(annotation),
             stream=stream,
             ordinal=ordinal,
+            scopes=node_scopes.get(handle, ()) if handle is not None else (),
         ))
     unknown = sorted(set(calib) - seen)
     if unknown:
         raise SidecarError(spath, f"calibration names node key {unknown[0]} that is not among the nodes")
     labels = types.MappingProxyType(dict(sorted(lanes.items())))
     # One graph per record: its mark_stream labels are the graph's own (and the set's union).
-    graph = GraphRecord(exec_id=exec_id, nodes=tuple(records), lanes=labels)
+    graph = GraphRecord(exec_id=exec_id, nodes=tuple(records), lanes=labels, scopes=instances)
     return AnnotationSet(graphs=(graph,), lanes=labels, backend="cupti", source=spath)

@@ -10,7 +10,7 @@ import dataclasses
 import types
 from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from .annotations import Dim3, GraphRecord, NodeRecord, make_key
+from .annotations import Dim3, GraphRecord, NodeRecord, ScopeInstance, make_key
 
 #: node types whose creation a scope annotates; the others (empty, child graph, ...) carry
 #: nothing a profile shows.
@@ -41,28 +41,36 @@ def resolve_graph(
     device: Optional[int] = None,
     calibration: Optional[Mapping[int, Tuple[int, int]]] = None,
     lane_labels: Optional[Mapping[int, str]] = None,
+    name: Optional[str] = None,
+    scopes: Optional[Tuple[Tuple[ScopeInstance, ...], Mapping[int, Tuple[int, ...]]]] = None,
 ) -> GraphRecord:
     """Build the record of one executable graph.
 
     ``annotations`` maps node handle -> merged fields (from the scope recorder);
     ``calibration`` maps exec key -> (stream, ordinal); ``lane_labels`` the labels this
     capture gave lanes (``mark_stream``, process groups): the record keeps those of lanes
-    its nodes are on (``None``: not recorded, the record's ``lanes`` stays ``None``).
+    its nodes are on (``None``: not recorded, the record's ``lanes`` stays ``None``);
+    ``name`` the graph's display name; ``scopes`` the capture's scope instances and node
+    handle -> ids of the instances around it (:func:`.scope_instances.from_ranges`).
     """
+    instances, node_scopes = scopes if scopes is not None else ((), {})
     calibration = calibration or {}
     out = []
     for n in nodes:
         key = rekey(exec_id, n.local_id)
-        ann = dict(annotations.get(n.handle, {})) if n.type in ANNOTATED_NODE_TYPES else {}
+        annotated = n.type in ANNOTATED_NODE_TYPES
+        ann = dict(annotations.get(n.handle, {})) if annotated else {}
         stream, ordinal = calibration.get(key, (None, None))
         out.append(NodeRecord(key=key, type=n.type, kernel=n.kernel, grid=n.grid, block=n.block,
-                              annotation=ann, stream=stream, ordinal=ordinal))
+                              annotation=ann, stream=stream, ordinal=ordinal,
+                              scopes=node_scopes.get(n.handle, ()) if annotated else ()))
     out.sort(key=lambda r: r.key)
     lanes = None
     if lane_labels is not None:
         used = {r.lane for r in out}
         lanes = types.MappingProxyType({k: v for k, v in sorted(lane_labels.items()) if k in used})
-    return GraphRecord(exec_id=exec_id, nodes=tuple(out), template_id=template_id, device=device, lanes=lanes)
+    return GraphRecord(exec_id=exec_id, nodes=tuple(out), template_id=template_id, device=device, lanes=lanes,
+                       name=name, scopes=tuple(instances) if scopes is not None else None)
 
 
 def with_calibration(record: GraphRecord, calibration: Mapping[int, Tuple[int, int]]) -> GraphRecord:

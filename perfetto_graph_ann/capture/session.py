@@ -49,6 +49,8 @@ from . import fastpath
 from .backends import CaptureBackend
 from .registry import REGISTRY, Registry
 from .resolve import NodeInfo, resolve_graph, with_calibration
+from .annotations import ScopeInstance
+from .scope_instances import from_ranges
 from .scopes import ScopeRecorder, merge_scopes
 
 _owner_ids = itertools.count(1)
@@ -84,12 +86,13 @@ def markers_from_env() -> Optional[int]:
 class CaptureSession:
     def __init__(self, backend: CaptureBackend, capture_stream: int, registry: Registry = REGISTRY,
                  owner: Any = None, device: Optional[int] = None, verify: Optional[bool] = None,
-                 markers_from: Any = "env"):
+                 markers_from: Any = "env", name: Optional[str] = None):
         self.backend = backend
         self.capture_stream = capture_stream
         self.registry = registry
         self.owner = owner if owner is not None else next(_owner_ids)
         self.device = device
+        self.name = name  #: display name of the graph (``graph(g, name=...)``), None: ``graph <id>``
         self.graph: Optional[int] = None
         self.verify = verify_from_env() if verify is None else verify
         #: graph size from which scope edges add marker nodes (None: always count)
@@ -104,6 +107,7 @@ class CaptureSession:
         self._finished = False
         self._nodes: Optional[List[NodeInfo]] = None
         self._annotations: Dict[int, Dict[str, Any]] = {}
+        self._scopes: Optional[Tuple[Tuple[ScopeInstance, ...], Dict[int, Tuple[int, ...]]]] = None
         self._copy: Optional[int] = None  # copy of the template graph, table not read yet
         self._expected: Optional[List[Tuple]] = None  # verify: the template's own table
         self._table_error: Optional[CaptureError] = None  # why the copy's table could not be read
@@ -210,7 +214,9 @@ class CaptureSession:
         if self._expected is not None and rows != self._expected:
             raise CaptureError("the copy of the captured graph lists its nodes differently from the graph")
         self._expected = rows
-        annotations = merge_scopes(scopes, [n.handle for n in nodes])
+        listing = [n.handle for n in nodes]
+        annotations = merge_scopes(scopes, listing)
+        self._scopes = from_ranges(scopes, listing)
         markers = set(self._markers)
         for pos in markers:
             if pos >= len(nodes) or nodes[pos].type != "empty" or nodes[pos].local_id != pos:
@@ -255,7 +261,7 @@ class CaptureSession:
                     with self._lane_lock:
                         labels = dict(self.lane_labels)
                     rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id,
-                                        self.device, lane_labels=labels)
+                                        self.device, lane_labels=labels, name=self.name, scopes=self._scopes)
                     rec = with_calibration(rec, self._calibration) if self._calibration else rec
                     if self.calibration_note is not None and not self._calibration:
                         rec = dataclasses.replace(rec, calibration_note=self.calibration_note)

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..errors import PathLike, SidecarError
 from ..util.atomic import atomic_write_bytes
-from .annotations import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord
+from .annotations import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ScopeInstance
 
 MAGIC = "perfetto_graph_ann.sidecar"
 #: Version written. 2 added the capture identity, graph names and calibration notes.
@@ -146,6 +146,14 @@ def to_proto(s: AnnotationSet):
             gm.lanes.SetInParent()  # present even when empty: "this graph labelled no lane"
             for lane, label in sorted(g.lanes.items()):
                 gm.lanes.lanes.add(id=lane, label=label)
+        if g.scopes is not None:
+            gm.scopes.SetInParent()  # present even when empty: "this capture had no scopes"
+            for sc in g.scopes:
+                sm = gm.scopes.scopes.add(id=sc.id)
+                if sc.fields:
+                    sm.fields.CopyFrom(_to_map(pb, sc.fields, f"graph {g.exec_id} scope {sc.id} fields"))
+                if sc.parent is not None:
+                    sm.parent = sc.parent
         for n in g.nodes:
             nm = gm.nodes.add(key=n.key, type=n.type)
             if n.kernel is not None:
@@ -158,6 +166,8 @@ def to_proto(s: AnnotationSet):
                 nm.annotation.CopyFrom(_to_map(pb, n.annotation, f"node {n.key} annotation"))
             if n.stream is not None and n.ordinal is not None:
                 nm.calibration.stream, nm.calibration.ordinal = n.stream, n.ordinal
+            if n.scopes:
+                nm.scopes.extend(n.scopes)
     return msg
 
 
@@ -182,16 +192,69 @@ def from_proto(msg, path: str) -> AnnotationSet:
                 grid=(n.grid.x, n.grid.y, n.grid.z) if n.HasField("grid") else None,
                 block=(n.block.x, n.block.y, n.block.z) if n.HasField("block") else None,
                 annotation=_from_map(n.annotation, path, f"{where} annotation"),
-                stream=cal.stream if cal else None, ordinal=cal.ordinal if cal else None))
+                stream=cal.stream if cal else None, ordinal=cal.ordinal if cal else None,
+                scopes=tuple(n.scopes)))
         glanes = types.MappingProxyType({ln.id: ln.label for ln in g.lanes.lanes}) if g.HasField("lanes") else None
+        scopes = None
+        if g.HasField("scopes"):
+            scopes = tuple(ScopeInstance(sc.id, types.MappingProxyType(_from_map(sc.fields, path, f"graph {gi} scope {sc.id} fields")),
+                                         sc.parent if sc.HasField("parent") else None) for sc in g.scopes.scopes)
+        _check_scopes(scopes, nodes, path, f"graph {gi}")
         graphs.append(GraphRecord(exec_id=g.exec_id, nodes=tuple(nodes),
                                   template_id=g.template_id if g.HasField("template_id") else None,
                                   device=g.device if g.HasField("device") else None, lanes=glanes,
                                   name=g.name if g.HasField("name") else None,
-                                  calibration_note=g.calibration_note if g.HasField("calibration_note") else None))
+                                  calibration_note=g.calibration_note if g.HasField("calibration_note") else None,
+                                  scopes=scopes))
     lanes = {ln.id: ln.label for ln in msg.lanes}
     capture = _identity_from_proto(msg.capture) if msg.HasField("capture") else None
     return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), msg.backend or None, path, capture)
+
+
+def _scope_json(sc: ScopeInstance, exec_id: int) -> Dict[str, Any]:
+    d: Dict[str, Any] = {"id": sc.id, "fields": _json_value(sc.fields, f"graph {exec_id} scope {sc.id} fields")}
+    if sc.parent is not None:
+        d["parent"] = sc.parent
+    return d
+
+
+def _json_scopes(raw: Any, path: str, where: str) -> Tuple[ScopeInstance, ...]:
+    """A graph's ``scopes`` list: ``[{"id", "fields", "parent"?}]``."""
+    _want(isinstance(raw, list), path, f"{where}: 'scopes' must be a list")
+    out = []
+    for k, sc in enumerate(raw):
+        w = f"{where} scope {k}"
+        _want(isinstance(sc, dict) and set(sc) <= {"id", "fields", "parent"}, path,
+              f"{w}: must be an object with 'id', 'fields' and optionally 'parent'")
+        sid, fields, parent = sc.get("id"), sc.get("fields", {}), sc.get("parent")
+        _want(_is_int(sid) and 0 <= sid < 1 << 32, path, f"{w}: 'id' must be a 32-bit int, got {sid!r}")
+        _want(isinstance(fields, dict), path, f"{w}: 'fields' must be an object")
+        check_annotation_value(fields, path, f"{w} fields")
+        _want(parent is None or (_is_int(parent) and 0 <= parent < 1 << 32), path,
+              f"{w}: 'parent' must be a scope id or absent, got {parent!r}")
+        out.append(ScopeInstance(sid, types.MappingProxyType(dict(fields)), parent))
+    return tuple(out)
+
+
+def _check_scopes(scopes: Optional[Tuple[ScopeInstance, ...]], nodes: List[NodeRecord], path: str, where: str) -> None:
+    """Scope ids unique, parents and node references known, no parent cycle."""
+    if scopes is None:
+        for n in nodes:
+            _want(not n.scopes, path, f"{where}: node {n.key} lists scopes but the graph has no scope table")
+        return
+    ids = {sc.id: sc for sc in scopes}
+    _want(len(ids) == len(scopes), path, f"{where}: two scopes share an id")
+    for sc in scopes:
+        seen = {sc.id}
+        p = sc.parent
+        while p is not None:
+            _want(p in ids, path, f"{where}: scope {sc.id} has an unknown parent {p}")
+            _want(p not in seen, path, f"{where}: scope {sc.id}'s parents form a cycle")
+            seen.add(p)
+            p = ids[p].parent
+    for n in nodes:
+        for s in n.scopes:
+            _want(s in ids, path, f"{where}: node {n.key} refers to unknown scope {s}")
 
 
 def _known_versions() -> str:
@@ -258,6 +321,8 @@ def to_json(s: AnnotationSet) -> Dict[str, Any]:
                 d["annotation"] = _json_value(n.annotation, f"node {n.key} annotation")
             if n.stream is not None and n.ordinal is not None:
                 d["calibration"] = {"stream": n.stream, "ordinal": n.ordinal}
+            if n.scopes:
+                d["scopes"] = list(n.scopes)
             nodes.append(d)
         gd: Dict[str, Any] = {"exec_id": g.exec_id}
         if g.template_id is not None:
@@ -270,6 +335,8 @@ def to_json(s: AnnotationSet) -> Dict[str, Any]:
             gd["name"] = g.name
         if g.calibration_note is not None:
             gd["calibration_note"] = g.calibration_note
+        if g.scopes is not None:
+            gd["scopes"] = [_scope_json(sc, g.exec_id) for sc in g.scopes]
         gd["nodes"] = nodes
         graphs.append(gd)
     doc: Dict[str, Any] = {"format": MAGIC, "version": VERSION, "producer": _producer(), "backend": s.backend}
@@ -443,15 +510,20 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
                       and 0 <= cal["stream"] < 1 << 64 and 0 <= cal["ordinal"] < 1 << 32, path,
                       f"{where}: 'calibration' must be {{stream: uint64, ordinal: uint32}}")
                 stream, ordinal = cal["stream"], cal["ordinal"]
+            nscopes = n.get("scopes", [])
+            _want(isinstance(nscopes, list) and all(_is_int(x) and 0 <= x < 1 << 32 for x in nscopes), path,
+                  f"{where}: 'scopes' must be a list of scope ids")
             nodes.append(NodeRecord(key=key, type=t, kernel=kernel, grid=_dim3(n.get("grid"), path, f"{where} grid"),
                                     block=_dim3(n.get("block"), path, f"{where} block"), annotation=ann,
-                                    stream=stream, ordinal=ordinal))
+                                    stream=stream, ordinal=ordinal, scopes=tuple(nscopes)))
         glanes = g.get("lanes")
         glanes = None if glanes is None else types.MappingProxyType(_json_lanes(glanes, path, f"graph {gi} lanes"))
         gname, note = g.get("name"), g.get("calibration_note")
         _want(gname is None or isinstance(gname, str), path, f"graph {gi}: 'name' must be a string, got {gname!r}")
         _want(note is None or isinstance(note, str), path, f"graph {gi}: 'calibration_note' must be a string, got {note!r}")
-        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device"), glanes, gname, note))
+        scopes = _json_scopes(g["scopes"], path, f"graph {gi}") if g.get("scopes") is not None else None
+        _check_scopes(scopes, nodes, path, f"graph {gi}")
+        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device"), glanes, gname, note, scopes))
     capture = _identity_from_json(doc["capture"], path) if doc.get("capture") is not None else None
     return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, path, capture)
 

@@ -35,6 +35,9 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
         "comm_overlap_fraction", "idle_dur"]),
     "lane_idle": ("Idle gaps per lane (graph_ann_lane_idle)", [
         "device", "lane_id", "lane_name", "span_dur", "busy_dur", "idle_dur", "gap_count", "max_gap_dur"]),
+    "scopes": ("Scopes on the GPU, per scope across replays (graph_ann_scope_stats)", [
+        "graph_name", "scope_path", "instance_count", "kernel_count", "mean_dur", "p50_dur", "p90_dur",
+        "max_dur", "mean_busy_dur"]),
 }
 
 

@@ -24,6 +24,7 @@ from .calibrated import match_calibrated
 from .exact import match_exact
 from .lanes import GRAPH_LANES, PLACEMENT_KEYS, lane_graphs, lane_name, placement
 from .match import Match
+from .projection import project
 from .model import DEFAULT_GRAPH_LANE, JoinReport, LaneLayout, lane_key
 from .replays import Replay, find_replays
 from .structural import match_structural
@@ -79,14 +80,16 @@ def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Se
 
 def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "none",
          default_stream: int = DEFAULT_GRAPH_LANE, force: bool = False,
-         sources: Optional[Sequence[AnnotationSet]] = None) -> LaneLayout:
+         sources: Optional[Sequence[AnnotationSet]] = None, projection: bool = True) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
 
     ``graph_lanes`` as in torch 2.15's ``export_chrome_trace``: ``"none"`` (its default)
     keeps the recorded streams and adds ``annotated_stream``; ``"all"`` moves graphed events
     to their annotated lane, else to ``default_stream``, and like torch refuses annotations
     in which no node carries a field (it would only pile every graphed event onto one
-    lane). Events not launched by a graph are left alone (no placement).
+    lane). Events not launched by a graph are left alone (no placement). ``projection``:
+    also the replay and scope ranges the Perfetto writer draws under each GPU
+    (``LaneLayout.ranges``).
 
     Raises :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` when an annotation
     file's capture identity disagrees with the trace, or when annotations with graphs match
@@ -166,7 +169,8 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "non
                                    else f"stream {lane}")
     arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
-                      graph_lanes=graph_lanes, arg_keys=arg_keys)
+                      graph_lanes=graph_lanes, arg_keys=arg_keys,
+                      ranges=project(replays, matches, replay_graph, replay_index, annotations) if projection else [])
 
 
 def has_annotated_nodes(annotations: AnnotationSet) -> bool:

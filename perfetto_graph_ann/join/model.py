@@ -82,3 +82,6 @@ class LaneLayout:
     graph_lanes: str = "all"  #: "all" | "none"
     #: Every key the placements' args may hold (so writers keep those args typed); None: unknown
     arg_keys: Optional[FrozenSet[str]] = None
+    #: graph replays and scope instances as GPU time ranges (``join.projection.GpuRange``),
+    #: drawn on each GPU's ``graph replays`` track and ``scopes`` group
+    ranges: List[Any] = dataclasses.field(default_factory=list)

@@ -47,6 +47,10 @@ METRICS: Dict[str, Metric] = {
     "overlap": Metric("graph_ann.overlap", "graph_ann_overlap", "device"),
     "lane_idle": Metric("graph_ann.lane_idle", "graph_ann_lane_idle", "device, lane_id"),
     "lane_gaps": Metric("graph_ann.lane_idle", "graph_ann_lane_gap", "device, lane_id, ts"),
+    "graph_replays": Metric("graph_ann.scopes", "graph_ann_graph_replay", "device, ts, id"),
+    "scope_summary": Metric("graph_ann.scopes", "graph_ann_scope_stats", "graph_id, first_ts, depth, scope_path"),
+    "scope_instances": Metric("graph_ann.scopes", "graph_ann_scope_instance", "device, ts, depth, id"),
+    "scope_slowest": Metric("graph_ann.scopes", "graph_ann_scope_slowest", "dur DESC, id"),
 }
 
 
@@ -168,6 +172,34 @@ def lane_gaps(trace: TraceArg, engine: str = "auto"):
     return query_metric(trace, "lane_gaps", engine=engine)
 
 
+def graph_replays(trace: TraceArg, engine: str = "auto"):
+    """Per projected graph replay: graph name, GPU span, busy time, kernel count, launch latency."""
+    return query_metric(trace, "graph_replays", engine=engine)
+
+
+def scope_summary(trace: TraceArg, engine: str = "auto"):
+    """Per scope (graph and scope path, e.g. ``layer 3 / attn``) across replays: instance count,
+    kernel count, mean / p50 / p90 / max span and mean busy time."""
+    return query_metric(trace, "scope_summary", engine=engine)
+
+
+def scope_instances(trace: TraceArg, engine: str = "auto"):
+    """Every scope instance of every replay: span, busy time, kernel count, depth."""
+    return query_metric(trace, "scope_instances", engine=engine)
+
+
+def scope_slowest(trace: TraceArg, top: Optional[int] = None, engine: str = "auto"):
+    """Scope instances, slowest span first, with their rank in their scope and span / median;
+    ``top`` keeps the first N."""
+    m = METRICS["scope_slowest"]
+    with _session(trace, engine) as s:
+        _refuse_ambiguous_merge(s)
+        sql = f"INCLUDE PERFETTO MODULE {m.module}; SELECT * FROM {m.table} ORDER BY {m.order_by}"
+        if top is not None:
+            sql += f" LIMIT {int(top)}"
+        return _frame(s.query(sql))
+
+
 def report(trace: TraceArg, top: int = 5, engine: str = "auto") -> Dict[str, "object"]:
     """All report tables from one session: ``{name: DataFrame}`` in print order."""
     with _session(trace, engine) as s:
@@ -179,4 +211,5 @@ def report(trace: TraceArg, top: int = 5, engine: str = "auto") -> Dict[str, "ob
             "collectives": _select(s, "collectives"),
             "overlap": _select(s, "overlap"),
             "lane_idle": _select(s, "lane_idle"),
+            "scopes": _select(s, "scope_summary"),
         }

@@ -250,3 +250,61 @@ def _frame_for_screenshot(page) -> None:
     # the annotation's rows (name, graph id, graph node id, replay, join, original_stream)
     page.get_by_text("original_stream").first.scroll_into_view_if_needed(timeout=5000)
     page.wait_for_timeout(500)
+
+
+#: The scope the projection test selects; its slices exist only on the `scopes` track.
+PROBE_SCOPE = "qkv_proj"
+
+
+def test_ui_shows_replays_and_scope_ranges(chromium, annotated_trace, tmp_path):
+    """The GPU projection (issue 21): `graph replays` and `scopes` under GPU 0, and a scope
+    slice's args (kernel count as the capture record says, graph id, replay, busy ns)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+    from playwright.sync_api import sync_playwright
+
+    record = json.loads((demo_data_dir() / "seed_block_annotated.capture.json").read_text())
+    kernels = {s["name"]: len(s["nodes"]) for s in record["scopes"]}[PROBE_SCOPE]
+    server = TraceServer(ServeConfig(annotated_trace, port=0, local_ui=True, timeout_s=300, linger_s=300)).start()
+    profile_dir = tempfile.mkdtemp(prefix="pga-chromium-")
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch_persistent_context(
+                profile_dir, **chromium, viewport={"width": 1600, "height": 1000}, timeout=60_000)
+            try:
+                page = browser.new_page()
+                page.goto(server.ui_url, timeout=UI_TIMEOUT_MS)
+                group = page.get_by_text("GPU 0", exact=True).first
+                group.wait_for(timeout=UI_TIMEOUT_MS)
+                if not page.get_by_text("graph replays", exact=True).first.is_visible():
+                    group.click()
+                for label in ("graph replays", "scopes"):
+                    page.get_by_text(label, exact=True).first.wait_for(timeout=20_000)
+                assert page.get_by_text("Spans", exact=True).count() == 0  # inside torch.profiler now
+                box = page.locator("input[placeholder*='Search']").first
+                box.click()
+                box.fill(PROBE_SCOPE)
+                details = page.get_by_text("Arguments", exact=True).first
+                for _ in range(SELECT_TRIES):
+                    box.press("Enter")
+                    try:
+                        details.wait_for(timeout=3000)
+                        break
+                    except PlaywrightTimeoutError:
+                        continue
+                else:
+                    pytest.fail(f"searching {PROBE_SCOPE!r} never selected a slice")
+                page.wait_for_timeout(1000)
+                text = page.inner_text("body")
+                args = _arg_tree(text[text.find("Arguments"):])
+                assert args.get("kernel count") == str(kernels), args
+                assert args.get("graph id") == str(record["exec_cupti_graph_id"]), args
+                assert "replay" in args and "busy ns" in args, args
+            except BaseException:
+                if browser.pages:
+                    browser.pages[-1].screenshot(path=str(tmp_path / "failure.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        server.close()
+        shutil.rmtree(profile_dir, ignore_errors=True)

@@ -16,7 +16,7 @@ export PYTHONPATH=$PWD:/tmp/site
 if [ -n "$ISOLATE" ]; then
   UNITS=$(python3 -m pytest tests/gpu -o addopts= -m "gpu or multigpu" -p no:cacheprovider --collect-only -q 2>/dev/null | grep '::')
 else
-  UNITS="tests/gpu/test_capture_gpu.py tests/gpu/test_export_gpu.py tests/gpu/test_multigpu.py tests/gpu/test_trace_handler_gpu.py tests/gpu/test_readme_gpu.py"
+  UNITS="tests/gpu/test_capture_gpu.py tests/gpu/test_export_gpu.py tests/gpu/test_scopes_gpu.py tests/gpu/test_multigpu.py tests/gpu/test_trace_handler_gpu.py tests/gpu/test_readme_gpu.py"
 fi
 i=0
 for u in $UNITS; do

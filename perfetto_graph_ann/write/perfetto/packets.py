@@ -210,9 +210,11 @@ class ProtosEncoder:
         return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
 
     def event(self, ts: int, track: int, cat: str, name: str, args: Optional[Mapping[str, Any]],
-              flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
+              flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN,
+              cacheable: bool = True) -> bytes:
         """A slice begin (or ``kind`` TYPE_INSTANT) named by strings: category ("" for none) and name
-        are interned here, category first, then the args' names and values."""
+        are interned here, category first, then the args' names and values. ``cacheable`` is
+        :class:`FastEncoder`'s hint (no effect here: the bytes are the same)."""
         cat_iid = self.interner.iid(CATEGORIES, cat) if cat else 0
         return self.slice_begin(ts, track, cat_iid, self.interner.iid(NAMES, name), args, flow_ids, terminating_flow_ids, kind)
 
@@ -521,13 +523,16 @@ class FastEncoder:
         return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
 
     def event(self, ts: int, track: int, cat: str, name: str, args: Optional[Mapping[str, Any]],
-              flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
+              flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN,
+              cacheable: bool = True) -> bytes:
         """:meth:`slice_begin` (or an instant) named by strings; the writer's hot path.
 
         The same bytes as interning the category and name and calling :meth:`slice_begin`,
         with the packet's constant parts cached per (category, name, track, kind) and a
         whole-args template hit with one id slot (a replayed kernel, a runtime call)
-        assembled inline: one call per event instead of three.
+        assembled inline: one call per event instead of three. ``cacheable=False``: args
+        whose values differ every time (the projection's per-range numbers) skip the
+        whole-args cache, which they would only fill with templates never hit again.
         """
         key = (cat, name, track, kind)
         parts = self._heads.get(key)
@@ -545,6 +550,9 @@ class FastEncoder:
                    else b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids]))
         if not args:
             te = parts[0] + parts[1] + fb
+        elif not cacheable:
+            one = self._one
+            te = parts[0] + b"".join([one(k, v) for k, v in args.items()]) + parts[1] + fb
         else:
             whole = self._whole
             tpl = None

@@ -10,8 +10,13 @@
   ``process_sort_index``) and a thread track per (pid, tid) (``thread_name``,
   ``thread_sort_index``); spill tracks of a thread, and threads whose tid does not fit in
   32 bits, are children of the process track named like the thread.
+* GPU projection (the join's ``ranges``): under ``GPU <n>`` a ``graph replays`` track (rank
+  first) and a ``scopes`` track (second) where scope slices nest by depth; ranges that
+  overlap without nesting (parallel branches, concurrent replays) spill onto more tracks
+  named ``scopes`` / ``graph replays``, which the UI shows as one group, as lanes do.
 * Anything else (string pids such as Kineto's "Spans" / "Traces", negative pids such as the
-  overhead events' -1): a global root track named after the pid with a child per tid.
+  overhead events' -1): Kineto's bookkeeping, one ``torch.profiler`` root track holding a
+  track per pid with a child per tid; created only when something is written there.
 * Counters: a counter track per (pid, counter name, arg key) under the pid's track.
 """
 from __future__ import annotations
@@ -24,6 +29,10 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from ...read.model import KinetoTrace, TraceEvent
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: names of the projection's tracks under each ``GPU N`` and of the bookkeeping group
+REPLAYS_TRACK = "graph replays"
+SCOPES_TRACK = "scopes"
+PROFILER_GROUP = "torch.profiler"
 
 Home = Tuple[Any, ...]
 
@@ -146,6 +155,17 @@ class TrackTable:
             u = self._tracks[key] = self._add(d)
         return u
 
+    def _profiler_root(self) -> int:
+        """The one group holding Kineto's bookkeeping (profiler span, overhead, ``Spans``...)."""
+        key = ("profiler_root",)
+        u = self._tracks.get(key)
+        if u is None:
+            d = pb.TrackDescriptor(uuid=self._uuid(), name=PROFILER_GROUP,
+                                   description="torch.profiler's own bookkeeping: the profiler span, "
+                                               "activity-buffer overhead and other events without a process")
+            u = self._tracks[key] = self._add(d)
+        return u
+
     def _process(self, pid: int) -> int:
         key = ("process", pid)
         u = self._tracks.get(key)
@@ -167,7 +187,7 @@ class TrackTable:
         u = self._tracks.get(key)
         if u is None:
             name = self.process_name.get(pid) or (str(pid) if pid != "" else "(no pid)")
-            d = pb.TrackDescriptor(uuid=self._uuid(), name=name)
+            d = pb.TrackDescriptor(uuid=self._uuid(), name=name, parent_uuid=self._profiler_root())
             u = self._tracks[key] = self._add(d)
         return u
 
@@ -186,6 +206,14 @@ class TrackTable:
         kind = home[0]
         if spill:
             self.spill_tracks += 1
+        if kind == "replays":
+            d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(home[1]), name=REPLAYS_TRACK,
+                                   sibling_order_rank=_INT32_MIN)
+            return self._add(d)
+        if kind == "scope":
+            d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(home[1]), name=SCOPES_TRACK,
+                                   sibling_order_rank=_INT32_MIN + 1)
+            return self._add(d)
         if kind == "gpu":
             _, device, lane = home
             d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(device),

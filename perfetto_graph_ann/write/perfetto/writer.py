@@ -76,6 +76,7 @@ class WriteStats:
     flow_ends_without_start: int = 0
     untimed: int = 0  #: non-metadata events without ts (cannot be placed on a timeline)
     spill_tracks: int = 0
+    projected: int = 0  #: replay and scope slices added from the join's GPU projection (not input events)
     sequences: int = 0  #: packet sequences (1 shared + the busiest tracks' own)
     tracks: int = 0
     packets: int = 0
@@ -199,9 +200,21 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     stats.slices += n_slices
     stats.instants += n_instants
 
+    # 2b. the join's GPU projection: replay and scope ranges as slices after the input events
+    ranges = layout.ranges if layout is not None else ()
+    base = len(events)  # indices from here on are projected ranges
+    if ranges:
+        events = events + [_range_event(base + k, r) for k, r in enumerate(ranges)]
+        kinds.extend([_BEGIN] * len(ranges))
+        for k, r in enumerate(ranges):
+            by_home.setdefault(_range_home(r), []).append((r.ts, -r.dur, base + k))
+        stats.projected = len(ranges)
+
     # 3. flows
     stats.flow_events = len(flow_indices)
     fp = plan_flows(events, flow_indices, starts)
+    if ranges:
+        _launch_flows(ranges, base, kinds, fp)
     stats.flows = fp.count
     stats.unbound_flow_events = fp.unbound
     stats.flow_ends_without_start = fp.without_start
@@ -292,10 +305,14 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                 append(b"\x0a" + _ONE_BYTE[len(p)] + p)
         elif kind == _COUNTER:
             append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
-        elif kinds[i] == _BEGIN:  # the usual slice: its own args as they are
+        elif kinds[i] == _BEGIN and i < base:  # the usual slice: its own args as they are
             e = events[i]
             append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
                              terminating.get(i, no_flows)))
+        elif i >= base:  # a projected range: its own args, never worth the whole-args cache
+            e = events[i]
+            append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
+                             terminating.get(i, no_flows), cacheable=False))
         else:
             e = events[i]
             args = e.args
@@ -350,8 +367,30 @@ def _join_arg_keys(layout: Optional[LaneLayout]) -> FrozenSet[str]:
     return frozenset(seen)
 
 
+def _range_event(index: int, r: Any) -> TraceEvent:
+    """A projected range (``join.projection.GpuRange``) as a complete event of its own."""
+    return TraceEvent(index, "X", r.category, r.name, r.device, r.track, r.ts, r.dur, r.args)
+
+
+def _range_home(r: Any) -> Tuple:
+    return ("replays", r.device) if r.kind == "replay" else ("scope", r.device)
+
+
+def _launch_flows(ranges: Any, base: int, kinds: List[int], fp: Any) -> None:
+    """A flow from each replay's CPU launch slice to its replay slice (ids after Kineto's)."""
+    next_id = fp.count + 1
+    for k, r in enumerate(ranges):
+        src = r.launch
+        if src is None or kinds[src] not in (_BEGIN, _BEGIN_REWRITTEN):
+            continue
+        fp.outgoing[src] = list(fp.outgoing.get(src, ())) + [next_id]
+        fp.terminating[base + k] = [next_id]
+        next_id += 1
+    fp.count = next_id - 1
+
+
 def _home_order(home: Tuple) -> Tuple:
-    kind = {"gpu": 0, "thread": 1, "wide_thread": 2, "named": 3}[home[0]]
+    kind = {"gpu": 0, "replays": 1, "scope": 2, "thread": 3, "wide_thread": 4, "named": 5}[home[0]]
     return (kind,) + tuple((0, x) if type(x) is int else (1, str(x)) for x in home[1:])
 
 

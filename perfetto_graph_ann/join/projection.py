@@ -1,0 +1,182 @@
+"""GPU projection: graph replays and scope instances as time ranges on the GPU timeline.
+
+For every joined replay, one range from its first GPU start to its last GPU end; for every
+scope instance (see :mod:`..capture.scope_instances`) in every replay, one range from the
+earliest start to the latest end of the GPU work captured inside it, across all lanes.
+Only events the join matched to a node count toward a scope, whichever strategy matched
+them; a replay whose graph the join could not tell is left out (no guessed name).
+
+Ambiguous matches (the structural join's equal-signature nodes) are trusted only as far
+as they cannot change a range: if every node the event could be has the same enclosing
+instances, it counts; otherwise the instances that differ between the candidates are
+not drawn for that replay (the two-branch block's identical GEMMs: ``left_projection``
+and ``right_projection`` are left out, ``combine`` is drawn). A match that is ambiguous
+because two graphs fit equally drops the whole replay's projection; so does a replay whose
+every match is ambiguous when the set has several graphs (the join folds a tie between
+graphs into the matches' ambiguity, so the graph itself may be a guess).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from ..capture.annotations import GPU_WORK_NODE_TYPES, AnnotationSet
+from ..capture.scope_instances import graph_scopes, path_of, scope_label
+from .match import Match, signature
+from .replays import Replay
+
+REPLAY = "replay"
+SCOPE = "scope"
+#: track name of the replays under each GPU
+REPLAYS_TRACK = "graph replays"
+SCOPES_TRACK = "scopes"
+#: Kineto-style categories of the written slices (the SQL package selects them by these)
+REPLAY_CATEGORY = "graph_replay"
+SCOPE_CATEGORY = "gpu_scope"
+
+
+class GpuRange(NamedTuple):
+    """One slice the Perfetto writer adds under ``GPU <device>``.
+
+    ``track`` is the track name (``graph replays`` or ``scopes``); ``launch`` is the trace
+    index of the replay's CPU launch (a flow starts there), replays only. Ranges come in
+    replay order, each replay's scopes parents first: the writer keeps that order for ranges
+    with equal start and end, so a parent encloses its child.
+    """
+
+    kind: str
+    device: int
+    track: str
+    ts: int
+    dur: int
+    name: str
+    args: Mapping[str, Any]
+    launch: Optional[int] = None
+
+    @property
+    def category(self) -> str:
+        return REPLAY_CATEGORY if self.kind == REPLAY else SCOPE_CATEGORY
+
+
+def busy_ns(intervals: List[Tuple[int, int]]) -> int:
+    """Length of the union of ``(start, end)`` intervals, given sorted by start."""
+    total = 0
+    cur_s = cur_e = None
+    for s, e in intervals:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _uncertain(events: Sequence[Any], matches: Mapping[int, Match], per_node: Mapping[int, Tuple[int, ...]],
+               groups: Mapping[Tuple, List[int]]) -> Optional[set]:
+    """Instances an ambiguous match could put a kernel in or out of; None when a match is
+    ambiguous between graphs (its node's signature is unique within the graph)."""
+    out: set = set()
+    for e in events:
+        m = matches.get(e.index)
+        if m is None or not m.ambiguous:
+            continue
+        cands = groups.get(signature(m.node, False), ())
+        if len(cands) <= 1:
+            return None
+        chains = [set(per_node.get(k, ())) for k in cands]
+        out |= set.union(*chains) - set.intersection(*chains)
+    return out
+
+
+def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], Dict[int, Tuple[str, str, int]]]:
+    """Per graph, once: node key -> instance ids; loose signature -> node keys (for ambiguous
+    matches); instance id -> (label, path, depth)."""
+    instances, per_node = graph_scopes(g)
+    groups: Dict[Tuple, List[int]] = {}
+    for n in g.nodes:
+        if n.type in GPU_WORK_NODE_TYPES:
+            groups.setdefault(signature(n, False), []).append(n.key)
+    info = {}
+    for iid in instances:
+        chain = path_of(instances, iid)
+        labels = [scope_label(s.fields) for s in chain]
+        info[iid] = (labels[-1], " / ".join(labels), len(chain) - 1)
+    return per_node, groups, info
+
+
+def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_graph: Mapping[int, Optional[int]],
+            replay_index: Mapping[int, int], annotations: AnnotationSet) -> List[GpuRange]:
+    """Replay and scope ranges of every joined replay, in replay order.
+
+    Replay args: graph id, replay, kernel count, busy ns, launch latency ns (the span is
+    the slice's duration, the graph's name its name, the device its track's). Scope args:
+    graph id, replay, scope path (nested scopes only: at the top level it is the name),
+    kernel count, busy ns. Few on purpose: there is one scope slice per scope and replay.
+    """
+    graphs = {g.exec_id: g for g in annotations.graphs}
+    several_graphs = len(graphs) > 1
+    cache: Dict[int, Any] = {}
+    out: List[GpuRange] = []
+    append = out.append
+    get_match = matches.get
+    for r in replays:
+        gid = replay_graph.get(r.correlation)
+        g = graphs.get(gid) if gid is not None else None
+        if g is None or r.correlation not in replay_index:
+            continue
+        timed = [e for e in r.events if e.ts_ns is not None]  # sorted by start (find_replays)
+        if not timed:
+            continue
+        info = cache.get(gid)
+        if info is None:
+            info = cache[gid] = _graph_info(g)
+        per_node, groups, labels = info
+        ivs = []
+        acc: Dict[int, List[Tuple[int, int]]] = {}
+        ambiguous = []
+        matched = 0
+        for e in timed:
+            t0 = e.ts_ns
+            iv = (t0, t0 + (e.dur_ns or 0))
+            ivs.append(iv)
+            m = get_match(e.index)
+            if m is None:
+                continue
+            matched += 1
+            if m.ambiguous:
+                ambiguous.append(e)
+            for iid in per_node.get(m.node.key, ()):
+                lst = acc.get(iid)
+                if lst is None:
+                    acc[iid] = [iv]
+                else:
+                    lst.append(iv)
+        uncertain = _uncertain(ambiguous, matches, per_node, groups) if ambiguous else ()
+        if uncertain is None or (several_graphs and matched and len(ambiguous) == matched):
+            continue  # the graph itself may be a guess: no name, no ranges
+        device = r.device if r.device is not None else 0
+        idx = replay_index[r.correlation]
+        start = ivs[0][0]
+        end = max(b for _, b in ivs)
+        args: Dict[str, Any] = {"graph id": gid, "replay": idx, "kernel count": len(ivs), "busy ns": busy_ns(ivs)}
+        launch = r.launch
+        if launch is not None and launch.ts_ns is not None:
+            args["launch latency ns"] = start - launch.ts_ns
+        append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
+                        launch.index if launch is not None else None))
+        for iid in sorted(acc, key=lambda i: (labels[i][2], i)):  # parents (lower depth) first
+            if iid in uncertain:
+                continue
+            spans = acc[iid]
+            s = spans[0][0]
+            t = max(b for _, b in spans)
+            label, path, depth = labels[iid]
+            sargs: Dict[str, Any] = {"graph id": gid, "replay": idx}
+            if depth:
+                sargs["scope path"] = path
+            sargs["kernel count"] = len(spans)
+            sargs["busy ns"] = busy_ns(spans)
+            append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs))
+    return out

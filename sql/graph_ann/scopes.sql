@@ -1,0 +1,262 @@
+--
+-- Copyright 2026 The perfetto_graph_ann developers.
+-- Licensed under the Apache License, Version 2.0.
+--
+-- Scope ranges on the GPU: every `mark_kernels` scope instance of every graph
+-- replay, as the converter projects it (docs/design.md, "GPU projection"):
+-- a slice of category `gpu_scope` on a `scopes` track under `GPU N`, spanning
+-- the earliest start to the latest end of the GPU work captured inside the
+-- scope, across all lanes; and one slice of category `graph_replay` per
+-- replay on the `graph replays` track. The numbers are read from the slices'
+-- `debug.*` arguments, names and tracks: a replay slice is named
+-- `<graph name> #<replay>` and carries `graph id`, `replay`, `kernel count`,
+-- `busy ns` and `launch latency ns`; a scope slice is named by its label and
+-- carries `graph id`, `replay`, `scope path` (nested scopes only; at the top
+-- level the path is the name), `kernel count` and `busy ns`; a
+-- slice's duration is its span; the device is the `GPU N` track it is under.
+-- Traces without the projection (Chrome JSON, a conversion without
+-- annotations) give empty tables.
+--
+-- A scope is keyed across replays by its graph and its path, the labels of
+-- the instance and its enclosing scopes (`layer 3 / attn`): the same path in
+-- every replay of one graph is the same block of the capture.
+-- Percentiles are nearest-rank: the p-th percentile of n durations sorted
+-- ascending is the k-th with k = ceil(p * n / 100), as in `graph_ann.lanes`.
+
+-- The GPU index of each track under a `GPU N` root (the projection's tracks).
+CREATE PERFETTO TABLE _graph_ann_projection_track(
+  -- Track id.
+  track_id LONG,
+  -- GPU index, from the parent track's name `GPU N`.
+  device LONG
+) AS
+SELECT t.id AS track_id, CAST(SUBSTR(p.name, 5) AS INT) AS device
+FROM track AS t
+JOIN track AS p ON t.parent_id = p.id
+WHERE p.name GLOB 'GPU [0-9]*' AND t.name IN ('graph replays', 'scopes');
+
+-- Every projected graph replay.
+CREATE PERFETTO TABLE graph_ann_graph_replay(
+  -- Slice id of the replay slice.
+  id LONG,
+  -- First GPU start of the replay.
+  ts TIMESTAMP,
+  -- Last GPU end minus first GPU start (the span).
+  dur DURATION,
+  -- GPU index.
+  device LONG,
+  -- Executable graph id.
+  graph_id LONG,
+  -- Graph name (`pga.graph(g, name=...)`, else `graph <id>`): the slice name
+  -- without its ` #<replay>` suffix.
+  graph_name STRING,
+  -- 0-based replay index among the replays of the graph.
+  replay LONG,
+  -- GPU work events of the replay.
+  kernel_count LONG,
+  -- Length of the union of the replay's GPU work.
+  busy_dur DURATION,
+  -- CPU launch start to first GPU work (NULL when the launch is not in the trace).
+  launch_latency DURATION
+) AS
+SELECT
+  id,
+  ts,
+  dur,
+  (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = r.track_id) AS device,
+  graph_id,
+  SUBSTR(name, 1, LENGTH(name) - LENGTH(' #' || replay)) AS graph_name,
+  replay,
+  kernel_count,
+  busy_dur,
+  launch_latency
+FROM (
+  SELECT
+    s.id,
+    s.ts,
+    s.dur,
+    s.track_id,
+    s.name,
+    EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
+    EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
+    EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
+    EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur,
+    EXTRACT_ARG(s.arg_set_id, 'debug.launch latency ns') AS launch_latency
+  FROM slice AS s
+  WHERE s.category = 'graph_replay'
+) AS r;
+
+-- Every scope instance of every replay.
+CREATE PERFETTO TABLE graph_ann_scope_instance(
+  -- Slice id of the scope slice.
+  id LONG,
+  -- Earliest start of the GPU work inside the scope.
+  ts TIMESTAMP,
+  -- Latest end minus earliest start (the span).
+  dur DURATION,
+  -- GPU index.
+  device LONG,
+  -- Executable graph id.
+  graph_id LONG,
+  -- Graph name (from the instance's replay slice).
+  graph_name STRING,
+  -- 0-based replay index among the replays of the graph.
+  replay LONG,
+  -- The scope's label: its `name` and other fields (`layer 3`).
+  scope STRING,
+  -- Labels from the outermost enclosing scope down to this one (`layer 3 / attn`).
+  scope_path STRING,
+  -- Nesting depth (0: outermost).
+  depth LONG,
+  -- GPU work events inside the scope.
+  kernel_count LONG,
+  -- Length of the union of that work (at most `dur`).
+  busy_dur DURATION
+) AS
+SELECT
+  i.id,
+  i.ts,
+  i.dur,
+  COALESCE(r.device, (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = i.track_id)) AS device,
+  i.graph_id,
+  r.graph_name,
+  i.replay,
+  i.scope,
+  i.scope_path,
+  (LENGTH(i.scope_path) - LENGTH(REPLACE(i.scope_path, ' / ', ''))) / 3 AS depth,
+  i.kernel_count,
+  i.busy_dur
+FROM (
+  SELECT
+    s.id,
+    s.ts,
+    s.dur,
+    s.track_id,
+    s.name AS scope,
+    EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
+    EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
+    COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.scope path'), s.name) AS scope_path,
+    EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
+    EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur
+  FROM slice AS s
+  WHERE s.category = 'gpu_scope'
+) AS i
+LEFT JOIN graph_ann_graph_replay AS r USING (graph_id, replay);
+
+-- Scope instances with their rank among the instances of the same scope
+-- (graph and path), longest span first.
+CREATE PERFETTO TABLE _graph_ann_scope_ranked(
+  -- Slice id of the scope slice.
+  id LONG,
+  -- Executable graph id.
+  graph_id LONG,
+  -- Graph name.
+  graph_name STRING,
+  -- Scope path.
+  scope_path STRING,
+  -- Span of the instance.
+  dur DURATION,
+  -- 1-based rank by span ascending (ties: slice id).
+  asc_rank LONG,
+  -- 1-based rank by span descending (ties: slice id).
+  desc_rank LONG,
+  -- Instances of the scope.
+  n LONG
+) AS
+SELECT
+  id,
+  graph_id,
+  graph_name,
+  scope_path,
+  dur,
+  ROW_NUMBER() OVER (PARTITION BY graph_id, graph_name, scope_path ORDER BY dur, id) AS asc_rank,
+  ROW_NUMBER() OVER (PARTITION BY graph_id, graph_name, scope_path ORDER BY dur DESC, id) AS desc_rank,
+  COUNT(*) OVER (PARTITION BY graph_id, graph_name, scope_path) AS n
+FROM graph_ann_scope_instance;
+
+-- Per scope (graph and path) across its replays: span and busy-time statistics.
+CREATE PERFETTO TABLE graph_ann_scope_stats(
+  -- Executable graph id.
+  graph_id LONG,
+  -- Graph name.
+  graph_name STRING,
+  -- Scope path (`layer 3 / attn`).
+  scope_path STRING,
+  -- The scope's own label (`attn`).
+  scope STRING,
+  -- Nesting depth (0: outermost).
+  depth LONG,
+  -- Number of instances (replays in which the scope ran).
+  instance_count LONG,
+  -- GPU work events inside one instance (the largest count over the instances).
+  kernel_count LONG,
+  -- Mean span.
+  mean_dur DOUBLE,
+  -- Median span (nearest rank).
+  p50_dur DURATION,
+  -- 90th percentile of the span (nearest rank).
+  p90_dur DURATION,
+  -- Longest span.
+  max_dur DURATION,
+  -- Mean busy time (union of the scope's work).
+  mean_busy_dur DOUBLE,
+  -- Sum of the spans over all instances.
+  total_dur DURATION,
+  -- Start of the earliest instance (orders scopes as they ran).
+  first_ts TIMESTAMP
+) AS
+SELECT
+  i.graph_id,
+  i.graph_name,
+  i.scope_path,
+  MIN(i.scope) AS scope,
+  MIN(i.depth) AS depth,
+  COUNT(*) AS instance_count,
+  MAX(i.kernel_count) AS kernel_count,
+  AVG(i.dur) AS mean_dur,
+  MIN(CASE WHEN r.asc_rank = (50 * r.n + 99) / 100 THEN i.dur END) AS p50_dur,
+  MIN(CASE WHEN r.asc_rank = (90 * r.n + 99) / 100 THEN i.dur END) AS p90_dur,
+  MAX(i.dur) AS max_dur,
+  AVG(i.busy_dur) AS mean_busy_dur,
+  SUM(i.dur) AS total_dur,
+  MIN(i.ts) AS first_ts
+FROM graph_ann_scope_instance AS i
+JOIN _graph_ann_scope_ranked AS r USING (id)
+GROUP BY i.graph_id, i.graph_name, i.scope_path;
+
+-- Every scope instance with how it compares to the other instances of its
+-- scope: sort by `dur` (or `vs_p50`) descending for the slowest instances.
+CREATE PERFETTO TABLE graph_ann_scope_slowest(
+  -- Slice id of the scope slice.
+  id LONG,
+  -- Start of the instance.
+  ts TIMESTAMP,
+  -- Span of the instance.
+  dur DURATION,
+  -- GPU index.
+  device LONG,
+  -- Graph name.
+  graph_name STRING,
+  -- Replay index.
+  replay LONG,
+  -- Scope path.
+  scope_path STRING,
+  -- 1-based rank among the instances of the scope, slowest first.
+  rank LONG,
+  -- Span divided by the scope's median span.
+  vs_p50 DOUBLE
+) AS
+SELECT
+  i.id,
+  i.ts,
+  i.dur,
+  i.device,
+  i.graph_name,
+  i.replay,
+  i.scope_path,
+  r.desc_rank AS rank,
+  CAST(i.dur AS DOUBLE) / NULLIF(s.p50_dur, 0) AS vs_p50
+FROM graph_ann_scope_instance AS i
+JOIN _graph_ann_scope_ranked AS r USING (id)
+JOIN graph_ann_scope_stats AS s
+  ON s.graph_id = i.graph_id AND s.graph_name = i.graph_name AND s.scope_path = i.scope_path;

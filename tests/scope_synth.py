@@ -1,0 +1,128 @@
+"""A synthetic decoder trace with nested scopes, for the GPU projection tests (not a test module).
+
+Two graphs of the same decoder (``decode bs=1`` and ``decode bs=4``, grids differ by batch
+size) with ``layer i`` ⊃ ``attn`` (two kernels on two streams that overlap) and ``mlp``
+(two kernels), replayed interleaved. The generator returns, besides the Kineto JSON and
+the annotation set, the ground truth per kernel (graph, replay, layer, part, ts, end), so
+tests compute every expected range from it, not from the code under test.
+
+``strategy`` picks what the join can use: ``exact`` (``graph node id`` args in the
+trace), ``calibrated`` (stream + ordinal on the nodes) or ``structural`` (neither; kernel
+names are unique per layer so the match is unambiguous).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord, ScopeInstance
+
+CPU_PID = CPU_TID = 4242
+#: (part, kernel role, stream): the nodes of one layer in capture order
+LAYER_NODES = (("attn", "qk", 7), ("attn", "av", 8), ("mlp", "up", 7), ("mlp", "down", 7))
+GRAPHS = ((11, "decode bs=1", 1), (12, "decode bs=4", 4))  # exec id, name, batch size
+
+
+@dataclasses.dataclass
+class Kernel:
+    index: int  #: position in traceEvents
+    graph: int
+    replay: int
+    layer: int
+    part: str
+    ts: int
+    end: int
+
+
+def _us(ns: int) -> str:
+    return format((Decimal(ns) / 1000).quantize(Decimal("0.001")), "f")
+
+
+def annotations(layers: int, strategy: str, recorded: bool = True) -> AnnotationSet:
+    """The two graphs' records; ``recorded=False`` leaves out the scope table (derived mode)."""
+    graphs = []
+    for exec_id, name, bs in GRAPHS:
+        nodes, scopes = [], []
+        ordinal = {7: 0, 8: 0}
+        local = 0
+        for layer in range(layers):
+            lid = len(scopes)
+            scopes.append(ScopeInstance(lid, {"name": "layer", "layer": layer}))
+            part_ids = {}
+            for part in ("attn", "mlp"):
+                part_ids[part] = len(scopes)
+                scopes.append(ScopeInstance(len(scopes), {"name": part}, lid))
+            for part, role, stream in LAYER_NODES:
+                cal = strategy == "calibrated"
+                nodes.append(NodeRecord(
+                    key=(exec_id << 32) | local, kernel=f"k_{role}_{layer}", grid=(bs * 8, 1, 1), block=(128, 1, 1),
+                    annotation={"name": part, "layer": layer}, stream=stream if cal else None,
+                    ordinal=ordinal[stream] if cal else None,
+                    scopes=(lid, part_ids[part]) if recorded else ()))
+                ordinal[stream] += 1
+                local += 1
+        graphs.append(GraphRecord(exec_id, tuple(nodes), name=name, scopes=tuple(scopes) if recorded else None))
+    return AnnotationSet(graphs=tuple(graphs))
+
+
+def write_trace(path: Path, layers: int = 3, order: Tuple[int, ...] = (0, 1, 0, 1, 0), strategy: str = "exact",
+                seed: int = 21) -> List[Kernel]:
+    """Write the Kineto JSON; returns the ground truth of every kernel."""
+    rng = random.Random(seed)
+    events: List[Dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "ts": 0, "pid": CPU_PID, "tid": 0, "args": {"name": "python3"}},
+        {"name": "process_name", "ph": "M", "ts": 0, "pid": 0, "tid": 0, "args": {"name": "python3"}},
+        {"name": "process_labels", "ph": "M", "ts": 0, "pid": 0, "tid": 0, "args": {"labels": "GPU 0"}},
+    ]
+    truth: List[Kernel] = []
+    t = 1_000_000_000
+    t0 = t - 100_000
+    replays = {0: 0, 1: 0}
+    corr = 500
+    for g in order:
+        exec_id, _name, bs = GRAPHS[g]
+        corr += 3
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": CPU_PID, "tid": CPU_TID,
+                       "ts": _us(t - rng.randint(5_000, 30_000)), "dur": _us(rng.randint(2_000, 4_000)),
+                       "args": {"correlation": corr}})
+        local = 0
+        cur = t + rng.randint(0, 500)
+        for layer in range(layers):
+            # attn: qk on stream 7 and av on stream 8, overlapping; then mlp up, down on stream 7
+            qk_ts, qk_d = cur, rng.randint(3_000, 9_000) * bs
+            av_ts, av_d = cur + rng.randint(1, 2_000), rng.randint(3_000, 9_000) * bs
+            up_ts = max(qk_ts + qk_d, av_ts + av_d) + rng.randint(0, 800)
+            up_d = rng.randint(4_000, 12_000) * bs
+            down_ts, down_d = up_ts + up_d + rng.randint(0, 300), rng.randint(2_000, 5_000)
+            for (part, role, stream), (ts, d) in zip(LAYER_NODES, ((qk_ts, qk_d), (av_ts, av_d), (up_ts, up_d),
+                                                                   (down_ts, down_d))):
+                args: Dict[str, Any] = {"queued": 0, "device": 0, "context": 1, "stream": stream, "correlation": corr,
+                                        "grid": [bs * 8, 1, 1], "block": [128, 1, 1]}
+                if strategy == "exact":
+                    args["graph id"] = exec_id
+                    args["graph node id"] = (exec_id << 32) | local
+                events.append({"ph": "X", "cat": "kernel", "name": f"k_{role}_{layer}", "pid": 0, "tid": stream,
+                               "ts": _us(ts), "dur": _us(d), "args": args})
+                truth.append(Kernel(len(events) - 1, exec_id, replays[g], layer, part, ts, ts + d))
+                local += 1
+            cur = down_ts + down_d + rng.randint(0, 1_000)
+        replays[g] += 1
+        t = cur + rng.randint(20_000, 60_000)
+    events.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
+                   "tid": "PyTorch Profiler", "ts": _us(t0), "dur": _us(t - t0), "args": {"Op count": 0}})
+    events.append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,
+                   "ts": _us(t0 + 10), "dur": _us(50)})
+    events.append({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _us(t + 1500)})
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],
+           "baseTimeNanoseconds": 1700000000000000000, "traceEvents": events}
+    text = json.dumps(doc)
+    for e in events:  # times as JSON numbers with Kineto's 3 decimals
+        for k in ("ts", "dur"):
+            if isinstance(e.get(k), str):
+                text = text.replace(f'"{k}": "{e[k]}"', f'"{k}": {e[k]}', 1)
+    path.write_text(text)
+    return truth
