@@ -20,6 +20,10 @@ from test_readme import BLOCKS, _env  # noqa: E402  (tests/test_readme.py)
 pytestmark = pytest.mark.gpu
 
 
+#: calls that need a trace processor (the blocks are cut before the first one where none runs)
+SQL_CALLS = ("pga.lane_summary", "pga.scope_summary", "pga.open_trace")
+
+
 def _engine_reason():
     from engine_support import native_reason, portable_reason
 
@@ -32,8 +36,10 @@ def _engine_reason():
 def test_readme_python_block_live(body, line, tmp_path, results):
     quickstart = "pga.graph(g)" in body
     no_engine = _engine_reason()
-    if quickstart and no_engine:
-        body = body[:body.index("lanes = pga.lane_summary")]
+    if no_engine:  # no trace processor here: run the block up to its first SQL call
+        cuts = [body.find(m) for m in SQL_CALLS if m in body]
+        if cuts:
+            body = body[:body.rfind("\n", 0, min(cuts)) + 1]
     (tmp_path / "block.py").write_text(body, encoding="utf-8")
     r = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
                        timeout=600, stdin=subprocess.DEVNULL)
