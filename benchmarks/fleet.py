@@ -64,7 +64,7 @@ def run(config: str, folder: Path, ranks: int) -> dict:
         ray_tmp = tempfile.mkdtemp(prefix="pga-bench-ray-")
         t = time.perf_counter()
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, object_store_memory=256 << 20,
-                 _temp_dir=ray_tmp)
+                 _temp_dir=ray_tmp, _node_ip_address="127.0.0.1")
         init_s = time.perf_counter() - t
     try:
         t = time.perf_counter()

@@ -31,7 +31,7 @@ def local_ray(tmp_path_factory):
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
     ray.init(num_cpus=2, _temp_dir=str(tmp_path_factory.mktemp("ray")), include_dashboard=False,
-             log_to_driver=False, object_store_memory=96 << 20)
+             log_to_driver=False, object_store_memory=96 << 20, _node_ip_address="127.0.0.1")
     yield ray
     ray.shutdown()
     if saved is None:
@@ -156,7 +156,7 @@ def test_a_worker_that_keeps_dying_fails_naming_its_trace(local_ray, fleet_dir, 
 
 _HEAD = """
 import sys, ray
-ray.init(num_cpus=1, _temp_dir=sys.argv[1], include_dashboard=False)
+ray.init(num_cpus=1, _temp_dir=sys.argv[1], include_dashboard=False, _node_ip_address="127.0.0.1")
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()  # until the test closes it
 ray.shutdown()

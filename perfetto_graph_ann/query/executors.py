@@ -197,10 +197,10 @@ def _run_ray(tasks: Sequence[TraceTask], opts: RayOptions, max_in_flight: Option
     started = False
     if not ray.is_initialized():
         address = opts.address or os.environ.get("RAY_ADDRESS") or None
-        # a new local instance without the dashboard and worker logs; joining a cluster
+        # a new local instance (loopback only) without the dashboard and worker logs; joining a cluster
         # (where Ray refuses most start-up options) passes only what the caller gave
         kwargs = dict(opts.init_kwargs) if address else {"include_dashboard": False, "log_to_driver": False,
-                                                         **opts.init_kwargs}
+                                                         "_node_ip_address": "127.0.0.1", **opts.init_kwargs}
         try:
             ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
