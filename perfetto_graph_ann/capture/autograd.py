@@ -256,7 +256,11 @@ def sequence_number() -> int:
     """The number autograd gives the next node this thread creates."""
     global _peek, _peek_uses_a_number
     if _peek is None:
-        import torch
+        try:
+            import torch
+        except ImportError:  # no torch: no autograd node is ever created here
+            _peek = lambda: 0  # noqa: E731
+            return 0
 
         _peek = getattr(torch._C._autograd, "_get_sequence_nr", None)
         _peek_uses_a_number = _peek is None
@@ -417,7 +421,11 @@ def grad_enabled() -> bool:
     """torch's grad mode on this thread (False under ``no_grad`` and ``inference_mode``)."""
     global _grad_mode
     if _grad_mode is None:
-        import torch
+        try:
+            import torch
+        except ImportError:  # no torch (a capture backend faked in tests): nothing to claim
+            _grad_mode = lambda: False  # noqa: E731
+            return False
 
         _grad_mode = torch.is_grad_enabled
     return _grad_mode()
