@@ -225,3 +225,32 @@ def fake_torch_overrides():
 
     mod.TorchFunctionMode = TorchFunctionMode
     return mod
+
+
+@contextlib.contextmanager
+def pushed_capture(stream: int) -> Iterator[Any]:
+    """A capture in flight on a fresh ``FakeCuda``: the session started on ``stream``, pushed as
+    the current one and its backend in use, as ``torch.cuda.graph`` leaves it while the user's
+    code runs. Yields the session, with its fake driver as ``session.cuda``."""
+    from perfetto_graph_ann.capture import backends
+    from perfetto_graph_ann.capture import session as S
+    from perfetto_graph_ann.capture.registry import Registry
+
+    cuda = FakeCuda()
+    cuda.begin_capture(stream)
+    sess = S.CaptureSession(cuda, stream, Registry())
+    sess.start()
+    sess.cuda = cuda
+    S.push(sess)
+    try:
+        with backends.use(cuda):
+            yield sess
+    finally:
+        S.pop(sess)
+
+
+def resolve_capture(sess: Any, stream: int) -> Any:
+    """End the capture of a :func:`pushed_capture` session, instantiate it and return its record."""
+    sess.finish_capture()
+    sess.bind_exec(sess.cuda.instantiate(sess.cuda.end_capture(stream)))
+    return sess.record

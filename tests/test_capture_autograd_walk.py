@@ -18,16 +18,13 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from capture_fakes import FakeCuda  # noqa: E402
+from capture_fakes import pushed_capture, resolve_capture  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from perfetto_graph_ann import mark_kernels  # noqa: E402
-from perfetto_graph_ann.capture import backends  # noqa: E402
-from perfetto_graph_ann.capture import session as S  # noqa: E402
 from perfetto_graph_ann.capture.autograd import CLAIM_KEY  # noqa: E402
-from perfetto_graph_ann.capture.registry import Registry  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("capture_path")
 
@@ -39,21 +36,12 @@ EVAL = "autograd::engine::evaluate_function: "
 
 @pytest.fixture
 def sess():
-    cuda = FakeCuda()
-    cuda.begin_capture(STREAM)
-    s = S.CaptureSession(cuda, STREAM, Registry())
-    s.start()
-    s.cuda = cuda
-    S.push(s)
-    with backends.use(cuda):
+    with pushed_capture(STREAM) as s:
         yield s
-    S.pop(s)
 
 
 def resolve(s):
-    s.finish_capture()
-    s.bind_exec(s.cuda.instantiate(s.cuda.end_capture(STREAM)))
-    return s.record
+    return resolve_capture(s, STREAM)
 
 
 @contextlib.contextmanager
