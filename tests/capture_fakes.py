@@ -254,3 +254,16 @@ def resolve_capture(sess: Any, stream: int) -> Any:
     sess.finish_capture()
     sess.bind_exec(sess.cuda.instantiate(sess.cuda.end_capture(stream)))
     return sess.record
+
+
+@contextlib.contextmanager
+def recorder_scope(sess: Any, fields: Any) -> Iterator[None]:
+    """A scope opened straight on ``sess``'s recorder for the block (``fields``: a name or a
+    dict, as ``mark_kernels`` takes them), without the public API around it."""
+    from perfetto_graph_ann.capture.scopes import normalize_annotation
+
+    tok = sess.recorder.open(normalize_annotation(fields))
+    try:
+        yield
+    finally:
+        sess.recorder.close(tok)

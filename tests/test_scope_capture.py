@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from capture_fakes import FakeCuda, fake_torch_overrides
+from capture_fakes import FakeCuda, fake_torch_overrides, recorder_scope
 
 import scope_synth
 from join_expect import fixture_capture, load_capture
@@ -15,7 +15,7 @@ from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.capture_record import capture_record_to_annotations, read_capture_record
 from perfetto_graph_ann.capture.registry import Registry
 from perfetto_graph_ann.capture.scope_instances import from_ranges, scope_label
-from perfetto_graph_ann.capture.scopes import ScopeRecord, normalize_annotation
+from perfetto_graph_ann.capture.scopes import ScopeRecord
 from perfetto_graph_ann.errors import SidecarError
 
 pytestmark = pytest.mark.usefixtures("capture_path")
@@ -28,23 +28,14 @@ def _capture(name=None):
     sess = S.CaptureSession(cuda, STREAM, Registry(), device=0, name=name)
     sess.start()
 
-    def scope(fields):
-        class _C:
-            def __enter__(self):
-                self.tok = sess.recorder.open(normalize_annotation(fields))
-
-            def __exit__(self, *a):
-                sess.recorder.close(self.tok)
-        return _C()
-
     cuda.launch(STREAM, "embed")
     for layer in range(2):
-        with scope({"name": "layer", "layer": layer}):
-            with scope("attn"):
+        with recorder_scope(sess, {"name": "layer", "layer": layer}):
+            with recorder_scope(sess, "attn"):
                 cuda.launch(STREAM, f"qk{layer}")
-                with scope({"stream": 64}):  # a lane, not a named range
+                with recorder_scope(sess, {"stream": 64}):  # a lane, not a named range
                     cuda.launch(STREAM, f"av{layer}")
-            with scope("mlp"):
+            with recorder_scope(sess, "mlp"):
                 cuda.launch(STREAM, f"up{layer}")
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
