@@ -267,3 +267,58 @@ def recorder_scope(sess: Any, fields: Any) -> Iterator[None]:
         yield
     finally:
         sess.recorder.close(tok)
+
+
+#: The stream the fake torch's ``current_stream()`` and ``torch.cuda.graph`` capture on.
+FAKE_TORCH_STREAM = 0x70
+
+
+class FakeStream:
+    """``torch.cuda.current_stream()`` of :func:`fake_torch`: the capture stream ``FAKE_TORCH_STREAM``."""
+
+    cuda_stream = FAKE_TORCH_STREAM
+
+
+def fake_torch(cuda: FakeCuda) -> Any:
+    """A ``torch`` module on ``cuda`` with just what api.graph touches: torch.cuda.graph,
+    current_device, current_stream (``FAKE_TORCH_STREAM``)."""
+    import types
+
+    class CUDAGraph:
+        def __init__(self):
+            self.template = self.exec = None
+
+        def raw_cuda_graph_exec(self):
+            return self.exec or 0
+
+        def instantiate(self):
+            self.exec = cuda.instantiate(self.template)
+
+        def replay(self):
+            assert self.exec, "replay before instantiate"
+            cuda.replay(self.exec)
+
+        def reset(self):
+            self.exec = None
+
+    class graph:  # torch.cuda.graph: capture on its capture_stream, instantiate, drop the template
+        def __init__(self, g, pool=None, stream=None, capture_error_mode="global"):
+            self.g, self.capture_stream = g, FakeStream()
+
+        def __enter__(self):
+            self.g.template = cuda.begin_capture(FAKE_TORCH_STREAM)
+
+        def __exit__(self, *exc):
+            cuda.end_capture(FAKE_TORCH_STREAM)
+            self.g.instantiate()
+            cuda.forget(self.g.template)
+            return False
+
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(graph=graph, CUDAGraph=CUDAGraph, current_device=lambda: 0,
+                                       current_stream=lambda: FakeStream(), synchronize=lambda: None,
+                                       is_current_stream_capturing=lambda: bool(cuda.capturing))
+    # what calibration asks of torch's profiler: set torch.profiling = True to be "inside" one
+    torch.profiling = False
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: torch.profiling))
+    return torch

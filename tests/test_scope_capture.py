@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from capture_fakes import FakeCuda, fake_torch_overrides, recorder_scope
+from capture_fakes import FakeCuda, recorder_scope
 
 import scope_synth
 from join_expect import fixture_capture, load_capture
@@ -143,20 +143,10 @@ def test_scope_labels():
 
 
 @pytest.fixture
-def fake_cuda(monkeypatch):
+def fake_cuda(fake_torch_cuda):
     import sys
 
-    from test_capture_graph_api import fake_torch
-
-    from perfetto_graph_ann.capture import backends
-    from perfetto_graph_ann.capture.registry import REGISTRY
-
-    cuda = FakeCuda()
-    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
-    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
-    with backends.use(cuda):
-        yield cuda, sys.modules["torch"]
-    REGISTRY.clear()
+    return fake_torch_cuda, sys.modules["torch"]
 
 
 def test_pga_graph_name_reaches_the_record_and_the_sidecar(fake_cuda, tmp_path):
