@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.checkpoint import checkpoint
 
+from blocks import PreNormBlock
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture.registry import REGISTRY
 
@@ -49,25 +50,21 @@ def scope(name, backward=True):
         yield
 
 
-class Block(nn.Module):
+class Block(PreNormBlock):
+    """The block with scopes inside ``attn`` and ``mlp`` (so a checkpoint's recomputation
+    opens them again); ``ckpt``: None, ``"reentrant"`` or ``"non_reentrant"`` checkpointing."""
+
     def __init__(self, ckpt, backward=True):
-        super().__init__()
+        super().__init__(D, HEADS)
         self.ckpt, self.backward = ckpt, backward
-        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.qkv, self.out = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.fc1, self.fc2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
 
     def attn(self, x):
         with scope("attn", self.backward):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
-            q, k, v = (z.view(b, t, HEADS, D // HEADS).transpose(1, 2) for z in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.out(a.transpose(1, 2).reshape(b, t, D))
+            return super().attn(x)
 
     def mlp(self, x):
         with scope("mlp", self.backward):
-            return self.fc2(F.gelu(self.fc1(self.ln2(x))))
+            return super().mlp(x)
 
     def forward(self, x):
         if self.ckpt is None:
