@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.checkpoint import checkpoint
 
-from blocks import PreNormBlock
+from blocks import PreNormBlock, warmup
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture.registry import REGISTRY
 
@@ -94,16 +94,6 @@ def training_step(loss_kind="mse", ckpt=None, backward=True):
         opt.step()
 
     return step
-
-
-def warmup(step, n=3):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(n):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
 
 
 def export_path(prof, d):
@@ -297,12 +287,17 @@ def test_backward_hooks_capture_cost(results, monkeypatch, path):
                                 (lambda self, node: None) if "no node hooks" in a else real_hook)
             t[a] += _capture_seconds(s, 3)
     monkeypatch.setattr(autograd.BackwardTagger, "hook", real_hook)
-    med = {a: statistics.median(v) for a, v in t.items()}
+    _report_costs(results, f"backward_hooks_capture_cost_{path}", f"capture cost ({path} path)", t)
+
+
+def _report_costs(results, key, title, times):
+    """Median capture time per arm and its ratio to the ``backward=False`` arm: kept in
+    ``results[key]`` and printed under ``title``."""
+    med = {a: statistics.median(v) for a, v in times.items()}
     base = med["backward=False"]
-    res = {a: {"median_ms": med[a] * 1e3, "vs_backward_false": med[a] / base} for a in arms}
-    results[f"backward_hooks_capture_cost_{path}"] = res
-    print(f"\ncapture cost ({path} path):", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4))
-                                          for a, v in res.items()})
+    res = {a: {"median_ms": med[a] * 1e3, "vs_backward_false": med[a] / base} for a in times}
+    results[key] = res
+    print(f"\n{title}:", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4)) for a, v in res.items()})
 
 
 def inference_step(backward):
@@ -333,9 +328,4 @@ def test_backward_true_under_no_grad_capture_cost(results, monkeypatch, path):
     for _ in range(7):
         for a, s in arms.items():
             t[a] += _capture_seconds(s, 3)
-    med = {a: statistics.median(v) for a, v in t.items()}
-    base = med["backward=False"]
-    res = {a: {"median_ms": med[a] * 1e3, "vs_backward_false": med[a] / base} for a in arms}
-    results[f"no_grad_capture_cost_{path}"] = res
-    print(f"\nno_grad capture cost ({path} path):", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4))
-                                                   for a, v in res.items()})
+    _report_costs(results, f"no_grad_capture_cost_{path}", f"no_grad capture cost ({path} path)", t)
