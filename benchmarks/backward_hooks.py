@@ -18,7 +18,6 @@ Prints a JSON report.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -28,11 +27,9 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from capture_fakes import FakeCuda  # noqa: E402
+from capture_fakes import pushed_capture  # noqa: E402
 from perfetto_graph_ann import mark_kernels  # noqa: E402
-from perfetto_graph_ann.capture import backends, fastpath  # noqa: E402
-from perfetto_graph_ann.capture import session as S  # noqa: E402
-from perfetto_graph_ann.capture.registry import Registry  # noqa: E402
+from perfetto_graph_ann.capture import fastpath  # noqa: E402
 
 STREAM = 0x70
 
@@ -51,21 +48,6 @@ def _time(fn) -> float:
     return time.process_time() - t0
 
 
-@contextlib.contextmanager
-def _fake_capture():
-    """A capture in flight on the fake backend (regions outside a capture hook nothing)."""
-    cuda = FakeCuda()
-    cuda.begin_capture(STREAM)
-    sess = S.CaptureSession(cuda, STREAM, Registry())
-    sess.start()
-    S.push(sess)
-    try:
-        with backends.use(cuda):
-            yield sess
-    finally:
-        S.pop(sess)
-
-
 def forward_cost(backward: bool, grad: bool, n: int) -> float:
     lin = nn.Linear(8, 8)
     x = torch.randn(2, 3, 8, requires_grad=True)
@@ -74,12 +56,12 @@ def forward_cost(backward: bool, grad: bool, n: int) -> float:
         with torch.set_grad_enabled(grad), mark_kernels("blk", backward=backward):
             _forward_ops(x, lin, n)
 
-    with _fake_capture():
+    with pushed_capture(STREAM):
         return _time(run)
 
 
 def backward_cost(backward: bool, nodes: int) -> float:
-    with _fake_capture():
+    with pushed_capture(STREAM):
         x = torch.randn(4, requires_grad=True)
         with mark_kernels("blk", backward=backward):
             h = x

@@ -225,3 +225,100 @@ def fake_torch_overrides():
 
     mod.TorchFunctionMode = TorchFunctionMode
     return mod
+
+
+@contextlib.contextmanager
+def pushed_capture(stream: int) -> Iterator[Any]:
+    """A capture in flight on a fresh ``FakeCuda``: the session started on ``stream``, pushed as
+    the current one and its backend in use, as ``torch.cuda.graph`` leaves it while the user's
+    code runs. Yields the session, with its fake driver as ``session.cuda``."""
+    from perfetto_graph_ann.capture import backends
+    from perfetto_graph_ann.capture import session as S
+    from perfetto_graph_ann.capture.registry import Registry
+
+    cuda = FakeCuda()
+    cuda.begin_capture(stream)
+    sess = S.CaptureSession(cuda, stream, Registry())
+    sess.start()
+    sess.cuda = cuda
+    S.push(sess)
+    try:
+        with backends.use(cuda):
+            yield sess
+    finally:
+        S.pop(sess)
+
+
+def resolve_capture(sess: Any, stream: int) -> Any:
+    """End the capture of a :func:`pushed_capture` session, instantiate it and return its record."""
+    sess.finish_capture()
+    sess.bind_exec(sess.cuda.instantiate(sess.cuda.end_capture(stream)))
+    return sess.record
+
+
+@contextlib.contextmanager
+def recorder_scope(sess: Any, fields: Any) -> Iterator[None]:
+    """A scope opened straight on ``sess``'s recorder for the block (``fields``: a name or a
+    dict, as ``mark_kernels`` takes them), without the public API around it."""
+    from perfetto_graph_ann.capture.scopes import normalize_annotation
+
+    tok = sess.recorder.open(normalize_annotation(fields))
+    try:
+        yield
+    finally:
+        sess.recorder.close(tok)
+
+
+#: The stream the fake torch's ``current_stream()`` and ``torch.cuda.graph`` capture on.
+FAKE_TORCH_STREAM = 0x70
+
+
+class FakeStream:
+    """``torch.cuda.current_stream()`` of :func:`fake_torch`: the capture stream ``FAKE_TORCH_STREAM``."""
+
+    cuda_stream = FAKE_TORCH_STREAM
+
+
+def fake_torch(cuda: FakeCuda) -> Any:
+    """A ``torch`` module on ``cuda`` with just what api.graph touches: torch.cuda.graph,
+    current_device, current_stream (``FAKE_TORCH_STREAM``)."""
+    import types
+
+    class CUDAGraph:
+        def __init__(self):
+            self.template = self.exec = None
+
+        def raw_cuda_graph_exec(self):
+            return self.exec or 0
+
+        def instantiate(self):
+            self.exec = cuda.instantiate(self.template)
+
+        def replay(self):
+            assert self.exec, "replay before instantiate"
+            cuda.replay(self.exec)
+
+        def reset(self):
+            self.exec = None
+
+    class graph:  # torch.cuda.graph: capture on its capture_stream, instantiate, drop the template
+        def __init__(self, g, pool=None, stream=None, capture_error_mode="global"):
+            self.g, self.capture_stream = g, FakeStream()
+
+        def __enter__(self):
+            self.g.template = cuda.begin_capture(FAKE_TORCH_STREAM)
+
+        def __exit__(self, *exc):
+            cuda.end_capture(FAKE_TORCH_STREAM)
+            self.g.instantiate()
+            cuda.forget(self.g.template)
+            return False
+
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(graph=graph, CUDAGraph=CUDAGraph, current_device=lambda: 0,
+                                       current_stream=lambda: FakeStream(), synchronize=lambda: None,
+                                       is_current_stream_capturing=lambda: bool(cuda.capturing))
+    # what calibration asks of torch's profiler: set torch.profiling = True to be "inside" one
+    torch.profiling = False
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: torch.profiling))
+    return torch

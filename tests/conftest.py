@@ -44,3 +44,23 @@ def capture_path(request, monkeypatch):
         pytest.skip(f"compiled capture path not built: {fastpath.describe()}")
     monkeypatch.setattr(fastpath, "ENABLED", request.param == "compiled")
     return request.param
+
+
+@pytest.fixture
+def fake_torch_cuda(monkeypatch):
+    """A ``FakeCuda`` in use as the capture backend, under a fake ``torch`` module
+    (``capture_fakes.fake_torch``, capturing on ``FAKE_TORCH_STREAM``) in ``sys.modules``;
+    the capture registry is cleared afterwards."""
+    import sys
+
+    from capture_fakes import FakeCuda, fake_torch, fake_torch_overrides
+
+    from perfetto_graph_ann.capture import backends
+    from perfetto_graph_ann.capture.registry import REGISTRY
+
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
+    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
+    with backends.use(cuda):
+        yield cuda
+    REGISTRY.clear()

@@ -3,13 +3,11 @@ test_capture_autograd_walk.py)."""
 from __future__ import annotations
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, pushed_capture, resolve_capture
 
 from perfetto_graph_ann import mark_kernels
-from perfetto_graph_ann.capture import backends
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.autograd import CLAIM_KEY, BackwardTagger, NodeWalk
-from perfetto_graph_ann.capture.registry import Registry
 
 # every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
 pytestmark = pytest.mark.usefixtures("capture_path")
@@ -19,21 +17,12 @@ STREAM = 0x70
 
 @pytest.fixture
 def sess():
-    cuda = FakeCuda()
-    cuda.begin_capture(STREAM)
-    s = S.CaptureSession(cuda, STREAM, Registry())
-    s.start()
-    s.cuda = cuda
-    S.push(s)
-    with backends.use(cuda):
+    with pushed_capture(STREAM) as s:
         yield s
-    S.pop(s)
 
 
 def resolve(s):
-    s.finish_capture()
-    s.bind_exec(s.cuda.instantiate(s.cuda.end_capture(STREAM)))
-    return s.record
+    return resolve_capture(s, STREAM)
 
 
 def test_mark_kernels_tags_nodes_and_nests(sess):

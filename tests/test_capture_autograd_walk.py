@@ -18,16 +18,14 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from capture_fakes import FakeCuda  # noqa: E402
+from capture_fakes import pushed_capture, resolve_capture  # noqa: E402
+from gpu.blocks import PreNormBlock  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from perfetto_graph_ann import mark_kernels  # noqa: E402
-from perfetto_graph_ann.capture import backends  # noqa: E402
-from perfetto_graph_ann.capture import session as S  # noqa: E402
 from perfetto_graph_ann.capture.autograd import CLAIM_KEY  # noqa: E402
-from perfetto_graph_ann.capture.registry import Registry  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("capture_path")
 
@@ -39,21 +37,12 @@ EVAL = "autograd::engine::evaluate_function: "
 
 @pytest.fixture
 def sess():
-    cuda = FakeCuda()
-    cuda.begin_capture(STREAM)
-    s = S.CaptureSession(cuda, STREAM, Registry())
-    s.start()
-    s.cuda = cuda
-    S.push(s)
-    with backends.use(cuda):
+    with pushed_capture(STREAM) as s:
         yield s
-    S.pop(s)
 
 
 def resolve(s):
-    s.finish_capture()
-    s.bind_exec(s.cuda.instantiate(s.cuda.end_capture(STREAM)))
-    return s.record
+    return resolve_capture(s, STREAM)
 
 
 @contextlib.contextmanager
@@ -63,25 +52,12 @@ def scope(name, backward=True):
         yield
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: LayerNorm, qkv Linear on 3-D input, chunk, SDPA, out-proj,
-    residual; LayerNorm, Linear -> GELU -> Linear, residual."""
+class Block(PreNormBlock):
+    """The pre-norm transformer block with its ``attn`` and ``mlp`` scopes around the residual
+    branches (each scope holds the branch and its residual add)."""
 
     def __init__(self):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.qkv, self.out = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.fc1, self.fc2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
-
-    def attn(self, x):
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
-        q, k, v = (z.view(b, t, HEADS, D // HEADS).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out(a.transpose(1, 2).reshape(b, t, D))
-
-    def mlp(self, x):
-        return self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        super().__init__(D, HEADS)
 
     def forward(self, x):
         with scope("attn"):

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import gc
 import sys
-import types
 
 import pytest
-from capture_fakes import FakeCuda, fake_torch_overrides
+from capture_fakes import FAKE_TORCH_STREAM
 
 import perfetto_graph_ann as pga
-from perfetto_graph_ann.capture import backends
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import make_key
 from perfetto_graph_ann.capture.registry import REGISTRY
@@ -24,64 +22,12 @@ from perfetto_graph_ann.errors import CaptureError
 # every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
 pytestmark = pytest.mark.usefixtures("capture_path")
 
-STREAM = 0x70
-
-
-class FakeStream:
-    cuda_stream = STREAM
-
-
-def fake_torch(cuda: FakeCuda) -> types.ModuleType:
-    """Just what api.graph touches: torch.cuda.graph, current_device, current_stream."""
-
-    class CUDAGraph:
-        def __init__(self):
-            self.template = self.exec = None
-
-        def raw_cuda_graph_exec(self):
-            return self.exec or 0
-
-        def instantiate(self):
-            self.exec = cuda.instantiate(self.template)
-
-        def replay(self):
-            assert self.exec, "replay before instantiate"
-            cuda.replay(self.exec)
-
-        def reset(self):
-            self.exec = None
-
-    class graph:  # torch.cuda.graph: capture on its capture_stream, instantiate, drop the template
-        def __init__(self, g, pool=None, stream=None, capture_error_mode="global"):
-            self.g, self.capture_stream = g, FakeStream()
-
-        def __enter__(self):
-            self.g.template = cuda.begin_capture(STREAM)
-
-        def __exit__(self, *exc):
-            cuda.end_capture(STREAM)
-            self.g.instantiate()
-            cuda.forget(self.g.template)
-            return False
-
-    torch = types.ModuleType("torch")
-    torch.cuda = types.SimpleNamespace(graph=graph, CUDAGraph=CUDAGraph, current_device=lambda: 0,
-                                       current_stream=lambda: FakeStream(), synchronize=lambda: None,
-                                       is_current_stream_capturing=lambda: bool(cuda.capturing))
-    # what calibration asks of torch's profiler: set torch.profiling = True to be "inside" one
-    torch.profiling = False
-    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: torch.profiling))
-    return torch
+STREAM = FAKE_TORCH_STREAM  # the fake torch's capture stream
 
 
 @pytest.fixture
-def cuda(monkeypatch):
-    cuda = FakeCuda()
-    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
-    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
-    with backends.use(cuda):
-        yield cuda
-    REGISTRY.clear()
+def cuda(fake_torch_cuda):
+    return fake_torch_cuda
 
 
 def test_graph_block_tags_scoped_nodes_and_keys_them_by_the_exec_graph(cuda):

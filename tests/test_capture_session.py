@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from capture_fakes import FakeCuda
+from capture_fakes import FakeCuda, recorder_scope
 
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import make_key
@@ -26,17 +26,6 @@ def new_session(cuda, registry=None):
     return sess
 
 
-def scope(sess, fields):
-    class _C:
-        def __enter__(self):
-            self.tok = sess.recorder.open(normalize_annotation(fields))
-
-        def __exit__(self, *a):
-            sess.recorder.close(self.tok)
-
-    return _C()
-
-
 def finish(cuda, sess):
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
@@ -53,9 +42,9 @@ def test_scopes_tag_their_nodes_and_rekey_to_exec_graph():
     cuda = FakeCuda()
     sess = new_session(cuda)
     cuda.launch(STREAM, "before")
-    with scope(sess, "qkv_proj"):
+    with recorder_scope(sess, "qkv_proj"):
         cuda.launch(STREAM, "gemm1")
-    with scope(sess, {"name": "attention", "stream": 62}):
+    with recorder_scope(sess, {"name": "attention", "stream": 62}):
         for i in range(3):
             cuda.launch(STREAM, f"att{i}")
     cuda.launch(STREAM, "after")
@@ -74,11 +63,11 @@ def test_scopes_tag_their_nodes_and_rekey_to_exec_graph():
 def test_nested_scopes_merge_inner_wins():
     cuda = FakeCuda()
     sess = new_session(cuda)
-    with scope(sess, {"name": "outer", "stream": 61, "layer": 3}):
+    with recorder_scope(sess, {"name": "outer", "stream": 61, "layer": 3}):
         cuda.launch(STREAM, "a")
-        with scope(sess, {"name": "inner", "extra": True}):
+        with recorder_scope(sess, {"name": "inner", "extra": True}):
             cuda.launch(STREAM, "b")
-            with scope(sess, {"stream": 64}):
+            with recorder_scope(sess, {"stream": 64}):
                 cuda.launch(STREAM, "c")
         cuda.launch(STREAM, "d")
     k = by_kernel(finish(cuda, sess))
@@ -92,10 +81,10 @@ def test_side_stream_nodes_are_seen_once_it_joins():
     cuda = FakeCuda()
     sess = new_session(cuda)
     # the scope opens while the side stream has not joined the capture yet
-    with scope(sess, "left"):
+    with recorder_scope(sess, "left"):
         cuda.join(SIDE, STREAM)
         cuda.launch(SIDE, "side_gemm")
-    with scope(sess, "combine"):
+    with recorder_scope(sess, "combine"):
         cuda.launch(STREAM, "add")
     k = by_kernel(finish(cuda, sess))
     assert k["side_gemm"].annotation == {"name": "left"} and k["add"].annotation == {"name": "combine"}
@@ -104,7 +93,7 @@ def test_side_stream_nodes_are_seen_once_it_joins():
 def test_non_work_nodes_and_empty_nodes():
     cuda = FakeCuda()
     sess = new_session(cuda)
-    with scope(sess, "copy"):
+    with recorder_scope(sess, "copy"):
         cuda.launch(STREAM, type="memcpy")
         cuda.launch(STREAM, type="memset")
         cuda.launch(STREAM, type="empty")
@@ -126,7 +115,7 @@ def test_threads_record_their_own_scopes():
     def work(i, s):
         try:
             barrier.wait()
-            with scope(sess, {"name": f"t{i}"}):
+            with recorder_scope(sess, {"name": f"t{i}"}):
                 # concurrent scopes of several threads on one graph may also see each
                 # other's nodes (a documented limit): check no crash, no lost node, and
                 # that stacks stay per thread.
@@ -161,7 +150,7 @@ def test_nothing_recorded_outside_capture_and_errors():
 def test_registry_reinstantiate_replaces_and_reset_drops():
     cuda, reg = FakeCuda(), Registry()
     sess = new_session(cuda, reg)
-    with scope(sess, "a"):
+    with recorder_scope(sess, "a"):
         cuda.launch(STREAM, "k0")
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
@@ -175,7 +164,7 @@ def test_registry_reinstantiate_replaces_and_reset_drops():
     assert dict(view) == {make_key(r2.exec_id, 0): [{"name": "a"}]}  # live view, rekeyed
     # a second graph in sequence keeps its own entries
     sess2 = new_session(cuda, reg)
-    with scope(sess2, "b"):
+    with recorder_scope(sess2, "b"):
         cuda.launch(STREAM, "k1")
     r3 = finish(cuda, sess2)
     assert set(view) == {make_key(r2.exec_id, 0), make_key(r3.exec_id, 0)}
@@ -242,9 +231,9 @@ def test_current_session_lookup_threads():
 def test_scope_edges_count_nodes_and_the_table_is_read_later_from_a_copy():
     cuda = FakeCuda()
     sess = new_session(cuda)
-    with scope(sess, "a"):
+    with recorder_scope(sess, "a"):
         cuda.launch(STREAM, "k0")
-        with scope(sess, "b"):
+        with recorder_scope(sess, "b"):
             cuda.launch(STREAM, "k1")
     cuda.launch(STREAM, "k2")
     assert (cuda.count_calls, cuda.list_calls) == (4, 0)  # one count per edge, no listing
@@ -268,7 +257,7 @@ def test_without_a_copy_the_table_is_read_at_finish():
     cuda = FakeCuda()
     cuda.can_clone = False  # e.g. a graph with memory-allocation nodes
     sess = new_session(cuda)
-    with scope(sess, "a"):
+    with recorder_scope(sess, "a"):
         cuda.launch(STREAM, "k0")
     rec = finish(cuda, sess)  # finish() forgets the template after instantiation
     assert by_kernel(rec)["k0"].annotation == {"name": "a"} and cuda.destroyed == []
@@ -291,14 +280,14 @@ def test_verify_mode_lists_every_edge_and_catches_a_reordering_driver(monkeypatc
     cuda = FakeCuda()
     monkeypatch.setenv(S.VERIFY_ENV, "1")
     sess = new_session(cuda)
-    with scope(sess, "a"):
+    with recorder_scope(sess, "a"):
         cuda.launch(STREAM, "k0")
     assert cuda.list_calls == 2
     rec = finish(cuda, sess)
     assert by_kernel(rec)["k0"].annotation == {"name": "a"}
     # a driver whose listing is not append-only: the scope's count range would be wrong
     sess = new_session(cuda)
-    with scope(sess, "a"):
+    with recorder_scope(sess, "a"):
         cuda.launch(STREAM, "k0")
     g = cuda.capturing[STREAM]
     tok = sess.recorder.open({"name": "b"})
@@ -342,7 +331,7 @@ def test_concurrent_first_reads_read_the_copy_once():
 
     cuda.node_infos = slow_infos
     sess = new_session(cuda)
-    with scope(sess, "a"):
+    with recorder_scope(sess, "a"):
         cuda.launch(STREAM, "k0")
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
@@ -371,7 +360,7 @@ def test_exec_id_is_read_on_first_use_once_per_binding(monkeypatch):
     real = cuda.exec_id
     monkeypatch.setattr(cuda, "exec_id", lambda h: calls.append(h) or real(h))
     sess = new_session(cuda, reg)
-    with scope(sess, "a"):
+    with recorder_scope(sess, "a"):
         cuda.launch(STREAM, "k0")
     sess.finish_capture()
     g = cuda.end_capture(STREAM)

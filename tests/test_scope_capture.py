@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from capture_fakes import FakeCuda, fake_torch_overrides
+from capture_fakes import FakeCuda, recorder_scope
 
 import scope_synth
 from join_expect import fixture_capture, load_capture
@@ -15,7 +15,7 @@ from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.capture_record import capture_record_to_annotations, read_capture_record
 from perfetto_graph_ann.capture.registry import Registry
 from perfetto_graph_ann.capture.scope_instances import from_ranges, scope_label
-from perfetto_graph_ann.capture.scopes import ScopeRecord, normalize_annotation
+from perfetto_graph_ann.capture.scopes import ScopeRecord
 from perfetto_graph_ann.errors import SidecarError
 
 pytestmark = pytest.mark.usefixtures("capture_path")
@@ -28,23 +28,14 @@ def _capture(name=None):
     sess = S.CaptureSession(cuda, STREAM, Registry(), device=0, name=name)
     sess.start()
 
-    def scope(fields):
-        class _C:
-            def __enter__(self):
-                self.tok = sess.recorder.open(normalize_annotation(fields))
-
-            def __exit__(self, *a):
-                sess.recorder.close(self.tok)
-        return _C()
-
     cuda.launch(STREAM, "embed")
     for layer in range(2):
-        with scope({"name": "layer", "layer": layer}):
-            with scope("attn"):
+        with recorder_scope(sess, {"name": "layer", "layer": layer}):
+            with recorder_scope(sess, "attn"):
                 cuda.launch(STREAM, f"qk{layer}")
-                with scope({"stream": 64}):  # a lane, not a named range
+                with recorder_scope(sess, {"stream": 64}):  # a lane, not a named range
                     cuda.launch(STREAM, f"av{layer}")
-            with scope("mlp"):
+            with recorder_scope(sess, "mlp"):
                 cuda.launch(STREAM, f"up{layer}")
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
@@ -152,20 +143,10 @@ def test_scope_labels():
 
 
 @pytest.fixture
-def fake_cuda(monkeypatch):
+def fake_cuda(fake_torch_cuda):
     import sys
 
-    from test_capture_graph_api import fake_torch
-
-    from perfetto_graph_ann.capture import backends
-    from perfetto_graph_ann.capture.registry import REGISTRY
-
-    cuda = FakeCuda()
-    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
-    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
-    with backends.use(cuda):
-        yield cuda, sys.modules["torch"]
-    REGISTRY.clear()
+    return fake_torch_cuda, sys.modules["torch"]
 
 
 def test_pga_graph_name_reaches_the_record_and_the_sidecar(fake_cuda, tmp_path):

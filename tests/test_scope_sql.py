@@ -14,7 +14,7 @@ import pytest
 
 import scope_synth
 from engine_support import requires_portable
-from sql_expect import nearest_rank
+from sql_expect import length, nearest_rank
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.query import metrics
@@ -24,18 +24,6 @@ from perfetto_graph_ann.write.convert import convert
 
 LAYERS = 3
 ORDER = (0, 1, 0, 1, 0, 0, 1)  # 4 replays of bs=1, 3 of bs=4, interleaved
-
-
-def union(ivs):
-    total, end = 0, None
-    for s, e in sorted(ivs):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +56,7 @@ def test_scope_instances_and_stats(synth):
     for key, ivs in inst.items():
         r = got[key]
         assert (r.ts, r.dur) == (min(a for a, _ in ivs), max(b for _, b in ivs) - min(a for a, _ in ivs))
-        assert r.kernel_count == len(ivs) and r.busy_dur == union(ivs)
+        assert r.kernel_count == len(ivs) and r.busy_dur == length(ivs)
         assert r.graph_name == names[key[0]] and r.depth == key[2].count(" / ") and r.device == 0
     per_scope = defaultdict(list)
     for (g, _r, path), ivs in inst.items():

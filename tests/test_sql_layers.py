@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from engine_support import requires_portable
+from sql_expect import length
 from perfetto_graph_ann.query import metrics
 from perfetto_graph_ann.query.session import open_trace
 
@@ -26,18 +27,6 @@ pytestmark = requires_portable
 
 Interval = Tuple[int, int]
 CORR = 5  # one graph replay holds all the work
-
-
-def _union_len(intervals: List[Interval]) -> int:
-    total, end = 0, None
-    for s, e in sorted(i for i in intervals if i[1] > i[0]):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 def _gaps(intervals: List[Interval]) -> List[Tuple[int, int]]:
@@ -110,14 +99,14 @@ def test_layered_busy_time(tmp_path: Path, case: str):
         per_lane = metrics.replay_lanes(s).set_index("lane_id")
     assert set(got.index.astype(int)) == set(ns)
     for lane, iv in ns.items():
-        busy = _union_len(iv)
+        busy = length(iv)
         assert int(got.loc[lane, "busy_dur"]) == busy, lane
         assert int(idle.loc[lane, "busy_dur"]) == busy, lane
         assert int(per_lane.loc[lane, "busy_dur"]) == busy, lane
         mine = gaps[gaps["lane_id"].astype(int) == lane]
         assert sorted(zip(mine["ts"].astype(int), mine["dur"].astype(int))) == _gaps(iv), lane
     assert len(replay) == 1
-    assert int(replay["busy_dur"].iloc[0]) == _union_len([i for iv in ns.values() for i in iv])
+    assert int(replay["busy_dur"].iloc[0]) == length([i for iv in ns.values() for i in iv])
 
 
 def _k(name: str, tid: int, ts: int, dur: int, corr: int, device: int = 0, pid: int = 0) -> Dict[str, Any]:
@@ -169,7 +158,7 @@ def test_replay_lane_busy_time(tmp_path: Path, case: str):
         assert [tuple(map(int, r)) for r in rows] == [{"flat": (1, 0), "layered": (0, 1), "union": (0, 0)}[path]]
         per_lane = s.query("SELECT correlation, busy_dur FROM graph_ann_replay_lane WHERE lane_id = 7").tuples()
         replay = s.query("SELECT correlation, busy_dur FROM graph_ann_replay").tuples()
-    want = {c: _union_len([(a * 1000, b * 1000) for a, b in iv]) for c, iv in busy.items()}
+    want = {c: length([(a * 1000, b * 1000) for a, b in iv]) for c, iv in busy.items()}
     assert dict(per_lane) == want
     if case != "two_devices":  # there the replay's busy time spans both devices' work
         assert dict(replay) == want

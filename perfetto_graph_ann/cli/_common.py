@@ -5,9 +5,10 @@ Heavy imports stay inside the functions, so building the parser (``--help``) sta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 #: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated because importing the
 #: engine package costs ~0.3 s (tests/test_package.py checks they agree).
@@ -103,6 +104,45 @@ def hint_annotations(report, annotation_paths: Sequence[str], out=None) -> None:
     print(f"hint: {report.unmatched} graph-launched GPU events have no annotations to join; pass the sidecar "
           "saved at capture (--annotations run.annotations.json, from pga.save_annotations) to give them "
           "their lanes", file=out or sys.stderr)
+
+
+def command_progress(command: str, quiet: bool):
+    """The progress line of ``command`` on stderr (off when ``quiet``, not a TTY or switched
+    off); a context manager that removes the line on leaving."""
+    from ..util.progress import Progress, wanted
+
+    return Progress(command, enabled=wanted(quiet))
+
+
+def run_text_command(command: str, args: argparse.Namespace, body: Callable[..., str]) -> int:
+    """Run a command whose result is one text: ``body(args, progress)`` under the command's
+    progress line (gone before the text is written), then the text to ``--output`` or stdout."""
+    with command_progress(command, args.quiet) as progress:
+        text = body(args, progress)
+    write_output(text, args.output)
+    return 0
+
+
+def note_annotations_ignored(command: str, trace_path: str, annotation_paths: Sequence[str]) -> None:
+    """One note on stderr when ``--annotations`` were given with a trace they cannot apply to
+    (only JSON traces are joined; a Perfetto trace is loaded as it is)."""
+    from .report import is_json_trace
+
+    if annotation_paths and not is_json_trace(trace_path):
+        print(f"perfetto-graph-ann {command}: note: --annotations only apply to JSON traces; ignored",
+              file=sys.stderr)
+
+
+def open_session(stack: contextlib.ExitStack, trace_path: str, joined=None, engine: str = "auto",
+                 config=None, sql_args_only: bool = False):
+    """A trace processor session entered on ``stack``: the read trace and layout of ``joined``
+    (a ``(trace, layout)`` pair) converted, or the trace file at ``trace_path`` loaded as it is
+    when ``joined`` is None."""
+    from ..query.session import open_converted, open_trace
+
+    if joined is not None:
+        return stack.enter_context(open_converted(*joined, engine=engine, config=config, sql_args_only=sql_args_only))
+    return stack.enter_context(open_trace(trace_path, engine=engine, config=config))
 
 
 def write_output(text: str, output: Optional[str]) -> None:

@@ -36,13 +36,10 @@ SQL_COLUMNS = ["device", "lane_id", "lane_name", "work_count", "busy_dur", "util
 
 
 def run(args: argparse.Namespace, out=None) -> int:
-    from ..util.progress import Progress, wanted
+    from ._common import command_progress
 
-    progress = Progress("lanes", enabled=wanted(getattr(args, "quiet", False)))
-    try:
+    with command_progress("lanes", getattr(args, "quiet", False)) as progress:
         return _run(args, out or sys.stdout, progress)
-    finally:
-        progress.close()
 
 
 def _run(args: argparse.Namespace, out, progress) -> int:

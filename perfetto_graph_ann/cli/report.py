@@ -12,10 +12,10 @@ import contextlib
 import gzip
 import json
 import os
-import sys
 from typing import Dict, List, Optional, Tuple
 
-from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, join_files, positive_int, print_join_summary, write_output
+from ._common import (ENGINES, GRAPH_LANES_HELP, add_force_option, join_files, note_annotations_ignored, open_session,
+                      positive_int, print_join_summary, run_text_command)
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -129,15 +129,7 @@ def format_report(tables: Dict[str, "object"], fmt: str = "table", trace_start: 
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..util.progress import Progress, wanted
-
-    progress = Progress("report", enabled=wanted(args.quiet))
-    try:
-        text = _report(args, progress)
-    finally:
-        progress.close()
-    write_output(text, args.output)
-    return 0
+    return run_text_command("report", args, _report)
 
 
 def _report(args: argparse.Namespace, progress) -> str:
@@ -147,20 +139,13 @@ def _report(args: argparse.Namespace, progress) -> str:
     name = os.path.basename(args.trace)
     with contextlib.ExitStack() as stack:
         # the heavy imports (pandas) inside the phases: the progress line shows at once
+        joined = None
         if is_json_trace(args.trace):
-            trace, layout = _read_and_join(args, progress)
-            with progress.phase(f"converting and loading {name} into the trace processor"):
-                from ..query.session import open_converted
-
-                s = stack.enter_context(open_converted(trace, layout, engine=args.engine, sql_args_only=True))
+            joined = _read_and_join(args, progress)
         else:
-            if args.annotations:
-                print("perfetto-graph-ann report: note: --annotations only apply to JSON traces; ignored",
-                      file=sys.stderr)
-            with progress.phase(f"loading {name} into the trace processor"):
-                from ..query.session import open_trace
-
-                s = stack.enter_context(open_trace(args.trace, engine=args.engine))
+            note_annotations_ignored("report", args.trace, args.annotations)
+        with progress.phase(f"{'converting and ' if joined else ''}loading {name} into the trace processor"):
+            s = open_session(stack, args.trace, joined, engine=args.engine, sql_args_only=True)
         from ..query import metrics
         from ..query.includes import include_modules
         from .tables import trace_start_ns

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
-from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, positive_seconds, read_and_join, write_output
+from ._common import (ENGINES, GRAPH_LANES_HELP, add_force_option, note_annotations_ignored, open_session,
+                      positive_seconds, read_and_join, run_text_command)
 from .tables import trace_start_ns
 
 
@@ -53,39 +54,27 @@ def format_frame(df, fmt: str, trace_start: Optional[int] = None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..util.progress import Progress, wanted
-
-    progress = Progress("sql", enabled=wanted(args.quiet))
-    try:
-        text = _query(args, progress)
-    finally:
-        progress.close()
-    write_output(text, args.output)
-    return 0
+    return run_text_command("sql", args, _query)
 
 
 def _query(args: argparse.Namespace, progress) -> str:
     import contextlib
     import os
-    import sys
 
     from ..util.atomic import refuse_input_as_output
     from .report import is_json_trace
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
-    if args.annotations and not is_json_trace(args.trace):
-        print("perfetto-graph-ann sql: note: --annotations only apply to JSON traces; ignored", file=sys.stderr)
+    note_annotations_ignored("sql", args.trace, args.annotations)
     with contextlib.ExitStack() as stack:
         with progress.phase(f"loading {os.path.basename(args.trace)} into the trace processor"):
             from ..query.engine import EngineConfig
-            from ..query.session import open_converted, open_trace
 
             config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
+            joined = None
             if args.annotations and is_json_trace(args.trace):
                 joined = read_and_join(args.trace, args.annotations, args.graph_lanes, args.force_annotations)
-                session = stack.enter_context(open_converted(*joined, engine=args.engine, config=config))
-            else:
-                session = stack.enter_context(open_trace(args.trace, engine=args.engine, config=config))
+            session = open_session(stack, args.trace, joined, engine=args.engine, config=config)
         from ..query.includes import include_modules, split_includes
 
         if progress.enabled:  # each included module on its own, to say which one runs

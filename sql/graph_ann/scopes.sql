@@ -35,6 +35,50 @@ FROM track AS t
 JOIN track AS p ON t.parent_id = p.id
 WHERE p.name GLOB 'GPU [0-9]*' AND t.name IN ('graph replays', 'scopes');
 
+-- The projection's replay and scope slices with the arguments both kinds
+-- carry, read once for `graph_ann_graph_replay` and `graph_ann_scope_instance`.
+CREATE PERFETTO TABLE _graph_ann_projected_slice(
+  -- Slice id.
+  id LONG,
+  -- Slice start.
+  ts TIMESTAMP,
+  -- Slice duration (the span).
+  dur DURATION,
+  -- Track of the slice.
+  track_id LONG,
+  -- Slice name.
+  name STRING,
+  -- `graph_replay` or `gpu_scope`.
+  category STRING,
+  -- Argument set of the slice, for the arguments of one kind only.
+  arg_set_id ARGSETID,
+  -- GPU index of the slice's track (NULL off the projection's tracks).
+  device LONG,
+  -- Executable graph id (`debug.graph id`).
+  graph_id LONG,
+  -- 0-based replay index (`debug.replay`).
+  replay LONG,
+  -- GPU work events (`debug.kernel count`).
+  kernel_count LONG,
+  -- Length of the union of the GPU work (`debug.busy ns`).
+  busy_dur DURATION
+) AS
+SELECT
+  s.id,
+  s.ts,
+  s.dur,
+  s.track_id,
+  s.name,
+  s.category,
+  s.arg_set_id,
+  (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = s.track_id) AS device,
+  EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
+  EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
+  EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
+  EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur
+FROM slice AS s
+WHERE s.category IN ('graph_replay', 'gpu_scope');
+
 -- Every projected graph replay.
 CREATE PERFETTO TABLE graph_ann_graph_replay(
   -- Slice id of the replay slice.
@@ -63,28 +107,15 @@ SELECT
   id,
   ts,
   dur,
-  (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = r.track_id) AS device,
+  device,
   graph_id,
   SUBSTR(name, 1, LENGTH(name) - LENGTH(' #' || replay)) AS graph_name,
   replay,
   kernel_count,
   busy_dur,
-  launch_latency
-FROM (
-  SELECT
-    s.id,
-    s.ts,
-    s.dur,
-    s.track_id,
-    s.name,
-    EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
-    EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
-    EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
-    EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur,
-    EXTRACT_ARG(s.arg_set_id, 'debug.launch latency ns') AS launch_latency
-  FROM slice AS s
-  WHERE s.category = 'graph_replay'
-) AS r;
+  EXTRACT_ARG(arg_set_id, 'debug.launch latency ns') AS launch_latency
+FROM _graph_ann_projected_slice
+WHERE category = 'graph_replay';
 
 -- Every scope instance of every replay.
 CREATE PERFETTO TABLE graph_ann_scope_instance(
@@ -117,7 +148,7 @@ SELECT
   i.id,
   i.ts,
   i.dur,
-  COALESCE(r.device, (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = i.track_id)) AS device,
+  COALESCE(r.device, i.device) AS device,
   i.graph_id,
   r.graph_name,
   i.replay,
@@ -128,18 +159,18 @@ SELECT
   i.busy_dur
 FROM (
   SELECT
-    s.id,
-    s.ts,
-    s.dur,
-    s.track_id,
-    s.name AS scope,
-    EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
-    EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
-    COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.scope path'), s.name) AS scope_path,
-    EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
-    EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur
-  FROM slice AS s
-  WHERE s.category = 'gpu_scope'
+    p.id,
+    p.ts,
+    p.dur,
+    p.device,
+    p.name AS scope,
+    p.graph_id,
+    p.replay,
+    COALESCE(EXTRACT_ARG(p.arg_set_id, 'debug.scope path'), p.name) AS scope_path,
+    p.kernel_count,
+    p.busy_dur
+  FROM _graph_ann_projected_slice AS p
+  WHERE p.category = 'gpu_scope'
 ) AS i
 LEFT JOIN graph_ann_graph_replay AS r USING (graph_id, replay);
 

@@ -18,7 +18,34 @@ import perfetto_graph_ann as pga
 from perfetto_graph_ann.demo.scenarios import seed_block_model as seed_block
 from perfetto_graph_ann.demo.scenarios import warmup
 
-__all__ = ["capture", "capture_set", "decoder", "decoder_weights", "seed_block", "two_branch", "warmup"]
+__all__ = ["PreNormBlock", "capture", "capture_set", "decoder", "decoder_weights", "seed_block", "two_branch", "warmup"]
+
+
+class PreNormBlock(torch.nn.Module):
+    """The layers and math of a pre-norm transformer block, without scopes (the backward
+    tagging tests, CPU and GPU, place theirs around ``attn`` and ``mlp`` differently):
+    LayerNorm, qkv Linear on 3-D input, chunk, causal SDPA over ``heads`` heads, out-proj;
+    LayerNorm, Linear -> GELU -> Linear. Residuals are the subclass's ``forward``'s."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        nn = torch.nn
+        self.d, self.heads = d, heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def attn(self, x: torch.Tensor) -> torch.Tensor:
+        F = torch.nn.functional
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, self.d // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(a.transpose(1, 2).reshape(b, t, self.d))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        F = torch.nn.functional
+        return self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
 def _scope(annotate, ann):

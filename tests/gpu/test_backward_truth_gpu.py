@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.checkpoint import checkpoint
 
+from blocks import PreNormBlock, warmup
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture.registry import REGISTRY
 
@@ -49,25 +50,21 @@ def scope(name, backward=True):
         yield
 
 
-class Block(nn.Module):
+class Block(PreNormBlock):
+    """The block with scopes inside ``attn`` and ``mlp`` (so a checkpoint's recomputation
+    opens them again); ``ckpt``: None, ``"reentrant"`` or ``"non_reentrant"`` checkpointing."""
+
     def __init__(self, ckpt, backward=True):
-        super().__init__()
+        super().__init__(D, HEADS)
         self.ckpt, self.backward = ckpt, backward
-        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.qkv, self.out = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.fc1, self.fc2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
 
     def attn(self, x):
         with scope("attn", self.backward):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
-            q, k, v = (z.view(b, t, HEADS, D // HEADS).transpose(1, 2) for z in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.out(a.transpose(1, 2).reshape(b, t, D))
+            return super().attn(x)
 
     def mlp(self, x):
         with scope("mlp", self.backward):
-            return self.fc2(F.gelu(self.fc1(self.ln2(x))))
+            return super().mlp(x)
 
     def forward(self, x):
         if self.ckpt is None:
@@ -97,16 +94,6 @@ def training_step(loss_kind="mse", ckpt=None, backward=True):
         opt.step()
 
     return step
-
-
-def warmup(step, n=3):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(n):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
 
 
 def export_path(prof, d):
@@ -300,12 +287,17 @@ def test_backward_hooks_capture_cost(results, monkeypatch, path):
                                 (lambda self, node: None) if "no node hooks" in a else real_hook)
             t[a] += _capture_seconds(s, 3)
     monkeypatch.setattr(autograd.BackwardTagger, "hook", real_hook)
-    med = {a: statistics.median(v) for a, v in t.items()}
+    _report_costs(results, f"backward_hooks_capture_cost_{path}", f"capture cost ({path} path)", t)
+
+
+def _report_costs(results, key, title, times):
+    """Median capture time per arm and its ratio to the ``backward=False`` arm: kept in
+    ``results[key]`` and printed under ``title``."""
+    med = {a: statistics.median(v) for a, v in times.items()}
     base = med["backward=False"]
-    res = {a: {"median_ms": med[a] * 1e3, "vs_backward_false": med[a] / base} for a in arms}
-    results[f"backward_hooks_capture_cost_{path}"] = res
-    print(f"\ncapture cost ({path} path):", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4))
-                                          for a, v in res.items()})
+    res = {a: {"median_ms": med[a] * 1e3, "vs_backward_false": med[a] / base} for a in times}
+    results[key] = res
+    print(f"\n{title}:", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4)) for a, v in res.items()})
 
 
 def inference_step(backward):
@@ -336,9 +328,4 @@ def test_backward_true_under_no_grad_capture_cost(results, monkeypatch, path):
     for _ in range(7):
         for a, s in arms.items():
             t[a] += _capture_seconds(s, 3)
-    med = {a: statistics.median(v) for a, v in t.items()}
-    base = med["backward=False"]
-    res = {a: {"median_ms": med[a] * 1e3, "vs_backward_false": med[a] / base} for a in arms}
-    results[f"no_grad_capture_cost_{path}"] = res
-    print(f"\nno_grad capture cost ({path} path):", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4))
-                                                   for a, v in res.items()})
+    _report_costs(results, f"no_grad_capture_cost_{path}", f"no_grad capture cost ({path} path)", t)
