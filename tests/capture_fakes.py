@@ -320,5 +320,8 @@ def fake_torch(cuda: FakeCuda) -> Any:
                                        is_current_stream_capturing=lambda: bool(cuda.capturing))
     # what calibration asks of torch's profiler: set torch.profiling = True to be "inside" one
     torch.profiling = False
-    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: torch.profiling))
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: torch.profiling,
+                                                                     _get_sequence_nr=lambda: 0))
+    # mark_kernels' backward tagging (on by default) reads grad mode: off, as in a serving capture
+    torch.is_grad_enabled = lambda: False
     return torch

@@ -57,7 +57,10 @@ def fake_torch():
             current.pop()
 
     cuda = types.SimpleNamespace(current_stream=lambda: current[-1], stream=stream)
-    return types.SimpleNamespace(cuda=cuda)
+    # mark_kernels' backward tagging (on by default) reads grad mode (off: a serving-style
+    # capture) and autograd's node counter
+    autograd = types.SimpleNamespace(_get_sequence_nr=lambda: 0)
+    return types.SimpleNamespace(cuda=cuda, is_grad_enabled=lambda: False, _C=types.SimpleNamespace(_autograd=autograd))
 
 
 @pytest.fixture
@@ -69,12 +72,6 @@ def process(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake_torch())
     as_fixture_process(monkeypatch)  # the fixture traces' pid: the identity check passes
     monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
-    # mark_kernels' backward tagging (on by default) asks torch for grad mode and the autograd
-    # counter: with this fake torch, grad is off (a serving-style capture) and the counter still
-    from perfetto_graph_ann.capture import autograd
-
-    monkeypatch.setattr(autograd, "_grad_mode", lambda: False)
-    monkeypatch.setattr(autograd, "_peek", lambda: 0)
     return reg
 
 

@@ -69,6 +69,9 @@ class FakeTorch215:
         fake = self
         torch = types.ModuleType("torch")
         torch.__version__ = "2.15.0"
+        # grad mode, read by our own backend's backward tagging: off (no autograd here)
+        torch.is_grad_enabled = lambda: False
+        torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_get_sequence_nr=lambda: 0))
         cuda = types.ModuleType("torch.cuda")
         torch.cuda = cuda
         cuda.Stream = Stream

@@ -24,6 +24,7 @@ is in its docstring).
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable, List, Mapping, Optional
 
@@ -247,44 +248,59 @@ def _wrap_function_apply() -> None:
             Function.apply = classmethod(_wrapped_apply)
 
 
+_no_torch = False
+
+
+def _torch_module() -> Any:
+    """The ``torch`` in use, looked up at each call (tests swap in fakes, so nothing taken from
+    one module may outlive it), or None where torch cannot be imported."""
+    global _no_torch
+    mod = sys.modules.get("torch")
+    if mod is not None or _no_torch:
+        return mod
+    try:
+        import torch as mod
+    except ImportError:
+        _no_torch = True
+        return None
+    return mod
+
+
 _peek: Optional[Callable[[], int]] = None
+_peek_owner: Any = None
 #: True when :func:`sequence_number` makes a throwaway node (a torch without ``_get_sequence_nr``)
 _peek_uses_a_number = False
 
 
+def _make_peek(torch: Any) -> Callable[[], int]:
+    global _peek_uses_a_number
+    _peek_uses_a_number = False
+    if torch is None:  # no torch: no autograd node is ever created here
+        return lambda: 0
+    peek = getattr(getattr(getattr(torch, "_C", None), "_autograd", None), "_get_sequence_nr", None)
+    if peek is not None:
+        return peek
+    _peek_uses_a_number = True
+
+    def peek() -> int:  # older torch: make a node and read its number (one number used up)
+        with torch.enable_grad():
+            return torch.empty(0, requires_grad=True).view(0).grad_fn._sequence_nr() + 1
+    return peek
+
+
 def sequence_number() -> int:
     """The number autograd gives the next node this thread creates."""
-    global _peek, _peek_uses_a_number
-    if _peek is None:
-        try:
-            import torch
-        except ImportError:  # no torch: no autograd node is ever created here
-            _peek = lambda: 0  # noqa: E731
-            return 0
-
-        _peek = getattr(torch._C._autograd, "_get_sequence_nr", None)
-        _peek_uses_a_number = _peek is None
-        if _peek is None:  # older torch: make a node and read its number (one number used up)
-            def _peek() -> int:
-                with torch.enable_grad():
-                    return torch.empty(0, requires_grad=True).view(0).grad_fn._sequence_nr() + 1
+    global _peek, _peek_owner
+    torch = _torch_module()
+    if _peek is None or _peek_owner is not torch:
+        _peek, _peek_owner = _make_peek(torch), torch
     return _peek()
-
-
-_current_node: Optional[Callable[[], Any]] = None
 
 
 def in_backward() -> bool:
     """True while this thread runs an autograd node (e.g. a checkpoint's recomputed forward)."""
-    global _current_node
-    if _current_node is None:
-        try:
-            import torch
-
-            _current_node = torch._C._current_autograd_node
-        except (ImportError, AttributeError):
-            _current_node = lambda: None  # noqa: E731  (no torch: never in backward)
-    return _current_node() is not None
+    current = getattr(getattr(_torch_module(), "_C", None), "_current_autograd_node", None)
+    return current is not None and current() is not None
 
 
 _mode_class: Any = None
@@ -414,18 +430,8 @@ def _leave(region: Any) -> List[Any]:
     return st
 
 
-_grad_mode: Optional[Callable[[], bool]] = None
-
-
 def grad_enabled() -> bool:
-    """torch's grad mode on this thread (False under ``no_grad`` and ``inference_mode``)."""
-    global _grad_mode
-    if _grad_mode is None:
-        try:
-            import torch
-        except ImportError:  # no torch (a capture backend faked in tests): nothing to claim
-            _grad_mode = lambda: False  # noqa: E731
-            return False
-
-        _grad_mode = torch.is_grad_enabled
-    return _grad_mode()
+    """torch's grad mode on this thread (False under ``no_grad`` and ``inference_mode``, and
+    where there is no torch)."""
+    torch = _torch_module()
+    return torch is not None and torch.is_grad_enabled()
