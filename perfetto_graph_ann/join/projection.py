@@ -141,21 +141,24 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             info = cache[gid] = _graph_info(g)
         per_node, groups, labels = info
         ivs = []
+        add_iv = ivs.append
         acc: Dict[int, List[Tuple[int, int]]] = {}
+        get_acc = acc.get
+        get_iids = per_node.get
         ambiguous = []
         matched = 0
         for e in timed:
             t0 = e.ts_ns
             iv = (t0, t0 + (e.dur_ns or 0))
-            ivs.append(iv)
+            add_iv(iv)
             m = get_match(e.index)
             if m is None:
                 continue
             matched += 1
             if m.ambiguous:
                 ambiguous.append(e)
-            for iid in per_node.get(m.node.key, ()):
-                lst = acc.get(iid)
+            for iid in get_iids(m.node.key, ()):
+                lst = get_acc(iid)
                 if lst is None:
                     acc[iid] = [iv]
                 else:
