@@ -311,8 +311,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
                              terminating.get(i, no_flows)))
         elif i >= base:  # a projected range: its own args, never worth the whole-args cache
             e = events[i]
-            append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
-                             terminating.get(i, no_flows), cacheable=False))
+            if ranges[i - base].kind == "replay":  # a name used once: written as it is, not interned
+                append(encoders[q].event_named(ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
+                                               terminating.get(i, no_flows)))
+            else:
+                append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
+                                 terminating.get(i, no_flows), cacheable=False))
         else:
             e = events[i]
             args = e.args
