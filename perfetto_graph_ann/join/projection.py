@@ -94,9 +94,9 @@ def _uncertain(events: Sequence[Any], matches: Mapping[int, Match], per_node: Ma
     return out
 
 
-def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], Dict[int, Tuple[str, str, int]]]:
+def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], Dict[int, Tuple[int, int, str, str]]]:
     """Per graph, once: node key -> instance ids; loose signature -> node keys (for ambiguous
-    matches); instance id -> (label, path, depth)."""
+    matches); instance id -> (depth, instance id, label, path)."""
     instances, per_node = graph_scopes(g)
     groups: Dict[Tuple, List[int]] = {}
     for n in g.nodes:
@@ -106,7 +106,7 @@ def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[in
     for iid in instances:
         chain = path_of(instances, iid)
         labels = [scope_label(s.fields) for s in chain]
-        info[iid] = (labels[-1], " / ".join(labels), len(chain) - 1)
+        info[iid] = (len(chain) - 1, iid, labels[-1], " / ".join(labels))  # sorts by depth, then id
     return per_node, groups, info
 
 
@@ -166,7 +166,9 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         uncertain = _uncertain(ambiguous, matches, per_node, groups) if ambiguous else ()
         if uncertain is None or (several_graphs and matched and len(ambiguous) == matched):
             continue  # the graph itself may be a guess: no name, no ranges
-        device = r.device if r.device is not None else 0
+        device = r.device
+        if device is None:
+            device = 0
         idx = replay_index[r.correlation]
         start = ivs[0][0]
         end = max(map(_end, ivs))
@@ -179,11 +181,11 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             args["launch latency ns"] = start - launch.ts_ns
         append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
                         launch.index if launch is not None else None))
-        for iid in sorted(acc, key=lambda i: (labels[i][2], i)):  # parents (lower depth) first
+        for iid in sorted(acc, key=labels.__getitem__):  # parents (lower depth) first
             if iid in uncertain:
                 continue
             spans = acc[iid]
-            label, path, depth = labels[iid]
+            depth, _, label, path = labels[iid]
             sargs: Dict[str, Any] = {"graph id": gid, "replay": idx}
             if depth:
                 sargs["scope path"] = path
