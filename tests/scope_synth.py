@@ -70,8 +70,11 @@ def annotations(layers: int, strategy: str, recorded: bool = True) -> Annotation
 
 
 def write_trace(path: Path, layers: int = 3, order: Tuple[int, ...] = (0, 1, 0, 1, 0), strategy: str = "exact",
-                seed: int = 21) -> List[Kernel]:
-    """Write the Kineto JSON; returns the ground truth of every kernel."""
+                seed: int = 21, gap: Tuple[int, int] = (20_000, 60_000)) -> List[Kernel]:
+    """Write the Kineto JSON; returns the ground truth of every kernel.
+
+    ``gap``: range of ns from a replay's last GPU end to the next replay's start; negative
+    values make consecutive replays overlap on the GPU (concurrent replays)."""
     rng = random.Random(seed)
     events: List[Dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "ts": 0, "pid": CPU_PID, "tid": 0, "args": {"name": "python3"}},
@@ -111,7 +114,7 @@ def write_trace(path: Path, layers: int = 3, order: Tuple[int, ...] = (0, 1, 0, 
                 local += 1
             cur = down_ts + down_d + rng.randint(0, 1_000)
         replays[g] += 1
-        t = cur + rng.randint(20_000, 60_000)
+        t = cur + rng.randint(*gap)
     events.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
                    "tid": "PyTorch Profiler", "ts": _us(t0), "dur": _us(t - t0), "args": {"Op count": 0}})
     events.append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,

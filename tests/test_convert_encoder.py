@@ -214,3 +214,19 @@ def test_event_and_end_lengths_and_deltas_at_the_varint_edges():
         tail = fast.end_tail(9)
         assert ref.slice_end(ts, 9) == fast.slice_end(ts, 9)
         assert tail == FastEncoder(Interner(), 4, 9).end_tail(9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(arg_dicts, st.integers(0, 1 << 40), st.text(max_size=300)), min_size=1, max_size=4),
+       st.lists(st.integers(0, (1 << 64) - 1), max_size=2), st.sampled_from([None, 3]))
+def test_event_named_equals_protos_encoder(events, flows, default_track):
+    """A slice begin with its name as a string (a replay slice's): the same bytes from both
+    encoders, on the shared sequence and on a track's own, and the name read back as written."""
+    fast = FastEncoder(Interner(), 2, default_track)
+    ref = ProtosEncoder(Interner(), 2, default_track)
+    for args, ts, name in events * 2:
+        for track in (3, 4):
+            a = fast.event_named(ts, track, "graph_replay", name, args, flows[:1], flows[1:])
+            assert a == ref.event_named(ts, track, "graph_replay", name, args, flows[:1], flows[1:])
+            te = pb.Trace.FromString(a).packet[0].track_event
+            assert te.name == name and not te.HasField("name_iid") and te.type == pb.TrackEvent.TYPE_SLICE_BEGIN

@@ -57,7 +57,31 @@ def _written(tmp_path: Path, trace, layout):
 
 
 def _by_cat(d, cat):
-    return [s for s in d.slices if s.cat == cat]
+    """The projected slices of one category, with the args the writer leaves implied filled
+    in as the SQL module reads them: ``busy ns`` = the span where absent; a scope slice
+    without ``graph id`` / ``replay`` takes them from the replay slice under the same GPU
+    that starts last at or before it (which must be the only one starting at that time)."""
+    out = []
+    replays = None
+    for s in d.slices:
+        if s.cat != cat:
+            continue
+        args = dict(s.args)
+        if "busy ns" in args:
+            assert args["busy ns"] != s.dur, s  # written only where it differs from the span
+        else:
+            args["busy ns"] = s.dur
+        if cat == "gpu_scope" and "graph id" not in args:
+            assert "replay" not in args, s
+            if replays is None:
+                replays = [r for r in d.slices if r.cat == "graph_replay"]
+            gpu = d.tracks[s.track].parent_uuid
+            before = [r for r in replays if d.tracks[r.track].parent_uuid == gpu and r.ts <= s.ts]
+            last = max(r.ts for r in before)
+            (own,) = [r for r in before if r.ts == last]
+            args["graph id"], args["replay"] = own.args["graph id"], own.args["replay"]
+        out.append(dataclasses.replace(s, args=args))
+    return out
 
 
 def _with_node_ids(trace, name):
@@ -255,3 +279,27 @@ def test_a_tie_between_graphs_draws_nothing():
     layout = join(trace, AnnotationSet(graphs=(g, twin)))
     assert layout.report.ambiguous == layout.report.graphed > 0
     assert layout.ranges == []
+
+
+def test_replay_identity_left_off_only_where_implied():
+    """`graph id` / `replay` stay on a scope range unless its replay is the only replay range
+    on its device that starts last at or before it."""
+    from perfetto_graph_ann.join.projection import REPLAY, SCOPE, GpuRange, _drop_implied_replay
+
+    def rep(dev, ts, gid, idx):
+        return GpuRange(REPLAY, dev, "graph replays", ts, 100, f"g #{idx}", {"graph id": gid, "replay": idx})
+
+    def scope(dev, ts, gid, idx):
+        return GpuRange(SCOPE, dev, "scopes", ts, 10, "s", {"graph id": gid, "replay": idx, "kernel count": 1})
+
+    ranges = [
+        rep(0, 0, 1, 0), scope(0, 0, 1, 0), scope(0, 20, 1, 0), scope(0, 60, 1, 0),
+        rep(0, 50, 2, 0), scope(0, 55, 2, 0),  # replay 2#0 starts inside 1#0: 1#0's scope at 60 keeps its ids
+        rep(1, 50, 1, 1), scope(1, 50, 1, 1),  # another device: its own order
+        rep(0, 200, 1, 2), rep(0, 200, 2, 1), scope(0, 210, 1, 2), scope(0, 210, 2, 1),  # equal starts
+    ]
+    _drop_implied_replay(ranges)
+    kept = [("graph id" in r.args, "replay" in r.args) for r in ranges if r.kind == SCOPE]
+    assert kept == [(False, False), (False, False), (True, True), (False, False), (False, False),
+                    (True, True), (True, True)]
+    assert all(r.args["kernel count"] == 1 for r in ranges if r.kind == SCOPE)

@@ -95,3 +95,27 @@ def test_scope_tables_empty_without_projection(tmp_path):
     convert(src, out)
     assert metrics.scope_summary(out, engine="portable").empty
     assert metrics.graph_replays(out, engine="portable").empty
+
+
+
+@requires_portable
+def test_scope_replays_the_same_with_every_identity_written(synth, tmp_path, monkeypatch):
+    """The converter leaves `graph id` / `replay` off scope slices whose replay is implied
+    (here: all of them); written on every slice instead, the SQL reads the same instances."""
+    from perfetto_graph_ann.join import projection
+
+    out, _truth, inst = synth
+    monkeypatch.setattr(projection, "_drop_implied_replay", lambda ranges: None)
+    src = tmp_path / "synth.json"
+    scope_synth.write_trace(src, layers=LAYERS, order=ORDER)
+    trace = read_trace(src)
+    full = tmp_path / "full.pftrace"
+    convert(trace, full, layout=join(trace, scope_synth.annotations(LAYERS, "exact")))
+    q = ("SELECT COUNT(*) FROM slice WHERE category = 'gpu_scope' "
+         "AND EXTRACT_ARG(arg_set_id, 'debug.graph id') IS NOT NULL")
+    cols = ["graph_id", "replay", "scope_path", "ts", "dur", "kernel_count", "busy_dur"]
+    with open_trace(out, engine="portable") as a, open_trace(full, engine="portable") as b:
+        assert a.query(q).tuples()[0][0] == 0 and b.query(q).tuples()[0][0] == len(inst)
+        implied = metrics.scope_instances(a)[cols].sort_values(cols[:3]).reset_index(drop=True)
+        written = metrics.scope_instances(b)[cols].sort_values(cols[:3]).reset_index(drop=True)
+    assert implied.equals(written)

@@ -17,12 +17,16 @@ graphs into the matches' ambiguity, so the graph itself may be a guess).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+from operator import itemgetter
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..capture.annotations import GPU_WORK_NODE_TYPES, AnnotationSet
 from ..capture.scope_instances import graph_scopes, path_of, scope_label
 from .match import Match, signature
 from .replays import Replay
+
+_end = itemgetter(1)
 
 REPLAY = "replay"
 SCOPE = "scope"
@@ -90,9 +94,9 @@ def _uncertain(events: Sequence[Any], matches: Mapping[int, Match], per_node: Ma
     return out
 
 
-def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], Dict[int, Tuple[str, str, int]]]:
+def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], Dict[int, Tuple[int, int, str, str]]]:
     """Per graph, once: node key -> instance ids; loose signature -> node keys (for ambiguous
-    matches); instance id -> (label, path, depth)."""
+    matches); instance id -> (depth, instance id, label, path)."""
     instances, per_node = graph_scopes(g)
     groups: Dict[Tuple, List[int]] = {}
     for n in g.nodes:
@@ -102,7 +106,7 @@ def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[in
     for iid in instances:
         chain = path_of(instances, iid)
         labels = [scope_label(s.fields) for s in chain]
-        info[iid] = (labels[-1], " / ".join(labels), len(chain) - 1)
+        info[iid] = (len(chain) - 1, iid, labels[-1], " / ".join(labels))  # sorts by depth, then id
     return per_node, groups, info
 
 
@@ -112,8 +116,11 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
 
     Replay args: graph id, replay, kernel count, busy ns, launch latency ns (the span is
     the slice's duration, the graph's name its name, the device its track's). Scope args:
-    graph id, replay, scope path (nested scopes only: at the top level it is the name),
-    kernel count, busy ns. Few on purpose: there is one scope slice per scope and replay.
+    graph id and replay (only where the replay is not implied, see
+    :func:`_drop_implied_replay`), scope path (nested scopes only: at the top level it is
+    the name), kernel count, busy ns. ``busy ns`` only where it differs from the span (a
+    single kernel's scope: never). Few on purpose: there is one scope slice per scope and
+    replay.
     """
     graphs = {g.exec_id: g for g in annotations.graphs}
     several_graphs = len(graphs) > 1
@@ -134,21 +141,24 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             info = cache[gid] = _graph_info(g)
         per_node, groups, labels = info
         ivs = []
+        add_iv = ivs.append
         acc: Dict[int, List[Tuple[int, int]]] = {}
+        get_acc = acc.get
+        get_iids = per_node.get
         ambiguous = []
         matched = 0
         for e in timed:
             t0 = e.ts_ns
             iv = (t0, t0 + (e.dur_ns or 0))
-            ivs.append(iv)
+            add_iv(iv)
             m = get_match(e.index)
             if m is None:
                 continue
             matched += 1
             if m.ambiguous:
                 ambiguous.append(e)
-            for iid in per_node.get(m.node.key, ()):
-                lst = acc.get(iid)
+            for iid in get_iids(m.node.key, ()):
+                lst = get_acc(iid)
                 if lst is None:
                     acc[iid] = [iv]
                 else:
@@ -156,27 +166,68 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         uncertain = _uncertain(ambiguous, matches, per_node, groups) if ambiguous else ()
         if uncertain is None or (several_graphs and matched and len(ambiguous) == matched):
             continue  # the graph itself may be a guess: no name, no ranges
-        device = r.device if r.device is not None else 0
+        device = r.device
+        if device is None:
+            device = 0
         idx = replay_index[r.correlation]
         start = ivs[0][0]
-        end = max(b for _, b in ivs)
-        args: Dict[str, Any] = {"graph id": gid, "replay": idx, "kernel count": len(ivs), "busy ns": busy_ns(ivs)}
+        end = max(map(_end, ivs))
+        args: Dict[str, Any] = {"graph id": gid, "replay": idx, "kernel count": len(ivs)}
+        busy = busy_ns(ivs)
+        if busy != end - start:
+            args["busy ns"] = busy
         launch = r.launch
         if launch is not None and launch.ts_ns is not None:
             args["launch latency ns"] = start - launch.ts_ns
         append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
                         launch.index if launch is not None else None))
-        for iid in sorted(acc, key=lambda i: (labels[i][2], i)):  # parents (lower depth) first
+        for iid in sorted(acc, key=labels.__getitem__):  # parents (lower depth) first
             if iid in uncertain:
                 continue
             spans = acc[iid]
-            s = spans[0][0]
-            t = max(b for _, b in spans)
-            label, path, depth = labels[iid]
+            depth, _, label, path = labels[iid]
             sargs: Dict[str, Any] = {"graph id": gid, "replay": idx}
             if depth:
                 sargs["scope path"] = path
             sargs["kernel count"] = len(spans)
-            sargs["busy ns"] = busy_ns(spans)
+            if len(spans) == 1:
+                s, t = spans[0]
+            else:
+                s = spans[0][0]
+                t = max(map(_end, spans))
+                busy = busy_ns(spans)
+                if busy != t - s:
+                    sargs["busy ns"] = busy
             append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs))
+    _drop_implied_replay(out)
     return out
+
+
+def _drop_implied_replay(ranges: List[GpuRange]) -> None:
+    """Leave ``graph id`` and ``replay`` off the scope ranges whose replay is implied.
+
+    A scope range's replay is implied when, of the replay ranges on its device, the one that
+    starts last at or before the scope's start is its own and no other starts at that same
+    time: the SQL module (``graph_ann.scopes``) takes the identity from that replay range.
+    Elsewhere (concurrent replays on one device) both args stay. About a fifth of the
+    projection's bytes on a trace of small scopes.
+    """
+    starts: Dict[int, List[Tuple[int, int]]] = {}
+    for k, r in enumerate(ranges):
+        if r.kind == REPLAY:
+            starts.setdefault(r.device, []).append((r.ts, k))
+    keys = {}
+    for device, lst in starts.items():
+        lst.sort()
+        keys[device] = [t for t, _ in lst]
+    owner = -1
+    for k, r in enumerate(ranges):
+        if r.kind == REPLAY:
+            owner = k
+            lst = starts[r.device]
+            ts = keys[r.device]
+            continue
+        at = bisect_right(ts, r.ts) - 1
+        if at >= 0 and lst[at][1] == owner and not (at and ts[at - 1] == ts[at]):
+            args = r.args  # built by project() for this range alone
+            del args["graph id"], args["replay"]

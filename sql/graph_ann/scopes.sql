@@ -11,9 +11,13 @@
 -- `debug.*` arguments, names and tracks: a replay slice is named
 -- `<graph name> #<replay>` and carries `graph id`, `replay`, `kernel count`,
 -- `busy ns` and `launch latency ns`; a scope slice is named by its label and
--- carries `graph id`, `replay`, `scope path` (nested scopes only; at the top
--- level the path is the name), `kernel count` and `busy ns`; a
--- slice's duration is its span; the device is the `GPU N` track it is under.
+-- carries `scope path` (nested scopes only; at the top level the path is the
+-- name), `kernel count`, `busy ns`, and `graph id` and `replay` where its
+-- replay is not implied: the converter leaves both off when its replay is the
+-- replay slice on the same GPU that starts last at or before the scope, and no
+-- other replay slice there starts at that time. `busy ns` is left off where it
+-- equals the span. A slice's duration is its span; the device is the `GPU N`
+-- track it is under.
 -- Traces without the projection (Chrome JSON, a conversion without
 -- annotations) give empty tables.
 --
@@ -60,7 +64,7 @@ CREATE PERFETTO TABLE _graph_ann_projected_slice(
   replay LONG,
   -- GPU work events (`debug.kernel count`).
   kernel_count LONG,
-  -- Length of the union of the GPU work (`debug.busy ns`).
+  -- Length of the union of the GPU work (`debug.busy ns`, else the span).
   busy_dur DURATION
 ) AS
 SELECT
@@ -75,7 +79,7 @@ SELECT
   EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
   EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
   EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
-  EXTRACT_ARG(s.arg_set_id, 'debug.busy ns') AS busy_dur
+  COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.busy ns'), s.dur) AS busy_dur
 FROM slice AS s
 WHERE s.category IN ('graph_replay', 'gpu_scope');
 
@@ -116,6 +120,53 @@ SELECT
   EXTRACT_ARG(arg_set_id, 'debug.launch latency ns') AS launch_latency
 FROM _graph_ann_projected_slice
 WHERE category = 'graph_replay';
+
+-- The projected slices of each GPU in start order, with the number of replay
+-- slices started at or before each (a replay slice before a scope slice at
+-- the same time).
+CREATE PERFETTO TABLE _graph_ann_projected_ordinal(
+  -- Slice id.
+  id LONG,
+  -- GPU index.
+  device LONG,
+  -- `graph_replay` or `gpu_scope`.
+  category STRING,
+  -- Executable graph id (NULL on a scope slice whose replay is implied).
+  graph_id LONG,
+  -- 0-based replay index (NULL where `graph_id` is).
+  replay LONG,
+  -- Replay slices on the device starting at or before this slice: a replay
+  -- slice's own number; for a scope slice, that of its implied replay.
+  ordinal LONG
+) AS
+SELECT
+  id,
+  device,
+  category,
+  graph_id,
+  replay,
+  SUM(category = 'graph_replay') OVER (
+    PARTITION BY device ORDER BY ts, category = 'gpu_scope', id ROWS UNBOUNDED PRECEDING) AS ordinal
+FROM _graph_ann_projected_slice;
+
+-- The replay of each scope slice: its own `graph id` and `replay` arguments,
+-- else those of its implied replay (see the header).
+CREATE PERFETTO TABLE _graph_ann_scope_replay(
+  -- Slice id of the scope slice.
+  id LONG,
+  -- Executable graph id.
+  graph_id LONG,
+  -- 0-based replay index among the replays of the graph.
+  replay LONG
+) AS
+SELECT
+  s.id,
+  COALESCE(s.graph_id, r.graph_id) AS graph_id,
+  COALESCE(s.replay, r.replay) AS replay
+FROM _graph_ann_projected_ordinal AS s
+LEFT JOIN _graph_ann_projected_ordinal AS r
+  ON s.graph_id IS NULL AND r.category = 'graph_replay' AND r.device = s.device AND r.ordinal = s.ordinal
+WHERE s.category = 'gpu_scope';
 
 -- Every scope instance of every replay.
 CREATE PERFETTO TABLE graph_ann_scope_instance(
@@ -164,12 +215,13 @@ FROM (
     p.dur,
     p.device,
     p.name AS scope,
-    p.graph_id,
-    p.replay,
+    sr.graph_id,
+    sr.replay,
     COALESCE(EXTRACT_ARG(p.arg_set_id, 'debug.scope path'), p.name) AS scope_path,
     p.kernel_count,
     p.busy_dur
   FROM _graph_ann_projected_slice AS p
+  JOIN _graph_ann_scope_replay AS sr USING (id)
   WHERE p.category = 'gpu_scope'
 ) AS i
 LEFT JOIN graph_ann_graph_replay AS r USING (graph_id, replay);

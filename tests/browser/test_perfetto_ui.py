@@ -257,7 +257,8 @@ PROBE_SCOPE = "qkv_proj"
 
 def test_ui_shows_replays_and_scope_ranges(chromium, annotated_trace, tmp_path):
     """The GPU projection (issue 21): `graph replays` and `scopes` under GPU 0, and a scope
-    slice's args (kernel count as the capture record says, graph id, replay, busy ns)."""
+    slice's args (kernel count as the capture record says; graph id, replay and busy ns left
+    out where implied)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     from playwright.sync_api import sync_playwright
 
@@ -294,14 +295,17 @@ def test_ui_shows_replays_and_scope_ranges(chromium, annotated_trace, tmp_path):
                         continue
                     page.wait_for_timeout(500)
                     text = page.inner_text("body")
-                    args = _arg_tree(text[text.find("Arguments"):])
+                    # a slice with one arg shows it as one row `debug.<key>`, not under `debug`
+                    args = {k.removeprefix("debug."): v for k, v in _arg_tree(text[text.find("Arguments"):]).items()}
                     if "kernel count" in args:
                         break
                 else:
                     pytest.fail(f"searching {PROBE_SCOPE!r} never selected a scope slice (last args: {args})")
                 assert args.get("kernel count") == str(kernels), args
-                assert args.get("graph id") == str(record["exec_cupti_graph_id"]), args
-                assert "replay" in args and "busy ns" in args, args
+                # one replay at a time: the replay slice above names it, so the scope slice
+                # carries no graph id / replay; a single kernel's busy time is its span
+                assert "graph id" not in args and "replay" not in args, args
+                assert ("busy ns" in args) == (kernels > 1), args
             except BaseException:
                 if browser.pages:
                     browser.pages[-1].screenshot(path=str(tmp_path / "failure.png"))

@@ -204,7 +204,6 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     ranges = layout.ranges if layout is not None else ()
     base = len(events)  # indices from here on are projected ranges
     if ranges:
-        events = events + [_range_event(base + k, r) for k, r in enumerate(ranges)]
         kinds.extend([_BEGIN] * len(ranges))
         for k, r in enumerate(ranges):
             by_home.setdefault(_range_home(r), []).append((r.ts, -r.dur, base + k))
@@ -310,9 +309,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
                              terminating.get(i, no_flows)))
         elif i >= base:  # a projected range: its own args, never worth the whole-args cache
-            e = events[i]
-            append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
-                             terminating.get(i, no_flows), cacheable=False))
+            r = ranges[i - base]
+            if r.kind == "replay":  # a name used once: written as it is, not interned
+                append(encoders[q].event_named(ts - prev, uuid, r.category, r.name, r.args, outgoing.get(i, no_flows),
+                                               terminating.get(i, no_flows)))
+            else:
+                append(begins[q](ts - prev, uuid, r.category, r.name, r.args, no_flows, no_flows, cacheable=False))
         else:
             e = events[i]
             args = e.args
@@ -365,11 +367,6 @@ def _join_arg_keys(layout: Optional[LaneLayout]) -> FrozenSet[str]:
     for p in layout.placements.values():
         seen.update(p.args)
     return frozenset(seen)
-
-
-def _range_event(index: int, r: Any) -> TraceEvent:
-    """A projected range (``join.projection.GpuRange``) as a complete event of its own."""
-    return TraceEvent(index, "X", r.category, r.name, r.device, r.track, r.ts, r.dur, r.args)
 
 
 def _range_home(r: Any) -> Tuple:
