@@ -151,3 +151,31 @@ def decode(path: Path) -> Decoded:
             slices.append(s)
     assert not any(open_.values()), "unterminated slices"
     return Decoded(tracks, slices, instants, counters, snaps, list(trace.packet))
+
+
+def projected_slices(d, cat):
+    """The projected slices of one category, with the args the writer leaves implied filled
+    in as the SQL module reads them: ``busy ns`` = the span where absent; a scope slice
+    without ``graph id`` / ``replay`` takes them from the replay slice under the same GPU
+    that starts last at or before it (which must be the only one starting at that time)."""
+    out = []
+    replays = None
+    for s in d.slices:
+        if s.cat != cat:
+            continue
+        args = dict(s.args)
+        if "busy ns" in args:
+            assert args["busy ns"] != s.dur, s  # written only where it differs from the span
+        else:
+            args["busy ns"] = s.dur
+        if cat == "gpu_scope" and "graph id" not in args:
+            assert "replay" not in args, s
+            if replays is None:
+                replays = [r for r in d.slices if r.cat == "graph_replay"]
+            gpu = d.tracks[s.track].parent_uuid
+            before = [r for r in replays if d.tracks[r.track].parent_uuid == gpu and r.ts <= s.ts]
+            last = max(r.ts for r in before)
+            (own,) = [r for r in before if r.ts == last]
+            args["graph id"], args["replay"] = own.args["graph id"], own.args["replay"]
+        out.append(dataclasses.replace(s, args=args))
+    return out

@@ -15,7 +15,7 @@ import pytest
 
 import scope_synth
 from join_expect import calibrated_expectation, fixture_capture, fixture_trace, load_capture, strip_calibration
-from pftrace_decode import decode
+from pftrace_decode import decode, projected_slices as _by_cat
 from sql_expect import load_events, ns
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
@@ -54,34 +54,6 @@ def _written(tmp_path: Path, trace, layout):
     out = tmp_path / "out.pftrace"
     convert(trace, out, layout=layout)
     return decode(out)
-
-
-def _by_cat(d, cat):
-    """The projected slices of one category, with the args the writer leaves implied filled
-    in as the SQL module reads them: ``busy ns`` = the span where absent; a scope slice
-    without ``graph id`` / ``replay`` takes them from the replay slice under the same GPU
-    that starts last at or before it (which must be the only one starting at that time)."""
-    out = []
-    replays = None
-    for s in d.slices:
-        if s.cat != cat:
-            continue
-        args = dict(s.args)
-        if "busy ns" in args:
-            assert args["busy ns"] != s.dur, s  # written only where it differs from the span
-        else:
-            args["busy ns"] = s.dur
-        if cat == "gpu_scope" and "graph id" not in args:
-            assert "replay" not in args, s
-            if replays is None:
-                replays = [r for r in d.slices if r.cat == "graph_replay"]
-            gpu = d.tracks[s.track].parent_uuid
-            before = [r for r in replays if d.tracks[r.track].parent_uuid == gpu and r.ts <= s.ts]
-            last = max(r.ts for r in before)
-            (own,) = [r for r in before if r.ts == last]
-            args["graph id"], args["replay"] = own.args["graph id"], own.args["replay"]
-        out.append(dataclasses.replace(s, args=args))
-    return out
 
 
 def _with_node_ids(trace, name):

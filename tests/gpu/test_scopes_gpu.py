@@ -27,7 +27,7 @@ from perfetto_graph_ann.write.export import chrome_trace_bytes, export
 from blocks import warmup
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pftrace_decode import decode  # noqa: E402  (tests/pftrace_decode.py)
+from pftrace_decode import decode, projected_slices  # noqa: E402  (tests/pftrace_decode.py)
 
 pytestmark = pytest.mark.gpu
 LAYERS = 4
@@ -119,7 +119,7 @@ def test_named_decoder_replays_and_layer_scopes(tmp_path, results):
             got_r[(name, int(idx))] = (s.ts, s.ts + s.dur, s.args["kernel count"])
     name_of = {r.exec_id: f"decode bs={bs}" for bs, r in recs.items()}
     got_s = {(name_of[s.args["graph id"]], s.args["replay"], s.args.get("scope path", s.name)):
-             (s.ts, s.ts + s.dur, s.args["kernel count"]) for s in d.slices if s.cat == "gpu_scope"}
+             (s.ts, s.ts + s.dur, s.args["kernel count"]) for s in projected_slices(d, "gpu_scope")}
     exp_r = {k: span(v) for k, v in replays.items()}
     exp_s = {k: span(v) for k, v in scopes.items()}
     names_in_time = [n for n, _ in sorted(got_r.items(), key=lambda kv: kv[1][0])]
