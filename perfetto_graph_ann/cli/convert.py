@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, progress) -> int:
     from ..read.kineto import read_trace
-    from ..util.names import is_json_name
+    from ..util.names import is_gzip_name, is_json_name
     from ..write.convert import ConvertConfig, convert
     from ..util.atomic import refuse_input_as_output
     from ._common import join_files, print_join_summary
@@ -94,7 +94,7 @@ def _run(args: argparse.Namespace, progress) -> int:
     progress.close()
     if not args.quiet:
         size = os.path.getsize(out)  # the file as written: compressed when gzipped
-        gzipped = args.gzip or out.lower().endswith(".gz")
+        gzipped = args.gzip or is_gzip_name(out)
         size_text = f"{size} bytes (gzip; {stats.bytes} uncompressed)" if gzipped else f"{size} bytes"
         print(f"wrote {out}: {stats.slices} slices, {stats.instants} instants, {stats.counter_values} counter values, "
               f"{stats.flows} flows, {stats.tracks} tracks ({stats.spill_tracks} spill), {size_text}")

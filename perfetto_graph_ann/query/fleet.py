@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..errors import InputError, PathLike
+from ..util.names import is_json_name
 from .engine import EngineConfig
 from .executors import RayOptions, run_tasks
 from .straggler import FleetReport, RankTables, combine
@@ -77,7 +78,7 @@ def _natural_key(name: str) -> Tuple:
 def find_sidecar(trace: Path) -> Optional[Path]:
     """The sidecar saved next to a torch.profiler JSON trace (``<stem>.annotations.json``,
     ``<stem>.pga``, ...), or None."""
-    if not trace.name.lower().endswith((".json", ".json.gz")):
+    if not is_json_name(trace.name):
         return None
     stem = _stem(trace)
     for suffix in SIDECAR_SUFFIXES:

@@ -15,6 +15,7 @@ import tempfile
 import threading
 from typing import IO, Iterator, Optional, Sequence
 
+from .names import is_gzip_name
 from ..errors import OutputError, PathLike
 
 _TMP_PREFIX = ".pga-tmp-"
@@ -51,7 +52,7 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if compress is None:
-        compress = path.lower().endswith(".gz")  # any case, as JSON names are (util.names)
+        compress = is_gzip_name(path)
     if not os.path.isdir(directory):
         raise OutputError(path, f"output folder {directory} does not exist")
     try:

@@ -13,3 +13,8 @@ JSON_SUFFIXES = (".json", ".json.gz")
 def is_json_name(path: PathLike) -> bool:
     """Whether ``path`` names a Chrome JSON file (``.json`` / ``.json.gz``, any case)."""
     return os.fspath(path).lower().endswith(JSON_SUFFIXES)
+
+
+def is_gzip_name(path: PathLike) -> bool:
+    """Whether ``path``'s name asks for gzip (``.gz``, any case): outputs are compressed by name."""
+    return os.fspath(path).lower().endswith(".gz")
