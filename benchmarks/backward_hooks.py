@@ -5,11 +5,12 @@ capture path is enabled (``--python`` forces the pure-Python one). Three costs, 
 difference between ``backward=True`` and ``backward=False`` around the same work, the best of
 ``--rounds`` interleaved rounds in process CPU time (a shared CPU's noise only adds time):
 
-- per forward op with grad on, inside a (fake) capture: the region's TorchFunctionMode and node walk, over a chain of
-  small elementwise ops and ``nn.Linear`` on a 3-D input (a composite op: several nodes);
+- per forward op with grad on, inside a (fake) capture: the region records its range of
+  node numbers at entry and exit and observes no op, so this should be nil; measured over a
+  chain of small elementwise ops and ``nn.Linear`` on a 3-D input (a composite op: several nodes);
 - per forward op under ``torch.no_grad()`` (a serving capture: nothing can be claimed);
-- per claimed node in backward, inside a (fake) capture: the pre-hook opening a scope and
-  the post-hook closing it, over a chain of ``--nodes`` multiplications. The fake driver's
+- per claimed node in backward, inside a (fake) capture: the walk that claims the node when
+  the backward starts, the pre-hook opening a scope and the post-hook closing it, over a chain of ``--nodes`` multiplications. The fake driver's
   node count is a Python callback, so absolute numbers are CPU-only; the GPU figures are in
   BENCHMARKS.md.
 

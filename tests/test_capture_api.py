@@ -7,7 +7,7 @@ from capture_fakes import FakeCuda, pushed_capture, resolve_capture
 
 from perfetto_graph_ann import mark_kernels
 from perfetto_graph_ann.capture import session as S
-from perfetto_graph_ann.capture.autograd import CLAIM_KEY, BackwardTagger, NodeWalk
+from perfetto_graph_ann.capture.autograd import CLAIM_KEY, BackwardTagger, RangeTable, claim
 
 # every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
 pytestmark = pytest.mark.usefixtures("capture_path")
@@ -75,16 +75,20 @@ class FakeTensor:
         self.grad_fn = grad_fn
 
 
-def test_walk_claims_new_nodes_behind_outputs_and_brackets_their_backward(sess):
+def test_walk_claims_new_nodes_behind_the_roots_and_brackets_their_backward(sess):
     old = FakeNode("old", sess.cuda, STREAM, seq=3)  # created before the region (numbered below 5)
     acc = FakeNode("acc", sess.cuda, STREAM, seq=(1 << 64) - 1)  # AccumulateGrad: unnumbered
     mm = FakeNode("mm", sess.cuda, STREAM, seq=5, nexts=(old, acc, None))  # inside a composite op
-    gelu = FakeNode("gelu", sess.cuda, STREAM, seq=6, nexts=(mm,))
-    walk = NodeWalk(5, BackwardTagger({"name": "mlp", "stream": 61}))
-    walk.on_outputs((FakeTensor(gelu), [FakeTensor(gelu), FakeTensor(mm)], {"x": FakeTensor(None)}, 7))
-    assert walk.claimed == 2 and len(gelu.pre) == len(mm.pre) == 1  # once although reached three times
-    assert old.pre == acc.pre == [] and CLAIM_KEY not in old.metadata
+    gelu = FakeNode("gelu", sess.cuda, STREAM, seq=6, nexts=(mm, mm))
+    after = FakeNode("loss", sess.cuda, STREAM, seq=7, nexts=(gelu, mm))  # made after the region
+    table = RangeTable()
+    r = table.enter(5, BackwardTagger({"name": "mlp", "stream": 61}))
+    table.exit(r, 7, 2)
+    assert claim([after, gelu, None], table) == 2
+    assert len(gelu.pre) == len(mm.pre) == 1  # once although reached four times
+    assert old.pre == acc.pre == after.pre == [] and CLAIM_KEY not in old.metadata
     assert mm.metadata[CLAIM_KEY]["name"] == "mlp"
+    assert claim([after], table) == 0  # a second backward of the same graph (retain_graph)
     sess.cuda.launch(STREAM, "forward_kernel")
     gelu.run()
     old.run()  # not created in the region: not tagged
@@ -136,20 +140,21 @@ class WrappingTensor:
 def test_claims_are_per_node_not_per_wrapper_and_the_inner_region_wins(sess):
     a = FakeNode("a", sess.cuda, STREAM, seq=1)
     b = FakeNode("b", sess.cuda, STREAM, seq=2, nexts=(a,))
-    outer = NodeWalk(0, BackwardTagger({"name": "outer"}))
-    outer.on_outputs(WrappingTensor(a))  # the op that made a returns
-    inner = NodeWalk(1, BackwardTagger({"name": "mlp"}))  # opened after a was created
+    c = FakeNode("c", sess.cuda, STREAM, seq=3, nexts=(b, a))
+    table = RangeTable()
+    outer = table.enter(0, BackwardTagger({"name": "outer"}))
+    inner = table.enter(2, BackwardTagger({"name": "mlp"}))  # opened after a was created
+    table.exit(inner, 3, 1)
+    table.exit(outer, 4, 4)
     # the same node reached through several short-lived wrappers (whose ids may repeat)
     for _ in range(3):
-        inner.on_outputs([WrappingTensor(b)])
-    assert len(b.pre) == len(b.post) == 1 and len(a.pre) == 1
-    outer.on_outputs(WrappingTensor(b))  # the enclosing region sees b later: the inner one's
-    assert len(b.pre) == 1 and len(a.pre) == 1
+        claim([WrappingTensor(c).grad_fn], table)
+    assert len(b.pre) == len(b.post) == 1 and len(a.pre) == 1 and len(c.pre) == 1
     b.run()
     a.run()
     k = {n.kernel: n.annotation for n in resolve(sess).nodes}
     assert k["b_backward"] == {"name": "mlp", "autograd_phase": "backward"}
-    assert k["a_backward"] == {"name": "outer", "autograd_phase": "backward"}  # opened last: wins
+    assert k["a_backward"] == {"name": "outer", "autograd_phase": "backward"}
 
 
 def test_node_hooks_label_the_lane_nest_and_find_the_capture_from_another_thread(sess, capture_path):

@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from perfetto_graph_ann import mark_kernels  # noqa: E402
-from perfetto_graph_ann.capture.autograd import CLAIM_KEY  # noqa: E402
+from perfetto_graph_ann.capture.autograd import CLAIM_KEY, claim_backward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("capture_path")
 
@@ -86,13 +86,15 @@ def seq_of(node):
 
 
 def probe(sess, *roots):
-    """Launch a fake kernel ``name#seq`` from a pre-hook on every node (after the tagger's)."""
+    """Launch a fake kernel ``name#seq`` from a post-hook on every node. Registered before the
+    backward starts, so before the tagger's hooks (added when the backward starts): the
+    probe's post-hook runs while the tagger's scope is still open."""
     for n in graph_nodes(*roots):
         if "probe" in n.metadata:
             continue  # AccumulateGrad nodes live as long as their parameter: probed once
         n.metadata["probe"] = True
         key = f"{n.name()}#{seq_of(n)}"
-        n.register_prehook(lambda g, key=key: sess.cuda.launch(STREAM, key) and None)
+        n.register_hook(lambda gi, go, key=key: sess.cuda.launch(STREAM, key) and None)
 
 
 def ours(sess):
@@ -222,6 +224,8 @@ def test_every_node_created_in_the_region_is_claimed_once_and_no_other(sess):
     before = {id(n): n for n in graph_nodes(h.grad_fn)}
     y = block(h)
     loss = y.square().mean()
+    assert all(CLAIM_KEY not in n.metadata for n in graph_nodes(loss.grad_fn))  # nothing until a backward
+    claim_backward(loss)  # what a backward started in the capture does first
     nodes = graph_nodes(loss.grad_fn)
     claimed = collections.Counter(n.metadata.get(CLAIM_KEY, {}).get("name") for n in nodes)
     assert all(CLAIM_KEY not in n.metadata for n in nodes if id(n) in before)
@@ -264,8 +268,8 @@ class Scale(torch.autograd.Function):
 
 
 def test_custom_function_inside_and_at_the_end_of_a_region(sess):
-    """autograd.Function.apply bypasses torch-function modes: its node is still claimed, also
-    when its output leaves the region without another op in the region consuming it."""
+    """A custom autograd.Function's node is numbered like any other: claimed, also when its
+    output leaves the region without another op in the region consuming it."""
     torch.manual_seed(0)
     lin = nn.Linear(D, D)
     x = torch.randn(2, 5, D)
@@ -344,12 +348,13 @@ def test_no_mode_and_no_claims_when_backward_is_false(sess):
     with mark_kernels("mlp", backward=False):
         assert _get_current_function_mode_stack() == []
         h = F.gelu(lin(torch.randn(3, D)))
+    assert claim_backward(h) == 0
     assert all(CLAIM_KEY not in n.metadata for n in graph_nodes(h.grad_fn))
 
 
 def test_compiled_module_in_a_region_is_one_claimed_node_and_stays_one_graph(sess):
     """AOTAutograd runs a compiled module's backward as one node, created in the region: all of
-    it gets the region's scope. The walk stays out of Dynamo's trace (no graph breaks)."""
+    it gets the region's scope. Nothing of the region enters Dynamo's trace (no graph breaks)."""
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -358,8 +363,7 @@ def test_compiled_module_in_a_region_is_one_claimed_node_and_stays_one_graph(ses
     mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
     compiled = torch.compile(mlp, backend="aot_eager")
     x = torch.randn(3, D)
-    # warm-up as before a capture, with the scope (Dynamo guards on the torch-function mode
-    # stack: a first call outside the region would compile a second, identical graph for it)
+    # warm-up as before a capture
     with mark_kernels("mlp", backward=True):
         h = compiled(x)
     h.sum().backward()
@@ -389,6 +393,7 @@ def test_entry_number_without_get_sequence_nr(sess, monkeypatch):
     assert start > seq_of(before.grad_fn)
     with mark_kernels("mlp", backward=True):
         h = F.gelu(before)
+    claim_backward(h)
     assert h.grad_fn.metadata[CLAIM_KEY]["name"] == "mlp"
     assert all(CLAIM_KEY not in n.metadata for n in graph_nodes(before.grad_fn))
 
@@ -421,7 +426,8 @@ def test_grad_turned_back_on_inside_a_grad_off_region(sess):
                     b = F.gelu(a) * 2  # 2 nodes, made in "serve" with grad re-enabled
                     with mark_kernels("inner", backward=True):
                         c = lin2(b)
-        d = lin3(c) + b  # outer's again; its walk reaches b's nodes through the add
+        d = lin3(c) + b  # outer's again
+    claim_backward(d)
     nodes = {n.name(): n for n in graph_nodes(d.grad_fn)}
     name = lambda n: n.metadata.get(CLAIM_KEY, {}).get("name")  # noqa: E731
     assert name(nodes["GeluBackward0"]) is None and name(nodes["MulBackward0"]) is None
@@ -440,3 +446,75 @@ def test_grad_off_region_without_new_nodes_warns_nothing(sess, recwarn):
     with torch.no_grad(), mark_kernels("serve", backward=True):
         lin(torch.randn(3, D))
     assert not [w for w in recwarn if "grad mode off" in str(w.message)]
+
+
+def test_grad_on_region_observes_no_op_and_claims_only_when_a_backward_starts_in_a_capture(sess):
+    """No torch-function mode (no per-op cost); a backward outside any capture walks nothing;
+    the same graph backwarded inside one is claimed."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    from perfetto_graph_ann.capture import session as S
+
+    torch.manual_seed(0)
+    lin = nn.Linear(D, D)
+    with mark_kernels("mlp", backward=True):
+        assert _get_current_function_mode_stack() == []
+        h = F.gelu(lin(torch.randn(3, D)))
+    S.pop(sess)  # no capture in flight now
+    try:
+        h.sum().backward(retain_graph=True)
+        assert all(CLAIM_KEY not in n.metadata for n in graph_nodes(h.grad_fn))
+    finally:
+        S.push(sess)
+    h.sum().backward()
+    assert h.grad_fn.metadata[CLAIM_KEY]["name"] == "mlp"
+
+
+def test_forward_in_one_capture_backward_in_another_through_autograd_grad(capture_path):
+    """make_graphed_callables' shape: the forward captured in one graph, ``torch.autograd.grad``
+    captured in another; the backward's kernels carry the forward's scope."""
+    from capture_fakes import pushed_capture as pc
+
+    torch.manual_seed(0)
+    lin = nn.Linear(D, D)
+    x = torch.randn(3, D, requires_grad=True)
+    with pc(STREAM) as fwd:
+        with mark_kernels("mlp", backward=True):
+            h = F.gelu(lin(x))
+        resolve_capture(fwd, STREAM)
+    with pc(STREAM) as bwd:
+        probe(bwd, h.grad_fn)
+        torch.autograd.grad((h,), (x,) + tuple(lin.parameters()), (torch.ones_like(h),))
+        rec = resolve_capture(bwd, STREAM)
+    got = {n.kernel.split("#")[0]: dict(n.annotation) for n in rec.nodes}
+    tagged = {"name": "mlp", "autograd_phase": BACKWARD}
+    assert got["GeluBackward0"] == tagged and got["AddmmBackward0"] == tagged
+
+
+def test_range_table_owner_nested_siblings_grad_off_and_equal_starts():
+    """Independent of torch: the innermost range holding a number, as nesting defines it."""
+    from perfetto_graph_ann.capture.autograd import BackwardTagger, RangeTable
+
+    t = RangeTable()
+    tag = {n: BackwardTagger({"name": n}) for n in ("outer", "a", "b", "a2")}
+    outer = t.enter(10, tag["outer"])
+    a = t.enter(12, tag["a"])
+    a2 = t.enter(12, tag["a2"])  # entered with no node in between: same start, innermost
+    t.exit(a2, 14, 2)
+    t.exit(a, 15, 3)
+    off = t.enter(16, None)  # grad off at entry
+    b = t.enter(18, tag["b"])
+    t.exit(b, 19, 1)
+    t.exit(off, 20, 4)
+    empty = t.enter(21, tag["a"])
+    t.exit(empty, 21, 0)  # no node: dropped
+    t.exit(outer, 25, 15)
+
+    def name(seq):
+        r = t.owner(seq)
+        return None if r is None else (r.tagger.fields["name"] if r.tagger else "off")
+
+    want = {9: None, 10: "outer", 11: "outer", 12: "a2", 13: "a2", 14: "a", 15: "outer", 16: "off",
+            17: "off", 18: "b", 19: "off", 20: "outer", 21: "outer", 24: "outer", 25: None, 99: None}
+    assert {s: name(s) for s in want} == want
+    assert len(t.ranges) == 5 and t.open == []  # the empty one dropped

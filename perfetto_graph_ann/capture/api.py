@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from ..errors import CaptureError
 from . import backends, collectives, torch_native
 from . import session as _session
-from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, GradOffRegion, grad_enabled, in_backward
+from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, grad_enabled, in_backward
 from .calibration import KINETO, CalibrationDeferred, calibrate_replay
 from .registry import REGISTRY
 from .scopes import normalize_annotation
@@ -381,8 +381,8 @@ class mark_kernels:
         else:
             return self  # as torch's: outside a capture nothing is recorded, nothing hooked
         if self.backward:
-            if not grad_enabled():  # no_grad / inference_mode: no node can be created, no mode
-                self._mode = GradOffRegion()
+            if not grad_enabled():  # no_grad / inference_mode: a range that claims nothing
+                self._mode = BackwardRegion()
                 self._mode.__enter__()
                 return self
             merged = {**sess.recorder.open_fields(), **self.fields}

@@ -2,31 +2,38 @@
 
 Which nodes: every autograd node created on the region's thread while the region is open.
 Autograd numbers the nodes a thread creates (``Node._sequence_nr()``, a per-thread counter
-that only grows), so the nodes created since the region opened are exactly those of this
-thread numbered at least the counter's value at entry (AccumulateGrad nodes carry the
-largest number and are never ours). They are found by walking back from the ``grad_fn`` of
-every tensor an op returns (a ``TorchFunctionMode``; ``autograd.Function.apply``, which
-bypasses torch-function modes, is wrapped from the first region on): a composite op's
-internal nodes (``linear`` on a 3-D input: view, addmm, t; SDPA's math path: a dozen and more)
-all lie behind its outputs. The walk stops at nodes numbered below the entry value (they existed before the
-region) and at nodes already claimed, so each node is claimed once, by the innermost region
-that created it (an inner region claims its nodes before the enclosing one sees them).
+that only grows), so a region is a range of numbers: the counter's value at entry and at
+exit, read with ``torch._C._autograd._get_sequence_nr`` (no node is made, no op observed).
+Regions on one thread nest, so their ranges do too; a node belongs to the innermost range
+holding its number. AccumulateGrad nodes carry no number and are never a region's.
 
-How: a claimed node gets a pre-hook that opens a scope (the region's fields plus
-``autograd_phase: "backward"``) in whatever capture runs its backward, and a post-hook that
-closes it. Outside a capture the hooks do nothing. Not bracketed: what the engine does for a
-node outside its hooks (summing gradients into the next nodes' input buffers) and hooks that
-run before ours (docs/design.md, "Backward tagging"). The walk and the hooks are torch-free
-(:class:`NodeWalk`, :class:`BackwardTagger`); :class:`BackwardRegion` ties them to torch.
-A region entered with grad mode off (no_grad, inference_mode) is a :class:`GradOffRegion`:
-no mode, no walk (no node can be created; the exact rule for grad turned back on inside it
-is in its docstring).
+When: nothing is done per forward op. When a backward starts inside a capture
+(``torch.autograd.backward`` / ``grad``, both through ``torch.autograd._engine_run_backward``,
+which this module wraps from the first region on, as ``torch.compiler`` does), the graph
+behind its roots is walked once: down to nodes numbered below the thread's first recorded
+range, skipping nodes already claimed. Each node whose number lies in a range gets that
+range's hooks: a pre-hook that opens a scope (the region's fields plus
+``autograd_phase: "backward"``) in the capture running the backward, and a post-hook that
+closes it. Outside a capture nothing is walked and the hooks do nothing. Not bracketed:
+what the engine does for a node outside its hooks (summing gradients into the next nodes'
+input buffers) and hooks registered before ours (docs/design.md, "Backward tagging").
+
+A region entered with grad mode off (no_grad, inference_mode) is a range that claims
+nothing: nodes made in it after grad is turned back on belong to no region (not to an
+enclosing one either), and a warning counts them. Ranges are kept per thread for the
+process's life (a few dozen bytes each; a range in which no node was made is dropped at
+exit), since a forward captured in one graph may be backwarded in another.
+
+The tables and the walk are torch-free (:class:`RangeTable`, :func:`claim`); the torch side
+is :class:`BackwardRegion` and the wrapper of the engine's entry point.
 """
 from __future__ import annotations
 
+import bisect
 import sys
 import threading
-from typing import Any, Callable, List, Mapping, Optional
+import warnings
+from typing import Any, Callable, Iterable, List, Mapping, Optional
 
 from . import fastpath as _fastpath
 from . import session as _session
@@ -38,20 +45,7 @@ BACKWARD = "backward"
 CLAIM_KEY = "perfetto_graph_ann.backward"
 #: AccumulateGrad (and other nodes made outside the numbering) carry UINT64_MAX
 _UNNUMBERED = (1 << 64) - 1
-
-
-def _flatten(obj: Any, out: List[Any], depth: int = 0) -> List[Any]:
-    if depth > 4:
-        return out
-    if isinstance(obj, (list, tuple)):
-        for o in obj:
-            _flatten(o, out, depth + 1)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            _flatten(o, out, depth + 1)
-    else:
-        out.append(obj)
-    return out
+_OPEN = float("inf")
 
 
 def _current_session() -> Optional[_session.CaptureSession]:
@@ -135,117 +129,160 @@ class BackwardTagger:
         node.register_hook(h.post)
 
 
-class NodeWalk:
-    """Claims for ``tagger`` the nodes created on this thread since the counter read ``start``."""
+class Range:
+    """The node numbers ``[start, end)`` of one region on one thread (``end`` is infinite while
+    the region is open); ``tagger`` None claims nothing (a grad-off region)."""
 
-    __slots__ = ("start", "tagger", "claimed")
+    __slots__ = ("start", "end", "tagger", "parent")
 
-    def __init__(self, start: int, tagger: BackwardTagger):
-        self.start = start
-        self.tagger = tagger
-        self.claimed = 0
-
-    def on_outputs(self, outputs: Any) -> None:
-        """Walk back from the ``grad_fn`` of every tensor in ``outputs``."""
-        if isinstance(outputs, (list, tuple)):
-            for t in outputs:
-                if isinstance(t, (list, tuple, dict)):
-                    for u in _flatten(t, []):
-                        gf = getattr(u, "grad_fn", None)
-                        if gf is not None:
-                            self.walk(gf)
-                else:
-                    gf = getattr(t, "grad_fn", None)
-                    if gf is not None:
-                        self.walk(gf)
-        elif isinstance(outputs, dict):
-            for t in _flatten(outputs, []):
-                gf = getattr(t, "grad_fn", None)
-                if gf is not None:
-                    self.walk(gf)
-        else:
-            gf = getattr(outputs, "grad_fn", None)
-            if gf is not None:
-                self.walk(gf)
-
-    def walk(self, root: Any) -> None:
-        """Claim ``root`` and the nodes behind it that are new and unclaimed."""
-        start = self.start
-        if root._sequence_nr() < start:
-            return  # the usual non-creating op (a view of an input): nothing new behind it
-        tagger, excluded = self.tagger, getattr(_tls, "excluded", None)
-        todo = [root]
-        while todo:
-            node = todo.pop()
-            seq = node._sequence_nr()
-            if seq < start or seq == _UNNUMBERED:
-                continue  # existed before the region (or AccumulateGrad): nothing behind it is new
-            meta = node.metadata
-            if CLAIM_KEY in meta:
-                continue  # this region's walk, or an inner region's, was here and went behind it
-            todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
-            if excluded and any(lo <= seq < hi for lo, hi in excluded):
-                continue  # created in a grad-off region after grad was re-enabled: not ours
-            meta[CLAIM_KEY] = tagger.fields
-            tagger.hook(node)
-            self.claimed += 1
+    def __init__(self, start: int, tagger: Optional[BackwardTagger], parent: Optional["Range"]):
+        self.start, self.end, self.tagger, self.parent = start, _OPEN, tagger, parent
 
 
-class _NoWalk:
-    """The walk of a region that claims nothing (see :class:`GradOffRegion`)."""
+class RangeTable:
+    """One thread's region ranges, in the order they were entered (so by ``start``)."""
 
-    __slots__ = ()
+    __slots__ = ("ranges", "starts", "open")
 
-    def on_outputs(self, outputs: Any) -> None:
-        return None
+    def __init__(self) -> None:
+        self.ranges: List[Range] = []
+        self.starts: List[int] = []
+        self.open: List[Range] = []
+
+    def enter(self, start: int, tagger: Optional[BackwardTagger]) -> Range:
+        r = Range(start, tagger, self.open[-1] if self.open else None)
+        self.ranges.append(r)
+        self.starts.append(start)
+        self.open.append(r)
+        return r
+
+    def exit(self, r: Range, end: int, created: int) -> None:
+        """Close ``r`` at counter value ``end``; ``created`` nodes were made in it (its inner
+        regions' included). A range without nodes is dropped: its inner ranges were empty too
+        and went before it, so it is the last one."""
+        r.end = end
+        if self.open and self.open[-1] is r:
+            self.open.pop()
+        elif r in self.open:
+            self.open.remove(r)
+        if created <= 0 and self.ranges and self.ranges[-1] is r:
+            self.ranges.pop()
+            self.starts.pop()
+
+    def owner(self, seq: int) -> Optional[Range]:
+        """The innermost range holding node number ``seq``, or None.
+
+        The last range entered at or before ``seq`` holds it, or else one of that range's
+        enclosing ranges does (ranges of nested regions are nested or disjoint)."""
+        i = bisect.bisect_right(self.starts, seq) - 1
+        r = self.ranges[i] if i >= 0 else None
+        while r is not None and not seq < r.end:
+            r = r.parent
+        return r
 
 
-_NO_WALK = _NoWalk()
+def claim(roots: Iterable[Any], table: RangeTable) -> int:
+    """Hook every node behind ``roots`` (autograd nodes) whose number lies in a range of
+    ``table`` with a tagger, with the innermost such range's hooks; returns how many.
+
+    Stops at nodes numbered below the table's first range (nothing behind them is newer), at
+    unnumbered nodes, and at nodes already claimed (a previous backward of the same graph,
+    ``retain_graph``, walked behind them)."""
+    if not table.starts:
+        return 0
+    first = table.starts[0]
+    todo = [r for r in roots if r is not None]
+    seen = set()
+    keep = []  # the wrappers whose ids are in ``seen`` stay alive for the walk
+    claimed = 0
+    while todo:
+        node = todo.pop()
+        seq = node._sequence_nr()
+        if seq < first or seq == _UNNUMBERED:
+            continue
+        meta = node.metadata
+        if CLAIM_KEY in meta:
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        keep.append(node)
+        todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+        r = table.owner(seq)
+        if r is None or r.tagger is None:
+            continue
+        meta[CLAIM_KEY] = r.tagger.fields
+        r.tagger.hook(node)
+        claimed += 1
+    return claimed
 
 
-# Regions open on this thread (innermost last): autograd.Function.apply's wrapper hands its
-# outputs to the innermost one.
+# This thread's region ranges.
 _tls = threading.local()
 _install_lock = threading.Lock()
-_orig_apply: Any = None
+_orig_run_backward: Any = None
 
 
-def _regions() -> List["BackwardRegion"]:
-    st = getattr(_tls, "regions", None)
-    if st is None:
-        st = _tls.regions = []
-    return st
+def _table() -> RangeTable:
+    t = getattr(_tls, "table", None)
+    if t is None:
+        t = _tls.table = RangeTable()
+    return t
 
 
-def _wrapped_apply(cls, *args, **kwargs):
-    out = _orig_apply.__func__(cls, *args, **kwargs)
-    st = getattr(_tls, "regions", None)
-    if st and not _is_compiling():
-        st[-1].walk.on_outputs(out)
+def _roots(outputs: Any) -> List[Any]:
+    """The autograd nodes of what a backward starts from (tensors or ``GradientEdge``s)."""
+    if not isinstance(outputs, (list, tuple)) or hasattr(outputs, "node"):
+        outputs = (outputs,)
+    out = []
+    for t in outputs:
+        gf = getattr(t, "grad_fn", None)
+        if gf is None:
+            gf = getattr(t, "node", None)  # a GradientEdge
+        if gf is not None:
+            out.append(gf)
     return out
 
 
-def _is_compiling() -> bool:
-    """True while Dynamo traces: the walk must stay out of its graphs (it would break them)."""
-    import torch
+def claim_backward(outputs: Any) -> int:
+    """Claim the nodes behind ``outputs`` for this thread's regions (what a backward started
+    inside a capture does first); returns how many nodes were hooked."""
+    t = getattr(_tls, "table", None)
+    if t is None or not t.starts:
+        return 0
+    return claim(_roots(outputs), t)
 
-    return torch.compiler.is_compiling()
+
+def _capturing() -> bool:
+    sess = _current_session()
+    return sess is not None and sess.recorder.active
 
 
-def _wrap_function_apply() -> None:
-    """Wrap ``torch.autograd.Function.apply`` (it bypasses torch-function modes), once, at the
-    process's first backward region; the wrapper passes straight through on threads without
-    an open region. Kept afterwards: patching a class per region would churn the type caches
-    of every Function subclass."""
-    global _orig_apply
-    if _orig_apply is not None:
+def _wrapped_run_backward(t_outputs, *args, **kwargs):
+    t = getattr(_tls, "table", None)
+    if t is not None and t.starts and _capturing():
+        claim(_roots(t_outputs), t)
+    return _orig_run_backward(t_outputs, *args, **kwargs)
+
+
+def _wrap_run_backward(torch: Any) -> None:
+    """Wrap torch's backward entry point (``torch.autograd.backward`` and ``grad`` call
+    ``torch.autograd._engine_run_backward``), once per process; the wrapper passes straight
+    through outside a capture or on threads that never opened a region."""
+    global _orig_run_backward
+    if _orig_run_backward is not None:
         return
-    from torch.autograd.function import Function
-
+    ag = getattr(torch, "autograd", None)
+    orig = getattr(ag, "_engine_run_backward", None)
+    if orig is None:
+        return  # a torch (or a test's fake) without the entry point: nothing to claim with
     with _install_lock:
-        if _orig_apply is None:
-            _orig_apply = Function.__dict__["apply"]
-            Function.apply = classmethod(_wrapped_apply)
+        if _orig_run_backward is None:
+            _orig_run_backward = orig
+            ag._engine_run_backward = _wrapped_run_backward
+            graph = getattr(ag, "graph", None)
+            if getattr(graph, "_engine_run_backward", None) is orig:
+                graph._engine_run_backward = _wrapped_run_backward
 
 
 _no_torch = False
@@ -303,131 +340,36 @@ def in_backward() -> bool:
     return current is not None and current() is not None
 
 
-_mode_class: Any = None
-
-
-def _region_mode_class() -> Any:
-    """One ``TorchFunctionMode`` class for all regions (Dynamo guards on the modes' types: a
-    class per region would recompile a compiled module at every region)."""
-    global _mode_class
-    if _mode_class is not None:
-        return _mode_class
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    is_compiling = torch.compiler.is_compiling
-    Tensor = torch.Tensor
-    # results that never carry a grad_fn (sizes, dtypes, scalars): returned without a look
-    _NO_NODES = frozenset((bool, int, float, str, torch.Size, torch.dtype, torch.device))
-
-    class RegionMode(TorchFunctionMode):
-        def __init__(self, region: "BackwardRegion"):
-            super().__init__()
-            self.region = region
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **kwargs) if kwargs else func(*args)
-            # Dynamo traces through modes: is_compiling() keeps the walk out of its graphs; a
-            # compiled graph's single autograd node is claimed when it runs (Function.apply).
-            if is_compiling():
-                return out
-            if type(out) is Tensor:  # the common case first: one plain tensor
-                gf = out.grad_fn
-                if gf is None:
-                    return out
-            elif out is None or type(out) in _NO_NODES:
-                return out
-            else:
-                gf = None
-            # Only the innermost region of this thread walks: an inner region's handler calls
-            # func through the enclosing regions' handlers, and an autograd engine thread that
-            # inherits the mode numbers its nodes with its own counter.
-            st = getattr(_tls, "regions", None)
-            if st and st[-1] is self.region:
-                if gf is not None:
-                    self.region.walk.walk(gf)
-                else:
-                    self.region.walk.on_outputs(out)
-            return out
-
-    _mode_class = RegionMode
-    return RegionMode
-
-
 class BackwardRegion:
-    """The torch side of one ``mark_kernels(..., backward=True)`` block (enter/exit pair)."""
+    """The torch side of one ``mark_kernels(..., backward=True)`` block: records its range of
+    node numbers. ``tagger`` None: the block was entered with grad mode off (a serving capture)
+    and claims nothing; nodes made in it after ``torch.enable_grad()`` are claimed by no
+    region (a warning says how many), while a block opened inside it with grad on claims its
+    own as usual."""
 
-    __slots__ = ("walk", "_mode")
+    __slots__ = ("tagger", "_range")
 
-    def __init__(self, tagger: BackwardTagger):
-        self.walk = NodeWalk(sequence_number(), tagger)
-        self._mode = _region_mode_class()(self)
+    def __init__(self, tagger: Optional[BackwardTagger] = None):
+        self.tagger = tagger
+        self._range: Optional[Range] = None
 
     def __enter__(self) -> "BackwardRegion":
-        _wrap_function_apply()
-        _regions().append(self)
-        self._mode.__enter__()
+        torch = _torch_module()
+        if _orig_run_backward is None and torch is not None:
+            _wrap_run_backward(torch)
+        self._range = _table().enter(sequence_number(), self.tagger)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            self._mode.__exit__(exc_type, exc, tb)
-        finally:
-            _leave(self)
-
-
-class GradOffRegion:
-    """A backward region entered with grad mode off (``torch.no_grad``, ``inference_mode``: a
-    serving capture): no torch-function mode, no walk, no cost per op.
-
-    Ops create no autograd nodes while grad is off. Nodes created after the block turns grad
-    back on (``torch.enable_grad()`` inside it) are not tagged by it, and no enclosing region
-    claims them either (they were created in this block, not in the enclosing one: the
-    numbers they got are excluded from every walk of the thread's open regions); a warning
-    says how many there were. Regions opened inside the block with grad on work as usual.
-    """
-
-    __slots__ = ("start",)
-
-    #: a region on the thread's stack that claims nothing (an enclosing region's mode sees it
-    #: on top and does not walk; Function.apply's wrapper hands its outputs to it)
-    walk = _NO_WALK
-
-    def __init__(self) -> None:
-        self.start = sequence_number()
-
-    def __enter__(self) -> "GradOffRegion":
-        _regions().append(self)
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        st = _leave(self)
+        r = self._range
         end = sequence_number()
-        created = end - self.start - (1 if _peek_uses_a_number else 0)
-        if created > 0:
-            if st:  # enclosing regions are open: keep their walks off these numbers
-                ex = getattr(_tls, "excluded", None)
-                if ex is None:
-                    ex = _tls.excluded = []
-                ex.append((self.start, end))
-            import warnings
-
+        created = end - r.start - (1 if _peek_uses_a_number else 0)
+        _table().exit(r, end, created)
+        if self.tagger is None and created > 0:
             warnings.warn(f"mark_kernels(..., backward=True) was entered with grad mode off, and "
                           f"{created} autograd node(s) were created in it after grad was turned back "
                           "on: those not claimed by a block opened inside it with grad on are not "
                           "tagged backward (enter the block with grad on to tag them)", stacklevel=3)
-
-
-def _leave(region: Any) -> List[Any]:
-    """Take ``region`` off this thread's stack; returns the stack (forgets exclusions once empty)."""
-    st = _regions()
-    if st and st[-1] is region:
-        st.pop()
-    elif region in st:
-        st.remove(region)
-    if not st and getattr(_tls, "excluded", None):
-        _tls.excluded = []
-    return st
 
 
 def grad_enabled() -> bool:
