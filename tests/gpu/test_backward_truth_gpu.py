@@ -267,8 +267,8 @@ def _capture_seconds(step, n=5):
 @pytest.mark.parametrize("path", ["compiled", "python"])
 def test_backward_hooks_capture_cost(results, monkeypatch, path):
     """Capture time of the annotated training step (2 blocks, 4 scopes): backward=False,
-    backward=True, and backward=True with the node hooks left out (the forward's mode and
-    walk alone). Interleaved, medians."""
+    backward=True, and backward=True with the node hooks left out (the regions' ranges and the
+    walk at the backward's start alone). Interleaved, medians."""
     from perfetto_graph_ann.capture import autograd, fastpath
 
     if path == "compiled" and not fastpath.module_built():
@@ -314,8 +314,9 @@ def inference_step(backward):
 
 @pytest.mark.parametrize("path", ["compiled", "python"])
 def test_backward_true_under_no_grad_capture_cost(results, monkeypatch, path):
-    """A serving capture (forward under no_grad, the same 4 scopes): backward=True enters no
-    torch-function mode, so it should cost what backward=False does. Interleaved, medians."""
+    """A serving capture (forward under no_grad, the same 4 scopes): backward=True records a
+    range per block and nothing else, so it should cost what backward=False does. Interleaved,
+    medians."""
     from perfetto_graph_ann.capture import fastpath
 
     if path == "compiled" and not fastpath.module_built():
