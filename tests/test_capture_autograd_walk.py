@@ -379,12 +379,15 @@ def test_compiled_module_in_a_region_is_one_claimed_node_and_stays_one_graph(ses
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
-def test_entry_number_without_get_sequence_nr(sess, monkeypatch):
+@pytest.mark.parametrize("node", ["UndefinedGrad", "a view's grad_fn"])
+def test_entry_number_without_get_sequence_nr(sess, monkeypatch, node):
     """A torch without ``_get_sequence_nr``: the entry number comes from a throwaway node (also
     under no_grad), and the region claims exactly its own nodes."""
     from perfetto_graph_ann.capture import autograd
 
     monkeypatch.delattr(torch._C._autograd, "_get_sequence_nr")
+    if node != "UndefinedGrad":
+        monkeypatch.delattr(torch._C._functions, "UndefinedGrad")
     monkeypatch.setattr(autograd, "_peek", None)
     lin = nn.Linear(D, D)
     before = lin(torch.randn(3, D))

@@ -318,8 +318,13 @@ def _make_peek(torch: Any) -> Callable[[], int]:
     if peek is not None:
         return peek
     _peek_uses_a_number = True
+    # older torch: make a node and read its number (one number used up). A bare C++ node
+    # (UndefinedGrad takes no inputs) is numbered like any other and costs no op dispatch.
+    undefined = getattr(getattr(getattr(torch, "_C", None), "_functions", None), "UndefinedGrad", None)
+    if undefined is not None:
+        return lambda: undefined()._sequence_nr() + 1
 
-    def peek() -> int:  # older torch: make a node and read its number (one number used up)
+    def peek() -> int:
         with torch.enable_grad():
             return torch.empty(0, requires_grad=True).view(0).grad_fn._sequence_nr() + 1
     return peek
