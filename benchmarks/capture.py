@@ -88,6 +88,8 @@ def main() -> None:
     ap.add_argument("--python-arm", action="store_true",
                     help="also time the annotated captures on the pure-Python capture path (interleaved)")
     ap.add_argument("--decoder", action="store_true", help="the decoder benchmark (see the module docstring)")
+    ap.add_argument("--backward-false-arm", action="store_true",
+                    help="--decoder: also capture the annotated set with mark_kernels(..., backward=False)")
     ap.add_argument("--batches", default="16,8,4,1", help="--decoder: batch sizes, one graph each")
     ap.add_argument("--rounds", type=int, default=8, help="--decoder: interleaved rounds")
     ap.add_argument("--out")
@@ -190,11 +192,14 @@ def decoder_main(args) -> None:
     weights = decoder_weights(layers)
     plain = [decoder(weights, b, annotate=False) for b in batches]
     ann = [decoder(weights, b, annotate=True) for b in batches]
-    for fn in plain + ann:
+    nobw = [decoder(weights, b, annotate=True, backward=False) for b in batches]
+    for fn in plain + ann + (nobw if args.backward_false_arm else []):
         warmup(fn)
-    fns = {"plain": plain, "annotated": ann, "python": ann}
-    # "python": the annotated set again on the pure-Python capture path (--python-arm)
-    arms = ("plain", "annotated", "python") if args.python_arm else ("plain", "annotated")
+    fns = {"plain": plain, "annotated": ann, "python": ann, "backward_false": nobw}
+    # "python": the annotated set again on the pure-Python capture path (--python-arm);
+    # "backward_false": the annotated set with mark_kernels(..., backward=False)
+    arms = ("plain", "annotated") + (("python",) if args.python_arm else ()) + (
+        ("backward_false",) if args.backward_false_arm else ())
     cap = {a: {b: [] for b in batches} for a in arms}
     first = {a: {b: [] for b in batches} for a in arms}
     steady = {a: {b: [] for b in batches} for a in arms}
@@ -263,6 +268,9 @@ def decoder_main(args) -> None:
         if "python" in arms:
             rows[b].update(capture_ms_python_path=med(cap["python"][b]) * 1e3,
                            capture_ratio_python_path=med(cap["python"][b]) / med(cap["plain"][b]))
+        if "backward_false" in arms:
+            rows[b].update(capture_ms_backward_false=med(cap["backward_false"][b]) * 1e3,
+                           capture_ratio_backward_false=med(cap["backward_false"][b]) / med(cap["plain"][b]))
     cls.__enter__, cls.__exit__ = orig_enter, orig_exit
     parts = {k: med([p.get(k, 0.0) for p in cal_parts]) * (1 if k == "records" else 1e3)
              for k in sorted({k for p in cal_parts for k in p})}

@@ -82,9 +82,12 @@ def test_walk_claims_new_nodes_behind_the_roots_and_brackets_their_backward(sess
     gelu = FakeNode("gelu", sess.cuda, STREAM, seq=6, nexts=(mm, mm))
     after = FakeNode("loss", sess.cuda, STREAM, seq=7, nexts=(gelu, mm))  # made after the region
     table = RangeTable()
-    r = table.enter(5, BackwardTagger({"name": "mlp", "stream": 61}))
+    made = []
+    r = table.enter(5, lambda: made.append(1) or BackwardTagger({"name": "mlp", "stream": 61}))
     table.exit(r, 7, 2)
+    assert made == []  # no tagger until a node of the range is claimed
     assert claim([after, gelu, None], table) == 2
+    assert made == [1]  # one tagger for the range
     assert len(gelu.pre) == len(mm.pre) == 1  # once although reached four times
     assert old.pre == acc.pre == after.pre == [] and CLAIM_KEY not in old.metadata
     assert mm.metadata[CLAIM_KEY]["name"] == "mlp"
@@ -142,8 +145,8 @@ def test_claims_are_per_node_not_per_wrapper_and_the_inner_region_wins(sess):
     b = FakeNode("b", sess.cuda, STREAM, seq=2, nexts=(a,))
     c = FakeNode("c", sess.cuda, STREAM, seq=3, nexts=(b, a))
     table = RangeTable()
-    outer = table.enter(0, BackwardTagger({"name": "outer"}))
-    inner = table.enter(2, BackwardTagger({"name": "mlp"}))  # opened after a was created
+    outer = table.enter(0, lambda: BackwardTagger({"name": "outer"}))
+    inner = table.enter(2, lambda: BackwardTagger({"name": "mlp"}))  # opened after a was created
     table.exit(inner, 3, 1)
     table.exit(outer, 4, 4)
     # the same node reached through several short-lived wrappers (whose ids may repeat)

@@ -500,16 +500,16 @@ def test_range_table_owner_nested_siblings_grad_off_and_equal_starts():
 
     t = RangeTable()
     tag = {n: BackwardTagger({"name": n}) for n in ("outer", "a", "b", "a2")}
-    outer = t.enter(10, tag["outer"])
-    a = t.enter(12, tag["a"])
-    a2 = t.enter(12, tag["a2"])  # entered with no node in between: same start, innermost
+    outer = t.enter(10, lambda: tag["outer"])
+    a = t.enter(12, lambda: tag["a"])
+    a2 = t.enter(12, lambda: tag["a2"])  # entered with no node in between: same start, innermost
     t.exit(a2, 14, 2)
     t.exit(a, 15, 3)
     off = t.enter(16, None)  # grad off at entry
-    b = t.enter(18, tag["b"])
+    b = t.enter(18, lambda: tag["b"])
     t.exit(b, 19, 1)
     t.exit(off, 20, 4)
-    empty = t.enter(21, tag["a"])
+    empty = t.enter(21, lambda: tag["a"])
     t.exit(empty, 21, 0)  # no node: dropped
     t.exit(outer, 25, 15)
 

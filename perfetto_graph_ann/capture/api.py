@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import warnings
 import weakref
+from functools import partial
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..errors import CaptureError
@@ -341,6 +342,11 @@ def calibrate(cuda_graph: Any) -> None:
     _disarm(cuda_graph)
 
 
+def _backward_tagger(sess: Any, fields: Dict[str, Any]) -> BackwardTagger:
+    """The backward scope of a ``mark_kernels`` block whose merged fields are ``fields``."""
+    return BackwardTagger(fields, lane_label=sess.lane_label(fields.get("stream")))
+
+
 class mark_kernels:
     """Annotate every node captured inside the block (any stream that joined the capture).
 
@@ -385,8 +391,8 @@ class mark_kernels:
                 self._mode = BackwardRegion()
                 self._mode.__enter__()
                 return self
-            merged = {**sess.recorder.open_fields(), **self.fields}
-            self._mode = BackwardRegion(BackwardTagger(merged, lane_label=sess.lane_label(merged.get("stream"))))
+            # the fields are fixed at entry; the tagger is built only if a node of the block is claimed
+            self._mode = BackwardRegion(partial(_backward_tagger, sess, {**sess.recorder.open_fields(), **self.fields}))
             self._mode.__enter__()
         return self
 

@@ -131,12 +131,21 @@ class BackwardTagger:
 
 class Range:
     """The node numbers ``[start, end)`` of one region on one thread (``end`` is infinite while
-    the region is open); ``tagger`` None claims nothing (a grad-off region)."""
+    the region is open). ``make`` builds the region's tagger the first time a node of the range
+    is claimed (most ranges of a forward-only capture hold no node: no tagger is ever built);
+    None claims nothing (a grad-off region)."""
 
-    __slots__ = ("start", "end", "tagger", "parent")
+    __slots__ = ("start", "end", "make", "parent", "_tagger")
 
-    def __init__(self, start: int, tagger: Optional[BackwardTagger], parent: Optional["Range"]):
-        self.start, self.end, self.tagger, self.parent = start, _OPEN, tagger, parent
+    def __init__(self, start: int, make: Optional[Callable[[], BackwardTagger]], parent: Optional["Range"]):
+        self.start, self.end, self.make, self.parent = start, _OPEN, make, parent
+        self._tagger: Optional[BackwardTagger] = None
+
+    @property
+    def tagger(self) -> Optional[BackwardTagger]:
+        if self._tagger is None and self.make is not None:
+            self._tagger = self.make()
+        return self._tagger
 
 
 class RangeTable:
@@ -149,8 +158,9 @@ class RangeTable:
         self.starts: List[int] = []
         self.open: List[Range] = []
 
-    def enter(self, start: int, tagger: Optional[BackwardTagger]) -> Range:
-        r = Range(start, tagger, self.open[-1] if self.open else None)
+    def enter(self, start: int, make: Optional[Callable[[], BackwardTagger]]) -> Range:
+        """Open a range at counter value ``start``; ``make`` builds its tagger (see :class:`Range`)."""
+        r = Range(start, make, self.open[-1] if self.open else None)
         self.ranges.append(r)
         self.starts.append(start)
         self.open.append(r)
@@ -209,10 +219,11 @@ def claim(roots: Iterable[Any], table: RangeTable) -> int:
         keep.append(node)
         todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
         r = table.owner(seq)
-        if r is None or r.tagger is None:
+        tagger = r.tagger if r is not None else None
+        if tagger is None:
             continue
-        meta[CLAIM_KEY] = r.tagger.fields
-        r.tagger.hook(node)
+        meta[CLAIM_KEY] = tagger.fields
+        tagger.hook(node)
         claimed += 1
     return claimed
 
@@ -347,22 +358,24 @@ def in_backward() -> bool:
 
 class BackwardRegion:
     """The torch side of one ``mark_kernels(..., backward=True)`` block: records its range of
-    node numbers. ``tagger`` None: the block was entered with grad mode off (a serving capture)
-    and claims nothing; nodes made in it after ``torch.enable_grad()`` are claimed by no
-    region (a warning says how many), while a block opened inside it with grad on claims its
-    own as usual."""
+    node numbers. ``make`` builds the block's :class:`BackwardTagger` when one of its nodes is
+    first claimed; None: the block was entered with grad mode off (a serving capture) and
+    claims nothing; nodes made in it after ``torch.enable_grad()`` are claimed by no region (a
+    warning says how many), while a block opened inside it with grad on claims its own."""
 
-    __slots__ = ("tagger", "_range")
+    __slots__ = ("make", "_range")
 
-    def __init__(self, tagger: Optional[BackwardTagger] = None):
-        self.tagger = tagger
+    def __init__(self, make: Optional[Callable[[], BackwardTagger]] = None):
+        self.make = make
         self._range: Optional[Range] = None
 
     def __enter__(self) -> "BackwardRegion":
-        torch = _torch_module()
-        if _orig_run_backward is None and torch is not None:
-            _wrap_run_backward(torch)
-        self._range = _table().enter(sequence_number(), self.tagger)
+        if _orig_run_backward is None:
+            torch = _torch_module()
+            if torch is not None:
+                _wrap_run_backward(torch)
+        t = getattr(_tls, "table", None) or _table()
+        self._range = t.enter(sequence_number(), self.make)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -370,7 +383,7 @@ class BackwardRegion:
         end = sequence_number()
         created = end - r.start - (1 if _peek_uses_a_number else 0)
         _table().exit(r, end, created)
-        if self.tagger is None and created > 0:
+        if self.make is None and created > 0:
             warnings.warn(f"mark_kernels(..., backward=True) was entered with grad mode off, and "
                           f"{created} autograd node(s) were created in it after grad was turned back "
                           "on: those not claimed by a block opened inside it with grad on are not "

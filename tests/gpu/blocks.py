@@ -48,8 +48,8 @@ class PreNormBlock(torch.nn.Module):
         return self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
-def _scope(annotate, ann):
-    return pga.mark_kernels(ann) if annotate else contextlib.nullcontext()
+def _scope(annotate, ann, backward=True):
+    return pga.mark_kernels(ann, backward=backward) if annotate else contextlib.nullcontext()
 
 
 def two_branch(annotate: bool = True):
@@ -99,8 +99,9 @@ def decoder_weights(layers: int = 36, d: int = 1024, ffn: int = 2816, seed: int 
 
 
 def decoder(weights: List[Dict[str, torch.Tensor]], batch: int = 16, seq: int = 128, heads: int = 16,
-            annotate: bool = True) -> Callable[[], torch.Tensor]:
-    """The decoder's forward on a fixed bf16 input of ``batch`` sequences.
+            annotate: bool = True, backward: bool = True) -> Callable[[], torch.Tensor]:
+    """The decoder's forward on a fixed bf16 input of ``batch`` sequences (``backward``: the
+    scopes' ``mark_kernels`` argument).
 
     Per layer: ``{"name": "layer", "layer": i}`` around ``attn`` and ``mlp`` (three nested
     scopes); RMSNorm written out (pow, mean, add, rsqrt, mul, mul), SDPA on causal heads,
@@ -116,19 +117,19 @@ def decoder(weights: List[Dict[str, torch.Tensor]], batch: int = 16, seq: int = 
         return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
     def layer(h, P):
-        with _scope(annotate, "attn"):
+        with _scope(annotate, "attn", backward):
             qkv = norm(h, P["n1"]) @ P["qkv"]
             q, k, v = (t.view(batch, seq, heads, hd).transpose(1, 2) for t in qkv.split(d, dim=-1))
             a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             h = h + a.transpose(1, 2).reshape(batch, seq, d) @ P["o"]
-        with _scope(annotate, "mlp"):
+        with _scope(annotate, "mlp", backward):
             gate, up = (norm(h, P["n2"]) @ P["gu"]).split(ffn, dim=-1)
             return h + (torch.nn.functional.silu(gate) * up) @ P["down"]
 
     def fwd():
         h = x
         for i, P in enumerate(weights):
-            with _scope(annotate, {"name": "layer", "layer": i}):
+            with _scope(annotate, {"name": "layer", "layer": i}, backward):
                 h = layer(h, P)
         return h
 
