@@ -19,8 +19,8 @@ __version__ = "0.1.0"
 _LAZY = {
     # capture (issue: capture)
     "graph": "capture.api",
-    "mark_kernels": "capture.api",
-    "mark_stream": "capture.api",
+    "mark_kernels": "capture.marks",
+    "mark_stream": "capture.marks",
     "calibrate": "capture.api",
     "annotate_collective": "capture.collectives",
     "get_stream_for_pg": "capture.collectives",

@@ -209,24 +209,6 @@ class FakeCuda(CaptureBackend):
         return self.graph_ids[graph]
 
 
-def fake_torch_overrides():
-    """``torch.overrides`` with a do-nothing ``TorchFunctionMode``: what ``mark_kernels``'
-    backward tagging (on by default, as in torch) enters under a fake ``torch`` module."""
-    import types
-
-    mod = types.ModuleType("torch.overrides")
-
-    class TorchFunctionMode:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    mod.TorchFunctionMode = TorchFunctionMode
-    return mod
-
-
 @contextlib.contextmanager
 def pushed_capture(stream: int) -> Iterator[Any]:
     """A capture in flight on a fresh ``FakeCuda``: the session started on ``stream``, pushed as

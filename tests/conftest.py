@@ -53,14 +53,13 @@ def fake_torch_cuda(monkeypatch):
     the capture registry is cleared afterwards."""
     import sys
 
-    from capture_fakes import FakeCuda, fake_torch, fake_torch_overrides
+    from capture_fakes import FakeCuda, fake_torch
 
     from perfetto_graph_ann.capture import backends
     from perfetto_graph_ann.capture.registry import REGISTRY
 
     cuda = FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda))
-    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
     with backends.use(cuda):
         yield cuda
     REGISTRY.clear()

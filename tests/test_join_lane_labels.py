@@ -18,11 +18,11 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda, fake_torch_overrides
+from capture_fakes import FakeCuda
 
 from join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace, load_capture
 from perfetto_graph_ann import mark_kernels
-from perfetto_graph_ann.capture import api, backends
+from perfetto_graph_ann.capture import api, backends, marks
 from perfetto_graph_ann.capture import collectives as C
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.annotations import AnnotationSet
@@ -68,10 +68,10 @@ def process(monkeypatch):
     """A fresh 'process': its own registry (lane allocator) and a fake torch for mark_stream."""
     reg = Registry()
     monkeypatch.setattr(api, "REGISTRY", reg)
+    monkeypatch.setattr(marks, "REGISTRY", reg)
     monkeypatch.setattr(C, "REGISTRY", reg)
     monkeypatch.setitem(sys.modules, "torch", fake_torch())
     as_fixture_process(monkeypatch)  # the fixture traces' pid: the identity check passes
-    monkeypatch.setitem(sys.modules, "torch.overrides", fake_torch_overrides())
     return reg
 
 

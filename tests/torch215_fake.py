@@ -153,20 +153,9 @@ class FakeTorch215:
                 setattr(private, name, fn)
         cuda.graph_annotations = public
         cuda._graph_annotations = private
-        overrides = types.ModuleType("torch.overrides")  # what our backward tagging enters
-
-        class TorchFunctionMode:
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                return False
-
-        overrides.TorchFunctionMode = TorchFunctionMode
-        torch.overrides = overrides
         self.torch, self.public, self.private = torch, public, private
         self.modules = {"torch": torch, "torch.cuda": cuda, "torch.cuda.graph_annotations": public,
-                        "torch.cuda._graph_annotations": private, "torch.overrides": overrides}
+                        "torch.cuda._graph_annotations": private}
 
     def install(self, monkeypatch) -> "FakeTorch215":
         for name, mod in self.modules.items():
