@@ -2,7 +2,7 @@
  * perfetto_graph_ann.capture._fastpath: the capture's critical path, compiled.
  *
  * Optional: capture/fastpath.py falls back to the pure-Python code (scopes.ScopeRecorder,
- * the ctypes calls in backends.py) when this module is not built. Same behaviour either way;
+ * the ctypes calls in backends/driver.py) when this module is not built. Same behaviour either way;
  * the CPU tests run both against the same expectations.
  *
  * Why C: scope edges and the per-capture driver calls run between torch's kernel launches,
