@@ -35,7 +35,7 @@ class CaptureBackend:
     def count_function(self) -> Optional[int]:
         """Address of a C function with ``cuGraphGetNodes``' signature, or None.
 
-        With it the compiled recorder (:mod:`.fastpath`) counts at scope edges without
+        With it the compiled recorder (:mod:`..fastpath`) counts at scope edges without
         entering Python; without it every edge calls :meth:`node_count`.
         """
         return None
@@ -89,7 +89,7 @@ class CaptureBackend:
 
     def activity_session(self, collected: List[Any], exec_id: Optional[int]) -> ContextManager[None]:
         """A context in which the GPU work of executable graph ``exec_id`` is recorded into
-        ``collected`` (:class:`~.resolve.ActivityRecord`); raising on entry means it could
+        ``collected`` (:class:`~..resolve.ActivityRecord`); raising on entry means it could
         not start (nothing was recorded, nothing replayed)."""
         raise CaptureError(self.calibration_unavailable() or "no activity session")
 

@@ -18,7 +18,7 @@ class EnvFacts:
     torch_version: Optional[str] = None  #: None: torch not importable
     cuda_available: bool = False
     torch_native: Optional[bool] = None  #: torch.cuda.graph_annotations.is_available(); None: module absent
-    #: torch's annotation entry points this torch lacks (:mod:`.torch_native`), e.g. ("mark_stream",)
+    #: torch's annotation entry points this torch lacks (:mod:`..torch_native`), e.g. ("mark_stream",)
     torch_missing: Tuple[str, ...] = ()
     driver_version: Optional[int] = None  #: cudaDriverGetVersion, e.g. 13000
     cuda_bindings: bool = False
@@ -35,7 +35,7 @@ class BackendInfo:
     facts: EnvFacts
 
     def as_dict(self) -> Dict[str, Any]:
-        """The report, plus ``capture_path``: whether scope edges run compiled (:mod:`.fastpath`)."""
+        """The report, plus ``capture_path``: whether scope edges run compiled (:mod:`..fastpath`)."""
         return {"backend": self.backend, "reasons": dict(self.reasons), "calibration": self.calibration,
                 "capture_path": fastpath.describe(), "facts": dataclasses.asdict(self.facts)}
 

@@ -51,7 +51,7 @@ class CudaGraphBackend(CaptureBackend):
 
     The per-node driver calls go through ctypes on libcuda: building cuda-bindings' Python
     objects per node made the node table the largest part of the capture overhead
-    (benchmarks/capture.py). ``node_infos_bindings`` reads the same table through
+    (BENCHMARKS.md, "capture"). ``node_infos_bindings`` reads the same table through
     cuda-bindings; a GPU test checks that both agree.
     """
 
