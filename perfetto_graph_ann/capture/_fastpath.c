@@ -2,12 +2,12 @@
  * perfetto_graph_ann.capture._fastpath: the capture's critical path, compiled.
  *
  * Optional: capture/fastpath.py falls back to the pure-Python code (scopes.ScopeRecorder,
- * the ctypes calls in backends.py) when this module is not built. Same behaviour either way;
+ * the ctypes calls in backends/driver.py) when this module is not built. Same behaviour either way;
  * the CPU tests run both against the same expectations.
  *
  * Why C: scope edges and the per-capture driver calls run between torch's kernel launches,
- * where Python runs with cold caches (a scope cost 15-19 us inside a real capture against
- * 4-5 us for its two driver calls, tests/gpu/RESULTS.md runs 35-39).
+ * where Python runs with cold caches and costs several times the driver calls it makes
+ * (BENCHMARKS.md, "capture").
  *
  * No CUDA headers and no link to libcuda: Python hands over the addresses of the driver
  * functions (from its ctypes handles), and tests hand over ctypes callbacks that play the

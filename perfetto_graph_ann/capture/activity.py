@@ -2,7 +2,7 @@
 
 cupti-python's buffer callback turns every record into a Python object with all its fields
 (a kernel's name included) before handing the list over: that was most of a calibration's
-time on large graphs (tests/gpu/RESULTS.md). Here libcupti's activity API is called through
+time on large graphs (BENCHMARKS.md, "capture"). Here libcupti's activity API is called through
 ctypes with our own buffer callbacks, and each completed buffer is walked with
 ``cuptiActivityGetNextRecord``, reading only (graph node id, stream, start, end) of the
 kernel, memcpy and memset records of one executable graph: in C where the compiled module

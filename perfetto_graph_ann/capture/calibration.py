@@ -13,7 +13,7 @@ The session must not run while torch's profiler uses CUPTI's activity API (an ac
 session, or one prepared for its warm-up steps: :func:`profiler_active`); it is deferred
 (:class:`CalibrationDeferred`) there. It registers its own buffer callbacks, which Kineto
 registers again when the next profiler session starts, so a later profile is intact
-(measured on the H200, see the fixtures README and tests/gpu).
+(``tests/gpu/test_calibration_gpu.py`` checks it).
 """
 from __future__ import annotations
 

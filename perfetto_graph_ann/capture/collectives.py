@@ -46,7 +46,7 @@ COLLECTIVES: Dict[str, Tuple[str, str, str]] = {
     "all_gather_into_tensor": ("_allgather_base", "input_tensor", "output_tensor"),
     "reduce_scatter": ("reduce_scatter", "input_list", "output"),
     "reduce_scatter_tensor": ("_reduce_scatter_base", "input", "output"),
-    # torch 2.11's eager trace names even an even-split all_to_all_single "all_to_allv" (H200 run 17)
+    # torch 2.11's eager trace names even an even-split all_to_all_single "all_to_allv"
     "all_to_all_single": ("all_to_allv", "input", "output"),
     "broadcast": ("broadcast", "tensor", "tensor"),
     "reduce": ("reduce", "tensor", "tensor"),
@@ -112,7 +112,7 @@ def collective_fields(name: str, input: Any, output: Any, group: GroupInfo,
     if eager == "all_to_all" and (in_splits or out_splits):
         eager = "all_to_allv"
     if eager == "barrier":
-        in_n = out_n = 0  # what torch 2.11's eager trace records for ProcessGroupNCCL::barrier (H200 run 17)
+        in_n = out_n = 0  # what torch 2.11's eager trace records for ProcessGroupNCCL::barrier
         dtype = "Byte"
     else:
         in_n, out_n = _numel(input), _numel(output)

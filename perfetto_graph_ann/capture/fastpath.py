@@ -2,9 +2,9 @@
 
 ``_fastpath`` (``_fastpath.c``, compiled by the wheel's build hook where a C compiler is
 found, see ``hatch_build.py``) does a scope edge and the per-capture driver calls in C: the
-capture's critical path runs between torch's kernel launches, where our Python ran with cold
-caches at 3-4x its hot cost (tests/gpu/RESULTS.md). It is an accelerator only: the same
-logic stays in :mod:`.scopes` and :mod:`.backends`, and the CPU tests run both paths.
+capture's critical path runs between torch's kernel launches, where Python runs with cold
+caches (costs: BENCHMARKS.md, "capture"). It is an accelerator only: the same logic stays
+in :mod:`.scopes` and :mod:`.backends`, and the CPU tests run both paths.
 
 ``PERFETTO_GRAPH_ANN_PURE_PYTHON=1`` (read at import) or ``ENABLED = False`` turns it off;
 :func:`describe` says which path captures (``backend_info()["capture_path"]``).

@@ -3,13 +3,12 @@
 Pure Python; the only contact with CUDA is a *node counter*, a callable returning how many
 nodes the graph under capture has now (``None`` when nothing is being captured). During
 stream capture the driver only appends nodes, and lists them in creation order: every
-listing taken at a scope edge is a prefix of the next one (checked on the H200 for the
-seed block, 8 chained blocks, the two-branch block, a captured backward pass and four
-interleaved side streams: tests/gpu/RESULTS.md). So a scope records the node count at
+listing taken at a scope edge is a prefix of the next one (verify mode, below, checks it;
+the GPU tests run so). So a scope records the node count at
 entry and at exit, and its nodes are ``listing[count at entry:count at exit]`` of the one
 listing read when the capture finishes. An edge costs one driver call instead of a listing
 of the whole graph (the session picks it: a count on small graphs, a marker node's id on
-large ones, where the count's walk of the graph costs more: docs/design.md).
+large ones, where the count's walk of the graph costs more: docs/design.md, "Capture").
 
 With ``lister`` given (``PERFETTO_GRAPH_ANN_VERIFY_SCOPES=1``, the GPU tests) every edge
 also lists the graph and checks the prefix property, raising :class:`CaptureError` if the
@@ -139,9 +138,8 @@ class ScopeRecorder:
             return len(nodes)
 
     # open and close sit on the capture's critical path between torch's launches, where every
-    # Python call runs with cold caches (a scope cost ~2x a lean inline version inside the
-    # seed block's capture on the H200, tests/gpu/RESULTS.md run 36): hence the inlined
-    # per-thread stack and a list as the token.
+    # Python call runs with cold caches: hence the inlined per-thread stack and a list as the
+    # token (BENCHMARKS.md, "capture").
 
     def open(self, fields: Mapping[str, Any], before: Optional[int] = None) -> list:
         """Open a scope; returns its token ``[seq, fields, count at entry]``.

@@ -6,18 +6,16 @@ Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
    stream; scopes count that graph's nodes (by graph handle, so a scope on a side stream
    that has not joined yet still sees the nodes it adds once it joins).
 2. ``finish_capture()`` just before capture ends: freezes the scopes and keeps a copy of
-   the template graph (``cuGraphClone``, ~25 us on 112 nodes): torch destroys the template
-   at instantiation unless ``keep_graph=True``. The node table (type, local id, kernel,
-   grid, block: ~4 us a node) is read from that copy on first use (the registry, the
-   sidecar, calibration), off the capture's critical path, and the copy is destroyed. A
-   copy keeps every node's local id and the listing order (checked on the H200). Where
-   the backend cannot copy the graph (e.g. one with memory-allocation nodes) the table is
-   read right away, as before.
+   the template graph (``cuGraphClone``), because torch destroys the template at
+   instantiation unless ``keep_graph=True``. The node table (type, local id, kernel, grid,
+   block) is read from that copy on first use (the registry, the sidecar, calibration), off
+   the capture's critical path, and the copy is destroyed; a copy keeps every node's local
+   id and the listing order. Where the backend cannot copy the graph (e.g. one with
+   memory-allocation nodes) the table is read right away.
 3. ``bind_exec(exec handle)`` after each instantiation: rekeys to the executable graph and
    registers (replacing the graph's previous entry). The executable graph's id is asked of
    the backend on first use (calibration, the registry, the sidecar), not at the end of the
-   capture: a CUPTI call there cost 7-11 us in the timed capture on the H200
-   (tests/gpu/RESULTS.md run 40).
+   capture, to keep a driver call out of the capture's critical path.
 4. ``apply_calibration(table)``: adds (stream, ordinal) per node. Until then
    :attr:`calibration_note` says why the record has no calibration table (pending until
    the graph's first eligible replay, deferred by a profiler, off, failed); the record
@@ -27,13 +25,13 @@ Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
 edge and reads the template's table right away too, and checks that the scope ranges and
 the copy agree with them (raising :class:`CaptureError` if not): the GPU tests run so.
 
-Scope edges on large graphs: the node count walks the graph (0.8 us at 16 nodes, 9 us at
-2,016, 81 us at 8,192 on the H200), so from ``markers_from`` nodes on (default 512,
-``PERFETTO_GRAPH_ANN_MARKERS_FROM``; ``off`` never) an edge adds an empty *marker* node
-instead and reads its local id (constant ~2.5-5 us): the same position, since ids are
-given in creation order. Markers stay in the graph (the driver cannot delete nodes during
-capture), do nothing on replay (1,792 kernels with 896 markers replayed as fast as
-without, H200) and are left out of the node table, the registry and the sidecar.
+Scope edges on large graphs: the node count walks the whole graph, so from
+``markers_from`` nodes on (default 512, ``PERFETTO_GRAPH_ANN_MARKERS_FROM``; ``off`` never)
+an edge adds an empty *marker* node instead and reads its local id in constant time: the
+same position, since ids are given in creation order. Markers stay in the graph (the
+driver cannot delete nodes during capture), do nothing on replay and are left out of the
+node table, the registry and the sidecar. Why and what it costs: docs/design.md
+("Capture"), BENCHMARKS.md ("capture").
 """
 from __future__ import annotations
 
@@ -58,8 +56,8 @@ _owner_ids = itertools.count(1)
 VERIFY_ENV = "PERFETTO_GRAPH_ANN_VERIFY_SCOPES"
 #: environment setting for :class:`CaptureSession`'s ``markers_from``
 MARKERS_ENV = "PERFETTO_GRAPH_ANN_MARKERS_FROM"
-#: graph size from which a marker node is cheaper than a count (count ~2.7 us + ~7.5 ns a
-#: node after new nodes, a marker ~2.5-5 us, on the H200 host)
+#: graph size from which a marker node is cheaper than a count (the count grows with the
+#: graph, a marker's cost does not: BENCHMARKS.md, "capture")
 DEFAULT_MARKERS_FROM = 512
 
 

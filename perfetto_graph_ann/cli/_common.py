@@ -10,8 +10,8 @@ import math
 import sys
 from typing import Callable, Optional, Sequence
 
-#: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated because importing the
-#: engine package costs ~0.3 s (tests/test_package.py checks they agree).
+#: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated so that parsing the command
+#: line does not import the engine package (tests/test_package.py checks they agree).
 ENGINES = ("auto", "native", "portable")
 
 

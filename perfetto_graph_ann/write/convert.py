@@ -22,7 +22,7 @@ from ..util.atomic import atomic_write, refuse_input_as_output
 from ..util.names import is_json_name
 from .perfetto import WriterConfig, WriteStats, write_perfetto
 
-if TYPE_CHECKING:  # annotation only: importing the join package costs ~18 ms a conversion
+if TYPE_CHECKING:  # annotation only: a conversion without a join does not import the join package
     from ..join.model import LaneLayout
 
 
@@ -81,7 +81,7 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             # Drop the trace read here while the collector is still paused: everything
             # allocated meanwhile is still in the youngest generation, so the first
             # allocation after re-enabling it would trigger a pass over the whole dying
-            # trace (measured: +0.15 s CPU on a 200k-event trace; benchmarks/convert.py).
+            # trace (tests/test_convert_gc.py).
             del trace
 
 
@@ -111,7 +111,7 @@ def paused_gc() -> Iterator[None]:
 
     Reading and writing allocate millions of small acyclic objects (events, tuples, bytes);
     with the collector on, its full passes over that growing heap cost as much as the
-    conversion itself (measured: benchmarks/convert.py). Reference counting still frees
+    conversion itself (BENCHMARKS.md, "converter"). Reference counting still frees
     everything; the collector is restored afterwards.
     """
     was = gc.isenabled()

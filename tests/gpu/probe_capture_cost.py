@@ -140,7 +140,7 @@ def micro() -> None:
         cu = be._cu
         t = ctypes.c_int()
         res["per_node_get_type_us"] = per_call_us(lambda: [cu.cuGraphNodeGetType(nd, ctypes.byref(t)) for nd in nodes], 5) / len(nodes)
-        p = backends._KernelNodeParams()
+        p = backends.driver._KernelNodeParams()
         res["per_node_kernel_params_us"] = per_call_us(lambda: [cu.cuGraphKernelNodeGetParams_v2(nd, ctypes.byref(p)) for nd in nodes], 5) / len(nodes)
         res["per_node_local_id_us"] = per_call_us(lambda: [be.local_id(nd) for nd in nodes], 5) / len(nodes)
         # a mark_kernels edge pair on a live session (adds no node)

@@ -1,7 +1,7 @@
 """Overlap policy: put every slice of one lane on a track where it nests properly.
 
 Perfetto's slice tracker assumes the slices of one track nest; an overlapping slice
-silently gets a wrong duration or parent. Policy (see docs/design.md, "converter"): never
+silently gets a wrong duration or parent. Policy (see docs/design.md, "Overlap policy"): never
 clamp, spill. Slices are taken in (start, longest first, file order); a slice goes on the
 first track of its lane whose open slices all enclose it, else on a new "spill" track with
 the same name (the UI merges same-named siblings into one lane). Times are never changed, so

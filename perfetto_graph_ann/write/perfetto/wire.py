@@ -17,7 +17,7 @@ _VARINT_CACHE: Dict[int, bytes] = {}
 _ONE_BYTE = [bytes((i,)) for i in range(256)]
 _TWO_BYTES = [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(0x80, 0x4000)]
 #: The low 14 bits of a longer varint (both bytes with the continuation bit): 3-5 byte values
-#: are two table lookups and one concatenation (measured 0.26 -> 0.09 us for a 4-byte id).
+#: are two table lookups and one concatenation instead of a loop over 7-bit groups.
 _LOW14 = [bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(0x4000)]
 
 

@@ -1,0 +1,110 @@
+"""The interface every capture backend implements, and the backend names."""
+from __future__ import annotations
+
+import re
+from typing import Any, ContextManager, List, Optional, Tuple
+
+from ...errors import CaptureError
+from ..resolve import NodeInfo
+
+TORCH = "torch"
+CUDA_RUNTIME = "cuda-runtime"
+CUPTI = "cupti"
+BACKENDS = (TORCH, CUDA_RUNTIME, CUPTI)
+#: driver version (cudaDriverGetVersion) from which graph node tools / local ids exist
+TOOLS_ID_DRIVER = 13010
+
+
+class CaptureBackend:
+    """What capture needs from CUDA. Handles are plain ints."""
+
+    name: str = "abstract"
+
+    def capture_graph(self, stream: int) -> Optional[int]:
+        """The graph being captured on ``stream`` (cudaStream_t as int), or None."""
+        raise NotImplementedError
+
+    def node_count(self, graph: int) -> int:
+        """How many nodes ``graph`` has now (called at every scope edge: keep it cheap)."""
+        return len(self.list_nodes(graph))
+
+    def list_nodes(self, graph: int) -> List[int]:
+        """Handles of the nodes now in ``graph``, in creation order."""
+        raise NotImplementedError
+
+    def count_function(self) -> Optional[int]:
+        """Address of a C function with ``cuGraphGetNodes``' signature, or None.
+
+        With it the compiled recorder (:mod:`..fastpath`) counts at scope edges without
+        entering Python; without it every edge calls :meth:`node_count`.
+        """
+        return None
+
+    def marker_functions(self) -> Optional[Tuple[int, int]]:
+        """Addresses of C functions with the signatures of ``cuGraphAddEmptyNode`` and
+        ``cuptiGetGraphNodeId`` (whose low 32 bits are the local id), or None.
+
+        With them the compiled recorder adds :meth:`add_marker`'s marker nodes without
+        entering Python.
+        """
+        return None
+
+    def add_marker(self, graph: int) -> Optional[int]:
+        """Add an empty node to ``graph`` (under capture); its local id, or None if unsupported.
+
+        Local ids are handed out in creation order from 0 and nodes cannot be destroyed
+        during capture, so the id is the number of nodes created before it: what
+        :meth:`node_count` says, in constant time where the count walks the whole graph.
+        The node stays in the graph (the driver refuses ``cuGraphDestroyNode`` during
+        capture, CUresult 401) and does nothing on replay.
+        """
+        return None
+
+    def clone_graph(self, graph: int) -> Optional[int]:
+        """A copy of ``graph`` with the same node local ids and listing order, or None.
+
+        Lets the node table be read after torch destroyed the template graph; None makes
+        the session read it right away.
+        """
+        return None
+
+    def destroy_graph(self, graph: int) -> None:
+        """Free a graph returned by :meth:`clone_graph`."""
+
+    def node_infos(self, graph: int) -> List[NodeInfo]:
+        """Type, local id, kernel name, grid and block of every node of ``graph``."""
+        raise NotImplementedError
+
+    def exec_id(self, graph_exec: int) -> int:
+        """The executable graph's id (high 32 bits of its nodes' keys)."""
+        raise NotImplementedError
+
+    def graph_id(self, graph: int) -> Optional[int]:
+        """The template graph's id, for reference (None if unknown)."""
+        return None
+
+    def calibration_unavailable(self) -> Optional[str]:
+        """Why this backend cannot record a calibration replay (None: it can)."""
+        return f"the {self.name} backend records no GPU activity"
+
+    def activity_session(self, collected: List[Any], exec_id: Optional[int]) -> ContextManager[None]:
+        """A context in which the GPU work of executable graph ``exec_id`` is recorded into
+        ``collected`` (:class:`~..resolve.ActivityRecord`); raising on entry means it could
+        not start (nothing was recorded, nothing replayed)."""
+        raise CaptureError(self.calibration_unavailable() or "no activity session")
+
+
+_NODE_TYPE_NAMES = {
+    "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "host": "host", "graph": "graph",
+    "empty": "empty", "waitevent": "event_wait", "eventrecord": "event_record",
+    "extsemassignal": "ext_semas_signal", "extsemaswait": "ext_semas_wait",
+    "extsemaphoresignal": "ext_semas_signal", "extsemaphorewait": "ext_semas_wait",
+    "memalloc": "mem_alloc", "memfree": "mem_free", "batchmemop": "batch_mem_op",
+    "conditional": "conditional",
+}
+
+
+def node_type_name(enum_name: str) -> str:
+    """``cudaGraphNodeTypeKernel`` / ``CU_GRAPH_NODE_TYPE_WAIT_EVENT`` -> ``kernel`` / ``event_wait``."""
+    s = re.sub(r"^(cudaGraphNodeType|CU_GRAPH_NODE_TYPE_)", "", enum_name)
+    return _NODE_TYPE_NAMES.get(s.replace("_", "").lower(), "other")

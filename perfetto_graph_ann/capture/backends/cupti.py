@@ -1,0 +1,77 @@
+"""The cupti backend: node and graph ids from libcupti (drivers older than 13.1)."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import os
+import sys
+from typing import Any, Optional, Tuple
+
+from ...errors import CaptureError
+from .. import fastpath
+from .base import CUPTI
+from .driver import CudaGraphBackend, _address
+
+
+def find_libcupti() -> Optional[str]:
+    """libcupti already loaded by this process (torch's Kineto), else one from the nvidia wheels."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "libcupti.so" in line:
+                    return line.split()[-1]
+    for d in sys.path:
+        for pattern in ("nvidia/*/lib/libcupti.so*", "nvidia/cu*/lib/libcupti.so*"):
+            hits = sorted(glob.glob(os.path.join(d, pattern)))
+            if hits:
+                return hits[0]
+    hits = sorted(glob.glob("/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*"))
+    return hits[0] if hits else None
+
+
+class CuptiBackend(CudaGraphBackend):
+    """Ids from libcupti: ``cuptiGetGraphNodeId`` = (template graph id << 32) | local index."""
+
+    name = CUPTI
+
+    def __init__(self, libcupti: Optional[str] = None) -> None:
+        super().__init__()
+        path = libcupti or find_libcupti()
+        if path is None:
+            raise CaptureError("libcupti not found (install nvidia-cuda-cupti or cupti-python)")
+        self._lib = ctypes.CDLL(path)
+        self.libcupti = path
+        self._lib.cuptiGetGraphNodeId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+        self._lib.cuptiGetGraphExecId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+        self._lib.cuptiGetGraphId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+        self._graph_id_addr = _address(self._lib.cuptiGetGraphId)
+        self._marker_addrs = (_address(self._cu.cuGraphAddEmptyNode), _address(self._lib.cuptiGetGraphNodeId))
+
+    def marker_functions(self) -> Optional[Tuple[int, int]]:
+        return self._marker_addrs
+
+    def _node_id(self, node: Any) -> int:
+        v = ctypes.c_uint64()
+        rc = self._lib.cuptiGetGraphNodeId(int(node), ctypes.byref(v))
+        if rc != 0:
+            raise CaptureError(f"cuptiGetGraphNodeId failed with CUPTI error {rc}")
+        return v.value
+
+    def local_id(self, node: Any) -> int:
+        return self._node_id(node) & 0xFFFFFFFF
+
+    def graph_id(self, graph: int) -> Optional[int]:
+        fast = fastpath.module()
+        if fast is not None:
+            return fast.out_u32(self._graph_id_addr, graph)
+        v = ctypes.c_uint32()
+        rc = self._lib.cuptiGetGraphId(int(graph), ctypes.byref(v))
+        return v.value if rc == 0 else None
+
+    def exec_id(self, graph_exec: int) -> int:
+        v = ctypes.c_uint32()
+        rc = self._lib.cuptiGetGraphExecId(int(graph_exec), ctypes.byref(v))
+        if rc != 0:
+            raise CaptureError(f"cuptiGetGraphExecId failed with CUPTI error {rc}")
+        return v.value
