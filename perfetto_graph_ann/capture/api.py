@@ -218,8 +218,8 @@ def _attach(cuda_graph: Any, sess: _session.CaptureSession, calibrate: bool) -> 
 
 
 def _wrap(cuda_graph: Any, owner: int) -> None:
-    # a weak reference whose callback drops the entry (weakref.finalize did the same at ~3x
-    # the cost on the capture's path); held in _REFS so that it outlives the graph
+    # a weak reference whose callback drops the entry (cheaper on the capture's path than
+    # weakref.finalize); held in _REFS so that it outlives the graph
     ref = _REFS[owner] = weakref.ref(cuda_graph, lambda _r: _collected(owner))
     cls = type(cuda_graph)
     orig_inst, orig_replay, orig_reset = cls.instantiate, cls.replay, cls.reset
