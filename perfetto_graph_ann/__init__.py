@@ -27,10 +27,11 @@ _LAZY = {
     "is_available": "capture.backends",
     "backend_info": "capture.backends",
     "get_kernel_annotations": "capture.registry",
-    "save_annotations": "capture.sidecar",
-    "load_annotations": "capture.sidecar",
-    "AnnotationSet": "capture.annotations",
-    "CaptureIdentity": "capture.annotations",
+    "save_annotations": "capture.recorded",
+    # the annotation model and its files (torch-free)
+    "load_annotations": "annotations.files",
+    "AnnotationSet": "annotations.model",
+    "CaptureIdentity": "annotations.model",
     # read / write (issue: converter)
     "read_trace": "read.kineto",
     "convert": "write.convert",

@@ -415,7 +415,7 @@ def fixture_annotations(name: str):
     if name not in CAPTURE_NAMES:
         return None
     if name not in _ANNOTATIONS:
-        from perfetto_graph_ann.capture.sidecar import load_annotations
+        from perfetto_graph_ann.annotations.files import load_annotations
 
         _ANNOTATIONS[name] = load_annotations(FIXTURES / f"{name}.capture.json")
     return _ANNOTATIONS[name]

@@ -15,7 +15,7 @@ import pytest
 import sql_expect as X
 from conftest import fixture_capture, fixture_trace
 from engine_support import requires_portable
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.cli.tables import format_duration, render, shorten_middle
 from perfetto_graph_ann.join import join

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.errors import GraphAnnError, OutputError
 from perfetto_graph_ann.write.export import chrome_trace_bytes, export

@@ -115,7 +115,7 @@ def test_merge_real_two_rank_capture(tmp_path):
     both ranks' NCCL kernels carry the eager fields, and each rank's kernels keep their own times
     shifted by the difference of the two traces' absolute bases (computed here from the JSON)."""
     from perfetto_graph_ann._resources import demo_live_data_dir
-    from perfetto_graph_ann.capture.sidecar import load_annotations
+    from perfetto_graph_ann.annotations.files import load_annotations
 
     live = demo_live_data_dir()
     traces = [live / f"allreduce_graph_rank{r}.trace.json.gz" for r in (0, 1)]

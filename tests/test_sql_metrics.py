@@ -19,7 +19,7 @@ import sql_expect as X
 import sql_synth
 from conftest import fixture_capture, fixture_trace
 from engine_support import native_reason, portable_reason, requires_portable
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.join.model import LaneLayout, Placement
 from perfetto_graph_ann.query import metrics

@@ -26,6 +26,7 @@ import sys
 import threading
 from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple
 
+from ..annotations.model import node_type_name
 from ..errors import CaptureError
 from . import fastpath
 from .resolve import NodeInfo
@@ -115,22 +116,6 @@ class CaptureBackend:
         ``collected`` (:class:`~.resolve.ActivityRecord`); raising on entry means it could
         not start (nothing was recorded, nothing replayed)."""
         raise CaptureError(self.calibration_unavailable() or "no activity session")
-
-
-_NODE_TYPE_NAMES = {
-    "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "host": "host", "graph": "graph",
-    "empty": "empty", "waitevent": "event_wait", "eventrecord": "event_record",
-    "extsemassignal": "ext_semas_signal", "extsemaswait": "ext_semas_wait",
-    "extsemaphoresignal": "ext_semas_signal", "extsemaphorewait": "ext_semas_wait",
-    "memalloc": "mem_alloc", "memfree": "mem_free", "batchmemop": "batch_mem_op",
-    "conditional": "conditional",
-}
-
-
-def node_type_name(enum_name: str) -> str:
-    """``cudaGraphNodeTypeKernel`` / ``CU_GRAPH_NODE_TYPE_WAIT_EVENT`` -> ``kernel`` / ``event_wait``."""
-    s = re.sub(r"^(cudaGraphNodeType|CU_GRAPH_NODE_TYPE_)", "", enum_name)
-    return _NODE_TYPE_NAMES.get(s.replace("_", "").lower(), "other")
 
 
 def _check(res: Tuple, what: str) -> Any:

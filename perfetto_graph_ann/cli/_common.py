@@ -27,7 +27,7 @@ def add_force_option(p: argparse.ArgumentParser) -> None:
 
 def load_annotation_files(paths: Sequence[str]):
     """Merge the annotations of several files (sidecars or capture records)."""
-    from ..capture.sidecar import load_annotation_files as load
+    from ..annotations.files import load_annotation_files as load
 
     return load(paths)
 
@@ -65,7 +65,7 @@ def join_files(trace, paths: Sequence[str], graph_lanes: Optional[str] = None, f
     :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` (exit 2, nothing written)
     for annotations that do not belong to the trace, unless ``force``.
     """
-    from ..capture.sidecar import load_annotations, merge_annotation_sets
+    from ..annotations.files import load_annotations, merge_annotation_sets
     from ..join import join
 
     sets = [load_annotations(p) for p in paths]

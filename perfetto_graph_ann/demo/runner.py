@@ -151,7 +151,7 @@ def _collective_fields(trace, layout) -> Optional[Dict[str, Any]]:
 
 def load_any_annotations(path: Path):
     """A sidecar written by ``save_annotations``, or a probe capture record (the shipped ones)."""
-    from ..capture.sidecar import load_annotation_files
+    from ..annotations.files import load_annotation_files
 
     return load_annotation_files([path])
 

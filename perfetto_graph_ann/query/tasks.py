@@ -213,7 +213,7 @@ def _convert(src: str, sidecars: List[str], graph_lanes: str, out: str, info: Di
         try:
             layout = None
             if sidecars:
-                from ..capture.sidecar import load_annotation_files
+                from ..annotations.files import load_annotation_files
                 from ..join.join import join
 
                 layout = join(trace, load_annotation_files(sidecars), graph_lanes=graph_lanes)

@@ -18,7 +18,7 @@ import os
 import tempfile
 from typing import Optional, Union
 
-from ..capture.annotations import AnnotationSet
+from ..annotations.model import AnnotationSet
 from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
 
@@ -26,12 +26,12 @@ AnnotationsArg = Union[AnnotationSet, PathLike, None]
 
 def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
     if annotations is None:  # ours, or torch's own registry on torch's backend
-        from ..capture.sidecar import recorded_annotations
+        from ..capture.recorded import recorded_annotations
 
         return recorded_annotations()
     if isinstance(annotations, AnnotationSet):
         return annotations
-    from ..capture.sidecar import load_annotations
+    from ..annotations.files import load_annotations
 
     return load_annotations(annotations)
 

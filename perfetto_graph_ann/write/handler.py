@@ -45,7 +45,7 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     per profiled cycle into ``dir_name`` (created if missing).
 
     ``worker_name``: defaults to ``<hostname>_<pid>`` as torch's handler. ``annotations``:
-    an :class:`~perfetto_graph_ann.capture.annotations.AnnotationSet` or a sidecar path, or
+    an :class:`~perfetto_graph_ann.annotations.model.AnnotationSet` or a sidecar path, or
     None for everything captured in this process so far (read again at every cycle, so
     graphs captured between cycles are included). ``graph_lanes``: as in :func:`export`,
     except that ``"all"`` (the default here, for the ``.pftrace``'s named lanes) keeps the

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Set
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from ..capture.annotations import AnnotationSet
+from ..annotations.model import AnnotationSet
 from ..errors import InputError, PathLike
 from ..join.model import LaneLayout
 from ..util.atomic import atomic_write_bytes

@@ -130,7 +130,7 @@ def _expected():
 
 @pytest.fixture(scope="module")
 def annotated_trace(tmp_path_factory) -> Path:
-    from perfetto_graph_ann.capture.capture_record import read_capture_record
+    from perfetto_graph_ann.annotations.capture_record import read_capture_record
     from perfetto_graph_ann.join import join
     from perfetto_graph_ann.read.kineto import read_trace
     from perfetto_graph_ann.write.convert import convert
