@@ -35,7 +35,7 @@ join_module = importlib.import_module("perfetto_graph_ann.join.join")  # the pac
 from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
 from perfetto_graph_ann.annotations.capture_record import read_capture_record  # noqa: E402
 from perfetto_graph_ann.read.kineto import read_trace  # noqa: E402
-from perfetto_graph_ann.write.convert import convert  # noqa: E402
+from perfetto_graph_ann.pipeline.convert import convert  # noqa: E402
 
 
 def timed(fn):

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (relative to this package), or (module, attribute)
 _LAZY = {
-    # capture (issue: capture)
+    # capture
     "graph": "capture.api",
     "mark_kernels": "capture.api",
     "mark_stream": "capture.api",
@@ -32,19 +32,19 @@ _LAZY = {
     "load_annotations": "annotations.files",
     "AnnotationSet": "annotations.model",
     "CaptureIdentity": "annotations.model",
-    # read / write (issue: converter)
+    # from a live torch.profiler
+    "export": "capture.export",
+    "trace_handler": "capture.handler",
+    # read, join and the pipeline that wires them to the writers
     "read_trace": "read.kineto",
-    "convert": "write.convert",
-    "merge": "write.merge",
-    "trace_handler": "write.handler",
-    # join (issue: lanes). Not "join": that name is the subpackage.
-    "join_trace": ("join.join", "join"),
-    "export": "write.export",
-    # query (issues: engine, SQL)
+    "join_trace": ("join.join", "join"),  # not "join": that name is the subpackage
+    "convert": "pipeline.convert",
+    "merge": "pipeline.merge",
+    # query
     "open_trace": "query.session",
-    "query_many": "query.batch",
-    # many ranks, many machines (issue 19)
-    "fleet_report": "query.fleet",
+    "query_many": "pipeline.fleet",
+    # many ranks, many machines
+    "fleet_report": "pipeline.fleet",
     "FleetReport": "query.straggler",
     "RayOptions": "query.executors",
     "lane_summary": "query.metrics",

@@ -29,7 +29,7 @@ from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.chrome_json import write_chrome_json
-from perfetto_graph_ann.write.export import export
+from perfetto_graph_ann.capture.export import export
 
 REFERENCES = Path(__file__).parent / "data" / "torch215"
 CASES = [(name, lanes) for name in ("two_branch", "seed_block_annotated") for lanes in ("all", "none")]
@@ -287,7 +287,7 @@ def test_readme_table_pftrace_column(tmp_path):
     args on every graphed event, gpu_user_annotation kept."""
     from pftrace_decode import decode
 
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     ann = _two_branch_with([{"name": "left", "stream": 60},
                             {"name": "right", "stream": 61, "layer": 3, "flag": True, "dims": [1, 2]},

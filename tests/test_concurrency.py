@@ -143,7 +143,7 @@ def _convert_one(args):
     from perfetto_graph_ann.join.join import join
     from perfetto_graph_ann.read.kineto import read_trace
     from perfetto_graph_ann.write.chrome_json import write_chrome_json
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     name, out = args
     trace = read_trace(H.FIXTURES / f"{name}.trace.json.gz")

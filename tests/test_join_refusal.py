@@ -170,7 +170,7 @@ def test_force_annotations_joins_and_reports_the_override(tmp_path, capsys):
 
 def test_force_in_python(tmp_path):
     from perfetto_graph_ann.annotations.files import load_annotations
-    from perfetto_graph_ann.write.export import export
+    from perfetto_graph_ann.capture.export import export
 
     pid, _, _ = trace_facts(TWO)
     path = sidecar(tmp_path, TWO, **own_identity(TWO, pid=pid + 1))

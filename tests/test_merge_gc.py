@@ -14,7 +14,7 @@ import perfetto_graph_ann.write.perfetto as perfetto_writer
 from gc_probe import first_collection_gen0
 
 from benchmarks.synth import write_trace
-from perfetto_graph_ann.write.merge import merge
+from perfetto_graph_ann.pipeline.merge import merge
 
 
 def test_each_rank_is_read_and_written_with_the_gc_paused(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from sql_expect import load_events, ns
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 Range = Tuple[int, int, int]  # ts, end, kernel count
 

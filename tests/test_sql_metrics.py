@@ -25,7 +25,7 @@ from perfetto_graph_ann.join.model import LaneLayout, Placement
 from perfetto_graph_ann.query import metrics
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 REL = 1e-9
 

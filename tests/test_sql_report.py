@@ -14,7 +14,7 @@ from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.cli.report import format_report, is_json_trace
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 
 def _human_us(ns: int) -> str:

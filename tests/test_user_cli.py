@@ -166,7 +166,7 @@ def test_errors_about_a_converted_json_trace_name_the_json_not_a_temp_file(trace
 @requires_portable
 def test_session_of_a_converted_trace_is_named_after_the_source(trace):
     from perfetto_graph_ann.errors import QueryError
-    from perfetto_graph_ann.query.session import open_converted
+    from perfetto_graph_ann.pipeline.query import open_converted
     from perfetto_graph_ann.read.kineto import read_trace
 
     src, _ = trace

@@ -24,7 +24,8 @@ import time
 from typing import Callable, Optional
 
 from ..errors import OutputError
-from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes, write_joined
+from ..pipeline.convert import write_joined
+from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes
 
 
 def _rank() -> Optional[int]:
