@@ -42,8 +42,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
     from ..join import join
     from ..join.join import has_annotated_nodes
     from ..read.kineto import read_trace
-    from ..write.perfetto import write_perfetto
-    from ..write.pftrace import check_protobuf_output, paused_gc
+    from ..write.pftrace import check_protobuf_output, paused_gc, write_pftrace_stream
 
     check_protobuf_output(out, list(traces), "merge writes only Perfetto traces")
     if annotations is not None and len(annotations) != len(traces):
@@ -71,7 +70,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
                         lanes = graph_lanes if graph_lanes != "all" or has_annotated_nodes(ann) else "none"
                         layout = join(trace, ann, graph_lanes=lanes, force=force)
                     buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
-                    write_perfetto(trace, buf, layout)
+                    write_pftrace_stream(trace, buf, layout)
                 base_time_ns = trace.base_time_ns
             finally:
                 del trace
