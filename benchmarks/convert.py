@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.synth import dumps, make_trace, write_trace  # noqa: E402
 from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
 from perfetto_graph_ann.read.kineto import parse_trace_bytes, read_trace  # noqa: E402
-from perfetto_graph_ann.write.convert import ConvertConfig, convert, paused_gc  # noqa: E402
+from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert  # noqa: E402
+from perfetto_graph_ann.write.pftrace import paused_gc  # noqa: E402
 from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto  # noqa: E402
 
 
@@ -63,7 +64,7 @@ _RSS = ("import sys; {}; print([l.split()[1] for l in open('/proc/self/status') 
 
 def peak_rss_mb(src: Path, out: Path) -> float:
     """Peak RSS (MB) of a fresh process converting ``src``."""
-    code = _RSS.format("from perfetto_graph_ann.write.convert import convert; convert(sys.argv[1], sys.argv[2])")
+    code = _RSS.format("from perfetto_graph_ann.pipeline.convert import convert; convert(sys.argv[1], sys.argv[2])")
     r = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True, check=True)
     return int(r.stdout.strip()) / 1024
 
@@ -115,7 +116,7 @@ def fresh_cpu(src: Path, out: Path, runs: int) -> dict:
     """CPU time of ``json.load`` and of ``convert()`` as the first thing a fresh process does
     (the way a user compares them), ``runs`` processes each, alternating."""
     calls = {"json": _FRESH.format(imp=", json", call="json.load(open(sys.argv[1], 'rb'))"),
-             "convert": _FRESH.format(imp="; from perfetto_graph_ann.write.convert import convert, ConvertConfig",
+             "convert": _FRESH.format(imp="; from perfetto_graph_ann.pipeline.convert import convert, ConvertConfig",
                                       call="convert(sys.argv[1], sys.argv[2], ConvertConfig(progress=False))")}
     got: dict = {k: [] for k in calls}
     for _ in range(runs):

@@ -60,7 +60,10 @@ class Side:
     def __init__(self, pkg: str):
         self.kineto = importlib.import_module(f"{pkg}.read.kineto")
         self.perfetto = importlib.import_module(f"{pkg}.write.perfetto")
-        self.convert = importlib.import_module(f"{pkg}.write.convert")
+        try:  # paused_gc's module: write.pftrace, write.convert before the pipeline existed
+            self.convert = importlib.import_module(f"{pkg}.write.pftrace")
+        except ImportError:
+            self.convert = importlib.import_module(f"{pkg}.write.convert")
 
     def read(self, raw: bytes):
         return self.kineto.parse_trace_bytes(raw)

@@ -131,7 +131,7 @@ def _prepare(folder: Path, kind: str, n_events: int, candidates: bool, floor: bo
     from synth import dumps, make_trace
 
     from perfetto_graph_ann.read.kineto import read_trace
-    from perfetto_graph_ann.write.convert import ConvertConfig, convert
+    from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert
     from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto
 
     folder.mkdir(parents=True, exist_ok=True)

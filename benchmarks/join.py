@@ -27,11 +27,11 @@ import msgspec  # noqa: E402
 from synth import make_trace  # noqa: E402
 
 from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
-from perfetto_graph_ann.capture.capture_record import read_capture_record  # noqa: E402
+from perfetto_graph_ann.annotations.capture_record import read_capture_record  # noqa: E402
 from perfetto_graph_ann.join import join  # noqa: E402
 from perfetto_graph_ann.read.kineto import read_trace  # noqa: E402
 from perfetto_graph_ann.write.chrome_json import write_chrome_json  # noqa: E402
-from perfetto_graph_ann.write.convert import convert  # noqa: E402
+from perfetto_graph_ann.pipeline.convert import convert  # noqa: E402
 
 
 def best(fn, repeat: int):

@@ -33,9 +33,9 @@ import importlib  # noqa: E402
 
 join_module = importlib.import_module("perfetto_graph_ann.join.join")  # the package exports the function as .join
 from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
-from perfetto_graph_ann.capture.capture_record import read_capture_record  # noqa: E402
+from perfetto_graph_ann.annotations.capture_record import read_capture_record  # noqa: E402
 from perfetto_graph_ann.read.kineto import read_trace  # noqa: E402
-from perfetto_graph_ann.write.convert import convert  # noqa: E402
+from perfetto_graph_ann.pipeline.convert import convert  # noqa: E402
 
 
 def timed(fn):

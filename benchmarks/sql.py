@@ -49,7 +49,7 @@ from proc import cpu_seconds  # noqa: E402
 from perfetto_graph_ann.query.engine import EngineConfig  # noqa: E402
 from perfetto_graph_ann.query.session import open_trace  # noqa: E402
 from perfetto_graph_ann.read.model import KinetoTrace, TraceEvent  # noqa: E402
-from perfetto_graph_ann.write.convert import ConvertConfig, convert  # noqa: E402
+from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert  # noqa: E402
 
 SQL_DIR = ROOT / "sql" / "graph_ann"
 NODES = 20

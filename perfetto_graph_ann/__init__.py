@@ -1,9 +1,10 @@
 """perfetto_graph_ann: CUDA-graph annotations for PyTorch profiles, natively in Perfetto.
 
-Flow: ``capture`` (mark regions while capturing a CUDA graph) -> ``read`` (torch.profiler
-JSON, exact) -> ``join`` (replayed kernels to graph nodes) -> ``write`` (Perfetto
-TrackEvent protobuf, or annotated Chrome JSON) -> ``query`` (trace processor + the
-``graph_ann`` PerfettoSQL package, DataFrames).
+Flow: ``capture`` (mark regions while capturing a CUDA graph; produces an
+``annotations.AnnotationSet``) -> ``read`` (torch.profiler JSON, exact) -> ``join``
+(replayed kernels to graph nodes) -> ``write`` (Perfetto TrackEvent protobuf, or annotated
+Chrome JSON) -> ``query`` (trace processor + the ``graph_ann`` PerfettoSQL package,
+DataFrames). ``pipeline`` is where read, join and write are wired together.
 
 Capture needs torch and a GPU; everything else runs anywhere. Public names are imported
 lazily so ``import perfetto_graph_ann`` never imports torch.
@@ -11,13 +12,13 @@ lazily so ``import perfetto_graph_ann`` never imports torch.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it (relative to this package), or (module, attribute)
 _LAZY = {
-    # capture (issue: capture)
+    # capture
     "graph": "capture.api",
     "mark_kernels": "capture.marks",
     "mark_stream": "capture.marks",
@@ -27,23 +28,24 @@ _LAZY = {
     "is_available": "capture.backends",
     "backend_info": "capture.backends",
     "get_kernel_annotations": "capture.registry",
-    "save_annotations": "capture.sidecar",
-    "load_annotations": "capture.sidecar",
-    "AnnotationSet": "capture.annotations",
-    "CaptureIdentity": "capture.annotations",
-    # read / write (issue: converter)
+    "save_annotations": "capture.recorded",
+    # the annotation model and its files (torch-free)
+    "load_annotations": "annotations.files",
+    "AnnotationSet": "annotations.model",
+    "CaptureIdentity": "annotations.model",
+    # from a live torch.profiler
+    "export": "capture.export",
+    "trace_handler": "capture.handler",
+    # read, join and the pipeline that wires them to the writers
     "read_trace": "read.kineto",
-    "convert": "write.convert",
-    "merge": "write.merge",
-    "trace_handler": "write.handler",
-    # join (issue: lanes). Not "join": that name is the subpackage.
-    "join_trace": ("join.join", "join"),
-    "export": "write.export",
-    # query (issues: engine, SQL)
+    "join_trace": ("join.join", "join"),  # not "join": that name is the subpackage
+    "convert": "pipeline.convert",
+    "merge": "pipeline.merge",
+    # query
     "open_trace": "query.session",
-    "query_many": "query.batch",
-    # many ranks, many machines (issue 19)
-    "fleet_report": "query.fleet",
+    "query_many": "pipeline.fleet",
+    # many ranks, many machines
+    "fleet_report": "pipeline.fleet",
     "FleetReport": "query.straggler",
     "RayOptions": "query.executors",
     "lane_summary": "query.metrics",
@@ -62,6 +64,29 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
+
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ imports on first use
+    from .annotations.files import load_annotations
+    from .annotations.model import AnnotationSet, CaptureIdentity
+    from .capture.api import calibrate, graph
+    from .capture.marks import mark_kernels, mark_stream
+    from .capture.backends import backend_info, is_available
+    from .capture.collectives import annotate_collective, get_stream_for_pg
+    from .capture.export import export
+    from .capture.handler import trace_handler
+    from .capture.recorded import save_annotations
+    from .capture.registry import get_kernel_annotations
+    from .join.join import join as join_trace
+    from .pipeline.convert import convert
+    from .pipeline.fleet import fleet_report, query_many
+    from .pipeline.merge import merge
+    from .query.engine.config import EngineConfig
+    from .query.executors import RayOptions
+    from .query.metrics import (collectives, graph_replays, lane_gaps, lane_idle, lane_summary, lane_top_kernels,
+                                overlap, replay_lanes, replays, scope_instances, scope_slowest, scope_summary)
+    from .query.session import open_trace
+    from .query.straggler import FleetReport
+    from .read.kineto import read_trace
 
 
 def __getattr__(name: str) -> Any:

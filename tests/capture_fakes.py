@@ -17,7 +17,7 @@ import threading
 from typing import Any, Dict, Iterator, List, Optional
 
 from perfetto_graph_ann.capture.backends import CaptureBackend
-from perfetto_graph_ann.capture.annotations import make_key
+from perfetto_graph_ann.annotations.model import make_key
 from perfetto_graph_ann.capture.resolve import ActivityRecord, NodeInfo
 
 #: CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *)

@@ -415,7 +415,7 @@ def fixture_annotations(name: str):
     if name not in CAPTURE_NAMES:
         return None
     if name not in _ANNOTATIONS:
-        from perfetto_graph_ann.capture.sidecar import load_annotations
+        from perfetto_graph_ann.annotations.files import load_annotations
 
         _ANNOTATIONS[name] = load_annotations(FIXTURES / f"{name}.capture.json")
     return _ANNOTATIONS[name]
@@ -435,7 +435,7 @@ def _check_trace_case(folder: Path, name: str, data: bytes) -> Tuple[str, Option
     from perfetto_graph_ann.join.join import join
     from perfetto_graph_ann.read.kineto import read_trace
     from perfetto_graph_ann.write.chrome_json import write_chrome_json
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     src = folder / "in.trace.json"
     src.write_bytes(data)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from perfetto_graph_ann._resources import demo_data_dir
-from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord
+from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord
 
 # Fixture paths are defined here, not imported from conftest: tests/gpu has its own
 # conftest module, and whichever is imported first wins the name "conftest".
@@ -115,7 +115,7 @@ def as_fixture_process(monkeypatch, name: str = "seed_block_annotated") -> None:
     """Make this process's capture identity that of the process that recorded fixture ``name``,
     for tests that capture here (fakes) and join with a recorded fixture trace."""
     from perfetto_graph_ann.capture import identity
-    from perfetto_graph_ann.capture.annotations import CaptureIdentity
+    from perfetto_graph_ann.annotations.model import CaptureIdentity
 
     (pid,) = launch_pids(name)
     monkeypatch.setattr(identity, "capture_identity", lambda: CaptureIdentity(host="fixture", pid=pid))

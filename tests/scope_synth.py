@@ -19,7 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord, ScopeInstance
+from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord, ScopeInstance
 
 CPU_PID = CPU_TID = 4242
 #: (part, kernel role, stream): the nodes of one layer in capture order

@@ -16,7 +16,7 @@ import pytest
 
 from perfetto_graph_ann.capture import activity
 from perfetto_graph_ann.capture.activity import NEXT_RECORD, ActivityApi, Layout, LayoutError, layouts_from_cupti
-from perfetto_graph_ann.capture.annotations import make_key
+from perfetto_graph_ann.annotations.model import make_key
 from perfetto_graph_ann.capture.calibration import calibrate_replay
 from perfetto_graph_ann.capture.resolve import ActivityRecord
 

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from perfetto_graph_ann.capture.annotations import make_key, split_key
+from perfetto_graph_ann.annotations.model import make_key, split_key
 from perfetto_graph_ann.capture.backends import node_type_name
 from perfetto_graph_ann.capture.calibration import CalibrationDeferred, calibrate_replay, records_from_activities
 from perfetto_graph_ann.capture.resolve import ActivityRecord, NodeInfo, calibration_table, resolve_graph

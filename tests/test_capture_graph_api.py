@@ -15,7 +15,7 @@ from capture_fakes import FAKE_TORCH_STREAM
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import session as S
-from perfetto_graph_ann.capture.annotations import make_key
+from perfetto_graph_ann.annotations.model import make_key
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.errors import CaptureError
 

@@ -8,7 +8,7 @@ import pytest
 from capture_fakes import FakeCuda, recorder_scope
 
 from perfetto_graph_ann.capture import session as S
-from perfetto_graph_ann.capture.annotations import make_key
+from perfetto_graph_ann.annotations.model import make_key
 from perfetto_graph_ann.capture.registry import KernelAnnotationsView, Registry
 from perfetto_graph_ann.capture.scopes import LaneAllocator, normalize_annotation
 from perfetto_graph_ann.errors import CaptureError

@@ -147,8 +147,8 @@ def test_a_torch_without_the_entry_points_is_named(monkeypatch):
 
 
 def test_export_and_save_read_torchs_registry(fake, tmp_path):
-    from perfetto_graph_ann.capture.sidecar import load_annotations
-    from perfetto_graph_ann.write.export import _annotations
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.capture.export import _annotations
 
     side = Stream()
     with pga.graph(fake.torch.cuda.CUDAGraph()):

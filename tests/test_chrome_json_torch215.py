@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 
 from join_expect import fixture_capture, fixture_trace
-from perfetto_graph_ann.capture.annotations import AnnotationSet
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.model import AnnotationSet
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.chrome_json import write_chrome_json
-from perfetto_graph_ann.write.export import export
+from perfetto_graph_ann.capture.export import export
 
 REFERENCES = Path(__file__).parent / "data" / "torch215"
 CASES = [(name, lanes) for name in ("two_branch", "seed_block_annotated") for lanes in ("all", "none")]
@@ -248,7 +248,7 @@ def test_all_without_annotations_raises_in_export_and_cli(tmp_path, capsys):
     with pytest.raises(ValueError, match="needs annotations"):
         export(_Profiler("two_branch"), tmp_path / "x.json", annotations=AnnotationSet(), graph_lanes="all")
     assert not (tmp_path / "x.json").exists()
-    from perfetto_graph_ann.capture.sidecar import save_annotations
+    from perfetto_graph_ann.annotations.files import save_annotations
 
     bare = save_annotations(tmp_path / "bare.json", _two_branch_with([{}, {}, {}]))
     argv = ["convert", str(fixture_trace("two_branch")), "-a", str(bare), "-q"]
@@ -287,7 +287,7 @@ def test_readme_table_pftrace_column(tmp_path):
     args on every graphed event, gpu_user_annotation kept."""
     from pftrace_decode import decode
 
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     ann = _two_branch_with([{"name": "left", "stream": 60},
                             {"name": "right", "stream": 61, "layer": 3, "flag": True, "dims": [1, 2]},

@@ -15,12 +15,12 @@ import pytest
 import sql_expect as X
 from conftest import fixture_capture, fixture_trace
 from engine_support import requires_portable
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.cli.tables import format_duration, render, shorten_middle
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 LONG_NAME = ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_"
              "256x128_8x4_nn_align1::Params, std::array<char*, 2ul>, at::native::detail::Offset<17>)")

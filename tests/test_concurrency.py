@@ -16,7 +16,7 @@ from capture_fakes import FakeCuda
 
 import hostile_inputs as H
 from perfetto_graph_ann.capture import session as S
-from perfetto_graph_ann.capture.annotations import make_key
+from perfetto_graph_ann.annotations.model import make_key
 from perfetto_graph_ann.capture.registry import Registry
 from perfetto_graph_ann.capture.scopes import normalize_annotation
 
@@ -139,11 +139,11 @@ def test_helper_thread_launching_into_the_capture_is_attributed():
 # ---- conversions -------------------------------------------------------------------------
 
 def _convert_one(args):
-    from perfetto_graph_ann.capture.sidecar import load_annotations
+    from perfetto_graph_ann.annotations.files import load_annotations
     from perfetto_graph_ann.join.join import join
     from perfetto_graph_ann.read.kineto import read_trace
     from perfetto_graph_ann.write.chrome_json import write_chrome_json
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     name, out = args
     trace = read_trace(H.FIXTURES / f"{name}.trace.json.gz")

@@ -8,7 +8,7 @@ from conftest import fixture_trace
 from pftrace_decode import decode
 from test_convert_fixtures import expected_slices, source
 from perfetto_graph_ann.cli.main import main
-from perfetto_graph_ann.write.convert import ConvertConfig, convert
+from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert
 
 
 def test_cli_convert(tmp_path, capsys):

@@ -20,7 +20,7 @@ from engine_support import requires_portable
 from pftrace_decode import decode
 from test_convert_fixtures import ns, source
 from perfetto_graph_ann.query.session import open_trace
-from perfetto_graph_ann.write.convert import ConvertConfig, convert
+from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert
 
 SHAPE_KEYS = ("Input Dims", "Input Strides", "Input type", "Concrete Inputs")
 NAME = "seed_block_eager"  # recorded with record_shapes=True

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import TRACES, fixture_trace
 from pftrace_decode import decode
-from perfetto_graph_ann.write.convert import ConvertConfig, convert
+from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert
 
 
 def source(name):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from gc_probe import first_collection_gen0
 
 from benchmarks.synth import write_trace
-from perfetto_graph_ann.write.convert import ConvertConfig, convert
+from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert
 
 
 def test_first_collection_after_convert_does_not_see_the_trace(tmp_path):

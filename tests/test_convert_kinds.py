@@ -6,7 +6,7 @@ import json
 
 from pftrace_decode import decode
 from perfetto_graph_ann.read.kineto import parse_trace_bytes
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 EVENTS = [
     {"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "python3"}},

@@ -17,7 +17,7 @@ from test_convert_fixtures import expected_flows, ns, source
 from perfetto_graph_ann.join.model import LaneLayout, Placement
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import ConvertConfig, convert
+from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert
 
 pytestmark = requires_portable  # the output's packets are checked without an engine in test_convert_fixtures.py
 

@@ -16,7 +16,7 @@ from perfetto_graph_ann.query.session import open_trace
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
     """The annotated seed block converted to our .pftrace (GPU lanes as tracks)."""
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     out = tmp_path_factory.mktemp("inline") / "seed_block_annotated.pftrace"
     convert(fixture_trace("seed_block_annotated"), out)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import hostile_inputs as H
 from test_fuzz_convert import _report
 from perfetto_graph_ann.errors import GraphAnnError
-from perfetto_graph_ann.write.merge import merge
+from perfetto_graph_ann.pipeline.merge import merge
 
 RANK_TRACES = ["allreduce_eager_rank0", "allreduce_graph_rank0", "two_branch"]
 rank_spec = st.tuples(st.sampled_from(RANK_TRACES),

@@ -23,8 +23,10 @@ from hypothesis import strategies as st
 
 import hostile_inputs as H
 from test_fuzz_convert import _report
-from perfetto_graph_ann.capture.annotations import NODE_TYPES, AnnotationSet, GraphRecord, NodeRecord
-from perfetto_graph_ann.capture.sidecar import load_annotations, save_annotations, to_bytes, to_json
+from perfetto_graph_ann.annotations.model import NODE_TYPES, AnnotationSet, GraphRecord, NodeRecord
+from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
+from perfetto_graph_ann.annotations.sidecar_json import to_json
+from perfetto_graph_ann.annotations.sidecar_proto import to_bytes
 from perfetto_graph_ann.errors import SidecarError
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perfetto_graph_ann"
@@ -341,7 +343,7 @@ def test_package_source_has_no_code_loading():
 @pytest.mark.parametrize("form,version", [("json", v) for v in (0, 3, 99, "1", None, 1.0)]
                          + [("binary", v) for v in (0, 3, 99)])  # binary: a uint32 field
 def test_unknown_or_mistyped_version_names_file(tmp_path, form, version):
-    from perfetto_graph_ann.capture import sidecar
+    from perfetto_graph_ann.annotations import sidecar_proto as sidecar
 
     ann = H.fixture_annotations("two_branch")
     if form == "json":

@@ -144,7 +144,7 @@ def _actions(tmp_path: Path):
     cap = fx / "two_branch.capture.json"
     main = "from perfetto_graph_ann.cli.main import main; rc = main({argv!r}); sys.exit(rc)"
     r0, r1 = _rank_copy(tmp_path, 0), _rank_copy(tmp_path, 1)
-    save = ("from perfetto_graph_ann.capture.sidecar import load_annotations, save_annotations; "
+    save = ("from perfetto_graph_ann.annotations.files import load_annotations, save_annotations; "
             f"save_annotations({{out!r}}, load_annotations({str(cap)!r}))")
     return {
         "convert.pftrace": ("out.pftrace", main.format(argv=["convert", str(two), "-o", "{out}", "--annotations", str(cap), "-q"])),

@@ -171,7 +171,7 @@ def _corrupt_inputs(tmp_path: Path):
     import gzip
     import random
 
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     good = tmp_path / "good.pftrace"
     convert(H.FIXTURES / "seed_block_eager.trace.json.gz", good)

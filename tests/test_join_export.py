@@ -11,10 +11,10 @@ from collections import Counter
 import pytest
 
 from join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.errors import GraphAnnError, OutputError
-from perfetto_graph_ann.write.export import chrome_trace_bytes, export
+from perfetto_graph_ann.capture.export import chrome_trace_bytes, export
 
 
 class FakeProfiler:
@@ -76,7 +76,7 @@ def test_export_missing_folder(tmp_path):
 
 
 def test_export_import_is_torch_free():
-    code = ("import sys, perfetto_graph_ann.write.export, perfetto_graph_ann.join; "
+    code = ("import sys, perfetto_graph_ann.capture.export, perfetto_graph_ann.capture.handler, perfetto_graph_ann.join; "
             "import perfetto_graph_ann as p; p.export; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -25,10 +25,11 @@ from perfetto_graph_ann import mark_kernels
 from perfetto_graph_ann.capture import api, backends, marks
 from perfetto_graph_ann.capture import collectives as C
 from perfetto_graph_ann.capture import session as S
-from perfetto_graph_ann.capture.annotations import AnnotationSet
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.model import AnnotationSet
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.capture.registry import Registry
-from perfetto_graph_ann.capture.sidecar import from_json, load_annotations, save_annotations, to_json
+from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
+from perfetto_graph_ann.annotations.sidecar_json import from_json, to_json
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace

@@ -20,9 +20,9 @@ import pytest
 from engine_support import requires_portable
 from join_expect import (calibrated_expectation, fixture_capture, fixture_trace, kernels, launch_pids, load_json,
                          strip_calibration)
-from perfetto_graph_ann.capture.annotations import AnnotationSet, CaptureIdentity
-from perfetto_graph_ann.capture.capture_record import read_capture_record
-from perfetto_graph_ann.capture.sidecar import save_annotations
+from perfetto_graph_ann.annotations.model import AnnotationSet, CaptureIdentity
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.files import save_annotations
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.errors import AnnotationMismatchError
 from perfetto_graph_ann.join import join
@@ -169,8 +169,8 @@ def test_force_annotations_joins_and_reports_the_override(tmp_path, capsys):
 
 
 def test_force_in_python(tmp_path):
-    from perfetto_graph_ann.capture.sidecar import load_annotations
-    from perfetto_graph_ann.write.export import export
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.capture.export import export
 
     pid, _, _ = trace_facts(TWO)
     path = sidecar(tmp_path, TWO, **own_identity(TWO, pid=pid + 1))

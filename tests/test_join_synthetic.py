@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from join_expect import calibrated_expectation, fixture_capture, fixture_trace
-from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.read.model import TraceEvent

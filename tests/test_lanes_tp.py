@@ -10,11 +10,11 @@ from decimal import Decimal
 from engine_support import requires_portable
 from join_expect import (COLLECTIVE_FIELDS, allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace,
                          kernels, load_json, strip_calibration)
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 pytestmark = requires_portable  # the same logic is checked without an engine in test_join_fixtures.py
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 import gc
 
 import perfetto_graph_ann.read.kineto as kineto
-import perfetto_graph_ann.write.perfetto as perfetto_writer
+import perfetto_graph_ann.write.pftrace as pftrace
 from gc_probe import first_collection_gen0
 
 from benchmarks.synth import write_trace
-from perfetto_graph_ann.write.merge import merge
+from perfetto_graph_ann.pipeline.merge import merge
 
 
 def test_each_rank_is_read_and_written_with_the_gc_paused(tmp_path, monkeypatch):
     srcs = [write_trace(tmp_path / f"r{r}.json", 3000) for r in (0, 1)]
     calls = []
-    real_read, real_write = kineto.read_trace, perfetto_writer.write_perfetto
+    real_read, real_write = kineto.read_trace, pftrace.write_pftrace_stream
 
     def read_spy(path):  # the real reader, called through; records the collector's state
         calls.append(("read", gc.isenabled()))
@@ -31,7 +31,7 @@ def test_each_rank_is_read_and_written_with_the_gc_paused(tmp_path, monkeypatch)
         return real_write(*a, **k)
 
     monkeypatch.setattr(kineto, "read_trace", read_spy)
-    monkeypatch.setattr(perfetto_writer, "write_perfetto", write_spy)
+    monkeypatch.setattr(pftrace, "write_pftrace_stream", write_spy)
     was = gc.isenabled()
     gc.enable()
     try:

@@ -13,7 +13,7 @@ from join_expect import fixture_trace, kernels, load_json
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.errors import InputError
 from perfetto_graph_ann.query.session import open_trace
-from perfetto_graph_ann.write.merge import merge
+from perfetto_graph_ann.pipeline.merge import merge
 
 EAGER, GRAPHED = "allreduce_eager_rank0", "allreduce_graph_rank0"
 

@@ -10,7 +10,7 @@ from engine_support import requires_portable
 from join_expect import allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace, kernels, load_json
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.query.session import open_trace
-from perfetto_graph_ann.write.merge import merge
+from perfetto_graph_ann.pipeline.merge import merge
 
 pytestmark = requires_portable  # packet-level checks without an engine: test_merge_packets.py
 
@@ -68,7 +68,7 @@ def _single(tmp_path):
     """Rank 0 alone, joined to the same annotations (so with the same replay flows)."""
     from perfetto_graph_ann.join import join
     from perfetto_graph_ann.read.kineto import read_trace
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     p = tmp_path / "single.pftrace"
     trace = read_trace(fixture_trace("allreduce_graph_rank0"))
@@ -115,7 +115,7 @@ def test_merge_real_two_rank_capture(tmp_path):
     both ranks' NCCL kernels carry the eager fields, and each rank's kernels keep their own times
     shifted by the difference of the two traces' absolute bases (computed here from the JSON)."""
     from perfetto_graph_ann._resources import demo_live_data_dir
-    from perfetto_graph_ann.capture.sidecar import load_annotations
+    from perfetto_graph_ann.annotations.files import load_annotations
 
     live = demo_live_data_dir()
     traces = [live / f"allreduce_graph_rank{r}.trace.json.gz" for r in (0, 1)]

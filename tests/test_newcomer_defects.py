@@ -82,8 +82,8 @@ def test_a_missing_file_reads_the_same_in_every_command(argv, tmp_path, capsys):
 
 
 def test_save_annotations_with_an_upper_case_json_name_writes_json(tmp_path):
-    from perfetto_graph_ann.capture.capture_record import read_capture_record
-    from perfetto_graph_ann.capture.sidecar import load_annotations, save_annotations
+    from perfetto_graph_ann.annotations.capture_record import read_capture_record
+    from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
 
     record = json.loads(fixture_capture("two_branch").read_text())
     annotations = read_capture_record(fixture_capture("two_branch"))

@@ -18,7 +18,7 @@ import pytest
 from conftest import TRACES, fixture_trace
 from engine_support import requires_portable
 from perfetto_graph_ann.query.session import open_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 pytestmark = requires_portable
 

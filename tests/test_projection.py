@@ -17,10 +17,10 @@ import scope_synth
 from join_expect import calibrated_expectation, fixture_capture, fixture_trace, load_capture, strip_calibration
 from pftrace_decode import decode, projected_slices as _by_cat
 from sql_expect import load_events, ns
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 Range = Tuple[int, int, int]  # ts, end, kernel count
 
@@ -246,7 +246,7 @@ def test_a_tie_between_graphs_draws_nothing():
     g = strip_calibration(read_capture_record(fixture_capture(name))).graphs[0]
     twin = dataclasses.replace(g, exec_id=g.exec_id + 100, name="twin", nodes=tuple(
         dataclasses.replace(n, key=((g.exec_id + 100) << 32) | n.local_id) for n in g.nodes))
-    from perfetto_graph_ann.capture.annotations import AnnotationSet
+    from perfetto_graph_ann.annotations.model import AnnotationSet
 
     layout = join(trace, AnnotationSet(graphs=(g, twin)))
     assert layout.report.ambiguous == layout.report.graphed > 0

@@ -11,7 +11,7 @@ import pytest
 from engine_support import requires_portable
 from fleet_synth import LIVE, sidecar
 from perfetto_graph_ann.errors import InputError, QueryError
-from perfetto_graph_ann.query.batch import query_many
+from perfetto_graph_ann.pipeline.fleet import query_many
 from perfetto_graph_ann.query.engine import EngineConfig
 from perfetto_graph_ann.query.tasks import FileInput, NotVisible, TraceTask, run_trace_task, to_arrow, to_frame
 

@@ -11,7 +11,7 @@ from decimal import Decimal
 from engine_support import requires_portable
 from join_expect import fixture_trace, load_json
 from perfetto_graph_ann.query.session import open_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 pytestmark = requires_portable
 NAME = "seed_block_graph"

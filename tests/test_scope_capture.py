@@ -12,9 +12,9 @@ import scope_synth
 from join_expect import fixture_capture, load_capture
 from perfetto_graph_ann import load_annotations, save_annotations
 from perfetto_graph_ann.capture import session as S
-from perfetto_graph_ann.capture.capture_record import capture_record_to_annotations, read_capture_record
+from perfetto_graph_ann.annotations.capture_record import capture_record_to_annotations, read_capture_record
 from perfetto_graph_ann.capture.registry import Registry
-from perfetto_graph_ann.capture.scope_instances import from_ranges, scope_label
+from perfetto_graph_ann.annotations.scope_instances import from_ranges, scope_label
 from perfetto_graph_ann.capture.scopes import ScopeRecord
 from perfetto_graph_ann.errors import SidecarError
 

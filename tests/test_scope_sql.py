@@ -20,7 +20,7 @@ from perfetto_graph_ann.join import join
 from perfetto_graph_ann.query import metrics
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 LAYERS = 3
 ORDER = (0, 1, 0, 1, 0, 0, 1)  # 4 replays of bs=1, 3 of bs=4, interleaved

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from join_expect import fixture_capture, fixture_trace
 
 from perfetto_graph_ann import load_annotations, save_annotations
-from perfetto_graph_ann.capture import _protogen, sidecar
-from perfetto_graph_ann.capture.annotations import AnnotationSet, GraphRecord, NodeRecord, make_key
+from perfetto_graph_ann.annotations import _protogen, sidecar_json, sidecar_proto
+from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord, make_key
 from perfetto_graph_ann.errors import SidecarError
 
 
@@ -85,8 +85,8 @@ values = st.recursive(
 @given(ann=st.dictionaries(st.text(max_size=6), values, max_size=4))
 def test_any_json_like_annotation_round_trips_exactly(ann):
     s = AnnotationSet((GraphRecord(1, (NodeRecord(make_key(1, 0), annotation=ann),)),))
-    b = sidecar.from_bytes(sidecar.to_bytes(s), "mem")
-    j = sidecar.from_json(json.loads(json.dumps(sidecar.to_json(s))), "mem")
+    b = sidecar_proto.from_bytes(sidecar_proto.to_bytes(s), "mem")
+    j = sidecar_json.from_json(json.loads(json.dumps(sidecar_json.to_json(s))), "mem")
     for back in (b, j):
         got = back.graphs[0].nodes[0].annotation
         assert got == ann
@@ -96,14 +96,14 @@ def test_any_json_like_annotation_round_trips_exactly(ann):
 def test_unsaveable_values_are_rejected():
     bad = AnnotationSet((GraphRecord(1, (NodeRecord(make_key(1, 0), annotation={"x": object()}),)),))
     with pytest.raises(TypeError, match="cannot be saved"):
-        sidecar.to_bytes(bad)
+        sidecar_proto.to_bytes(bad)
     big = AnnotationSet((GraphRecord(1, (NodeRecord(make_key(1, 0), annotation={"x": 1 << 64}),)),))
     with pytest.raises(ValueError, match="64 bits"):
-        sidecar.to_bytes(big)
+        sidecar_proto.to_bytes(big)
 
 
 def test_every_truncation_of_the_binary_form_is_an_error(tmp_path):
-    data = sidecar.to_bytes(sample())
+    data = sidecar_proto.to_bytes(sample())
     p = tmp_path / "t.pga"
     for cut in range(0, len(data)):
         p.write_bytes(data[:cut])
@@ -113,7 +113,7 @@ def test_every_truncation_of_the_binary_form_is_an_error(tmp_path):
 
 
 def test_flipped_byte_is_caught_by_checksum(tmp_path):
-    data = bytearray(sidecar.to_bytes(sample()))
+    data = bytearray(sidecar_proto.to_bytes(sample()))
     data[len(data) // 2] ^= 0x40
     p = tmp_path / "f.pga"
     p.write_bytes(bytes(data))
@@ -122,7 +122,7 @@ def test_flipped_byte_is_caught_by_checksum(tmp_path):
 
 
 def _binary_with(mutate) -> bytes:
-    msg = sidecar.to_proto(sample())
+    msg = sidecar_proto.to_proto(sample())
     mutate(msg)
     payload = msg.SerializeToString()
     return payload + bytes([0x7D]) + struct.pack("<I", zlib.crc32(payload))
@@ -143,7 +143,7 @@ def test_binary_semantic_errors(tmp_path, mutate, problem):
 
 
 def _json_doc():
-    return sidecar.to_json(sample())
+    return sidecar_json.to_json(sample())
 
 
 @pytest.mark.parametrize("mutate,problem", [
@@ -216,7 +216,7 @@ def test_generated_module_matches_proto():
     """The committed sidecar_pb2.py was generated from the committed .proto."""
     text = _protogen.MODULE.read_text()
     assert f"# proto sha256: {_protogen.proto_sha256()}\n" in text
-    from perfetto_graph_ann.capture import sidecar_pb2
+    from perfetto_graph_ann.annotations import sidecar_pb2
 
     fields = {f.name: f.number for f in sidecar_pb2.Sidecar.DESCRIPTOR.fields}
     assert fields == {"magic": 1, "version": 2, "backend": 3, "graphs": 4, "lanes": 5, "producer": 6, "capture": 7,

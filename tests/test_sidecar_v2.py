@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfetto_graph_ann import load_annotations, save_annotations
-from perfetto_graph_ann.capture import sidecar_pb2
-from perfetto_graph_ann.capture.annotations import AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, make_key
+from perfetto_graph_ann.annotations import sidecar_pb2
+from perfetto_graph_ann.annotations.model import AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, make_key
 from perfetto_graph_ann.capture.identity import capture_identity, process_identity
 
 LIVE = Path(__file__).resolve().parents[1] / "perfetto_graph_ann" / "demo" / "data" / "h200_live"

@@ -10,11 +10,12 @@ import pytest
 from conftest import TRACES, fixture_capture, fixture_trace
 from engine_support import requires_portable
 from pftrace_decode import decode
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.query import metrics
 from perfetto_graph_ann.query.engine import EngineConfig
-from perfetto_graph_ann.query.session import open_converted, sql_arg_names
+from perfetto_graph_ann.pipeline.query import open_converted
+from perfetto_graph_ann.query.session import sql_arg_names
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto
 
@@ -93,11 +94,11 @@ def test_feeder_hands_the_engines_error_to_the_writer(tmp_path):
 
 @requires_portable
 def test_a_failing_conversion_closes_the_engine(monkeypatch):
-    import perfetto_graph_ann.write.convert as wc
+    import perfetto_graph_ann.pipeline.query as pq
 
     started = []
 
-    def boom(trace, out, config, layout):
+    def boom(trace, out, layout, config):
         out.write(b"\x0a\x00")
         raise RuntimeError("writer failed")
 
@@ -110,7 +111,7 @@ def test_a_failing_conversion_closes_the_engine(monkeypatch):
         started.append(eng)
         return eng
 
-    monkeypatch.setattr(wc, "convert_to_stream", boom)
+    monkeypatch.setattr(pq, "write_pftrace_stream", boom)
     monkeypatch.setattr(session_mod, "create_engine", create)
     with pytest.raises(RuntimeError, match="writer failed"):
         with open_converted(read_trace(fixture_trace("two_branch")), engine="portable"):

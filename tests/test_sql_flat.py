@@ -19,7 +19,7 @@ from engine_support import requires_portable
 from perfetto_graph_ann.join.model import LaneLayout
 from perfetto_graph_ann.query import metrics
 from perfetto_graph_ann.query.session import open_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 pytestmark = requires_portable
 

@@ -19,13 +19,13 @@ import sql_expect as X
 import sql_synth
 from conftest import fixture_capture, fixture_trace
 from engine_support import native_reason, portable_reason, requires_portable
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.join.model import LaneLayout, Placement
 from perfetto_graph_ann.query import metrics
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 REL = 1e-9
 

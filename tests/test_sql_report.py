@@ -9,12 +9,12 @@ import pandas as pd
 import sql_expect as X
 from conftest import fixture_capture, fixture_trace
 from engine_support import requires_portable
-from perfetto_graph_ann.capture.capture_record import read_capture_record
+from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.cli.report import format_report, is_json_trace
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 
 def _human_us(ns: int) -> str:

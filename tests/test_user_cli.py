@@ -166,7 +166,7 @@ def test_errors_about_a_converted_json_trace_name_the_json_not_a_temp_file(trace
 @requires_portable
 def test_session_of_a_converted_trace_is_named_after_the_source(trace):
     from perfetto_graph_ann.errors import QueryError
-    from perfetto_graph_ann.query.session import open_converted
+    from perfetto_graph_ann.pipeline.query import open_converted
     from perfetto_graph_ann.read.kineto import read_trace
 
     src, _ = trace
@@ -227,8 +227,8 @@ def test_annotations_that_match_nothing_are_refused(tmp_path, capsys):
     """A sidecar saved before the capture (no graphs), or one from another run: the join used
     to leave every graphed kernel unplaced (or label a few structurally) with exit 0; now it is
     an error naming both files, and nothing is written, unless --force-annotations."""
-    from perfetto_graph_ann.capture.annotations import AnnotationSet
-    from perfetto_graph_ann.capture.sidecar import save_annotations
+    from perfetto_graph_ann.annotations.model import AnnotationSet
+    from perfetto_graph_ann.annotations.files import save_annotations
 
     empty = save_annotations(tmp_path / "empty.json", AnnotationSet())
     src = fixture_trace("two_branch")
@@ -267,8 +267,8 @@ def test_annotations_that_match_nothing_are_refused(tmp_path, capsys):
 
 @requires_portable
 def test_report_refuses_annotations_that_match_nothing(tmp_path, capsys):
-    from perfetto_graph_ann.capture.annotations import AnnotationSet
-    from perfetto_graph_ann.capture.sidecar import save_annotations
+    from perfetto_graph_ann.annotations.model import AnnotationSet
+    from perfetto_graph_ann.annotations.files import save_annotations
 
     empty = save_annotations(tmp_path / "empty.json", AnnotationSet())
     assert main(["report", str(fixture_trace("two_branch")), "-a", empty, "-o", str(tmp_path / "r.txt")]) == 2

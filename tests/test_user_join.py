@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from join_expect import calibrated_expectation, fixture_capture, fixture_trace
-from perfetto_graph_ann.capture.sidecar import load_annotation_files, load_annotations, save_annotations
+from perfetto_graph_ann.annotations.files import load_annotation_files, load_annotations, save_annotations
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace

@@ -12,11 +12,11 @@ import pytest
 
 from conftest import fixture_capture, fixture_trace
 from pftrace_decode import decode
-from perfetto_graph_ann.capture.sidecar import load_annotation_files
+from perfetto_graph_ann.annotations.files import load_annotation_files
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.chrome_json import write_chrome_json
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -129,7 +129,7 @@ def test_merge_gzips_like_convert(tmp_path, capsys, name, flag):
 
 
 def test_merge_python_api_gzips_by_name(tmp_path):
-    from perfetto_graph_ann.write.merge import merge
+    from perfetto_graph_ann.pipeline.merge import merge
 
     plain, packed = tmp_path / "m.pftrace", tmp_path / "m.pftrace.gz"
     merge([fixture_trace("two_branch")], plain)
@@ -189,7 +189,7 @@ def test_convert_refuses_to_overwrite_its_input(copied, tmp_path, how):
 
 def test_merge_refuses_json_names_and_its_inputs(copied, tmp_path):
     from perfetto_graph_ann.errors import OutputError
-    from perfetto_graph_ann.write.merge import merge
+    from perfetto_graph_ann.pipeline.merge import merge
 
     before = _sha(copied)
     for out in (copied, tmp_path / "m.json"):
@@ -201,8 +201,8 @@ def test_merge_refuses_json_names_and_its_inputs(copied, tmp_path):
 
 def test_export_writes_json_for_an_upper_case_json_name(tmp_path):
     """export() picks the format by name; the check and the choice agree on ``.JSON``."""
-    from perfetto_graph_ann.capture.annotations import AnnotationSet
-    from perfetto_graph_ann.write.export import export
+    from perfetto_graph_ann.annotations.model import AnnotationSet
+    from perfetto_graph_ann.capture.export import export
 
     class Prof:  # what export() uses of a torch.profiler profile
         def export_chrome_trace(self, path):
@@ -292,7 +292,7 @@ def test_commands_needing_json_say_a_pftrace_is_protobuf(pftrace, tmp_path, caps
 
 
 def test_binary_sidecar_given_as_a_trace_says_so(tmp_path):
-    from perfetto_graph_ann.capture.sidecar import save_annotations
+    from perfetto_graph_ann.annotations.files import save_annotations
     from perfetto_graph_ann.errors import TraceFormatError
 
     side = tmp_path / "run.pga"

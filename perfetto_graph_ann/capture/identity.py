@@ -16,7 +16,7 @@ import threading
 import types
 from typing import Dict, Optional, Tuple
 
-from .annotations import CaptureIdentity
+from ..annotations.model import CaptureIdentity
 
 
 def _process_start_ns(pid: int) -> Optional[int]:

@@ -10,7 +10,7 @@ import threading
 import types
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
-from .annotations import AnnotationSet, GraphRecord
+from ..annotations.model import AnnotationSet, GraphRecord
 from .scopes import LaneAllocator
 
 

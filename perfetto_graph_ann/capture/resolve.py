@@ -10,7 +10,7 @@ import dataclasses
 import types
 from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from .annotations import Dim3, GraphRecord, NodeRecord, ScopeInstance, make_key
+from ..annotations.model import Dim3, GraphRecord, NodeRecord, ScopeInstance, rekey
 
 #: node types whose creation a scope annotates; the others (empty, child graph, ...) carry
 #: nothing a profile shows.
@@ -26,11 +26,6 @@ class NodeInfo(NamedTuple):
     kernel: Optional[str] = None
     grid: Optional[Dim3] = None
     block: Optional[Dim3] = None
-
-
-def rekey(exec_id: int, local_id: int) -> int:
-    """The key a replayed node reports: ``(exec graph id << 32) | local id``."""
-    return make_key(exec_id, local_id & 0xFFFFFFFF)
 
 
 def resolve_graph(

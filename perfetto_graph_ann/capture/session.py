@@ -42,13 +42,13 @@ import threading
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ..errors import CaptureError
-from .annotations import GraphRecord
+from ..annotations.model import GraphRecord
 from . import fastpath
 from .backends import CaptureBackend
 from .registry import REGISTRY, Registry
 from .resolve import NodeInfo, resolve_graph, with_calibration
-from .annotations import ScopeInstance
-from .scope_instances import from_ranges
+from ..annotations.model import ScopeInstance
+from ..annotations.scope_instances import from_ranges
 from .scopes import ScopeRecorder, merge_scopes
 
 _owner_ids = itertools.count(1)

@@ -1,4 +1,6 @@
-"""What several subcommands share: option choices, loading annotation files, writing output.
+"""What several subcommands share: option choices, loading annotation files, printing the join, writing output.
+
+Reading, joining and converting are :mod:`perfetto_graph_ann.pipeline`'s.
 
 Heavy imports stay inside the functions, so building the parser (``--help``) stays fast.
 """
@@ -27,7 +29,7 @@ def add_force_option(p: argparse.ArgumentParser) -> None:
 
 def load_annotation_files(paths: Sequence[str]):
     """Merge the annotations of several files (sidecars or capture records)."""
-    from ..capture.sidecar import load_annotation_files as load
+    from ..annotations.files import load_annotation_files as load
 
     return load(paths)
 
@@ -36,54 +38,6 @@ def load_annotation_files(paths: Sequence[str]):
 GRAPH_LANES_HELP = ("all: move graphed kernels to their annotated lanes; none: keep the recorded streams "
                     "(torch 2.15's default). Default here: all when a node is annotated, else none; "
                     "all needs annotated nodes, as in torch")
-
-
-def resolve_graph_lanes(requested: Optional[str], annotations, paths: Sequence[str], default: str = "all") -> str:
-    """The ``graph_lanes`` a subcommand joins with: ``requested``, else ``default`` where a node
-    is annotated and ``"none"`` where none is. ``"all"`` without annotated nodes is refused
-    as torch 2.15 refuses it (an :class:`InputError`, exit 2), naming the files."""
-    from ..errors import InputError
-    from ..join.join import has_annotated_nodes
-
-    annotated = has_annotated_nodes(annotations)
-    if requested is None:
-        return default if annotated else "none"
-    if requested == "all" and not annotated:
-        where = ", ".join(paths) if paths else "(no --annotations given)"
-        raise InputError(paths[0] if paths else None,
-                         f"--graph-lanes all needs annotations, and no node of {where} carries a field "
-                         "(torch 2.15 refuses the same)")
-    return requested
-
-
-def join_files(trace, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
-               default_stream: int = 7, default: str = "all"):
-    """Join ``trace`` with the annotations of ``paths`` (merged; each file's identity checked).
-
-    ``graph_lanes`` None picks ``default`` where a node is annotated, else ``"none"``
-    (:func:`resolve_graph_lanes`). Returns ``(layout, merged annotations)``. Raises
-    :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` (exit 2, nothing written)
-    for annotations that do not belong to the trace, unless ``force``.
-    """
-    from ..capture.sidecar import load_annotations, merge_annotation_sets
-    from ..join import join
-
-    sets = [load_annotations(p) for p in paths]
-    merged = merge_annotation_sets(sets)
-    lanes = resolve_graph_lanes(graph_lanes, merged, paths, default=default)
-    return join(trace, merged, graph_lanes=lanes, default_stream=default_stream, force=force, sources=sets), merged
-
-
-def read_and_join(trace_path: str, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False):
-    """A torch.profiler JSON trace and its layout: joined to ``paths`` (summary printed), else None."""
-    from ..read.kineto import read_trace
-
-    trace = read_trace(trace_path)
-    if not paths:
-        return trace, None
-    layout, _ = join_files(trace, paths, graph_lanes, force)
-    print_join_summary(layout.report)
-    return trace, layout
 
 
 def print_join_summary(report, file=None, prefix: str = "") -> None:
@@ -138,7 +92,8 @@ def open_session(stack: contextlib.ExitStack, trace_path: str, joined=None, engi
     """A trace processor session entered on ``stack``: the read trace and layout of ``joined``
     (a ``(trace, layout)`` pair) converted, or the trace file at ``trace_path`` loaded as it is
     when ``joined`` is None."""
-    from ..query.session import open_converted, open_trace
+    from ..pipeline.query import open_converted
+    from ..query.session import open_trace
 
     if joined is not None:
         return stack.enter_context(open_converted(*joined, engine=engine, config=config, sql_args_only=sql_args_only))

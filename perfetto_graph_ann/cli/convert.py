@@ -46,58 +46,33 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..pipeline.convert import ConvertConfig, convert_file
+    from ..util.names import is_gzip_name
     from ..util.progress import Progress, wanted
-    from ..write.convert import paused_gc
+    from ._common import print_join_summary
 
-    progress = Progress("convert", enabled=wanted(args.quiet or args.no_progress))
-    try:
-        with paused_gc():
-            return _run(args, progress)
-    finally:
-        progress.close()
-
-
-def _run(args: argparse.Namespace, progress) -> int:
-    from ..read.kineto import read_trace
-    from ..util.names import is_gzip_name, is_json_name
-    from ..write.convert import ConvertConfig, convert
-    from ..util.atomic import refuse_input_as_output
-    from ._common import join_files, print_join_summary
-
-    refuse_input_as_output(args.output, [args.input, *args.annotations])
-    with progress.phase(f"reading {os.path.basename(args.input)}"):
-        trace = read_trace(args.input)
-    layout = None
-    if args.annotations:
-        with progress.phase("joining the GPU work to the annotations"):
-            # torch's default for torch's format (Chrome JSON); our lanes for Perfetto's
-            layout, _ = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations,
-                                   default_stream=args.default_stream,
-                                   default="none" if is_json_name(args.output) else "all")
-        if not args.quiet:
-            print_join_summary(layout.report)
-    out = args.output
-    if is_json_name(out):  # any case: convert() refuses a protobuf trace under such a name
-        from ..write.chrome_json import write_chrome_json
-
-        with progress.phase(f"writing {os.path.basename(out)}"):
-            write_chrome_json(trace, out, layout)
-        progress.close()
-        if not args.quiet:
-            print(f"wrote {out} (Chrome JSON, {len(trace.events)} events)")
-        return 0
     quiet_bar = args.no_progress or args.quiet
     config = ConvertConfig(gzip=True if args.gzip else None, progress=False if quiet_bar else None,
                            list_args="typed" if args.typed_args else "text")
-    with progress.phase(f"writing {os.path.basename(out)}"):  # large traces: the writer's own per-event bar below it
-        stats = convert(trace, out, config, layout)
-    progress.close()
-    if not args.quiet:
-        size = os.path.getsize(out)  # the file as written: compressed when gzipped
-        gzipped = args.gzip or is_gzip_name(out)
-        size_text = f"{size} bytes (gzip; {stats.bytes} uncompressed)" if gzipped else f"{size} bytes"
-        print(f"wrote {out}: {stats.slices} slices, {stats.instants} instants, {stats.counter_values} counter values, "
-              f"{stats.flows} flows, {stats.tracks} tracks ({stats.spill_tracks} spill), {size_text}")
-        if stats.untimed:
-            print(f"warning: {stats.untimed} events without ts could not be placed on the timeline", file=sys.stderr)
+    progress = Progress("convert", enabled=wanted(quiet_bar))
+    try:
+        done = convert_file(args.input, args.output, args.annotations, args.graph_lanes, args.default_stream,
+                            args.force_annotations, config, progress,
+                            on_join=None if args.quiet else lambda layout: print_join_summary(layout.report))
+    finally:
+        progress.close()
+    if args.quiet:
+        return 0
+    out = args.output
+    if done.stats is None:
+        print(f"wrote {out} (Chrome JSON, {done.events} events)")
+        return 0
+    stats = done.stats
+    size = os.path.getsize(out)  # the file as written: compressed when gzipped
+    gzipped = args.gzip or is_gzip_name(out)
+    size_text = f"{size} bytes (gzip; {stats.bytes} uncompressed)" if gzipped else f"{size} bytes"
+    print(f"wrote {out}: {stats.slices} slices, {stats.instants} instants, {stats.counter_values} counter values, "
+          f"{stats.flows} flows, {stats.tracks} tracks ({stats.spill_tracks} spill), {size_text}")
+    if stats.untimed:
+        print(f"warning: {stats.untimed} events without ts could not be placed on the timeline", file=sys.stderr)
     return 0

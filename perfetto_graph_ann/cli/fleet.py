@@ -46,7 +46,8 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ..query.executors import RayOptions
-    from ..query.fleet import fleet_report, find_traces
+    from ..pipeline.fleet import fleet_report
+    from ..query.fleet import find_traces
 
     annotations = None
     if args.annotations is not None:

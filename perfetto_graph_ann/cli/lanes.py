@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 
-from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, hint_annotations, join_files, print_join_summary
+from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, hint_annotations, print_join_summary
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -49,6 +49,7 @@ def _run(args: argparse.Namespace, out, progress) -> int:
         trace = read_trace(args.trace)
     with progress.phase("joining the GPU work to the annotations"):
         from ..join.summary import lane_table, report_table
+        from ..pipeline.convert import join_files
 
         layout, annotations = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
     if args.annotations:
@@ -82,7 +83,7 @@ def _sql_summary(args, trace, layout, out, progress) -> None:
     from ..errors import EngineError
     from ..query.includes import include_modules
     from ..query.metrics import METRICS, lane_summary
-    from ..query.session import open_converted
+    from ..pipeline.query import open_converted
     from .tables import render, trace_start_ns
 
     try:

@@ -35,7 +35,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, out=None) -> int:
     from ..errors import InputError
-    from ..write.merge import merge
+    from ..pipeline.merge import merge
     from ..util.atomic import refuse_input_as_output
     from ._common import load_annotation_files, print_join_summary
 

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Dict, List, Optional, Tuple
 
-from ._common import (ENGINES, GRAPH_LANES_HELP, add_force_option, join_files, note_annotations_ignored, open_session,
+from ._common import (ENGINES, GRAPH_LANES_HELP, add_force_option, note_annotations_ignored, open_session,
                       positive_int, print_join_summary, run_text_command)
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
@@ -163,13 +163,7 @@ def _report(args: argparse.Namespace, progress) -> str:
 
 def _read_and_join(args: argparse.Namespace, progress):
     """A torch.profiler JSON trace and its layout (joined to --annotations, if any; else None)."""
-    from ..read.kineto import read_trace
+    from ..pipeline.convert import read_and_join
 
-    with progress.phase(f"reading {os.path.basename(args.trace)}"):
-        trace = read_trace(args.trace)
-    if not args.annotations:
-        return trace, None
-    with progress.phase("joining the GPU work to the annotations"):
-        layout, _ = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
-    print_join_summary(layout.report)
-    return trace, layout
+    return read_and_join(args.trace, args.annotations, args.graph_lanes, args.force_annotations, progress,
+                         on_join=lambda layout: print_join_summary(layout.report))

@@ -12,7 +12,7 @@ import argparse
 from typing import Optional
 
 from ._common import (ENGINES, GRAPH_LANES_HELP, add_force_option, note_annotations_ignored, open_session,
-                      positive_seconds, read_and_join, run_text_command)
+                      positive_seconds, print_join_summary, run_text_command)
 from .tables import trace_start_ns
 
 
@@ -73,7 +73,10 @@ def _query(args: argparse.Namespace, progress) -> str:
             config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
             joined = None
             if args.annotations and is_json_trace(args.trace):
-                joined = read_and_join(args.trace, args.annotations, args.graph_lanes, args.force_annotations)
+                from ..pipeline.convert import read_and_join
+
+                joined = read_and_join(args.trace, args.annotations, args.graph_lanes, args.force_annotations,
+                                       on_join=lambda layout: print_join_summary(layout.report))
             session = open_session(stack, args.trace, joined, engine=args.engine, config=config)
         from ..query.includes import include_modules, split_includes
 

@@ -103,10 +103,10 @@ def choose_recordings(config: DemoConfig, out_dir: Path) -> Tuple[str, str, List
 
 def run_scenario(rec: Recording, out_dir: Path, config: DemoConfig) -> ScenarioResult:
     """Export ``rec`` raw and annotated and compute its lane numbers (no printing)."""
-    from ..join import LaneLayout, join
+    from ..join import LaneLayout
     from ..join.summary import lane_table, report_table
+    from ..pipeline.convert import convert, write_joined
     from ..read.kineto import read_trace
-    from ..write.convert import convert
 
     trace = read_trace(rec.trace)
     raw_out = out_dir / f"{rec.name}.raw.pftrace"
@@ -122,9 +122,8 @@ def run_scenario(rec: Recording, out_dir: Path, config: DemoConfig) -> ScenarioR
     if rec.annotations is None:
         return ScenarioResult(rec.name, rec.title, raw_out, None, lane_table(trace, LaneLayout()), None,
                               reference_trace=reference_out, recorded_collectives=recorded)
-    layout = join(trace, load_any_annotations(rec.annotations), graph_lanes="all")
     ann_out = out_dir / f"{rec.name}.annotated.pftrace"
-    convert(trace, ann_out, layout=layout)
+    layout = write_joined(trace, str(ann_out), load_any_annotations(rec.annotations), graph_lanes="all")
     return ScenarioResult(rec.name, rec.title, raw_out, ann_out, lane_table(trace, layout),
                           layout.report.as_dict(), report_table(layout), reference_out,
                           restored_collective=_restored_collective(trace, layout), recorded_collectives=recorded)
@@ -151,7 +150,7 @@ def _collective_fields(trace, layout) -> Optional[Dict[str, Any]]:
 
 def load_any_annotations(path: Path):
     """A sidecar written by ``save_annotations``, or a probe capture record (the shipped ones)."""
-    from ..capture.sidecar import load_annotation_files
+    from ..annotations.files import load_annotation_files
 
     return load_annotation_files([path])
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
-from ..capture.annotations import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
+from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import CALIBRATED
 from .match import Match, best_graph, compatible_signatures, signature
 from .replays import Replay

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Sequence
 
-from ..capture.annotations import NodeRecord
+from ..annotations.model import NodeRecord
 from ..read.model import TraceEvent
 from ..join.model import EXACT
 from .match import Match

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set
 
-from ..capture.annotations import CaptureIdentity
+from ..annotations.model import CaptureIdentity
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace
 
 #: Kineto categories of host-side events that carry the profiled process's pid.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
-from ..capture.annotations import AnnotationSet
+from ..annotations.model import AnnotationSet
 from ..errors import AnnotationMismatchError
 from ..read.model import KinetoTrace
 from . import identity

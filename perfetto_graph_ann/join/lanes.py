@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from ..capture.annotations import AnnotationSet, GraphRecord, NodeRecord
+from ..annotations.model import AnnotationSet, GraphRecord, NodeRecord
 from ..read.model import TraceEvent
 from .match import Match
 from .model import DEFAULT_GRAPH_LANE, Placement, lane_key

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
-from ..capture.annotations import GraphRecord, NodeRecord
+from ..annotations.model import GraphRecord, NodeRecord
 from ..read.model import TraceEvent
 from .names import base_name, full_name
 from .replays import Replay, dim3_arg, node_type_of

@@ -16,8 +16,6 @@ STRATEGIES = (EXACT, CALIBRATED, STRUCTURAL)
 
 #: torch 2.15's lane for graphed events without an annotated lane (graph_lanes="all").
 DEFAULT_GRAPH_LANE = 7
-#: First lane id handed out for mark_stream labels and process groups.
-FIRST_LOGICAL_LANE = 60
 
 
 @dataclasses.dataclass(frozen=True)

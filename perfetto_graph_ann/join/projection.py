@@ -1,7 +1,7 @@
 """GPU projection: graph replays and scope instances as time ranges on the GPU timeline.
 
 For every joined replay, one range from its first GPU start to its last GPU end; for every
-scope instance (see :mod:`..capture.scope_instances`) in every replay, one range from the
+scope instance (see :mod:`..annotations.scope_instances`) in every replay, one range from the
 earliest start to the latest end of the GPU work captured inside it, across all lanes.
 Only events the join matched to a node count toward a scope, whichever strategy matched
 them; a replay whose graph the join could not tell is left out (no guessed name).
@@ -21,8 +21,8 @@ from bisect import bisect_right
 from operator import itemgetter
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from ..capture.annotations import GPU_WORK_NODE_TYPES, AnnotationSet
-from ..capture.scope_instances import graph_scopes, path_of, scope_label
+from ..annotations.model import GPU_WORK_NODE_TYPES, AnnotationSet
+from ..annotations.scope_instances import graph_scopes, path_of, scope_label
 from .match import Match, signature
 from .replays import Replay
 

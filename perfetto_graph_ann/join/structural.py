@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ..capture.annotations import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
+from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import STRUCTURAL
 from ..read.model import TraceEvent
 from .match import Match, best_graph, device_ok, signature

@@ -21,7 +21,7 @@ from .engine import EngineConfig
 from .engine.resolve import choose_engine
 from .executors import RayOptions, run_tasks
 from .session import exact_frame
-from .tasks import FileInput, TraceTask, to_frame
+from .tasks import Converter, FileInput, TraceTask, to_frame
 
 PathArg = Union[str, "os.PathLike[str]"]
 
@@ -37,6 +37,8 @@ def query_many(
     annotations: Optional[Sequence[Any]] = None,
     ray_address: Optional[str] = None,
     ray_options: Optional[RayOptions] = None,
+    *,
+    converter: Optional[Converter] = None,
 ) -> Union[pd.DataFrame, Dict[str, pd.DataFrame]]:
     """Run ``sql`` on every trace; one DataFrame, a ``trace`` column (the path) first.
 
@@ -49,7 +51,8 @@ def query_many(
     ``concurrent.futures.Executor`` (at most ``max_workers`` tasks in flight).
     ``annotations``: per trace, a sidecar path, a list of them, or None; a trace with
     annotations (a torch.profiler JSON) is joined and converted to ``.pftrace`` on the
-    worker before it is loaded. ``progress``: a tqdm bar over the traces on stderr
+    worker (by ``converter``, see :class:`~.tasks.TraceTask`; ``perfetto_graph_ann.query_many``
+    gives the pipeline's) before it is loaded. ``progress``: a tqdm bar over the traces on stderr
     (``None``: only on a terminal).
 
     Rows keep the order of ``traces``. The first failure (bad trace, SQL error, engine
@@ -71,7 +74,8 @@ def query_many(
         if choice.kind == "native":
             workers = max_workers or min(len(paths), os.cpu_count() or 1)
             return _with_trace_column(paths, _native_batch(paths, sql, config, choice.shell, workers))
-    tasks = [TraceTask(i, FileInput.of(p), queries, config, annotations=sidecars[i], arrow=executor != "local")
+    tasks = [TraceTask(i, FileInput.of(p), queries, config, annotations=sidecars[i], arrow=executor != "local",
+                       converter=converter)
              for i, p in enumerate(paths)]
     ray_opts = ray_options or RayOptions()
     if ray_address is not None:

@@ -18,7 +18,7 @@ from ..util.names import is_json_name
 from .engine import EngineConfig
 from .executors import RayOptions, run_tasks
 from .straggler import FleetReport, RankTables, combine
-from .tasks import FileInput, TraceTask, to_frame
+from .tasks import Converter, FileInput, TraceTask, to_frame
 
 #: The per-rank queries. ``clock``: the offset from trace time to Unix time, from the
 #: REALTIME (builtin clock 1) snapshot the converter writes (NULL without one).
@@ -99,12 +99,15 @@ def fleet_report(
     ray_address: Optional[str] = None,
     ray_options: Optional[RayOptions] = None,
     find_sidecars: bool = True,
+    *,
+    converter: Optional[Converter] = None,
 ) -> FleetReport:
     """The straggler report of one job's per-rank traces (files or folders of them).
 
     ``annotations``: per trace, a sidecar path (or a list, or None); by default
     (``find_sidecars``) each JSON trace's ``<stem>.annotations.json`` / ``.pga`` beside it.
-    A JSON trace is joined with its sidecar and converted on the worker. The rank of a
+    A JSON trace is joined with its sidecar and converted on the worker (by ``converter``;
+    ``perfetto_graph_ann.fleet_report`` gives the pipeline's). The rank of a
     trace is its ``distributedInfo.rank``, else the number after ``rank`` in its file
     name, else its position. ``executor``, ``max_workers``, ``progress``, ``ray_address``
     and ``ray_options`` as in :func:`~perfetto_graph_ann.query.batch.query_many`.
@@ -121,7 +124,7 @@ def fleet_report(
     sidecars = annotation_inputs(annotations, len(paths))
     config = (config or EngineConfig()).with_engine(engine)
     tasks = [TraceTask(i, FileInput.of(p), FLEET_QUERIES, config, annotations=sidecars[i], convert=True,
-                       arrow=executor != "local") for i, p in enumerate(paths)]
+                       arrow=executor != "local", converter=converter) for i, p in enumerate(paths)]
     opts = ray_options or RayOptions()
     if ray_address is not None:
         opts = dataclasses.replace(opts, address=ray_address)

@@ -15,7 +15,7 @@ import re
 import threading
 import tempfile
 from pathlib import Path
-from typing import FrozenSet, Iterator, List, Optional, Tuple, Union
+from typing import IO, Any, Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
 
 from perfetto.common.query_result_iterator import QueryResultIterator
 
@@ -138,37 +138,32 @@ def open_trace(path: PathArg, engine: str = "auto", config: Optional[EngineConfi
 
 
 @contextlib.contextmanager
-def open_converted(trace, layout=None, engine: str = "auto",
-                   config: Optional[EngineConfig] = None, sql_args_only: bool = False) -> Iterator[Session]:
-    """A session on ``trace`` (a read :class:`~perfetto_graph_ann.read.model.KinetoTrace`)
-    converted with ``layout``.
+def open_fed(feed: Callable[[IO[bytes]], Any], source: Optional[PathArg] = None, engine: str = "auto",
+             config: Optional[EngineConfig] = None) -> Iterator[Session]:
+    """A session on the trace ``feed`` writes: ``feed(sink)`` writes a Perfetto trace's bytes
+    to the binary stream ``sink`` (e.g. a converter; see ``pipeline.query.open_converted``).
 
-    The packets go to the engine as they are written (:class:`_Feeder`): the engine parses
-    while Python still converts, instead of a file written first and loaded after.
+    The bytes go to the engine as they are written (:class:`_Feeder`): the engine parses
+    while Python still writes, instead of a file written first and loaded after. A failing
+    ``feed`` stops the engine and its error is raised.
 
-    ``sql_args_only``: write only the args the registered SQL packages read
-    (:func:`sql_arg_names`), for a session that only queries their tables (``report``,
-    ``lanes``): a smaller trace that converts and loads faster, same tables.
-
-    The session and its errors are named after ``trace.path`` (the file the user gave), not
+    The session and its errors are named after ``source`` (the file the user gave), not
     the temporary placeholder file the engine is started on."""
     from ..errors import GraphAnnError
-    from ..write.convert import ConvertConfig, convert_to_stream
 
     cfg = (config or EngineConfig()).with_engine(engine)
-    convert_config = ConvertConfig(keep_args=sql_arg_names(cfg.package_dirs())) if sql_args_only else ConvertConfig()
     with tempfile.TemporaryDirectory(prefix="pga-session-") as tmp:
         # the engine is started on a file name (an empty placeholder); the bytes come from the feeder
         fd, path = tempfile.mkstemp(prefix="trace-", suffix=".pftrace", dir=tmp)
         os.close(fd)
-        source = os.fspath(trace.path) if trace.path else None
+        source = os.fspath(source) if source else None
         try:
             eng = create_engine(path, cfg)
             try:
                 if eng.kind == "portable":
                     eng.register_sql_packages()
                 with _Feeder(eng, FEED_CHUNK_BYTES) as feeder:
-                    convert_to_stream(trace, feeder, convert_config, layout)
+                    feed(feeder)
             except BaseException:
                 eng.close()
                 raise

@@ -16,11 +16,14 @@ import os
 import shutil
 import tempfile
 import traceback
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from ..errors import GraphAnnError
+from ..errors import GraphAnnError, InputError
 from ..util.names import is_json_name
 from .engine.config import EngineConfig
+
+#: ``converter(src, sidecars, graph_lanes, out) -> info``: see :class:`TraceTask`.
+Converter = Callable[[str, List[str], str, str], Dict[str, Any]]
 
 
 @dataclasses.dataclass
@@ -59,7 +62,10 @@ class TraceTask:
     ``convert``: turn a Chrome JSON trace into ``.pftrace`` first even without annotations
     (a trace with annotations is always converted: the join runs in the converter).
     ``arrow``: return pyarrow Tables (when pyarrow is importable and the frame converts
-    losslessly), else pandas DataFrames.
+    losslessly), else pandas DataFrames. ``converter``: what turns a JSON trace into
+    ``.pftrace`` on the worker, ``converter(src, sidecars, graph_lanes, out)`` returning
+    what it learnt (rank, base time, join counts); a module-level function (pickled by
+    reference), given by the pipeline (``pipeline.query.convert_for_task``).
     """
 
     index: int
@@ -70,6 +76,7 @@ class TraceTask:
     convert: bool = False
     graph_lanes: str = "all"
     arrow: bool = False
+    converter: Optional[Converter] = None
 
 
 @dataclasses.dataclass
@@ -176,7 +183,12 @@ def _run(task: TraceTask, tmp: Optional[str], tracker: Any) -> TaskResult:
     try:
         load_path = trace_path
         if _needs_convert(task):
-            load_path = _convert(trace_path, sidecars, task.graph_lanes, os.path.join(tmp, "trace.pftrace"), info)  # type: ignore[arg-type]
+            if task.converter is None:
+                raise InputError(task.trace.path, "a JSON trace needs converting here (it has annotations, or convert "
+                                                  "was asked), and this task has no converter: run it through "
+                                                  "perfetto_graph_ann.query_many / fleet_report")
+            load_path = os.path.join(tmp, "trace.pftrace")  # type: ignore[arg-type]
+            info.update(task.converter(trace_path, sidecars, task.graph_lanes, load_path))
             renames.append((load_path, task.trace.path))
         choice = _cached_choice(task.config)
         engine = create_engine(load_path, task.config, choice=choice)
@@ -200,34 +212,6 @@ def _run(task: TraceTask, tmp: Optional[str], tracker: Any) -> TaskResult:
             _rename_file_in_error(e, old, new)
         raise
     return TaskResult(task.index, tables, info)
-
-
-def _convert(src: str, sidecars: List[str], graph_lanes: str, out: str, info: Dict[str, Any]) -> str:
-    """Convert the JSON trace ``src`` (joined with ``sidecars``) to ``out``; record its rank
-    and base time in ``info``."""
-    from ..read.kineto import read_trace
-    from ..write.convert import convert, paused_gc
-
-    with paused_gc():
-        trace = read_trace(src)
-        try:
-            layout = None
-            if sidecars:
-                from ..capture.sidecar import load_annotation_files
-                from ..join.join import join
-
-                layout = join(trace, load_annotation_files(sidecars), graph_lanes=graph_lanes)
-                info["join_graphed"] = layout.report.graphed
-                info["join_unmatched"] = layout.report.unmatched
-            rank = (trace.distributed_info or {}).get("rank")
-            if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
-                info["rank"] = rank
-            if trace.base_time_ns:
-                info["base_time_ns"] = trace.base_time_ns
-            convert(trace, out, layout=layout)
-        finally:
-            del trace
-    return out
 
 
 _CHOICES: Dict[Tuple, Any] = {}

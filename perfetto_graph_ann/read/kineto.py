@@ -318,7 +318,7 @@ def _binary_hint(data: bytes) -> Optional[str]:
     (a control character other than tab, CR, LF). A binary annotation sidecar starts with its
     magic string.
     """
-    from ..capture.sidecar import MAGIC  # error path only
+    from ..annotations.schema import MAGIC  # error path only
 
     magic = MAGIC.encode()
     if data.startswith(b"\x0a" + bytes([len(magic)]) + magic):

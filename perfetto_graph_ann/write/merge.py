@@ -1,7 +1,7 @@
-"""Merge several ranks' traces into one ``.pftrace``: every rank's GPUs and CPU threads side by side.
+"""Merge several ranks' converted traces into one ``.pftrace``: every rank's GPUs and CPU threads side by side.
 
-Each rank is converted on its own (the usual converter, with its join when annotations
-are given), then its packets are rewritten so the ranks can share one trace:
+Each rank is converted on its own (:func:`perfetto_graph_ann.pipeline.merge.merge` reads,
+joins and writes it), then its packets are rewritten here so the ranks can share one trace:
 
 - **Group per rank**: a global root track ``Rank <r>`` (ordered by rank) becomes the
   parent of that rank's root tracks (``GPU <n>`` and any other global track). Process
@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import os
 from typing import Dict, List, Optional, Sequence, Set
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from ..capture.annotations import AnnotationSet
-from ..errors import InputError, PathLike
+from ..errors import InputError
 from ..join.model import LaneLayout
-from ..util.atomic import atomic_write_bytes
 from .perfetto.wire import field_bytes
 
 #: Fresh pids / tids for ones that collide across ranks start here (positive int32).
@@ -235,72 +232,3 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
                                         f"(baseTimeNanoseconds {rt.base_time_ns} vs {ref})") from e
         chunks.extend(field_bytes(1, payload) for payload in payloads)
     return b"".join(chunks)
-
-
-def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Sequence[Optional[AnnotationSet]]] = None,
-          graph_lanes: str = "all", gzip: Optional[bool] = None,
-          labels: Optional[Sequence[Optional[str]]] = None, progress=None, force: bool = False) -> MergeReport:
-    """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
-
-    ``annotations``: None, or one entry per trace (None where a rank has none). With
-    ``graph_lanes="all"`` a rank whose annotations carry no field keeps its recorded streams
-    (``"none"``: torch 2.15 refuses ``"all"`` without annotations). The rank
-    is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
-    as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``;
-    an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
-    ``labels``: None, or one entry per trace (None: unlabelled): a labelled trace's group is
-    ``<label> (rank <r>)``, so an eager and a graphed trace of one rank can be compared;
-    labelled groups keep the order of ``traces``. ``progress``: a
-    :class:`~perfetto_graph_ann.util.progress.Progress` to name each rank's phases on.
-    Annotations that do not belong to their rank's trace raise ``AnnotationMismatchError``
-    before anything is written, unless ``force`` (see :func:`~perfetto_graph_ann.join.join`).
-    """
-    import contextlib
-
-    def phase(desc: str):
-        return progress.phase(desc) if progress is not None else contextlib.nullcontext()
-
-    from ..join import join
-    from ..join.join import has_annotated_nodes
-    from ..read.kineto import read_trace
-    from .convert import check_protobuf_output, paused_gc
-    from .perfetto import write_perfetto
-
-    check_protobuf_output(out, list(traces), "merge writes only Perfetto traces")
-    if annotations is not None and len(annotations) != len(traces):
-        raise ValueError(f"{len(annotations)} annotation sets for {len(traces)} traces")
-    if labels is not None and len(labels) != len(traces):
-        raise ValueError(f"{len(labels)} labels for {len(traces)} traces")
-    ranks: List[RankTrace] = []
-    for i, path in enumerate(traces):
-        spath = os.fspath(path)
-        # As in convert(): the cyclic GC paused while a rank is read, joined and written, and
-        # its trace dropped before the GC resumes (else the first collection afterwards
-        # walks every event of the dying trace).
-        with paused_gc():
-            with phase(f"reading {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
-                trace = read_trace(spath)
-            try:
-                info = trace.distributed_info or {}
-                rank = info.get("rank", i)
-                if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
-                    raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
-                ann = annotations[i] if annotations is not None else None
-                with phase(f"joining and converting {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
-                    layout = None
-                    if ann is not None:
-                        lanes = graph_lanes if graph_lanes != "all" or has_annotated_nodes(ann) else "none"
-                        layout = join(trace, ann, graph_lanes=lanes, force=force)
-                    buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
-                    write_perfetto(trace, buf, layout)
-                base_time_ns = trace.base_time_ns
-            finally:
-                del trace
-        label = labels[i] if labels is not None else None
-        ranks.append(RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout, label))
-    with phase(f"merging and writing {os.path.basename(os.fspath(out))}"):
-        atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
-    ref = min((rt.base_time_ns for rt in ranks), default=0)
-    return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
-                       {rt.rank: rt.layout for rt in ranks},
-                       [MergedInput(rt.source or "", rt.rank, rt.label, rt.base_time_ns - ref, rt.layout) for rt in ranks])

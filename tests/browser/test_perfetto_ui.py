@@ -130,10 +130,10 @@ def _expected():
 
 @pytest.fixture(scope="module")
 def annotated_trace(tmp_path_factory) -> Path:
-    from perfetto_graph_ann.capture.capture_record import read_capture_record
+    from perfetto_graph_ann.annotations.capture_record import read_capture_record
     from perfetto_graph_ann.join import join
     from perfetto_graph_ann.read.kineto import read_trace
-    from perfetto_graph_ann.write.convert import convert
+    from perfetto_graph_ann.pipeline.convert import convert
 
     d = demo_data_dir()
     src = d / "seed_block_annotated.trace.json.gz"

@@ -17,7 +17,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture.registry import REGISTRY
-from perfetto_graph_ann.write.export import chrome_trace_bytes, export
+from perfetto_graph_ann.capture.export import chrome_trace_bytes, export
 
 from blocks import capture, capture_set, decoder, decoder_weights, seed_block, warmup
 from test_capture_gpu import calibrated_match, profile_kernels

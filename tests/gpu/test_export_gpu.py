@@ -18,7 +18,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from perfetto_graph_ann.capture.registry import REGISTRY
-from perfetto_graph_ann.write.export import chrome_trace_bytes, export
+from perfetto_graph_ann.capture.export import chrome_trace_bytes, export
 
 from blocks import capture, seed_block, two_branch
 

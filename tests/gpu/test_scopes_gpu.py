@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture.registry import REGISTRY
-from perfetto_graph_ann.write.export import chrome_trace_bytes, export
+from perfetto_graph_ann.capture.export import chrome_trace_bytes, export
 
 from blocks import warmup
 

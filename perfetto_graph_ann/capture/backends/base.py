@@ -1,9 +1,9 @@
 """The interface every capture backend implements, and the backend names."""
 from __future__ import annotations
 
-import re
 from typing import Any, ContextManager, List, Optional, Tuple
 
+from ...annotations.model import node_type_name  # noqa: F401 (re-exported)
 from ...errors import CaptureError
 from ..resolve import NodeInfo
 
@@ -94,17 +94,3 @@ class CaptureBackend:
         raise CaptureError(self.calibration_unavailable() or "no activity session")
 
 
-_NODE_TYPE_NAMES = {
-    "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "host": "host", "graph": "graph",
-    "empty": "empty", "waitevent": "event_wait", "eventrecord": "event_record",
-    "extsemassignal": "ext_semas_signal", "extsemaswait": "ext_semas_wait",
-    "extsemaphoresignal": "ext_semas_signal", "extsemaphorewait": "ext_semas_wait",
-    "memalloc": "mem_alloc", "memfree": "mem_free", "batchmemop": "batch_mem_op",
-    "conditional": "conditional",
-}
-
-
-def node_type_name(enum_name: str) -> str:
-    """``cudaGraphNodeTypeKernel`` / ``CU_GRAPH_NODE_TYPE_WAIT_EVENT`` -> ``kernel`` / ``event_wait``."""
-    s = re.sub(r"^(cudaGraphNodeType|CU_GRAPH_NODE_TYPE_)", "", enum_name)
-    return _NODE_TYPE_NAMES.get(s.replace("_", "").lower(), "other")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import types
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .annotations import ScopeInstance
+from .model import ScopeInstance
 
 __all__ = ["ScopeInstance", "LANE_FIELDS", "is_named", "scope_label", "from_ranges", "from_members", "derive",
            "graph_scopes", "path_of"]

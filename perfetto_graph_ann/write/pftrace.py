@@ -1,12 +1,9 @@
-"""``convert``: a torch.profiler Chrome trace in, a native Perfetto trace (.pftrace) out.
+"""The native Perfetto writer's file form: a read trace and its layout in, a ``.pftrace`` out.
 
-Public entry point of the write stage::
-
-    from perfetto_graph_ann.write.convert import convert, ConvertConfig
-    stats = convert("trace.json.gz", "trace.pftrace")
-
-The output is written atomically (temp file + rename) and gzip-compressed when asked
-(``ConvertConfig(gzip=True)``) or when the name ends in ``.gz``.
+Like every writer it takes ``(trace, out, layout, options)`` and nothing else; reading
+and joining are :mod:`perfetto_graph_ann.pipeline`'s. The output is written atomically
+(temp file + rename) and gzip-compressed when asked (``ConvertConfig(gzip=True)``) or
+when the name ends in ``.gz``.
 """
 from __future__ import annotations
 
@@ -16,7 +13,6 @@ import gc
 from typing import IO, TYPE_CHECKING, FrozenSet, Iterator, Optional
 
 from ..errors import OutputError, PathLike
-from ..read.kineto import read_trace
 from ..read.model import KinetoTrace
 from ..util.atomic import atomic_write, refuse_input_as_output
 from ..util.names import is_json_name
@@ -28,7 +24,7 @@ if TYPE_CHECKING:  # annotation only: a conversion without a join does not impor
 
 @dataclasses.dataclass
 class ConvertConfig:
-    """Options of :func:`convert`."""
+    """Options of the ``.pftrace`` writer (and of :func:`perfetto_graph_ann.convert`)."""
 
     gzip: Optional[bool] = None  #: None: by the output name (".gz")
     progress: Optional[bool] = None  #: tqdm bar on stderr; None: on a TTY for large inputs
@@ -59,36 +55,24 @@ class ConvertConfig:
         return modes[self.shape_args]
 
 
-def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
-            layout: Optional[LaneLayout] = None) -> WriteStats:
-    """Convert ``src`` (a path, or an already read trace) to a Perfetto trace at ``out``.
+def write_pftrace(trace: KinetoTrace, out: PathLike, layout: Optional[LaneLayout] = None,
+                  config: ConvertConfig = ConvertConfig()) -> WriteStats:
+    """Write ``trace`` (GPU events placed by ``layout``, from the join) as a Perfetto trace at ``out``.
 
-    ``layout`` (from the join) moves GPU events to their lanes and adds their args.
-    Bad input raises :class:`~perfetto_graph_ann.errors.TraceFormatError` before anything
-    is written; a failed write leaves no file (and any previous ``out`` untouched). An ``out``
-    that is the input, or has a Chrome JSON name, raises
+    A failed write leaves no file (and any previous ``out`` untouched). An ``out`` that is
+    the trace's own file, or has a Chrome JSON name, raises
     :class:`~perfetto_graph_ann.errors.OutputError` (as the CLI refuses them).
     """
-    check_protobuf_output(out, [src.path if isinstance(src, KinetoTrace) else src],
-                          "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
+    check_protobuf_output(out, [trace.path], "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
     with paused_gc():
-        trace = src if isinstance(src, KinetoTrace) else read_trace(src)
-        wc = config.writer_config()
-        try:
-            with atomic_write(out, "wb", compress=config.gzip) as f:
-                return write_perfetto(trace, f, layout, wc)
-        finally:
-            # Drop the trace read here while the collector is still paused: everything
-            # allocated meanwhile is still in the youngest generation, so the first
-            # allocation after re-enabling it would trigger a pass over the whole dying
-            # trace (tests/test_convert_gc.py).
-            del trace
+        with atomic_write(out, "wb", compress=config.gzip) as f:
+            return write_perfetto(trace, f, layout, config.writer_config())
 
 
-def convert_to_stream(trace: KinetoTrace, out: IO[bytes], config: ConvertConfig = ConvertConfig(),
-                      layout: Optional[LaneLayout] = None) -> WriteStats:
+def write_pftrace_stream(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayout] = None,
+                         config: ConvertConfig = ConvertConfig()) -> WriteStats:
     """Write ``trace`` as a Perfetto trace to the binary stream ``out`` (no file, no gzip):
-    for a consumer that reads the packets as they come (``query.session.open_converted``)."""
+    for a consumer that reads the packets as they come (a trace processor being fed)."""
     with paused_gc():
         return write_perfetto(trace, out, layout, config.writer_config())
 

@@ -6,7 +6,7 @@ Format (``shared/fixtures/h200/README.md``): ``exec_cupti_graph_id``; ``nodes[]`
 scope; ``scopes[]`` (``name``, ``lane``, node ``handle``s, in closing order);
 ``calibration``: exec key (decimal string) -> ``stream``, ``ordinal``, ``kernel``.
 
-Mapping to :class:`~perfetto_graph_ann.capture.annotations.AnnotationSet`:
+Mapping to :class:`~perfetto_graph_ann.annotations.model.AnnotationSet`:
 node key = ``(exec_cupti_graph_id << 32) | (cupti_node_id & 0xFFFFFFFF)`` (the template
 key's local index moved onto the executable graph); annotation = ``{"name": scope,
 "stream": lane}`` merged over every enclosing scope (inner wins per key); scope instances
@@ -22,12 +22,9 @@ import types
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import PathLike, SidecarError
-from ..join.model import FIRST_LOGICAL_LANE
-from .annotations import AnnotationSet, GraphRecord, NodeRecord
-from .backends import node_type_name
-from .resolve import rekey
+from .model import FIRST_LOGICAL_LANE, AnnotationSet, GraphRecord, NodeRecord, node_type_name, rekey
+from .schema import dim3, parse_json_bytes
 from .scope_instances import from_members
-from .sidecar import _dim3, parse_json_bytes
 
 def _int(path: str, where: str, value: Any, bits: int = 64) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << bits:
@@ -172,8 +169,8 @@ def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> Annot
             key=key,
             type=node_type_name(str(n.get("type") or "")),
             kernel=kernel,
-            grid=_dim3(n.get("grid"), spath, f"nodes[{i}].grid"),
-            block=_dim3(n.get("block"), spath, f"nodes[{i}].block"),
+            grid=dim3(n.get("grid"), spath, f"nodes[{i}].grid"),
+            block=dim3(n.get("block"), spath, f"nodes[{i}].block"),
             annotation=types.MappingProxyType(annotation),
             stream=stream,
             ordinal=ordinal,

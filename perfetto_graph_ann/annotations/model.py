@@ -1,13 +1,14 @@
 """The annotation model: what capture records per executable-graph node.
 
 Pure data, no torch import: the join, the sidecar loader and the tests use it on
-machines without a GPU. Keys follow torch 2.15 and CUPTI: ``(graph id << 32) | node
+machines without a GPU; capture produces it. Keys follow torch 2.15 and CUPTI: ``(graph id << 32) | node
 local id``, where the graph id is the *executable* graph's id (the id a replayed kernel
 reports), not the capture (template) graph's.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
@@ -21,6 +22,23 @@ NODE_TYPES = ("kernel", "memcpy", "memset", "host", "graph", "empty", "event_rec
               "other")
 #: Node types whose replay shows up as GPU work in a profile.
 GPU_WORK_NODE_TYPES = frozenset({"kernel", "memcpy", "memset"})
+#: First lane id handed out for mark_stream labels and process groups.
+FIRST_LOGICAL_LANE = 60
+
+_NODE_TYPE_NAMES = {
+    "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "host": "host", "graph": "graph",
+    "empty": "empty", "waitevent": "event_wait", "eventrecord": "event_record",
+    "extsemassignal": "ext_semas_signal", "extsemaswait": "ext_semas_wait",
+    "extsemaphoresignal": "ext_semas_signal", "extsemaphorewait": "ext_semas_wait",
+    "memalloc": "mem_alloc", "memfree": "mem_free", "batchmemop": "batch_mem_op",
+    "conditional": "conditional",
+}
+
+
+def node_type_name(enum_name: str) -> str:
+    """``cudaGraphNodeTypeKernel`` / ``CU_GRAPH_NODE_TYPE_WAIT_EVENT`` -> ``kernel`` / ``event_wait``."""
+    s = re.sub(r"^(cudaGraphNodeType|CU_GRAPH_NODE_TYPE_)", "", enum_name)
+    return _NODE_TYPE_NAMES.get(s.replace("_", "").lower(), "other")
 
 
 def make_key(graph_id: int, local_id: int) -> int:
@@ -28,6 +46,12 @@ def make_key(graph_id: int, local_id: int) -> int:
     if not (0 <= graph_id < 1 << 32 and 0 <= local_id < 1 << 32):
         raise ValueError(f"graph id {graph_id} / local id {local_id} out of 32-bit range")
     return (graph_id << 32) | local_id
+
+
+def rekey(exec_id: int, local_id: int) -> int:
+    """The key a replayed node reports: ``(exec graph id << 32) | local id``, the local id
+    taken from a template key's low 32 bits."""
+    return make_key(exec_id, local_id & 0xFFFFFFFF)
 
 
 def split_key(key: int) -> Tuple[int, int]:

@@ -24,7 +24,8 @@ import time
 from typing import Callable, Optional
 
 from ..errors import OutputError
-from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes, write_joined
+from ..pipeline.convert import write_joined
+from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes
 
 
 def _rank() -> Optional[int]:
@@ -45,7 +46,7 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     per profiled cycle into ``dir_name`` (created if missing).
 
     ``worker_name``: defaults to ``<hostname>_<pid>`` as torch's handler. ``annotations``:
-    an :class:`~perfetto_graph_ann.capture.annotations.AnnotationSet` or a sidecar path, or
+    an :class:`~perfetto_graph_ann.annotations.model.AnnotationSet` or a sidecar path, or
     None for everything captured in this process so far (read again at every cycle, so
     graphs captured between cycles are included). ``graph_lanes``: as in :func:`export`,
     except that ``"all"`` (the default here, for the ``.pftrace``'s named lanes) keeps the

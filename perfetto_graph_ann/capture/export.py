@@ -9,8 +9,9 @@ The profiler writes its Chrome trace to a temporary file (``export_chrome_trace`
 only profiler method used, so any object with it works; torch saves a trace only once,
 so the bytes are kept on the profiler for later calls); the trace is joined with the
 live annotation registry (or the given annotations) and written as native Perfetto
-(``.pftrace``) or annotated Chrome JSON (``.json`` / ``.json.gz``). Importing this module
-does not import torch.
+(``.pftrace``) or annotated Chrome JSON (``.json`` / ``.json.gz``). Reading, joining and
+writing are :func:`perfetto_graph_ann.pipeline.convert.write_joined`'s. Importing this
+module does not import torch.
 """
 from __future__ import annotations
 
@@ -18,20 +19,21 @@ import os
 import tempfile
 from typing import Optional, Union
 
-from ..capture.annotations import AnnotationSet
+from ..annotations.model import AnnotationSet
 from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
+from ..pipeline.convert import write_joined
 
 AnnotationsArg = Union[AnnotationSet, PathLike, None]
 
 def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
     if annotations is None:  # ours, or torch's own registry on torch's backend
-        from ..capture.sidecar import recorded_annotations
+        from .recorded import recorded_annotations
 
         return recorded_annotations()
     if isinstance(annotations, AnnotationSet):
         return annotations
-    from ..capture.sidecar import load_annotations
+    from ..annotations.files import load_annotations
 
     return load_annotations(annotations)
 
@@ -117,22 +119,3 @@ def _checked_output(out: PathLike) -> str:
     if not os.path.isdir(folder):
         raise OutputError(out, f"output folder {folder} does not exist")
     return out
-
-
-def write_joined(trace, out: str, annotations: AnnotationSet, graph_lanes: str = "none",
-                 default_stream: int = 7, force: bool = False) -> LaneLayout:
-    """Join a read trace with ``annotations`` and write it to ``out`` (Chrome JSON for a JSON
-    name, else ``.pftrace``), atomically; returns the layout."""
-    from ..join import join
-    from ..util.names import is_json_name
-
-    layout = join(trace, annotations, graph_lanes=graph_lanes, default_stream=default_stream, force=force)
-    if is_json_name(out):
-        from .chrome_json import write_chrome_json
-
-        write_chrome_json(trace, out, layout)
-    else:
-        from .convert import convert
-
-        convert(trace, out, layout=layout)
-    return layout

@@ -1,0 +1,174 @@
+"""One trace: read it, join it with annotations, write it (``.pftrace`` or annotated Chrome JSON).
+
+    from perfetto_graph_ann import convert
+    stats = convert("trace.json.gz", "trace.pftrace")
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
+
+from ..annotations.model import AnnotationSet
+from ..errors import InputError, PathLike
+from ..read.kineto import read_trace
+from ..read.model import KinetoTrace
+from ..util.names import is_json_name
+from ..write.pftrace import ConvertConfig, WriteStats, check_protobuf_output, paused_gc, write_pftrace
+
+if TYPE_CHECKING:
+    from ..join.model import LaneLayout
+    from ..util.progress import Progress
+
+__all__ = ["ConvertConfig", "convert", "convert_file", "Converted", "join_files", "read_and_join",
+           "resolve_graph_lanes", "write_joined"]
+
+
+def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
+            layout: Optional[LaneLayout] = None) -> WriteStats:
+    """Convert ``src`` (a path, or an already read trace) to a Perfetto trace at ``out``.
+
+    ``layout`` (from the join) moves GPU events to their lanes and adds their args.
+    Bad input raises :class:`~perfetto_graph_ann.errors.TraceFormatError` before anything
+    is written; a failed write leaves no file (and any previous ``out`` untouched). An ``out``
+    that is the input, or has a Chrome JSON name, raises
+    :class:`~perfetto_graph_ann.errors.OutputError` (as the CLI refuses them).
+    """
+    check_protobuf_output(out, [src.path if isinstance(src, KinetoTrace) else src],
+                          "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
+    with paused_gc():
+        trace = src if isinstance(src, KinetoTrace) else read_trace(src)
+        try:
+            return write_pftrace(trace, out, layout, config)
+        finally:
+            # Drop the trace read here while the collector is still paused: everything
+            # allocated meanwhile is still in the youngest generation, so the first
+            # allocation after re-enabling it would trigger a pass over the whole dying
+            # trace (benchmarks/convert.py).
+            del trace
+
+
+def resolve_graph_lanes(requested: Optional[str], annotations: AnnotationSet, paths: Sequence[str],
+                        default: str = "all") -> str:
+    """The ``graph_lanes`` to join with: ``requested``, else ``default`` where a node is
+    annotated and ``"none"`` where none is. ``"all"`` without annotated nodes is refused
+    as torch 2.15 refuses it (an :class:`InputError`, exit 2), naming the files."""
+    from ..join.join import has_annotated_nodes
+
+    annotated = has_annotated_nodes(annotations)
+    if requested is None:
+        return default if annotated else "none"
+    if requested == "all" and not annotated:
+        where = ", ".join(paths) if paths else "(no --annotations given)"
+        raise InputError(paths[0] if paths else None,
+                         f"--graph-lanes all needs annotations, and no node of {where} carries a field "
+                         "(torch 2.15 refuses the same)")
+    return requested
+
+
+def join_files(trace: KinetoTrace, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
+               default_stream: int = 7, default: str = "all") -> Tuple["LaneLayout", AnnotationSet]:
+    """Join ``trace`` with the annotations of ``paths`` (merged; each file's identity checked).
+
+    ``graph_lanes`` None picks ``default`` where a node is annotated, else ``"none"``
+    (:func:`resolve_graph_lanes`). Returns ``(layout, merged annotations)``. Raises
+    :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` (exit 2, nothing written)
+    for annotations that do not belong to the trace, unless ``force``.
+    """
+    from ..annotations.files import load_annotations, merge_annotation_sets
+    from ..join import join
+
+    sets = [load_annotations(p) for p in paths]
+    merged = merge_annotation_sets(sets)
+    lanes = resolve_graph_lanes(graph_lanes, merged, paths, default=default)
+    return join(trace, merged, graph_lanes=lanes, default_stream=default_stream, force=force, sources=sets), merged
+
+
+def read_and_join(trace_path: str, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
+                  progress: "Optional[Progress]" = None,
+                  on_join: Optional[Callable[["LaneLayout"], Any]] = None) -> Tuple[KinetoTrace, Optional["LaneLayout"]]:
+    """A torch.profiler JSON trace and its layout: joined to ``paths`` (``on_join`` is told the
+    layout, e.g. to print its summary), else None. ``progress`` names the phases."""
+    with _phase(progress, f"reading {os.path.basename(trace_path)}"):
+        trace = read_trace(trace_path)
+    if not paths:
+        return trace, None
+    with _phase(progress, "joining the GPU work to the annotations"):
+        layout, _ = join_files(trace, paths, graph_lanes, force)
+    if on_join is not None:
+        on_join(layout)
+    return trace, layout
+
+
+def write_joined(trace: KinetoTrace, out: str, annotations: AnnotationSet, graph_lanes: str = "none",
+                 default_stream: int = 7, force: bool = False) -> "LaneLayout":
+    """Join a read trace with ``annotations`` and write it to ``out`` (Chrome JSON for a JSON
+    name, else ``.pftrace``), atomically; returns the layout."""
+    from ..join import join
+
+    layout = join(trace, annotations, graph_lanes=graph_lanes, default_stream=default_stream, force=force)
+    _write(trace, out, layout, ConvertConfig())
+    return layout
+
+
+@dataclasses.dataclass
+class Converted:
+    """What :func:`convert_file` did: the number of events read, the layout (None: not
+    joined) and the writer's counts (None for Chrome JSON)."""
+
+    events: int
+    layout: Optional["LaneLayout"]
+    stats: Optional[WriteStats]
+
+    @property
+    def chrome_json(self) -> bool:
+        return self.stats is None
+
+
+def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lanes: Optional[str] = None,
+                 default_stream: int = 7, force: bool = False, config: ConvertConfig = ConvertConfig(),
+                 progress: "Optional[Progress]" = None,
+                 on_join: Optional[Callable[["LaneLayout"], Any]] = None) -> Converted:
+    """The ``convert`` command: read ``src``, join it with the ``annotations`` files (if any),
+    write ``out``: annotated Chrome JSON for a JSON name, else ``.pftrace``.
+
+    ``graph_lanes`` None: torch's default for torch's format (``"none"`` for Chrome JSON),
+    our lanes (``"all"``) for Perfetto's, ``"none"`` where no node is annotated.
+    ``on_join`` is told the layout as soon as the join is done. Inputs given as the output
+    are refused before anything is read.
+    """
+    from ..util.atomic import refuse_input_as_output
+
+    refuse_input_as_output(out, [src, *annotations])
+    with paused_gc():
+        with _phase(progress, f"reading {os.path.basename(src)}"):
+            trace = read_trace(src)
+        try:
+            layout = None
+            if annotations:
+                with _phase(progress, "joining the GPU work to the annotations"):
+                    layout, _ = join_files(trace, annotations, graph_lanes, force, default_stream=default_stream,
+                                           default="none" if is_json_name(out) else "all")
+                if on_join is not None:
+                    on_join(layout)
+            with _phase(progress, f"writing {os.path.basename(out)}"):  # large traces: the writer's own bar below it
+                stats = _write(trace, out, layout, config)
+            return Converted(len(trace.events), layout, stats)
+        finally:
+            del trace  # while the collector is paused (see convert)
+
+
+def _write(trace: KinetoTrace, out: str, layout: Optional["LaneLayout"], config: ConvertConfig) -> Optional[WriteStats]:
+    """The writer ``out``'s name asks for: annotated Chrome JSON (returns None) or ``.pftrace``."""
+    if is_json_name(out):  # any case: the .pftrace writer refuses a protobuf trace under such a name
+        from ..write.chrome_json import write_chrome_json
+
+        write_chrome_json(trace, out, layout)
+        return None
+    return write_pftrace(trace, out, layout, config)
+
+
+def _phase(progress: "Optional[Progress]", desc: str):
+    import contextlib
+
+    return progress.phase(desc) if progress is not None else contextlib.nullcontext()

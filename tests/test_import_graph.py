@@ -1,0 +1,189 @@
+"""The package's import graph follows its flow: annotations at the ground floor, capture and
+the CLI at the top, and nothing imports upward.
+
+Every ``import`` / ``from ... import`` in the package is read with :mod:`ast`: at module
+level, inside functions and under ``if TYPE_CHECKING:`` alike (a function-level import is
+still a dependency; it only runs later). Imports by string (``importlib.import_module``)
+are not seen: only the top-level facade (``__getattr__``) and the CLI's own subcommand
+loader use them for modules of this package.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import perfetto_graph_ann
+
+ROOT = Path(perfetto_graph_ann.__file__).parent
+PKG = "perfetto_graph_ann"
+
+#: Layers, lowest first. A module may import its own subpackage and anything in a lower
+#: layer, never a higher one or another subpackage of its own layer.
+LAYERS: Tuple[Tuple[str, ...], ...] = (
+    ("errors",),
+    ("util", "_resources"),
+    ("annotations",),
+    ("read",),
+    ("join",),
+    ("write",),
+    ("query",),
+    ("pipeline",),
+    ("capture", "serve"),
+    ("demo",),
+    ("cli",),
+    ("__main__",),
+)
+LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
+#: What the query stage may import besides itself.
+QUERY_MAY_IMPORT = {"errors", "util", "_resources"}
+#: The top-level facade's attributes a lower layer may import (defined in the facade itself).
+ROOT_NAMES = {"__version__"}
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, root: Path = ROOT) -> List[Tuple[str, str, int]]:
+    """(imported module, imported name or "", line) for every import in ``path`` (a module
+    of the package at ``root``), relative imports resolved."""
+    name = _module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "", node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            out += [(module, a.name, node.lineno) for a in node.names]
+    return out
+
+
+def _subpackage(module: str) -> str:
+    """``perfetto_graph_ann.join.model`` -> ``join``; the facade itself -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _edges() -> List[Tuple[str, str, str, int]]:
+    """(importing subpackage, imported subpackage, file, line) across subpackages."""
+    top_level = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    edges = []
+    for path in sorted(ROOT.rglob("*.py")):
+        src = _subpackage(_module_name(path))
+        if src == "":  # the facade re-exports everything; it is no layer
+            continue
+        for module, name, line in _imports(path):
+            if module != PKG and not module.startswith(PKG + "."):
+                continue
+            dst = _subpackage(module)
+            if dst == "":
+                if name in top_level:  # `from .. import join`: the subpackage itself
+                    dst = name
+                elif name in ROOT_NAMES:
+                    continue
+                else:
+                    dst = "<facade>"
+            if dst != src:
+                edges.append((src, dst, str(path.relative_to(ROOT.parent)), line))
+    return edges
+
+
+EDGES = _edges()
+
+
+def test_every_subpackage_has_a_layer():
+    subpackages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    modules = {p.stem for p in ROOT.glob("*.py") if p.stem != "__init__"}
+    assert subpackages | modules == set(LEVEL)
+
+
+def test_nothing_imports_upward_or_sideways():
+    """Each import goes to a lower layer (the facade only from the top: the demo and the CLI
+    drive the public API)."""
+    bad = []
+    for src, dst, where, line in EDGES:
+        if dst == "<facade>":
+            if LEVEL[src] < LEVEL["demo"]:
+                bad.append(f"{where}:{line}: {src} imports the top-level facade")
+        elif LEVEL[dst] >= LEVEL[src]:
+            bad.append(f"{where}:{line}: {src} (layer {LEVEL[src]}) imports {dst} (layer {LEVEL[dst]})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_cycles_between_subpackages():
+    graph: Dict[str, Set[str]] = {}
+    for src, dst, _, _ in EDGES:
+        graph.setdefault(src, set()).add(dst)
+    state: Dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: List[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_read_join_write_query_never_import_capture():
+    """The acceptance check of the structure (``grep -rn "from \\.\\.capture" ...`` is empty)."""
+    bad = [f"{where}:{line}" for src, dst, where, line in EDGES
+           if dst == "capture" and src in ("read", "join", "write", "query")]
+    assert not bad
+    pattern = re.compile(r"from \.\.capture|from perfetto_graph_ann\.capture")
+    for stage in ("read", "join", "write", "query"):
+        for path in sorted((ROOT / stage).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            assert not pattern.search(text), f"{path} names capture in an import"
+
+
+def test_annotations_are_the_ground_floor():
+    bad = [f"{where}:{line}: {dst}" for src, dst, where, line in EDGES
+           if src == "annotations" and dst not in ("errors", "util")]
+    assert not bad
+
+
+def test_query_depends_on_no_other_stage():
+    bad = [f"{where}:{line}: {dst}" for src, dst, where, line in EDGES
+           if src == "query" and dst not in QUERY_MAY_IMPORT]
+    assert not bad, bad
+
+
+def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
+    """The parser itself: a function-level relative import two levels up is resolved."""
+    sub = tmp_path / "pkg" / "sub"
+    sub.mkdir(parents=True)
+    f = sub / "mod.py"
+    f.write_text("def f():\n    from ..other.x import y\n\nfrom . import sibling\n")
+    got = sorted(_imports(f, tmp_path / "pkg"))
+    assert got == [("pkg.other.x", "y", 2), ("pkg.sub", "sibling", 4)]
+
+
+def test_type_checking_imports_match_the_lazy_table():
+    """The facade's ``if TYPE_CHECKING:`` block names every public name from the module
+    ``__getattr__`` loads it from, so what IDEs see is what runs."""
+    tree = ast.parse((ROOT / "__init__.py").read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING")
+    seen = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1
+        for a in node.names:
+            seen[a.asname or a.name] = (node.module, a.name)
+    want = {name: (t if isinstance(t, tuple) else (t, name)) for name, t in perfetto_graph_ann._LAZY.items()}
+    assert seen == want
