@@ -126,7 +126,7 @@ def run_text_command(command: str, args: argparse.Namespace, body: Callable[...,
 def note_annotations_ignored(command: str, trace_path: str, annotation_paths: Sequence[str]) -> None:
     """One note on stderr when ``--annotations`` were given with a trace they cannot apply to
     (only JSON traces are joined; a Perfetto trace is loaded as it is)."""
-    from .report import is_json_trace
+    from ..formats import is_json_trace
 
     if annotation_paths and not is_json_trace(trace_path):
         print(f"perfetto-graph-ann {command}: note: --annotations only apply to JSON traces; ignored",

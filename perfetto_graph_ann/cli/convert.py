@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, progress) -> int:
     from ..read.kineto import read_trace
-    from ..util.names import is_gzip_name, is_json_name
+    from ..formats import is_gzip_name, is_json_name
     from ..write.convert import ConvertConfig, convert
     from ..util.atomic import refuse_input_as_output
     from ._common import join_files, print_join_summary

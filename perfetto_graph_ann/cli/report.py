@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import json
 import os
 from typing import Dict, List, Optional, Tuple
@@ -62,49 +61,6 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
-#: Protobuf names: these and JSON names (util.names) say what a file is; other names are sniffed.
-_PROTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace", ".perfetto-trace.gz", ".pb", ".pb.gz")
-
-
-def is_json_trace(path: str) -> bool:
-    """Whether ``path`` holds JSON (plain or gzipped) rather than a protobuf trace.
-
-    A protobuf trace starts with 0x0A (a TracePacket) and a length byte, which can be ``{``
-    or ``[``: so the name decides where it says, and a sniff must also see JSON's next byte.
-    """
-    from ..errors import InputError
-    from ..util.names import is_json_name
-
-    if not os.path.exists(path):
-        raise InputError(path, "no such file")
-    if os.path.isdir(path):
-        raise InputError(path, "is a directory, not a trace file")
-    name = str(path).lower()
-    if is_json_name(name):
-        return True
-    if name.endswith(_PROTO_SUFFIXES):
-        return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-            f.seek(0)
-            if head == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=f) as g:
-                    head = g.read(64)
-            else:
-                head = f.read(64)
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except (OSError, EOFError) as e:
-        raise InputError(path, f"cannot read: {e}") from e
-    text = head.lstrip(b" \t\r\n")
-    if text[:1] == b"{":
-        return len(text) == 1 or text[1:2] in b' \t\r\n"}'
-    if text[:1] == b"[":
-        return len(text) == 1 or text[1:2] in b" \t\r\n{]"
-    return False
-
-
 def format_report(tables: Dict[str, "object"], fmt: str = "table", trace_start: Optional[int] = None,
                   width: Optional[int] = None) -> str:
     """Render :func:`perfetto_graph_ann.query.metrics.report`'s tables as text: ``table`` is
@@ -133,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, progress) -> str:
+    from ..formats import is_json_trace
     from ..util.atomic import refuse_input_as_output
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])

@@ -62,7 +62,7 @@ def _query(args: argparse.Namespace, progress) -> str:
     import os
 
     from ..util.atomic import refuse_input_as_output
-    from .report import is_json_trace
+    from ..formats import is_json_trace
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
     note_annotations_ignored("sql", args.trace, args.annotations)

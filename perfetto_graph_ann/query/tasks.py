@@ -19,7 +19,7 @@ import traceback
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..errors import GraphAnnError
-from ..util.names import is_json_name
+from ..formats import is_json_name
 from .engine.config import EngineConfig
 
 

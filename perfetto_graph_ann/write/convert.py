@@ -19,7 +19,7 @@ from ..errors import OutputError, PathLike
 from ..read.kineto import read_trace
 from ..read.model import KinetoTrace
 from ..util.atomic import atomic_write, refuse_input_as_output
-from ..util.names import is_json_name
+from ..formats import is_json_name
 from .perfetto import WriterConfig, WriteStats, write_perfetto
 
 if TYPE_CHECKING:  # annotation only: importing the join package costs ~18 ms a conversion

@@ -124,7 +124,7 @@ def write_joined(trace, out: str, annotations: AnnotationSet, graph_lanes: str =
     """Join a read trace with ``annotations`` and write it to ``out`` (Chrome JSON for a JSON
     name, else ``.pftrace``), atomically; returns the layout."""
     from ..join import join
-    from ..util.names import is_json_name
+    from ..formats import is_json_name
 
     layout = join(trace, annotations, graph_lanes=graph_lanes, default_stream=default_stream, force=force)
     if is_json_name(out):
