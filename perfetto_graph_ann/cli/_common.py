@@ -1,4 +1,5 @@
-"""What several subcommands share: option choices, loading annotation files, writing output.
+"""What several subcommands share: loading annotation files, joining, progress, writing output
+(their shared options are declared in :mod:`.options`).
 
 Heavy imports stay inside the functions, so building the parser (``--help``) stays fast.
 """
@@ -10,32 +11,11 @@ import math
 import sys
 from typing import Callable, Optional, Sequence
 
-#: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated because importing the
-#: engine package costs ~0.3 s (tests/test_package.py checks they agree).
-ENGINES = ("auto", "native", "portable")
-
-
-#: ``--force-annotations`` help, the same on every command that joins.
-FORCE_HELP = ("join the annotations even if they do not belong to the trace (their capture identity "
-              "differs, or they match none of its graph replays); the join summary says what was overridden")
-
-
-def add_force_option(p: argparse.ArgumentParser) -> None:
-    """``--force-annotations`` on a command that joins."""
-    p.add_argument("--force-annotations", action="store_true", help=FORCE_HELP)
-
-
 def load_annotation_files(paths: Sequence[str]):
     """Merge the annotations of several files (sidecars or capture records)."""
     from ..capture.sidecar import load_annotation_files as load
 
     return load(paths)
-
-
-#: ``--graph-lanes`` help shared by the subcommands that join
-GRAPH_LANES_HELP = ("all: move graphed kernels to their annotated lanes; none: keep the recorded streams "
-                    "(torch 2.15's default). Default here: all when a node is annotated, else none; "
-                    "all needs annotated nodes, as in torch")
 
 
 def resolve_graph_lanes(requested: Optional[str], annotations, paths: Sequence[str], default: str = "all") -> str:

@@ -13,8 +13,9 @@ import json
 import os
 from typing import Dict, List, Optional, Tuple
 
-from ._common import (ENGINES, GRAPH_LANES_HELP, add_force_option, join_files, note_annotations_ignored, open_session,
-                      positive_int, print_join_summary, run_text_command)
+from . import options
+from ._common import (join_files, note_annotations_ignored, open_session, positive_int, print_join_summary,
+                      run_text_command)
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -42,21 +43,11 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="lane, replay, collective and overlap metrics of a trace (graph_ann SQL)",
-                       description=__doc__.split("\n\n")[1])
+                       description=__doc__.split("\n\n")[1],
+                       parents=[*options.join(json_only=True), options.text_format(), options.engine(),
+                                options.text_output(), options.quiet()])
     p.add_argument("trace", help=".pftrace written by this package, or a torch.profiler JSON trace (.json, .json.gz)")
-    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
-                   help="for a JSON trace: annotation sidecar or capture record to join (repeatable)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
-                   help="for a JSON trace with --annotations: " + GRAPH_LANES_HELP)
-    add_force_option(p)
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                   help="table: readable (durations in µs/ms, timestamps from the trace start, ratios in %%, "
-                   "fitted to the terminal); csv / json: every column, exact raw values (ns)")
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="trace processor to use (default: auto)")
-    p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 
