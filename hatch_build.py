@@ -40,10 +40,11 @@ def _settings() -> Any:
     return settings
 
 
-def skip_requested() -> bool:
-    """``PERFETTO_GRAPH_ANN_NO_EXTENSION`` (a switch, as every switch of the package)."""
+def skip_requested() -> Optional[str]:
+    """The variable's name when ``PERFETTO_GRAPH_ANN_NO_EXTENSION`` (a switch, read like every
+    switch of the package) asks to skip the compile, else None."""
     settings = _settings()
-    return settings.switch(settings.NO_EXTENSION)
+    return settings.NO_EXTENSION.name if settings.switch(settings.NO_EXTENSION) else None
 
 
 def extension_name() -> str:
@@ -78,8 +79,9 @@ class CustomBuildHook(BuildHookInterface):
         self._tmp: Optional[str] = None
         if self.target_name != "wheel":
             return
-        if skip_requested():
-            self.app.display_info("PERFETTO_GRAPH_ANN_NO_EXTENSION set: the capture fast path is not compiled")
+        skip = skip_requested()
+        if skip:
+            self.app.display_info(f"{skip} set: the capture fast path is not compiled")
             return
         name = extension_name()
         if version == "editable":
