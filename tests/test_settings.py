@@ -265,3 +265,10 @@ def test_build_hook_reads_its_switch_through_settings(monkeypatch):
     assert hook.skip_requested() is None
     monkeypatch.setenv("PERFETTO_GRAPH_ANN_NO_EXTENSION", "1")
     assert hook.skip_requested() == "PERFETTO_GRAPH_ANN_NO_EXTENSION"
+
+
+def test_settings_is_ground_floor():
+    """settings imports nothing of the package but errors (the build hook loads it from the source tree)."""
+    tree = ast.parse((PACKAGE / "settings.py").read_text(encoding="utf-8"))
+    relative = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level]
+    assert relative == ["errors"]
