@@ -27,7 +27,24 @@ except ImportError:  # run as a script: only compile_extension is needed
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = "perfetto_graph_ann/capture"
 SOURCE = f"{PACKAGE_DIR}/_fastpath.c"
-SKIP_ENV = "PERFETTO_GRAPH_ANN_NO_EXTENSION"
+
+
+def _settings() -> Any:
+    """``perfetto_graph_ann.settings`` from this source tree (the package being built is not
+    installed yet; the module imports nothing but ``errors``), for its switch parser."""
+    sys.path.insert(0, ROOT)
+    try:
+        from perfetto_graph_ann import settings
+    finally:
+        sys.path.remove(ROOT)
+    return settings
+
+
+def skip_requested() -> Optional[str]:
+    """The variable's name when ``PERFETTO_GRAPH_ANN_NO_EXTENSION`` (a switch, read like every
+    switch of the package) asks to skip the compile, else None."""
+    settings = _settings()
+    return settings.NO_EXTENSION.name if settings.switch(settings.NO_EXTENSION) else None
 
 
 def extension_name() -> str:
@@ -62,8 +79,9 @@ class CustomBuildHook(BuildHookInterface):
         self._tmp: Optional[str] = None
         if self.target_name != "wheel":
             return
-        if os.environ.get(SKIP_ENV, "").strip() not in ("", "0"):
-            self.app.display_info(f"{SKIP_ENV} set: the capture fast path is not compiled")
+        skip = skip_requested()
+        if skip:
+            self.app.display_info(f"{skip} set: the capture fast path is not compiled")
             return
         name = extension_name()
         if version == "editable":

@@ -60,6 +60,11 @@ class OutputError(PathError):
     """An output could not be written (disk full, permission, missing directory)."""
 
 
+class SettingError(GraphAnnError, ValueError):
+    """An environment variable holds a value its setting does not accept (the message names
+    the variable, the value and what is accepted)."""
+
+
 class CaptureError(GraphAnnError):
     """Capture-time annotation failed (unsupported backend state, bad arguments)."""
 

@@ -17,7 +17,7 @@ from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.annotations.model import make_key
 from perfetto_graph_ann.capture.registry import Registry
 from perfetto_graph_ann.capture.scopes import normalize_annotation
-from perfetto_graph_ann.errors import CaptureError
+from perfetto_graph_ann.errors import CaptureError, SettingError
 
 # every test here runs on the compiled capture path and on the pure-Python one (conftest.py)
 pytestmark = pytest.mark.usefixtures("capture_path")
@@ -171,5 +171,5 @@ def test_markers_from_env(monkeypatch, raw, want):
 @pytest.mark.parametrize("raw", ["-1", "many", "1.5"])
 def test_markers_from_env_rejects_nonsense(monkeypatch, raw):
     monkeypatch.setenv(S.MARKERS_ENV, raw)
-    with pytest.raises(CaptureError, match=S.MARKERS_ENV):
+    with pytest.raises(SettingError, match=S.MARKERS_ENV):
         S.markers_from_env()

@@ -25,7 +25,7 @@ def test_version_and_help():
 
 def test_cli_engine_choices_are_the_engines():
     """The CLI repeats the engine names so --help need not import the engine package."""
-    from perfetto_graph_ann.cli._common import ENGINES as CLI_ENGINES
+    from perfetto_graph_ann.cli.options import ENGINES as CLI_ENGINES
     from perfetto_graph_ann.query.engine.config import ENGINES
 
     assert CLI_ENGINES == ENGINES

@@ -36,6 +36,7 @@ def _env() -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
                COLUMNS="120", TERM="xterm")
     env.pop("PGA_PROGRESS", None)
+    env.pop("PERFETTO_GRAPH_ANN_PROGRESS", None)
     return env
 
 

@@ -11,7 +11,8 @@ from conftest import fixture_capture, fixture_trace
 from engine_support import requires_portable
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
-from perfetto_graph_ann.cli.report import format_report, is_json_trace
+from perfetto_graph_ann.cli.report import format_report
+from perfetto_graph_ann.formats import is_json_trace
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.pipeline.convert import convert
@@ -113,7 +114,7 @@ def test_protobuf_trace_whose_first_packet_is_123_bytes_is_not_json(tmp_path):
     """0x0A + length 0x7B reads as "\\n{": a .pftrace must never be sniffed as JSON."""
     import gzip as _gzip
 
-    from perfetto_graph_ann.cli.report import is_json_trace
+    from perfetto_graph_ann.formats import is_json_trace
 
     packet = b"\x0a\x7b" + b"P\x80\x80\x04" + bytes(119)
     for name, data in [("a.pftrace", packet), ("noext", packet), ("noext2", b"\x0a[\x08\x01"),

@@ -16,11 +16,11 @@ key's local index moved onto the executable graph); annotation = ``{"name": scop
 """
 from __future__ import annotations
 
-import gzip
 import os
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
+from .. import formats
 from ..errors import PathLike, SidecarError
 from .model import FIRST_LOGICAL_LANE, AnnotationSet, GraphRecord, NodeRecord, node_type_name, rekey
 from .schema import dim3, parse_json_bytes
@@ -37,21 +37,7 @@ def _is_handle(value: Any) -> bool:
 
 
 def _load_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-            f.seek(0)
-            data = gzip.decompress(f.read()) if head == b"\x1f\x8b" else f.read()
-    except FileNotFoundError as e:
-        raise SidecarError(path, "no such file") from e
-    except (OSError, EOFError) as e:
-        raise SidecarError(path, f"cannot read: {e}") from e
-    return parse_json_bytes(data, path)
-
-
-def is_capture_record(obj: Any) -> bool:
-    """True when a parsed JSON document looks like a capture record (for format sniffing)."""
-    return isinstance(obj, dict) and "exec_cupti_graph_id" in obj and "nodes" in obj
+    return parse_json_bytes(formats.read_bytes(path, SidecarError), path)
 
 
 def read_capture_record(path: PathLike) -> AnnotationSet:
@@ -67,7 +53,7 @@ def read_capture_record(path: PathLike) -> AnnotationSet:
 def capture_record_to_annotations(doc: Any, path: Optional[str] = None) -> AnnotationSet:
     """Build the :class:`AnnotationSet` from an already parsed capture record."""
     spath = path or "<capture record>"
-    if not is_capture_record(doc):
+    if not formats.is_capture_record(doc) or "nodes" not in doc:
         raise SidecarError(spath, "not a capture record: needs 'exec_cupti_graph_id' and 'nodes'")
     exec_id = _int(spath, "exec_cupti_graph_id", doc["exec_cupti_graph_id"], 32)
     nodes = doc["nodes"]

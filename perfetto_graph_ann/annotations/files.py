@@ -10,17 +10,16 @@ with the path.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import os
-import zlib
 from typing import Iterable, Optional
 
+from .. import formats
 from ..errors import PathLike, SidecarError
 from ..util.atomic import atomic_write_bytes
 from .capture_record import capture_record_to_annotations
 from .model import AnnotationSet
-from .schema import MAGIC, parse_json_bytes
+from .schema import parse_json_bytes
 from .sidecar_json import from_json, to_json
 from .sidecar_proto import from_bytes, to_bytes
 
@@ -35,9 +34,7 @@ def save_annotations(path: PathLike, annotations: AnnotationSet, format: Optiona
     (``perfetto_graph_ann.save_annotations`` defaults ``annotations`` to what this process captured.)
     """
     path = os.fspath(path)
-    from ..util.names import is_json_name
-
-    fmt = format or ("json" if is_json_name(path) else "binary")
+    fmt = format or ("json" if formats.is_json_name(path) else "binary")
     if fmt == "json":
         data = json.dumps(to_json(annotations), indent=1, ensure_ascii=False).encode() + b"\n"
     elif fmt == "binary":
@@ -51,29 +48,16 @@ def save_annotations(path: PathLike, annotations: AnnotationSet, format: Optiona
 def load_annotations(path: PathLike) -> AnnotationSet:
     """Read a binary sidecar, a JSON sidecar, or a fixture capture record (``*.capture.json``)."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise SidecarError(path, "no such file") from None
-    except OSError as e:
-        raise SidecarError(path, f"cannot read: {e.strerror or e}") from e
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise SidecarError(path, f"corrupt gzip: {e}") from e
-    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 BOM, as Windows editors save the JSON form
-        data = data[3:]
+    data = formats.strip_bom(formats.read_bytes(path, SidecarError))
     if not data.strip():
         raise SidecarError(path, "empty file")
-    if data.lstrip()[:1] in (b"{", b"["):
+    form = formats.annotation_form(data)
+    if form == "json":
         doc = parse_json_bytes(data, path)
-        if isinstance(doc, dict) and "exec_cupti_graph_id" in doc and "format" not in doc:
+        if formats.is_capture_record(doc):
             return capture_record_to_annotations(doc, path)
         return from_json(doc, path)
-    magic = MAGIC.encode()
-    if not data.startswith(b"\x0a" + bytes([len(magic)]) + magic):
+    if form is None:
         raise SidecarError(path, "not an annotation sidecar (neither the binary form nor JSON)")
     return from_bytes(data, path)
 

@@ -11,11 +11,12 @@ import json
 import math
 from typing import Any, List, Optional, Tuple
 
+from .. import formats
 from ..errors import SidecarError
 from .model import NodeRecord, ScopeInstance
 
 #: The sidecar's magic string: the binary form's field 1 and the JSON form's ``"format"``.
-MAGIC = "perfetto_graph_ann.sidecar"
+MAGIC = formats.SIDECAR_MAGIC
 #: Version written. 2 added the capture identity, graph names and calibration notes.
 VERSION = 2
 #: Versions read (a version-1 file simply has none of version 2's fields).

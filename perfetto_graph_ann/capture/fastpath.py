@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 from typing import Any, List, Optional
 
+from .. import settings
 from ..errors import CaptureError
 from .scopes import ScopeRecord
 
 #: environment switch: capture with the pure-Python path even where the compiled one exists
-PURE_ENV = "PERFETTO_GRAPH_ANN_PURE_PYTHON"
+PURE_ENV = settings.PURE_PYTHON.name
 
 try:
     from . import _fastpath as _c
@@ -33,13 +34,15 @@ else:
     _c.set_error(CaptureError)
     _IMPORT_ERROR = None
 
+#: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` as it was at import
+_PURE: bool = settings.switch(settings.PURE_PYTHON)
 #: False: sessions use the pure-Python recorder and ctypes calls (set by tests and the A/B benchmark)
-ENABLED: bool = _c is not None and os.environ.get(PURE_ENV, "").strip().lower() in ("", "0", "false", "no")
+ENABLED: bool = _c is not None and not _PURE
 
 
-#: ``os.environ.get`` for the capture's per-session settings: the compiled one where built
-#: (C ``getenv``; ``os.environ`` changes reach it through ``putenv``)
-getenv = _c.getenv if _c is not None else os.environ.get
+#: The environment reader for the capture's per-session settings: the compiled one where built
+#: (C ``getenv``; ``os.environ`` changes reach it through ``putenv``), else :data:`settings.getenv`
+getenv: settings.Getenv = _c.getenv if _c is not None else settings.getenv
 
 
 def module_built() -> bool:
@@ -57,7 +60,7 @@ def describe() -> str:
     if _c is None:
         return f"python (the compiled path: {_IMPORT_ERROR})"
     if not ENABLED:
-        return f"python ({PURE_ENV} is set)" if os.environ.get(PURE_ENV) else "python (disabled)"
+        return f"python ({PURE_ENV} is set)" if _PURE else "python (disabled)"
     return "compiled"
 
 

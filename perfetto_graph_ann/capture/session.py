@@ -41,6 +41,7 @@ import itertools
 import threading
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
+from .. import settings
 from ..errors import CaptureError
 from ..annotations.model import GraphRecord
 from . import fastpath
@@ -53,32 +54,22 @@ from .scopes import ScopeRecorder, merge_scopes
 
 _owner_ids = itertools.count(1)
 #: environment switch for :class:`CaptureSession`'s ``verify``
-VERIFY_ENV = "PERFETTO_GRAPH_ANN_VERIFY_SCOPES"
+VERIFY_ENV = settings.VERIFY_SCOPES.name
 #: environment setting for :class:`CaptureSession`'s ``markers_from``
-MARKERS_ENV = "PERFETTO_GRAPH_ANN_MARKERS_FROM"
+MARKERS_ENV = settings.MARKERS_FROM.name
 #: graph size from which a marker node is cheaper than a count (the count grows with the
 #: graph, a marker's cost does not: BENCHMARKS.md, "capture")
-DEFAULT_MARKERS_FROM = 512
+DEFAULT_MARKERS_FROM: int = settings.MARKERS_FROM.default  # type: ignore[assignment]
 
 
 def verify_from_env() -> bool:
-    return (fastpath.getenv(VERIFY_ENV) or "").strip().lower() not in ("", "0", "false", "no")
+    """``PERFETTO_GRAPH_ANN_VERIFY_SCOPES`` (a switch; default off)."""
+    return settings.switch(settings.VERIFY_SCOPES, fastpath.getenv)
 
 
 def markers_from_env() -> Optional[int]:
     """``PERFETTO_GRAPH_ANN_MARKERS_FROM``: a node count, or ``off``; unset: the default."""
-    raw = (fastpath.getenv(MARKERS_ENV) or "").strip().lower()
-    if raw == "":
-        return DEFAULT_MARKERS_FROM
-    if raw in ("off", "never", "none"):
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise CaptureError(f"{MARKERS_ENV}={raw!r}: expected a node count (>= 0) or 'off'")
-    return value
+    return settings.count_or_off(settings.MARKERS_FROM, fastpath.getenv)
 
 
 class CaptureSession:

@@ -1,4 +1,5 @@
-"""What several subcommands share: option choices, loading annotation files, printing the join, writing output.
+"""What several subcommands share: loading annotation files, printing the join, writing output
+(their shared options are declared in :mod:`.options`).
 
 Reading, joining and converting are :mod:`perfetto_graph_ann.pipeline`'s.
 
@@ -12,32 +13,12 @@ import math
 import sys
 from typing import Callable, Optional, Sequence
 
-#: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated so that parsing the command
-#: line does not import the engine package (tests/test_package.py checks they agree).
-ENGINES = ("auto", "native", "portable")
-
-
-#: ``--force-annotations`` help, the same on every command that joins.
-FORCE_HELP = ("join the annotations even if they do not belong to the trace (their capture identity "
-              "differs, or they match none of its graph replays); the join summary says what was overridden")
-
-
-def add_force_option(p: argparse.ArgumentParser) -> None:
-    """``--force-annotations`` on a command that joins."""
-    p.add_argument("--force-annotations", action="store_true", help=FORCE_HELP)
-
 
 def load_annotation_files(paths: Sequence[str]):
     """Merge the annotations of several files (sidecars or capture records)."""
     from ..annotations.files import load_annotation_files as load
 
     return load(paths)
-
-
-#: ``--graph-lanes`` help shared by the subcommands that join
-GRAPH_LANES_HELP = ("all: move graphed kernels to their annotated lanes; none: keep the recorded streams "
-                    "(torch 2.15's default). Default here: all when a node is annotated, else none; "
-                    "all needs annotated nodes, as in torch")
 
 
 def print_join_summary(report, file=None, prefix: str = "") -> None:
@@ -80,7 +61,7 @@ def run_text_command(command: str, args: argparse.Namespace, body: Callable[...,
 def note_annotations_ignored(command: str, trace_path: str, annotation_paths: Sequence[str]) -> None:
     """One note on stderr when ``--annotations`` were given with a trace they cannot apply to
     (only JSON traces are joined; a Perfetto trace is loaded as it is)."""
-    from .report import is_json_trace
+    from ..formats import is_json_trace
 
     if annotation_paths and not is_json_trace(trace_path):
         print(f"perfetto-graph-ann {command}: note: --annotations only apply to JSON traces; ignored",

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from ._common import add_force_option
+from . import options
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -19,19 +19,16 @@ def register(sub) -> argparse.ArgumentParser:
         help="convert a torch.profiler trace (.json/.json.gz) to a native Perfetto trace",
         description="Convert a torch.profiler Chrome trace to a native Perfetto TrackEvent trace "
         "(exact ns times, named GPU lanes, typed args, flows). Output is written atomically.",
+        parents=[
+            options.trace_output("output: .pftrace (or .pftrace.gz); .json/.json.gz writes annotated Chrome JSON"),
+            *options.join(graph_lanes_default_help="default: all for a .pftrace, none (torch 2.15's default) "
+                          "for .json; none when no node is annotated; all needs annotated nodes, as in torch"),
+            options.gzip(), options.no_progress(), options.quiet("print nothing on success (and no progress)"),
+        ],
     )
     p.add_argument("input", metavar="IN", help="torch.profiler trace, .json or .json.gz")
-    p.add_argument("-o", "--output", metavar="OUT", required=True,
-                   help="output: .pftrace (or .pftrace.gz); .json/.json.gz writes annotated Chrome JSON")
-    p.add_argument("--annotations", "-a", metavar="SIDECAR", action="append", default=[],
-                   help="annotation sidecar or capture record (repeatable); enables semantic lanes")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
-                   help="with --annotations: move graphed kernels to their lanes (all) or keep streams (none); "
-                   "default: all for .pftrace, none (torch 2.15's default) for .json; all needs annotated nodes")
     p.add_argument("--default-stream", type=int, default=7, metavar="N",
                    help="with --graph-lanes all: lane of graphed kernels whose annotation names none (default 7)")
-    add_force_option(p)
-    p.add_argument("--gzip", action="store_true", help="gzip the .pftrace output (also implied by a .gz name)")
     args_mode = p.add_mutually_exclusive_group()
     args_mode.add_argument("--typed-args", action="store_true",
                            help="write Kineto's list args (grid, block, Input Dims, Input Strides, Input type, "
@@ -39,15 +36,13 @@ def register(sub) -> argparse.ArgumentParser:
                            "(the default): full fidelity, larger .pftrace, slower load")
     args_mode.add_argument("--compact-args", action="store_true",
                            help="Kineto's list args as one JSON-text string each (the default; kept for old scripts)")
-    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success (and no progress)")
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     from ..pipeline.convert import ConvertConfig, convert_file
-    from ..util.names import is_gzip_name
+    from ..formats import is_gzip_name
     from ..util.progress import Progress, wanted
     from ._common import print_join_summary
 

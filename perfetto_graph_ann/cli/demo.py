@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import ENGINES, positive_int
+from . import options
+from ._common import positive_int
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -16,6 +17,7 @@ def register(sub) -> argparse.ArgumentParser:
         "from the real H200 recordings shipped in the package. Prints the kernels-per-lane table "
         "before/after, the join report and the SQL lane summary; writes raw and annotated .pftrace "
         "files and summary.json to --out.",
+        parents=[options.engine(), options.no_sql()],
     )
     p.add_argument("--out", default="demo_out", metavar="DIR", help="output folder (default: demo_out)")
     mode = p.add_mutually_exclusive_group()
@@ -24,9 +26,6 @@ def register(sub) -> argparse.ArgumentParser:
     mode.add_argument("--live", dest="mode", action="store_const", const="live",
                       help="require a live capture (error without CUDA)")
     p.add_argument("--replays", type=positive_int, default=5, help="profiled replays per scenario, live only (default: 5)")
-    p.add_argument("--engine", default="auto", choices=ENGINES,
-                   help="trace processor for the SQL step (default: auto)")
-    p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary")
     p.set_defaults(func=run, mode="auto")
     return p
 

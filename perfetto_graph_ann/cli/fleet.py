@@ -11,17 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 
-from ._common import ENGINES, positive_int, write_output
+from . import options
+from ._common import positive_int, write_output
 
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("fleet", help="straggler ranking over many ranks' traces (locally or on Ray)",
-                       description=__doc__.split("\n\n")[1])
+                       description=__doc__.split("\n\n")[1],
+                       parents=[options.annotations(options.PER_TRACE_HELP + " (default: the sidecar saved beside "
+                                                    "each JSON trace)"),
+                                options.engine(), options.no_progress(), options.text_output()])
     p.add_argument("inputs", nargs="+", metavar="DIR_OR_FILE",
                    help="per-rank traces (.json/.json.gz/.pftrace), or folders holding them")
-    p.add_argument("--annotations", "-a", action="append", default=None, metavar="FILE",
-                   help="sidecar of each trace, once per trace in order (default: the one saved beside each "
-                   "JSON trace)")
     p.add_argument("--no-sidecars", action="store_true", help="do not look for sidecars beside the traces")
     p.add_argument("--ray", metavar="ADDRESS", default=None,
                    help="run one Ray task per trace on the cluster at ADDRESS (auto, ray://HOST:10001, ...; "
@@ -33,13 +34,10 @@ def register(sub) -> argparse.ArgumentParser:
                    help="engines at a time (local; default: CPUs) or tasks in flight (Ray; default: 2 x CPUs)")
     p.add_argument("--memory-per-engine", type=positive_int, default=None, metavar="MIB",
                    help="with --ray: memory each task reserves, so a node runs only as many engines as fit")
-    p.add_argument("--engine", choices=ENGINES, default="auto", help="trace processor to use (default: auto)")
     p.add_argument("--top", type=positive_int, default=10, metavar="N",
                    help="collectives with the largest arrival spread to show (default: 10)")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table: readable (µs); json: ranking, collectives, lanes and ranks, raw units (ns)")
-    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
     p.set_defaults(func=run)
     return p
 
@@ -50,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from ..query.fleet import find_traces
 
     annotations = None
-    if args.annotations is not None:
+    if args.annotations:
         traces = find_traces(args.inputs)
         if len(args.annotations) != len(traces):
             raise _usage(f"--annotations was given {len(args.annotations)} times for {len(traces)} traces "

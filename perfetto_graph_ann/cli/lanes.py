@@ -11,21 +11,15 @@ import contextlib
 import os
 import sys
 
-from ._common import ENGINES, GRAPH_LANES_HELP, add_force_option, hint_annotations, print_join_summary
+from . import options
+from ._common import hint_annotations, print_join_summary
 
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("lanes", help="kernels per lane before/after the join, and the join report",
-                       description=__doc__.split("\n\n")[1])
+                       description=__doc__.split("\n\n")[1],
+                       parents=[*options.join(), options.no_sql(), options.engine(), options.quiet()])
     p.add_argument("trace", help="torch.profiler trace (.json or .json.gz)")
-    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
-                   help="annotation sidecar or capture record (repeatable; merged)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default=None, help=GRAPH_LANES_HELP)
-    add_force_option(p)
-    p.add_argument("--no-sql", action="store_true", help="skip the SQL lane summary (needs a trace processor)")
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="trace processor for the SQL lane summary")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 

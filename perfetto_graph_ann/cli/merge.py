@@ -9,26 +9,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import add_force_option
+from . import options
 
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="merge several ranks' traces into one .pftrace",
-                       description=__doc__.split("\n\n")[1])
+                       description=__doc__.split("\n\n")[1],
+                       parents=[options.trace_output("merged .pftrace (or .pftrace.gz) to write"),
+                                *options.join(annotations_help=options.PER_TRACE_HELP + ", or once for every rank "
+                                              "(only files without a capture identity: each rank is its own process)",
+                                              graph_lanes_default="all",
+                                              graph_lanes_default_help="default: all (a rank whose annotations name "
+                                              "nothing keeps its streams)"),
+                                options.gzip(), options.quiet()])
     p.add_argument("traces", nargs="+", metavar="TRACE", help="torch.profiler trace of one rank (.json / .json.gz)")
-    p.add_argument("-o", "--output", required=True, help="merged .pftrace (or .pftrace.gz) to write")
-    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
-                   help="annotation sidecar / capture record: once per trace in order, or once for every rank "
-                   "(only files without a capture identity: each rank is its own process)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default="all",
-                   help="all (default): move graphed kernels to their annotated lanes (a rank whose annotations "
-                   "name nothing keeps its streams); none: keep the recorded streams (torch 2.15's default)")
-    add_force_option(p)
-    p.add_argument("--gzip", action="store_true", help="gzip the output (also implied by a .gz name)")
     p.add_argument("--label", action="append", default=[], metavar="TEXT",
                    help="name a trace's group '<TEXT> (rank <r>)' instead of 'Rank <r>': once per trace, in "
                    "order; lets two traces of one rank (e.g. eager and graphed) sit side by side")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import json
 import os
 from typing import Dict, List, Optional, Tuple
 
-from ._common import (ENGINES, GRAPH_LANES_HELP, add_force_option, note_annotations_ignored, open_session,
-                      positive_int, print_join_summary, run_text_command)
+from . import options
+from ._common import note_annotations_ignored, open_session, positive_int, print_join_summary, run_text_command
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -43,66 +42,13 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="lane, replay, collective and overlap metrics of a trace (graph_ann SQL)",
-                       description=__doc__.split("\n\n")[1])
+                       description=__doc__.split("\n\n")[1],
+                       parents=[*options.join(json_only=True), options.text_format(), options.engine(),
+                                options.text_output(), options.quiet()])
     p.add_argument("trace", help=".pftrace written by this package, or a torch.profiler JSON trace (.json, .json.gz)")
-    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
-                   help="for a JSON trace: annotation sidecar or capture record to join (repeatable)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
-                   help="for a JSON trace with --annotations: " + GRAPH_LANES_HELP)
-    add_force_option(p)
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                   help="table: readable (durations in µs/ms, timestamps from the trace start, ratios in %%, "
-                   "fitted to the terminal); csv / json: every column, exact raw values (ns)")
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="trace processor to use (default: auto)")
-    p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
-
-
-#: Protobuf names: these and JSON names (util.names) say what a file is; other names are sniffed.
-_PROTO_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace", ".perfetto-trace.gz", ".pb", ".pb.gz")
-
-
-def is_json_trace(path: str) -> bool:
-    """Whether ``path`` holds JSON (plain or gzipped) rather than a protobuf trace.
-
-    A protobuf trace starts with 0x0A (a TracePacket) and a length byte, which can be ``{``
-    or ``[``: so the name decides where it says, and a sniff must also see JSON's next byte.
-    """
-    from ..errors import InputError
-    from ..util.names import is_json_name
-
-    if not os.path.exists(path):
-        raise InputError(path, "no such file")
-    if os.path.isdir(path):
-        raise InputError(path, "is a directory, not a trace file")
-    name = str(path).lower()
-    if is_json_name(name):
-        return True
-    if name.endswith(_PROTO_SUFFIXES):
-        return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-            f.seek(0)
-            if head == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=f) as g:
-                    head = g.read(64)
-            else:
-                head = f.read(64)
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except (OSError, EOFError) as e:
-        raise InputError(path, f"cannot read: {e}") from e
-    text = head.lstrip(b" \t\r\n")
-    if text[:1] == b"{":
-        return len(text) == 1 or text[1:2] in b' \t\r\n"}'
-    if text[:1] == b"[":
-        return len(text) == 1 or text[1:2] in b" \t\r\n{]"
-    return False
 
 
 def format_report(tables: Dict[str, "object"], fmt: str = "table", trace_start: Optional[int] = None,
@@ -133,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, progress) -> str:
+    from ..formats import is_json_trace
     from ..util.atomic import refuse_input_as_output
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])

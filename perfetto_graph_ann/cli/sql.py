@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
-from ._common import (ENGINES, GRAPH_LANES_HELP, add_force_option, note_annotations_ignored, open_session,
-                      positive_seconds, print_join_summary, run_text_command)
+from . import options
+from ._common import (note_annotations_ignored, open_session, positive_seconds, print_join_summary,
+                      run_text_command)
 from .tables import trace_start_ns
 
 
@@ -22,21 +23,12 @@ def register(sub) -> argparse.ArgumentParser:
         help="run PerfettoSQL on a trace (graph_ann modules available)",
         description="Run PerfettoSQL on a trace in a trace processor (native shell or the portable "
         "WebAssembly engine) with the graph_ann SQL package registered.",
+        parents=[options.text_format(), options.engine(), options.text_output(), *options.join(json_only=True),
+                 options.quiet()],
     )
     p.add_argument("trace", help="trace file (.pftrace, Chrome JSON, .gz, anything Perfetto reads)")
     p.add_argument("sql", help='SQL; several statements allowed, e.g. "INCLUDE PERFETTO MODULE graph_ann.lanes; SELECT ..."')
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                   help="table (default): readable (durations in µs/ms, timestamps from the trace start, ratios "
-                   "in %%, fitted to the terminal); csv / json: exact raw values")
-    p.add_argument("--engine", choices=ENGINES, default="auto", help="trace processor to use (default: auto)")
     p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S", help="stop the query after S seconds")
-    p.add_argument("-o", "--output", default=None, help="write to this file (atomically) instead of stdout")
-    p.add_argument("--annotations", "-a", action="append", default=[], metavar="FILE",
-                   help="for a JSON trace: annotation sidecar or capture record to join first (repeatable)")
-    p.add_argument("--graph-lanes", choices=("all", "none"), default=None,
-                   help="for a JSON trace with --annotations: " + GRAPH_LANES_HELP)
-    add_force_option(p)
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
 
@@ -62,7 +54,7 @@ def _query(args: argparse.Namespace, progress) -> str:
     import os
 
     from ..util.atomic import refuse_input_as_output
-    from .report import is_json_trace
+    from ..formats import is_json_trace
 
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
     note_annotations_ignored("sql", args.trace, args.annotations)

@@ -13,7 +13,7 @@ from ..annotations.model import AnnotationSet
 from ..errors import InputError, PathLike
 from ..read.kineto import read_trace
 from ..read.model import KinetoTrace
-from ..util.names import is_json_name
+from ..formats import is_json_name
 from ..write.pftrace import ConvertConfig, WriteStats, check_protobuf_output, paused_gc, write_pftrace
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from .. import settings
 from ..errors import EngineError
 from .tasks import FileInput, NotVisible, TaskFailure, TaskResult, TraceTask, raise_failure, run_trace_task
 
@@ -196,7 +197,7 @@ def _run_ray(tasks: Sequence[TraceTask], opts: RayOptions, max_in_flight: Option
     ray = import_ray()
     started = False
     if not ray.is_initialized():
-        address = opts.address or os.environ.get("RAY_ADDRESS") or None
+        address = opts.address or settings.text(settings.RAY_ADDRESS)
         # a new local instance (loopback only) without the dashboard and worker logs; joining a cluster
         # (where Ray refuses most start-up options) passes only what the caller gave
         kwargs = dict(opts.init_kwargs) if address else {"include_dashboard": False, "log_to_driver": False,

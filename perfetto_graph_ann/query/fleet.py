@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..errors import InputError, PathLike
-from ..util.names import is_json_name
+from ..formats import TRACE_SUFFIXES, SIDECAR_SUFFIXES, is_json_name, is_trace_name, trace_stem
 from .engine import EngineConfig
 from .executors import RayOptions, run_tasks
 from .straggler import FleetReport, RankTables, combine
@@ -33,23 +33,7 @@ FLEET_QUERIES = {
              "AS realtime_offset",
 }
 
-#: Trace files a folder is searched for.
-TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace")
-#: Sidecar names next to ``<stem>.trace.json.gz`` / ``<stem>.json.gz`` (first found is used).
-SIDECAR_SUFFIXES = (".annotations.json", ".annotations.pga", ".pga", ".capture.json")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
-
-
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".trace.json.gz", ".trace.json", ".json.gz", ".json", ".pftrace.gz", ".pftrace", ".perfetto-trace"):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _is_sidecar(path: Path) -> bool:
-    return path.name.lower().endswith(SIDECAR_SUFFIXES)
 
 
 def find_traces(inputs: Sequence[PathLike]) -> List[Path]:
@@ -59,8 +43,8 @@ def find_traces(inputs: Sequence[PathLike]) -> List[Path]:
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            found = sorted((f for f in p.iterdir() if f.is_file() and f.name.lower().endswith(TRACE_SUFFIXES)
-                            and not _is_sidecar(f)), key=lambda f: _natural_key(f.name))
+            found = sorted((f for f in p.iterdir() if f.is_file() and is_trace_name(f.name)),
+                           key=lambda f: _natural_key(f.name))
             if not found:
                 raise InputError(p, f"holds no trace files ({', '.join(TRACE_SUFFIXES)})")
             out.extend(found)
@@ -80,7 +64,7 @@ def find_sidecar(trace: Path) -> Optional[Path]:
     ``<stem>.pga``, ...), or None."""
     if not is_json_name(trace.name):
         return None
-    stem = _stem(trace)
+    stem = trace_stem(trace.name)
     for suffix in SIDECAR_SUFFIXES:
         cand = trace.with_name(stem + suffix)
         if cand.is_file() and cand != trace:

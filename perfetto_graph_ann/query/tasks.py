@@ -19,7 +19,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from ..errors import GraphAnnError, InputError
-from ..util.names import is_json_name
+from ..formats import is_json_name
 from .engine.config import EngineConfig
 
 #: ``converter(src, sidecars, graph_lanes, out) -> info``: see :class:`TraceTask`.

@@ -23,21 +23,19 @@ starts with the path.
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import msgspec
 
+from .. import formats
 from ..errors import PathLike, TraceFormatError
 from .model import KinetoTrace, TraceEvent
 
 __all__ = ["read_trace", "parse_trace_bytes", "us_to_ns"]
 
-_GZIP_MAGIC = b"\x1f\x8b"
 #: Times and ts + dur must fit the trace processor's int64 nanoseconds.
 _MAX_NS = 1 << 63
 
@@ -141,20 +139,7 @@ def us_to_ns(value: Decimal) -> int:
 def read_trace(path: PathLike) -> KinetoTrace:
     """Read a torch.profiler Chrome trace (``.json`` or ``.json.gz``, detected by content)."""
     spath = os.fspath(path)
-    try:
-        with open(spath, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise TraceFormatError(spath, "no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(spath, "is a directory, not a trace file") from None
-    except OSError as e:
-        raise TraceFormatError(spath, f"cannot read: {e.strerror or e}") from None
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as e:
-            raise TraceFormatError(spath, f"gzip data is truncated or corrupt ({e})") from None
+    data = formats.read_bytes(spath, TraceFormatError, "trace file")
     return parse_trace_bytes(data, spath)
 
 
@@ -310,39 +295,12 @@ def _bulk_ns(raws: List[Optional[msgspec.Raw]]) -> Optional[List[Optional[int]]]
 
 
 def _binary_hint(data: bytes) -> Optional[str]:
-    """What a file that is not JSON is, when it is one of the binary files this package uses.
-
-    A Perfetto trace (``.pftrace``) is a ``Trace`` message: a run of ``packet`` fields (tag
-    0x0a, a varint length, the packet). JSON text can start with 0x0a (a newline) too, so
-    the first frames must fit the data exactly and the head must hold a byte JSON text cannot
-    (a control character other than tab, CR, LF). A binary annotation sidecar starts with its
-    magic string.
-    """
-    from ..annotations.schema import MAGIC  # error path only
-
-    magic = MAGIC.encode()
-    if data.startswith(b"\x0a" + bytes([len(magic)]) + magic):
+    """What a file that is not JSON is, when it is one of the binary files this package uses."""
+    if formats.is_sidecar_bytes(data):
         return "this is an annotation sidecar, not a torch.profiler JSON trace (give it with --annotations)"
-    if data[:1] != b"\x0a" or not any(b < 0x20 and b not in b"\t\n\r" for b in data[:64]):
-        return None
-    at, n = 0, len(data)
-    for _ in range(4):  # a few frames: tag, length, payload
-        if at == n:
-            break
-        if data[at] != 0x0A:
-            return None
-        length, shift, at = 0, 0, at + 1
-        while at < n and data[at] & 0x80 and shift < 63:
-            length |= (data[at] & 0x7F) << shift
-            shift += 7
-            at += 1
-        if at >= n:
-            return None
-        length |= data[at] << shift
-        at += 1 + length
-        if at > n:
-            return None
-    return "this is a Perfetto protobuf trace, not a torch.profiler JSON trace (report, sql and open read it as it is)"
+    if formats.is_pftrace_bytes(data):
+        return "this is a Perfetto protobuf trace, not a torch.profiler JSON trace (report, sql and open read it as it is)"
+    return None
 
 
 def _msg(e: BaseException) -> str:

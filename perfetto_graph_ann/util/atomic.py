@@ -15,7 +15,7 @@ import tempfile
 import threading
 from typing import IO, Iterator, Optional, Sequence
 
-from .names import is_gzip_name
+from ..formats import is_gzip_name
 from ..errors import OutputError, PathLike
 
 _TMP_PREFIX = ".pga-tmp-"

@@ -5,26 +5,25 @@ module can each take seconds on a 1M-event trace, and most of them are single ca
 report nothing while they run. :class:`Progress` shows the current phase's name and the
 time elapsed (refreshed by a small thread, so the clock moves while a phase blocks), only
 when stderr is a terminal: piped or redirected output stays clean, and ``--quiet`` (or
-``PGA_PROGRESS=0``) turns it off. The line is removed when the command ends.
+``PERFETTO_GRAPH_ANN_PROGRESS=0``) turns it off. The line is removed when the command ends.
 """
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 import time
 from typing import IO, Iterator, Optional
 
-#: Environment switch: "0" never shows progress (e.g. in scripts that fake a terminal).
-ENV_PROGRESS = "PGA_PROGRESS"
+from .. import settings
+
 REFRESH_S = 0.5
 
 
 def wanted(quiet: bool = False, stream: Optional[IO[str]] = None) -> bool:
     """Whether to show progress: not quiet, not switched off, and ``stream`` (stderr) a TTY."""
     stream = stream or sys.stderr
-    if quiet or os.environ.get(ENV_PROGRESS) == "0":
+    if quiet or not settings.switch(settings.PROGRESS):
         return False
     try:
         return bool(stream.isatty())

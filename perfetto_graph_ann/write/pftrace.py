@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING, FrozenSet, Iterator, Optional
 from ..errors import OutputError, PathLike
 from ..read.model import KinetoTrace
 from ..util.atomic import atomic_write, refuse_input_as_output
-from ..util.names import is_json_name
+from ..formats import is_json_name
 from .perfetto import WriterConfig, WriteStats, write_perfetto
 
 if TYPE_CHECKING:  # annotation only: a conversion without a join does not import the join package

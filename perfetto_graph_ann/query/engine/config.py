@@ -12,16 +12,19 @@ import os
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
+from ... import settings
+
+# The environment variables this layer reads (:mod:`perfetto_graph_ann.settings` defines them).
 #: Path of a native ``trace_processor_shell`` (checked first).
-ENV_SHELL = "PERFETTO_GRAPH_ANN_TP_SHELL"
+ENV_SHELL = settings.TP_SHELL.name
 #: Also honoured for the native shell, after :data:`ENV_SHELL` (the name other tools use).
-ENV_SHELL_FALLBACK = "TRACE_PROCESSOR_SHELL"
+ENV_SHELL_FALLBACK = settings.TRACE_PROCESSOR_SHELL.name
 #: Path of the ``node`` executable for the portable engine.
-ENV_NODE = "PERFETTO_GRAPH_ANN_NODE"
+ENV_NODE = settings.NODE.name
 #: A Perfetto UI build folder holding ``engine_bundle.js`` + ``trace_processor.wasm``.
-ENV_UI_DIR = "PERFETTO_GRAPH_ANN_UI_DIR"
-#: ``0`` forbids the ``perfetto`` package's download of a native shell (``1`` allows it).
-ENV_ALLOW_DOWNLOAD = "PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD"
+ENV_UI_DIR = settings.UI_DIR.name
+#: A switch: off forbids the ``perfetto`` package's download of a native shell (default on).
+ENV_ALLOW_DOWNLOAD = settings.ALLOW_DOWNLOAD.name
 
 ENGINES = ("auto", "native", "portable")
 
@@ -92,7 +95,7 @@ class EngineConfig:
         """Whether the ``perfetto`` package may download a shell (config, then env var)."""
         if self.allow_download is not None:
             return self.allow_download
-        return os.environ.get(ENV_ALLOW_DOWNLOAD, "1").strip().lower() not in ("0", "false", "no", "off")
+        return settings.switch(settings.ALLOW_DOWNLOAD)
 
     def package_dirs(self) -> List[Path]:
         """The SQL package folders to register, ``graph_ann`` by default."""

