@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
-#: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated because importing the
-#: engine package costs ~0.3 s (tests/test_package.py checks they agree).
+#: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated so that building the parser
+#: does not import the engine package (tests/test_package.py checks they agree).
 ENGINES = ("auto", "native", "portable")
 
 #: What ``--annotations`` takes, on every command that joins.
