@@ -224,7 +224,12 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     for home in sorted(by_home, key=_home_order):
         spans = by_home[home]
         spans.sort()  # (ts, -dur, index): start, longest first, file order
-        for recs in overlap.assign(spans, lambda t, home=home: tracks.track(home, t)):
+        new_track = lambda t, home=home: tracks.track(home, t)  # noqa: E731
+        if home[0] in _RANGE_HOMES:  # the projection: ranges nest by scope, not by time alone
+            assigned = overlap.assign_forest(spans, lambda key: _range_parent(ranges, base, key), new_track)
+        else:
+            assigned = overlap.assign(spans, new_track)
+        for recs in assigned:
             packets_per_track[recs[0][3]] = len(recs)
             records.extend(recs)
     for rec in counter_records:
@@ -369,8 +374,17 @@ def _join_arg_keys(layout: Optional[LaneLayout]) -> FrozenSet[str]:
     return frozenset(seen)
 
 
+_RANGE_HOMES = ("replays", "scope")
+
+
 def _range_home(r: Any) -> Tuple:
     return ("replays", r.device) if r.kind == "replay" else ("scope", r.device)
+
+
+def _range_parent(ranges: Any, base: int, key: int) -> Optional[int]:
+    """The slice key of the range that range ``key`` is drawn inside (None: top level)."""
+    p = ranges[key - base].parent
+    return None if p is None else base + p
 
 
 def _launch_flows(ranges: Any, base: int, kinds: List[int], fp: Any) -> None:
