@@ -14,6 +14,12 @@ and ``right_projection`` are left out, ``combine`` is drawn). A match that is am
 because two graphs fit equally drops the whole replay's projection; so does a replay whose
 every match is ambiguous when the set has several graphs (the join folds a tie between
 graphs into the matches' ambiguity, so the graph itself may be a guess).
+
+Replays that overlap on one GPU: membership comes from correlation ids, never from time, so
+each range covers its own replay's work only; each scope range names the range it is drawn
+inside (:attr:`GpuRange.parent`) so the writer never nests it in another replay's scope. A
+replay not wholly in the trace (cut by the profiling window) or without its launch (so
+without a number) is left out; ``JoinReport.unprojected_replays`` counts what was left out.
 """
 from __future__ import annotations
 
