@@ -59,8 +59,8 @@ def _span(ks) -> Tuple[int, int, int]:
     return min(k.ts for k in ks), max(k.end for k in ks), len(ks)
 
 
-def _streams_of(launches, truth) -> Dict[Key, Tuple[int, int]]:
-    """(graph, replay) -> the streams that replay ran on."""
+def _streams_of(launches) -> Dict[Key, Tuple[int, int]]:
+    """(graph, replay) -> the streams that replay ran on, in launch order."""
     count: Dict[int, int] = defaultdict(int)
     out = {}
     for x in launches:
@@ -78,7 +78,7 @@ def expectation(launches, truth, strategy: str, calibration):
     (calibrated: only on the streams its graph was calibrated on); numbers count those
     replays of the graph in launch order. It is drawn when numbered and all its kernels were
     written."""
-    streams = _streams_of(launches, truth)
+    streams = _streams_of(launches)
     cal = {scope_synth.GRAPHS[g][0]: s for g, s in calibration.items()}
     numbered: Dict[Key, int] = {}
     count: Dict[int, int] = defaultdict(int)
@@ -215,7 +215,8 @@ def test_overlapping_replays_project_their_own_kernels(tmp_path, scenario, strat
     parents = _parents(d)
     by_id = dict(enumerate(d.slices))
     full = {i: s for i, s in enumerate(d.slices) if s.cat in ("graph_replay", "gpu_scope")}
-    filled = {id(s): f for s, f in zip([s for s in d.slices if s.cat == "gpu_scope"], projected_slices(d, "gpu_scope"))}
+    scope_slices = [s for s in d.slices if s.cat == "gpu_scope"]
+    filled = {id(s): f for s, f in zip(scope_slices, projected_slices(d, "gpu_scope"))}  # implied ids filled
     for i, s in full.items():
         p = parents[i]
         if s.cat == "graph_replay":

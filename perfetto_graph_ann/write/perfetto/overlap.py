@@ -88,20 +88,27 @@ def assign_forest(spans: Sequence[Span], parent_of: Callable[[int], Optional[int
     track_of: Dict[int, int] = {}
     for ts, neg_dur, key in spans:
         end = ts - neg_dur
-        for t, stack in enumerate(stacks):
-            rec = records[t]
-            while stack and stack[-1][0] <= ts:
-                e, k = stack.pop()
-                rec.append((e, 0, k, uuids[t]))
         placed = -1
         parent = parent_of(key)
         if parent is not None:
             t = track_of.get(parent, -1)
-            if t >= 0 and stacks[t] and stacks[t][-1][1] == parent and end <= stacks[t][-1][0]:
-                placed = t
-        if placed < 0:
-            placed = next((t for t, stack in enumerate(stacks) if not stack), len(stacks))
-            if placed == len(stacks):
+            if t >= 0:
+                stack = stacks[t]
+                while stack and stack[-1][0] <= ts:
+                    e, k = stack.pop()
+                    records[t].append((e, 0, k, uuids[t]))
+                if stack and stack[-1][1] == parent and end <= stack[-1][0]:
+                    placed = t
+        if placed < 0:  # the first track with nothing open (closed slices popped as it is visited)
+            for t, stack in enumerate(stacks):
+                while stack and stack[-1][0] <= ts:
+                    e, k = stack.pop()
+                    records[t].append((e, 0, k, uuids[t]))
+                if not stack:
+                    placed = t
+                    break
+            else:
+                placed = len(stacks)
                 stacks.append([])
                 records.append([])
                 uuids.append(track_uuid(placed))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from functools import partial
 from operator import itemgetter
 from typing import IO, TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Tuple
 
@@ -224,7 +225,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     for home in sorted(by_home, key=_home_order):
         spans = by_home[home]
         spans.sort()  # (ts, -dur, index): start, longest first, file order
-        new_track = lambda t, home=home: tracks.track(home, t)  # noqa: E731
+        new_track = partial(tracks.track, home)
         if home[0] in _RANGE_HOMES:  # the projection: ranges nest by scope, not by time alone
             assigned = overlap.assign_forest(spans, lambda key: _range_parent(ranges, base, key), new_track)
         else:
