@@ -19,6 +19,7 @@ from pftrace_decode import decode, projected_slices as _by_cat
 from sql_expect import load_events, ns
 from perfetto_graph_ann.capture.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
+from perfetto_graph_ann.join.projection import REASON_GRAPH_GUESS, REASON_SCOPE_GUESS
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.write.convert import convert
 
@@ -92,8 +93,11 @@ def test_fixture_scope_and_replay_slices_match_the_json(tmp_path, name, strategy
         # the two branches' GEMMs are identical: which is left and which right is a guess,
         # so those two scopes are not drawn; combine is
         scopes = {k: v for k, v in scopes.items() if k[1] == "combine"}
+        assert layout.report.unprojected_scopes == {REASON_SCOPE_GUESS: 2 * len(replays)}
     else:
         assert len(_by_cat(d, "gpu_scope")) == n_scopes * len(replays)
+        assert layout.report.unprojected_scopes == {}
+    assert layout.report.unprojected_replays == {}
     assert got == scopes
     for s in _by_cat(d, "gpu_scope"):
         assert d.track_name(s.track) == "scopes"
@@ -251,6 +255,8 @@ def test_a_tie_between_graphs_draws_nothing():
     layout = join(trace, AnnotationSet(graphs=(g, twin)))
     assert layout.report.ambiguous == layout.report.graphed > 0
     assert layout.ranges == []
+    launches = sum(1 for e in load_events(fixture_trace(name)) if e.get("name") == "cudaGraphLaunch")
+    assert layout.report.unprojected_replays == {REASON_GRAPH_GUESS: launches}
 
 
 def test_replay_identity_left_off_only_where_implied():
