@@ -272,13 +272,15 @@ def test_graph_lanes_do_not_change_the_projection(tmp_path):
 
 
 @requires_portable
-def test_concurrent_replays_in_the_trace_processor(tmp_path):
-    """The SQL tables and the UI's nesting (slice.parent_id) on concurrent replays."""
+@pytest.mark.parametrize("scenario", ["two_graphs_concurrent", "window_cuts"])
+def test_concurrent_replays_in_the_trace_processor(tmp_path, scenario):
+    """The SQL tables (graph_ann.scopes, graph_ann.replays) and the UI's nesting
+    (slice.parent_id) on concurrent replays, eager work and a cut window."""
     from perfetto_graph_ann.query import metrics
     from perfetto_graph_ann.query.session import open_trace
 
-    launches, truth, _layout, out, calibration = _convert(tmp_path, "two_graphs_concurrent", "exact")
-    replays, scopes, _ = expectation(launches, truth, "exact", calibration)
+    launches, truth, _layout, out, calibration = _convert(tmp_path, scenario, "exact")
+    replays, scopes, numbered = expectation(launches, truth, "exact", calibration)
     with open_trace(out, engine="portable") as s:
         rows = s.query(
             "SELECT s.id, s.category, s.name, p.id AS parent, p.category AS parent_category "
@@ -286,6 +288,12 @@ def test_concurrent_replays_in_the_trace_processor(tmp_path):
             "WHERE s.category IN ('graph_replay', 'gpu_scope')").tuples()
         inst = metrics.scope_instances(s)
         reps = metrics.graph_replays(s)
+        work = metrics.replays(s)
+    # graph_ann.replays, from the kernels alone: every replay with its launch in the trace,
+    # cut or not, with only its own work
+    launched = {key: [k for k in ks if k.visible] for key, ks in _replays(truth).items() if ks[0].launched}
+    assert {(r.graph_id, r.replay): (r.ts, r.end_ts, r.work_count) for r in work.itertuples()} == {
+        (key[0], numbered[key]): _span(ks) for key, ks in launched.items()}
     got_r = {(r.graph_id, r.replay): (r.ts, r.ts + r.dur, r.kernel_count) for r in reps.itertuples()}
     assert got_r == {(g, idx): span for (g, _r), (idx, span) in replays.items()}
     index_of = {key: idx for key, (idx, _) in replays.items()}
