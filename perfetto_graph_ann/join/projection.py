@@ -252,7 +252,11 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
                 busy = busy_ns(spans)
                 if busy != t - s:
                     sargs["busy ns"] = busy
-            parent = next((drawn[a] for a in info.ancestors.get(iid, ()) if a in drawn), None)
+            parent = None
+            for a in info.ancestors.get(iid, ()):  # innermost first; an uncertain one is not drawn
+                parent = drawn.get(a)
+                if parent is not None:
+                    break
             drawn[iid] = len(out)
             append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, None, parent))
     _drop_implied_replay(out)

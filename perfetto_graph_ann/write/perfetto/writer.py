@@ -222,12 +222,15 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     # 4. nesting tracks per home, then one timestamp-ordered record list
     records: List[Tuple[int, int, int, int]] = []
     packets_per_track: Dict[int, int] = {}
+    range_parents: Optional[Dict[int, int]] = None  # slice key of a range -> that of its parent range
     for home in sorted(by_home, key=_home_order):
         spans = by_home[home]
         spans.sort()  # (ts, -dur, index): start, longest first, file order
         new_track = partial(tracks.track, home)
         if home[0] in _RANGE_HOMES:  # the projection: ranges nest by scope, not by time alone
-            assigned = overlap.assign_forest(spans, lambda key: _range_parent(ranges, base, key), new_track)
+            if range_parents is None:
+                range_parents = {base + k: base + r.parent for k, r in enumerate(ranges) if r.parent is not None}
+            assigned = overlap.assign_forest(spans, range_parents.get, new_track)
         else:
             assigned = overlap.assign(spans, new_track)
         for recs in assigned:
@@ -380,12 +383,6 @@ _RANGE_HOMES = ("replays", "scope")
 
 def _range_home(r: Any) -> Tuple:
     return ("replays", r.device) if r.kind == "replay" else ("scope", r.device)
-
-
-def _range_parent(ranges: Any, base: int, key: int) -> Optional[int]:
-    """The slice key of the range that range ``key`` is drawn inside (None: top level)."""
-    p = ranges[key - base].parent
-    return None if p is None else base + p
 
 
 def _launch_flows(ranges: Any, base: int, kinds: List[int], fp: Any) -> None:
