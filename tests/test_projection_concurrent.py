@@ -8,7 +8,8 @@ replays (launch outside, first kernels outside, last kernels outside).
 
 Every expectation comes from the generator's ground truth: which replay each kernel belongs
 to, its times, whether it and its launch were written. Written traces are read back with the
-independent decoder (tests/pftrace_decode) and, once, with the trace processor.
+independent decoder (tests/pftrace_decode) and, for two schedules, with the trace processor
+(slice nesting, graph_ann.scopes, graph_ann.replays).
 """
 from __future__ import annotations
 
