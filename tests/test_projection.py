@@ -19,6 +19,7 @@ from pftrace_decode import decode, projected_slices as _by_cat
 from sql_expect import load_events, ns
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
+from perfetto_graph_ann.join.projection import REASON_GRAPH_GUESS, REASON_SCOPE_GUESS
 from perfetto_graph_ann.read.kineto import read_trace
 from perfetto_graph_ann.pipeline.convert import convert
 
@@ -92,8 +93,11 @@ def test_fixture_scope_and_replay_slices_match_the_json(tmp_path, name, strategy
         # the two branches' GEMMs are identical: which is left and which right is a guess,
         # so those two scopes are not drawn; combine is
         scopes = {k: v for k, v in scopes.items() if k[1] == "combine"}
+        assert layout.report.unprojected_scopes == {REASON_SCOPE_GUESS: 2 * len(replays)}
     else:
         assert len(_by_cat(d, "gpu_scope")) == n_scopes * len(replays)
+        assert layout.report.unprojected_scopes == {}
+    assert layout.report.unprojected_replays == {}
     assert got == scopes
     for s in _by_cat(d, "gpu_scope"):
         assert d.track_name(s.track) == "scopes"
@@ -251,11 +255,13 @@ def test_a_tie_between_graphs_draws_nothing():
     layout = join(trace, AnnotationSet(graphs=(g, twin)))
     assert layout.report.ambiguous == layout.report.graphed > 0
     assert layout.ranges == []
+    launches = sum(1 for e in load_events(fixture_trace(name)) if e.get("name") == "cudaGraphLaunch")
+    assert layout.report.unprojected_replays == {REASON_GRAPH_GUESS: launches}
 
 
 def test_replay_identity_left_off_only_where_implied():
     """`graph id` / `replay` stay on a scope range unless its replay is the only replay range
-    on its device that starts last at or before it."""
+    on its device that starts last at or before it, and overlaps no other replay there."""
     from perfetto_graph_ann.join.projection import REPLAY, SCOPE, GpuRange, _drop_implied_replay
 
     def rep(dev, ts, gid, idx):
@@ -266,12 +272,15 @@ def test_replay_identity_left_off_only_where_implied():
 
     ranges = [
         rep(0, 0, 1, 0), scope(0, 0, 1, 0), scope(0, 20, 1, 0), scope(0, 60, 1, 0),
-        rep(0, 50, 2, 0), scope(0, 55, 2, 0),  # replay 2#0 starts inside 1#0: 1#0's scope at 60 keeps its ids
+        rep(0, 50, 2, 0), scope(0, 55, 2, 0),  # 2#0 starts inside 1#0: both keep their ids everywhere
         rep(1, 50, 1, 1), scope(1, 50, 1, 1),  # another device: its own order
         rep(0, 200, 1, 2), rep(0, 200, 2, 1), scope(0, 210, 1, 2), scope(0, 210, 2, 1),  # equal starts
+        rep(0, 300, 1, 3), scope(0, 300, 1, 3), scope(0, 390, 1, 3),  # touches the pair above: not concurrent
+        rep(0, 500, 2, 2), scope(0, 510, 2, 2),
+        rep(0, 520, 1, 4), scope(0, 530, 1, 4),  # nested in 2#2's span: both keep their ids
     ]
     _drop_implied_replay(ranges)
     kept = [("graph id" in r.args, "replay" in r.args) for r in ranges if r.kind == SCOPE]
-    assert kept == [(False, False), (False, False), (True, True), (False, False), (False, False),
-                    (True, True), (True, True)]
+    assert [a for a, _ in kept] == [b for _, b in kept]
+    assert [a for a, _ in kept] == [True, True, True, True, False, True, True, False, False, True, True]
     assert all(r.args["kernel count"] == 1 for r in ranges if r.kind == SCOPE)

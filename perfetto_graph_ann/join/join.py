@@ -170,7 +170,8 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "non
     arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
                       graph_lanes=graph_lanes, arg_keys=arg_keys,
-                      ranges=project(replays, matches, replay_graph, replay_index, annotations) if projection else [])
+                      ranges=project(replays, matches, replay_graph, replay_index, annotations, report)
+                      if projection else [])
 
 
 def has_annotated_nodes(annotations: AnnotationSet) -> bool:
@@ -186,12 +187,18 @@ def _majority_graph(found: Dict[int, Match]) -> Optional[int]:
 
 
 def _replay_indices(replays: List[Replay], replay_graph: Dict[int, Optional[int]]) -> Dict[int, int]:
-    """replay correlation -> 0-based index among the replays of the same graph (launch order)."""
+    """replay correlation -> 0-based index among the replays of the same graph (launch order).
+
+    Only replays whose launch is in the trace are numbered: one without (its launch was
+    before the profiling window) ran before every launch the trace shows, but its GPU start
+    says nothing about that, and the CPU runs ahead of the GPU, so ordering it among the
+    others by time would give it, and them, wrong numbers.
+    """
     counters: Dict[int, int] = {}
     out: Dict[int, int] = {}
     for r in replays:
         g = replay_graph.get(r.correlation)
-        if g is None:
+        if g is None or r.launch is None:
             continue
         out[r.correlation] = counters.get(g, 0)
         counters[g] = out[r.correlation] + 1

@@ -57,6 +57,11 @@ class JoinReport:
     unmatched_replays: Dict[str, int] = dataclasses.field(default_factory=dict)
     #: Events of those replays left unlabelled: reason -> events.
     unmatched_replay_events: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Replays the join labelled but the GPU projection does not draw (no replay or scope
+    #: range), e.g. a replay cut by the profiling window: reason -> replays.
+    unprojected_replays: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Scope instances left out of drawn replays: reason -> instances.
+    unprojected_scopes: Dict[str, int] = dataclasses.field(default_factory=dict)
     #: Graphs matched structurally that carry a calibration note: display name -> note.
     calibration_notes: Dict[str, str] = dataclasses.field(default_factory=dict)
 

@@ -14,6 +14,12 @@ and ``right_projection`` are left out, ``combine`` is drawn). A match that is am
 because two graphs fit equally drops the whole replay's projection; so does a replay whose
 every match is ambiguous when the set has several graphs (the join folds a tie between
 graphs into the matches' ambiguity, so the graph itself may be a guess).
+
+Replays that overlap on one GPU: membership comes from correlation ids, never from time, so
+each range covers its own replay's work only; each scope range names the range it is drawn
+inside (:attr:`GpuRange.parent`) so the writer never nests it in another replay's scope. A
+replay not wholly in the trace (cut by the profiling window) or without its launch (so
+without a number) is left out; ``JoinReport.unprojected_replays`` counts what was left out.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 from ..annotations.model import GPU_WORK_NODE_TYPES, AnnotationSet
 from ..annotations.scope_instances import graph_scopes, path_of, scope_label
 from .match import Match, signature
+from .model import JoinReport
 from .replays import Replay
 
 _end = itemgetter(1)
@@ -55,6 +62,10 @@ class GpuRange(NamedTuple):
     name: str
     args: Mapping[str, Any]
     launch: Optional[int] = None
+    #: index in the projection's list of the range this one is drawn inside: a scope's nearest
+    #: drawn enclosing scope of the same replay; None for replays and outermost scopes, which
+    #: the writer never draws inside another range (concurrent replays overlap in time)
+    parent: Optional[int] = None
 
     @property
     def category(self) -> str:
@@ -94,25 +105,55 @@ def _uncertain(events: Sequence[Any], matches: Mapping[int, Match], per_node: Ma
     return out
 
 
-def _graph_info(g: Any) -> Tuple[Dict[int, Tuple[int, ...]], Dict[Tuple, List[int]], Dict[int, Tuple[int, int, str, str]]]:
-    """Per graph, once: node key -> instance ids; loose signature -> node keys (for ambiguous
-    matches); instance id -> (depth, instance id, label, path)."""
+class _GraphInfo(NamedTuple):
+    """What :func:`project` needs of one graph, computed once per graph."""
+
+    per_node: Dict[int, Tuple[int, ...]]  #: node key -> instance ids around it
+    groups: Dict[Tuple, List[int]]  #: loose signature -> node keys (for ambiguous matches)
+    labels: Dict[int, Tuple[int, int, str, str]]  #: instance id -> (depth, id, label, path); sorts parents first
+    ancestors: Dict[int, Tuple[int, ...]]  #: instance id -> enclosing instance ids, innermost first
+    gpu_nodes: frozenset  #: keys of the graph's GPU-work nodes: what a whole replay runs
+
+
+def _graph_info(g: Any) -> _GraphInfo:
     instances, per_node = graph_scopes(g)
     groups: Dict[Tuple, List[int]] = {}
     for n in g.nodes:
         if n.type in GPU_WORK_NODE_TYPES:
             groups.setdefault(signature(n, False), []).append(n.key)
-    info = {}
+    labels = {}
+    ancestors = {}
     for iid in instances:
         chain = path_of(instances, iid)
-        labels = [scope_label(s.fields) for s in chain]
-        info[iid] = (len(chain) - 1, iid, labels[-1], " / ".join(labels))  # sorts by depth, then id
-    return per_node, groups, info
+        names = [scope_label(s.fields) for s in chain]
+        labels[iid] = (len(chain) - 1, iid, names[-1], " / ".join(names))
+        ancestors[iid] = tuple(s.id for s in reversed(chain[:-1]))
+    gpu_nodes = frozenset(k for keys in groups.values() for k in keys)
+    return _GraphInfo(per_node, groups, labels, ancestors, gpu_nodes)
+
+
+#: Why a replay the join labelled has no ranges (``JoinReport.unprojected_replays`` keys).
+REASON_PARTIAL = ("not all of its graph's GPU work is in the trace or matched (a replay cut by the profiling "
+                  "window): its span is not known")
+REASON_NO_LAUNCH = ("its graph launch is not in the trace (launched before the profiling window): its number "
+                    "among the graph's replays is not known")
+REASON_GRAPH_GUESS = "the join could not tell which of several graphs replayed"
+#: Why scope instances of a drawn replay are left out (``JoinReport.unprojected_scopes`` keys).
+REASON_SCOPE_GUESS = "identical kernels of different scopes could not be told apart"
 
 
 def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_graph: Mapping[int, Optional[int]],
-            replay_index: Mapping[int, int], annotations: AnnotationSet) -> List[GpuRange]:
+            replay_index: Mapping[int, int], annotations: AnnotationSet,
+            report: Optional[JoinReport] = None) -> List[GpuRange]:
     """Replay and scope ranges of every joined replay, in replay order.
+
+    A replay is drawn only when every GPU-work node of its graph was matched to one of its
+    events: a replay cut by the profiling window (or with nodes no strategy matched) has no
+    known span, and its scopes may miss kernels, so it gets no range at all. Which events
+    belong to a replay is never a question of time: they share their graph launch's
+    correlation (:func:`..replays.find_replays`), so replays that overlap on the GPU, and
+    eager work between their kernels, do not mix. ``report``: what was left out and why
+    (``unprojected_replays``, ``unprojected_scopes``).
 
     Replay args: graph id, replay, kernel count, busy ns, launch latency ns (the span is
     the slice's duration, the graph's name its name, the device its track's). Scope args:
@@ -124,14 +165,19 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
     """
     graphs = {g.exec_id: g for g in annotations.graphs}
     several_graphs = len(graphs) > 1
-    cache: Dict[int, Any] = {}
+    cache: Dict[int, _GraphInfo] = {}
     out: List[GpuRange] = []
     append = out.append
     get_match = matches.get
+    skipped: Dict[str, int] = {}
+    skipped_scopes: Dict[str, int] = {}
     for r in replays:
         gid = replay_graph.get(r.correlation)
         g = graphs.get(gid) if gid is not None else None
-        if g is None or r.correlation not in replay_index:
+        if g is None:
+            continue
+        if r.correlation not in replay_index:  # numbered only with its launch (see join)
+            skipped[REASON_NO_LAUNCH] = skipped.get(REASON_NO_LAUNCH, 0) + 1
             continue
         timed = [e for e in r.events if e.ts_ns is not None]  # sorted by start (find_replays)
         if not timed:
@@ -139,13 +185,14 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         info = cache.get(gid)
         if info is None:
             info = cache[gid] = _graph_info(g)
-        per_node, groups, labels = info
+        per_node, groups, labels = info.per_node, info.groups, info.labels
         ivs = []
         add_iv = ivs.append
         acc: Dict[int, List[Tuple[int, int]]] = {}
         get_acc = acc.get
         get_iids = per_node.get
         ambiguous = []
+        seen = set()
         matched = 0
         for e in timed:
             t0 = e.ts_ns
@@ -155,6 +202,7 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             if m is None:
                 continue
             matched += 1
+            seen.add(m.node.key)
             if m.ambiguous:
                 ambiguous.append(e)
             for iid in get_iids(m.node.key, ()):
@@ -163,8 +211,12 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
                     acc[iid] = [iv]
                 else:
                     lst.append(iv)
+        if len(timed) < len(r.events) or not info.gpu_nodes <= seen:
+            skipped[REASON_PARTIAL] = skipped.get(REASON_PARTIAL, 0) + 1
+            continue
         uncertain = _uncertain(ambiguous, matches, per_node, groups) if ambiguous else ()
         if uncertain is None or (several_graphs and matched and len(ambiguous) == matched):
+            skipped[REASON_GRAPH_GUESS] = skipped.get(REASON_GRAPH_GUESS, 0) + 1
             continue  # the graph itself may be a guess: no name, no ranges
         device = r.device
         if device is None:
@@ -181,8 +233,10 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             args["launch latency ns"] = start - launch.ts_ns
         append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
                         launch.index if launch is not None else None))
+        drawn: Dict[int, int] = {}  # instance id -> its index in out
         for iid in sorted(acc, key=labels.__getitem__):  # parents (lower depth) first
             if iid in uncertain:
+                skipped_scopes[REASON_SCOPE_GUESS] = skipped_scopes.get(REASON_SCOPE_GUESS, 0) + 1
                 continue
             spans = acc[iid]
             depth, _, label, path = labels[iid]
@@ -198,8 +252,17 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
                 busy = busy_ns(spans)
                 if busy != t - s:
                     sargs["busy ns"] = busy
-            append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs))
+            parent = None
+            for a in info.ancestors.get(iid, ()):  # innermost first; an uncertain one is not drawn
+                parent = drawn.get(a)
+                if parent is not None:
+                    break
+            drawn[iid] = len(out)
+            append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, None, parent))
     _drop_implied_replay(out)
+    if report is not None:
+        report.unprojected_replays = skipped
+        report.unprojected_scopes = skipped_scopes
     return out
 
 
@@ -209,23 +272,33 @@ def _drop_implied_replay(ranges: List[GpuRange]) -> None:
     A scope range's replay is implied when, of the replay ranges on its device, the one that
     starts last at or before the scope's start is its own and no other starts at that same
     time: the SQL module (``graph_ann.scopes``) takes the identity from that replay range.
-    Elsewhere (concurrent replays on one device) both args stay. About a fifth of the
-    projection's bytes on a trace of small scopes.
+    The args stay on every scope of a replay that overlaps another replay on its device, even
+    where the rule would find it: in the UI such a scope has several replays above it. About a
+    fifth of the projection's bytes on a trace of small scopes.
     """
     starts: Dict[int, List[Tuple[int, int]]] = {}
     for k, r in enumerate(ranges):
         if r.kind == REPLAY:
             starts.setdefault(r.device, []).append((r.ts, k))
     keys = {}
+    concurrent = set()  # indices of replay ranges that overlap another on their device
     for device, lst in starts.items():
         lst.sort()
         keys[device] = [t for t, _ in lst]
+        reach = None  # latest end of the earlier replays
+        for j, (t, k) in enumerate(lst):
+            end = t + ranges[k].dur
+            if (reach is not None and t < reach) or (j + 1 < len(lst) and lst[j + 1][0] < end):
+                concurrent.add(k)
+            reach = end if reach is None else max(reach, end)
     owner = -1
     for k, r in enumerate(ranges):
         if r.kind == REPLAY:
             owner = k
             lst = starts[r.device]
             ts = keys[r.device]
+            continue
+        if owner in concurrent:
             continue
         at = bisect_right(ts, r.ts) - 1
         if at >= 0 and lst[at][1] == owner and not (at and ts[at - 1] == ts[at]):

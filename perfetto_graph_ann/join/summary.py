@@ -107,6 +107,10 @@ def warning_lines(report: JoinReport) -> List[str]:
                                f"{reason}"))
     for graph, note in sorted(report.calibration_notes.items()):
         out.append(("warning", f"{graph} was matched structurally, without calibration: {note}"))
+    for reason, n in sorted(report.unprojected_replays.items()):
+        out.append(("note", f"{_plural(n, 'graph replay')} not drawn on the GPU timeline: {reason}"))
+    for reason, n in sorted(report.unprojected_scopes.items()):
+        out.append(("note", f"{_plural(n, 'scope instance')} not drawn on the GPU timeline: {reason}"))
     if report.identity_missing:
         out.append(("note", f"{_files(report.identity_missing)}: no capture identity recorded (version-1 sidecar "
                             "or capture record), not checked against the trace"))

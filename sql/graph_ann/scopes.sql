@@ -13,9 +13,10 @@
 -- `busy ns` and `launch latency ns`; a scope slice is named by its label and
 -- carries `scope path` (nested scopes only; at the top level the path is the
 -- name), `kernel count`, `busy ns`, and `graph id` and `replay` where its
--- replay is not implied: the converter leaves both off when its replay is the
--- replay slice on the same GPU that starts last at or before the scope, and no
--- other replay slice there starts at that time. `busy ns` is left off where it
+-- replay is not implied: the converter leaves both off only when its replay is
+-- the replay slice on the same GPU that starts last at or before the scope, and
+-- no other replay slice there starts at that time (it keeps them on every scope
+-- of a replay that overlaps another). `busy ns` is left off where it
 -- equals the span. A slice's duration is its span; the device is the `GPU N`
 -- track it is under.
 -- Traces without the projection (Chrome JSON, a conversion without

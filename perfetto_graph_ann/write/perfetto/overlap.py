@@ -9,7 +9,7 @@ the trace processor reports every slice with its exact ts and dur.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 #: (ts_ns, -dur_ns, key): key is anything the caller needs back (e.g. an event index). The
 #: negated duration makes the plain tuple order the nesting order (start, longest first, key).
@@ -60,6 +60,59 @@ def assign(spans: Sequence[Span], track_uuid: Callable[[int], int]) -> List[List
             records.append(rec0 if placed == 0 else [])
             uuids.append(track_uuid(placed))
             uuid0 = uuids[0]
+        stacks[placed].append((end, key))
+        records[placed].append((ts, 1, key, uuids[placed]))
+    for t, stack in enumerate(stacks):
+        rec = records[t]
+        while stack:
+            e, k = stack.pop()
+            rec.append((e, 0, k, uuids[t]))
+    return records
+
+
+def assign_forest(spans: Sequence[Span], parent_of: Callable[[int], Optional[int]],
+                  track_uuid: Callable[[int], int]) -> List[List[Record]]:
+    """Like :func:`assign`, for slices whose nesting is given, not read off their times.
+
+    ``parent_of(key)`` is the key of the slice ``key`` belongs inside (None: a top-level
+    slice). The GPU projection's ranges are such a forest: a scope belongs inside its
+    enclosing scope of the same replay, never inside another replay's scope that happens to
+    span it (concurrent replays, parallel branches). A slice goes on its parent's track when
+    the parent is the innermost slice open there (and encloses it); any other slice goes on
+    the first track with nothing open, so a slice is drawn either inside its own parent or at
+    depth 0, never inside a stranger. Same records as :func:`assign`.
+    """
+    stacks: List[List[Tuple[int, int]]] = []
+    records: List[List[Record]] = []
+    uuids: List[int] = []
+    track_of: Dict[int, int] = {}
+    for ts, neg_dur, key in spans:
+        end = ts - neg_dur
+        placed = -1
+        parent = parent_of(key)
+        if parent is not None:
+            t = track_of.get(parent, -1)
+            if t >= 0:
+                stack = stacks[t]
+                while stack and stack[-1][0] <= ts:
+                    e, k = stack.pop()
+                    records[t].append((e, 0, k, uuids[t]))
+                if stack and stack[-1][1] == parent and end <= stack[-1][0]:
+                    placed = t
+        if placed < 0:  # the first track with nothing open (closed slices popped as it is visited)
+            for t, stack in enumerate(stacks):
+                while stack and stack[-1][0] <= ts:
+                    e, k = stack.pop()
+                    records[t].append((e, 0, k, uuids[t]))
+                if not stack:
+                    placed = t
+                    break
+            else:
+                placed = len(stacks)
+                stacks.append([])
+                records.append([])
+                uuids.append(track_uuid(placed))
+        track_of[key] = placed
         stacks[placed].append((end, key))
         records[placed].append((ts, 1, key, uuids[placed]))
     for t, stack in enumerate(stacks):

@@ -11,9 +11,9 @@
   ``thread_sort_index``); spill tracks of a thread, and threads whose tid does not fit in
   32 bits, are children of the process track named like the thread.
 * GPU projection (the join's ``ranges``): under ``GPU <n>`` a ``graph replays`` track (rank
-  first) and a ``scopes`` track (second) where scope slices nest by depth; ranges that
-  overlap without nesting (parallel branches, concurrent replays) spill onto more tracks
-  named ``scopes`` / ``graph replays``, which the UI shows as one group, as lanes do.
+  first) and a ``scopes`` track (second) where a scope slice nests in its enclosing scope;
+  ranges that overlap otherwise (parallel branches, concurrent replays) spill onto more
+  tracks named ``scopes`` / ``graph replays``, which the UI shows as one group, as lanes do.
 * Anything else (string pids such as Kineto's "Spans" / "Traces", negative pids such as the
   overhead events' -1): Kineto's bookkeeping, one ``torch.profiler`` root track holding a
   track per pid with a child per tid; created only when something is written there.

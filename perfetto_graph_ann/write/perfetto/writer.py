@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from functools import partial
 from operator import itemgetter
 from typing import IO, TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Tuple
 
@@ -221,10 +222,18 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     # 4. nesting tracks per home, then one timestamp-ordered record list
     records: List[Tuple[int, int, int, int]] = []
     packets_per_track: Dict[int, int] = {}
+    range_parents: Optional[Dict[int, int]] = None  # slice key of a range -> that of its parent range
     for home in sorted(by_home, key=_home_order):
         spans = by_home[home]
         spans.sort()  # (ts, -dur, index): start, longest first, file order
-        for recs in overlap.assign(spans, lambda t, home=home: tracks.track(home, t)):
+        new_track = partial(tracks.track, home)
+        if home[0] in _RANGE_HOMES:  # the projection: ranges nest by scope, not by time alone
+            if range_parents is None:
+                range_parents = {base + k: base + r.parent for k, r in enumerate(ranges) if r.parent is not None}
+            assigned = overlap.assign_forest(spans, range_parents.get, new_track)
+        else:
+            assigned = overlap.assign(spans, new_track)
+        for recs in assigned:
             packets_per_track[recs[0][3]] = len(recs)
             records.extend(recs)
     for rec in counter_records:
@@ -367,6 +376,9 @@ def _join_arg_keys(layout: Optional[LaneLayout]) -> FrozenSet[str]:
     for p in layout.placements.values():
         seen.update(p.args)
     return frozenset(seen)
+
+
+_RANGE_HOMES = ("replays", "scope")
 
 
 def _range_home(r: Any) -> Tuple:
