@@ -27,7 +27,7 @@ from scope_synth import Launch
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.join.projection import REASON_NO_LAUNCH, REASON_PARTIAL
 from perfetto_graph_ann.read.kineto import read_trace
-from perfetto_graph_ann.write.convert import convert
+from perfetto_graph_ann.pipeline.convert import convert
 
 LAYERS = 2
 ALT = (9, 10)  # graph 0's streams in the concurrent schedules (graph 1 keeps 7 and 8)
