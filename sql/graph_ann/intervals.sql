@@ -16,7 +16,10 @@
 -- length of the union, with overlap counted once, and the pieces clipped to a
 -- span (`_graph_ann_union_piece_in`) to the union's time inside it. Over
 -- intervals with a positive duration, `ts > p` means nothing runs in
--- [p, ts]: an idle gap. Ties in start order change neither sums nor gaps.
+-- [p, ts]: an idle gap. With no negative duration, the union's length is
+-- also its span (first start to last end) less the sum of `ts - p` over the
+-- intervals with `ts > p` (zero-length ones included). Ties in start order
+-- change neither sums nor gaps.
 --
 -- The callers apply the rule within table functions called once per group,
 -- selecting the group with `=`: the trace processor then filters the group's

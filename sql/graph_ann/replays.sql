@@ -78,9 +78,67 @@ FROM (
 )
 WHERE launch_id IS NOT NULL;
 
+-- The devices whose graphed work `_graph_ann_replay_busy` reads (each
+-- replay's smallest device), and whether each replay's busy time there is its
+-- span less its idle gaps (see `graph_ann.intervals`): it is when no graphed
+-- work has a negative duration and the work of every (replay, lane) pair lies
+-- on one device (every lane `complete` in `_graph_ann_replay_lane_flat`), so
+-- that the pairs of a replay on a device hold exactly its work there.
+CREATE PERFETTO TABLE _graph_ann_replay_device(
+  -- GPU index.
+  device LONG,
+  -- Whether the gaps give the busy time (the same for every device).
+  by_gaps BOOL
+) AS
+SELECT
+  device,
+  NOT EXISTS (SELECT 1 FROM _graph_ann_work WHERE is_graphed = 1 AND dur < 0)
+    AND NOT EXISTS (SELECT 1 FROM _graph_ann_replay_lane_flat WHERE NOT complete) AS by_gaps
+FROM _graph_ann_replay_stats
+GROUP BY device;
+
+-- The idle gaps inside each replay's work on one device, summed per replay:
+-- one window pass over the device's graphed work in start order, partitioned
+-- by replay. Only the gap rows are summed, which is what makes this cheaper
+-- than summing every interval's piece of the union.
+CREATE PERFETTO FUNCTION _graph_ann_replay_gap_dur(
+  -- GPU index.
+  device LONG
+)
+-- One row per replay with at least one gap on the device.
+RETURNS TABLE(
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- Sum of the gaps' lengths.
+  gap_dur LONG
+) AS
+SELECT launch_id, SUM(ts - prev_end_ts) AS gap_dur
+FROM (
+  SELECT launch_id, ts, _graph_ann_prev_end_by!(launch_id, ts, ts + dur) AS prev_end_ts
+  FROM _graph_ann_work
+  WHERE device = $device AND is_graphed
+)
+WHERE ts > prev_end_ts
+GROUP BY launch_id;
+
+-- The gaps of every replay, per device where they give the busy time.
+CREATE PERFETTO TABLE _graph_ann_replay_gap(
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- GPU index.
+  device LONG,
+  -- Sum of the gaps' lengths.
+  gap_dur DURATION
+) AS
+SELECT g.launch_id, d.device, g.gap_dur
+FROM _graph_ann_replay_device AS d
+JOIN _graph_ann_replay_gap_dur(d.device) AS g
+WHERE d.by_gaps;
+
 -- The busy time of each replay on one device: the union of the replay's work
--- over all lanes, one window pass over the device's graphed work, partitioned
--- by replay.
+-- over all lanes, summed piece by piece (the rule of `graph_ann.intervals`),
+-- one window pass over the device's graphed work, partitioned by replay. Used
+-- where the gaps cannot be (see `_graph_ann_replay_device`).
 CREATE PERFETTO FUNCTION _graph_ann_replay_union(
   -- GPU index.
   device LONG
@@ -97,16 +155,35 @@ FROM _graph_ann_union_per_replay!((
   SELECT launch_id, ts, dur FROM _graph_ann_work WHERE device = $device AND is_graphed
 ));
 
--- Busy time of every replay.
+-- Busy time of every replay: per device of `_graph_ann_replay_device` with
+-- work of the replay, the union of that work (one row per such device).
 CREATE PERFETTO TABLE _graph_ann_replay_busy(
   -- Slice id of the graph launch.
   launch_id LONG,
   -- Busy time: the union of the replay's work over all lanes.
   busy_dur DURATION
 ) AS
+SELECT launch_id, SUM(dur) AS busy_dur
+FROM (
+  -- The span (first start to last end) less the gaps; a sum rather than a
+  -- join on two columns, which the trace processor does not look up natively.
+  SELECT s.launch_id, s.device, s.end_ts - s.ts AS dur
+  FROM (
+    SELECT launch_id, device, MIN(ts) AS ts, MAX(end_ts) AS end_ts
+    FROM _graph_ann_replay_lane_stats
+    GROUP BY launch_id, device
+  ) AS s
+  JOIN _graph_ann_replay_device AS d USING (device)
+  WHERE d.by_gaps
+  UNION ALL
+  SELECT launch_id, device, -gap_dur AS dur FROM _graph_ann_replay_gap
+)
+GROUP BY launch_id, device
+UNION ALL
 SELECT u.launch_id, u.busy_dur
-FROM (SELECT device FROM _graph_ann_replay_stats GROUP BY device) AS d
-JOIN _graph_ann_replay_union(d.device) AS u;
+FROM _graph_ann_replay_device AS d
+JOIN _graph_ann_replay_union(d.device) AS u
+WHERE NOT d.by_gaps;
 
 -- One row per graph replay (graph launch with GPU work in the trace).
 CREATE PERFETTO TABLE graph_ann_replay(
