@@ -14,29 +14,11 @@
 -- tables of their own read with the same rules. Nothing here depends on the
 -- track layout (lanes that spill onto several same-named tracks are one lane).
 --
--- Unions of intervals (busy time), used by the other modules: sorted by start
--- within a group (a lane, a replay, a device), interval i with start `ts`,
--- duration `dur` and `p` = the latest `ts + dur` of the intervals before it
--- (NULL: none, read as `ts`) adds the piece [MAX(ts, p), ts + dur] to the time
--- covered so far (nothing when `ts + dur <= MAX(ts, p)`): everything before p
--- that is at or after ts is covered already, because every earlier interval
--- starts at or before ts. The pieces are disjoint, so the sum of
--- `MAX(0, ts + dur - MAX(ts, p))` is the length of the union (overlap counted
--- once), and the pieces clipped to a span give the union's time inside it.
--- When `dur > 0 AND ts > p` (p taken over intervals with `dur > 0` only)
--- nothing runs in between: an idle gap [p, ts]. `p` comes from one window
--- (`MAX(ts + dur) OVER (ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND
--- 1 PRECEDING)`), in table functions called once per lane or device: there the
--- trace processor filters the group's rows natively and the window needs no
--- partitions, nor its aggregate a sort (v52 wasm: about 40% less than one
--- window partitioned by group and a GROUP BY). Ties in start order do not
--- change the sums.
--- Those functions select a group with `=` (what the trace processor filters
--- natively; `IS` made the lanes module twice as slow), so the per-lane and
--- per-device numbers need `device` and `stream` on every GPU work slice, as
--- Kineto and our converter write them: work without them is listed here with
--- NULLs, but a NULL device or lane gets NULL or 0 for the numbers computed
--- by such a function (unions, gaps, percentiles, overlap).
+-- Modules that compute per-lane or per-device numbers (unions, gaps,
+-- percentiles, overlap) select a lane or device with `=`, so they need
+-- `device` and `stream` on every GPU work slice, as Kineto and our converter
+-- write them; work without them is listed here with NULLs but gets NULL or 0
+-- for those numbers.
 
 INCLUDE PERFETTO MODULE graph_ann.work_args;
 
@@ -75,8 +57,7 @@ FROM (
 )
 WHERE correlation IS NOT NULL;
 
--- One launch per correlation id (the first, should a trace repeat one). A
--- table, not a CTE: the join below is cheaper against a materialised table.
+-- One launch per correlation id (the first, should a trace repeat one).
 CREATE PERFETTO TABLE _graph_ann_launch_by_correlation(
   -- CUPTI correlation id.
   correlation LONG,
@@ -90,14 +71,11 @@ FROM _graph_ann_launch
 GROUP BY correlation
 ORDER BY correlation;
 
--- The columns of GPU work every metric needs, materialised once: the three
--- arguments read for every slice (device, lane, correlation), the launch found
--- by correlation and the lane's name. The other arguments are read on demand by
--- the `graph_ann_gpu_work` view, so modules that do not need them do not pay
--- for them. The correlation itself is not kept: the launch stands for it (a
--- replay's correlation is its launch's), and a kept column would read the
--- argument twice per slice (SQLite inlines the CTE's expression into both the
--- join key and the output column: 0.15 s of 1.05 s at 1M kernels).
+-- The columns of GPU work the metric modules need, materialised once: the
+-- three arguments read for every slice (device, lane, correlation) and the
+-- launch found by correlation. The `graph_ann_gpu_work` view reads the other
+-- arguments on demand. The correlation is not kept: the launch stands for it
+-- (a replay's correlation is its launch's).
 CREATE PERFETTO TABLE _graph_ann_work(
   -- Slice id.
   id LONG,
@@ -189,81 +167,8 @@ SELECT
     JOIN slice AS p ON p.id = c.parent_id
     WHERE c.track_id = t.id AND c.depth > 0 AND p.dur >= 0 AND c.ts + c.dur > p.ts + p.dur
   ) AS laminar
--- GROUP BY, not DISTINCT: half the time in v52.
 FROM (SELECT track_id FROM _graph_ann_work GROUP BY track_id) AS w
 JOIN track AS t ON t.id = w.track_id;
-
--- Whether a lane's union can be had without a window pass, from at most two
--- disjoint "layers": the lane's work lies on one or two tracks (no track id in
--- between), has no negative duration, every slice on those tracks is the
--- lane's own work, and the tracks are laminar (see `_graph_ann_track_name`).
--- Then the lane's work at depth 0 on one track is disjoint (same-depth slices
--- of a laminar track never overlap), and every deeper slice lies within its
--- depth-0 ancestor, itself the lane's work (a child starts after its parent
--- and ends within it): the union of the lane's work on a track is its depth-0
--- work, and the lane's union is |A| + |B| - |A intersect B| for the two
--- tracks' depth-0 work A and B, the intersection from a SPAN_JOIN (a native
--- sweep; 1M kernels, v52 wasm: 0.1 s instead of 0.3 s for a window over a lane
--- of 400k). Each check is a native filter of the lane's rows. One row
--- (the two tracks, equal for a one-track lane) when it can, none otherwise
--- (also for a NULL device or lane).
-CREATE PERFETTO FUNCTION _graph_ann_lane_layers(
-  -- GPU index.
-  device LONG,
-  -- Lane id.
-  lane_id LONG
-)
--- At most one row.
-RETURNS TABLE(
-  -- The lane's first track.
-  track_a LONG,
-  -- Its last track (= track_a for a lane on one track).
-  track_b LONG
-) AS
-SELECT a AS track_a, b AS track_b
-FROM (
-  SELECT
-    (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id LIMIT 1) AS a,
-    (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id DESC LIMIT 1) AS b
-) AS t
-WHERE t.a IS NOT NULL
-  AND NOT EXISTS (
-    SELECT 1 FROM _graph_ann_work
-    WHERE device = $device AND lane_id = $lane_id AND track_id > t.a AND track_id < t.b
-  )
-  AND NOT EXISTS (SELECT 1 FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id AND dur < 0)
-  AND (SELECT laminar FROM _graph_ann_track_name WHERE track_id = t.a)
-  AND (SELECT laminar FROM _graph_ann_track_name WHERE track_id = t.b)
-  AND (SELECT COUNT(*) FROM slice WHERE track_id = t.a)
-    = (SELECT COUNT(*) FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id AND track_id = t.a)
-  AND (SELECT COUNT(*) FROM slice WHERE track_id = t.b)
-    = (SELECT COUNT(*) FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id AND track_id = t.b);
-
--- One layer of a lane (see `_graph_ann_lane_layers`): its work on one track at
--- depth 0 with a positive duration (zero-length work adds nothing to a union),
--- in start order.
-CREATE PERFETTO FUNCTION _graph_ann_lane_layer(
-  -- GPU index.
-  device LONG,
-  -- Lane id.
-  lane_id LONG,
-  -- The track.
-  track_id LONG
-)
--- One row per slice of the layer.
-RETURNS TABLE(
-  -- Start.
-  ts LONG,
-  -- Duration.
-  dur LONG,
-  -- Slice id of the launching CPU call.
-  launch_id LONG,
-  -- Whether a graph launch launched it.
-  is_graphed BOOL
-) AS
-SELECT ts, dur, launch_id, is_graphed
-FROM _graph_ann_work
-WHERE device = $device AND lane_id = $lane_id AND track_id = $track_id AND depth = 0 AND dur > 0;
 
 -- One row per GPU work slice (Kineto categories `kernel`, `gpu_memcpy`,
 -- `gpu_memset`), with its lane, streams, annotation, replay and graph node.

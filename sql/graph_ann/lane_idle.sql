@@ -6,16 +6,16 @@
 -- runs on it, listed and summarised per lane.
 --
 -- A gap is a hole in the union of the lane's work intervals with `dur > 0`
--- (see `graph_ann.lanes` for busy time): work that overlaps on a lane leaves
--- no gap, work starting exactly where earlier work ends leaves none either,
--- and zero-length work neither fills nor ends a gap.
+-- (the rule of `graph_ann.intervals`): work that overlaps on a lane leaves no
+-- gap, work starting exactly where earlier work ends leaves none either, and
+-- zero-length work neither fills nor ends a gap.
 
+INCLUDE PERFETTO MODULE graph_ann.intervals;
 INCLUDE PERFETTO MODULE graph_ann.work_args;
 
 -- The GPU work this module reads (the same rows, devices and lanes as
 -- `graph_ann_gpu_work`), straight from `slice` with the rules of
--- `graph_ann.work_args`: five columns and no launch lookup (1M kernels: 0.4 s
--- instead of 1.1 s for `graph_ann.gpu_work`).
+-- `graph_ann.work_args`: five columns and no launch lookup.
 CREATE PERFETTO TABLE _graph_ann_lane_work(
   -- Start.
   ts TIMESTAMP,
@@ -38,9 +38,9 @@ FROM slice
 WHERE _graph_ann_is_gpu_work!(category);
 
 -- The idle gaps of one lane, in start order: one window pass over the lane's
--- work with `dur > 0` in start order (the union rule: see `graph_ann.gpu_work`;
--- work with `dur <= 0` neither ends nor fills a gap, so the trace processor
--- drops it natively), called per lane so that the trace processor filters the
+-- work with `dur > 0` in start order (the rule of `graph_ann.intervals`; work
+-- with `dur <= 0` neither ends nor fills a gap, so the trace processor drops
+-- it natively), called per lane so that the trace processor filters the
 -- lane's rows natively and the window needs no partitions.
 CREATE PERFETTO FUNCTION _graph_ann_lane_gaps(
   -- GPU index.
@@ -57,11 +57,7 @@ RETURNS TABLE(
 ) AS
 SELECT prev_end_ts AS ts, ts - prev_end_ts AS dur
 FROM (
-  SELECT
-    ts,
-    MAX(ts + dur) OVER (
-      ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS prev_end_ts
+  SELECT ts, _graph_ann_prev_end!(ts, ts + dur) AS prev_end_ts
   FROM _graph_ann_lane_work
   WHERE device = $device AND lane_id = $lane_id AND dur > 0
 )
@@ -70,8 +66,7 @@ WHERE ts > prev_end_ts;
 -- Per lane: its first track (for its name), its span and the span of its work
 -- with `dur > 0`. When all of the lane's durations are positive the two spans
 -- are one (the usual case); only other lanes read their positive work again,
--- filtered natively (1M kernels: 0.20 s instead of 0.30 s for conditional
--- aggregates over all work).
+-- filtered natively.
 CREATE PERFETTO TABLE _graph_ann_lane_span(
   -- GPU index.
   device LONG,
@@ -121,8 +116,8 @@ CREATE PERFETTO TABLE graph_ann_lane_gap(
   -- Length of the gap.
   dur DURATION
 ) AS
--- No ORDER BY (sorting 700k gaps cost a sixth of the module at 1M kernels):
--- read it with `ORDER BY device, lane_id, ts` where the order matters.
+-- No ORDER BY (a sort of every gap): read it with
+-- `ORDER BY device, lane_id, ts` where the order matters.
 SELECT l.device, l.lane_id, g.ts, g.dur
 FROM _graph_ann_lane_span AS l
 JOIN _graph_ann_lane_gaps(l.device, l.lane_id) AS g;

@@ -15,18 +15,18 @@
 --  * idle = the device's span (first work start to last work end) minus the
 --    time any work runs.
 -- The five unions (each class, comm ∪ compute, all work) come from one window
--- pass over the device's work in start order (the union rule: see
--- `graph_ann.gpu_work`). Idle gaps per lane are in `graph_ann.lane_idle`.
+-- pass over the device's work in start order (the rule of
+-- `graph_ann.intervals`). Idle gaps per lane are in `graph_ann.lane_idle`.
 
-INCLUDE PERFETTO MODULE graph_ann.work_args;
 INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
+INCLUDE PERFETTO MODULE graph_ann.intervals;
+INCLUDE PERFETTO MODULE graph_ann.work_args;
 
 -- GPU work classified as communication (1), compute (0) or memory (2), read
 -- straight from `slice` with the rules of `graph_ann.work_args` and
 -- `graph_ann.collective_kernels` (the same rows and devices as
 -- `graph_ann_gpu_work`): this module needs none of the other columns of
--- `graph_ann.gpu_work`, nor its launch lookup (1M kernels: 0.65 s for this
--- table instead of 1.1 s for `graph_ann.gpu_work` and 0.38 s for the classes).
+-- `graph_ann.gpu_work`, nor its launch lookup.
 CREATE PERFETTO TABLE _graph_ann_work_class(
   -- GPU index.
   device LONG,
@@ -54,11 +54,9 @@ WHERE _graph_ann_is_gpu_work!(category);
 -- start order, the window gives the latest end of the earlier slices of each
 -- class (`p0`, `p1`, `p2`; NULL: none); the latest end of the earlier
 -- communication or compute is the larger of `p0` and `p1`, of any work the
--- largest of the three (three window aggregates instead of five: 1.43 ->
--- 1.25 s at 1M kernels). The slice adds `MAX(0, ts + dur - MAX(ts, p))` to
--- each union it belongs to (the union rule: see `graph_ann.gpu_work`; a NULL
--- `p` is read as `ts`). Called per device: the trace processor filters the
--- rows natively and the window needs no partitions.
+-- largest of the three. The slice adds its piece to each union it belongs to
+-- (the rule of `graph_ann.intervals`). Called per device: the trace processor
+-- filters the rows natively and the window needs no partitions.
 CREATE PERFETTO FUNCTION _graph_ann_device_unions(
   -- GPU index.
   device LONG
@@ -83,22 +81,23 @@ RETURNS TABLE(
 SELECT
   MIN(ts) AS ts,
   MAX(ts + dur) AS end_ts,
-  SUM(MAX(0, ts + dur - MAX(ts, COALESCE(p0, ts), COALESCE(p1, ts), COALESCE(p2, ts)))) AS busy_dur,
-  SUM(CASE WHEN class = 0 THEN MAX(0, ts + dur - MAX(ts, COALESCE(p0, ts))) ELSE 0 END) AS compute_dur,
-  SUM(CASE WHEN class = 1 THEN MAX(0, ts + dur - MAX(ts, COALESCE(p1, ts))) ELSE 0 END) AS comm_dur,
-  SUM(CASE WHEN class = 2 THEN MAX(0, ts + dur - MAX(ts, COALESCE(p2, ts))) ELSE 0 END) AS memory_dur,
-  SUM(CASE WHEN class < 2 THEN MAX(0, ts + dur - MAX(ts, COALESCE(p0, ts), COALESCE(p1, ts))) ELSE 0 END) AS comm_or_compute_dur
+  SUM(_graph_ann_union_piece!(ts, ts + dur, MAX(COALESCE(p0, ts), COALESCE(p1, ts), COALESCE(p2, ts)))) AS busy_dur,
+  SUM(CASE WHEN class = 0 THEN _graph_ann_union_piece!(ts, ts + dur, p0) ELSE 0 END) AS compute_dur,
+  SUM(CASE WHEN class = 1 THEN _graph_ann_union_piece!(ts, ts + dur, p1) ELSE 0 END) AS comm_dur,
+  SUM(CASE WHEN class = 2 THEN _graph_ann_union_piece!(ts, ts + dur, p2) ELSE 0 END) AS memory_dur,
+  SUM(
+    CASE WHEN class < 2 THEN _graph_ann_union_piece!(ts, ts + dur, MAX(COALESCE(p0, ts), COALESCE(p1, ts))) ELSE 0 END
+  ) AS comm_or_compute_dur
 FROM (
   SELECT
     ts,
     dur,
     class,
-    MAX(CASE WHEN class = 0 THEN ts + dur END) OVER win AS p0,
-    MAX(CASE WHEN class = 1 THEN ts + dur END) OVER win AS p1,
-    MAX(CASE WHEN class = 2 THEN ts + dur END) OVER win AS p2
+    _graph_ann_prev_end!(ts, CASE WHEN class = 0 THEN ts + dur END) AS p0,
+    _graph_ann_prev_end!(ts, CASE WHEN class = 1 THEN ts + dur END) AS p1,
+    _graph_ann_prev_end!(ts, CASE WHEN class = 2 THEN ts + dur END) AS p2
   FROM _graph_ann_work_class
   WHERE device = $device
-  WINDOW win AS (ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 );
 
 -- One row per GPU: compute, communication and memory time, how much of the

@@ -2,24 +2,10 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Scope ranges on the GPU: every `mark_kernels` scope instance of every graph
--- replay, as the converter projects it (docs/design.md, "GPU projection"):
--- a slice of category `gpu_scope` on a `scopes` track under `GPU N`, spanning
--- the earliest start to the latest end of the GPU work captured inside the
--- scope, across all lanes; and one slice of category `graph_replay` per
--- replay on the `graph replays` track. The numbers are read from the slices'
--- `debug.*` arguments, names and tracks: a replay slice is named
--- `<graph name> #<replay>` and carries `graph id`, `replay`, `kernel count`,
--- `busy ns` and `launch latency ns`; a scope slice is named by its label and
--- carries `scope path` (nested scopes only; at the top level the path is the
--- name), `kernel count`, `busy ns`, and `graph id` and `replay` where its
--- replay is not implied: the converter leaves both off only when its replay is
--- the replay slice on the same GPU that starts last at or before the scope, and
--- no other replay slice there starts at that time (it keeps them on every scope
--- of a replay that overlaps another). `busy ns` is left off where it
--- equals the span. A slice's duration is its span; the device is the `GPU N`
--- track it is under.
--- Traces without the projection (Chrome JSON, a conversion without
+-- Scope ranges on the GPU: every projected graph replay and every
+-- `mark_kernels` scope instance of every replay, as the converter projects
+-- them (read by `graph_ann.projection`), and per scope its statistics across
+-- replays. Traces without the projection (Chrome JSON, a conversion without
 -- annotations) give empty tables.
 --
 -- A scope is keyed across replays by its graph and its path, the labels of
@@ -28,61 +14,7 @@
 -- Percentiles are nearest-rank: the p-th percentile of n durations sorted
 -- ascending is the k-th with k = ceil(p * n / 100), as in `graph_ann.lanes`.
 
--- The GPU index of each track under a `GPU N` root (the projection's tracks).
-CREATE PERFETTO TABLE _graph_ann_projection_track(
-  -- Track id.
-  track_id LONG,
-  -- GPU index, from the parent track's name `GPU N`.
-  device LONG
-) AS
-SELECT t.id AS track_id, CAST(SUBSTR(p.name, 5) AS INT) AS device
-FROM track AS t
-JOIN track AS p ON t.parent_id = p.id
-WHERE p.name GLOB 'GPU [0-9]*' AND t.name IN ('graph replays', 'scopes');
-
--- The projection's replay and scope slices with the arguments both kinds
--- carry, read once for `graph_ann_graph_replay` and `graph_ann_scope_instance`.
-CREATE PERFETTO TABLE _graph_ann_projected_slice(
-  -- Slice id.
-  id LONG,
-  -- Slice start.
-  ts TIMESTAMP,
-  -- Slice duration (the span).
-  dur DURATION,
-  -- Track of the slice.
-  track_id LONG,
-  -- Slice name.
-  name STRING,
-  -- `graph_replay` or `gpu_scope`.
-  category STRING,
-  -- Argument set of the slice, for the arguments of one kind only.
-  arg_set_id ARGSETID,
-  -- GPU index of the slice's track (NULL off the projection's tracks).
-  device LONG,
-  -- Executable graph id (`debug.graph id`).
-  graph_id LONG,
-  -- 0-based replay index (`debug.replay`).
-  replay LONG,
-  -- GPU work events (`debug.kernel count`).
-  kernel_count LONG,
-  -- Length of the union of the GPU work (`debug.busy ns`, else the span).
-  busy_dur DURATION
-) AS
-SELECT
-  s.id,
-  s.ts,
-  s.dur,
-  s.track_id,
-  s.name,
-  s.category,
-  s.arg_set_id,
-  (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = s.track_id) AS device,
-  EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
-  EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
-  EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
-  COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.busy ns'), s.dur) AS busy_dur
-FROM slice AS s
-WHERE s.category IN ('graph_replay', 'gpu_scope');
+INCLUDE PERFETTO MODULE graph_ann.projection;
 
 -- Every projected graph replay.
 CREATE PERFETTO TABLE graph_ann_graph_replay(
@@ -121,53 +53,6 @@ SELECT
   EXTRACT_ARG(arg_set_id, 'debug.launch latency ns') AS launch_latency
 FROM _graph_ann_projected_slice
 WHERE category = 'graph_replay';
-
--- The projected slices of each GPU in start order, with the number of replay
--- slices started at or before each (a replay slice before a scope slice at
--- the same time).
-CREATE PERFETTO TABLE _graph_ann_projected_ordinal(
-  -- Slice id.
-  id LONG,
-  -- GPU index.
-  device LONG,
-  -- `graph_replay` or `gpu_scope`.
-  category STRING,
-  -- Executable graph id (NULL on a scope slice whose replay is implied).
-  graph_id LONG,
-  -- 0-based replay index (NULL where `graph_id` is).
-  replay LONG,
-  -- Replay slices on the device starting at or before this slice: a replay
-  -- slice's own number; for a scope slice, that of its implied replay.
-  ordinal LONG
-) AS
-SELECT
-  id,
-  device,
-  category,
-  graph_id,
-  replay,
-  SUM(category = 'graph_replay') OVER (
-    PARTITION BY device ORDER BY ts, category = 'gpu_scope', id ROWS UNBOUNDED PRECEDING) AS ordinal
-FROM _graph_ann_projected_slice;
-
--- The replay of each scope slice: its own `graph id` and `replay` arguments,
--- else those of its implied replay (see the header).
-CREATE PERFETTO TABLE _graph_ann_scope_replay(
-  -- Slice id of the scope slice.
-  id LONG,
-  -- Executable graph id.
-  graph_id LONG,
-  -- 0-based replay index among the replays of the graph.
-  replay LONG
-) AS
-SELECT
-  s.id,
-  COALESCE(s.graph_id, r.graph_id) AS graph_id,
-  COALESCE(s.replay, r.replay) AS replay
-FROM _graph_ann_projected_ordinal AS s
-LEFT JOIN _graph_ann_projected_ordinal AS r
-  ON s.graph_id IS NULL AND r.category = 'graph_replay' AND r.device = s.device AND r.ordinal = s.ordinal
-WHERE s.category = 'gpu_scope';
 
 -- Every scope instance of every replay.
 CREATE PERFETTO TABLE graph_ann_scope_instance(

@@ -7,10 +7,9 @@
 -- module. `graph_ann.gpu_work` builds its table of all GPU work with these;
 -- `graph_ann.overlap` and `graph_ann.lane_idle` build narrower tables of their
 -- own straight from `slice` with the same rules, so that each of them, loaded
--- alone, does not pay for the columns and the launch lookup it never reads
--- (1M kernels, v52 wasm: 0.4-0.65 s for such a table instead of 1.1 s for
--- `graph_ann.gpu_work`). Macros are expanded into the query, so a rule costs
--- what the spelled-out expression costs.
+-- alone, does not pay for the columns and the launch lookup it never reads.
+-- Macros are expanded into the query, so a rule costs what the spelled-out
+-- expression costs.
 
 -- Whether a slice is GPU work: Kineto category `kernel`, `gpu_memcpy` or
 -- `gpu_memset`.
