@@ -42,7 +42,7 @@ class _KinetoEvent(TraceEvent, kw_only=True, forbid_unknown_fields=True, gc=Fals
     :func:`_finish` puts the final values in place and turns each object into a plain
     :class:`TraceEvent` by assigning ``__class__`` (same fields, same layout), so the file's
     events are decoded straight into their final objects. Building a new ``TraceEvent`` per
-    event instead measured ~12% slower on this step (BENCHMARKS.md, "reader: one decode path").
+    event instead is slower (``benchmarks/read_swap.py``; numbers in BENCHMARKS.md).
     """
 
     index: Optional[str] = None  # type: ignore[assignment]
