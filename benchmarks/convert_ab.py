@@ -12,6 +12,8 @@ times, GC paused as ``convert`` runs them, best of ``--repeat`` rounds, CPU time
 
 * ``read``: ``parse_trace_bytes`` of the JSON bytes (file reading left out);
 * ``write``: ``write_perfetto`` of an already read trace (each version its own) to memory;
+* ``write+layout`` (graph replays only): the same with the join's layout of the bundled
+  ``seed_block_annotated`` capture record (``--graph-lanes all``; joined once by this checkout);
 * ``free``: dropping a read trace;
 * ``convert``: ``convert()`` file to file (read, write with fsync, free).
 
@@ -37,7 +39,9 @@ from typing import Callable, Dict
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import perfetto_graph_ann as pga  # noqa: E402
 from benchmarks.synth import dumps, make_trace  # noqa: E402
+from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
 
 BASE_NAME = "pga_base"
 FIELDS = ("index", "ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "args", "id", "extra")
@@ -68,7 +72,7 @@ class Side:
     def read(self, raw: bytes):
         return self.kineto.parse_trace_bytes(raw)
 
-    def write(self, trace, encoder: str = "fast", list_args: str = "text") -> bytes:
+    def write(self, trace, encoder: str = "fast", list_args: str = "text", layout=None) -> bytes:
         buf = io.BytesIO()
         fields = self.perfetto.WriterConfig.__dataclass_fields__
         if "list_args" in fields:
@@ -76,7 +80,7 @@ class Side:
         else:  # a revision before list_args: its nearest mode (text there covered the shape args only)
             shape = "typed" if list_args == "typed" else "string"
             cfg = self.perfetto.WriterConfig(encoder=encoder, progress=False, shape_args=shape)
-        self.perfetto.write_perfetto(trace, buf, None, cfg)
+        self.perfetto.write_perfetto(trace, buf, layout, cfg)
         return buf.getvalue()
 
 
@@ -86,8 +90,9 @@ def timed(fn: Callable[[], object]) -> tuple:
     return time.process_time() - c, time.perf_counter() - w
 
 
-def check_same(name: str, raw: bytes, a: Side, b: Side) -> None:
-    """Same events field by field, same bytes with every encoder and arg mode."""
+def check_same(name: str, raw: bytes, a: Side, b: Side, join=None) -> None:
+    """Same events field by field, same bytes with every encoder and arg mode (and with the
+    join's layout when ``join`` gives one)."""
     ta, tb = a.read(raw), b.read(raw)
     assert len(ta.events) == len(tb.events) and ta.metadata == tb.metadata, name
     for x, y in zip(ta.events, tb.events):
@@ -96,14 +101,17 @@ def check_same(name: str, raw: bytes, a: Side, b: Side) -> None:
     for enc in ("fast", "protos"):
         for mode in ("typed", "text"):
             assert a.write(ta, enc, mode) == b.write(tb, enc, mode), (name, enc, mode)
+            if join is not None:
+                assert a.write(ta, enc, mode, join(ta)) == b.write(tb, enc, mode, join(tb)), (name, enc, mode, "layout")
     print(f"{name}: same events and bytes (fast/protos x typed/text)", flush=True)
 
 
-def ab(name: str, path: Path, a: Side, b: Side, repeat: int, tmp: Path) -> Dict[str, Dict[str, tuple]]:
+def ab(name: str, path: Path, a: Side, b: Side, repeat: int, tmp: Path, join=None) -> Dict[str, Dict[str, tuple]]:
     raw = path.read_bytes()
     best: Dict[str, Dict[str, tuple]] = {"base": {}, "new": {}}
     with a.convert.paused_gc():
         traces = {"base": a.read(raw), "new": b.read(raw)}
+        layouts = {k: join(t) for k, t in traces.items()} if join is not None else {}
     for _ in range(repeat):
         for label, side in (("base", a), ("new", b)):
             got = best[label]
@@ -112,6 +120,9 @@ def ab(name: str, path: Path, a: Side, b: Side, repeat: int, tmp: Path) -> Dict[
                 got["read"] = min(got.get("read", t), t)
                 t = timed(lambda: side.write(traces[label]))
                 got["write"] = min(got.get("write", t), t)
+                if layouts:
+                    t = timed(lambda: side.write(traces[label], layout=layouts[label]))
+                    got["write+layout"] = min(got.get("write+layout", t), t)
                 tr = side.read(raw)
                 c, w = time.process_time(), time.perf_counter()
                 del tr
@@ -136,8 +147,12 @@ def main() -> None:
         load_base(opts.base, tmp / "base")
         a, b = Side(BASE_NAME), Side("perfetto_graph_ann")
         traces = {}
+        joins = {}
         if opts.graph_events:
-            traces[f"graph replays {opts.graph_events // 1000}k"] = make_trace(opts.graph_events, fixtures=("seed_block_annotated",))
+            graph = f"graph replays {opts.graph_events // 1000}k"
+            traces[graph] = make_trace(opts.graph_events, fixtures=("seed_block_annotated",))
+            ann = pga.load_annotations(demo_data_dir() / "seed_block_annotated.capture.json")
+            joins[graph] = lambda trace: pga.join_trace(trace, ann, "all")
         if opts.events:
             traces[f"synthetic {opts.events // 1000}k"] = make_trace(opts.events)
         results = {}
@@ -146,8 +161,8 @@ def main() -> None:
             path.write_bytes(dumps(doc))
             del doc
             gc.collect()
-            check_same(name, path.read_bytes(), a, b)
-            results[name] = ab(name, path, a, b, opts.repeat, tmp)
+            check_same(name, path.read_bytes(), a, b, joins.get(name))
+            results[name] = ab(name, path, a, b, opts.repeat, tmp, joins.get(name))
             path.unlink()
     print(f"\nmachine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, base {opts.base}, best of {opts.repeat}, "
@@ -155,7 +170,9 @@ def main() -> None:
     print("| trace | step | base | new | new / base |")
     print("| --- | --- | ---: | ---: | ---: |")
     for name, r in results.items():
-        for step in ("read", "write", "free", "convert"):
+        for step in ("read", "write", "write+layout", "free", "convert"):
+            if step not in r["base"]:
+                continue
             (cb, wb), (cn, wn) = r["base"][step], r["new"][step]
             print(f"| {name} | {step} | {cb:.4f} ({wb:.4f}) | {cn:.4f} ({wn:.4f}) | {cn / cb:.3f} |")
 

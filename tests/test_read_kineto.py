@@ -1,4 +1,5 @@
-"""The reader's two decode paths agree, and both agree with an independent json + Decimal read."""
+"""The reader's decode paths agree (typed with bulk times, typed with exact per-event times,
+generic), and all agree with an independent json + Decimal read."""
 from __future__ import annotations
 
 import gzip
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import TRACES, fixture_trace
+from perfetto_graph_ann.read import events as rev
 from perfetto_graph_ann.read import kineto
 from perfetto_graph_ann.read.model import TraceEvent
 
@@ -24,7 +26,7 @@ def test_fast_and_generic_paths_agree(name):
     raw = _raw(name)
     fast = kineto.parse_trace_bytes(raw).events
     events_raw = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])["traceEvents"]
-    generic = kineto._from_generic(events_raw, None)
+    generic = rev._from_generic(events_raw, None)
     assert len(fast) == len(generic)
     for a, b in zip(fast, generic):
         assert (a.index, a.ph, a.cat, a.name, a.pid, a.tid, a.ts_ns, a.dur_ns, a.id, a.extra) == \
@@ -55,8 +57,22 @@ def test_generic_path_used_for_unknown_keys():
 
 
 def _exact(raw_events: bytes):
-    """The exact per-event path (Decimal times) on the same events."""
-    return kineto._from_fast(kineto._fast_decoder.decode(raw_events), None)
+    """The typed path with every time converted per event (Decimal times) on the same events."""
+    return rev._from_typed(raw_events, None, bulk=False)
+
+
+def _bulk(raw_events: bytes):
+    """The typed path's events when its bulk pass converts every time, else None (the typed
+    decode refused the events, or a time sent them to the per-event conversion)."""
+    exact_times, calls = rev._exact_times, []
+    rev._exact_times = lambda *a: calls.append(a) or exact_times(*a)
+    try:
+        got = rev._from_typed(raw_events, None)
+    except kineto.TraceFormatError:
+        got = None
+    finally:
+        rev._exact_times = exact_times
+    return None if calls else got
 
 
 def _events_raw(doc_bytes: bytes) -> bytes:
@@ -67,8 +83,8 @@ def _events_raw(doc_bytes: bytes) -> bytes:
 def test_bulk_times_equal_the_exact_path(name):
     """The bulk ts/dur conversion (the fast path) gives the events the Decimal path gives."""
     raw = _events_raw(_raw(name))
-    bulk = kineto._from_bulk(raw, None)
-    assert bulk is not None  # the fixtures are in Kineto's format: the fast path must take them
+    bulk = _bulk(raw)
+    assert bulk is not None  # the fixtures are in Kineto's format: the bulk pass must take them
     assert bulk == _exact(raw)
 
 
@@ -76,7 +92,7 @@ def test_bulk_times_on_a_large_synthetic_trace():
     from benchmarks.synth import dumps, make_trace
 
     raw = _events_raw(dumps(make_trace(6000, overlap_ns=700)))
-    bulk = kineto._from_bulk(raw, None)
+    bulk = _bulk(raw)
     assert bulk is not None and len(bulk) >= 6000
     assert bulk == _exact(raw)
 
@@ -111,7 +127,7 @@ def test_bulk_path_exact_or_declines(items, odd, where):
                                     + ([f'"dur": {dur}'] if dur is not None else [])) + "}"
                     for ph, ts, dur in evs)
     raw = f"[{body}]".encode()
-    bulk = kineto._from_bulk(raw, None)
+    bulk = _bulk(raw)
     if odd is not None:
         assert bulk is None
     else:
@@ -129,11 +145,53 @@ def test_bulk_path_exact_or_declines(items, odd, where):
                 assert ns == int((Decimal(text) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
 
 
-def test_bulk_path_declines_complete_event_without_dur_and_the_exact_path_names_it():
-    raw = b'{"traceEvents": [{"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": 1.000}]}'
-    assert kineto._from_bulk(_events_raw(raw), None) is None
-    with pytest.raises(kineto.TraceFormatError, match="complete event \\(ph X\\) without dur"):
+def test_complete_event_without_dur_is_named_on_the_bulk_path():
+    raw = b'{"traceEvents": [{"ph": "i", "name": "a", "pid": 1, "tid": 1, "ts": 0.500}, ' \
+          b'{"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": 1.000}]}'
+    with pytest.raises(kineto.TraceFormatError, match="^t.json: event 1 \\('k'\\): complete event \\(ph X\\) without dur"):
         kineto.parse_trace_bytes(raw, "t.json")
+    with pytest.raises(kineto.TraceFormatError, match="event 1 \\('k'\\): complete event \\(ph X\\) without ts"):
+        kineto.parse_trace_bytes(raw.replace(b'"ts": 1.000', b'"dur": 1.000'), "t.json")
+
+
+_BAD_TIMES = [
+    ('"ts": -5.0, "dur": 1.000', "event 1: negative timestamp -5.0 us"),
+    ('"ts": 1.000, "dur": -1.5', "event 1 ('k'): negative duration -1.5 us"),
+    ('"ts": 1e300, "dur": 1', "event 1: ts 1E+300 us is out of range"),
+    ('"ts": 9000000000000000, "dur": 1e15', "event 1 ('k'): ts + dur is out of range"),
+    ('"ts": 1.000', "event 1 ('k'): complete event (ph X) without dur"),
+    ('"dur": 1.000', "event 1 ('k'): complete event (ph X) without ts"),
+    ('', "event 1 ('k'): complete event (ph X) without ts"),
+    ('"ts": null, "dur": 2', "event 1 ('k'): complete event (ph X) without ts"),
+    ('"ts": "NaN", "dur": 2', "event 1: ts is not a finite number (Decimal('NaN'))"),
+]
+
+
+@pytest.mark.parametrize("times, problem", _BAD_TIMES)
+@pytest.mark.parametrize("unknown_key", [False, True])
+def test_time_problems_are_worded_alike_on_both_paths(times, problem, unknown_key):
+    """One time check: the same message whether the typed path reads the events or (an
+    unknown key in the file) the generic path does; a string time is a number only typed."""
+    extra = ', "tts": 3' if unknown_key else ""
+    sep = ", " if times else ""
+    doc = ('{"traceEvents": [{"ph": "i", "name": "a", "pid": 1, "tid": 1, "ts": 0.500}, '
+           '{"ph": "X", "name": "k", "pid": 1, "tid": 1' + sep + times + extra + '}]}').encode()
+    if unknown_key and '"NaN"' in times:
+        problem = "event 1 ('k'): ts is a string, expected a number"
+    with pytest.raises(kineto.TraceFormatError) as ei:
+        kineto.parse_trace_bytes(doc, "t.json")
+    assert str(ei.value) == f"t.json: {problem}"
+
+
+def test_times_in_other_forms_read_alike_on_both_paths():
+    """Ints, more decimals, exponents: the typed path's per-event conversion gives the generic
+    path's events (round half up, as Perfetto's JSON importer)."""
+    body = ('[{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 5, "dur": 1.0005}, '
+            '{"ph": "i", "name": "b", "pid": 1, "tid": 1, "ts": 1.5e3}, '
+            '{"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 0.0004, "dur": 2.25}]').encode()
+    typed = rev._from_typed(body, None)
+    assert typed == rev._from_generic(body, None)
+    assert [(e.ts_ns, e.dur_ns) for e in typed] == [(5000, 1001), (1500000, None), (0, 2250)]
 
 
 
@@ -149,9 +207,9 @@ def test_bulk_time_check_is_the_regex(raws):
     a value with a comma inside (a JSON string, array or object, never a number) is always refused."""
     text = b",".join(raws)
     if any(b"," in r for r in raws):
-        assert not kineto._kineto_times(text, len(raws))
+        assert not rev._kineto_times(text, len(raws))
     else:
-        assert kineto._kineto_times(text, len(raws)) == (kineto._KINETO_TIMES.fullmatch(text) is not None)
+        assert rev._kineto_times(text, len(raws)) == (rev._KINETO_TIMES.fullmatch(text) is not None)
 
 
 @pytest.mark.parametrize("raws, ok", [
@@ -163,25 +221,24 @@ def test_bulk_time_check_is_the_regex(raws):
     ([b"12.345", b"67.89", b"11.111"], False), ([b"12.345", b"67.8900", b"11.111"], False),
 ])
 def test_bulk_time_check_cases(raws, ok):
-    assert kineto._kineto_times(b",".join(raws), len(raws)) is ok
+    assert rev._kineto_times(b",".join(raws), len(raws)) is ok
 
 
 def test_fast_decoders_accept_the_same_json_keys():
     """The bulk path decodes into TraceEvent's own slots under Kineto's key names; it must know
     exactly the keys the exact path's Struct knows (so no field name such as ``index`` or
     ``extra`` becomes an accepted JSON key)."""
-    assert set(kineto._KinetoEvent.__struct_encode_fields__) == set(kineto._Event.__struct_fields__)
-    assert set(kineto._Event.__struct_fields__) == {"ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s"}
+    assert set(rev._KinetoEvent.__struct_encode_fields__) == {"ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s"}
 
 
 @pytest.mark.parametrize("key, value", [("index", 5), ("extra", {"a": 1}), ("ts_ns", 7), ("dur_ns", 7),
                                         ("__class__", "x"), ("bp ", "e")])
 def test_model_field_names_are_unknown_keys(key, value):
-    """A JSON key named like a TraceEvent field is an unknown key, as before: the bulk path
+    """A JSON key named like a TraceEvent field is an unknown key, as before: the typed path
     declines, the generic path keeps it in ``extra`` and the model fields keep their meaning."""
     ev = {"ph": "X", "name": "k", "pid": 1, "tid": 2, "ts": 1.5, "dur": 0.25, key: value}
     doc = json.dumps({"traceEvents": [{"ph": "i", "name": "a", "pid": 1, "tid": 2, "ts": 1.0}, ev]}).encode()
-    assert kineto._from_bulk(_events_raw(doc), None) is None
+    assert rev._from_typed(_events_raw(doc), None) is None
     e = kineto.parse_trace_bytes(doc).events[1]
     assert type(e) is TraceEvent
     assert (e.index, e.ts_ns, e.dur_ns, e.extra) == (1, 1500, 250, {key: value})
@@ -197,7 +254,7 @@ def test_bulk_events_are_plain_trace_events_with_every_field_in_place():
            b'{"ph": "i", "s": "g", "bp": "e", "name": "both", "pid": 1, "tid": 1, "ts": 4.000, "id": "a"}, '
            b'{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "p"}}]')
     evs = json.loads(raw, parse_float=Decimal)
-    bulk = kineto._from_bulk(raw, None)
+    bulk = _bulk(raw)
     assert bulk is not None and bulk == _exact(raw)
     for i, (e, d) in enumerate(zip(bulk, evs, strict=True)):
         assert type(e) is TraceEvent
@@ -210,10 +267,10 @@ def test_bulk_events_are_plain_trace_events_with_every_field_in_place():
         assert [getattr(e, f) for f in TraceEvent.__struct_fields__] == [getattr(want, f) for f in TraceEvent.__struct_fields__]
 
 
-def test_null_args_take_the_exact_path_and_read_as_empty():
+def test_null_args_take_the_generic_path_and_read_as_absent_args():
     doc = b'{"traceEvents": [{"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": 1.000, "dur": 2.000, "args": null}]}'
-    assert kineto._from_bulk(_events_raw(doc), None) is None
-    assert kineto.parse_trace_bytes(doc).events[0].args == {}
+    assert rev._from_typed(_events_raw(doc), None) is None  # torch never writes null args
+    assert kineto.parse_trace_bytes(doc).events == [TraceEvent(0, "X", "", "k", 1, 1, 1000, 2000, {})]
 
 
 def test_trace_event_replace():
@@ -321,4 +378,4 @@ def test_bulk_ns_is_decimal_times_1000(times):
     """The bulk conversion (leading zeros of values below 1 us dropped, one JSON int array)
     gives Decimal(text) * 1000 for every value, None where absent."""
     raws = [None if t is None else msgspec.Raw(t.encode()) for t in times]
-    assert kineto._bulk_ns(raws) == [None if t is None else int(Decimal(t) * 1000) for t in times]
+    assert rev._bulk_ns(raws) == [None if t is None else int(Decimal(t) * 1000) for t in times]

@@ -31,7 +31,7 @@ class TraceEvent(msgspec.Struct, gc=False):
     stage uses (join placements are keyed by it, equal timestamps keep file order).
 
     A ``msgspec.Struct`` rather than a dataclass so the reader can decode the JSON straight
-    into these objects (``read/kineto.py``) instead of building one per event afterwards.
+    into these objects (``read/events.py``) instead of building one per event afterwards.
     Use :meth:`replace` for a modified copy (``dataclasses.replace`` does not apply). Not
     tracked by the cyclic GC (``gc=False``): an event never refers back to itself.
     """

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -134,16 +134,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
     flow = lambda f: _remap64(key, "flow", f)  # noqa: E731
     pids: Dict[int, int] = {}
     tids: Dict[int, int] = {}
-    out: List[bytes] = []
-    group = pb.TracePacket()
-    group.trusted_packet_sequence_id = (order + 1) << 16
-    gd = group.track_descriptor
-    gd.uuid = rank_group_uuid(key)
-    gd.name = rt.title
-    gd.description = tag + (f" from {_printable(rt.source)}" if rt.source else "")
-    gd.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
-    gd.sibling_order_rank = r if rt.label is None else order
-    out.append(group.SerializeToString())
+    out: List[bytes] = [_group_packet(rt, order, key, tag)]
     seq_clock: Dict[int, int] = {}  # sequence -> default timestamp clock
     incremental: Set[tuple] = set()  # (sequence, clock id) of clocks whose packets carry deltas
     for p in trace.packet:
@@ -169,25 +160,8 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
             d.extra_counter_track_uuids[:] = [uuid(u) for u in d.extra_counter_track_uuids]
             d.extra_double_counter_track_uuids[:] = [uuid(u) for u in d.extra_double_counter_track_uuids]
         if p.HasField("track_descriptor"):
-            td = p.track_descriptor
-            td.uuid = uuid(td.uuid)
-            if td.HasField("parent_uuid"):
-                td.parent_uuid = uuid(td.parent_uuid)
-            elif not td.HasField("process") and not td.HasField("thread"):
-                td.parent_uuid = rank_group_uuid(key)  # a global root (GPU n): into the rank's group
-            if td.HasField("process"):
-                pd = td.process
-                original = pd.pid
-                pd.pid = ids.map(pids, pd.pid)
-                base = pd.process_name or (td.name if td.HasField("name") else "") or f"pid {original}"
-                pd.process_name = f"{base} [{tag}]" + (f" (pid {original})" if pd.pid != original else "")
-                pd.process_labels.append(tag)
-                if td.HasField("name"):
-                    td.name = pd.process_name
-            if td.HasField("thread"):
-                th = td.thread
-                th.pid = ids.map(pids, th.pid)
-                th.tid = ids.map(tids, th.tid)
+            _rewrite_descriptor(p.track_descriptor, key, tag, uuid, lambda pid: ids.map(pids, pid),
+                                lambda tid: ids.map(tids, tid))
         if p.HasField("track_event"):
             te = p.track_event
             if te.HasField("track_uuid"):
@@ -206,6 +180,43 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
                     a.string_value = rt.label
         out.append(p.SerializeToString())
     return out
+
+
+def _group_packet(rt: RankTrace, order: int, key: "int | str", tag: str) -> bytes:
+    """The descriptor of the rank's group track (``Rank <r>``), parent of its root tracks."""
+    group = pb.TracePacket()
+    group.trusted_packet_sequence_id = (order + 1) << 16
+    gd = group.track_descriptor
+    gd.uuid = rank_group_uuid(key)
+    gd.name = rt.title
+    gd.description = tag + (f" from {_printable(rt.source)}" if rt.source else "")
+    gd.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
+    gd.sibling_order_rank = rt.rank if rt.label is None else order
+    return group.SerializeToString()
+
+
+def _rewrite_descriptor(td: "pb.TrackDescriptor", key: "int | str", tag: str, uuid: Callable[[int], int],
+                        pid: Callable[[int], int], tid: Callable[[int], int]) -> None:
+    """A rank's track descriptor in the merged trace: uuids remapped, global roots under the
+    rank's group, pids / tids mapped (``pid``, ``tid``) and processes named with the rank."""
+    td.uuid = uuid(td.uuid)
+    if td.HasField("parent_uuid"):
+        td.parent_uuid = uuid(td.parent_uuid)
+    elif not td.HasField("process") and not td.HasField("thread"):
+        td.parent_uuid = rank_group_uuid(key)  # a global root (GPU n): into the rank's group
+    if td.HasField("process"):
+        pd = td.process
+        original = pd.pid
+        pd.pid = pid(pd.pid)
+        base = pd.process_name or (td.name if td.HasField("name") else "") or f"pid {original}"
+        pd.process_name = f"{base} [{tag}]" + (f" (pid {original})" if pd.pid != original else "")
+        pd.process_labels.append(tag)
+        if td.HasField("name"):
+            td.name = pd.process_name
+    if td.HasField("thread"):
+        th = td.thread
+        th.pid = pid(th.pid)
+        th.tid = tid(th.tid)
 
 
 def merge_converted(ranks: Sequence[RankTrace]) -> bytes:

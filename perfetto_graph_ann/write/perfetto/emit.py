@@ -1,0 +1,145 @@
+"""The last phase of the writer: a plan's ordered records streamed out as framed packets.
+
+The busiest tracks get a packet sequence of their own (:func:`own_sequences`), each sequence
+its own encoder (:data:`ENCODERS`: the bytes are the encoder's business, this module only
+decides which packet comes next and on which sequence). Packets are encoded one at a time
+and written every ``batch`` packets, so the output is never held in memory as one ``Trace``
+message.
+"""
+from __future__ import annotations
+
+import sys
+from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
+
+from .fast_encoder import FastEncoder
+from .flows import FlowPlan
+from .interning import Interner
+from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start
+from .plan import COUNTER, END, INSTANT, SLICE, Plan, Record
+from .protos_encoder import ProtosEncoder
+from .tracks import TrackTable
+
+if TYPE_CHECKING:
+    from .writer import WriterConfig, WriteStats
+
+#: ``WriterConfig.encoder`` -> the encoder class (one instance per packet sequence).
+ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}
+#: Own sequences get ids 2..127 (one-byte varints); tracks beyond stay on the shared sequence.
+MAX_OWN_SEQUENCES = 126
+
+
+def own_sequences(packets_per_track: Dict[int, int], minimum: int) -> List[int]:
+    """Track uuids that get their own sequence: at least ``minimum`` packets, busiest first.
+
+    Why: on the shared sequence every BEGIN and END names its track (``track_uuid``, 2-3
+    bytes) and its timestamp is a delta to whatever packet came before on any track. A
+    sequence of its own costs a defaults packet, a clock snapshot and its own interning
+    (names used on several tracks are defined once per sequence), so only busy tracks gain.
+    """
+    busy = [u for u, n in packets_per_track.items() if n >= minimum]
+    busy.sort(key=lambda u: (-packets_per_track[u], u))
+    return busy[:MAX_OWN_SEQUENCES]
+
+
+class _Sink:
+    """Packets gathered in ``batch`` and written to ``out`` together; counts and progress."""
+
+    def __init__(self, out: IO[bytes], stats: WriteStats, step: int, bar: Any) -> None:
+        self.out, self.stats, self.step, self.bar = out, stats, step, bar
+        self.batch: List[bytes] = []
+        self.written = 0
+
+    def flush(self) -> None:
+        data = b"".join(self.batch)
+        self.out.write(data)
+        self.written += len(data)
+        self.stats.packets += len(self.batch)
+        self.batch.clear()  # the same list: the packet loop holds its append
+
+    def step_done(self) -> None:
+        """A full batch (the packet loop's ``step`` records) written."""
+        self.flush()
+        if self.bar is not None:
+            self.bar.update(self.step)
+
+    def close(self, total: int) -> None:
+        self.flush()
+        if self.bar is not None:
+            self.bar.update(total - self.bar.n)
+            self.bar.close()
+        self.stats.bytes = self.written
+
+
+def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Record], packets_per_track: Dict[int, int],
+                  tracks: TrackTable, base_time_ns: int, typed_keys: AbstractSet[str], config: WriterConfig,
+                  stats: WriteStats) -> None:
+    """The whole output: the shared sequence's start, the track descriptors, then every
+    record's packet (each track's own sequence started before its first)."""
+    own = own_sequences(packets_per_track, config.own_sequence_min)
+    stats.sequences = 1 + len(own)
+    seq_of = [0] * (tracks.max_uuid() + 1)  # track uuid -> sequence slot (0: the shared sequence)
+    cls = ENCODERS[config.encoder]
+    as_text = config.list_args == "text"
+    encoders = [cls(Interner(), SEQUENCE_ID, None, as_text, typed_keys, config.keep_args)]
+    for slot, uuid in enumerate(own, 1):
+        seq_of[uuid] = slot
+        encoders.append(cls(Interner(), SEQUENCE_ID + slot, uuid, as_text, typed_keys, config.keep_args))
+    bar = None
+    if config.progress or (config.progress is None and len(plan.events) >= config.progress_min and sys.stderr.isatty()):
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
+    sink = _Sink(out, stats, config.batch, bar)
+    t0 = records[0][0] if records else 0
+    sink.batch.extend(sequence_start(t0, base_time_ns))
+    # Track descriptors go on a sequence with no events: a thread's descriptor gives its
+    # sequence that pid/tid, and the trace processor would then tag every event the sequence
+    # draws on a GPU lane or other non-thread track with a made-up `legacy_event.passthrough_utid`.
+    descriptor_sequence = SEQUENCE_ID + len(encoders)
+    sink.batch.extend([descriptor_packet(d, descriptor_sequence) for d in tracks.descriptors])
+    _stream(records, plan, flows, encoders, seq_of, t0, base_time_ns, sink)
+    sink.close(len(records))
+
+
+def _stream(records: Sequence[Record], plan: Plan, flows: FlowPlan, encoders: Sequence[Any], seq_of: List[int],
+            t0: int, base_time_ns: int, sink: _Sink) -> None:
+    """The packet loop: one packet per record, timestamps as deltas on each sequence."""
+    kinds, events, ranges, base, args_of = plan.kinds, plan.events, plan.ranges, plan.base, plan.args_of
+    outgoing, terminating = flows.outgoing, flows.terminating
+    begins = [enc.event for enc in encoders]
+    ends = [enc.slice_end for enc in encoders]
+    prevs: List[Optional[int]] = [None] * len(encoders)  # per sequence: the previous packet's time (None: not started)
+    prevs[0] = t0
+    batch, step = sink.batch, sink.step
+    append = batch.append
+    no_flows: Tuple[int, ...] = ()
+    for ts, kind, i, uuid in records:
+        q = seq_of[uuid]
+        prev = prevs[q]
+        if prev is None:  # first packet of a track's own sequence: its defaults and clock first
+            batch.extend(sequence_start(ts, base_time_ns, SEQUENCE_ID + q, uuid))
+            prev = prevs[q] = ts
+        if kind == END:
+            if kinds[i] == INSTANT:
+                continue  # instants have no end packet
+            append(ends[q](ts - prev, uuid))
+        elif kind == COUNTER:
+            append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
+        elif kinds[i] == SLICE and i < base:  # the usual slice: its own args as they are
+            e = events[i]
+            append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),
+                             terminating.get(i, no_flows)))
+        elif i >= base:  # a projected range: its own args, never worth the whole-args cache
+            r = ranges[i - base]
+            if r.kind == "replay":  # a name used once: written as it is, not interned
+                append(encoders[q].event_named(ts - prev, uuid, r.category, r.name, r.args, outgoing.get(i, no_flows),
+                                               terminating.get(i, no_flows)))
+            else:
+                append(begins[q](ts - prev, uuid, r.category, r.name, r.args, no_flows, no_flows, cacheable=False))
+        else:
+            e = events[i]
+            append(begins[q](ts - prev, uuid, e.cat, e.name, args_of(i), outgoing.get(i, no_flows),
+                             terminating.get(i, no_flows), TYPE_INSTANT if kinds[i] == INSTANT else TYPE_SLICE_BEGIN))
+        prevs[q] = ts  # incremental clock: each packet carries the delta to its sequence's previous one
+        if len(batch) >= step:
+            sink.step_done()

@@ -1,0 +1,268 @@
+"""Where every event goes, before any byte is encoded: the writer's plan of a trace.
+
+Phases, in order (each reads what the previous ones decided):
+
+1. :func:`plan_events` reads the metadata first (track names and sort indices must be known
+   before tracks are created) and finds the pids Kineto uses for GPUs; then places every
+   event on a home (GPU lane, thread, named track, counter track) as a span, and adds the
+   join's GPU projection (replay and scope ranges) as slices after the input events;
+2. :func:`bind_flows` binds Kineto's flow events to slices (:mod:`.flows`) and adds a flow
+   from each replay's CPU launch to its replay slice;
+3. :func:`order_records` gives each slice a nesting track (:mod:`.overlap`) and merges
+   everything into one timestamp-ordered list of (ts, kind, index, track uuid) records.
+
+Per event only a few small tuples are kept; the args of an event are rewritten (placement
+args, stream, device, phase) only when its packet is encoded (:meth:`Plan.args_of`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
+from . import overlap
+from .flows import FlowPlan, plan_flows
+from .tracks import TrackTable
+
+if TYPE_CHECKING:  # annotation only: importing the join package costs time on every conversion
+    from ...join.model import LaneLayout
+    from .writer import WriteStats
+
+#: Record kinds (the second item of a record). An END record's index is its slice's; a
+#: COUNTER record carries the counter's value in place of an index.
+END, BEGIN, COUNTER = 0, 1, 4
+#: ``Plan.kinds`` values: how an event (or projected range) is written.
+SKIP = 0  #: not written as a slice or instant (flow events, untimed, counters)
+TRACK_METADATA = -1  #: a metadata event the tracks consumed (names, sort indices)
+SLICE = 1  #: a slice whose args are written as they are
+SLICE_REWRITTEN = 2  #: a slice whose args change when written (placement, stream, phase kept as an arg)
+INSTANT = 3
+
+Span = Tuple[int, int, int]
+Record = Tuple[int, int, Any, int]
+_GPU_TRACK_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
+_HOME_ORDER = {"gpu": 0, "replays": 1, "scope": 2, "thread": 3, "wide_thread": 4, "named": 5}
+
+
+class _Categories(dict):
+    """Raw ``cat`` -> normalised category (``TraceEvent.category``), computed once per spelling."""
+
+    def __missing__(self, cat: str) -> str:
+        c = cat.lower()
+        v = self[cat] = CATEGORY_ALIASES.get(c, c)
+        return v
+
+
+@dataclasses.dataclass
+class Plan:
+    """The writer's decisions for one trace. Indices from ``base`` on are the projected ranges."""
+
+    events: List[TraceEvent]
+    placements: Mapping[int, Any]  #: the join's placements by event index (empty without a layout)
+    #: per index: how it is written (``SKIP``, ``TRACK_METADATA``, ``SLICE``, ``SLICE_REWRITTEN``, ``INSTANT``)
+    kinds: List[int]
+    gpu_pids: Set[Any]  #: pids holding GPU work or GPU user annotations
+    by_home: Dict[Tuple, List[Span]] = dataclasses.field(default_factory=dict)  #: home -> (ts, -dur, index)
+    rewrite: Dict[int, int] = dataclasses.field(default_factory=dict)  #: GPU work whose args change -> its lane
+    #: events on a GPU pid with no int ``device`` arg -> the pid's device, written as their
+    #: ``device`` arg when their args are rewritten (the SQL package counts GPU work by it)
+    device_of: Dict[int, int] = dataclasses.field(default_factory=dict)
+    counter_records: List[Record] = dataclasses.field(default_factory=list)
+    #: ts -> the slice starting there (a list when several do), for the flow binding
+    starts: Dict[int, Any] = dataclasses.field(default_factory=dict)
+    flow_indices: List[int] = dataclasses.field(default_factory=list)  #: Kineto flow events (s / t / f with an id)
+    ranges: Sequence[Any] = ()  #: the join's projected replay and scope ranges
+    base: int = 0  #: ``len(events)``
+
+    def args_of(self, i: int) -> Mapping[str, Any]:
+        """The args written for event ``i`` when they are not its own as they are: the join's
+        placement args and the lane as ``stream`` (GPU work placed by the join or on a lane
+        other than its stream arg), the pid's ``device``, and a phase other than X / i / I
+        kept as the ``ph`` arg."""
+        e = self.events[i]
+        args = e.args
+        lane = self.rewrite.get(i)
+        if lane is not None:
+            args = dict(args)
+            p = self.placements.get(i)
+            if p is not None:
+                args.update(p.args)
+            args["stream"] = lane
+            d = self.device_of.get(i)
+            if d is not None:
+                args["device"] = d
+        ph = e.ph
+        if ph != "X" and ph != "i" and ph != "I" and "ph" not in args:
+            args = dict(args)
+            args["ph"] = ph
+        return args
+
+
+def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackTable, stats: WriteStats) -> Plan:
+    """Phase 1: track metadata, GPU pids, every event's home and span, the projected ranges."""
+    events = trace.events
+    cats = _Categories()
+    kinds: List[int] = [SKIP] * len(events)
+    gpu_pids = set()
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            if type(e.pid) is int and cats[e.cat] in _GPU_TRACK_CATEGORIES:
+                gpu_pids.add(e.pid)
+        elif ph == "M" and tracks.consume_metadata(e):
+            stats.metadata += 1
+            kinds[e.index] = TRACK_METADATA
+    tracks.gpu_pids = gpu_pids
+    plan = Plan(events, layout.placements if layout is not None else {}, kinds, gpu_pids, base=len(events))
+    _place(plan, tracks, stats, cats)
+    if layout is not None and layout.ranges:
+        plan.ranges = layout.ranges
+        kinds.extend([SLICE] * len(plan.ranges))
+        for k, r in enumerate(plan.ranges):
+            home = ("replays", r.device) if r.kind == "replay" else ("scope", r.device)
+            plan.by_home.setdefault(home, []).append((r.ts, -r.dur, plan.base + k))
+        stats.projected = len(plan.ranges)
+    return plan
+
+
+def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories) -> None:
+    """Every timed event's home and span; the slice starts that flows bind to; counters."""
+    kinds, gpu_pids, placements, by_home = plan.kinds, plan.gpu_pids, plan.placements, plan.by_home
+    rewrite, device_of, starts, flow_indices = plan.rewrite, plan.device_of, plan.starts, plan.flow_indices
+    starts_get = starts.get
+    # the by_home list of each (pid, tid) / (device, lane) seen, so most events find theirs in one lookup
+    cpu_spans: Dict[Tuple, List[Span]] = {}
+    gpu_spans: Dict[Tuple, List[Span]] = {}
+    n_slices = n_instants = 0
+    for e in plan.events:
+        i = e.index
+        if kinds[i] == TRACK_METADATA:
+            continue
+        ph = e.ph
+        if ph in ("s", "t", "f") and e.id is not None:
+            flow_indices.append(i)
+            continue
+        ts = e.ts_ns
+        if ts is None:
+            stats.untimed += 1
+            continue
+        if ph == "C":
+            _counters(e, tracks, gpu_pids, plan.counter_records, stats)
+            continue
+        dur = e.dur_ns
+        if dur is None or (ph != "X" and ph in ("i", "I", "M", "n", "R", "B", "E")):  # X first: the usual case
+            kinds[i] = INSTANT
+            dur = 0
+            n_instants += 1
+        else:
+            kinds[i] = SLICE if ph == "X" else SLICE_REWRITTEN  # another phase: kept as the "ph" arg
+            n_slices += 1
+            c = starts_get(ts)
+            if c is None:
+                starts[ts] = e
+            elif type(c) is list:
+                c.append(e)
+            else:
+                starts[ts] = [c, e]
+        spans = None
+        pid = e.pid
+        if type(pid) is int and pid in gpu_pids:
+            p = placements.get(i)
+            a = e.args
+            device = a.get("device")
+            stream_arg = a.get("stream")
+            if type(device) is not int:
+                device = device_of[i] = e.device  # written as the device arg if the args are rewritten
+                stream_arg = None  # forces that rewrite (GPU work); the lane is the same: e.stream
+            lane = p.lane if p is not None else stream_arg if type(stream_arg) is int else e.stream
+            if device is not None and lane is not None:
+                spans = gpu_spans.get((device, lane))
+                if spans is None:
+                    spans = gpu_spans[(device, lane)] = by_home.setdefault(("gpu", device, lane), [])
+                # unchanged args are written as they are (no copy): no placement args and
+                # already the lane as an int stream arg (True == 1, so check the type)
+                if ph == "X" and cats[e.cat] in GPU_WORK_CATEGORIES and (
+                        (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane):
+                    rewrite[i] = lane
+                    if kinds[i] == SLICE:
+                        kinds[i] = SLICE_REWRITTEN
+        if spans is None:
+            key = (pid, e.tid)
+            spans = cpu_spans.get(key)
+            if spans is None:
+                spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), [])
+        spans.append((ts, -dur, i))
+    stats.slices += n_slices
+    stats.instants += n_instants
+
+
+def _counters(e: TraceEvent, tracks: TrackTable, gpu_pids: Set[Any], out: List[Record], stats: WriteStats) -> None:
+    """One COUNTER record per numeric arg of a counter event (``ph`` C), on its counter track."""
+    device = e.pid if type(e.pid) is int and e.pid in gpu_pids else None
+    for key, value in e.args.items():
+        if type(value) not in (int, float):
+            continue
+        name = e.name if len(e.args) == 1 else f"{e.name} {key}"
+        uuid = tracks.counter_track(e.pid, e.tid, name, device)
+        out.append((e.ts_ns, COUNTER, value, uuid))
+        stats.counter_values += 1
+
+
+def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
+    """Phase 2: Kineto's flow events bound to slices, then a flow from each replay's CPU
+    launch slice to its replay slice (ids after Kineto's)."""
+    stats.flow_events = len(plan.flow_indices)
+    fp = plan_flows(plan.events, plan.flow_indices, plan.starts)
+    next_id = fp.count + 1
+    for k, r in enumerate(plan.ranges):
+        src = r.launch
+        if src is None or plan.kinds[src] not in (SLICE, SLICE_REWRITTEN):
+            continue
+        fp.outgoing[src] = list(fp.outgoing.get(src, ())) + [next_id]
+        fp.terminating[plan.base + k] = [next_id]
+        next_id += 1
+    fp.count = next_id - 1
+    stats.flows = fp.count
+    stats.unbound_flow_events = fp.unbound
+    stats.flow_ends_without_start = fp.without_start
+    return fp
+
+
+def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[List[Record], Dict[int, int]]:
+    """Phase 3: nesting tracks per home, then one timestamp-ordered record list.
+
+    Returns the records and the number of packets per track uuid.
+    """
+    records: List[Record] = []
+    packets_per_track: Dict[int, int] = {}
+    range_parents: Optional[Dict[int, int]] = None  # slice key of a range -> that of its parent range
+    for home in sorted(plan.by_home, key=_home_order):
+        spans = plan.by_home[home]
+        spans.sort()  # (ts, -dur, index): start, longest first, file order
+        new_track = partial(tracks.track, home)
+        if home[0] in _RANGE_HOMES:  # the projection: ranges nest by scope, not by time alone
+            if range_parents is None:
+                base = plan.base
+                range_parents = {base + k: base + r.parent for k, r in enumerate(plan.ranges) if r.parent is not None}
+            assigned = overlap.assign_forest(spans, range_parents.get, new_track)
+        else:
+            assigned = overlap.assign(spans, new_track)
+        for recs in assigned:
+            packets_per_track[recs[0][3]] = len(recs)
+            records.extend(recs)
+    for rec in plan.counter_records:
+        packets_per_track[rec[3]] = packets_per_track.get(rec[3], 0) + 1
+    records.extend(plan.counter_records)
+    records.sort(key=itemgetter(0))  # stable: per-track order kept for equal timestamps
+    stats.spill_tracks = tracks.spill_tracks
+    stats.tracks = len(tracks.descriptors)
+    return records, packets_per_track
+
+
+_RANGE_HOMES = ("replays", "scope")
+
+
+def _home_order(home: Tuple) -> Tuple:
+    return (_HOME_ORDER[home[0]],) + tuple((0, x) if type(x) is int else (1, str(x)) for x in home[1:])

@@ -1,0 +1,165 @@
+"""The reference encoder: TrackEvent packets built as ``perfetto.protos`` messages.
+
+Simple and obviously right; :class:`~.fast_encoder.FastEncoder` must give its bytes exactly
+(tests compare the two). The shared rules (list args as text, the ``keep`` filter, interned
+strings, placeholders in arrays) are in :mod:`.packets`.
+"""
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import AbstractSet, Any, Mapping, Optional, Sequence
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from .interning import ANNOTATION_NAMES, CATEGORIES, NAMES, STRING_VALUES, Interner
+from .packets import (INT64_MIN, MAX_ARG_DEPTH, MAX_INTERNED_STRING, MIN_INTERNED_STRING, SEQ_NEEDS_INCREMENTAL_STATE,
+                      SEQUENCE_ID, TYPE_COUNTER, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END, UINT64_END, frame,
+                      json_text, kept, list_text, placeholder)
+from .wire import utf8
+
+#: InternedData kind -> its field for names (string values have their own: see ``_packet``).
+_INTERNED_FIELDS = {1: "event_categories", 2: "event_names", 3: "debug_annotation_names"}
+
+
+class ProtosEncoder:
+    """Reference encoder built on ``perfetto.protos`` message classes.
+
+    One encoder per packet sequence: ``sequence_id`` is written on every packet, and
+    ``track_uuid`` is left out for ``default_track`` (the sequence's
+    ``track_event_defaults.track_uuid``, see :func:`.packets.sequence_start`).
+    """
+
+    def __init__(self, interner: Interner, sequence_id: int = SEQUENCE_ID, default_track: Optional[int] = None,
+                 list_text: bool = False, typed_keys: AbstractSet[str] = frozenset(),
+                 keep: Optional[AbstractSet[str]] = None) -> None:
+        self.interner = interner
+        self.sequence_id = sequence_id
+        self.default_track = default_track
+        self.list_text = list_text
+        self.typed_keys = typed_keys
+        self.keep = keep
+
+    def _track(self, te: "pb.TrackEvent", track: int) -> None:
+        if track != self.default_track:
+            te.track_uuid = track
+
+    def _annotation(self, msg: "pb.DebugAnnotation", value: Any, depth: int) -> None:
+        t = type(value)
+        if t is bool:
+            msg.bool_value = value
+        elif t is int:
+            if INT64_MIN <= value < (1 << 63):
+                msg.int_value = value
+            elif 0 <= value < UINT64_END:
+                msg.uint_value = value
+            else:
+                self._string(msg, str(value))
+        elif t is float or t is Decimal:
+            msg.double_value = float(value)
+        elif t is str:
+            self._string(msg, value)
+        elif value is None:
+            pass  # no value: no arg row, as Perfetto's JSON importer does for null
+        elif depth >= MAX_ARG_DEPTH:
+            self._string(msg, json_text(value))
+        elif t is list or t is tuple:
+            for v in value:
+                item = msg.array_values.add()
+                hole = placeholder(v)
+                if hole is None:
+                    self._annotation(item, v, depth + 1)
+                else:
+                    self._string(item, hole)
+        elif t is dict:
+            for k, v in value.items():
+                entry = msg.dict_entries.add()
+                entry.name = utf8(str(k)).decode("utf-8")
+                self._annotation(entry, v, depth + 1)
+        else:
+            self._string(msg, str(value))
+
+    def _string(self, msg: "pb.DebugAnnotation", text: str) -> None:
+        if MIN_INTERNED_STRING <= len(text) <= MAX_INTERNED_STRING:
+            msg.string_value_iid = self.interner.iid(STRING_VALUES, text)
+        else:
+            msg.string_value = utf8(text).decode("utf-8")
+
+    def _event(self, te: "pb.TrackEvent", args: Optional[Mapping[str, Any]]) -> None:
+        if args:
+            for k, v in args.items():
+                if not kept(self.keep, k):
+                    continue
+                a = te.debug_annotations.add()
+                a.name_iid = self.interner.iid(ANNOTATION_NAMES, k)
+                text = list_text(v) if self.list_text and type(v) is list and k not in self.typed_keys else None
+                if text is None:
+                    self._annotation(a, v, 0)
+                else:
+                    self._string(a, text)
+
+    def _packet(self, ts: int, te: "pb.TrackEvent", flags: int) -> bytes:
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=self.sequence_id)
+        p.track_event.CopyFrom(te)
+        pending = self.interner.take_pending()
+        for kind, iid, text in pending:
+            if kind == STRING_VALUES:
+                p.interned_data.debug_annotation_string_values.add(iid=iid, str=utf8(text))
+            else:
+                getattr(p.interned_data, _INTERNED_FIELDS[kind]).add(iid=iid, name=utf8(text).decode("utf-8"))
+        if flags:
+            p.sequence_flags = flags
+        return frame(p.SerializeToString())
+
+    def slice_begin(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
+                    flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN) -> bytes:
+        te = pb.TrackEvent(type=kind, name_iid=name_iid)
+        self._track(te, track)
+        if cat_iid:
+            te.category_iids.append(cat_iid)
+        self._event(te, args)
+        te.flow_ids.extend(flow_ids)
+        te.terminating_flow_ids.extend(terminating_flow_ids)
+        return self._packet(ts, te, SEQ_NEEDS_INCREMENTAL_STATE)
+
+    def instant(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
+                flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
+        return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
+
+    def event(self, ts: int, track: int, cat: str, name: str, args: Optional[Mapping[str, Any]],
+              flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN,
+              cacheable: bool = True) -> bytes:
+        """A slice begin (or ``kind`` TYPE_INSTANT) named by strings: category ("" for none) and name
+        are interned here, category first, then the args' names and values. ``cacheable`` is
+        :class:`FastEncoder`'s hint (no effect here: the bytes are the same)."""
+        cat_iid = self.interner.iid(CATEGORIES, cat) if cat else 0
+        return self.slice_begin(ts, track, cat_iid, self.interner.iid(NAMES, name), args, flow_ids, terminating_flow_ids, kind)
+
+    def event_named(self, ts: int, track: int, cat: str, name: str, args: Optional[Mapping[str, Any]],
+                    flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
+        """A slice begin whose name is written as a string (``TrackEvent.name``), not
+        interned: for names used once (a replay slice's ``<graph name> #<replay>``), where
+        interning only adds a definition to the packet and an entry to the interner."""
+        te = pb.TrackEvent(type=TYPE_SLICE_BEGIN, name=name)
+        self._track(te, track)
+        if cat:
+            te.category_iids.append(self.interner.iid(CATEGORIES, cat))
+        self._event(te, args)
+        te.flow_ids.extend(flow_ids)
+        te.terminating_flow_ids.extend(terminating_flow_ids)
+        return self._packet(ts, te, SEQ_NEEDS_INCREMENTAL_STATE)
+
+    def slice_end(self, ts: int, track: int) -> bytes:
+        te = pb.TrackEvent(type=TYPE_SLICE_END)
+        self._track(te, track)
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=self.sequence_id, track_event=te)
+        return frame(p.SerializeToString())
+
+    def counter(self, ts: int, track: int, value: Any) -> bytes:
+        te = pb.TrackEvent(type=TYPE_COUNTER)
+        self._track(te, track)
+        if type(value) is int and INT64_MIN <= value < (1 << 63):
+            te.counter_value = value
+        else:
+            te.double_counter_value = float(value)
+        p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=self.sequence_id, track_event=te)
+        return frame(p.SerializeToString())
