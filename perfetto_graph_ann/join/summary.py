@@ -99,7 +99,7 @@ def warning_lines(report: JoinReport) -> List[str]:
         out.append(("warning", f"{_files([path])} was captured by another process than the trace's "
                                f"({'; '.join(diffs)}); joined anyway (identity check overridden)"))
     if report.no_match_overridden:
-        out.append(("warning", f"the annotations match none of the trace's graph replays; joined anyway "
+        out.append(("warning", "the annotations match none of the trace's graph replays; joined anyway "
                                "(check overridden): no event is labelled"))
     for reason, n in sorted(report.unmatched_replays.items()):
         events = report.unmatched_replay_events.get(reason, 0)
