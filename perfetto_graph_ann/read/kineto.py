@@ -83,7 +83,7 @@ def _split_top(data: bytes) -> Optional[Tuple[Dict[str, msgspec.Raw], memoryview
     """``traceEvents``' array text and the other top-level keys, without scanning the array.
 
     Decoding the top level as ``{key: Raw}`` scans the whole array once more just to find its
-    end (~30 ms on 78 MB). Kineto writes the array as the last value but for a short
+    end. Kineto writes the array as the last value but for a short
     ``traceName``, so this takes the first ``"traceEvents": [`` and the last ``]`` of the text
     as the array and decodes the text around it with ``null`` in its place: the other keys, in
     order. That is the document's own top level exactly when that decode is an object whose
