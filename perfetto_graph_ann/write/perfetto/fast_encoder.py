@@ -12,13 +12,13 @@ from typing import AbstractSet, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .fast_args import FastArgs
 from .interning import CATEGORIES, NAMES, Interner
-from .packets import INT64_MIN, SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, VARYING_KEYS, json_args
+from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase, json_args
 from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
 _VARYING_ORDER = tuple(sorted(VARYING_KEYS))
 
 
-class FastEncoder(FastArgs):
+class FastEncoder(FastArgs, EncoderBase):
     """The packets of one sequence, byte for byte :class:`~.protos_encoder.ProtosEncoder`'s (same interface)."""
 
     def __init__(self, interner: Interner, sequence_id: int = SEQUENCE_ID, default_track: Optional[int] = None,
@@ -72,10 +72,6 @@ class FastEncoder(FastArgs):
                       self._interned() if self.interner.pending else b"", b"\x68\x02"))
         n = len(p)
         return (b"\x0a" + _ONE_BYTE[n] if n < 128 else b"\x0a" + varint(n)) + p
-
-    def instant(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
-                flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
-        return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
 
     def event(self, ts: int, track: int, cat: str, name: str, args: Optional[Mapping[str, Any]],
               flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN,

@@ -62,12 +62,7 @@ def assign(spans: Sequence[Span], track_uuid: Callable[[int], int]) -> List[List
             uuid0 = uuids[0]
         stacks[placed].append((end, key))
         records[placed].append((ts, 1, key, uuids[placed]))
-    for t, stack in enumerate(stacks):
-        rec = records[t]
-        while stack:
-            e, k = stack.pop()
-            rec.append((e, 0, k, uuids[t]))
-    return records
+    return _close_all(stacks, records, uuids)
 
 
 def assign_forest(spans: Sequence[Span], parent_of: Callable[[int], Optional[int]],
@@ -115,6 +110,11 @@ def assign_forest(spans: Sequence[Span], parent_of: Callable[[int], Optional[int
         track_of[key] = placed
         stacks[placed].append((end, key))
         records[placed].append((ts, 1, key, uuids[placed]))
+    return _close_all(stacks, records, uuids)
+
+
+def _close_all(stacks: List[List[Tuple[int, int]]], records: List[List[Record]], uuids: List[int]) -> List[List[Record]]:
+    """End every slice still open on each track, innermost first; returns ``records``."""
     for t, stack in enumerate(stacks):
         rec = records[t]
         while stack:

@@ -27,7 +27,7 @@ This module also builds the packets around the events: a sequence's opening pack
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Any, List, Optional
+from typing import AbstractSet, Any, List, Mapping, Optional, Sequence
 
 import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -138,3 +138,17 @@ def sequence_start(t0: int, base_time_ns: int = 0, sequence_id: int = SEQUENCE_I
 def descriptor_packet(descriptor: "pb.TrackDescriptor", sequence_id: int) -> bytes:
     """One framed packet holding a track descriptor, on ``sequence_id``."""
     return frame(pb.TracePacket(trusted_packet_sequence_id=sequence_id, track_descriptor=descriptor).SerializeToString())
+
+
+class EncoderBase:
+    """What both encoders derive from the same primitive: an instant is a slice begin of
+    type ``TYPE_INSTANT``."""
+
+    def slice_begin(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
+                    flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (),
+                    kind: int = TYPE_SLICE_BEGIN) -> bytes:
+        raise NotImplementedError
+
+    def instant(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
+                flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
+        return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)

@@ -13,15 +13,15 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .interning import ANNOTATION_NAMES, CATEGORIES, NAMES, STRING_VALUES, Interner
 from .packets import (INT64_MIN, MAX_ARG_DEPTH, MAX_INTERNED_STRING, MIN_INTERNED_STRING, SEQ_NEEDS_INCREMENTAL_STATE,
-                      SEQUENCE_ID, TYPE_COUNTER, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END, UINT64_END, frame,
-                      json_text, kept, list_text, placeholder)
+                      SEQUENCE_ID, TYPE_COUNTER, TYPE_SLICE_BEGIN, TYPE_SLICE_END, UINT64_END, frame,
+                      EncoderBase, json_text, kept, list_text, placeholder)
 from .wire import utf8
 
 #: InternedData kind -> its field for names (string values have their own: see ``_packet``).
 _INTERNED_FIELDS = {1: "event_categories", 2: "event_names", 3: "debug_annotation_names"}
 
 
-class ProtosEncoder:
+class ProtosEncoder(EncoderBase):
     """Reference encoder built on ``perfetto.protos`` message classes.
 
     One encoder per packet sequence: ``sequence_id`` is written on every packet, and
@@ -120,10 +120,6 @@ class ProtosEncoder:
         te.flow_ids.extend(flow_ids)
         te.terminating_flow_ids.extend(terminating_flow_ids)
         return self._packet(ts, te, SEQ_NEEDS_INCREMENTAL_STATE)
-
-    def instant(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
-                flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = ()) -> bytes:
-        return self.slice_begin(ts, track, cat_iid, name_iid, args, flow_ids, terminating_flow_ids, TYPE_INSTANT)
 
     def event(self, ts: int, track: int, cat: str, name: str, args: Optional[Mapping[str, Any]],
               flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (), kind: int = TYPE_SLICE_BEGIN,
