@@ -34,7 +34,7 @@ class WriterConfig:
     #: one arg row per item (full fidelity, slower to load; see docs/design.md).
     list_args: str = "text"
     #: Only args with these names are written (a name also matches with '.' read as '_');
-    #: None: all. For a trace only the SQL package reads (see query.session.open_converted).
+    #: None: all. For a trace only the SQL package reads (see pipeline.query.open_converted).
     keep_args: Optional[FrozenSet[str]] = None
     batch: int = 4096  #: packets per write() call
     progress: Optional[bool] = None  #: tqdm bar; None = on a TTY for >= progress_min events
