@@ -128,14 +128,7 @@ def write_trace(path: Path, layers: int = 3, order: Tuple[int, ...] = (0, 1, 0, 
     events.append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,
                    "ts": _us(t0 + 10), "dur": _us(50)})
     events.append({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _us(t + 1500)})
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],
-           "baseTimeNanoseconds": 1700000000000000000, "traceEvents": events}
-    text = json.dumps(doc)
-    for e in events:  # times as JSON numbers with Kineto's 3 decimals
-        for k in ("ts", "dur"):
-            if isinstance(e.get(k), str):
-                text = text.replace(f'"{k}": "{e[k]}"', f'"{k}": {e[k]}', 1)
-    path.write_text(text)
+    _write_trace(path, events)
     return truth
 
 
@@ -242,12 +235,18 @@ def write_schedule(path: Path, launches: Sequence[Launch], layers: int = 2, stra
     t1 = min(hi, last_end + 10_000)
     events.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
                    "tid": "PyTorch Profiler", "ts": _us(base + t0), "dur": _us(t1 - t0), "args": {"Op count": 0}})
+    _write_trace(path, events)
+    return truth
+
+
+def _write_trace(path, events) -> None:
+    """Write ``events`` as a Kineto trace on the synthetic GPU, times as JSON numbers with
+    Kineto's 3 decimals (the generators keep them as ``_us`` strings)."""
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],
            "baseTimeNanoseconds": 1700000000000000000, "traceEvents": events}
     text = json.dumps(doc)
-    for e in events:  # times as JSON numbers with Kineto's 3 decimals
+    for e in events:
         for k in ("ts", "dur"):
             if isinstance(e.get(k), str):
                 text = text.replace(f'"{k}": "{e[k]}"', f'"{k}": {e[k]}', 1)
     path.write_text(text)
-    return truth

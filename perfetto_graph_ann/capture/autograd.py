@@ -210,10 +210,10 @@ def claim(roots: Iterable[Any], table: RangeTable) -> int:
         seq = node._sequence_nr()
         if seq < first or seq == _UNNUMBERED:
             continue
+        if id(node) in seen:
+            continue
         meta = node.metadata
         if CLAIM_KEY in meta:
-            continue
-        if id(node) in seen:
             continue
         seen.add(id(node))
         keep.append(node)
@@ -374,8 +374,7 @@ class BackwardRegion:
             torch = _torch_module()
             if torch is not None:
                 _wrap_run_backward(torch)
-        t = getattr(_tls, "table", None) or _table()
-        self._range = t.enter(sequence_number(), self.make)
+        self._range = _table().enter(sequence_number(), self.make)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
