@@ -473,6 +473,44 @@ def test_grad_on_region_observes_no_op_and_claims_only_when_a_backward_starts_in
     assert h.grad_fn.metadata[CLAIM_KEY]["name"] == "mlp"
 
 
+def test_regions_cost_nothing_in_the_table_unless_they_made_nodes(sess):
+    """A forward-only block (no node made) leaves nothing behind; a block that made nodes is
+    one closed range, with its inner block nested in it; no region stays open."""
+    from perfetto_graph_ann.capture import autograd
+
+    table = autograd._table()
+    n0 = len(table.ranges)
+    lin = nn.Linear(D, D)
+    with torch.no_grad(), mark_kernels("off"):
+        lin(torch.randn(3, D))
+    with mark_kernels("fwd"), mark_kernels("inner"):
+        torch.randn(3, D) * 2  # grad on, but nothing requires grad: no node
+    assert len(table.ranges) == n0 and table.open == []
+    with mark_kernels("outer"):
+        with mark_kernels("mid"):
+            h = lin(torch.randn(3, D))
+        h = F.gelu(h)
+    assert len(table.ranges) == n0 + 2 and table.open == []
+    claim_backward(h)
+    assert h.grad_fn.metadata[CLAIM_KEY]["name"] == "outer"
+    assert h.grad_fn.next_functions[0][0].metadata[CLAIM_KEY]["name"] == "mid"
+
+
+def test_backward_inside_an_open_region_takes_its_fields_not_those_of_scopes_open_inside_it(sess):
+    """``with mark_kernels("step"): ...; loss.backward()`` with another scope still open around
+    the backward: the nodes get the step's merged fields, as the step's block saw them."""
+    torch.manual_seed(0)
+    lin = nn.Linear(D, D)
+    with mark_kernels({"name": "model", "k": 1}, backward=False):
+        with mark_kernels({"name": "step", "layer": 3}):
+            h = F.gelu(lin(torch.randn(3, D)))
+            with mark_kernels({"name": "loss", "extra": 2}, backward=False):
+                loss = h.sum()
+                claim_backward(loss)
+    want = {"name": "step", "k": 1, "layer": 3, "autograd_phase": BACKWARD}
+    assert h.grad_fn.metadata[CLAIM_KEY] == want and loss.grad_fn.metadata[CLAIM_KEY] == want
+
+
 def test_forward_in_one_capture_backward_in_another_through_autograd_grad(capture_path):
     """make_graphed_callables' shape: the forward captured in one graph, ``torch.autograd.grad``
     captured in another; the backward's kernels carry the forward's scope."""

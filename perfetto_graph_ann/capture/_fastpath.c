@@ -25,6 +25,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include "_fastpath.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -534,11 +535,17 @@ Recorder_snapshot(Recorder *self, PyObject *unused)
     return count_now(self);
 }
 
-PyDoc_STRVAR(open_fields_doc, "open_fields() -> merged fields of this thread's open scopes (inner wins)");
+PyDoc_STRVAR(open_fields_doc, "open_fields(upto=None) -> merged fields of this thread's open scopes (inner\n"
+"wins); with ``upto`` (an open token) those of the scopes up to and including it");
 
 static PyObject *
-Recorder_open_fields(Recorder *self, PyObject *unused)
+Recorder_open_fields(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "open_fields(upto=None)");
+        return NULL;
+    }
+    PyObject *upto = nargs == 1 ? args[0] : Py_None;
     PyObject *out = PyDict_New();
     if (out == NULL)
         return NULL;
@@ -551,11 +558,13 @@ Recorder_open_fields(Recorder *self, PyObject *unused)
         return out;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st); i++) {
-        PyObject *fields = PyList_GET_ITEM(PyList_GET_ITEM(st, i), 1);
-        if (PyDict_Merge(out, fields, 1) < 0) {
+        PyObject *tok = PyList_GET_ITEM(st, i);
+        if (PyDict_Merge(out, PyList_GET_ITEM(tok, 1), 1) < 0) {
             Py_DECREF(out);
             return NULL;
         }
+        if (tok == upto)
+            break;
     }
     return out;
 }
@@ -664,7 +673,7 @@ static PyMethodDef Recorder_methods[] = {
     {"open", (PyCFunction)(void (*)(void))Recorder_open, METH_FASTCALL | METH_KEYWORDS, open_doc},
     {"close", (PyCFunction)Recorder_close, METH_O, close_doc},
     {"snapshot", (PyCFunction)Recorder_snapshot, METH_NOARGS, snapshot_doc},
-    {"open_fields", (PyCFunction)Recorder_open_fields, METH_NOARGS, open_fields_doc},
+    {"open_fields", (PyCFunction)(void (*)(void))Recorder_open_fields, METH_FASTCALL, open_fields_doc},
     {"set_counter", (PyCFunction)Recorder_set_counter, METH_O, set_counter_doc},
     {"set_fast", (PyCFunction)(void (*)(void))Recorder_set_fast, METH_FASTCALL, set_fast_doc},
     {NULL}
@@ -692,6 +701,33 @@ static PyTypeObject RecorderType = {
     .tp_methods = Recorder_methods,
     .tp_getset = Recorder_getset,
 };
+
+/* ---- for the other translation units (_fastpath.h) ------------------------------------ */
+
+int
+fp_is_recorder(PyObject *o)
+{
+    return PyObject_TypeCheck(o, &RecorderType);
+}
+
+int
+fp_recorder_active(PyObject *rec)
+{
+    return ((Recorder *)rec)->active;
+}
+
+PyObject *
+fp_recorder_open(PyObject *rec, PyObject *fields)
+{
+    return Recorder_open((Recorder *)rec, &fields, 1, NULL);
+}
+
+PyObject *
+fp_recorder_close(PyObject *rec, PyObject *tok)
+{
+    return Recorder_close((Recorder *)rec, tok);
+}
+
 
 /* ---- NodeHooks: autograd.py's _NodeHooks (one claimed node's pre- and post-hook) ----------
  * One object registered twice on a node: called with one argument (grad_outputs) it is the
@@ -921,7 +957,7 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&NodeHooksType) < 0)
+    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&NodeHooksType) < 0 || fp_mark_ready() < 0)
         return NULL;
     if (local_type == NULL) {
         PyObject *thread = PyImport_ImportModule("_thread");
@@ -952,6 +988,10 @@ PyInit__fastpath(void)
     Py_INCREF(&NodeHooksType);
     if (PyModule_AddObject(m, "NodeHooks", (PyObject *)&NodeHooksType) < 0) {
         Py_DECREF(&NodeHooksType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (fp_mark_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -25,7 +25,7 @@ process's life (a few dozen bytes each; a range in which no node was made is dro
 exit), since a forward captured in one graph may be backwarded in another.
 
 The tables and the walk are torch-free (:class:`RangeTable`, :func:`claim`); the torch side
-is :class:`BackwardRegion` and the wrapper of the engine's entry point.
+is :func:`enter_region` / :func:`exit_region` and the wrapper of the engine's entry point.
 """
 from __future__ import annotations
 
@@ -149,46 +149,76 @@ class Range:
 
 
 class RangeTable:
-    """One thread's region ranges, in the order they were entered (so by ``start``)."""
+    """One thread's region ranges: the closed ones in which nodes were made (``ranges``, by
+    ``start``, an outer range before the inner ones that start with it) and the open regions
+    (``open``, innermost last).
+
+    A region costs nothing here until it closes with nodes made in it: most regions of a
+    forward-only capture make none. An open region is a :class:`Range` (``enter``) or any
+    object with a ``start`` and a ``range()`` that returns its Range (``mark_kernels``, which
+    builds one only when a backward claims while it is open or when it closes with nodes)."""
 
     __slots__ = ("ranges", "starts", "open")
 
     def __init__(self) -> None:
         self.ranges: List[Range] = []
         self.starts: List[int] = []
-        self.open: List[Range] = []
+        self.open: List[Any] = []
 
     def enter(self, start: int, make: Optional[Callable[[], BackwardTagger]]) -> Range:
         """Open a range at counter value ``start``; ``make`` builds its tagger (see :class:`Range`)."""
-        r = Range(start, make, self.open[-1] if self.open else None)
-        self.ranges.append(r)
-        self.starts.append(start)
+        r = Range(start, make, None)
         self.open.append(r)
         return r
 
-    def exit(self, r: Range, end: int, created: int) -> None:
-        """Close ``r`` at counter value ``end``; ``created`` nodes were made in it (its inner
-        regions' included). A range without nodes is dropped: its inner ranges were empty too
-        and went before it, so it is the last one."""
-        r.end = end
-        if self.open and self.open[-1] is r:
-            self.open.pop()
-        elif r in self.open:
-            self.open.remove(r)
-        if created <= 0 and self.ranges and self.ranges[-1] is r:
-            self.ranges.pop()
-            self.starts.pop()
+    def exit(self, r: Any, end: int, created: int) -> Optional[Range]:
+        """Close ``r`` (an open range or region) at counter value ``end``; ``created`` nodes were
+        made in it (its inner regions' included). Only a range with nodes is kept; returns it."""
+        op = self.open
+        if op and op[-1] is r:
+            op.pop()
+        elif r in op:
+            op.remove(r)
+        if created <= 0:
+            return None
+        rng = r if type(r) is Range else r.range()
+        rng.end = end
+        ranges, starts = self.ranges, self.starts
+        i = bisect.bisect_left(starts, rng.start)
+        # the ranges closed inside it so far are its descendants: the top ones get it as parent
+        j = i
+        while j < len(ranges) and starts[j] < end:
+            if ranges[j].parent is None:
+                ranges[j].parent = rng
+            j += 1
+        ranges.insert(i, rng)
+        starts.insert(i, rng.start)
+        return rng
 
     def owner(self, seq: int) -> Optional[Range]:
         """The innermost range holding node number ``seq``, or None.
 
-        The last range entered at or before ``seq`` holds it, or else one of that range's
-        enclosing ranges does (ranges of nested regions are nested or disjoint)."""
+        Among the closed ranges, the last one entered at or before ``seq`` holds it, or else
+        one of that range's enclosing ranges does (ranges of nested regions are nested or
+        disjoint); a closed range lies inside every open region it overlaps, so the open
+        regions come next, innermost first."""
         i = bisect.bisect_right(self.starts, seq) - 1
         r = self.ranges[i] if i >= 0 else None
         while r is not None and not seq < r.end:
             r = r.parent
-        return r
+        if r is not None:
+            return r
+        for o in reversed(self.open):
+            if o.start <= seq:
+                return o if type(o) is Range else o.range()
+        return None
+
+    def first(self) -> Optional[int]:
+        """The lowest number any range holds (None: no range)."""
+        lows = [self.starts[0]] if self.starts else []
+        if self.open:
+            lows.append(self.open[0].start)
+        return min(lows) if lows else None
 
 
 def claim(roots: Iterable[Any], table: RangeTable) -> int:
@@ -198,9 +228,9 @@ def claim(roots: Iterable[Any], table: RangeTable) -> int:
     Stops at nodes numbered below the table's first range (nothing behind them is newer), at
     unnumbered nodes, and at nodes already claimed (a previous backward of the same graph,
     ``retain_graph``, walked behind them)."""
-    if not table.starts:
+    first = table.first()
+    if first is None:
         return 0
-    first = table.starts[0]
     todo = [r for r in roots if r is not None]
     seen = set()
     keep = []  # the wrappers whose ids are in ``seen`` stay alive for the walk
@@ -259,7 +289,7 @@ def claim_backward(outputs: Any) -> int:
     """Claim the nodes behind ``outputs`` for this thread's regions (what a backward started
     inside a capture does first); returns how many nodes were hooked."""
     t = getattr(_tls, "table", None)
-    if t is None or not t.starts:
+    if t is None or not (t.starts or t.open):
         return 0
     return claim(_roots(outputs), t)
 
@@ -271,7 +301,7 @@ def _capturing() -> bool:
 
 def _wrapped_run_backward(t_outputs, *args, **kwargs):
     t = getattr(_tls, "table", None)
-    if t is not None and t.starts and _capturing():
+    if t is not None and (t.starts or t.open) and _capturing():
         claim(_roots(t_outputs), t)
     return _orig_run_backward(t_outputs, *args, **kwargs)
 
@@ -341,13 +371,18 @@ def _make_peek(torch: Any) -> Callable[[], int]:
     return peek
 
 
-def sequence_number() -> int:
-    """The number autograd gives the next node this thread creates."""
+def _peek_now() -> Callable[[], int]:
+    """The counter reader for the ``torch`` in use (made again when tests swap torch)."""
     global _peek, _peek_owner
     torch = _torch_module()
     if _peek is None or _peek_owner is not torch:
         _peek, _peek_owner = _make_peek(torch), torch
-    return _peek()
+    return _peek
+
+
+def sequence_number() -> int:
+    """The number autograd gives the next node this thread creates."""
+    return _peek_now()()
 
 
 def in_backward() -> bool:
@@ -356,41 +391,38 @@ def in_backward() -> bool:
     return current is not None and current() is not None
 
 
-class BackwardRegion:
-    """The torch side of one ``mark_kernels(..., backward=True)`` block: records its range of
-    node numbers. ``make`` builds the block's :class:`BackwardTagger` when one of its nodes is
-    first claimed; None: the block was entered with grad mode off (a serving capture) and
-    claims nothing; nodes made in it after ``torch.enable_grad()`` are claimed by no region (a
-    warning says how many), while a block opened inside it with grad on claims its own."""
-
-    __slots__ = ("make", "_range")
-
-    def __init__(self, make: Optional[Callable[[], BackwardTagger]] = None):
-        self.make = make
-        self._range: Optional[Range] = None
-
-    def __enter__(self) -> "BackwardRegion":
-        if _orig_run_backward is None:
-            torch = _torch_module()
-            if torch is not None:
-                _wrap_run_backward(torch)
-        self._range = _table().enter(sequence_number(), self.make)
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        r = self._range
-        end = sequence_number()
-        created = end - r.start - (1 if _peek_uses_a_number else 0)
-        _table().exit(r, end, created)
-        if self.make is None and created > 0:
-            warnings.warn(f"mark_kernels(..., backward=True) was entered with grad mode off, and "
-                          f"{created} autograd node(s) were created in it after grad was turned back "
-                          "on: those not claimed by a block opened inside it with grad on are not "
-                          "tagged backward (enter the block with grad on to tag them)", stacklevel=3)
+def enter_region(region: Any) -> None:
+    """Open ``region`` on this thread: sets its ``start`` (the next node's number) and ``grad``
+    (grad mode at entry; off: the region claims nothing) and pushes it on the thread's open
+    regions. ``region.range()`` must give its :class:`Range` when asked (see
+    :class:`RangeTable`). On the capture's critical path: one counter read, no object made."""
+    torch = sys.modules.get("torch") or _torch_module()
+    if _orig_run_backward is None and torch is not None:
+        _wrap_run_backward(torch)
+    peek = _peek if _peek is not None and _peek_owner is torch else _peek_now()
+    region.grad = torch is not None and torch.is_grad_enabled()
+    region.start = peek()
+    t = getattr(_tls, "table", None)
+    if t is None:
+        t = _table()
+    t.open.append(region)
 
 
-def grad_enabled() -> bool:
-    """torch's grad mode on this thread (False under ``no_grad`` and ``inference_mode``, and
-    where there is no torch)."""
-    torch = _torch_module()
-    return torch is not None and torch.is_grad_enabled()
+def exit_region(region: Any, end: Optional[int] = None) -> Optional[Range]:
+    """Close ``region`` (entered with :func:`enter_region` on this thread); returns its Range,
+    now in the thread's table, when nodes were made in it, else None. ``end``: the counter's
+    value at exit when the caller read it already.
+
+    A region entered with grad mode off whose block made nodes after turning grad back on
+    claims them for no region (its Range has no tagger) and warns."""
+    if end is None:
+        torch = sys.modules.get("torch")
+        end = (_peek if _peek is not None and _peek_owner is torch else _peek_now())()
+    created = end - region.start - (1 if _peek_uses_a_number else 0)
+    rng = _table().exit(region, end, created)
+    if rng is not None and not region.grad:
+        warnings.warn(f"mark_kernels(..., backward=True) was entered with grad mode off, and "
+                      f"{created} autograd node(s) were created in it after grad was turned back "
+                      "on: those not claimed by a block opened inside it with grad on are not "
+                      "tagged backward (enter the block with grad on to tag them)", stacklevel=3)
+    return rng

@@ -7,12 +7,16 @@ autograd nodes made in it (:mod:`.autograd`). On torch's own backend both calls 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import sys
 from functools import partial
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
+from . import autograd as _autograd
 from . import backends, torch_native
+from . import fastpath as _fastpath
 from . import session as _session
-from .autograd import PHASE_KEY, BACKWARD, BackwardRegion, BackwardTagger, grad_enabled, in_backward
+from .autograd import PHASE_KEY, BACKWARD, BackwardTagger, Range, enter_region, exit_region, in_backward
 from .registry import REGISTRY
 from .scopes import normalize_annotation
 
@@ -22,30 +26,18 @@ def _backward_tagger(sess: Any, fields: Dict[str, Any]) -> BackwardTagger:
     return BackwardTagger(fields, lane_label=sess.lane_label(fields.get("stream")))
 
 
-class mark_kernels:
-    """Annotate every node captured inside the block (any stream that joined the capture).
+class _MarkMethods:
+    """``mark_kernels``' behaviour in Python: the whole of it on the pure-Python path, and what
+    the compiled one (``_fastpath.Mark``) hands over: anything but a scope inside our capture
+    (torch's backend, no capture), a forward re-run inside backward, a region that made nodes,
+    and what the backward walk asks of a block still open (``range``)."""
 
-    torch 2.15's ``mark_kernels(annotation, *, backward=True)``: ``annotation`` is a str
-    (``{"name": s}``) or a dict; ``stream`` (an int) is its display lane. Nested scopes
-    merge, inner wins per key. A no-op outside ``graph(...)``. ``backward=True`` (the
-    default, as in torch): the backward kernels of every autograd node created in the block on
-    this thread (composite ops' inner nodes included), when captured, get the same fields plus
-    ``autograd_phase: "backward"`` (the innermost block wins; see capture/autograd.py). A block
-    re-run inside backward (a checkpoint's recomputation) tags its kernels ``backward`` too. On
-    torch's backend the call goes to torch's ``mark_kernels`` with the same arguments.
-    Thread-safe; a class rather than a
-    generator context manager because it sits on the capture's critical path.
-    """
+    __slots__ = ()
 
-    __slots__ = ("fields", "annotation", "backward", "_sess", "_tok", "_mode", "_native")
-
-    def __init__(self, annotation: Any, *, backward: bool = True):
-        # on the capture's critical path: the common str case without a call
-        self.fields = {"name": annotation} if type(annotation) is str else normalize_annotation(annotation)
-        self.annotation, self.backward = annotation, backward
-        self._sess = self._tok = self._mode = self._native = None
-
-    def __enter__(self) -> "mark_kernels":
+    def _enter_py(self) -> "mark_kernels":
+        _setup_fast()
+        self._sess = self._tok = self._native = None
+        self._region = False
         st = getattr(_session._local, "stack", None)  # _session.current() inlined: the thread's own first
         sess = st[-1] if st else _session.current()
         if sess is not None:  # our capture in flight (never pushed when torch's backend is used)
@@ -62,23 +54,95 @@ class mark_kernels:
         else:
             return self  # as torch's: outside a capture nothing is recorded, nothing hooked
         if self.backward:
-            if not grad_enabled():  # no_grad / inference_mode: a range that claims nothing
-                self._mode = BackwardRegion()
-                self._mode.__enter__()
-                return self
-            # the fields are fixed at entry; the tagger is built only if a node of the block is claimed
-            self._mode = BackwardRegion(partial(_backward_tagger, sess, {**sess.recorder.open_fields(), **self.fields}))
-            self._mode.__enter__()
+            # a range of node numbers; nothing is built unless a node made in it is claimed
+            self._range, self._region = None, True
+            enter_region(self)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def _exit_py(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._native is not None:
             self._native.__exit__(exc_type, exc, tb)
             return
-        if self._mode is not None:
-            self._mode.__exit__(exc_type, exc, tb)
+        if self._region:
+            self._exit_region()
         if self._tok is not None:
             self._sess.recorder.close(self._tok)
+
+    def _exit_region(self, end: Optional[int] = None) -> None:
+        """Close the region (``end``: the counter, when already read); one that made nodes gets
+        its fields fixed now, as the scopes open around it are about to close."""
+        self._region = False
+        rng = exit_region(self, end)
+        if rng is not None and rng.make is not None and rng._tagger is None:
+            rng.make = partial(_backward_tagger, self._sess, self._sess.recorder.open_fields(self._tok))
+
+    def range(self) -> Range:
+        """This open block's range of node numbers (a backward claims while it is open)."""
+        r = self._range
+        if r is None:
+            r = self._range = Range(self.start, self._open_tagger if self.grad else None, None)
+        return r
+
+    def _open_tagger(self) -> BackwardTagger:
+        return _backward_tagger(self._sess, self._sess.recorder.open_fields(self._tok))
+
+
+_MARK_DOC = """Annotate every node captured inside the block (any stream that joined the capture).
+
+    torch 2.15's ``mark_kernels(annotation, *, backward=True)``: ``annotation`` is a str
+    (``{"name": s}``) or a dict; ``stream`` (an int) is its display lane. Nested scopes
+    merge, inner wins per key. A no-op outside ``graph(...)``. ``backward=True`` (the
+    default, as in torch): the backward kernels of every autograd node created in the block on
+    this thread (composite ops' inner nodes included), when captured, get the same fields plus
+    ``autograd_phase: "backward"`` (the innermost block wins; see capture/autograd.py). A block
+    re-run inside backward (a checkpoint's recomputation) tags its kernels ``backward`` too. On
+    torch's backend the call goes to torch's ``mark_kernels`` with the same arguments.
+    Thread-safe. It sits on the capture's critical path: on the compiled path the common case
+    (a scope inside our capture) runs in C (``capture/_marks.c``).
+    """
+
+def _signature(annotation: Any, *, backward: bool = True) -> None:
+    """torch 2.15's signature, which the compiled ``__init__`` takes too."""
+
+
+_c = _fastpath._c
+if _c is not None:
+    class mark_kernels(_c.Mark, _MarkMethods):
+        __slots__ = ()
+        __doc__ = _MARK_DOC
+        __signature__ = inspect.signature(_signature)
+else:
+    class mark_kernels(_MarkMethods):  # type: ignore[no-redef]
+        __slots__ = ("fields", "annotation", "backward", "_sess", "_tok", "_native", "_region", "_range",
+                     "start", "grad")
+        __doc__ = _MARK_DOC
+
+        def __init__(self, annotation: Any, *, backward: bool = True):
+            # on the capture's critical path: the common str case without a call
+            self.fields = {"name": annotation} if type(annotation) is str else normalize_annotation(annotation)
+            self.annotation, self.backward = annotation, backward
+            self._sess = self._tok = self._native = self._range = self.start = None
+            self._region = self.grad = False
+
+        __enter__ = _MarkMethods._enter_py
+        __exit__ = _MarkMethods._exit_py
+
+_torch_seen: Any = None
+
+
+def _setup_fast() -> None:
+    """Point the compiled ``Mark`` at the torch now in ``sys.modules`` (tests swap in fakes)."""
+    global _torch_seen
+    torch = sys.modules.get("torch")
+    if _c is None or torch is None or torch is _torch_seen:
+        return
+    _torch_seen = torch
+    node = getattr(getattr(torch, "_C", None), "_current_autograd_node", None) or (lambda: None)
+    _c.mark_torch(torch, node, getattr(torch, "is_grad_enabled", None) or (lambda: False))
+
+
+if _c is not None:
+    _c.mark_setup(_session._local, _autograd, _fastpath, normalize_annotation)
 
 
 @contextlib.contextmanager

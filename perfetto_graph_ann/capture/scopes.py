@@ -177,11 +177,14 @@ class ScopeRecorder:
         if after is not None:  # list.append is atomic; a plain tuple: records() builds ScopeRecords
             self.closed.append((tok[0], tok[1], tok[2], after))
 
-    def open_fields(self) -> Dict[str, Any]:
-        """Merged fields of this thread's open scopes (outer first, inner wins)."""
+    def open_fields(self, upto: Optional[list] = None) -> Dict[str, Any]:
+        """Merged fields of this thread's open scopes (outer first, inner wins); with ``upto``
+        (an open token) those of the scopes up to and including it."""
         out: Dict[str, Any] = {}
         for tok in getattr(self._local, "stack", None) or ():
             out.update(tok[1])
+            if tok is upto:
+                break
         return out
 
     def records(self) -> List[ScopeRecord]:
