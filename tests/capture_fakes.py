@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from perfetto_graph_ann.capture.backends import CaptureBackend
 from perfetto_graph_ann.annotations.model import make_key
+from perfetto_graph_ann.capture.backends.driver import _KernelNodeParams
 from perfetto_graph_ann.capture.resolve import ActivityRecord, NodeInfo
 
 #: CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *)
@@ -27,6 +28,12 @@ ADD_EMPTY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctyp
                              ctypes.c_size_t)
 #: CUptiResult cuptiGetGraphNodeId(CUgraphNode, uint64_t *)
 NODE_ID = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))
+#: CUresult cuGraphNodeGetType(CUgraphNode, CUgraphNodeType *)
+NODE_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+#: CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *)
+KERNEL_PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams))
+#: CUgraphNodeType values of the node types the fakes make
+CU_TYPES = {"kernel": 0, "memcpy": 1, "memset": 2, "empty": 5, "event_record": 7}
 
 
 class FakeCuda(CaptureBackend):
@@ -53,6 +60,12 @@ class FakeCuda(CaptureBackend):
         self._c_get_nodes = GET_NODES(self._c_node_count)  # kept alive with the fake
         self._c_add_empty = ADD_EMPTY(self._c_add_marker)
         self._c_node_id = NODE_ID(self._c_marker_id)
+        self.c_table = False  # True: raw_table reads the table in C (fastpath.read_nodes) like the driver's
+        self.table_rc: Dict[str, int] = {}  # call name -> the CUresult the C table reader's call returns
+        self._c_type = NODE_TYPE(self._c_node_type)
+        self._c_params = KERNEL_PARAMS(self._c_kernel_params)
+        self._c_any_id = NODE_ID(self._c_node_local_id)
+        self._kernel_handles: Dict[str, int] = {}  # kernel name -> its stand-in CUfunction handle
         self._marker_ids: Dict[int, int] = {}  # marker node handle -> the local id it reports
         self._forgotten: Dict[int, List[NodeInfo]] = {}
         self.exec_nodes: Dict[int, List[NodeInfo]] = {}  # exec handle -> the nodes it was instantiated from
@@ -118,8 +131,61 @@ class FakeCuda(CaptureBackend):
     def _c_node_count(self, graph, nodes, num) -> int:
         if self.count_rc:
             return self.count_rc
+        if nodes:  # a listing, as cuGraphGetNodes fills it
+            if self.table_rc.get("cuGraphGetNodes"):
+                return self.table_rc["cuGraphGetNodes"]
+            with self.lock:
+                listing = [n.handle for n in self.graphs[graph or 0]][:num[0]]
+            arr = ctypes.cast(nodes, ctypes.POINTER(ctypes.c_void_p))
+            for i, h in enumerate(listing):
+                arr[i] = h
+            num[0] = len(listing)
+            return 0
         num[0] = self.node_count(graph or 0)
         return 0
+
+    def _node(self, handle: int) -> NodeInfo:
+        with self.lock:
+            return next(n for nodes in self.graphs.values() if nodes for n in nodes if n.handle == handle)
+
+    def _c_node_type(self, node, out) -> int:
+        if self.table_rc.get("cuGraphNodeGetType"):
+            return self.table_rc["cuGraphNodeGetType"]
+        out[0] = CU_TYPES[self._node(node).type]
+        return 0
+
+    def _c_kernel_params(self, node, params) -> int:
+        n = self._node(node)
+        if self.table_rc.get("cuGraphKernelNodeGetParams_v2") or n.kernel is None:
+            return self.table_rc.get("cuGraphKernelNodeGetParams_v2") or 1
+        p = params[0]
+        p.func = self._kernel_handles.setdefault(n.kernel, 0x7000 + 16 * len(self._kernel_handles))
+        p.gridDimX, p.gridDimY, p.gridDimZ = n.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = n.block
+        return 0
+
+    def _c_node_local_id(self, node, out) -> int:
+        if self.table_rc.get("cuptiGetGraphNodeId"):
+            return self.table_rc["cuptiGetGraphNodeId"]
+        out[0] = (0xAB << 32) | self._node(node).local_id  # the high half: the graph's id, ignored
+        return 0
+
+    def raw_table(self, graph: int):
+        from perfetto_graph_ann.capture import fastpath
+
+        if not self.c_table or fastpath.module() is None:
+            return None
+        fns = (self._c_get_nodes, self._c_type, self._c_params, self._c_any_id)
+        return fastpath.module().read_nodes(*(ctypes.cast(f, ctypes.c_void_p).value for f in fns), graph)
+
+    def decode_table(self, raw) -> List[NodeInfo]:
+        from perfetto_graph_ann.capture import fastpath
+
+        names = {h: k for k, h in self._kernel_handles.items()}
+        types = {v: k for k, v in CU_TYPES.items()}
+        return [NodeInfo(h, nid & 0xFFFFFFFF, types[t], names.get(func) if read else None,
+                         tuple(d[:3]) if read else None, tuple(d[3:]) if read else None)
+                for h, nid, t, read, func, _kern, *d in fastpath.NODE_ROW.iter_unpack(raw)]
 
     def count_function(self) -> Optional[int]:
         return ctypes.cast(self._c_get_nodes, ctypes.c_void_p).value if self.c_count else None

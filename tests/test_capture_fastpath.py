@@ -316,11 +316,12 @@ SESSION_OPS = st.lists(st.one_of(st.tuples(st.just("launch"), st.integers(1, 3))
                                  st.tuples(st.just("close"), st.none())), max_size=30)
 
 
-def run_session(monkeypatch, compiled: bool, markers_from, ops, can_mark=True):
+def run_session(monkeypatch, compiled: bool, markers_from, ops, can_mark=True, c_table=False):
     """A capture driven by ``ops``; what it attributed and where its marker nodes went."""
     monkeypatch.setattr(fastpath, "ENABLED", compiled)
     cuda = FakeCuda()
     cuda.can_mark = can_mark
+    cuda.c_table = c_table
     cuda.begin_capture(0x70)
     sess = S.CaptureSession(cuda, 0x70, markers_from=markers_from)
     sess.start()
@@ -344,7 +345,105 @@ def run_session(monkeypatch, compiled: bool, markers_from, ops, can_mark=True):
 @pytest.mark.parametrize("markers_from", [None, 0, 3])
 @given(ops=SESSION_OPS)
 def test_compiled_markers_and_counts_attribute_exactly_as_the_python_path(monkeypatch, markers_from, ops):
-    assert run_session(monkeypatch, True, markers_from, ops) == run_session(monkeypatch, False, markers_from, ops)
+    want = run_session(monkeypatch, False, markers_from, ops)
+    assert run_session(monkeypatch, True, markers_from, ops) == want
+    assert run_session(monkeypatch, True, markers_from, ops, c_table=True) == want  # the table read in C
+
+
+def _mixed_graph(cuda):
+    g = cuda.begin_capture(0x70)
+    cuda.launch(0x70, "gemm", grid=(4, 2, 1), block=(256, 1, 1))
+    cuda.launch(0x70, "memset", type="memset")
+    cuda.add_marker(g)
+    cuda.launch(0x70, "softmax", grid=(9, 1, 1), block=(32, 4, 2))
+    return g
+
+
+def test_read_nodes_gives_every_node_in_creation_order_with_its_kernel_fields():
+    cuda = FakeCuda()
+    cuda.c_table = True
+    g = _mixed_graph(cuda)
+    raw = cuda.raw_table(g)
+    assert len(raw) == 4 * fastpath.NODE_ROW.size
+    rows = list(fastpath.NODE_ROW.iter_unpack(raw))
+    want = cuda.node_infos(g)
+    assert [r[0] for r in rows] == [n.handle for n in want]  # creation order
+    assert [r[1] for r in rows] == [(0xAB << 32) | i for i in range(4)]  # the whole node id
+    assert [r[2] for r in rows] == [0, 2, 5, 0] and [r[3] for r in rows] == [1, 0, 0, 1]
+    assert rows[0][6:] == (4, 2, 1, 256, 1, 1) and rows[3][6:] == (9, 1, 1, 32, 4, 2)
+    assert rows[1][4:] == (0,) * 8  # no kernel parameters read for a memset
+    assert cuda.decode_table(raw) == want
+    assert C.read_nodes(*(ctypes.cast(f, ctypes.c_void_p).value for f in
+                          (cuda._c_get_nodes, cuda._c_type, cuda._c_params, cuda._c_any_id)),
+                        cuda.begin_capture(0x71)) == b""  # an empty graph
+
+
+@pytest.mark.parametrize("call", ["cuGraphGetNodes", "cuGraphNodeGetType", "cuptiGetGraphNodeId"])
+def test_read_nodes_names_the_failing_call(call):
+    cuda = FakeCuda()
+    cuda.c_table = True
+    g = _mixed_graph(cuda)
+    cuda.table_rc[call] = 700
+    with pytest.raises(CaptureError, match=f"{call} failed with .* 700"):
+        cuda.raw_table(g)
+
+
+def test_read_nodes_refuses_null_functions_and_wrong_arguments():
+    with pytest.raises(ValueError, match="NULL function"):
+        C.read_nodes(0, 0, 0, 0, 0x10)
+    with pytest.raises(TypeError):
+        C.read_nodes(1, 2)
+
+
+def test_session_keeps_the_rows_read_in_c_instead_of_a_copy_and_decodes_them_on_first_use(monkeypatch):
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    cuda = FakeCuda()
+    cuda.c_table = True
+    g = cuda.begin_capture(0x70)
+    sess = S.CaptureSession(cuda, 0x70, markers_from=None)
+    sess.start()
+    tok = sess.recorder.open({"name": "attention"})
+    cuda.launch(0x70, "qk")
+    sess.recorder.close(tok)
+    cuda.launch(0x70, "out")
+    clones = len(cuda.graphs)
+    sess.finish_capture()
+    assert len(cuda.graphs) == clones and cuda.destroyed == []  # no copy made
+    cuda.forget(g)  # torch destroys the template at instantiation: the rows are all that is needed
+    assert {n.kernel: sess.annotations.get(n.handle) for n in sess.nodes} == {"qk": {"name": "attention"},
+                                                                              "out": None}
+
+
+def test_a_failing_c_table_read_falls_back_to_the_copy_and_verify_mode_compares_both(monkeypatch):
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    for verify in (False, True):
+        cuda = FakeCuda()
+        cuda.c_table = True
+        cuda.begin_capture(0x70)
+        sess = S.CaptureSession(cuda, 0x70, markers_from=None, verify=verify)
+        sess.start()
+        cuda.launch(0x70, "k")
+        cuda.table_rc["cuGraphNodeGetType"] = 999
+        if verify:  # verify mode reads both ways and never hides a failure
+            with pytest.raises(CaptureError, match="cuGraphNodeGetType"):
+                sess.finish_capture()
+            continue
+        sess.finish_capture()
+        assert [n.kernel for n in sess.nodes] == ["k"] and len(cuda.destroyed) == 1  # the copy, read and freed
+
+
+def test_verify_mode_refuses_a_c_table_that_differs_from_the_driver_listing(monkeypatch):
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    cuda = FakeCuda()
+    cuda.c_table = True
+    cuda.begin_capture(0x70)
+    sess = S.CaptureSession(cuda, 0x70, markers_from=None, verify=True)
+    sess.start()
+    cuda.launch(0x70, "k", grid=(2, 1, 1))
+    monkeypatch.setattr(cuda, "decode_table", lambda raw: [n._replace(grid=(3, 1, 1)) for n in cuda.node_infos(
+        next(iter(cuda.capturing.values())))])
+    with pytest.raises(CaptureError, match="read in C differs"):
+        sess.finish_capture()
 
 
 def test_markers_are_added_from_c_once_the_graph_is_large(monkeypatch):

@@ -222,6 +222,108 @@ activity_records(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+PyDoc_STRVAR(read_nodes_doc,
+"read_nodes(get_nodes, get_type, get_params, node_id, graph) -> bytes\n\n"
+"The node table of ``graph`` in creation order, read with cuGraphGetNodes, cuGraphNodeGetType,\n"
+"cuGraphKernelNodeGetParams_v2 (may be 0: no kernel parameters) and cuptiGetGraphNodeId at\n"
+"those addresses: one 64-byte little-endian row a node, ``<QQiIQQ3I3I``: handle, node id,\n"
+"node type, 1 when the kernel parameters were read, CUfunction, CUkernel, grid, block.\n"
+"Raises the capture error type naming the call that failed.");
+
+/* CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA >= 12.0) */
+typedef struct {
+    void *func;
+    unsigned int grid[3], block[3], shared_mem;
+    void **kernel_params, **extra;
+    void *kern, *ctx;
+} kernel_params_t;
+
+typedef int (*node_type_fn)(void *node, int *type);
+typedef int (*kernel_params_fn)(void *node, kernel_params_t *params);
+
+#define NODE_ROW 64
+
+static PyObject *
+read_nodes(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "read_nodes(get_nodes, get_type, get_params, node_id, graph)");
+        return NULL;
+    }
+    get_nodes_fn get_nodes = (get_nodes_fn)as_pointer(args[0]);
+    node_type_fn get_type = (node_type_fn)as_pointer(args[1]);
+    kernel_params_fn get_params = (kernel_params_fn)as_pointer(args[2]);
+    node_id_fn get_id = (node_id_fn)as_pointer(args[3]);
+    void *graph = as_pointer(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (get_nodes == NULL || get_type == NULL || get_id == NULL) {
+        PyErr_SetString(PyExc_ValueError, "read_nodes: NULL function");
+        return NULL;
+    }
+    size_t n = 0;
+    int rc = get_nodes(graph, NULL, &n);
+    if (rc != 0)
+        return driver_error("cuGraphGetNodes", rc);
+    if (n == 0)
+        return PyBytes_FromStringAndSize(NULL, 0);
+    void **nodes = PyMem_Malloc(n * sizeof(void *));
+    if (nodes == NULL)
+        return PyErr_NoMemory();
+    size_t got = n;
+    if ((rc = get_nodes(graph, nodes, &got)) != 0) {
+        PyMem_Free(nodes);
+        return driver_error("cuGraphGetNodes", rc);
+    }
+    if (got < n)
+        n = got;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NODE_ROW));
+    if (out == NULL) {
+        PyMem_Free(nodes);
+        return NULL;
+    }
+    unsigned char *row = (unsigned char *)PyBytes_AS_STRING(out);
+    for (size_t i = 0; i < n; i++, row += NODE_ROW) {
+        uint64_t handle = (uint64_t)(uintptr_t)nodes[i], id = 0, func = 0, kern = 0;
+        int32_t type = 0;
+        uint32_t have = 0, dims[6] = {0, 0, 0, 0, 0, 0};
+        int t = 0;
+        if ((rc = get_type(nodes[i], &t)) != 0) {
+            Py_DECREF(out);
+            PyMem_Free(nodes);
+            return driver_error("cuGraphNodeGetType", rc);
+        }
+        type = t;
+        if ((rc = get_id(nodes[i], &id)) != 0) {
+            Py_DECREF(out);
+            PyMem_Free(nodes);
+            PyErr_Format(error_type ? error_type : PyExc_RuntimeError,
+                         "cuptiGetGraphNodeId failed with CUPTI error %d", rc);
+            return NULL;
+        }
+        if (type == 0 && get_params != NULL) {  /* CU_GRAPH_NODE_TYPE_KERNEL */
+            kernel_params_t p;
+            memset(&p, 0, sizeof p);
+            if (get_params(nodes[i], &p) == 0) {
+                have = 1;
+                func = (uint64_t)(uintptr_t)p.func;
+                kern = (uint64_t)(uintptr_t)p.kern;
+                memcpy(dims, p.grid, sizeof p.grid);
+                memcpy(dims + 3, p.block, sizeof p.block);
+            }
+        }
+        memcpy(row, &handle, 8);
+        memcpy(row + 8, &id, 8);
+        memcpy(row + 16, &type, 4);
+        memcpy(row + 20, &have, 4);
+        memcpy(row + 24, &func, 8);
+        memcpy(row + 32, &kern, 8);
+        memcpy(row + 40, dims, 24);
+    }
+    PyMem_Free(nodes);
+    return out;
+}
+
 PyDoc_STRVAR(getenv_doc,
 "getenv(name) -> str | None\n\n"
 "The process environment's value (C getenv, which os.environ's changes reach through putenv):\n"
@@ -945,6 +1047,7 @@ static PyMethodDef module_methods[] = {
     {"out_u32", (PyCFunction)(void (*)(void))out_u32, METH_FASTCALL, out_u32_doc},
     {"getenv", (PyCFunction)py_getenv, METH_O, getenv_doc},
     {"activity_records", (PyCFunction)(void (*)(void))activity_records, METH_FASTCALL, activity_records_doc},
+    {"read_nodes", (PyCFunction)(void (*)(void))read_nodes, METH_FASTCALL, read_nodes_doc},
     {"set_error", (PyCFunction)set_error, METH_O, "set_error(cls): the exception type of driver failures"},
     {NULL}
 };

@@ -12,6 +12,7 @@ in :mod:`.scopes` and :mod:`.backends`, and the CPU tests run both paths.
 from __future__ import annotations
 
 import os
+import struct
 from typing import Any, List, Optional
 
 from .. import settings
@@ -43,6 +44,11 @@ ENABLED: bool = _c is not None and not _PURE
 #: The environment reader for the capture's per-session settings: the compiled one where built
 #: (C ``getenv``; ``os.environ`` changes reach it through ``putenv``), else :data:`settings.getenv`
 getenv: settings.Getenv = _c.getenv if _c is not None else settings.getenv
+
+
+#: One node of ``_fastpath.read_nodes``' table (native byte order, no padding): handle, node id,
+#: node type, 1 when the kernel parameters were read, CUfunction, CUkernel, grid, block.
+NODE_ROW = struct.Struct("=QQiIQQ3I3I")
 
 
 def module_built() -> bool:

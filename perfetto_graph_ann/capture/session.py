@@ -5,13 +5,15 @@ Lifecycle (``api.graph`` drives it; tests drive it with a fake backend):
 1. ``start()`` right after capture began: finds the graph under capture on the capture
    stream; scopes count that graph's nodes (by graph handle, so a scope on a side stream
    that has not joined yet still sees the nodes it adds once it joins).
-2. ``finish_capture()`` just before capture ends: freezes the scopes and keeps a copy of
-   the template graph (``cuGraphClone``), because torch destroys the template at
-   instantiation unless ``keep_graph=True``. The node table (type, local id, kernel, grid,
-   block) is read from that copy on first use (the registry, the sidecar, calibration), off
-   the capture's critical path, and the copy is destroyed; a copy keeps every node's local
-   id and the listing order. Where the backend cannot copy the graph (e.g. one with
-   memory-allocation nodes) the table is read right away.
+2. ``finish_capture()`` just before capture ends: freezes the scopes and keeps what the node
+   table (type, local id, kernel, grid, block) needs, because torch destroys the template at
+   instantiation unless ``keep_graph=True``: on the compiled path the table's raw rows, read
+   in C (``backend.raw_table``: a handful of driver calls a node, cheaper than a copy);
+   elsewhere a copy of the template (``cuGraphClone``, which keeps every node's local id and
+   the listing order), destroyed once read. Either is decoded on first use (the registry,
+   the sidecar, calibration), off the capture's critical path. Where the backend can do
+   neither (e.g. a graph with memory-allocation nodes cannot be copied) the table is read
+   right away.
 3. ``bind_exec(exec handle)`` after each instantiation: rekeys to the executable graph and
    registers (replacing the graph's previous entry). The executable graph's id is asked of
    the backend on first use (calibration, the registry, the sidecar), not at the end of the
@@ -98,6 +100,7 @@ class CaptureSession:
         self._annotations: Dict[int, Dict[str, Any]] = {}
         self._scopes: Optional[Tuple[Tuple[ScopeInstance, ...], Dict[int, Tuple[int, ...]]]] = None
         self._copy: Optional[int] = None  # copy of the template graph, table not read yet
+        self._raw: Any = None  # the template's table as read in C at the end, not decoded yet
         self._expected: Optional[List[Tuple]] = None  # verify: the template's own table
         self._table_error: Optional[CaptureError] = None  # why the copy's table could not be read
         self._table_lock = threading.RLock()
@@ -183,16 +186,30 @@ class CaptureSession:
         self.template_id = self.backend.graph_id(self.graph)
         self.recorder.active = False  # closed scopes are final now; read with the table
         self._finished = True
+        try:
+            raw = self.backend.raw_table(self.graph)
+        except CaptureError:
+            if self.verify:
+                raise
+            raw = None  # the copy below gives the same table another way
+        if raw is not None and not self.verify:  # the rows, read in C: decoded on first use
+            self._raw = raw
+            return
         copy = self.backend.clone_graph(self.graph)
         if self.verify or copy is None:
             self._read_table(self.graph)
+        if raw is not None and self.backend.decode_table(raw) != self.backend.node_infos(self.graph):
+            raise CaptureError("the node table read in C differs from the one read through ctypes "
+                               "(please report this driver)")
         if copy is not None:
             if self.verify:  # read again from the copy and compared with these rows (_expected)
                 self._nodes = None
             self._copy = copy
 
     def _read_table(self, graph: int) -> None:
-        nodes = self.backend.node_infos(graph)
+        self._set_table(self.backend.node_infos(graph))
+
+    def _set_table(self, nodes: List[NodeInfo]) -> None:
         if len({n.local_id for n in nodes}) != len(nodes):
             raise CaptureError("two nodes of the captured graph report the same local id")
         scopes = self.recorder.records()
@@ -219,6 +236,13 @@ class CaptureSession:
         with self._table_lock:
             if self._table_error is not None:  # the copy is gone: every later read says why
                 raise self._table_error
+            if self._nodes is None and self._raw is not None:
+                raw, self._raw = self._raw, None
+                try:
+                    self._set_table(self.backend.decode_table(raw))
+                except CaptureError as e:
+                    self._table_error = e
+                    raise
             if self._nodes is None and self._copy is not None:
                 copy, self._copy = self._copy, None
                 try:
@@ -313,6 +337,7 @@ class CaptureSession:
         with self._table_lock:
             self._exec_handle, self._exec_id, self._record = None, None, None
             copy, self._copy = self._copy, None
+            self._raw = None
         self.registry.drop(self.owner)
         if copy is not None:
             self.backend.destroy_graph(copy)

@@ -40,6 +40,8 @@ def timed(obj, name, key):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--captures", type=int, default=15)
+    ap.add_argument("--after-calibration", action="store_true",
+                    help="replay one annotated graph first (its calibration starts CUPTI's activity API)")
     args = ap.parse_args()
     for name in ("start", "finish_capture", "bind_exec"):
         timed(S.CaptureSession, name, name)
@@ -58,6 +60,11 @@ def main() -> None:
     warmup(plain)
     warmup(ann)
     capture_set([plain], annotated=False), capture_set([ann], calibrate=False)  # warm-up
+    if args.after_calibration:
+        gs, _, _ = capture_set([ann], annotated=True, calibrate=True)
+        gs[0].replay()
+        torch.cuda.synchronize()
+        print("calibration note after one replay:", gs[0]._pga_session.calibration_note, file=sys.stderr)
     T.clear()
     tot = {"plain": [], "annotated": []}
     nodes = []

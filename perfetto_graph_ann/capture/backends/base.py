@@ -71,6 +71,19 @@ class CaptureBackend:
     def destroy_graph(self, graph: int) -> None:
         """Free a graph returned by :meth:`clone_graph`."""
 
+    def raw_table(self, graph: int) -> Optional[Any]:
+        """``graph``'s node table as read at the end of the capture, still undecoded, or None.
+
+        Where the backend can read the table this cheaply (in C, no copy of the graph), the
+        session keeps this instead of a :meth:`clone_graph` copy and decodes it on first use
+        (:meth:`decode_table`). None: no such reader here.
+        """
+        return None
+
+    def decode_table(self, raw: Any) -> List[NodeInfo]:
+        """The rows of a :meth:`raw_table` as :meth:`node_infos` gives them."""
+        raise NotImplementedError
+
     def node_infos(self, graph: int) -> List[NodeInfo]:
         """Type, local id, kernel name, grid and block of every node of ``graph``."""
         raise NotImplementedError

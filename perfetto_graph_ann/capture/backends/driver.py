@@ -82,6 +82,11 @@ class CudaGraphBackend(CaptureBackend):
         self._get_nodes_addr = _address(self._get_nodes)
         self._capture_info_addr = _address(self._capture_info)
         self._clone_addr = _address(self._cu.cuGraphClone)
+        #: the table reader's functions (``raw_table``): cuGraphGetNodes, cuGraphNodeGetType,
+        #: cuGraphKernelNodeGetParams_v2, and a node-id function where the backend has one
+        self._table_addrs: Tuple[Optional[int], ...] = (
+            self._get_nodes_addr, _address(self._cu.cuGraphNodeGetType),
+            _address(getattr(self._cu, "cuGraphKernelNodeGetParams_v2", None)), None)
         self._cupti_python: Optional[bool] = None  # probed on the first calibration
 
     def count_function(self) -> Optional[int]:
@@ -148,6 +153,24 @@ class CudaGraphBackend(CaptureBackend):
 
     def destroy_graph(self, graph: int) -> None:
         self._cu.cuGraphDestroy(graph)
+
+    def raw_table(self, graph: int) -> Optional[bytes]:
+        fast = fastpath.module()
+        if fast is None or None in self._table_addrs[:2] or self._table_addrs[3] is None:
+            return None
+        return fast.read_nodes(*self._table_addrs, graph)
+
+    def decode_table(self, raw: bytes) -> List[NodeInfo]:
+        out = []
+        for handle, node_id, t, read, func, kern, *dims in fastpath.NODE_ROW.iter_unpack(raw):
+            kernel = grid = block = None
+            kind = _CU_NODE_TYPES.get(t, "other")
+            if kind == "kernel" and read:
+                grid, block = tuple(dims[:3]), tuple(dims[3:])
+                kernel = self._name("func", func) or self._name("kern", kern)
+            out.append(NodeInfo(handle=handle, local_id=node_id & 0xFFFFFFFF, type=kind, kernel=kernel,
+                                grid=grid, block=block))
+        return out
 
     def local_id(self, node: int) -> int:
         raise NotImplementedError
