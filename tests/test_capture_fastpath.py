@@ -487,3 +487,46 @@ def test_getenv_sees_what_os_environ_sets_and_unsets(monkeypatch):
         assert C.getenv(name) == os.environ.get(name) == value
     monkeypatch.delenv(name)
     assert C.getenv(name) is None
+
+
+@pytest.mark.parametrize("backward", [True, False])
+def test_mark_kernels_runs_in_c_inside_a_capture_and_leaks_nothing(monkeypatch, backward):
+    """The compiled ``Mark``: after the first scope (which points it at this torch), scopes of a
+    capture in flight never enter the Python half; regions that made no node leave nothing in
+    the thread's table, and nothing is left referenced, an exception in the block included."""
+    torch = pytest.importorskip("torch")
+    from capture_fakes import pushed_capture
+
+    from perfetto_graph_ann.capture import autograd
+    from perfetto_graph_ann.capture import marks as M
+
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    calls = []
+    real = M._MarkMethods._enter_py
+    monkeypatch.setattr(M._MarkMethods, "_enter_py", lambda self: calls.append(1) or real(self))
+    with pushed_capture(0x70) as sess:
+        name = "leak-check-" + str(backward)
+        with M.mark_kernels(name, backward=backward):  # configures the fast path
+            pass
+        table = autograd._table()
+        n_ranges = len(table.ranges)
+        calls.clear()
+        del sess.recorder.closed[:]
+        gc.collect()
+        base_sess, base_name = sys.getrefcount(sess), sys.getrefcount(name)
+        x = torch.ones(3)
+        for i in range(500):
+            with M.mark_kernels(name, backward=backward):
+                with M.mark_kernels({"name": "inner", "i": i}, backward=backward):
+                    sess.cuda.launch(0x70, "k")
+                    x * 2  # grad on, nothing requires grad: no node
+        with pytest.raises(ValueError):
+            with M.mark_kernels(name, backward=backward):
+                raise ValueError("in the block")
+        assert calls == []  # every enter ran in C
+        assert table.open == [] and len(table.ranges) == n_ranges
+        assert sess.recorder.open_fields() == {}  # every token closed
+        assert len(sess.recorder.closed) == 2 * 500 + 1
+        del sess.recorder.closed[:]
+        gc.collect()
+        assert sys.getrefcount(sess) == base_sess and sys.getrefcount(name) == base_name
