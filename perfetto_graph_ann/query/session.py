@@ -186,11 +186,12 @@ class _Feeder:
     """A binary sink whose bytes an engine loads in a background thread, piece by piece.
 
     ``write`` collects the writer's batches into pieces of ``chunk_bytes`` and queues them;
-    the thread hands them to :meth:`Engine.load_chunks` (which waits on the engine's socket,
-    so the GIL is free for the writer). Leaving the ``with`` block sends the rest, waits for
-    the load to finish and raises its error, if any. A failed load stops taking pieces, so
-    the writer never blocks on a full queue; a failed write stops the engine (a partial
-    trace is not worth finalizing).
+    the thread, started by the first write, hands them to :meth:`Engine.load_chunks` (which
+    waits on the engine's socket, so the GIL is free for the writer). ``close`` sends the
+    rest and ends the input: the engine finalizes while the writer frees what it no longer
+    needs. Leaving the ``with`` block closes, waits for the load to finish and raises its
+    error, if any. A failed load stops taking pieces, so the writer never blocks on a full
+    queue; a failed write stops the engine (a partial trace is not worth finalizing).
     """
 
     def __init__(self, engine: Engine, chunk_bytes: int) -> None:
@@ -201,8 +202,13 @@ class _Feeder:
         self._queue: "queue.Queue[Optional[bytes]]" = queue.Queue(maxsize=4)
         self._error: Optional[BaseException] = None
         self._ended = False  # the end marker was taken from the queue
-        self._thread = threading.Thread(target=self._load, name="pga-feed", daemon=True)
-        self._thread.start()
+        self._closed = False  # the end marker was queued
+        self._thread: Optional[threading.Thread] = None
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._load, name="pga-feed", daemon=True)
+            self._thread.start()
 
     def _pieces(self) -> Iterator[bytes]:
         while True:
@@ -223,6 +229,9 @@ class _Feeder:
     def write(self, data: bytes) -> int:
         if self._error is not None:
             raise self._error
+        if self._closed:
+            raise ValueError("write to a closed feed")
+        self._start()
         self._parts.append(data)
         self._size += len(data)
         if self._size >= self.chunk_bytes:
@@ -231,16 +240,28 @@ class _Feeder:
             self._size = 0
         return len(data)
 
+    def close(self) -> None:
+        """Send the rest and end the input (idempotent); the load goes on in the thread."""
+        if self._closed:
+            return
+        self._start()
+        if self._parts:
+            self._queue.put(b"".join(self._parts))
+        self._parts = []
+        self._closed = True
+        self._queue.put(None)
+
     def __enter__(self) -> "_Feeder":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.engine.close()
-        elif self._parts:
-            self._queue.put(b"".join(self._parts))
-        self._parts = []
-        self._queue.put(None)
+            if self._thread is None:  # nothing was sent: no load to wait for
+                return
+            self._parts = []
+        self.close()
+        assert self._thread is not None
         self._thread.join()
         if exc_type is None and self._error is not None:
             raise self._error
