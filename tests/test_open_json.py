@@ -104,12 +104,9 @@ def test_a_closed_feeder_refuses_more_bytes(tmp_path):
     from perfetto_graph_ann.query.engine import EngineConfig, create_engine
     from perfetto_graph_ann.query.session import _Feeder
 
-    from perfetto_graph_ann.write.pftrace import write_pftrace
-
     path = tmp_path / "t.pftrace"
     path.write_bytes(b"")
-    src = tmp_path / "src.pftrace"
-    write_pftrace(read_trace(fixture_trace("two_branch")), src)
+    src = _pftrace(tmp_path)
     eng = create_engine(path, EngineConfig(engine="portable"))
     try:
         with _Feeder(eng, 64) as feeder:
@@ -121,3 +118,51 @@ def test_a_closed_feeder_refuses_more_bytes(tmp_path):
         assert eng.query("SELECT COUNT(*) AS n FROM slice").as_pandas_dataframe()["n"][0] > 0
     finally:
         eng.close()
+
+
+@requires_portable
+def test_the_feed_runs_while_the_engine_starts(monkeypatch, tmp_path):
+    import threading
+
+    fed = threading.Event()
+    real_create = session_mod.create_engine
+    seen = []
+    data = _pftrace(tmp_path).read_bytes()
+
+    def create(*a, **k):
+        seen.append(fed.wait(10))  # started in the background: the feed begins meanwhile
+        return real_create(*a, **k)
+
+    def feed(sink):
+        fed.set()
+        sink.write(data)
+
+    monkeypatch.setattr(session_mod, "create_engine", create)
+    with session_mod.open_fed(feed, engine="portable") as s:
+        assert s.query("SELECT COUNT(*) AS n FROM slice").df()["n"][0] > 0
+    assert seen == [True]
+
+
+@requires_portable
+def test_an_engine_that_fails_to_start_is_said_and_the_feed_stops(monkeypatch, tmp_path):
+    from perfetto_graph_ann.errors import EngineError
+
+    def create(path, *a, **k):
+        raise EngineError(f"{path}: cannot start")
+
+    monkeypatch.setattr(session_mod, "create_engine", create)
+    src = fixture_trace("two_branch")
+    with pytest.raises(EngineError) as info:
+        with open_json(str(src), engine="portable"):
+            pass
+    assert str(info.value) == f"{src}: cannot start"  # the user's file, not the placeholder
+    assert gc.isenabled()
+
+
+
+def _pftrace(tmp_path):
+    from perfetto_graph_ann.write.pftrace import write_pftrace
+
+    path = tmp_path / "src.pftrace"
+    write_pftrace(read_trace(fixture_trace("two_branch")), path)
+    return path
