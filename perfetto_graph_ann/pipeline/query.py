@@ -33,18 +33,33 @@ def open_converted(trace: KinetoTrace, layout: "Optional[LaneLayout]" = None, en
     ``sql_args_only``: write only the args the registered SQL packages read
     (:func:`~perfetto_graph_ann.query.session.sql_arg_names`), for a session that only
     queries their tables (``report``, ``lanes``): a smaller trace that converts and loads
-    faster, same tables.
+    faster, same tables. Such a trace also gets sorting-window marks (see
+    :func:`_convert_config`).
 
     The session and its errors are named after ``trace.path`` (the file the user gave), not
     the temporary placeholder file the engine is started on."""
     cfg = (config or EngineConfig()).with_engine(engine)
-    convert_config = ConvertConfig(keep_args=sql_arg_names(cfg.package_dirs())) if sql_args_only else ConvertConfig()
+    convert_config = _convert_config(cfg, sql_args_only)
 
     def feed(sink) -> None:
         write_pftrace_stream(trace, sink, layout, convert_config)
 
     with open_fed(feed, trace.path, config=cfg) as session:
         yield session
+
+
+#: Bytes between the sorting-window marks of a trace fed to an SQL-only session.
+SORT_WINDOW_BYTES = 1 << 20
+
+
+def _convert_config(config: EngineConfig, sql_args_only: bool) -> ConvertConfig:
+    """How a trace for a session is written: in full, or (``sql_args_only``) with only the
+    args the SQL packages read and a sorting-window mark every :data:`SORT_WINDOW_BYTES`, so
+    the engine parses the stream as it comes instead of all of it once the input ends (the
+    same tables; the marks only add ``metadata`` rows, which the packages do not read)."""
+    if not sql_args_only:
+        return ConvertConfig()
+    return ConvertConfig(keep_args=sql_arg_names(config.package_dirs()), sort_window_bytes=SORT_WINDOW_BYTES)
 
 
 @contextlib.contextmanager
@@ -65,7 +80,7 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
     the engine has loaded the trace.
     """
     cfg = (config or EngineConfig()).with_engine(engine)
-    convert_config = ConvertConfig(keep_args=sql_arg_names(cfg.package_dirs())) if sql_args_only else ConvertConfig()
+    convert_config = _convert_config(cfg, sql_args_only)
     loading_phase = f"converting and loading {os.path.basename(trace_path)} into the trace processor"
 
     with contextlib.ExitStack() as loading:
