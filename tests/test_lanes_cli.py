@@ -84,3 +84,26 @@ def test_lanes_none_counts_annotated_lanes(capsys):
     for lane, (lname, b, a, ann) in rows.items():
         assert (b, a, ann) == (before.get(lane, 0), before.get(lane, 0), annotated.get(lane, 0))
     assert rows[60][0] == "60 left_projection" and rows[61][0] == "61 right_projection"
+
+
+def test_lanes_runs_with_the_collector_paused_and_restores_it(capsys, monkeypatch):
+    """The read trace lives for the whole command, so the collector is paused while it runs
+    (it would walk the trace over and over) and on again afterwards, also after an error."""
+    import gc
+
+    import perfetto_graph_ann.read.kineto as kineto
+
+    seen = []
+    real = kineto.read_trace
+
+    def spy(path):
+        seen.append(gc.isenabled())
+        return real(path)
+
+    monkeypatch.setattr(kineto, "read_trace", spy)
+    assert gc.isenabled()
+    assert main(["lanes", str(fixture_trace("two_branch")), "--no-sql"]) == 0
+    assert seen == [False] and gc.isenabled()
+    assert main(["lanes", str(fixture_trace("two_branch")), "--annotations", "/nonexistent/a.capture.json",
+                 "--no-sql"]) == 2
+    assert gc.isenabled()

@@ -68,16 +68,11 @@ def note_annotations_ignored(command: str, trace_path: str, annotation_paths: Se
               file=sys.stderr)
 
 
-def open_session(stack: contextlib.ExitStack, trace_path: str, joined=None, engine: str = "auto",
-                 config=None, sql_args_only: bool = False):
-    """A trace processor session entered on ``stack``: the read trace and layout of ``joined``
-    (a ``(trace, layout)`` pair) converted, or the trace file at ``trace_path`` loaded as it is
-    when ``joined`` is None."""
-    from ..pipeline.query import open_converted
+def open_session(stack: contextlib.ExitStack, trace_path: str, engine: str = "auto", config=None):
+    """A trace processor session entered on ``stack``: the trace file at ``trace_path`` loaded
+    as it is (a JSON trace to convert first goes through ``pipeline.query.open_json``)."""
     from ..query.session import open_trace
 
-    if joined is not None:
-        return stack.enter_context(open_converted(*joined, engine=engine, config=config, sql_args_only=sql_args_only))
     return stack.enter_context(open_trace(trace_path, engine=engine, config=config))
 
 

@@ -30,9 +30,12 @@ SQL_COLUMNS = ["device", "lane_id", "lane_name", "work_count", "busy_dur", "util
 
 
 def run(args: argparse.Namespace, out=None) -> int:
+    from ..write.pftrace import paused_gc
     from ._common import command_progress
 
-    with command_progress("lanes", getattr(args, "quiet", False)) as progress:
+    # The read trace lives until the command ends: the collector would only walk it over
+    # and over (seconds on 1M events); it runs again once _run has freed it.
+    with command_progress("lanes", getattr(args, "quiet", False)) as progress, paused_gc():
         return _run(args, out or sys.stdout, progress)
 
 

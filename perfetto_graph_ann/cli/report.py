@@ -86,13 +86,12 @@ def _report(args: argparse.Namespace, progress) -> str:
     name = os.path.basename(args.trace)
     with contextlib.ExitStack() as stack:
         # the heavy imports (pandas) inside the phases: the progress line shows at once
-        joined = None
         if is_json_trace(args.trace):
-            joined = _read_and_join(args, progress)
+            s = stack.enter_context(_open_json(args, progress))
         else:
             note_annotations_ignored("report", args.trace, args.annotations)
-        with progress.phase(f"{'converting and ' if joined else ''}loading {name} into the trace processor"):
-            s = open_session(stack, args.trace, joined, engine=args.engine, sql_args_only=True)
+            with progress.phase(f"loading {name} into the trace processor"):
+                s = open_session(stack, args.trace, engine=args.engine)
         from ..query import metrics
         from ..query.includes import include_modules
         from .tables import trace_start_ns
@@ -108,9 +107,10 @@ def _report(args: argparse.Namespace, progress) -> str:
     return text
 
 
-def _read_and_join(args: argparse.Namespace, progress):
-    """A torch.profiler JSON trace and its layout (joined to --annotations, if any; else None)."""
-    from ..pipeline.convert import read_and_join
+def _open_json(args: argparse.Namespace, progress):
+    """A session on the torch.profiler JSON trace, joined to --annotations (if any) and
+    converted with only the args the SQL modules read."""
+    from ..pipeline.query import open_json
 
-    return read_and_join(args.trace, args.annotations, args.graph_lanes, args.force_annotations, progress,
-                         on_join=lambda layout: print_join_summary(layout.report))
+    return open_json(args.trace, args.annotations, args.graph_lanes, args.force_annotations, engine=args.engine,
+                     sql_args_only=True, progress=progress, on_join=lambda layout: print_join_summary(layout.report))

@@ -63,13 +63,14 @@ def _query(args: argparse.Namespace, progress) -> str:
             from ..query.engine import EngineConfig
 
             config = EngineConfig(engine=args.engine, query_timeout_s=args.timeout)
-            joined = None
             if args.annotations and is_json_trace(args.trace):
-                from ..pipeline.convert import read_and_join
+                from ..pipeline.query import open_json
 
-                joined = read_and_join(args.trace, args.annotations, args.graph_lanes, args.force_annotations,
-                                       on_join=lambda layout: print_join_summary(layout.report))
-            session = open_session(stack, args.trace, joined, engine=args.engine, config=config)
+                session = stack.enter_context(open_json(
+                    args.trace, args.annotations, args.graph_lanes, args.force_annotations, engine=args.engine,
+                    config=config, on_join=lambda layout: print_join_summary(layout.report)))
+            else:
+                session = open_session(stack, args.trace, engine=args.engine, config=config)
         from ..query.includes import include_modules, split_includes
 
         if progress.enabled:  # each included module on its own, to say which one runs

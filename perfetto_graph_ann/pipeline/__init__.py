@@ -8,7 +8,8 @@ order for each use:
 * :mod:`.convert`: one trace to ``.pftrace`` or annotated Chrome JSON (``convert``, the
   CLI's ``convert``, ``lanes``, ``report`` and ``sql``), joined with annotation files;
 * :mod:`.merge`: several ranks' traces into one ``.pftrace``;
-* :mod:`.query`: a converted trace fed into a trace processor (``open_converted``), and
+* :mod:`.query`: a converted trace fed into a trace processor (``open_converted``; a JSON
+  file read, joined and fed while the engine starts: ``open_json``, the CLI's ``report``), and
   the conversion the many-trace queries (``query_many``, ``fleet_report``) run on a worker.
 
 The capture side (``capture.export`` / ``trace_handler``) and the CLI sit on top.

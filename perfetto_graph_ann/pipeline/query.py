@@ -7,15 +7,18 @@ torch.profiler JSON trace, joining it and converting it happens here.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+import os
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from ..query.engine.config import EngineConfig
 from ..query.session import Session, open_fed, sql_arg_names
 from ..read.model import KinetoTrace
-from ..write.pftrace import ConvertConfig, write_pftrace_stream
+from ..write.pftrace import ConvertConfig, paused_gc, write_pftrace_stream
+from .convert import read_and_join
 
 if TYPE_CHECKING:
     from ..join.model import LaneLayout
+    from ..util.progress import Progress
 
 
 @contextlib.contextmanager
@@ -30,18 +33,69 @@ def open_converted(trace: KinetoTrace, layout: "Optional[LaneLayout]" = None, en
     ``sql_args_only``: write only the args the registered SQL packages read
     (:func:`~perfetto_graph_ann.query.session.sql_arg_names`), for a session that only
     queries their tables (``report``, ``lanes``): a smaller trace that converts and loads
-    faster, same tables.
+    faster, same tables. Such a trace also gets sorting-window marks (see
+    :func:`_convert_config`).
 
     The session and its errors are named after ``trace.path`` (the file the user gave), not
     the temporary placeholder file the engine is started on."""
     cfg = (config or EngineConfig()).with_engine(engine)
-    convert_config = ConvertConfig(keep_args=sql_arg_names(cfg.package_dirs())) if sql_args_only else ConvertConfig()
+    convert_config = _convert_config(cfg, sql_args_only)
 
     def feed(sink) -> None:
         write_pftrace_stream(trace, sink, layout, convert_config)
 
     with open_fed(feed, trace.path, config=cfg) as session:
         yield session
+
+
+#: Bytes between the sorting-window marks of a trace fed to an SQL-only session.
+SORT_WINDOW_BYTES = 1 << 20
+
+
+def _convert_config(config: EngineConfig, sql_args_only: bool) -> ConvertConfig:
+    """How a trace for a session is written: in full, or (``sql_args_only``) with only the
+    args the SQL packages read and a sorting-window mark every :data:`SORT_WINDOW_BYTES`, so
+    the engine parses the stream as it comes instead of all of it once the input ends (the
+    same tables; the marks only add ``metadata`` rows, which the packages do not read)."""
+    if not sql_args_only:
+        return ConvertConfig()
+    return ConvertConfig(keep_args=sql_arg_names(config.package_dirs()), sort_window_bytes=SORT_WINDOW_BYTES)
+
+
+@contextlib.contextmanager
+def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Optional[str] = None,
+              force: bool = False, engine: str = "auto", config: Optional[EngineConfig] = None,
+              sql_args_only: bool = False, progress: "Optional[Progress]" = None,
+              on_join: "Optional[Callable[[LaneLayout], Any]]" = None) -> Iterator[Session]:
+    """A session on the torch.profiler JSON trace at ``trace_path``, read, joined to the
+    ``annotations`` files (if any; ``graph_lanes``, ``force`` and ``on_join`` as for
+    :func:`~perfetto_graph_ann.pipeline.convert.read_and_join`) and converted as
+    :func:`open_converted` does (``sql_args_only`` likewise).
+
+    For a caller that needs only the session: the engine starts before the JSON is read, so
+    its start-up overlaps the read, and the read trace is freed as soon as its packets are
+    sent, while the engine still finalizes. The collector is paused throughout (reading
+    and converting allocate millions of objects, see ``paused_gc``) and the trace is
+    freed before it runs again. ``progress`` names the phases; the last one lasts until
+    the engine has loaded the trace.
+    """
+    cfg = (config or EngineConfig()).with_engine(engine)
+    convert_config = _convert_config(cfg, sql_args_only)
+    loading_phase = f"converting and loading {os.path.basename(trace_path)} into the trace processor"
+
+    with contextlib.ExitStack() as loading:
+        def feed(sink) -> None:
+            with paused_gc():
+                trace, layout = read_and_join(trace_path, annotations, graph_lanes, force, progress, on_join)
+                if progress is not None:
+                    loading.enter_context(progress.phase(loading_phase))
+                write_pftrace_stream(trace, sink, layout, convert_config)
+                sink.close()
+                del trace, layout
+
+        with open_fed(feed, trace_path, config=cfg) as session:
+            loading.close()
+            yield session
 
 
 def convert_for_task(src: str, sidecars: List[str], graph_lanes: str, out: str) -> Dict[str, Any]:

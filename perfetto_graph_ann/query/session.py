@@ -19,7 +19,7 @@ from typing import IO, Any, Callable, FrozenSet, Iterator, List, Optional, Tuple
 
 from perfetto.common.query_result_iterator import QueryResultIterator
 
-from .engine import Engine, EngineConfig, create_engine, start_engine
+from .engine import Choice, Engine, EngineConfig, choose_engine, create_engine, start_engine
 
 PathArg = Union[str, "os.PathLike[str]"]
 
@@ -143,13 +143,15 @@ def open_fed(feed: Callable[[IO[bytes]], Any], source: Optional[PathArg] = None,
     """A session on the trace ``feed`` writes: ``feed(sink)`` writes a Perfetto trace's bytes
     to the binary stream ``sink`` (e.g. a converter; see ``pipeline.query.open_converted``).
 
-    The bytes go to the engine as they are written (:class:`_Feeder`): the engine parses
-    while Python still writes, instead of a file written first and loaded after. A failing
-    ``feed`` stops the engine and its error is raised.
+    The engine starts in the background while ``feed`` runs (:class:`_Starting`: its
+    start-up overlaps whatever ``feed`` does before its first byte; a missing engine is said
+    before ``feed`` runs). The bytes go to the engine as they are written (:class:`_Feeder`):
+    the engine parses while Python still writes, instead of a file written first and loaded
+    after. A failing ``feed`` stops the engine and its error is raised.
 
     The session and its errors are named after ``source`` (the file the user gave), not
     the temporary placeholder file the engine is started on."""
-    from ..errors import GraphAnnError
+    from ..errors import EngineNotFoundError, GraphAnnError
 
     cfg = (config or EngineConfig()).with_engine(engine)
     with tempfile.TemporaryDirectory(prefix="pga-session-") as tmp:
@@ -158,14 +160,17 @@ def open_fed(feed: Callable[[IO[bytes]], Any], source: Optional[PathArg] = None,
         os.close(fd)
         source = os.fspath(source) if source else None
         try:
-            eng = create_engine(path, cfg)
             try:
-                if eng.kind == "portable":
-                    eng.register_sql_packages()
-                with _Feeder(eng, FEED_CHUNK_BYTES) as feeder:
+                choice = choose_engine(cfg)
+            except EngineNotFoundError as e:  # named after the placeholder, as create_engine does; renamed below
+                raise EngineNotFoundError(f"{path}: {e}") from None
+            starting = _Starting(path, cfg, choice)
+            try:
+                with _Feeder(starting, FEED_CHUNK_BYTES) as feeder:
                     feed(feeder)
+                eng = starting.result()
             except BaseException:
-                eng.close()
+                starting.close()
                 raise
             with Session(Path(path), eng) as session:
                 if source:
@@ -182,27 +187,85 @@ def open_fed(feed: Callable[[IO[bytes]], Any], source: Optional[PathArg] = None,
 FEED_CHUNK_BYTES = 2 << 20
 
 
+class _Starting:
+    """An engine being started (and its SQL packages registered) in a background thread.
+
+    :meth:`result` waits for it and returns it, or raises why it could not start;
+    :meth:`close` waits and stops it (idempotent). :meth:`started` wraps an engine that
+    is already running.
+    """
+
+    def __init__(self, path: Optional[PathArg], config: Optional[EngineConfig], choice: Optional[Choice]) -> None:
+        self._engine: Optional[Engine] = None
+        self._error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        if path is not None:
+            self._thread = threading.Thread(target=self._start, args=(path, config, choice),
+                                            name="pga-engine-start", daemon=True)
+            self._thread.start()
+
+    @classmethod
+    def started(cls, engine: Engine) -> "_Starting":
+        ready = cls(None, None, None)
+        ready._engine = engine
+        return ready
+
+    def _start(self, path: PathArg, config: EngineConfig, choice: Choice) -> None:
+        try:
+            eng = create_engine(path, config, choice)
+            try:
+                if eng.kind == "portable":
+                    eng.register_sql_packages()
+            except BaseException:
+                eng.close()
+                raise
+            self._engine = eng
+        except BaseException as e:  # handed to whoever waits for the engine
+            self._error = e
+
+    def result(self) -> Engine:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._engine is not None
+        return self._engine
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        if self._engine is not None:
+            self._engine.close()
+
+
 class _Feeder:
     """A binary sink whose bytes an engine loads in a background thread, piece by piece.
 
     ``write`` collects the writer's batches into pieces of ``chunk_bytes`` and queues them;
-    the thread hands them to :meth:`Engine.load_chunks` (which waits on the engine's socket,
-    so the GIL is free for the writer). Leaving the ``with`` block sends the rest, waits for
-    the load to finish and raises its error, if any. A failed load stops taking pieces, so
-    the writer never blocks on a full queue; a failed write stops the engine (a partial
-    trace is not worth finalizing).
+    the thread, started by the first write, waits for the engine (it may still be starting,
+    :class:`_Starting`) and hands them to :meth:`Engine.load_chunks` (which waits on the
+    engine's socket, so the GIL is free for the writer). ``close`` sends the
+    rest and ends the input: the engine finalizes while the writer frees what it no longer
+    needs. Leaving the ``with`` block closes, waits for the load to finish and raises its
+    error, if any. A failed load stops taking pieces, so the writer never blocks on a full
+    queue; a failed write stops the engine (a partial trace is not worth finalizing).
     """
 
-    def __init__(self, engine: Engine, chunk_bytes: int) -> None:
-        self.engine = engine
+    def __init__(self, engine: "Engine | _Starting", chunk_bytes: int) -> None:
+        self._engine = engine if isinstance(engine, _Starting) else _Starting.started(engine)
         self.chunk_bytes = chunk_bytes
         self._parts: List[bytes] = []
         self._size = 0
         self._queue: "queue.Queue[Optional[bytes]]" = queue.Queue(maxsize=4)
         self._error: Optional[BaseException] = None
         self._ended = False  # the end marker was taken from the queue
-        self._thread = threading.Thread(target=self._load, name="pga-feed", daemon=True)
-        self._thread.start()
+        self._closed = False  # the end marker was queued
+        self._thread: Optional[threading.Thread] = None
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._load, name="pga-feed", daemon=True)
+            self._thread.start()
 
     def _pieces(self) -> Iterator[bytes]:
         while True:
@@ -214,7 +277,7 @@ class _Feeder:
 
     def _load(self) -> None:
         try:
-            self.engine.load_chunks(self._pieces())
+            self._engine.result().load_chunks(self._pieces())
         except BaseException as e:  # handed to the writer's thread
             self._error = e
             while not self._ended:  # drain, so the writer is never blocked
@@ -223,6 +286,9 @@ class _Feeder:
     def write(self, data: bytes) -> int:
         if self._error is not None:
             raise self._error
+        if self._closed:
+            raise ValueError("write to a closed feed")
+        self._start()
         self._parts.append(data)
         self._size += len(data)
         if self._size >= self.chunk_bytes:
@@ -231,16 +297,28 @@ class _Feeder:
             self._size = 0
         return len(data)
 
+    def close(self) -> None:
+        """Send the rest and end the input (idempotent); the load goes on in the thread."""
+        if self._closed:
+            return
+        self._start()
+        if self._parts:
+            self._queue.put(b"".join(self._parts))
+        self._parts = []
+        self._closed = True
+        self._queue.put(None)
+
     def __enter__(self) -> "_Feeder":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
-            self.engine.close()
-        elif self._parts:
-            self._queue.put(b"".join(self._parts))
-        self._parts = []
-        self._queue.put(None)
+            self._engine.close()
+            if self._thread is None:  # nothing was sent: no load to wait for
+                return
+            self._parts = []
+        self.close()
+        assert self._thread is not None
         self._thread.join()
         if exc_type is None and self._error is not None:
             raise self._error

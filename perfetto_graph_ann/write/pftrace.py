@@ -39,11 +39,13 @@ class ConvertConfig:
     keep_args: Optional[FrozenSet[str]] = None
     #: Deprecated spelling: "string" is list_args="text", "typed" is list_args="typed".
     shape_args: Optional[str] = None
+    #: Sorting-window marks every this many bytes (None: none); see WriterConfig.sort_window_bytes.
+    sort_window_bytes: Optional[int] = None
 
     def writer_config(self) -> WriterConfig:
         """The packet writer's settings for these options."""
         return WriterConfig(encoder=self.encoder, progress=self.progress, list_args=self.writer_list_args(),
-                            keep_args=self.keep_args)
+                            keep_args=self.keep_args, sort_window_bytes=self.sort_window_bytes)
 
     def writer_list_args(self) -> str:
         """The effective :attr:`list_args` (the deprecated :attr:`shape_args` wins when set)."""

@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Se
 from .fast_encoder import FastEncoder
 from .flows import FlowPlan
 from .interning import Interner
-from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start
+from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start, sort_window_mark
 from .plan import COUNTER, END, INSTANT, SLICE, Plan, Record
 from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
@@ -42,12 +42,21 @@ def own_sequences(packets_per_track: Dict[int, int], minimum: int) -> List[int]:
 
 
 class _Sink:
-    """Packets gathered in ``batch`` and written to ``out`` together; counts and progress."""
+    """Packets gathered in ``batch`` and written to ``out`` together; counts and progress.
 
-    def __init__(self, out: IO[bytes], stats: WriteStats, step: int, bar: Any) -> None:
+    ``window_bytes``: after every batch that brings the bytes since the last sorting-window
+    mark to at least this many, a mark (:func:`.packets.sort_window_mark`; in ``bytes``
+    written, not in ``packets``); None: no marks.
+    """
+
+    def __init__(self, out: IO[bytes], stats: WriteStats, step: int, bar: Any,
+                 window_bytes: Optional[int] = None) -> None:
         self.out, self.stats, self.step, self.bar = out, stats, step, bar
         self.batch: List[bytes] = []
         self.written = 0
+        self.window_bytes = window_bytes
+        self._mark = sort_window_mark() if window_bytes else b""
+        self._marked_at = 0
 
     def flush(self) -> None:
         data = b"".join(self.batch)
@@ -55,6 +64,10 @@ class _Sink:
         self.written += len(data)
         self.stats.packets += len(self.batch)
         self.batch.clear()  # the same list: the packet loop holds its append
+        if self.window_bytes and self.written - self._marked_at >= self.window_bytes:
+            self.out.write(self._mark)
+            self.written += len(self._mark)
+            self._marked_at = self.written
 
     def step_done(self) -> None:
         """A full batch (the packet loop's ``step`` records) written."""
@@ -89,7 +102,7 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Rec
         from tqdm import tqdm
 
         bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
-    sink = _Sink(out, stats, config.batch, bar)
+    sink = _Sink(out, stats, config.batch, bar, config.sort_window_bytes)
     t0 = records[0][0] if records else 0
     sink.batch.extend(sequence_start(t0, base_time_ns))
     # Track descriptors go on a sequence with no events: a thread's descriptor gives its

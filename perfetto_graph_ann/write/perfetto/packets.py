@@ -23,7 +23,8 @@ matches with '.' read as '_', as the trace processor stores it): for a trace tha
 SQL package will read (``report``), args no module reads are left out.
 
 This module also builds the packets around the events: a sequence's opening packets
-(:func:`sequence_start`) and the track descriptors (:func:`descriptor_packet`).
+(:func:`sequence_start`), the track descriptors (:func:`descriptor_packet`) and the marks
+that let a trace processor parse a stream as it comes (:func:`sort_window_mark`).
 """
 from __future__ import annotations
 
@@ -133,6 +134,25 @@ def sequence_start(t0: int, base_time_ns: int = 0, sequence_id: int = SEQUENCE_I
         snap.clocks.add(clock_id=BUILTIN_CLOCK_REALTIME, timestamp=base_time_ns + t0)
     clock = pb.TracePacket(trusted_packet_sequence_id=sequence_id, clock_snapshot=snap)
     return [frame(first.SerializeToString()), frame(clock.SerializeToString())]
+
+
+def sort_window_mark() -> bytes:
+    """Packets that end a sorting window for a trace processor reading the stream (two
+    ``TracingServiceEvent.all_data_sources_flushed``, then ``read_tracing_buffers_completed``,
+    as the tracing service writes them into a long trace file).
+
+    Without them the trace processor keeps every event until the end of the input, then sorts
+    and parses them all; after such a mark it sorts and parses every event received before
+    the previous mark. That is exact only for a stream whose packets come in time order
+    (the writer's): nothing after a mark is earlier than what came before it, so the tables
+    are the same as without marks (tests compare them), while the parsing runs as the rest
+    streams in. Each mark adds two ``all_data_source_flushed_ns`` rows (value 0) to the
+    ``metadata`` table, which is why only a trace no one else reads gets them
+    (``WriterConfig.sort_window_bytes``).
+    """
+    flushed = pb.TracePacket(service_event=pb.TracingServiceEvent(all_data_sources_flushed=True))
+    read = pb.TracePacket(service_event=pb.TracingServiceEvent(read_tracing_buffers_completed=True))
+    return b"".join([frame(flushed.SerializeToString())] * 2 + [frame(read.SerializeToString())])
 
 
 def descriptor_packet(descriptor: "pb.TrackDescriptor", sequence_id: int) -> bytes:

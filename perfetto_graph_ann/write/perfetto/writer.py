@@ -37,6 +37,11 @@ class WriterConfig:
     #: None: all. For a trace only the SQL package reads (see pipeline.query.open_converted).
     keep_args: Optional[FrozenSet[str]] = None
     batch: int = 4096  #: packets per write() call
+    #: Every this many bytes, a sorting-window mark (:func:`.packets.sort_window_mark`): a
+    #: trace processor fed the stream then parses it as it comes instead of all at the end.
+    #: Same tables; adds ``metadata`` rows, so only for a trace no one else reads (the
+    #: SQL-only session of ``pipeline.query.open_converted``). None: no marks.
+    sort_window_bytes: Optional[int] = None
     progress: Optional[bool] = None  #: tqdm bar; None = on a TTY for >= progress_min events
     progress_min: int = 200_000
     #: A track with at least this many packets gets a packet sequence of its own (at most
