@@ -88,7 +88,8 @@ def test_wheel_ships_sql_protos_demo_data_and_engine_host(tmp_path):
     ext = f"perfetto_graph_ann/capture/_fastpath{sysconfig.get_config_var('EXT_SUFFIX')}"
     if _can_compile():
         assert ext in names and not wheel.name.endswith("-none-any.whl"), (wheel.name, sorted(names))
-    assert "perfetto_graph_ann/capture/_fastpath.c" in names
+    sources = {f"perfetto_graph_ann/capture/{n}" for n in ("_fastpath.c", "_marks.c", "_fastpath.h")}
+    assert sources <= names  # every translation unit and the header ship with the source
 
 
 def _can_compile() -> bool:
