@@ -101,7 +101,7 @@ _MARK_DOC = """Annotate every node captured inside the block (any stream that jo
     (a scope inside our capture) runs in C (``capture/_marks.c``).
     """
 
-def _signature(annotation: Any, *, backward: bool = True) -> None:
+def _signature(annotation: Any, *, backward: bool = True):  # noqa: ANN202 (a signature, not a function)
     """torch 2.15's signature, which the compiled ``__init__`` takes too."""
 
 
