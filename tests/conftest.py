@@ -67,3 +67,22 @@ def fake_torch_cuda(monkeypatch):
     with backends.use(cuda):
         yield cuda
     REGISTRY.clear()
+
+
+@pytest.fixture
+def started_engines(monkeypatch):
+    """Every engine a session starts from now on, in order (to check that an error stopped it:
+    its ``pid`` is None once closed)."""
+    import perfetto_graph_ann.query.session as session_mod
+
+    started = []
+    real_create = session_mod.create_engine
+
+    def create(*a, **k):
+        eng = real_create(*a, **k)
+        started.append(eng)
+        return eng
+
+    monkeypatch.setattr(session_mod, "create_engine", create)
+    return started
+

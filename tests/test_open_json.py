@@ -21,20 +21,6 @@ from perfetto_graph_ann.read.kineto import read_trace
 import perfetto_graph_ann.query.session as session_mod
 
 
-@pytest.fixture
-def started_engines(monkeypatch):
-    started = []
-    real_create = session_mod.create_engine
-
-    def create(*a, **k):
-        eng = real_create(*a, **k)
-        started.append(eng)
-        return eng
-
-    monkeypatch.setattr(session_mod, "create_engine", create)
-    return started
-
-
 @requires_portable
 @pytest.mark.parametrize("name,annotated", [("two_branch", True), ("allreduce_eager_rank0", False)])
 def test_same_tables_as_reading_first(name, annotated):

@@ -93,27 +93,15 @@ def test_feeder_hands_the_engines_error_to_the_writer(tmp_path):
 
 
 @requires_portable
-def test_a_failing_conversion_closes_the_engine(monkeypatch):
+def test_a_failing_conversion_closes_the_engine(monkeypatch, started_engines):
     import perfetto_graph_ann.pipeline.query as pq
-
-    started = []
 
     def boom(trace, out, layout, config):
         out.write(b"\x0a\x00")
         raise RuntimeError("writer failed")
 
-    import perfetto_graph_ann.query.session as session_mod
-
-    real_create = session_mod.create_engine
-
-    def create(*a, **k):
-        eng = real_create(*a, **k)
-        started.append(eng)
-        return eng
-
     monkeypatch.setattr(pq, "write_pftrace_stream", boom)
-    monkeypatch.setattr(session_mod, "create_engine", create)
     with pytest.raises(RuntimeError, match="writer failed"):
         with open_converted(read_trace(fixture_trace("two_branch")), engine="portable"):
             pass
-    assert len(started) == 1 and started[0].pid is None
+    assert len(started_engines) == 1 and started_engines[0].pid is None
