@@ -73,14 +73,18 @@ def test_a_bad_json_names_the_file_and_stops_the_engine(tmp_path, started_engine
 
 
 @requires_portable
-def test_a_failing_conversion_stops_the_engine(monkeypatch, started_engines):
+@pytest.mark.parametrize("opener", ["open_json", "open_converted"])
+def test_a_failing_conversion_stops_the_engine(monkeypatch, started_engines, opener):
     def boom(trace, out, layout, config):
         out.write(b"\x0a\x00")
         raise RuntimeError("writer failed")
 
     monkeypatch.setattr(pq, "write_pftrace_stream", boom)
+    path = fixture_trace("two_branch")
+    session = open_json(str(path), engine="portable") if opener == "open_json" else \
+        open_converted(read_trace(path), engine="portable")
     with pytest.raises(RuntimeError, match="writer failed"):
-        with open_json(str(fixture_trace("two_branch")), engine="portable"):
+        with session:
             pass
     assert len(started_engines) == 1 and started_engines[0].pid is None
 

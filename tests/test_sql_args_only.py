@@ -91,17 +91,3 @@ def test_feeder_hands_the_engines_error_to_the_writer(tmp_path):
     finally:
         eng.close()
 
-
-@requires_portable
-def test_a_failing_conversion_closes_the_engine(monkeypatch, started_engines):
-    import perfetto_graph_ann.pipeline.query as pq
-
-    def boom(trace, out, layout, config):
-        out.write(b"\x0a\x00")
-        raise RuntimeError("writer failed")
-
-    monkeypatch.setattr(pq, "write_pftrace_stream", boom)
-    with pytest.raises(RuntimeError, match="writer failed"):
-        with open_converted(read_trace(fixture_trace("two_branch")), engine="portable"):
-            pass
-    assert len(started_engines) == 1 and started_engines[0].pid is None
