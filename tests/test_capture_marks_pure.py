@@ -36,3 +36,19 @@ def test_without_the_extension_mark_kernels_is_pure_python_and_the_capture_tests
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     passed = int(run.stdout.strip().split("\n")[-1].split(" passed")[0].split()[-1])
     assert passed >= 20  # the compiled-path variants are skipped there; the Python ones all ran
+
+
+def test_describe_says_not_built_where_only_the_c_sources_are(tmp_path):
+    """A source tree (C files and header, no compiled module): the capture path is Python and
+    ``describe`` says the module was not built, not that a built one failed to import."""
+    import shutil
+
+    shutil.copytree(ROOT / "perfetto_graph_ann", tmp_path / "perfetto_graph_ann",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    assert (tmp_path / "perfetto_graph_ann" / "capture" / "_fastpath.h").exists()
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONDONTWRITEBYTECODE="1")
+    out = subprocess.run([sys.executable, "-c", "from perfetto_graph_ann.capture import fastpath as f;"
+                          "print(f.module_built(), f.describe())"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("False python (the compiled path: not built at install time"), out.stdout

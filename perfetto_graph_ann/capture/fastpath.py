@@ -11,6 +11,7 @@ in :mod:`.scopes` and :mod:`.backends`, and the CPU tests run both paths.
 """
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import struct
 from typing import Any, List, Optional
@@ -26,7 +27,8 @@ try:
     from . import _fastpath as _c
 except ImportError as e:  # not built (no compiler at install time) or built for another Python
     _c = None
-    _built = [f for f in os.listdir(os.path.dirname(__file__)) if f.startswith("_fastpath.") and not f.endswith(".c")]
+    _built = [f for f in os.listdir(os.path.dirname(__file__))
+              if f.startswith("_fastpath.") and f.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))]
     _IMPORT_ERROR: Optional[str] = (
         f"built but not importable here ({', '.join(sorted(_built))}: {e})" if _built else
         "not built at install time (no C compiler or Python headers then, or "
