@@ -27,9 +27,8 @@ except ImportError:  # run as a script: only compile_extension is needed
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = "perfetto_graph_ann/capture"
-SOURCE = f"{PACKAGE_DIR}/_fastpath.c"
 #: every translation unit of the extension (they share ``_fastpath.h``)
-SOURCES = (SOURCE, f"{PACKAGE_DIR}/_marks.c")
+SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_marks.c")
 
 
 def _settings() -> Any:

@@ -8,9 +8,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-if os.environ.get("PGA_TEST_WITHOUT_EXTENSION") == "1":  # as if no compiler was found at install
-    sys.modules["perfetto_graph_ann.capture._fastpath"] = None  # type: ignore[assignment]
-
 from perfetto_graph_ann._resources import demo_data_dir
 from perfetto_graph_ann.capture import fastpath
 

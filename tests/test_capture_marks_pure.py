@@ -17,22 +17,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: what a fresh interpreter runs first: the extension cannot be imported, as if never built
+BLOCK = "import sys; sys.modules['perfetto_graph_ann.capture._fastpath'] = None; "
+
+
 def test_without_the_extension_mark_kernels_is_pure_python_and_the_capture_tests_pass(tmp_path):
     pytest.importorskip("torch")
-    env = dict(os.environ, PGA_TEST_WITHOUT_EXTENSION="1", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     probe = ("import inspect, perfetto_graph_ann.capture.fastpath as f, perfetto_graph_ann.capture.marks as m;"
              "print(f.module_built(), [c.__name__ for c in m.mark_kernels.__mro__],"
              " [(p.name, p.kind.name, p.default) for p in inspect.signature(m.mark_kernels).parameters.values()])")
-    out = subprocess.run([sys.executable, "-c", f"import tests.conftest; {probe}"], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-c", BLOCK + probe], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0] == ("False ['mark_kernels', '_MarkMethods', 'object'] "
                                          "[('annotation', 'POSITIONAL_OR_KEYWORD', <class 'inspect._empty'>), "
                                          "('backward', 'KEYWORD_ONLY', True)]")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-                          "tests/test_capture_api.py", "tests/test_capture_autograd_walk.py",
-                          "-o", f"cache_dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+    args = ["-q", "-p", "no:cacheprovider", "-x", "tests/test_capture_api.py", "tests/test_capture_autograd_walk.py"]
+    run = subprocess.run([sys.executable, "-c", BLOCK + f"import pytest; sys.exit(pytest.main({args!r}))"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     passed = int(run.stdout.strip().split("\n")[-1].split(" passed")[0].split()[-1])
     assert passed >= 20  # the compiled-path variants are skipped there; the Python ones all ran

@@ -226,8 +226,8 @@ PyDoc_STRVAR(read_nodes_doc,
 "read_nodes(get_nodes, get_type, get_params, node_id, graph) -> bytes\n\n"
 "The node table of ``graph`` in creation order, read with cuGraphGetNodes, cuGraphNodeGetType,\n"
 "cuGraphKernelNodeGetParams_v2 (may be 0: no kernel parameters) and cuptiGetGraphNodeId at\n"
-"those addresses: one 64-byte little-endian row a node, ``<QQiIQQ3I3I``: handle, node id,\n"
-"node type, 1 when the kernel parameters were read, CUfunction, CUkernel, grid, block.\n"
+"those addresses: one 64-byte row a node in native byte order (fastpath.NODE_ROW, ``=QQiIQQ3I3I``):\n"
+"handle, node id, node type, 1 when the kernel parameters were read, CUfunction, CUkernel, grid, block.\n"
 "Raises the capture error type naming the call that failed.");
 
 /* CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA >= 12.0) */

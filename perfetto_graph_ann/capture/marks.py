@@ -35,7 +35,8 @@ class _MarkMethods:
     __slots__ = ()
 
     def _enter_py(self) -> "mark_kernels":
-        _setup_fast()
+        if _c is not None and sys.modules.get("torch") is not _torch_seen:
+            _setup_fast()
         self._sess = self._tok = self._native = None
         self._region = False
         st = getattr(_session._local, "stack", None)  # _session.current() inlined: the thread's own first
@@ -134,7 +135,7 @@ def _setup_fast() -> None:
     """Point the compiled ``Mark`` at the torch now in ``sys.modules`` (tests swap in fakes)."""
     global _torch_seen
     torch = sys.modules.get("torch")
-    if _c is None or torch is None or torch is _torch_seen:
+    if _c is None or torch is None:
         return
     _torch_seen = torch
     node = getattr(getattr(torch, "_C", None), "_current_autograd_node", None) or (lambda: None)

@@ -198,7 +198,7 @@ class CaptureSession:
         copy = self.backend.clone_graph(self.graph)
         if self.verify or copy is None:
             self._read_table(self.graph)
-        if raw is not None and self.backend.decode_table(raw) != self.backend.node_infos(self.graph):
+        if raw is not None and [_table_row(n) for n in self.backend.decode_table(raw)] != self._expected:
             raise CaptureError("the node table read in C differs from the one read through ctypes "
                                "(please report this driver)")
         if copy is not None:

@@ -47,7 +47,7 @@ class CuptiBackend(CudaGraphBackend):
         self._lib.cuptiGetGraphId.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
         self._graph_id_addr = _address(self._lib.cuptiGetGraphId)
         self._marker_addrs = (_address(self._cu.cuGraphAddEmptyNode), _address(self._lib.cuptiGetGraphNodeId))
-        self._table_addrs = (*self._table_addrs[:3], self._marker_addrs[1])
+        self._node_id_addr = self._marker_addrs[1]
 
     def marker_functions(self) -> Optional[Tuple[int, int]]:
         return self._marker_addrs

@@ -82,11 +82,13 @@ class CudaGraphBackend(CaptureBackend):
         self._get_nodes_addr = _address(self._get_nodes)
         self._capture_info_addr = _address(self._capture_info)
         self._clone_addr = _address(self._cu.cuGraphClone)
-        #: the table reader's functions (``raw_table``): cuGraphGetNodes, cuGraphNodeGetType,
-        #: cuGraphKernelNodeGetParams_v2, and a node-id function where the backend has one
+        #: the table reader's driver functions (``raw_table``): cuGraphGetNodes, cuGraphNodeGetType,
+        #: cuGraphKernelNodeGetParams_v2
         self._table_addrs: Tuple[Optional[int], ...] = (
             self._get_nodes_addr, _address(self._cu.cuGraphNodeGetType),
-            _address(getattr(self._cu, "cuGraphKernelNodeGetParams_v2", None)), None)
+            _address(getattr(self._cu, "cuGraphKernelNodeGetParams_v2", None)))
+        #: cuptiGetGraphNodeId's address where the backend has CUPTI (``raw_table`` needs it)
+        self._node_id_addr: Optional[int] = None
         self._cupti_python: Optional[bool] = None  # probed on the first calibration
 
     def count_function(self) -> Optional[int]:
@@ -156,9 +158,10 @@ class CudaGraphBackend(CaptureBackend):
 
     def raw_table(self, graph: int) -> Optional[bytes]:
         fast = fastpath.module()
-        if fast is None or None in self._table_addrs[:2] or self._table_addrs[3] is None:
+        get_nodes, get_type, get_params = self._table_addrs
+        if fast is None or None in (get_nodes, get_type, self._node_id_addr):
             return None
-        return fast.read_nodes(*self._table_addrs, graph)
+        return fast.read_nodes(get_nodes, get_type, get_params, self._node_id_addr, graph)
 
     def decode_table(self, raw: bytes) -> List[NodeInfo]:
         out = []
