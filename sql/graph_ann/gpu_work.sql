@@ -12,7 +12,9 @@
 -- `graph_ann.lanes`, `graph_ann.replays` and `graph_ann.collectives` build on
 -- the table here, `graph_ann.overlap` and `graph_ann.lane_idle` on narrower
 -- tables of their own read with the same rules. Nothing here depends on the
--- track layout (lanes that spill onto several same-named tracks are one lane).
+-- track layout (lanes that spill onto several same-named tracks are one lane),
+-- but for the lane tracks of `_graph_ann_lane_track`, whose device and lane
+-- stand for those of every GPU work slice on them.
 --
 -- Modules that compute per-lane or per-device numbers (unions, gaps,
 -- percentiles, overlap) select a lane or device with `=`, so they need
@@ -88,9 +90,9 @@ CREATE PERFETTO TABLE _graph_ann_work(
   -- Kineto category (`kernel`, `gpu_memcpy` or `gpu_memset`; the view derives
   -- `kind` from it, a computed string column being costly to materialise).
   category STRING,
-  -- GPU index (`debug.device`).
+  -- GPU index (`debug.device`, or the lane track's device).
   device LONG,
-  -- Lane (`debug.stream`).
+  -- Lane (`debug.stream`, or the lane track's lane).
   lane_id LONG,
   -- Track of the slice.
   track_id LONG,
@@ -114,10 +116,11 @@ WITH
       s.track_id,
       s.depth,
       s.arg_set_id,
-      _graph_ann_device!(s.arg_set_id) AS device,
-      _graph_ann_lane!(s.arg_set_id) AS lane_id,
+      COALESCE(k.device, _graph_ann_device!(s.arg_set_id)) AS device,
+      COALESCE(k.lane_id, _graph_ann_lane!(s.arg_set_id)) AS lane_id,
       COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.correlation'), EXTRACT_ARG(s.arg_set_id, 'args.correlation')) AS correlation
     FROM slice AS s
+    LEFT JOIN _graph_ann_lane_track AS k USING (track_id)
     WHERE _graph_ann_is_gpu_work!(s.category)
   )
 SELECT

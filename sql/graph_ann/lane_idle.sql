@@ -29,13 +29,14 @@ CREATE PERFETTO TABLE _graph_ann_lane_work(
   track_id LONG
 ) AS
 SELECT
-  ts,
-  dur,
-  _graph_ann_device!(arg_set_id) AS device,
-  _graph_ann_lane!(arg_set_id) AS lane_id,
-  track_id
-FROM slice
-WHERE _graph_ann_is_gpu_work!(category);
+  s.ts,
+  s.dur,
+  COALESCE(k.device, _graph_ann_device!(s.arg_set_id)) AS device,
+  COALESCE(k.lane_id, _graph_ann_lane!(s.arg_set_id)) AS lane_id,
+  s.track_id
+FROM slice AS s
+LEFT JOIN _graph_ann_lane_track AS k USING (track_id)
+WHERE _graph_ann_is_gpu_work!(s.category);
 
 -- The idle gaps of one lane, in start order: one window pass over the lane's
 -- work with `dur > 0` in start order (the rule of `graph_ann.intervals`; work

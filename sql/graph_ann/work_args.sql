@@ -50,3 +50,36 @@ FROM track AS t
 LEFT JOIN thread_track AS tt ON tt.id = t.id
 LEFT JOIN thread AS th USING (utid)
 WHERE t.id = $track_id;
+
+-- Lane tracks that carry their device and lane: those perfetto_graph_ann writes
+-- (docs/design.md, Contract 4) merge their spill tracks by the sibling merge
+-- key `graph_ann.lane:<device>:<lane>`, and every GPU work slice the writer
+-- puts on such a track has `debug.device` = device and `debug.stream` = lane.
+-- The modules take a slice's device and lane from here when its track is
+-- listed, and from its args otherwise: the same values, without two argument
+-- reads a slice. Keys not in that exact form (integers as SQLite prints them)
+-- are not listed; nor is anything on a trace processor that does not report
+-- the merge key, whose modules then read every slice's args.
+CREATE PERFETTO TABLE _graph_ann_lane_track(
+  -- Track id.
+  track_id LONG,
+  -- GPU index of every GPU work slice on the track.
+  device LONG,
+  -- Lane id of every GPU work slice on the track.
+  lane_id LONG
+) AS
+WITH
+  keyed AS (
+    SELECT id, SUBSTR(merge_key, 16) AS rest
+    FROM (SELECT id, EXTRACT_ARG(dimension_arg_set_id, 'merge_key_value') AS merge_key FROM track)
+    WHERE merge_key GLOB 'graph_ann.lane:*'
+  ),
+  parts AS (
+    SELECT id, SUBSTR(rest, 1, INSTR(rest, ':') - 1) AS d, SUBSTR(rest, INSTR(rest, ':') + 1) AS l
+    FROM keyed
+    WHERE INSTR(rest, ':') > 0
+  )
+SELECT id AS track_id, CAST(d AS INT) AS device, CAST(l AS INT) AS lane_id
+FROM parts
+WHERE CAST(CAST(d AS INT) AS TEXT) = d AND CAST(CAST(l AS INT) AS TEXT) = l
+ORDER BY track_id;

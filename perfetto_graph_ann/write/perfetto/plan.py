@@ -182,8 +182,10 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
                 if spans is None:
                     spans = gpu_spans[(device, lane)] = by_home.setdefault(("gpu", device, lane), [])
                 # unchanged args are written as they are (no copy): no placement args and
-                # already the lane as an int stream arg (True == 1, so check the type)
-                if ph == "X" and cats[e.cat] in GPU_WORK_CATEGORIES and (
+                # already the lane as an int stream arg (True == 1, so check the type). Every
+                # GPU work event on a lane, whatever its phase, carries the lane's device and
+                # stream: the lane track's merge key tells SQL so (tracks.lane_merge_key)
+                if cats[e.cat] in GPU_WORK_CATEGORIES and (
                         (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane):
                     rewrite[i] = lane
                     if kinds[i] == SLICE:

@@ -5,7 +5,10 @@
   ``LaneLayout.lane_names``, else the trace's own ``thread_name`` for that GPU pid / tid
   when it is not Kineto's default ``stream N`` (so our annotated Chrome JSON's ``61 mlp``
   survives a conversion back, as in Perfetto's JSON importer), else ``stream <id>``.
-  Spill tracks of a lane repeat its name and rank.
+  Spill tracks of a lane repeat its name and rank, and all of them merge by the sibling merge
+  key ``graph_ann.lane:<device>:<lane>`` (:func:`lane_merge_key`), which the SQL package reads
+  as the device and lane of every GPU work slice on them (the plan writes those as each
+  slice's ``device`` / ``stream`` args).
 * CPU: a process track per pid (Kineto's ``process_name`` / ``process_labels`` /
   ``process_sort_index``) and a thread track per (pid, tid) (``thread_name``,
   ``thread_sort_index``); spill tracks of a thread, and threads whose tid does not fit in
@@ -35,6 +38,18 @@ SCOPES_TRACK = "scopes"
 PROFILER_GROUP = "torch.profiler"
 
 Home = Tuple[Any, ...]
+
+
+#: prefix of a lane track's sibling merge key (``graph_ann.lane:<device>:<lane>``, read by
+#: ``sql/graph_ann/work_args.sql``): its spill tracks merge by it, and it tells SQL the device
+#: and lane that every GPU work slice on the track carries as its ``device`` / ``stream`` args
+LANE_MERGE_KEY_PREFIX = "graph_ann.lane:"
+_MERGE_BY_KEY = pb.TrackDescriptor.SiblingMergeBehavior.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
+
+
+def lane_merge_key(device: Any, lane: Any) -> str:
+    """The sibling merge key of a lane's tracks."""
+    return f"{LANE_MERGE_KEY_PREFIX}{device}:{lane}"
 
 
 def _is_int(v: Any) -> bool:
@@ -217,7 +232,8 @@ class TrackTable:
         if kind == "gpu":
             _, device, lane = home
             d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(device),
-                                   name=self.lane_name(device, lane), sibling_order_rank=_clamp32(lane))
+                                   name=self.lane_name(device, lane), sibling_order_rank=_clamp32(lane),
+                                   sibling_merge_behavior=_MERGE_BY_KEY, sibling_merge_key=lane_merge_key(device, lane))
             return self._add(d)
         if kind == "thread" or kind == "wide_thread":
             _, pid, tid = home
