@@ -24,6 +24,20 @@ FIXTURES = demo_data_dir()
 TRACES = sorted(p.name[: -len(".trace.json.gz")] for p in FIXTURES.glob("*.trace.json.gz"))
 
 
+@pytest.fixture(autouse=True)
+def _collector_left_on():
+    """Every test leaves the garbage collector as it found it: the library pauses it while
+    reading and converting (``paused_gc``) and must restore it; a test (or a thread it
+    leaves running) that does not would make later tests measure the wrong thing."""
+    import gc
+
+    was = gc.isenabled()
+    yield
+    if was and not gc.isenabled():
+        gc.enable()
+        pytest.fail("the garbage collector was left disabled")
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES

@@ -38,17 +38,16 @@ CREATE PERFETTO TABLE _graph_ann_work_class(
   class LONG
 ) AS
 SELECT
-  COALESCE(k.device, _graph_ann_device!(s.arg_set_id)) AS device,
-  s.ts,
-  s.dur,
+  _graph_ann_device!(arg_set_id) AS device,
+  ts,
+  dur,
   CASE
-    WHEN s.category != 'kernel' THEN 2
-    WHEN _graph_ann_is_collective!(s.arg_set_id, s.name) THEN 1
+    WHEN category != 'kernel' THEN 2
+    WHEN _graph_ann_is_collective!(arg_set_id, name) THEN 1
     ELSE 0
   END AS class
-FROM slice AS s
-LEFT JOIN _graph_ann_lane_track AS k USING (track_id)
-WHERE _graph_ann_is_gpu_work!(s.category);
+FROM slice
+WHERE _graph_ann_is_gpu_work!(category);
 
 -- One device's span and the length of the union of each class's work, of
 -- communication and compute together, and of all work. For each slice, in
