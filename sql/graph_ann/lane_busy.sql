@@ -98,9 +98,7 @@ CREATE PERFETTO TABLE _graph_ann_lane_layer_a(
   -- Duration.
   dur DURATION
 ) AS
-SELECT k.lane_key, w.ts, w.dur
-FROM _graph_ann_lane_layered AS k
-JOIN _graph_ann_lane_layer(k.device, k.lane_id, k.track_a) AS w;
+SELECT lane_key, ts, dur FROM _graph_ann_layer_work!(_graph_ann_lane_layered, track_a, FALSE);
 
 -- The second layer (depth-0 work on the last track) of such lanes on two tracks.
 CREATE PERFETTO TABLE _graph_ann_lane_layer_b(
@@ -111,10 +109,7 @@ CREATE PERFETTO TABLE _graph_ann_lane_layer_b(
   -- Duration.
   dur DURATION
 ) AS
-SELECT k.lane_key, w.ts, w.dur
-FROM _graph_ann_lane_layered AS k
-JOIN _graph_ann_lane_layer(k.device, k.lane_id, k.track_b) AS w
-WHERE k.track_b != k.track_a;
+SELECT lane_key, ts, dur FROM _graph_ann_layer_work!(_graph_ann_lane_layered, track_b, TRUE);
 
 -- The two layers' intersection, lane by lane (each layer's intervals are
 -- disjoint, as SPAN_JOIN requires; it sorts its inputs by partition and start

@@ -78,3 +78,25 @@ RETURNS TABLE(
 SELECT ts, dur, launch_id, is_graphed
 FROM _graph_ann_work
 WHERE device = $device AND lane_id = $lane_id AND track_id = $track_id AND depth = 0 AND dur > 0;
+
+-- The depth-0 work of one layer of every lane of `layered` (a table with
+-- `lane_key`, `device`, `lane_id`, `track_a` and `track_b`, one row per lane
+-- found by `_graph_ann_lane_layers`): the layer on the track in column `track`;
+-- `second` is true for the second layer, which a lane on one track does not
+-- have (its one track is its first layer). Each layer's intervals are disjoint,
+-- as SPAN_JOIN requires.
+CREATE PERFETTO MACRO _graph_ann_layer_work(
+  -- The lanes, one row each.
+  layered TableOrSubquery,
+  -- `track_a` or `track_b`.
+  track ColumnName,
+  -- Whether this is the second layer.
+  second Expr
+)
+RETURNS TableOrSubquery AS
+(
+  SELECT k.lane_key, w.launch_id, w.ts, w.dur
+  FROM $layered AS k
+  JOIN _graph_ann_lane_layer(k.device, k.lane_id, k.$track) AS w
+  WHERE NOT $second OR k.track_b != k.track_a
+);

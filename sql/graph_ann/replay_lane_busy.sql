@@ -217,9 +217,8 @@ CREATE PERFETTO TABLE _graph_ann_replay_layer_a(
   -- Duration.
   dur DURATION
 ) AS
-SELECT w.launch_id * (SELECT COUNT(*) + 1 FROM _graph_ann_replay_lane_layered) + k.lane_key AS pair_key, w.ts, w.dur
-FROM _graph_ann_replay_lane_layered AS k
-JOIN _graph_ann_lane_layer(k.device, k.lane_id, k.track_a) AS w;
+SELECT launch_id * (SELECT COUNT(*) + 1 FROM _graph_ann_replay_lane_layered) + lane_key AS pair_key, ts, dur
+FROM _graph_ann_layer_work!(_graph_ann_replay_lane_layered, track_a, FALSE);
 
 -- The second layer (depth-0 work on the last track) of layered lanes on two tracks.
 CREATE PERFETTO TABLE _graph_ann_replay_layer_b(
@@ -230,10 +229,8 @@ CREATE PERFETTO TABLE _graph_ann_replay_layer_b(
   -- Duration.
   dur DURATION
 ) AS
-SELECT w.launch_id * (SELECT COUNT(*) + 1 FROM _graph_ann_replay_lane_layered) + k.lane_key AS pair_key, w.ts, w.dur
-FROM _graph_ann_replay_lane_layered AS k
-JOIN _graph_ann_lane_layer(k.device, k.lane_id, k.track_b) AS w
-WHERE k.track_b != k.track_a;
+SELECT launch_id * (SELECT COUNT(*) + 1 FROM _graph_ann_replay_lane_layered) + lane_key AS pair_key, ts, dur
+FROM _graph_ann_layer_work!(_graph_ann_replay_lane_layered, track_b, TRUE);
 
 -- The two layers' intersection, pair by pair (each layer's intervals are
 -- disjoint, as SPAN_JOIN requires; it sorts its inputs itself).
