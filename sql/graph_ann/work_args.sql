@@ -58,9 +58,10 @@ WHERE t.id = $track_id;
 -- `graph_ann.gpu_work` and `graph_ann.lane_idle` take a slice's device and
 -- lane from here when its track is listed, and from its args otherwise: the
 -- same values, without two argument reads a slice (`graph_ann.overlap` reads
--- only the device, where the lookup costs what it saves). Keys not in that exact form (integers as SQLite prints them)
--- are not listed; nor is anything on a trace processor that does not report
--- the merge key, whose modules then read every slice's args.
+-- only the device, where the lookup costs what it saves). Keys not in that
+-- exact form (integers as SQLite prints them) are not listed; nor is anything
+-- on a trace processor that does not report the merge key, whose modules then
+-- read every slice's args.
 CREATE PERFETTO TABLE _graph_ann_lane_track(
   -- Track id.
   track_id LONG,
