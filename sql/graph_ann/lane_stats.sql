@@ -2,11 +2,11 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Per-lane statistics of GPU work, for `graph_ann.lanes`: counts, durations,
--- extremes and nearest-rank percentiles (the p-th percentile of n durations
--- sorted ascending is the one at 1-based rank ceil(p * n / 100)), and per
--- device the replays' span: from the start of the first graph replay's GPU
--- work to the end of the last one's (see `graph_ann.replays`).
+-- Per-lane statistics of GPU work, for `graph_ann.lanes` and
+-- `graph_ann.lane_busy`: counts, durations and extremes, and per device the
+-- replays' span: from the start of the first graph replay's GPU work to the
+-- end of the last one's (see `graph_ann.replays`). The percentiles, which only
+-- `graph_ann.lanes` shows, are computed there.
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 
@@ -172,43 +172,3 @@ FROM (
   GROUP BY device, lane_id
 ) AS s
 JOIN _graph_ann_lane_extremes(s.device, s.lane_id) AS x;
-
--- The k-th shortest (0-based) work duration of a lane, for percentiles: the
--- trace processor filters and sorts the lane natively.
-CREATE PERFETTO FUNCTION _graph_ann_lane_nth_dur(
-  -- GPU index.
-  device LONG,
-  -- Lane id.
-  lane_id LONG,
-  -- 0-based rank in ascending duration order.
-  k LONG
-)
--- The duration, NULL when the lane has k or fewer slices.
-RETURNS LONG AS
-SELECT dur
-FROM _graph_ann_work
-WHERE device = $device AND lane_id = $lane_id
-ORDER BY dur
-LIMIT 1 OFFSET $k;
-
--- Per lane: nearest-rank percentiles of the work durations (the duration at
--- 1-based rank ceil(p * n / 100) in ascending order; ceil via integer division).
-CREATE PERFETTO TABLE _graph_ann_lane_pct(
-  -- GPU index.
-  device LONG,
-  -- Lane id.
-  lane_id LONG,
-  -- Median.
-  p50_dur DURATION,
-  -- 90th percentile.
-  p90_dur DURATION,
-  -- 99th percentile.
-  p99_dur DURATION
-) AS
-SELECT
-  device,
-  lane_id,
-  _graph_ann_lane_nth_dur(device, lane_id, (50 * work_count + 99) / 100 - 1) AS p50_dur,
-  _graph_ann_lane_nth_dur(device, lane_id, (90 * work_count + 99) / 100 - 1) AS p90_dur,
-  _graph_ann_lane_nth_dur(device, lane_id, (99 * work_count + 99) / 100 - 1) AS p99_dur
-FROM _graph_ann_lane_stats;

@@ -19,6 +19,46 @@
 INCLUDE PERFETTO MODULE graph_ann.lane_busy;
 INCLUDE PERFETTO MODULE graph_ann.lane_stats;
 
+-- The k-th shortest (0-based) work duration of a lane, for percentiles: the
+-- trace processor filters and sorts the lane natively.
+CREATE PERFETTO FUNCTION _graph_ann_lane_nth_dur(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- 0-based rank in ascending duration order.
+  k LONG
+)
+-- The duration, NULL when the lane has k or fewer slices.
+RETURNS LONG AS
+SELECT dur
+FROM _graph_ann_work
+WHERE device = $device AND lane_id = $lane_id
+ORDER BY dur
+LIMIT 1 OFFSET $k;
+
+-- Per lane: nearest-rank percentiles of the work durations (the duration at
+-- 1-based rank ceil(p * n / 100) in ascending order; ceil via integer division).
+CREATE PERFETTO TABLE _graph_ann_lane_pct(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG,
+  -- Median.
+  p50_dur DURATION,
+  -- 90th percentile.
+  p90_dur DURATION,
+  -- 99th percentile.
+  p99_dur DURATION
+) AS
+SELECT
+  device,
+  lane_id,
+  _graph_ann_lane_nth_dur(device, lane_id, (50 * work_count + 99) / 100 - 1) AS p50_dur,
+  _graph_ann_lane_nth_dur(device, lane_id, (90 * work_count + 99) / 100 - 1) AS p90_dur,
+  _graph_ann_lane_nth_dur(device, lane_id, (99 * work_count + 99) / 100 - 1) AS p99_dur
+FROM _graph_ann_lane_stats;
+
 -- The profiled span: first start and last end over all slices with `dur >= 0`.
 CREATE PERFETTO TABLE _graph_ann_profiled_span(
   -- First instant a slice of the trace covers.
