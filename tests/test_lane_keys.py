@@ -181,3 +181,21 @@ def test_json_traces_have_no_keyed_tracks():
         s.query("INCLUDE PERFETTO MODULE graph_ann.gpu_work")
         assert s.query("SELECT COUNT(*) FROM _graph_ann_lane_track").tuples()[0][0] == 0
         assert s.query("SELECT COUNT(*) FROM graph_ann_gpu_work WHERE device IS NULL OR lane_id IS NULL").tuples()[0][0] == 0
+
+
+def test_merged_ranks(tmp_path):
+    """Two ranks merged: each rank's lanes keep their keys under their own ``GPU 0`` (device ids
+    repeat across ranks, and so do the keys: merging is among siblings only)."""
+    from join_expect import allreduce_annotations
+    from perfetto_graph_ann.pipeline.merge import merge
+    from test_merge_tp import _rank1_copy
+
+    out = tmp_path / "all.pftrace"
+    ann = allreduce_annotations()
+    merge([fixture_trace("allreduce_graph_rank0"), _rank1_copy(tmp_path)], out, [ann, ann])
+    on_keyed = check_lane_keys(out)
+    with open_trace(out, engine="portable") as s:
+        ranks = s.query(f"SELECT COUNT(DISTINCT EXTRACT_ARG(arg_set_id, 'debug.rank')) FROM slice WHERE category IN {WORK}").tuples()[0][0]
+        roots = s.query("SELECT COUNT(DISTINCT p.id) FROM track t JOIN track p ON p.id = t.parent_id "
+                        "WHERE EXTRACT_ARG(t.dimension_arg_set_id, 'merge_key_value') GLOB 'graph_ann.lane:*'").tuples()[0][0]
+    assert ranks == 2 and roots == 2 and on_keyed > 0
