@@ -1,8 +1,8 @@
 """Shared test fixtures: the real H200 recordings (packaged copy, identical to shared/)."""
 from __future__ import annotations
 
+import gc
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,8 +29,6 @@ def _collector_left_on():
     """Every test leaves the garbage collector as it found it: the library pauses it while
     reading and converting (``paused_gc``) and must restore it; a test (or a thread it
     leaves running) that does not would make later tests measure the wrong thing."""
-    import gc
-
     was = gc.isenabled()
     yield
     if was and not gc.isenabled():

@@ -58,3 +58,24 @@ def test_this_machine_reports_a_reason_for_every_backend():
     info = B.backend_info()
     assert set(info["reasons"]) == set(B.BACKENDS)
     assert isinstance(B.is_available(), bool)
+
+
+def test_cupti_out_parameter_calls_return_the_value_or_name_the_call():
+    """The CUPTI backend's integer out-parameter calls (node id, exec id) through one helper:
+    the written value on success, a CaptureError naming the call and its code otherwise."""
+    import ctypes
+
+    from perfetto_graph_ann.capture.backends.cupti import _out
+    from perfetto_graph_ann.errors import CaptureError
+
+    seen = []
+
+    def writes(handle, out):
+        seen.append(handle)
+        ctypes.cast(out, ctypes.POINTER(ctypes.c_uint64))[0] = (7 << 32) | 5
+        return 0
+
+    assert _out(writes, 0x1234, ctypes.c_uint64, "cuptiGetGraphNodeId") == (7 << 32) | 5
+    assert seen == [0x1234]
+    with pytest.raises(CaptureError, match="cuptiGetGraphExecId failed with CUPTI error 17"):
+        _out(lambda handle, out: 17, 1, ctypes.c_uint32, "cuptiGetGraphExecId")

@@ -30,6 +30,15 @@ def find_libcupti() -> Optional[str]:
     return hits[0] if hits else None
 
 
+def _out(fn: Any, handle: Any, ctype: Any, what: str) -> int:
+    """``fn(handle, &out)``, a CUPTI call that writes one integer; raises naming ``what``."""
+    v = ctype()
+    rc = fn(int(handle), ctypes.byref(v))
+    if rc != 0:
+        raise CaptureError(f"{what} failed with CUPTI error {rc}")
+    return v.value
+
+
 class CuptiBackend(CudaGraphBackend):
     """Ids from libcupti: ``cuptiGetGraphNodeId`` = (template graph id << 32) | local index."""
 
@@ -53,11 +62,7 @@ class CuptiBackend(CudaGraphBackend):
         return self._marker_addrs
 
     def _node_id(self, node: Any) -> int:
-        v = ctypes.c_uint64()
-        rc = self._lib.cuptiGetGraphNodeId(int(node), ctypes.byref(v))
-        if rc != 0:
-            raise CaptureError(f"cuptiGetGraphNodeId failed with CUPTI error {rc}")
-        return v.value
+        return _out(self._lib.cuptiGetGraphNodeId, node, ctypes.c_uint64, "cuptiGetGraphNodeId")
 
     def local_id(self, node: Any) -> int:
         return self._node_id(node) & 0xFFFFFFFF
@@ -71,8 +76,4 @@ class CuptiBackend(CudaGraphBackend):
         return v.value if rc == 0 else None
 
     def exec_id(self, graph_exec: int) -> int:
-        v = ctypes.c_uint32()
-        rc = self._lib.cuptiGetGraphExecId(int(graph_exec), ctypes.byref(v))
-        if rc != 0:
-            raise CaptureError(f"cuptiGetGraphExecId failed with CUPTI error {rc}")
-        return v.value
+        return _out(self._lib.cuptiGetGraphExecId, graph_exec, ctypes.c_uint32, "cuptiGetGraphExecId")
