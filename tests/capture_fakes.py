@@ -57,6 +57,7 @@ class FakeCuda(CaptureBackend):
         self.count_rc = 0  # != 0: the C count function fails with this CUresult
         self.c_count = True  # False: no count_function (the compiled recorder calls node_count)
         self.node_id_rc = 0  # != 0: the C node-id function fails with this code
+        self.table_id_reads = 0  # node ids the C table reader asked for
         self._c_get_nodes = GET_NODES(self._c_node_count)  # kept alive with the fake
         self._c_add_empty = ADD_EMPTY(self._c_add_marker)
         self._c_node_id = NODE_ID(self._c_marker_id)
@@ -165,6 +166,7 @@ class FakeCuda(CaptureBackend):
         return 0
 
     def _c_node_local_id(self, node, out) -> int:
+        self.table_id_reads += 1
         if self.table_rc.get("cuptiGetGraphNodeId"):
             return self.table_rc["cuptiGetGraphNodeId"]
         out[0] = (0xAB << 32) | self._node(node).local_id  # the high half: the graph's id, ignored

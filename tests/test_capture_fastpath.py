@@ -378,6 +378,55 @@ def test_read_nodes_gives_every_node_in_creation_order_with_its_kernel_fields():
                         cuda.begin_capture(0x71)) == b""  # an empty graph
 
 
+def _long_graph(cuda, n):
+    g = cuda.begin_capture(0x72)
+    for i in range(n):
+        cuda.launch(0x72, f"k{i % 7}", grid=(i + 1, 1, 1))
+    return g
+
+
+def _ids(raw):
+    return [r[1] for r in fastpath.NODE_ROW.iter_unpack(raw)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 64, 65, 200, 1000])
+def test_read_nodes_samples_the_ids_of_a_consecutive_listing(n):
+    """Consecutive ids (what a driver's listing gives, measured on the H200): the ends and every
+    64th node are read, and every row still has its node's own id."""
+    cuda = FakeCuda()
+    cuda.c_table = True
+    g = _long_graph(cuda, n)
+    raw = cuda.raw_table(g)
+    assert _ids(raw) == [(0xAB << 32) | i for i in range(n)]
+    assert cuda.decode_table(raw) == cuda.node_infos(g)
+    sampled = {0, n - 1} | set(range(64, n, 64))
+    assert cuda.table_id_reads == len(sampled)
+
+
+@pytest.mark.parametrize("where", ["gap at a sample", "gap between samples", "reversed", "last off"])
+def test_read_nodes_reads_every_id_when_a_sample_is_off(where):
+    """Ids that do not run on from the first (a graph whose nodes were not all made in listing
+    order, or numbered with gaps): every node's id is read, none inferred."""
+    cuda = FakeCuda()
+    cuda.c_table = True
+    g = _long_graph(cuda, 300)
+    nodes = cuda.graphs[g]
+    ids = list(range(300))
+    if where == "gap at a sample":
+        ids = ids[:64] + [i + 5 for i in ids[64:]]
+    elif where == "gap between samples":
+        ids = ids[:100] + [i + 1 for i in ids[100:]]
+    elif where == "reversed":
+        ids = ids[::-1]
+    else:
+        ids[-1] += 3
+    nodes[:] = [n._replace(local_id=i) for n, i in zip(nodes, ids)]
+    raw = cuda.raw_table(g)
+    assert _ids(raw) == [(0xAB << 32) | i for i in ids]
+    assert cuda.decode_table(raw) == cuda.node_infos(g)
+    assert cuda.table_id_reads > 300  # the samples, then every node
+
+
 @pytest.mark.parametrize("call", ["cuGraphGetNodes", "cuGraphNodeGetType", "cuptiGetGraphNodeId"])
 def test_read_nodes_names_the_failing_call(call):
     cuda = FakeCuda()

@@ -228,6 +228,8 @@ PyDoc_STRVAR(read_nodes_doc,
 "cuGraphKernelNodeGetParams_v2 (may be 0: no kernel parameters) and cuptiGetGraphNodeId at\n"
 "those addresses: one 64-byte row a node in native byte order (fastpath.NODE_ROW, ``=QQiIQQ3I3I``):\n"
 "handle, node id, node type, 1 when the kernel parameters were read, CUfunction, CUkernel, grid, block.\n"
+"Node ids are read at the listing's ends and every 64th node; where each of those is the first\n"
+"id plus its position, every node's id is that, else every node's id is read.\n"
 "Raises the capture error type naming the call that failed.");
 
 /* CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA >= 12.0) */
@@ -242,6 +244,43 @@ typedef int (*node_type_fn)(void *node, int *type);
 typedef int (*kernel_params_fn)(void *node, kernel_params_t *params);
 
 #define NODE_ROW 64
+/* A graph numbers its nodes as it makes them and lists them in that order, so the ids of a
+ * listing run consecutively (so do the scope positions: session.py). One id read costs ~0.17 us
+ * on the H200 (BENCHMARKS.md, capture), a third of a decoder's table: ids are sampled at this
+ * stride and the ends, and all of them are read only where a sample is off. */
+#define ID_STRIDE 64
+
+static PyObject *
+node_id_error(int rc)
+{
+    PyErr_Format(error_type ? error_type : PyExc_RuntimeError,
+                 "cuptiGetGraphNodeId failed with CUPTI error %d", rc);
+    return NULL;
+}
+
+/* 1 when the sampled ids of ``nodes`` are ``*first`` plus their positions, 0 when one is not,
+ * -1 with an exception when a read fails */
+static int
+ids_run_on(node_id_fn get_id, void **nodes, size_t n, uint64_t *first)
+{
+    int rc = get_id(nodes[0], first);
+    if (rc != 0) {
+        node_id_error(rc);
+        return -1;
+    }
+    size_t i = 0;
+    while (i < n - 1) {
+        i = i + ID_STRIDE < n - 1 ? i + ID_STRIDE : n - 1;
+        uint64_t id = 0;
+        if ((rc = get_id(nodes[i], &id)) != 0) {
+            node_id_error(rc);
+            return -1;
+        }
+        if (id != *first + i)
+            return 0;
+    }
+    return 1;
+}
 
 static PyObject *
 read_nodes(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
@@ -282,6 +321,13 @@ read_nodes(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyMem_Free(nodes);
         return NULL;
     }
+    uint64_t first = 0;
+    int run_on = ids_run_on(get_id, nodes, n, &first);
+    if (run_on < 0) {
+        Py_DECREF(out);
+        PyMem_Free(nodes);
+        return NULL;
+    }
     unsigned char *row = (unsigned char *)PyBytes_AS_STRING(out);
     for (size_t i = 0; i < n; i++, row += NODE_ROW) {
         uint64_t handle = (uint64_t)(uintptr_t)nodes[i], id = 0, func = 0, kern = 0;
@@ -294,12 +340,12 @@ read_nodes(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
             return driver_error("cuGraphNodeGetType", rc);
         }
         type = t;
-        if ((rc = get_id(nodes[i], &id)) != 0) {
+        if (run_on) {
+            id = first + i;
+        } else if ((rc = get_id(nodes[i], &id)) != 0) {
             Py_DECREF(out);
             PyMem_Free(nodes);
-            PyErr_Format(error_type ? error_type : PyExc_RuntimeError,
-                         "cuptiGetGraphNodeId failed with CUPTI error %d", rc);
-            return NULL;
+            return node_id_error(rc);
         }
         if (type == 0 && get_params != NULL) {  /* CU_GRAPH_NODE_TYPE_KERNEL */
             kernel_params_t p;
@@ -453,11 +499,8 @@ add_marker(Recorder *self)
         return NULL;
     uint64_t id = 0;
     int rc = self->node_id(node, &id);
-    if (rc != 0) {
-        PyErr_Format(error_type ? error_type : PyExc_RuntimeError,
-                     "cuptiGetGraphNodeId failed with CUPTI error %d", rc);
-        return NULL;
-    }
+    if (rc != 0)
+        return node_id_error(rc);
     PyObject *pos = PyLong_FromUnsignedLongLong(id & 0xFFFFFFFFull);
     if (pos == NULL || PyList_Append(self->markers, pos) < 0) {
         Py_XDECREF(pos);
