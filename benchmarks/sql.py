@@ -178,8 +178,19 @@ def main() -> None:
                     help="also time each module alone on a fresh session (its true cold time)")
     ap.add_argument("--sql-dir", type=Path, metavar="DIR",
                     help="time this graph_ann folder (e.g. an older version) instead of the package's own")
+    ap.add_argument("--before", type=Path, metavar="DIR",
+                    help="with --trace: only compare this graph_ann folder against the package's (or "
+                         "--sql-dir's), fresh sessions alternating, for --modules")
+    ap.add_argument("--modules", default="lane_stats,lane_busy,lanes", help="comma-separated, for --before")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds, for --before")
     args = ap.parse_args()
     engines = ("portable", "native") if args.engine == "both" else (args.engine,)
+    if args.before:
+        if not args.trace:
+            ap.error("--before needs --trace")
+        for engine in engines:
+            compare_fresh(args.trace, engine, args.before, args.sql_dir, args.modules.split(","), args.rounds)
+        return
     if args.trace:
         report(args.trace, engines, args.statements, args.sql_dir, args.fresh)
         return
@@ -196,18 +207,41 @@ def main() -> None:
             report(out, engines, args.statements, args.sql_dir, args.fresh)
 
 
-def time_fresh(path: Path, engine: str, sql_dir: Optional[Path] = None) -> Dict[str, Tuple[float, float]]:
+def time_fresh(path: Path, engine: str, sql_dir: Optional[Path] = None,
+               modules: Optional[List[str]] = None) -> Dict[str, Tuple[float, float]]:
     """(wall, engine CPU) seconds of each module's INCLUDE alone on a fresh session (the
     module and its dependencies, plus what a session's first query pays)."""
     config = EngineConfig(sql_packages=[sql_dir]) if sql_dir else None
     out: Dict[str, Tuple[float, float]] = {}
-    for m in module_deps(sql_dir or SQL_DIR):
+    for m in modules or module_deps(sql_dir or SQL_DIR):
         with open_trace(path, engine=engine, config=config) as s:
             pid = s.engine.pid
             c, t = cpu_seconds(pid), time.perf_counter()
             s.query(f"INCLUDE PERFETTO MODULE graph_ann.{m}")
             out[m] = (time.perf_counter() - t, cpu_seconds(pid) - c)
     return out
+
+
+def compare_fresh(path: Path, engine: str, before: Path, after: Optional[Path], modules: List[str],
+                  rounds: int) -> None:
+    """Fresh-session times of ``modules`` from two graph_ann folders, alternating folder by
+    folder within each round (the same machine state for both): a before / after table."""
+    rows: Dict[str, Dict[str, List[Tuple[float, float]]]] = {m: {"before": [], "after": []} for m in modules}
+    for _ in range(rounds):
+        for arm, d in (("before", before), ("after", after)):
+            for m, v in time_fresh(path, engine, d, modules).items():
+                rows[m][arm].append(v)
+    print(f"\nfresh sessions, {rounds} rounds alternating; before: {before}, after: {after or 'the package'}")
+    print("| module | before wall s (rounds) | after wall s (rounds) | before CPU s | after CPU s |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for m, r in rows.items():
+        def walls(arm):
+            return " / ".join(f"{w:.2f}" for w, _ in r[arm])
+
+        def cpus(arm):
+            return " / ".join(f"{c:.2f}" for _, c in r[arm])
+        print(f"| graph_ann.{m} | {walls('before')} | {walls('after')} | {cpus('before')} | {cpus('after')} |")
+    print(f"load average after: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
 
 
 def report(out: Path, engines, per_statement: bool, sql_dir: Optional[Path] = None, fresh: bool = False) -> None:

@@ -10,53 +10,12 @@
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 
--- The one pass over all GPU work that the lane statistics, the top kernels and
--- the replays' span share: per (device, lane, name, category, graphed or not),
--- counts and extremes. Each of the three is then a small aggregate of these
--- groups. Only what needs the groups is aggregated here; a lane's other
--- extremes come from `_graph_ann_lane_extremes`.
-CREATE PERFETTO TABLE _graph_ann_lane_group(
-  -- GPU index.
-  device LONG,
-  -- Lane id.
-  lane_id LONG,
-  -- Kernel / memcpy / memset name.
-  name STRING,
-  -- Kineto category.
-  category STRING,
-  -- Whether a graph launch launched the work.
-  is_graphed BOOL,
-  -- Number of work slices.
-  work_count LONG,
-  -- Sum of the durations.
-  total_dur DURATION,
-  -- Longest duration.
-  max_dur DURATION,
-  -- Last end.
-  end_ts TIMESTAMP,
-  -- Smallest track id.
-  track_id LONG
-) AS
-SELECT
-  device,
-  lane_id,
-  name,
-  category,
-  is_graphed,
-  COUNT(*) AS work_count,
-  SUM(dur) AS total_dur,
-  MAX(dur) AS max_dur,
-  MAX(ts + dur) AS end_ts,
-  MIN(track_id) AS track_id
-FROM _graph_ann_work
-GROUP BY device, lane_id, name, category, is_graphed;
-
--- One lane's first and last start, shortest duration, largest track id and
--- smallest and largest depth: each the first row of the lane's work in one
--- order, which the trace processor filters and sorts natively. A NULL device
--- or lane matches nothing here (`=`); such work has no row in `graph_ann_lane`
--- (the percentiles are joined with `=` too).
-CREATE PERFETTO FUNCTION _graph_ann_lane_extremes(
+-- One lane's counts, sums and extremes. Each is either one aggregate pass
+-- over the lane's rows (which the trace processor filters natively) or the
+-- first row of the lane's work in one order (filtered and sorted natively):
+-- no GROUP BY over all GPU work. A NULL device or lane matches nothing here
+-- (`=`); such work has no row in `_graph_ann_lane_stats`.
+CREATE PERFETTO FUNCTION _graph_ann_lane_figures(
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -64,12 +23,24 @@ CREATE PERFETTO FUNCTION _graph_ann_lane_extremes(
 )
 -- One row.
 RETURNS TABLE(
+  -- Number of work slices.
+  work_count LONG,
+  -- Sum of the durations.
+  total_dur LONG,
+  -- Last end.
+  end_ts LONG,
+  -- Number of kernels.
+  kernel_count LONG,
+  -- Longest duration.
+  max_dur LONG,
   -- First start.
   first_ts LONG,
   -- Last start.
   last_ts LONG,
   -- Shortest duration.
   min_dur LONG,
+  -- Smallest track id.
+  track_id LONG,
   -- Largest track id.
   max_track_id LONG,
   -- Smallest depth.
@@ -78,14 +49,64 @@ RETURNS TABLE(
   max_depth LONG
 ) AS
 SELECT
+  a.work_count,
+  a.total_dur,
+  a.end_ts,
+  (SELECT COUNT(*) FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id AND category = 'kernel')
+    AS kernel_count,
+  (SELECT dur FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY dur DESC LIMIT 1) AS max_dur,
   (SELECT ts FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY ts LIMIT 1) AS first_ts,
   (SELECT ts FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY ts DESC LIMIT 1) AS last_ts,
   (SELECT dur FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY dur LIMIT 1) AS min_dur,
+  (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id LIMIT 1)
+    AS track_id,
   (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id DESC LIMIT 1)
     AS max_track_id,
   (SELECT depth FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY depth LIMIT 1) AS min_depth,
   (SELECT depth FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY depth DESC LIMIT 1)
-    AS max_depth;
+    AS max_depth
+FROM (
+  SELECT COUNT(*) AS work_count, SUM(dur) AS total_dur, MAX(ts + dur) AS end_ts
+  FROM _graph_ann_work
+  WHERE device = $device AND lane_id = $lane_id
+) AS a;
+
+-- The lanes that have GPU work: one row per (device, lane), neither NULL.
+CREATE PERFETTO TABLE _graph_ann_lane_ids(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG
+) AS
+SELECT device, lane_id
+FROM _graph_ann_work
+WHERE device IS NOT NULL AND lane_id IS NOT NULL
+GROUP BY device, lane_id;
+
+-- The last end of one device's graph-launched work, whose last start is
+-- `last_ts`. Only work that starts at or after `last_ts` less the longest
+-- duration can end after `last_ts`, and the work started last ends no
+-- earlier than `last_ts` unless its duration is negative: where those
+-- candidates (filtered natively) end at `last_ts` or later, their last end is
+-- the answer; otherwise every row is read.
+CREATE PERFETTO FUNCTION _graph_ann_graphed_end(
+  -- GPU index.
+  device LONG,
+  -- Last start of the device's graph-launched work.
+  last_ts LONG
+)
+-- The last end.
+RETURNS LONG AS
+SELECT CASE WHEN c.end_ts >= $last_ts THEN c.end_ts ELSE (
+  SELECT MAX(ts + dur) FROM _graph_ann_work WHERE device = $device AND is_graphed = 1
+) END
+FROM (
+  SELECT MAX(ts + dur) AS end_ts
+  FROM _graph_ann_work
+  WHERE device = $device AND is_graphed = 1 AND ts >= $last_ts - (
+    SELECT dur FROM _graph_ann_work WHERE device = $device AND is_graphed = 1 ORDER BY dur DESC LIMIT 1
+  )
+) AS c;
 
 -- Per device: the span of the graph replays (first start to last end of the
 -- GPU work launched by graph launches); no row for a device without replays.
@@ -97,14 +118,16 @@ CREATE PERFETTO TABLE _graph_ann_replays_span(
   -- Length of the span.
   dur DURATION
 ) AS
-SELECT
-  device,
-  (SELECT ts FROM _graph_ann_work AS w WHERE w.device = g.device AND w.is_graphed = 1 ORDER BY ts LIMIT 1) AS ts,
-  MAX(end_ts)
-    - (SELECT ts FROM _graph_ann_work AS w WHERE w.device = g.device AND w.is_graphed = 1 ORDER BY ts LIMIT 1) AS dur
-FROM _graph_ann_lane_group AS g
-WHERE is_graphed
-GROUP BY device;
+SELECT device, ts, _graph_ann_graphed_end(device, last_ts) - ts AS dur
+FROM (
+  SELECT
+    d.device,
+    (SELECT ts FROM _graph_ann_work AS w WHERE w.device = d.device AND w.is_graphed = 1 ORDER BY ts LIMIT 1) AS ts,
+    (SELECT ts FROM _graph_ann_work AS w WHERE w.device = d.device AND w.is_graphed = 1 ORDER BY ts DESC LIMIT 1)
+      AS last_ts
+  FROM (SELECT device FROM _graph_ann_lane_ids GROUP BY device) AS d
+)
+WHERE ts IS NOT NULL;
 
 -- Per lane: counts and simple statistics of its work, and whether the lane's
 -- work intervals are disjoint by construction ("flat"): all on one track, at
@@ -141,34 +164,21 @@ CREATE PERFETTO TABLE _graph_ann_lane_stats(
   flat BOOL
 ) AS
 SELECT
-  s.device,
-  s.lane_id,
-  s.track_id,
-  s.work_count,
-  s.kernel_count,
-  s.total_dur,
-  s.mean_dur,
+  l.device,
+  l.lane_id,
+  x.track_id,
+  x.work_count,
+  x.kernel_count,
+  x.total_dur,
+  -- total / count is what AVG(dur) gives for integers (SQLite sums them
+  -- exactly, then divides as doubles)
+  CAST(x.total_dur AS DOUBLE) / x.work_count AS mean_dur,
   x.min_dur,
-  s.max_dur,
+  x.max_dur,
   x.first_ts,
   x.last_ts,
-  s.end_ts,
-  s.track_id = x.max_track_id AND x.min_depth = x.max_depth AND x.min_dur >= 0
-    AND (SELECT n.laminar FROM _graph_ann_track_name AS n WHERE n.track_id = s.track_id) AS flat
-FROM (
-  -- The mean as total / count is what AVG(dur) gives for integers (SQLite
-  -- sums them exactly, then divides as doubles).
-  SELECT
-    device,
-    lane_id,
-    MIN(track_id) AS track_id,
-    SUM(work_count) AS work_count,
-    SUM(CASE WHEN category = 'kernel' THEN work_count ELSE 0 END) AS kernel_count,
-    SUM(total_dur) AS total_dur,
-    CAST(SUM(total_dur) AS DOUBLE) / SUM(work_count) AS mean_dur,
-    MAX(max_dur) AS max_dur,
-    MAX(end_ts) AS end_ts
-  FROM _graph_ann_lane_group
-  GROUP BY device, lane_id
-) AS s
-JOIN _graph_ann_lane_extremes(s.device, s.lane_id) AS x;
+  x.end_ts,
+  x.track_id = x.max_track_id AND x.min_depth = x.max_depth AND x.min_dur >= 0
+    AND (SELECT n.laminar FROM _graph_ann_track_name AS n WHERE n.track_id = x.track_id) AS flat
+FROM _graph_ann_lane_ids AS l
+JOIN _graph_ann_lane_figures(l.device, l.lane_id) AS x;

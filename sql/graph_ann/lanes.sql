@@ -140,6 +140,30 @@ LEFT JOIN _graph_ann_lane_busy AS b USING (device, lane_id)
 LEFT JOIN _graph_ann_replays_span AS r USING (device)
 ORDER BY s.device, s.lane_id;
 
+-- One lane's kernels by name: count, total and longest duration (the lane's
+-- rows filtered natively, then grouped by name).
+CREATE PERFETTO FUNCTION _graph_ann_lane_kernels(
+  -- GPU index.
+  device LONG,
+  -- Lane id.
+  lane_id LONG
+)
+-- One row per kernel name.
+RETURNS TABLE(
+  -- Kernel name.
+  name STRING,
+  -- Number of launches.
+  count LONG,
+  -- Sum of the durations.
+  total_dur LONG,
+  -- Longest duration.
+  max_dur LONG
+) AS
+SELECT name, COUNT(*) AS count, SUM(dur) AS total_dur, MAX(dur) AS max_dur
+FROM _graph_ann_work
+WHERE device = $device AND lane_id = $lane_id AND category = 'kernel'
+GROUP BY name;
+
 -- Kernels per lane by total time: one row per (device, lane, kernel name),
 -- ranked within the lane by total duration (1 = most time; ties by name).
 -- Keep `rank <= N` for a lane's top N.
@@ -165,31 +189,17 @@ CREATE PERFETTO TABLE graph_ann_lane_top_kernels(
   -- `total_dur` over the sum of the durations of all kernels on the lane.
   share DOUBLE
 ) AS
-WITH
-  per_kernel AS (
-    SELECT
-      device,
-      lane_id,
-      MIN(track_id) AS track_id,
-      name,
-      SUM(work_count) AS count,
-      SUM(total_dur) AS total_dur,
-      CAST(SUM(total_dur) AS DOUBLE) / SUM(work_count) AS mean_dur,
-      MAX(max_dur) AS max_dur
-    FROM _graph_ann_lane_group
-    WHERE category = 'kernel'
-    GROUP BY device, lane_id, name
-  )
 SELECT
-  device,
-  lane_id,
-  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = k.track_id) AS lane_name,
-  name,
-  ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY total_dur DESC, name) AS rank,
-  count,
-  total_dur,
-  mean_dur,
-  max_dur,
-  CAST(total_dur AS DOUBLE) / SUM(total_dur) OVER (PARTITION BY device, lane_id) AS share
-FROM per_kernel AS k
-ORDER BY device, lane_id, rank;
+  s.device,
+  s.lane_id,
+  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = s.track_id) AS lane_name,
+  k.name,
+  ROW_NUMBER() OVER (PARTITION BY s.device, s.lane_id ORDER BY k.total_dur DESC, k.name) AS rank,
+  k.count,
+  k.total_dur,
+  CAST(k.total_dur AS DOUBLE) / k.count AS mean_dur,
+  k.max_dur,
+  CAST(k.total_dur AS DOUBLE) / SUM(k.total_dur) OVER (PARTITION BY s.device, s.lane_id) AS share
+FROM _graph_ann_lane_stats AS s
+JOIN _graph_ann_lane_kernels(s.device, s.lane_id) AS k
+ORDER BY s.device, s.lane_id, rank;
