@@ -96,3 +96,22 @@ def test_lane_statistics_of_work_without_a_lane(tmp_path: Path):
         rows = s.query("INCLUDE PERFETTO MODULE graph_ann.lanes; "
                        f"SELECT lane_id, {', '.join(cols)} FROM graph_ann_lane").tuples()
     assert {r[0]: tuple(r[1:]) for r in rows} == want
+
+
+def test_top_kernels_of_work_without_a_lane(tmp_path: Path):
+    """graph_ann_lane_top_kernels keeps work without a lane (NULL lane id) as its own group,
+    ranked by total duration, with each kernel's share of that group; lane 7's rows as usual."""
+    meta = [{"name": "process_name", "ph": "M", "ts": 0, "pid": 0, "tid": 0, "args": {"name": "gpu"}}]
+    events = [_kernel(n, ts, dur, 8 if s is None else s, s) for n, ts, dur, s in KERNELS]
+    src = tmp_path / "no_lane.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": meta + events}))
+    want = {}
+    for lane in {k[3] for k in KERNELS}:
+        work = sorted(((-dur, name) for name, _, dur, s in KERNELS if s == lane))
+        total = -sum(d for d, _ in work)
+        for rank, (neg, name) in enumerate(work, 1):
+            want[(lane, name)] = (rank, 1, -neg * 1000, -neg / total)
+    with open_trace(src, engine="portable") as s:
+        rows = s.query("INCLUDE PERFETTO MODULE graph_ann.lanes; "
+                       "SELECT lane_id, name, rank, count, total_dur, share FROM graph_ann_lane_top_kernels").tuples()
+    assert {(r[0], r[1]): tuple(r[2:]) for r in rows} == want

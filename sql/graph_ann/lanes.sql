@@ -202,4 +202,25 @@ SELECT
   CAST(k.total_dur AS DOUBLE) / SUM(k.total_dur) OVER (PARTITION BY s.device, s.lane_id) AS share
 FROM _graph_ann_lane_stats AS s
 JOIN _graph_ann_lane_kernels(s.device, s.lane_id) AS k
-ORDER BY s.device, s.lane_id, rank;
+UNION ALL
+-- work without a device or lane (no row in `_graph_ann_lane_stats`): its
+-- kernels grouped as they are, named after their first track
+SELECT
+  device,
+  lane_id,
+  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = k.track_id) AS lane_name,
+  name,
+  ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY total_dur DESC, name) AS rank,
+  count,
+  total_dur,
+  CAST(total_dur AS DOUBLE) / count AS mean_dur,
+  max_dur,
+  CAST(total_dur AS DOUBLE) / SUM(total_dur) OVER (PARTITION BY device, lane_id) AS share
+FROM (
+  SELECT device, lane_id, name, MIN(track_id) AS track_id, COUNT(*) AS count, SUM(dur) AS total_dur,
+    MAX(dur) AS max_dur
+  FROM _graph_ann_work
+  WHERE category = 'kernel' AND (device IS NULL OR lane_id IS NULL)
+  GROUP BY device, lane_id, name
+) AS k
+ORDER BY device, lane_id, rank;
