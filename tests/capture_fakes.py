@@ -58,6 +58,7 @@ class FakeCuda(CaptureBackend):
         self.c_count = True  # False: no count_function (the compiled recorder calls node_count)
         self.node_id_rc = 0  # != 0: the C node-id function fails with this code
         self.table_id_reads = 0  # node ids the C table reader asked for
+        self.listing_short = 0  # > 0: a listing returns this many nodes fewer than the count said
         self._c_get_nodes = GET_NODES(self._c_node_count)  # kept alive with the fake
         self._c_add_empty = ADD_EMPTY(self._c_add_marker)
         self._c_node_id = NODE_ID(self._c_marker_id)
@@ -137,6 +138,8 @@ class FakeCuda(CaptureBackend):
                 return self.table_rc["cuGraphGetNodes"]
             with self.lock:
                 listing = [n.handle for n in self.graphs[graph or 0]][:num[0]]
+            if self.listing_short:  # a listing shorter than the count asked for just before
+                listing = listing[:max(0, len(listing) - self.listing_short)]
             arr = ctypes.cast(nodes, ctypes.POINTER(ctypes.c_void_p))
             for i, h in enumerate(listing):
                 arr[i] = h

@@ -427,6 +427,19 @@ def test_read_nodes_reads_every_id_when_a_sample_is_off(where):
     assert cuda.table_id_reads > 300  # the samples, then every node
 
 
+@pytest.mark.parametrize("short", [1, 5])
+def test_read_nodes_takes_a_listing_shorter_than_the_count(short):
+    """The listing holds fewer nodes than the count read just before it (all of them: an empty
+    listing): the rows are those of the listing, ids sampled on it."""
+    cuda = FakeCuda()
+    cuda.c_table = True
+    g = _long_graph(cuda, 5)
+    cuda.listing_short = short
+    raw = cuda.raw_table(g)
+    assert _ids(raw) == [(0xAB << 32) | i for i in range(5 - short)]
+    assert cuda.table_id_reads == (2 if short < 5 else 0)  # the two ends; none of an empty listing
+
+
 @pytest.mark.parametrize("call", ["cuGraphGetNodes", "cuGraphNodeGetType", "cuptiGetGraphNodeId"])
 def test_read_nodes_names_the_failing_call(call):
     cuda = FakeCuda()

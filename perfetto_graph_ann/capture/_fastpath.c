@@ -322,7 +322,7 @@ read_nodes(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     uint64_t first = 0;
-    int run_on = ids_run_on(get_id, nodes, n, &first);
+    int run_on = n > 0 ? ids_run_on(get_id, nodes, n, &first) : 0;
     if (run_on < 0) {
         Py_DECREF(out);
         PyMem_Free(nodes);
