@@ -235,12 +235,8 @@ def compare_fresh(path: Path, engine: str, before: Path, after: Optional[Path], 
     print("| module | before wall s (rounds) | after wall s (rounds) | before CPU s | after CPU s |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for m, r in rows.items():
-        def walls(arm):
-            return " / ".join(f"{w:.2f}" for w, _ in r[arm])
-
-        def cpus(arm):
-            return " / ".join(f"{c:.2f}" for _, c in r[arm])
-        print(f"| graph_ann.{m} | {walls('before')} | {walls('after')} | {cpus('before')} | {cpus('after')} |")
+        cells = [" / ".join(f"{v[k]:.2f}" for v in r[arm]) for k in (0, 1) for arm in ("before", "after")]
+        print(f"| graph_ann.{m} | {' | '.join(cells)} |")
     print(f"load average after: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
 
 

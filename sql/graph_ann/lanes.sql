@@ -189,22 +189,20 @@ CREATE PERFETTO TABLE graph_ann_lane_top_kernels(
   -- `total_dur` over the sum of the durations of all kernels on the lane.
   share DOUBLE
 ) AS
-SELECT
-  s.device,
-  s.lane_id,
-  (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = s.track_id) AS lane_name,
-  k.name,
-  ROW_NUMBER() OVER (PARTITION BY s.device, s.lane_id ORDER BY k.total_dur DESC, k.name) AS rank,
-  k.count,
-  k.total_dur,
-  CAST(k.total_dur AS DOUBLE) / k.count AS mean_dur,
-  k.max_dur,
-  CAST(k.total_dur AS DOUBLE) / SUM(k.total_dur) OVER (PARTITION BY s.device, s.lane_id) AS share
-FROM _graph_ann_lane_stats AS s
-JOIN _graph_ann_lane_kernels(s.device, s.lane_id) AS k
-UNION ALL
--- work without a device or lane (no row in `_graph_ann_lane_stats`): its
--- kernels grouped as they are, named after their first track
+WITH
+  per_kernel AS (
+    SELECT s.device, s.lane_id, s.track_id, k.name, k.count, k.total_dur, k.max_dur
+    FROM _graph_ann_lane_stats AS s
+    JOIN _graph_ann_lane_kernels(s.device, s.lane_id) AS k
+    UNION ALL
+    -- work without a device or lane (no row in `_graph_ann_lane_stats`): its
+    -- kernels grouped as they are, named after their first track
+    SELECT device, lane_id, MIN(track_id) AS track_id, name, COUNT(*) AS count, SUM(dur) AS total_dur,
+      MAX(dur) AS max_dur
+    FROM _graph_ann_work
+    WHERE category = 'kernel' AND (device IS NULL OR lane_id IS NULL)
+    GROUP BY device, lane_id, name
+  )
 SELECT
   device,
   lane_id,
@@ -216,11 +214,5 @@ SELECT
   CAST(total_dur AS DOUBLE) / count AS mean_dur,
   max_dur,
   CAST(total_dur AS DOUBLE) / SUM(total_dur) OVER (PARTITION BY device, lane_id) AS share
-FROM (
-  SELECT device, lane_id, name, MIN(track_id) AS track_id, COUNT(*) AS count, SUM(dur) AS total_dur,
-    MAX(dur) AS max_dur
-  FROM _graph_ann_work
-  WHERE category = 'kernel' AND (device IS NULL OR lane_id IS NULL)
-  GROUP BY device, lane_id, name
-) AS k
+FROM per_kernel AS k
 ORDER BY device, lane_id, rank;
