@@ -8,6 +8,7 @@ signatures. Skipped where the extension is not built (no C compiler at install t
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import gc
 import os
@@ -592,3 +593,86 @@ def test_mark_kernels_runs_in_c_inside_a_capture_and_leaks_nothing(monkeypatch, 
         del sess.recorder.closed[:]
         gc.collect()
         assert sys.getrefcount(sess) == base_sess and sys.getrefcount(name) == base_name
+
+
+def test_mark_kernels_copies_a_plain_dict_in_c_and_hands_anything_else_to_normalize(monkeypatch):
+    """A dict of str keys (``stream`` an int or absent) is copied in C without the Python
+    normalizer; any other annotation goes to it, and its errors are raised as before."""
+    from perfetto_graph_ann.capture import autograd
+    from perfetto_graph_ann.capture import marks as M
+    from perfetto_graph_ann.capture.scopes import normalize_annotation
+
+    seen = []
+
+    def spy(annotation):
+        seen.append(annotation)
+        return normalize_annotation(annotation)
+
+    C.mark_setup(S._local, autograd, fastpath, spy)
+    try:
+        ann = {"name": "layer", "layer": 3, "stream": 61, "k": [1]}
+        m = M.mark_kernels(ann)
+        assert m.fields == ann and m.fields is not ann and seen == []
+        ann["layer"] = 4  # the caller's dict changed afterwards: the scope keeps what it was given
+        assert m.fields["layer"] == 3
+        assert M.mark_kernels({"name": "x", "stream": None}).fields == {"name": "x", "stream": None}
+        assert seen == []
+        od = collections.OrderedDict(name="o")
+        assert M.mark_kernels(od).fields == {"name": "o"} and seen == [od]
+        for bad in ({1: "a"}, {"stream": True}, {"stream": "lane"}, {"stream": 1.0}, 3, None):
+            with pytest.raises(TypeError):
+                M.mark_kernels(bad)
+        assert len(seen) == 7  # each bad one reached the normalizer, which raised
+    finally:
+        C.mark_setup(S._local, autograd, fastpath, normalize_annotation)
+
+
+def test_scope_edges_read_autograd_counter_and_grad_mode_in_cpp_where_torch_exports_them(monkeypatch):
+    """With torch's ``at::sequence_number::peek`` and ``c10::GradMode::is_enabled`` found and
+    agreeing, a scope's region reads them directly: neither Python binding is called by the
+    scopes of a capture in flight, and the regions' numbers are those torch's binding reads."""
+    torch = pytest.importorskip("torch")
+    from capture_fakes import pushed_capture
+
+    from perfetto_graph_ann.capture import autograd
+    from perfetto_graph_ann.capture import marks as M
+
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    real_seq, real_grad = torch._C._autograd._get_sequence_nr, torch.is_grad_enabled
+    assert all(M._native_functions(torch, real_grad))  # both exported by this torch
+    calls = collections.Counter()
+
+    def seq():
+        calls["seq"] += 1
+        return real_seq()
+
+    def grad():
+        calls["grad"] += 1
+        return real_grad()
+
+    monkeypatch.setattr(torch._C._autograd, "_get_sequence_nr", seq)
+    monkeypatch.setattr(torch, "is_grad_enabled", grad)
+    monkeypatch.setattr(autograd, "_peek", None)  # remade from the spy
+    try:
+        with pushed_capture(0x70) as sess:
+            with M.mark_kernels("setup"):  # first region: Python's enter_region, configures C
+                pass
+            M._setup_fast()
+            calls.clear()
+            w = torch.ones(3, requires_grad=True)
+            starts = []
+            for _ in range(5):
+                with M.mark_kernels("s") as m:
+                    starts.append((m.start, real_seq()))
+                    w * 2  # one node made: the region goes to Python's exit with the C end
+            assert calls["seq"] == 0 and calls["grad"] == 0
+            assert all(s == r for s, r in starts) and len({s for s, _ in starts}) == 5
+            # a disagreeing counter is refused: the Python bindings again
+            monkeypatch.setattr(torch._C._autograd, "_get_sequence_nr", lambda: real_seq() + 1)
+            assert M._native_functions(torch, real_grad)[0] == 0
+            monkeypatch.setattr(torch, "is_grad_enabled", lambda: True)
+            assert M._native_functions(torch, torch.is_grad_enabled)[1] == 0
+    finally:
+        monkeypatch.undo()
+        autograd._peek = None
+        M._setup_fast()

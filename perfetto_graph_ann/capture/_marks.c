@@ -13,11 +13,17 @@
  *          nodes goes to _exit_region); then the token is closed.
  * Setup (marks.py, once; again whenever sys.modules["torch"] changes): mark_setup(session
  * local, autograd module, fastpath module, normalize) and mark_torch(torch,
- * current_autograd_node, is_grad_enabled).
+ * current_autograd_node, is_grad_enabled[, peek, grad_mode]): the last two are addresses of
+ * the C++ functions behind autograd's counter reader and grad mode (at::sequence_number::peek,
+ * c10::GradMode::is_enabled), 0 where not found or where they did not agree with torch's
+ * Python functions (marks.py checks): each saves a call into torch's Python bindings (pybind11
+ * for the counter) at a scope edge, whose code runs cold there.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include "_fastpath.h"
 
 typedef struct {
@@ -29,6 +35,8 @@ typedef struct {
     PyObject *native;     /* torch's own mark_kernels context, if used */
     PyObject *range;      /* autograd.Range, built on demand (Python) */
     PyObject *start;      /* first node number of the region (int) */
+    PyObject *rec;        /* the compiled recorder the C enter opened the token on (to close it) */
+    PyObject *open;       /* the thread's open regions the C enter appended this region to */
     char backward;
     char region;          /* a region is open */
     char grad;            /* grad mode at entry */
@@ -42,10 +50,14 @@ static PyObject *normalize = NULL;      /* scopes.normalize_annotation */
 static PyObject *cfg_torch = NULL;      /* the torch module of mark_torch */
 static PyObject *current_node = NULL;   /* torch._C._current_autograd_node */
 static PyObject *is_grad_enabled = NULL;
+typedef uint64_t (*peek_c_fn)(void);
+typedef bool (*grad_c_fn)(void);
+static peek_c_fn c_peek = NULL;         /* at::sequence_number::peek, or NULL */
+static grad_c_fn c_grad = NULL;         /* c10::GradMode::is_enabled, or NULL */
 
 static PyObject *s_stack, *s_recorder, *s_torch, *s_ENABLED, *s_peek, *s_peek_owner, *s_uses, *s_orig,
                 *s_table, *s_open, *s_close, *s_enter_region, *s_table_fn, *s_enter_py, *s_exit_py,
-                *s_exit_region, *s_name;
+                *s_exit_region, *s_name, *s_stream;
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
@@ -80,19 +92,50 @@ mark_setup(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 mark_torch(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "mark_torch(torch, current_autograd_node, is_grad_enabled)");
+    if (nargs != 3 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "mark_torch(torch, current_autograd_node, is_grad_enabled[, peek, grad_mode])");
         return NULL;
+    }
+    void *addr[2] = {NULL, NULL};
+    for (Py_ssize_t i = 3; i < nargs; i++) {
+        addr[i - 3] = PyLong_AsVoidPtr(args[i]);
+        if (addr[i - 3] == NULL && PyErr_Occurred())
+            return NULL;
     }
     for (int i = 0; i < 3; i++)
         Py_INCREF(args[i]);
     Py_XSETREF(cfg_torch, args[0]);
     Py_XSETREF(current_node, args[1]);
     Py_XSETREF(is_grad_enabled, args[2]);
+    c_peek = (peek_c_fn)addr[0];
+    c_grad = (grad_c_fn)addr[1];
     Py_RETURN_NONE;
 }
 
 /* ---- the type --------------------------------------------------------------------------- */
+
+/* scopes.normalize_annotation for an exact dict whose keys are all str and whose "stream" is
+ * None or an int (not a bool): its copy (new reference). NULL without an exception for
+ * anything else (the Python function then copies it or raises its error). */
+static PyObject *
+plain_dict_copy(PyObject *annotation)
+{
+    if (!PyDict_CheckExact(annotation))
+        return NULL;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(annotation, &pos, &k, &v)) {
+        if (!PyUnicode_Check(k))
+            return NULL;
+    }
+    PyObject *lane = PyDict_GetItemWithError(annotation, s_stream);
+    if (lane == NULL && PyErr_Occurred())
+        return NULL;
+    if (lane != NULL && lane != Py_None && (!PyLong_Check(lane) || PyBool_Check(lane)))
+        return NULL;
+    return PyDict_Copy(annotation);
+}
 
 static int
 Mark_init(Mark *self, PyObject *args, PyObject *kw)
@@ -109,6 +152,10 @@ Mark_init(Mark *self, PyObject *args, PyObject *kw)
             Py_XDECREF(fields);
             return -1;
         }
+    } else if ((fields = plain_dict_copy(annotation)) != NULL) {
+        ;
+    } else if (PyErr_Occurred()) {
+        return -1;
     } else {
         if (normalize == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "mark_kernels: _fastpath.mark_setup was not called");
@@ -126,6 +173,8 @@ Mark_init(Mark *self, PyObject *args, PyObject *kw)
     Py_CLEAR(self->native);
     Py_CLEAR(self->range);
     Py_CLEAR(self->start);
+    Py_CLEAR(self->rec);
+    Py_CLEAR(self->open);
     self->backward = (char)backward;
     self->region = 0;
     self->grad = 0;
@@ -142,6 +191,8 @@ Mark_traverse(Mark *self, visitproc visit, void *arg)
     Py_VISIT(self->native);
     Py_VISIT(self->range);
     Py_VISIT(self->start);
+    Py_VISIT(self->rec);
+    Py_VISIT(self->open);
     return 0;
 }
 
@@ -155,6 +206,8 @@ Mark_clear(Mark *self)
     Py_CLEAR(self->native);
     Py_CLEAR(self->range);
     Py_CLEAR(self->start);
+    Py_CLEAR(self->rec);
+    Py_CLEAR(self->open);
     return 0;
 }
 
@@ -200,6 +253,14 @@ peek_fn(void)
     if (peek == NULL || peek == Py_None || owner != cfg_torch)
         return NULL;
     return peek;
+}
+
+/* read the counter through c_peek: there is one, and autograd's reader (whose numbers the
+ * Python side computes with) does not use a number up, so both read the same counter */
+static int
+native_peek(void)
+{
+    return c_peek != NULL && ag(s_uses) != Py_True;
 }
 
 /* this thread's RangeTable.open list (new reference), or NULL with an exception */
@@ -250,14 +311,19 @@ region_enter(Mark *self)
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
-    PyObject *g = PyObject_CallNoArgs(is_grad_enabled);
-    if (g == NULL)
-        return -1;
-    int grad = PyObject_IsTrue(g);
-    Py_DECREF(g);
-    if (grad < 0)
-        return -1;
-    PyObject *start = PyObject_CallNoArgs(peek);
+    int grad;
+    if (c_grad != NULL) {
+        grad = c_grad() ? 1 : 0;
+    } else {
+        PyObject *g = PyObject_CallNoArgs(is_grad_enabled);
+        if (g == NULL)
+            return -1;
+        grad = PyObject_IsTrue(g);
+        Py_DECREF(g);
+        if (grad < 0)
+            return -1;
+    }
+    PyObject *start = native_peek() ? PyLong_FromUnsignedLongLong(c_peek()) : PyObject_CallNoArgs(peek);
     if (start == NULL)
         return -1;
     Py_XSETREF(self->start, start);
@@ -265,9 +331,12 @@ region_enter(Mark *self)
     PyObject *open = open_regions();
     if (open == NULL)
         return -1;
-    int rc = PyList_Append(open, (PyObject *)self);
-    Py_DECREF(open);
-    return rc;
+    if (PyList_Append(open, (PyObject *)self) < 0) {
+        Py_DECREF(open);
+        return -1;
+    }
+    Py_XSETREF(self->open, open);  /* the exit pops it from there: a block exits on its thread */
+    return 0;
 }
 
 static PyObject *
@@ -297,6 +366,8 @@ Mark_enter(Mark *self, PyObject *unused)
     Py_CLEAR(self->sess);
     Py_CLEAR(self->tok);
     Py_CLEAR(self->native);
+    Py_CLEAR(self->rec);
+    Py_CLEAR(self->open);
     self->region = 0;
     if (!fp_recorder_active(rec))
         goto done;
@@ -310,6 +381,8 @@ Mark_enter(Mark *self, PyObject *unused)
     self->tok = tok;
     self->sess = sess;
     sess = NULL;
+    self->rec = rec;
+    rec = NULL;
     if (self->backward && region_enter(self) < 0)
         goto fail;
 done:
@@ -337,8 +410,9 @@ fail:
 static int
 region_pop(Mark *self)
 {
-    PyObject *open = open_regions();
-    if (open == NULL)
+    PyObject *open = self->open;
+    self->open = NULL;
+    if (open == NULL && (open = open_regions()) == NULL)
         return -1;
     Py_ssize_t n = PyList_GET_SIZE(open);
     int rc = 0;
@@ -356,10 +430,12 @@ static int
 region_exit(Mark *self)
 {
     self->region = 0;
-    PyObject *peek = fast_ok() == 1 ? peek_fn() : NULL;
+    /* entered in C (the list kept): the enter's checks hold; else as the enter would decide */
+    PyObject *peek = self->open != NULL || fast_ok() == 1 ? peek_fn() : NULL;
     if (PyErr_Occurred())
         return -1;
-    PyObject *end = peek != NULL && self->start != NULL ? PyObject_CallNoArgs(peek) : NULL;
+    PyObject *end = peek == NULL || self->start == NULL ? NULL
+                    : native_peek() ? PyLong_FromUnsignedLongLong(c_peek()) : PyObject_CallNoArgs(peek);
     if (end == NULL) {
         if (PyErr_Occurred())
             return -1;
@@ -395,9 +471,11 @@ Mark_exit(Mark *self, PyObject *const *args, Py_ssize_t nargs)
                                          4, NULL);
     if (self->region && region_exit(self) < 0)
         return NULL;
+    Py_CLEAR(self->open);  /* a region handed to Python's exit was popped there */
     if (self->tok != NULL && self->tok != Py_None && self->sess != NULL) {
-        PyObject *rec = PyObject_GetAttr(self->sess, s_recorder);
-        if (rec == NULL)
+        PyObject *rec = self->rec;
+        self->rec = NULL;
+        if (rec == NULL && (rec = PyObject_GetAttr(self->sess, s_recorder)) == NULL)
             return NULL;
         PyObject *r = fp_is_recorder(rec) ? fp_recorder_close(rec, self->tok)
                                           : PyObject_CallMethodOneArg(rec, s_close, self->tok);
@@ -448,7 +526,8 @@ static PyMethodDef mark_functions[] = {
     {"mark_setup", (PyCFunction)(void (*)(void))mark_setup, METH_FASTCALL,
      "mark_setup(session_local, autograd, fastpath, normalize): what Mark reads"},
     {"mark_torch", (PyCFunction)(void (*)(void))mark_torch, METH_FASTCALL,
-     "mark_torch(torch, current_autograd_node, is_grad_enabled): the torch Mark's fast path serves"},
+     "mark_torch(torch, current_autograd_node, is_grad_enabled[, peek, grad_mode]): the torch Mark's fast "
+     "path serves, and the addresses of its C++ counter reader and grad mode (0: call the Python ones)"},
     {NULL}
 };
 
@@ -461,6 +540,7 @@ fp_mark_ready(void)
         {&s_orig, "_orig_run_backward"}, {&s_table, "table"}, {&s_open, "open"}, {&s_close, "close"},
         {&s_enter_region, "enter_region"}, {&s_table_fn, "_table"}, {&s_enter_py, "_enter_py"},
         {&s_exit_py, "_exit_py"}, {&s_exit_region, "_exit_region"}, {&s_name, "name"},
+        {&s_stream, "stream"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].p == NULL && (*names[i].p = PyUnicode_InternFromString(names[i].s)) == NULL)

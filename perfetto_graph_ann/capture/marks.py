@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import sys
 from functools import partial
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from . import autograd as _autograd
 from . import backends, torch_native
@@ -139,7 +140,53 @@ def _setup_fast() -> None:
         return
     _torch_seen = torch
     node = getattr(getattr(torch, "_C", None), "_current_autograd_node", None) or (lambda: None)
-    _c.mark_torch(torch, node, getattr(torch, "is_grad_enabled", None) or (lambda: False))
+    grad = getattr(torch, "is_grad_enabled", None) or (lambda: False)
+    _c.mark_torch(torch, node, grad, *_native_functions(torch, grad))
+
+
+#: (library, mangled name): the C++ functions behind autograd's counter reader
+#: (``torch._C._autograd._get_sequence_nr``, a pybind11 binding) and ``torch.is_grad_enabled``
+_NATIVE = (("libtorch_cpu.so", "_ZN2at15sequence_number4peekEv"),  # uint64_t at::sequence_number::peek()
+           ("libc10.so", "_ZN3c108GradMode10is_enabledEv"))  # bool c10::GradMode::is_enabled()
+
+
+def _native_functions(torch: Any, grad: Any) -> Tuple[int, int]:
+    """Addresses of the C++ functions behind autograd's counter reader and grad mode in the
+    torch already loaded, for ``_fastpath.mark_torch`` (0 for one not found or not agreeing
+    here).
+
+    Each is checked against the Python function it replaces before it is used: the counter
+    must read what ``torch._C._autograd._get_sequence_nr`` reads, twice (a torch without that
+    function gets neither: its counter reader uses a number up), and grad mode must read
+    what ``torch.is_grad_enabled`` reads inside ``torch.no_grad`` and outside it.
+    """
+    seq = getattr(getattr(getattr(torch, "_C", None), "_autograd", None), "_get_sequence_nr", None)
+    if seq is None or not hasattr(torch, "no_grad"):
+        return 0, 0
+    import ctypes
+
+    found = []
+    for lib, symbol in _NATIVE:
+        try:
+            found.append(getattr(ctypes.CDLL(lib, mode=os.RTLD_NOLOAD | os.RTLD_LAZY), symbol))
+        except (OSError, AttributeError):  # not loaded under that name, or not exported
+            found.append(None)
+    peek, is_enabled = found
+    try:
+        if peek is not None:
+            peek.restype = ctypes.c_uint64
+            if not (peek() == seq() and peek() == seq()):
+                peek = None
+        if is_enabled is not None:
+            is_enabled.restype = ctypes.c_bool
+            with torch.no_grad():
+                off = is_enabled() is False and grad() is False
+            if not (off and is_enabled() is bool(grad())):
+                is_enabled = None
+    except Exception:  # a fake torch (tests) or a binding that changed: keep the Python calls
+        return 0, 0
+    return tuple(ctypes.cast(f, ctypes.c_void_p).value or 0 if f is not None else 0  # type: ignore[return-value]
+                 for f in (peek, is_enabled))
 
 
 if _c is not None:
