@@ -676,3 +676,26 @@ def test_scope_edges_read_autograd_counter_and_grad_mode_in_cpp_where_torch_expo
         monkeypatch.undo()
         autograd._peek = None
         M._setup_fast()
+
+
+def test_mark_kernels_arguments_parse_as_torch_215s_signature():
+    """``mark_kernels(annotation, *, backward=True)``: the common forms parsed in C, every
+    other form (and its error) as the general parser gives it."""
+    from perfetto_graph_ann.capture import marks as M
+
+    assert M.mark_kernels("a").backward is True
+    assert M.mark_kernels("a", backward=False).backward is False
+    assert M.mark_kernels("a", backward=0).backward is False and M.mark_kernels("a", backward=[1]).backward is True
+    assert M.mark_kernels(annotation="a").fields == {"name": "a"}
+    assert M.mark_kernels(annotation="a", backward=False).backward is False
+    for args, kw, msg in ((("a", False), {}, "positional"), (("a",), {"bw": 1}, "bw"), ((), {}, "annotation"),
+                          (("a",), {"backward": False, "x": 1}, "at most 2")):
+        with pytest.raises(TypeError, match=msg):
+            M.mark_kernels(*args, **kw)
+
+    class Bad:
+        def __bool__(self):
+            raise ValueError("no truth")
+
+    with pytest.raises(ValueError, match="no truth"):
+        M.mark_kernels("a", backward=Bad())

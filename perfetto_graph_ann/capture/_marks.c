@@ -45,7 +45,7 @@ typedef struct {
 static PyObject *session_local = NULL;  /* session._local */
 static PyObject *autograd_dict = NULL;  /* vars(autograd) */
 static PyObject *autograd_tls = NULL;   /* autograd._tls */
-static PyObject *fastpath_mod = NULL;   /* capture.fastpath */
+static PyObject *fastpath_dict = NULL;  /* vars(capture.fastpath) */
 static PyObject *normalize = NULL;      /* scopes.normalize_annotation */
 static PyObject *cfg_torch = NULL;      /* the torch module of mark_torch */
 static PyObject *current_node = NULL;   /* torch._C._current_autograd_node */
@@ -57,7 +57,7 @@ static grad_c_fn c_grad = NULL;         /* c10::GradMode::is_enabled, or NULL */
 
 static PyObject *s_stack, *s_recorder, *s_torch, *s_ENABLED, *s_peek, *s_peek_owner, *s_uses, *s_orig,
                 *s_table, *s_open, *s_close, *s_enter_region, *s_table_fn, *s_enter_py, *s_exit_py,
-                *s_exit_region, *s_name, *s_stream;
+                *s_exit_region, *s_name, *s_stream, *s_backward;
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
@@ -82,8 +82,11 @@ mark_setup(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(autograd_dict, d);
     Py_INCREF(tls);
     Py_XSETREF(autograd_tls, tls);
-    Py_INCREF(args[2]);
-    Py_XSETREF(fastpath_mod, args[2]);
+    PyObject *fd = PyModule_GetDict(args[2]);
+    if (fd == NULL)
+        return NULL;
+    Py_INCREF(fd);
+    Py_XSETREF(fastpath_dict, fd);
     Py_INCREF(args[3]);
     Py_XSETREF(normalize, args[3]);
     Py_RETURN_NONE;
@@ -141,10 +144,19 @@ static int
 Mark_init(Mark *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"annotation", "backward", NULL};
-    PyObject *annotation;
+    PyObject *annotation, *bw = NULL;
     int backward = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$p:mark_kernels", kwlist, &annotation, &backward))
+    /* (annotation) or (annotation, backward=x) without the general parser; anything else, and
+     * its errors, through it */
+    if (PyTuple_GET_SIZE(args) == 1 &&
+        (kw == NULL || (PyDict_GET_SIZE(kw) == 1 && (bw = PyDict_GetItemWithError(kw, s_backward)) != NULL))) {
+        annotation = PyTuple_GET_ITEM(args, 0);
+        if (bw != NULL && (backward = PyObject_IsTrue(bw)) < 0)
+            return -1;
+    } else if (PyErr_Occurred() ||
+               !PyArg_ParseTupleAndKeywords(args, kw, "O|$p:mark_kernels", kwlist, &annotation, &backward)) {
         return -1;
+    }
     PyObject *fields;
     if (PyUnicode_CheckExact(annotation)) {
         fields = PyDict_New();
@@ -232,13 +244,9 @@ fast_ok(void)
 {
     if (autograd_dict == NULL || cfg_torch == NULL)
         return 0;
-    PyObject *en = PyObject_GetAttr(fastpath_mod, s_ENABLED);
-    if (en == NULL)
-        return -1;
-    int on = en == Py_True;
-    Py_DECREF(en);
-    if (!on)
-        return 0;
+    PyObject *en = PyDict_GetItemWithError(fastpath_dict, s_ENABLED);
+    if (en != Py_True)
+        return PyErr_Occurred() ? -1 : 0;
     PyObject *torch = PyDict_GetItemWithError(PyImport_GetModuleDict(), s_torch);
     if (torch == NULL)
         return PyErr_Occurred() ? -1 : 0;
@@ -540,7 +548,7 @@ fp_mark_ready(void)
         {&s_orig, "_orig_run_backward"}, {&s_table, "table"}, {&s_open, "open"}, {&s_close, "close"},
         {&s_enter_region, "enter_region"}, {&s_table_fn, "_table"}, {&s_enter_py, "_enter_py"},
         {&s_exit_py, "_exit_py"}, {&s_exit_region, "_exit_region"}, {&s_name, "name"},
-        {&s_stream, "stream"},
+        {&s_stream, "stream"}, {&s_backward, "backward"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].p == NULL && (*names[i].p = PyUnicode_InternFromString(names[i].s)) == NULL)
