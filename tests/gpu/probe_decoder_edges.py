@@ -8,6 +8,7 @@ each (reset after), in rotating order, with these variants:
 - ``nodriver``: ``pga.graph`` with the scopes, edges positioned by a C counter that asks the
   driver nothing (every scope empty: the labels are wrong, only the cost is of interest);
 - ``count``: edges count the graph's nodes (``cuGraphGetNodes``), no marker nodes;
+- ``m0`` / ``m256`` / ``m1024``: marker nodes from 0 / 256 / 1,024 nodes on (count before);
 - ``full``: what ships (markers from 512 nodes);
 - ``bwfalse``: ``full`` with ``mark_kernels(..., backward=False)``;
 - ``plain_nogc`` / ``full_nogc``: ``plain`` / ``full`` with the garbage collector off around
@@ -65,6 +66,8 @@ def _patched_init(self, *a, **k):
     _init(self, *a, **k)
     if MODE["edges"] and MODE["edges"] == "count":
         self.markers_from = None
+    elif MODE["edges"] and MODE["edges"].startswith("markers="):
+        self.markers_from = int(MODE["edges"].split("=")[1])
 
 
 def _patched_start(self, *a, **k):
@@ -105,6 +108,7 @@ def main() -> None:
         "plain2": ("plain", False, None, False),
         "nd_bwf": ("bwf", True, "nodriver", False), "nd_cheap": ("ann", True, "nodriver+cheap", False),
         "nd_cheapnorm": ("ann", True, "nodriver+cheap+norm", False),
+        **{f"m{n}": ("ann", True, f"markers={n}", False) for n in (0, 256, 1024)},
     }
     variants = {k: variants[k] for k in args.variants.split(",")}
     for fn, ann, _, _ in variants.values():  # warm-up capture of each kind
