@@ -672,6 +672,9 @@ def test_scope_edges_read_autograd_counter_and_grad_mode_in_cpp_where_torch_expo
             assert M._native_functions(torch, real_grad)[0] == 0
             monkeypatch.setattr(torch, "is_grad_enabled", lambda: True)
             assert M._native_functions(torch, torch.is_grad_enabled)[1] == 0
+            with torch.no_grad():  # set up with grad off: still checked in both modes
+                assert M._native_functions(torch, real_grad)[1] != 0
+                assert M._native_functions(torch, lambda: False)[1] == 0
     finally:
         monkeypatch.undo()
         autograd._peek = None

@@ -158,10 +158,10 @@ def _native_functions(torch: Any, grad: Any) -> Tuple[int, int]:
     Each is checked against the Python function it replaces before it is used: the counter
     must read what ``torch._C._autograd._get_sequence_nr`` reads, twice (a torch without that
     function gets neither: its counter reader uses a number up), and grad mode must read
-    what ``torch.is_grad_enabled`` reads inside ``torch.no_grad`` and outside it.
+    what ``torch.is_grad_enabled`` reads inside ``torch.no_grad`` and ``torch.enable_grad``.
     """
     seq = getattr(getattr(getattr(torch, "_C", None), "_autograd", None), "_get_sequence_nr", None)
-    if seq is None or not hasattr(torch, "no_grad"):
+    if seq is None or not hasattr(torch, "no_grad") or not hasattr(torch, "enable_grad"):
         return 0, 0
     import ctypes
 
@@ -181,7 +181,9 @@ def _native_functions(torch: Any, grad: Any) -> Tuple[int, int]:
             is_enabled.restype = ctypes.c_bool
             with torch.no_grad():
                 off = is_enabled() is False and grad() is False
-            if not (off and is_enabled() is bool(grad())):
+            with torch.enable_grad():
+                on = is_enabled() is True and grad() is True
+            if not (off and on):
                 is_enabled = None
     except Exception:  # a fake torch (tests) or a binding that changed: keep the Python calls
         return 0, 0
