@@ -439,7 +439,7 @@ region_exit(Mark *self)
 {
     self->region = 0;
     /* entered in C (the list kept): the enter's checks hold; else as the enter would decide */
-    PyObject *peek = self->open != NULL || fast_ok() == 1 ? peek_fn() : NULL;
+    PyObject *peek = (self->open != NULL || fast_ok() == 1) ? peek_fn() : NULL;
     if (PyErr_Occurred())
         return -1;
     PyObject *end = peek == NULL || self->start == NULL ? NULL

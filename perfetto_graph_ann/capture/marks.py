@@ -187,8 +187,8 @@ def _native_functions(torch: Any, grad: Any) -> Tuple[int, int]:
                 is_enabled = None
     except Exception:  # a fake torch (tests) or a binding that changed: keep the Python calls
         return 0, 0
-    return tuple(ctypes.cast(f, ctypes.c_void_p).value or 0 if f is not None else 0  # type: ignore[return-value]
-                 for f in (peek, is_enabled))
+    return (ctypes.cast(peek, ctypes.c_void_p).value or 0 if peek is not None else 0,
+            ctypes.cast(is_enabled, ctypes.c_void_p).value or 0 if is_enabled is not None else 0)
 
 
 if _c is not None:
