@@ -1,5 +1,5 @@
 """Build hook: compiles the optional capture fast path, ``perfetto_graph_ann/capture/_fastpath.c``
-(with ``_marks.c``).
+(with ``_marks.c`` and ``_replays.c``).
 
 Where a C compiler and Python's headers are found, the wheel gets the extension (and a
 platform tag); where not, the build goes on with a warning and the package captures with
@@ -28,7 +28,7 @@ except ImportError:  # run as a script: only compile_extension is needed
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = "perfetto_graph_ann/capture"
 #: every translation unit of the extension (they share ``_fastpath.h``)
-SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_marks.c")
+SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_marks.c", f"{PACKAGE_DIR}/_replays.c")
 
 
 def _settings() -> Any:

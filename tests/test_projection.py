@@ -242,9 +242,11 @@ def test_projection_can_be_turned_off(tmp_path):
     assert not any(t.name in ("graph replays", "scopes") for t in d.tracks.values())
 
 
-def test_a_tie_between_graphs_draws_nothing():
-    """Two identical graphs (a recapture): the structural join cannot tell which replayed, so
-    no replay is named and no scope drawn, though every kernel still gets its lane."""
+def test_a_tie_between_graphs_names_both_and_draws_no_scope():
+    """Two identical graphs (a recapture) with equal annotations, no replay record: the join
+    cannot tell which replayed, so each replay slice names both candidates (no graph id, no
+    number), no scope is drawn, and every kernel keeps the annotation both give it, without
+    a graph id."""
     name = "seed_block_annotated"
     trace = read_trace(fixture_trace(name))
     g = strip_calibration(read_capture_record(fixture_capture(name))).graphs[0]
@@ -254,9 +256,15 @@ def test_a_tie_between_graphs_draws_nothing():
 
     layout = join(trace, AnnotationSet(graphs=(g, twin)))
     assert layout.report.ambiguous == layout.report.graphed > 0
-    assert layout.ranges == []
-    launches = sum(1 for e in load_events(fixture_trace(name)) if e.get("name") == "cudaGraphLaunch")
-    assert layout.report.unprojected_replays == {REASON_GRAPH_GUESS: launches}
+    launches = [e for e in load_events(fixture_trace(name)) if e.get("name") == "cudaGraphLaunch"]
+    assert [r.kind for r in layout.ranges] == ["replay"] * len(launches)
+    assert {r.name for r in layout.ranges} == {f"{g.display_name} | twin"}
+    assert all("graph id" not in r.args and "replay" not in r.args for r in layout.ranges)
+    assert layout.report.shared_label_replays == {f"{g.display_name} | twin": len(launches)}
+    assert layout.report.unprojected_replays == {}
+    for p in layout.placements.values():
+        assert "graph id" not in p.args and "graph node id" not in p.args and "replay" not in p.args
+        assert p.args["graph candidates"] == f"{g.display_name} | twin" and "name" in p.args
 
 
 def test_replay_identity_left_off_only_where_implied():

@@ -158,6 +158,42 @@ class CaptureIdentity:
     cuda_driver_version: Optional[int] = None
 
 
+#: Exec id recorded for a replay of a graph that carries no annotations (captured without
+#: this package, or reset): the join leaves its kernels unlabelled.
+UNANNOTATED_GRAPH = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayThread:
+    """The graph replays one thread made during one profiler window, in call order.
+
+    ``graphs[i]`` is the executable graph id the i-th call launched
+    (:data:`UNANNOTATED_GRAPH` for a graph this package did not annotate). The calls are
+    those that may be in the window's trace: the first ``head_uncertain`` and the last
+    ``tail_uncertain`` ran while the profiler was starting or stopping, so the trace may or
+    may not hold their launches; every other call is in it. See :mod:`..join.launches`.
+    """
+
+    ident: int  #: ``threading.get_ident()`` (pthread_self): Kineto's tid without CPU ops (low 32 bits)
+    native_id: Optional[int]  #: ``threading.get_native_id()`` (gettid): Kineto's tid with CPU ops
+    graphs: Tuple[int, ...]
+    head_uncertain: int = 0
+    tail_uncertain: int = 0
+    #: Unix time (ns) at which each call began, as the process's clock read it (same length as
+    #: ``graphs``; empty: not recorded): a sanity check against the trace's launch times.
+    starts_ns: Tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayWindow:
+    """One torch.profiler recording span of one process and the replays made during it."""
+
+    pid: Optional[int]  #: the recording process (``os.getpid()``)
+    start_ns: int  #: Unix time (ns) when recording started (``_enable_profiler`` returned)
+    stop_ns: int  #: Unix time (ns) when recording stopped (``_disable_profiler`` was called)
+    threads: Tuple[ReplayThread, ...] = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class AnnotationSet:
     """Everything the join needs from capture: graphs, nodes, lane labels.
@@ -175,6 +211,10 @@ class AnnotationSet:
     #: Where the graphs were captured (sidecar version 2); None: not recorded (version-1
     #: sidecars, capture records, hand-built sets), so the join cannot check it.
     capture: Optional[CaptureIdentity] = None
+    #: Which graph each replay launched, per profiler window (sidecar version 3). None: not
+    #: recorded (older sidecars, capture records, hand-built sets): the join then tells
+    #: graphs apart by their kernels alone and leaves replays it cannot attribute unlabelled.
+    replays: Optional[Tuple[ReplayWindow, ...]] = None
 
     def nodes_by_key(self) -> Dict[int, NodeRecord]:
         return {n.key: n for g in self.graphs for n in g.nodes}
@@ -200,10 +240,14 @@ class AnnotationSet:
         graphs: list = []
         lanes: Dict[int, str] = {}
         backend = source = capture = None
+        replays: Optional[list] = None
         for s in sets:
+            if s.replays is not None:
+                replays = (replays or []) + [w for w in s.replays if w not in (replays or [])]
             graphs.extend(g if g.lanes is not None else dataclasses.replace(g, lanes=s.lanes) for g in s.graphs)
             lanes.update(s.lanes)
             backend = backend or s.backend
             source = source or s.source
             capture = capture or s.capture
-        return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, source, capture)
+        return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, source, capture,
+                             tuple(replays) if replays is not None else None)

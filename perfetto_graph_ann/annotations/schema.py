@@ -13,14 +13,15 @@ from typing import Any, List, Optional, Tuple
 
 from .. import formats
 from ..errors import SidecarError
-from .model import NodeRecord, ScopeInstance
+from .model import NodeRecord, ReplayThread, ReplayWindow, ScopeInstance
 
 #: The sidecar's magic string: the binary form's field 1 and the JSON form's ``"format"``.
 MAGIC = formats.SIDECAR_MAGIC
-#: Version written. 2 added the capture identity, graph names and calibration notes.
-VERSION = 2
-#: Versions read (a version-1 file simply has none of version 2's fields).
-READABLE_VERSIONS = (1, 2)
+#: Version written. 2 added the capture identity, graph names and calibration notes; 3 the
+#: replay record (which graph each profiled replay launched).
+VERSION = 3
+#: Versions read (an older file simply has none of the newer versions' fields).
+READABLE_VERSIONS = (1, 2, 3)
 #: Range of an annotation int (the binary form stores int64).
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -113,3 +114,30 @@ def parse_json_bytes(data: bytes, path: str) -> Any:
         raise SidecarError(path, f"not valid JSON (truncated or corrupt?): {e}") from None
     except RecursionError:
         raise SidecarError(path, "not valid JSON: nested too deeply") from None
+
+
+def replay_thread(ident: Any, native_id: Any, graphs: Any, head: Any, tail: Any, starts: Any, path: str,
+                  where: str) -> ReplayThread:
+    """A :class:`ReplayThread` from the values either form holds, checked (``starts``: Unix ns)."""
+    want(is_int(ident) and 0 <= ident < 1 << 64, path, f"{where}: 'ident' must be an unsigned 64-bit int, got {ident!r}")
+    want(native_id is None or (is_int(native_id) and INT64[0] <= native_id <= INT64[1]), path,
+         f"{where}: 'native_id' must be a 64-bit int, got {native_id!r}")
+    want(isinstance(graphs, (list, tuple)) and all(is_int(g) and 0 <= g < 1 << 32 for g in graphs), path,
+         f"{where}: 'graphs' must be a list of 32-bit executable graph ids")
+    n = len(graphs)
+    for name, v in (("head_uncertain", head), ("tail_uncertain", tail)):
+        want(is_int(v) and 0 <= v <= n, path, f"{where}: '{name}' must be an int from 0 to {n} (the calls), got {v!r}")
+    want(isinstance(starts, (list, tuple)) and len(starts) in (0, n)
+         and all(is_int(t) and INT64[0] <= t <= INT64[1] for t in starts), path,
+         f"{where}: 'starts_ns' must be empty or one 64-bit int per call")
+    return ReplayThread(ident, native_id, tuple(graphs), head, tail, tuple(starts))
+
+
+def replay_window(pid: Any, start_ns: Any, stop_ns: Any, threads: Tuple[ReplayThread, ...], path: str,
+                  where: str) -> ReplayWindow:
+    """A :class:`ReplayWindow`, checked."""
+    want(pid is None or (is_int(pid) and 0 <= pid <= INT64[1]), path, f"{where}: 'pid' must be a non-negative int, got {pid!r}")
+    for name, v in (("start_ns", start_ns), ("stop_ns", stop_ns)):
+        want(is_int(v) and INT64[0] <= v <= INT64[1], path, f"{where}: '{name}' must be a 64-bit int, got {v!r}")
+    want(start_ns <= stop_ns, path, f"{where}: 'start_ns' {start_ns} is after 'stop_ns' {stop_ns}")
+    return ReplayWindow(pid, start_ns, stop_ns, threads)

@@ -1,5 +1,5 @@
 """The sidecar's JSON form, for humans: the same content as the binary form, as an object
-``{"format": MAGIC, "version", "producer", "backend", "capture"?, "lanes", "graphs"}``.
+``{"format": MAGIC, "version", "producer", "backend", "capture"?, "lanes", "replays"?, "graphs"}``.
 """
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import types
 from typing import Any, Dict, Mapping, Tuple
 
 from ..errors import SidecarError
-from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ScopeInstance
+from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ReplayWindow, ScopeInstance
 from .schema import (MAGIC, READABLE_VERSIONS, VERSION, check_annotation_value, check_scopes, dim3, is_int,
-                     known_versions, producer, want)
+                     known_versions, producer, replay_thread, replay_window, want)
 
 
 def _json_value(v: Any, where: str) -> Any:
@@ -72,8 +72,37 @@ def to_json(s: AnnotationSet) -> Dict[str, Any]:
     if s.capture is not None:
         doc["capture"] = _identity_to_json(s.capture)
     doc["lanes"] = {str(k): v for k, v in sorted(s.lanes.items())}
+    if s.replays is not None:
+        doc["replays"] = [_window_json(w) for w in s.replays]
     doc["graphs"] = graphs
     return doc
+
+
+def _window_json(w: ReplayWindow) -> Dict[str, Any]:
+    """``{"pid", "start_ns", "stop_ns", "threads": [{"ident", "native_id", "graphs", "head_uncertain",
+    "tail_uncertain", "starts_ns"}]}`` (times: Unix ns)."""
+    return {"pid": w.pid, "start_ns": w.start_ns, "stop_ns": w.stop_ns,
+            "threads": [{"ident": t.ident, "native_id": t.native_id, "graphs": list(t.graphs),
+                         "head_uncertain": t.head_uncertain, "tail_uncertain": t.tail_uncertain,
+                         "starts_ns": list(t.starts_ns)} for t in w.threads]}
+
+
+def _windows_from_json(v: Any, path: str) -> Tuple[ReplayWindow, ...]:
+    want(isinstance(v, list), path, "'replays' must be a list of profiler windows")
+    out = []
+    for wi, w in enumerate(v):
+        where = f"replay window {wi}"
+        want(isinstance(w, dict) and isinstance(w.get("threads", []), list), path,
+             f"{where}: must be an object with a list of 'threads'")
+        threads = []
+        for ti, t in enumerate(w.get("threads", [])):
+            tw = f"{where} thread {ti}"
+            want(isinstance(t, dict), path, f"{tw}: must be an object")
+            threads.append(replay_thread(t.get("ident"), t.get("native_id"), t.get("graphs"),
+                                         t.get("head_uncertain", 0), t.get("tail_uncertain", 0),
+                                         t.get("starts_ns", []), path, tw))
+        out.append(replay_window(w.get("pid"), w.get("start_ns"), w.get("stop_ns"), tuple(threads), path, where))
+    return tuple(out)
 
 
 def _identity_to_json(c: CaptureIdentity) -> Dict[str, Any]:
@@ -223,4 +252,5 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
         check_scopes(scopes, nodes, path, f"graph {gi}")
         graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device"), glanes, gname, note, scopes))
     capture = _identity_from_json(doc["capture"], path) if doc.get("capture") is not None else None
-    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, path, capture)
+    replays = _windows_from_json(doc["replays"], path) if doc.get("replays") is not None else None
+    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, path, capture, replays)

@@ -12,8 +12,9 @@ import zlib
 from typing import Any, Dict, Mapping
 
 from ..errors import SidecarError
-from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ScopeInstance
-from .schema import INT64, MAGIC, READABLE_VERSIONS, VERSION, check_scopes, known_versions, producer
+from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ReplayWindow, ScopeInstance
+from .schema import (INT64, MAGIC, READABLE_VERSIONS, VERSION, check_scopes, known_versions, producer, replay_thread,
+                     replay_window)
 
 _CRC_TAG = bytes([(15 << 3) | 5])  # field 15, wire type fixed32
 
@@ -106,6 +107,33 @@ def _identity_from_proto(m) -> CaptureIdentity:
         cuda_driver_version=opt("cuda_driver_version"))
 
 
+def _replays_to_proto(pb, windows):
+    out = pb.ReplayRecord()
+    for w in windows:
+        wm = out.windows.add(start_ns=w.start_ns, stop_ns=w.stop_ns)
+        if w.pid is not None:
+            wm.pid = w.pid
+        for t in w.threads:
+            tm = wm.threads.add(ident=t.ident, head_uncertain=t.head_uncertain, tail_uncertain=t.tail_uncertain)
+            if t.native_id is not None:
+                tm.native_id = t.native_id
+            tm.graphs.extend(t.graphs)
+            tm.starts.extend(x - w.start_ns for x in t.starts_ns)
+    return out
+
+
+def _replays_from_proto(m, path: str) -> tuple:
+    windows = []
+    for wi, w in enumerate(m.windows):
+        threads = tuple(replay_thread(t.ident, t.native_id if t.HasField("native_id") else None, list(t.graphs),
+                                      t.head_uncertain, t.tail_uncertain, [x + w.start_ns for x in t.starts], path,
+                                      f"replay window {wi} thread {ti}")
+                        for ti, t in enumerate(w.threads))
+        windows.append(replay_window(w.pid if w.HasField("pid") else None, w.start_ns, w.stop_ns, threads, path,
+                                     f"replay window {wi}"))
+    return tuple(windows)
+
+
 def to_proto(s: AnnotationSet):
     pb = _pb()
     msg = pb.Sidecar(magic=MAGIC, version=VERSION, backend=s.backend or "", producer=producer())
@@ -113,6 +141,8 @@ def to_proto(s: AnnotationSet):
         msg.capture.CopyFrom(_identity_to_proto(pb, s.capture))
     for lane, label in sorted(s.lanes.items()):
         msg.lanes.add(id=lane, label=label)
+    if s.replays is not None:
+        msg.replays.CopyFrom(_replays_to_proto(pb, s.replays))
     for g in s.graphs:
         gm = msg.graphs.add(exec_id=g.exec_id)
         if g.template_id is not None:
@@ -189,7 +219,8 @@ def from_proto(msg, path: str) -> AnnotationSet:
                                   scopes=scopes))
     lanes = {ln.id: ln.label for ln in msg.lanes}
     capture = _identity_from_proto(msg.capture) if msg.HasField("capture") else None
-    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), msg.backend or None, path, capture)
+    replays = _replays_from_proto(msg.replays, path) if msg.HasField("replays") else None
+    return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), msg.backend or None, path, capture, replays)
 
 
 def to_bytes(s: AnnotationSet) -> bytes:

@@ -1103,7 +1103,8 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&NodeHooksType) < 0 || fp_mark_ready() < 0)
+    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&NodeHooksType) < 0 || fp_mark_ready() < 0 ||
+        fp_replays_ready() < 0)
         return NULL;
     if (local_type == NULL) {
         PyObject *thread = PyImport_ImportModule("_thread");
@@ -1137,7 +1138,7 @@ PyInit__fastpath(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (fp_mark_add(m) < 0) {
+    if (fp_mark_add(m) < 0 || fp_replays_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

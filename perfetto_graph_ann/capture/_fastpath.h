@@ -1,7 +1,7 @@
 /*
  * What the translation units of perfetto_graph_ann.capture._fastpath share: _fastpath.c (the
- * module, the scope recorder, the driver helpers, autograd node hooks) and _marks.c
- * (mark_kernels' enter / exit).
+ * module, the scope recorder, the driver helpers, autograd node hooks), _marks.c
+ * (mark_kernels' enter / exit) and _replays.c (the replay log's wrapper of CUDAGraph.replay).
  */
 #ifndef PGA_FASTPATH_H
 #define PGA_FASTPATH_H
@@ -17,5 +17,9 @@ PyObject *fp_recorder_close(PyObject *rec, PyObject *tok);     /* new reference:
 /* _marks.c: the Mark type */
 int fp_mark_ready(void);
 int fp_mark_add(PyObject *module);
+
+/* _replays.c: the replay log's ReplayLogger type */
+int fp_replays_ready(void);
+int fp_replays_add(PyObject *module);
 
 #endif

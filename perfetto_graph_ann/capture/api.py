@@ -20,7 +20,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import CaptureError
-from . import backends, collectives, torch_native
+from . import backends, collectives, replay_log, torch_native
 from . import session as _session
 from .calibration import KINETO, CalibrationDeferred, calibrate_replay
 from .registry import REGISTRY
@@ -222,7 +222,10 @@ def _wrap(cuda_graph: Any, owner: int) -> None:
     # weakref.finalize); held in _REFS so that it outlives the graph
     ref = _REFS[owner] = weakref.ref(cuda_graph, lambda _r: _collected(owner))
     cls = type(cuda_graph)
-    orig_inst, orig_replay, orig_reset = cls.instantiate, cls.replay, cls.reset
+    orig_inst, orig_reset = cls.instantiate, cls.reset
+    # torch's own replay, for calibration (never under a profiler); a replay the user makes goes
+    # through the class's replay as it is at the call, which logs it while a profiler records
+    orig_replay = replay_log.original_replay(cls)
 
     def instantiate(*a, **k):
         g = ref()
@@ -236,9 +239,9 @@ def _wrap(cuda_graph: Any, owner: int) -> None:
         if sess is not None and _exec_handle(g) is None:  # keep_graph=True: bind what torch instantiates
             instantiate()
         if sess is not None and sess.calibration_pending:
-            return _calibrating_replay(g, sess, lambda: orig_replay(g, *a, **k))
+            return _calibrating_replay(g, sess, lambda: orig_replay(g, *a, **k), lambda: cls.replay(g, *a, **k))
         _disarm(g)
-        return orig_replay(g, *a, **k)
+        return cls.replay(g, *a, **k)
 
     def reset(*a, **k):
         g = ref()
@@ -288,8 +291,12 @@ NOT_REPLAYED = ("not calibrated: the graph was not replayed outside a profiler s
                 "instantiated (call perfetto_graph_ann.calibrate(g) before profiling)")
 
 
-def _calibrating_replay(cuda_graph: Any, sess: _session.CaptureSession, replay: Callable[[], Any]) -> Any:
-    """The user's replay, recorded by a CUPTI activity session when it can be; run once either way."""
+def _calibrating_replay(cuda_graph: Any, sess: _session.CaptureSession, replay: Callable[[], Any],
+                        plain: Callable[[], Any]) -> Any:
+    """The user's replay, recorded by a CUPTI activity session when it can be; run once either way.
+
+    ``replay`` is torch's own (run under the activity session); ``plain`` the replay as the
+    class has it now, run when no calibration takes place (under a profiler it is logged)."""
     import torch
 
     ran: List[Any] = []
@@ -315,7 +322,7 @@ def _calibrating_replay(cuda_graph: Any, sess: _session.CaptureSession, replay: 
             _disarm(cuda_graph)
             return ran[0]
     sess.set_calibration_note(f"not calibrated: {reason}; call perfetto_graph_ann.calibrate(g) before profiling")
-    return replay()
+    return plain()
 
 
 def calibrate(cuda_graph: Any) -> None:

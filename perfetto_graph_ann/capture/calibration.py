@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ..errors import CaptureError
+from .replay_log import REPLAY_LOG
 from .resolve import ActivityRecord, calibration_table
 
 #: size of each activity buffer handed to CUPTI (a record is ~200 bytes; more buffers are
@@ -66,7 +67,8 @@ def records_from_activities(acts: Iterable[Any], kinds: Optional[Mapping[int, st
 
 
 class _KinetoWatch:
-    """Counts torch profiler sessions that have been *prepared* and not yet stopped.
+    """Counts torch profiler sessions that have been *prepared* and not yet stopped, and
+    drives the replay log (:mod:`.replay_log`) at the profiler's prepare, start and stop.
 
     A ``torch.profiler.profile`` with a schedule prepares Kineto (CUPTI activity enabled,
     Kineto's buffer callbacks registered) during its warm-up steps, while torch's
@@ -93,21 +95,36 @@ class _KinetoWatch:
             except Exception:
                 return
             prep, disable = getattr(tap, "_prepare_profiler", None), getattr(tap, "_disable_profiler", None)
+            enable = getattr(tap, "_enable_profiler", None)
             if prep is None or disable is None or getattr(prep, "_pga_watch", False):
                 return
+            log, clock = REPLAY_LOG, time.perf_counter_ns
 
             def _prepare_profiler(*a: Any, **k: Any) -> Any:
                 self.prepared += 1
+                log.prepared()
                 return prep(*a, **k)
 
+            def _enable_profiler(*a: Any, **k: Any) -> Any:
+                if not log.recording:
+                    log.prepared()
+                t0 = clock()
+                out = enable(*a, **k)
+                log.started(t0, clock())
+                return out
+
             def _disable_profiler(*a: Any, **k: Any) -> Any:
+                t0 = clock()
                 try:
                     return disable(*a, **k)
                 finally:
+                    log.stopped(t0, clock())
                     self.prepared = 0  # Kineto holds one session at a time: stopped is stopped
 
             _prepare_profiler._pga_watch = True  # type: ignore[attr-defined]
             tap._prepare_profiler, tap._disable_profiler = _prepare_profiler, _disable_profiler
+            if enable is not None:
+                tap._enable_profiler = _enable_profiler
 
 
 KINETO = _KinetoWatch()

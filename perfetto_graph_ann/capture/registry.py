@@ -55,11 +55,13 @@ class Registry:
 
     def snapshot(self) -> AnnotationSet:
         """Everything recorded so far, as the join and the sidecar take it, with this
-        process's :class:`~.annotations.CaptureIdentity` (sidecar version 2)."""
+        process's :class:`~.annotations.CaptureIdentity` (sidecar version 2) and the graph
+        replays of its profiler windows (version 3)."""
         from .identity import capture_identity
+        from .replay_log import REPLAY_LOG
 
         return AnnotationSet(tuple(self.records()), types.MappingProxyType(self.lanes.snapshot()), self.backend,
-                             capture=capture_identity())
+                             capture=capture_identity(), replays=REPLAY_LOG.snapshot())
 
     def kernel_annotations(self) -> Dict[int, List[Dict[str, Any]]]:
         out: Dict[int, List[Dict[str, Any]]] = {}

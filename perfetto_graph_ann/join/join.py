@@ -13,19 +13,22 @@ report records what was overridden.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from ..annotations.model import AnnotationSet
 from ..errors import AnnotationMismatchError
-from ..read.model import KinetoTrace
+from ..read.model import KinetoTrace, TraceEvent
 from . import identity
 from .calibrated import match_calibrated
 from .exact import match_exact
 from .lanes import GRAPH_LANES, PLACEMENT_KEYS, lane_graphs, lane_name, placement
-from .match import Match
+from .launches import launch_identities
+from .match import GraphFit, Match, device_ok
 from .projection import project
-from .model import DEFAULT_GRAPH_LANE, JoinReport, LaneLayout, lane_key
+from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, JoinReport, LaneLayout,
+                    lane_key)
 from .replays import Replay, find_replays
 from .structural import match_structural
 
@@ -66,6 +69,8 @@ def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Se
     from_file = any(s.source for s in sources)
     if not (annotations.graphs or from_file) or not report.graphed or sum(report.matched.values()):
         return
+    if report.unidentified_replays or report.unannotated_replays:
+        return  # they fit the replays (or the record names the graphs): the graph is unknown, not foreign
     if force:
         report.no_match_overridden = True
         return
@@ -108,35 +113,11 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "non
     report.annotation_files = [s.source for s in sources if s.source]
     _check_identities(trace, sources, force, report)
     replays = find_replays(trace)
-    nodes_by_key = annotations.nodes_by_key()
-    graphs = annotations.graphs
     report.graphed = sum(len(r.events) for r in replays)
-
-    matches: Dict[int, Match] = {}
-    replay_graph: Dict[int, Optional[int]] = {}
+    attribution = _Attribution(trace, replays, annotations, report)
     for r in replays:
-        found = match_exact(r.events, nodes_by_key)
-        chosen = _majority_graph(found)
-        pending = [e.index for e in r.events if e.index not in found]
-        if pending:
-            cal, g = match_calibrated(r, graphs, pending, only_graph=chosen)
-            found.update(cal)
-            chosen = chosen if chosen is not None else g
-            pending = [i for i in pending if i not in cal]
-        if pending:
-            used = {m.node.key for m in found.values()}
-            st, g, why = match_structural(r, graphs, pending, only_graph=chosen, used_keys=used)
-            found.update(st)
-            chosen = chosen if chosen is not None else g
-            if why:
-                report.unmatched_replays[why] = report.unmatched_replays.get(why, 0) + 1
-                report.unmatched_replay_events[why] = report.unmatched_replay_events.get(why, 0) + len(pending)
-            elif st:
-                gr = annotations.graph(g) if g is not None else None
-                if gr is not None and gr.calibration_note:
-                    report.calibration_notes[gr.display_name] = gr.calibration_note
-        matches.update(found)
-        replay_graph[r.correlation] = chosen
+        attribution.join_replay(r)
+    matches, replay_graph = attribution.matches, attribution.replay_graph
 
     replay_index = _replay_indices(replays, replay_graph)
     placements = {}
@@ -153,13 +134,18 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "non
                 report.ambiguous += int(m.ambiguous)
     _refuse_no_match(trace, annotations, sources, replays, force, report)
 
+    for idx, m in matches.items():  # labels shared by several candidate graphs name them
+        if m.shared_by:
+            placements[idx].args["graph candidates"] = attribution.candidate_names(m.shared_by)
+
     lane_names = {}
     if graph_lanes == "all":
         # A lane is named by the graphs whose events are on it in this trace (lane labels are
         # per graph). The default lane keeps its stream name even if an annotation asks for it
         # explicitly: it also holds every graphed event without a lane.
         events = [e for r in replays for e in r.events]
-        graphs_on = lane_graphs(events, placements)
+        graphs_on = lane_graphs(events, placements, shared={i: m.shared_by for i, m in matches.items()
+                                                            if m.shared_by})
         for e in events:
             lane = placements[e.index].lane
             key = lane_key(e.device, lane)
@@ -170,8 +156,131 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "non
     arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
                       graph_lanes=graph_lanes, arg_keys=arg_keys,
-                      ranges=project(replays, matches, replay_graph, replay_index, annotations, report)
-                      if projection else [])
+                      ranges=project(replays, matches, replay_graph, replay_index, annotations, report,
+                                     attribution.replay_candidates) if projection else [])
+
+
+class _Attribution:
+    """Which graph each replay is, and its events' nodes: the join's per-replay phase.
+
+    A replay's graph is known from the trace's own ids (exact), else from the replay record
+    (which graph each launch replayed, :mod:`.launches`), else it is the only annotated
+    graph whose nodes its GPU work fits. Calibration and the structural pairing then run
+    against that graph alone. A replay that may be several graphs keeps no label unless
+    every candidate gives each of its events the same annotation (then the events carry it,
+    without a graph id); a replay the record names as a graph without annotations keeps none.
+    """
+
+    def __init__(self, trace: KinetoTrace, replays: List[Replay], annotations: AnnotationSet, report: JoinReport):
+        self.annotations, self.report = annotations, report
+        self.nodes_by_key = annotations.nodes_by_key()
+        self.by_id = {g.exec_id: g for g in annotations.graphs}
+        self.fit = GraphFit()
+        self.matches: Dict[int, Match] = {}
+        self.replay_graph: Dict[int, Optional[int]] = {}
+        #: replay correlation -> the graphs it may be, where the join could not tell
+        self.replay_candidates: Dict[int, Tuple[int, ...]] = {}
+        self.launched: Optional[Dict[int, FrozenSet[int]]] = None
+        if annotations.replays is not None:
+            events = {r.correlation: r.events for r in replays}
+            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(events.get(corr), g))
+            self.launched = ids.graphs
+            report.replay_record = True
+            report.replay_record_problems = ids.problems
+
+    def _may_be(self, events: Optional[List[TraceEvent]], exec_id: int) -> bool:
+        g = self.by_id.get(exec_id)
+        return g is None or not events or (device_ok(g.device, events[0].device) and self.fit.fits(events, g))
+
+    def candidate_names(self, ids: Iterable[int]) -> str:
+        return " | ".join(self.by_id[i].display_name if i in self.by_id else f"graph {i}" for i in ids)
+
+    def _count(self, table: Dict[str, int], key: str, n: int = 1) -> None:
+        table[key] = table.get(key, 0) + n
+
+    def _candidates(self, r: Replay, pending: List[TraceEvent]) -> Tuple[List[int], bool, str]:
+        """The annotated graphs ``r`` may be, whether it may also be a graph without annotations,
+        and how that was decided."""
+        recorded = self.launched.get(r.correlation) if self.launched is not None else None
+        if recorded:
+            return sorted(g for g in recorded if g in self.by_id), any(g not in self.by_id for g in recorded), RECORDED
+        fitting = [g.exec_id for g in self.annotations.graphs
+                   if device_ok(g.device, r.device) and self.fit.fits(pending, g)]
+        return fitting, False, KERNELS
+
+    def join_replay(self, r: Replay) -> None:
+        report = self.report
+        found = match_exact(r.events, self.nodes_by_key)
+        chosen = _majority_graph(found)
+        how = EXACT_IDS if chosen is not None else None
+        pending = [e for e in r.events if e.index not in found]
+        if chosen is None and pending:
+            cands, other, how = self._candidates(r, pending)
+            if other and not cands:
+                self._count(report.replay_graphs, UNANNOTATED)
+                report.unannotated_replays += 1
+                report.unannotated_replay_events += len(pending)
+                self.replay_graph[r.correlation] = None
+                return
+            if len(cands) > 1 or other:
+                self._several(r, cands, other, pending)
+                return
+            chosen = cands[0] if cands else None
+        pending_idx = [e.index for e in pending]
+        if pending_idx and chosen is not None:
+            cal, _ = match_calibrated(r, self.annotations.graphs, pending_idx, only_graph=chosen)
+            found.update(cal)
+            pending_idx = [i for i in pending_idx if i not in cal]
+        if pending_idx:
+            used = {m.node.key for m in found.values()}
+            st, g, why = match_structural(r, self.annotations.graphs, pending_idx, only_graph=chosen, used_keys=used)
+            found.update(st)
+            chosen = chosen if chosen is not None else g
+            if why:
+                self._count(report.unmatched_replays, why)
+                self._count(report.unmatched_replay_events, why, len(pending_idx))
+            elif st:
+                gr = self.by_id.get(g) if g is not None else None
+                if gr is not None and gr.calibration_note:
+                    report.calibration_notes[gr.display_name] = gr.calibration_note
+        if how == KERNELS and not found:
+            chosen = None  # inferred from the kernels, matched nowhere: not counted among its replays
+        if chosen is not None and how is not None:
+            self._count(report.replay_graphs, how)
+        self.matches.update(found)
+        self.replay_graph[r.correlation] = chosen
+
+    def _several(self, r: Replay, cands: List[int], other: bool, pending: List[TraceEvent]) -> None:
+        """A replay that may be any of ``cands`` (or, with ``other``, a graph without annotations)."""
+        names = self.candidate_names(cands) + (" | a graph without annotations" if other else "")
+        self.replay_graph[r.correlation] = None
+        self.replay_candidates[r.correlation] = tuple(cands)
+        shared = None if other else self._shared(r, cands, [e.index for e in pending])
+        if shared is None:
+            self._count(self.report.unidentified_replays, names)
+            self._count(self.report.unidentified_replay_events, names, len(pending))
+            return
+        self._count(self.report.shared_label_replays, names)
+        self.matches.update(shared)
+
+    def _shared(self, r: Replay, cands: List[int], pending: List[int]) -> Optional[Dict[int, Match]]:
+        """Every candidate's matches of the replay, when each candidate matches every event and
+        all give each event the same annotation: the first candidate's, marked shared."""
+        first: Optional[Dict[int, Match]] = None
+        for gid in cands:
+            cal, _ = match_calibrated(r, self.annotations.graphs, pending, only_graph=gid)
+            rest = [i for i in pending if i not in cal]
+            st, _, why = (match_structural(r, self.annotations.graphs, rest, only_graph=gid,
+                                           used_keys={m.node.key for m in cal.values()}) if rest else ({}, gid, None))
+            found = {**cal, **st}
+            if why or len(found) != len(pending):
+                return None
+            if first is None:
+                first = found
+            elif any(found[i].node.annotation != first[i].node.annotation for i in pending):
+                return None
+        shared_by = tuple(cands)
+        return {i: dataclasses.replace(m, ambiguous=True, shared_by=shared_by) for i, m in (first or {}).items()}
 
 
 def has_annotated_nodes(annotations: AnnotationSet) -> bool:

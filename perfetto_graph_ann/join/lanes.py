@@ -17,7 +17,7 @@ GRAPH_LANES = ("all", "none")
 
 #: Arg keys the join writes itself; annotation fields never override them.
 RESERVED_ARGS = frozenset({"stream", "device", "correlation", "graph id", "graph node id", "replay", "join",
-                           "join_ambiguous", "original_stream", "annotated_stream"})
+                           "join_ambiguous", "original_stream", "annotated_stream", "graph candidates"})
 #: Eager collective fields used for a process-group lane's name.
 COLLECTIVE_NAME = "Collective name"
 PG_DESCRIPTION = "Process Group Description"
@@ -30,16 +30,19 @@ def annotated_lane(match: Optional[Match], default_stream: int = DEFAULT_GRAPH_L
     return default_stream
 
 
-def node_args(node: NodeRecord) -> Dict[str, Any]:
-    """The args every event of ``node`` gains: annotation fields (not ``stream``), graph ids."""
+def node_args(node: NodeRecord, graph_known: bool = True) -> Dict[str, Any]:
+    """The args every event of ``node`` gains: annotation fields (not ``stream``), graph ids
+    (not when the replay may be one of several graphs: ``graph_known=False``)."""
     args = {k: v for k, v in node.annotation.items() if k not in RESERVED_ARGS}
-    args["graph id"] = node.graph_id
-    args["graph node id"] = node.key
+    if graph_known:
+        args["graph id"] = node.graph_id
+        args["graph node id"] = node.key
     return args
 
 
-#: The keys :func:`placement` adds besides a node's own args (:func:`node_args`).
-PLACEMENT_KEYS = frozenset({"replay", "join", "join_ambiguous", "original_stream", "annotated_stream"})
+#: The keys :func:`placement` (and the join) add besides a node's own args (:func:`node_args`).
+PLACEMENT_KEYS = frozenset({"replay", "join", "join_ambiguous", "original_stream", "annotated_stream",
+                            "graph candidates"})
 
 
 def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[int], graph_lanes: str,
@@ -56,14 +59,16 @@ def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[
     if match is not None:
         annotation = match.node.annotation
         node = match.node
-        hit = cache.get(node.key) if cache is not None else None
+        known = not match.shared_by
+        ckey = node.key if known else ~node.key
+        hit = cache.get(ckey) if cache is not None else None
         if hit is None:
-            hit = (annotated_lane(match, default_stream), node_args(node))
+            hit = (annotated_lane(match, default_stream), node_args(node, known))
             if cache is not None:
-                cache[node.key] = hit
+                cache[ckey] = hit
         lane, base = hit
         args.update(base)
-        if replay_index is not None:
+        if replay_index is not None and known:
             args["replay"] = replay_index
         args["join"] = match.strategy
         if match.ambiguous:
@@ -129,19 +134,25 @@ def lane_name(lane: int, annotations: AnnotationSet, graph_ids: Optional[Collect
 
 
 def lane_graphs(events: Iterable[TraceEvent], placements: Mapping[int, Placement],
-                annotated: bool = False) -> Dict[Tuple[int, int], Set[int]]:
+                annotated: bool = False, shared: Optional[Mapping[int, Iterable[int]]] = None
+                ) -> Dict[Tuple[int, int], Set[int]]:
     """(device, lane) -> exec ids of the graphs whose matched events are drawn on that lane.
 
     ``annotated``: use the lane an event carries as ``annotated_stream`` (graph_lanes="none")
-    instead of the one it is drawn on. Unmatched events name no graph.
+    instead of the one it is drawn on. Unmatched events name no graph. ``shared``: event
+    index -> the candidate graphs of an event labelled by several (no ``graph id`` arg).
     """
     out: Dict[Tuple[int, int], Set[int]] = {}
+    shared = shared or {}
     for e in events:
         p = placements.get(e.index)
-        if p is None or "graph id" not in p.args:
+        if p is None:
+            continue
+        ids = [p.args["graph id"]] if "graph id" in p.args else shared.get(e.index)
+        if not ids:
             continue
         lane = p.args.get("annotated_stream") if annotated else p.lane
         if lane is None:
             continue
-        out.setdefault(lane_key(e.device, lane), set()).add(p.args["graph id"])
+        out.setdefault(lane_key(e.device, lane), set()).update(ids)
     return out

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
+from collections import Counter
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
-from ..annotations.model import GraphRecord, NodeRecord
+from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..read.model import TraceEvent
 from .names import base_name, full_name
 from .replays import Replay, dim3_arg, node_type_of
@@ -17,6 +18,10 @@ class Match:
     node: NodeRecord
     strategy: str  #: exact | calibrated | structural
     ambiguous: bool = False  #: more than one node (or graph) fitted equally well
+    #: Exec ids of the graphs the replay may be, when the join could not tell which and
+    #: they all give this event the same annotation (empty: the graph is ``node``'s). The
+    #: event then carries the annotation but no graph id, node id or replay number.
+    shared_by: Tuple[int, ...] = ()
 
 
 def compatible_signatures(ev: Tuple, node: Tuple) -> bool:
@@ -72,3 +77,42 @@ def best_graph(replay: Replay, graphs: Iterable[GraphRecord], only_graph: Option
     winners = [s for s in scored if s[0] == best]
     _, exec_id, found = winners[0]
     return found, exec_id, len(winners) > 1
+
+
+class GraphFit:
+    """Could a replay's GPU work be a graph's? A necessary condition, cached per graph and per
+    replay shape: at most as many events as the graph has GPU-work nodes, and for every
+    loose signature as many compatible nodes as events (names, grids and blocks agree
+    wherever both sides know them). Used to list the graphs a replay may belong to, so a
+    superset is safe: more candidates only ever means fewer labels."""
+
+    def __init__(self) -> None:
+        self._nodes: Dict[int, Counter] = {}
+        self._memo: Dict[Tuple[int, frozenset], bool] = {}
+
+    def _node_counts(self, g: GraphRecord) -> Counter:
+        c = self._nodes.get(g.exec_id)
+        if c is None:
+            c = self._nodes[g.exec_id] = Counter(signature(n, strict=False) for n in g.nodes
+                                                 if n.type in GPU_WORK_NODE_TYPES)
+        return c
+
+    def fits(self, events: Sequence[TraceEvent], g: GraphRecord) -> bool:
+        ev = frozenset(Counter(signature(e, strict=False) for e in events).items())
+        key = (g.exec_id, ev)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._fits(dict(ev), self._node_counts(g))
+        return hit
+
+    @staticmethod
+    def _fits(ev: Dict[Tuple, int], nodes: Counter) -> bool:
+        if sum(ev.values()) > sum(nodes.values()):
+            return False
+        for sig, n in ev.items():
+            have = nodes.get(sig, 0)
+            if have < n:
+                have = sum(c for s, c in nodes.items() if compatible_signatures(sig, s))
+            if have < n:
+                return False
+        return True

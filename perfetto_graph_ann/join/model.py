@@ -14,6 +14,12 @@ CALIBRATED = "calibrated"
 STRUCTURAL = "structural"
 STRATEGIES = (EXACT, CALIBRATED, STRUCTURAL)
 
+#: How a replay's graph was known (``JoinReport.replay_graphs`` keys).
+EXACT_IDS = "graph ids in the trace"
+RECORDED = "replay record"
+KERNELS = "the only annotated graph its kernels fit"
+UNANNOTATED = "a graph without annotations (replay record)"
+
 #: torch 2.15's lane for graphed events without an annotated lane (graph_lanes="all").
 DEFAULT_GRAPH_LANE = 7
 
@@ -64,6 +70,23 @@ class JoinReport:
     unprojected_scopes: Dict[str, int] = dataclasses.field(default_factory=dict)
     #: Graphs matched structurally that carry a calibration note: display name -> note.
     calibration_notes: Dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Replays whose graph the join knew, by how it knew (EXACT_IDS, RECORDED, KERNELS,
+    #: UNANNOTATED) -> replays.
+    replay_graphs: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Replays that may be several graphs whose annotations differ, left unlabelled:
+    #: candidate graph names ("A | B") -> replays; and their events.
+    unidentified_replays: Dict[str, int] = dataclasses.field(default_factory=dict)
+    unidentified_replay_events: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Replays that may be several graphs, all giving every event the same annotation:
+    #: labelled with it, without a graph id. Candidate names -> replays.
+    shared_label_replays: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Replays the replay record names as graphs without annotations (left unlabelled), and their events.
+    unannotated_replays: int = 0
+    unannotated_replay_events: int = 0
+    #: Whether the annotations carried a replay record (None: not recorded, e.g. an older sidecar).
+    replay_record: Optional[bool] = None
+    #: Why parts of the replay record could not be used, one line each.
+    replay_record_problems: List[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

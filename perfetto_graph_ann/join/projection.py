@@ -144,7 +144,8 @@ REASON_SCOPE_GUESS = "identical kernels of different scopes could not be told ap
 
 def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_graph: Mapping[int, Optional[int]],
             replay_index: Mapping[int, int], annotations: AnnotationSet,
-            report: Optional[JoinReport] = None) -> List[GpuRange]:
+            report: Optional[JoinReport] = None,
+            replay_candidates: Optional[Mapping[int, Sequence[int]]] = None) -> List[GpuRange]:
     """Replay and scope ranges of every joined replay, in replay order.
 
     A replay is drawn only when every GPU-work node of its graph was matched to one of its
@@ -162,6 +163,11 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
     the name), kernel count, busy ns. ``busy ns`` only where it differs from the span (a
     single kernel's scope: never). Few on purpose: there is one scope slice per scope and
     replay.
+
+    ``replay_candidates``: replay correlation -> the graphs a replay may be, where the join
+    could not tell which. Such a replay is drawn, when whole, as one slice named by its
+    candidates (``A | B``, arg ``graph candidates``; no graph id or replay number) and
+    without scopes: its span is known, its graph is not.
     """
     graphs = {g.exec_id: g for g in annotations.graphs}
     several_graphs = len(graphs) > 1
@@ -175,6 +181,9 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         gid = replay_graph.get(r.correlation)
         g = graphs.get(gid) if gid is not None else None
         if g is None:
+            cands = (replay_candidates or {}).get(r.correlation)
+            if cands:
+                _project_candidates(r, [graphs[c] for c in cands], cache, out, skipped)
             continue
         if r.correlation not in replay_index:  # numbered only with its launch (see join)
             skipped[REASON_NO_LAUNCH] = skipped.get(REASON_NO_LAUNCH, 0) + 1
@@ -264,6 +273,34 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         report.unprojected_replays = skipped
         report.unprojected_scopes = skipped_scopes
     return out
+
+
+def _project_candidates(r: Replay, cands: Sequence[Any], cache: Dict[int, _GraphInfo], out: List[GpuRange],
+                        skipped: Dict[str, int]) -> None:
+    """The slice of a replay that may be any of ``cands``: drawn when every candidate has as
+    many GPU-work nodes as the replay has events and all are timed (else it may be cut)."""
+    timed = [e for e in r.events if e.ts_ns is not None]
+    whole = len(timed) == len(r.events)
+    for g in cands:
+        info = cache.get(g.exec_id)
+        if info is None:
+            info = cache[g.exec_id] = _graph_info(g)
+        whole = whole and len(info.gpu_nodes) == len(r.events)
+    if not whole or r.launch is None:
+        skipped[REASON_PARTIAL if r.launch is not None else REASON_NO_LAUNCH] = \
+            skipped.get(REASON_PARTIAL if r.launch is not None else REASON_NO_LAUNCH, 0) + 1
+        return
+    ivs = sorted((e.ts_ns, e.ts_ns + (e.dur_ns or 0)) for e in timed)
+    start, end = ivs[0][0], max(map(_end, ivs))
+    names = " | ".join(g.display_name for g in cands)
+    args: Dict[str, Any] = {"graph candidates": names, "kernel count": len(ivs)}
+    busy = busy_ns(ivs)
+    if busy != end - start:
+        args["busy ns"] = busy
+    if r.launch.ts_ns is not None:
+        args["launch latency ns"] = start - r.launch.ts_ns
+    out.append(GpuRange(REPLAY, r.device if r.device is not None else 0, REPLAYS_TRACK, start, end - start, names,
+                        args, r.launch.index))
 
 
 def _drop_implied_replay(ranges: List[GpuRange]) -> None:

@@ -105,6 +105,22 @@ def warning_lines(report: JoinReport) -> List[str]:
         events = report.unmatched_replay_events.get(reason, 0)
         out.append(("warning", f"{_plural(n, 'graph replay')} ({_plural(events, 'GPU event')}) left unlabelled: "
                                f"{reason}"))
+    for names, n in sorted(report.unidentified_replays.items()):
+        events = report.unidentified_replay_events.get(names, 0)
+        out.append(("warning", f"{_plural(n, 'graph replay')} ({_plural(events, 'GPU event')}) left unlabelled: "
+                               f"the join could not tell which of several graphs replayed ({names}), and their "
+                               "annotations differ"
+                               + ("" if report.replay_record else "; annotations saved with a replay record "
+                                  "(sidecar version 3) tell them apart")))
+    for names, n in sorted(report.shared_label_replays.items()):
+        out.append(("note", f"{_plural(n, 'graph replay')} labelled with the annotation every candidate graph "
+                            f"gives it, without a graph id: the join could not tell which replayed ({names})"))
+    if report.unannotated_replays:
+        out.append(("note", f"{_plural(report.unannotated_replays, 'graph replay')} "
+                            f"({_plural(report.unannotated_replay_events, 'GPU event')}) of graphs without "
+                            "annotations (replay record): left unlabelled"))
+    for problem in report.replay_record_problems:
+        out.append(("note", f"replay record: {problem}"))
     for graph, note in sorted(report.calibration_notes.items()):
         out.append(("warning", f"{graph} was matched structurally, without calibration: {note}"))
     for reason, n in sorted(report.unprojected_replays.items()):

@@ -1,0 +1,160 @@
+"""Which graph each launch in a trace replayed, from the process's replay record.
+
+The record (:class:`~perfetto_graph_ann.annotations.model.ReplayWindow`, written by
+``capture/replay_log.py``) lists, per profiler window and thread, the executable graph of
+every replay call in call order, with the calls that overlapped the profiler's start or
+stop marked uncertain at the head and tail. A thread's graph launches in the trace are its
+calls, in the same order: the i-th launch on the thread is call ``k + i`` for one offset
+``k``. The offsets that agree with everything known are kept:
+
+- **counts**: the launches must cover every certain call and nothing outside the list
+  (``k <= head_uncertain`` and ``k + m >= n - tail_uncertain``);
+- **times**, where both sides have them: each launch starts within :data:`TIME_SLACK_NS`
+  of its call (a check against gross misalignment, not the rule);
+- **kernels**: a launch of an annotated graph must have GPU work that graph can have run.
+
+A launch's graph is known when every kept offset gives the same graph; otherwise it is
+one of those candidates. A thread whose launches no offset fits (dropped events, a call
+that raised, a record of another run) tells nothing, and the report says so. The record's
+thread is found by Kineto's tid: the thread's native id where the trace has CPU events,
+else the low 32 bits of ``pthread_self``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from ..annotations.model import UNANNOTATED_GRAPH, ReplayThread, ReplayWindow
+from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
+from .identity import trace_pids
+
+#: How far (ns) a launch's start may be from its call's start before an offset is refused:
+#: the trace's clock and the process's are not the same, only close.
+TIME_SLACK_NS = 50_000_000
+#: How far (ns) outside a window's start and stop the trace's launches may lie and still be its.
+WINDOW_SLACK_NS = 2_000_000_000
+
+#: launch correlation -> the graphs it may have launched (one: known)
+Candidates = Dict[int, FrozenSet[int]]
+
+
+@dataclasses.dataclass
+class LaunchIdentities:
+    """What the record says of a trace's launches."""
+
+    graphs: Candidates = dataclasses.field(default_factory=dict)
+    #: Why (parts of) the record could not be used, one readable line each.
+    problems: List[str] = dataclasses.field(default_factory=list)
+
+
+def _launches(trace: KinetoTrace) -> Dict[int, List[TraceEvent]]:
+    """tid -> graph launch events in start order. Runtime spellings only where a thread has
+    both (a driver launch inside a runtime launch is the same replay)."""
+    per_tid: Dict[int, List[TraceEvent]] = {}
+    for e in trace.events:
+        if e.ph == "X" and e.name in GRAPH_LAUNCH_NAMES and e.correlation is not None and isinstance(e.tid, int):
+            per_tid.setdefault(e.tid, []).append(e)
+    for tid, evs in per_tid.items():
+        runtime = [e for e in evs if e.name.startswith("cuda")]
+        if runtime and len(runtime) != len(evs):
+            evs = runtime
+        per_tid[tid] = sorted(evs, key=lambda e: (e.ts_ns if e.ts_ns is not None else 0, e.index))
+    return per_tid
+
+
+def _thread_for(tid: int, threads: Sequence[ReplayThread]) -> Optional[ReplayThread]:
+    low = tid & 0xFFFFFFFF
+    found = [t for t in threads if t.native_id == tid or (t.ident & 0xFFFFFFFF) == low]
+    return found[0] if len(found) == 1 else None
+
+
+def _offsets(t: ReplayThread, m: int) -> range:
+    n = len(t.graphs)
+    return range(max(0, n - t.tail_uncertain - m), min(t.head_uncertain, n - m) + 1)
+
+
+def _times_fit(t: ReplayThread, k: int, launches: Sequence[TraceEvent], base_ns: int) -> bool:
+    if not t.starts_ns or not base_ns:
+        return True
+    for i, e in enumerate(launches):
+        if e.ts_ns is not None and abs(base_ns + e.ts_ns - t.starts_ns[k + i]) > TIME_SLACK_NS:
+            return False
+    return True
+
+
+def _fit_window(w: ReplayWindow, per_tid: Mapping[int, List[TraceEvent]], base_ns: int,
+                fits_graph: Callable[[int, int], bool]) -> Tuple[Optional[Candidates], List[str]]:
+    """The candidates this window gives each launch, or None when the window is not this trace's."""
+    out: Candidates = {}
+    problems: List[str] = []
+    used = set()
+    for tid, launches in per_tid.items():
+        t = _thread_for(tid, w.threads)
+        if t is None:
+            problems.append(f"thread {tid}: no replay recorded for it ({len(launches)} graph launches left to "
+                            "the kernels)")
+            continue
+        used.add(id(t))
+        m = len(launches)
+        ks = [k for k in _offsets(t, m) if _times_fit(t, k, launches, base_ns)]
+        ks = [k for k in ks if all(fits_graph(e.correlation, t.graphs[k + i]) for i, e in enumerate(launches))]
+        if not ks:
+            n = len(t.graphs)
+            problems.append(f"thread {tid}: {m} graph launches in the trace, {n} replays recorded "
+                            f"({t.head_uncertain} uncertain at the start, {t.tail_uncertain} at the end): no order "
+                            "fits (dropped events or another run); its launches are left to the kernels")
+            continue
+        for i, e in enumerate(launches):
+            out[e.correlation] = frozenset(t.graphs[k + i] for k in ks)
+    for t in w.threads:
+        if id(t) not in used and len(t.graphs) > t.head_uncertain + t.tail_uncertain:
+            return None, [f"the record has replays of thread {t.ident} that the trace lacks"]
+    return out, problems
+
+
+def launch_identities(trace: KinetoTrace, windows: Iterable[ReplayWindow],
+                      fits_graph: Callable[[int, int], bool] = lambda corr, graph: True) -> LaunchIdentities:
+    """Candidates per launch correlation from the record's windows of this trace's process.
+
+    ``fits_graph(correlation, exec id)``: whether the launch's GPU work could be that graph's
+    (the join passes a check of the kernels against annotated graphs). Windows of other
+    processes, or whose span does not hold the trace's launches, are not used; where several
+    windows fit, a launch's candidates are the union of theirs.
+    """
+    per_tid = _launches(trace)
+    res = LaunchIdentities()
+    if not per_tid:
+        return res
+    pids = trace_pids(trace)
+    base = trace.base_time_ns
+    times = [base + e.ts_ns for evs in per_tid.values() for e in evs if e.ts_ns is not None] if base else []
+    lo, hi = (min(times), max(times)) if times else (None, None)
+    fitting: List[Candidates] = []
+    problems: List[str] = []
+    for w in windows:
+        if w.pid is not None and pids and w.pid not in pids:
+            continue
+        if lo is not None and (lo < w.start_ns - WINDOW_SLACK_NS or hi > w.stop_ns + WINDOW_SLACK_NS):
+            continue
+        got, why = _fit_window(w, per_tid, base, fits_graph)
+        if got is not None:
+            fitting.append(got)
+            problems.extend(why)
+    if not fitting:
+        res.problems.append("no profiler window of the replay record fits this trace's graph launches: "
+                            "graphs are told apart by their kernels alone")
+        return res
+    merged: Dict[int, set] = {}
+    for cands in fitting:
+        for corr, gs in cands.items():
+            merged.setdefault(corr, set()).update(gs)
+    if len(fitting) > 1:
+        # a launch some fitting window does not cover may be any graph
+        covered = set.intersection(*(set(c) for c in fitting))
+        merged = {c: gs for c, gs in merged.items() if c in covered}
+    res.graphs = {c: frozenset(gs) for c, gs in merged.items()}
+    res.problems = list(dict.fromkeys(problems))
+    return res
+
+
+__all__ = ["LaunchIdentities", "launch_identities", "TIME_SLACK_NS", "UNANNOTATED_GRAPH"]

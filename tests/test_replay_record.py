@@ -1,0 +1,460 @@
+"""Which graph replayed: structurally identical graphs never get each other's labels (issue 36).
+
+Synthetic traces of *twin* graphs (the same kernels, names, grids and blocks; different
+annotations), replayed in a known order from one or two threads. The order we launched is
+the truth every test compares with. Without a replay record the join cannot tell twins
+apart and must leave them unlabelled (or share a label they all give); with one it must
+label every replay with its own graph's annotation, in process and through a saved sidecar.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import threading
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+
+from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
+from perfetto_graph_ann.annotations.model import (UNANNOTATED_GRAPH, AnnotationSet, GraphRecord, NodeRecord,
+                                                  ReplayThread, ReplayWindow)
+from perfetto_graph_ann.capture.replay_log import EDGE_GUARD_NS, ReplayLog, original_replay
+from perfetto_graph_ann.join import join
+from perfetto_graph_ann.join.model import KERNELS, RECORDED, UNANNOTATED
+from perfetto_graph_ann.read.kineto import read_trace
+
+PID = 4321
+BASE_NS = 1_790_000_000_000_000_000
+KERNELS_OF = [("gemm_kernel", (16, 4, 1)), ("softmax_kernel", (8, 1, 1)), ("gemm_kernel", (16, 4, 1))]
+#: exec id -> (graph name, scope names of its three kernels)
+TWINS = {5: ("twin_A", ("A_a", "A_b", "A_b")), 6: ("twin_B", ("B_a", "B_b", "B_b"))}
+
+
+def twin_graph(exec_id: int, names: Sequence[str], name: Optional[str] = None, calibrated: bool = False) -> GraphRecord:
+    nodes = tuple(NodeRecord(key=(exec_id << 32) | i, kernel=k, grid=grid, block=(128, 1, 1),
+                             annotation={"name": names[i]}, stream=7 if calibrated else None,
+                             ordinal=i if calibrated else None)
+                  for i, (k, grid) in enumerate(KERNELS_OF))
+    return GraphRecord(exec_id, nodes, name=name)
+
+
+def twins(calibrated: Sequence[int] = (), same_names: bool = False, replays=None) -> AnnotationSet:
+    graphs = tuple(twin_graph(g, TWINS[5][1] if same_names else names, name, g in calibrated)
+                   for g, (name, names) in TWINS.items())
+    return AnnotationSet(graphs=graphs, replays=replays)
+
+
+@dataclasses.dataclass
+class Launch:
+    graph: int  #: exec id (the truth)
+    tid: int
+    ts_us: float
+
+
+def write_trace(path: Path, launches: Sequence[Launch], cut_first: int = 0) -> Dict[int, int]:
+    """A Kineto-like JSON: per launch a ``cudaGraphLaunch`` on its thread and three kernels on
+    stream 7. Returns launch correlation -> the graph it replayed."""
+    events = []
+    truth = {}
+    for i, x in enumerate(launches):
+        corr = 100 + i
+        truth[corr] = x.graph
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": PID, "tid": x.tid,
+                       "ts": x.ts_us, "dur": 5, "args": {"cbid": 311, "correlation": corr}})
+        for j, (k, grid) in enumerate(KERNELS_OF):
+            if i == 0 and j < cut_first:
+                continue
+            events.append({"ph": "X", "cat": "kernel", "name": k, "pid": 0, "tid": 7, "ts": x.ts_us + 10 + 3 * j,
+                           "dur": 2, "args": {"device": 0, "stream": 7, "correlation": corr,
+                                              "grid": list(grid), "block": [128, 1, 1]}})
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}],
+           "baseTimeNanoseconds": BASE_NS, "traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return truth
+
+
+def launch_wall(x: Launch) -> int:
+    return BASE_NS + int(x.ts_us * 1000)
+
+
+def window(threads: Sequence[ReplayThread], launches: Sequence[Launch] = ()) -> ReplayWindow:
+    times = [launch_wall(x) for x in launches] or [BASE_NS]
+    return ReplayWindow(PID, min(times) - 1_000_000, max(times) + 1_000_000, tuple(threads))
+
+
+def recorded(launches: Sequence[Launch], tid: int, head: Sequence[int] = (), tail: Sequence[int] = (),
+             native: bool = True, times: bool = True) -> ReplayThread:
+    """The record of one thread that replayed ``launches`` (those of ``tid``), with extra
+    uncertain calls ``head`` / ``tail`` (exec ids) around them."""
+    mine = [x for x in launches if x.tid == tid]
+    graphs = tuple(head) + tuple(x.graph for x in mine) + tuple(tail)
+    starts = ()
+    if times:
+        first, last = launch_wall(mine[0]), launch_wall(mine[-1])
+        gap = 100_000_000  # the uncertain calls ran a profiler step (100 ms) before / after
+        starts = (tuple(first - gap * (len(head) - i) for i in range(len(head)))
+                  + tuple(launch_wall(x) - 2_000 for x in mine)
+                  + tuple(last + gap * (i + 1) for i in range(len(tail))))
+    return ReplayThread(ident=0x7F00_0000_0000 | tid if not native else 0x7F00_DEAD_0000, native_id=tid if native else None,
+                        graphs=graphs, head_uncertain=len(head), tail_uncertain=len(tail), starts_ns=starts)
+
+
+def labels(layout, trace) -> Dict[int, List[Optional[str]]]:
+    """launch correlation -> the ``name`` arg of each of its kernels (None: unlabelled)."""
+    out: Dict[int, List[Optional[str]]] = {}
+    for e in trace.events:
+        if e.is_gpu_work:
+            p = layout.placements.get(e.index)
+            out.setdefault(e.correlation, []).append(p.args.get("name") if p is not None else None)
+    return out
+
+
+def truth_labels(truth: Dict[int, int]) -> Dict[int, List[str]]:
+    return {c: list(TWINS[g][1]) for c, g in truth.items()}
+
+
+SEQ = [Launch(6, 1, 1000), Launch(5, 1, 2000), Launch(6, 1, 3000)]  # B, A, B from one thread
+
+
+# ---- without a record: never a twin's label -----------------------------------------------
+
+def test_calibrated_twin_does_not_label_the_other_twins_replays(tmp_path):
+    """The issue's first case: A calibrated (replayed before the profile), a profile of B only.
+    Without a record nothing can tell A from B: no label, the replay slice names both."""
+    launches = [Launch(6, 1, 1000 * (i + 1)) for i in range(3)]
+    write_trace(tmp_path / "t.json", launches)
+    trace = read_trace(tmp_path / "t.json")
+    layout = join(trace, twins(calibrated=[5]))
+    assert all(v == [None, None, None] for v in labels(layout, trace).values())
+    r = layout.report
+    assert r.unidentified_replays == {"twin_A | twin_B": 3} and r.unidentified_replay_events == {"twin_A | twin_B": 9}
+    assert sum(r.matched.values()) == 0 and r.unmatched == 9
+    assert [(g.name, g.args["graph candidates"]) for g in layout.ranges] == [("twin_A | twin_B", "twin_A | twin_B")] * 3
+    assert not any("graph id" in g.args or "replay" in g.args for g in layout.ranges)
+
+
+def test_uncalibrated_twins_with_different_annotations_stay_unlabelled(tmp_path):
+    """The issue's second case without a record (B, A, B after both calibrated): unlabelled."""
+    write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    for cal in ((), (5, 6)):
+        layout = join(trace, twins(calibrated=cal))
+        assert all(v == [None, None, None] for v in labels(layout, trace).values())
+        assert layout.report.unidentified_replays == {"twin_A | twin_B": 3}
+
+
+def test_twins_with_equal_annotations_share_the_label_without_a_graph_id(tmp_path):
+    write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    layout = join(trace, twins(same_names=True))
+    assert all(v == list(TWINS[5][1]) for v in labels(layout, trace).values())
+    assert layout.report.shared_label_replays == {"twin_A | twin_B": 3}
+    for p in layout.placements.values():
+        assert "graph id" not in p.args and "replay" not in p.args and p.args["graph candidates"] == "twin_A | twin_B"
+
+
+def test_a_single_fitting_graph_is_still_labelled(tmp_path):
+    """One annotated graph that the kernels fit: labelled as before (no twin to confuse)."""
+    write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    only_a = AnnotationSet(graphs=(twin_graph(5, TWINS[5][1], "twin_A"),))
+    layout = join(trace, only_a)
+    assert all(v == list(TWINS[5][1]) for v in labels(layout, trace).values())
+    assert layout.report.replay_graphs == {KERNELS: 3}
+
+
+# ---- with a record: every replay its own graph's labels ----------------------------------
+
+@pytest.mark.parametrize("native", [True, False], ids=["tid=native id", "tid=pthread low bits"])
+def test_record_labels_each_replay_with_its_own_graph(tmp_path, native):
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    th = recorded(SEQ, 1, native=native)
+    if not native:  # Kineto's tid without CPU ops: pthread_self's low 32 bits
+        th = dataclasses.replace(th, ident=(0x7F12 << 32) | 1)
+    layout = join(trace, twins(calibrated=[5], replays=(window([th], SEQ),)))
+    assert labels(layout, trace) == truth_labels(truth)
+    assert layout.report.replay_graphs == {RECORDED: 3} and not layout.report.unidentified_replays
+    names = [g.name for g in layout.ranges if g.kind == "replay"]
+    assert names == ["twin_B #0", "twin_A #0", "twin_B #1"]
+    # calibration applied only to A's own replay
+    joins = {e.correlation: layout.placements[e.index].args["join"] for e in trace.events if e.is_gpu_work}
+    assert joins == {100: "structural", 101: "calibrated", 102: "structural"}
+
+
+def test_two_threads_interleaved_in_time(tmp_path):
+    launches = [Launch(5, 1, 1000), Launch(6, 2, 1500), Launch(6, 1, 2000), Launch(5, 2, 2500),
+                Launch(5, 2, 3000), Launch(6, 1, 3500)]
+    truth = write_trace(tmp_path / "t.json", launches)
+    trace = read_trace(tmp_path / "t.json")
+    rec = window([recorded(launches, 1), recorded(launches, 2)], launches)
+    layout = join(trace, twins(replays=(rec,)))
+    assert labels(layout, trace) == truth_labels(truth)
+    # one thread's record missing: its launches are left to the kernels (unlabelled twins)
+    layout = join(trace, twins(replays=(window([recorded(launches, 1)], launches),)))
+    got = labels(layout, trace)
+    assert {c: got[c] for c in truth if launches[c - 100].tid == 1} == \
+        {c: truth_labels(truth)[c] for c in truth if launches[c - 100].tid == 1}
+    assert all(got[c] == [None] * 3 for c in truth if launches[c - 100].tid == 2)
+    assert any("thread 2: no replay recorded" in p for p in layout.report.replay_record_problems)
+
+
+def test_uncertain_calls_at_the_edges(tmp_path):
+    """Calls overlapping the profiler's start / stop may or may not be in the trace: the count
+    of launches decides where it can, the launch times where they differ, else unlabelled."""
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    # an uncertain call before: the trace has 3 launches, the record 4 with 1 uncertain -> offset 1
+    th = recorded(SEQ, 1, head=[5])
+    assert labels(join(trace, twins(replays=(window([th], SEQ),))), trace) == truth_labels(truth)
+    # uncertain at both ends, more calls than launches: the certain ones must be covered
+    th = recorded(SEQ, 1, head=[5], tail=[5])
+    assert (th.graphs, th.head_uncertain, th.tail_uncertain) == ((5, 6, 5, 6, 5), 1, 1)
+    assert labels(join(trace, twins(replays=(window([th], SEQ),))), trace) == truth_labels(truth)
+    # B, A, B then an uncertain A: the trace's 3 launches are calls 0-2 or 1-3. The first call
+    # was uncertain too (it ran while the profiler started). Times recorded: the uncertain last
+    # call ran 100 ms after the last launch, so only calls 0-2 fit.
+    th = dataclasses.replace(recorded(SEQ, 1, tail=[5]), head_uncertain=1)
+    assert labels(join(trace, twins(replays=(window([th], SEQ),))), trace) == truth_labels(truth)
+    # ... without times both offsets fit and give different graphs: nothing is labelled
+    th = dataclasses.replace(th, starts_ns=())
+    layout = join(trace, twins(replays=(window([th], SEQ),)))
+    assert all(v == [None] * 3 for v in labels(layout, trace).values())
+    assert layout.report.unidentified_replays == {"twin_A | twin_B": 3}
+
+
+def test_a_record_that_fits_no_order_is_not_used(tmp_path):
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    th = dataclasses.replace(recorded(SEQ, 1, times=False), graphs=(6, 5))  # 2 certain calls, 3 launches
+    layout = join(trace, twins(replays=(window([th], SEQ),)))
+    assert all(v == [None] * 3 for v in labels(layout, trace).values())
+    assert any("no order fits" in p for p in layout.report.replay_record_problems)
+    assert truth
+
+
+def test_a_replay_of_a_graph_without_annotations_is_left_alone(tmp_path):
+    """A graph captured without this package (logged as exec id 0), structurally A's twin."""
+    launches = [Launch(5, 1, 1000), Launch(UNANNOTATED_GRAPH, 1, 2000)]
+    write_trace(tmp_path / "t.json", launches)
+    trace = read_trace(tmp_path / "t.json")
+    only_a = AnnotationSet(graphs=(twin_graph(5, TWINS[5][1], "twin_A"),),
+                           replays=(window([recorded(launches, 1)], launches),))
+    layout = join(trace, only_a)
+    assert labels(layout, trace) == {100: list(TWINS[5][1]), 101: [None] * 3}
+    assert layout.report.unannotated_replays == 1 and layout.report.replay_graphs == {RECORDED: 1, UNANNOTATED: 1}
+
+
+def test_windows_of_other_processes_and_times_are_ignored(tmp_path):
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    wrong = dataclasses.replace(recorded(SEQ, 1), graphs=(5, 6, 5))
+    other_pid = dataclasses.replace(window([wrong], SEQ), pid=PID + 1)
+    earlier = dataclasses.replace(window([wrong], SEQ), start_ns=BASE_NS - 10**11, stop_ns=BASE_NS - 10**11 + 5)
+    right = window([recorded(SEQ, 1)], SEQ)
+    layout = join(trace, twins(replays=(other_pid, earlier, right)))
+    assert labels(layout, trace) == truth_labels(truth)
+
+
+def test_the_record_travels_in_both_sidecar_forms(tmp_path):
+    """Offline: the saved JSON and sidecar give the same labels as the join in process."""
+    from perfetto_graph_ann.pipeline.convert import read_and_join
+
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    ann = twins(calibrated=[5], replays=(window([recorded(SEQ, 1)], SEQ),))
+    for name in ("s.pb", "s.json"):
+        path = save_annotations(tmp_path / name, ann)
+        back = load_annotations(path)
+        assert back.replays == ann.replays
+        trace = read_trace(tmp_path / "t.json")
+        layout = join(trace, back)
+        assert labels(layout, trace) == truth_labels(truth)
+
+
+def test_convert_cli_labels_twins_from_the_saved_sidecar(tmp_path):
+    import subprocess
+    import sys
+
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    save_annotations(tmp_path / "s.pb", twins(calibrated=[5], replays=(window([recorded(SEQ, 1)], SEQ),)))
+    out = tmp_path / "t.out.json"
+    cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "convert", str(tmp_path / "t.json"),
+                         "-a", str(tmp_path / "s.pb"), "-o", str(out)], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    doc = json.loads(out.read_text())
+    got: Dict[int, List[str]] = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            got.setdefault(e["args"]["correlation"], []).append(e["args"].get("name"))
+    assert got == truth_labels(truth)
+    # the same without the record (an older sidecar): no wrong label, the ambiguity counted
+    save_annotations(tmp_path / "old.pb", twins(calibrated=[5]))
+    cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "convert", str(tmp_path / "t.json"),
+                         "-a", str(tmp_path / "old.pb"), "-o", str(tmp_path / "old.json")],
+                        capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    assert "could not tell which of several graphs replayed" in cp.stderr or "twin_A | twin_B" in cp.stderr
+    doc = json.loads((tmp_path / "old.json").read_text())
+    assert not any("name" in e["args"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
+
+
+# ---- the log in the process ------------------------------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0
+
+    def __call__(self) -> int:
+        self.t += 1_000
+        return self.t
+
+
+class Sess:
+    def __init__(self, exec_id: int) -> None:
+        self._exec_id = exec_id
+
+    @property
+    def exec_id(self) -> int:
+        return self._exec_id
+
+
+def fake_graph_class(calls: List):
+    class CUDAGraph:
+        def __init__(self, exec_id: Optional[int]):
+            if exec_id is not None:
+                self._pga_session = Sess(exec_id)
+
+        def replay(self):
+            calls.append(self)
+
+    return CUDAGraph
+
+
+def test_log_is_only_in_place_while_a_profiler_records():
+    calls: List = []
+    cls = fake_graph_class(calls)
+    torch_replay = cls.replay
+    log = ReplayLog(clock=Clock(), wall=lambda: 10**18)
+    a, b, other = cls(5), cls(6), cls(None)
+    a.replay()  # before: nothing logged, torch's own method
+    assert cls.replay is torch_replay and not log.entries
+    log.prepared(cls)
+    assert cls.replay is not torch_replay and original_replay(cls) is torch_replay
+    a.replay()  # warm-up: logged, then cut (ended before the start)
+    t0 = log.clock()
+    log.started(t0, log.clock())
+    for g in (b, a, other, b):
+        g.replay()
+    t0 = log.clock()
+    log.stopped(t0, log.clock())
+    assert cls.replay is torch_replay  # back: replays cost nothing outside a profiler
+    b.replay()
+    (w,) = log.snapshot()
+    (th,) = w.threads
+    assert th.graphs == (6, 5, UNANNOTATED_GRAPH, 6) and (th.head_uncertain, th.tail_uncertain) == (0, 0)
+    assert th.ident == threading.get_ident() and th.native_id == threading.get_native_id()
+    assert len(calls) == 7 and w.pid is not None
+
+
+def test_log_marks_other_threads_calls_at_the_edges_uncertain():
+    log = ReplayLog(clock=Clock(), wall=lambda: 0)
+    log.prepared(fake_graph_class([]))
+    me = threading.get_ident()
+    s0, s1, d0, d1 = 10_000_000, 10_001_000, 50_000_000, 50_001_000
+    g = EDGE_GUARD_NS
+    log.entries.extend([
+        (99, 9, 5, s0 - g - 5_000, s0 - g - 2_000),  # other thread, ended well before the start: out
+        (99, 9, 6, s0 - 3_000, s0 + 500),  # overlaps the start: uncertain
+        (99, 9, 5, s1 + g + 1, s1 + g + 5_000),  # certain
+        (99, 9, 6, d0 - 1_000, d0 + 1_000),  # overlaps the stop: uncertain
+        (99, 9, 5, d1 + g + 10, d1 + g + 20),  # after: out
+        (me, 1, 5, s0 - 3_000, s0 - 1_000),  # the starting thread itself: before its own start, out
+        (me, 1, 6, s1 + 10, s1 + 20),  # right after its start: certain
+    ])
+    log._start = (s0, s1, me)
+    log.stopped(d0, d1)
+    (w,) = log.snapshot()
+    by = {t.ident: t for t in w.threads}
+    assert by[99].graphs == (6, 5, 6) and (by[99].head_uncertain, by[99].tail_uncertain) == (1, 1)
+    assert by[me].graphs == (6,) and (by[me].head_uncertain, by[me].tail_uncertain) == (0, 0)
+
+
+@pytest.mark.usefixtures("capture_path")
+def test_a_replay_that_raises_drops_its_thread_from_the_window():
+    calls: List = []
+
+    class Boom:
+        def replay(self):
+            raise RuntimeError("launch failed")
+
+    log = ReplayLog()
+    log.prepared(Boom)
+    log.started(log.clock(), log.clock())
+    with pytest.raises(RuntimeError, match="launch failed"):
+        Boom().replay()
+    log.stopped(log.clock(), log.clock())
+    assert log.snapshot()[0].threads == ()
+    assert not calls
+
+
+def test_log_threads_record_their_own_calls():
+    calls: List = []
+    cls = fake_graph_class(calls)
+    log = ReplayLog()
+    log.prepared(cls)
+    log.started(log.clock(), log.clock())
+    graphs = {i: cls(10 + i) for i in range(4)}
+    done = threading.Barrier(4)
+
+    def work(i):
+        done.wait()
+        for _ in range(50):
+            graphs[i].replay()
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    log.stopped(log.clock(), log.clock())
+    (w,) = log.snapshot()
+    got = sorted(t.graphs for t in w.threads)
+    assert got == [(10 + i,) * 50 for i in range(4)]
+    assert len({t.native_id for t in w.threads}) == 4
+
+
+@pytest.mark.usefixtures("capture_path")
+def test_both_wrappers_log_the_same_calls(capture_path):
+    """The compiled wrapper (``_fastpath.ReplayLogger``) and the Python one record the same
+    calls, threads and graphs; exec ids come from the graph's session (0 without one)."""
+    from perfetto_graph_ann.capture import fastpath
+
+    calls: List = []
+    cls = fake_graph_class(calls)
+    torch_replay = cls.replay
+    log = ReplayLog()
+    log.prepared(cls)
+    compiled = type(cls.__dict__["replay"]).__name__ == "ReplayLogger"
+    assert compiled == (capture_path == "compiled" and fastpath.module() is not None)
+    assert original_replay(cls) is torch_replay
+    log.started(log.clock(), log.clock())
+    a, b, none = cls(5), cls(6), cls(None)
+    lazy = cls(None)
+    lazy._pga_session = Sess(9)
+    lazy._pga_session._exec_id = None  # read through the session's exec_id property
+    lazy._pga_session.__class__ = type("Lazy", (), {"_exec_id": None, "exec_id": property(lambda s: 9)})
+    for g in (a, b, none, lazy, a):
+        assert g.replay() is None
+    worker = threading.Thread(target=lambda: b.replay())
+    worker.start()
+    worker.join()
+    log.stopped(log.clock(), log.clock())
+    assert cls.replay is torch_replay
+    (w,) = log.snapshot()
+    by = {t.ident: t for t in w.threads}
+    assert by[threading.get_ident()].graphs == (5, 6, UNANNOTATED_GRAPH, 9, 5)
+    assert by[threading.get_ident()].native_id == threading.get_native_id()
+    assert by[worker.ident].graphs == (6,) and by[worker.ident].native_id == worker.native_id
+    assert len(calls) == 6
