@@ -167,13 +167,14 @@ def test_a_single_fitting_graph_is_still_labelled(tmp_path):
 
 # ---- with a record: every replay its own graph's labels ----------------------------------
 
-@pytest.mark.parametrize("native", [True, False], ids=["tid=native id", "tid=pthread low bits"])
-def test_record_labels_each_replay_with_its_own_graph(tmp_path, native):
+@pytest.mark.parametrize("ident", [None, (0x7F12 << 32) | 1, (0x7F12 << 32) | (0xFFFFFFFF - 1 + 1)],
+                         ids=["tid=native id", "tid=pthread low bits", "tid=pthread int32 made positive"])
+def test_record_labels_each_replay_with_its_own_graph(tmp_path, ident):
     truth = write_trace(tmp_path / "t.json", SEQ)
     trace = read_trace(tmp_path / "t.json")
-    th = recorded(SEQ, 1, native=native)
-    if not native:  # Kineto's tid without CPU ops: pthread_self's low 32 bits
-        th = dataclasses.replace(th, ident=(0x7F12 << 32) | 1)
+    th = recorded(SEQ, 1, native=ident is None)
+    if ident is not None:  # Kineto's tid without CPU ops: pthread_self as an int32, made positive
+        th = dataclasses.replace(th, ident=ident)
     layout = join(trace, twins(calibrated=[5], replays=(window([th], SEQ),)))
     assert labels(layout, trace) == truth_labels(truth)
     assert layout.report.replay_graphs == {RECORDED: 3} and not layout.report.unidentified_replays

@@ -17,7 +17,7 @@ A launch's graph is known when every kept offset gives the same graph; otherwise
 one of those candidates. A thread whose launches no offset fits (dropped events, a call
 that raised, a record of another run) tells nothing, and the report says so. The record's
 thread is found by Kineto's tid: the thread's native id where the trace has CPU events,
-else the low 32 bits of ``pthread_self``.
+else ``pthread_self`` as a 32-bit int (:func:`kineto_tids`).
 """
 from __future__ import annotations
 
@@ -62,9 +62,20 @@ def _launches(trace: KinetoTrace) -> Dict[int, List[TraceEvent]]:
     return per_tid
 
 
+def kineto_tids(ident: int, native_id: Optional[int]) -> FrozenSet[int]:
+    """The tids Kineto may give a thread's runtime events: its native id (where the thread has
+    CPU ops), else ``pthread_self`` as a 32-bit int, which the H200 traces show written as
+    its absolute value (``ident & 0xFFFFFFFF`` read as signed, then made positive)."""
+    low = ident & 0xFFFFFFFF
+    signed = low - (1 << 32) if low >= 1 << 31 else low
+    out = {low, signed, abs(signed)}
+    if native_id is not None:
+        out.add(native_id)
+    return frozenset(out)
+
+
 def _thread_for(tid: int, threads: Sequence[ReplayThread]) -> Optional[ReplayThread]:
-    low = tid & 0xFFFFFFFF
-    found = [t for t in threads if t.native_id == tid or (t.ident & 0xFFFFFFFF) == low]
+    found = [t for t in threads if tid in kineto_tids(t.ident, t.native_id)]
     return found[0] if len(found) == 1 else None
 
 
