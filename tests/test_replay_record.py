@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
+from engine_support import requires_portable
 
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
 from perfetto_graph_ann.annotations.model import (UNANNOTATED_GRAPH, AnnotationSet, GraphRecord, NodeRecord,
@@ -459,3 +460,28 @@ def test_both_wrappers_log_the_same_calls(capture_path):
     assert by[threading.get_ident()].native_id == threading.get_native_id()
     assert by[worker.ident].graphs == (6,) and by[worker.ident].native_id == worker.native_id
     assert len(calls) == 6
+
+
+# ---- SQL: graph_ann_graph_replay says which graph, or which candidates ---------------------
+
+@requires_portable
+def test_sql_graph_replay_names_the_graph_or_its_candidates(tmp_path):
+    from perfetto_graph_ann.pipeline.convert import convert
+    from perfetto_graph_ann.query import metrics
+    from perfetto_graph_ann.query.session import open_trace
+
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    cases = {"record": twins(replays=(window([recorded(SEQ, 1)], SEQ),)), "none": twins()}
+    for name, ann in cases.items():
+        out = tmp_path / f"{name}.pftrace"
+        convert(trace, out, layout=join(trace, ann))
+        with open_trace(out, engine="portable") as s:
+            rows = metrics.graph_replays(s).sort_values("ts")
+        if name == "record":
+            assert list(rows.graph_name) == [TWINS[truth[c]][0] for c in sorted(truth)]
+            assert list(rows.replay) == [0, 0, 1] and rows.graph_candidates.isna().all()
+        else:
+            assert list(rows.graph_candidates) == ["twin_A | twin_B"] * 3
+            assert rows.graph_id.isna().all() and rows.replay.isna().all() and rows.graph_name.isna().all()
+        assert list(rows.kernel_count) == [3, 3, 3]

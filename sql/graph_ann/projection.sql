@@ -10,7 +10,9 @@
 -- work captured inside the scope, across all lanes. The numbers are read from
 -- the slices' `debug.*` arguments, names and tracks: a replay slice is named
 -- `<graph name> #<replay>` and carries `graph id`, `replay`, `kernel count`,
--- `busy ns` and `launch latency ns`; a scope slice is named by its label and
+-- `busy ns` and `launch latency ns` (a replay whose graph the join could not
+-- tell is named by its candidates, `A | B`, with `graph candidates` instead of
+-- `graph id` and `replay`); a scope slice is named by its label and
 -- carries `scope path` (nested scopes only; at the top level the path is the
 -- name), `kernel count`, `busy ns`, and `graph id` and `replay` where its
 -- replay is not implied: the converter leaves both off only when its replay is

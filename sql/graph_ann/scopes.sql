@@ -26,13 +26,17 @@ CREATE PERFETTO TABLE graph_ann_graph_replay(
   dur DURATION,
   -- GPU index.
   device LONG,
-  -- Executable graph id.
+  -- Executable graph id (NULL when the join could not tell which graph
+  -- replayed: see `graph_candidates`).
   graph_id LONG,
   -- Graph name (`pga.graph(g, name=...)`, else `graph <id>`): the slice name
-  -- without its ` #<replay>` suffix.
+  -- without its ` #<replay>` suffix (NULL with `graph_id`).
   graph_name STRING,
-  -- 0-based replay index among the replays of the graph.
+  -- 0-based replay index among the replays of the graph (NULL with `graph_id`).
   replay LONG,
+  -- The graphs the replay may be, `A | B`, when the join could not tell which
+  -- (no replay record and several graphs its kernels fit); NULL when known.
+  graph_candidates STRING,
   -- GPU work events of the replay.
   kernel_count LONG,
   -- Length of the union of the replay's GPU work.
@@ -48,6 +52,7 @@ SELECT
   graph_id,
   SUBSTR(name, 1, LENGTH(name) - LENGTH(' #' || replay)) AS graph_name,
   replay,
+  EXTRACT_ARG(arg_set_id, 'debug.graph candidates') AS graph_candidates,
   kernel_count,
   busy_dur,
   EXTRACT_ARG(arg_set_id, 'debug.launch latency ns') AS launch_latency
