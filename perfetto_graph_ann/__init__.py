@@ -29,6 +29,11 @@ _LAZY = {
     "backend_info": "capture.backends",
     "get_kernel_annotations": "capture.registry",
     "save_annotations": "capture.recorded",
+    # every capture of the process, whoever captures (zero-code), and module scopes
+    "instrument": "capture.instrument",
+    "uninstrument": "capture.instrument",
+    "mark_modules": "capture.modules",
+    "ModuleScopes": "capture.modules",
     # the annotation model and its files (torch-free)
     "load_annotations": "annotations.files",
     "AnnotationSet": "annotations.model",
@@ -74,6 +79,8 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .capture.collectives import annotate_collective, get_stream_for_pg
     from .capture.export import export
     from .capture.handler import trace_handler
+    from .capture.instrument import instrument, uninstrument
+    from .capture.modules import ModuleScopes, mark_modules
     from .capture.recorded import save_annotations
     from .capture.registry import get_kernel_annotations
     from .join.join import join as join_trace

@@ -354,17 +354,23 @@ def fake_torch(cuda: FakeCuda) -> Any:
         def reset(self):
             self.exec = None
 
-    class graph:  # torch.cuda.graph: capture on its capture_stream, instantiate, drop the template
+        def capture_begin(self, pool=None, capture_error_mode="global"):  # on the current stream
+            self.template = cuda.begin_capture(FAKE_TORCH_STREAM)
+
+        def capture_end(self):  # instantiate, drop the template (keep_graph=False)
+            cuda.end_capture(FAKE_TORCH_STREAM)
+            self.instantiate()
+            cuda.forget(self.template)
+
+    class graph:  # torch.cuda.graph: capture_begin / capture_end on its capture stream
         def __init__(self, g, pool=None, stream=None, capture_error_mode="global"):
             self.g, self.capture_stream = g, FakeStream()
 
         def __enter__(self):
-            self.g.template = cuda.begin_capture(FAKE_TORCH_STREAM)
+            self.g.capture_begin()
 
         def __exit__(self, *exc):
-            cuda.end_capture(FAKE_TORCH_STREAM)
-            self.g.instantiate()
-            cuda.forget(self.g.template)
+            self.g.capture_end()
             return False
 
     torch = types.ModuleType("torch")

@@ -15,12 +15,15 @@ everything is deferred to torch (:mod:`.torch_native`); ``mark_kernels`` and
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import CaptureError
 from . import backends, collectives, replay_log, torch_native
+from . import modules as _modules
+from .modules import ModuleScopes
 from . import session as _session
 from .calibration import KINETO, CalibrationDeferred, calibrate_replay
 from .registry import REGISTRY
@@ -91,35 +94,16 @@ class graph:
             self._native = True
             self._install_native_collectives()
             return ret
-        backend = backends.active()
-        KINETO.install()  # before any profiler prepares: its warm-up must defer calibration
-        self._inner = torch.cuda.graph(self.cuda_graph, pool=self.pool, stream=self.stream,
-                                       capture_error_mode=self.capture_error_mode)
-        if backend is None:
-            ret = self._inner.__enter__()
-            _warn_unavailable()
-            return ret
-        # everything that does not need the capture is built before it begins
-        sess = _session.CaptureSession(backend, 0, REGISTRY, owner=_owner(self.cuda_graph),
-                                       device=torch.cuda.current_device(), name=self.name)
-        ret = self._inner.__enter__()
-        REGISTRY.backend = backend.name
-        stream = getattr(self._inner, "capture_stream", None)
-        if stream is None:
-            stream = torch.cuda.current_stream()
+        # torch's capture_begin / capture_end do the annotation (install_capture_hooks): this
+        # capture asks for it with this graph()'s options, whether or not the process is instrumented
+        install_capture_hooks()
+        self.cuda_graph._pga_graph_opts = CaptureOptions(self.name, self.calibrate, self.annotate_collectives)
+        self._inner = torch_graph_class()(self.cuda_graph, pool=self.pool, stream=self.stream,
+                                          capture_error_mode=self.capture_error_mode)
         try:
-            sess.start(int(stream.cuda_stream))
-        except Exception:
-            self._inner.__exit__(None, None, None)
-            raise
-        self._session = sess
-        _session.push(sess)
-        if self.annotate_collectives and collectives.AUTO_ANNOTATE:
-            try:
-                self._installed = collectives.install()
-            except Exception as e:  # torch.distributed unusable: keep capturing
-                warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=2)
-        return ret
+            return self._inner.__enter__()
+        finally:
+            self.cuda_graph.__dict__.pop("_pga_graph_opts", None)  # the hook took it, or the capture failed
 
     def _install_native_collectives(self) -> None:
         """torch's backend: wrap torch.distributed so collectives reach torch's mark_kernels."""
@@ -139,27 +123,200 @@ class graph:
                 if self._installed:
                     collectives.uninstall()
                     self._installed = False
-        sess = self._session
-        failed: Optional[BaseException] = None
+        if exc_type is not None:
+            self.cuda_graph._pga_capture_failed = True  # the capture_end hook drops the session
+        return self._inner.__exit__(exc_type, exc, tb)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureOptions:
+    """How a capture is annotated: :class:`graph`'s arguments, or :func:`.instrument.instrument`'s."""
+
+    name: Optional[str] = None
+    calibrate: bool = True
+    annotate_collectives: bool = True
+    #: True: errors of the annotation itself are raised (an explicit ``graph``); False: they
+    #: become a warning and the capture goes on unannotated (a capture the program made itself
+    #: in an instrumented process, which must behave as without this package)
+    strict: bool = True
+    #: Module scopes for every module call during the capture (None: only the models given to
+    #: ``mark_modules``)
+    modules: Optional[ModuleScopes] = None
+
+
+#: The options every capture gets that no :class:`graph` asked for: set by ``instrument()``
+#: (None: such captures are left alone).
+INSTRUMENTED: Optional[CaptureOptions] = None
+
+
+class _Capture:
+    """The annotation of one capture, in the four steps around torch's capture_begin / capture_end."""
+
+    def __init__(self, cuda_graph: Any, options: CaptureOptions):
+        self.cuda_graph, self.options = cuda_graph, options
+        self.session: Optional[_session.CaptureSession] = None
+        self._installed = False
+        self._modules = False
+        self._failed: Optional[BaseException] = None
+
+    def prepare(self) -> bool:
+        """Before capture_begin: everything that does not need the capture. False: not annotated."""
+        import torch
+
+        backend = backends.active()
+        KINETO.install()  # before any profiler prepares: its warm-up must defer calibration
+        if backend is None:
+            _warn_unavailable()
+            return False
+        self.session = _session.CaptureSession(backend, 0, REGISTRY, owner=_owner(self.cuda_graph),
+                                               device=torch.cuda.current_device(), name=self.options.name)
+        return True
+
+    def started(self, stream: int) -> None:
+        """Right after capture_begin, on the capturing stream."""
+        sess = self.session
+        REGISTRY.backend = sess.backend.name
+        sess.start(stream)
+        _session.push(sess)
+        if self.options.modules is not None or _modules.NAMES.marked:
+            self._modules = _modules.HOOKS.capture_started(self.options.modules)
+        if self.options.annotate_collectives and collectives.AUTO_ANNOTATE:
+            try:
+                self._installed = collectives.install()
+            except Exception as e:  # torch.distributed unusable: keep capturing
+                warnings.warn(f"perfetto_graph_ann: collectives not wrapped: {e}", RuntimeWarning, stacklevel=4)
+
+    def ending(self, body_failed: bool) -> None:
+        """Right before capture_end: freeze the scopes and keep the node table."""
+        sess = self.session
+        if self._modules:
+            _modules.HOOKS.close_open()  # module calls the capture's end cut short
         try:
-            if sess is not None and exc_type is None:
+            if not body_failed:
                 sess.finish_capture()
         except Exception as e:  # end the capture first: a stream left capturing breaks the process
-            failed = e
+            self._failed = e
         finally:
-            if sess is not None:
-                _session.pop(sess)
+            _session.pop(sess)
+            if self._modules:
+                _modules.HOOKS.capture_ended()
+                self._modules = False
             if self._installed:
                 collectives.uninstall()
                 self._installed = False
-        result = self._inner.__exit__(exc_type, exc, tb)
-        if failed is not None:
-            raise failed
-        if sess is None or exc_type is not None:
-            return result
-        _attach(self.cuda_graph, sess, self.calibrate)
+
+    def ended(self, body_failed: bool) -> None:
+        """After capture_end: rekey to the executable graph (or say why not)."""
+        if self._failed is not None:
+            if self.options.strict:
+                raise self._failed
+            warnings.warn(f"perfetto_graph_ann: a CUDA graph capture was left unannotated: {self._failed}",
+                          RuntimeWarning, stacklevel=4)
+            return
+        if body_failed:
+            return
+        _attach(self.cuda_graph, self.session, self.options.calibrate)
         _bind(self.cuda_graph)  # nothing to bind yet with keep_graph=True: instantiate() does
-        return result
+
+
+def _capture_for(cuda_graph: Any) -> Optional[_Capture]:
+    """The annotation a starting capture of ``cuda_graph`` gets: the options of the :class:`graph`
+    around it, else the process's (``instrument()``), else none."""
+    opts = cuda_graph.__dict__.pop("_pga_graph_opts", None)
+    if opts is None:
+        opts = INSTRUMENTED
+        if opts is None or backends.selected_name() == backends.TORCH:
+            return None
+    return _Capture(cuda_graph, opts)
+
+
+def _hooked_capture_begin(orig_begin: Callable, orig_end: Callable) -> Callable:
+    def capture_begin(self, *args, **kwargs):
+        cap = _capture_for(self)
+        if cap is None:
+            return orig_begin(self, *args, **kwargs)
+        try:
+            annotate = cap.prepare()
+        except Exception as e:
+            if cap.options.strict:
+                raise
+            warnings.warn(f"perfetto_graph_ann: a CUDA graph capture was left unannotated: {e}", RuntimeWarning,
+                          stacklevel=2)
+            annotate = False
+        out = orig_begin(self, *args, **kwargs)
+        if not annotate:
+            return out
+        import torch
+
+        try:
+            cap.started(int(torch.cuda.current_stream().cuda_stream))
+        except Exception as e:
+            if cap.session is not None and _session.current() is cap.session:
+                _session.pop(cap.session)
+            if cap.options.strict:
+                orig_end(self)  # end the capture: a stream left capturing breaks the process
+                raise
+            warnings.warn(f"perfetto_graph_ann: a CUDA graph capture was left unannotated: {e}", RuntimeWarning,
+                          stacklevel=2)
+            return out
+        self._pga_capture = cap
+        return out
+
+    capture_begin._pga_original = orig_begin  # type: ignore[attr-defined]
+    return capture_begin
+
+
+def _hooked_capture_end(orig_end: Callable) -> Callable:
+    def capture_end(self, *args, **kwargs):
+        d = self.__dict__
+        cap = d.pop("_pga_capture", None)
+        body_failed = bool(d.pop("_pga_capture_failed", False))
+        if cap is None:
+            return orig_end(self, *args, **kwargs)
+        cap.ending(body_failed)
+        out = orig_end(self, *args, **kwargs)
+        cap.ended(body_failed)
+        return out
+
+    capture_end._pga_original = orig_end  # type: ignore[attr-defined]
+    return capture_end
+
+
+def install_capture_hooks(graph_class: Any = None) -> bool:
+    """Route every capture of ``torch.cuda.CUDAGraph`` (however it is started: ``torch.cuda.graph``
+    under any name, ``capture_begin`` / ``capture_end`` called directly, inductor's cudagraph
+    trees, ``make_graphed_callables``) through :class:`_Capture`. Idempotent; the hooks cost a
+    few dict lookups per capture and nothing per replay. Returns whether they are in place."""
+    if graph_class is None:
+        import torch
+
+        graph_class = torch.cuda.CUDAGraph
+    begin, end = graph_class.__dict__.get("capture_begin"), graph_class.__dict__.get("capture_end")
+    if begin is None or end is None:
+        return False
+    if getattr(begin, "_pga_original", None) is not None:
+        return True
+    graph_class.capture_begin = _hooked_capture_begin(begin, end)
+    graph_class.capture_end = _hooked_capture_end(end)
+    return True
+
+
+def torch_graph_class() -> Any:
+    """torch's own ``torch.cuda.graph`` context manager, even where a program replaced
+    ``torch.cuda.graph`` with :class:`graph` (which would otherwise call itself)."""
+    import sys
+
+    import torch
+
+    for cand in (getattr(sys.modules.get("torch.cuda.graphs"), "graph", None), torch.cuda.graph, _TORCH_GRAPH[0]):
+        if cand is not None and cand is not graph:
+            _TORCH_GRAPH[0] = cand
+            return cand
+    raise CaptureError("torch.cuda.graph and torch.cuda.graphs.graph are both perfetto_graph_ann.graph: "
+                       "torch's own capture context manager cannot be found")
+
+
+_TORCH_GRAPH: List[Any] = [None]
 
 
 def _owner(cuda_graph: Any) -> int:

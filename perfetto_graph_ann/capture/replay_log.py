@@ -77,6 +77,8 @@ class ReplayLog:
         self._open = False
         self._start: Optional[Tuple[int, int, int]] = None  # (before, after, thread ident) of the start
         self._wall_offset = 0  # wall - clock, sampled at the start
+        #: called (no arguments) after each window closes, e.g. to save the sidecar
+        self.on_stop: List[Callable[[], Any]] = []
 
     # ---- the profiler's edges (calibration.KINETO calls these) --------------------------
 
@@ -115,6 +117,11 @@ class ReplayLog:
         entries = entries + [ENTRY.unpack_from(packed, i) for i in range(0, len(packed), ENTRY.size)]
         if start is not None:
             self.windows.append(self._window(entries, start, (before, after, threading.get_ident())))
+            for cb in list(self.on_stop):
+                try:
+                    cb()
+                except Exception:  # the profiler's stop must not fail for us
+                    pass
 
     def snapshot(self) -> Tuple[ReplayWindow, ...]:
         """The closed windows, oldest first."""

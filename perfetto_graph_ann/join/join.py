@@ -227,9 +227,15 @@ class _Attribution:
                 return
             chosen = cands[0] if cands else None
         pending_idx = [e.index for e in pending]
-        if pending_idx and chosen is not None:
-            cal, _ = match_calibrated(r, self.annotations.graphs, pending_idx, only_graph=chosen)
+        if pending_idx:
+            # no graph fits the whole replay (a cut replay, work the node table lacks): the
+            # calibration of any graph may still name some events, unless two graphs tie
+            cal, g = match_calibrated(r, self.annotations.graphs, pending_idx, only_graph=chosen)
+            if chosen is None and any(m.ambiguous for m in cal.values()):
+                cal = {}
             found.update(cal)
+            if chosen is None and cal:
+                chosen, how = g, KERNELS
             pending_idx = [i for i in pending_idx if i not in cal]
         if pending_idx:
             used = {m.node.key for m in found.values()}

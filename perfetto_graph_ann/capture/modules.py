@@ -1,0 +1,200 @@
+"""Module scopes: while a graph is captured, every ``nn.Module`` call is a ``mark_kernels`` scope
+named by the module's qualified path (``model.layers.17.self_attn.o_proj``).
+
+Two global module hooks (``torch.nn.modules.module.register_module_forward_pre_hook`` /
+``register_module_forward_hook``) are registered when an annotated capture starts and removed
+when it ends, so eager module calls never run them. The pre-hook opens a scope with the
+fields ``{"name": <path>, "module": <path>, "module_class": <class name>}`` on the capturing
+thread, the post-hook closes it; scopes nest as the calls nest, hand-written ``mark_kernels``
+scopes nest inside or around them, and the backward kernels of a module's autograd nodes get
+its path with ``autograd_phase: backward`` (``mark_kernels``' backward tagging).
+
+Paths: a model given to :func:`mark_modules` names its modules as ``named_modules()`` does
+(with an optional prefix); otherwise the outermost module called during a capture is taken as
+the root and its submodules are named from it (the root itself by its class name, the path
+people see in ``print(model)``). A module reached under no known root is named by its class.
+:class:`ModuleScopes` limits the depth and filters by path or class (``fnmatch`` patterns).
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import threading
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import InputError
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleScopes:
+    """Which module calls become scopes.
+
+    ``max_depth``: deepest path level scoped (the root is 0; None: all). ``include`` /
+    ``exclude``: ``fnmatch`` patterns matched against the path and the class name; a module
+    is scoped when it matches an include pattern (or there are none) and no exclude pattern.
+    ``backward``: also tag the modules' backward kernels (``mark_kernels(..., backward=)``).
+    """
+
+    max_depth: Optional[int] = None
+    include: Tuple[str, ...] = ()
+    exclude: Tuple[str, ...] = ()
+    backward: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_depth is not None and (not isinstance(self.max_depth, int) or self.max_depth < 0):
+            raise InputError(None, f"module scopes: max_depth must be a non-negative int, got {self.max_depth!r}")
+        for name in ("include", "exclude"):
+            pats = getattr(self, name)
+            if isinstance(pats, str) or not all(isinstance(p, str) and p for p in pats):
+                raise InputError(None, f"module scopes: {name} must be a list of non-empty patterns, got {pats!r}")
+            object.__setattr__(self, name, tuple(pats))
+
+    def wants(self, path: str, cls: str, depth: int) -> bool:
+        if self.max_depth is not None and depth > self.max_depth:
+            return False
+        def hit(pats: Sequence[str]) -> bool:
+            return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(cls, p) for p in pats)
+        return (not self.include or hit(self.include)) and not hit(self.exclude)
+
+
+class _Names:
+    """Module -> (qualified path, depth, the :class:`ModuleScopes` of its :func:`mark_modules`
+    call or None), held weakly (a model dropped is forgotten)."""
+
+    def __init__(self) -> None:
+        self._paths: "weakref.WeakKeyDictionary[Any, Tuple[str, int, Optional[ModuleScopes]]]" = \
+            weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self.marked = 0  #: models given to mark_modules (module scopes are on for every capture then)
+
+    def add_root(self, root: Any, prefix: str = "", config: Optional[ModuleScopes] = None) -> None:
+        with self._lock:
+            for name, mod in root.named_modules(prefix=prefix):
+                entry = (name or type(mod).__name__, name.count(".") + (1 if name else 0) - prefix.count(".")
+                         - (1 if prefix else 0), config)
+                try:
+                    if config is not None or mod not in self._paths:
+                        self._paths[mod] = entry
+                except TypeError:  # not weak-referenceable: left unnamed
+                    pass
+            if config is not None:
+                self.marked += 1
+
+    def path(self, module: Any) -> Optional[Tuple[str, int, Optional[ModuleScopes]]]:
+        try:
+            return self._paths.get(module)
+        except TypeError:
+            return None
+
+
+NAMES = _Names()
+
+
+def mark_modules(model: Any, prefix: str = "", max_depth: Optional[int] = None, include: Sequence[str] = (),
+                 exclude: Sequence[str] = (), backward: bool = True) -> Any:
+    """Scope ``model``'s module calls in every annotated capture (:class:`..api.graph`, or any
+    capture once ``instrument()`` ran), each named by its path in ``model``
+    (``named_modules(prefix=prefix)``); ``max_depth`` / ``include`` / ``exclude`` /
+    ``backward`` as :class:`ModuleScopes` (depth counted from ``model``). Returns ``model``.
+    Nothing runs outside a capture."""
+    if not hasattr(model, "named_modules"):
+        raise TypeError(f"mark_modules() takes an nn.Module, got {type(model).__name__}")
+    NAMES.add_root(model, prefix, ModuleScopes(max_depth, tuple(include), tuple(exclude), backward))
+    return model
+
+
+class ModuleHooks:
+    """The two global hooks for the captures in flight; registered while at least one runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._handles: List[Any] = []
+        self._local = threading.local()
+        self.config: Optional[ModuleScopes] = None
+
+    def capture_started(self, config: Optional[ModuleScopes]) -> bool:
+        """Register the hooks (first capture in flight). ``config``: for every module (None: only
+        the models given to :func:`mark_modules`). False where torch has no global module hooks."""
+        with self._lock:
+            if self._users == 0:
+                try:
+                    from torch.nn.modules import module as m
+                except Exception:
+                    return False
+                pre, post = getattr(m, "register_module_forward_pre_hook", None), \
+                    getattr(m, "register_module_forward_hook", None)
+                if pre is None or post is None:
+                    return False
+                self.config = config
+                self._handles = [pre(self._pre)]
+                try:
+                    self._handles.append(post(self._post, always_call=True))
+                except TypeError:  # torch < 2.1: no always_call
+                    self._handles.append(post(self._post))
+            self._users += 1
+            return True
+
+    def capture_ended(self) -> None:
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            if self._users == 0:
+                for h in self._handles:
+                    h.remove()
+                self._handles = []
+                self._local.__dict__.clear()
+
+    def close_open(self) -> None:
+        """Close the scopes this thread still has open (a capture ended inside a module call)."""
+        st = getattr(self._local, "stack", None)
+        while st:
+            _, mark = st.pop()
+            if mark is not None:
+                mark.__exit__(None, None, None)
+
+    def _stack(self) -> List[Tuple[Any, Any]]:
+        st = getattr(self._local, "stack", None)
+        if st is None:
+            st = self._local.stack = []
+        return st
+
+    def _pre(self, module: Any, args: Any) -> None:
+        from . import session as _session
+        from .marks import mark_kernels
+
+        if _session.current() is None:
+            return None  # another thread's eager call while a capture runs elsewhere
+        st = self._stack()
+        config = self.config
+        known = NAMES.path(module)
+        if known is None and not st and config is not None:  # the outermost module of this capture: a root
+            NAMES.add_root(module)
+            known = NAMES.path(module)
+        cls = type(module).__name__
+        path, depth, marked = known if known is not None else (cls, 0, None)
+        config = marked or config  # mark_modules' own settings win for its model
+        if config is None or not config.wants(path, cls, depth):
+            st.append((module, None))
+            return None
+        mark = mark_kernels({"name": path, "module": path, "module_class": cls}, backward=config.backward)
+        mark.__enter__()
+        st.append((module, mark))
+        return None
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        st = getattr(self._local, "stack", None)
+        if not st:
+            return None
+        # close up to this module's own scope (a call whose pre-hook ran: the top, normally)
+        for i in range(len(st) - 1, -1, -1):
+            if st[i][0] is module:
+                for _, mark in reversed(st[i:]):
+                    if mark is not None:
+                        mark.__exit__(None, None, None)
+                del st[i:]
+                break
+        return None
+
+
+HOOKS = ModuleHooks()
