@@ -35,6 +35,10 @@ _STEM_SUFFIXES = (".trace.json.gz", ".trace.json", ".json.gz", ".json", ".pftrac
 SIDECAR_SUFFIXES = (".annotations.json", ".annotations.pga", ".pga", ".capture.json")
 
 
+#: Suffix of the sidecar ``perfetto-graph-ann run`` saves per process (``<host>_<pid>.pga``).
+RUN_SIDECAR_SUFFIX = ".pga"
+
+
 # ---- by name -----------------------------------------------------------------------------
 
 def _lower_name(path: PathLike) -> str:
@@ -231,3 +235,16 @@ __all__: Tuple[str, ...] = (
     "is_sidecar_name", "trace_stem", "is_gzip", "gunzip", "read_bytes", "is_sidecar_bytes",
     "strip_bom", "annotation_form", "is_capture_record", "looks_like_json", "is_json_trace", "is_pftrace_bytes",
 )
+
+
+def run_sidecar(trace: PathLike) -> Optional[str]:
+    """The sidecar ``perfetto-graph-ann run`` saved beside a torch.profiler JSON trace, if any:
+    ``<worker>.pga`` in the trace's folder, ``<worker>`` being the trace name up to its first
+    dot (torch's trace handler names traces ``<host>_<pid>.<time>.pt.trace.json``; ``run``
+    saves ``<host>_<pid>.pga``)."""
+    path = os.fspath(trace)
+    name = os.path.basename(path)
+    if not is_json_name(name) or "." not in name:
+        return None
+    cand = os.path.join(os.path.dirname(path), name.split(".", 1)[0] + RUN_SIDECAR_SUFFIX)
+    return cand if os.path.isfile(cand) and os.path.abspath(cand) != os.path.abspath(path) else None

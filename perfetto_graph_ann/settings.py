@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 from .errors import SettingError
 
@@ -37,7 +37,7 @@ class Setting:
     """One environment variable: its name, the kind of value, the default and what it does."""
 
     name: str  #: the variable's name
-    kind: str  #: ``switch``, ``path``, ``count or off``, or ``address``
+    kind: str  #: ``switch``, ``path``, ``count or off``, ``address`` or ``JSON``
     default: Value  #: the value when unset or empty (None: nothing, the next source decides)
     meaning: str  #: one sentence for the README's table (Markdown)
     aliases: Tuple[str, ...] = ()  #: deprecated names still read, after :attr:`name`
@@ -74,6 +74,10 @@ VERIFY_SCOPES = Setting(
 MARKERS_FROM = Setting(
     "PERFETTO_GRAPH_ANN_MARKERS_FROM", "count or off", 512,
     "graph size (nodes) from which a scope edge adds an empty marker node instead of counting; `off`: never")
+RUN = Setting(
+    "PERFETTO_GRAPH_ANN_RUN", "JSON", None,
+    "set by `perfetto-graph-ann run` for the program and every Python process it starts: instrument it "
+    "(`{\"modules\": ..., \"out\": DIR, ...}`)")
 RAY_ADDRESS = Setting(
     "RAY_ADDRESS", "address", None,
     "Ray's own variable: the cluster `fleet --ray` / `executor=\"ray\"` joins when no address is given")
@@ -81,8 +85,14 @@ RAY_ADDRESS = Setting(
 #: Every setting, in the README's order.
 SETTINGS: Tuple[Setting, ...] = (
     TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
-    VERIFY_SCOPES, MARKERS_FROM, RAY_ADDRESS,
+    VERIFY_SCOPES, MARKERS_FROM, RUN, RAY_ADDRESS,
 )
+
+
+def environment() -> Dict[str, str]:
+    """A copy of the whole process environment, for a child process this package starts
+    (``perfetto-graph-ann run``): passed on, not read as settings."""
+    return dict(os.environ)
 
 
 def raw(setting: Setting, env: Optional[Getenv] = None) -> Tuple[str, Optional[str]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -103,3 +104,21 @@ def positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
     return value
+
+
+def discover_sidecars(args: argparse.Namespace) -> None:
+    """Where a joining command got no ``--annotations``, use the sidecars ``perfetto-graph-ann
+    run`` saved beside its JSON traces (``<worker>.pga``, :func:`..formats.run_sidecar`), and
+    say so on stderr. For several traces (``merge``) only when every trace has one."""
+    if getattr(args, "annotations", None) != [] or not hasattr(args, "force_annotations"):
+        return
+    from ..formats import run_sidecar
+
+    traces = getattr(args, "traces", None) or [getattr(args, "input", None) or getattr(args, "trace", None)]
+    found = [run_sidecar(t) if t else None for t in traces]
+    if not found or any(f is None for f in found):
+        return
+    args.annotations = found
+    for t, f in zip(traces, found):
+        print(f"note: annotations: {f} (saved by perfetto-graph-ann run beside {os.path.basename(t)})",
+              file=sys.stderr)

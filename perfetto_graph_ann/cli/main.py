@@ -15,7 +15,7 @@ from .. import __version__
 from ..errors import GraphAnnError
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "convert", "lanes", "report", "sql", "merge", "fleet", "open")
+COMMANDS = ("demo", "run", "convert", "lanes", "report", "sql", "merge", "fleet", "open")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +48,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
+        from ._common import discover_sidecars
+
+        discover_sidecars(args)
         rc = args.func(args)
     except GraphAnnError as e:
         print(f"perfetto-graph-ann {args.command}: error: {e}", file=sys.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..errors import InputError, PathLike
-from ..formats import TRACE_SUFFIXES, SIDECAR_SUFFIXES, is_json_name, is_trace_name, trace_stem
+from ..formats import TRACE_SUFFIXES, SIDECAR_SUFFIXES, is_json_name, is_trace_name, run_sidecar, trace_stem
 from .engine import EngineConfig
 from .executors import RayOptions, run_tasks
 from .straggler import FleetReport, RankTables, combine
@@ -69,7 +69,8 @@ def find_sidecar(trace: Path) -> Optional[Path]:
         cand = trace.with_name(stem + suffix)
         if cand.is_file() and cand != trace:
             return cand
-    return None
+    run = run_sidecar(trace)  # perfetto-graph-ann run's <host>_<pid>.pga
+    return Path(run) if run is not None else None
 
 
 def fleet_report(

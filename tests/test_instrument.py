@@ -1,0 +1,360 @@
+"""Zero-code capture (issue 31): ``pga.instrument()``, module scopes and ``perfetto-graph-ann run``.
+
+CPU tests on the fake CUDA backend (``capture_fakes``): captures started every way torch
+starts them are annotated once; module calls during capture become nested scopes named by
+their paths; the launcher instruments the program and its spawned children, saves one
+sidecar per process, and refuses bad settings before the program runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from capture_fakes import FAKE_TORCH_STREAM
+
+import perfetto_graph_ann as pga
+from perfetto_graph_ann.capture import api, instrument as inst, modules as mods
+from perfetto_graph_ann.capture.registry import REGISTRY
+
+pytestmark = pytest.mark.usefixtures("capture_path")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fresh(fake_torch_cuda, monkeypatch):
+    """The fake backend with no instrumentation before or after."""
+    monkeypatch.setattr(api, "INSTRUMENTED", None)
+    monkeypatch.setattr(inst, "_config", None)
+    yield fake_torch_cuda
+    inst.uninstrument()
+
+
+def kernels(cuda, names: List[str]) -> None:
+    for k in names:
+        cuda.launch(FAKE_TORCH_STREAM, k)
+
+
+def annotations_by_kernel() -> Dict[str, Dict[str, Any]]:
+    return {n.kernel: dict(n.annotation) for g in REGISTRY.records() for n in g.nodes}
+
+
+def test_plain_torch_captures_are_left_alone_until_instrumented(fresh):
+    torch = sys.modules["torch"]
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        kernels(fresh, ["a"])
+    assert REGISTRY.records() == []  # no pga.graph, no instrument(): nothing recorded
+
+
+def test_every_way_of_capturing_is_annotated_once(fresh):
+    torch = sys.modules["torch"]
+    pga.instrument()
+    pga.instrument()  # idempotent
+    begin = torch.cuda.CUDAGraph.capture_begin
+    assert getattr(begin, "_pga_original", None) is not None
+    assert getattr(begin._pga_original, "_pga_original", None) is None  # not wrapped twice
+    g1 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g1):  # as a framework runner / inductor does
+        with pga.mark_kernels("attention"):
+            kernels(fresh, ["k_attn"])
+    g2 = torch.cuda.CUDAGraph()
+    g2.capture_begin()  # called directly
+    with pga.mark_kernels("mlp"):
+        kernels(fresh, ["k_mlp"])
+    g2.capture_end()
+    g3 = torch.cuda.CUDAGraph()
+    with pga.graph(g3, name="explicit"):  # pga.graph inside an instrumented process: one record
+        with pga.mark_kernels("own"):
+            kernels(fresh, ["k_own"])
+    recs = REGISTRY.records()
+    assert len(recs) == 3
+    assert annotations_by_kernel() == {"k_attn": {"name": "attention"}, "k_mlp": {"name": "mlp"},
+                                       "k_own": {"name": "own"}}
+    assert sorted(r.name or "" for r in recs) == ["", "", "explicit"]
+
+
+def test_torch_cuda_graph_replaced_by_pga_graph_does_not_recurse(fresh, monkeypatch):
+    torch = sys.modules["torch"]
+    original = torch.cuda.graph
+    monkeypatch.setattr(torch.cuda, "graph", pga.graph)
+    api._TORCH_GRAPH[0] = original  # what a real torch keeps in torch.cuda.graphs.graph
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, name="patched"):
+        kernels(fresh, ["k"])
+    assert [r.name for r in REGISTRY.records()] == ["patched"]
+
+
+def test_uninstrument_and_the_context_manager(fresh):
+    torch = sys.modules["torch"]
+    with pga.instrument():
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            kernels(fresh, ["in"])
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2):
+        kernels(fresh, ["out"])
+    assert set(annotations_by_kernel()) == {"in"}
+    pga.instrument()
+    pga.uninstrument()
+    g3 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g3):
+        kernels(fresh, ["after"])
+    assert set(annotations_by_kernel()) == {"in"}
+
+
+def test_a_failing_annotation_never_breaks_the_programs_capture(fresh, monkeypatch):
+    """In an instrumented process our errors become a warning; the capture and replay go on."""
+    torch = sys.modules["torch"]
+    pga.instrument()
+
+    def boom(self):
+        raise RuntimeError("node table unreadable")
+
+    monkeypatch.setattr(api._session.CaptureSession, "finish_capture", boom)
+    g = torch.cuda.CUDAGraph()
+    with pytest.warns(RuntimeWarning, match="left unannotated: node table unreadable"):
+        with torch.cuda.graph(g):
+            kernels(fresh, ["k"])
+    g.replay()  # the graph works
+    # an explicit pga.graph still raises (it asked for annotations)
+    g2 = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="node table unreadable"):
+        with pga.graph(g2):
+            kernels(fresh, ["k2"])
+
+
+def test_bad_settings_fail_at_once(tmp_path):
+    with pytest.raises(pga.ModuleScopes.__init__.__globals__["InputError"]):
+        pga.ModuleScopes(max_depth=-1)
+    with pytest.raises(Exception, match="include"):
+        pga.ModuleScopes(include=("",))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(Exception, match="cannot create the output folder"):
+        pga.instrument(out=str(blocker / "sub"))
+    assert inst.current() is None
+
+
+# ---- module scopes ---------------------------------------------------------------------------
+
+class FakeModule:
+    """Just what the module hooks use: named_modules, and __call__ running the global hooks."""
+
+    def __init__(self, hooks, kernel=None, **children):
+        self._hooks, self._kernel, self._children = hooks, kernel, children
+        self.cuda = None
+
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, child in self._children.items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def __call__(self):
+        for h in list(self._hooks["pre"].values()):
+            h(self, ())
+        cuda = self._hooks["cuda"]
+        if self._kernel and FAKE_TORCH_STREAM in cuda.capturing:  # eager kernels are not recorded
+            cuda.launch(FAKE_TORCH_STREAM, self._kernel)
+        for child in self._children.values():
+            child()
+        for h in list(self._hooks["post"].values()):
+            h(self, (), None)
+
+
+class Attention(FakeModule):
+    pass
+
+
+class Linear(FakeModule):
+    pass
+
+
+@pytest.fixture
+def nn(fresh, monkeypatch):
+    """torch.nn.modules.module's two global hook registrations, on top of the fake torch."""
+    hooks = {"pre": {}, "post": {}, "cuda": fresh}
+
+    class Handle:
+        def __init__(self, table, key):
+            self.table, self.key = table, key
+
+        def remove(self):
+            self.table.pop(self.key, None)
+
+    def register(kind):
+        def reg(fn, **kw):
+            key = object()
+            hooks[kind][key] = fn
+            return Handle(hooks[kind], key)
+        return reg
+
+    module = types.ModuleType("torch.nn.modules.module")
+    module.register_module_forward_pre_hook = register("pre")
+    module.register_module_forward_hook = register("post")
+    for name in ("torch.nn", "torch.nn.modules"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "torch.nn.modules.module", module)
+    sys.modules["torch.nn"].modules = sys.modules["torch.nn.modules"]
+    sys.modules["torch.nn.modules"].module = module
+    monkeypatch.setattr(mods, "NAMES", mods._Names())
+    return hooks
+
+
+def decoder(hooks):
+    def layer():
+        return FakeModule(hooks, None, self_attn=Attention(hooks, "k_attn", o_proj=Linear(hooks, "k_o")),
+                          mlp=Linear(hooks, "k_mlp"))
+    return FakeModule(hooks, "k_embed", layers=FakeModule(hooks, None, **{"0": layer(), "1": layer()}))
+
+
+def scopes_of(kind_kernel: str) -> List[str]:
+    """The module paths around each node of that kernel, outermost first, per node."""
+    out = []
+    for g in REGISTRY.records():
+        inst_by_id = {s.id: s for s in g.scopes or ()}
+        for n in g.nodes:
+            if n.kernel == kind_kernel:
+                out.append([inst_by_id[i].fields.get("module") for i in n.scopes])
+    return out
+
+
+def test_module_calls_become_nested_scopes_named_by_path(nn, fresh):
+    torch = sys.modules["torch"]
+    model = decoder(nn)
+    pga.instrument(modules=True)
+    model()  # eager: the hooks are not even registered outside a capture
+    assert nn["pre"] == {}
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        model()
+        with pga.mark_kernels("tail"):  # hand-written scopes still work beside module scopes
+            kernels(fresh, ["k_tail"])
+    assert nn["pre"] == {} and nn["post"] == {}  # removed at the capture's end
+    ann = {n.kernel: dict(n.annotation) for r in REGISTRY.records() for n in r.nodes}
+    assert ann["k_embed"] == {"name": "FakeModule", "module": "FakeModule", "module_class": "FakeModule"}
+    o_projs = [dict(n.annotation) for r in REGISTRY.records() for n in r.nodes if n.kernel == "k_o"]
+    assert [a["module"] for a in o_projs] == ["layers.0.self_attn.o_proj", "layers.1.self_attn.o_proj"]
+    assert o_projs[0]["module_class"] == "Linear" and o_projs[0]["name"] == "layers.0.self_attn.o_proj"
+    assert scopes_of("k_o")[1] == ["FakeModule", "layers", "layers.1", "layers.1.self_attn",
+                                   "layers.1.self_attn.o_proj"]
+    assert ann["k_tail"] == {"name": "tail"}
+
+
+@pytest.mark.parametrize("cfg,want", [
+    (dict(max_depth=2), ["FakeModule", "layers", "layers.1"]),
+    (dict(include=("*.self_attn*",)), ["layers.1.self_attn", "layers.1.self_attn.o_proj"]),
+    (dict(exclude=("Linear",)), ["FakeModule", "layers", "layers.1", "layers.1.self_attn"]),
+    (dict(include=("Attention",)), ["layers.1.self_attn"]),
+])
+def test_module_filters(nn, fresh, cfg, want):
+    torch = sys.modules["torch"]
+    pga.instrument(modules=pga.ModuleScopes(**cfg))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        decoder(nn)()
+    assert scopes_of("k_o")[1] == want
+
+
+def test_mark_modules_names_by_its_own_prefix_without_instrument(nn, fresh):
+    torch = sys.modules["torch"]
+    model = decoder(nn)
+    pga.mark_modules(model, prefix="model", max_depth=3)
+    other = Linear(nn, "k_other")
+    g = torch.cuda.CUDAGraph()
+    with pga.graph(g):
+        model()
+        other()  # not given to mark_modules and no instrument(modules=...): no scope
+    assert scopes_of("k_o")[0] == ["model", "model.layers", "model.layers.0", "model.layers.0.self_attn"]  # depth <= 3
+    assert scopes_of("k_other") == [[]]
+
+
+# ---- the launcher ----------------------------------------------------------------------------
+
+def _run(args, tmp_path, **kw):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "run", *args], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=120, **kw)
+
+
+CHILD = r'''
+import json, multiprocessing as mp, os, sys
+def probe(q):
+    from perfetto_graph_ann.capture import instrument as i
+    q.put((os.getpid(), i.current() is not None, i.current().out if i.current() else None))
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    q = ctx.Queue()
+    p = ctx.Process(target=probe, args=(q,))
+    p.start(); got = q.get(timeout=60); p.join()
+    probe_q = [] ; from perfetto_graph_ann.capture import instrument as i
+    print(json.dumps({"parent": [os.getpid(), i.current() is not None], "child": got}))
+'''
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_run_instruments_the_program_and_its_spawned_children(tmp_path, method):
+    (tmp_path / "prog.py").write_text(CHILD)
+    cp = _run(["--modules", "--out", "o", "--", sys.executable, "prog.py", method], tmp_path)
+    assert cp.returncode == 0, cp.stderr
+    res = json.loads(cp.stdout.strip().splitlines()[-1])
+    assert res["parent"][1] is True and res["child"][1] is True
+    assert res["child"][0] != res["parent"][0] and res["child"][2] == str(tmp_path / "o")
+
+
+def test_run_keeps_the_programs_exit_code_and_own_sitecustomize(tmp_path):
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITE'] = 'ran'\n")
+    env_pp = f"{own}"
+    cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "run", "--out", "o", "--", sys.executable, "-c",
+                         "import os, sys; print(os.environ.get('OWN_SITE')); sys.exit(7)"],
+                        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                        env=dict(os.environ, PYTHONPATH=os.pathsep.join([env_pp, str(REPO)])))
+    assert cp.returncode == 7 and cp.stdout.strip() == "ran", cp.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--include", "x", "--"], "need --modules"),
+    (["--modules", "--max-depth", "-1", "--"], "max_depth"),
+    (["--out", "blocker/sub", "--"], "cannot create the output folder"),
+    (["--"], "no command to run"),
+])
+def test_run_refuses_bad_settings_before_the_program_starts(tmp_path, args, msg):
+    (tmp_path / "blocker").write_text("a file")
+    marker = tmp_path / "ran"
+    prog = [] if args == ["--"] else [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"]
+    cp = _run(args + prog, tmp_path)
+    assert cp.returncode == 2 and msg in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
+    assert not marker.exists()
+
+
+def test_sidecar_saved_beside_traces_is_found_by_convert(tmp_path):
+    """``run --out DIR``'s ``<host>_<pid>.pga`` beside torch's ``<host>_<pid>.<time>.pt.trace.json``."""
+    from test_replay_record import SEQ, recorded, truth_labels, twins, window, write_trace
+
+    from perfetto_graph_ann.annotations.files import save_annotations
+
+    assert inst.sidecar_name("node7", 4321) == "node7_4321.pga"
+    trace = tmp_path / "node7_4321.1790000000000.pt.trace.json"
+    truth = write_trace(trace, SEQ)
+    save_annotations(tmp_path / inst.sidecar_name("node7", 4321), twins(replays=(window([recorded(SEQ, 1)], SEQ),)))
+    out = tmp_path / "out.json"
+    cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "convert", str(trace), "-o", str(out)],
+                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    assert "node7_4321.pga (saved by perfetto-graph-ann run" in cp.stderr
+    got: Dict[int, List[str]] = {}
+    for e in json.loads(out.read_text())["traceEvents"]:
+        if e.get("cat") == "kernel":
+            got.setdefault(e["args"]["correlation"], []).append(e["args"].get("name"))
+    assert got == truth_labels(truth)
+    from perfetto_graph_ann.query.fleet import find_sidecar
+
+    assert find_sidecar(trace) == tmp_path / "node7_4321.pga"
