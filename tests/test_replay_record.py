@@ -485,3 +485,14 @@ def test_sql_graph_replay_names_the_graph_or_its_candidates(tmp_path):
             assert list(rows.graph_candidates) == ["twin_A | twin_B"] * 3
             assert rows.graph_id.isna().all() and rows.replay.isna().all() and rows.graph_name.isna().all()
         assert list(rows.kernel_count) == [3, 3, 3]
+
+
+def test_a_window_without_the_traces_threads_is_not_its_window(tmp_path):
+    """Profiler windows of the same process with no replay of the trace's threads (an eager
+    profile just before) must not hide the window that has them."""
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    eager = dataclasses.replace(window([], SEQ), start_ns=BASE_NS - 10_000, stop_ns=BASE_NS + 500)
+    layout = join(trace, twins(replays=(eager, window([recorded(SEQ, 1)], SEQ))))
+    assert labels(layout, trace) == truth_labels(truth)
+    assert layout.report.replay_graphs == {RECORDED: 3}

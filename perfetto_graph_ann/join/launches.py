@@ -31,8 +31,9 @@ from .identity import trace_pids
 #: How far (ns) a launch's start may be from its call's start before an offset is refused:
 #: the trace's clock and the process's are not the same, only close.
 TIME_SLACK_NS = 50_000_000
-#: How far (ns) outside a window's start and stop the trace's launches may lie and still be its.
-WINDOW_SLACK_NS = 2_000_000_000
+#: How far (ns) outside a window's start and stop the trace's launches may lie and still be its
+#: (the H200 showed the two clocks microseconds apart; profiler windows are seconds apart).
+WINDOW_SLACK_NS = 250_000_000
 
 #: launch correlation -> the graphs it may have launched (one: known)
 Candidates = Dict[int, FrozenSet[int]]
@@ -120,6 +121,8 @@ def _fit_window(w: ReplayWindow, per_tid: Mapping[int, List[TraceEvent]], base_n
     for t in w.threads:
         if id(t) not in used and len(t.graphs) > t.head_uncertain + t.tail_uncertain:
             return None, [f"the record has replays of thread {t.ident} that the trace lacks"]
+    if not used:  # none of the trace's launching threads replayed in this window: not its window
+        return None, []
     return out, problems
 
 
