@@ -15,6 +15,8 @@ joins and writes it), then its packets are rewritten here so the ranks can share
   maps to the absolute time.
 - **No clashes**: packet sequence ids, track uuids and flow ids are remapped per rank.
 - Every slice gets a ``debug.rank`` arg, so SQL can tell ranks apart (device ids repeat).
+- **Completeness**: each rank's own start mark and end record are left out; the merged trace
+  gets its own (:mod:`.perfetto.completeness`: the slices of every rank).
 - **Labels**: a trace may carry a label (``merge(..., labels=[...])``, CLI ``--label``): its
   group is then ``<label> (rank <r>)``, its processes say ``[<label>, rank <r>]``, its
   slices get a ``debug.label`` arg, and two traces of the same rank (an eager and a graphed
@@ -31,6 +33,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..errors import InputError
 from ..join.model import LaneLayout
+from .perfetto.completeness import START, Completeness, end_record, strip_marks
 from .perfetto.wire import field_bytes
 
 #: Fresh pids / tids for ones that collide across ranks start here (positive int32).
@@ -120,11 +123,13 @@ class _Ids:
         return new
 
 
-def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
-    """Rank ``rt``'s packets, rewritten for the merged trace (serialized TracePackets)."""
+def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> "tuple[List[bytes], int]":
+    """Rank ``rt``'s packets, rewritten for the merged trace (serialized TracePackets), and the
+    number of slices among them (slice begins and instants). The rank's own completeness
+    marks are left out: the merged trace gets its own."""
     trace = pb.Trace()
     try:
-        trace.ParseFromString(rt.pftrace)
+        trace.ParseFromString(strip_marks(rt.pftrace)[0])
     except Exception as e:  # protobuf's DecodeError and friends
         raise InputError(rt.source, f"converted trace of rank {rt.rank} does not parse: {e}") from e
     r = rt.rank
@@ -135,6 +140,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
     pids: Dict[int, int] = {}
     tids: Dict[int, int] = {}
     out: List[bytes] = [_group_packet(rt, order, key, tag)]
+    slices = 0
     seq_clock: Dict[int, int] = {}  # sequence -> default timestamp clock
     incremental: Set[tuple] = set()  # (sequence, clock id) of clocks whose packets carry deltas
     for p in trace.packet:
@@ -171,6 +177,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
             te.flow_ids[:] = [flow(f) for f in te.flow_ids]
             te.terminating_flow_ids[:] = [flow(f) for f in te.terminating_flow_ids]
             if te.type in _SLICE_TYPES:
+                slices += 1
                 a = te.debug_annotations.add()
                 a.name = "rank"
                 a.int_value = r
@@ -179,7 +186,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
                     a.name = "label"
                     a.string_value = rt.label
         out.append(p.SerializeToString())
-    return out
+    return out, slices
 
 
 def _group_packet(rt: RankTrace, order: int, key: "int | str", tag: str) -> bytes:
@@ -234,12 +241,15 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
         raise InputError(missing.source, "has no baseTimeNanoseconds, so it cannot be aligned with the other ranks")
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     ids = _Ids()
-    chunks: List[bytes] = []
+    chunks: List[bytes] = [START]  # the merged trace's own completeness marks (.perfetto.completeness)
+    slices = 0
     for order, rt in enumerate(sorted(ranks, key=lambda x: x.rank) if all(rt.label is None for rt in ranks) else ranks):
         try:
-            payloads = _rewrite(rt, order, rt.base_time_ns - ref, ids)
+            payloads, n = _rewrite(rt, order, rt.base_time_ns - ref, ids)
         except ValueError as e:  # a field out of protobuf's range after the shift
             raise InputError(rt.source, f"cannot be aligned with the other ranks: {e} "
                                         f"(baseTimeNanoseconds {rt.base_time_ns} vs {ref})") from e
         chunks.extend(field_bytes(1, payload) for payload in payloads)
-    return b"".join(chunks)
+        slices += n
+    body = b"".join(chunks)
+    return body + end_record(Completeness(len(body), len(chunks), slices))
