@@ -3,8 +3,10 @@
 Prints per-lane utilization and duration percentiles, the top kernels per lane, CUDA
 graph replays, collectives with their bandwidths, compute/communication overlap and idle
 gaps per lane. TRACE is a trace written by this package (.pftrace); a torch.profiler JSON
-trace is converted first (with --annotations, joined to them). A merged trace's groups (ranks,
---label) are kept apart: a groups table first, and every row names its group.
+trace is converted first (with --annotations, joined to them).
+
+A merged trace's groups (ranks, --label) are kept apart: a groups table first, and every row
+names its group (:func:`with_groups`).
 """
 from __future__ import annotations
 

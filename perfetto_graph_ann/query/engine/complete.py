@@ -147,17 +147,45 @@ def check_scan(path, scan: TraceScan) -> Optional[int]:
     return record.slices
 
 
+def scan_file(path) -> TraceScan:
+    """:class:`TraceScan` of a whole file, for a loader that reads it itself (the ``perfetto``
+    package's batch processor): only its first and last bytes when it is not gzip."""
+    scan = TraceScan()
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+            if head != _GZIP_MAGIC:
+                size = f.seek(0, 2)
+                f.seek(0)
+                first = f.read(START_SIZE)
+                f.seek(max(0, size - END_SIZE))
+                scan.head, scan.tail, scan.size, scan.file_bytes, scan.gzip = first, f.read(END_SIZE), size, size, False
+                return scan
+            f.seek(0)
+            for chunk in iter(lambda: f.read(16 << 20), b""):
+                scan.feed(chunk)
+    except OSError as e:
+        from ...errors import InputError
+
+        raise InputError(path, f"cannot read: {e.strerror or e}") from e
+    scan.finish()
+    return scan
+
+
 def check_loaded(engine: "Engine", slices: Optional[int]) -> None:
     """Raise :class:`IncompleteTraceError` when the loaded trace lost data: fewer (or more)
     slices than our record promises, or import stats of severity data_loss / error."""
-    path = engine.trace_path
-    if slices is not None:
-        got = engine.query("SELECT COUNT(*) AS n FROM slice")
-        n = next(iter(got)).n
-        if n != slices:
-            raise IncompleteTraceError(path, f"incomplete trace: the trace processor read {_n(n)} of the {_n(slices)} "
-                                             "slices its writer recorded; refusing to compute anything from part of it")
+    n = next(iter(engine.query("SELECT COUNT(*) AS n FROM slice"))).n if slices is not None else None
     rows: List[Tuple] = [(r.name, r.idx, r.severity, r.value) for r in engine.query(LOSS_STATS_SQL)]
+    check_counts(engine.trace_path, slices, n, rows)
+
+
+def check_counts(path, slices: Optional[int], n: Optional[int], rows: List[Tuple]) -> None:
+    """:func:`check_loaded` on numbers already read: the slices our record promises (None: not
+    ours), the rows of the ``slice`` table, and the rows of :data:`LOSS_STATS_SQL`."""
+    if slices is not None and n != slices:
+        raise IncompleteTraceError(path, f"incomplete trace: the trace processor read {_n(n)} of the {_n(slices)} "
+                                         "slices its writer recorded; refusing to compute anything from part of it")
     if rows:
         listed = ", ".join(f"{name}{'' if idx is None else f'[{idx}]'} = {_n(value)} ({severity})"
                            for name, idx, severity, value in rows[:8])
