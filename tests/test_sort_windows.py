@@ -75,7 +75,7 @@ def test_a_mark_after_every_window_of_bytes(tmp_path):
     # the same packets but the last, the completeness record, which counts the marks' bytes too
     assert [p.SerializeToString() for p in events][:-1] == \
         [p.SerializeToString() for p in pb.Trace.FromString(plain.getvalue()).packet][:-1]
-    from perfetto_graph_ann.write.perfetto.completeness import END_SIZE, parse_end_record
+    from perfetto_graph_ann.formats import END_SIZE, parse_end_record
 
     for data in (plain.getvalue(), marked.getvalue()):
         assert parse_end_record(data[-END_SIZE:]).bytes == len(data) - END_SIZE

@@ -60,7 +60,7 @@ def seed_block(tmp_path_factory):
 
 
 def test_our_trace_records_what_was_written(seed_block, tmp_path):
-    from perfetto_graph_ann.write.perfetto.completeness import END_SIZE, START, parse_end_record
+    from perfetto_graph_ann.formats import END_SIZE, START, parse_end_record
 
     data = seed_block.read_bytes()
     assert data.startswith(START)
@@ -123,7 +123,7 @@ def test_a_gzip_trace_cut_inside_is_refused(seed_block, tmp_path, capsys):
 
 
 def test_a_record_that_disagrees_is_refused(seed_block, tmp_path, capsys):
-    from perfetto_graph_ann.write.perfetto.completeness import END_SIZE, parse_end_record
+    from perfetto_graph_ann.formats import END_SIZE, parse_end_record
 
     data = bytearray(seed_block.read_bytes())
     record = parse_end_record(bytes(data[-END_SIZE:]))
@@ -146,7 +146,7 @@ def test_a_record_that_disagrees_is_refused(seed_block, tmp_path, capsys):
 def test_a_trace_without_our_marks_is_read_as_foreign(seed_block, tmp_path, capsys):
     """Another writer's trace (here: ours with the marks taken off) has no record to check:
     only the import stats are."""
-    from perfetto_graph_ann.write.perfetto.completeness import END_SIZE, START_SIZE
+    from perfetto_graph_ann.formats import END_SIZE, START_SIZE
 
     data = seed_block.read_bytes()
     plain = tmp_path / "plain.pftrace"
@@ -169,7 +169,7 @@ def test_import_stats_with_data_loss_are_refused(tmp_path, capsys):
 
 
 def test_merged_trace_records_every_rank(tmp_path):
-    from perfetto_graph_ann.write.perfetto.completeness import END_SIZE, START, parse_end_record
+    from perfetto_graph_ann.formats import END_SIZE, START, parse_end_record
 
     out = tmp_path / "eg.pftrace"
     assert main(["merge", str(fixture_trace("allreduce_eager_rank0")), str(fixture_trace("allreduce_graph_rank0")),

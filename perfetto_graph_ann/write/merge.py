@@ -20,7 +20,7 @@ joins and writes it), then its packets are rewritten here so the ranks can share
   position, ``graph_ann.lane:<position>:<device>:<lane>``, so the UI never merges two ranks'
   lanes and ``sql/graph_ann`` keys every table by the group (``graph_ann_group``).
 - **Completeness**: each rank's own start mark and end record are left out; the merged trace
-  gets its own (:mod:`.perfetto.completeness`: the slices of every rank).
+  gets its own (``formats``, "completeness marks": the slices of every rank).
 - **Labels**: a trace may carry a label (``merge(..., labels=[...])``, CLI ``--label``): its
   group is then ``<label> (rank <r>)``, its processes say ``[<label>, rank <r>]``, its
   slices get a ``debug.label`` arg, and two traces of the same rank (an eager and a graphed
@@ -37,7 +37,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..errors import InputError
 from ..join.model import LaneLayout
-from .perfetto.completeness import START, Completeness, end_record, strip_marks
+from ..formats import START, Completeness, end_record, strip_marks
 from .perfetto.tracks import LANE_MERGE_KEY_PREFIX, group_merge_key, lane_merge_key
 from .perfetto.wire import field_bytes
 
@@ -253,7 +253,7 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
         raise InputError(missing.source, "has no baseTimeNanoseconds, so it cannot be aligned with the other ranks")
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     ids = _Ids()
-    chunks: List[bytes] = [START]  # the merged trace's own completeness marks (.perfetto.completeness)
+    chunks: List[bytes] = [START]  # the merged trace's own completeness marks (formats)
     slices = 0
     for order, rt in enumerate(sorted(ranks, key=lambda x: x.rank) if all(rt.label is None for rt in ranks) else ranks):
         try:

@@ -9,7 +9,7 @@ memory), and :func:`check_loaded` then raises
 :class:`~perfetto_graph_ann.errors.IncompleteTraceError` (exit 2, no output), naming the
 file and the numbers, when:
 
-- the file starts with our start mark (:mod:`perfetto_graph_ann.write.perfetto.completeness`)
+- the file starts with our start mark (:mod:`perfetto_graph_ann.formats`, "completeness marks")
   but does not end with our end record, or the record's byte count is not the file's;
 - the record's slice count is not the number of rows the engine's ``slice`` table got;
 - a gzip stream ends early or fails its check (any trace);
@@ -25,7 +25,7 @@ import zlib
 from typing import TYPE_CHECKING, Iterable, Iterator, List, Optional, Tuple
 
 from ...errors import IncompleteTraceError
-from ...write.perfetto.completeness import END_SIZE, START, START_SIZE, parse_end_record
+from ...formats import END_SIZE, START, START_SIZE, parse_end_record
 
 if TYPE_CHECKING:
     from .base import Engine

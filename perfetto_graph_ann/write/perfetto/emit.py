@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
-from .completeness import START, Completeness, end_record
+from ...formats import START, Completeness, end_record
 from .fast_encoder import FastEncoder
 from .flows import FlowPlan
 from .interning import Interner
@@ -80,7 +80,7 @@ class _Sink:
             self.bar.update(self.step)
 
     def close(self, total: int) -> None:
-        """Write what is left, then the end record (:mod:`.completeness`): what came before it."""
+        """Write what is left, then the end record (:mod:`perfetto_graph_ann.formats`): what came before it."""
         self.flush()
         if self.bar is not None:
             self.bar.update(total - self.bar.n)
@@ -114,7 +114,7 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Rec
         bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
     sink = _Sink(out, stats, config.batch, bar, config.sort_window_bytes)
     t0 = records[0][0] if records else 0
-    sink.batch.append(START)  # the start mark: this trace ends with an end record (.completeness)
+    sink.batch.append(START)  # the start mark: this trace ends with an end record (formats)
     sink.batch.extend(sequence_start(t0, base_time_ns))
     # Track descriptors go on a sequence with no events: a thread's descriptor gives its
     # sequence that pid/tid, and the trace processor would then tag every event the sequence
