@@ -34,6 +34,12 @@ class InputError(PathError):
     """
 
 
+class IncompleteTraceError(InputError):
+    """A trace that did not load whole: cut short (our completeness record missing or wrong,
+    a gzip stream ending early) or reported by the trace processor as losing data on import.
+    The message names the numbers; nothing is computed from such a trace."""
+
+
 class TraceFormatError(InputError):
     """A profiler trace (Kineto / Chrome JSON) is not what torch.profiler writes."""
 

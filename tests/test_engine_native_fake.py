@@ -85,3 +85,31 @@ def test_native_batch_goes_through_batch_trace_processor(fake_shell):
     )
     assert list(df["trace"]) == [str(fixture_trace(n)) for n in names]
     assert list(df["n"]) == [x_counts_by_cat(n)["kernel"] for n in names]
+
+
+def test_native_paths_refuse_a_cut_trace(fake_shell, tmp_path):
+    """Issue 32, item 2, on the native engine: a load and the batch processor (which reads the
+    files itself) both refuse one of our traces cut short; the whole one still loads."""
+    from perfetto_graph_ann.errors import IncompleteTraceError
+    from perfetto_graph_ann.pipeline.convert import convert
+    from perfetto_graph_ann.query.batch import query_many
+
+    whole, cut = tmp_path / "whole.pftrace", tmp_path / "cut.pftrace"
+    convert(fixture_trace("two_branch"), whole)
+    cut.write_bytes(whole.read_bytes()[:3000])
+    config = EngineConfig(shell_path=fake_shell)
+    with pytest.raises(IncompleteTraceError, match="3,000 bytes"):
+        open_trace(cut, engine="native", config=config)
+    sql = "SELECT COUNT(*) AS n FROM slice WHERE category = 'kernel'"
+    with pytest.raises(IncompleteTraceError, match=str(cut)):
+        query_many([whole, cut], sql, engine="native", config=config)
+    df = query_many([whole], sql, engine="native", config=config)
+    assert list(df["n"]) == [x_counts_by_cat("two_branch")["kernel"]]
+    # import stats with data loss, read by the batch processor's own queries
+    import json
+
+    overlap = tmp_path / "overlap.json"
+    overlap.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+                                                   {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10}]}))
+    with pytest.raises(IncompleteTraceError, match="slice_drop_overlapping_complete_event = 1"):
+        query_many([whole, overlap], sql, engine="native", config=config)

@@ -52,15 +52,17 @@ ODD_EVENTS = [
 
 
 def _keyed_tracks(s) -> dict:
-    """track id -> (device, lane) of every track whose merge key is a lane key, parsed here."""
+    """track id -> (group, device, lane) of every track whose merge key is a lane key, parsed
+    here: ``<device>:<lane>`` (group 0) or, in a merged trace, ``<group>:<device>:<lane>``."""
     out = {}
     rows = s.query("SELECT id, EXTRACT_ARG(dimension_arg_set_id, 'merge_key_value') AS k FROM track").tuples()
+    num = r"(-?[1-9][0-9]*|0)"
     for track_id, key in rows:
         if key is None or not key.startswith(LANE_MERGE_KEY_PREFIX):
             continue
-        m = re.fullmatch(r"(-?[1-9][0-9]*|0):(-?[1-9][0-9]*|0)", key[len(LANE_MERGE_KEY_PREFIX):])
+        m = re.fullmatch(f"(?:{num}:)?{num}:{num}", key[len(LANE_MERGE_KEY_PREFIX):])
         if m:
-            out[track_id] = (int(m.group(1)), int(m.group(2)))
+            out[track_id] = (int(m.group(1) or 0), int(m.group(2)), int(m.group(3)))
     return out
 
 
@@ -77,7 +79,8 @@ def check_lane_keys(path) -> int:
             "JOIN track t ON t.id = sl.track_id LEFT JOIN track p ON p.id = t.parent_id "
             f"WHERE sl.category IN {WORK}").tuples()
         s.query("INCLUDE PERFETTO MODULE graph_ann.gpu_work")
-        table = {r[0]: (r[1], r[2]) for r in s.query("SELECT track_id, device, lane_id FROM _graph_ann_lane_track").tuples()}
+        table = {r[0]: (r[1], r[2], r[3]) for r in
+                 s.query("SELECT track_id, group_id, device, lane_id FROM _graph_ann_lane_track").tuples()}
         disagree = s.query(
             "SELECT COUNT(*) FROM _graph_ann_work WHERE device IS NOT _graph_ann_device!(arg_set_id) "
             "OR lane_id IS NOT _graph_ann_lane!(arg_set_id)").tuples()[0][0]
@@ -85,7 +88,7 @@ def check_lane_keys(path) -> int:
     on_keyed = 0
     for track_id, d, l, root in work:
         if track_id in keyed:
-            assert (d, l) == keyed[track_id]
+            assert (d, l) == keyed[track_id][1:]
             on_keyed += 1
         else:
             assert not (root or "").startswith("GPU "), (track_id, d, l, root)
@@ -162,18 +165,21 @@ def _descriptor_trace(path, keys) -> None:
 
 
 def test_only_canonical_keys_are_read(tmp_path):
-    good = [lane_merge_key(0, 7), lane_merge_key(3, -2), lane_merge_key(0, 1 << 40)]
-    bad = ["graph_ann.lane:0:07", "graph_ann.lane:a:1", "graph_ann.lane:0", "graph_ann.lane:1:2:3",
-           "graph_ann.lane:+1:2", "graph_ann.lane:0:99999999999999999999", "graph_ann.lanes:0:1", "stream 7"]
+    good = [lane_merge_key(0, 7), lane_merge_key(3, -2), lane_merge_key(0, 1 << 40), lane_merge_key(2, 7, group=1)]
+    bad = ["graph_ann.lane:0:07", "graph_ann.lane:a:1", "graph_ann.lane:0", "graph_ann.lane:1:2:3:4",
+           "graph_ann.lane:01:2:3", "graph_ann.lane:+1:2", "graph_ann.lane:0:99999999999999999999",
+           "graph_ann.lanes:0:1", "stream 7"]
     path = tmp_path / "keys.pftrace"
     _descriptor_trace(path, good + bad)
     with open_trace(path, engine="portable") as s:
         s.query("INCLUDE PERFETTO MODULE graph_ann.gpu_work")
-        table = s.query("SELECT t.name, k.device, k.lane_id FROM _graph_ann_lane_track k JOIN track t ON t.id = k.track_id").tuples()
-        work = dict(s.query("SELECT name, device || '/' || lane_id FROM graph_ann_gpu_work").tuples())
-    assert sorted(table) == [("lane 0", 0, 7), ("lane 1", 3, -2), ("lane 2", 0, 1 << 40)]
-    # keyed tracks take the key (here on purpose not the args), the others their args
-    assert work == {"k0": "0/7", "k1": "3/-2", "k2": f"0/{1 << 40}", **{f"k{i}": "5/5" for i in range(3, 3 + len(bad))}}
+        table = s.query("SELECT t.name, k.group_id, k.device, k.lane_id FROM _graph_ann_lane_track k "
+                        "JOIN track t ON t.id = k.track_id").tuples()
+        work = dict(s.query("SELECT name, group_id || '/' || device || '/' || lane_id FROM graph_ann_gpu_work").tuples())
+    assert sorted(table) == [("lane 0", 0, 0, 7), ("lane 1", 0, 3, -2), ("lane 2", 0, 0, 1 << 40), ("lane 3", 1, 2, 7)]
+    # keyed tracks take the key (here on purpose not the args), the others their args (group 0)
+    assert work == {"k0": "0/0/7", "k1": "0/3/-2", "k2": f"0/0/{1 << 40}", "k3": "1/2/7",
+                    **{f"k{i}": "0/5/5" for i in range(4, 4 + len(bad))}}
 
 
 def test_json_traces_have_no_keyed_tracks():
@@ -184,8 +190,8 @@ def test_json_traces_have_no_keyed_tracks():
 
 
 def test_merged_ranks(tmp_path):
-    """Two ranks merged: each rank's lanes keep their keys under their own ``GPU 0`` (device ids
-    repeat across ranks, and so do the keys: merging is among siblings only)."""
+    """Two ranks merged: each rank's lanes are keyed with their group under their own ``GPU 0``
+    (device ids repeat across ranks; the keys do not: ``graph_ann.lane:<group>:<device>:<lane>``)."""
     from join_expect import allreduce_annotations
     from perfetto_graph_ann.pipeline.merge import merge
     from test_merge_tp import _rank1_copy
@@ -198,4 +204,8 @@ def test_merged_ranks(tmp_path):
         ranks = s.query(f"SELECT COUNT(DISTINCT EXTRACT_ARG(arg_set_id, 'debug.rank')) FROM slice WHERE category IN {WORK}").tuples()[0][0]
         roots = s.query("SELECT COUNT(DISTINCT p.id) FROM track t JOIN track p ON p.id = t.parent_id "
                         "WHERE EXTRACT_ARG(t.dimension_arg_set_id, 'merge_key_value') GLOB 'graph_ann.lane:*'").tuples()[0][0]
+        keys = {k for (k,) in s.query("SELECT DISTINCT EXTRACT_ARG(dimension_arg_set_id, 'merge_key_value') FROM track "
+                                      "WHERE EXTRACT_ARG(dimension_arg_set_id, 'merge_key_value') GLOB 'graph_ann.lane:*'"
+                                      ).tuples()}
     assert ranks == 2 and roots == 2 and on_keyed > 0
+    assert {k.split(":")[1] for k in keys} == {"0", "1"} and all(k.count(":") == 3 for k in keys)

@@ -143,22 +143,12 @@ def test_merge_real_two_rank_capture(tmp_path):
             assert tuple(row[2:]) == tuple(eager["args"][f] for f in fields)
 
 
-def test_metrics_refuse_a_merge_whose_ranks_share_a_device(tmp_path):
-    """Two ranks both on GPU 0 (separate hosts): lane tables grouped by device would mix them."""
-    from perfetto_graph_ann.errors import InputError
-    from perfetto_graph_ann.query.metrics import lane_summary, report
-
-    out = tmp_path / "shared.pftrace"
-    merge([fixture_trace("allreduce_graph_rank0"), _rank1_copy(tmp_path)], out)
-    import pytest
-
-    with pytest.raises(InputError) as ei:
-        lane_summary(out, engine="portable")
-    assert str(ei.value).startswith(str(out)) and "GPU 0 (2 ranks)" in str(ei.value)
-    with pytest.raises(InputError, match=r"GPU 0 \(2 ranks\)"):  # report checks once for all its tables
-        report(out, engine="portable")
-    # ranks on distinct devices (the live 2-GPU capture): one row per (device, lane), counted from the JSON
+def test_metrics_on_a_merge_of_ranks_on_distinct_devices(tmp_path):
+    """The live 2-GPU capture: one row per (rank, device, lane), counted from the JSON. (Ranks
+    that share a device id used to be refused; they are kept apart by their group now:
+    tests/test_merge_groups.py.)"""
     from perfetto_graph_ann._resources import demo_live_data_dir
+    from perfetto_graph_ann.query.metrics import lane_summary
 
     live = demo_live_data_dir()
     ok = tmp_path / "distinct.pftrace"
@@ -167,6 +157,6 @@ def test_metrics_refuse_a_merge_whose_ranks_share_a_device(tmp_path):
     expect = Counter()
     for r in (0, 1):
         d = json.loads(gzip.decompress((live / f"allreduce_graph_rank{r}.trace.json.gz").read_bytes()))
-        expect.update((e["args"]["device"], e["args"]["stream"]) for _, e in kernels(d))
-    assert {(int(a), int(b)): int(n) for a, b, n in df[["device", "lane_id", "work_count"]].itertuples(index=False)} \
-        == dict(expect)
+        expect.update((r, e["args"]["device"], e["args"]["stream"]) for _, e in kernels(d))
+    got = df[["group_id", "device", "lane_id", "work_count"]].itertuples(index=False)
+    assert {(int(g), int(a), int(b)): int(n) for g, a, b, n in got} == dict(expect)

@@ -4,6 +4,9 @@ Prints per-lane utilization and duration percentiles, the top kernels per lane, 
 graph replays, collectives with their bandwidths, compute/communication overlap and idle
 gaps per lane. TRACE is a trace written by this package (.pftrace); a torch.profiler JSON
 trace is converted first (with --annotations, joined to them).
+
+A merged trace's groups (ranks, --label) are kept apart: a groups table first, and every row
+names its group (:func:`with_groups`).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from ._common import note_annotations_ignored, open_session, positive_int, print
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
+    "groups": ("Groups of the merged trace (graph_ann_group)", ["group_id", "name", "rank", "label"]),
     "lane_summary": ("Lanes (graph_ann_lane)", [
         "device", "lane_id", "lane_name", "work_count", "busy_dur", "utilization", "replay_utilization",
         "mean_dur", "p50_dur", "p90_dur", "p99_dur", "max_dur"]),
@@ -63,6 +67,8 @@ def format_report(tables: Dict[str, "object"], fmt: str = "table", trace_start: 
     parts = []
     for key, df in tables.items():
         title, columns = SECTIONS[key]
+        if "group" in df.columns and key != "groups":  # a merged trace's rows name their group first
+            columns = ["group", *columns]
         if fmt == "csv":
             parts.append(f"# {key}\n" + df.to_csv(index=False))
             continue
@@ -99,12 +105,30 @@ def _report(args: argparse.Namespace, progress) -> str:
         # each module on its own first, so the progress line says which one runs
         include_modules(s, [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS], progress)
         with progress.phase("reading the report tables"):
-            tables = metrics.report(s, top=args.top)
+            tables = with_groups(metrics.report(s, top=args.top), metrics.groups(s))
         start = trace_start_ns(s) if args.format == "table" else None
     text = format_report(tables, args.format, start)
     if args.format == "table":
         text = f"{args.trace}\n\n{text}"
     return text
+
+
+def with_groups(tables: Dict[str, "object"], groups) -> Dict[str, "object"]:
+    """The report's tables for printing. A trace of one group (not a merge): without the
+    ``group_id`` column, as they read before merged traces had groups. A merged trace: its
+    ``groups`` table first, and next to each table's ``group_id`` a ``group`` column with the
+    group's name (its root track, e.g. ``eager (rank 0)``), which the table view shows."""
+    if len(groups) <= 1:
+        return {k: df.drop(columns=["group_id"]) if "group_id" in df.columns else df for k, df in tables.items()}
+    names = dict(zip(groups["group_id"].tolist(), groups["name"].tolist()))
+    out: Dict[str, "object"] = {"groups": groups}
+    for key, df in tables.items():
+        if "group_id" in df.columns:
+            df = df.copy()
+            df.insert(list(df.columns).index("group_id") + 1, "group",
+                      [names.get(g, str(g)) for g in df["group_id"].tolist()])
+        out[key] = df
+    return out
 
 
 def _open_json(args: argparse.Namespace, progress):

@@ -156,10 +156,11 @@ def load_any_annotations(path: Path):
 
 
 def sql_lane_summary(trace: Path, engine: str):
-    """The ``graph_ann`` lane summary of one trace, as a DataFrame."""
-    from ..query.metrics import lane_summary
+    """The ``graph_ann`` lane summary of one trace, as a DataFrame (the demo's traces are not
+    merges: no ``group_id`` column)."""
+    from ..query.metrics import lane_summary, without_group
 
-    return lane_summary(trace, engine=engine)
+    return without_group(lane_summary(trace, engine=engine))
 
 
 def run_demo(config: DemoConfig = DemoConfig(), out: IO[str] = sys.stdout) -> DemoResult:

@@ -121,8 +121,28 @@ def _native_batch(paths: List[Path], sql: str, config: EngineConfig, shell: str,
     from .engine.native import removing_status_downloads, tp_config
 
     btp_config = BatchTraceProcessorConfig(tp_config=tp_config(config, shell))
+    promised = None
+    if config.check_complete:  # what Engine.load checks, for the traces the batch loads itself
+        from .engine.complete import check_scan, scan_file
+
+        promised = [check_scan(p, scan_file(p)) for p in paths]
     try:
         with removing_status_downloads(), BatchTraceProcessor([str(p) for p in paths], btp_config) as btp:
+            if promised is not None:
+                _check_batch(paths, promised, btp)
             return [exact_frame(df) for df in btp.query(sql)]
     except PerfettoException as e:
         raise EngineError(f"{paths[0]} (and {len(paths) - 1} more): native batch query failed: {e}") from e
+
+
+def _check_batch(paths: List[Path], promised, btp) -> None:
+    """:func:`.engine.complete.check_counts` for every trace of a batch processor."""
+    from .engine.complete import LOSS_STATS_SQL, check_counts
+
+    counts = btp.query("SELECT COUNT(*) AS n FROM slice")
+    losses = btp.query(LOSS_STATS_SQL)
+    for path, slices, count, loss in zip(paths, promised, counts, losses):
+        rows = [tuple(r) for r in loss[["name", "idx", "severity", "value"]].itertuples(index=False)]
+        rows = [tuple(None if v is None or (isinstance(v, float) and v != v) else v for v in r)
+                for r in rows]  # pandas NaN -> None (idx)
+        check_counts(path, slices, int(count["n"].iloc[0]), rows)

@@ -31,6 +31,8 @@ FLEET_QUERIES = {
              "ORDER BY device, lane_id",
     "clock": "SELECT (SELECT clock_value - ts FROM clock_snapshot WHERE clock_id = 1 ORDER BY id LIMIT 1) "
              "AS realtime_offset",
+    # a merged trace holds several groups (ranks, labels): not one rank's trace
+    "groups": "INCLUDE PERFETTO MODULE graph_ann.groups; SELECT group_id, name FROM graph_ann_group ORDER BY group_id",
 }
 
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -126,6 +128,11 @@ def _rank_tables(paths: List[Path], results) -> List[RankTables]:
         if rank is None:
             m = _RANK_IN_NAME.search(path.name)
             rank = int(m.group(1)) if m else i
+        groups = to_frame(res.tables["groups"])
+        if len(groups) > 1:
+            names = ", ".join(str(n) for n in groups["name"].tolist())
+            raise InputError(path, f"is a merged trace of {len(groups)} groups ({names}): the fleet report compares "
+                                   "one trace per rank; give it the ranks' own traces (or their .pftrace conversions)")
         if rank in seen:
             raise InputError(path, f"is rank {rank}, like {seen[rank]}: give each rank's trace once")
         seen[rank] = path

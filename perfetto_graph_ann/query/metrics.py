@@ -13,6 +13,11 @@ this module only includes the right module and selects the table. The trace is b
         comm = metrics.collectives(s)
 
 Times are integer nanoseconds on the trace clock; ratios are fractions (0..1).
+
+A merged trace (``perfetto-graph-ann merge``) holds several groups (ranks, or labelled
+traces) whose device, lane and correlation ids repeat: every table has a ``group_id``
+column (0 for a trace that is not a merge; :func:`groups` names them) and keeps its groups
+apart.
 """
 from __future__ import annotations
 
@@ -21,7 +26,6 @@ import dataclasses
 import os
 from typing import Dict, Iterator, Optional, Union
 
-from ..errors import InputError
 from .session import Session, open_trace
 
 TraceArg = Union[str, "os.PathLike[str]", Session]
@@ -38,18 +42,20 @@ class Metric:
 
 #: Every table the wrappers expose, by wrapper name.
 METRICS: Dict[str, Metric] = {
+    "groups": Metric("graph_ann.groups", "graph_ann_group", "group_id"),
     "gpu_work": Metric("graph_ann.gpu_work", "graph_ann_gpu_work", "ts, id"),
-    "lane_summary": Metric("graph_ann.lanes", "graph_ann_lane", "device, lane_id"),
-    "lane_top_kernels": Metric("graph_ann.lanes", "graph_ann_lane_top_kernels", "device, lane_id, rank"),
-    "replays": Metric("graph_ann.replays", "graph_ann_replay", "device, ts"),
-    "replay_lanes": Metric("graph_ann.replays", "graph_ann_replay_lane", "device, ts, lane_id"),
-    "collectives": Metric("graph_ann.collectives", "graph_ann_collective", "device, ts, id"),
-    "overlap": Metric("graph_ann.overlap", "graph_ann_overlap", "device"),
-    "lane_idle": Metric("graph_ann.lane_idle", "graph_ann_lane_idle", "device, lane_id"),
-    "lane_gaps": Metric("graph_ann.lane_idle", "graph_ann_lane_gap", "device, lane_id, ts"),
-    "graph_replays": Metric("graph_ann.scopes", "graph_ann_graph_replay", "device, ts, id"),
-    "scope_summary": Metric("graph_ann.scopes", "graph_ann_scope_stats", "graph_id, first_ts, depth, scope_path"),
-    "scope_instances": Metric("graph_ann.scopes", "graph_ann_scope_instance", "device, ts, depth, id"),
+    "lane_summary": Metric("graph_ann.lanes", "graph_ann_lane", "group_id, device, lane_id"),
+    "lane_top_kernels": Metric("graph_ann.lanes", "graph_ann_lane_top_kernels", "group_id, device, lane_id, rank"),
+    "replays": Metric("graph_ann.replays", "graph_ann_replay", "group_id, device, ts"),
+    "replay_lanes": Metric("graph_ann.replays", "graph_ann_replay_lane", "group_id, device, ts, lane_id"),
+    "collectives": Metric("graph_ann.collectives", "graph_ann_collective", "group_id, device, ts, id"),
+    "overlap": Metric("graph_ann.overlap", "graph_ann_overlap", "group_id, device"),
+    "lane_idle": Metric("graph_ann.lane_idle", "graph_ann_lane_idle", "group_id, device, lane_id"),
+    "lane_gaps": Metric("graph_ann.lane_idle", "graph_ann_lane_gap", "group_id, device, lane_id, ts"),
+    "graph_replays": Metric("graph_ann.scopes", "graph_ann_graph_replay", "group_id, device, ts, id"),
+    "scope_summary": Metric("graph_ann.scopes", "graph_ann_scope_stats",
+                            "group_id, graph_id, first_ts, depth, scope_path"),
+    "scope_instances": Metric("graph_ann.scopes", "graph_ann_scope_instance", "group_id, device, ts, depth, id"),
     "scope_slowest": Metric("graph_ann.scopes", "graph_ann_scope_slowest", "dur DESC, id"),
 }
 
@@ -70,39 +76,17 @@ def query_metric(trace: TraceArg, name: str, where: Optional[str] = None, engine
     ``where``: an optional SQL condition on the table's columns, e.g. ``"rank <= 5"``.
     """
     with _session(trace, engine) as s:
-        _refuse_ambiguous_merge(s)
         return _select(s, name, where)
 
 
 def _select(s: Session, name: str, where: Optional[str] = None):
-    """The rows of metric ``name`` on ``s``, which :func:`_refuse_ambiguous_merge` has passed."""
+    """The rows of metric ``name`` on ``s``."""
     m = METRICS[name]
     sql = f"INCLUDE PERFETTO MODULE {m.module}; SELECT * FROM {m.table}"
     if where:
         sql += f" WHERE {where}"
     sql += f" ORDER BY {m.order_by}"
     return _frame(s.query(sql))
-
-
-#: GPU tracks that more than one rank group of a merged trace holds (``merge`` writes
-#: ``Rank <r>`` root groups, each holding that rank's ``GPU <n>`` tracks).
-_SHARED_GPUS_SQL = """
-SELECT gpu.name, COUNT(DISTINCT gpu.parent_id)
-FROM track AS gpu JOIN track AS grp ON gpu.parent_id = grp.id
-WHERE grp.parent_id IS NULL AND grp.name GLOB 'Rank *' AND gpu.name GLOB 'GPU *'
-GROUP BY gpu.name HAVING COUNT(DISTINCT gpu.parent_id) > 1
-"""
-
-
-def _refuse_ambiguous_merge(s: Session) -> None:
-    """The tables group GPU work by device (and replays by launch correlation), which ranks of a
-    merged trace may share: refuse rather than mix ranks. Ranks on distinct devices are fine."""
-    shared = s.query(_SHARED_GPUS_SQL).tuples()
-    if shared:
-        names = ", ".join(f"{name} ({n} ranks)" for name, n in shared)
-        raise InputError(s.path, f"a merged trace whose ranks share device ids ({names}): the graph_ann tables "
-                                 "group by device, so they would mix ranks; compute them on each rank's trace "
-                                 "(perfetto_graph_ann.query_many runs one query over many traces)")
 
 
 def _frame(result):
@@ -121,6 +105,20 @@ def _frame(result):
         else:
             data[name] = pd.array(values, dtype="object")
     return pd.DataFrame(data, columns=list(result.columns))
+
+
+def groups(trace: TraceArg, engine: str = "auto"):
+    """The groups of the trace: one row per input of a merged trace (``group_id``, the group
+    track's ``name``, ``rank``, ``label``), one row (group 0, NULL name) for any other trace."""
+    return query_metric(trace, "groups", engine=engine)
+
+
+def without_group(df):
+    """``df`` without its ``group_id`` column when every row is group 0 (a trace that is not a
+    merge): the table as it reads without groups. Other frames are returned as they are."""
+    if "group_id" in df.columns and bool((df["group_id"] == 0).all()):
+        return df.drop(columns=["group_id"])
+    return df
 
 
 def gpu_work(trace: TraceArg, engine: str = "auto"):
@@ -193,7 +191,6 @@ def scope_slowest(trace: TraceArg, top: Optional[int] = None, engine: str = "aut
     ``top`` keeps the first N."""
     m = METRICS["scope_slowest"]
     with _session(trace, engine) as s:
-        _refuse_ambiguous_merge(s)
         sql = f"INCLUDE PERFETTO MODULE {m.module}; SELECT * FROM {m.table} ORDER BY {m.order_by}"
         if top is not None:
             sql += f" LIMIT {int(top)}"
@@ -201,9 +198,9 @@ def scope_slowest(trace: TraceArg, top: Optional[int] = None, engine: str = "aut
 
 
 def report(trace: TraceArg, top: int = 5, engine: str = "auto") -> Dict[str, "object"]:
-    """All report tables from one session: ``{name: DataFrame}`` in print order."""
+    """All report tables from one session: ``{name: DataFrame}`` in print order (each with
+    its ``group_id``; :func:`groups` names the groups)."""
     with _session(trace, engine) as s:
-        _refuse_ambiguous_merge(s)  # once for all the tables
         return {
             "lane_summary": _select(s, "lane_summary"),
             "lane_top_kernels": _select(s, "lane_top_kernels", _top_where(top)),

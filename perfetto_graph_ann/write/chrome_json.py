@@ -14,7 +14,11 @@ on the shipped fixtures, ``tests/test_chrome_json_torch215.py``):
 - a new lane is named by the annotation's ``Process Group Description``, else
   ``"stream N "`` (trailing space, as Kineto names streams); a real stream keeps its name;
 - ``"cudaGraphInlineAnnotated": true`` before ``traceEvents`` when any event matched an
-  annotated node; ``gpu_user_annotation`` events left on a lane without GPU work are dropped.
+  annotated node;
+- ``gpu_user_annotation`` events are never moved and keep their args (``External id``); when
+  an event matched an annotated node they are held back, as torch's ``deferred_annotations``:
+  written after the profile's other activities, and only where their lane (pid, tid) has GPU
+  work after the moves (on a lane whose work all moved away they are noise CUPTI replicated).
 
 Our own args come on top: ``graph id`` and ``graph node id`` where Kineto did not write
 them, ``replay``, ``join`` and ``join_ambiguous``. The incoming ``ac2g`` flow end of a moved
@@ -154,19 +158,33 @@ def _render(trace: KinetoTrace, layout: Optional[LaneLayout]) -> _Rendered:
         if e.category in _WORK_CATEGORIES:
             work_lanes.add((e.pid, tid))
 
+    held_back: List[Dict[str, Any]] = []
+    last_activity = -1  # position in out.events of the profile's last activity (an int pid, not metadata)
     for e in trace.events:
         hit = placed.get(e.index)
         if hit is not None:
             out.events.append(_event_dict(e, tid=hit[0], args=hit[1]))
+            last_activity = len(out.events)
             continue
         if e.ph == "f" and moved_flows and e.ts_ns is not None:
             lane = moved_flows.get((e.pid, e.tid, e.ts_ns, e.id))
             if lane is not None:
                 out.events.append(_event_dict(e, tid=lane))
+                last_activity = len(out.events)
                 continue
-        if annotate and e.category == "gpu_user_annotation" and (e.pid, e.tid) not in work_lanes:
-            continue  # its kernels all moved away: torch 2.15 drops it as noise
+        if annotate and e.category == "gpu_user_annotation":
+            # torch 2.15 holds these back (deferred_annotations) and writes them after every
+            # other activity, only where their lane still has work after the moves: on a lane
+            # whose kernels all moved away it is noise CUPTI replicated there
+            if (e.pid, e.tid) in work_lanes:
+                held_back.append(_event_dict(e))
+            continue
         out.events.append(_event_dict(e))
+        if e.ph != "M" and type(e.pid) is int:
+            last_activity = len(out.events)
+    if held_back:
+        at = last_activity if last_activity >= 0 else len(out.events)
+        out.events[at:at] = held_back
 
     for (pid, tid), (ts, name) in sorted(reassigned.items(), key=lambda kv: (_order(kv[0][0]), kv[0][1])):
         if (pid, tid) in seen:

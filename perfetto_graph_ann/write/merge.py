@@ -15,6 +15,12 @@ joins and writes it), then its packets are rewritten here so the ranks can share
   maps to the absolute time.
 - **No clashes**: packet sequence ids, track uuids and flow ids are remapped per rank.
 - Every slice gets a ``debug.rank`` arg, so SQL can tell ranks apart (device ids repeat).
+- **Groups in SQL**: the group track's sibling merge key is
+  ``graph_ann.group:<position>:<rank>[:<label>]`` and each lane track's key gains the
+  position, ``graph_ann.lane:<position>:<device>:<lane>``, so the UI never merges two ranks'
+  lanes and ``sql/graph_ann`` keys every table by the group (``graph_ann_group``).
+- **Completeness**: each rank's own start mark and end record are left out; the merged trace
+  gets its own (``formats``, "completeness marks": the slices of every rank).
 - **Labels**: a trace may carry a label (``merge(..., labels=[...])``, CLI ``--label``): its
   group is then ``<label> (rank <r>)``, its processes say ``[<label>, rank <r>]``, its
   slices get a ``debug.label`` arg, and two traces of the same rank (an eager and a graphed
@@ -31,6 +37,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..errors import InputError
 from ..join.model import LaneLayout
+from ..formats import START, Completeness, end_record, strip_marks
+from .perfetto.tracks import LANE_MERGE_KEY_PREFIX, group_merge_key, lane_merge_key
 from .perfetto.wire import field_bytes
 
 #: Fresh pids / tids for ones that collide across ranks start here (positive int32).
@@ -38,6 +46,7 @@ _FRESH_ID_BASE = 0x40000000
 #: Perfetto's builtin clocks that are *not* the trace's own time base (left alone).
 _REALTIME_CLOCKS = {pb.BuiltinClock.BUILTIN_CLOCK_REALTIME, pb.BuiltinClock.BUILTIN_CLOCK_REALTIME_COARSE}
 _SLICE_TYPES = {pb.TrackEvent.Type.TYPE_SLICE_BEGIN, pb.TrackEvent.Type.TYPE_INSTANT}
+_MERGE_BY_KEY = pb.TrackDescriptor.SiblingMergeBehavior.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
 
 
 @dataclasses.dataclass
@@ -120,11 +129,13 @@ class _Ids:
         return new
 
 
-def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
-    """Rank ``rt``'s packets, rewritten for the merged trace (serialized TracePackets)."""
+def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> "tuple[List[bytes], int]":
+    """Rank ``rt``'s packets, rewritten for the merged trace (serialized TracePackets), and the
+    number of slices among them (slice begins and instants). The rank's own completeness
+    marks are left out: the merged trace gets its own."""
     trace = pb.Trace()
     try:
-        trace.ParseFromString(rt.pftrace)
+        trace.ParseFromString(strip_marks(rt.pftrace)[0])
     except Exception as e:  # protobuf's DecodeError and friends
         raise InputError(rt.source, f"converted trace of rank {rt.rank} does not parse: {e}") from e
     r = rt.rank
@@ -135,6 +146,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
     pids: Dict[int, int] = {}
     tids: Dict[int, int] = {}
     out: List[bytes] = [_group_packet(rt, order, key, tag)]
+    slices = 0
     seq_clock: Dict[int, int] = {}  # sequence -> default timestamp clock
     incremental: Set[tuple] = set()  # (sequence, clock id) of clocks whose packets carry deltas
     for p in trace.packet:
@@ -161,7 +173,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
             d.extra_double_counter_track_uuids[:] = [uuid(u) for u in d.extra_double_counter_track_uuids]
         if p.HasField("track_descriptor"):
             _rewrite_descriptor(p.track_descriptor, key, tag, uuid, lambda pid: ids.map(pids, pid),
-                                lambda tid: ids.map(tids, tid))
+                                lambda tid: ids.map(tids, tid), order)
         if p.HasField("track_event"):
             te = p.track_event
             if te.HasField("track_uuid"):
@@ -171,6 +183,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
             te.flow_ids[:] = [flow(f) for f in te.flow_ids]
             te.terminating_flow_ids[:] = [flow(f) for f in te.terminating_flow_ids]
             if te.type in _SLICE_TYPES:
+                slices += 1
                 a = te.debug_annotations.add()
                 a.name = "rank"
                 a.int_value = r
@@ -179,7 +192,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> List[bytes]:
                     a.name = "label"
                     a.string_value = rt.label
         out.append(p.SerializeToString())
-    return out
+    return out, slices
 
 
 def _group_packet(rt: RankTrace, order: int, key: "int | str", tag: str) -> bytes:
@@ -192,14 +205,20 @@ def _group_packet(rt: RankTrace, order: int, key: "int | str", tag: str) -> byte
     gd.description = tag + (f" from {_printable(rt.source)}" if rt.source else "")
     gd.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
     gd.sibling_order_rank = rt.rank if rt.label is None else order
+    gd.sibling_merge_behavior = _MERGE_BY_KEY
+    gd.sibling_merge_key = group_merge_key(order, rt.rank, rt.label)
     return group.SerializeToString()
 
 
 def _rewrite_descriptor(td: "pb.TrackDescriptor", key: "int | str", tag: str, uuid: Callable[[int], int],
-                        pid: Callable[[int], int], tid: Callable[[int], int]) -> None:
+                        pid: Callable[[int], int], tid: Callable[[int], int], order: int) -> None:
     """A rank's track descriptor in the merged trace: uuids remapped, global roots under the
-    rank's group, pids / tids mapped (``pid``, ``tid``) and processes named with the rank."""
+    rank's group, pids / tids mapped (``pid``, ``tid``), processes named with the rank and
+    lane merge keys given the group's position ``order``."""
     td.uuid = uuid(td.uuid)
+    if td.sibling_merge_key.startswith(LANE_MERGE_KEY_PREFIX):
+        device, _, lane = td.sibling_merge_key[len(LANE_MERGE_KEY_PREFIX):].partition(":")
+        td.sibling_merge_key = lane_merge_key(device, lane, order)
     if td.HasField("parent_uuid"):
         td.parent_uuid = uuid(td.parent_uuid)
     elif not td.HasField("process") and not td.HasField("thread"):
@@ -234,12 +253,15 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
         raise InputError(missing.source, "has no baseTimeNanoseconds, so it cannot be aligned with the other ranks")
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     ids = _Ids()
-    chunks: List[bytes] = []
+    chunks: List[bytes] = [START]  # the merged trace's own completeness marks (formats)
+    slices = 0
     for order, rt in enumerate(sorted(ranks, key=lambda x: x.rank) if all(rt.label is None for rt in ranks) else ranks):
         try:
-            payloads = _rewrite(rt, order, rt.base_time_ns - ref, ids)
+            payloads, n = _rewrite(rt, order, rt.base_time_ns - ref, ids)
         except ValueError as e:  # a field out of protobuf's range after the shift
             raise InputError(rt.source, f"cannot be aligned with the other ranks: {e} "
                                         f"(baseTimeNanoseconds {rt.base_time_ns} vs {ref})") from e
         chunks.extend(field_bytes(1, payload) for payload in payloads)
-    return b"".join(chunks)
+        slices += n
+    body = b"".join(chunks)
+    return body + end_record(Completeness(len(body), len(chunks), slices))

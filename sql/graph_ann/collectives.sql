@@ -21,7 +21,8 @@
 --  * bus bandwidth busbw = algbw x factor, with n = group size:
 --    all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
 --    broadcast, reduce, send/recv 1.
--- Bandwidths are in GB/s with 1 GB = 1e9 bytes (bytes per ns).
+-- Bandwidths are in GB/s with 1 GB = 1e9 bytes (bytes per ns). In a merged
+-- trace each kernel belongs to one group (`graph_ann.groups`).
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
@@ -34,6 +35,8 @@ CREATE PERFETTO TABLE _graph_ann_collective_kernel(
   ts TIMESTAMP,
   -- Duration.
   dur DURATION,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -50,7 +53,7 @@ CREATE PERFETTO TABLE _graph_ann_collective_kernel(
   collective STRING
 ) AS
 SELECT
-  id, ts, dur, device, lane_id, track_id, name, is_graphed, arg_set_id,
+  id, ts, dur, group_id, device, lane_id, track_id, name, is_graphed, arg_set_id,
   COALESCE(EXTRACT_ARG(arg_set_id, 'debug.Collective name'), EXTRACT_ARG(arg_set_id, 'args.Collective name')) AS collective
 FROM _graph_ann_work
 WHERE category = 'kernel' AND _graph_ann_is_collective!(arg_set_id, name);
@@ -141,6 +144,8 @@ CREATE PERFETTO TABLE graph_ann_collective(
   ts TIMESTAMP,
   -- Duration of the kernel.
   dur DURATION,
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -192,6 +197,7 @@ WITH
       w.id,
       w.ts,
       w.dur,
+      w.group_id,
       w.device,
       w.lane_id,
       w.track_id,
@@ -230,6 +236,7 @@ SELECT
   id,
   ts,
   dur,
+  group_id,
   device,
   lane_id,
   n.name AS lane_name,
@@ -256,4 +263,4 @@ FROM sized
 LEFT JOIN factors AS f USING (collective_type, group_size)
 -- A join, not a scalar subquery per row (a lookup per kernel).
 LEFT JOIN _graph_ann_track_name AS n USING (track_id)
-ORDER BY device, ts, id;
+ORDER BY group_id, device, ts, id;

@@ -21,6 +21,11 @@
 -- `device` and `stream` on every GPU work slice, as Kineto and our converter
 -- write them; work without them is listed here with NULLs but gets NULL or 0
 -- for those numbers.
+--
+-- Groups: in a merged trace every row belongs to one input, its `group_id`
+-- (`graph_ann.groups`); device, lane and correlation ids repeat across groups,
+-- so every per-lane, per-device and per-replay number is per group as well,
+-- and a kernel's launch is the launch with its correlation in its group.
 
 INCLUDE PERFETTO MODULE graph_ann.work_args;
 
@@ -37,41 +42,47 @@ CREATE PERFETTO TABLE _graph_ann_launch(
   name STRING,
   -- CUPTI correlation id shared with the GPU work it launched.
   correlation LONG,
+  -- Group of the call (`graph_ann_group`; from its thread's track).
+  group_id LONG,
   -- Whether the call launches a whole CUDA graph (one replay).
   is_graph_launch BOOL
 ) AS
 SELECT
-  id,
-  ts,
-  dur,
-  name,
-  correlation,
-  name GLOB 'cu*GraphLaunch*' AS is_graph_launch
+  c.id,
+  c.ts,
+  c.dur,
+  c.name,
+  c.correlation,
+  COALESCE(g.group_id, 0) AS group_id,
+  c.name GLOB 'cu*GraphLaunch*' AS is_graph_launch
 FROM (
   SELECT
     s.id,
     s.ts,
     s.dur,
     s.name,
+    s.track_id,
     COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.correlation'), EXTRACT_ARG(s.arg_set_id, 'args.correlation')) AS correlation
   FROM slice AS s
   WHERE s.category IN ('cuda_runtime', 'cuda_driver', 'runtime', 'driver')
-)
-WHERE correlation IS NOT NULL;
+) AS c
+LEFT JOIN _graph_ann_track_group AS g USING (track_id)
+WHERE c.correlation IS NOT NULL;
 
--- One launch per correlation id (the first, should a trace repeat one).
+-- One launch per (group, correlation id) (the first, should a group repeat
+-- one), by `_graph_ann_launch_key`.
 CREATE PERFETTO TABLE _graph_ann_launch_by_correlation(
-  -- CUPTI correlation id.
-  correlation LONG,
+  -- `_graph_ann_launch_key` of the correlation and group.
+  launch_key LONG,
   -- Slice id of the first launch call with it.
   id LONG,
   -- Whether a call with it launches a whole CUDA graph.
   is_graph_launch BOOL
 ) AS
-SELECT correlation, MIN(id) AS id, MAX(is_graph_launch) AS is_graph_launch
-FROM _graph_ann_launch
-GROUP BY correlation
-ORDER BY correlation;
+SELECT launch_key, MIN(id) AS id, MAX(is_graph_launch) AS is_graph_launch
+FROM (SELECT _graph_ann_launch_key!(correlation, group_id) AS launch_key, id, is_graph_launch FROM _graph_ann_launch)
+GROUP BY launch_key
+ORDER BY launch_key;
 
 -- The columns of GPU work the metric modules need, materialised once: the
 -- three arguments read for every slice (device, lane, correlation) and the
@@ -90,6 +101,8 @@ CREATE PERFETTO TABLE _graph_ann_work(
   -- Kineto category (`kernel`, `gpu_memcpy` or `gpu_memset`; the view derives
   -- `kind` from it, a computed string column being costly to materialise).
   category STRING,
+  -- Group (`graph_ann_group`: the lane track's, else 0).
+  group_id LONG,
   -- GPU index (`debug.device`, or the lane track's device).
   device LONG,
   -- Lane (`debug.stream`, or the lane track's lane).
@@ -116,6 +129,7 @@ WITH
       s.track_id,
       s.depth,
       s.arg_set_id,
+      COALESCE(k.group_id, 0) AS group_id,
       COALESCE(k.device, _graph_ann_device!(s.arg_set_id)) AS device,
       COALESCE(k.lane_id, _graph_ann_lane!(s.arg_set_id)) AS lane_id,
       COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.correlation'), EXTRACT_ARG(s.arg_set_id, 'args.correlation')) AS correlation
@@ -129,6 +143,7 @@ SELECT
   w.dur,
   w.name,
   w.category,
+  w.group_id,
   w.device,
   w.lane_id,
   w.track_id,
@@ -137,7 +152,7 @@ SELECT
   COALESCE(l.is_graph_launch, 0) AS is_graphed,
   w.arg_set_id
 FROM work AS w
-LEFT JOIN _graph_ann_launch_by_correlation AS l USING (correlation);
+LEFT JOIN _graph_ann_launch_by_correlation AS l ON l.launch_key = _graph_ann_launch_key!(w.correlation, w.group_id);
 
 -- The name of every track holding GPU work (`_graph_ann_lane_name`: the
 -- track's own name, else its thread's); and whether the track's slices nest
@@ -196,6 +211,8 @@ CREATE PERFETTO VIEW graph_ann_gpu_work(
   category STRING,
   -- `kernel`, `memcpy` or `memset`.
   kind STRING,
+  -- Group of a merged trace the work belongs to (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index (`debug.device`).
   device LONG,
   -- Lane the slice is drawn on (`debug.stream`).
@@ -241,6 +258,7 @@ SELECT
     WHEN 'gpu_memcpy' THEN 'memcpy'
     ELSE 'memset'
   END AS kind,
+  w.group_id,
   w.device,
   w.lane_id,
   n.name AS lane_name,

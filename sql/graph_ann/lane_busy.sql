@@ -16,6 +16,8 @@ INCLUDE PERFETTO MODULE graph_ann.lane_stats;
 -- The union of one lane's work, overall and clipped to a span: one window
 -- pass over the lane's work in start order (the rule of `graph_ann.intervals`).
 CREATE PERFETTO FUNCTION _graph_ann_lane_union(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -38,13 +40,15 @@ SELECT
 FROM (
   SELECT ts, dur, _graph_ann_prev_end!(ts, ts + dur) AS prev_end_ts
   FROM _graph_ann_work
-  WHERE device = $device AND lane_id = $lane_id
+  WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id
 );
 
 -- The sum of one lane's work durations clipped to a span: the busy time
 -- inside the span of a flat lane (see `_graph_ann_lane_stats`), whose work
 -- intervals are disjoint.
 CREATE PERFETTO FUNCTION _graph_ann_lane_clipped_dur(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -58,7 +62,7 @@ CREATE PERFETTO FUNCTION _graph_ann_lane_clipped_dur(
 RETURNS LONG AS
 SELECT SUM(MAX(0, MIN(ts + dur, $span_end_ts) - MAX(ts, $span_ts)))
 FROM _graph_ann_work
-WHERE device = $device AND lane_id = $lane_id;
+WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id;
 
 -- The lanes that are not flat but whose union comes from at most two layers
 -- (see `_graph_ann_lane_layers`) and that lie in their device's replays' span
@@ -66,6 +70,8 @@ WHERE device = $device AND lane_id = $lane_id;
 CREATE PERFETTO TABLE _graph_ann_lane_layered(
   -- Key of the lane (partition of the SPAN_JOIN).
   lane_key LONG,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -78,15 +84,16 @@ CREATE PERFETTO TABLE _graph_ann_lane_layered(
   has_span BOOL
 ) AS
 SELECT
-  ROW_NUMBER() OVER (ORDER BY s.device, s.lane_id) AS lane_key,
+  ROW_NUMBER() OVER (ORDER BY s.group_id, s.device, s.lane_id) AS lane_key,
+  s.group_id,
   s.device,
   s.lane_id,
   y.track_a,
   y.track_b,
   r.ts IS NOT NULL AS has_span
 FROM _graph_ann_lane_stats AS s
-LEFT JOIN _graph_ann_replays_span AS r USING (device)
-JOIN _graph_ann_lane_layers(s.device, s.lane_id) AS y
+LEFT JOIN _graph_ann_replays_span AS r USING (group_id, device)
+JOIN _graph_ann_lane_layers(s.group_id, s.device, s.lane_id) AS y
 WHERE NOT s.flat AND (r.ts IS NULL OR (r.ts <= s.first_ts AND s.end_ts <= r.ts + r.dur));
 
 -- The first layer (depth-0 work on the first track) of each such lane.
@@ -125,6 +132,8 @@ USING SPAN_JOIN(_graph_ann_lane_layer_a PARTITIONED lane_key, _graph_ann_lane_la
 -- `_graph_ann_lane_layered`) is |A| + |B| - |A intersect B|, all of it in the
 -- span; any other lane's is the union of its work.
 CREATE PERFETTO TABLE _graph_ann_lane_busy(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -135,18 +144,19 @@ CREATE PERFETTO TABLE _graph_ann_lane_busy(
   replay_busy_dur DURATION
 ) AS
 SELECT
+  s.group_id,
   s.device,
   s.lane_id,
   s.total_dur AS busy_dur,
   CASE
     WHEN r.ts <= s.first_ts AND s.end_ts <= r.ts + r.dur THEN s.total_dur
-    ELSE _graph_ann_lane_clipped_dur(s.device, s.lane_id, r.ts, r.ts + r.dur)
+    ELSE _graph_ann_lane_clipped_dur(s.group_id, s.device, s.lane_id, r.ts, r.ts + r.dur)
   END AS replay_busy_dur
 FROM _graph_ann_lane_stats AS s
-LEFT JOIN _graph_ann_replays_span AS r USING (device)
+LEFT JOIN _graph_ann_replays_span AS r USING (group_id, device)
 WHERE s.flat
 UNION ALL
-SELECT k.device, k.lane_id, b.busy_dur, CASE WHEN k.has_span THEN b.busy_dur END AS replay_busy_dur
+SELECT k.group_id, k.device, k.lane_id, b.busy_dur, CASE WHEN k.has_span THEN b.busy_dur END AS replay_busy_dur
 FROM _graph_ann_lane_layered AS k
 JOIN (
   -- The lane's total duration less that of its work below depth 0 (within
@@ -156,21 +166,22 @@ JOIN (
     s.total_dur
       - COALESCE((
         SELECT SUM(dur) FROM _graph_ann_work
-        WHERE device = k.device AND lane_id = k.lane_id AND depth > 0
+        WHERE group_id = k.group_id AND device = k.device AND lane_id = k.lane_id AND depth > 0
       ), 0)
       - COALESCE(ab.dur, 0) AS busy_dur
   FROM _graph_ann_lane_layered AS k
-  JOIN _graph_ann_lane_stats AS s USING (device, lane_id)
+  JOIN _graph_ann_lane_stats AS s USING (group_id, device, lane_id)
   LEFT JOIN (
     SELECT lane_key, SUM(dur) AS dur FROM _graph_ann_lane_layer_ab GROUP BY lane_key
   ) AS ab USING (lane_key)
 ) AS b USING (lane_key)
 UNION ALL
-SELECT s.device, s.lane_id, u.busy_dur, u.span_busy_dur AS replay_busy_dur
+SELECT s.group_id, s.device, s.lane_id, u.busy_dur, u.span_busy_dur AS replay_busy_dur
 FROM _graph_ann_lane_stats AS s
-LEFT JOIN _graph_ann_replays_span AS r USING (device)
-JOIN _graph_ann_lane_union(s.device, s.lane_id, r.ts, r.ts + r.dur) AS u
+LEFT JOIN _graph_ann_replays_span AS r USING (group_id, device)
+JOIN _graph_ann_lane_union(s.group_id, s.device, s.lane_id, r.ts, r.ts + r.dur) AS u
 WHERE NOT s.flat
   AND NOT EXISTS (
-    SELECT 1 FROM _graph_ann_lane_layered AS k WHERE k.device = s.device AND k.lane_id = s.lane_id
+    SELECT 1 FROM _graph_ann_lane_layered AS k
+    WHERE k.group_id = s.group_id AND k.device = s.device AND k.lane_id = s.lane_id
   );

@@ -15,12 +15,14 @@ INCLUDE PERFETTO MODULE graph_ann.work_args;
 
 -- The GPU work this module reads (the same rows, devices and lanes as
 -- `graph_ann_gpu_work`), straight from `slice` with the rules of
--- `graph_ann.work_args`: five columns and no launch lookup.
+-- `graph_ann.work_args`: six columns and no launch lookup.
 CREATE PERFETTO TABLE _graph_ann_lane_work(
   -- Start.
   ts TIMESTAMP,
   -- Duration.
   dur DURATION,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -31,6 +33,7 @@ CREATE PERFETTO TABLE _graph_ann_lane_work(
 SELECT
   s.ts,
   s.dur,
+  COALESCE(k.group_id, 0) AS group_id,
   COALESCE(k.device, _graph_ann_device!(s.arg_set_id)) AS device,
   COALESCE(k.lane_id, _graph_ann_lane!(s.arg_set_id)) AS lane_id,
   s.track_id
@@ -44,6 +47,8 @@ WHERE _graph_ann_is_gpu_work!(s.category);
 -- it natively), called per lane so that the trace processor filters the
 -- lane's rows natively and the window needs no partitions.
 CREATE PERFETTO FUNCTION _graph_ann_lane_gaps(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -60,7 +65,7 @@ SELECT prev_end_ts AS ts, ts - prev_end_ts AS dur
 FROM (
   SELECT ts, _graph_ann_prev_end!(ts, ts + dur) AS prev_end_ts
   FROM _graph_ann_lane_work
-  WHERE device = $device AND lane_id = $lane_id AND dur > 0
+  WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND dur > 0
 )
 WHERE ts > prev_end_ts;
 
@@ -69,6 +74,8 @@ WHERE ts > prev_end_ts;
 -- are one (the usual case); only other lanes read their positive work again,
 -- filtered natively.
 CREATE PERFETTO TABLE _graph_ann_lane_span(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -81,6 +88,7 @@ CREATE PERFETTO TABLE _graph_ann_lane_span(
   positive_span_dur DURATION
 ) AS
 SELECT
+  s.group_id,
   s.device,
   s.lane_id,
   s.track_id,
@@ -91,23 +99,26 @@ SELECT
     WHEN s.device IS NOT NULL AND s.lane_id IS NOT NULL THEN (
       SELECT MAX(w.ts + w.dur) - MIN(w.ts)
       FROM _graph_ann_lane_work AS w
-      WHERE w.device = s.device AND w.lane_id = s.lane_id AND w.dur > 0
+      WHERE w.group_id = s.group_id AND w.device = s.device AND w.lane_id = s.lane_id AND w.dur > 0
     )
     ELSE (
       SELECT MAX(w.ts + w.dur) - MIN(w.ts)
       FROM _graph_ann_lane_work AS w
-      WHERE w.device IS s.device AND w.lane_id IS s.lane_id AND w.dur > 0
+      WHERE w.group_id = s.group_id AND w.device IS s.device AND w.lane_id IS s.lane_id AND w.dur > 0
     )
   END AS positive_span_dur
 FROM (
-  SELECT device, lane_id, MIN(track_id) AS track_id, MIN(ts) AS ts, MAX(ts + dur) AS end_ts, MIN(dur) AS min_dur
+  SELECT group_id, device, lane_id, MIN(track_id) AS track_id, MIN(ts) AS ts, MAX(ts + dur) AS end_ts,
+    MIN(dur) AS min_dur
   FROM _graph_ann_lane_work
-  GROUP BY device, lane_id
+  GROUP BY group_id, device, lane_id
 ) AS s;
 
 -- One row per idle gap of each lane: a time between two of the lane's busy
 -- intervals (see `graph_ann_lane`) when nothing runs on the lane. Unordered.
 CREATE PERFETTO TABLE graph_ann_lane_gap(
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -118,13 +129,15 @@ CREATE PERFETTO TABLE graph_ann_lane_gap(
   dur DURATION
 ) AS
 -- No ORDER BY (a sort of every gap): read it with
--- `ORDER BY device, lane_id, ts` where the order matters.
-SELECT l.device, l.lane_id, g.ts, g.dur
+-- `ORDER BY group_id, device, lane_id, ts` where the order matters.
+SELECT l.group_id, l.device, l.lane_id, g.ts, g.dur
 FROM _graph_ann_lane_span AS l
-JOIN _graph_ann_lane_gaps(l.device, l.lane_id) AS g;
+JOIN _graph_ann_lane_gaps(l.group_id, l.device, l.lane_id) AS g;
 
 -- The gaps of one lane summarised (from `graph_ann_lane_gap`, filtered natively).
 CREATE PERFETTO FUNCTION _graph_ann_lane_gap_summary(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -143,7 +156,7 @@ RETURNS TABLE(
 ) AS
 SELECT COUNT(*) AS gap_count, SUM(dur) AS gap_dur, MAX(dur) AS max_gap_dur, AVG(dur) AS mean_gap_dur
 FROM graph_ann_lane_gap
-WHERE device = $device AND lane_id = $lane_id;
+WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id;
 
 -- Idle gaps per lane, summarised: between the lane's first work start and
 -- last work end, how long and how often the lane has nothing running.
@@ -151,6 +164,8 @@ WHERE device = $device AND lane_id = $lane_id;
 -- The busy time is the union of the lane's intervals with `dur > 0`: from the
 -- first such start to the last such end, less the gaps.
 CREATE PERFETTO TABLE graph_ann_lane_idle(
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -173,6 +188,7 @@ CREATE PERFETTO TABLE graph_ann_lane_idle(
 WITH
   busy AS (
     SELECT
+      l.group_id,
       l.device,
       l.lane_id,
       l.track_id,
@@ -182,9 +198,10 @@ WITH
       g.max_gap_dur,
       g.mean_gap_dur
     FROM _graph_ann_lane_span AS l
-    JOIN _graph_ann_lane_gap_summary(l.device, l.lane_id) AS g
+    JOIN _graph_ann_lane_gap_summary(l.group_id, l.device, l.lane_id) AS g
   )
 SELECT
+  b.group_id,
   b.device,
   b.lane_id,
   _graph_ann_lane_name(b.track_id) AS lane_name,
@@ -195,4 +212,4 @@ SELECT
   COALESCE(b.max_gap_dur, 0) AS max_gap_dur,
   b.mean_gap_dur
 FROM busy AS b
-ORDER BY b.device, b.lane_id;
+ORDER BY b.group_id, b.device, b.lane_id;

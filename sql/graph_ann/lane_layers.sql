@@ -22,6 +22,8 @@ INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 -- is a native filter of the lane's rows. One row (the two tracks, equal for a
 -- one-track lane) when it can, none otherwise (also for a NULL device or lane).
 CREATE PERFETTO FUNCTION _graph_ann_lane_layers(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -37,26 +39,28 @@ RETURNS TABLE(
 SELECT a AS track_a, b AS track_b
 FROM (
   SELECT
-    (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id LIMIT 1) AS a,
-    (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id DESC LIMIT 1) AS b
+    (SELECT track_id FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY track_id LIMIT 1) AS a,
+    (SELECT track_id FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY track_id DESC LIMIT 1) AS b
 ) AS t
 WHERE t.a IS NOT NULL
   AND NOT EXISTS (
     SELECT 1 FROM _graph_ann_work
-    WHERE device = $device AND lane_id = $lane_id AND track_id > t.a AND track_id < t.b
+    WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND track_id > t.a AND track_id < t.b
   )
-  AND NOT EXISTS (SELECT 1 FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id AND dur < 0)
+  AND NOT EXISTS (SELECT 1 FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND dur < 0)
   AND (SELECT laminar FROM _graph_ann_track_name WHERE track_id = t.a)
   AND (SELECT laminar FROM _graph_ann_track_name WHERE track_id = t.b)
   AND (SELECT COUNT(*) FROM slice WHERE track_id = t.a)
-    = (SELECT COUNT(*) FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id AND track_id = t.a)
+    = (SELECT COUNT(*) FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND track_id = t.a)
   AND (SELECT COUNT(*) FROM slice WHERE track_id = t.b)
-    = (SELECT COUNT(*) FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id AND track_id = t.b);
+    = (SELECT COUNT(*) FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND track_id = t.b);
 
 -- One layer of a lane (see `_graph_ann_lane_layers`): its work on one track at
 -- depth 0 with a positive duration (zero-length work adds nothing to a union),
 -- in start order.
 CREATE PERFETTO FUNCTION _graph_ann_lane_layer(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -77,10 +81,10 @@ RETURNS TABLE(
 ) AS
 SELECT ts, dur, launch_id, is_graphed
 FROM _graph_ann_work
-WHERE device = $device AND lane_id = $lane_id AND track_id = $track_id AND depth = 0 AND dur > 0;
+WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND track_id = $track_id AND depth = 0 AND dur > 0;
 
 -- The depth-0 work of one layer of every lane of `layered` (a table with
--- `lane_key`, `device`, `lane_id`, `track_a` and `track_b`, one row per lane
+-- `lane_key`, `group_id`, `device`, `lane_id`, `track_a` and `track_b`, one row per lane
 -- found by `_graph_ann_lane_layers`): the layer on the track in column `track`;
 -- `second` is true for the second layer, which a lane on one track does not
 -- have (its one track is its first layer). Each layer's intervals are disjoint,
@@ -97,6 +101,6 @@ RETURNS TableOrSubquery AS
 (
   SELECT k.lane_key, w.launch_id, w.ts, w.dur
   FROM $layered AS k
-  JOIN _graph_ann_lane_layer(k.device, k.lane_id, k.$track) AS w
+  JOIN _graph_ann_lane_layer(k.group_id, k.device, k.lane_id, k.$track) AS w
   WHERE NOT $second OR k.track_b != k.track_a
 );

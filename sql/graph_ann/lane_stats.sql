@@ -6,7 +6,8 @@
 -- `graph_ann.lane_busy`: counts, durations and extremes, and per device the
 -- replays' span: from the start of the first graph replay's GPU work to the
 -- end of the last one's (see `graph_ann.replays`). The percentiles, which only
--- `graph_ann.lanes` shows, are computed there.
+-- `graph_ann.lanes` shows, are computed there. A lane is a (group, device,
+-- lane id): the groups of a merged trace (`graph_ann.groups`) share ids.
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 
@@ -16,6 +17,8 @@ INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 -- no GROUP BY over all GPU work. A NULL device or lane matches nothing here
 -- (`=`); such work has no row in `_graph_ann_lane_stats`.
 CREATE PERFETTO FUNCTION _graph_ann_lane_figures(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -52,36 +55,39 @@ SELECT
   a.work_count,
   a.total_dur,
   a.end_ts,
-  (SELECT COUNT(*) FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id AND category = 'kernel')
+  (SELECT COUNT(*) FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND category = 'kernel')
     AS kernel_count,
-  (SELECT dur FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY dur DESC LIMIT 1) AS max_dur,
-  (SELECT ts FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY ts LIMIT 1) AS first_ts,
-  (SELECT ts FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY ts DESC LIMIT 1) AS last_ts,
-  (SELECT dur FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY dur LIMIT 1) AS min_dur,
-  (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id LIMIT 1)
+  (SELECT dur FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY dur DESC LIMIT 1) AS max_dur,
+  (SELECT ts FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY ts LIMIT 1) AS first_ts,
+  (SELECT ts FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY ts DESC LIMIT 1) AS last_ts,
+  (SELECT dur FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY dur LIMIT 1) AS min_dur,
+  (SELECT track_id FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY track_id LIMIT 1)
     AS track_id,
-  (SELECT track_id FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY track_id DESC LIMIT 1)
+  (SELECT track_id FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY track_id DESC LIMIT 1)
     AS max_track_id,
-  (SELECT depth FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY depth LIMIT 1) AS min_depth,
-  (SELECT depth FROM _graph_ann_work WHERE device = $device AND lane_id = $lane_id ORDER BY depth DESC LIMIT 1)
+  (SELECT depth FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY depth LIMIT 1) AS min_depth,
+  (SELECT depth FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id ORDER BY depth DESC LIMIT 1)
     AS max_depth
 FROM (
   SELECT COUNT(*) AS work_count, SUM(dur) AS total_dur, MAX(ts + dur) AS end_ts
   FROM _graph_ann_work
-  WHERE device = $device AND lane_id = $lane_id
+  WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id
 ) AS a;
 
--- The lanes that have GPU work: one row per (device, lane), neither NULL.
+-- The lanes that have GPU work: one row per (group, device, lane), neither
+-- device nor lane NULL.
 CREATE PERFETTO TABLE _graph_ann_lane_ids(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
   lane_id LONG
 ) AS
-SELECT device, lane_id
+SELECT group_id, device, lane_id
 FROM _graph_ann_work
 WHERE device IS NOT NULL AND lane_id IS NOT NULL
-GROUP BY device, lane_id;
+GROUP BY group_id, device, lane_id;
 
 -- The last end of one device's graph-launched work, whose last start is
 -- `last_ts`. Only work that starts at or after `last_ts` less the longest
@@ -90,6 +96,8 @@ GROUP BY device, lane_id;
 -- candidates (filtered natively) end at `last_ts` or later, their last end is
 -- the answer; otherwise every row is read.
 CREATE PERFETTO FUNCTION _graph_ann_graphed_end(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Last start of the device's graph-launched work.
@@ -98,19 +106,23 @@ CREATE PERFETTO FUNCTION _graph_ann_graphed_end(
 -- The last end.
 RETURNS LONG AS
 SELECT CASE WHEN c.end_ts >= $last_ts THEN c.end_ts ELSE (
-  SELECT MAX(ts + dur) FROM _graph_ann_work WHERE device = $device AND is_graphed = 1
+  SELECT MAX(ts + dur) FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND is_graphed = 1
 ) END
 FROM (
   SELECT MAX(ts + dur) AS end_ts
   FROM _graph_ann_work
-  WHERE device = $device AND is_graphed = 1 AND ts >= $last_ts - (
-    SELECT dur FROM _graph_ann_work WHERE device = $device AND is_graphed = 1 ORDER BY dur DESC LIMIT 1
+  WHERE group_id = $group_id AND device = $device AND is_graphed = 1 AND ts >= $last_ts - (
+    SELECT dur FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND is_graphed = 1
+    ORDER BY dur DESC LIMIT 1
   )
 ) AS c;
 
--- Per device: the span of the graph replays (first start to last end of the
--- GPU work launched by graph launches); no row for a device without replays.
+-- Per (group, device): the span of the graph replays (first start to last end
+-- of the GPU work launched by graph launches); no row for a device without
+-- replays.
 CREATE PERFETTO TABLE _graph_ann_replays_span(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Start of the first replay's first GPU work.
@@ -118,14 +130,16 @@ CREATE PERFETTO TABLE _graph_ann_replays_span(
   -- Length of the span.
   dur DURATION
 ) AS
-SELECT device, ts, _graph_ann_graphed_end(device, last_ts) - ts AS dur
+SELECT group_id, device, ts, _graph_ann_graphed_end(group_id, device, last_ts) - ts AS dur
 FROM (
   SELECT
+    d.group_id,
     d.device,
-    (SELECT ts FROM _graph_ann_work AS w WHERE w.device = d.device AND w.is_graphed = 1 ORDER BY ts LIMIT 1) AS ts,
-    (SELECT ts FROM _graph_ann_work AS w WHERE w.device = d.device AND w.is_graphed = 1 ORDER BY ts DESC LIMIT 1)
-      AS last_ts
-  FROM (SELECT device FROM _graph_ann_lane_ids GROUP BY device) AS d
+    (SELECT ts FROM _graph_ann_work AS w
+     WHERE w.group_id = d.group_id AND w.device = d.device AND w.is_graphed = 1 ORDER BY ts LIMIT 1) AS ts,
+    (SELECT ts FROM _graph_ann_work AS w
+     WHERE w.group_id = d.group_id AND w.device = d.device AND w.is_graphed = 1 ORDER BY ts DESC LIMIT 1) AS last_ts
+  FROM (SELECT group_id, device FROM _graph_ann_lane_ids GROUP BY group_id, device) AS d
 )
 WHERE ts IS NOT NULL;
 
@@ -136,6 +150,8 @@ WHERE ts IS NOT NULL;
 -- durations, with no window pass over its work; writers such as ours keep a
 -- lane on one track unless its work overlaps (then extra same-named tracks).
 CREATE PERFETTO TABLE _graph_ann_lane_stats(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -164,6 +180,7 @@ CREATE PERFETTO TABLE _graph_ann_lane_stats(
   flat BOOL
 ) AS
 SELECT
+  l.group_id,
   l.device,
   l.lane_id,
   x.track_id,
@@ -181,4 +198,4 @@ SELECT
   x.track_id = x.max_track_id AND x.min_depth = x.max_depth AND x.min_dur >= 0
     AND (SELECT n.laminar FROM _graph_ann_track_name AS n WHERE n.track_id = x.track_id) AS flat
 FROM _graph_ann_lane_ids AS l
-JOIN _graph_ann_lane_figures(l.device, l.lane_id) AS x;
+JOIN _graph_ann_lane_figures(l.group_id, l.device, l.lane_id) AS x;

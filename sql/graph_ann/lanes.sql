@@ -10,7 +10,8 @@
 --    that overlaps on a lane (lanes that gather several hardware streams) is
 --    counted once (`graph_ann.lane_busy`);
 --  * profiled span: from the first instant any slice of the trace (CPU or GPU)
---    starts to the last instant one ends, over slices with `dur >= 0`;
+--    starts to the last instant one ends, over slices with `dur >= 0`; in a
+--    merged trace, over the slices of the lane's group (`graph_ann.groups`);
 --  * replays' span (per device): from the start of the first graph replay's
 --    GPU work to the end of the last one's (see `graph_ann.replays`);
 --  * percentiles are nearest-rank: the p-th percentile of n durations sorted
@@ -22,6 +23,8 @@ INCLUDE PERFETTO MODULE graph_ann.lane_stats;
 -- The k-th shortest (0-based) work duration of a lane, for percentiles: the
 -- trace processor filters and sorts the lane natively.
 CREATE PERFETTO FUNCTION _graph_ann_lane_nth_dur(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -33,13 +36,15 @@ CREATE PERFETTO FUNCTION _graph_ann_lane_nth_dur(
 RETURNS LONG AS
 SELECT dur
 FROM _graph_ann_work
-WHERE device = $device AND lane_id = $lane_id
+WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id
 ORDER BY dur
 LIMIT 1 OFFSET $k;
 
 -- Per lane: nearest-rank percentiles of the work durations (the duration at
 -- 1-based rank ceil(p * n / 100) in ascending order; ceil via integer division).
 CREATE PERFETTO TABLE _graph_ann_lane_pct(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -52,32 +57,47 @@ CREATE PERFETTO TABLE _graph_ann_lane_pct(
   p99_dur DURATION
 ) AS
 SELECT
+  group_id,
   device,
   lane_id,
-  _graph_ann_lane_nth_dur(device, lane_id, (50 * work_count + 99) / 100 - 1) AS p50_dur,
-  _graph_ann_lane_nth_dur(device, lane_id, (90 * work_count + 99) / 100 - 1) AS p90_dur,
-  _graph_ann_lane_nth_dur(device, lane_id, (99 * work_count + 99) / 100 - 1) AS p99_dur
+  _graph_ann_lane_nth_dur(group_id, device, lane_id, (50 * work_count + 99) / 100 - 1) AS p50_dur,
+  _graph_ann_lane_nth_dur(group_id, device, lane_id, (90 * work_count + 99) / 100 - 1) AS p90_dur,
+  _graph_ann_lane_nth_dur(group_id, device, lane_id, (99 * work_count + 99) / 100 - 1) AS p99_dur
 FROM _graph_ann_lane_stats;
 
--- The profiled span: first start and last end over all slices with `dur >= 0`.
+-- The profiled span of each group: first start and last end over its slices
+-- with `dur >= 0` (all slices in a trace of one group; in a merged trace, the
+-- slices of the tracks `_graph_ann_track_group` gives the group).
 CREATE PERFETTO TABLE _graph_ann_profiled_span(
-  -- First instant a slice of the trace covers.
+  -- Group (`graph_ann_group`).
+  group_id LONG,
+  -- First instant a slice of the group covers.
   ts TIMESTAMP,
   -- Length of the span.
   dur DURATION
 ) AS
-SELECT ts, end_ts - ts AS dur
+SELECT 0 AS group_id, ts, end_ts - ts AS dur
 FROM (
   SELECT
     -- The first start by the trace processor's own filter and order (slices
     -- are kept sorted by start).
     (SELECT ts FROM slice WHERE dur >= 0 ORDER BY ts LIMIT 1) AS ts,
     (SELECT MAX(ts + dur) FROM slice WHERE dur >= 0) AS end_ts
-);
+)
+-- constant conditions: evaluated once, so each trace reads its slices for one branch only
+WHERE (SELECT COUNT(*) FROM graph_ann_group) = 1
+UNION ALL
+SELECT g.group_id, MIN(s.ts) AS ts, MAX(s.ts + s.dur) - MIN(s.ts) AS dur
+FROM slice AS s
+JOIN _graph_ann_track_group AS g USING (track_id)
+WHERE s.dur >= 0 AND (SELECT COUNT(*) FROM graph_ann_group) > 1
+GROUP BY g.group_id;
 
 -- One row per lane of each GPU: work count, busy time, utilization and the
 -- distribution of work durations.
 CREATE PERFETTO TABLE graph_ann_lane(
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id (the `debug.stream` of its slices: a CUDA stream or an annotated lane).
@@ -116,6 +136,7 @@ CREATE PERFETTO TABLE graph_ann_lane(
   end_ts TIMESTAMP
 ) AS
 SELECT
+  s.group_id,
   s.device,
   s.lane_id,
   (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = s.track_id) AS lane_name,
@@ -123,7 +144,7 @@ SELECT
   s.kernel_count,
   s.total_dur,
   COALESCE(b.busy_dur, 0) AS busy_dur,
-  CAST(COALESCE(b.busy_dur, 0) AS DOUBLE) / (SELECT dur FROM _graph_ann_profiled_span) AS utilization,
+  CAST(COALESCE(b.busy_dur, 0) AS DOUBLE) / ps.dur AS utilization,
   CAST(COALESCE(b.replay_busy_dur, 0) AS DOUBLE) / NULLIF(r.dur, 0) AS replay_utilization,
   s.mean_dur,
   p.p50_dur,
@@ -135,14 +156,17 @@ SELECT
   s.last_ts,
   s.end_ts
 FROM _graph_ann_lane_stats AS s
-JOIN _graph_ann_lane_pct AS p USING (device, lane_id)
-LEFT JOIN _graph_ann_lane_busy AS b USING (device, lane_id)
-LEFT JOIN _graph_ann_replays_span AS r USING (device)
-ORDER BY s.device, s.lane_id;
+JOIN _graph_ann_lane_pct AS p USING (group_id, device, lane_id)
+LEFT JOIN _graph_ann_lane_busy AS b USING (group_id, device, lane_id)
+LEFT JOIN _graph_ann_replays_span AS r USING (group_id, device)
+LEFT JOIN _graph_ann_profiled_span AS ps USING (group_id)
+ORDER BY s.group_id, s.device, s.lane_id;
 
 -- One lane's kernels by name: count, total and longest duration (the lane's
 -- rows filtered natively, then grouped by name).
 CREATE PERFETTO FUNCTION _graph_ann_lane_kernels(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -161,13 +185,15 @@ RETURNS TABLE(
 ) AS
 SELECT name, COUNT(*) AS count, SUM(dur) AS total_dur, MAX(dur) AS max_dur
 FROM _graph_ann_work
-WHERE device = $device AND lane_id = $lane_id AND category = 'kernel'
+WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND category = 'kernel'
 GROUP BY name;
 
--- Kernels per lane by total time: one row per (device, lane, kernel name),
+-- Kernels per lane by total time: one row per (group, device, lane, kernel name),
 -- ranked within the lane by total duration (1 = most time; ties by name).
 -- Keep `rank <= N` for a lane's top N.
 CREATE PERFETTO TABLE graph_ann_lane_top_kernels(
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -191,28 +217,29 @@ CREATE PERFETTO TABLE graph_ann_lane_top_kernels(
 ) AS
 WITH
   per_kernel AS (
-    SELECT s.device, s.lane_id, s.track_id, k.name, k.count, k.total_dur, k.max_dur
+    SELECT s.group_id, s.device, s.lane_id, s.track_id, k.name, k.count, k.total_dur, k.max_dur
     FROM _graph_ann_lane_stats AS s
-    JOIN _graph_ann_lane_kernels(s.device, s.lane_id) AS k
+    JOIN _graph_ann_lane_kernels(s.group_id, s.device, s.lane_id) AS k
     UNION ALL
     -- work without a device or lane (no row in `_graph_ann_lane_stats`): its
     -- kernels grouped as they are, named after their first track
-    SELECT device, lane_id, MIN(track_id) AS track_id, name, COUNT(*) AS count, SUM(dur) AS total_dur,
+    SELECT group_id, device, lane_id, MIN(track_id) AS track_id, name, COUNT(*) AS count, SUM(dur) AS total_dur,
       MAX(dur) AS max_dur
     FROM _graph_ann_work
     WHERE category = 'kernel' AND (device IS NULL OR lane_id IS NULL)
-    GROUP BY device, lane_id, name
+    GROUP BY group_id, device, lane_id, name
   )
 SELECT
+  group_id,
   device,
   lane_id,
   (SELECT n.name FROM _graph_ann_track_name AS n WHERE n.track_id = k.track_id) AS lane_name,
   name,
-  ROW_NUMBER() OVER (PARTITION BY device, lane_id ORDER BY total_dur DESC, name) AS rank,
+  ROW_NUMBER() OVER (PARTITION BY group_id, device, lane_id ORDER BY total_dur DESC, name) AS rank,
   count,
   total_dur,
   CAST(total_dur AS DOUBLE) / count AS mean_dur,
   max_dur,
-  CAST(total_dur AS DOUBLE) / SUM(total_dur) OVER (PARTITION BY device, lane_id) AS share
+  CAST(total_dur AS DOUBLE) / SUM(total_dur) OVER (PARTITION BY group_id, device, lane_id) AS share
 FROM per_kernel AS k
-ORDER BY device, lane_id, rank;
+ORDER BY group_id, device, lane_id, rank;

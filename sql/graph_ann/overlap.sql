@@ -17,6 +17,8 @@
 -- The five unions (each class, comm ∪ compute, all work) come from one window
 -- pass over the device's work in start order (the rule of
 -- `graph_ann.intervals`). Idle gaps per lane are in `graph_ann.lane_idle`.
+-- A device is a (group, device): the groups of a merged trace
+-- (`graph_ann.groups`) share device ids.
 
 INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
 INCLUDE PERFETTO MODULE graph_ann.intervals;
@@ -24,10 +26,12 @@ INCLUDE PERFETTO MODULE graph_ann.work_args;
 
 -- GPU work classified as communication (1), compute (0) or memory (2), read
 -- straight from `slice` with the rules of `graph_ann.work_args` and
--- `graph_ann.collective_kernels` (the same rows and devices as
+-- `graph_ann.collective_kernels` (the same rows, groups and devices as
 -- `graph_ann_gpu_work`): this module needs none of the other columns of
 -- `graph_ann.gpu_work`, nor its launch lookup.
 CREATE PERFETTO TABLE _graph_ann_work_class(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Start.
@@ -38,16 +42,18 @@ CREATE PERFETTO TABLE _graph_ann_work_class(
   class LONG
 ) AS
 SELECT
-  _graph_ann_device!(arg_set_id) AS device,
-  ts,
-  dur,
+  COALESCE(k.group_id, 0) AS group_id,
+  COALESCE(k.device, _graph_ann_device!(s.arg_set_id)) AS device,
+  s.ts,
+  s.dur,
   CASE
-    WHEN category != 'kernel' THEN 2
-    WHEN _graph_ann_is_collective!(arg_set_id, name) THEN 1
+    WHEN s.category != 'kernel' THEN 2
+    WHEN _graph_ann_is_collective!(s.arg_set_id, s.name) THEN 1
     ELSE 0
   END AS class
-FROM slice
-WHERE _graph_ann_is_gpu_work!(category);
+FROM slice AS s
+LEFT JOIN _graph_ann_lane_track AS k USING (track_id)
+WHERE _graph_ann_is_gpu_work!(s.category);
 
 -- One device's span and the length of the union of each class's work, of
 -- communication and compute together, and of all work. For each slice, in
@@ -58,6 +64,8 @@ WHERE _graph_ann_is_gpu_work!(category);
 -- (the rule of `graph_ann.intervals`). Called per device: the trace processor
 -- filters the rows natively and the window needs no partitions.
 CREATE PERFETTO FUNCTION _graph_ann_device_unions(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG
 )
@@ -97,12 +105,14 @@ FROM (
     _graph_ann_prev_end!(ts, CASE WHEN class = 1 THEN ts + dur END) AS p1,
     _graph_ann_prev_end!(ts, CASE WHEN class = 2 THEN ts + dur END) AS p2
   FROM _graph_ann_work_class
-  WHERE device = $device
+  WHERE group_id = $group_id AND device = $device
 );
 
--- One row per GPU: compute, communication and memory time, how much of the
--- communication compute hides, and idle time.
+-- One row per GPU (of each group): compute, communication and memory time,
+-- how much of the communication compute hides, and idle time.
 CREATE PERFETTO TABLE graph_ann_overlap(
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Start of the device's first GPU work.
@@ -127,7 +137,8 @@ CREATE PERFETTO TABLE graph_ann_overlap(
   idle_dur DURATION
 ) AS
 SELECT
-  device,
+  d.group_id,
+  d.device,
   ts,
   end_ts - ts AS dur,
   busy_dur,
@@ -138,6 +149,6 @@ SELECT
   comm_or_compute_dur - compute_dur AS exposed_comm_dur,
   CAST(comm_dur + compute_dur - comm_or_compute_dur AS DOUBLE) / NULLIF(comm_dur, 0) AS comm_overlap_fraction,
   end_ts - ts - busy_dur AS idle_dur
-FROM (SELECT device FROM _graph_ann_work_class GROUP BY device) AS d
-JOIN _graph_ann_device_unions(d.device)
-ORDER BY device;
+FROM (SELECT group_id, device FROM _graph_ann_work_class GROUP BY group_id, device) AS d
+JOIN _graph_ann_device_unions(d.group_id, d.device)
+ORDER BY d.group_id, d.device;

@@ -20,18 +20,26 @@
 -- no other replay slice there starts at that time (it keeps them on every scope
 -- of a replay that overlaps another). `busy ns` is left off where it
 -- equals the span. A slice's duration is its span; the device is the `GPU N`
--- track it is under.
+-- track it is under, and the group (`graph_ann.groups`) the group whose root
+-- track holds that `GPU N` in a merged trace (0 otherwise): the rule "the
+-- replay slice on the same GPU" is per group, as device ids repeat.
 
--- The GPU index of each track under a `GPU N` root (the projection's tracks).
+INCLUDE PERFETTO MODULE graph_ann.groups;
+
+-- The group and GPU index of each track under a `GPU N` track (the
+-- projection's tracks).
 CREATE PERFETTO TABLE _graph_ann_projection_track(
   -- Track id.
   track_id LONG,
+  -- Group: that of the root track holding `GPU N` in a merged trace, else 0.
+  group_id LONG,
   -- GPU index, from the parent track's name `GPU N`.
   device LONG
 ) AS
-SELECT t.id AS track_id, CAST(SUBSTR(p.name, 5) AS INT) AS device
+SELECT t.id AS track_id, COALESCE(g.group_id, 0) AS group_id, CAST(SUBSTR(p.name, 5) AS INT) AS device
 FROM track AS t
 JOIN track AS p ON t.parent_id = p.id
+LEFT JOIN graph_ann_group AS g ON g.track_id = p.parent_id
 WHERE p.name GLOB 'GPU [0-9]*' AND t.name IN ('graph replays', 'scopes');
 
 -- The projection's replay and scope slices with the arguments both kinds
@@ -51,6 +59,8 @@ CREATE PERFETTO TABLE _graph_ann_projected_slice(
   category STRING,
   -- Argument set of the slice, for the arguments of one kind only.
   arg_set_id ARGSETID,
+  -- Group of the slice's track (0 off the projection's tracks).
+  group_id LONG,
   -- GPU index of the slice's track (NULL off the projection's tracks).
   device LONG,
   -- Executable graph id (`debug.graph id`).
@@ -70,12 +80,14 @@ SELECT
   s.name,
   s.category,
   s.arg_set_id,
-  (SELECT pt.device FROM _graph_ann_projection_track AS pt WHERE pt.track_id = s.track_id) AS device,
+  COALESCE(pt.group_id, 0) AS group_id,
+  pt.device,
   EXTRACT_ARG(s.arg_set_id, 'debug.graph id') AS graph_id,
   EXTRACT_ARG(s.arg_set_id, 'debug.replay') AS replay,
   EXTRACT_ARG(s.arg_set_id, 'debug.kernel count') AS kernel_count,
   COALESCE(EXTRACT_ARG(s.arg_set_id, 'debug.busy ns'), s.dur) AS busy_dur
 FROM slice AS s
+LEFT JOIN _graph_ann_projection_track AS pt USING (track_id)
 WHERE s.category IN ('graph_replay', 'gpu_scope');
 
 -- The projected slices of each GPU in start order, with the number of replay
@@ -84,6 +96,8 @@ WHERE s.category IN ('graph_replay', 'gpu_scope');
 CREATE PERFETTO TABLE _graph_ann_projected_ordinal(
   -- Slice id.
   id LONG,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- `graph_replay` or `gpu_scope`.
@@ -98,12 +112,13 @@ CREATE PERFETTO TABLE _graph_ann_projected_ordinal(
 ) AS
 SELECT
   id,
+  group_id,
   device,
   category,
   graph_id,
   replay,
   SUM(category = 'graph_replay') OVER (
-    PARTITION BY device ORDER BY ts, category = 'gpu_scope', id ROWS UNBOUNDED PRECEDING) AS ordinal
+    PARTITION BY group_id, device ORDER BY ts, category = 'gpu_scope', id ROWS UNBOUNDED PRECEDING) AS ordinal
 FROM _graph_ann_projected_slice;
 
 -- The replay of each scope slice: its own `graph id` and `replay` arguments,
@@ -122,5 +137,6 @@ SELECT
   COALESCE(s.replay, r.replay) AS replay
 FROM _graph_ann_projected_ordinal AS s
 LEFT JOIN _graph_ann_projected_ordinal AS r
-  ON s.graph_id IS NULL AND r.category = 'graph_replay' AND r.device = s.device AND r.ordinal = s.ordinal
+  ON s.graph_id IS NULL AND r.category = 'graph_replay' AND r.group_id = s.group_id AND r.device = s.device
+    AND r.ordinal = s.ordinal
 WHERE s.category = 'gpu_scope';

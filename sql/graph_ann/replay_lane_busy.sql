@@ -8,6 +8,8 @@
 -- graph launch (`_graph_ann_work.is_graphed`). Busy time comes, the cheapest
 -- way that is exact, from the durations summed (flat lanes), from two layers
 -- (`graph_ann.lane_layers`), or from the union rule of `graph_ann.intervals`.
+-- A lane is a (group, device, lane id) (`graph_ann.groups`); a replay's launch
+-- belongs to one group, so a (replay, lane) pair is keyed by launch and lane.
 
 INCLUDE PERFETTO MODULE graph_ann.intervals;
 INCLUDE PERFETTO MODULE graph_ann.lane_layers;
@@ -39,6 +41,8 @@ CREATE PERFETTO TABLE _graph_ann_replay_lane_stats(
   launch_id LONG,
   -- Lane id.
   lane_id LONG,
+  -- Group (`graph_ann_group`; the launch's, the same for all its work).
+  group_id LONG,
   -- GPU index (smallest).
   device LONG,
   -- One of the lane's tracks (for its name).
@@ -59,6 +63,7 @@ CREATE PERFETTO TABLE _graph_ann_replay_lane_stats(
 SELECT
   launch_id,
   lane_id,
+  MIN(group_id) AS group_id,
   MIN(device) AS device,
   MIN(track_id) AS track_id,
   MIN(COALESCE(
@@ -85,6 +90,8 @@ GROUP BY launch_id, lane_id;
 -- of any one replay on the lane is flat too. The checks are native filters of
 -- the lane's rows.
 CREATE PERFETTO TABLE _graph_ann_replay_lane_flat(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -97,6 +104,7 @@ CREATE PERFETTO TABLE _graph_ann_replay_lane_flat(
   flat BOOL
 ) AS
 SELECT
+  l.group_id,
   l.device,
   l.lane_id,
   l.track_id,
@@ -104,31 +112,35 @@ SELECT
   l.complete
     AND NOT EXISTS (
       SELECT 1 FROM _graph_ann_work
-      WHERE device = l.device AND lane_id = l.lane_id AND is_graphed = 1 AND track_id != l.track_id
+      WHERE group_id = l.group_id AND device = l.device AND lane_id = l.lane_id AND is_graphed = 1
+        AND track_id != l.track_id
     )
     AND (
       SELECT depth FROM _graph_ann_work
-      WHERE device = l.device AND lane_id = l.lane_id AND is_graphed = 1 ORDER BY depth LIMIT 1
+      WHERE group_id = l.group_id AND device = l.device AND lane_id = l.lane_id AND is_graphed = 1
+      ORDER BY depth LIMIT 1
     ) = (
       SELECT depth FROM _graph_ann_work
-      WHERE device = l.device AND lane_id = l.lane_id AND is_graphed = 1 ORDER BY depth DESC LIMIT 1
+      WHERE group_id = l.group_id AND device = l.device AND lane_id = l.lane_id AND is_graphed = 1
+      ORDER BY depth DESC LIMIT 1
     )
     AND NOT EXISTS (
       SELECT 1 FROM _graph_ann_work
-      WHERE device = l.device AND lane_id = l.lane_id AND is_graphed = 1 AND dur < 0
+      WHERE group_id = l.group_id AND device = l.device AND lane_id = l.lane_id AND is_graphed = 1 AND dur < 0
     )
     AND (SELECT n.laminar FROM _graph_ann_track_name AS n WHERE n.track_id = l.track_id) AS flat
 FROM (
   SELECT
+    group_id,
     device,
     lane_id,
     MIN(track_id) AS track_id,
     SUM(work_count) = (
       SELECT COUNT(*) FROM _graph_ann_work AS w
-      WHERE w.device = p.device AND w.lane_id = p.lane_id AND w.is_graphed = 1
+      WHERE w.group_id = p.group_id AND w.device = p.device AND w.lane_id = p.lane_id AND w.is_graphed = 1
     ) AS complete
   FROM _graph_ann_replay_lane_stats AS p
-  GROUP BY device, lane_id
+  GROUP BY group_id, device, lane_id
 ) AS l;
 
 -- The lanes that are not flat but "layered" (see `_graph_ann_lane_layers`),
@@ -140,6 +152,8 @@ FROM (
 CREATE PERFETTO TABLE _graph_ann_replay_lane_layered(
   -- Key of the lane.
   lane_key LONG,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -149,20 +163,27 @@ CREATE PERFETTO TABLE _graph_ann_replay_lane_layered(
   -- Its last track.
   track_b LONG
 ) AS
-SELECT ROW_NUMBER() OVER (ORDER BY f.device, f.lane_id) AS lane_key, f.device, f.lane_id, y.track_a, y.track_b
+SELECT
+  ROW_NUMBER() OVER (ORDER BY f.group_id, f.device, f.lane_id) AS lane_key,
+  f.group_id,
+  f.device,
+  f.lane_id,
+  y.track_a,
+  y.track_b
 FROM _graph_ann_replay_lane_flat AS f
-JOIN _graph_ann_lane_layers(f.device, f.lane_id) AS y
+JOIN _graph_ann_lane_layers(f.group_id, f.device, f.lane_id) AS y
 WHERE NOT f.flat
   AND f.complete
   AND NOT EXISTS (
-    SELECT 1 FROM _graph_ann_work WHERE device = f.device AND lane_id = f.lane_id AND is_graphed = 0
+    SELECT 1 FROM _graph_ann_work
+    WHERE group_id = f.group_id AND device = f.device AND lane_id = f.lane_id AND is_graphed = 0
   )
   AND NOT EXISTS (
     SELECT 1
     FROM (
       SELECT ts, _graph_ann_prev_end!(ts, end_ts) AS prev_end_ts
       FROM _graph_ann_replay_lane_stats
-      WHERE device = f.device AND lane_id = f.lane_id
+      WHERE group_id = f.group_id AND device = f.device AND lane_id = f.lane_id
     )
     WHERE ts < prev_end_ts
   );
@@ -189,6 +210,8 @@ RETURNS TableOrSubquery AS
 -- partitioned by replay (the rule of `graph_ann.intervals`).
 -- Called per lane: the trace processor filters the lane's rows natively.
 CREATE PERFETTO FUNCTION _graph_ann_replay_lane_union(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -204,7 +227,7 @@ RETURNS TABLE(
 SELECT launch_id, busy_dur
 FROM _graph_ann_union_per_replay!((
   SELECT launch_id, ts, dur FROM _graph_ann_work
-  WHERE device = $device AND lane_id = $lane_id AND is_graphed
+  WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND is_graphed
 ));
 
 -- The first layer (depth-0 work on the first track) of each layered lane (see
@@ -249,6 +272,8 @@ SELECT pair_key, dur FROM _graph_ann_replay_layer_ab;
 
 -- The duration of a layered lane's work below depth 0, per replay.
 CREATE PERFETTO FUNCTION _graph_ann_replay_deep_dur(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -263,7 +288,7 @@ RETURNS TABLE(
 ) AS
 SELECT launch_id, SUM(dur) AS dur
 FROM _graph_ann_work
-WHERE device = $device AND lane_id = $lane_id AND depth > 0
+WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id AND depth > 0
 GROUP BY launch_id;
 
 -- Busy time of the (replay, lane) pairs on lanes that are not flat: from the
@@ -280,7 +305,7 @@ WITH
   deep AS (
     SELECT d.launch_id * (SELECT COUNT(*) + 1 FROM _graph_ann_replay_lane_layered) + k.lane_key AS pair_key, d.dur
     FROM _graph_ann_replay_lane_layered AS k
-    JOIN _graph_ann_replay_deep_dur(k.device, k.lane_id) AS d
+    JOIN _graph_ann_replay_deep_dur(k.group_id, k.device, k.lane_id) AS d
     UNION ALL
     SELECT pair_key, SUM(dur) AS dur FROM _graph_ann_replay_layer_ab_piece GROUP BY pair_key
   ),
@@ -289,14 +314,15 @@ WITH
   )
 SELECT p.launch_id, p.lane_id, p.total_dur - COALESCE(l.dur, 0) AS busy_dur
 FROM _graph_ann_replay_lane_layered AS k
-JOIN _graph_ann_replay_lane_stats AS p USING (device, lane_id)
+JOIN _graph_ann_replay_lane_stats AS p USING (group_id, device, lane_id)
 LEFT JOIN less AS l
   ON l.pair_key = p.launch_id * (SELECT COUNT(*) + 1 FROM _graph_ann_replay_lane_layered) + k.lane_key
 UNION ALL
 SELECT u.launch_id, f.lane_id, u.busy_dur
 FROM _graph_ann_replay_lane_flat AS f
-JOIN _graph_ann_replay_lane_union(f.device, f.lane_id) AS u
+JOIN _graph_ann_replay_lane_union(f.group_id, f.device, f.lane_id) AS u
 WHERE NOT f.flat
   AND NOT EXISTS (
-    SELECT 1 FROM _graph_ann_replay_lane_layered AS k WHERE k.device = f.device AND k.lane_id = f.lane_id
+    SELECT 1 FROM _graph_ann_replay_lane_layered AS k
+    WHERE k.group_id = f.group_id AND k.device = f.device AND k.lane_id = f.lane_id
   );

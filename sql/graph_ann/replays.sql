@@ -19,6 +19,10 @@
 --   queued_dur = MAX(0, MIN(end of earlier work, ts) - launch_ts)
 --   launch_overhead_dur = launch_to_gpu_dur - queued_dur
 -- so with an idle GPU all of `launch_to_gpu_dur` is launch overhead.
+--
+-- In a merged trace (`graph_ann.groups`) a replay belongs to its launch's
+-- group, "the same device" means the same device of the same group, and a
+-- replay's kernels are found by their correlation within the group.
 
 INCLUDE PERFETTO MODULE graph_ann.replay_lane_busy;
 
@@ -27,6 +31,8 @@ INCLUDE PERFETTO MODULE graph_ann.replay_lane_busy;
 CREATE PERFETTO TABLE _graph_ann_replay_stats(
   -- Slice id of the graph launch.
   launch_id LONG,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- `debug.graph id` (smallest over the replay's work).
@@ -44,6 +50,7 @@ CREATE PERFETTO TABLE _graph_ann_replay_stats(
 ) AS
 SELECT
   launch_id,
+  MIN(group_id) AS group_id,
   MIN(device) AS device,
   MIN(graph_id) AS graph_id,
   MIN(replay) AS replay,
@@ -68,12 +75,12 @@ FROM (
   SELECT
     launch_id,
     MAX(end_ts) OVER (
-      PARTITION BY device ORDER BY ts RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+      PARTITION BY group_id, device ORDER BY ts RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ) AS prev_end_ts
   FROM (
-    SELECT launch_id, device, ts, end_ts FROM _graph_ann_replay_stats
+    SELECT launch_id, group_id, device, ts, end_ts FROM _graph_ann_replay_stats
     UNION ALL
-    SELECT NULL AS launch_id, device, ts, ts + dur AS end_ts FROM _graph_ann_work WHERE NOT is_graphed
+    SELECT NULL AS launch_id, group_id, device, ts, ts + dur AS end_ts FROM _graph_ann_work WHERE NOT is_graphed
   )
 )
 WHERE launch_id IS NOT NULL;
@@ -85,23 +92,28 @@ WHERE launch_id IS NOT NULL;
 -- on one device (every lane `complete` in `_graph_ann_replay_lane_flat`), so
 -- that the pairs of a replay on a device hold exactly its work there.
 CREATE PERFETTO TABLE _graph_ann_replay_device(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Whether the gaps give the busy time (the same for every device).
   by_gaps BOOL
 ) AS
 SELECT
+  group_id,
   device,
   NOT EXISTS (SELECT 1 FROM _graph_ann_work WHERE is_graphed = 1 AND dur < 0)
     AND NOT EXISTS (SELECT 1 FROM _graph_ann_replay_lane_flat WHERE NOT complete) AS by_gaps
 FROM _graph_ann_replay_stats
-GROUP BY device;
+GROUP BY group_id, device;
 
 -- The idle gaps inside each replay's work on one device, summed per replay:
 -- one window pass over the device's graphed work in start order, partitioned
 -- by replay. Only the gap rows are summed, which is what makes this cheaper
 -- than summing every interval's piece of the union.
 CREATE PERFETTO FUNCTION _graph_ann_replay_gap_dur(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG
 )
@@ -116,7 +128,7 @@ SELECT launch_id, SUM(ts - prev_end_ts) AS gap_dur
 FROM (
   SELECT launch_id, ts, _graph_ann_prev_end_by!(launch_id, ts, ts + dur) AS prev_end_ts
   FROM _graph_ann_work
-  WHERE device = $device AND is_graphed
+  WHERE group_id = $group_id AND device = $device AND is_graphed
 )
 WHERE ts > prev_end_ts
 GROUP BY launch_id;
@@ -132,7 +144,7 @@ CREATE PERFETTO TABLE _graph_ann_replay_gap(
 ) AS
 SELECT g.launch_id, d.device, g.gap_dur
 FROM _graph_ann_replay_device AS d
-JOIN _graph_ann_replay_gap_dur(d.device) AS g
+JOIN _graph_ann_replay_gap_dur(d.group_id, d.device) AS g
 WHERE d.by_gaps;
 
 -- The busy time of each replay on one device: the union of the replay's work
@@ -140,6 +152,8 @@ WHERE d.by_gaps;
 -- one window pass over the device's graphed work, partitioned by replay. Used
 -- where the gaps cannot be (see `_graph_ann_replay_device`).
 CREATE PERFETTO FUNCTION _graph_ann_replay_union(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- GPU index.
   device LONG
 )
@@ -152,7 +166,7 @@ RETURNS TABLE(
 ) AS
 SELECT launch_id, busy_dur
 FROM _graph_ann_union_per_replay!((
-  SELECT launch_id, ts, dur FROM _graph_ann_work WHERE device = $device AND is_graphed
+  SELECT launch_id, ts, dur FROM _graph_ann_work WHERE group_id = $group_id AND device = $device AND is_graphed
 ));
 
 -- Busy time of every replay: per device of `_graph_ann_replay_device` with
@@ -169,11 +183,11 @@ FROM (
   -- join on two columns, which the trace processor does not look up natively.
   SELECT s.launch_id, s.device, s.end_ts - s.ts AS dur
   FROM (
-    SELECT launch_id, device, MIN(ts) AS ts, MAX(end_ts) AS end_ts
+    SELECT launch_id, group_id, device, MIN(ts) AS ts, MAX(end_ts) AS end_ts
     FROM _graph_ann_replay_lane_stats
-    GROUP BY launch_id, device
+    GROUP BY launch_id, group_id, device
   ) AS s
-  JOIN _graph_ann_replay_device AS d USING (device)
+  JOIN _graph_ann_replay_device AS d USING (group_id, device)
   WHERE d.by_gaps
   UNION ALL
   SELECT launch_id, device, -gap_dur AS dur FROM _graph_ann_replay_gap
@@ -182,7 +196,7 @@ GROUP BY launch_id, device
 UNION ALL
 SELECT u.launch_id, u.busy_dur
 FROM _graph_ann_replay_device AS d
-JOIN _graph_ann_replay_union(d.device) AS u
+JOIN _graph_ann_replay_union(d.group_id, d.device) AS u
 WHERE NOT d.by_gaps;
 
 -- One row per graph replay (graph launch with GPU work in the trace).
@@ -191,13 +205,15 @@ CREATE PERFETTO TABLE graph_ann_replay(
   launch_id LONG,
   -- CUPTI correlation id of the launch, shared by all the replay's GPU work.
   correlation LONG,
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Executable graph id (`debug.graph id` of the work), where known.
   graph_id LONG,
   -- 0-based replay index of that graph in the trace (`debug.replay`), where the join set it.
   replay LONG,
-  -- 0-based index of this replay among all replays on the device, by GPU start.
+  -- 0-based index of this replay among all replays on the device (of its group), by GPU start.
   replay_index LONG,
   -- Name of the launch call.
   launch_name STRING,
@@ -233,10 +249,11 @@ SELECT
   r.launch_id,
   -- The launch's correlation: all the replay's work has it (the launch was found by it).
   l.correlation,
+  r.group_id,
   r.device,
   r.graph_id,
   r.replay,
-  ROW_NUMBER() OVER (PARTITION BY r.device ORDER BY r.ts, r.launch_id) - 1 AS replay_index,
+  ROW_NUMBER() OVER (PARTITION BY r.group_id, r.device ORDER BY r.ts, r.launch_id) - 1 AS replay_index,
   l.name AS launch_name,
   l.ts AS launch_ts,
   l.dur AS launch_dur,
@@ -254,7 +271,7 @@ FROM _graph_ann_replay_stats AS r
 JOIN _graph_ann_launch AS l ON l.id = r.launch_id
 JOIN _graph_ann_replay_busy AS b USING (launch_id)
 JOIN _graph_ann_replay_prev_end AS q USING (launch_id)
-ORDER BY r.device, r.ts;
+ORDER BY r.group_id, r.device, r.ts;
 
 -- One row per (replay, lane): the replay's work on each lane.
 CREATE PERFETTO TABLE graph_ann_replay_lane(
@@ -262,6 +279,8 @@ CREATE PERFETTO TABLE graph_ann_replay_lane(
   launch_id LONG,
   -- CUPTI correlation id of the launch.
   correlation LONG,
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Lane id.
@@ -280,6 +299,7 @@ CREATE PERFETTO TABLE graph_ann_replay_lane(
 SELECT
   p.launch_id,
   l.correlation,
+  p.group_id,
   p.device,
   p.lane_id,
   n.name AS lane_name,
@@ -288,8 +308,8 @@ SELECT
   p.end_ts,
   CASE WHEN f.flat THEN p.total_dur ELSE b.busy_dur END AS busy_dur
 FROM _graph_ann_replay_lane_stats AS p
-JOIN _graph_ann_replay_lane_flat AS f USING (device, lane_id)
+JOIN _graph_ann_replay_lane_flat AS f USING (group_id, device, lane_id)
 JOIN _graph_ann_launch AS l ON l.id = p.launch_id
 LEFT JOIN _graph_ann_replay_lane_busy AS b USING (launch_id, lane_id)
 LEFT JOIN _graph_ann_track_name AS n USING (track_id)
-ORDER BY p.device, p.ts, p.lane_id;
+ORDER BY p.group_id, p.device, p.ts, p.lane_id;

@@ -13,6 +13,8 @@
 -- every replay of one graph is the same block of the capture.
 -- Percentiles are nearest-rank: the p-th percentile of n durations sorted
 -- ascending is the k-th with k = ceil(p * n / 100), as in `graph_ann.lanes`.
+-- In a merged trace graph ids and replay indices repeat across groups
+-- (`graph_ann.groups`): a scope is keyed by its group too.
 
 INCLUDE PERFETTO MODULE graph_ann.projection;
 
@@ -24,6 +26,8 @@ CREATE PERFETTO TABLE graph_ann_graph_replay(
   ts TIMESTAMP,
   -- Last GPU end minus first GPU start (the span).
   dur DURATION,
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Executable graph id (NULL when the join could not tell which graph
@@ -48,6 +52,7 @@ SELECT
   id,
   ts,
   dur,
+  group_id,
   device,
   graph_id,
   SUBSTR(name, 1, LENGTH(name) - LENGTH(' #' || replay)) AS graph_name,
@@ -67,6 +72,8 @@ CREATE PERFETTO TABLE graph_ann_scope_instance(
   ts TIMESTAMP,
   -- Latest end minus earliest start (the span).
   dur DURATION,
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Executable graph id.
@@ -90,6 +97,7 @@ SELECT
   i.id,
   i.ts,
   i.dur,
+  i.group_id,
   COALESCE(r.device, i.device) AS device,
   i.graph_id,
   r.graph_name,
@@ -104,6 +112,7 @@ FROM (
     p.id,
     p.ts,
     p.dur,
+    p.group_id,
     p.device,
     p.name AS scope,
     sr.graph_id,
@@ -115,13 +124,15 @@ FROM (
   JOIN _graph_ann_scope_replay AS sr USING (id)
   WHERE p.category = 'gpu_scope'
 ) AS i
-LEFT JOIN graph_ann_graph_replay AS r USING (graph_id, replay);
+LEFT JOIN graph_ann_graph_replay AS r USING (group_id, graph_id, replay);
 
 -- Scope instances with their rank among the instances of the same scope
--- (graph and path), longest span first.
+-- (group, graph and path), longest span first.
 CREATE PERFETTO TABLE _graph_ann_scope_ranked(
   -- Slice id of the scope slice.
   id LONG,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
   -- Executable graph id.
   graph_id LONG,
   -- Graph name.
@@ -139,17 +150,20 @@ CREATE PERFETTO TABLE _graph_ann_scope_ranked(
 ) AS
 SELECT
   id,
+  group_id,
   graph_id,
   graph_name,
   scope_path,
   dur,
-  ROW_NUMBER() OVER (PARTITION BY graph_id, graph_name, scope_path ORDER BY dur, id) AS asc_rank,
-  ROW_NUMBER() OVER (PARTITION BY graph_id, graph_name, scope_path ORDER BY dur DESC, id) AS desc_rank,
-  COUNT(*) OVER (PARTITION BY graph_id, graph_name, scope_path) AS n
+  ROW_NUMBER() OVER (PARTITION BY group_id, graph_id, graph_name, scope_path ORDER BY dur, id) AS asc_rank,
+  ROW_NUMBER() OVER (PARTITION BY group_id, graph_id, graph_name, scope_path ORDER BY dur DESC, id) AS desc_rank,
+  COUNT(*) OVER (PARTITION BY group_id, graph_id, graph_name, scope_path) AS n
 FROM graph_ann_scope_instance;
 
--- Per scope (graph and path) across its replays: span and busy-time statistics.
+-- Per scope (group, graph and path) across its replays: span and busy-time statistics.
 CREATE PERFETTO TABLE graph_ann_scope_stats(
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- Executable graph id.
   graph_id LONG,
   -- Graph name.
@@ -180,6 +194,7 @@ CREATE PERFETTO TABLE graph_ann_scope_stats(
   first_ts TIMESTAMP
 ) AS
 SELECT
+  i.group_id,
   i.graph_id,
   i.graph_name,
   i.scope_path,
@@ -196,7 +211,7 @@ SELECT
   MIN(i.ts) AS first_ts
 FROM graph_ann_scope_instance AS i
 JOIN _graph_ann_scope_ranked AS r USING (id)
-GROUP BY i.graph_id, i.graph_name, i.scope_path;
+GROUP BY i.group_id, i.graph_id, i.graph_name, i.scope_path;
 
 -- Every scope instance with how it compares to the other instances of its
 -- scope: sort by `dur` (or `vs_p50`) descending for the slowest instances.
@@ -207,6 +222,8 @@ CREATE PERFETTO TABLE graph_ann_scope_slowest(
   ts TIMESTAMP,
   -- Span of the instance.
   dur DURATION,
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
   -- GPU index.
   device LONG,
   -- Graph name.
@@ -224,6 +241,7 @@ SELECT
   i.id,
   i.ts,
   i.dur,
+  i.group_id,
   i.device,
   i.graph_name,
   i.replay,
@@ -233,4 +251,5 @@ SELECT
 FROM graph_ann_scope_instance AS i
 JOIN _graph_ann_scope_ranked AS r USING (id)
 JOIN graph_ann_scope_stats AS s
-  ON s.graph_id = i.graph_id AND s.graph_name = i.graph_name AND s.scope_path = i.scope_path;
+  ON s.group_id = i.group_id AND s.graph_id = i.graph_id AND s.graph_name = i.graph_name
+    AND s.scope_path = i.scope_path;

@@ -99,9 +99,16 @@ class Engine(abc.ABC):
         return QueryResultIterator(result.column_names, result.batch)
 
     def load(self) -> None:
-        """Send the trace file in chunks, then finalize it."""
+        """Send the trace file in chunks, then finalize it; with ``config.check_complete``
+        (the default), refuse a trace that did not load whole (:mod:`.complete`)."""
+        from .complete import TraceScan, check_loaded, check_scan
+
+        scan = TraceScan() if self.config.check_complete else None
         with _open_trace(self.trace_path) as f:
-            self.load_chunks(iter(lambda: f.read(self.config.chunk_bytes), b""))
+            chunks = iter(lambda: f.read(self.config.chunk_bytes), b"")
+            self.load_chunks(scan.watch(chunks) if scan is not None else chunks)
+        if scan is not None:
+            check_loaded(self, check_scan(self.trace_path, scan))
 
     def load_chunks(self, chunks: Iterable[bytes]) -> None:
         """Send ``chunks`` (the trace's bytes, in order, as they become available) to the

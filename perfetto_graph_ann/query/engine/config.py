@@ -68,6 +68,10 @@ class EngineConfig:
       chunk_bytes: size of the pieces a trace is sent in (the wasm engine copies each
         request into a 32 MiB buffer, so stay at or below that).
       verbose: pass engine stderr through instead of keeping it for error messages.
+      check_complete: refuse a trace file that did not load whole
+        (:class:`~perfetto_graph_ann.errors.IncompleteTraceError`): one of ours cut short
+        (its completeness record), a gzip stream ending early, or import stats reporting
+        data loss (:mod:`.complete`). ``False`` loads whatever the file holds.
     """
 
     engine: str = "auto"
@@ -81,6 +85,7 @@ class EngineConfig:
     query_timeout_s: Optional[float] = None
     chunk_bytes: int = 16 << 20
     verbose: bool = False
+    check_complete: bool = True
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

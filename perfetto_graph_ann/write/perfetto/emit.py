@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
+from ...formats import START, Completeness, end_record
 from .fast_encoder import FastEncoder
 from .flows import FlowPlan
 from .interning import Interner
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}
 #: Own sequences get ids 2..127 (one-byte varints); tracks beyond stay on the shared sequence.
 MAX_OWN_SEQUENCES = 126
+#: Packets in one :func:`.packets.sort_window_mark`.
+SORT_WINDOW_MARK_PACKETS = 3
 
 
 def own_sequences(packets_per_track: Dict[int, int], minimum: int) -> List[int]:
@@ -67,6 +70,7 @@ class _Sink:
         if self.window_bytes and self.written - self._marked_at >= self.window_bytes:
             self.out.write(self._mark)
             self.written += len(self._mark)
+            self.stats.packets += SORT_WINDOW_MARK_PACKETS
             self._marked_at = self.written
 
     def step_done(self) -> None:
@@ -76,11 +80,17 @@ class _Sink:
             self.bar.update(self.step)
 
     def close(self, total: int) -> None:
+        """Write what is left, then the end record (:mod:`perfetto_graph_ann.formats`): what came before it."""
         self.flush()
         if self.bar is not None:
             self.bar.update(total - self.bar.n)
             self.bar.close()
-        self.stats.bytes = self.written
+        s = self.stats
+        end = end_record(Completeness(self.written, s.packets, s.slices + s.instants + s.projected))
+        self.out.write(end)
+        self.written += len(end)
+        s.packets += 1
+        s.bytes = self.written
 
 
 def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Record], packets_per_track: Dict[int, int],
@@ -104,6 +114,7 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Rec
         bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
     sink = _Sink(out, stats, config.batch, bar, config.sort_window_bytes)
     t0 = records[0][0] if records else 0
+    sink.batch.append(START)  # the start mark: this trace ends with an end record (formats)
     sink.batch.extend(sequence_start(t0, base_time_ns))
     # Track descriptors go on a sequence with no events: a thread's descriptor gives its
     # sequence that pid/tid, and the trace processor would then tag every event the sequence

@@ -36,6 +36,8 @@ END, BEGIN, COUNTER = 0, 1, 4
 #: ``Plan.kinds`` values: how an event (or projected range) is written.
 SKIP = 0  #: not written as a slice or instant (flow events, untimed, counters)
 TRACK_METADATA = -1  #: a metadata event the tracks consumed (names, sort indices)
+#: a ``gpu_user_annotation`` left on a lane without GPU work by the join (not written, as torch 2.15)
+DROPPED = -2
 SLICE = 1  #: a slice whose args are written as they are
 SLICE_REWRITTEN = 2  #: a slice whose args change when written (placement, stream, phase kept as an arg)
 INSTANT = 3
@@ -116,6 +118,8 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
             kinds[e.index] = TRACK_METADATA
     tracks.gpu_pids = gpu_pids
     plan = Plan(events, layout.placements if layout is not None else {}, kinds, gpu_pids, base=len(events))
+    if layout is not None and any(p.annotation for p in layout.placements.values()):
+        stats.dropped_user_annotations = _drop_orphaned_user_annotations(plan, cats)
     _place(plan, tracks, stats, cats)
     if layout is not None and layout.ranges:
         plan.ranges = layout.ranges
@@ -125,6 +129,44 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
             plan.by_home.setdefault(home, []).append((r.ts, -r.dur, plan.base + k))
         stats.projected = len(plan.ranges)
     return plan
+
+
+def _gpu_lane(e: TraceEvent, p: Any) -> Tuple[Any, Any]:
+    """The (device, lane) an event on a GPU pid is drawn on (:func:`_place`'s rule)."""
+    a = e.args
+    device = a.get("device")
+    stream_arg = a.get("stream")
+    if type(device) is not int:
+        device = e.device
+        stream_arg = None
+    return device, p.lane if p is not None else stream_arg if type(stream_arg) is int else e.stream
+
+
+def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
+    """Mark ``DROPPED`` every ``gpu_user_annotation`` whose lane has no GPU work once the
+    join's placements are applied; returns how many.
+
+    torch 2.15's exporter, when it annotates, holds these back and writes them only where
+    their lane still has work after the moves: CUPTI replicates a user annotation onto every
+    stream a graph replays on, so on a stream whose work all moved to other lanes it is
+    noise. The pftrace follows the same rule as the annotated Chrome JSON."""
+    kinds, placements, gpu_pids = plan.kinds, plan.placements, plan.gpu_pids
+    work = set()
+    held = []
+    for e in plan.events:
+        if type(e.pid) is not int or e.pid not in gpu_pids or e.ts_ns is None or kinds[e.index] < 0:
+            continue
+        c = cats[e.cat]
+        if c in GPU_WORK_CATEGORIES:
+            work.add(_gpu_lane(e, placements.get(e.index)))
+        elif c == "gpu_user_annotation" and e.ph not in ("s", "t", "f"):
+            held.append(e)
+    dropped = 0
+    for e in held:
+        if _gpu_lane(e, None) not in work:
+            kinds[e.index] = DROPPED
+            dropped += 1
+    return dropped
 
 
 def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories) -> None:
@@ -138,7 +180,7 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
     n_slices = n_instants = 0
     for e in plan.events:
         i = e.index
-        if kinds[i] == TRACK_METADATA:
+        if kinds[i] < 0:  # TRACK_METADATA, DROPPED
             continue
         ph = e.ph
         if ph in ("s", "t", "f") and e.id is not None:

@@ -47,9 +47,24 @@ LANE_MERGE_KEY_PREFIX = "graph_ann.lane:"
 _MERGE_BY_KEY = pb.TrackDescriptor.SiblingMergeBehavior.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
 
 
-def lane_merge_key(device: Any, lane: Any) -> str:
-    """The sibling merge key of a lane's tracks."""
-    return f"{LANE_MERGE_KEY_PREFIX}{device}:{lane}"
+#: prefix of the sibling merge key of a merged trace's group root track
+#: (``graph_ann.group:<group>:<rank>[:<label>]``, read by ``sql/graph_ann/groups.sql``)
+GROUP_MERGE_KEY_PREFIX = "graph_ann.group:"
+
+
+def lane_merge_key(device: Any, lane: Any, group: Optional[int] = None) -> str:
+    """The sibling merge key of a lane's tracks: ``graph_ann.lane:<device>:<lane>``, or in a
+    merged trace ``graph_ann.lane:<group>:<device>:<lane>`` (the UI then never merges the
+    lanes of two inputs, and SQL reads the group from it)."""
+    if group is None:
+        return f"{LANE_MERGE_KEY_PREFIX}{device}:{lane}"
+    return f"{LANE_MERGE_KEY_PREFIX}{group}:{device}:{lane}"
+
+
+def group_merge_key(group: int, rank: int, label: Optional[str] = None) -> str:
+    """The sibling merge key of a merged trace's group root (``Rank <r>``): its position in
+    the merge, its rank and its label, for SQL (``graph_ann_group``)."""
+    return f"{GROUP_MERGE_KEY_PREFIX}{group}:{rank}" + (f":{label}" if label is not None else "")
 
 
 def _is_int(v: Any) -> bool:

@@ -66,6 +66,9 @@ class WriteStats:
     untimed: int = 0  #: non-metadata events without ts (cannot be placed on a timeline)
     spill_tracks: int = 0
     projected: int = 0  #: replay and scope slices added from the join's GPU projection (not input events)
+    #: gpu_user_annotation events not written: left on a lane without GPU work by the join's
+    #: moves (torch 2.15's exporter drops them likewise)
+    dropped_user_annotations: int = 0
     sequences: int = 0  #: packet sequences (1 shared + the busiest tracks' own)
     tracks: int = 0
     packets: int = 0

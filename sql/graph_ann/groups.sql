@@ -1,0 +1,91 @@
+--
+-- Copyright 2026 The perfetto_graph_ann developers.
+-- Licensed under the Apache License, Version 2.0.
+--
+-- The groups of a trace: the traces `perfetto-graph-ann merge` put side by side (one per
+-- rank, or per `--label`), each keeping its own devices, lanes and correlation ids, which
+-- repeat from group to group (two ranks on `GPU 0`, an eager and a graphed rank 0). Every
+-- graph_ann table that aggregates per lane, device, replay or collective keys its rows by
+-- `group_id` first, so no number mixes two groups (docs/design.md, "Merge").
+--
+-- How a group is identified: merge puts each input under a global root track of its own,
+-- `Rank <r>` or `<label> (rank <r>)`, whose sibling merge key is
+-- `graph_ann.group:<group id>:<rank>` (`...:<rank>:<label>` when labelled); its lane tracks'
+-- keys are `graph_ann.lane:<group id>:<device>:<lane>` (`graph_ann.work_args`), and every
+-- slice of the input carries `debug.rank` (and `debug.label`). The group id is the input's
+-- position in the merged trace (0-based). A trace that is not a merge (any trace
+-- `convert` writes, Chrome JSON, another writer's) is one group, 0.
+
+-- One row per group of the trace: for a merged trace each input's root track, for any
+-- other trace one row, group 0, with NULL name, rank, label and track.
+CREATE PERFETTO TABLE graph_ann_group(
+  -- Group id: the input's 0-based position in the merged trace; 0 for a trace that is not a merge.
+  group_id LONG,
+  -- The group's root track name (`Rank 1`, `eager (rank 0)`); NULL for a trace that is not a merge.
+  name STRING,
+  -- Rank of the group's input (`distributedInfo.rank`, else its position among the inputs).
+  rank LONG,
+  -- The input's `--label`, NULL when it has none.
+  label STRING,
+  -- Id of the group's root track, NULL for a trace that is not a merge.
+  track_id LONG
+) AS
+WITH
+  keyed AS (
+    SELECT id, name, SUBSTR(merge_key, 17) AS rest
+    FROM (
+      SELECT id, name, EXTRACT_ARG(dimension_arg_set_id, 'merge_key_value') AS merge_key
+      FROM track
+      WHERE parent_id IS NULL
+    )
+    WHERE merge_key GLOB 'graph_ann.group:*'
+  ),
+  first_part AS (
+    SELECT id, name, SUBSTR(rest, 1, INSTR(rest, ':') - 1) AS g, SUBSTR(rest, INSTR(rest, ':') + 1) AS rest
+    FROM keyed
+    WHERE INSTR(rest, ':') > 0
+  ),
+  parts AS (
+    SELECT
+      id,
+      name,
+      g,
+      CASE WHEN INSTR(rest, ':') > 0 THEN SUBSTR(rest, 1, INSTR(rest, ':') - 1) ELSE rest END AS r,
+      CASE WHEN INSTR(rest, ':') > 0 THEN SUBSTR(rest, INSTR(rest, ':') + 1) END AS label
+    FROM first_part
+  ),
+  groups AS (
+    SELECT CAST(g AS INT) AS group_id, name, CAST(r AS INT) AS rank, label, id AS track_id
+    FROM parts
+    WHERE CAST(CAST(g AS INT) AS TEXT) = g AND CAST(CAST(r AS INT) AS TEXT) = r
+  )
+SELECT group_id, name, rank, label, track_id
+FROM groups
+UNION ALL
+SELECT 0 AS group_id, NULL AS name, NULL AS rank, NULL AS label, NULL AS track_id
+WHERE NOT EXISTS (SELECT 1 FROM groups)
+ORDER BY group_id;
+
+-- The group of every track holding slices, in a trace of more than one group (empty
+-- otherwise: everything is group 0): the group whose rank and label are the `debug.rank`
+-- and `debug.label` of the track's first slice (merge writes them on every slice, and a
+-- track belongs to one input). For the tracks that lanes do not key: CPU threads (the
+-- launches of `graph_ann.gpu_work`) and the bookkeeping, for a group's profiled span.
+CREATE PERFETTO TABLE _graph_ann_track_group(
+  -- Track id.
+  track_id LONG,
+  -- Group id (see `graph_ann_group`).
+  group_id LONG
+) AS
+SELECT f.track_id, g.group_id
+FROM (
+  SELECT track_id, MIN(id) AS first_id
+  FROM slice
+  -- a constant condition: evaluated once, so a trace of one group reads no slice here
+  WHERE (SELECT COUNT(*) FROM graph_ann_group) > 1
+  GROUP BY track_id
+) AS f
+JOIN slice AS s ON s.id = f.first_id
+JOIN graph_ann_group AS g
+  ON g.rank = EXTRACT_ARG(s.arg_set_id, 'debug.rank') AND g.label IS EXTRACT_ARG(s.arg_set_id, 'debug.label')
+ORDER BY f.track_id;
