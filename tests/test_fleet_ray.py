@@ -19,7 +19,8 @@ from perfetto_graph_ann.errors import EngineError
 from perfetto_graph_ann.query.engine import EngineConfig, choose_engine
 
 ray = pytest.importorskip("ray")
-pytestmark = requires_portable
+# one xdist worker runs the whole module: its Ray instance takes ~30 s to start (--dist loadgroup)
+pytestmark = [requires_portable, pytest.mark.xdist_group("ray")]
 
 N = 32
 DELAYED = 5
