@@ -101,7 +101,7 @@ def no_grad_cost(rounds, per_round):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="Capture cost of backward tagging on a GPU (needs torch with CUDA).")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--per-round", type=int, default=3)
     ap.add_argument("--paths", nargs="+", choices=("compiled", "python"), default=["compiled", "python"])
