@@ -96,8 +96,12 @@ def test_signal_mid_write_keeps_previous_file(tmp_path, sig):
     out = tmp_path / "x.pftrace"
     out.write_bytes(b"previous")
     ready = tmp_path / "ready"
+    # The writer handles SIGINT as an interactive Python does (KeyboardInterrupt), whatever
+    # pytest was started with: a background job (`pytest &` in a script, CI runners) starts
+    # with SIGINT ignored, and a child inherits the ignore.
     code = textwrap.dedent(f"""
-        import time
+        import signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from perfetto_graph_ann.util.atomic import atomic_write
         with atomic_write({str(out)!r}) as f:
             f.write(b"partial" * 1000)

@@ -104,36 +104,52 @@ def test_non_work_nodes_and_empty_nodes():
 
 
 def test_threads_record_their_own_scopes():
+    """Each thread has its own stack of open scopes: while all eight threads (and the
+    capturing thread) hold scopes open at once, each one sees only its own fields, and
+    closing them leaves nothing open anywhere."""
     cuda = FakeCuda()
     sess = new_session(cuda)
     streams = [0x100 + i for i in range(8)]
     for s in streams:
         cuda.join(s, STREAM)
-    barrier = threading.Barrier(len(streams))
-    errors = []
+    inside = threading.Barrier(len(streams) + 1)  # every thread's scopes open, and the main one's
+    closed = threading.Barrier(len(streams) + 1)  # every thread's scopes closed again
+    seen, errors = {}, []
 
     def work(i, s):
         try:
-            barrier.wait()
-            with recorder_scope(sess, {"name": f"t{i}"}):
-                # concurrent scopes of several threads on one graph may also see each
-                # other's nodes (a documented limit): check no crash, no lost node, and
-                # that stacks stay per thread.
+            with recorder_scope(sess, {"name": f"t{i}"}), recorder_scope(sess, {"layer": i}):
                 cuda.launch(s, f"k{i}")
+                inside.wait(timeout=30)
+                seen[i] = sess.recorder.open_fields()
+                inside.wait(timeout=30)  # nobody closes before every thread has looked
+            closed.wait(timeout=30)
+            seen[i, "after"] = sess.recorder.open_fields()
         except Exception as e:  # pragma: no cover
             errors.append(e)
 
     ts = [threading.Thread(target=work, args=(i, s)) for i, s in enumerate(streams)]
-    for t in ts:
-        t.start()
+    with recorder_scope(sess, {"name": "main"}):
+        for t in ts:
+            t.start()
+        inside.wait(timeout=30)
+        seen["main"] = sess.recorder.open_fields()
+        inside.wait(timeout=30)
+    closed.wait(timeout=30)
     for t in ts:
         t.join()
     assert not errors
-    rec = finish(cuda, sess)
-    names = {n.kernel: n.annotation.get("name") for n in rec.nodes}
-    assert len(names) == 8 and all(v is not None for v in names.values())
-    # each thread's stack is its own: no scope of thread i stays open in thread j
+    assert seen == {"main": {"name": "main"}, **{i: {"name": f"t{i}", "layer": i} for i in range(8)},
+                    **{(i, "after"): {} for i in range(8)}}
     assert sess.recorder.open_fields() == {}
+    rec = finish(cuda, sess)
+    # concurrent scopes of several threads on one graph may also see each other's nodes (a
+    # documented limit): no node is lost, each carries a name, and every scope was recorded
+    names = {n.kernel: n.annotation.get("name") for n in rec.nodes}
+    assert set(names) == {f"k{i}" for i in range(8)} and all(v is not None for v in names.values())
+    fields = sorted((r[1] for r in sess.recorder.closed), key=lambda f: sorted(f.items(), key=str))
+    assert fields == sorted([{"name": "main"}] + [{"name": f"t{i}"} for i in range(8)] +
+                            [{"layer": i} for i in range(8)], key=lambda f: sorted(f.items(), key=str))
 
 
 def test_nothing_recorded_outside_capture_and_errors():

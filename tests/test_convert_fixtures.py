@@ -14,6 +14,7 @@ from decimal import Decimal
 import pytest
 
 from conftest import TRACES, fixture_trace
+from join_expect import COLLECTIVE_FIELDS
 from pftrace_decode import decode
 from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert
 
@@ -168,14 +169,22 @@ def test_args_typed(name, tmp_path):
 
 
 def test_nccl_collective_args(tmp_path):
+    """Each eager NCCL kernel keeps its collective metadata with the JSON's values and types."""
+    doc = source("allreduce_eager_rank0")
+    expect = {(e["name"], ns(e["ts"])): {k: e["args"][k] for k in COLLECTIVE_FIELDS}
+              for e in doc["traceEvents"]
+              if e.get("ph") == "X" and e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")}
+    assert len(expect) == 3
+    # the recording's values (rank 0 of a 2-rank all_reduce of 2**20 floats), as a reader sees them
+    assert {(v["Collective name"], v["In msg nelems"], v["Group size"], v["Process Group Ranks"])
+            for v in expect.values()} == {("allreduce", 1048576, 2, "[0, 1]")}
     out = tmp_path / "a.pftrace"
     convert(fixture_trace("allreduce_eager_rank0"), out)
-    nccl = [s for s in decode(out).slices if s.cat == "kernel" and "nccl" in s.name.lower()]
-    assert nccl
-    for s in nccl:
-        assert isinstance(s.args["In msg nelems"], int)
-        assert isinstance(s.args["Collective name"], str)
-        assert isinstance(s.args["Process Group Ranks"], str)
+    nccl = {(s.name, s.ts): s for s in decode(out).slices if s.cat == "kernel" and "nccl" in s.name.lower()}
+    assert nccl.keys() == expect.keys()
+    for key, fields in expect.items():
+        got = {k: nccl[key].args[k] for k in COLLECTIVE_FIELDS}
+        assert same_typed(got, fields), (key, got, fields)
 
 
 def test_gpu_tracks_layout(converted):

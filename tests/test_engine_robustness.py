@@ -14,6 +14,7 @@ import time
 import pytest
 
 from engine_support import SLOW_SQL, fixture_trace, pid_alive, requires_portable, sigkill_after, wait_gone, x_counts_by_cat
+from interrupt import sigint_as_in_a_shell
 from perfetto_graph_ann.errors import EngineError, GraphAnnError, InputError, QueryError, QueryTimeoutError
 from perfetto_graph_ann.query.engine import process
 from perfetto_graph_ann.query.session import open_trace
@@ -125,13 +126,14 @@ _CHILD = textwrap.dedent(
 
 
 def _child(mode: str, env=None):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(GRAPH), mode, SLOW_SQL],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    with sigint_as_in_a_shell():  # the test sends it SIGINT, as Ctrl-C would
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(GRAPH), mode, SLOW_SQL],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
     line = proc.stdout.readline()
     assert line.strip().isdigit(), proc.stderr.read()
     return proc, int(line)
@@ -139,12 +141,17 @@ def _child(mode: str, env=None):
 
 def test_ctrl_c_mid_query_leaves_no_engine():
     proc, pid = _child("query")
-    time.sleep(0.5)
-    assert pid_alive(pid)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode != 0 and "KeyboardInterrupt" in err
-    assert wait_gone(pid)
+    try:
+        time.sleep(0.5)
+        assert pid_alive(pid)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode != 0 and "KeyboardInterrupt" in err
+        assert wait_gone(pid)
+    finally:  # a child the signal did not stop would run its endless query for ever
+        if proc.poll() is None:
+            proc.kill()  # its engine exits when its stdin closes
+            proc.communicate()
 
 
 @pytest.mark.parametrize("mode", ["sleep", "query"])

@@ -3,8 +3,12 @@ with one delayed, Ray against local, a worker killed mid-run, traces sent throug
 object store. Skipped where Ray is not installed (the ``cluster`` extra)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import stat
+import tempfile
+import time
 
 import pandas as pd
 import pytest
@@ -15,7 +19,8 @@ from perfetto_graph_ann.errors import EngineError
 from perfetto_graph_ann.query.engine import EngineConfig, choose_engine
 
 ray = pytest.importorskip("ray")
-pytestmark = requires_portable
+# one xdist worker runs the whole module: its Ray instance takes ~30 s to start (--dist loadgroup)
+pytestmark = [requires_portable, pytest.mark.xdist_group("ray")]
 
 N = 32
 DELAYED = 5
@@ -24,16 +29,35 @@ PORTABLE = EngineConfig(engine="portable")
 COUNT_SQL = "SELECT COUNT(*) AS n FROM slice WHERE category = 'kernel' AND name GLOB '*ncclDevKernel*'"
 
 
+@contextlib.contextmanager
+def short_ray_dir():
+    """A folder for Ray's files whose path is short, removed afterwards. Ray puts its Unix
+    sockets under it (``session_<date>_<pid>/sockets/plasma_store``) and a socket path has at
+    most 107 bytes: under pytest's base temp (``--basetemp``, a long ``TMPDIR``) Ray failed."""
+    path = tempfile.mkdtemp(prefix="pga-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    try:
+        yield path
+    finally:
+        for _ in range(40):  # a process Ray is stopping may still write its last log lines
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                break
+            time.sleep(0.25)
+
+
 @pytest.fixture(scope="module")
-def local_ray(tmp_path_factory):
-    """A local Ray instance with its files under pytest's temporary folder, shut down after
-    the module (no token file in ~/.ray: token auth off for this loopback-only instance)."""
+def local_ray():
+    """A local Ray instance with its files in a short temporary folder, shut down after the
+    module (no token file in ~/.ray: token auth off for this loopback-only instance)."""
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray.init(num_cpus=2, _temp_dir=str(tmp_path_factory.mktemp("ray")), include_dashboard=False,
-             log_to_driver=False, object_store_memory=96 << 20, _node_ip_address="127.0.0.1")
-    yield ray
-    ray.shutdown()
+    with short_ray_dir() as temp_dir:
+        ray.init(num_cpus=2, _temp_dir=temp_dir, include_dashboard=False,
+                 log_to_driver=False, object_store_memory=96 << 20, _node_ip_address="127.0.0.1")
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
     if saved is None:
         os.environ.pop("RAY_AUTH_MODE", None)
     else:
@@ -163,7 +187,7 @@ ray.shutdown()
 """
 
 
-def test_fleet_cli_joins_a_running_cluster_by_address(tmp_path_factory):
+def test_fleet_cli_joins_a_running_cluster_by_address():
     import json
     import subprocess
     import sys
@@ -171,21 +195,22 @@ def test_fleet_cli_joins_a_running_cluster_by_address(tmp_path_factory):
     from fleet_synth import LIVE
 
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
-    head = subprocess.Popen([sys.executable, "-c", _HEAD, str(tmp_path_factory.mktemp("head"))], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        address = head.stdout.readline().strip()
-        assert address, "the head did not start"
-        cli = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "fleet", str(LIVE), "--ray", address,
-                              "--engine", "portable", "--format", "json"], env=env, capture_output=True, text=True,
-                             timeout=240)
-        assert cli.returncode == 0, cli.stderr[-3000:]
-        doc = json.loads(cli.stdout)
-        assert doc["ranking"][0]["rank"] == 1 and doc["worst_collectives"][0]["last_rank"] == 1
-    finally:
-        head.stdin.close()
+    with short_ray_dir() as temp_dir:
+        head = subprocess.Popen([sys.executable, "-c", _HEAD, temp_dir], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-            head.wait()
+            address = head.stdout.readline().strip()
+            assert address, "the head did not start"
+            cli = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "fleet", str(LIVE), "--ray", address,
+                                  "--engine", "portable", "--format", "json"], env=env, capture_output=True,
+                                 text=True, timeout=240)
+            assert cli.returncode == 0, cli.stderr[-3000:]
+            doc = json.loads(cli.stdout)
+            assert doc["ranking"][0]["rank"] == 1 and doc["worst_collectives"][0]["last_rank"] == 1
+        finally:
+            head.stdin.close()
+            try:
+                head.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                head.kill()
+                head.wait()

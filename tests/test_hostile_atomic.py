@@ -27,6 +27,7 @@ import msgspec
 import pytest
 
 import hostile_inputs as H
+from interrupt import sigint_as_in_a_shell
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perfetto_graph_ann"
 REPO = PACKAGE.parent
@@ -73,8 +74,10 @@ def big_trace(tmp_path_factory) -> Path:
 def test_convert_cli_interrupted_while_streaming(big_trace, tmp_path, sig, out_name):
     out = tmp_path / out_name
     out.write_bytes(PREVIOUS)
-    proc = subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann", "convert", str(big_trace), "-o", str(out),
-                             "--no-progress"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with sigint_as_in_a_shell():
+        proc = subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann", "convert", str(big_trace), "-o", str(out),
+                                 "--no-progress"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not H.leftovers(tmp_path):
         assert proc.poll() is None, f"finished before its output file was seen: {proc.communicate()}"
@@ -163,8 +166,9 @@ WRITERS = ["convert.pftrace", "convert.pftrace.gz", "chrome_json", "chrome_json.
 def _run_driver(tmp_path: Path, sig: int, where: str, action: str) -> subprocess.CompletedProcess:
     driver = tmp_path / "driver.py"
     driver.write_text(_DRIVER)
-    return subprocess.run([sys.executable, str(driver), str(int(sig)), where, action], cwd=tmp_path, env=_env(),
-                          capture_output=True, timeout=120)
+    with sigint_as_in_a_shell():
+        return subprocess.run([sys.executable, str(driver), str(int(sig)), where, action], cwd=tmp_path,
+                              env=_env(), capture_output=True, timeout=120)
 
 
 @pytest.mark.parametrize("where", ["mid_write", "fsync"])

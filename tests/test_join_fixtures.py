@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import json
 from collections import Counter
 
 import pytest
@@ -10,6 +12,7 @@ from join_expect import COLLECTIVE_FIELDS, allreduce_annotations, calibrated_exp
 from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
+from perfetto_graph_ann.join.lanes import lane_name
 from perfetto_graph_ann.read.kineto import read_trace
 
 
@@ -126,6 +129,65 @@ def test_exact_join_by_graph_node_id(seed):
         assert layout.placements[idx].lane == exp["lane"]
         assert layout.placements[idx].args["graph node id"] == exp["key"]
         assert layout.placements[idx].args["join"] == "exact"
+
+
+def test_exact_join_reads_signed_graph_node_ids(tmp_path, seed):
+    """Kineto writes ``graph node id`` as a signed 64-bit integer: a graph whose exec id has
+    the top bit set has negative ids in the JSON, and they still name its nodes."""
+    _, ann = seed
+    doc, cap = load_json("seed_block_annotated"), load_capture("seed_block_annotated")
+    expect = calibrated_expectation("seed_block_annotated")
+    high = (1 << 31) | cap["exec_cupti_graph_id"]  # keys from 2**63: negative as int64
+    local = {x["key"]: x["key"] & 0xFFFFFFFF for x in expect.values()}
+    for idx, x in expect.items():
+        unsigned = (high << 32) | local[x["key"]]
+        assert unsigned >= 1 << 63
+        doc["traceEvents"][idx]["args"].update({"graph id": high, "graph node id": unsigned - (1 << 64)})
+    path = tmp_path / "signed.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    graphs = tuple(dataclasses.replace(g, exec_id=high, nodes=tuple(
+        dataclasses.replace(n, key=(high << 32) | (n.key & 0xFFFFFFFF)) for n in g.nodes)) for g in ann.graphs)
+    layout = join(read_trace(path), strip_calibration(dataclasses.replace(ann, graphs=graphs)), "all")
+    assert layout.report.matched == {"exact": len(expect), "calibrated": 0, "structural": 0}
+    for idx, x in expect.items():
+        p = layout.placements[idx]
+        assert p.args["graph node id"] == (high << 32) | local[x["key"]]
+        assert (p.lane, p.args["name"], p.args["join"]) == (x["lane"], x["scope"], "exact")
+
+
+def test_lane_is_named_after_its_first_named_node(seed):
+    """docs/design.md, Lanes: a lane without a label takes the name of its first node (capture
+    order) on that lane. Every node of lane 62 gets its own name here."""
+    trace, ann = seed
+    cap = load_capture("seed_block_annotated")
+    on62 = [n["cupti_node_id"] & 0xFFFFFFFF for n in cap["nodes"] if n["lane"] == 62]  # capture order
+    assert len(on62) > 1
+    (g,) = ann.graphs
+    renamed = tuple(dataclasses.replace(n, annotation={**n.annotation, "name": f"step{n.local_id}"})
+                    if n.lane == 62 else n for n in g.nodes)
+    layout = join(trace, dataclasses.replace(ann, graphs=(dataclasses.replace(g, nodes=renamed),)), "all")
+    assert layout.lane_names[(0, 62)] == f"62 step{on62[0]}"
+    assert layout.lane_names[(0, 61)] == "61 mlp"
+
+
+@pytest.mark.parametrize("count", [1, 3, 4, 6])
+def test_shared_lane_shows_three_names_then_how_many_more(seed, count):
+    """docs/design.md, Shared lane: distinct names in graph order, at most 3, then "(+k more)"."""
+    _, ann = seed
+    (g,) = ann.graphs
+    graphs = []
+    for k in range(count):  # copies of the seed graph, each calling lane 61 differently
+        exec_id = g.exec_id + k
+        graphs.append(dataclasses.replace(g, exec_id=exec_id, nodes=tuple(
+            dataclasses.replace(n, key=(exec_id << 32) | n.local_id,
+                                annotation={**n.annotation, "name": f"mlp{k}"} if n.lane == 61 else n.annotation)
+            for n in g.nodes)))
+    names = [f"mlp{k}" for k in range(count)]
+    expected = "61 " + " / ".join(names[:3]) + (f" (+{count - 3} more)" if count > 3 else "")
+    # named from every graph of the set (in one trace, only the graphs with work on the lane)
+    assert lane_name(61, dataclasses.replace(ann, graphs=tuple(graphs))) == expected
+    assert lane_name(61, dataclasses.replace(ann, graphs=tuple(graphs)), {graphs[-1].exec_id}) == f"61 {names[-1]}"
 
 
 def test_several_graphs_each_replay_finds_its_own(seed, two_branch):

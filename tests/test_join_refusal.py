@@ -127,6 +127,33 @@ def test_identity_mismatch_per_field(tmp_path, change, expect):
     assert e.value.trace == str(fixture_trace(SEED))
 
 
+def test_pid_of_a_process_that_launched_no_graph_is_refused(tmp_path):
+    """The trace's pids are the processes that launched graphs; only a trace without any
+    launch falls back to processes with CUDA runtime calls. Another process's runtime call in
+    the trace (a data-loader worker, a second rank profiled into one file) does not make its
+    pid the capturing one."""
+    doc = load_json(SEED)
+    (pid,) = launch_pids(SEED)
+    other = pid + 1000
+    runtime = next(e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime" and e.get("name") != "cudaGraphLaunch")
+    doc["traceEvents"].append(dict(runtime, pid=other, tid=other, args={"correlation": 10**9}))
+    path = tmp_path / "two_processes.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    trace = read_trace(path)
+    ann = read_capture_record(fixture_capture(SEED))
+
+    def with_pid(p):
+        ident = own_identity(SEED, pid=p)
+        return dataclasses.replace(ann, capture=CaptureIdentity(**{
+            k: types.MappingProxyType(v) if isinstance(v, dict) else v for k, v in ident.items()}))
+
+    with pytest.raises(AnnotationMismatchError) as e:
+        join(trace, with_pid(other))
+    assert e.value.differences == (f"pid: annotations {other}, trace {pid}",)
+    assert join(trace, with_pid(pid), "all").report.matched["calibrated"] == graphed(SEED)
+
+
 @pytest.mark.parametrize("name", [SEED, TWO])
 def test_right_sidecar_with_identity_joins_everything(tmp_path, capsys, name):
     ann = sidecar(tmp_path, name, "ann.json", **own_identity(name))

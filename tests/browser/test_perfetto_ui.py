@@ -24,7 +24,8 @@ import pytest
 from perfetto_graph_ann._resources import demo_data_dir
 from perfetto_graph_ann.serve import ServeConfig, TraceServer
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200)]
+# one xdist worker runs both tests: one Chromium (and, with PGA_BROWSER_INSTALL=1, one apt-get) per run
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200), pytest.mark.xdist_group("browser")]
 
 # -- Chromium -----------------------------------------------------------------------------
 # Where the browser comes from, in this order:

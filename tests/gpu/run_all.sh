@@ -17,4 +17,7 @@ for f in ${FILES:-test_capture_gpu test_calibration_gpu test_backward_truth_gpu 
     -q -rfEs --timeout 140 > "$log" 2>&1
   echo "$f: exit $? | $(tail -1 "$log")"
 done
+# the backward-tagging capture cost (a timing, not a test: moved out of test_backward_truth_gpu)
+timeout ${PER_FILE_S:-150} python3 benchmarks/backward_capture_gpu.py --out "$OUT/bench_backward_capture.json" \
+  > "$OUT/bench_backward_capture.log" 2>&1; echo "benchmarks/backward_capture_gpu.py: exit $?"
 grep -hE "^(FAILED|ERROR)|^E  " "$OUT"/*.log | head -40

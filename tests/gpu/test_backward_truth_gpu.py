@@ -22,9 +22,7 @@ import collections
 import contextlib
 import json
 import os
-import statistics
 import tempfile
-import time
 
 import pytest
 import torch
@@ -248,85 +246,3 @@ def test_backward_kernels_match_eager_truth(results, loss_kind, ckpt):
           dict(engine), "\nmissing:", diff_missing, "\nextra:", diff_extra, "\njoin:", report.as_dict())
     assert len(per_replay) == 3 and all(c == got for c in per_replay.values())
     assert got == want
-
-
-def _capture_seconds(step, n=5):
-    times = []
-    for _ in range(n):
-        g = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with pga.graph(g, calibrate=False):
-            step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        del g
-    return times
-
-
-@pytest.mark.parametrize("path", ["compiled", "python"])
-def test_backward_hooks_capture_cost(results, monkeypatch, path):
-    """Capture time of the annotated training step (2 blocks, 4 scopes): backward=False,
-    backward=True, and backward=True with the node hooks left out (the regions' ranges and the
-    walk at the backward's start alone). Interleaved, medians."""
-    from perfetto_graph_ann.capture import autograd, fastpath
-
-    if path == "compiled" and not fastpath.module_built():
-        pytest.skip("compiled capture path not built")
-    monkeypatch.setattr(fastpath, "ENABLED", path == "compiled")
-    arms = {"backward=False": training_step("mse", None, backward=False),
-            "backward=True": training_step("mse", None, backward=True),
-            "backward=True, no node hooks": training_step("mse", None, backward=True)}
-    for s in arms.values():
-        warmup(s)
-    real_hook = autograd.BackwardTagger.hook
-    t = {a: [] for a in arms}
-    for _ in range(7):
-        for a, s in arms.items():
-            monkeypatch.setattr(autograd.BackwardTagger, "hook",
-                                (lambda self, node: None) if "no node hooks" in a else real_hook)
-            t[a] += _capture_seconds(s, 3)
-    monkeypatch.setattr(autograd.BackwardTagger, "hook", real_hook)
-    _report_costs(results, f"backward_hooks_capture_cost_{path}", f"capture cost ({path} path)", t)
-
-
-def _report_costs(results, key, title, times):
-    """Median capture time per arm and its ratio to the ``backward=False`` arm: kept in
-    ``results[key]`` and printed under ``title``."""
-    med = {a: statistics.median(v) for a, v in times.items()}
-    base = med["backward=False"]
-    res = {a: {"median_ms": med[a] * 1e3, "vs_backward_false": med[a] / base} for a in times}
-    results[key] = res
-    print(f"\n{title}:", {a: (round(v['median_ms'], 3), round(v['vs_backward_false'], 4)) for a, v in res.items()})
-
-
-def inference_step(backward):
-    torch.manual_seed(0)
-    model = nn.Sequential(Block(None, backward), Block(None, backward)).cuda().eval()
-    x = torch.randn(B, T, D, device="cuda")
-
-    def step():
-        with torch.no_grad():
-            model(x)
-
-    return step
-
-
-@pytest.mark.parametrize("path", ["compiled", "python"])
-def test_backward_true_under_no_grad_capture_cost(results, monkeypatch, path):
-    """A serving capture (forward under no_grad, the same 4 scopes): backward=True records a
-    range per block and nothing else, so it should cost what backward=False does. Interleaved,
-    medians."""
-    from perfetto_graph_ann.capture import fastpath
-
-    if path == "compiled" and not fastpath.module_built():
-        pytest.skip("compiled capture path not built")
-    monkeypatch.setattr(fastpath, "ENABLED", path == "compiled")
-    arms = {"backward=False": inference_step(False), "backward=True": inference_step(True)}
-    for s in arms.values():
-        warmup(s)
-    t = {a: [] for a in arms}
-    for _ in range(7):
-        for a, s in arms.items():
-            t[a] += _capture_seconds(s, 3)
-    _report_costs(results, f"no_grad_capture_cost_{path}", f"no_grad capture cost ({path} path)", t)
