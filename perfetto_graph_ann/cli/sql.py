@@ -59,6 +59,11 @@ class _Deadline:
         self.seconds, self.trace = seconds, trace
         self.start = time.monotonic()
 
+    def expired(self) -> bool:
+        import time
+
+        return self.seconds is not None and time.monotonic() - self.start >= self.seconds
+
     def left(self) -> Optional[float]:
         """Seconds left, None without a timeout; raises QueryTimeoutError when none are."""
         import time
@@ -78,32 +83,40 @@ def _query(args: argparse.Namespace, progress) -> str:
     import contextlib
     import os
 
+    from ..errors import GraphAnnError, QueryTimeoutError
     from ..util.atomic import refuse_input_as_output
     from ..formats import is_json_trace
 
     deadline = _Deadline(args.timeout, args.trace)
     refuse_input_as_output(args.output, [args.trace, *args.annotations])
     note_annotations_ignored("sql", args.trace, args.annotations, args.graph_lanes, args.quiet)
+    json_trace = is_json_trace(args.trace)
+    if json_trace:
+        from ..pipeline.convert import check_lane_options
+
+        check_lane_options(args.trace, args.annotations, args.graph_lanes)
     with contextlib.ExitStack() as stack:
         with progress.phase(f"loading {os.path.basename(args.trace)} into the trace processor"):
             from ..query.engine import EngineConfig
 
             config = EngineConfig(engine=args.engine, load_timeout_s=args.timeout)
-            if args.timeout is not None:
+            if args.timeout is not None:  # the engine's start-up is part of the budget too
                 config = config.replace(start_timeout_s=min(config.start_timeout_s, args.timeout))
-            json_trace = is_json_trace(args.trace)
-            if json_trace:
-                from ..pipeline.convert import check_lane_options
+            try:
+                if args.annotations and json_trace:
+                    from ..pipeline.query import open_json
 
-                check_lane_options(args.trace, args.annotations, args.graph_lanes)
-            if args.annotations and json_trace:
-                from ..pipeline.query import open_json
-
-                session = stack.enter_context(open_json(
-                    args.trace, args.annotations, args.graph_lanes, args.force_annotations, engine=args.engine,
-                    config=config, on_join=None if args.quiet else lambda layout: print_join_summary(layout.report)))
-            else:
-                session = open_session(stack, args.trace, engine=args.engine, config=config)
+                    session = stack.enter_context(open_json(
+                        args.trace, args.annotations, args.graph_lanes, args.force_annotations, engine=args.engine,
+                        config=config,
+                        on_join=None if args.quiet else lambda layout: print_join_summary(layout.report)))
+                else:
+                    session = open_session(stack, args.trace, engine=args.engine, config=config)
+            except GraphAnnError as e:
+                if not deadline.expired():
+                    raise
+                raise QueryTimeoutError(f"{args.trace}: ran past its --timeout of {args.timeout:g} s while "
+                                        f"loading the trace ({str(e).splitlines()[0]})") from e
         from ..query.includes import include_modules, split_includes
 
         if progress.enabled:  # each included module on its own, to say which one runs
