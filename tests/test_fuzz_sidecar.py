@@ -27,7 +27,7 @@ from perfetto_graph_ann.annotations.model import NODE_TYPES, AnnotationSet, Grap
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
 from perfetto_graph_ann.annotations.sidecar_json import to_json
 from perfetto_graph_ann.annotations.sidecar_proto import to_bytes
-from perfetto_graph_ann.errors import SidecarError
+from perfetto_graph_ann.errors import AnnotationMismatchError, SidecarError
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perfetto_graph_ann"
 
@@ -121,14 +121,23 @@ def _check_sidecar_case(folder: Path, case: SidecarCase) -> str:
         assert isinstance(e, SidecarError), f"{type(e).__name__} escaped: {e!r}"
         H.assert_typed_error(e, src)
         return f"error:{case.form}"
-    join(_trace(case.name), ann)
+    trace = _trace(case.name)
+    outcome = "ok"
+    try:
+        join(trace, ann)
+    except AnnotationMismatchError as e:
+        # a mutation that leaves valid annotations matching none of the trace's replays (e.g.
+        # a graph without nodes): refused, naming the annotation file first, then the trace
+        H.assert_typed_error(e, src)
+        assert e.trace == trace.path and trace.path in str(e), str(e)
+        outcome = "refused"
     for suffix in (".pga", ".json", ".json.gz"):
         out = folder / f"out{suffix}"
         save_annotations(out, ann)
         back = load_annotations(out)
         assert _plain(back) == _plain(ann)
     assert H.leftovers(folder) == []
-    return f"ok:{case.form}"
+    return f"{outcome}:{case.form}"
 
 
 _TRACE_CACHE: dict = {}
@@ -169,6 +178,15 @@ def _run(n: int, label: str) -> collections.Counter:
         case()
     _report(label, counts, time.monotonic() - t0)
     return counts
+
+
+def test_a_sidecar_that_matches_nothing_is_refused_not_escaped():
+    """Found by the long run (issue 32, item 5): a JSON sidecar whose graph lost its nodes
+    loads fine and matches none of the trace's replays; the join refuses it with
+    AnnotationMismatchError, an allowed outcome (typed, naming the file), not an escape."""
+    case = SidecarCase("seed_block_annotated", "json", [([2, 0], "nodes", [])], [], ("none", 0.0, b"x"))
+    with H.scratch() as folder:
+        assert check_sidecar_case(folder, case) == "refused:json"
 
 
 def test_fuzz_sidecar_fast():
