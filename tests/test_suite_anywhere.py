@@ -28,3 +28,17 @@ def test_gpu_tests_skip_on_a_machine_without_cuda(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "failed" not in r.stdout and "skipped" in r.stdout, r.stdout[-3000:]
     assert "needs 1 CUDA device(s), this machine has 0" in r.stdout, r.stdout[-3000:]
+
+
+def test_tests_read_nothing_outside_the_checkout():
+    """No test module reaches above the checkout with ``Path(__file__).parents[n]``: a clone
+    anywhere runs the same tests (test_package looked for ../shared beside the checkout)."""
+    import re
+
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        depth = len(path.relative_to(REPO).parts) - 1  # parents[depth] is the checkout
+        for m in re.finditer(r"parents\[(\d+)\]", path.read_text(encoding="utf-8")):
+            if int(m.group(1)) > depth:
+                found.append(f"{path.relative_to(REPO)}: parents[{m.group(1)}]")
+    assert found == []
