@@ -127,3 +127,17 @@ def test_one_definition_of_the_rule():
                     "has_annotated_nodes":
                 callers.append(str(path.relative_to(PKG)))
     assert sorted(set(callers)) == ["join/lanes.py"], callers
+
+
+def test_trace_handler_defaults_to_the_rule_and_keeps_its_old_all():
+    """trace_handler's default is the rule's None (the lanes where a node is annotated, the
+    streams of a cycle whose annotations name nothing); its old default "all", which meant
+    exactly that there, still does, with a DeprecationWarning (a training loop must not start
+    raising), where every other entry point refuses "all" without annotated nodes."""
+    import inspect
+
+    from perfetto_graph_ann.capture.handler import trace_handler
+
+    assert inspect.signature(trace_handler).parameters["graph_lanes"].default is None
+    with pytest.warns(DeprecationWarning, match="graph_lanes=None"):
+        trace_handler(str(Path("unused")), graph_lanes="all")
