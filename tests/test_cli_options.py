@@ -24,7 +24,7 @@ def test_convert_accepts_everything_it_did():
     assert a.default_stream == 3
     d = parse("convert", "in.json", "--output", "o.json", "--compact-args", "--quiet")
     assert (d.annotations, d.graph_lanes, d.force_annotations, d.gzip, d.no_progress, d.default_stream) == (
-        [], None, False, False, False, 7)
+        [], None, False, False, False, None)  # None: torch's 7 (an explicit one is checked against the annotations)
     assert d.compact_args and d.quiet
 
 
@@ -41,11 +41,11 @@ def test_lanes_accepts_everything_it_did():
 def test_report_accepts_everything_it_did():
     a = parse("report", "t.pftrace", "-a", "s", "--graph-lanes", "none", "--force-annotations", "--top", "3",
               "--format", "csv", "--engine", "native", "-o", "out.txt", "--quiet")
-    assert (a.trace, a.annotations, a.graph_lanes, a.top, a.format, a.engine, a.output) == (
+    assert (a.trace, a.annotations, a.graph_lanes, a.top_kernels, a.format, a.engine, a.output) == (
         "t.pftrace", ["s"], "none", 3, "csv", "native", "out.txt")
     assert a.force_annotations and a.quiet
     d = parse("report", "t.pftrace")
-    assert (d.annotations, d.graph_lanes, d.force_annotations, d.top, d.format, d.engine, d.output, d.quiet) == (
+    assert (d.annotations, d.graph_lanes, d.force_annotations, d.top_kernels, d.format, d.engine, d.output, d.quiet) == (
         [], None, False, 5, "table", "auto", None, False)
 
 
@@ -68,19 +68,19 @@ def test_merge_accepts_everything_it_did():
     assert a.force_annotations and a.gzip and a.quiet
     d = parse("merge", "r0.json", "--output", "m.pftrace")
     assert (d.annotations, d.graph_lanes, d.force_annotations, d.gzip, d.label, d.quiet) == (
-        [], "all", False, False, [], False)
+        [], None, False, False, [], False)  # None: all for a rank with annotated nodes, none for one without
 
 
 def test_fleet_accepts_everything_it_did():
     a = parse("fleet", "dir", "f.json", "-a", "s0", "-a", "s1", "--no-sidecars", "--ray", "auto", "--ship", "store",
               "--workers", "4", "--memory-per-engine", "512", "--engine", "native", "--top", "3", "--format", "json",
               "--no-progress", "-o", "r.json")
-    assert (a.inputs, a.annotations, a.ray, a.ship, a.workers, a.memory_per_engine, a.engine, a.top, a.format,
+    assert (a.inputs, a.annotations, a.ray, a.ship, a.workers, a.memory_per_engine, a.engine, a.top_collectives, a.format,
             a.output) == (["dir", "f.json"], ["s0", "s1"], "auto", "store", 4, 512, "native", 3, "json", "r.json")
     assert a.no_sidecars and a.no_progress
     d = parse("fleet", "dir")
     assert not d.annotations  # not given: the sidecars beside the traces are looked for
-    assert (d.no_sidecars, d.ray, d.ship, d.workers, d.engine, d.top, d.format, d.no_progress, d.output) == (
+    assert (d.no_sidecars, d.ray, d.ship, d.workers, d.engine, d.top_collectives, d.format, d.no_progress, d.output) == (
         False, None, "auto", None, "auto", 10, "table", False, None)
 
 
@@ -99,7 +99,10 @@ def test_demo_accepts_everything_it_did():
     ["lanes", "t.json", "--graph-lanes", "some"],
     ["report", "t", "--engine", "fast"],
     ["sql", "t", "q", "--format", "xml"],
-    ["fleet", "d", "--format", "csv"],  # fleet's formats are table and json
+    ["fleet", "d", "--format", "xml"],
+    ["convert", "in.json", "-o", "x", "--default-stream", "-5"],  # not a lane id
+    ["convert", "in.json", "-o", "x", "--default-stream", "4294967296"],
+    ["report", "t", "--top-kernels", "0"],
     ["demo", "--shipped", "--live"],
 ])
 def test_what_was_refused_is_still_refused(argv, capsys):
@@ -132,7 +135,7 @@ def test_shared_options_read_the_same_on_every_command():
     for name, p in sub.items():
         for action in p._actions:
             flag = max(action.option_strings, key=len) if action.option_strings else None
-            if flag in SHARED - {"--graph-lanes", "--annotations", "--output", "--quiet"}:
+            if flag in SHARED - {"--graph-lanes", "--annotations", "--output"}:
                 seen.setdefault(flag, set()).add((action.help, action.metavar, action.default))
     # one declaration: the same help, metavar and default wherever the option appears
     assert seen and all(len(v) == 1 for v in seen.values()), seen

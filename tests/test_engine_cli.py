@@ -46,6 +46,8 @@ def test_graph_ann_module_from_the_cli(capsys):
 def test_output_file(tmp_path, capsys):
     out = tmp_path / "r.csv"
     assert main(["sql", GRAPH, SQL, "--format", "csv", "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"  # as convert says it; -q says nothing
+    assert main(["sql", GRAPH, SQL, "--format", "csv", "-o", str(out), "-q"]) == 0
     assert capsys.readouterr().out == ""
     assert [(r["category"], int(r["n"])) for r in csv.DictReader(out.open())] == _expected()
 

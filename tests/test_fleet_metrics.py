@@ -120,6 +120,7 @@ def test_find_traces_and_sidecars(tmp_path):
 @requires_portable
 def test_fleet_cli_names_the_late_rank_of_the_live_recording(capsys):
     from perfetto_graph_ann.cli.main import main
+    from perfetto_graph_ann.cli.tables import format_duration
 
     # from the JSON: the first all_reduce started on rank 1 after rank 0 by this much
     base0, base1 = recording(0)["baseTimeNanoseconds"], recording(1)["baseTimeNanoseconds"]
@@ -135,11 +136,13 @@ def test_fleet_cli_names_the_late_rank_of_the_live_recording(capsys):
     assert doc["worst_collectives"][0]["last_rank"] == 1 and doc["worst_collectives"][0]["spread_ns"] == first_gap
     assert {(lane["rank"], lane["lane_name"]) for lane in doc["lanes"]} >= {(0, "60 default_pg (all_reduce)"),
                                                                            (1, "60 default_pg (all_reduce)")}
-    assert main(["fleet", str(LIVE), "--no-progress", "--top", "2"]) == 0
+    assert main(["fleet", str(LIVE), "--no-progress", "--top-collectives", "2"]) == 0
     out = capsys.readouterr().out
     assert "2 ranks, 5 collective instances, 5 of them complete" in out
-    ranking = out.split("Straggler ranking")[1].splitlines()[2]
-    assert ranking.split()[0] == "1" and f"{first_gap / 1000:,.1f}" in ranking
+    ranking = out.split("Straggler ranking")[1].splitlines()[3]  # title, header, rule, first row
+    # the tables' one style (cli/tables.py): durations with their unit per cell
+    assert ranking.split()[0] == "1" and format_duration(first_gap) in ranking
+    assert "Largest arrival spreads (top 2)" in out
 
 
 @requires_portable

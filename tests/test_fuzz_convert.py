@@ -55,6 +55,21 @@ def test_fuzz_convert_fast():
     assert counts["ok"] > 0 and sum(v for k, v in counts.items() if k.startswith("error")) > 0
 
 
+def test_a_trace_that_matches_its_annotations_no_more_is_refused_naming_them(tmp_path):
+    """Found by the long run (issue 32, item 5): a mutated trace whose kernels were all
+    renamed reads fine, but its capture record matches none of its replays. The join cannot
+    know which file is wrong: its error names the annotation file first and the trace after
+    it (docs/design.md, "Refusals"); an allowed outcome, with no output written."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((H.FIXTURES / "seed_block_annotated.trace.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["name"] = "renamed"
+    outcome, out, _ = H.check_trace_case(tmp_path, "seed_block_annotated", json.dumps(doc).encode())
+    assert (outcome, out) == ("error:join", None)
+
+
 @pytest.mark.fuzz_long
 @pytest.mark.timeout(3000)
 def test_fuzz_convert_long():

@@ -121,18 +121,23 @@ def _check_sidecar_case(folder: Path, case: SidecarCase) -> str:
         assert isinstance(e, SidecarError), f"{type(e).__name__} escaped: {e!r}"
         H.assert_typed_error(e, src)
         return f"error:{case.form}"
+    trace = _trace(case.name)
+    outcome = "ok"
     try:
-        join(_trace(case.name), ann)
-    except AnnotationMismatchError as e:  # a mutated record that fits none of the trace's replays
+        join(trace, ann)
+    except AnnotationMismatchError as e:
+        # a mutation that leaves valid annotations matching none of the trace's replays (e.g.
+        # a graph without nodes): refused, naming the annotation file first, then the trace
         H.assert_typed_error(e, src)
-        return f"mismatch:{case.form}"
+        assert e.trace == trace.path and trace.path in str(e), str(e)
+        outcome = "refused"
     for suffix in (".pga", ".json", ".json.gz"):
         out = folder / f"out{suffix}"
         save_annotations(out, ann)
         back = load_annotations(out)
         assert _plain(back) == _plain(ann)
     assert H.leftovers(folder) == []
-    return f"ok:{case.form}"
+    return f"{outcome}:{case.form}"
 
 
 _TRACE_CACHE: dict = {}
@@ -173,6 +178,15 @@ def _run(n: int, label: str) -> collections.Counter:
         case()
     _report(label, counts, time.monotonic() - t0)
     return counts
+
+
+def test_a_sidecar_that_matches_nothing_is_refused_not_escaped():
+    """Found by the long run (issue 32, item 5): a JSON sidecar whose graph lost its nodes
+    loads fine and matches none of the trace's replays; the join refuses it with
+    AnnotationMismatchError, an allowed outcome (typed, naming the file), not an escape."""
+    case = SidecarCase("seed_block_annotated", "json", [([2, 0], "nodes", [])], [], ("none", 0.0, b"x"))
+    with H.scratch() as folder:
+        assert check_sidecar_case(folder, case) == "refused:json"
 
 
 def test_fuzz_sidecar_fast():

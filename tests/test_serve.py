@@ -27,7 +27,9 @@ UI = PERFETTO_UI_ORIGIN
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     p = tmp_path / "my run.pftrace"
-    p.write_bytes(os.urandom(300_000))  # larger than one socket buffer
+    # larger than one socket buffer; framed as Perfetto packets (tag 0x0A, length 128), as `open`
+    # serves only what reads as a trace
+    p.write_bytes(b"".join(b"\x0a\x80\x01" + os.urandom(128) for _ in range(2400)))
     return p
 
 

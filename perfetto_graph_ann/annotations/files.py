@@ -15,7 +15,7 @@ import os
 from typing import Iterable, Optional
 
 from .. import formats
-from ..errors import PathLike, SidecarError
+from ..errors import EMPTY_FILE, PathLike, SidecarError
 from ..util.atomic import atomic_write_bytes
 from .capture_record import capture_record_to_annotations
 from .model import AnnotationSet
@@ -50,7 +50,7 @@ def load_annotations(path: PathLike) -> AnnotationSet:
     path = os.fspath(path)
     data = formats.strip_bom(formats.read_bytes(path, SidecarError))
     if not data.strip():
-        raise SidecarError(path, "empty file")
+        raise SidecarError(path, EMPTY_FILE)
     form = formats.annotation_form(data)
     if form == "json":
         doc = parse_json_bytes(data, path)

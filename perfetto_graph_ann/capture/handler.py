@@ -41,19 +41,29 @@ def _rank() -> Optional[int]:
 
 
 def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations: AnnotationsArg = None,
-                  graph_lanes: str = "all", use_gzip: bool = False) -> Callable[[object], str]:
+                  graph_lanes: Optional[str] = None, use_gzip: bool = False) -> Callable[[object], str]:
     """A ``torch.profiler`` ``on_trace_ready`` callback writing one annotated ``.pftrace``
     per profiled cycle into ``dir_name`` (created if missing).
 
     ``worker_name``: defaults to ``<hostname>_<pid>`` as torch's handler. ``annotations``:
     an :class:`~perfetto_graph_ann.annotations.model.AnnotationSet` or a sidecar path, or
     None for everything captured in this process so far (read again at every cycle, so
-    graphs captured between cycles are included). ``graph_lanes``: as in :func:`export`,
-    except that ``"all"`` (the default here, for the ``.pftrace``'s named lanes) keeps the
-    recorded streams of a cycle whose annotations name nothing instead of raising as torch
-    does. The callback returns the path it wrote.
+    graphs captured between cycles are included). ``graph_lanes``: None (the default, for
+    the ``.pftrace``'s named lanes) moves graphed kernels to their lanes where a node is
+    annotated and keeps the recorded streams of a cycle whose annotations name nothing;
+    ``"none"`` as in :func:`export`. ``"all"``, the old default, still means what it meant
+    here (None) with a ``DeprecationWarning``: elsewhere ``"all"`` raises without annotated
+    nodes, as torch does (``join.lanes.decide_graph_lanes``). The callback returns the path
+    it wrote.
     """
     dir_name = os.fspath(dir_name)
+    if graph_lanes == "all":
+        import warnings
+
+        warnings.warn("trace_handler(graph_lanes='all') keeps the streams of a cycle without annotations: that is "
+                      "graph_lanes=None (the default) now, and 'all' will raise there as torch does",
+                      DeprecationWarning, stacklevel=2)
+        graph_lanes = None
     fixed = None if annotations is None else _annotations(annotations)
 
     def handler_fn(prof) -> str:
@@ -72,11 +82,8 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
         data = export_chrome_trace_bytes(prof, tmp_dir=dir_name)
         trace = parse_trace_bytes(data, f"torch.profiler trace (step {getattr(prof, 'step_num', '?')})")
         del data
-        from ..join.join import has_annotated_nodes
-
         ann = fixed if fixed is not None else _annotations(None)
-        lanes = graph_lanes if graph_lanes != "all" or has_annotated_nodes(ann) else "none"
-        write_joined(trace, out, ann, lanes)
+        write_joined(trace, out, ann, graph_lanes)  # the join decides None (join.lanes.decide_graph_lanes)
         return out
 
     return handler_fn

@@ -23,12 +23,10 @@ def register(sub) -> argparse.ArgumentParser:
             options.trace_output("output: .pftrace (or .pftrace.gz); .json/.json.gz writes annotated Chrome JSON"),
             *options.join(graph_lanes_default_help="default: all for a .pftrace, none (torch 2.15's default) "
                           "for .json; none when no node is annotated; all needs annotated nodes, as in torch"),
-            options.gzip(), options.no_progress(), options.quiet("print nothing on success (and no progress)"),
+            options.gzip(), options.verbosity(), options.default_stream(),
         ],
     )
     p.add_argument("input", metavar="IN", help="torch.profiler trace, .json or .json.gz")
-    p.add_argument("--default-stream", type=int, default=7, metavar="N",
-                   help="with --graph-lanes all: lane of graphed kernels whose annotation names none (default 7)")
     args_mode = p.add_mutually_exclusive_group()
     args_mode.add_argument("--typed-args", action="store_true",
                            help="write Kineto's list args (grid, block, Input Dims, Input Strides, Input type, "
@@ -46,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..util.progress import Progress, wanted
     from ._common import print_join_summary
 
-    quiet_bar = args.no_progress or args.quiet
+    quiet_bar = options.progress_off(args)
     config = ConvertConfig(gzip=True if args.gzip else None, progress=False if quiet_bar else None,
                            list_args="typed" if args.typed_args else "text")
     progress = Progress("convert", enabled=wanted(quiet_bar))

@@ -12,7 +12,7 @@ import argparse
 import json
 
 from . import options
-from ._common import positive_int, write_output
+from ._common import CsvTables, write_csv_tables, write_output
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -20,9 +20,11 @@ def register(sub) -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n")[1],
                        parents=[options.annotations(options.PER_TRACE_HELP + " (default: the sidecar saved beside "
                                                     "each JSON trace)"),
-                                options.engine(), options.no_progress(), options.text_output()])
+                                options.engine(), options.text_output(), options.text_format(), options.verbosity(),
+                                options.top("collectives", 10, "the N collectives with the largest arrival spread")])
     p.add_argument("inputs", nargs="+", metavar="DIR_OR_FILE",
-                   help="per-rank traces (.json/.json.gz/.pftrace), or folders holding them")
+                   help="per-rank traces (.json/.json.gz/.pftrace), or folders holding them (files there that "
+                   "are not traces, e.g. a summary.json, are skipped and named)")
     p.add_argument("--no-sidecars", action="store_true", help="do not look for sidecars beside the traces")
     p.add_argument("--ray", metavar="ADDRESS", default=None,
                    help="run one Ray task per trace on the cluster at ADDRESS (auto, ray://HOST:10001, ...; "
@@ -30,30 +32,30 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--ship", choices=("auto", "path", "store"), default="auto",
                    help="with --ray: send traces through Ray's object store when a worker cannot see the path "
                    "(auto), never (path: shared storage) or always (store)")
-    p.add_argument("--workers", type=positive_int, default=None, metavar="N",
+    p.add_argument("--workers", type=options.positive_int, default=None, metavar="N",
                    help="engines at a time (local; default: CPUs) or tasks in flight (Ray; default: 2 x CPUs)")
-    p.add_argument("--memory-per-engine", type=positive_int, default=None, metavar="MIB",
+    p.add_argument("--memory-per-engine", type=options.positive_int, default=None, metavar="MIB",
                    help="with --ray: memory each task reserves, so a node runs only as many engines as fit")
-    p.add_argument("--top", type=positive_int, default=10, metavar="N",
-                   help="collectives with the largest arrival spread to show (default: 10)")
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="table: readable (µs); json: ranking, collectives, lanes and ranks, raw units (ns)")
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from ..query.executors import RayOptions
     from ..pipeline.fleet import fleet_report
     from ..query.fleet import find_traces
+    from ..util.atomic import refuse_input_as_output
 
     annotations = None
+    traces = find_traces(args.inputs)
     if args.annotations:
-        traces = find_traces(args.inputs)
         if len(args.annotations) != len(traces):
             raise _usage(f"--annotations was given {len(args.annotations)} times for {len(traces)} traces "
                          "(give it once per trace, in order)")
         annotations = list(args.annotations)
+    refuse_input_as_output(args.output, [*map(str, traces), *args.annotations])
     executor = "local"
     ray_options = None
     if args.ray is not None:
@@ -61,10 +63,18 @@ def run(args: argparse.Namespace) -> int:
         ray_options = RayOptions(address=None if args.ray == "local" else args.ray, ship=args.ship,
                                  memory_per_engine=args.memory_per_engine << 20 if args.memory_per_engine else None)
     report = fleet_report(args.inputs, annotations=annotations, executor=executor, engine=args.engine,
-                          max_workers=args.workers, progress=False if args.no_progress else None,
+                          max_workers=args.workers, progress=False if options.progress_off(args) else None,
                           ray_options=ray_options, find_sidecars=not args.no_sidecars)
-    text = _json(report, args.top) if args.format == "json" else _table(report, args.top)
-    write_output(text, args.output)
+    if report.skipped and not args.quiet:
+        print(f"perfetto-graph-ann fleet: note: skipped {len(report.skipped)} file(s) that are not traces: "
+              f"{', '.join(report.skipped)}", file=sys.stderr)
+    top = args.top_collectives
+    if args.format == "csv":
+        write_csv_tables("fleet", CsvTables(_tables(report, top)), args.output, args.quiet,
+                         [*map(str, traces), *args.annotations])
+        return 0
+    text = _json(report, top) if args.format == "json" else _table(report, top)
+    write_output(text, args.output, args.quiet)
     return 0
 
 
@@ -74,29 +84,26 @@ def _usage(message: str):
     return GraphAnnError(message)
 
 
+def _tables(report, top: int) -> dict:
+    """The report's tables by name (what ``--format json`` holds as lists, ``csv`` as files)."""
+    return {"ranking": report.ranking, "worst_collectives": report.worst_collectives(top),
+            "collectives": report.collectives, "lanes": report.lanes, "rank_info": report.ranks}
+
+
 def _records(df) -> list:
     return json.loads(df.to_json(orient="records"))
 
 
 def _json(report, top: int) -> str:
-    doc = {
-        "ranks": len(report.ranks),
-        "ranking": _records(report.ranking),
-        "worst_collectives": _records(report.worst_collectives(top)),
-        "collectives": _records(report.collectives),
-        "lanes": _records(report.lanes),
-        "rank_info": _records(report.ranks),
-    }
+    doc = {"ranks": len(report.ranks), **{k: _records(v) for k, v in _tables(report, top).items()},
+           "skipped": list(report.skipped)}
     return json.dumps(doc, indent=1) + "\n"
 
 
-def _us(value) -> str:
-    if value is None or value != value:
-        return "-"
-    return f"{value / 1000:,.1f}"
-
-
 def _table(report, top: int) -> str:
+    """The readable view, in the style of every table of the CLI (:mod:`.tables`)."""
+    from .tables import render
+
     c = report.collectives
     lines = []
     blamed = int(c["blamed"].sum()) if len(c) else 0
@@ -113,43 +120,25 @@ def _table(report, top: int) -> str:
         lines.append(f"not ranked: {incomplete} instances missing on some rank of their group, "
                      f"{inconsistent} whose ranks disagree on type or size")
     lines.append("")
-    lines.append("Straggler ranking (times in µs; lateness = start - the instance's median start)")
-    r = report.ranking
-    table = [["rank", "last", "tied", "peers waited", "delay caused", "median late", "max late", "waited", "trace"]]
-    for row in r.itertuples(index=False):
-        table.append([str(row.rank), str(row.times_last), str(row.times_tied_last), _us(row.peer_wait_caused_ns),
-                      _us(row.delay_caused_ns), _us(row.median_lateness_ns), _us(row.max_lateness_ns),
-                      _us(row.waited_ns), row.trace])
-    lines.extend(_align(table))
-    worst = report.worst_collectives(top)
+    lines.append("Straggler ranking (lateness = start - the instance's median start)")
+    titles = {"times_last": "last", "times_tied_last": "tied", "peer_wait_caused_ns": "peers waited",
+              "delay_caused_ns": "delay caused", "median_lateness_ns": "median late", "max_lateness_ns": "max late",
+              "waited_ns": "waited"}
+    r = report.ranking.rename(columns=titles)
+    cols = ["rank", "last", "tied", "peers waited", "delay caused", "median late", "max late", "waited", "trace"]
+    lines.append(render(r, columns=cols, keys=["rank"], durations=cols[3:8]).rstrip("\n"))
+    worst = report.worst_collectives(top).copy()
     lines.append("")
-    lines.append(f"Largest arrival spreads (top {top}; µs)")
-    table = [["pg", "#", "collective", "bytes", "ranks", "spread", "last rank", "lead", "peers waited"]]
-    for row in worst.itertuples(index=False):
-        pg = row.pg if not isinstance(row.pg_desc, str) else f"{row.pg} ({row.pg_desc})"
-        last = "tie" if row.last_tied > 1 else str(row.last_rank)
-        table.append([pg, str(row.seq), str(row.collective_type), _count(row.msg_bytes), str(row.ranks),
-                      _us(row.spread_ns), last, _us(row.last_lead_ns), _us(row.peer_wait_ns)])
-    if len(table) == 1:
+    lines.append(f"Largest arrival spreads (top {top})")
+    if not len(worst):
         lines.append("  (no collective matched on two or more ranks)")
     else:
-        lines.extend(_align(table))
+        worst["pg"] = [pg if not isinstance(desc, str) else f"{pg} ({desc})" for pg, desc in zip(worst["pg"], worst["pg_desc"])]
+        worst["last_rank"] = ["tie" if tied > 1 else str(last) for last, tied in zip(worst["last_rank"], worst["last_tied"])]
+        worst = worst.rename(columns={"seq": "#", "collective_type": "collective", "msg_bytes": "bytes",
+                                      "spread_ns": "spread", "last_rank": "last rank", "last_lead_ns": "lead",
+                                      "peer_wait_ns": "peers waited"})
+        cols = ["pg", "#", "collective", "bytes", "ranks", "spread", "last rank", "lead", "peers waited"]
+        lines.append(render(worst, columns=cols, keys=["pg", "#"], durations=["spread", "lead", "peers waited"])
+                     .rstrip("\n"))
     return "\n".join(lines) + "\n"
-
-
-def _count(value) -> str:
-    return "-" if value is None or value != value else f"{int(value):,}"
-
-
-def _align(rows) -> list:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for r in rows:
-        cells = [c.ljust(w) if i in (0, len(r) - 1) or not _numeric(c) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        out.append("  " + "  ".join(cells).rstrip())
-    return out
-
-
-def _numeric(cell: str) -> bool:
-    return cell.replace(",", "").replace(".", "").replace("-", "").isdigit() or cell == "-"
-

@@ -18,7 +18,7 @@ from ._common import hint_annotations, print_join_summary
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("lanes", help="kernels per lane before/after the join, and the join report",
                        description=__doc__.split("\n\n")[1],
-                       parents=[*options.join(), options.no_sql(), options.engine(), options.quiet()])
+                       parents=[*options.join(), options.no_sql(), options.engine(), options.verbosity()])
     p.add_argument("trace", help="torch.profiler trace (.json or .json.gz)")
     p.set_defaults(func=run)
     return p
@@ -35,11 +35,15 @@ def run(args: argparse.Namespace, out=None) -> int:
 
     # The read trace lives until the command ends: the collector would only walk it over
     # and over (seconds on 1M events); it runs again once _run has freed it.
-    with command_progress("lanes", getattr(args, "quiet", False)) as progress, paused_gc():
+    with command_progress("lanes", options.progress_off(args)) as progress, paused_gc():
         return _run(args, out or sys.stdout, progress)
 
 
 def _run(args: argparse.Namespace, out, progress) -> int:
+    from ..pipeline.convert import check_lane_options
+
+    quiet = getattr(args, "quiet", False)
+    check_lane_options(args.trace, args.annotations, args.graph_lanes)
     with progress.phase(f"reading {os.path.basename(args.trace)}"):
         from ..read.kineto import read_trace
 
@@ -49,7 +53,7 @@ def _run(args: argparse.Namespace, out, progress) -> int:
         from ..pipeline.convert import join_files
 
         layout, annotations = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
-    if args.annotations:
+    if args.annotations and not quiet:
         print_join_summary(layout.report)
     names = None
     graph_lanes = layout.graph_lanes
@@ -69,7 +73,8 @@ def _run(args: argparse.Namespace, out, progress) -> int:
         print(rows.drop(columns=["device"]).to_string(index=False), file=out)
     print("", file=out)
     print(report_table(layout).to_string(index=False), file=out)
-    hint_annotations(layout.report, args.annotations)
+    if not quiet:
+        hint_annotations(layout.report, args.annotations)
     if not args.no_sql:
         _sql_summary(args, trace, layout, out, progress)
     return 0

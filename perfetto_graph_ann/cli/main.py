@@ -40,6 +40,26 @@ def _tolerant_output() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _terminate(signum, frame):  # noqa: ARG001
+    raise SystemExit(128 + signum)
+
+
+def _sigterm_ends_cleanly():
+    """SIGTERM ends the command as Ctrl-C does: the ``finally`` blocks and context managers
+    run (a trace processor session's temporary folder, the engines, half-written outputs are
+    removed) and the exit status is 143. The default action would kill the process on the
+    spot and leave them. Returns the previous handler (None: not the main thread)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main interpreter
+        return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     _tolerant_output()
     parser = build_parser()
@@ -47,6 +67,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = _sigterm_ends_cleanly()
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args) -> int:
     try:
         from ._common import discover_sidecars
 

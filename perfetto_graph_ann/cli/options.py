@@ -2,7 +2,7 @@
 
 A subcommand names the parents it takes::
 
-    sub.add_parser("report", parents=[*options.join(json_only=True), options.engine(), options.quiet()])
+    sub.add_parser("report", parents=[*options.join(json_only=True), options.engine(), options.verbosity()])
 
 Each function returns a fresh parent (``add_help=False``): the flags, metavar, default and
 help of an option are written here only. Where an option's meaning differs by command (the
@@ -12,7 +12,9 @@ difference as an argument, and the rest of its declaration stays shared.
 from __future__ import annotations
 
 import argparse
-from typing import List, Optional
+import math
+import sys
+from typing import List, Optional, Sequence
 
 #: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated so that building the parser
 #: does not import the engine package (tests/test_package.py checks they agree).
@@ -83,7 +85,8 @@ def text_output() -> argparse.ArgumentParser:
     """``-o / --output FILE`` of a command that prints text (stdout when not given)."""
     p = _parent()
     p.add_argument("-o", "--output", default=None, metavar="FILE",
-                   help="write to this file (atomically) instead of stdout")
+                   help="write to this file (atomically) instead of stdout; --format csv of several tables writes "
+                   "one file per table, FILE.<table>.csv (FILE without its .csv)")
     return p
 
 
@@ -95,26 +98,108 @@ def trace_output(help: str) -> argparse.ArgumentParser:
 
 
 def text_format() -> argparse.ArgumentParser:
-    """``--format {table,csv,json}`` of a command that prints SQL results."""
+    """``--format {table,csv,json}`` of a command that prints tables."""
     p = _parent()
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                   help="table (default): readable (durations in µs/ms, timestamps from the trace start, ratios "
-                   "in %%, fitted to the terminal); csv / json: every column, exact raw values (ns)")
+                   help="table (default): readable (durations in ns/µs/ms/s, timestamps from the trace start, "
+                   "ratios in %%, fitted to the terminal); csv / json: every column, exact raw values (ns)")
     return p
 
 
-def quiet(help: str = "no progress on stderr") -> argparse.ArgumentParser:
-    """``-q / --quiet``; ``help`` says what else a command leaves out."""
+#: ``-q`` on every command that has it: the result only.
+QUIET_HELP = "print only the result (and errors): no progress, join summary, notes or 'wrote' lines"
+#: ``--no-progress`` on every command that shows progress.
+NO_PROGRESS_HELP = "never show the progress line (shown on stderr only when it is a terminal)"
+
+
+def verbosity() -> argparse.ArgumentParser:
+    """``--no-progress`` and ``-q / --quiet``, with one meaning on every command: the first
+    only hides the progress line, the second prints nothing but the command's result (the
+    tables it prints, the file it writes) and errors."""
     p = _parent()
-    p.add_argument("-q", "--quiet", action="store_true", help=help)
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     return p
 
 
-def no_progress() -> argparse.ArgumentParser:
-    """``--no-progress`` (a command's output stays, only the progress bar goes)."""
+def progress_off(args: argparse.Namespace) -> bool:
+    """Whether the progress line is off for these parsed options."""
+    return bool(getattr(args, "no_progress", False) or getattr(args, "quiet", False))
+
+
+class _DeprecatedSpelling(argparse.Action):
+    """Stores the value; an old spelling (``self.old``) still works, with a note on stderr
+    naming the new one."""
+
+    def __init__(self, option_strings, dest, old: Sequence[str] = (), **kwargs):
+        self.old = tuple(old)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.old:
+            new = next(o for o in self.option_strings if o not in self.old)
+            print(f"{parser.prog}: note: {option_string} is deprecated here: use {new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def top(what: str, default: int, help: str) -> argparse.ArgumentParser:
+    """``--top-<what> N`` (``--top-kernels``, ``--top-collectives``): how many rows of a ranked
+    table to show. The bare ``--top`` of older releases meant kernels in ``report`` and
+    collectives in ``fleet``; it still works, with a deprecation note."""
     p = _parent()
-    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.add_argument(f"--top-{what}", "--top", dest=f"top_{what}", type=positive_int, default=default, metavar="N",
+                   action=_DeprecatedSpelling, old=("--top",),
+                   help=f"{help} (default: {default}; --top is the deprecated spelling)")
     return p
+
+
+def timeout(help: str, default: Optional[float] = None) -> argparse.ArgumentParser:
+    """``--timeout SECONDS``: a finite number of seconds above 0."""
+    p = _parent()
+    p.add_argument("--timeout", type=positive_seconds, default=default, metavar="SECONDS", help=help)
+    return p
+
+
+def default_stream() -> argparse.ArgumentParser:
+    """``--default-stream N``: the lane of graphed kernels whose annotation names none."""
+    p = _parent()
+    p.add_argument("--default-stream", type=lane_id, default=None, metavar="N",
+                   help="with --annotations: lane of graphed kernels whose annotation names none (default 7, "
+                   "torch's); a lane id that no annotation uses")
+    return p
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def lane_id(text: str) -> int:
+    """argparse type: a lane id, an integer 0..2^32-1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a lane id (an integer 0..4294967295)") from None
+    if not 0 <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a lane id (an integer 0..4294967295)")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds above 0 (0, negative, nan and inf are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
+    return value
 
 
 def gzip() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from . import options
-from ._common import note_annotations_ignored, open_session, positive_int, print_join_summary, run_text_command
+from ._common import CsvTables, note_annotations_ignored, open_session, print_join_summary, run_text_command
 
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
@@ -48,9 +48,9 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="lane, replay, collective and overlap metrics of a trace (graph_ann SQL)",
                        description=__doc__.split("\n\n")[1],
                        parents=[*options.join(json_only=True), options.text_format(), options.engine(),
-                                options.text_output(), options.quiet()])
+                                options.text_output(), options.verbosity(),
+                                options.top("kernels", 5, "the N kernels with the most GPU time per lane")])
     p.add_argument("trace", help=".pftrace written by this package, or a torch.profiler JSON trace (.json, .json.gz)")
-    p.add_argument("--top", type=positive_int, default=5, metavar="N", help="top N kernels per lane (default: 5)")
     p.set_defaults(func=run)
     return p
 
@@ -59,7 +59,9 @@ def format_report(tables: Dict[str, "object"], fmt: str = "table", trace_start: 
                   width: Optional[int] = None) -> str:
     """Render :func:`perfetto_graph_ann.query.metrics.report`'s tables as text: ``table`` is
     readable (:mod:`.tables`: durations in µs / ms, timestamps from ``trace_start``, ratios
-    in %, fitted to ``width``); ``csv`` / ``json`` keep every column's exact raw value."""
+    in %, fitted to ``width``); ``csv`` / ``json`` keep every column's exact raw value
+    (``csv``: one stream, each table after a ``# <name>`` line; the CLI writes one file per
+    table with ``-o``)."""
     if fmt == "json":
         return json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}, indent=1) + "\n"
     from .tables import render
@@ -93,9 +95,12 @@ def _report(args: argparse.Namespace, progress) -> str:
     with contextlib.ExitStack() as stack:
         # the heavy imports (pandas) inside the phases: the progress line shows at once
         if is_json_trace(args.trace):
+            from ..pipeline.convert import check_lane_options
+
+            check_lane_options(args.trace, args.annotations, args.graph_lanes)  # before the engine starts
             s = stack.enter_context(_open_json(args, progress))
         else:
-            note_annotations_ignored("report", args.trace, args.annotations)
+            note_annotations_ignored("report", args.trace, args.annotations, args.graph_lanes, args.quiet)
             with progress.phase(f"loading {name} into the trace processor"):
                 s = open_session(stack, args.trace, engine=args.engine)
         from ..query import metrics
@@ -105,8 +110,10 @@ def _report(args: argparse.Namespace, progress) -> str:
         # each module on its own first, so the progress line says which one runs
         include_modules(s, [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS], progress)
         with progress.phase("reading the report tables"):
-            tables = with_groups(metrics.report(s, top=args.top), metrics.groups(s))
+            tables = with_groups(metrics.report(s, top=args.top_kernels), metrics.groups(s))
         start = trace_start_ns(s) if args.format == "table" else None
+    if args.format == "csv":
+        return CsvTables(tables, [args.trace, *args.annotations])
     text = format_report(tables, args.format, start)
     if args.format == "table":
         text = f"{args.trace}\n\n{text}"
@@ -137,4 +144,5 @@ def _open_json(args: argparse.Namespace, progress):
     from ..pipeline.query import open_json
 
     return open_json(args.trace, args.annotations, args.graph_lanes, args.force_annotations, engine=args.engine,
-                     sql_args_only=True, progress=progress, on_join=lambda layout: print_join_summary(layout.report))
+                     sql_args_only=True, progress=progress,
+                     on_join=None if args.quiet else lambda layout: print_join_summary(layout.report))

@@ -173,19 +173,27 @@ def run_demo(config: DemoConfig = DemoConfig(), out: IO[str] = sys.stdout) -> De
     source, origin, recordings = choose_recordings(config, out_dir)
     print(origin, file=out)
     results: List[ScenarioResult] = []
+    no_engine: Optional[EngineNotFoundError] = None
     for rec in recordings:
         print(f"\n== {rec.name}: {rec.title}", file=out)
         r = run_scenario(rec, out_dir, config)
         _print_scenario(rec, r, out)
         if config.sql and r.annotated_trace is not None:
+            if no_engine is not None:  # asked once: a missing engine does not appear later in the run
+                print("SQL lane summary skipped: no trace processor here (see above)", file=out)
+                results.append(r)
+                continue
             try:
                 r.lane_summary = sql_lane_summary(r.annotated_trace, config.engine)
             except EngineNotFoundError as e:  # the traces are written; only the SQL step needs an engine
+                no_engine = e
                 print(f"SQL lane summary skipped: no trace processor here ({e})", file=out)
             else:
-                print("SQL lane summary (graph_ann):", file=out)
+                from ..util.tables import render
+
+                print("SQL lane summary (graph_ann.lanes)", file=out)
                 cols = [c for c in SUMMARY_COLUMNS if c in r.lane_summary.columns] or list(r.lane_summary.columns)
-                print(r.lane_summary[cols].to_string(index=False), file=out)
+                print(render(r.lane_summary, columns=cols).rstrip("\n"), file=out)
         results.append(r)
     summary = {"source": source, "origin": origin, "scenarios": [r.as_json() for r in results]}
     atomic_write_bytes(out_dir / "summary.json", json.dumps(summary, indent=1, default=str).encode("utf-8"))

@@ -23,7 +23,8 @@ from ..read.model import KinetoTrace, TraceEvent
 from . import identity
 from .calibrated import match_calibrated
 from .exact import match_exact
-from .lanes import GRAPH_LANES, PLACEMENT_KEYS, lane_graphs, lane_name, placement
+from .lanes import (PLACEMENT_KEYS, check_default_stream, decide_graph_lanes, has_annotated_nodes,  # noqa: F401
+                    lane_graphs, lane_name, placement)
 from .launches import launch_identities
 from .match import GraphFit, Match, device_ok
 from .projection import project
@@ -83,7 +84,7 @@ def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Se
         "force=True (Python) to join them anyway", tuple(report.unmatched_replays))
 
 
-def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "none",
+def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[str] = "none",
          default_stream: int = DEFAULT_GRAPH_LANE, force: bool = False,
          sources: Optional[Sequence[AnnotationSet]] = None, projection: bool = True) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
@@ -92,7 +93,10 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "non
     keeps the recorded streams and adds ``annotated_stream``; ``"all"`` moves graphed events
     to their annotated lane, else to ``default_stream``, and like torch refuses annotations
     in which no node carries a field (it would only pile every graphed event onto one
-    lane). Events not launched by a graph are left alone (no placement). ``projection``:
+    lane); None: ``"all"`` where a node is annotated, else ``"none"`` (the CLI's default).
+    Both are decided by :func:`~.lanes.decide_graph_lanes`; a ``default_stream`` that is not
+    a lane id, or is a lane an annotation asks for, is refused (:func:`~.lanes.check_default_stream`):
+    :class:`~perfetto_graph_ann.errors.LaneOptionError`, a ``ValueError``. Events not launched by a graph are left alone (no placement). ``projection``:
     also the replay and scope ranges the Perfetto writer draws under each GPU
     (``LaneLayout.ranges``).
 
@@ -102,13 +106,11 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: str = "non
     was overridden. ``sources``: the sets ``annotations`` was merged from (one per file), so
     each file's identity is checked; default ``[annotations]``.
     """
-    if graph_lanes not in GRAPH_LANES:
-        raise ValueError(f"graph_lanes must be one of {GRAPH_LANES}, got {graph_lanes!r}")
-    if graph_lanes == "all" and not has_annotated_nodes(annotations):
-        raise ValueError("graph_lanes='all' needs annotations (no node of the given annotations carries a "
-                         "field): without them every graphed event would land on default_stream, which loses "
-                         "the stream layout and names nothing in return (torch 2.15 raises the same)")
     sources = list(sources) if sources is not None else [annotations]
+    files = [s.source for s in sources if s.source] or None
+    # the one rule for the lane options (join/lanes.py): every entry point comes through here
+    graph_lanes = decide_graph_lanes(graph_lanes, annotations, files, trace.path)
+    default_stream = check_default_stream(default_stream, annotations, files, trace.path)
     report = JoinReport(total=sum(1 for e in trace.events if e.is_gpu_work))
     report.annotation_files = [s.source for s in sources if s.source]
     _check_identities(trace, sources, force, report)
@@ -287,12 +289,6 @@ class _Attribution:
                 return None
         shared_by = tuple(cands)
         return {i: dataclasses.replace(m, ambiguous=True, shared_by=shared_by) for i, m in (first or {}).items()}
-
-
-def has_annotated_nodes(annotations: AnnotationSet) -> bool:
-    """Whether any node carries an annotation field: what a non-empty
-    ``get_kernel_annotations()`` means in torch, which only lists annotated nodes."""
-    return any(n.annotation for g in annotations.graphs for n in g.nodes)
 
 
 def _majority_graph(found: Dict[int, Match]) -> Optional[int]:

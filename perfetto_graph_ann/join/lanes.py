@@ -6,14 +6,17 @@ recorded stream and carries the lane it would have had as ``annotated_stream``.
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..annotations.model import AnnotationSet, GraphRecord, NodeRecord
+from ..errors import LaneOptionError
 from ..read.model import TraceEvent
 from .match import Match
 from .model import DEFAULT_GRAPH_LANE, Placement, lane_key
 
 GRAPH_LANES = ("all", "none")
+#: Lane ids are 32-bit, as in the sidecar.
+MAX_LANE_ID = (1 << 32) - 1
 
 #: Arg keys the join writes itself; annotation fields never override them.
 RESERVED_ARGS = frozenset({"stream", "device", "correlation", "graph id", "graph node id", "replay", "join",
@@ -80,6 +83,83 @@ def placement(event: TraceEvent, match: Optional[Match], replay_index: Optional[
         return Placement(lane, args, annotation)
     args["annotated_stream"] = lane
     return Placement(hw if hw is not None else lane, args, annotation)
+
+
+def has_annotated_nodes(annotations: AnnotationSet) -> bool:
+    """Whether any node carries an annotation field: what a non-empty
+    ``get_kernel_annotations()`` means in torch, which only lists annotated nodes."""
+    return any(n.annotation for g in annotations.graphs for n in g.nodes)
+
+
+def _files(annotations: AnnotationSet, files: Optional[Sequence[str]]) -> str:
+    names = list(files) if files else ([annotations.source] if annotations.source else [])
+    return ", ".join(names) if names else "the annotations in memory"
+
+
+def decide_graph_lanes(requested: Optional[str], annotations: Optional[AnnotationSet],
+                       files: Optional[Sequence[str]] = None, trace: Optional[str] = None) -> str:
+    """The one rule for ``graph_lanes``, used by every entry point (the join itself, the
+    CLI's commands, ``merge``, ``trace_handler``, the fleet's workers).
+
+    ``requested``: ``"all"`` or ``"none"`` as asked, or None for "the lanes where there are
+    any": ``"all"`` where a node is annotated, else ``"none"``. ``"all"`` without an annotated
+    node is refused as torch 2.15 refuses it (every graphed kernel would land on one lane,
+    losing the stream layout and naming nothing): :class:`LaneOptionError` (a ``ValueError``
+    too) naming ``files`` (the annotation files; default: ``annotations.source``), or
+    ``trace`` when no annotations were given at all (``annotations`` None).
+    """
+    if requested is not None and requested not in GRAPH_LANES:
+        raise LaneOptionError(trace, f"graph_lanes must be one of {GRAPH_LANES}, got {requested!r}")
+    annotated = annotations is not None and has_annotated_nodes(annotations)
+    if requested is None:
+        return "all" if annotated else "none"
+    if requested == "all" and not annotated:
+        if annotations is None:
+            raise LaneOptionError(trace, "--graph-lanes all (graph_lanes='all') needs annotations, and none were "
+                                         "given: pass the sidecar saved at capture with --annotations, or use "
+                                         "--graph-lanes none (torch 2.15 refuses 'all' without annotations too)")
+        where = _files(annotations, files)
+        raise LaneOptionError(
+            (list(files)[0] if files else annotations.source) or trace,
+            f"graph_lanes='all' needs annotations (--graph-lanes all), and no node of {where} carries a field: "
+            "every graphed kernel would land on default_stream, which loses the stream layout and names nothing "
+            "in return (torch 2.15 raises the same); use graph_lanes='none'")
+    return requested
+
+
+def annotated_lanes(annotations: AnnotationSet) -> Dict[int, str]:
+    """Lane id -> its name (:func:`lane_name`) for every lane the annotations ask for: a
+    node's ``stream`` field, a ``mark_stream`` or process-group label."""
+    lanes: Set[int] = {n.lane for g in annotations.graphs for n in g.nodes if n.lane is not None}
+    lanes.update(annotations.lanes)
+    for g in annotations.graphs:
+        if g.lanes:
+            lanes.update(g.lanes)
+    return {lane: lane_name(lane, annotations) for lane in sorted(lanes)}
+
+
+def check_default_stream(default_stream: Any, annotations: Optional[AnnotationSet] = None,
+                         files: Optional[Sequence[str]] = None, trace: Optional[str] = None) -> int:
+    """``default_stream`` if it can be the lane of graphed kernels whose annotation names
+    none: a lane id (an integer 0..2^32-1) that no annotation asks for (else those kernels
+    would be drawn and measured as that lane's, e.g. ``attention``). The torch default 7 is
+    always accepted (lane 7 stays ``stream 7`` whatever names it). Else :class:`LaneOptionError`
+    naming the annotation file (or ``trace``)."""
+    if isinstance(default_stream, bool) or not isinstance(default_stream, int) or \
+            not 0 <= default_stream <= MAX_LANE_ID:
+        raise LaneOptionError(trace, f"default_stream (--default-stream) {default_stream!r} is not a lane id "
+                                     f"(an integer 0..{MAX_LANE_ID})")
+    if annotations is None or default_stream == DEFAULT_GRAPH_LANE:
+        return default_stream
+    used = annotated_lanes(annotations)
+    if default_stream in used:
+        path = (list(files)[0] if files else annotations.source) or trace
+        raise LaneOptionError(
+            path, f"default_stream (--default-stream) {default_stream} is the lane '{used[default_stream]}' of "
+                  f"{_files(annotations, files)}: the graphed kernels without a lane would be drawn and measured "
+                  f"as part of it; pick a lane no annotation uses (annotated lanes: "
+                  f"{', '.join(str(k) for k in used)}; default {DEFAULT_GRAPH_LANE})")
+    return default_stream
 
 
 #: A lane shared by graphs that name it differently shows at most this many of the names.

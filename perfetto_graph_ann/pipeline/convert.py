@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from ..join.model import LaneLayout
     from ..util.progress import Progress
 
-__all__ = ["ConvertConfig", "convert", "convert_file", "Converted", "join_files", "read_and_join",
-           "resolve_graph_lanes", "write_joined"]
+__all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Converted", "join_files",
+           "read_and_join", "resolve_graph_lanes", "write_joined"]
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
@@ -48,47 +48,69 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             del trace
 
 
-def resolve_graph_lanes(requested: Optional[str], annotations: AnnotationSet, paths: Sequence[str],
-                        default: str = "all") -> str:
-    """The ``graph_lanes`` to join with: ``requested``, else ``default`` where a node is
-    annotated and ``"none"`` where none is. ``"all"`` without annotated nodes is refused
-    as torch 2.15 refuses it (an :class:`InputError`, exit 2), naming the files."""
-    from ..join.join import has_annotated_nodes
+def resolve_graph_lanes(requested: Optional[str], annotations: Optional[AnnotationSet], paths: Sequence[str],
+                        default: str = "all", trace: Optional[str] = None) -> str:
+    """The ``graph_lanes`` to join with, by the one rule (:func:`~perfetto_graph_ann.join.lanes.decide_graph_lanes`):
+    ``requested``, else ``default`` where a node is annotated and ``"none"`` where none is (or
+    no annotations were given: ``annotations`` None). ``"all"`` without annotated nodes is
+    refused as torch 2.15 refuses it (:class:`~perfetto_graph_ann.errors.LaneOptionError`,
+    exit 2), naming the files (or ``trace`` when there are none)."""
+    from ..join.lanes import decide_graph_lanes
 
-    annotated = has_annotated_nodes(annotations)
-    if requested is None:
-        return default if annotated else "none"
-    if requested == "all" and not annotated:
-        where = ", ".join(paths) if paths else "(no --annotations given)"
-        raise InputError(paths[0] if paths else None,
-                         f"--graph-lanes all needs annotations, and no node of {where} carries a field "
-                         "(torch 2.15 refuses the same)")
-    return requested
+    if requested is None and default == "none":
+        requested = "none"
+    return decide_graph_lanes(requested, annotations if paths or annotations is None or annotations.graphs else None,
+                              list(paths) or None, trace)
+
+
+def check_lane_options(trace: str, paths: Sequence[str], graph_lanes: Optional[str],
+                       default_stream: Optional[int] = None) -> None:
+    """Refuse, before anything is read, lane options that cannot apply because no annotation
+    file was given: ``--graph-lanes all`` (nothing to move kernels by; torch 2.15 refuses it
+    too) and ``--default-stream`` (only the join places kernels). With annotations the join
+    decides (:func:`~perfetto_graph_ann.join.lanes.decide_graph_lanes`, ``check_default_stream``)."""
+    from ..join.lanes import check_default_stream, decide_graph_lanes
+
+    if paths:
+        if default_stream is not None:
+            check_default_stream(default_stream, None, None, trace)  # a lane id at all; its lane is checked by the join
+        return
+    decide_graph_lanes(graph_lanes, None, None, trace)
+    if default_stream is not None:
+        from ..errors import LaneOptionError
+
+        raise LaneOptionError(trace, f"--default-stream {default_stream} applies only to a join: give the "
+                                     "annotations (--annotations FILE) whose unlaned kernels it places")
 
 
 def join_files(trace: KinetoTrace, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
-               default_stream: int = 7, default: str = "all") -> Tuple["LaneLayout", AnnotationSet]:
+               default_stream: Optional[int] = None, default: str = "all") -> Tuple["LaneLayout", AnnotationSet]:
     """Join ``trace`` with the annotations of ``paths`` (merged; each file's identity checked).
 
     ``graph_lanes`` None picks ``default`` where a node is annotated, else ``"none"``
-    (:func:`resolve_graph_lanes`). Returns ``(layout, merged annotations)``. Raises
-    :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` (exit 2, nothing written)
-    for annotations that do not belong to the trace, unless ``force``.
+    (:func:`resolve_graph_lanes`); ``default_stream`` None is torch's 7. Returns ``(layout,
+    merged annotations)``. Raises :class:`~perfetto_graph_ann.errors.AnnotationMismatchError`
+    (exit 2, nothing written) for annotations that do not belong to the trace, unless
+    ``force``, and :class:`~perfetto_graph_ann.errors.LaneOptionError` for lane options that
+    cannot apply to them.
     """
     from ..annotations.files import load_annotations, merge_annotation_sets
     from ..join import join
 
     sets = [load_annotations(p) for p in paths]
     merged = merge_annotation_sets(sets)
-    lanes = resolve_graph_lanes(graph_lanes, merged, paths, default=default)
-    return join(trace, merged, graph_lanes=lanes, default_stream=default_stream, force=force, sources=sets), merged
+    lanes = resolve_graph_lanes(graph_lanes, merged, paths, default=default, trace=trace.path)
+    return join(trace, merged, graph_lanes=lanes, default_stream=7 if default_stream is None else default_stream,
+                force=force, sources=sets), merged
 
 
 def read_and_join(trace_path: str, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
                   progress: "Optional[Progress]" = None,
                   on_join: Optional[Callable[["LaneLayout"], Any]] = None) -> Tuple[KinetoTrace, Optional["LaneLayout"]]:
     """A torch.profiler JSON trace and its layout: joined to ``paths`` (``on_join`` is told the
-    layout, e.g. to print its summary), else None. ``progress`` names the phases."""
+    layout, e.g. to print its summary), else None. ``progress`` names the phases. Lane
+    options without annotations are refused before the read (:func:`check_lane_options`)."""
+    check_lane_options(trace_path, paths, graph_lanes)
     with _phase(progress, f"reading {os.path.basename(trace_path)}"):
         trace = read_trace(trace_path)
     if not paths:
@@ -126,7 +148,7 @@ class Converted:
 
 
 def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lanes: Optional[str] = None,
-                 default_stream: int = 7, force: bool = False, config: ConvertConfig = ConvertConfig(),
+                 default_stream: Optional[int] = None, force: bool = False, config: ConvertConfig = ConvertConfig(),
                  progress: "Optional[Progress]" = None,
                  on_join: Optional[Callable[["LaneLayout"], Any]] = None) -> Converted:
     """The ``convert`` command: read ``src``, join it with the ``annotations`` files (if any),
@@ -134,12 +156,14 @@ def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lane
 
     ``graph_lanes`` None: torch's default for torch's format (``"none"`` for Chrome JSON),
     our lanes (``"all"``) for Perfetto's, ``"none"`` where no node is annotated.
-    ``on_join`` is told the layout as soon as the join is done. Inputs given as the output
-    are refused before anything is read.
+    ``on_join`` is told the layout as soon as the join is done. Inputs given as the output,
+    and lane options without annotations to apply to (:func:`check_lane_options`), are
+    refused before anything is read.
     """
     from ..util.atomic import refuse_input_as_output
 
     refuse_input_as_output(out, [src, *annotations])
+    check_lane_options(src, annotations, graph_lanes, default_stream)
     with paused_gc():
         with _phase(progress, f"reading {os.path.basename(src)}"):
             trace = read_trace(src)

@@ -19,13 +19,16 @@ __all__ = ["merge", "MergeReport"]
 
 
 def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Sequence[Optional[AnnotationSet]]] = None,
-          graph_lanes: str = "all", gzip: Optional[bool] = None,
+          graph_lanes: Optional[str] = None, gzip: Optional[bool] = None,
           labels: Optional[Sequence[Optional[str]]] = None, progress=None, force: bool = False) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
-    ``annotations``: None, or one entry per trace (None where a rank has none). With
-    ``graph_lanes="all"`` a rank whose annotations carry no field keeps its recorded streams
-    (``"none"``: torch 2.15 refuses ``"all"`` without annotations). The rank
+    ``annotations``: None, or one entry per trace (None where a rank has none).
+    ``graph_lanes``: None (default) moves each rank's graphed kernels to their lanes where its
+    annotations carry a field and keeps the recorded streams of a rank whose annotations carry
+    none; ``"all"`` / ``"none"`` as asked, ``"all"`` refused (``LaneOptionError``, naming the
+    rank's annotations) for a rank without annotated nodes, as torch 2.15 refuses it: one
+    rule for every entry point (``join.lanes.decide_graph_lanes``). The rank
     is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
     as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``;
     an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
@@ -40,7 +43,6 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
         return progress.phase(desc) if progress is not None else contextlib.nullcontext()
 
     from ..join import join
-    from ..join.join import has_annotated_nodes
     from ..read.kineto import read_trace
     from ..write.pftrace import check_protobuf_output, paused_gc, write_pftrace_stream
 
@@ -67,8 +69,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
                 with phase(f"joining and converting {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
                     layout = None
                     if ann is not None:
-                        lanes = graph_lanes if graph_lanes != "all" or has_annotated_nodes(ann) else "none"
-                        layout = join(trace, ann, graph_lanes=lanes, force=force)
+                        layout = join(trace, ann, graph_lanes=graph_lanes, force=force)
                     buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
                     write_pftrace_stream(trace, buf, layout)
                 base_time_ns = trace.base_time_ns

@@ -98,11 +98,13 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
             yield session
 
 
-def convert_for_task(src: str, sidecars: List[str], graph_lanes: str, out: str) -> Dict[str, Any]:
+def convert_for_task(src: str, sidecars: List[str], graph_lanes: Optional[str], out: str) -> Dict[str, Any]:
     """A fleet task's conversion, run on the worker: the JSON trace ``src`` (joined with
     ``sidecars``) to ``out``. Returns what was learnt on the way: its rank
     (``distributedInfo.rank``), base time and, when joined, the join's graphed and unmatched
-    counts. A module-level function, so a task carrying it pickles by reference."""
+    counts. ``graph_lanes`` None: the lanes where a node is annotated, else the recorded
+    streams (decided by the join). A module-level function, so a task carrying it pickles
+    by reference."""
     from ..read.kineto import read_trace
     from ..write.pftrace import paused_gc, write_pftrace
 

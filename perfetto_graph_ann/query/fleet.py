@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..errors import InputError, PathLike
-from ..formats import TRACE_SUFFIXES, SIDECAR_SUFFIXES, is_json_name, is_trace_name, run_sidecar, trace_stem
+from ..formats import (TRACE_SUFFIXES, SIDECAR_SUFFIXES, is_json_name, is_other_json, is_trace_name, run_sidecar,
+                       trace_stem)
 from .engine import EngineConfig
 from .executors import RayOptions, run_tasks
 from .straggler import FleetReport, RankTables, combine
@@ -38,15 +39,25 @@ FLEET_QUERIES = {
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
-def find_traces(inputs: Sequence[PathLike]) -> List[Path]:
+def find_traces(inputs: Sequence[PathLike], skipped: Optional[List[Path]] = None) -> List[Path]:
     """The traces named by ``inputs``: files as given, folders searched (not recursively)
-    for trace files, sidecars left out; sorted by name within a folder."""
+    for trace files, sidecars left out; sorted by name within a folder. A JSON file in a
+    folder that is certainly no trace (an object without ``traceEvents``, e.g. the demo's
+    ``summary.json``: :func:`~perfetto_graph_ann.formats.is_other_json`) is left out and
+    appended to ``skipped``; a file named on its own is always kept (loading it says what is
+    wrong with it)."""
     out: List[Path] = []
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            found = sorted((f for f in p.iterdir() if f.is_file() and is_trace_name(f.name)),
-                           key=lambda f: _natural_key(f.name))
+            found = []
+            for f in sorted((f for f in p.iterdir() if f.is_file() and is_trace_name(f.name)),
+                            key=lambda f: _natural_key(f.name)):
+                if is_json_name(f.name) and is_other_json(f):
+                    if skipped is not None:
+                        skipped.append(f)
+                    continue
+                found.append(f)
             if not found:
                 raise InputError(p, f"holds no trace files ({', '.join(TRACE_SUFFIXES)})")
             out.extend(found)
@@ -105,7 +116,8 @@ def fleet_report(
     """
     from .batch import annotation_inputs
 
-    paths = find_traces(traces)
+    skipped: List[Path] = []
+    paths = find_traces(traces, skipped)
     if annotations is None and find_sidecars:
         annotations = [find_sidecar(p) for p in paths]
     sidecars = annotation_inputs(annotations, len(paths))
@@ -116,7 +128,9 @@ def fleet_report(
     if ray_address is not None:
         opts = dataclasses.replace(opts, address=ray_address)
     results = run_tasks(tasks, executor, max_workers, progress, opts, desc="fleet")
-    return combine(_rank_tables(paths, results))
+    report = combine(_rank_tables(paths, results))
+    report.skipped = [str(p) for p in skipped]
+    return report
 
 
 def _rank_tables(paths: List[Path], results) -> List[RankTables]:

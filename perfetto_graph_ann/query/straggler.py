@@ -75,6 +75,8 @@ class FleetReport:
     arrivals: pd.DataFrame
     lanes: pd.DataFrame
     ranks: pd.DataFrame
+    #: files of the folders given that were left out as not traces (e.g. a ``summary.json``)
+    skipped: List[str] = dataclasses.field(default_factory=list)
 
     def worst_collectives(self, n: int = 10) -> pd.DataFrame:
         """The ``n`` instances with the largest arrival spread (blamed ones only)."""

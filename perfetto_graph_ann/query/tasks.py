@@ -74,7 +74,8 @@ class TraceTask:
     config: EngineConfig
     annotations: Tuple[FileInput, ...] = ()
     convert: bool = False
-    graph_lanes: str = "all"
+    #: None: the lanes where a node is annotated, else the recorded streams (the converter's join decides)
+    graph_lanes: Optional[str] = None
     arrow: bool = False
     converter: Optional[Converter] = None
 

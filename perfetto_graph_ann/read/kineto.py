@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import msgspec
 
 from .. import formats
-from ..errors import PathLike, TraceFormatError
+from ..errors import EMPTY_FILE, PathLike, TraceFormatError
 from .events import _msg, decode_events, us_to_ns
 from .model import KinetoTrace, TraceEvent
 
@@ -37,7 +37,7 @@ def read_trace(path: PathLike) -> KinetoTrace:
 def parse_trace_bytes(data: bytes, path: Optional[str] = None) -> KinetoTrace:
     """Decode the JSON text of a trace; ``path`` only names the file in errors."""
     if not data or data.isspace():  # not data.strip(): that copies the whole text
-        raise TraceFormatError(path, "file is empty")
+        raise TraceFormatError(path, EMPTY_FILE)
     split = _split_top(data)
     events: Optional[List[TraceEvent]] = None
     if split is not None:

