@@ -123,11 +123,13 @@ def test_query_timeout_cli_exit_2_no_engine_left(capsys):
     before = _children_of(os.getpid())
     engines_before = set(process.live_pids())
     t0 = time.monotonic()
-    assert main(["sql", str(TRACE), SLOW_SQL, "--engine", "portable", "--timeout", "1"]) == 2
-    assert time.monotonic() - t0 < 30
+    assert main(["sql", str(TRACE), SLOW_SQL, "--engine", "portable", "--timeout", "5"]) == 2
+    assert time.monotonic() - t0 < 40
     err = capsys.readouterr().err
     assert err.startswith(f"perfetto-graph-ann sql: error: {TRACE}: ")
-    assert "ran past its 1 s timeout" in err and "was stopped" in err
+    # --timeout bounds the whole command: the query is stopped, or (a loaded machine) the load ran past it
+    assert ("ran past its 5 s timeout" in err and "was stopped" in err) or \
+        "ran past its --timeout of 5 s before the query ran" in err, err
     _settle(before, "\0never\0")
     assert set(process.live_pids()) <= engines_before  # other tests' cached engines are not ours
 
