@@ -65,6 +65,8 @@ _LAZY = {
     "scope_instances": "query.metrics",
     "scope_slowest": "query.metrics",
     "graph_replays": "query.metrics",
+    "module_summary": "query.metrics",
+    "module_instances": "query.metrics",
     "EngineConfig": "query.engine.config",
 }
 
@@ -90,7 +92,8 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .query.engine.config import EngineConfig
     from .query.executors import RayOptions
     from .query.metrics import (collectives, graph_replays, lane_gaps, lane_idle, lane_summary, lane_top_kernels,
-                                overlap, replay_lanes, replays, scope_instances, scope_slowest, scope_summary)
+                                module_instances, module_summary, overlap, replay_lanes, replays, scope_instances,
+                                scope_slowest, scope_summary)
     from .query.session import open_trace
     from .query.straggler import FleetReport
     from .read.kineto import read_trace

@@ -17,6 +17,7 @@ from typing import Any, Dict, List
 
 import pytest
 from capture_fakes import FAKE_TORCH_STREAM
+from engine_support import requires_portable as requires_portable_engine
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import api, instrument as inst, modules as mods
@@ -358,3 +359,78 @@ def test_sidecar_saved_beside_traces_is_found_by_convert(tmp_path):
     from perfetto_graph_ann.query.fleet import find_sidecar
 
     assert find_sidecar(trace) == tmp_path / "node7_4321.pga"
+
+
+# ---- SQL: graph_ann.modules, computed independently from the events -------------------------
+
+def module_graph():
+    """One graph: Decoder > layers.0 > layers.0.attn, as module scopes record them."""
+    from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord, ScopeInstance
+    from test_replay_record import KERNELS_OF
+
+    def f(path, cls):
+        return {"name": path, "module": path, "module_class": cls}
+
+    scopes = (ScopeInstance(0, f("Decoder", "Decoder")), ScopeInstance(1, f("layers.0", "Layer"), 0),
+              ScopeInstance(2, f("layers.0.attn", "Attention"), 1))
+    inner = [(f("layers.0", "Layer"), (0, 1)), (f("layers.0.attn", "Attention"), (0, 1, 2)),
+             (f("Decoder", "Decoder"), (0,))]
+    nodes = tuple(NodeRecord(key=(5 << 32) | i, kernel=k, grid=grid, block=(128, 1, 1), annotation=inner[i][0],
+                             scopes=inner[i][1], stream=7, ordinal=i)  # calibrated: the two GEMMs told apart
+                  for i, (k, grid) in enumerate(KERNELS_OF))
+    return AnnotationSet(graphs=(GraphRecord(5, nodes, name="decode", scopes=scopes),))
+
+
+@requires_portable_engine
+def test_sql_modules_total_self_and_share(tmp_path):
+    from test_replay_record import Launch, write_trace
+
+    from perfetto_graph_ann.join import join
+    from perfetto_graph_ann.pipeline.convert import convert
+    from perfetto_graph_ann.query import metrics
+    from perfetto_graph_ann.query.session import open_trace
+    from perfetto_graph_ann.read.kineto import read_trace
+
+    launches = [Launch(5, 1, 1000 * (i + 1)) for i in range(3)]
+    write_trace(tmp_path / "t.json", launches)
+    trace = read_trace(tmp_path / "t.json")
+    out = tmp_path / "t.pftrace"
+    convert(trace, out, layout=join(trace, module_graph()))
+    doc = json.loads((tmp_path / "t.json").read_text())
+    # expected, from the events: kernel j of each launch is node j
+    per = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            per.setdefault(e["args"]["correlation"], []).append((round(e["ts"] * 1000), round(e["dur"] * 1000)))
+    expect = {}
+    for replay, corr in enumerate(sorted(per)):
+        ks = sorted(per[corr])
+        union = lambda ivs: sum(d for _, d in ivs)  # noqa: E731 (the synthetic kernels never overlap)
+        total_all = union(ks)
+        for path, members, own in (("Decoder", [0, 1, 2], [2]), ("layers.0", [0, 1], [0]),
+                                   ("layers.0.attn", [1], [1])):
+            total = union([ks[i] for i in members])
+            expect[(replay, path)] = (len(members), total, sum(ks[i][1] for i in own), total / total_all)
+    with open_trace(out, engine="portable") as s:
+        inst = metrics.module_instances(s)
+        summ = metrics.module_summary(s)
+    got = {(r.replay, r.module_path): (r.kernel_count, r.total_dur, r.self_dur, r.replay_share)
+           for r in inst.itertuples()}
+    assert got.keys() == expect.keys()
+    for k, (n, total, self_, share) in expect.items():
+        g = got[k]
+        assert (g[0], g[1], g[2]) == (n, total, self_) and abs(g[3] - share) < 1e-12, (k, g)
+    assert dict(zip(inst.module_path, inst.module_class)) == {"Decoder": "Decoder", "layers.0": "Layer",
+                                                             "layers.0.attn": "Attention"}
+    assert dict(zip(summ.module_path, summ.depth)) == {"Decoder": 0, "layers.0": 1, "layers.0.attn": 2}
+    assert set(summ.replays) == {3} and list(summ.module_path)[0] == "Decoder"  # largest total first
+    # the CLI: report --by module adds the table; without it the report is as before
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200")
+    cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable",
+                         "--by", "module", "-q"], capture_output=True, text=True, env=env, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    section = cp.stdout.split("Modules, per module path across replays (graph_ann_module_summary)\n", 1)[1]
+    assert [ln.split()[1] for ln in section.strip().splitlines()[2:5]] == ["Decoder", "layers.0", "layers.0.attn"]
+    cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable", "-q"],
+                        capture_output=True, text=True, env=env, timeout=300)
+    assert cp.returncode == 0 and "graph_ann_module_summary" not in cp.stdout

@@ -40,17 +40,22 @@ def _value_text(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+#: Fields of a module scope (``capture/modules.py``) that its label leaves out: its ``name`` is
+#: the module path already; the class is written as the scope slice's ``module class`` arg.
+MODULE_FIELDS = ("module", "module_class")
+
+
 def scope_label(fields: Mapping[str, Any]) -> str:
     """Display name of a scope: its ``name`` plus its other fields.
 
     ``{"name": "layer", "layer": 3}`` -> ``layer 3`` (a field named like the scope shows
-    its value only); ``{"name": "attn", "head": 2}`` -> ``attn head=2``; the lane field is
-    left out (lanes have tracks of their own).
+    its value only); ``{"name": "attn", "head": 2}`` -> ``attn head=2``; the lane field and a
+    module scope's ``module`` / ``module_class`` are left out.
     """
     name = fields.get("name")
     parts: List[str] = [str(name)] if name is not None else []
     for k, v in fields.items():
-        if k == "name" or k in LANE_FIELDS:
+        if k == "name" or k in LANE_FIELDS or k in MODULE_FIELDS:
             continue
         parts.append(_value_text(v) if k == name else f"{k}={_value_text(v)}")
     return " ".join(parts) if parts else "scope"

@@ -41,6 +41,9 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
     "scopes": ("Scopes on the GPU, per scope across replays (graph_ann_scope_stats)", [
         "graph_name", "scope_path", "instance_count", "kernel_count", "mean_dur", "p50_dur", "p90_dur",
         "max_dur", "mean_busy_dur"]),
+    "modules": ("Modules, per module path across replays (graph_ann_module_summary)", [
+        "graph_name", "module_path", "module_class", "depth", "replays", "kernel_count", "mean_total_dur",
+        "mean_self_dur", "mean_replay_share"]),
 }
 
 
@@ -51,6 +54,9 @@ def register(sub) -> argparse.ArgumentParser:
                                 options.text_output(), options.verbosity(),
                                 options.top("kernels", 5, "the N kernels with the most GPU time per lane")])
     p.add_argument("trace", help=".pftrace written by this package, or a torch.profiler JSON trace (.json, .json.gz)")
+    p.add_argument("--by", choices=("module",), action="append", default=[],
+                   help="module: also the time of every nn.Module path across replays (module scopes of "
+                   "perfetto-graph-ann run --modules, pga.instrument(modules=True) or pga.mark_modules)")
     p.set_defaults(func=run)
     return p
 
@@ -110,7 +116,8 @@ def _report(args: argparse.Namespace, progress) -> str:
         # each module on its own first, so the progress line says which one runs
         include_modules(s, [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS], progress)
         with progress.phase("reading the report tables"):
-            tables = with_groups(metrics.report(s, top=args.top_kernels), metrics.groups(s))
+            tables = with_groups(metrics.report(s, top=args.top_kernels, modules="module" in args.by),
+                                 metrics.groups(s))
         start = trace_start_ns(s) if args.format == "table" else None
     if args.format == "csv":
         return CsvTables(tables, [args.trace, *args.annotations])

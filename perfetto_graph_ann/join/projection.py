@@ -110,7 +110,8 @@ class _GraphInfo(NamedTuple):
 
     per_node: Dict[int, Tuple[int, ...]]  #: node key -> instance ids around it
     groups: Dict[Tuple, List[int]]  #: loose signature -> node keys (for ambiguous matches)
-    labels: Dict[int, Tuple[int, int, str, str]]  #: instance id -> (depth, id, label, path); sorts parents first
+    #: instance id -> (depth, id, label, path, module class or None); sorts parents first
+    labels: Dict[int, Tuple[int, int, str, str, Optional[str]]]
     ancestors: Dict[int, Tuple[int, ...]]  #: instance id -> enclosing instance ids, innermost first
     gpu_nodes: frozenset  #: keys of the graph's GPU-work nodes: what a whole replay runs
 
@@ -126,7 +127,8 @@ def _graph_info(g: Any) -> _GraphInfo:
     for iid in instances:
         chain = path_of(instances, iid)
         names = [scope_label(s.fields) for s in chain]
-        labels[iid] = (len(chain) - 1, iid, names[-1], " / ".join(names))
+        cls = chain[-1].fields.get("module_class")
+        labels[iid] = (len(chain) - 1, iid, names[-1], " / ".join(names), cls if isinstance(cls, str) else None)
         ancestors[iid] = tuple(s.id for s in reversed(chain[:-1]))
     gpu_nodes = frozenset(k for keys in groups.values() for k in keys)
     return _GraphInfo(per_node, groups, labels, ancestors, gpu_nodes)
@@ -248,10 +250,12 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
                 skipped_scopes[REASON_SCOPE_GUESS] = skipped_scopes.get(REASON_SCOPE_GUESS, 0) + 1
                 continue
             spans = acc[iid]
-            depth, _, label, path = labels[iid]
+            depth, _, label, path, module_class = labels[iid]
             sargs: Dict[str, Any] = {"graph id": gid, "replay": idx}
             if depth:
                 sargs["scope path"] = path
+            if module_class is not None:
+                sargs["module class"] = module_class
             sargs["kernel count"] = len(spans)
             if len(spans) == 1:
                 s, t = spans[0]

@@ -57,6 +57,9 @@ METRICS: Dict[str, Metric] = {
                             "group_id, graph_id, first_ts, depth, scope_path"),
     "scope_instances": Metric("graph_ann.scopes", "graph_ann_scope_instance", "group_id, device, ts, depth, id"),
     "scope_slowest": Metric("graph_ann.scopes", "graph_ann_scope_slowest", "dur DESC, id"),
+    "module_summary": Metric("graph_ann.modules", "graph_ann_module_summary",
+                             "group_id, graph_id, mean_total_dur DESC, module_path"),
+    "module_instances": Metric("graph_ann.modules", "graph_ann_module_instance", "group_id, device, ts, depth, id"),
 }
 
 
@@ -197,11 +200,23 @@ def scope_slowest(trace: TraceArg, top: Optional[int] = None, engine: str = "aut
         return _frame(s.query(sql))
 
 
-def report(trace: TraceArg, top: int = 5, engine: str = "auto") -> Dict[str, "object"]:
+def module_summary(trace: TraceArg, engine: str = "auto"):
+    """Per module path and graph across replays (module scopes: ``pga.instrument(modules=True)``,
+    ``perfetto-graph-ann run --modules``, ``pga.mark_modules``): mean total time (submodules
+    included), mean self time, share of the replay, kernel count, depth."""
+    return query_metric(trace, "module_summary", engine=engine)
+
+
+def module_instances(trace: TraceArg, engine: str = "auto"):
+    """Every module call of every replay: path, class, depth, span, total and self time, share."""
+    return query_metric(trace, "module_instances", engine=engine)
+
+
+def report(trace: TraceArg, top: int = 5, engine: str = "auto", modules: bool = False) -> Dict[str, "object"]:
     """All report tables from one session: ``{name: DataFrame}`` in print order (each with
-    its ``group_id``; :func:`groups` names the groups)."""
+    its ``group_id``; :func:`groups` names the groups). ``modules``: also the module table."""
     with _session(trace, engine) as s:
-        return {
+        out = {
             "lane_summary": _select(s, "lane_summary"),
             "lane_top_kernels": _select(s, "lane_top_kernels", _top_where(top)),
             "replays": _select(s, "replays"),
@@ -210,3 +225,6 @@ def report(trace: TraceArg, top: int = 5, engine: str = "auto") -> Dict[str, "ob
             "lane_idle": _select(s, "lane_idle"),
             "scopes": _select(s, "scope_summary"),
         }
+        if modules:
+            out["modules"] = _select(s, "module_summary")
+        return out
