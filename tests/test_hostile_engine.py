@@ -127,7 +127,8 @@ def test_query_timeout_cli_exit_2_no_engine_left(capsys):
     assert time.monotonic() - t0 < 30
     err = capsys.readouterr().err
     assert err.startswith(f"perfetto-graph-ann sql: error: {TRACE}: ")
-    assert "ran past its 1 s timeout" in err and "was stopped" in err
+    # --timeout is the whole command's budget (issue 32): the load may use it up before the query
+    assert "ran past its --timeout of 1 s" in err and "was stopped" in err, err
     _settle(before, "\0never\0")
     assert set(process.live_pids()) <= engines_before  # other tests' cached engines are not ours
 
