@@ -170,7 +170,7 @@ def test_json_type_errors(tmp_path, mutate, problem):
 
 
 @pytest.mark.parametrize("content,problem", [
-    (b"", "the file is empty (0 bytes)"),
+    (b"", r"the file is empty \(0 bytes\)"),
     (b'{"format": "perfetto_graph_ann.sidecar", "version": 1, "graphs": [', "not valid JSON"),
     (b'{"format": "perfetto_graph_ann.sidecar", "version": NaN, "graphs": []}', "not valid JSON"),
     (b"[" * 100000, "nested too deeply"),

@@ -75,7 +75,7 @@ class _Deadline:
             from ..errors import QueryTimeoutError
 
             raise QueryTimeoutError(f"{self.trace}: ran past its --timeout of {self.seconds:g} s before the query "
-                                    f"ran ({used:.1f} s loading the trace)")
+                                    f"ran ({used:.1f} s loading the trace); the trace processor was stopped")
         return self.seconds - used
 
 
@@ -115,14 +115,22 @@ def _query(args: argparse.Namespace, progress) -> str:
             except GraphAnnError as e:
                 if not deadline.expired():
                     raise
-                raise QueryTimeoutError(f"{args.trace}: ran past its --timeout of {args.timeout:g} s while "
-                                        f"loading the trace ({str(e).splitlines()[0]})") from e
+                raise QueryTimeoutError(f"{args.trace}: ran past its --timeout of {args.timeout:g} s while the "
+                                        "trace processor started and loaded the trace; it was stopped") from e
         from ..query.includes import include_modules, split_includes
 
-        if progress.enabled:  # each included module on its own, to say which one runs
-            for module in split_includes(args.sql)[0]:
-                include_modules(session, [module], progress, timeout_s=deadline.left())
-        with progress.phase("running the query"):
-            df = session.query(args.sql, timeout_s=deadline.left()).df()
+        try:
+            if progress.enabled:  # each included module on its own, to say which one runs
+                for module in split_includes(args.sql)[0]:
+                    include_modules(session, [module], progress, timeout_s=deadline.left())
+            with progress.phase("running the query"):
+                df = session.query(args.sql, timeout_s=deadline.left()).df()
+        except QueryTimeoutError as e:
+            if args.timeout is None or not deadline.expired():
+                raise
+            sql_line = "".join("\n" + line for line in str(e).splitlines()[1:])
+            raise QueryTimeoutError(f"{args.trace}: ran past its --timeout of {args.timeout:g} s (the query was "
+                                    f"still running); the {session.engine.kind} trace processor was stopped"
+                                    f"{sql_line}") from e
         start = trace_start_ns(session) if args.format == "table" else None
     return format_frame(df, args.format, start)
