@@ -308,7 +308,8 @@ END_FIELD = 1901
 START_TEXT = b"perfetto_graph_ann trace: ends with a completeness record (TracePacket field 1901)"
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """A protobuf base-128 varint of a non-negative int (the encoders' plain path)."""
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -319,7 +320,7 @@ def _varint(value: int) -> bytes:
 
 def _field(field: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field: tag, length, payload."""
-    return _varint((field << 3) | 2) + _varint(len(payload)) + payload
+    return varint((field << 3) | 2) + varint(len(payload)) + payload
 
 
 #: The start mark, framed as the first packet of a trace (``Trace.packet`` is field 1).

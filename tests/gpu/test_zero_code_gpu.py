@@ -55,6 +55,15 @@ def per_replay_modules(trace, layout):
     return {c: {k: sorted(v) for k, v in m.items()} for c, m in out.items()}
 
 
+def kernel_kinds(trace, layout, kind) -> collections.Counter:
+    """Graphed kernels counted by ``kind(args of their placement)``."""
+    out = collections.Counter()
+    for e in trace.events:
+        if e.is_gpu_work and e.category == "kernel" and e.index in layout.placements:
+            out[kind(layout.placements[e.index].args)] += 1
+    return out
+
+
 def test_runner_in_a_child_process_module_paths_equal_the_eager_truth(tmp_path, results):
     out = tmp_path / "o"
     run_instrumented(out, "runner", "--modules")
@@ -84,11 +93,8 @@ def test_reduce_overhead_labels_nothing_wrong(tmp_path, results):
     out = tmp_path / "o"
     run_instrumented(out, "compile", "--modules")
     trace, layout, ann = joined(out, "compile")
-    kinds = collections.Counter()
-    for e in trace.events:
-        if e.is_gpu_work and e.category == "kernel" and e.index in layout.placements:
-            p = layout.placements[e.index]
-            kinds["module path" if "module" in p.args else ("region" if "name" in p.args else "none")] += 1
+    kinds = kernel_kinds(trace, layout, lambda a: "module path" if "module" in a else (
+        "region" if "name" in a else "none"))
     res = {"graphs": len(ann.graphs), "kernels": dict(kinds), "report": layout.report.replay_graphs}
     results["zero_code_compile"] = res
     print("zero_code_compile", json.dumps(res))
@@ -100,11 +106,8 @@ def test_make_graphed_callables_training_step(tmp_path, results):
     out = tmp_path / "o"
     run_instrumented(out, "graphed_callables", "--modules")
     trace, layout, ann = joined(out, "graphed")
-    phases = collections.Counter()
-    for e in trace.events:
-        if e.is_gpu_work and e.category == "kernel" and e.index in layout.placements:
-            p = layout.placements[e.index]
-            phases[(p.args.get("autograd_phase", "forward") if "module" in p.args else "unlabelled")] += 1
+    phases = kernel_kinds(trace, layout, lambda a: a.get("autograd_phase", "forward") if "module" in a
+                          else "unlabelled")
     res = {"graphs": len(ann.graphs), "kernels": dict(phases), "report": layout.report.replay_graphs}
     results["zero_code_graphed_callables"] = res
     print("zero_code_graphed_callables", json.dumps(res))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import struct
 from typing import Dict
 
+from ...formats import varint as _plain_varint
+
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
 
@@ -35,12 +37,7 @@ def varint(value: int) -> bytes:
         return _LOW14[value & 0x3FFF] + _LOW14[(value >> 14) & 0x3FFF] + _ONE_BYTE[value >> 28]
     if value < 0:
         value += 1 << 64
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return _plain_varint(value)
 
 
 def small_varint(value: int) -> bytes:
