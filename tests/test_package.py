@@ -39,6 +39,16 @@ def test_import_does_not_import_torch():
     assert_torch_free("import perfetto_graph_ann; perfetto_graph_ann.AnnotationSet")
 
 
+def test_torch_guard_sees_a_guarded_import():
+    """The check above can fail without torch installed: an optional import is seen too."""
+    from torch_guard import torch_import_attempts
+
+    code = ("import importlib.util\n"
+            "for probe in (lambda: __import__('torch.cuda'), lambda: importlib.util.find_spec('torch')):\n"
+            "    try:\n        probe()\n    except ImportError:\n        pass\n")
+    assert torch_import_attempts(code) == (["torch", "torch"], False)
+
+
 def test_ci_has_torch_for_the_cpu_torch_tests():
     """CI runs the README's test command, whose ``test-torch`` extra installs torch: there the
     CPU tests that need real torch must run, not skip (issue 37)."""
@@ -49,16 +59,6 @@ def test_ci_has_torch_for_the_cpu_torch_tests():
     if os.environ.get("CI") != "true":
         pytest.skip("not CI (CI=true): the torch tests skip where torch is not installed")
     assert importlib.util.find_spec("torch") is not None, "CI without torch: install the test-torch extra"
-
-
-def test_torch_guard_sees_a_guarded_import():
-    """The check above can fail without torch installed: an optional import is seen too."""
-    from torch_guard import torch_import_attempts
-
-    code = ("import importlib.util\n"
-            "for probe in (lambda: __import__('torch.cuda'), lambda: importlib.util.find_spec('torch')):\n"
-            "    try:\n        probe()\n    except ImportError:\n        pass\n")
-    assert torch_import_attempts(code) == (["torch", "torch"], False)
 
 
 def test_bundled_folders_exist():

@@ -148,7 +148,8 @@ def with_groups(tables: Dict[str, "object"], groups) -> Dict[str, "object"]:
 def _open_json(args: argparse.Namespace, progress):
     """A session on the torch.profiler JSON trace, joined to --annotations (if any) and
     converted with only the args the SQL modules read."""
-    from ..pipeline.query import open_json
+    with progress.phase(f"reading {os.path.basename(args.trace)}"):  # pandas: inside the phase (see _report)
+        from ..pipeline.query import open_json
 
     return open_json(args.trace, args.annotations, args.graph_lanes, args.force_annotations, engine=args.engine,
                      sql_args_only=True, progress=progress,
