@@ -78,14 +78,13 @@ CREATE PERFETTO TABLE _graph_ann_track_group(
   group_id LONG
 ) AS
 SELECT f.track_id, g.group_id
-FROM (
-  SELECT track_id, MIN(id) AS first_id
-  FROM slice
-  -- a constant condition: evaluated once, so a trace of one group reads no slice here
-  WHERE (SELECT COUNT(*) FROM graph_ann_group) > 1
-  GROUP BY track_id
-) AS f
+-- the count first, as the outer loop (CROSS JOIN keeps the order): with one group the
+-- condition fails before any slice is read (a constant subquery in the WHERE clause read
+-- the slices all the same, 0.1 s at 1M slices)
+FROM (SELECT COUNT(*) AS n FROM graph_ann_group) AS c
+CROSS JOIN (SELECT track_id, MIN(id) AS first_id FROM slice GROUP BY track_id) AS f
 JOIN slice AS s ON s.id = f.first_id
 JOIN graph_ann_group AS g
   ON g.rank = EXTRACT_ARG(s.arg_set_id, 'debug.rank') AND g.label IS EXTRACT_ARG(s.arg_set_id, 'debug.label')
+WHERE c.n > 1
 ORDER BY f.track_id;

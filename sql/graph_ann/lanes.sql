@@ -76,21 +76,24 @@ CREATE PERFETTO TABLE _graph_ann_profiled_span(
   -- Length of the span.
   dur DURATION
 ) AS
-SELECT 0 AS group_id, ts, end_ts - ts AS dur
-FROM (
+-- Each branch starts from the group count as its outer loop (CROSS JOIN keeps
+-- the order), so a trace reads its slices for one branch only.
+SELECT 0 AS group_id, p.ts, p.end_ts - p.ts AS dur
+FROM (SELECT COUNT(*) AS n FROM graph_ann_group) AS c
+CROSS JOIN (
   SELECT
     -- The first start by the trace processor's own filter and order (slices
     -- are kept sorted by start).
     (SELECT ts FROM slice WHERE dur >= 0 ORDER BY ts LIMIT 1) AS ts,
     (SELECT MAX(ts + dur) FROM slice WHERE dur >= 0) AS end_ts
-)
--- constant conditions: evaluated once, so each trace reads its slices for one branch only
-WHERE (SELECT COUNT(*) FROM graph_ann_group) = 1
+) AS p
+WHERE c.n = 1
 UNION ALL
 SELECT g.group_id, MIN(s.ts) AS ts, MAX(s.ts + s.dur) - MIN(s.ts) AS dur
-FROM slice AS s
+FROM (SELECT COUNT(*) AS n FROM graph_ann_group) AS c
+CROSS JOIN slice AS s
 JOIN _graph_ann_track_group AS g USING (track_id)
-WHERE s.dur >= 0 AND (SELECT COUNT(*) FROM graph_ann_group) > 1
+WHERE c.n > 1 AND s.dur >= 0
 GROUP BY g.group_id;
 
 -- One row per lane of each GPU: work count, busy time, utilization and the
