@@ -203,3 +203,21 @@ def test_a_run_without_replays_is_refused(tmp_path):
     with pytest.raises(InputError, match="no CUDA graph replays") as e:
         pga.diff(SEED, eager, base_annotations=CAP, engine="portable")
     assert e.value.path == eager
+
+
+def test_a_removed_kernel_keeps_the_graph_matched_by_name(tmp_path):
+    import perfetto_graph_ann as pga
+
+    graph = str(fixture_trace("seed_block_graph"))  # no annotations: graphs keyed by the launch
+    with gzip.open(graph, "rt") as f:
+        doc = json.load(f)
+    n = len(doc["traceEvents"])
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not (e.get("cat") == "kernel" and "Gelu" in e["name"])]
+    assert n - len(doc["traceEvents"]) == 5
+    df = pga.diff(graph, _write(doc, tmp_path / "no_gelu.trace.json.gz"), engine="portable")
+    replay = df[df["kind"] == "replay"].iloc[0]
+    assert replay["status"] == "kernel count changed (14 -> 13)"
+    assert (replay["base_p50_kernel_count"], replay["new_p50_kernel_count"]) == (14, 13)
+    gone = df[df["status"] == "vanished"]
+    assert list(gone["kind"]) == ["kernel"] and "Gelu" in gone.iloc[0]["name"] and gone.iloc[0]["real"]
+    assert not (df["status"] == "new").any()
