@@ -7,6 +7,7 @@ and the per-replay union from the file's own ``ts`` / ``dur``.
 from __future__ import annotations
 
 import copy
+import csv
 import gzip
 import json
 from decimal import ROUND_HALF_UP, Decimal
@@ -169,6 +170,13 @@ def test_vanished_and_new_kernels_are_listed(tmp_path, capsys):
     assert vanished[0]["real"] and new[0]["real"]
     assert new[0]["delta_dur"] == new[0]["new_dur"] > 0 and vanished[0]["delta_dur"] == -vanished[0]["base_dur"]
     assert rows[("kernel", "my_fused_softmax_kernel")]["base_replays"] == 0
+    # csv: one table in the file -o names, every column, raw values
+    out_csv = tmp_path / "diff.csv"
+    assert main(["diff", SEED, path, "--engine", "portable", "--format", "csv", "-o", str(out_csv), "-q"]) == 0
+    with open(out_csv, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(result["rows"]) and table[0]["kind"] == "replay"
+    assert {r["name"] for r in table if r["status"] == "new"} == {"my_fused_softmax_kernel"}
     # the table says the rule above it and lists both
     assert main(["diff", SEED, path, "--engine", "portable", "--top", "50"]) == 0
     text = capsys.readouterr().out

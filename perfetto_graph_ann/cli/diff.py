@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from . import options
 
@@ -69,15 +70,16 @@ def _annotations(args: argparse.Namespace):
 def _diff(args: argparse.Namespace, progress) -> str:
     from ..pipeline.diff import DiffConfig, diff
     from ..util.atomic import refuse_input_as_output
-    from ._common import CsvTables
 
     refuse_input_as_output(args.output, [args.base, args.new, *args.annotations])
     anns = _annotations(args)
     config = DiffConfig(spread=args.spread, graph_lanes=args.graph_lanes, force=args.force_annotations)
     df = diff(args.base, args.new, anns[0], anns[1], config=config, engine=args.engine, progress=progress)
     rule = df.attrs["rule"]
-    if args.format == "csv":
-        return CsvTables({"diff": df}, [args.base, args.new, *args.annotations])
+    if args.format == "csv":  # one table: the file -o names (raw values); the rule goes to stderr
+        if not args.quiet:
+            print(f"perfetto-graph-ann diff: {rule}", file=sys.stderr)
+        return df.to_csv(index=False)
     if args.format == "json":
         return json.dumps({"base": args.base, "new": args.new, "rule": rule,
                            "rows": json.loads(df.to_json(orient="records"))}, indent=1) + "\n"
