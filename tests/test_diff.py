@@ -229,3 +229,13 @@ def test_a_removed_kernel_keeps_the_graph_matched_by_name(tmp_path):
     gone = df[df["status"] == "vanished"]
     assert list(gone["kind"]) == ["kernel"] and "Gelu" in gone.iloc[0]["name"] and gone.iloc[0]["real"]
     assert not (df["status"] == "new").any()
+
+
+def test_collectives_are_matched_by_type():
+    import perfetto_graph_ann as pga
+
+    graph = str(fixture_trace("allreduce_graph_rank0"))  # the graphed NCCL kernel lost its metadata
+    df = pga.diff(graph, graph, engine="portable")
+    coll = df[df["kind"] == "collective"]
+    assert list(coll["name"]) == ["allreduce"] and coll.iloc[0]["status"] == "matched"
+    assert coll.iloc[0]["base_replays"] == 5 and not df["real"].any()

@@ -15,7 +15,9 @@
 -- `pga.graph`), else `graph <graph id>`, else the launch call's name (a trace
 -- joined without annotations). Items are keyed by name within a replay:
 -- scopes by their path, lanes by their name, collectives by their type (else
--- the kernel name), kernels (and memcpy / memset work) by name.
+-- the kernel name), kernels (and memcpy / memset work) by name. The GPU work is
+-- read from `_graph_ann_work` (the table under `graph_ann_gpu_work`), not the
+-- view: none of the arguments the view reads per row is needed here.
 
 INCLUDE PERFETTO MODULE graph_ann.replays;
 INCLUDE PERFETTO MODULE graph_ann.scopes;
@@ -29,7 +31,7 @@ CREATE PERFETTO TABLE _graph_ann_diff_replay_gpu(
   gpu_dur DURATION
 ) AS
 SELECT launch_id, SUM(dur) AS gpu_dur
-FROM graph_ann_gpu_work
+FROM _graph_ann_work
 WHERE is_graphed AND launch_id IS NOT NULL
 GROUP BY launch_id;
 
@@ -105,7 +107,7 @@ CREATE PERFETTO TABLE graph_ann_diff_item(
 WITH
   work AS (
     SELECT launch_id, group_id, lane_id, name, dur
-    FROM graph_ann_gpu_work
+    FROM _graph_ann_work
     WHERE is_graphed AND launch_id IS NOT NULL
   ),
   lane_gpu AS (
@@ -148,7 +150,7 @@ SELECT
   NULL AS busy_dur,
   SUM(c.dur) AS gpu_dur
 FROM graph_ann_collective AS c
-JOIN graph_ann_gpu_work AS w USING (id)
+JOIN _graph_ann_work AS w USING (id)
 WHERE w.is_graphed AND w.launch_id IS NOT NULL
 GROUP BY w.group_id, w.launch_id, COALESCE(c.collective_type, c.name)
 UNION ALL
