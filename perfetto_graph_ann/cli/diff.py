@@ -18,6 +18,16 @@ TABLE_COLUMNS = ["rank", "kind", "name", "status", "real", "delta_dur", "delta_f
                  "base_spread_dur", "new_spread_dur", "base_p50_kernel_count", "new_p50_kernel_count"]
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("diff", help="what changed between two runs: replays, scopes, lanes, kernels",
                        description=__doc__.split("\n\n")[1],
@@ -30,6 +40,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--spread", choices=("range", "iqr"), default="range",
                    help="replay-to-replay spread a difference must exceed in both runs to be real: range "
                    "(max - min, default) or iqr (p75 - p25)")
+    p.add_argument("--min-delta-ns", type=_non_negative_int, default=0, metavar="NS",
+                   help="a real difference must also exceed NS nanoseconds (default 0)")
     p.add_argument("--top", type=options.positive_int, default=30, metavar="N",
                    help="table format: show the first N ranked differences (default 30; csv / json: all)")
     p.set_defaults(func=run)
@@ -73,7 +85,8 @@ def _diff(args: argparse.Namespace, progress) -> str:
 
     refuse_input_as_output(args.output, [args.base, args.new, *args.annotations])
     anns = _annotations(args)
-    config = DiffConfig(spread=args.spread, graph_lanes=args.graph_lanes, force=args.force_annotations)
+    config = DiffConfig(spread=args.spread, min_delta_ns=args.min_delta_ns, graph_lanes=args.graph_lanes,
+                        force=args.force_annotations)
     df = diff(args.base, args.new, anns[0], anns[1], config=config, engine=args.engine, progress=progress)
     rule = df.attrs["rule"]
     if args.format == "csv":  # one table: the file -o names (raw values); the rule goes to stderr
