@@ -116,8 +116,9 @@ def read_diff(session, paths: Sequence[str], config: Optional[DiffConfig] = None
 
 
 def _graph_pairs(replays) -> Tuple[Dict[Tuple[str, str], Tuple[str, str]], List[dict]]:
-    """Match graphs: by (name, kernel count), then by name alone. Returns the (run, launch key)
-    -> graph key of every replay's graph that matched or not, and the graphs' descriptions."""
+    """Match graphs: by (name, kernel count), then by name alone. Returns (run, (name, kernel
+    count)) -> the graph's key in the diff, for every graph of either run, matched or not, and
+    per graph key its status (``matched``, ``kernel count changed (a -> b)``, ``new``, ``vanished``)."""
     keys = {}
     for run in LABELS:
         sub = replays[replays["run"] == run]
@@ -150,7 +151,7 @@ def _graph_pairs(replays) -> Tuple[Dict[Tuple[str, str], Tuple[str, str]], List[
 
 def compare(replays, items, config: Optional[DiffConfig] = None):
     """The diff of the rows of ``graph_ann_diff_replay`` / ``graph_ann_diff_item`` of two runs,
-    each with a ``run`` column (``base`` / ``new``); see :func:`diff`."""
+    each with a ``run`` column (``base`` / ``new``); see :func:`perfetto_graph_ann.pipeline.diff.diff`."""
     import pandas as pd
 
     config = config or DiffConfig()
