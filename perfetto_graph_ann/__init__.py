@@ -46,6 +46,8 @@ _LAZY = {
     "join_trace": ("join.join", "join"),  # not "join": that name is the subpackage
     "convert": "pipeline.convert",
     "merge": "pipeline.merge",
+    "diff": "pipeline.diff",
+    "DiffConfig": "query.diff",
     # query
     "open_trace": "query.session",
     "query_many": "pipeline.fleet",
@@ -87,8 +89,10 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .capture.registry import get_kernel_annotations
     from .join.join import join as join_trace
     from .pipeline.convert import convert
+    from .pipeline.diff import diff
     from .pipeline.fleet import fleet_report, query_many
     from .pipeline.merge import merge
+    from .query.diff import DiffConfig
     from .query.engine.config import EngineConfig
     from .query.executors import RayOptions
     from .query.metrics import (collectives, graph_replays, lane_gaps, lane_idle, lane_summary, lane_top_kernels,

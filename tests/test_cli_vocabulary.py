@@ -24,7 +24,7 @@ from perfetto_graph_ann.errors import EMPTY_FILE, GraphAnnError
 
 SEED, CAP = str(fixture_trace("seed_block_annotated")), str(fixture_capture("seed_block_annotated"))
 #: The commands that show progress while they work.
-WITH_PROGRESS = {"convert", "lanes", "report", "sql", "merge", "fleet"}
+WITH_PROGRESS = {"convert", "lanes", "report", "sql", "merge", "diff", "fleet"}
 
 
 def _subcommands():

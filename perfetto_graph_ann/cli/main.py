@@ -15,7 +15,7 @@ from .. import __version__
 from ..errors import GraphAnnError
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "run", "convert", "lanes", "report", "sql", "merge", "fleet", "open")
+COMMANDS = ("demo", "run", "convert", "lanes", "report", "sql", "merge", "diff", "fleet", "open")
 
 
 def build_parser() -> argparse.ArgumentParser:

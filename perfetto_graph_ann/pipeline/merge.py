@@ -42,44 +42,58 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
     def phase(desc: str):
         return progress.phase(desc) if progress is not None else contextlib.nullcontext()
 
-    from ..join import join
-    from ..read.kineto import read_trace
-    from ..write.pftrace import check_protobuf_output, paused_gc, write_pftrace_stream
+    from ..write.pftrace import check_protobuf_output
 
     check_protobuf_output(out, list(traces), "merge writes only Perfetto traces")
     if annotations is not None and len(annotations) != len(traces):
         raise ValueError(f"{len(annotations)} annotation sets for {len(traces)} traces")
     if labels is not None and len(labels) != len(traces):
         raise ValueError(f"{len(labels)} labels for {len(traces)} traces")
-    ranks: List[RankTrace] = []
-    for i, path in enumerate(traces):
-        spath = os.fspath(path)
-        # As in convert(): the cyclic GC paused while a rank is read, joined and written, and
-        # its trace dropped before the GC resumes (else the first collection afterwards
-        # walks every event of the dying trace).
-        with paused_gc():
-            with phase(f"reading {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
-                trace = read_trace(spath)
-            try:
-                info = trace.distributed_info or {}
-                rank = info.get("rank", i)
-                if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
-                    raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
-                ann = annotations[i] if annotations is not None else None
-                with phase(f"joining and converting {os.path.basename(spath)} ({i + 1} of {len(traces)})"):
-                    layout = None
-                    if ann is not None:
-                        layout = join(trace, ann, graph_lanes=graph_lanes, force=force)
-                    buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
-                    write_pftrace_stream(trace, buf, layout)
-                base_time_ns = trace.base_time_ns
-            finally:
-                del trace
-        label = labels[i] if labels is not None else None
-        ranks.append(RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout, label))
+    ranks = [convert_rank(path, annotations[i] if annotations is not None else None, i, len(traces),
+                          graph_lanes=graph_lanes, label=labels[i] if labels is not None else None,
+                          progress=progress, force=force)
+             for i, path in enumerate(traces)]
     with phase(f"merging and writing {os.path.basename(os.fspath(out))}"):
         atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
                        {rt.rank: rt.layout for rt in ranks},
                        [MergedInput(rt.source or "", rt.rank, rt.label, rt.base_time_ns - ref, rt.layout) for rt in ranks])
+
+
+def convert_rank(path: PathLike, annotations: Optional[AnnotationSet], index: int = 0, count: int = 1,
+                 graph_lanes: Optional[str] = None, label: Optional[str] = None, progress=None,
+                 force: bool = False) -> RankTrace:
+    """One torch.profiler trace read, joined with ``annotations`` (None: none) and converted,
+    as :func:`merge` (and ``diff``) hand it to :func:`~perfetto_graph_ann.write.merge.merge_converted`.
+    ``index`` / ``count``: its position among the inputs (its rank when the trace names none;
+    the progress line)."""
+    def phase(desc: str):
+        return progress.phase(desc) if progress is not None else contextlib.nullcontext()
+
+    from ..join import join
+    from ..read.kineto import read_trace
+    from ..write.pftrace import paused_gc, write_pftrace_stream
+
+    i, spath = index, os.fspath(path)
+    # As in convert(): the cyclic GC paused while a rank is read, joined and written, and
+    # its trace dropped before the GC resumes (else the first collection afterwards
+    # walks every event of the dying trace).
+    with paused_gc():
+        with phase(f"reading {os.path.basename(spath)} ({i + 1} of {count})"):
+            trace = read_trace(spath)
+        try:
+            info = trace.distributed_info or {}
+            rank = info.get("rank", i)
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
+                raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
+            with phase(f"joining and converting {os.path.basename(spath)} ({i + 1} of {count})"):
+                layout = None
+                if annotations is not None:
+                    layout = join(trace, annotations, graph_lanes=graph_lanes, force=force)
+                buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
+                write_pftrace_stream(trace, buf, layout)
+            base_time_ns = trace.base_time_ns
+        finally:
+            del trace
+    return RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout, label)
