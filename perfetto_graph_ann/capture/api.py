@@ -304,11 +304,11 @@ def install_capture_hooks(graph_class: Any = None) -> bool:
 def torch_graph_class() -> Any:
     """torch's own ``torch.cuda.graph`` context manager, even where a program replaced
     ``torch.cuda.graph`` with :class:`graph` (which would otherwise call itself)."""
-    import sys
-
     import torch
 
-    for cand in (getattr(sys.modules.get("torch.cuda.graphs"), "graph", None), torch.cuda.graph, _TORCH_GRAPH[0]):
+    # torch.cuda.graphs.graph through the torch module in use (not sys.modules' entry, which a
+    # stand-in torch module does not replace)
+    for cand in (getattr(getattr(torch.cuda, "graphs", None), "graph", None), torch.cuda.graph, _TORCH_GRAPH[0]):
         if cand is not None and cand is not graph:
             _TORCH_GRAPH[0] = cand
             return cand
