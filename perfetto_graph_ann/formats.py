@@ -231,7 +231,7 @@ def sniff_trace(path: PathLike) -> str:
         raise InputError(spath, EMPTY_FILE)
     if looks_like_json(strip_bom(head)):
         return "json"
-    if head[:1] == b"\x0a" and _first_frame_fits(head):
+    if head.startswith(START) or (head[:1] == b"\x0a" and _first_frame_fits(head)):  # ours open with START
         return "protobuf"
     raise InputError(spath, "not a trace: neither JSON (torch.profiler, Chrome) nor a Perfetto protobuf trace "
                             f"(it starts with {head[:8]!r})")

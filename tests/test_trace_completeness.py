@@ -181,3 +181,19 @@ def test_merged_trace_records_every_rank(tmp_path):
     assert record.packets == len(_packets(data)) - 1
     with open_trace(out, engine="portable") as s:
         assert s.query("SELECT COUNT(*) FROM slice").tuples() == [(record.slices,)]
+
+
+def test_our_pftrace_is_recognised_as_a_trace_by_its_start_mark(tmp_path, capsys):
+    """``open`` (which hands the file to the UI unread) and every sniffer take a .pftrace of ours,
+    whose first packet is the start mark (printable text: no control byte in its first 64)."""
+    from perfetto_graph_ann.formats import START, is_pftrace_bytes, sniff_trace
+
+    out = tmp_path / "seed.pftrace"
+    assert main(["convert", str(fixture_trace("seed_block_annotated")), "-a",
+                 str(fixture_capture("seed_block_annotated")), "-o", str(out), "-q"]) == 0
+    data = out.read_bytes()
+    assert data.startswith(START) and is_pftrace_bytes(data)
+    assert sniff_trace(out) == "protobuf"
+    gz = tmp_path / "seed.pftrace.gz"
+    gz.write_bytes(gzip.compress(data))
+    assert sniff_trace(gz) == "protobuf"
