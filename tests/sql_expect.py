@@ -326,3 +326,36 @@ def lane_gaps(events, layout=None) -> Dict[Tuple[int, int], List[Interval]]:
         m = merge(iv)
         out[key] = [(a[1], b[0]) for a, b in zip(m, m[1:])]
     return out
+
+
+# ---- comparing SQL rows with these expectations ----------------------------------------------
+
+#: Relative tolerance of a float column (exact ints and strings are compared exactly).
+REL = 1e-9
+
+
+def isnull(v) -> bool:
+    """SQL NULL as pandas gives it back (None, NaN, pd.NA)."""
+    try:
+        return v is None or bool(v != v) or str(v) == "<NA>"
+    except (TypeError, ValueError):
+        return False
+
+
+def check_row(actual, expected, where: str) -> None:
+    """Every expected column of one row: NULL, bool, exact int, float within :data:`REL`, or equal."""
+    import math
+
+    for k, want in expected.items():
+        got = actual[k]
+        if want is None:
+            assert isnull(got), f"{where}: {k} = {got!r}, expected NULL"
+        elif isinstance(want, bool):
+            assert int(got) == int(want), f"{where}: {k} = {got!r}, expected {want!r}"
+        elif isinstance(want, int):
+            assert not isnull(got) and int(got) == want and float(got) == want, f"{where}: {k} = {got!r}, expected {want!r}"
+        elif isinstance(want, float):
+            assert not isnull(got) and math.isclose(float(got), want, rel_tol=REL, abs_tol=0.0), \
+                f"{where}: {k} = {got!r}, expected {want!r}"
+        else:
+            assert got == want, f"{where}: {k} = {got!r}, expected {want!r}"

@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any, Dict, List
 
 import pytest
+from sql_expect import check_row, isnull
 
 import sql_expect as X
 from engine_support import requires_portable
@@ -110,26 +111,7 @@ def merged(request, tmp_path_factory):
         yield request.param, out, groups, s
 
 
-def _isnull(v) -> bool:
-    try:
-        return v is None or bool(v != v) or str(v) == "<NA>"
-    except (TypeError, ValueError):
-        return False
-
-
-def _check(actual: Dict[str, Any], expected: Dict[str, Any], where: str) -> None:
-    for k, want in expected.items():
-        got = actual[k]
-        if want is None:
-            assert _isnull(got), f"{where}: {k} = {got!r}, expected NULL"
-        elif isinstance(want, bool):
-            assert int(got) == int(want), f"{where}: {k} = {got!r}, expected {want!r}"
-        elif isinstance(want, int):
-            assert not _isnull(got) and int(got) == want, f"{where}: {k} = {got!r}, expected {want!r}"
-        elif isinstance(want, float):
-            assert not _isnull(got) and math.isclose(float(got), want, rel_tol=REL), f"{where}: {k} = {got!r} != {want!r}"
-        else:
-            assert got == want, f"{where}: {k} = {got!r}, expected {want!r}"
+_isnull, _check = isnull, check_row  # shared with the other SQL tests (sql_expect)
 
 
 def _by_group(df, *key):
