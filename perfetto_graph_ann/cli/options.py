@@ -169,37 +169,32 @@ def default_stream() -> argparse.ArgumentParser:
     return p
 
 
+def _number(text: str, parse, ok, not_a: str, out_of_range: str):
+    """``parse(text)`` when it parses and ``ok`` holds, else an ``ArgumentTypeError`` saying which."""
+    try:
+        value = parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} {not_a}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r}{out_of_range}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
+    return _number(text, int, lambda v: v >= 1, "is not an integer", ": must be at least 1")
 
 
 def lane_id(text: str) -> int:
     """argparse type: a lane id, an integer 0..2^32-1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a lane id (an integer 0..4294967295)") from None
-    if not 0 <= value < 1 << 32:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a lane id (an integer 0..4294967295)")
-    return value
+    what = " is not a lane id (an integer 0..4294967295)"
+    return _number(text, int, lambda v: 0 <= v < 1 << 32, what.lstrip(), what)
 
 
 def positive_seconds(text: str) -> float:
     """argparse type: a finite number of seconds above 0 (0, negative, nan and inf are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
-    return value
+    return _number(text, float, lambda v: math.isfinite(v) and v > 0, "is not a number of seconds",
+                   ": must be a finite number of seconds above 0")
 
 
 def gzip() -> argparse.ArgumentParser:
