@@ -434,3 +434,23 @@ def test_sql_modules_total_self_and_share(tmp_path):
     cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable", "-q"],
                         capture_output=True, text=True, env=env, timeout=300)
     assert cp.returncode == 0 and "graph_ann_module_summary" not in cp.stdout
+
+
+def test_run_never_puts_a_site_packages_on_the_programs_path(tmp_path):
+    """From a checkout the package's root joins PYTHONPATH; from an install it never does (a
+    program started with another Python must not import this one's packages)."""
+    import argparse
+    import site
+
+    from perfetto_graph_ann.cli import run as run_cmd
+
+    site_dir = site.getsitepackages()[0]
+    assert run_cmd.is_site_dir(site_dir) and not run_cmd.is_site_dir(str(REPO))
+    args = argparse.Namespace(out=str(tmp_path / "o"), modules=False, max_depth=None, include=[], exclude=[],
+                              no_calibrate=False, no_collectives=False)
+    env = run_cmd.build_env(args, environ={"PYTHONPATH": "/x"})
+    parts = env["PYTHONPATH"].split(os.pathsep)
+    from perfetto_graph_ann.capture.bootstrap import SITE_DIR
+
+    assert parts[:2] == [SITE_DIR, "/x"]
+    assert all(not run_cmd.is_site_dir(p) for p in parts)

@@ -27,6 +27,8 @@ from sql_expect import check_row, isnull
 import sql_expect as X
 from engine_support import requires_portable
 from join_expect import allreduce_annotations, fixture_capture, fixture_trace
+from test_merge_tp import SHIFT_NS, _rank1_copy  # rank 1: allreduce_graph_rank0 shifted 1.5 s
+
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.pipeline.merge import merge
@@ -36,7 +38,6 @@ from perfetto_graph_ann.query.session import open_trace
 pytestmark = requires_portable
 
 REL = 1e-9
-SHIFT_NS = 1_500_000_000
 
 
 @dataclasses.dataclass
@@ -62,17 +63,6 @@ def _shifted(path, shift_ns: int) -> List[Dict[str, Any]]:
             if "ts" in e:
                 e["ts"] = Decimal(str(e["ts"])) + d
     return events
-
-
-def _rank1_copy(tmp_path):
-    """allreduce_graph_rank0 as rank 1, its profile started 1.5 s (absolute time) later."""
-    doc = _doc(fixture_trace("allreduce_graph_rank0"))
-    doc["distributedInfo"] = dict(doc["distributedInfo"], rank=1)
-    doc["baseTimeNanoseconds"] += SHIFT_NS
-    p = tmp_path / "allreduce_graph_rank1.trace.json.gz"
-    with gzip.open(p, "wt") as f:
-        json.dump(doc, f)
-    return p
 
 
 def _case(tmp_path, name: str):

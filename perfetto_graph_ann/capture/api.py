@@ -77,7 +77,6 @@ class graph:
         self.calibrate = calibrate
         self.annotate_collectives = annotate_collectives
         self._inner: Any = None
-        self._session: Optional[_session.CaptureSession] = None
         self._installed = False
         self._native = False  # torch's own annotations record this capture
 

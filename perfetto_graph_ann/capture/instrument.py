@@ -30,17 +30,15 @@ import warnings
 from typing import Any, Optional, Union
 
 from ..errors import OutputError
+from ..formats import RUN_SIDECAR_SUFFIX
 from . import api
 from .modules import ModuleScopes
-
-#: The sidecar suffix of ``instrument(out=...)`` / ``perfetto-graph-ann run --out``.
-SIDECAR_SUFFIX = ".pga"
 
 
 def sidecar_name(host: str, pid: int) -> str:
     """``<host>_<pid>.pga``: torch's trace handler names traces ``<host>_<pid>.<time>.pt.trace.json``
     by default, so a trace's sidecar is found by its worker name, or by the trace's pid."""
-    return f"{host}_{pid}{SIDECAR_SUFFIX}"
+    return f"{host}_{pid}{RUN_SIDECAR_SUFFIX}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,8 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import InputError
+from . import session as _session
+from .marks import mark_kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,9 +162,6 @@ class ModuleHooks:
         return st
 
     def _pre(self, module: Any, args: Any) -> None:
-        from . import session as _session
-        from .marks import mark_kernels
-
         if _session.current() is None:
             return None  # another thread's eager call while a capture runs elsewhere
         st = self._stack()

@@ -157,6 +157,6 @@ def discover_sidecars(args: argparse.Namespace) -> None:
     if not found or any(f is None for f in found):
         return
     args.annotations = found
-    for t, f in zip(traces, found):
+    for t, f in zip(traces if not getattr(args, "quiet", False) else (), found):
         print(f"note: annotations: {f} (saved by perfetto-graph-ann run beside {os.path.basename(t)})",
               file=sys.stderr)

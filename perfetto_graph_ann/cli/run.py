@@ -64,13 +64,23 @@ def build_env(args: argparse.Namespace, environ=None) -> dict:
                     annotate_collectives=not args.no_collectives)
     env = settings.environment() if environ is None else dict(environ)
     paths = [SITE_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != SITE_DIR]
-    # the package itself must import in the program even where it is not installed (a checkout)
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if pkg_root not in paths:
-        paths.append(pkg_root)
+    if pkg_root not in paths and not is_site_dir(pkg_root):
+        paths.append(pkg_root)  # a checkout: the package must import in the program too
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env[settings.RUN.name] = cfg.to_env()
     return env
+
+
+def is_site_dir(path: str, site_dirs=None) -> bool:
+    """Whether ``path`` is an installation's site-packages: never put on the program's
+    PYTHONPATH, where a program run by another Python would import this one's packages."""
+    import site
+
+    if site_dirs is None:
+        site_dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    real = os.path.realpath(path)
+    return any(real == os.path.realpath(d) for d in site_dirs)
 
 
 def run(args: argparse.Namespace) -> int:

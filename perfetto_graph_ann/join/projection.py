@@ -291,8 +291,8 @@ def _project_candidates(r: Replay, cands: Sequence[Any], cache: Dict[int, _Graph
             info = cache[g.exec_id] = _graph_info(g)
         whole = whole and len(info.gpu_nodes) == len(r.events)
     if not whole or r.launch is None:
-        skipped[REASON_PARTIAL if r.launch is not None else REASON_NO_LAUNCH] = \
-            skipped.get(REASON_PARTIAL if r.launch is not None else REASON_NO_LAUNCH, 0) + 1
+        why = REASON_PARTIAL if r.launch is not None else REASON_NO_LAUNCH
+        skipped[why] = skipped.get(why, 0) + 1
         return
     ivs = sorted((e.ts_ns, e.ts_ns + (e.dur_ns or 0)) for e in timed)
     start, end = ivs[0][0], max(map(_end, ivs))

@@ -125,7 +125,7 @@ def trace_name(out, tag):
     return os.path.join(out, f"{socket.gethostname()}_{os.getpid()}.{tag}.pt.trace.json")
 
 
-def eager_truth(model, batches, seq=16):
+def eager_truth(model, batches, out, seq=16):
     """Eager profile with record_function(<path>) around every module call -> per batch size, the
     innermost path each kernel was launched under (from the trace: launch time within the range)."""
     names = {m: n or type(m).__name__ for n, m in model.named_modules()}
@@ -148,7 +148,7 @@ def eager_truth(model, batches, seq=16):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             model(x)
             torch.cuda.synchronize()
-        path = f"/tmp/eager_{bs}.json"
+        path = os.path.join(out, f"eager_{bs}.json")
         prof.export_chrome_trace(path)
         evs = json.load(open(path))["traceEvents"]
         ranges = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in evs
@@ -178,7 +178,7 @@ def main():
     batches = [1, 2, 4]
     with torch.no_grad():
         if mode == "runner":
-            json.dump(eager_truth(model, batches), open(os.path.join(out, "truth.json"), "w"))
+            json.dump(eager_truth(model, batches, out), open(os.path.join(out, "truth.json"), "w"))
             runner = Runner(model, batches)
             for bs in batches:
                 runner.replay(bs)  # the first replay outside the profiler: calibration
@@ -201,7 +201,7 @@ def main():
                     cm(x)
                 torch.cuda.synchronize()
             prof.export_chrome_trace(trace_name(out, "compile"))
-            json.dump(eager_truth(model, [2]), open(os.path.join(out, "truth.json"), "w"))
+            json.dump(eager_truth(model, [2], out), open(os.path.join(out, "truth.json"), "w"))
         elif mode == "cost":
             res = {}
             for bs in batches:
