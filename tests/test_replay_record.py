@@ -9,11 +9,10 @@ label every replay with its own graph's annotation, in process and through a sav
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 from engine_support import requires_portable
@@ -262,8 +261,6 @@ def test_windows_of_other_processes_and_times_are_ignored(tmp_path):
 
 def test_the_record_travels_in_both_sidecar_forms(tmp_path):
     """Offline: the saved JSON and sidecar give the same labels as the join in process."""
-    from perfetto_graph_ann.pipeline.convert import read_and_join
-
     truth = write_trace(tmp_path / "t.json", SEQ)
     ann = twins(calibrated=[5], replays=(window([recorded(SEQ, 1)], SEQ),))
     for name in ("s.pb", "s.json"):

@@ -12,7 +12,7 @@ import zlib
 from typing import Any, Dict, Mapping
 
 from ..errors import SidecarError
-from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ReplayWindow, ScopeInstance
+from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ScopeInstance
 from .schema import (INT64, MAGIC, READABLE_VERSIONS, VERSION, check_scopes, known_versions, producer, replay_thread,
                      replay_window)
 

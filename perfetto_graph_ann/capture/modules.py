@@ -21,7 +21,7 @@ import dataclasses
 import fnmatch
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ..errors import InputError
 from . import session as _session

@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 
 from ..annotations.model import AnnotationSet
-from ..errors import InputError, PathLike
+from ..errors import PathLike
 from ..read.kineto import read_trace
 from ..read.model import KinetoTrace
 from ..formats import is_json_name

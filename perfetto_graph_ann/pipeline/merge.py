@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..annotations.model import AnnotationSet
 from ..errors import InputError, PathLike

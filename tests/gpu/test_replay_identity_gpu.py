@@ -16,14 +16,14 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 import perfetto_graph_ann as pga
-from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
+from perfetto_graph_ann.annotations.files import load_annotations
 from perfetto_graph_ann.capture.export import chrome_trace_bytes, export_chrome_trace_bytes
 from perfetto_graph_ann.capture.recorded import recorded_annotations
 from perfetto_graph_ann.capture.registry import REGISTRY
