@@ -22,6 +22,8 @@ NODE_TYPES = ("kernel", "memcpy", "memset", "host", "graph", "empty", "event_rec
               "other")
 #: Node types whose replay shows up as GPU work in a profile.
 GPU_WORK_NODE_TYPES = frozenset({"kernel", "memcpy", "memset"})
+#: The annotation field saying how a compiled kernel's module path is known (capture/compiled_paths.py).
+MODULE_ORIGIN = "module origin"
 #: First lane id handed out for mark_stream labels and process groups.
 FIRST_LOGICAL_LANE = 60
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import CaptureError
 from . import backends, collectives, replay_log, torch_native
+from . import compiled as _compiled
 from . import modules as _modules
 from .modules import ModuleScopes
 from . import session as _session
@@ -156,6 +157,7 @@ class _Capture:
         self.session: Optional[_session.CaptureSession] = None
         self._installed = False
         self._modules = False
+        self._compiled = False
         self._failed: Optional[BaseException] = None
 
     def prepare(self) -> bool:
@@ -179,6 +181,10 @@ class _Capture:
         _session.push(sess)
         if self.options.modules is not None or _modules.NAMES.marked:
             self._modules = _modules.HOOKS.capture_started(self.options.modules)
+        if self.options.modules is not None and _compiled.CODEGEN.installed:
+            sess.module_filter = self.options.modules.wants
+            _compiled.RUNTIME.capture_started(sess)
+            self._compiled = True
         if self.options.annotate_collectives and collectives.AUTO_ANNOTATE:
             try:
                 self._installed = collectives.install()
@@ -200,6 +206,9 @@ class _Capture:
             if self._modules:
                 _modules.HOOKS.capture_ended()
                 self._modules = False
+            if self._compiled:
+                _compiled.RUNTIME.capture_ended()
+                self._compiled = False
             if self._installed:
                 collectives.uninstall()
                 self._installed = False

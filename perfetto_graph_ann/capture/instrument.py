@@ -148,6 +148,21 @@ def _torch_ready() -> None:
         KINETO.install()
     except Exception as e:  # never break the program: it runs unannotated
         warnings.warn(f"perfetto_graph_ann: instrumentation not installed: {e}", RuntimeWarning, stacklevel=2)
+        return
+    cfg = _config
+    if cfg is not None and cfg.modules is not None:
+        if "torch._inductor.compile_fx" in sys.modules:
+            _inductor_ready()
+        else:
+            _AfterImport.watch("torch._inductor.compile_fx", _inductor_ready)
+
+
+def _inductor_ready() -> None:
+    """inductor is imported: record what its code generation launches (module paths in compiled code)."""
+    from . import compiled
+
+    if _config is not None and _config.modules is not None and not compiled.install():
+        warnings.warn(f"perfetto_graph_ann: {compiled.CODEGEN.failed}", RuntimeWarning, stacklevel=2)
 
 
 def save_now() -> Optional[str]:

@@ -52,7 +52,7 @@ from .registry import REGISTRY, Registry
 from .resolve import NodeInfo, resolve_graph, with_calibration
 from ..annotations.model import ScopeInstance
 from ..annotations.scope_instances import from_ranges
-from .scopes import ScopeRecorder, merge_scopes
+from .scopes import ScopeRecord, ScopeRecorder, merge_scopes
 
 _owner_ids = itertools.count(1)
 #: environment switch for :class:`CaptureSession`'s ``verify``
@@ -115,6 +115,10 @@ class CaptureSession:
         self.calibration_note: Optional[str] = None
         #: True while the graph's next eligible replay is to be recorded (``api`` wraps it)
         self.calibration_pending = False
+        #: compiled regions of this capture (:class:`.compiled.Regions`, set while it runs)
+        self.compiled: Any = None
+        #: which module levels compiled regions scope (a ``ModuleScopes.wants``; None: all)
+        self.module_filter: Any = None
 
     def _count(self) -> Optional[int]:
         if self.graph is None:
@@ -212,7 +216,10 @@ class CaptureSession:
     def _set_table(self, nodes: List[NodeInfo]) -> None:
         if len({n.local_id for n in nodes}) != len(nodes):
             raise CaptureError("two nodes of the captured graph report the same local id")
-        scopes = self.recorder.records()
+        scopes = list(self.recorder.records())
+        if self.compiled is not None and self.compiled.regions:
+            first = max((r.seq for r in scopes), default=-1) + 1
+            scopes += [ScopeRecord(*r) for r in self.compiled.scopes(nodes, scopes, first, self.module_filter)]
         end = max((r.end for r in scopes), default=0)
         if end > len(nodes):
             raise CaptureError(f"a scope ends at node {end} but the captured graph has {len(nodes)} nodes")

@@ -17,7 +17,7 @@ import dataclasses
 from collections import Counter
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
-from ..annotations.model import AnnotationSet
+from ..annotations.model import MODULE_ORIGIN, AnnotationSet
 from ..errors import AnnotationMismatchError
 from ..read.model import KinetoTrace, TraceEvent
 from . import identity
@@ -134,6 +134,9 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
             else:
                 report.matched[m.strategy] += 1
                 report.ambiguous += int(m.ambiguous)
+                origin = m.node.annotation.get(MODULE_ORIGIN)
+                if origin is not None:
+                    report.module_origins[origin] = report.module_origins.get(origin, 0) + 1
     _refuse_no_match(trace, annotations, sources, replays, force, report)
 
     for idx, m in matches.items():  # labels shared by several candidate graphs name them

@@ -82,6 +82,9 @@ class JoinReport:
     shared_label_replays: Dict[str, int] = dataclasses.field(default_factory=dict)
     #: Replays the replay record names as graphs without annotations (left unlabelled), and their events.
     unannotated_replays: int = 0
+    #: Matched events of compiled code by how their module path is known (the ``module origin``
+    #: field: exact, common ancestor, unknown) -> events.
+    module_origins: Dict[str, int] = dataclasses.field(default_factory=dict)
     unannotated_replay_events: int = 0
     #: Whether the annotations carried a replay record (None: not recorded, e.g. an older sidecar).
     replay_record: Optional[bool] = None

@@ -119,6 +119,12 @@ def warning_lines(report: JoinReport) -> List[str]:
         out.append(("note", f"{_plural(report.unannotated_replays, 'graph replay')} "
                             f"({_plural(report.unannotated_replay_events, 'GPU event')}) of graphs without "
                             "annotations (replay record): left unlabelled"))
+    if report.module_origins:
+        o = report.module_origins
+        out.append(("note", "compiled code: " + ", ".join(
+            f"{o.get(k, 0)} GPU events with {label}" for k, label in
+            (("exact", "an exact module path"), ("common ancestor", "their modules' common ancestor"),
+             ("unknown", "the compiled region's name only")))))
     for problem in report.replay_record_problems:
         out.append(("note", f"replay record: {problem}"))
     for graph, note in sorted(report.calibration_notes.items()):

@@ -1,0 +1,414 @@
+"""Module paths inside ``torch.compile``d code: inductor's launches recorded while it writes a
+graph's code, and the captures of that code aligned with them (:mod:`.compiled_paths`).
+
+Two parts, both installed by ``instrument(modules=...)``:
+
+- **While inductor generates code** (``install()``, once, class-level wraps of inductor's
+  ``PythonWrapperCodegen.generate_kernel_call`` / ``writeline``, ``Scheduler.codegen_extern_call``,
+  ``GraphLowering.compile_to_module`` and ``CompiledFxGraph.__init__``): every kernel launch,
+  extern call and possibly-launching wrapper line is recorded with the module of the FX nodes it
+  computes, per wrapper function (the graph's ``call`` and each partition). Nothing is changed in
+  what inductor writes; the wraps only read their arguments. A graph loaded from inductor's
+  caches was never generated here, so its kernels get the compiled region's name only.
+- **While a graph is captured** (``capture_started`` / ``capture_ended``): a capture that
+  began inside a compiled graph's call (``mode="reduce-overhead"``: cudagraph trees capture
+  one wrapper function each) is that graph's region as a whole; a compiled graph called inside
+  a capture (a framework capturing compiled pieces itself) is a region scope around the call.
+  When the node table is read, :meth:`Regions.scopes` aligns each region's nodes with the
+  recorded launches and adds the module scopes.
+
+Inductor's internals change between torch releases: every wrap checks what it finds and
+stands back (the kernels keep the region's name) rather than guess; no error reaches the program.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import types
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import compiled_paths as paths
+from .compiled_paths import Item, Recorded
+from .marks import mark_kernels
+
+#: Wrapper line classes that never launch GPU work (memory planning, comments, contexts).
+_QUIET_LINES = frozenset({
+    "AllocateLine", "FreeIfNotReusedLine", "ReinterpretLine", "ReuseLine", "NullLine", "FreeLine",
+    "CommentLine", "EnterDeviceContextManagerLine", "ExitDeviceContextManagerLine",
+    "EnterDeviceContextManagerWithStreamInfoLine", "ExitDeviceContextManagerWithStreamInfoLine",
+    "EnterSubgraphLine", "ExitSubgraphLine", "MultiOutputLine", "AssertSizeStrideLine",
+    "AssertDivByZeroLine", "SymbolicCallArgLine", "UnbackedSymbolDefsLine", "KernelDefinitionLine",
+    "LineContext", "DeferredLine", "MemoryPlanningLine", "EnterCudaStreamContextLine",
+    "ExitCudaStreamContextLine",
+})
+_QUIET_TEXT = re.compile(
+    r"^\s*(?:$|#|del |pass$|return\b|(?:\w+(?:, *\w+)*,?) = (?:empty_strided\w*|reinterpret_tensor|"
+    r"get_raw_stream|torch\._ops\.\w+\.\w+\.\w+\(\) *$|args$|\w+$|\w+\[\d+\]$)|assert_size_stride|"
+    r"assert_alignment|with torch\.\w+\._DeviceGuard|torch\.\w+\.set_device|stream\d* = get_raw_stream|"
+    r"\w+ = \w+; del \w+ +# reuse)")
+
+
+class _Codegen:
+    """What inductor's code generation launched, per graph being lowered (thread-local: compiles
+    of different threads do not mix)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        #: graph (GraphLowering) -> {"order": [wrapper ids], wrapper id -> [Item]}
+        self.graphs: "weakref.WeakKeyDictionary[Any, Dict[Any, Any]]" = weakref.WeakKeyDictionary()
+        #: wrapper function code object -> Recorded (exact identification of a captured partition)
+        self.by_code: "weakref.WeakKeyDictionary[Any, Recorded]" = weakref.WeakKeyDictionary()
+        self.installed = False
+        self.failed: Optional[str] = None
+
+    def _inside(self) -> int:
+        return getattr(self._local, "inside", 0)
+
+    def _add(self, kind: str, name: Optional[str], node: Any) -> None:
+        try:
+            from torch._inductor.virtualized import V
+
+            graph, wrapper = V.graph, V.graph.wrapper_code
+        except Exception:
+            return
+        rec = self.graphs.get(graph)
+        if rec is None:
+            try:
+                rec = self.graphs[graph] = {"order": [], "items": [], "names": {}}
+            except TypeError:
+                return
+        wid = id(wrapper)
+        if wid not in rec:
+            rec[wid] = []
+            rec["order"].append(wid)
+            rec["names"][wid] = getattr(wrapper, "subgraph_name", None) or "call"
+        stack, exact = _node_stack(node)
+        item = Item(kind, name, stack, exact)
+        rec[wid].append(item)
+        rec["items"].append(item)
+
+    def _node(self) -> Any:
+        """The scheduler nodes whose code is being generated now (None: not known)."""
+        return getattr(self._local, "node", None)
+
+    def scheduling(self, orig: Callable) -> Callable:
+        """A GPU scheduling's ``codegen_node`` / ``codegen_template`` / ...: its node arguments are
+        what the kernel calls made inside it compute (a call made elsewhere, as the CPU backend
+        flushes its kernels later, has no known origin)."""
+        def codegen(scheduling, *args, **kwargs):
+            nodes = [a for a in list(args) + list(kwargs.values())
+                     for a in (a if isinstance(a, (list, tuple)) else (a,)) if hasattr(a, "get_nodes")]
+            prev = self._node()
+            self._local.node = nodes
+            try:
+                return orig(scheduling, *args, **kwargs)
+            finally:
+                self._local.node = prev
+        return codegen
+
+    def kernel_call(self, orig: Callable) -> Callable:
+        def generate_kernel_call(wrapper, kernel_name, *args, **kwargs):
+            if self._inside() == 0:
+                self._add("kernel", kernel_name, self._node())
+            self._local.inside = self._inside() + 1
+            try:
+                return orig(wrapper, kernel_name, *args, **kwargs)
+            finally:
+                self._local.inside -= 1
+        return generate_kernel_call
+
+    def extern_call(self, orig: Callable) -> Callable:
+        def codegen_extern_call(scheduler, scheduler_node, *args, **kwargs):
+            if self._inside() == 0:
+                self._add("extern", None, [scheduler_node])
+            self._local.inside = self._inside() + 1
+            try:
+                return orig(scheduler, scheduler_node, *args, **kwargs)
+            finally:
+                self._local.inside -= 1
+        return codegen_extern_call
+
+    def writeline(self, orig: Callable) -> Callable:
+        def writeline(wrapper, line, *args, **kwargs):
+            if self._inside() == 0 and not _quiet(line):
+                self._add("other", None, self._node())
+            return orig(wrapper, line, *args, **kwargs)
+        return writeline
+
+    def compiled(self, orig: Callable) -> Callable:
+        def compile_to_module(graph, *args, **kwargs):
+            mod = orig(graph, *args, **kwargs)
+            try:
+                rec = self.graphs.get(graph)
+                if rec is not None:
+                    backward = bool(getattr(graph, "is_backward", False))
+                    for wid in rec["order"]:
+                        fn = getattr(mod, rec["names"][wid], None)
+                        code = getattr(fn, "__code__", None)
+                        if code is not None:
+                            self.by_code[code] = Recorded(tuple(rec[wid]), backward)
+            except Exception:
+                pass
+            return mod
+        return compile_to_module
+
+    def output(self, orig: Callable) -> Callable:
+        def __init__(out, *args, **kwargs):
+            orig(out, *args, **kwargs)
+            try:
+                graph = kwargs.get("graph", args[1] if len(args) > 1 else None)
+                rec = self.graphs.get(graph) if graph is not None else None
+                region = _region_name(kwargs.get("compile_region_name"), graph)
+                backward = bool(getattr(graph, "is_backward", False))
+                cands = ()
+                if rec is not None:
+                    cands = tuple(Recorded(tuple(rec[w]), backward) for w in rec["order"])
+                    if len(cands) > 1:
+                        cands = (Recorded(tuple(rec["items"]), backward),) + cands
+                OUTPUTS.set(out, region, cands)
+            except Exception:
+                pass
+        return __init__
+
+
+def _node_stack(nodes: Optional[Sequence[Any]]) -> Tuple[paths.Stack, bool]:
+    """The deepest module common to scheduler nodes' FX origins, and whether all agree."""
+    if not nodes:
+        return (), False
+    origins: List[Any] = []
+    try:
+        for node in nodes:
+            for sn in node.get_nodes():
+                ir = getattr(sn, "node", None)
+                origins.extend(getattr(ir, "origins", ()) or ())
+    except Exception:
+        return (), False
+    stacks = []
+    for o in origins:
+        meta = getattr(o, "meta", {}) or {}
+        raw = meta.get("nn_module_stack")
+        if raw is None:
+            raw = meta.get("fwd_nn_module_stack")
+        stacks.append(paths.module_stack(raw))
+    if not stacks:
+        return (), False
+    return paths.common_stack(stacks)
+
+
+def _quiet(line: Any) -> bool:
+    if isinstance(line, str):
+        return bool(_QUIET_TEXT.match(line))
+    return any(c.__name__ in _QUIET_LINES for c in type(line).__mro__)
+
+
+def _region_name(given: Optional[str], graph: Any) -> str:
+    name = given
+    if not name:
+        try:
+            import torch._guards as guards
+
+            cid = guards.CompileContext.current_compile_id()
+            name = f"torch.compile [{cid}]" if cid is not None else None
+        except Exception:
+            name = None
+    name = name or "torch.compile"
+    return name + (" backward" if getattr(graph, "is_backward", False) else "")
+
+
+class _Outputs:
+    """Compiled graph object -> (region name, candidate launch sequences), held weakly."""
+
+    def __init__(self) -> None:
+        self._by_id: Dict[int, Tuple[str, Tuple[Recorded, ...]]] = {}
+
+    def set(self, out: Any, region: str, cands: Tuple[Recorded, ...]) -> None:
+        key = id(out)
+        self._by_id[key] = (region, cands)
+        try:
+            weakref.finalize(out, self._by_id.pop, key, None)
+        except TypeError:
+            pass
+
+    def get(self, out: Any) -> Optional[Tuple[str, Tuple[Recorded, ...]]]:
+        return self._by_id.get(id(out))
+
+
+CODEGEN = _Codegen()
+OUTPUTS = _Outputs()
+_lock = threading.Lock()
+#: the GPU scheduling's entry points whose node arguments a kernel call computes
+_GPU_CODEGEN = ("codegen_node", "codegen_template", "codegen_mix_order_reduction", "codegen_combo_kernel")
+_INSTALLED: List[Tuple[Any, str]] = []
+
+
+def install() -> bool:
+    """Wrap inductor's code generation (once). False where inductor's classes are not as expected."""
+    with _lock:
+        if CODEGEN.installed:
+            return True
+        try:
+            from torch._inductor import graph as g, output_code as oc, scheduler as s
+            from torch._inductor.codegen import cuda_combined_scheduling as cs, wrapper as w
+
+            gpu = cs.CUDACombinedScheduling
+            targets = [(gpu, n, CODEGEN.scheduling) for n in _GPU_CODEGEN if n in gpu.__dict__]
+            if "codegen_node" not in gpu.__dict__:
+                raise AttributeError("CUDACombinedScheduling.codegen_node")
+            targets += [(w.PythonWrapperCodegen, "generate_kernel_call", CODEGEN.kernel_call),
+                       (w.PythonWrapperCodegen, "writeline", CODEGEN.writeline),
+                       (s.Scheduler, "codegen_extern_call", CODEGEN.extern_call),
+                       (g.GraphLowering, "compile_to_module", CODEGEN.compiled),
+                       (oc.CompiledFxGraph, "__init__", CODEGEN.output)]
+            for cls, name, _ in targets:
+                if not callable(cls.__dict__.get(name)):
+                    raise AttributeError(f"{cls.__name__}.{name}")
+        except Exception as e:
+            CODEGEN.failed = f"inductor's code generation is not as expected ({e}): compiled code gets no module paths"
+            return False
+        _INSTALLED[:] = [(cls, name) for cls, name, _ in targets]
+        for cls, name, wrap in targets:
+            orig = cls.__dict__[name]
+            new = wrap(orig)
+            new.__wrapped__ = orig
+            new.__name__ = name
+            setattr(cls, name, new)
+        CODEGEN.installed = True
+        return True
+
+
+def uninstall() -> None:
+    """Put inductor's functions back (tests)."""
+    with _lock:
+        if not CODEGEN.installed:
+            return
+        for cls, name in _INSTALLED:
+            fn = cls.__dict__.get(name)
+            if getattr(fn, "__wrapped__", None) is not None:
+                setattr(cls, name, fn.__wrapped__)
+        CODEGEN.installed = False
+
+
+class Regions:
+    """The compiled regions of one capture, and the module scopes they add."""
+
+    def __init__(self) -> None:
+        #: (fields of the region's scope or None for the whole capture, region, candidates)
+        self.regions: List[Tuple[Optional[dict], str, Tuple[Recorded, ...]]] = []
+
+    def scopes(self, nodes: Sequence[Any], records: Sequence[Any], next_seq: int,
+               wants: Any = None) -> List[Tuple[int, Any, int, int]]:
+        """Scope records ``(seq, fields, start, end)`` for the regions, given the capture's node
+        table (NodeInfo in creation order) and its closed scopes."""
+        out: List[Tuple[int, Any, int, int]] = []
+        # the region scopes opened around compiled calls, in opening order (as self.regions)
+        opened = iter(sorted((r for r in records if "compiled_region" in r.fields), key=lambda r: r.seq))
+        for fields, region, cands in self.regions:
+            if fields is None:
+                a, b = 0, len(nodes)
+                out.append((next_seq, paths.region_fields(region), a, b))
+                next_seq += 1
+            else:
+                r = next(opened, None)
+                if r is None or r.fields.get("compiled_region") != region:
+                    break  # a scope cut short (the capture failed inside): no module paths
+                a, b = r.start, r.end
+            part = [(n.type, n.kernel) for n in nodes[a:b]]
+            fits = [f for f in (paths.align(part, c) for c in cands) if f is not None]
+            if not fits:
+                continue
+            backward = all(c.backward for c in cands)
+            for start, end, f in paths.derive_scopes([t for t, _ in part], paths.agree(fits), a, backward, wants):
+                out.append((next_seq, f, start, end))
+                next_seq += 1
+        return out
+
+
+class _Runtime:
+    """The class-level wrap of ``CompiledFxGraph.__call__`` while captures run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._orig: Any = None
+
+    def capture_started(self, session: Any) -> None:
+        """Find the compiled call this capture runs in, and watch compiled calls inside it."""
+        if not CODEGEN.installed:
+            return
+        try:
+            from torch._inductor import output_code as oc
+        except Exception:
+            return
+        regions = Regions()
+        session.compiled = regions
+        with self._lock:
+            orig = self._orig or oc.CompiledFxGraph.__dict__.get("__call__")
+            code = getattr(getattr(orig, "__wrapped__", orig), "__code__", None)
+            whole = _enclosing(code)
+            if whole is not None:
+                regions.regions.append((None,) + whole)
+            if self._users == 0 and orig is not None:
+                self._orig = orig
+                oc.CompiledFxGraph.__call__ = _inside_capture(orig)
+            self._users += 1
+
+    def capture_ended(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                return
+            self._users -= 1
+            if self._users == 0 and self._orig is not None:
+                from torch._inductor import output_code as oc
+
+                oc.CompiledFxGraph.__call__ = self._orig
+                self._orig = None
+
+
+def _enclosing(call_code: Any) -> Optional[Tuple[str, Tuple[Recorded, ...]]]:
+    """The compiled call this thread is inside of (cudagraph trees capture from within it): a
+    wrapper function held by a frame identifies the partition exactly; else every wrapper
+    function of the graph is a candidate."""
+    exact: Optional[Recorded] = None
+    f = sys._getframe(1)
+    while f is not None:
+        if exact is None:
+            for v in list(f.f_locals.values()):
+                rec = CODEGEN.by_code.get(v.__code__) if type(v) is types.FunctionType else None
+                if rec is not None:
+                    exact = rec
+                    break
+        if call_code is not None and f.f_code is call_code:
+            found = OUTPUTS.get(f.f_locals.get("self"))
+            if found is None:
+                return "torch.compile", ()
+            region, cands = found
+            if exact is not None and exact in cands:
+                cands = (exact,)
+            return region, cands
+        f = f.f_back
+    return None
+
+
+def _inside_capture(orig: Callable) -> Callable:
+    from . import session as _session
+
+    def __call__(self, *args, **kwargs):
+        sess = _session.current()
+        regions = getattr(sess, "compiled", None) if sess is not None else None
+        found = OUTPUTS.get(self) if regions is not None else None
+        if regions is None:
+            return orig(self, *args, **kwargs)
+        region, cands = found if found is not None else ("torch.compile", ())
+        if len(cands) > 1:
+            cands = cands[:1]  # the whole call: every partition in order
+        fields = paths.region_fields(region)
+        regions.regions.append((fields, region, cands))
+        with mark_kernels(fields):
+            return orig(self, *args, **kwargs)
+    __call__.__wrapped__ = orig
+    return __call__
+
+
+RUNTIME = _Runtime()

@@ -1,0 +1,250 @@
+"""Module paths for the kernels of ``torch.compile``d code: what inductor's code generation
+recorded, aligned with the nodes a capture of that code made. Torch-free.
+
+Inside compiled code no module hook runs, so module scopes (:mod:`.modules`) cannot see which
+module a kernel belongs to. Inductor can: every kernel it generates computes FX nodes (its
+*origins*), and each FX node carries the ``nn_module_stack`` of the module calls it was traced
+in (``fwd_nn_module_stack`` in a backward graph). :mod:`.compiled` records, while inductor
+writes a graph's wrapper code, the launches that code makes in order as :class:`Item` s:
+
+- ``kernel``: a kernel inductor generated, with its function name (the name the CUDA graph's
+  kernel node reports) and the deepest module common to its origins;
+- ``extern``: an extern kernel call (``mm`` through cuBLAS, a fallback op): it launches kernels
+  whose names inductor does not know, zero or more;
+- ``other``: a wrapper line of a node's code that might launch work (a ``zero_()``, a copy),
+  with that node's module.
+
+:func:`align` pairs a capture's nodes with a recorded sequence: named kernels are anchors and
+must match one to one, in order; the other GPU nodes between two anchors came from the extern
+and other items between them, so they get those items' deepest common module (and nothing if
+there are none). A sequence that does not fit is not used, and where several fit and disagree
+a node gets no path: never a wrong one. :func:`derive_scopes` turns the labels into nested
+scope records (one per module level and run of consecutive nodes), as module hooks would have
+opened them, each node tagged with how its path is known (:data:`ORIGINS`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from ..annotations.model import MODULE_ORIGIN
+
+#: One module call level: (qualified path, class name).
+Frame = Tuple[str, str]
+Stack = Tuple[Frame, ...]
+
+#: How a kernel's module path is known (the ``module origin`` field):
+#: ``exact``: every FX node it computes lies in that module (for an extern call: one call);
+#: ``common ancestor``: it computes nodes of several modules, the path is their deepest common one;
+#: ``unknown``: no module can be named; the kernel has the compiled region's name only.
+EXACT, COMMON, UNKNOWN = "exact", "common ancestor", "unknown"
+ORIGINS = (EXACT, COMMON, UNKNOWN)
+
+#: Node types that are GPU work (labelled); the others (empty, event nodes) are passed over.
+_WORK = frozenset({"kernel", "memcpy", "memset"})
+
+_ROOT = re.compile(r"""^(?:[LG]\[(?:'[^']*'|"[^"]*")\]|self)""")
+_PART = re.compile(r"""\.(\w+)|\[(?:'([^']*)'|"([^"]*)"|(\d+))\]|\._modules\[(?:'([^']*)'|"([^"]*)")\]""")
+
+
+def normalize_path(raw: str) -> Optional[str]:
+    """Dynamo's module path (``L['self'].layers[0].mlp``, ``L['self']._modules['layers']``,
+    ``L['self'].layers.0``) -> the ``named_modules()`` path (``layers.0.mlp``); None where it
+    cannot be read. The root (the compiled function's ``self`` or first local) is dropped."""
+    m = _ROOT.match(raw)
+    if m is None:
+        return None
+    rest, parts = raw[m.end():], []
+    while rest:
+        if rest.startswith("._modules["):
+            p = re.match(r"""\._modules\[(?:'([^']*)'|"([^"]*)")\]""", rest)
+            if p is None:
+                return None
+            parts.append(p.group(1) if p.group(1) is not None else p.group(2))
+            rest = rest[p.end():]
+            continue
+        p = _PART.match(rest)
+        if p is None or p.start() != 0:
+            return None
+        parts.append(next(g for g in p.groups() if g is not None))
+        rest = rest[p.end():]
+    return ".".join(parts) if parts else None
+
+
+def module_stack(meta_stack: Optional[Mapping[str, Any]]) -> Optional[Stack]:
+    """An FX node's ``nn_module_stack`` (key -> (path, class) outermost first) as a :data:`Stack`;
+    None where a path cannot be read (the node is then of unknown module)."""
+    if not meta_stack:
+        return ()
+    out: List[Frame] = []
+    for value in meta_stack.values():
+        try:
+            raw, cls = value[0], value[1]
+        except (TypeError, IndexError, KeyError):
+            return None
+        path = normalize_path(raw) if isinstance(raw, str) else None
+        if path is None:
+            return None
+        name = cls if isinstance(cls, str) else getattr(cls, "__name__", None)
+        if not isinstance(name, str):
+            return None
+        out.append((path, name.rsplit(".", 1)[-1]))
+    return tuple(out)
+
+
+def common_stack(stacks: Iterable[Optional[Stack]]) -> Tuple[Stack, bool]:
+    """The deepest module common to ``stacks`` and whether they were all the same. A None
+    (unknown) in ``stacks`` makes the result the root ``()``."""
+    out: Optional[Stack] = None
+    same = True
+    for s in stacks:
+        if s is None:
+            return (), False
+        if out is None:
+            out = s
+            continue
+        if s != out:
+            same = False
+        n = 0
+        while n < len(out) and n < len(s) and out[n] == s[n]:
+            n += 1
+        out = out[:n]
+    return (out or ()), same and out is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One launch of recorded wrapper code (see the module's docstring)."""
+
+    kind: str  #: "kernel", "extern" or "other"
+    name: Optional[str]  #: the kernel's function name ("kernel" only)
+    stack: Stack  #: the deepest module common to its origins (() = none known)
+    exact: bool  #: every origin had that very stack
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """The launches of one wrapper function (a graph's ``call`` or one of its partitions)."""
+
+    items: Tuple[Item, ...]
+    backward: bool = False  #: an autograd backward graph
+
+
+#: A node's label: (module stack, origin kind); ((), UNKNOWN) = region only.
+Label = Tuple[Stack, str]
+_NONE: Label = ((), UNKNOWN)
+
+
+def _item_label(items: Sequence[Item]) -> Label:
+    if not items:
+        return _NONE
+    stack, same = common_stack(i.stack for i in items)
+    if not stack:
+        return _NONE
+    exact = same and len(items) == 1 and items[0].exact
+    return stack, EXACT if exact else COMMON
+
+
+def align(nodes: Sequence[Tuple[str, Optional[str]]], recorded: Recorded) -> Optional[List[Optional[Label]]]:
+    """Labels for ``nodes`` ((type, kernel name) in creation order) from ``recorded``, or None
+    where the sequence does not fit. Nodes that are not GPU work get None."""
+    names = {i.name for i in recorded.items if i.kind == "kernel"}
+    segments: List[Tuple[List[Item], Optional[Item]]] = []  # (extern/other items, then the anchor)
+    pending: List[Item] = []
+    for it in recorded.items:
+        if it.kind == "kernel":
+            segments.append((pending, it))
+            pending = []
+        else:
+            pending.append(it)
+    segments.append((pending, None))
+    out: List[Optional[Label]] = [None] * len(nodes)
+    seg = 0
+    loose: List[int] = []  # GPU nodes since the last anchor
+
+    def settle(items: List[Item]) -> None:
+        label = _item_label(items)
+        for k in loose:
+            out[k] = label
+        loose.clear()
+
+    for k, (ntype, name) in enumerate(nodes):
+        if ntype not in _WORK:
+            continue
+        if ntype == "kernel" and name in names:
+            items, anchor = segments[seg] if seg < len(segments) else ([], None)
+            if anchor is None or anchor.name != name:
+                return None
+            settle(items)
+            out[k] = _item_label([anchor])
+            seg += 1
+        else:
+            loose.append(k)
+    if seg != len(segments) - 1:
+        return None  # recorded kernels that the capture did not launch
+    settle(segments[-1][0])
+    return out
+
+
+def agree(fits: Sequence[List[Optional[Label]]]) -> List[Optional[Label]]:
+    """Per node, the label every fitting sequence gives it; where they differ, unknown."""
+    first = fits[0]
+    return [lab if all(f[k] == lab for f in fits[1:]) else (_NONE if lab is not None else None)
+            for k, lab in enumerate(first)]
+
+
+def derive_scopes(kinds: Sequence[str], labels: Sequence[Optional[Label]], start: int, backward: bool,
+                  wants: Any = None) -> List[Tuple[int, int, Mapping[str, Any]]]:
+    """Scope ranges ``(start, end, fields)`` over listing positions ``start + k``, outer first.
+
+    One scope per module level and run of consecutive GPU nodes whose paths share that level
+    (nodes that are not GPU work neither break nor end a run), named as module hooks name
+    theirs; then unnamed ranges giving each labelled node its ``module origin``. ``wants(path, cls, depth)``
+    (a :class:`.modules.ModuleScopes`' test) drops levels; a dropped level's nodes keep their
+    outer levels' scopes. ``backward`` adds ``autograd_phase: backward``."""
+    stacks: List[Optional[Stack]] = []
+    for lab in labels:
+        if lab is None:
+            stacks.append(None)
+            continue
+        stack = lab[0]
+        if wants is not None:
+            stack = tuple(f for f in stack if wants(f[0], f[1], f[0].count(".") + 1))
+        stacks.append(stack)
+    depth = max((len(s) for s in stacks if s), default=0)
+    out: List[Tuple[int, int, Mapping[str, Any]]] = []
+
+    def runs(key_of: Any) -> List[Tuple[Any, int, int]]:
+        found: List[Tuple[Any, int, int]] = []
+        for k, s in enumerate(stacks):
+            if s is None:
+                continue
+            key = key_of(k, s)
+            if found and key is not None and found[-1][0] == key and found[-1][2] == last[0]:
+                found[-1] = (key, found[-1][1], k)
+            elif key is not None:
+                found.append((key, k, k))
+            last[0] = k
+        return found
+
+    last = [-1]  # the previous GPU node: a run continues only over nodes that are not GPU work
+    for level in range(1, depth + 1):
+        last[0] = -1
+        for key, a, b in runs(lambda k, s: s[:level] if len(s) >= level else None):
+            path, cls = key[-1]
+            fields = {"name": path, "module": path, "module_class": cls}
+            if backward:
+                fields["autograd_phase"] = "backward"
+            out.append((start + a, start + b + 1, fields))
+    last[0] = -1
+    # unnamed scopes (fields only, no scope instance), opened last so they win: a node's origin
+    for origin, a, b in runs(lambda k, s: labels[k][1] if s else None):
+        out.append((start + a, start + b + 1, {MODULE_ORIGIN: origin}))
+    return out
+
+
+def region_fields(region: str) -> dict:
+    """The fields of a compiled region's scope: its name, and ``unknown`` as the origin of the
+    module path of every node no deeper scope names."""
+    return {"name": region, "compiled_region": region, MODULE_ORIGIN: UNKNOWN}

@@ -1,0 +1,238 @@
+"""Module paths for compiled code (capture/compiled_paths.py, capture/compiled.py) on CPU: the
+alignment of a capture's nodes with inductor's recorded launches, the scopes it derives, and a
+capture session that runs it; expectations written from the recorded sequences by hand."""
+from __future__ import annotations
+
+import pytest
+from capture_fakes import FakeCuda, recorder_scope
+
+from perfetto_graph_ann.capture import compiled as C
+from perfetto_graph_ann.capture import compiled_paths as P
+from perfetto_graph_ann.capture import session as S
+from perfetto_graph_ann.capture.registry import Registry
+
+
+STREAM = 0x70
+ATTN = (("layers.0", "Block"), ("layers.0.attn", "Attention"))
+MLP = (("layers.0", "Block"), ("layers.0.mlp", "MLP"))
+O_PROJ = ATTN + (("layers.0.attn.o_proj", "Linear"),)
+
+
+def K(name, stack, exact=True):
+    return P.Item("kernel", name, stack, exact)
+
+
+def E(stack, exact=True):
+    return P.Item("extern", None, stack, exact)
+
+
+@pytest.mark.parametrize("raw, path", [
+    ("L['self'].layers[0].mlp", "layers.0.mlp"),
+    ("L['self'].layers.0.mlp", "layers.0.mlp"),
+    ("L['self']._modules['layers']._modules['0']", "layers.0"),
+    ("L['model'].blocks[\"x\"]", "blocks.x"),
+    ("G['net'].fc", "fc"),
+    ("L['self']", None),  # the root itself: no path
+    ("getattr(L['self'], 'x')", None),  # a form not read: unknown, never guessed
+    ("layers.0", None),
+])
+def test_dynamo_paths_are_read_or_refused(raw, path):
+    assert P.normalize_path(raw) == path
+
+
+def test_module_stack_and_common_ancestor():
+    meta = {"a": ("L['self'].layers[0]", type("Block", (), {})), "b": ("L['self'].layers[0].attn", "m.Attention")}
+    assert P.module_stack(meta) == (("layers.0", "Block"), ("layers.0.attn", "Attention"))
+    assert P.module_stack({}) == ()
+    assert P.module_stack({"a": ("nonsense", "X")}) is None
+    assert P.common_stack([ATTN, ATTN]) == (ATTN, True)
+    assert P.common_stack([ATTN, MLP]) == ((("layers.0", "Block"),), False)
+    assert P.common_stack([ATTN, None]) == ((), False)  # an origin of unknown module: the root
+
+
+def test_alignment_labels_anchors_and_the_nodes_of_extern_calls():
+    rec = P.Recorded((K("triton_norm_0", ATTN), E(O_PROJ), K("triton_add_1", MLP, exact=False),
+                      E(MLP), E(ATTN)))
+    nodes = [("kernel", "triton_norm_0"), ("memset", None), ("kernel", "sm90_gemm"), ("kernel", "splitk_reduce"),
+             ("empty", None), ("kernel", "triton_add_1"), ("kernel", "gemm_a"), ("kernel", "gemm_b")]
+    labels = P.align(nodes, rec)
+    assert labels == [
+        (ATTN, P.EXACT),
+        (O_PROJ, P.EXACT), (O_PROJ, P.EXACT), (O_PROJ, P.EXACT),  # one extern call: its kernels and memset
+        None,  # not GPU work
+        (MLP, P.COMMON),  # a kernel whose origins span modules
+        ((("layers.0", "Block"),), P.COMMON), ((("layers.0", "Block"),), P.COMMON),  # two extern calls
+    ]
+
+
+def test_alignment_refuses_what_it_cannot_explain():
+    rec = P.Recorded((K("triton_a_0", ATTN), K("triton_b_1", MLP)))
+    # a node between two anchors with no extern call between them: no module, never a neighbour's
+    assert P.align([("kernel", "triton_a_0"), ("kernel", "fill"), ("kernel", "triton_b_1")], rec)[1] == ((), P.UNKNOWN)
+    # anchors out of order, a recorded kernel never launched, a repeated anchor: the sequence does not fit
+    assert P.align([("kernel", "triton_b_1"), ("kernel", "triton_a_0")], rec) is None
+    assert P.align([("kernel", "triton_a_0")], rec) is None
+    assert P.align([("kernel", "triton_a_0"), ("kernel", "triton_a_0"), ("kernel", "triton_b_1")], rec) is None
+
+
+def test_sequences_that_disagree_leave_nodes_unknown():
+    twin0 = P.Recorded((K("triton_a_0", ATTN), E(O_PROJ)))
+    twin1 = P.Recorded((K("triton_a_0", (("layers.1", "Block"),)), E(O_PROJ)))
+    nodes = [("kernel", "triton_a_0"), ("kernel", "gemm")]
+    fits = [P.align(nodes, twin0), P.align(nodes, twin1)]
+    assert P.agree(fits) == [((), P.UNKNOWN), (O_PROJ, P.EXACT)]
+
+
+def test_derived_scopes_nest_by_level_and_run():
+    kinds = ["kernel", "kernel", "empty", "kernel", "kernel"]
+    labels = [(ATTN, P.EXACT), (O_PROJ, P.COMMON), None, (MLP, P.EXACT), ((), P.UNKNOWN)]
+    got = P.derive_scopes(kinds, labels, 10, backward=False)
+    assert [(a, b, f.get("module"), f.get("module origin")) for a, b, f in got] == [
+        (10, 14, "layers.0", None),
+        (10, 12, "layers.0.attn", None),
+        (13, 14, "layers.0.mlp", None),
+        (11, 12, "layers.0.attn.o_proj", None),
+        (10, 11, None, P.EXACT), (11, 12, None, P.COMMON), (13, 14, None, P.EXACT),
+    ]
+    assert got[0][2] == {"name": "layers.0", "module": "layers.0", "module_class": "Block"}
+    back = P.derive_scopes(kinds, labels, 0, backward=True, wants=lambda p, c, d: d <= 3)
+    assert {f.get("module") for _, _, f in back} == {"layers.0", "layers.0.attn", "layers.0.mlp", None}
+    assert all(f["autograd_phase"] == "backward" for _, _, f in back if "module" in f)
+
+
+def _capture(cuda, regions, launches, scoped=False):
+    cuda.begin_capture(STREAM)
+    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
+    sess.start()
+    sess.compiled = regions
+    if scoped:
+        cuda.launch(STREAM, "eager_before")
+        with recorder_scope(sess, P.region_fields("torch.compile [0/0]")):
+            for name, kind in launches:
+                cuda.launch(STREAM, name, kind)
+        cuda.launch(STREAM, "eager_after")
+    else:
+        for name, kind in launches:
+            cuda.launch(STREAM, name, kind)
+    sess.finish_capture()
+    g = cuda.end_capture(STREAM)
+    sess.bind_exec(cuda.instantiate(g))
+    cuda.forget(g)
+    return {n.kernel or n.type: n for n in sess.record.nodes}
+
+
+LAUNCHES = [("triton_norm_0", "kernel"), ("sm90_gemm", "kernel"), ("triton_add_1", "kernel")]
+RECORDED = P.Recorded((K("triton_norm_0", ATTN), E(O_PROJ), K("triton_add_1", (), exact=False)), backward=True)
+
+
+@pytest.mark.usefixtures("capture_path")
+def test_a_capture_inside_a_compiled_call_gets_module_scopes():
+    regions = C.Regions()
+    regions.regions.append((None, "torch.compile [0/0]", (RECORDED,)))
+    k = _capture(FakeCuda(), regions, LAUNCHES)
+    assert k["triton_norm_0"].annotation == {"name": "layers.0.attn", "module": "layers.0.attn",
+                                             "module_class": "Attention", "compiled_region": "torch.compile [0/0]",
+                                             "module origin": P.EXACT, "autograd_phase": "backward"}
+    assert k["sm90_gemm"].annotation["module"] == "layers.0.attn.o_proj"
+    assert k["triton_add_1"].annotation == P.region_fields("torch.compile [0/0]")
+
+
+@pytest.mark.usefixtures("capture_path")
+def test_a_compiled_call_inside_a_capture_is_aligned_within_its_scope():
+    regions = C.Regions()
+    regions.regions.append((P.region_fields("torch.compile [0/0]"), "torch.compile [0/0]", (RECORDED,)))
+    k = _capture(FakeCuda(), regions, LAUNCHES, scoped=True)
+    assert k["eager_before"].annotation == {} and k["eager_after"].annotation == {}
+    assert k["sm90_gemm"].annotation["module"] == "layers.0.attn.o_proj"
+    assert k["triton_add_1"].annotation["module origin"] == P.UNKNOWN
+
+
+@pytest.mark.usefixtures("capture_path")
+def test_a_capture_that_does_not_follow_the_recorded_code_keeps_the_region_name_only():
+    regions = C.Regions()
+    regions.regions.append((None, "torch.compile [0/0]", (RECORDED,)))
+    k = _capture(FakeCuda(), regions, [("triton_norm_0", "kernel"), ("other_kernel", "kernel")])
+    assert {n: a.annotation.get("module") for n, a in k.items()} == {"triton_norm_0": None, "other_kernel": None}
+    assert k["triton_norm_0"].annotation == P.region_fields("torch.compile [0/0]")
+
+
+def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, monkeypatch):
+    """A real inductor compile on CPU: each ``mm`` of the two-layer MLP is recorded with its
+    Linear's path, forward and backward, in launch order; CPU kernels (generated outside the
+    GPU scheduling) have no origin rather than a guessed one."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    import torch._inductor.compile_fx  # noqa: F401
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return x + self.fc2(torch.relu(self.fc1(x)))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Block(), Block()])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    assert C.install()
+    try:
+        torch._dynamo.reset()
+        net = torch.compile(Net())
+        net(torch.randn(4, 16, requires_grad=True)).sum().backward()
+        recs = list(C.CODEGEN.by_code.values())[-2:]
+    finally:
+        C.uninstall()
+        torch._dynamo.reset()
+    fwd, bwd = sorted(recs, key=lambda r: r.backward)
+    assert not fwd.backward and bwd.backward
+    externs = [i.stack[-1][0] for i in fwd.items if i.kind == "extern"]
+    assert externs == ["layers.0.fc1", "layers.0.fc2", "layers.1.fc1", "layers.1.fc2"]
+    assert all(i.exact for i in fwd.items if i.kind == "extern")
+    # backward: every path named is one of the Linear layers or a module around one, never another's
+    named = [i.stack[-1][0] for i in bwd.items if i.kind == "extern" and i.stack]
+    assert len(named) >= 4 and set(named) <= set(externs) | {"layers.0", "layers.1"}
+    assert {"layers.0.fc2", "layers.1.fc2"} <= set(named)
+    assert all(i.stack == () and not i.exact for i in fwd.items + bwd.items if i.kind == "kernel")
+
+
+def test_the_join_counts_compiled_kernels_by_how_their_module_is_known():
+    import dataclasses
+
+    from join_expect import fixture_capture, fixture_trace
+    from perfetto_graph_ann.annotations.capture_record import read_capture_record
+    from perfetto_graph_ann.annotations.model import GraphRecord
+    from perfetto_graph_ann.join import join
+    from perfetto_graph_ann.join.summary import warning_lines
+    from perfetto_graph_ann.read.kineto import read_trace
+
+    trace = read_trace(fixture_trace("two_branch"))
+    ann = read_capture_record(fixture_capture("two_branch"))
+    g = ann.graphs[0]
+    origins = [P.EXACT, P.COMMON, P.UNKNOWN]
+    nodes = tuple(dataclasses.replace(n, annotation={**n.annotation, "module origin": origins[i % 3]})
+                  for i, n in enumerate(g.nodes))
+    ann = dataclasses.replace(ann, graphs=(dataclasses.replace(g, nodes=nodes),) + ann.graphs[1:])
+    layout = join(trace, ann, "all")
+    # expected from the record: each matched event counts once, by its node's origin
+    node_origin = {n.key & 0xFFFFFFFF: n.annotation["module origin"] for n in nodes}
+    want: dict = {}
+    matched = sum(layout.report.matched.values())
+    assert sum(layout.report.module_origins.values()) == matched > 0
+    work = [n for n in nodes if n.type in ("kernel", "memcpy", "memset")]
+    per_node = matched // len(work)  # every replay matched in full (the fixture's calibrated join)
+    assert per_node * len(work) == matched
+    for n in nodes:
+        if n.type in ("kernel", "memcpy", "memset"):
+            want[node_origin[n.key & 0xFFFFFFFF]] = want.get(node_origin[n.key & 0xFFFFFFFF], 0) + per_node
+    assert layout.report.module_origins == want
+    assert any(line.startswith("note: compiled code: ") and f"{want[P.EXACT]} GPU events with an exact module path"
+               in line for line in warning_lines(layout.report))
