@@ -185,8 +185,9 @@ def _node_stack(nodes: Optional[Sequence[Any]]) -> Tuple[paths.Stack, bool]:
                 origins.extend(getattr(ir, "origins", ()) or ())
     except Exception:
         return (), False
+    computing = [o for o in origins if not _is_view(o)]
     stacks = []
-    for o in origins:
+    for o in computing or origins:
         meta = getattr(o, "meta", {}) or {}
         raw = meta.get("nn_module_stack")
         if raw is None:
@@ -195,6 +196,26 @@ def _node_stack(nodes: Optional[Sequence[Any]]) -> Tuple[paths.Stack, bool]:
     if not stacks:
         return (), False
     return paths.common_stack(stacks)
+
+
+#: aten ops that compute nothing (a view, a reshape of one): an FX node of one is in a kernel's
+#: origins when the kernel writes a buffer the view reads, and says nothing of whose work it is.
+_VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "expand", "squeeze", "unsqueeze", "slice",
+    "select", "as_strided", "alias", "unfold", "split", "split_with_sizes", "chunk", "narrow", "view_as",
+    "detach", "_reshape_alias", "unbind", "movedim", "expand_as", "flatten", "unflatten",
+})
+
+
+def _is_view(fx_node: Any) -> bool:
+    target = getattr(fx_node, "target", None)
+    if getattr(fx_node, "op", None) != "call_function" or target is None:
+        return False
+    if getattr(target, "is_view", False):
+        return True
+    packet = getattr(target, "overloadpacket", None)
+    name = getattr(packet, "__name__", None) or getattr(target, "__name__", "")
+    return name.split(".")[0] in _VIEW_OPS
 
 
 def _quiet(line: Any) -> bool:

@@ -94,9 +94,11 @@ LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 def test_reduce_overhead_module_paths_from_inductor(tmp_path, results):
     """``torch.compile(mode="reduce-overhead")``: kernels get module paths from what inductor
-    recorded (issue 31 item 4). Independent checks: every Linear's GEMMs equal the eager truth's
-    for that path (inductor calls the same cuBLAS mm), no generated (triton) kernel carries a
-    Linear's path, the two identical layers get the same kernels, and nothing else is guessed."""
+    recorded (issue 31 item 4). Independent check against the eager truth: the library (cuBLAS)
+    kernels under a path are among those the eager model launched inside that module (inductor
+    calls the same mm), and a Linear's path holds exactly its GEMMs. (A kernel fusing one layer's
+    residual add with the next layer's norm has no layer: their common ancestor is the model;
+    adjacent extern calls, q/k/v, share their common module.)"""
     out = tmp_path / "o"
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")  # a cache hit records nothing
     try:
@@ -109,24 +111,23 @@ def test_reduce_overhead_module_paths_from_inductor(tmp_path, results):
     kinds = kernel_kinds(trace, layout, lambda a: a.get("module origin", "none"))
     res = {"graphs": len(ann.graphs), "replays": len(got), "kernels": dict(kinds),
            "origins": layout.report.module_origins, "paths": sorted({p for m in got.values() for p in m})[:40]}
-    wrong, layers = [], []
+    wrong = []
     for corr, mods in got.items():
         for path, names in mods.items():
             leaf = path.rsplit(".", 1)[-1]
-            if leaf in LINEARS:
-                if names != truth.get(path):
-                    wrong.append({"path": path, "got": names[:3], "truth": (truth.get(path) or [])[:3]})
-            if any(n.startswith("triton") for n in names) and leaf in LINEARS:
-                wrong.append({"path": path, "triton": names[:3]})
-        per_layer = [sorted((p.split(".", 2)[2] if p.count(".") >= 2 else "", n) for p, ns in mods.items()
-                            if p.startswith(f"layers.{i}.") or p == f"layers.{i}" for n in ns) for i in range(2)]
-        layers.append(per_layer[0] == per_layer[1])
+            gemms = collections.Counter(n for n in names if not n.startswith("triton"))
+            subtree = collections.Counter(n for p, ns in truth.items() if path and (p == path or p.startswith(path + "."))
+                                          for n in ns)
+            if path and gemms - subtree:  # a library kernel the eager model never launched under that path
+                wrong.append({"path": path, "extra": sorted((gemms - subtree).elements())[:3]})
+            if leaf in LINEARS and names != truth.get(path):
+                wrong.append({"path": path, "got": names[:3], "truth": (truth.get(path) or [])[:3]})
     res["wrong"] = wrong[:5]
     res["linear_paths"] = sorted({p for m in got.values() for p in m if p.rsplit(".", 1)[-1] in LINEARS})
     results["zero_code_compile"] = res
     print("zero_code_compile", json.dumps(res)[:4000])
-    assert ann.graphs and not wrong and all(layers)
-    assert res["linear_paths"], "no GEMM got its Linear's path"
+    assert ann.graphs and not wrong
+    assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
 
 
 def test_make_graphed_callables_training_step(tmp_path, results):
