@@ -75,6 +75,32 @@ def test_alignment_refuses_what_it_cannot_explain():
     assert P.align([("kernel", "triton_a_0"), ("kernel", "triton_a_0"), ("kernel", "triton_b_1")], rec) is None
 
 
+Q, KP, V = (ATTN + ((f"layers.0.attn.{n}", "Linear"),) for n in ("q_proj", "k_proj", "v_proj"))
+
+
+def _xc(stack, call="extern_kernels.mm"):
+    return P.Item("extern", None, stack, True, call)
+
+
+def test_watched_extern_calls_give_each_call_its_own_nodes():
+    rec = P.Recorded((K("triton_norm_0", ATTN), _xc(Q), _xc(KP), _xc(V), P.Item("extern", None, ATTN, True, "torch.ops.aten.sdpa"),
+                      K("triton_add_1", MLP)))
+    nodes = [("kernel", "triton_norm_0"), ("kernel", "gemm"), ("kernel", "gemm"), ("kernel", "splitk"),
+             ("kernel", "gemm"), ("kernel", "flash_fwd"), ("kernel", "triton_add_1")]
+    # without the capture's view of the calls: four extern items share their common module
+    assert P.align(nodes, rec)[1:6] == [(ATTN, P.COMMON)] * 5
+    calls = [(1, 2, "extern_kernels.mm"), (2, 4, "extern_kernels.mm"), (4, 5, "extern_kernels.mm")]
+    assert P.align(nodes, rec, calls)[1:6] == [(Q, P.EXACT), (KP, P.EXACT), (KP, P.EXACT), (V, P.EXACT),
+                                               (ATTN, P.EXACT)]  # the one extern left: sdpa's kernel
+    # calls that are not the recorded ones (another count or callable) are not used
+    assert P.align(nodes, rec, calls[:2])[1] == (ATTN, P.COMMON)
+    assert P.align(nodes, rec, calls[:2] + [(4, 5, "extern_kernels.bmm")])[1] == (ATTN, P.COMMON)
+    # a watched call between other kernels than recorded: the sequence does not fit
+    nodes_late = nodes[:6] + [("kernel", "triton_add_1"), ("kernel", "gemm")]
+    assert P.align(nodes_late, rec, [(1, 2, "extern_kernels.mm"), (2, 4, "extern_kernels.mm"),
+                                     (7, 8, "extern_kernels.mm")]) is None
+
+
 def test_sequences_that_disagree_leave_nodes_unknown():
     twin0 = P.Recorded((K("triton_a_0", ATTN), E(O_PROJ)))
     twin1 = P.Recorded((K("triton_a_0", (("layers.1", "Block"),)), E(O_PROJ)))
@@ -100,6 +126,14 @@ def test_derived_scopes_nest_by_level_and_run():
     assert all(f["autograd_phase"] == "backward" for _, _, f in back if "module" in f)
 
 
+def _launch(cuda, sess, name, kind):
+    if name.startswith("gemm"):  # an extern call the capture watches (compiled._watch_externs)
+        with recorder_scope(sess, {C.EXTERN: "extern_kernels.mm"}):
+            cuda.launch(STREAM, name, kind)
+    else:
+        cuda.launch(STREAM, name, kind)
+
+
 def _capture(cuda, regions, launches, scoped=False):
     cuda.begin_capture(STREAM)
     sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
@@ -109,32 +143,39 @@ def _capture(cuda, regions, launches, scoped=False):
         cuda.launch(STREAM, "eager_before")
         with recorder_scope(sess, P.region_fields("torch.compile [0/0]")):
             for name, kind in launches:
-                cuda.launch(STREAM, name, kind)
+                _launch(cuda, sess, name, kind)
         cuda.launch(STREAM, "eager_after")
     else:
         for name, kind in launches:
-            cuda.launch(STREAM, name, kind)
+            _launch(cuda, sess, name, kind)
     sess.finish_capture()
     g = cuda.end_capture(STREAM)
     sess.bind_exec(cuda.instantiate(g))
     cuda.forget(g)
-    return {n.kernel or n.type: n for n in sess.record.nodes}
+    rec = sess.record
+    assert not any(C.EXTERN in i.fields for i in rec.scopes or ())  # bookkeeping, not an annotation
+    assert not any(C.EXTERN in n.annotation for n in rec.nodes)
+    return {n.kernel or n.type: n for n in rec.nodes}
 
 
 LAUNCHES = [("triton_norm_0", "kernel"), ("sm90_gemm", "kernel"), ("triton_add_1", "kernel")]
-RECORDED = P.Recorded((K("triton_norm_0", ATTN), E(O_PROJ), K("triton_add_1", (), exact=False)), backward=True)
+RECORDED = P.Recorded((K("triton_norm_0", ATTN), E(O_PROJ), K("triton_add_1", (), exact=False), _xc(MLP), _xc(Q)),
+                      backward=True)
 
 
 @pytest.mark.usefixtures("capture_path")
 def test_a_capture_inside_a_compiled_call_gets_module_scopes():
     regions = C.Regions()
     regions.regions.append((None, "torch.compile [0/0]", (RECORDED,)))
-    k = _capture(FakeCuda(), regions, LAUNCHES)
+    k = _capture(FakeCuda(), regions, LAUNCHES + [("gemm_b", "kernel"), ("gemm_c", "kernel")])
     assert k["triton_norm_0"].annotation == {"name": "layers.0.attn", "module": "layers.0.attn",
                                              "module_class": "Attention", "compiled_region": "torch.compile [0/0]",
                                              "module origin": P.EXACT, "autograd_phase": "backward"}
     assert k["sm90_gemm"].annotation["module"] == "layers.0.attn.o_proj"
     assert k["triton_add_1"].annotation == P.region_fields("torch.compile [0/0]")
+    # two watched mm calls after the last kernel: each call's nodes get its own module
+    assert (k["gemm_b"].annotation["module"], k["gemm_b"].annotation["module origin"]) == ("layers.0.mlp", P.EXACT)
+    assert k["gemm_c"].annotation["module"] == "layers.0.attn.q_proj"
 
 
 @pytest.mark.usefixtures("capture_path")

@@ -33,6 +33,9 @@ from . import compiled_paths as paths
 from .compiled_paths import Item, Recorded
 from .marks import mark_kernels
 
+#: The field of the scopes around watched extern calls (dropped once the table is read).
+EXTERN = "compiled extern call"
+
 #: Wrapper line classes that never launch GPU work (memory planning, comments, contexts).
 _QUIET_LINES = frozenset({
     "AllocateLine", "FreeIfNotReusedLine", "ReinterpretLine", "ReuseLine", "NullLine", "FreeLine",
@@ -85,7 +88,10 @@ class _Codegen:
             rec["order"].append(wid)
             rec["names"][wid] = getattr(wrapper, "subgraph_name", None) or "call"
         stack, exact = _node_stack(node)
-        item = Item(kind, name, stack, exact)
+        call = None
+        if kind == "extern" and node:
+            call = getattr(getattr(node[0], "node", None), "python_kernel_name", None)
+        item = Item(kind, name, stack, exact, call if isinstance(call, str) else None)
         rec[wid].append(item)
         rec["items"].append(item)
 
@@ -318,6 +324,11 @@ class Regions:
         #: (fields of the region's scope or None for the whole capture, region, candidates)
         self.regions: List[Tuple[Optional[dict], str, Tuple[Recorded, ...]]] = []
 
+    @staticmethod
+    def internal(fields: Any) -> bool:
+        """Scope fields of this module's own bookkeeping, not an annotation."""
+        return EXTERN in fields
+
     def scopes(self, nodes: Sequence[Any], records: Sequence[Any], next_seq: int,
                wants: Any = None) -> List[Tuple[int, Any, int, int]]:
         """Scope records ``(seq, fields, start, end)`` for the regions, given the capture's node
@@ -325,6 +336,7 @@ class Regions:
         out: List[Tuple[int, Any, int, int]] = []
         # the region scopes opened around compiled calls, in opening order (as self.regions)
         opened = iter(sorted((r for r in records if "compiled_region" in r.fields), key=lambda r: r.seq))
+        watched = sorted((r for r in records if EXTERN in r.fields), key=lambda r: r.seq)
         for fields, region, cands in self.regions:
             if fields is None:
                 a, b = 0, len(nodes)
@@ -336,7 +348,8 @@ class Regions:
                     break  # a scope cut short (the capture failed inside): no module paths
                 a, b = r.start, r.end
             part = [(n.type, n.kernel) for n in nodes[a:b]]
-            fits = [f for f in (paths.align(part, c) for c in cands) if f is not None]
+            calls = [(r.start - a, r.end - a, r.fields[EXTERN]) for r in watched if a <= r.start and r.end <= b]
+            fits = [f for f in (paths.align(part, c, calls) for c in cands) if f is not None]
             if not fits:
                 continue
             backward = all(c.backward for c in cands)
@@ -353,6 +366,7 @@ class _Runtime:
         self._lock = threading.Lock()
         self._users = 0
         self._orig: Any = None
+        self._externs: List[Tuple[Any, str, Any]] = []
 
     def capture_started(self, session: Any) -> None:
         """Find the compiled call this capture runs in, and watch compiled calls inside it."""
@@ -373,6 +387,7 @@ class _Runtime:
             if self._users == 0 and orig is not None:
                 self._orig = orig
                 oc.CompiledFxGraph.__call__ = _inside_capture(orig)
+                self._externs = _watch_externs()
             self._users += 1
 
     def capture_ended(self) -> None:
@@ -385,6 +400,38 @@ class _Runtime:
 
                 oc.CompiledFxGraph.__call__ = self._orig
                 self._orig = None
+                for ns, name, fn in self._externs:
+                    setattr(ns, name, fn)
+                self._externs = []
+
+
+def _watch_externs() -> List[Tuple[Any, str, Any]]:
+    """Wrap inductor's extern kernels (``extern_kernels.mm``, ...: the generated code looks them
+    up at each call) so that a capture sees which nodes each call added. Returns what to restore."""
+    try:
+        from torch._inductor.select_algorithm import extern_kernels as ns
+    except Exception:
+        return []
+    from . import session as _session
+
+    def watch(fn: Callable, call: str) -> Callable:
+        def extern(*args, **kwargs):
+            sess = _session.current()
+            if getattr(sess, "compiled", None) is None:
+                return fn(*args, **kwargs)
+            tok = sess.recorder.open({EXTERN: call})
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sess.recorder.close(tok)
+        return extern
+
+    saved = []
+    for name, fn in list(vars(ns).items()):
+        if callable(fn) and not name.startswith("_"):
+            saved.append((ns, name, fn))
+            setattr(ns, name, watch(fn, paths.WATCHED_CALLS + name))
+    return saved
 
 
 def _enclosing(call_code: Any) -> Optional[Tuple[str, Tuple[Recorded, ...]]]:

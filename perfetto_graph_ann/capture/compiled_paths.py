@@ -121,6 +121,8 @@ class Item:
     name: Optional[str]  #: the kernel's function name ("kernel" only)
     stack: Stack  #: the deepest module common to its origins (() = none known)
     exact: bool  #: every origin had that very stack
+    #: an extern call's Python callable (``extern_kernels.mm``), seen at capture when watched
+    call: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,17 +148,37 @@ def _item_label(items: Sequence[Item]) -> Label:
     return stack, EXACT if exact else COMMON
 
 
-def align(nodes: Sequence[Tuple[str, Optional[str]]], recorded: Recorded) -> Optional[List[Optional[Label]]]:
+#: The extern calls a capture watches (their callables' prefix in inductor's wrapper code).
+WATCHED_CALLS = "extern_kernels."
+
+
+def align(nodes: Sequence[Tuple[str, Optional[str]]], recorded: Recorded,
+          calls: Sequence[Tuple[int, int, str]] = ()) -> Optional[List[Optional[Label]]]:
     """Labels for ``nodes`` ((type, kernel name) in creation order) from ``recorded``, or None
-    where the sequence does not fit. Nodes that are not GPU work get None."""
+    where the sequence does not fit. Nodes that are not GPU work get None.
+
+    ``calls``: the watched extern calls seen during the capture, ``(start, end, callable)``
+    node positions in ``nodes``, in call order. Where they are exactly the recorded sequence's
+    watched calls, each one's nodes get its module, and the other extern items between two
+    anchors are left to explain the rest."""
     names = {i.name for i in recorded.items if i.kind == "kernel"}
+    watched = [i for i in recorded.items if i.kind == "extern" and (i.call or "").startswith(WATCHED_CALLS)]
+    owner: dict = {}  # node position -> the watched item whose call launched it
+    used: set = set()
+    if calls and len(calls) == len(watched) and all(c[2] == i.call for c, i in zip(calls, watched)):
+        for (a, b, _), item in zip(calls, watched):
+            used.add(id(item))
+            for k in range(a, b):
+                owner[k] = item
     segments: List[Tuple[List[Item], Optional[Item]]] = []  # (extern/other items, then the anchor)
     pending: List[Item] = []
+    seg_of: dict = {}
     for it in recorded.items:
         if it.kind == "kernel":
             segments.append((pending, it))
             pending = []
         else:
+            seg_of[id(it)] = len(segments)
             pending.append(it)
     segments.append((pending, None))
     out: List[Optional[Label]] = [None] * len(nodes)
@@ -164,7 +186,7 @@ def align(nodes: Sequence[Tuple[str, Optional[str]]], recorded: Recorded) -> Opt
     loose: List[int] = []  # GPU nodes since the last anchor
 
     def settle(items: List[Item]) -> None:
-        label = _item_label(items)
+        label = _item_label([i for i in items if id(i) not in used])
         for k in loose:
             out[k] = label
         loose.clear()
@@ -179,6 +201,10 @@ def align(nodes: Sequence[Tuple[str, Optional[str]]], recorded: Recorded) -> Opt
             settle(items)
             out[k] = _item_label([anchor])
             seg += 1
+        elif k in owner:
+            if seg_of[id(owner[k])] != seg:
+                return None  # the call ran between other kernels than inductor wrote it
+            out[k] = _item_label([owner[k]])
         else:
             loose.append(k)
     if seg != len(segments) - 1:

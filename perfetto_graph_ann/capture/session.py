@@ -220,6 +220,7 @@ class CaptureSession:
         if self.compiled is not None and self.compiled.regions:
             first = max((r.seq for r in scopes), default=-1) + 1
             scopes += [ScopeRecord(*r) for r in self.compiled.scopes(nodes, scopes, first, self.module_filter)]
+            scopes = [r for r in scopes if not self.compiled.internal(r.fields)]
         end = max((r.end for r in scopes), default=0)
         if end > len(nodes):
             raise CaptureError(f"a scope ends at node {end} but the captured graph has {len(nodes)} nodes")
