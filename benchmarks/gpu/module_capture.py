@@ -1,0 +1,161 @@
+"""Capture cost of zero-code instrumentation with module scopes, on the 36-layer decoder written
+as ``nn.Module`` s (run on the GPU machine; issue 31's limit: at most 1.10x a plain capture).
+
+The decoder of tests/gpu/blocks.py (same weights, bf16, batch 16, seq 128) as modules: per
+layer ``Layer`` > ``attn`` (``norm``, ``qkv``, ``o``) and ``mlp`` (``norm``, ``gu``, ``down``),
+9 module calls a layer, 325 in all. Arms, captured with ``torch.cuda.graph`` in alternating
+order each round (the same code; only the process's instrumentation differs):
+
+- ``plain``: not instrumented;
+- ``instrumented``: ``pga.instrument()`` (graph annotated, no module scopes);
+- ``modules``: ``pga.instrument(modules=True)``: a scope per module call.
+
+The statistic is the median over rounds of each capture's time divided by the plain capture of
+the same round ("pairs", BENCHMARKS.md "capture", session 11). Outputs must be bitwise equal.
+
+    python benchmarks/gpu/module_capture.py --rounds 40 [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"))
+import perfetto_graph_ann as pga  # noqa: E402
+from blocks import decoder_weights, warmup  # noqa: E402
+from perfetto_graph_ann.capture import fastpath  # noqa: E402
+from perfetto_graph_ann.capture.registry import REGISTRY  # noqa: E402
+
+
+class Norm(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.w = w
+
+    def forward(self, h):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+
+class Proj(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.w = w
+
+    def forward(self, h):
+        return h @ self.w
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, P, heads):
+        super().__init__()
+        self.norm, self.qkv, self.o, self.heads = Norm(P["n1"]), Proj(P["qkv"]), Proj(P["o"]), heads
+
+    def forward(self, h):
+        b, t, d = h.shape
+        q, k, v = (x.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for x in self.qkv(self.norm(h)).split(d, dim=-1))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return h + self.o(a.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, P):
+        super().__init__()
+        self.norm, self.gu, self.down, self.ffn = Norm(P["n2"]), Proj(P["gu"]), Proj(P["down"]), P["down"].shape[0]
+
+    def forward(self, h):
+        gate, up = self.gu(self.norm(h)).split(self.ffn, dim=-1)
+        return h + self.down(torch.nn.functional.silu(gate) * up)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, P, heads):
+        super().__init__()
+        self.attn, self.mlp = Attn(P, heads), MLP(P)
+
+    def forward(self, h):
+        return self.mlp(self.attn(h))
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self, weights, heads=16):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Layer(P, heads) for P in weights)
+
+    def forward(self, h):
+        for layer in self.layers:
+            h = layer(h)
+        return h
+
+
+def capture_once(model, x, pool):
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.cuda.graph(g, pool=pool):
+        out = model(x)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, g, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    model = Decoder(decoder_weights(args.layers))
+    x = torch.randn(args.batch, 128, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+    x = x.to(torch.bfloat16)
+    with torch.no_grad():
+        warmup(lambda: model(x))
+        arms = ("plain", "instrumented", "modules")
+        secs = {a: [] for a in arms}
+        ratios = {a: [] for a in arms[1:]}
+        equal, scoped = [], None
+        pool = None
+        for r in range(args.rounds):
+            outs = {}
+            for arm in (arms if r % 2 == 0 else arms[::-1]):
+                if arm == "plain":
+                    t, g, out = capture_once(model, x, pool)
+                else:
+                    with pga.instrument(modules=arm == "modules", calibrate=False):
+                        t, g, out = capture_once(model, x, pool)
+                    if arm == "modules" and scoped is None:
+                        g.replay()  # binds the executable graph: its record is built
+                        rec = REGISTRY.records()[-1]
+                        scoped = sum(1 for n in rec.nodes if n.annotation.get("module"))
+                pool = g.pool() if pool is None else pool
+                secs[arm].append(t)
+                outs[arm] = (g, out)
+            for arm in arms[1:]:
+                ratios[arm].append(secs[arm][-1] / secs["plain"][-1])
+            for g, _ in outs.values():
+                g.replay()
+            torch.cuda.synchronize()
+            equal.append(all(torch.equal(outs["plain"][1], outs[a][1]) for a in arms[1:]))
+            del outs
+    med = statistics.median
+    rep = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "capture_path": fastpath.describe(),
+           "layers": args.layers, "batch": args.batch, "rounds": args.rounds,
+           "module_calls_per_forward": 1 + 9 * args.layers,
+           "capture_ms_median": {a: med(v) * 1e3 for a, v in secs.items()},
+           "ratio_pairs_median": {a: med(v) for a, v in ratios.items()},
+           "ratio_of_medians": {a: med(secs[a]) / med(secs["plain"]) for a in arms[1:]},
+           "outputs_bitwise_equal_after_replay": all(equal), "scoped_nodes": scoped}
+    print(json.dumps(rep, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(rep, raw=secs), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
