@@ -145,8 +145,15 @@ def test_bad_settings_fail_at_once(tmp_path):
 
 # ---- module scopes ---------------------------------------------------------------------------
 
-class FakeModule:
-    """Just what the module hooks use: named_modules, and __call__ running the global hooks."""
+class _Module:
+    """The fake ``torch.nn.Module``: ``__call__`` runs ``forward`` (what the module scopes wrap)."""
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+
+class FakeModule(_Module):
+    """Just what module scopes use: named_modules, and a call launching its kernel then its children's."""
 
     def __init__(self, hooks, kernel=None, **children):
         self._hooks, self._kernel, self._children = hooks, kernel, children
@@ -157,16 +164,12 @@ class FakeModule:
         for name, child in self._children.items():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
-    def __call__(self):
-        for h in list(self._hooks["pre"].values()):
-            h(self, ())
+    def forward(self):
         cuda = self._hooks["cuda"]
         if self._kernel and FAKE_TORCH_STREAM in cuda.capturing:  # eager kernels are not recorded
             cuda.launch(FAKE_TORCH_STREAM, self._kernel)
         for child in self._children.values():
             child()
-        for h in list(self._hooks["post"].values()):
-            h(self, (), None)
 
 
 class Attention(FakeModule):
@@ -179,33 +182,18 @@ class Linear(FakeModule):
 
 @pytest.fixture
 def nn(fresh, monkeypatch):
-    """torch.nn.modules.module's two global hook registrations, on top of the fake torch."""
-    hooks = {"pre": {}, "post": {}, "cuda": fresh}
-
-    class Handle:
-        def __init__(self, table, key):
-            self.table, self.key = table, key
-
-        def remove(self):
-            self.table.pop(self.key, None)
-
-    def register(kind):
-        def reg(fn, **kw):
-            key = object()
-            hooks[kind][key] = fn
-            return Handle(hooks[kind], key)
-        return reg
-
-    module = types.ModuleType("torch.nn.modules.module")
-    module.register_module_forward_pre_hook = register("pre")
-    module.register_module_forward_hook = register("post")
-    for name in ("torch.nn", "torch.nn.modules"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "torch.nn.modules.module", module)
-    sys.modules["torch.nn"].modules = sys.modules["torch.nn.modules"]
-    sys.modules["torch.nn.modules"].module = module
+    """``torch.nn.Module`` on top of the fake torch; ``hooks["wrapped"]()``: is its ``__call__``
+    wrapped now."""
+    hooks = {"cuda": fresh, "wrapped": lambda: _Module.__dict__["__call__"] is not ORIGINAL_CALL}
+    module = types.ModuleType("torch.nn")
+    module.Module = _Module
+    monkeypatch.setitem(sys.modules, "torch.nn", module)
+    monkeypatch.setattr(sys.modules["torch"], "nn", module, raising=False)
     monkeypatch.setattr(mods, "NAMES", mods._Names())
     return hooks
+
+
+ORIGINAL_CALL = _Module.__dict__["__call__"]
 
 
 def decoder(hooks):
@@ -230,14 +218,14 @@ def test_module_calls_become_nested_scopes_named_by_path(nn, fresh):
     torch = sys.modules["torch"]
     model = decoder(nn)
     pga.instrument(modules=True)
-    model()  # eager: the hooks are not even registered outside a capture
-    assert nn["pre"] == {}
+    model()  # eager: nn.Module.__call__ is not even wrapped outside a capture
+    assert not nn["wrapped"]()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         model()
         with pga.mark_kernels("tail"):  # hand-written scopes still work beside module scopes
             kernels(fresh, ["k_tail"])
-    assert nn["pre"] == {} and nn["post"] == {}  # removed at the capture's end
+    assert not nn["wrapped"]()  # put back at the capture's end
     ann = {n.kernel: dict(n.annotation) for r in REGISTRY.records() for n in r.nodes}
     assert ann["k_embed"] == {"name": "FakeModule", "module": "FakeModule", "module_class": "FakeModule"}
     o_projs = [dict(n.annotation) for r in REGISTRY.records() for n in r.nodes if n.kernel == "k_o"]
@@ -454,3 +442,25 @@ def test_run_never_puts_a_site_packages_on_the_programs_path(tmp_path):
 
     assert parts[:2] == [SITE_DIR, "/x"]
     assert all(not run_cmd.is_site_dir(p) for p in parts)
+
+
+class Raising(FakeModule):
+    def forward(self):
+        super().forward()
+        raise KeyError("from forward")
+
+
+def test_module_scopes_close_when_forward_raises(nn, fresh):
+    """The wrapper closes the scope on the way out and the program sees its own exception."""
+    torch = sys.modules["torch"]
+    pga.instrument(modules=True)
+    model = FakeModule(nn, None, bad=Raising(nn, "k_bad"), after=Linear(nn, "k_after"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        assert nn["wrapped"]()
+        with pytest.raises(KeyError, match="from forward"):
+            model()
+        kernels(fresh, ["k_outside"])
+    ann = {n.kernel: dict(n.annotation) for r in REGISTRY.records() for n in r.nodes}
+    assert ann["k_bad"]["module"] == "bad" and ann["k_outside"] == {}  # no scope left open
+    assert not nn["wrapped"]()

@@ -1,11 +1,10 @@
 """Module scopes: while a graph is captured, every ``nn.Module`` call is a ``mark_kernels`` scope
 named by the module's qualified path (``model.layers.17.self_attn.o_proj``).
 
-Two global module hooks (``torch.nn.modules.module.register_module_forward_pre_hook`` /
-``register_module_forward_hook``) are registered when an annotated capture starts and removed
-when it ends, so eager module calls never run them. The pre-hook opens a scope with the
-fields ``{"name": <path>, "module": <path>, "module_class": <class name>}`` on the capturing
-thread, the post-hook closes it; scopes nest as the calls nest, hand-written ``mark_kernels``
+``nn.Module.__call__`` is wrapped at class level when an annotated capture starts and put back
+when it ends, so eager module calls never run the wrapper. It opens a scope with the fields
+``{"name": <path>, "module": <path>, "module_class": <class name>}`` on the capturing thread
+around the call and closes it on the way out; scopes nest as the calls nest, hand-written ``mark_kernels``
 scopes nest inside or around them, and the backward kernels of a module's autograd nodes get
 its path with ``autograd_phase: backward`` (``mark_kernels``' backward tagging).
 
@@ -107,64 +106,84 @@ def mark_modules(model: Any, prefix: str = "", max_depth: Optional[int] = None, 
 
 
 class ModuleHooks:
-    """The two global hooks for the captures in flight; registered while at least one runs."""
+    """``nn.Module.__call__`` wrapped at class level while at least one capture runs.
+
+    Not torch's global forward hooks: once any is registered, every module call in the process
+    takes ``_call_impl``'s slow path, which cost more than the scopes themselves (on the H200,
+    about 12 us a module call even with the hooks returning at once; BENCHMARKS.md, "module
+    scopes"). The wrapper runs the module's own ``__call__`` inside its scope (closed on the way
+    out, exceptions included) and is removed when the last capture ends, so eager calls never
+    see it. Each module's fields are prepared once per capture set (paths and filters do not
+    change while captures run)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users = 0
-        self._handles: List[Any] = []
+        self._cls: Any = None
+        self._orig: Any = None
         self._local = threading.local()
+        self._prepared: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
         self.config: Optional[ModuleScopes] = None
 
     def capture_started(self, config: Optional[ModuleScopes]) -> bool:
-        """Register the hooks (first capture in flight). ``config``: for every module (None: only
-        the models given to :func:`mark_modules`). False where torch has no global module hooks."""
+        """Wrap ``nn.Module.__call__`` (first capture in flight). ``config``: for every module
+        (None: only the models given to :func:`mark_modules`). False where torch has no
+        ``nn.Module.__call__`` to wrap."""
         with self._lock:
             if self._users == 0:
                 try:
-                    from torch.nn.modules import module as m
+                    from torch import nn
+                    cls = nn.Module
                 except Exception:
                     return False
-                pre, post = getattr(m, "register_module_forward_pre_hook", None), \
-                    getattr(m, "register_module_forward_hook", None)
-                if pre is None or post is None:
+                orig = cls.__dict__.get("__call__")
+                if orig is None:
                     return False
                 self.config = config
-                self._handles = [pre(self._pre)]
-                try:
-                    self._handles.append(post(self._post, always_call=True))
-                except TypeError:  # torch < 2.1: no always_call
-                    self._handles.append(post(self._post))
+                self._prepared = weakref.WeakKeyDictionary()
+                self._cls, self._orig = cls, orig
+                cls.__call__ = self._wrap(orig)
             self._users += 1
             return True
 
     def capture_ended(self) -> None:
         with self._lock:
             self._users = max(0, self._users - 1)
-            if self._users == 0:
-                for h in self._handles:
-                    h.remove()
-                self._handles = []
+            if self._users == 0 and self._cls is not None:
+                self._cls.__call__ = self._orig
+                self._cls = self._orig = None
                 self._local.__dict__.clear()
 
     def close_open(self) -> None:
         """Close the scopes this thread still has open (a capture ended inside a module call)."""
         st = getattr(self._local, "stack", None)
         while st:
-            _, mark = st.pop()
+            mark = st.pop()[1]
             if mark is not None:
                 mark.__exit__(None, None, None)
 
-    def _stack(self) -> List[Tuple[Any, Any]]:
+    def _stack(self) -> List[list]:
         st = getattr(self._local, "stack", None)
         if st is None:
             st = self._local.stack = []
         return st
 
-    def _pre(self, module: Any, args: Any) -> None:
-        if _session.current() is None:
-            return None  # another thread's eager call while a capture runs elsewhere
-        st = self._stack()
+    def _wrap(self, orig: Any) -> Any:
+        enter, leave = self._enter, self._leave
+
+        def __call__(module, *args, **kwargs):
+            tok = enter(module)
+            if tok is None:
+                return orig(module, *args, **kwargs)
+            try:
+                return orig(module, *args, **kwargs)
+            finally:
+                leave(tok)
+        __call__.__wrapped__ = orig
+        return __call__
+
+    def _prepare(self, module: Any, st: List[list]) -> Any:
+        """(fields, backward) of this module's scope, or None where it has none."""
         config = self.config
         known = NAMES.path(module)
         if known is None and not st and config is not None:  # the outermost module of this capture: a root
@@ -174,26 +193,47 @@ class ModuleHooks:
         path, depth, marked = known if known is not None else (cls, 0, None)
         config = marked or config  # mark_modules' own settings win for its model
         if config is None or not config.wants(path, cls, depth):
-            st.append((module, None))
             return None
-        mark = mark_kernels({"name": path, "module": path, "module_class": cls}, backward=config.backward)
-        mark.__enter__()
-        st.append((module, mark))
-        return None
+        return {"name": path, "module": path, "module_class": cls}, config.backward
 
-    def _post(self, module: Any, args: Any, output: Any) -> None:
+    def _enter(self, module: Any) -> Optional[list]:
+        if _session.current() is None:
+            return None  # another thread's eager call while a capture runs elsewhere
+        st = self._stack()
+        try:
+            prepared = self._prepared.get(module, False)
+        except TypeError:  # not weak-referenceable
+            prepared = False
+        if prepared is False:
+            prepared = self._prepare(module, st)
+            if NAMES.path(module) is not None:
+                try:
+                    self._prepared[module] = prepared
+                except TypeError:
+                    pass
+        mark = None
+        if prepared is not None:
+            mark = mark_kernels(prepared[0], backward=prepared[1])
+            mark.__enter__()
+        tok = [module, mark]
+        st.append(tok)
+        return tok
+
+    def _leave(self, tok: list) -> None:
         st = getattr(self._local, "stack", None)
         if not st:
-            return None
-        # close up to this module's own scope (a call whose pre-hook ran: the top, normally)
-        for i in range(len(st) - 1, -1, -1):
-            if st[i][0] is module:
-                for _, mark in reversed(st[i:]):
-                    if mark is not None:
-                        mark.__exit__(None, None, None)
-                del st[i:]
-                break
-        return None
+            return  # closed by close_open at the capture's end
+        if st[-1] is tok:
+            st.pop()
+        else:
+            for i in range(len(st) - 1, -1, -1):
+                if st[i] is tok:
+                    del st[i]
+                    break
+            else:
+                return
+        if tok[1] is not None:
+            tok[1].__exit__(None, None, None)
 
 
 HOOKS = ModuleHooks()
