@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import sys
 import threading
 import weakref
 from typing import Any, List, Optional, Sequence, Tuple
@@ -123,6 +124,7 @@ class ModuleHooks:
         self._orig: Any = None
         self._local = threading.local()
         self._prepared: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self._grad: Any = lambda: True
         self.config: Optional[ModuleScopes] = None
 
     def capture_started(self, config: Optional[ModuleScopes]) -> bool:
@@ -140,6 +142,7 @@ class ModuleHooks:
                 if orig is None:
                     return False
                 self.config = config
+                self._grad = getattr(sys.modules.get("torch"), "is_grad_enabled", None) or (lambda: True)
                 self._prepared = weakref.WeakKeyDictionary()
                 self._cls, self._orig = cls, orig
                 cls.__call__ = self._wrap(orig)
@@ -213,7 +216,8 @@ class ModuleHooks:
                     pass
         mark = None
         if prepared is not None:
-            mark = mark_kernels(prepared[0], backward=prepared[1])
+            # with grad off a module's block can claim no backward node: the range is not kept
+            mark = mark_kernels(prepared[0], backward=prepared[1] and self._grad())
             mark.__enter__()
         tok = [module, mark]
         st.append(tok)
