@@ -110,6 +110,27 @@ def test_a_closed_feeder_refuses_more_bytes(tmp_path):
         eng.close()
 
 
+def test_one_large_write_is_fed_in_pieces_the_engine_takes():
+    """diff writes two merged runs in one call (223 MB at 1M kernels each): the engine refuses
+    a message over 64 MiB, so the feeder cuts what it queues to ``chunk_bytes``."""
+    from perfetto_graph_ann.query.session import _Feeder, _Starting
+
+    got = []
+
+    class Engine:
+        def load_chunks(self, pieces):
+            got.extend(pieces)
+
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    with _Feeder(_Starting.started(Engine()), 1000) as feeder:
+        feeder.write(b"ab")
+        feeder.write(data)
+        feeder.write(b"cd")
+        feeder.close()
+    assert b"".join(got) == b"ab" + data + b"cd"
+    assert max(len(p) for p in got) <= 1000 * 2 and len(got) >= 10
+
+
 @requires_portable
 def test_the_feed_runs_while_the_engine_starts(monkeypatch, tmp_path):
     import threading

@@ -292,9 +292,18 @@ class _Feeder:
         self._parts.append(data)
         self._size += len(data)
         if self._size >= self.chunk_bytes:
-            self._queue.put(b"".join(self._parts))
+            buf = b"".join(self._parts)
             self._parts = []
             self._size = 0
+            # one write may be a whole trace (diff's merged runs): the engine takes at most
+            # 64 MiB a call, so a large buffer goes in pieces of chunk_bytes
+            step = self.chunk_bytes
+            if len(buf) < 2 * step:
+                self._queue.put(buf)
+            else:
+                view = memoryview(buf)
+                for i in range(0, len(buf), step):
+                    self._queue.put(bytes(view[i:i + step]))
         return len(data)
 
     def close(self) -> None:
