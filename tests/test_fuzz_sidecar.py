@@ -358,8 +358,8 @@ def test_package_source_has_no_code_loading():
     assert found == []
 
 
-@pytest.mark.parametrize("form,version", [("json", v) for v in (0, 4, 99, "1", None, 1.0)]
-                         + [("binary", v) for v in (0, 4, 99)])  # binary: a uint32 field
+@pytest.mark.parametrize("form,version", [("json", v) for v in (0, 5, 99, "1", None, 1.0)]
+                         + [("binary", v) for v in (0, 5, 99)])  # binary: a uint32 field
 def test_unknown_or_mistyped_version_names_file(tmp_path, form, version):
     from perfetto_graph_ann.annotations import sidecar_proto as sidecar
 
