@@ -1,0 +1,322 @@
+"""The critical path of a replay (issue 35, item 2): recorded edges, stream-order fallback,
+sidecar round trip of the edges, the join's args, the dependency flows and the SQL module.
+
+Expectations are computed here from the events and edges by other means than
+``join.critical_path``: every source-to-sink chain of the graph enumerated by brute force
+(the longer branch), and per-stream sweeps over the raw JSON of the fixture.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+import sql_expect as X
+from engine_support import requires_portable
+
+from perfetto_graph_ann import load_annotations, save_annotations
+from perfetto_graph_ann.annotations.model import AnnotationSet, GraphEdge, GraphRecord, NodeRecord
+from perfetto_graph_ann.errors import SidecarError
+from perfetto_graph_ann.join import critical_path as cp
+from perfetto_graph_ann.join import join
+from perfetto_graph_ann.read.kineto import read_trace
+
+from conftest import FIXTURES
+
+# ---- a synthetic two-branch graph -------------------------------------------------------
+#
+#   0 fork (kernel, s7) -> 1 empty -> 2 a1 (s7) -> 3 a2 (s7) ------------------> 6 join (s7)
+#                                  \-> 4 b1 (s9) -> 5 b2 (s9) -> 7 b3 (s9) --/
+# Branch b is longer (3 kernels of 10 us vs 2 of 12 us); both start once the fork ends.
+
+EX = 3
+DUR = {0: 5_000, 2: 12_000, 3: 12_000, 4: 10_000, 5: 10_000, 7: 10_000, 6: 4_000}
+STREAM = {0: 7, 2: 7, 3: 7, 4: 9, 5: 9, 7: 9, 6: 7}
+EDGES = [(0, 1), (1, 2), (2, 3), (1, 4), (4, 5), (5, 7), (3, 6), (7, 6)]
+LAUNCH_TS = 1_000
+FIRST_TS = 3_000
+GAP = 1_000  # from the end of the releasing predecessor to a dependent's start
+
+
+def _graph(edges=EDGES) -> GraphRecord:
+    nodes = tuple(NodeRecord((EX << 32) | k, "empty" if k == 1 else "kernel", kernel=f"k{k}")
+                  for k in range(8))
+    return GraphRecord(EX, nodes, edges=None if edges is None else tuple(GraphEdge(a, b) for a, b in edges))
+
+
+def _schedule() -> Dict[int, Tuple[int, int]]:
+    """node -> (start, end): every kernel starts GAP after the last of its GPU-work
+    predecessors ends (through the empty node), the fork at FIRST_TS."""
+    preds: Dict[int, List[int]] = {}
+    for a, b in EDGES:
+        preds.setdefault(b, []).append(a)
+
+    def work_preds(k):
+        out = []
+        for p in preds.get(k, []):
+            out += [p] if p in DUR else work_preds(p)
+        return out
+
+    times: Dict[int, Tuple[int, int]] = {}
+    for k in (0, 2, 3, 4, 5, 7, 6):  # a topological order
+        ps = work_preds(k)
+        start = FIRST_TS if not ps else max(times[p][1] for p in ps) + GAP
+        times[k] = (start, start + DUR[k])
+    return times
+
+
+def _items(times) -> List[cp.Item]:
+    return [cp.Item(100 + k, s, e, STREAM[k], k) for k, (s, e) in sorted(times.items())]
+
+
+def _chains(edges) -> List[List[int]]:
+    """Every source-to-sink chain of GPU-work nodes (brute force, empty nodes skipped)."""
+    succ: Dict[int, List[int]] = {}
+    targets = set()
+    for a, b in edges:
+        succ.setdefault(a, []).append(b)
+        targets.add(b)
+    out = []
+
+    def walk(k, acc):
+        acc = acc + [k] if k in DUR else acc
+        if not succ.get(k):
+            out.append(acc)
+        for s in succ.get(k, []):
+            walk(s, acc)
+
+    for src in {a for a, _ in edges} - targets:
+        walk(src, [])
+    return out
+
+
+def test_two_branch_path_is_the_longer_branch():
+    times = _schedule()
+    chains = _chains(EDGES)
+    longest = max(chains, key=lambda c: sum(DUR[k] for k in c))
+    assert longest == [0, 4, 5, 7, 6]  # the test's own premise: branch b is the longer one
+    wp, rank = cp.work_predecessors(_graph())
+    assert wp[2] == (0,) and wp[4] == (0,)  # through the empty node
+    path = cp.edges_path(_items(times), wp, rank, LAUNCH_TS)
+    assert path.source == cp.SOURCE_EDGES
+    assert [it.index - 100 for it in path.items] == longest
+    end = max(e for _, e in times.values())
+    assert path.end_ns == end and path.start_ns == LAUNCH_TS
+    assert sum(it.share_ns + it.wait_ns for it in path.items) == end - LAUNCH_TS
+    assert [it.share_ns for it in path.items] == [DUR[k] for k in longest]
+    assert [it.wait_ns for it in path.items] == [FIRST_TS - LAUNCH_TS] + [GAP] * (len(longest) - 1)
+    # slack: the shorter branch can grow by the difference of the branches before it bounds
+    shorter = sum(DUR[k] + GAP for k in (2, 3))
+    longer = sum(DUR[k] + GAP for k in (4, 5, 7))
+    assert path.slack[102] == path.slack[103] == longer - shorter
+    assert all(path.slack[it.index] == 0 for it in path.items)
+
+
+def test_stream_order_fallback_without_edges():
+    times = _schedule()
+    path = cp.stream_order_path(_items(times), LAUNCH_TS)
+    assert path.source == cp.SOURCE_STREAM
+    # the join kernel (last end) is on stream 7: the path is stream 7's work, in start order
+    expected = sorted((k for k in times if STREAM[k] == 7), key=lambda k: times[k][0])
+    assert [it.index - 100 for it in path.items] == expected
+    assert sum(it.share_ns + it.wait_ns for it in path.items) == path.end_ns - LAUNCH_TS
+    end9 = max(times[k][1] for k in times if STREAM[k] == 9)
+    assert path.slack[107] == path.end_ns - end9
+
+
+def test_cycle_is_refused():
+    with pytest.raises(cp.CycleError):
+        cp.work_predecessors(_graph(EDGES + [(6, 0)]))
+
+
+# ---- sidecar -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["s.pga", "s.json"])
+def test_edges_round_trip_both_forms(tmp_path: Path, name: str):
+    g = dataclasses.replace(_graph(), edges=tuple(GraphEdge(a, b) for a, b in EDGES) + (GraphEdge(3, 7, 1, 1),))
+    none = dataclasses.replace(_graph(None), exec_id=4,
+                               nodes=tuple(dataclasses.replace(n, key=(4 << 32) | n.local_id) for n in _graph().nodes))
+    empty = dataclasses.replace(none, exec_id=6, edges=(),
+                                nodes=tuple(dataclasses.replace(n, key=(6 << 32) | n.local_id) for n in none.nodes))
+    save_annotations(tmp_path / name, AnnotationSet((g, none, empty)))
+    back = load_annotations(tmp_path / name)
+    assert [x.edges for x in back.graphs] == [g.edges, None, ()]
+
+
+def _v3_doc(edges=None) -> dict:
+    doc = {"format": "perfetto_graph_ann.sidecar", "version": 3, "backend": "cupti", "lanes": {},
+           "graphs": [{"exec_id": 2, "nodes": [{"key": (2 << 32) | 0}, {"key": (2 << 32) | 1}]}]}
+    if edges is not None:
+        doc["graphs"][0]["edges"] = edges
+    return doc
+
+
+def test_old_sidecar_loads_without_edges(tmp_path: Path):
+    p = tmp_path / "v3.json"
+    p.write_text(json.dumps(_v3_doc()))
+    assert load_annotations(p).graphs[0].edges is None
+
+
+@pytest.mark.parametrize("version,edges,problem", [
+    (3, [[0, 1]], "version-4 field"),
+    (4, [[0, 5]], "does not list"),
+    (4, [[1, 1]], "to itself"),
+    (4, [[0]], "must be a list of"),
+])
+def test_bad_edges_name_the_file(tmp_path: Path, version, edges, problem):
+    doc = _v3_doc(edges)
+    doc["version"] = version
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(SidecarError) as ei:
+        load_annotations(p)
+    assert str(p) in str(ei.value) and problem in str(ei.value)
+
+
+# ---- the two-branch fixture (H200) with its edges ------------------------------------------
+#
+# two_branch: left_projection (GEMM, stream 7) and right_projection (GEMM, stream 145) run
+# concurrently; combine (add, stream 7) waits for both. Its capture record has no edges;
+# the graph's true edges are node 0 -> 2 and 1 -> 2 (local ids), added here.
+
+def _fixture(with_edges: bool):
+    ann = load_annotations(FIXTURES / "two_branch.capture.json")
+    if with_edges:
+        g = dataclasses.replace(ann.graphs[0], edges=(GraphEdge(0, 2), GraphEdge(1, 2)))
+        ann = dataclasses.replace(ann, graphs=(g,))
+    return ann
+
+
+def _raw_replays() -> Dict[int, List[X.Work]]:
+    """launch correlation -> the replay's kernels, from the raw JSON (exact ns, Decimal)."""
+    events = X.load_events(FIXTURES / "two_branch.trace.json.gz")
+    launches = {e["args"]["correlation"]: X.ns(e["ts"]) for e in events
+                if e.get("ph") == "X" and e.get("name") in X.GRAPH_LAUNCHES}
+    out: Dict[int, List] = {}
+    for i, e in enumerate(events):
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and e["args"].get("correlation") in launches:
+            out.setdefault(e["args"]["correlation"], []).append(
+                (X.ns(e["ts"]), X.ns(e["ts"]) + X.ns(e["dur"]), e["args"]["stream"], e["name"], i))
+    return {c: sorted(v) for c, v in out.items()}, launches
+
+
+def _expected_edges(kernels, launch_ts):
+    """Path on the true edges: the GEMM that ends later, then the add (the only kernel that
+    is not a GEMM); shares / waits by their definition."""
+    gemms = [k for k in kernels if "gemm" in k[3]]
+    add = [k for k in kernels if "gemm" not in k[3]]
+    assert len(gemms) == 2 and len(add) == 1
+    first = max(gemms, key=lambda k: (k[1], -k[0]))
+    path = [first, add[0]]
+    release = [launch_ts, first[1]]
+    return [(k, k[1] - max(k[0], r), max(0, k[0] - r)) for k, r in zip(path, release)]
+
+
+def test_join_marks_the_path_on_the_fixture():
+    raw, launches = _raw_replays()
+    trace = read_trace(FIXTURES / "two_branch.trace.json.gz")
+    layout = join(trace, _fixture(True), graph_lanes="all")
+    assert layout.report.critical_paths == {cp.SOURCE_EDGES: len(raw)}
+    for corr, kernels in raw.items():
+        exp = _expected_edges(kernels, launches[corr])
+        on = {k[4] for k, _, _ in exp}
+        for k in kernels:
+            args = layout.placements[k[4]].args
+            if k[4] in on:
+                assert args.get(cp.PATH_ARG) is True and cp.SLACK_ARG not in args
+            else:  # the other GEMM: it could end this much later before the add starts later
+                assert cp.PATH_ARG not in args
+                assert args[cp.SLACK_ARG] == exp[0][0][1] - k[1]
+
+
+def test_join_without_edges_adds_nothing():
+    trace = read_trace(FIXTURES / "two_branch.trace.json.gz")
+    layout = join(trace, _fixture(False), graph_lanes="all")
+    assert set(layout.report.critical_paths) == {cp.REASON_NO_EDGES}
+    assert not any(cp.PATH_ARG in p.args or cp.SLACK_ARG in p.args for p in layout.placements.values())
+    assert layout.edge_flows == []
+
+
+def _converted(tmp_path: Path, with_edges: bool, flows: bool = False) -> Path:
+    from perfetto_graph_ann.pipeline.convert import convert
+
+    trace = read_trace(FIXTURES / "two_branch.trace.json.gz")
+    layout = join(trace, _fixture(with_edges), graph_lanes="all", edge_flows=flows)
+    out = tmp_path / f"tb{int(with_edges)}{int(flows)}.pftrace"
+    convert(trace, out, layout=layout)
+    return out
+
+
+def _sql_rows(path: Path, sql: str):
+    from perfetto_graph_ann.query.session import open_trace
+
+    with open_trace(path, engine="portable") as s:
+        s.query("INCLUDE PERFETTO MODULE graph_ann.critical_path")
+        return s.query(sql).tuples()
+
+
+@requires_portable
+def test_sql_path_on_recorded_edges(tmp_path: Path):
+    raw, launches = _raw_replays()
+    path = _converted(tmp_path, True)
+    rows = _sql_rows(path, "SELECT l.ts AS lts, i.position, i.ts, i.end_ts, i.share_dur, i.wait_dur, i.edges_source "
+                           "FROM graph_ann_critical_path_item AS i JOIN slice AS l ON l.id = i.launch_id "
+                           "ORDER BY l.ts, i.position")
+    got: Dict[int, list] = {}
+    for lts, pos, ts, end, share, wait, src in rows:
+        assert src == "edges"
+        got.setdefault(lts, []).append((ts, end, share, wait))
+    exp = {launches[c]: [(k[0], k[1], share, wait) for k, share, wait in _expected_edges(kernels, launches[c])]
+           for c, kernels in raw.items()}
+    assert got == exp
+    summary = _sql_rows(path, "SELECT ts, dur, edges_source, bounding_scope, off_path_slack_dur FROM graph_ann_critical_path")
+    for ts, dur, src, bounding, slack in summary:
+        kernels = raw[next(c for c, t in launches.items() if t == ts)]
+        e = _expected_edges(kernels, ts)
+        assert src == "edges" and dur == e[-1][0][1] - ts
+        gemms = sorted((k for k in kernels if "gemm" in k[3]), key=lambda k: k[1])
+        assert slack == gemms[1][1] - gemms[0][1]  # the other projection's slack
+        assert bounding in ("left_projection", "right_projection", "combine")
+
+
+@requires_portable
+def test_sql_stream_order_without_edges(tmp_path: Path):
+    """No edges: per replay, the stream whose work ends last; its work is the path."""
+    raw, launches = _raw_replays()
+    path = _converted(tmp_path, False)
+    rows = _sql_rows(path, "SELECT l.ts AS lts, i.ts, i.share_dur, i.wait_dur, i.edges_source, i.stream "
+                           "FROM graph_ann_critical_path_item AS i JOIN slice AS l ON l.id = i.launch_id "
+                           "ORDER BY l.ts, i.position")
+    got: Dict[int, list] = {}
+    for lts, ts, share, wait, src, stream in rows:
+        assert src == "stream order"
+        got.setdefault(lts, []).append((ts, share, wait, stream))
+    exp = {}
+    for c, kernels in raw.items():
+        last = max(kernels, key=lambda k: (k[1], -k[0]))
+        on = [k for k in kernels if k[2] == last[2]]  # hardware stream of the last end, start order
+        release, lst = launches[c], []
+        for k in on:
+            lst.append((k[0], k[1] - max(k[0], release), max(0, k[0] - release), k[2]))
+            release = k[1]
+        exp[launches[c]] = lst
+    assert got == exp
+    lanes = _sql_rows(path, "SELECT DISTINCT edges_source FROM graph_ann_critical_path_lane")
+    assert lanes == [("stream order",)]
+
+
+@requires_portable
+def test_dependency_flows(tmp_path: Path):
+    raw, _ = _raw_replays()
+    base = _sql_rows(_converted(tmp_path, True), "SELECT COUNT(*) FROM flow")[0][0]
+    with_flows = _converted(tmp_path, True, flows=True)
+    n = _sql_rows(with_flows, "SELECT COUNT(*) FROM flow")[0][0]
+    assert n - base == 2 * len(raw)  # two edges (left -> add, right -> add) per replay
+    kinds = _sql_rows(with_flows, "SELECT DISTINCT a.category, b.category FROM flow AS f "
+                                  "JOIN slice AS a ON a.id = f.slice_out JOIN slice AS b ON b.id = f.slice_in "
+                                  "WHERE a.category = 'kernel'")
+    assert kinds == [("kernel", "kernel")]
