@@ -320,3 +320,80 @@ def test_dependency_flows(tmp_path: Path):
                                   "JOIN slice AS a ON a.id = f.slice_out JOIN slice AS b ON b.id = f.slice_in "
                                   "WHERE a.category = 'kernel'")
     assert kinds == [("kernel", "kernel")]
+
+
+# ---- capture: the edges are read at the end of the capture, in local ids ------------------
+
+class _EdgeCuda:
+    """A FakeCuda whose graphs have dependency edges (kept per graph by listing position, so a
+    copy of a graph has the same edges between its own handles)."""
+
+    @staticmethod
+    def make(c_table: bool, can_clone: bool = True):
+        from capture_fakes import FakeCuda
+
+        class EdgeCuda(FakeCuda):
+            def __init__(self):
+                super().__init__()
+                self.deps: Dict[int, List[Tuple[int, int]]] = {}  # graph -> (from pos, to pos)
+                self.edge_reads: List[int] = []
+                self.c_table, self.can_clone = c_table, can_clone
+
+            def depend(self, graph: int, a: int, b: int) -> None:
+                self.deps.setdefault(graph, []).append((a, b))
+
+            def clone_graph(self, graph: int):
+                c = super().clone_graph(graph)
+                if c is not None:
+                    self.deps[c] = list(self.deps.get(graph, []))
+                return c
+
+            def edges(self, graph: int):
+                self.edge_reads.append(graph)
+                nodes = self.graphs[graph]
+                return [(nodes[a].handle, nodes[b].handle, 0, 0) for a, b in self.deps.get(graph, [])]
+
+        return EdgeCuda()
+
+
+@pytest.mark.usefixtures("capture_path")
+@pytest.mark.parametrize("c_table", [False, True])
+def test_capture_records_edges_in_local_ids(c_table: bool):
+    from perfetto_graph_ann.capture import session as S
+    from perfetto_graph_ann.capture.registry import Registry
+
+    cuda = _EdgeCuda.make(c_table)
+    stream = 0x50
+    g = cuda.begin_capture(stream)
+    sess = S.CaptureSession(cuda, stream, Registry(), markers_from=None)
+    sess.start()
+    for k in ("fork", "left", "right", "join"):
+        cuda.launch(stream, k)
+    for a, b in ((0, 1), (0, 2), (1, 3), (2, 3)):
+        cuda.depend(g, a, b)
+    sess.finish_capture()
+    assert cuda.edge_reads and cuda.edge_reads[0] == g  # read before the capture ends
+    cuda.forget(g)  # torch drops the template at instantiation
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(stream)))
+    rec = sess.record
+    assert rec.edges == tuple(GraphEdge(a, b) for a, b in ((0, 1), (0, 2), (1, 3), (2, 3)))
+    wp, _ = cp.work_predecessors(rec)
+    assert wp == {0: (), 1: (0,), 2: (0,), 3: (1, 2)}
+
+
+@pytest.mark.usefixtures("capture_path")
+def test_capture_without_an_edge_reader_records_none():
+    from capture_fakes import FakeCuda
+
+    from perfetto_graph_ann.capture import session as S
+    from perfetto_graph_ann.capture.registry import Registry
+
+    cuda = FakeCuda()
+    g = cuda.begin_capture(0x50)
+    sess = S.CaptureSession(cuda, 0x50, Registry(), markers_from=None)
+    sess.start()
+    cuda.launch(0x50, "k")
+    sess.finish_capture()
+    cuda.forget(g)
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(0x50)))
+    assert sess.record.edges is None

@@ -84,6 +84,11 @@ class CaptureBackend:
         """The rows of a :meth:`raw_table` as :meth:`node_infos` gives them."""
         raise NotImplementedError
 
+    def edges(self, graph: int) -> Optional[List[Tuple[int, int, int, int]]]:
+        """``graph``'s dependency edges as (from node handle, to node handle, edge type, from
+        port), or None where this backend cannot read them (the record then has no edges)."""
+        return None
+
     def node_infos(self, graph: int) -> List[NodeInfo]:
         """Type, local id, kernel name, grid and block of every node of ``graph``."""
         raise NotImplementedError
