@@ -191,17 +191,31 @@ def _fixture(with_edges: bool):
     return ann
 
 
-def _raw_replays() -> Dict[int, List[X.Work]]:
-    """launch correlation -> the replay's kernels, from the raw JSON (exact ns, Decimal)."""
+def _raw_replays():
+    """(launch correlation -> the replay's kernels, launch correlation -> launch start, launch
+    correlation -> start of its path), from the raw JSON (exact ns, Decimal). The path starts
+    at the launch, or where the GPU was still busy then with earlier work (replays that start
+    before, work outside replays that starts before), at the end of that work."""
     events = X.load_events(FIXTURES / "two_branch.trace.json.gz")
     launches = {e["args"]["correlation"]: X.ns(e["ts"]) for e in events
                 if e.get("ph") == "X" and e.get("name") in X.GRAPH_LAUNCHES}
     out: Dict[int, List] = {}
+    eager = []
     for i, e in enumerate(events):
-        if e.get("ph") == "X" and e.get("cat") == "kernel" and e["args"].get("correlation") in launches:
-            out.setdefault(e["args"]["correlation"], []).append(
-                (X.ns(e["ts"]), X.ns(e["ts"]) + X.ns(e["dur"]), e["args"]["stream"], e["name"], i))
-    return {c: sorted(v) for c, v in out.items()}, launches
+        if e.get("ph") == "X" and e.get("cat") in X.GPU_CATS:
+            t = (X.ns(e["ts"]), X.ns(e["ts"]) + X.ns(e["dur"]), e["args"].get("stream"), e["name"], i)
+            if e["args"].get("correlation") in launches:
+                out.setdefault(e["args"]["correlation"], []).append(t)
+            else:
+                eager.append(t)
+    out = {c: sorted(v) for c, v in out.items()}
+    starts = {}
+    for c, ks in out.items():
+        first = ks[0][0]
+        earlier = [max(k[1] for k in o) for o in out.values() if o[0][0] < first] + [k[1] for k in eager if k[0] < first]
+        prev = max(earlier) if earlier else launches[c]
+        starts[c] = launches[c] + max(0, min(prev, first) - launches[c])
+    return out, launches, starts
 
 
 def _expected_edges(kernels, launch_ts):
@@ -217,7 +231,7 @@ def _expected_edges(kernels, launch_ts):
 
 
 def test_join_marks_the_path_on_the_fixture():
-    raw, launches = _raw_replays()
+    raw, launches, _ = _raw_replays()
     trace = read_trace(FIXTURES / "two_branch.trace.json.gz")
     layout = join(trace, _fixture(True), graph_lanes="all")
     assert layout.report.critical_paths == {cp.SOURCE_EDGES: len(raw)}
@@ -261,7 +275,7 @@ def _sql_rows(path: Path, sql: str):
 
 @requires_portable
 def test_sql_path_on_recorded_edges(tmp_path: Path):
-    raw, launches = _raw_replays()
+    raw, launches, starts = _raw_replays()
     path = _converted(tmp_path, True)
     rows = _sql_rows(path, "SELECT l.ts AS lts, i.position, i.ts, i.end_ts, i.share_dur, i.wait_dur, i.edges_source "
                            "FROM graph_ann_critical_path_item AS i JOIN slice AS l ON l.id = i.launch_id "
@@ -270,23 +284,27 @@ def test_sql_path_on_recorded_edges(tmp_path: Path):
     for lts, pos, ts, end, share, wait, src in rows:
         assert src == "edges"
         got.setdefault(lts, []).append((ts, end, share, wait))
-    exp = {launches[c]: [(k[0], k[1], share, wait) for k, share, wait in _expected_edges(kernels, launches[c])]
+    exp = {launches[c]: [(k[0], k[1], share, wait) for k, share, wait in _expected_edges(kernels, starts[c])]
            for c, kernels in raw.items()}
     assert got == exp
+    assert any(starts[c] > launches[c] for c in raw)  # the fixture's replays queue: the path starts later
     summary = _sql_rows(path, "SELECT ts, dur, edges_source, bounding_scope, off_path_slack_dur FROM graph_ann_critical_path")
+    assert sorted(ts for ts, *_ in summary) == sorted(starts.values())
     for ts, dur, src, bounding, slack in summary:
-        kernels = raw[next(c for c, t in launches.items() if t == ts)]
+        kernels = raw[next(c for c, t in starts.items() if t == ts)]
         e = _expected_edges(kernels, ts)
         assert src == "edges" and dur == e[-1][0][1] - ts
         gemms = sorted((k for k in kernels if "gemm" in k[3]), key=lambda k: k[1])
         assert slack == gemms[1][1] - gemms[0][1]  # the other projection's slack
-        assert bounding in ("left_projection", "right_projection", "combine")
+        # the GEMM that gated the add covers ~95 us of the path, the add ~3 us: its scope bounds
+        assert e[0][1] > e[1][1]
+        assert bounding == {7: "left_projection", 145: "right_projection"}[e[0][0][2]]
 
 
 @requires_portable
 def test_sql_stream_order_without_edges(tmp_path: Path):
     """No edges: per replay, the stream whose work ends last; its work is the path."""
-    raw, launches = _raw_replays()
+    raw, launches, starts = _raw_replays()
     path = _converted(tmp_path, False)
     rows = _sql_rows(path, "SELECT l.ts AS lts, i.ts, i.share_dur, i.wait_dur, i.edges_source, i.stream "
                            "FROM graph_ann_critical_path_item AS i JOIN slice AS l ON l.id = i.launch_id "
@@ -299,7 +317,7 @@ def test_sql_stream_order_without_edges(tmp_path: Path):
     for c, kernels in raw.items():
         last = max(kernels, key=lambda k: (k[1], -k[0]))
         on = [k for k in kernels if k[2] == last[2]]  # hardware stream of the last end, start order
-        release, lst = launches[c], []
+        release, lst = starts[c], []
         for k in on:
             lst.append((k[0], k[1] - max(k[0], release), max(0, k[0] - release), k[2]))
             release = k[1]
@@ -311,7 +329,7 @@ def test_sql_stream_order_without_edges(tmp_path: Path):
 
 @requires_portable
 def test_dependency_flows(tmp_path: Path):
-    raw, _ = _raw_replays()
+    raw, _, _ = _raw_replays()
     base = _sql_rows(_converted(tmp_path, True), "SELECT COUNT(*) FROM flow")[0][0]
     with_flows = _converted(tmp_path, True, flows=True)
     n = _sql_rows(with_flows, "SELECT COUNT(*) FROM flow")[0][0]
@@ -397,3 +415,20 @@ def test_capture_without_an_edge_reader_records_none():
     cuda.forget(g)
     sess.bind_exec(cuda.instantiate(cuda.end_capture(0x50)))
     assert sess.record.edges is None
+
+
+@requires_portable
+def test_report_by_critical_path(tmp_path: Path, capsys):
+    from perfetto_graph_ann.cli.main import main
+
+    raw, _, _ = _raw_replays()
+    path = _converted(tmp_path, True)
+    out = tmp_path / "report.json"
+    assert main(["report", str(path), "--by", "critical-path", "--engine", "portable", "--format", "json",
+                 "-o", str(out), "-q"]) == 0
+    rows = json.loads(out.read_text())["critical_paths"]
+    by_scope = {r["scope"]: r for r in rows}
+    assert set(by_scope) == {"left_projection", "right_projection", "combine"}
+    assert all(r["edges_source"] == "edges" and r["replay_count"] == len(raw) for r in rows)
+    assert sum(r["bound_count"] for r in rows) == len(raw)
+    assert by_scope["combine"]["min_slack_dur"] == 0 and by_scope["combine"]["bound_count"] == 0

@@ -21,9 +21,13 @@
 -- last; a predecessor ending after its dependent does not gate it (on one
 -- stream that breaks the run). A path item's share is `end - max(start,
 -- release)`, its wait `max(0, start - release)`, where `release` is the
--- previous path item's end, or for the first item the start of the graph
--- launch call (so the first wait is the launch-to-first-kernel gap); shares
--- and waits add up to the path's duration, launch start to last end. Slack of
+-- previous path item's end, or for the first item the path's start: the
+-- start of the graph launch call, or where the GPU was still busy with
+-- earlier work then, the end of that work (`graph_ann_replay.queued_dur`: a
+-- replay queued behind the previous one is not bounded by its own work while
+-- it waits). So the first wait is the launch overhead, the launch-to-first-
+-- kernel gap less the queueing; shares and waits add up to the path's
+-- duration, its start to the replay's last end. Slack of
 -- an item: how much later it could end before the replay ends later, every
 -- item keeping its measured lag after the predecessor that released it; 0 on
 -- the path. A scope's or lane's slack is the least slack of its work.
@@ -70,24 +74,25 @@ SELECT
 FROM _graph_ann_work AS w
 WHERE w.is_graphed AND w.launch_id IS NOT NULL;
 
--- Per replay: where its path comes from, its launch start and its last end.
+-- Per replay: where its path comes from, when it starts and its last end.
 CREATE PERFETTO TABLE _graph_ann_cp_replay(
   -- Slice id of the graph launch.
   launch_id LONG,
   -- `edges` or `stream order`.
   edges_source STRING,
-  -- Start of the launch call.
-  launch_ts TIMESTAMP,
+  -- Start of the path: the launch call's start, or the end of earlier work on
+  -- the device where the GPU was still busy with it (`graph_ann_replay.queued_dur`).
+  start_ts TIMESTAMP,
   -- Last end of the replay's work.
   end_ts TIMESTAMP
 ) AS
 SELECT
   w.launch_id,
   CASE WHEN MAX(COALESCE(w.on_path, 0)) = 1 THEN 'edges' ELSE 'stream order' END AS edges_source,
-  l.ts AS launch_ts,
+  g.launch_ts + g.queued_dur AS start_ts,
   MAX(w.end_ts) AS end_ts
 FROM _graph_ann_cp_work AS w
-JOIN _graph_ann_launch AS l ON l.id = w.launch_id
+JOIN graph_ann_replay AS g USING (launch_id)
 GROUP BY w.launch_id;
 
 -- Stream order: the work of stream-order replays numbered per (replay,
@@ -218,7 +223,7 @@ CREATE PERFETTO TABLE graph_ann_critical_path_item(
   -- End of the work.
   end_ts TIMESTAMP,
   -- Gap before the item: from its predecessor's end (for the first item, the
-  -- launch call's start) to its start; 0 when it started earlier.
+  -- path's start) to its start; 0 when it started earlier.
   wait_dur DURATION,
   -- The part of the path the item covers: `end_ts - max(ts, release)`.
   share_dur DURATION,
@@ -253,7 +258,7 @@ FROM (
     w.ts,
     w.dur,
     w.end_ts,
-    COALESCE(LAG(w.end_ts) OVER (PARTITION BY w.launch_id ORDER BY w.end_ts, w.ts, w.id), r.launch_ts) AS release_ts,
+    COALESCE(LAG(w.end_ts) OVER (PARTITION BY w.launch_id ORDER BY w.end_ts, w.ts, w.id), r.start_ts) AS release_ts,
     w.lane_id,
     w.stream,
     w.scope,
@@ -292,7 +297,7 @@ SELECT
   COUNT(*) AS work_count,
   SUM(p.on_path) AS path_count,
   COALESCE(SUM(i.share_dur), 0) AS share_dur,
-  CAST(COALESCE(SUM(i.share_dur), 0) AS DOUBLE) / NULLIF(r.end_ts - r.launch_ts, 0) AS share_fraction,
+  CAST(COALESCE(SUM(i.share_dur), 0) AS DOUBLE) / NULLIF(r.end_ts - r.start_ts, 0) AS share_fraction,
   MIN(p.slack_dur) AS slack_dur,
   r.edges_source
 FROM _graph_ann_cp_work AS w
@@ -327,7 +332,7 @@ SELECT
   COUNT(*) AS work_count,
   SUM(p.on_path) AS path_count,
   COALESCE(SUM(i.share_dur), 0) AS share_dur,
-  CAST(COALESCE(SUM(i.share_dur), 0) AS DOUBLE) / NULLIF(r.end_ts - r.launch_ts, 0) AS share_fraction,
+  CAST(COALESCE(SUM(i.share_dur), 0) AS DOUBLE) / NULLIF(r.end_ts - r.start_ts, 0) AS share_fraction,
   MIN(p.slack_dur) AS slack_dur,
   r.edges_source
 FROM _graph_ann_cp_work AS w
@@ -351,7 +356,8 @@ CREATE PERFETTO TABLE graph_ann_critical_path(
   replay LONG,
   -- `edges` (recorded dependency edges) or `stream order` (none recorded).
   edges_source STRING,
-  -- Start of the path: the launch call's start.
+  -- Start of the path: the launch call's start, or the end of the earlier
+  -- work the replay queued behind (`graph_ann_replay.queued_dur`).
   ts TIMESTAMP,
   -- End of the path: the replay's last end.
   end_ts TIMESTAMP,
@@ -361,7 +367,8 @@ CREATE PERFETTO TABLE graph_ann_critical_path(
   item_count LONG,
   -- Sum of the waits (the first one is the launch-to-first-kernel gap).
   wait_dur DURATION,
-  -- The first wait: from the launch call's start to the first path item.
+  -- The first wait: from the path's start to the first path item (the
+  -- launch overhead where the first item is the replay's first work).
   launch_wait_dur DURATION,
   -- The scope with the largest share of the path (ties: by name).
   bounding_scope STRING,
@@ -379,9 +386,9 @@ SELECT
   g.graph_id,
   g.replay,
   r.edges_source,
-  r.launch_ts AS ts,
+  r.start_ts AS ts,
   r.end_ts,
-  r.end_ts - r.launch_ts AS dur,
+  r.end_ts - r.start_ts AS dur,
   (SELECT COUNT(*) FROM graph_ann_critical_path_item AS i WHERE i.launch_id = r.launch_id) AS item_count,
   (SELECT SUM(i.wait_dur) FROM graph_ann_critical_path_item AS i WHERE i.launch_id = r.launch_id) AS wait_dur,
   (SELECT i.wait_dur FROM graph_ann_critical_path_item AS i WHERE i.launch_id = r.launch_id AND i.position = 0) AS launch_wait_dur,
@@ -405,4 +412,47 @@ LEFT JOIN (
   )
   WHERE k = 1
 ) AS b USING (launch_id)
-ORDER BY g.group_id, g.device, r.launch_ts;
+ORDER BY g.group_id, g.device, r.start_ts;
+
+-- Per graph and scope across replays: how often the scope bounds the replay,
+-- its mean share of the critical path and its slack.
+CREATE PERFETTO TABLE graph_ann_critical_path_scope_summary(
+  -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
+  group_id LONG,
+  -- GPU index.
+  device LONG,
+  -- Executable graph id, where known.
+  graph_id LONG,
+  -- Annotation name, NULL for work without one.
+  scope STRING,
+  -- `edges` or `stream order` (a graph whose replays mix both has a row for each).
+  edges_source STRING,
+  -- Replays of the graph with work of the scope.
+  replay_count LONG,
+  -- Of those, the replays it bounds (the largest share of the path).
+  bound_count LONG,
+  -- Mean share of the path.
+  mean_share_dur DOUBLE,
+  -- Mean share of the path as a fraction of the path's duration.
+  mean_share_fraction DOUBLE,
+  -- Least slack over the replays (0: on the path of at least one replay).
+  min_slack_dur DURATION,
+  -- Mean slack over the replays.
+  mean_slack_dur DOUBLE
+) AS
+SELECT
+  c.group_id,
+  c.device,
+  c.graph_id,
+  s.scope,
+  s.edges_source,
+  COUNT(*) AS replay_count,
+  SUM(c.bounding_scope IS s.scope) AS bound_count,
+  AVG(s.share_dur) AS mean_share_dur,
+  AVG(s.share_fraction) AS mean_share_fraction,
+  MIN(s.slack_dur) AS min_slack_dur,
+  AVG(s.slack_dur) AS mean_slack_dur
+FROM graph_ann_critical_path_scope AS s
+JOIN graph_ann_critical_path AS c USING (launch_id)
+GROUP BY c.group_id, c.device, c.graph_id, s.scope, s.edges_source
+ORDER BY c.group_id, c.device, c.graph_id, mean_share_dur DESC, s.scope;
