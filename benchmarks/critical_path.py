@@ -164,7 +164,7 @@ def main() -> None:
         t_j1, lay = best(lambda: join(trace, with_edges, graph_lanes="all"), args.repeat)
         t_j2, lay_f = best(lambda: join(trace, with_edges, graph_lanes="all", edge_flows=True), 1)
         print(f"join: without edges {t_j0:.2f} s, with edges {t_j1:.2f} s (hook {t_j1 - t_j0:+.2f} s), "
-              f"collecting flows too {t_j2:.2f} s ({len(lay_f.edge_flows)} flows, note: {lay.report.edge_flows_note})")
+              f"collecting flows too {t_j2:.2f} s ({len(lay_f.edge_flows)} flows, note: {lay_f.report.edge_flows_note})")
         assert lay.report.critical_paths == {cp.SOURCE_EDGES: args.replays}, lay.report.critical_paths
         del trace, lay, lay_f, replays, items, paths
 
