@@ -432,3 +432,28 @@ def test_report_by_critical_path(tmp_path: Path, capsys):
     assert all(r["edges_source"] == "edges" and r["replay_count"] == len(raw) for r in rows)
     assert sum(r["bound_count"] for r in rows) == len(raw)
     assert by_scope["combine"]["min_slack_dur"] == 0 and by_scope["combine"]["bound_count"] == 0
+
+
+@requires_portable
+def test_cli_convert_edge_flows_from_a_v4_sidecar(tmp_path: Path):
+    from perfetto_graph_ann.cli.main import main
+
+    raw, _, _ = _raw_replays()
+    side = tmp_path / "two_branch.v4.json"
+    save_annotations(side, _fixture(True))
+    assert json.loads(side.read_text())["version"] == 4
+    outs = {}
+    for flag in ([], ["--edge-flows"]):
+        out = tmp_path / f"tb{len(flag)}.pftrace"
+        assert main(["convert", str(FIXTURES / "two_branch.trace.json.gz"), "-a", str(side), "-o", str(out),
+                     *flag, "-q"]) == 0
+        outs[bool(flag)] = _sql_rows(out, "SELECT COUNT(*) FROM flow")[0][0]
+    assert outs[True] - outs[False] == 2 * len(raw)
+
+
+def test_cli_edge_flows_without_annotations_is_refused(tmp_path: Path, capsys):
+    from perfetto_graph_ann.cli.main import main
+
+    out = tmp_path / "x.pftrace"
+    assert main(["convert", str(FIXTURES / "two_branch.trace.json.gz"), "-o", str(out), "--edge-flows"]) == 2
+    assert not out.exists() and "--edge-flows" in capsys.readouterr().err

@@ -170,6 +170,9 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
         report.edge_flows_note = (f"{len(flows)} dependency edges: more than {critical_path.EDGE_FLOWS_MAX}, "
                                   "drawn as no flows (the trace would load slowly)")
         flows = []
+    elif edge_flows and not flows and report.critical_paths.get(critical_path.REASON_NO_EDGES):
+        report.edge_flows_note = ("no dependency edges recorded for the replayed graphs (annotations saved before "
+                                  "sidecar version 4, capture records): no dependency flows drawn")
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
                       graph_lanes=graph_lanes, arg_keys=arg_keys, ranges=ranges, edge_flows=flows)
 
