@@ -457,3 +457,24 @@ def test_cli_edge_flows_without_annotations_is_refused(tmp_path: Path, capsys):
     out = tmp_path / "x.pftrace"
     assert main(["convert", str(FIXTURES / "two_branch.trace.json.gz"), "-o", str(out), "--edge-flows"]) == 2
     assert not out.exists() and "--edge-flows" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("capture_path")
+def test_capture_edges_naming_unknown_nodes_are_dropped_not_fatal():
+    from perfetto_graph_ann.capture import session as S
+    from perfetto_graph_ann.capture.registry import Registry
+
+    cuda = _EdgeCuda.make(False)
+    g = cuda.begin_capture(0x50)
+    sess = S.CaptureSession(cuda, 0x50, Registry(), markers_from=None, verify=False)
+    sess.start()
+    cuda.launch(0x50, "a")
+    cuda.launch(0x50, "b")
+    cuda.depend(g, 0, 1)
+    real = cuda.edges
+    cuda.edges = lambda graph: real(graph) + [(0xdead, 0xbeef, 0, 0)]
+    sess.finish_capture()
+    cuda.forget(g)
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(0x50)))
+    rec = sess.record
+    assert rec.edges is None and [n.kernel for n in rec.nodes] == ["a", "b"]
