@@ -478,3 +478,20 @@ def test_capture_edges_naming_unknown_nodes_are_dropped_not_fatal():
     sess.bind_exec(cuda.instantiate(cuda.end_capture(0x50)))
     rec = sess.record
     assert rec.edges is None and [n.kernel for n in rec.nodes] == ["a", "b"]
+
+
+@requires_portable
+def test_sql_same_on_annotated_chrome_json(tmp_path: Path):
+    """The join's args reach the annotated Chrome JSON too (``args.critical path``): the SQL on
+    it gives the .pftrace's path."""
+    from perfetto_graph_ann.write.chrome_json import write_chrome_json
+
+    trace = read_trace(FIXTURES / "two_branch.trace.json.gz")
+    layout = join(trace, _fixture(True), graph_lanes="all")
+    js = tmp_path / "tb.json"
+    write_chrome_json(trace, js, layout)
+    sql = ("SELECT ts, end_ts, share_dur, wait_dur, edges_source, scope FROM graph_ann_critical_path_item "
+           "ORDER BY ts")
+    got = _sql_rows(js, sql)
+    assert got and {r[4] for r in got} == {"edges"}
+    assert got == _sql_rows(_converted(tmp_path, True), sql)
