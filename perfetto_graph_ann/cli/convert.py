@@ -36,7 +36,7 @@ def register(sub) -> argparse.ArgumentParser:
                            help="Kineto's list args as one JSON-text string each (the default; kept for old scripts)")
     p.add_argument("--edge-flows", action="store_true",
                    help="with annotations recorded with their graphs' dependency edges (sidecar version 4): draw "
-                   "each replay's edges as flows between its kernels (none above 200,000 flows, with a note)")
+                   "each replay's edges as flows between its kernels (none above 1,200,000 flows, with a note)")
     p.set_defaults(func=run)
     return p
 
