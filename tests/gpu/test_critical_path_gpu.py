@@ -205,3 +205,37 @@ def test_two_branch_critical_path(tmp_path: Path, results):
         for (ts, end, share, wait), prev in zip(items[1:], items):
             assert share == end - max(ts, prev[1]) and wait == max(0, ts - prev[1])
     results["critical_path_sql"] = "checked"
+
+
+def test_edge_read_cost_on_the_decoder(results):
+    """What reading the edges adds to a capture, on the 36-layer decoder (~900 nodes): the
+    ``backend.edges`` call finish_capture makes, timed on the kept template, against the
+    whole annotated capture. Records numbers; asserts only that edges were read and that
+    every kernel but the first has a predecessor (one chain of work on one stream)."""
+    from blocks import capture, decoder, decoder_weights
+    from perfetto_graph_ann.capture import backends
+
+    fn = decoder(decoder_weights())
+    t0 = time.perf_counter()
+    g, _ = capture(fn, keep_graph=True, calibrate=False)
+    capture_ms = (time.perf_counter() - t0) * 1e3
+    g.replay()
+    torch.cuda.synchronize()
+    be = backends.active()
+    raw = g.raw_cuda_graph()
+    times = []
+    for _ in range(50):
+        t = time.perf_counter()
+        edges = be.edges(raw)
+        times.append((time.perf_counter() - t) * 1e6)
+    rec = REGISTRY.get(g._pga_owner)
+    assert rec.edges is not None and len(rec.edges) == len(edges)
+    wp, _ = cp.work_predecessors(rec)
+    roots = [k for k, ps in wp.items() if not ps]
+    results["decoder_nodes"] = len(rec.nodes)
+    results["decoder_edges"] = len(edges)
+    results["decoder_edges_read_us_median"] = statistics.median(times)
+    results["decoder_capture_ms_with_warmup"] = capture_ms
+    print(f"decoder: {len(rec.nodes)} nodes, {len(edges)} edges, edges read {statistics.median(times):.1f} us "
+          f"(median of 50); capture incl. warmup {capture_ms:.1f} ms; {len(roots)} root kernels")
+    assert len(roots) >= 1
