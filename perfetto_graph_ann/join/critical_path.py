@@ -8,16 +8,17 @@ or, where no edges were recorded (traces and sidecars of other tools, older side
 stream order: each item depends on the previous item on its stream (``SOURCE_STREAM``; said
 so in every result, as ``edges_source`` in SQL).
 
-The path is found backwards: start at the item that ends last (ties: the earlier
-start, then the lowest trace index), step to the predecessor that ended last (the one that
-released it; ties likewise),
-until an item without predecessors. A predecessor that ends after its dependent (overlap
-through a programmatic edge, clock jitter) does not gate it and is ignored, here and in the
-slack. Each path item's *share* is the part of the path it covers, ``end - max(start,
-release)``, and its *wait* the gap before it, ``max(0, start - release)``, where
-``release`` is its predecessor's end, or for the first item the replay's start (the graph
-launch's start: the launch-to-first-kernel gap is the first wait). Shares and waits add up
-to ``end of the last item - replay start`` exactly.
+The path is found backwards: start at the item that ends last (ties: the earlier start,
+then the lowest trace index), step to the predecessor that ended last (the one that
+released it; ties likewise), until an item without predecessors. A predecessor that ends
+after its dependent (overlap through a programmatic edge, clock jitter) does not gate it
+and is ignored, here and in the slack. Each path item's *share* is the part of the path it
+covers, ``end - max(start, release)``, and its *wait* the gap before it, ``max(0, start -
+release)``, where ``release`` is its predecessor's end, or for the first item the replay's
+start as the caller gives it (the join: the graph launch's start, so the launch-to-first-
+kernel gap is the first wait; ``graph_ann.critical_path`` in SQL: the launch's start or,
+where the GPU was still busy with earlier work then, that work's end). Shares and waits
+add up to ``end of the last item - start`` exactly.
 
 *Slack* of an item: how much later it could end before the replay ends later, when every
 item starts its measured lag after the last of its (gating) predecessors ends:
