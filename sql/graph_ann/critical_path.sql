@@ -389,17 +389,29 @@ SELECT
   r.start_ts AS ts,
   r.end_ts,
   r.end_ts - r.start_ts AS dur,
-  (SELECT COUNT(*) FROM graph_ann_critical_path_item AS i WHERE i.launch_id = r.launch_id) AS item_count,
-  (SELECT SUM(i.wait_dur) FROM graph_ann_critical_path_item AS i WHERE i.launch_id = r.launch_id) AS wait_dur,
-  (SELECT i.wait_dur FROM graph_ann_critical_path_item AS i WHERE i.launch_id = r.launch_id AND i.position = 0) AS launch_wait_dur,
+  a.item_count,
+  a.wait_dur,
+  a.launch_wait_dur,
   b.scope AS bounding_scope,
   b.share_dur AS bounding_share_dur,
-  (
-    SELECT MIN(o.slack_dur) FROM graph_ann_critical_path_scope AS o
-    WHERE o.launch_id = r.launch_id AND o.path_count = 0
-  ) AS off_path_slack_dur
+  o.off_path_slack_dur
 FROM _graph_ann_cp_replay AS r
 JOIN graph_ann_replay AS g USING (launch_id)
+JOIN (
+  SELECT
+    launch_id,
+    COUNT(*) AS item_count,
+    SUM(wait_dur) AS wait_dur,
+    MAX(CASE WHEN position = 0 THEN wait_dur END) AS launch_wait_dur
+  FROM graph_ann_critical_path_item
+  GROUP BY launch_id
+) AS a USING (launch_id)
+LEFT JOIN (
+  SELECT launch_id, MIN(slack_dur) AS off_path_slack_dur
+  FROM graph_ann_critical_path_scope
+  WHERE path_count = 0
+  GROUP BY launch_id
+) AS o USING (launch_id)
 LEFT JOIN (
   SELECT launch_id, scope, share_dur
   FROM (
