@@ -614,3 +614,20 @@ def test_sql_stream_order_matches_the_python_module(tmp_path: Path):
     pairs = [(a, b) for v in runs.values() for a, b in zip(sorted(v), sorted(v)[1:])]
     assert any(a[1] > b[0] for a, b in pairs) and any(a[1] > b[1] for a, b in pairs)
     assert {(lts, lane): sl for lts, lane, sl in lanes} == exp_lanes
+
+
+def test_driver_edge_record_decoding():
+    """The driver backend's edge arrays as ``cuGraphGetEdges_v2`` fills them: handles, and per
+    edge 8 bytes of ``CUgraphEdgeData`` (from_port, to_port, type, 5 reserved)."""
+    import ctypes
+
+    from perfetto_graph_ann.capture.backends.driver import CudaGraphBackend
+
+    frm = (ctypes.c_size_t * 3)(0x10, 0x11, 0x12)
+    to = (ctypes.c_size_t * 3)(0x20, 0x21, (1 << 64) - 8)
+    data = (ctypes.c_uint8 * 24)()
+    data[8 + 0], data[8 + 1], data[8 + 2] = 2, 0, 1  # edge 1: from_port 2, programmatic
+    decode = CudaGraphBackend.decode_edges
+    assert decode(None, (3, frm, to, data)) == [(0x10, 0x20, 0, 0), (0x11, 0x21, 1, 2), (0x12, (1 << 64) - 8, 0, 0)]
+    assert decode(None, (3, frm, to, None)) == [(0x10, 0x20, 0, 0), (0x11, 0x21, 0, 0), (0x12, (1 << 64) - 8, 0, 0)]
+    assert decode(None, (0, None, None, None)) == []

@@ -102,8 +102,8 @@ class CaptureSession:
         self._copy: Optional[int] = None  # copy of the template graph, table not read yet
         self._raw: Any = None  # the template's table as read in C at the end, not decoded yet
         #: the dependency edges of the graph whose table is read next, as the backend read them
-        #: (node handles); None: not read (a backend without an edge reader, or it failed)
-        self._raw_edges: Optional[List[Tuple[int, int, int, int]]] = None
+        #: (``raw_edges``: undecoded); None: not read (a backend without an edge reader, or it failed)
+        self._raw_edges: Any = None
         self._edges: Optional[Tuple[GraphEdge, ...]] = None  # in local ids, set with the table
         self._expected: Optional[List[Tuple]] = None  # verify: the template's own table
         self._table_error: Optional[CaptureError] = None  # why the copy's table could not be read
@@ -211,11 +211,12 @@ class CaptureSession:
                 self._nodes = None
             self._copy = copy
 
-    def _read_edges(self, graph: int) -> Optional[List[Tuple[int, int, int, int]]]:
-        """The graph's edges as the backend reads them (one driver call a graph), None when it
-        cannot: the record then has no edges (the critical path falls back to stream order)."""
+    def _read_edges(self, graph: int) -> Any:
+        """The graph's edges as the backend reads them (a count and a read: two driver calls a
+        graph; decoded with the table, on first use), None when it cannot: the record then has
+        no edges (the critical path falls back to stream order)."""
         try:
-            return self.backend.edges(graph)
+            return self.backend.raw_edges(graph)
         except CaptureError:
             if self.verify:
                 raise
@@ -248,7 +249,8 @@ class CaptureSession:
         self._annotations = annotations
         self._nodes = [n for i, n in enumerate(nodes) if i not in markers] if markers else nodes
         try:
-            self._edges = _local_edges(self._raw_edges, nodes, {nodes[pos].local_id for pos in markers})
+            raw_edges = self.backend.decode_edges(self._raw_edges) if self._raw_edges is not None else None
+            self._edges = _local_edges(raw_edges, nodes, {nodes[pos].local_id for pos in markers})
         except CaptureError:
             if self.verify:
                 raise

@@ -186,26 +186,42 @@ class CudaGraphBackend(CaptureBackend):
         return out
 
     def edges(self, graph: int) -> Optional[List[Tuple[int, int, int, int]]]:
+        raw = self.raw_edges(graph)
+        return None if raw is None else self.decode_edges(raw)
+
+    def raw_edges(self, graph: int) -> Optional[Tuple[int, Any, Any, Any]]:
         """``cuGraphGetEdges_v2`` (with each edge's ``CUgraphEdgeData``: from_port, to_port,
         type, 5 reserved bytes), else ``cuGraphGetEdges`` (plain dependencies); None when
-        neither answers. Two calls: the count, then the edges."""
+        neither answers. Two calls, the count then the edges, into ctypes arrays kept as
+        they are: (count, from handles, to handles, edge data or None)."""
         n = ctypes.c_size_t(0)
         v2 = self._get_edges_v2
         if v2 is not None and v2(graph, None, None, None, ctypes.byref(n)) == 0:
             if not n.value:
-                return []
+                return (0, None, None, None)
             frm, to = (ctypes.c_size_t * n.value)(), (ctypes.c_size_t * n.value)()
             data = (ctypes.c_uint8 * (8 * n.value))()
             if v2(graph, frm, to, data, ctypes.byref(n)) == 0:
-                return [(frm[i], to[i], data[8 * i + 2], data[8 * i]) for i in range(n.value)]
+                return (n.value, frm, to, data)
         old = self._get_edges
         if old is not None and old(graph, None, None, ctypes.byref(n)) == 0:
             if not n.value:
-                return []
+                return (0, None, None, None)
             frm, to = (ctypes.c_size_t * n.value)(), (ctypes.c_size_t * n.value)()
             if old(graph, frm, to, ctypes.byref(n)) == 0:
-                return [(frm[i], to[i], 0, 0) for i in range(n.value)]
+                return (n.value, frm, to, None)
         return None
+
+    def decode_edges(self, raw: Tuple[int, Any, Any, Any]) -> List[Tuple[int, int, int, int]]:
+        n, frm, to, data = raw
+        if not n:
+            return []
+        src = memoryview(frm).cast("B").cast("Q").tolist()[:n]
+        dst = memoryview(to).cast("B").cast("Q").tolist()[:n]
+        if data is None:
+            return [(a, b, 0, 0) for a, b in zip(src, dst)]
+        d = bytes(data)
+        return list(zip(src, dst, d[2:8 * n:8], d[0:8 * n:8]))
 
     def local_id(self, node: int) -> int:
         raise NotImplementedError
