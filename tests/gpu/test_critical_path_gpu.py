@@ -15,7 +15,8 @@ both branches, the join follows both ends); the join's args on the converted tra
 kernels); and, where a trace processor is found (not on the GPU machine: carry the files
 written to ``$PGA_CP_OUT`` to a CPU machine and run ``report --by critical-path``), the SQL
 module's items, shares and ``edges_source``. Also times reading the edges of the captured
-graph (``backend.edges``) against the capture.
+graph (``backend.raw_edges``, what the end of a capture does; ``decode_edges`` runs later)
+against the capture.
 
     PGA_GPU_RESULTS=res.json PGA_CP_OUT=out/cp python3 -m pytest tests/gpu/test_critical_path_gpu.py -m gpu -s
 """
@@ -213,7 +214,8 @@ def test_two_branch_critical_path(tmp_path: Path, results):
 
 def test_edge_read_cost_on_the_decoder(results):
     """What reading the edges adds to a capture, on the 36-layer decoder (~900 nodes): the
-    ``backend.edges`` call finish_capture makes, timed on the kept template, against the
+    ``backend.raw_edges`` call finish_capture makes (and the later decoding), timed on the kept
+    template, against the
     whole annotated capture (warm-up included). Records numbers; asserts only that the
     record's edges are those the driver lists and that the graph has a root."""
     from blocks import capture, decoder, decoder_weights
