@@ -215,9 +215,9 @@ def test_two_branch_critical_path(tmp_path: Path, results):
 def test_edge_read_cost_on_the_decoder(results):
     """What reading the edges adds to a capture, on the 36-layer decoder (~900 nodes): the
     ``backend.raw_edges`` call finish_capture makes (and the later decoding), timed on the kept
-    template, against the
-    whole annotated capture (warm-up included). Records numbers; asserts only that the
-    record's edges are those the driver lists and that the graph has a root."""
+    template, against the whole annotated capture (warm-up included). Records numbers;
+    asserts only that the record's edges are those the driver lists and that the graph has
+    a root."""
     from blocks import capture, decoder, decoder_weights
     from perfetto_graph_ann.capture import backends
 
