@@ -239,7 +239,7 @@ def test_edge_read_cost_on_the_decoder(results):
         times.append((t1 - t) * 1e6)
     results["decoder_edges_decode_us_median"] = statistics.median(decode)
     rec = REGISTRY.get(g._pga_owner)
-    assert rec.edges is not None and len(rec.edges) == len(edges)
+    assert rec.edges is not None and 0 < len(rec.edges) <= len(edges)  # markers (no edges expected) left out
     wp, _ = cp.work_predecessors(rec)
     roots = [k for k, ps in wp.items() if not ps]
     results["decoder_nodes"] = len(rec.nodes)
