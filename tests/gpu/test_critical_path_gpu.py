@@ -186,12 +186,12 @@ def test_two_branch_critical_path(tmp_path: Path, results):
             shutil.copy(p, keep)
 
     # 4. the SQL, where an engine is found
-    from perfetto_graph_ann.errors import EngineNotFoundError
+    from perfetto_graph_ann.errors import EngineError
     from perfetto_graph_ann.query.session import open_trace
 
     try:
         s = open_trace(out)
-    except EngineNotFoundError as e:
+    except EngineError as e:  # no engine here (the GPU machine has none): the files are kept for the CPU side
         results["critical_path_sql"] = f"not run: {e}".splitlines()[0]
         print(results["critical_path_sql"])
         return
