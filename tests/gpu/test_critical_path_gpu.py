@@ -13,7 +13,7 @@ Checked: the edges recorded at capture (through the sidecar, binary form: the fo
 both branches, the join follows both ends); the join's args on the converted trace
 (``critical path`` on exactly the expected kernels, ``critical path slack ns`` on the cos
 kernels); and, where a trace processor is found (not on the GPU machine: carry the files
-written to ``$PGA_CP_OUT`` to a CPU machine and run ``report --by critical-path``), the SQL
+written to ``$PGA_CP_OUT`` to a CPU machine and run ``tests/gpu/check_critical_path_sql.py``), the SQL
 module's items, shares and ``edges_source``. Also times reading the edges of the captured
 graph (``backend.raw_edges``, what the end of a capture does; ``decode_edges`` runs later)
 against the capture.
@@ -180,10 +180,12 @@ def test_two_branch_critical_path(tmp_path: Path, results):
     results["critical_path_replays"] = {str(c): {"path_kernels": len(p), "short_slack_ns": next(iter(s.values()))}
                                         for c, (p, s) in expected.items()}
     keep = os.environ.get("PGA_CP_OUT")
-    if keep:
+    if keep:  # for tests/gpu/check_critical_path_sql.py on a machine with the portable engine
         os.makedirs(keep, exist_ok=True)
         for p in (trace_path, side_path, out):
             shutil.copy(p, keep)
+        with open(os.path.join(keep, "expected.json"), "w") as f:
+            json.dump({str(c): [[k[0], k[1]] for k in path] for c, (path, _) in expected.items()}, f)
 
     # 4. the SQL, where an engine is found
     from perfetto_graph_ann.errors import EngineError
