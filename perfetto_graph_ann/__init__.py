@@ -69,6 +69,11 @@ _LAZY = {
     "graph_replays": "query.metrics",
     "module_summary": "query.metrics",
     "module_instances": "query.metrics",
+    "critical_path": "query.metrics",
+    "critical_path_items": "query.metrics",
+    "critical_path_scopes": "query.metrics",
+    "critical_path_lanes": "query.metrics",
+    "critical_path_summary": "query.metrics",
     "EngineConfig": "query.engine.config",
 }
 
@@ -95,9 +100,10 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .query.diff import DiffConfig
     from .query.engine.config import EngineConfig
     from .query.executors import RayOptions
-    from .query.metrics import (collectives, graph_replays, lane_gaps, lane_idle, lane_summary, lane_top_kernels,
-                                module_instances, module_summary, overlap, replay_lanes, replays, scope_instances,
-                                scope_slowest, scope_summary)
+    from .query.metrics import (collectives, critical_path, critical_path_items, critical_path_lanes,
+                                critical_path_scopes, critical_path_summary, graph_replays, lane_gaps, lane_idle,
+                                lane_summary, lane_top_kernels, module_instances, module_summary, overlap,
+                                replay_lanes, replays, scope_instances, scope_slowest, scope_summary)
     from .query.session import open_trace
     from .query.straggler import FleetReport
     from .read.kineto import read_trace

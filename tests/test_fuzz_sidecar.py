@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import hostile_inputs as H
 from test_fuzz_convert import _report
-from perfetto_graph_ann.annotations.model import NODE_TYPES, AnnotationSet, GraphRecord, NodeRecord
+from perfetto_graph_ann.annotations.model import NODE_TYPES, AnnotationSet, GraphEdge, GraphRecord, NodeRecord
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
 from perfetto_graph_ann.annotations.sidecar_json import to_json
 from perfetto_graph_ann.annotations.sidecar_proto import to_bytes
@@ -224,9 +224,16 @@ def annotation_sets(draw) -> AnnotationSet:
                 block=draw(st.none() | st.tuples(u32, u32, u32)),
                 annotation=draw(st.dictionaries(st.text(max_size=10), values, max_size=4)),
                 stream=cal[0] if cal else None, ordinal=cal[1] if cal else None))
+        locals_ = [n.local_id for n in nodes]
+        edges = None
+        if len(locals_) > 1 and draw(st.booleans()):  # sidecar version 4: edges between listed nodes
+            pair = st.tuples(st.sampled_from(locals_), st.sampled_from(locals_)).filter(lambda p: p[0] != p[1])
+            edges = tuple(GraphEdge(a, b, t, f) for (a, b), t, f in draw(st.lists(
+                st.tuples(pair, st.sampled_from([0, 0, 1]), st.sampled_from([0, 0, 1, 2])), max_size=5)))
         graphs.append(GraphRecord(exec_id, tuple(nodes), draw(st.none() | u32),
                                   draw(st.none() | st.integers(-(1 << 31), (1 << 31) - 1)),
-                                  draw(st.none() | st.dictionaries(u32, st.text(max_size=20), max_size=2))))
+                                  draw(st.none() | st.dictionaries(u32, st.text(max_size=20), max_size=2)),
+                                  edges=edges))
     lanes = draw(st.dictionaries(u32, st.text(max_size=20), max_size=3))
     return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), draw(st.none() | st.sampled_from(["cupti", "torch"])))
 
@@ -358,8 +365,8 @@ def test_package_source_has_no_code_loading():
     assert found == []
 
 
-@pytest.mark.parametrize("form,version", [("json", v) for v in (0, 4, 99, "1", None, 1.0)]
-                         + [("binary", v) for v in (0, 4, 99)])  # binary: a uint32 field
+@pytest.mark.parametrize("form,version", [("json", v) for v in (0, 5, 99, "1", None, 1.0)]
+                         + [("binary", v) for v in (0, 5, 99)])  # binary: a uint32 field
 def test_unknown_or_mistyped_version_names_file(tmp_path, form, version):
     from perfetto_graph_ann.annotations import sidecar_proto as sidecar
 

@@ -60,7 +60,7 @@ def test_json_form_is_readable_and_typed(tmp_path):
     p = tmp_path / "a.json"
     save_annotations(p, sample())
     doc = json.loads(p.read_text())
-    assert doc["format"] == "perfetto_graph_ann.sidecar" and doc["version"] == 3
+    assert doc["format"] == "perfetto_graph_ann.sidecar" and doc["version"] == 4
     n0 = doc["graphs"][0]["nodes"][0]
     assert n0["key"] == (5 << 32) and n0["grid"] == [8, 16, 1] and n0["calibration"] == {"stream": 7, "ordinal": 0}
     assert n0["annotation"]["layer"] == 3 and n0["annotation"]["scale"] == 0.5
@@ -130,7 +130,7 @@ def _binary_with(mutate) -> bytes:
 
 
 @pytest.mark.parametrize("mutate,problem", [
-    (lambda m: setattr(m, "version", 4), "version 4 is not supported"),
+    (lambda m: setattr(m, "version", 5), "version 5 is not supported"),
     (lambda m: m.graphs[0].nodes[0].__setattr__("type", "warp"), "unknown node type 'warp'"),
     (lambda m: m.graphs[0].nodes[0].__setattr__("key", 77), "does not belong to graph 5"),
     (lambda m: m.graphs[0].nodes[0].annotation.fields[0].value.Clear(), "value has no type set"),

@@ -52,7 +52,7 @@ def test_v2_json_layout(tmp_path):
     p = tmp_path / "a.json"
     save_annotations(p, v2_set())
     doc = json.loads(p.read_text())
-    assert doc["version"] == 3
+    assert doc["version"] == 4
     assert doc["capture"] == {"host": "gpu-node-7", "pid": 4242, "process_start_ns": 1_790_857_000_000_000_000,
                               "devices": {"0": {"uuid": "GPU-1111", "name": "NVIDIA H200"},
                                           "1": {"uuid": "GPU-2222", "name": "NVIDIA H200"},
@@ -66,7 +66,7 @@ def test_v2_binary_fields(tmp_path):
     p = tmp_path / "a.pga"
     save_annotations(p, v2_set())
     msg = sidecar_pb2.Sidecar.FromString(p.read_bytes())
-    assert msg.version == 3 and msg.capture.pid == 4242 and msg.capture.host == "gpu-node-7"
+    assert msg.version == 4 and msg.capture.pid == 4242 and msg.capture.host == "gpu-node-7"
     assert [(d.index, d.uuid, d.name) for d in msg.capture.devices] == [
         (0, "GPU-1111", "NVIDIA H200"), (1, "GPU-2222", "NVIDIA H200"), (2, "", "NVIDIA H100")]
     assert not msg.capture.devices[2].HasField("uuid")

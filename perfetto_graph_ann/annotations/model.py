@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import types
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
 
 Dim3 = Tuple[int, int, int]
 #: Annotation values are JSON-like: str, int, float, bool, lists and str-keyed dicts of those.
@@ -101,6 +101,20 @@ class ScopeInstance:
     parent: Optional[int] = None  #: id of the enclosing instance; None at top level
 
 
+class GraphEdge(NamedTuple):
+    """One dependency edge of a graph, in node-local-id space (``cuGraphGetEdges``).
+
+    ``type`` and ``from_port`` are the driver's ``CUgraphEdgeData`` fields (CUDA >= 12.3):
+    type 0 (``CU_GRAPH_DEPENDENCY_TYPE_DEFAULT``) with port 0 is a full dependency (``dst``
+    starts after ``src`` completes); type 1 is programmatic (``dst`` may start early).
+    """
+
+    src: int  #: local id of the node depended on
+    dst: int  #: local id of the dependent node
+    type: int = 0
+    from_port: int = 0
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphRecord:
     """One executable graph (one instantiation) and its nodes."""
@@ -126,6 +140,10 @@ class GraphRecord:
     #: :attr:`NodeRecord.scopes`). None: not recorded (sidecars before scope tables,
     #: hand-built sets): scope ranges are then derived from the merged annotations.
     scopes: Optional[Tuple[ScopeInstance, ...]] = None
+    #: The graph's dependency edges as captured, between node local ids (sidecar version 4).
+    #: None: not recorded (older sidecars, capture records, hand-built sets): the critical
+    #: path then falls back to stream order. ``()``: recorded, the graph has no edge.
+    edges: Optional[Tuple[GraphEdge, ...]] = None
 
     @property
     def display_name(self) -> str:

@@ -13,15 +13,15 @@ from typing import Any, List, Optional, Tuple
 
 from .. import formats
 from ..errors import SidecarError
-from .model import NodeRecord, ReplayThread, ReplayWindow, ScopeInstance
+from .model import GraphEdge, NodeRecord, ReplayThread, ReplayWindow, ScopeInstance
 
 #: The sidecar's magic string: the binary form's field 1 and the JSON form's ``"format"``.
 MAGIC = formats.SIDECAR_MAGIC
 #: Version written. 2 added the capture identity, graph names and calibration notes; 3 the
-#: replay record (which graph each profiled replay launched).
-VERSION = 3
+#: replay record (which graph each profiled replay launched); 4 the graphs' dependency edges.
+VERSION = 4
 #: Versions read (an older file simply has none of the newer versions' fields).
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: Range of an annotation int (the binary form stores int64).
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -100,6 +100,26 @@ def check_scopes(scopes: Optional[Tuple[ScopeInstance, ...]], nodes: List[NodeRe
     for n in nodes:
         for s in n.scopes:
             want(s in ids, path, f"{where}: node {n.key} refers to unknown scope {s}")
+
+
+def edges(src: Any, dst: Any, types: Any, ports: Any, nodes: List[NodeRecord], version: Any, path: str,
+          where: str) -> Tuple[GraphEdge, ...]:
+    """A graph's edges from parallel lists (``types`` / ``ports`` empty: all 0), checked: 32-bit
+    local ids of the graph's recorded nodes, no self edge, a version that has edges."""
+    want(version is None or version >= 4, path, f"{where}: 'edges' are a version-4 field but the file says version {version}")
+    ok = all(isinstance(x, (list, tuple)) for x in (src, dst, types, ports))
+    want(ok and len(src) == len(dst) and len(types) in (0, len(src)) and len(ports) in (0, len(src)), path,
+         f"{where}: 'edges' must be pairs of node local ids (with the same number of types / ports, or none)")
+    for lst in (src, dst, types, ports):
+        want(all(is_int(x) and 0 <= x < 1 << 32 for x in lst), path,
+             f"{where}: edge ends, types and ports must be unsigned 32-bit ints")
+    local = {n.key & 0xFFFFFFFF for n in nodes}
+    out = []
+    for i, (a, b) in enumerate(zip(src, dst)):
+        want(a in local and b in local, path, f"{where}: edge {i} ({a} -> {b}) names a node the graph does not list")
+        want(a != b, path, f"{where}: edge {i} goes from node {a} to itself")
+        out.append(GraphEdge(a, b, types[i] if types else 0, ports[i] if ports else 0))
+    return tuple(out)
 
 
 def _reject_constant(name: str) -> Any:

@@ -9,7 +9,7 @@ from typing import Any, Dict, Mapping, Tuple
 
 from ..errors import SidecarError
 from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ReplayWindow, ScopeInstance
-from .schema import (MAGIC, READABLE_VERSIONS, VERSION, check_annotation_value, check_scopes, dim3, is_int,
+from .schema import (MAGIC, READABLE_VERSIONS, VERSION, check_annotation_value, check_scopes, dim3, edges, is_int,
                      known_versions, producer, replay_thread, replay_window, want)
 
 
@@ -66,6 +66,8 @@ def to_json(s: AnnotationSet) -> Dict[str, Any]:
             gd["calibration_note"] = g.calibration_note
         if g.scopes is not None:
             gd["scopes"] = [_scope_json(sc, g.exec_id) for sc in g.scopes]
+        if g.edges is not None:  # [src, dst] pairs; [src, dst, type, from_port] where not a plain dependency
+            gd["edges"] = [[e.src, e.dst] if not (e.type or e.from_port) else list(e) for e in g.edges]
         gd["nodes"] = nodes
         graphs.append(gd)
     doc: Dict[str, Any] = {"format": MAGIC, "version": VERSION, "producer": producer(), "backend": s.backend}
@@ -178,6 +180,16 @@ def _json_scopes(raw: Any, path: str, where: str) -> Tuple[ScopeInstance, ...]:
     return tuple(out)
 
 
+def _json_edges(raw: Any, nodes: list, version: int, path: str, where: str) -> tuple:
+    """A graph's ``edges``: ``[[src, dst], ...]``, an edge that is not a plain dependency as
+    ``[src, dst, type, from_port]``."""
+    want(isinstance(raw, list) and all(isinstance(e, list) and len(e) in (2, 4) for e in raw), path,
+         f"{where}: 'edges' must be a list of [src, dst] (or [src, dst, type, from_port]) node local ids")
+    full = any(len(e) == 4 for e in raw)
+    return edges([e[0] for e in raw], [e[1] for e in raw], [e[2] if len(e) == 4 else 0 for e in raw] if full else [],
+                 [e[3] if len(e) == 4 else 0 for e in raw] if full else [], nodes, version, path, where)
+
+
 def _json_lanes(lanes_in: Any, path: str, where: str) -> Dict[int, str]:
     """``{"60": "label"}`` -> ``{60: "label"}``, checked (32-bit ids, string labels)."""
     want(isinstance(lanes_in, dict), path, f"'{where}' must be an object of lane id -> label")
@@ -250,7 +262,9 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
         want(note is None or isinstance(note, str), path, f"graph {gi}: 'calibration_note' must be a string, got {note!r}")
         scopes = _json_scopes(g["scopes"], path, f"graph {gi}") if g.get("scopes") is not None else None
         check_scopes(scopes, nodes, path, f"graph {gi}")
-        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device"), glanes, gname, note, scopes))
+        gedges = _json_edges(g["edges"], nodes, ver, path, f"graph {gi}") if g.get("edges") is not None else None
+        graphs.append(GraphRecord(ex, tuple(nodes), g.get("template_id"), g.get("device"), glanes, gname, note, scopes,
+                                  gedges))
     capture = _identity_from_json(doc["capture"], path) if doc.get("capture") is not None else None
     replays = _windows_from_json(doc["replays"], path) if doc.get("replays") is not None else None
     return AnnotationSet(tuple(graphs), types.MappingProxyType(lanes), backend, path, capture, replays)

@@ -13,8 +13,8 @@ from typing import Any, Dict, Mapping
 
 from ..errors import SidecarError
 from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ScopeInstance
-from .schema import (INT64, MAGIC, READABLE_VERSIONS, VERSION, check_scopes, known_versions, producer, replay_thread,
-                     replay_window)
+from .schema import (INT64, MAGIC, READABLE_VERSIONS, VERSION, check_scopes, edges, known_versions, producer,
+                     replay_thread, replay_window)
 
 _CRC_TAG = bytes([(15 << 3) | 5])  # field 15, wire type fixed32
 
@@ -165,6 +165,13 @@ def to_proto(s: AnnotationSet):
                     sm.fields.CopyFrom(_to_map(pb, sc.fields, f"graph {g.exec_id} scope {sc.id} fields"))
                 if sc.parent is not None:
                     sm.parent = sc.parent
+        if g.edges is not None:
+            gm.edges.SetInParent()  # present even when empty: "recorded, no edge"
+            gm.edges.src.extend(e.src for e in g.edges)
+            gm.edges.dst.extend(e.dst for e in g.edges)
+            if any(e.type or e.from_port for e in g.edges):
+                gm.edges.type.extend(e.type for e in g.edges)
+                gm.edges.from_port.extend(e.from_port for e in g.edges)
         for n in g.nodes:
             nm = gm.nodes.add(key=n.key, type=n.type)
             if n.kernel is not None:
@@ -211,12 +218,17 @@ def from_proto(msg, path: str) -> AnnotationSet:
             scopes = tuple(ScopeInstance(sc.id, types.MappingProxyType(_from_map(sc.fields, path, f"graph {gi} scope {sc.id} fields")),
                                          sc.parent if sc.HasField("parent") else None) for sc in g.scopes.scopes)
         check_scopes(scopes, nodes, path, f"graph {gi}")
+        gedges = None
+        if g.HasField("edges"):
+            ge = g.edges
+            gedges = edges(list(ge.src), list(ge.dst), list(ge.type), list(ge.from_port), nodes, msg.version, path,
+                           f"graph {gi}")
         graphs.append(GraphRecord(exec_id=g.exec_id, nodes=tuple(nodes),
                                   template_id=g.template_id if g.HasField("template_id") else None,
                                   device=g.device if g.HasField("device") else None, lanes=glanes,
                                   name=g.name if g.HasField("name") else None,
                                   calibration_note=g.calibration_note if g.HasField("calibration_note") else None,
-                                  scopes=scopes))
+                                  scopes=scopes, edges=gedges))
     lanes = {ln.id: ln.label for ln in msg.lanes}
     capture = _identity_from_proto(msg.capture) if msg.HasField("capture") else None
     replays = _replays_from_proto(msg.replays, path) if msg.HasField("replays") else None

@@ -45,7 +45,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import settings
 from ..errors import CaptureError
-from ..annotations.model import GraphRecord
+from ..annotations.model import GraphEdge, GraphRecord
 from . import fastpath
 from .backends import CaptureBackend
 from .registry import REGISTRY, Registry
@@ -101,6 +101,10 @@ class CaptureSession:
         self._scopes: Optional[Tuple[Tuple[ScopeInstance, ...], Dict[int, Tuple[int, ...]]]] = None
         self._copy: Optional[int] = None  # copy of the template graph, table not read yet
         self._raw: Any = None  # the template's table as read in C at the end, not decoded yet
+        #: the dependency edges of the graph whose table is read next, as the backend read them
+        #: (``raw_edges``: undecoded); None: not read (a backend without an edge reader, or it failed)
+        self._raw_edges: Any = None
+        self._edges: Optional[Tuple[GraphEdge, ...]] = None  # in local ids, set with the table
         self._expected: Optional[List[Tuple]] = None  # verify: the template's own table
         self._table_error: Optional[CaptureError] = None  # why the copy's table could not be read
         self._table_lock = threading.RLock()
@@ -190,6 +194,7 @@ class CaptureSession:
         self.template_id = self.backend.graph_id(self.graph)
         self.recorder.active = False  # closed scopes are final now; read with the table
         self._finished = True
+        self._raw_edges = self._read_edges(self.graph)
         try:
             raw = self.backend.raw_table(self.graph)
         except CaptureError:
@@ -210,7 +215,19 @@ class CaptureSession:
                 self._nodes = None
             self._copy = copy
 
+    def _read_edges(self, graph: int) -> Any:
+        """The graph's edges as the backend reads them (a count and a read: two driver calls a
+        graph; decoded with the table, on first use), None when it cannot: the record then has
+        no edges (the critical path falls back to stream order)."""
+        try:
+            return self.backend.raw_edges(graph)
+        except CaptureError:
+            if self.verify:
+                raise
+            return None
+
     def _read_table(self, graph: int) -> None:
+        self._raw_edges = self._read_edges(graph)  # the same graph's handles as its table's
         self._set_table(self.backend.node_infos(graph))
 
     def _set_table(self, nodes: List[NodeInfo]) -> None:
@@ -239,6 +256,13 @@ class CaptureSession:
             annotations.pop(nodes[pos].handle, None)
         self._annotations = annotations
         self._nodes = [n for i, n in enumerate(nodes) if i not in markers] if markers else nodes
+        try:
+            raw_edges = self.backend.decode_edges(self._raw_edges) if self._raw_edges is not None else None
+            self._edges = _local_edges(raw_edges, nodes, {nodes[pos].local_id for pos in markers})
+        except CaptureError:
+            if self.verify:
+                raise
+            self._edges = None  # edges that do not fit the table: not recorded (never a guessed edge)
 
     def _ensure_table(self) -> None:
         with self._table_lock:
@@ -284,6 +308,8 @@ class CaptureSession:
                     rec = resolve_graph(self.nodes or [], self.annotations, self.exec_id, self.template_id,
                                         self.device, lane_labels=labels, name=self.name, scopes=self._scopes)
                     rec = with_calibration(rec, self._calibration) if self._calibration else rec
+                    if self._edges is not None:
+                        rec = dataclasses.replace(rec, edges=self._edges)
                     if self.calibration_note is not None and not self._calibration:
                         rec = dataclasses.replace(rec, calibration_note=self.calibration_note)
                     self._record = rec
@@ -349,6 +375,37 @@ class CaptureSession:
         self.registry.drop(self.owner)
         if copy is not None:
             self.backend.destroy_graph(copy)
+
+
+def _local_edges(raw: Optional[List[Tuple[int, int, int, int]]], nodes: List[NodeInfo],
+                 markers: set) -> Optional[Tuple[GraphEdge, ...]]:
+    """The backend's edges (node handles) in local ids, sorted; an edge naming a node the table
+    lacks is an error. Marker nodes are left out of the table, so edges through one (none are
+    expected: markers are added without dependencies) are replaced by edges around it."""
+    if raw is None:
+        return None
+    local = {n.handle: n.local_id for n in nodes}
+    edges = []
+    for src, dst, typ, port in raw:
+        if src not in local or dst not in local:
+            raise CaptureError("the captured graph's edges name a node its node table lacks (please report this driver)")
+        edges.append(GraphEdge(local[src], local[dst], typ, port))
+    if markers:
+        into: Dict[int, List[GraphEdge]] = {}
+        for e in edges:
+            if e.dst in markers:
+                into.setdefault(e.dst, []).append(e)
+        kept = []
+        for e in edges:
+            if e.dst in markers:
+                continue
+            if e.src in markers:  # a marker's predecessors stand for it (one level: markers do not chain)
+                kept.extend(GraphEdge(p.src, e.dst, e.type, e.from_port) for p in into.get(e.src, ())
+                            if p.src not in markers)
+            else:
+                kept.append(e)
+        edges = kept
+    return tuple(sorted(set(edges)))
 
 
 def _table_row(n: NodeInfo) -> Tuple:

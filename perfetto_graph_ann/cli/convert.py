@@ -34,6 +34,9 @@ def register(sub) -> argparse.ArgumentParser:
                            "(the default): full fidelity, larger .pftrace, slower load")
     args_mode.add_argument("--compact-args", action="store_true",
                            help="Kineto's list args as one JSON-text string each (the default; kept for old scripts)")
+    p.add_argument("--edge-flows", action="store_true",
+                   help="with annotations recorded with their graphs' dependency edges (sidecar version 4): draw "
+                   "each replay's edges as flows between its kernels (none above 1,200,000 flows, with a note)")
     p.set_defaults(func=run)
     return p
 
@@ -51,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         done = convert_file(args.input, args.output, args.annotations, args.graph_lanes, args.default_stream,
                             args.force_annotations, config, progress,
-                            on_join=None if args.quiet else lambda layout: print_join_summary(layout.report))
+                            on_join=None if args.quiet else lambda layout: print_join_summary(layout.report),
+                            edge_flows=args.edge_flows)
     finally:
         progress.close()
     if args.quiet:

@@ -44,6 +44,11 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
     "modules": ("Modules, per module path across replays (graph_ann_module_summary)", [
         "graph_name", "module_path", "module_class", "depth", "replays", "kernel_count", "mean_total_dur",
         "mean_self_dur", "mean_replay_share"]),
+    "critical_paths": ("Critical path, per graph and scope across replays (graph_ann_critical_path_scope_summary; "
+                      "edges_source: edges recorded at capture, else stream order, which knows no dependency "
+                      "between streams)", [
+        "graph_id", "scope", "edges_source", "replay_count", "bound_count", "mean_share_dur", "mean_share_fraction",
+        "min_slack_dur", "mean_slack_dur"]),
 }
 
 
@@ -54,9 +59,11 @@ def register(sub) -> argparse.ArgumentParser:
                                 options.text_output(), options.verbosity(),
                                 options.top("kernels", 5, "the N kernels with the most GPU time per lane")])
     p.add_argument("trace", help=".pftrace written by this package, or a torch.profiler JSON trace (.json, .json.gz)")
-    p.add_argument("--by", choices=("module",), action="append", default=[],
+    p.add_argument("--by", choices=("module", "critical-path"), action="append", default=[],
                    help="module: also the time of every nn.Module path across replays (module scopes of "
-                   "perfetto-graph-ann run --modules, pga.instrument(modules=True) or pga.mark_modules)")
+                   "perfetto-graph-ann run --modules, pga.instrument(modules=True) or pga.mark_modules); "
+                   "critical-path: also which scope bounds each graph's replays (largest share of the chain of "
+                   "dependent GPU work that ends last) and the slack of the others")
     p.set_defaults(func=run)
     return p
 
@@ -116,8 +123,8 @@ def _report(args: argparse.Namespace, progress) -> str:
         # each module on its own first, so the progress line says which one runs
         include_modules(s, [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS], progress)
         with progress.phase("reading the report tables"):
-            tables = with_groups(metrics.report(s, top=args.top_kernels, modules="module" in args.by),
-                                 metrics.groups(s))
+            tables = with_groups(metrics.report(s, top=args.top_kernels, modules="module" in args.by,
+                                                critical_path="critical-path" in args.by), metrics.groups(s))
         start = trace_start_ns(s) if args.format == "table" else None
     if args.format == "csv":
         return CsvTables(tables, [args.trace, *args.annotations])

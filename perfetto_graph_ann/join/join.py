@@ -20,7 +20,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 from ..annotations.model import MODULE_ORIGIN, AnnotationSet
 from ..errors import AnnotationMismatchError
 from ..read.model import KinetoTrace, TraceEvent
-from . import identity
+from . import critical_path, identity
 from .calibrated import match_calibrated
 from .exact import match_exact
 from .lanes import (PLACEMENT_KEYS, check_default_stream, decide_graph_lanes, has_annotated_nodes,  # noqa: F401
@@ -86,7 +86,8 @@ def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Se
 
 def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[str] = "none",
          default_stream: int = DEFAULT_GRAPH_LANE, force: bool = False,
-         sources: Optional[Sequence[AnnotationSet]] = None, projection: bool = True) -> LaneLayout:
+         sources: Optional[Sequence[AnnotationSet]] = None, projection: bool = True,
+         edge_flows: bool = False) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
 
     ``graph_lanes`` as in torch 2.15's ``export_chrome_trace``: ``"none"`` (its default)
@@ -98,7 +99,10 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     a lane id, or is a lane an annotation asks for, is refused (:func:`~.lanes.check_default_stream`):
     :class:`~perfetto_graph_ann.errors.LaneOptionError`, a ``ValueError``. Events not launched by a graph are left alone (no placement). ``projection``:
     also the replay and scope ranges the Perfetto writer draws under each GPU
-    (``LaneLayout.ranges``).
+    (``LaneLayout.ranges``), and on drawn replays of graphs with recorded edges the critical
+    path as args (:mod:`.critical_path`); ``edge_flows``: those replays' dependency edges as
+    flows between their GPU work too (``LaneLayout.edge_flows``; none above
+    ``critical_path.EDGE_FLOWS_MAX``, with a note in the report).
 
     Raises :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` when an annotation
     file's capture identity disagrees with the trace, or when annotations with graphs match
@@ -159,10 +163,21 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
                 lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
                                    else f"stream {lane}")
     arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
+    ranges = project(replays, matches, replay_graph, replay_index, annotations, report,
+                     attribution.replay_candidates) if projection else []
+    flows = critical_path.annotate_replays(replays, matches, replay_graph, ranges, attribution.by_id, placements,
+                                           report.critical_paths, edge_flows)
+    if report.critical_paths.get(critical_path.SOURCE_EDGES):
+        arg_keys = arg_keys | {critical_path.PATH_ARG, critical_path.SLACK_ARG}
+    if len(flows) > critical_path.EDGE_FLOWS_MAX:
+        report.edge_flows_note = (f"{len(flows)} dependency edges: more than {critical_path.EDGE_FLOWS_MAX}, "
+                                  "drawn as no flows (the trace would load slowly)")
+        flows = []
+    elif edge_flows and not flows and report.critical_paths.get(critical_path.REASON_NO_EDGES):
+        report.edge_flows_note = ("no dependency edges recorded for the replayed graphs (annotations saved before "
+                                  "sidecar version 4, capture records): no dependency flows drawn")
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
-                      graph_lanes=graph_lanes, arg_keys=arg_keys,
-                      ranges=project(replays, matches, replay_graph, replay_index, annotations, report,
-                                     attribution.replay_candidates) if projection else [])
+                      graph_lanes=graph_lanes, arg_keys=arg_keys, ranges=ranges, edge_flows=flows)
 
 
 class _Attribution:

@@ -59,6 +59,11 @@ class JoinReport:
     identity_overridden: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     #: The annotations matched none of the trace's graph replays and were used anyway (``force``).
     no_match_overridden: bool = False
+    #: Drawn replays by how their critical path was found (``edges``; stream order, left to
+    #: the SQL module) or why it was not (``join.critical_path``'s reasons) -> replays.
+    critical_paths: Dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Why the dependency flows asked for were not written (too many), else None.
+    edge_flows_note: Optional[str] = None
     #: Replays whose leftover events no graph completed (left unlabelled): reason -> replays.
     unmatched_replays: Dict[str, int] = dataclasses.field(default_factory=dict)
     #: Events of those replays left unlabelled: reason -> events.
@@ -114,3 +119,6 @@ class LaneLayout:
     #: graph replays and scope instances as GPU time ranges (``join.projection.GpuRange``),
     #: drawn on each GPU's ``graph replays`` track and ``scopes`` group
     ranges: List[Any] = dataclasses.field(default_factory=list)
+    #: Dependency edges between GPU work to draw as flows: (trace index of the predecessor,
+    #: trace index of the dependent); empty unless the join was asked for them (``edge_flows``)
+    edge_flows: List[Tuple[int, int]] = dataclasses.field(default_factory=list)

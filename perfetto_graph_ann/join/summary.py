@@ -133,6 +133,11 @@ def warning_lines(report: JoinReport) -> List[str]:
         out.append(("note", f"{_plural(n, 'graph replay')} not drawn on the GPU timeline: {reason}"))
     for reason, n in sorted(report.unprojected_scopes.items()):
         out.append(("note", f"{_plural(n, 'scope instance')} not drawn on the GPU timeline: {reason}"))
+    for reason, n in sorted(report.critical_paths.items()):
+        if reason.startswith("not computed"):  # the critical path's refusals (join.critical_path)
+            out.append(("note", f"{_plural(n, 'graph replay')}: critical path {reason}"))
+    if report.edge_flows_note:
+        out.append(("note", f"dependency flows: {report.edge_flows_note}"))
     if report.identity_missing:
         out.append(("note", f"{_files(report.identity_missing)}: no capture identity recorded (version-1 sidecar "
                             "or capture record), not checked against the trace"))

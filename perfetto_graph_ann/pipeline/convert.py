@@ -84,12 +84,14 @@ def check_lane_options(trace: str, paths: Sequence[str], graph_lanes: Optional[s
 
 
 def join_files(trace: KinetoTrace, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
-               default_stream: Optional[int] = None, default: str = "all") -> Tuple["LaneLayout", AnnotationSet]:
+               default_stream: Optional[int] = None, default: str = "all",
+               edge_flows: bool = False) -> Tuple["LaneLayout", AnnotationSet]:
     """Join ``trace`` with the annotations of ``paths`` (merged; each file's identity checked).
 
     ``graph_lanes`` None picks ``default`` where a node is annotated, else ``"none"``
     (:func:`resolve_graph_lanes`); ``default_stream`` None is torch's 7. Returns ``(layout,
-    merged annotations)``. Raises :class:`~perfetto_graph_ann.errors.AnnotationMismatchError`
+    merged annotations)``; ``edge_flows``: the replays' dependency edges as flows too (see
+    :func:`~perfetto_graph_ann.join.join`). Raises :class:`~perfetto_graph_ann.errors.AnnotationMismatchError`
     (exit 2, nothing written) for annotations that do not belong to the trace, unless
     ``force``, and :class:`~perfetto_graph_ann.errors.LaneOptionError` for lane options that
     cannot apply to them.
@@ -101,7 +103,7 @@ def join_files(trace: KinetoTrace, paths: Sequence[str], graph_lanes: Optional[s
     merged = merge_annotation_sets(sets)
     lanes = resolve_graph_lanes(graph_lanes, merged, paths, default=default, trace=trace.path)
     return join(trace, merged, graph_lanes=lanes, default_stream=7 if default_stream is None else default_stream,
-                force=force, sources=sets), merged
+                force=force, sources=sets, edge_flows=edge_flows), merged
 
 
 def read_and_join(trace_path: str, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
@@ -150,7 +152,7 @@ class Converted:
 def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lanes: Optional[str] = None,
                  default_stream: Optional[int] = None, force: bool = False, config: ConvertConfig = ConvertConfig(),
                  progress: "Optional[Progress]" = None,
-                 on_join: Optional[Callable[["LaneLayout"], Any]] = None) -> Converted:
+                 on_join: Optional[Callable[["LaneLayout"], Any]] = None, edge_flows: bool = False) -> Converted:
     """The ``convert`` command: read ``src``, join it with the ``annotations`` files (if any),
     write ``out``: annotated Chrome JSON for a JSON name, else ``.pftrace``.
 
@@ -158,12 +160,18 @@ def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lane
     our lanes (``"all"``) for Perfetto's, ``"none"`` where no node is annotated.
     ``on_join`` is told the layout as soon as the join is done. Inputs given as the output,
     and lane options without annotations to apply to (:func:`check_lane_options`), are
-    refused before anything is read.
+    refused before anything is read. ``edge_flows``: the replays' dependency edges (recorded at
+    capture) as flows between their GPU work.
     """
     from ..util.atomic import refuse_input_as_output
 
     refuse_input_as_output(out, [src, *annotations])
     check_lane_options(src, annotations, graph_lanes, default_stream)
+    if edge_flows and not annotations:
+        from ..errors import LaneOptionError
+
+        raise LaneOptionError(src, "--edge-flows draws the dependency edges recorded in annotations: give the "
+                                   "annotations (--annotations FILE, saved with sidecar version 4 or later)")
     with paused_gc():
         with _phase(progress, f"reading {os.path.basename(src)}"):
             trace = read_trace(src)
@@ -172,7 +180,7 @@ def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lane
             if annotations:
                 with _phase(progress, "joining the GPU work to the annotations"):
                     layout, _ = join_files(trace, annotations, graph_lanes, force, default_stream=default_stream,
-                                           default="none" if is_json_name(out) else "all")
+                                           default="none" if is_json_name(out) else "all", edge_flows=edge_flows)
                 if on_join is not None:
                     on_join(layout)
             with _phase(progress, f"writing {os.path.basename(out)}"):  # large traces: the writer's own bar below it

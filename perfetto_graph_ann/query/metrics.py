@@ -60,6 +60,14 @@ METRICS: Dict[str, Metric] = {
     "module_summary": Metric("graph_ann.modules", "graph_ann_module_summary",
                              "group_id, graph_id, mean_total_dur DESC, module_path"),
     "module_instances": Metric("graph_ann.modules", "graph_ann_module_instance", "group_id, device, ts, depth, id"),
+    "critical_path": Metric("graph_ann.critical_path", "graph_ann_critical_path", "group_id, device, ts"),
+    "critical_path_items": Metric("graph_ann.critical_path", "graph_ann_critical_path_item", "launch_id, position"),
+    "critical_path_scopes": Metric("graph_ann.critical_path", "graph_ann_critical_path_scope",
+                                   "launch_id, share_dur DESC, slack_dur"),
+    "critical_path_lanes": Metric("graph_ann.critical_path", "graph_ann_critical_path_lane",
+                                  "launch_id, share_dur DESC, slack_dur"),
+    "critical_path_summary": Metric("graph_ann.critical_path", "graph_ann_critical_path_scope_summary",
+                                    "group_id, device, graph_id, mean_share_dur DESC, scope"),
 }
 
 
@@ -212,9 +220,38 @@ def module_instances(trace: TraceArg, engine: str = "auto"):
     return query_metric(trace, "module_instances", engine=engine)
 
 
-def report(trace: TraceArg, top: int = 5, engine: str = "auto", modules: bool = False) -> Dict[str, "object"]:
+def critical_path(trace: TraceArg, engine: str = "auto"):
+    """Per graph replay: its critical path (launch start to last end), where it comes from
+    (``edges_source``: ``edges`` recorded at capture, else ``stream order``), its waits, the
+    scope with the largest share and the least slack of the scopes off the path."""
+    return query_metric(trace, "critical_path", engine=engine)
+
+
+def critical_path_items(trace: TraceArg, engine: str = "auto"):
+    """Every item of every replay's critical path, first to last: wait before it and share of the path."""
+    return query_metric(trace, "critical_path_items", engine=engine)
+
+
+def critical_path_scopes(trace: TraceArg, engine: str = "auto"):
+    """Per replay and scope (annotation name): share of the critical path and slack."""
+    return query_metric(trace, "critical_path_scopes", engine=engine)
+
+
+def critical_path_lanes(trace: TraceArg, engine: str = "auto"):
+    """Per replay and lane: share of the critical path and slack."""
+    return query_metric(trace, "critical_path_lanes", engine=engine)
+
+
+def critical_path_summary(trace: TraceArg, engine: str = "auto"):
+    """Per graph and scope across replays: replays it bounds, mean share of the path, slack."""
+    return query_metric(trace, "critical_path_summary", engine=engine)
+
+
+def report(trace: TraceArg, top: int = 5, engine: str = "auto", modules: bool = False,
+           critical_path: bool = False) -> Dict[str, "object"]:
     """All report tables from one session: ``{name: DataFrame}`` in print order (each with
-    its ``group_id``; :func:`groups` names the groups). ``modules``: also the module table."""
+    its ``group_id``; :func:`groups` names the groups). ``modules``: also the module table;
+    ``critical_path``: also the critical path per graph and scope (``critical_paths``)."""
     with _session(trace, engine) as s:
         out = {
             "lane_summary": _select(s, "lane_summary"),
@@ -227,4 +264,6 @@ def report(trace: TraceArg, top: int = 5, engine: str = "auto", modules: bool = 
         }
         if modules:
             out["modules"] = _select(s, "module_summary")
+        if critical_path:
+            out["critical_paths"] = _select(s, "critical_path_summary")
         return out

@@ -75,8 +75,8 @@ _WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _LANE_NAME_KEY = "Process Group Description"
 #: Envelope key torch 2.15 writes when annotations were baked in.
 INLINE_ANNOTATED_KEY = "cudaGraphInlineAnnotated"
-#: Our args on top of torch's, in the order they are written.
-OUR_ARGS = ("replay", "join", "join_ambiguous")
+#: Our args on top of torch's, in the order they are written (the critical path's: join.critical_path).
+OUR_ARGS = ("replay", "join", "join_ambiguous", "critical path", "critical path slack ns")
 
 
 def torch_annotation_args(annotation: Mapping[str, Any]) -> Tuple[Dict[str, str], Optional[int], Optional[str]]:

@@ -84,6 +84,20 @@ class CaptureBackend:
         """The rows of a :meth:`raw_table` as :meth:`node_infos` gives them."""
         raise NotImplementedError
 
+    def edges(self, graph: int) -> Optional[List[Tuple[int, int, int, int]]]:
+        """``graph``'s dependency edges as (from node handle, to node handle, edge type, from
+        port), or None where this backend cannot read them (the record then has no edges)."""
+        return None
+
+    def raw_edges(self, graph: int) -> Optional[Any]:
+        """:meth:`edges` as read at the end of a capture, still undecoded (the session
+        decodes it with :meth:`decode_edges` on first use, off the capture's path)."""
+        return self.edges(graph)
+
+    def decode_edges(self, raw: Any) -> List[Tuple[int, int, int, int]]:
+        """The edges of a :meth:`raw_edges` record, as :meth:`edges` gives them."""
+        return list(raw)
+
     def node_infos(self, graph: int) -> List[NodeInfo]:
         """Type, local id, kernel name, grid and block of every node of ``graph``."""
         raise NotImplementedError

@@ -77,6 +77,16 @@ class CudaGraphBackend(CaptureBackend):
         self._kernel_name = getattr(self._cu, "cuKernelGetName", None)
         if self._kernel_name is not None:
             self._kernel_name.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p]
+        # (graph, *from, *to, *edgeData, *numEdges): CUDA >= 12.3 (the only form in CUDA 13's
+        # headers); the 4-argument cuGraphGetEdges where a driver lacks it
+        self._get_edges_v2 = getattr(self._cu, "cuGraphGetEdges_v2", None)
+        if self._get_edges_v2 is not None:
+            self._get_edges_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.POINTER(ctypes.c_size_t)]
+        self._get_edges = getattr(self._cu, "cuGraphGetEdges", None)
+        if self._get_edges is not None:
+            self._get_edges.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                        ctypes.POINTER(ctypes.c_size_t)]
         self._names: Dict[Tuple[str, int], Optional[str]] = {}  # (func|kern, handle) -> name
         # driver function addresses for the compiled path (fastpath): called from C, no ctypes
         self._get_nodes_addr = _address(self._get_nodes)
@@ -174,6 +184,44 @@ class CudaGraphBackend(CaptureBackend):
             out.append(NodeInfo(handle=handle, local_id=node_id & 0xFFFFFFFF, type=kind, kernel=kernel,
                                 grid=grid, block=block))
         return out
+
+    def edges(self, graph: int) -> Optional[List[Tuple[int, int, int, int]]]:
+        raw = self.raw_edges(graph)
+        return None if raw is None else self.decode_edges(raw)
+
+    def raw_edges(self, graph: int) -> Optional[Tuple[int, Any, Any, Any]]:
+        """``cuGraphGetEdges_v2`` (with each edge's ``CUgraphEdgeData``: from_port, to_port,
+        type, 5 reserved bytes), else ``cuGraphGetEdges`` (plain dependencies); None when
+        neither answers. Two calls, the count then the edges, into ctypes arrays kept as
+        they are: (count, from handles, to handles, edge data or None)."""
+        n = ctypes.c_size_t(0)
+        v2 = self._get_edges_v2
+        if v2 is not None and v2(graph, None, None, None, ctypes.byref(n)) == 0:
+            if not n.value:
+                return (0, None, None, None)
+            frm, to = (ctypes.c_size_t * n.value)(), (ctypes.c_size_t * n.value)()
+            data = (ctypes.c_uint8 * (8 * n.value))()
+            if v2(graph, frm, to, data, ctypes.byref(n)) == 0:
+                return (n.value, frm, to, data)
+        old = self._get_edges
+        if old is not None and old(graph, None, None, ctypes.byref(n)) == 0:
+            if not n.value:
+                return (0, None, None, None)
+            frm, to = (ctypes.c_size_t * n.value)(), (ctypes.c_size_t * n.value)()
+            if old(graph, frm, to, ctypes.byref(n)) == 0:
+                return (n.value, frm, to, None)
+        return None
+
+    def decode_edges(self, raw: Tuple[int, Any, Any, Any]) -> List[Tuple[int, int, int, int]]:
+        n, frm, to, data = raw
+        if not n:
+            return []
+        src = memoryview(frm).cast("B").cast("Q").tolist()[:n]
+        dst = memoryview(to).cast("B").cast("Q").tolist()[:n]
+        if data is None:
+            return [(a, b, 0, 0) for a, b in zip(src, dst)]
+        d = bytes(data)
+        return list(zip(src, dst, d[2:8 * n:8], d[0:8 * n:8]))
 
     def local_id(self, node: int) -> int:
         raise NotImplementedError

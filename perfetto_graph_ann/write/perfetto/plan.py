@@ -76,6 +76,8 @@ class Plan:
     starts: Dict[int, Any] = dataclasses.field(default_factory=dict)
     flow_indices: List[int] = dataclasses.field(default_factory=list)  #: Kineto flow events (s / t / f with an id)
     ranges: Sequence[Any] = ()  #: the join's projected replay and scope ranges
+    #: dependency edges between GPU work to draw as flows (``LaneLayout.edge_flows``)
+    edge_flows: Sequence[Tuple[int, int]] = ()
     base: int = 0  #: ``len(events)``
 
     def args_of(self, i: int) -> Mapping[str, Any]:
@@ -128,6 +130,8 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
             home = ("replays", r.device) if r.kind == "replay" else ("scope", r.device)
             plan.by_home.setdefault(home, []).append((r.ts, -r.dur, plan.base + k))
         stats.projected = len(plan.ranges)
+    if layout is not None and getattr(layout, "edge_flows", None):
+        plan.edge_flows = layout.edge_flows
     return plan
 
 
@@ -256,7 +260,8 @@ def _counters(e: TraceEvent, tracks: TrackTable, gpu_pids: Set[Any], out: List[R
 
 def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
     """Phase 2: Kineto's flow events bound to slices, then a flow from each replay's CPU
-    launch slice to its replay slice (ids after Kineto's)."""
+    launch slice to its replay slice (ids after Kineto's), then the replays' dependency
+    edges, when the join was asked for them."""
     stats.flow_events = len(plan.flow_indices)
     fp = plan_flows(plan.events, plan.flow_indices, plan.starts)
     next_id = fp.count + 1
@@ -266,6 +271,12 @@ def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
             continue
         fp.outgoing[src] = list(fp.outgoing.get(src, ())) + [next_id]
         fp.terminating[plan.base + k] = [next_id]
+        next_id += 1
+    for src, dst in plan.edge_flows:  # dependency edges of replays (join(edge_flows=True))
+        if plan.kinds[src] not in (SLICE, SLICE_REWRITTEN) or plan.kinds[dst] not in (SLICE, SLICE_REWRITTEN):
+            continue
+        fp.outgoing[src] = list(fp.outgoing.get(src, ())) + [next_id]
+        fp.terminating[dst] = list(fp.terminating.get(dst, ())) + [next_id]
         next_id += 1
     fp.count = next_id - 1
     stats.flows = fp.count
