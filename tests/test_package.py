@@ -115,7 +115,8 @@ def test_wheel_ships_sql_protos_demo_data_and_engine_host(tmp_path):
     ext = f"perfetto_graph_ann/capture/_fastpath{sysconfig.get_config_var('EXT_SUFFIX')}"
     if _can_compile():
         assert ext in names and not wheel.name.endswith("-none-any.whl"), (wheel.name, sorted(names))
-    sources = {f"perfetto_graph_ann/capture/{n}" for n in ("_fastpath.c", "_marks.c", "_fastpath.h")}
+    sources = {f"perfetto_graph_ann/capture/{n}" for n in ("_fastpath.c", "_recorder.c", "_marks.c", "_replays.c", "_errors.c",
+                                                             "_fastpath.h")}
     assert sources <= names  # every translation unit and the header ship with the source
 
 

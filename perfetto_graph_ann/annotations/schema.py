@@ -12,6 +12,7 @@ import math
 from typing import Any, List, Optional, Tuple
 
 from .. import formats
+from .._version import __version__
 from ..errors import SidecarError
 from .model import NodeRecord, ReplayThread, ReplayWindow, ScopeInstance
 
@@ -28,8 +29,6 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 
 def producer() -> str:
     """The ``producer`` a written sidecar names: this package and its version."""
-    from .. import __version__
-
     return f"perfetto_graph_ann {__version__}"
 
 

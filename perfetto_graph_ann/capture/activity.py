@@ -195,7 +195,7 @@ def api(libcupti: Optional[str] = None) -> ActivityApi:
                 from cupti import cupti
             except Exception as e:
                 raise CaptureError(f"calibration needs cupti-python (pip install cupti-python): {e}") from e
-            from .backends import find_libcupti
+            from .libcupti import find_libcupti
 
             path = libcupti or find_libcupti()
             if path is None:

@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from .. import __version__
+from .._version import __version__
 from ..errors import GraphAnnError
 
 #: Subcommand modules, in the order ``--help`` lists them.

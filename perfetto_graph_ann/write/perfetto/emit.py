@@ -21,7 +21,7 @@ from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
 
 if TYPE_CHECKING:
-    from .writer import WriterConfig, WriteStats
+    from .config import WriterConfig, WriteStats
 
 #: ``WriterConfig.encoder`` -> the encoder class (one instance per packet sequence).
 ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}

@@ -1,0 +1,3 @@
+"""The package's version: a leaf module, so any layer may name it without importing the facade."""
+
+__version__ = "0.1.0"
