@@ -14,7 +14,8 @@ from ..query.engine.config import EngineConfig
 from ..query.session import Session, open_fed, sql_arg_names
 from ..read.model import KinetoTrace
 from ..write.pftrace import ConvertConfig, paused_gc, write_pftrace_stream
-from .convert import read_and_join
+from ..util.progress import phase
+from .joined import read_and_join, trace_rank
 
 if TYPE_CHECKING:
     from ..join.model import LaneLayout
@@ -69,7 +70,7 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
               on_join: "Optional[Callable[[LaneLayout], Any]]" = None) -> Iterator[Session]:
     """A session on the torch.profiler JSON trace at ``trace_path``, read, joined to the
     ``annotations`` files (if any; ``graph_lanes``, ``force`` and ``on_join`` as for
-    :func:`~perfetto_graph_ann.pipeline.convert.read_and_join`) and converted as
+    :func:`~perfetto_graph_ann.pipeline.joined.read_and_join`) and converted as
     :func:`open_converted` does (``sql_args_only`` likewise).
 
     For a caller that needs only the session: the engine starts before the JSON is read, so
@@ -86,12 +87,12 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
     with contextlib.ExitStack() as loading:
         def feed(sink) -> None:
             with paused_gc():
-                trace, layout = read_and_join(trace_path, annotations, graph_lanes, force, progress, on_join)
-                if progress is not None:
-                    loading.enter_context(progress.phase(loading_phase))
-                write_pftrace_stream(trace, sink, layout, convert_config)
+                joined = read_and_join(trace_path, list(annotations), graph_lanes=graph_lanes, force=force,
+                                       progress=progress, on_join=on_join)
+                loading.enter_context(phase(progress, loading_phase))
+                write_pftrace_stream(joined.trace, sink, joined.layout, convert_config)
                 sink.close()
-                del trace, layout
+                del joined
 
         with open_fed(feed, trace_path, config=cfg) as session:
             loading.close()
@@ -100,32 +101,26 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
 
 def convert_for_task(src: str, sidecars: List[str], graph_lanes: Optional[str], out: str) -> Dict[str, Any]:
     """A fleet task's conversion, run on the worker: the JSON trace ``src`` (joined with
-    ``sidecars``) to ``out``. Returns what was learnt on the way: its rank
-    (``distributedInfo.rank``), base time and, when joined, the join's graphed and unmatched
-    counts. ``graph_lanes`` None: the lanes where a node is annotated, else the recorded
-    streams (decided by the join). A module-level function, so a task carrying it pickles
-    by reference."""
-    from ..read.kineto import read_trace
-    from ..write.pftrace import paused_gc, write_pftrace
+    ``sidecars``) to ``out``, by :func:`~.joined.read_and_join`. Returns what was learnt on
+    the way: its rank (:func:`~.joined.trace_rank`: a rank that is no rank is refused, as
+    by ``merge``), base time and, when joined, the join's graphed and unmatched counts.
+    ``graph_lanes`` None: the lanes where a node is annotated, else the recorded streams. A
+    module-level function, so a task carrying it pickles by reference."""
+    from ..write.pftrace import write_pftrace
 
     info: Dict[str, Any] = {}
     with paused_gc():
-        trace = read_trace(src)
+        joined = read_and_join(src, list(sidecars), graph_lanes=graph_lanes)
         try:
-            layout = None
-            if sidecars:
-                from ..annotations.files import load_annotation_files
-                from ..join.join import join
-
-                layout = join(trace, load_annotation_files(sidecars), graph_lanes=graph_lanes)
-                info["join_graphed"] = layout.report.graphed
-                info["join_unmatched"] = layout.report.unmatched
-            rank = (trace.distributed_info or {}).get("rank")
-            if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+            if joined.layout is not None:
+                info["join_graphed"] = joined.layout.report.graphed
+                info["join_unmatched"] = joined.layout.report.unmatched
+            rank = trace_rank(joined.trace)
+            if rank is not None:
                 info["rank"] = rank
-            if trace.base_time_ns:
-                info["base_time_ns"] = trace.base_time_ns
-            write_pftrace(trace, out, layout)
+            if joined.trace.base_time_ns:
+                info["base_time_ns"] = joined.trace.base_time_ns
+            write_pftrace(joined.trace, out, joined.layout)
         finally:
-            del trace
+            del joined
     return info
