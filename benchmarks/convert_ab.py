@@ -152,7 +152,7 @@ def main() -> None:
             graph = f"graph replays {opts.graph_events // 1000}k"
             traces[graph] = make_trace(opts.graph_events, fixtures=("seed_block_annotated",))
             ann = pga.load_annotations(demo_data_dir() / "seed_block_annotated.capture.json")
-            joins[graph] = lambda trace: pga.join_trace(trace, ann, "all")
+            joins[graph] = lambda trace: pga.read_and_join(trace, ann, graph_lanes="all").layout
         if opts.events:
             traces[f"synthetic {opts.events // 1000}k"] = make_trace(opts.events)
         results = {}

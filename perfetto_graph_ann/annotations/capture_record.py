@@ -26,6 +26,9 @@ from .model import FIRST_LOGICAL_LANE, AnnotationSet, GraphRecord, NodeRecord, n
 from .schema import dim3, parse_json_bytes
 from .scope_instances import from_members
 
+__all__ = ["capture_record_to_annotations", "read_capture_record"]
+
+
 def _int(path: str, where: str, value: Any, bits: int = 64) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << bits:
         raise SidecarError(path, f"{where}: expected an unsigned {bits}-bit integer, got {value!r}")

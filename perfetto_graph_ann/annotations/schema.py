@@ -16,6 +16,10 @@ from .._version import __version__
 from ..errors import SidecarError
 from .model import NodeRecord, ReplayThread, ReplayWindow, ScopeInstance
 
+__all__ = ["check_annotation_value", "check_scopes", "dim3", "INT64", "is_int", "known_versions", "MAGIC",
+           "MAX_VALUE_DEPTH", "parse_json_bytes", "producer", "READABLE_VERSIONS", "replay_thread", "replay_window",
+           "VERSION", "want"]
+
 #: The sidecar's magic string: the binary form's field 1 and the JSON form's ``"format"``.
 MAGIC = formats.SIDECAR_MAGIC
 #: Version written. 2 added the capture identity, graph names and calibration notes; 3 the

@@ -28,6 +28,9 @@ from ..errors import CaptureError
 from . import fastpath
 from .resolve import ActivityRecord
 
+__all__ = ["ActivityApi", "api", "BUFFER_BYTES", "COMPLETED", "Layout", "LayoutError", "layouts_from_cupti",
+           "NEXT_RECORD", "parse_buffer", "parse_buffer_py", "REQUESTED", "typed_lib"]
+
 #: bytes per buffer handed to CUPTI (a kernel record is ~200 bytes; more are requested as needed)
 BUFFER_BYTES = 2 << 20
 

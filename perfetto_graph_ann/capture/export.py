@@ -24,6 +24,8 @@ from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
 from ..pipeline.convert import write_joined
 
+__all__ = ["AnnotationsArg", "chrome_trace_bytes", "export", "export_chrome_trace_bytes"]
+
 AnnotationsArg = Union[AnnotationSet, PathLike, None]
 
 def _annotations(annotations: AnnotationsArg) -> AnnotationSet:

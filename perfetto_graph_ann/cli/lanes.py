@@ -13,6 +13,8 @@ import sys
 from . import options
 from ._common import hint_annotations, print_join_summary
 
+__all__ = ["register", "run", "SQL_COLUMNS"]
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("lanes", help="kernels per lane before/after the join, and the join report",

@@ -33,6 +33,10 @@ from .match import Match, signature
 from .model import JoinReport
 from .replays import Replay
 
+__all__ = ["busy_ns", "GpuRange", "project", "REASON_GRAPH_GUESS", "REASON_NO_LAUNCH", "REASON_PARTIAL",
+           "REASON_SCOPE_GUESS", "REPLAY", "REPLAY_CATEGORY", "REPLAYS_TRACK", "SCOPE", "SCOPE_CATEGORY",
+           "SCOPES_TRACK"]
+
 _end = itemgetter(1)
 
 REPLAY = "replay"

@@ -16,3 +16,5 @@ order for each use:
 
 The capture side (``capture.export`` / ``trace_handler``) and the CLI sit on top.
 """
+
+__all__: "list[str]" = []

@@ -44,8 +44,8 @@ class Joined:
 def read_and_join(trace: Union[PathLike, KinetoTrace],
                   annotations: Union[Sequence[PathLike], AnnotationSet, None] = None, *,
                   graph_lanes: Optional[str] = None, default_stream: Optional[int] = None, force: bool = False,
-                  default: str = "all", progress: "Optional[Progress]" = None, suffix: str = "",
-                  on_join: "Optional[Callable[[LaneLayout], Any]]" = None) -> Joined:
+                  default: str = "all", projection: bool = True, progress: "Optional[Progress]" = None,
+                  suffix: str = "", on_join: "Optional[Callable[[LaneLayout], Any]]" = None) -> Joined:
     """Read ``trace`` (a path; an already read trace is used as it is) and join it with
     ``annotations``.
 
@@ -60,6 +60,8 @@ def read_and_join(trace: Union[PathLike, KinetoTrace],
             torch's 7 (``join.DEFAULT_GRAPH_LANE``).
         force: join annotations whose identity does not match the trace.
         default: what None means where a node is annotated (``"none"`` for Chrome JSON output).
+        projection: add the replay and scope ranges the Perfetto writer draws under each
+            GPU (``LaneLayout.ranges``; see :func:`~perfetto_graph_ann.join.join`).
         progress: names the phases (reading, joining) on the CLI's status line.
         suffix: appended to each phase's name (e.g. ``" (2 of 4)"``).
         on_join: told the layout as soon as the join is done (e.g. to print its summary).
@@ -96,7 +98,8 @@ def read_and_join(trace: Union[PathLike, KinetoTrace],
             annotations = merge_annotation_sets(sources)
         lanes = resolve_graph_lanes(graph_lanes, annotations, files or (), default=default, trace=path)
         stream = DEFAULT_GRAPH_LANE if default_stream is None else default_stream
-        layout = join(trace, annotations, graph_lanes=lanes, default_stream=stream, force=force, sources=sources)
+        layout = join(trace, annotations, graph_lanes=lanes, default_stream=stream, force=force, sources=sources,
+                      projection=projection)
     if on_join is not None:
         on_join(layout)
     return Joined(trace, layout, annotations)

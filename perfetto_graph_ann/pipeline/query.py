@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from ..join.model import LaneLayout
     from ..util.progress import Progress
 
+__all__ = ["convert_for_task", "open_converted", "open_json", "SORT_WINDOW_BYTES"]
+
 
 @contextlib.contextmanager
 def open_converted(trace: KinetoTrace, layout: "Optional[LaneLayout]" = None, engine: str = "auto",

@@ -23,6 +23,8 @@ from .executors import RayOptions, run_tasks
 from .session import exact_frame
 from .tasks import Converter, FileInput, TraceTask, to_frame
 
+__all__ = ["annotation_inputs", "PathArg", "query_many"]
+
 PathArg = Union[str, "os.PathLike[str]"]
 
 

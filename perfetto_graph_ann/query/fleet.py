@@ -21,6 +21,8 @@ from .executors import RayOptions, run_tasks
 from .straggler import FleetReport, RankTables, combine
 from .tasks import Converter, FileInput, TraceTask, to_frame
 
+__all__ = ["find_sidecar", "find_traces", "FLEET_QUERIES", "fleet_report"]
+
 #: The per-rank queries. ``clock``: the offset from trace time to Unix time, from the
 #: REALTIME (builtin clock 1) snapshot the converter writes (NULL without one).
 FLEET_QUERIES = {

@@ -14,6 +14,8 @@ from typing import List, Sequence, Tuple
 
 from .._resources import sql_package_dir
 
+__all__ = ["in_dependency_order", "include_modules", "split_includes"]
+
 _INCLUDE = re.compile(r"\s*INCLUDE\s+PERFETTO\s+MODULE\s+([A-Za-z_][\w.]*)\s*;", re.I)
 _COMMENT = re.compile(r"\s*--[^\n]*(\n|$)")
 

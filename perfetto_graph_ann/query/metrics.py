@@ -28,6 +28,11 @@ from typing import Dict, Iterator, Optional, Union
 
 from .session import Session, open_trace
 
+__all__ = ["collectives", "gpu_work", "graph_replays", "groups", "lane_gaps", "lane_idle", "lane_summary",
+           "lane_top_kernels", "Metric", "METRICS", "module_instances", "module_summary", "overlap", "query_metric",
+           "replay_lanes", "replays", "report", "scope_instances", "scope_slowest", "scope_summary", "TraceArg",
+           "without_group"]
+
 TraceArg = Union[str, "os.PathLike[str]", Session]
 
 

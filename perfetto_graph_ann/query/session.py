@@ -21,6 +21,9 @@ from perfetto.common.query_result_iterator import QueryResultIterator
 
 from .engine import Choice, Engine, EngineConfig, choose_engine, create_engine, start_engine
 
+__all__ = ["exact_frame", "FEED_CHUNK_BYTES", "open_fed", "open_trace", "PathArg", "QueryResult", "Session",
+           "sql_arg_names"]
+
 PathArg = Union[str, "os.PathLike[str]"]
 
 

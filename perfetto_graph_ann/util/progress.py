@@ -17,6 +17,8 @@ from typing import IO, ContextManager, Iterator, Optional
 
 from .. import settings
 
+__all__ = ["phase", "Progress", "REFRESH_S", "wanted"]
+
 REFRESH_S = 0.5
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 
 #: calls that need a trace processor (the blocks are cut before the first one where none runs)
-SQL_CALLS = ("pga.lane_summary", "pga.scope_summary", "pga.open_trace")
+SQL_CALLS = ("pga.metrics.", "pga.open_trace")
 
 
 def _engine_reason():

@@ -10,6 +10,8 @@ from .. import fastpath
 from .base import CUPTI
 from .driver import CudaGraphBackend, _address
 
+__all__ = ["CuptiBackend", "find_libcupti"]
+
 
 def _out(fn: Any, handle: Any, ctype: Any, what: str) -> int:
     """``fn(handle, &out)``, a CUPTI call that writes one integer; raises naming ``what``."""

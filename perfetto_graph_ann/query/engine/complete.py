@@ -28,6 +28,8 @@ from typing import Any, Iterable, Iterator, List, Optional, Protocol, Tuple
 from ...errors import IncompleteTraceError
 from ...formats import END_SIZE, START, START_SIZE, parse_end_record
 
+__all__ = ["check_counts", "check_loaded", "check_scan", "LOSS_STATS_SQL", "scan_file", "TraceScan"]
+
 
 class _Loaded(Protocol):
     """What :func:`check_loaded` needs of :class:`.base.Engine` (named here, not imported:

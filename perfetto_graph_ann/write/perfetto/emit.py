@@ -23,6 +23,8 @@ from .tracks import TrackTable
 if TYPE_CHECKING:
     from .config import WriterConfig, WriteStats
 
+__all__ = ["ENCODERS", "MAX_OWN_SEQUENCES", "own_sequences", "SORT_WINDOW_MARK_PACKETS", "write_packets"]
+
 #: ``WriterConfig.encoder`` -> the encoder class (one instance per packet sequence).
 ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}
 #: Own sequences get ids 2..127 (one-byte varints); tracks beyond stay on the shared sequence.

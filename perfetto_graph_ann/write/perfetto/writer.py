@@ -19,6 +19,8 @@ from .tracks import TrackTable
 if TYPE_CHECKING:  # annotation only: importing the join package costs time on every conversion
     from ...join.model import LaneLayout
 
+__all__ = ["write_perfetto"]
+
 
 def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayout] = None,
                    config: WriterConfig = WriterConfig()) -> WriteStats:
