@@ -149,7 +149,8 @@ def _top_where(top: Optional[int]) -> Optional[str]:
 
 
 def replays(trace: TraceArg, engine: str = "auto"):
-    """Per CUDA graph replay: GPU start / end, wall time, busy time, launch overhead."""
+    """Per CUDA graph replay: GPU start / end, wall time, busy time, launch overhead, and the
+    graph name, candidates and replay slice where the trace has the projection."""
     return query_metric(trace, "replays", engine=engine)
 
 
@@ -179,7 +180,9 @@ def lane_gaps(trace: TraceArg, engine: str = "auto"):
 
 
 def graph_replays(trace: TraceArg, engine: str = "auto"):
-    """Per projected graph replay: graph name, GPU span, busy time, kernel count, launch latency."""
+    """Deprecated (until 0.2; :func:`replays` is the one replay table): per projected graph
+    replay, :func:`replays`' rows under their earlier names (``dur``, ``kernel_count``,
+    ``launch_latency``)."""
     return query_metric(trace, "graph_replays", engine=engine)
 
 

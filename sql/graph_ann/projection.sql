@@ -140,3 +140,53 @@ LEFT JOIN _graph_ann_projected_ordinal AS r
   ON s.graph_id IS NULL AND r.category = 'graph_replay' AND r.group_id = s.group_id AND r.device = s.device
     AND r.ordinal = s.ordinal
 WHERE s.category = 'gpu_scope';
+
+-- Every projected replay slice with the graph launch it is drawn for (the
+-- flow the converter writes from the launch into it; NULL without one), its
+-- graph's name (the slice name without ` #<replay>`) and, where the join could
+-- not tell the graph, its candidates.
+CREATE PERFETTO TABLE _graph_ann_replay_slice(
+  -- Slice id of the replay slice.
+  id LONG,
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- First GPU start of the replay.
+  ts TIMESTAMP,
+  -- The span.
+  dur DURATION,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
+  -- GPU index.
+  device LONG,
+  -- Executable graph id (NULL when the join could not tell).
+  graph_id LONG,
+  -- Graph name (NULL with `graph_id`).
+  graph_name STRING,
+  -- 0-based replay index among the replays of the graph (NULL with `graph_id`).
+  replay LONG,
+  -- The graphs the replay may be, `A | B`; NULL when known.
+  graph_candidates STRING,
+  -- GPU work events of the replay (`debug.kernel count`).
+  kernel_count LONG,
+  -- Length of the union of the replay's GPU work (`debug.busy ns`).
+  busy_dur DURATION,
+  -- CPU launch start to first GPU work (`debug.launch latency ns`).
+  launch_latency DURATION
+) AS
+SELECT
+  p.id,
+  f.slice_out AS launch_id,
+  p.ts,
+  p.dur,
+  p.group_id,
+  p.device,
+  p.graph_id,
+  SUBSTR(p.name, 1, LENGTH(p.name) - LENGTH(' #' || p.replay)) AS graph_name,
+  p.replay,
+  EXTRACT_ARG(p.arg_set_id, 'debug.graph candidates') AS graph_candidates,
+  p.kernel_count,
+  p.busy_dur,
+  EXTRACT_ARG(p.arg_set_id, 'debug.launch latency ns') AS launch_latency
+FROM _graph_ann_projected_slice AS p
+LEFT JOIN flow AS f ON f.slice_in = p.id
+WHERE p.category = 'graph_replay';

@@ -24,6 +24,7 @@
 -- group, "the same device" means the same device of the same group, and a
 -- replay's kernels are found by their correlation within the group.
 
+INCLUDE PERFETTO MODULE graph_ann.projection;
 INCLUDE PERFETTO MODULE graph_ann.replay_lane_busy;
 
 -- Per replay: the extent and counts of its GPU work (the per-lane rows summed
@@ -243,7 +244,16 @@ CREATE PERFETTO TABLE graph_ann_replay(
   queued_dur DURATION,
   -- Launch overhead: `launch_to_gpu_dur` less `queued_dur`, from the later of
   -- the launch call's start and the end of earlier work to the first GPU work.
-  launch_overhead_dur DURATION
+  launch_overhead_dur DURATION,
+  -- Slice id of the replay's slice on the `graph replays` track of its GPU
+  -- (the converter's projection); NULL where the trace has none.
+  replay_slice_id LONG,
+  -- Graph name (`pga.graph(g, name=...)`, else `graph <id>`), from the replay
+  -- slice; NULL without one, or when the join could not tell the graph.
+  graph_name STRING,
+  -- The graphs the replay may be, `A | B`, when the join could not tell which
+  -- (no replay record and several graphs its kernels fit); NULL when known.
+  graph_candidates STRING
 ) AS
 SELECT
   r.launch_id,
@@ -266,11 +276,15 @@ SELECT
   CAST(b.busy_dur AS DOUBLE) / NULLIF(r.end_ts - r.ts, 0) AS busy_fraction,
   r.ts - l.ts AS launch_to_gpu_dur,
   MAX(0, MIN(COALESCE(q.prev_end_ts, l.ts), r.ts) - l.ts) AS queued_dur,
-  r.ts - l.ts - MAX(0, MIN(COALESCE(q.prev_end_ts, l.ts), r.ts) - l.ts) AS launch_overhead_dur
+  r.ts - l.ts - MAX(0, MIN(COALESCE(q.prev_end_ts, l.ts), r.ts) - l.ts) AS launch_overhead_dur,
+  p.id AS replay_slice_id,
+  p.graph_name,
+  p.graph_candidates
 FROM _graph_ann_replay_stats AS r
 JOIN _graph_ann_launch AS l ON l.id = r.launch_id
 JOIN _graph_ann_replay_busy AS b USING (launch_id)
 JOIN _graph_ann_replay_prev_end AS q USING (launch_id)
+LEFT JOIN _graph_ann_replay_slice AS p USING (launch_id)
 ORDER BY r.group_id, r.device, r.ts;
 
 -- One row per (replay, lane): the replay's work on each lane.

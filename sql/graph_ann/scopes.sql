@@ -17,9 +17,14 @@
 -- (`graph_ann.groups`): a scope is keyed by its group too.
 
 INCLUDE PERFETTO MODULE graph_ann.projection;
+INCLUDE PERFETTO MODULE graph_ann.replays;
 
--- Every projected graph replay.
-CREATE PERFETTO TABLE graph_ann_graph_replay(
+-- Deprecated (until 0.2): `graph_ann_replay` (module `graph_ann.replays`)
+-- under its earlier names, one row per projected replay: `dur` is `wall_dur`,
+-- `kernel_count` is `work_count`, `launch_latency` is `launch_to_gpu_dur`, `id`
+-- is `replay_slice_id`. The projection's own numbers stand in only for a
+-- replay slice without its launch.
+CREATE PERFETTO VIEW graph_ann_graph_replay(
   -- Slice id of the replay slice.
   id LONG,
   -- First GPU start of the replay.
@@ -49,20 +54,20 @@ CREATE PERFETTO TABLE graph_ann_graph_replay(
   launch_latency DURATION
 ) AS
 SELECT
-  id,
-  ts,
-  dur,
-  group_id,
-  device,
-  graph_id,
-  SUBSTR(name, 1, LENGTH(name) - LENGTH(' #' || replay)) AS graph_name,
-  replay,
-  EXTRACT_ARG(arg_set_id, 'debug.graph candidates') AS graph_candidates,
-  kernel_count,
-  busy_dur,
-  EXTRACT_ARG(arg_set_id, 'debug.launch latency ns') AS launch_latency
-FROM _graph_ann_projected_slice
-WHERE category = 'graph_replay';
+  s.id,
+  COALESCE(r.ts, s.ts) AS ts,
+  COALESCE(r.wall_dur, s.dur) AS dur,
+  s.group_id,
+  s.device,
+  s.graph_id,
+  s.graph_name,
+  s.replay,
+  s.graph_candidates,
+  COALESCE(r.work_count, s.kernel_count) AS kernel_count,
+  COALESCE(r.busy_dur, s.busy_dur) AS busy_dur,
+  COALESCE(r.launch_to_gpu_dur, s.launch_latency) AS launch_latency
+FROM _graph_ann_replay_slice AS s
+LEFT JOIN graph_ann_replay AS r USING (launch_id);
 
 -- Every scope instance of every replay.
 CREATE PERFETTO TABLE graph_ann_scope_instance(
@@ -124,7 +129,7 @@ FROM (
   JOIN _graph_ann_scope_replay AS sr USING (id)
   WHERE p.category = 'gpu_scope'
 ) AS i
-LEFT JOIN graph_ann_graph_replay AS r USING (group_id, graph_id, replay);
+LEFT JOIN _graph_ann_replay_slice AS r USING (group_id, graph_id, replay);
 
 -- Scope instances with their rank among the instances of the same scope
 -- (group, graph and path), longest span first.
