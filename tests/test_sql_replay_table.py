@@ -77,3 +77,19 @@ def test_graph_replay_is_the_replay_table_under_its_old_names(converted):
     for c in SAME:
         assert old[c].astype(object).where(old[c].notna(), None).tolist() == \
             new[c].astype(object).where(new[c].notna(), None).tolist(), c
+
+
+@requires_portable
+def test_the_writers_busy_time_is_the_sqls(converted):
+    """Busy time is written on each replay slice by the converter (``debug.busy ns``, for the
+    UI) and computed by the SQL (``graph_ann_replay.busy_dur``, also for Chrome JSON): the two
+    must agree wherever both exist, as must the kernel counts and launch latencies."""
+    with open_trace(converted["pftrace"], engine="portable") as s:
+        both = _q(s, "SELECT s.busy_dur AS written, r.busy_dur AS computed, s.kernel_count, r.work_count, "
+                     "s.launch_latency, r.launch_to_gpu_dur, s.dur, r.wall_dur "
+                     "FROM _graph_ann_replay_slice AS s JOIN graph_ann_replay AS r USING (launch_id)")
+    assert len(both) == _launches(fixture_trace(NAME))
+    assert both["written"].tolist() == both["computed"].tolist()
+    assert both["kernel_count"].tolist() == both["work_count"].tolist()
+    assert both["launch_latency"].tolist() == both["launch_to_gpu_dur"].tolist()
+    assert both["dur"].tolist() == both["wall_dur"].tolist()

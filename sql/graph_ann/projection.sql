@@ -2,27 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Private helper of `graph_ann.scopes`: the slices of the GPU projection
--- (docs/design.md, "GPU projection") and the replay each scope slice belongs
--- to. Per replay, a slice of category `graph_replay` on the `graph replays`
--- track under `GPU N`; per scope instance, a slice of category `gpu_scope` on
--- the `scopes` track, spanning the earliest start to the latest end of the GPU
--- work captured inside the scope, across all lanes. The numbers are read from
--- the slices' `debug.*` arguments, names and tracks: a replay slice is named
--- `<graph name> #<replay>` and carries `graph id`, `replay`, `kernel count`,
--- `busy ns` and `launch latency ns` (a replay whose graph the join could not
--- tell is named by its candidates, `A | B`, with `graph candidates` instead of
--- `graph id` and `replay`); a scope slice is named by its label and
--- carries `scope path` (nested scopes only; at the top level the path is the
--- name), `kernel count`, `busy ns`, and `graph id` and `replay` where its
--- replay is not implied: the converter leaves both off only when its replay is
--- the replay slice on the same GPU that starts last at or before the scope, and
--- no other replay slice there starts at that time (it keeps them on every scope
--- of a replay that overlaps another). `busy ns` is left off where it
--- equals the span. A slice's duration is its span; the device is the `GPU N`
--- track it is under, and the group (`graph_ann.groups`) the group whose root
--- track holds that `GPU N` in a merged trace (0 otherwise): the rule "the
--- replay slice on the same GPU" is per group, as device ids repeat.
+-- Private: the slices of the converter's GPU projection (replays and scopes)
+-- and the replay each scope slice belongs to.
 
 INCLUDE PERFETTO MODULE graph_ann.groups;
 

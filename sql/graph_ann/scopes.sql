@@ -2,21 +2,11 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Scope ranges on the GPU: every projected graph replay and every
--- `mark_kernels` scope instance of every replay, as the converter projects
--- them (read by `graph_ann.projection`), and per scope its statistics across
--- replays. Traces without the projection (Chrome JSON, a conversion without
--- annotations) give empty tables.
---
--- A scope is keyed across replays by its graph and its path, the labels of
--- the instance and its enclosing scopes (`layer 3 / attn`): the same path in
--- every replay of one graph is the same block of the capture.
--- Percentiles are nearest-rank: the p-th percentile of n durations sorted
--- ascending is the k-th with k = ceil(p * n / 100), as in `graph_ann.lanes`.
--- In a merged trace graph ids and replay indices repeat across groups
--- (`graph_ann.groups`): a scope is keyed by its group too.
+-- Scope ranges on the GPU: every `mark_kernels` scope instance of every replay,
+-- as the converter projects them, and per scope its statistics across replays.
 
 INCLUDE PERFETTO MODULE graph_ann.projection;
+INCLUDE PERFETTO MODULE graph_ann.percentiles;
 INCLUDE PERFETTO MODULE graph_ann.replays;
 
 -- Deprecated (until 0.2): `graph_ann_replay` (module `graph_ann.replays`)
@@ -26,7 +16,7 @@ INCLUDE PERFETTO MODULE graph_ann.replays;
 -- replay slice without its launch.
 CREATE PERFETTO VIEW graph_ann_graph_replay(
   -- Slice id of the replay slice.
-  id LONG,
+  id ID(slice.id),
   -- First GPU start of the replay.
   ts TIMESTAMP,
   -- Last GPU end minus first GPU start (the span).
@@ -72,7 +62,7 @@ LEFT JOIN graph_ann_replay AS r USING (launch_id);
 -- Every scope instance of every replay.
 CREATE PERFETTO TABLE graph_ann_scope_instance(
   -- Slice id of the scope slice.
-  id LONG,
+  id ID(slice.id),
   -- Earliest start of the GPU work inside the scope.
   ts TIMESTAMP,
   -- Latest end minus earliest start (the span).
@@ -208,8 +198,8 @@ SELECT
   COUNT(*) AS instance_count,
   MAX(i.kernel_count) AS kernel_count,
   AVG(i.dur) AS mean_dur,
-  MIN(CASE WHEN r.asc_rank = (50 * r.n + 99) / 100 THEN i.dur END) AS p50_dur,
-  MIN(CASE WHEN r.asc_rank = (90 * r.n + 99) / 100 THEN i.dur END) AS p90_dur,
+  MIN(CASE WHEN r.asc_rank = _graph_ann_nearest_rank!(50, r.n) THEN i.dur END) AS p50_dur,
+  MIN(CASE WHEN r.asc_rank = _graph_ann_nearest_rank!(90, r.n) THEN i.dur END) AS p90_dur,
   MAX(i.dur) AS max_dur,
   AVG(i.busy_dur) AS mean_busy_dur,
   SUM(i.dur) AS total_dur,
@@ -222,7 +212,7 @@ GROUP BY i.group_id, i.graph_id, i.graph_name, i.scope_path;
 -- scope: sort by `dur` (or `vs_p50`) descending for the slowest instances.
 CREATE PERFETTO TABLE graph_ann_scope_slowest(
   -- Slice id of the scope slice.
-  id LONG,
+  id ID(slice.id),
   -- Start of the instance.
   ts TIMESTAMP,
   -- Span of the instance.
