@@ -255,6 +255,74 @@ ids_run_on(node_id_fn get_id, void **nodes, size_t n, uint64_t *first)
     return 1;
 }
 
+/* Phase 1: the graph's nodes in creation order (cuGraphGetNodes twice: count, then list);
+ * NULL with an exception, or with *n == 0 and no exception for an empty graph. */
+static void **
+list_nodes(get_nodes_fn get_nodes, void *graph, size_t *n)
+{
+    *n = 0;
+    int rc = get_nodes(graph, NULL, n);
+    if (rc != 0) {
+        fp_driver_error("cuGraphGetNodes", rc);
+        return NULL;
+    }
+    if (*n == 0)
+        return NULL;
+    void **nodes = PyMem_Malloc(*n * sizeof(void *));
+    if (nodes == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    size_t got = *n;
+    if ((rc = get_nodes(graph, nodes, &got)) != 0) {
+        PyMem_Free(nodes);
+        fp_driver_error("cuGraphGetNodes", rc);
+        return NULL;
+    }
+    if (got < *n)
+        *n = got;
+    return nodes;
+}
+
+/* Phase 3: one node's row (layout: read_nodes_doc); -1 with an exception when a read fails.
+ * ``id`` is the node's id, or UINT64_MAX to read it. */
+static int
+write_row(unsigned char *row, void *node, uint64_t id, node_type_fn get_type, kernel_params_fn get_params,
+          node_id_fn get_id)
+{
+    uint64_t handle = (uint64_t)(uintptr_t)node, func = 0, kern = 0;
+    uint32_t have = 0, dims[6] = {0, 0, 0, 0, 0, 0};
+    int t = 0, rc;
+    if ((rc = get_type(node, &t)) != 0) {
+        fp_driver_error("cuGraphNodeGetType", rc);
+        return -1;
+    }
+    int32_t type = t;
+    if (id == UINT64_MAX && (rc = get_id(node, &id)) != 0) {
+        fp_node_id_error(rc);
+        return -1;
+    }
+    if (type == 0 && get_params != NULL) {  /* CU_GRAPH_NODE_TYPE_KERNEL */
+        kernel_params_t p;
+        memset(&p, 0, sizeof p);
+        if (get_params(node, &p) == 0) {
+            have = 1;
+            func = (uint64_t)(uintptr_t)p.func;
+            kern = (uint64_t)(uintptr_t)p.kern;
+            memcpy(dims, p.grid, sizeof p.grid);
+            memcpy(dims + 3, p.block, sizeof p.block);
+        }
+    }
+    memcpy(row, &handle, 8);
+    memcpy(row + 8, &id, 8);
+    memcpy(row + 16, &type, 4);
+    memcpy(row + 20, &have, 4);
+    memcpy(row + 24, &func, 8);
+    memcpy(row + 32, &kern, 8);
+    memcpy(row + 40, dims, 24);
+    return 0;
+}
+
 static PyObject *
 read_nodes(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -274,72 +342,23 @@ read_nodes(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     size_t n = 0;
-    int rc = get_nodes(graph, NULL, &n);
-    if (rc != 0)
-        return fp_driver_error("cuGraphGetNodes", rc);
-    if (n == 0)
-        return PyBytes_FromStringAndSize(NULL, 0);
-    void **nodes = PyMem_Malloc(n * sizeof(void *));
+    void **nodes = list_nodes(get_nodes, graph, &n);  /* phase 1 */
     if (nodes == NULL)
-        return PyErr_NoMemory();
-    size_t got = n;
-    if ((rc = get_nodes(graph, nodes, &got)) != 0) {
-        PyMem_Free(nodes);
-        return fp_driver_error("cuGraphGetNodes", rc);
-    }
-    if (got < n)
-        n = got;
+        return PyErr_Occurred() ? NULL : PyBytes_FromStringAndSize(NULL, 0);
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * NODE_ROW));
-    if (out == NULL) {
-        PyMem_Free(nodes);
-        return NULL;
-    }
     uint64_t first = 0;
-    int run_on = n > 0 ? ids_run_on(get_id, nodes, n, &first) : 0;
-    if (run_on < 0) {
-        Py_DECREF(out);
-        PyMem_Free(nodes);
-        return NULL;
-    }
-    unsigned char *row = (unsigned char *)PyBytes_AS_STRING(out);
-    for (size_t i = 0; i < n; i++, row += NODE_ROW) {
-        uint64_t handle = (uint64_t)(uintptr_t)nodes[i], id = 0, func = 0, kern = 0;
-        int32_t type = 0;
-        uint32_t have = 0, dims[6] = {0, 0, 0, 0, 0, 0};
-        int t = 0;
-        if ((rc = get_type(nodes[i], &t)) != 0) {
-            Py_DECREF(out);
-            PyMem_Free(nodes);
-            return fp_driver_error("cuGraphNodeGetType", rc);
-        }
-        type = t;
-        if (run_on) {
-            id = first + i;
-        } else if ((rc = get_id(nodes[i], &id)) != 0) {
-            Py_DECREF(out);
-            PyMem_Free(nodes);
-            return fp_node_id_error(rc);
-        }
-        if (type == 0 && get_params != NULL) {  /* CU_GRAPH_NODE_TYPE_KERNEL */
-            kernel_params_t p;
-            memset(&p, 0, sizeof p);
-            if (get_params(nodes[i], &p) == 0) {
-                have = 1;
-                func = (uint64_t)(uintptr_t)p.func;
-                kern = (uint64_t)(uintptr_t)p.kern;
-                memcpy(dims, p.grid, sizeof p.grid);
-                memcpy(dims + 3, p.block, sizeof p.block);
-            }
-        }
-        memcpy(row, &handle, 8);
-        memcpy(row + 8, &id, 8);
-        memcpy(row + 16, &type, 4);
-        memcpy(row + 20, &have, 4);
-        memcpy(row + 24, &func, 8);
-        memcpy(row + 32, &kern, 8);
-        memcpy(row + 40, dims, 24);
+    /* phase 2: whether the ids run on from the first (sampled) */
+    int run_on = out == NULL ? -1 : n > 0 ? ids_run_on(get_id, nodes, n, &first) : 0;
+    int ok = run_on >= 0;
+    for (size_t i = 0; ok && i < n; i++) {  /* phase 3 */
+        unsigned char *row = (unsigned char *)PyBytes_AS_STRING(out) + i * NODE_ROW;
+        ok = write_row(row, nodes[i], run_on ? first + i : UINT64_MAX, get_type, get_params, get_id) == 0;
     }
     PyMem_Free(nodes);
+    if (!ok) {
+        Py_XDECREF(out);
+        return NULL;
+    }
     return out;
 }
 

@@ -28,13 +28,23 @@ __all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Co
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
             layout: Optional[LaneLayout] = None) -> WriteStats:
-    """Convert ``src`` (a path, or an already read trace) to a Perfetto trace at ``out``.
+    """Convert ``src`` to a Perfetto trace at ``out``.
 
-    ``layout`` (from the join) moves GPU events to their lanes and adds their args.
-    Bad input raises :class:`~perfetto_graph_ann.errors.TraceFormatError` before anything
-    is written; a failed write leaves no file (and any previous ``out`` untouched). An ``out``
-    that is the input, or has a Chrome JSON name, raises
-    :class:`~perfetto_graph_ann.errors.OutputError` (as the CLI refuses them).
+    Args:
+        src: a torch.profiler JSON trace (path), or a :class:`KinetoTrace` already read.
+        out: the ``.pftrace`` to write (gzip-compressed for a ``.gz`` name); written whole
+            or not at all, any previous ``out`` left untouched on failure.
+        config: how to write it (encoder, list args, progress; :class:`ConvertConfig`).
+        layout: the join's layout (:func:`~.joined.read_and_join`), which moves GPU events
+            to their lanes and adds their args and the GPU projection; None: as recorded.
+
+    Returns:
+        The writer's counts (:class:`WriteStats`): every input event accounted for.
+
+    Raises:
+        TraceFormatError: an unreadable or malformed trace, before anything is written.
+        OutputError: an ``out`` that is the input or has a Chrome JSON name (for annotated
+            Chrome JSON use ``write.chrome_json.write_chrome_json``), as the CLI refuses them.
     """
     check_protobuf_output(out, [src.path if isinstance(src, KinetoTrace) else src],
                           "for annotated Chrome JSON use write.chrome_json.write_chrome_json")

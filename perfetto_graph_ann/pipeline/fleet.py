@@ -15,7 +15,7 @@ from ..query import batch as _batch
 from ..query import fleet as _fleet
 from .query import convert_for_task
 
-__all__ = ["F", "fleet_report", "query_many"]
+__all__ = ["fleet_report", "query_many"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -24,21 +24,38 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
           labels: Optional[Sequence[Optional[str]]] = None, progress=None, force: bool = False) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
-    ``annotations``: None, or one entry per trace (None where a rank has none).
-    ``graph_lanes``: None (default) moves each rank's graphed kernels to their lanes where its
-    annotations carry a field and keeps the recorded streams of a rank whose annotations carry
-    none; ``"all"`` / ``"none"`` as asked, ``"all"`` refused (``LaneOptionError``, naming the
-    rank's annotations) for a rank without annotated nodes, as torch 2.15 refuses it: one
-    rule for every entry point (``join.lanes.decide_graph_lanes``). The rank
-    is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
-    as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``;
-    an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
-    ``labels``: None, or one entry per trace (None: unlabelled): a labelled trace's group is
-    ``<label> (rank <r>)``, so an eager and a graphed trace of one rank can be compared;
-    labelled groups keep the order of ``traces``. ``progress``: a
-    :class:`~perfetto_graph_ann.util.progress.Progress` to name each rank's phases on.
-    Annotations that do not belong to their rank's trace raise ``AnnotationMismatchError``
-    before anything is written, unless ``force`` (see :func:`~perfetto_graph_ann.join.join`).
+    Each rank is read and joined by :func:`~.joined.read_and_join` (:func:`convert_rank`);
+    how the converted ranks are combined is :func:`~perfetto_graph_ann.write.merge.merge_converted`'s.
+
+    Args:
+        traces: the ranks' torch.profiler JSON traces.
+        out: the ``.pftrace`` to write, atomically; gzip-compressed when ``gzip`` is True or
+            (None) its name ends in ``.gz``.
+        annotations: None, or one entry per trace (None where a rank has none).
+        graph_lanes: None (default) moves each rank's graphed kernels to their lanes where
+            its annotations carry a field and keeps the recorded streams of a rank whose
+            annotations carry none; ``"all"`` / ``"none"`` as asked (the one rule:
+            ``join.lanes.decide_graph_lanes``).
+        gzip: see ``out``.
+        labels: None, or one entry per trace (None: unlabelled): a labelled trace's group is
+            ``<label> (rank <r>)``, so an eager and a graphed trace of one rank can be
+            compared; labelled groups keep the order of ``traces``.
+        progress: a :class:`~perfetto_graph_ann.util.progress.Progress` to name each rank's
+            phases on.
+        force: join annotations that do not belong to their rank's trace.
+
+    Returns:
+        The :class:`MergeReport`: ranks, their clock offsets and layouts.
+
+    Raises:
+        OutputError: an ``out`` that is one of the traces, or has a JSON name.
+        InputError: a trace whose ``distributedInfo.rank`` is no rank (the rank is that,
+            else the trace's position).
+        LaneOptionError: ``graph_lanes="all"`` for a rank without annotated nodes (as torch
+            2.15 refuses it), naming the rank's annotations.
+        AnnotationMismatchError: annotations that do not belong to their rank's trace,
+            before anything is written, unless ``force``.
+        ValueError: ``annotations`` or ``labels`` not one per trace.
     """
     from ..write.pftrace import check_protobuf_output
 

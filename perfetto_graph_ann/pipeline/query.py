@@ -70,17 +70,34 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
               force: bool = False, engine: str = "auto", config: Optional[EngineConfig] = None,
               sql_args_only: bool = False, progress: "Optional[Progress]" = None,
               on_join: "Optional[Callable[[LaneLayout], Any]]" = None) -> Iterator[Session]:
-    """A session on the torch.profiler JSON trace at ``trace_path``, read, joined to the
-    ``annotations`` files (if any; ``graph_lanes``, ``force`` and ``on_join`` as for
-    :func:`~perfetto_graph_ann.pipeline.joined.read_and_join`) and converted as
-    :func:`open_converted` does (``sql_args_only`` likewise).
+    """A session on the torch.profiler JSON trace at ``trace_path``, read and joined by
+    :func:`~perfetto_graph_ann.pipeline.joined.read_and_join` and converted as
+    :func:`open_converted` does.
 
     For a caller that needs only the session: the engine starts before the JSON is read, so
     its start-up overlaps the read, and the read trace is freed as soon as its packets are
     sent, while the engine still finalizes. The collector is paused throughout (reading
     and converting allocate millions of objects, see ``paused_gc``) and the trace is
-    freed before it runs again. ``progress`` names the phases; the last one lasts until
-    the engine has loaded the trace.
+    freed before it runs again.
+
+    Args:
+        trace_path: the torch.profiler JSON trace.
+        annotations: annotation files to join it with (none: not joined).
+        graph_lanes: ``"all"``, ``"none"`` or None (the lanes where a node is annotated).
+        force: join annotations of another run.
+        engine: as for :func:`~perfetto_graph_ann.query.session.open_trace`.
+        config: the engine's settings.
+        sql_args_only: write only the args the SQL packages read (see :func:`open_converted`).
+        progress: names the phases; the last one lasts until the engine has loaded the trace.
+        on_join: told the layout as soon as the join is done.
+
+    Returns:
+        A context manager giving the :class:`Session`, named after ``trace_path``.
+
+    Raises:
+        TraceFormatError: a malformed trace (naming it); the engine is stopped.
+        LaneOptionError, AnnotationMismatchError: as :func:`~.joined.read_and_join`.
+        EngineNotFoundError: no engine is usable.
     """
     cfg = (config or EngineConfig()).with_engine(engine)
     convert_config = _convert_config(cfg, sql_args_only)
