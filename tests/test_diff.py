@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.errors import InputError
 

@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.errors import TraceFormatError
 from perfetto_graph_ann.pipeline.convert import join_files
 from perfetto_graph_ann.pipeline import query as pq

@@ -34,14 +34,14 @@ def test_cli_engine_choices_are_the_engines():
 
 
 def test_import_does_not_import_torch():
-    from torch_guard import assert_torch_free
+    from support.torch_guard import assert_torch_free
 
     assert_torch_free("import perfetto_graph_ann; perfetto_graph_ann.AnnotationSet")
 
 
 def test_torch_guard_sees_a_guarded_import():
     """The check above can fail without torch installed: an optional import is seen too."""
-    from torch_guard import torch_import_attempts
+    from support.torch_guard import torch_import_attempts
 
     code = ("import importlib.util\n"
             "for probe in (lambda: __import__('torch.cuda'), lambda: importlib.util.find_spec('torch')):\n"

@@ -98,7 +98,7 @@ def _as_this_python(cmd: str) -> str:
 
 
 def _need_engine(line: int) -> None:
-    from engine_support import native_reason, portable_reason
+    from support.engine_support import native_reason, portable_reason
 
     portable, native = portable_reason(), native_reason()
     if portable and native:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.annotations.files import load_annotations
 from perfetto_graph_ann.pipeline.convert import convert_file
 from perfetto_graph_ann.query.session import open_trace
