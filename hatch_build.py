@@ -1,5 +1,5 @@
 """Build hook: compiles the optional capture fast path, ``perfetto_graph_ann/capture/_fastpath.c``
-(with ``_marks.c`` and ``_replays.c``).
+(with ``_recorder.c``, ``_marks.c``, ``_replays.c`` and ``_errors.c``).
 
 Where a C compiler and Python's headers are found, the wheel gets the extension (and a
 platform tag); where not, the build goes on with a warning and the package captures with
@@ -28,7 +28,8 @@ except ImportError:  # run as a script: only compile_extension is needed
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = "perfetto_graph_ann/capture"
 #: every translation unit of the extension (they share ``_fastpath.h``)
-SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_marks.c", f"{PACKAGE_DIR}/_replays.c")
+SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_recorder.c", f"{PACKAGE_DIR}/_marks.c",
+           f"{PACKAGE_DIR}/_replays.c", f"{PACKAGE_DIR}/_errors.c")
 
 
 def _settings() -> Any:
@@ -62,7 +63,7 @@ def compile_extension(out_path: str, root: str = ROOT) -> Optional[str]:
     if shutil.which(cc[0]) is None:
         return f"no C compiler ({cc[0]} not found)"
     tmp = f"{out_path}.tmp{os.getpid()}"
-    cmd = [*cc, "-O2", "-DNDEBUG", "-fPIC", "-shared", "-Wall", "-I", include,
+    cmd = [*cc, "-O2", "-DNDEBUG", "-fPIC", "-shared", "-Wall", "-Werror=implicit-function-declaration", "-I", include,
            *(os.path.join(root, src) for src in SOURCES), "-o", tmp]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True)

@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from capture_fakes import pushed_capture  # noqa: E402
+from support.capture_fakes import pushed_capture  # noqa: E402
 from perfetto_graph_ann import mark_kernels  # noqa: E402
 from perfetto_graph_ann.capture import fastpath  # noqa: E402
 

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 import perfetto_graph_ann as pga  # noqa: E402
 from benchmarks.synth import dumps, make_trace  # noqa: E402
 from perfetto_graph_ann._resources import demo_data_dir  # noqa: E402
+from perfetto_graph_ann.join import join  # noqa: E402
 
 BASE_NAME = "pga_base"
 FIELDS = ("index", "ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "args", "id", "extra")
@@ -68,6 +69,10 @@ class Side:
             self.convert = importlib.import_module(f"{pkg}.write.pftrace")
         except ImportError:
             self.convert = importlib.import_module(f"{pkg}.write.convert")
+        try:  # convert() itself: pipeline.convert since the pipeline exists
+            self.convert_fn = importlib.import_module(f"{pkg}.pipeline.convert").convert
+        except ImportError:
+            self.convert_fn = self.convert.convert
 
     def read(self, raw: bytes):
         return self.kineto.parse_trace_bytes(raw)
@@ -130,7 +135,7 @@ def ab(name: str, path: Path, a: Side, b: Side, repeat: int, tmp: Path, join=Non
                 got["free"] = min(got.get("free", t), t)
             out = tmp / f"{label}.pftrace"
             cfg = side.convert.ConvertConfig(progress=False)
-            t = timed(lambda: side.convert.convert(path, out, cfg))
+            t = timed(lambda: side.convert_fn(path, out, cfg))
             got["convert"] = min(got.get("convert", t), t)
     return best
 
@@ -152,7 +157,7 @@ def main() -> None:
             graph = f"graph replays {opts.graph_events // 1000}k"
             traces[graph] = make_trace(opts.graph_events, fixtures=("seed_block_annotated",))
             ann = pga.load_annotations(demo_data_dir() / "seed_block_annotated.capture.json")
-            joins[graph] = lambda trace: pga.join_trace(trace, ann, "all")
+            joins[graph] = lambda trace: join(trace, ann, graph_lanes="all")  # duck-typed: either version's trace
         if opts.events:
             traces[f"synthetic {opts.events // 1000}k"] = make_trace(opts.events)
         results = {}

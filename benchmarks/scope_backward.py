@@ -3,7 +3,7 @@
 torch 2.15's signature makes ``backward=True`` the default. Our backward tagging enters a
 Python ``TorchFunctionMode`` for the scope, so every op in it passes through Python. This
 times a scope (enter + exit, plus N CPU tensor ops inside) in a capture on the fake driver
-(tests/capture_fakes.py: no GPU, no driver calls), so only the Python side is measured.
+(tests/support/capture_fakes.py: no GPU, no driver calls), so only the Python side is measured.
 Prints a Markdown table for BENCHMARKS.md.
 
     python benchmarks/scope_backward.py --ops 0 5 --scopes 2000
@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import torch  # noqa: E402
-from capture_fakes import FakeCuda  # noqa: E402
+from support.capture_fakes import FakeCuda  # noqa: E402
 
 from perfetto_graph_ann import mark_kernels  # noqa: E402
 from perfetto_graph_ann.capture import backends  # noqa: E402

@@ -12,11 +12,13 @@ lazily so ``import perfetto_graph_ann`` never imports torch.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
-# public name -> module that defines it (relative to this package), or (module, attribute)
+# public name -> module that defines it (relative to this package), or (module, attribute);
+# (module, None): the module itself
 _LAZY = {
     # capture
     "graph": "capture.api",
@@ -43,43 +45,47 @@ _LAZY = {
     "trace_handler": "capture.handler",
     # read, join and the pipeline that wires them to the writers
     "read_trace": "read.kineto",
-    "join_trace": ("join.join", "join"),  # not "join": that name is the subpackage
+    "read_and_join": "pipeline.joined",
     "convert": "pipeline.convert",
     "merge": "pipeline.merge",
     "diff": "pipeline.diff",
     "DiffConfig": "query.diff",
-    # query
+    # query: a session, the metric tables (pga.metrics.lanes(...)), many traces
     "open_trace": "query.session",
+    "metrics": ("metrics", None),
     "query_many": "pipeline.fleet",
-    # many ranks, many machines
     "fleet_report": "pipeline.fleet",
     "FleetReport": "query.straggler",
     "RayOptions": "query.executors",
-    "lane_summary": "query.metrics",
-    "replays": "query.metrics",
-    "collectives": "query.metrics",
-    "overlap": "query.metrics",
-    "lane_top_kernels": "query.metrics",
-    "replay_lanes": "query.metrics",
-    "lane_idle": "query.metrics",
-    "lane_gaps": "query.metrics",
-    "scope_summary": "query.metrics",
-    "scope_instances": "query.metrics",
-    "scope_slowest": "query.metrics",
-    "graph_replays": "query.metrics",
-    "module_summary": "query.metrics",
-    "module_instances": "query.metrics",
-    "critical_path": "query.metrics",
-    "critical_path_items": "query.metrics",
-    "critical_path_scopes": "query.metrics",
-    "critical_path_lanes": "query.metrics",
-    "critical_path_summary": "query.metrics",
     "EngineConfig": "query.engine.config",
 }
+
+#: Names of earlier releases, kept for one release with a DeprecationWarning:
+#: old name -> (module, attribute, what to use instead).
+_DEPRECATED = {
+    "lane_summary": ("metrics", "lanes", "perfetto_graph_ann.metrics.lanes"),
+    "lane_top_kernels": ("metrics", "top_kernels", "perfetto_graph_ann.metrics.top_kernels"),
+    "replays": ("metrics", "replays", "perfetto_graph_ann.metrics.replays"),
+    "replay_lanes": ("metrics", "replay_lanes", "perfetto_graph_ann.metrics.replay_lanes"),
+    "collectives": ("metrics", "collectives", "perfetto_graph_ann.metrics.collectives"),
+    "overlap": ("metrics", "overlap", "perfetto_graph_ann.metrics.overlap"),
+    "lane_idle": ("metrics", "idle", "perfetto_graph_ann.metrics.idle"),
+    "lane_gaps": ("metrics", "gaps", "perfetto_graph_ann.metrics.gaps"),
+    "scope_summary": ("metrics", "scopes", "perfetto_graph_ann.metrics.scopes"),
+    "scope_instances": ("metrics", "scope_instances", "perfetto_graph_ann.metrics.scope_instances"),
+    "scope_slowest": ("metrics", "slowest_scopes", "perfetto_graph_ann.metrics.slowest_scopes"),
+    "module_summary": ("metrics", "modules", "perfetto_graph_ann.metrics.modules"),
+    "module_instances": ("metrics", "module_instances", "perfetto_graph_ann.metrics.module_instances"),
+    "graph_replays": ("query.metrics", "graph_replays", "perfetto_graph_ann.metrics.replays (one row per replay)"),
+    "join_trace": ("join.join", "join", "perfetto_graph_ann.read_and_join(trace, annotations).layout"),
+}
+#: The release that drops :data:`_DEPRECATED`.
+_REMOVED_IN = "0.2.0"
 
 __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ imports on first use
+    from . import metrics
     from .annotations.files import load_annotations
     from .annotations.model import AnnotationSet, CaptureIdentity
     from .capture.api import calibrate, graph
@@ -92,29 +98,32 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .capture.modules import ModuleScopes, mark_modules
     from .capture.recorded import save_annotations
     from .capture.registry import get_kernel_annotations
-    from .join.join import join as join_trace
     from .pipeline.convert import convert
     from .pipeline.diff import diff
     from .pipeline.fleet import fleet_report, query_many
+    from .pipeline.joined import read_and_join
     from .pipeline.merge import merge
     from .query.diff import DiffConfig
     from .query.engine.config import EngineConfig
     from .query.executors import RayOptions
-    from .query.metrics import (collectives, critical_path, critical_path_items, critical_path_lanes,
-                                critical_path_scopes, critical_path_summary, graph_replays, lane_gaps, lane_idle,
-                                lane_summary, lane_top_kernels, module_instances, module_summary, overlap,
-                                replay_lanes, replays, scope_instances, scope_slowest, scope_summary)
     from .query.session import open_trace
     from .query.straggler import FleetReport
     from .read.kineto import read_trace
 
 
 def __getattr__(name: str) -> Any:
+    old = _DEPRECATED.get(name)
+    if old is not None:  # not cached: every first use from a new place warns
+        mod, attr, instead = old
+        warnings.warn(f"perfetto_graph_ann.{name} is deprecated and will be removed in {_REMOVED_IN}: "
+                      f"use {instead}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(f".{mod}", __name__), attr)
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     mod, attr = target if isinstance(target, tuple) else (target, name)
-    value = getattr(importlib.import_module(f".{mod}", __name__), attr)
+    module = importlib.import_module(f".{mod}", __name__)
+    value = module if attr is None else getattr(module, attr)
     globals()[name] = value
     return value
 

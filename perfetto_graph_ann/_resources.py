@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+__all__ = ["demo_data_dir", "demo_live_data_dir", "protos_dir", "sql_package_dir"]
+
 _PKG = Path(__file__).resolve().parent
 
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 import os
 from typing import Optional, Union
 
+__all__ = ["AnnotationMismatchError", "CaptureError", "EMPTY_FILE", "EngineError", "EngineNotFoundError",
+           "GraphAnnError", "IncompleteTraceError", "InputError", "LaneOptionError", "OutputError", "PathError",
+           "PathLike", "QueryError", "QueryTimeoutError", "SettingError", "SidecarError", "TraceFormatError"]
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 

@@ -19,6 +19,11 @@ from typing import Callable, Dict, Optional, Tuple, Union
 
 from .errors import SettingError
 
+__all__ = ["ALLOW_DOWNLOAD", "count_or_off", "environment", "FALSE_WORDS", "Getenv", "getenv", "markdown_table",
+           "MARKERS_FROM", "NO_EXTENSION", "NODE", "OFF_WORDS", "parse_switch", "PROGRESS", "PURE_PYTHON", "raw",
+           "RAY_ADDRESS", "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL",
+           "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES"]
+
 #: Reads one variable of the process environment (the default reader; the capture passes
 #: its compiled ``getenv``, which sees the same values).
 Getenv = Callable[[str], Optional[str]]

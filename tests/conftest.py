@@ -66,7 +66,7 @@ def fake_torch_cuda(monkeypatch):
     the capture registry is cleared afterwards."""
     import sys
 
-    from capture_fakes import FakeCuda, fake_torch
+    from support.capture_fakes import FakeCuda, fake_torch
 
     from perfetto_graph_ann.capture import backends
     from perfetto_graph_ann.capture.registry import REGISTRY

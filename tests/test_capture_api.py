@@ -3,7 +3,7 @@ test_capture_autograd_walk.py)."""
 from __future__ import annotations
 
 import pytest
-from capture_fakes import FakeCuda, pushed_capture, resolve_capture
+from support.capture_fakes import FakeCuda, pushed_capture, resolve_capture
 
 from perfetto_graph_ann import mark_kernels
 from perfetto_graph_ann.capture import session as S
@@ -197,7 +197,7 @@ def test_node_hooks_label_the_lane_nest_and_find_the_capture_from_another_thread
 
 def test_mark_stream_records_what_torchs_records(sess, monkeypatch):
     """Our backend: ``{"name", "stream"}`` for a side stream, no lane for the current one."""
-    from torch215_fake import FakeTorch215, Stream
+    from support.torch215_fake import FakeTorch215, Stream
 
     from perfetto_graph_ann.capture import api
 

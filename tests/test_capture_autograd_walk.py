@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from capture_fakes import pushed_capture, resolve_capture  # noqa: E402
+from support.capture_fakes import pushed_capture, resolve_capture  # noqa: E402
 from gpu.blocks import PreNormBlock  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
@@ -514,7 +514,7 @@ def test_backward_inside_an_open_region_takes_its_fields_not_those_of_scopes_ope
 def test_forward_in_one_capture_backward_in_another_through_autograd_grad(capture_path):
     """make_graphed_callables' shape: the forward captured in one graph, ``torch.autograd.grad``
     captured in another; the backward's kernels carry the forward's scope."""
-    from capture_fakes import pushed_capture as pc
+    from support.capture_fakes import pushed_capture as pc
 
     torch.manual_seed(0)
     lin = nn.Linear(D, D)

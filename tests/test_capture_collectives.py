@@ -6,8 +6,8 @@ import json
 import types
 
 import pytest
-from capture_fakes import FakeCuda
-from join_expect import fixture_trace
+from support.capture_fakes import FakeCuda
+from support.join_expect import fixture_trace
 
 from perfetto_graph_ann.capture import collectives as C
 from perfetto_graph_ann.capture import session as S

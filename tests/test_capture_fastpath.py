@@ -17,7 +17,7 @@ import sys
 import threading
 
 import pytest
-from capture_fakes import GET_NODES, FakeCuda
+from support.capture_fakes import GET_NODES, FakeCuda
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -274,7 +274,7 @@ def test_verify_mode_keeps_the_python_recorder(monkeypatch):
 
 
 def test_environment_switch_selects_the_python_path_and_says_so():
-    code = ("from perfetto_graph_ann.capture import fastpath, session; from capture_fakes import FakeCuda; "
+    code = ("from perfetto_graph_ann.capture import fastpath, session; from support.capture_fakes import FakeCuda; "
             "print(fastpath.describe()); print(type(session.CaptureSession(FakeCuda(), 1).recorder).__name__)")
     env = dict(os.environ, PERFETTO_GRAPH_ANN_PURE_PYTHON="1",
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
@@ -558,7 +558,7 @@ def test_mark_kernels_runs_in_c_inside_a_capture_and_leaks_nothing(monkeypatch, 
     capture in flight never enter the Python half; regions that made no node leave nothing in
     the thread's table, and nothing is left referenced, an exception in the block included."""
     torch = pytest.importorskip("torch")
-    from capture_fakes import pushed_capture
+    from support.capture_fakes import pushed_capture
 
     from perfetto_graph_ann.capture import autograd
     from perfetto_graph_ann.capture import marks as M
@@ -632,7 +632,7 @@ def test_scope_edges_read_autograd_counter_and_grad_mode_in_cpp_where_torch_expo
     agreeing, a scope's region reads them directly: neither Python binding is called by the
     scopes of a capture in flight, and the regions' numbers are those torch's binding reads."""
     torch = pytest.importorskip("torch")
-    from capture_fakes import pushed_capture
+    from support.capture_fakes import pushed_capture
 
     from perfetto_graph_ann.capture import autograd
     from perfetto_graph_ann.capture import marks as M

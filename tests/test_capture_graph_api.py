@@ -11,7 +11,7 @@ import gc
 import sys
 
 import pytest
-from capture_fakes import FAKE_TORCH_STREAM
+from support.capture_fakes import FAKE_TORCH_STREAM
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import session as S

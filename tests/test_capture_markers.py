@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from capture_fakes import FakeCuda
+from support.capture_fakes import FakeCuda
 
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.annotations.model import make_key

@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from capture_fakes import FakeCuda, recorder_scope
+from support.capture_fakes import FakeCuda, recorder_scope
 
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.annotations.model import make_key

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from torch215_fake import FakeTorch215, Stream, fake_distributed
+from support.torch215_fake import FakeTorch215, Stream, fake_distributed
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends, collectives, torch_native

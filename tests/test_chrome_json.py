@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from engine_support import requires_portable
-from join_expect import TRACES, calibrated_expectation, fixture_capture, fixture_trace, load_json
+from support.engine_support import requires_portable
+from support.join_expect import TRACES, calibrated_expectation, fixture_capture, fixture_trace, load_json
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.errors import OutputError
 from perfetto_graph_ann.join import join

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from join_expect import fixture_capture, fixture_trace
+from support.join_expect import fixture_capture, fixture_trace
 from perfetto_graph_ann.annotations.model import AnnotationSet
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
@@ -285,7 +285,7 @@ def test_readme_table_rows_are_the_tested_ones():
 def test_readme_table_pftrace_column(tmp_path):
     """The .pftrace column: typed values, descriptive lane names, Kineto's stream names, join
     args on every graphed event, gpu_user_annotation dropped from a lane left empty (as torch)."""
-    from pftrace_decode import decode
+    from support.pftrace_decode import decode
 
     from perfetto_graph_ann.pipeline.convert import convert
 

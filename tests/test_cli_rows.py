@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.util.tables import render, shorten_column
 

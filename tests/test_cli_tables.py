@@ -12,9 +12,9 @@ import re
 import pandas as pd
 import pytest
 
-import sql_expect as X
+from support import sql_expect as X
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.cli.tables import format_duration, render, shorten_middle

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.cli.main import build_parser, main
 from perfetto_graph_ann.errors import EMPTY_FILE, GraphAnnError
 
@@ -79,7 +79,7 @@ def test_top_says_what_it_counts(capsys):
 
 @requires_portable
 def test_fleet_writes_csv_one_file_per_table_and_says_so(tmp_path, capsys):
-    from fleet_synth import LIVE
+    from support.fleet_synth import LIVE
 
     assert main(["fleet", str(LIVE), "--format", "csv", "-o", str(tmp_path / "fleet.csv"), "--no-progress"]) == 0
     out = capsys.readouterr().out

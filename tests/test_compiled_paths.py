@@ -4,7 +4,7 @@ capture session that runs it; expectations written from the recorded sequences b
 from __future__ import annotations
 
 import pytest
-from capture_fakes import FakeCuda, recorder_scope
+from support.capture_fakes import FakeCuda, recorder_scope
 
 from perfetto_graph_ann.capture import compiled as C
 from perfetto_graph_ann.capture import compiled_paths as P
@@ -248,7 +248,7 @@ def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, mo
 def test_the_join_counts_compiled_kernels_by_how_their_module_is_known():
     import dataclasses
 
-    from join_expect import fixture_capture, fixture_trace
+    from support.join_expect import fixture_capture, fixture_trace
     from perfetto_graph_ann.annotations.capture_record import read_capture_record
     from perfetto_graph_ann.annotations.model import GraphRecord
     from perfetto_graph_ann.join import join

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from capture_fakes import FakeCuda
+from support.capture_fakes import FakeCuda
 
-import hostile_inputs as H
+from support import hostile_inputs as H
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.annotations.model import make_key
 from perfetto_graph_ann.capture.registry import Registry
@@ -230,7 +230,7 @@ def test_two_cli_conversions_at_once_in_processes(tmp_path, sequential):
 
 def test_two_engine_sessions_in_two_processes_at_once(tmp_path):
     """Two ``sql`` commands on two traces at once (threads are covered in test_engine_robustness)."""
-    from engine_support import portable_reason, x_counts_by_cat
+    from support.engine_support import portable_reason, x_counts_by_cat
 
     if portable_reason():
         pytest.skip(portable_reason())

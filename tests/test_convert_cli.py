@@ -5,7 +5,7 @@ import collections
 import gzip
 
 from conftest import fixture_trace
-from pftrace_decode import decode
+from support.pftrace_decode import decode
 from test_convert_fixtures import expected_slices, source
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert

@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from conftest import fixture_trace
-from engine_support import requires_portable
-from pftrace_decode import decode
+from support.engine_support import requires_portable
+from support.pftrace_decode import decode
 from test_convert_fixtures import ns, source
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert

@@ -1,7 +1,7 @@
 """Every bundled H200 recording: source JSON (read independently) vs our .pftrace.
 
 Expectations come straight from the JSON (json + Decimal, not our reader). The output is
-checked twice: decoded with perfetto.protos classes (tests/pftrace_decode.py) and loaded
+checked twice: decoded with perfetto.protos classes (tests/support/pftrace_decode.py) and loaded
 in the trace processor (portable engine).
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from decimal import Decimal
 import pytest
 
 from conftest import TRACES, fixture_trace
-from join_expect import COLLECTIVE_FIELDS
-from pftrace_decode import decode
+from support.join_expect import COLLECTIVE_FIELDS
+from support.pftrace_decode import decode
 from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert
 
 

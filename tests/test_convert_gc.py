@@ -8,7 +8,7 @@ youngest generation.
 """
 from __future__ import annotations
 
-from gc_probe import first_collection_gen0
+from support.gc_probe import first_collection_gen0
 
 from benchmarks.synth import write_trace
 from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert

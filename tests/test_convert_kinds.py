@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pftrace_decode import decode
+from support.pftrace_decode import decode
 from perfetto_graph_ann.read.kineto import parse_trace_bytes
 from perfetto_graph_ann.pipeline.convert import convert
 

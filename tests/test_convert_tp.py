@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from conftest import TRACES, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from test_convert_fixtures import expected_flows, ns, source
 from perfetto_graph_ann.join.model import LaneLayout, Placement
 from perfetto_graph_ann.query.session import open_trace
@@ -137,7 +137,7 @@ def test_same_args_as_perfettos_json_importer(name, tmp_path):
     """With typed list args, every arg row of every slice matches the JSON importer's (args.X ->
     debug.X), except our placeholders for empty array items, which the importer leaves as gaps.
     Perfetto turns '.' in a debug annotation name into '_' (``est. achieved occupancy %``), so
-    keys are compared with '.' -> '_' on both sides. (The default encoding: test_nothing_lost.py.)"""
+    keys are compared with '.' -> '_' on both sides. (The default encoding: test_convert_same_as_json_importer.py.)"""
     out = tmp_path / f"{name}.pftrace"
     convert(fixture_trace(name), out, ConvertConfig(list_args="typed"))
     q = ("SELECT s.name AS n, s.ts AS t, a.key AS k, a.value_type AS vt, a.int_value AS i, a.string_value AS sv, "

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
-import sql_expect as X
-from engine_support import requires_portable
+from support import sql_expect as X
+from support.engine_support import requires_portable
 
 from perfetto_graph_ann import load_annotations, save_annotations
 from perfetto_graph_ann.annotations.model import AnnotationSet, GraphEdge, GraphRecord, NodeRecord
@@ -348,7 +348,7 @@ class _EdgeCuda:
 
     @staticmethod
     def make(c_table: bool, can_clone: bool = True):
-        from capture_fakes import FakeCuda
+        from support.capture_fakes import FakeCuda
 
         class EdgeCuda(FakeCuda):
             def __init__(self):
@@ -401,7 +401,7 @@ def test_capture_records_edges_in_local_ids(c_table: bool):
 
 @pytest.mark.usefixtures("capture_path")
 def test_capture_without_an_edge_reader_records_none():
-    from capture_fakes import FakeCuda
+    from support.capture_fakes import FakeCuda
 
     from perfetto_graph_ann.capture import session as S
     from perfetto_graph_ann.capture.registry import Registry
@@ -560,7 +560,7 @@ def test_sql_stream_order_matches_the_python_module(tmp_path: Path):
     ``stream_order_path``'s on the same events."""
     import random
 
-    from sql_synth import _Builder
+    from support.sql_synth import _Builder
 
     from perfetto_graph_ann.pipeline.convert import convert
 

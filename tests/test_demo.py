@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from join_expect import COLLECTIVE_FIELDS
+from support.join_expect import COLLECTIVE_FIELDS
 
 from perfetto_graph_ann._resources import demo_data_dir, demo_live_data_dir
 from perfetto_graph_ann.cli.main import main as cli_main
@@ -230,7 +230,7 @@ def test_live_branch_wiring_without_a_gpu(tmp_path, monkeypatch, devices):
 
 def test_restored_collective_fields_are_reported_like_eager():
     """The demo's 'after the join' line: the graphed NCCL kernel gets the eager kernel's fields."""
-    from join_expect import allreduce_annotations, fixture_trace, kernels, load_json
+    from support.join_expect import allreduce_annotations, fixture_trace, kernels, load_json
 
     from perfetto_graph_ann.demo.runner import _restored_collective
     from perfetto_graph_ann.join import join

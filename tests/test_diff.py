@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.errors import InputError
 
@@ -43,7 +43,7 @@ def _attention_indices():
     import perfetto_graph_ann as pga
     from perfetto_graph_ann.annotations.files import load_annotation_files
 
-    layout = pga.join_trace(pga.read_trace(SEED), load_annotation_files([CAP]))
+    layout = pga.read_and_join(pga.read_trace(SEED), load_annotation_files([CAP]), graph_lanes="none").layout
     return {i for i, p in layout.placements.items() if (p.annotation or {}).get("name") == "attention"}
 
 

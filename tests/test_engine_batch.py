@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_support import fixture_trace, requires_portable, x_counts_by_cat
+from support.engine_support import fixture_trace, requires_portable, x_counts_by_cat
 from perfetto_graph_ann.errors import InputError, QueryError
 from perfetto_graph_ann.query.batch import query_many
 from perfetto_graph_ann.query.engine import process

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine_support import fixture_trace, requires_portable, x_counts_by_cat
+from support.engine_support import fixture_trace, requires_portable, x_counts_by_cat
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.cli.sql import format_frame
 

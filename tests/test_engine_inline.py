@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from engine_support import fixture_trace, requires_portable
+from support.engine_support import fixture_trace, requires_portable
 from perfetto_graph_ann.errors import QueryError
 from perfetto_graph_ann.query.engine import EngineConfig
 from perfetto_graph_ann.query.engine.inline import inline_sql

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_support import SLOW_SQL, fixture_trace, native_reason, pid_alive, sigkill_after, x_counts_by_cat
+from support.engine_support import SLOW_SQL, fixture_trace, native_reason, pid_alive, sigkill_after, x_counts_by_cat
 from perfetto_graph_ann.errors import EngineError, QueryError
 from perfetto_graph_ann.query.batch import query_many
 from perfetto_graph_ann.query.session import open_trace

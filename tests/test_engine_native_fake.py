@@ -1,5 +1,5 @@
 """The native engine's code path (perfetto.TraceProcessor start-up, --add-sql-package, HTTP
-loading and queries, timeouts, death) against tests/fake_tp_shell.py: a stand-in shell that
+loading and queries, timeouts, death) against tests/support/fake_tp_shell.py: a stand-in shell that
 serves the shell's HTTP API from the real WebAssembly trace processor. Runs everywhere the
 portable engine does; test_engine_native.py covers a real shell when one is present."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from engine_support import SLOW_SQL, fixture_trace, requires_portable, sigkill_after, wait_gone, x_counts_by_cat
+from support.engine_support import SLOW_SQL, fixture_trace, requires_portable, sigkill_after, wait_gone, x_counts_by_cat
 from perfetto_graph_ann.errors import EngineError, InputError, QueryError, QueryTimeoutError
 from perfetto_graph_ann.query.engine import EngineConfig
 from perfetto_graph_ann.query.session import open_trace
@@ -32,7 +32,7 @@ def fake_shell(tmp_path_factory):
     (folder / "tmp").mkdir()
     path = folder / "trace_processor_shell"
     path.write_text(f"#!/bin/sh\nTMPDIR={shlex.quote(str(folder / 'tmp'))} exec {sys.executable} "
-                    f"{os.path.join(here, 'fake_tp_shell.py')} \"$@\"\n")
+                    f"{os.path.join(here, 'support', 'fake_tp_shell.py')} \"$@\"\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
 

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from engine_support import fixture_trace, load_json, requires_portable, x_counts_by_cat
+from support.engine_support import fixture_trace, load_json, requires_portable, x_counts_by_cat
 from perfetto_graph_ann.query.session import open_trace
 
 pytestmark = requires_portable

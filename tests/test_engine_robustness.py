@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from engine_support import SLOW_SQL, fixture_trace, pid_alive, requires_portable, sigkill_after, wait_gone, x_counts_by_cat
-from interrupt import sigint_as_in_a_shell
+from support.engine_support import SLOW_SQL, fixture_trace, pid_alive, requires_portable, sigkill_after, wait_gone, x_counts_by_cat
+from support.interrupt import sigint_as_in_a_shell
 from perfetto_graph_ann.errors import EngineError, GraphAnnError, InputError, QueryError, QueryTimeoutError
 from perfetto_graph_ann.query.engine import process
 from perfetto_graph_ann.query.session import open_trace

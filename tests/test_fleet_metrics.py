@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from engine_support import requires_portable
-from fleet_synth import LIVE, nccl_starts_ns, recording
+from support.engine_support import requires_portable
+from support.fleet_synth import LIVE, nccl_starts_ns, recording
 from perfetto_graph_ann.errors import InputError
 from perfetto_graph_ann.query.fleet import find_sidecar, find_traces
 from perfetto_graph_ann.query.straggler import RankTables, combine, parse_ranks

@@ -13,8 +13,8 @@ import time
 import pandas as pd
 import pytest
 
-from engine_support import requires_portable
-from fleet_synth import expected_report, make_fleet, nccl_starts_ns
+from support.engine_support import requires_portable
+from support.fleet_synth import expected_report, make_fleet, nccl_starts_ns
 from perfetto_graph_ann.errors import EngineError
 from perfetto_graph_ann.query.engine import EngineConfig, choose_engine
 
@@ -192,7 +192,7 @@ def test_fleet_cli_joins_a_running_cluster_by_address():
     import subprocess
     import sys
 
-    from fleet_synth import LIVE
+    from support.fleet_synth import LIVE
 
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
     with short_ray_dir() as temp_dir:

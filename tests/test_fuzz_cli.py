@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hostile_inputs as H
+from support import hostile_inputs as H
 from test_fuzz_sidecar import hostile_sidecar
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hostile_inputs as H
+from support import hostile_inputs as H
 
 OUTCOMES: collections.Counter = collections.Counter()
 
@@ -79,7 +79,7 @@ def test_fuzz_convert_long():
 
 def _tp_sample(n: int, tmp_path: Path) -> int:
     """Load ``n`` successfully converted mutated traces in the trace processor."""
-    from engine_support import portable_reason
+    from support.engine_support import portable_reason
 
     reason = portable_reason()
     if reason:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hostile_inputs as H
+from support import hostile_inputs as H
 from test_fuzz_convert import _report
 from perfetto_graph_ann.errors import GraphAnnError
 from perfetto_graph_ann.pipeline.merge import merge

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hostile_inputs as H
+from support import hostile_inputs as H
 from test_fuzz_convert import _report
 from perfetto_graph_ann.annotations.model import NODE_TYPES, AnnotationSet, GraphEdge, GraphRecord, NodeRecord
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations

@@ -26,8 +26,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import hostile_inputs as H
-from interrupt import sigint_as_in_a_shell
+from support import hostile_inputs as H
+from support.interrupt import sigint_as_in_a_shell
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perfetto_graph_ann"
 REPO = PACKAGE.parent
@@ -200,7 +200,7 @@ def test_every_writer_uninterrupted_replaces(tmp_path, writer):
 
 
 def test_sql_output_interrupted_keeps_previous(tmp_path):
-    from engine_support import portable_reason
+    from support.engine_support import portable_reason
 
     reason = portable_reason()
     if reason:

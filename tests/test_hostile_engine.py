@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import hostile_inputs as H
-from engine_support import SLOW_SQL, pid_alive, portable_reason
+from support import hostile_inputs as H
+from support.engine_support import SLOW_SQL, pid_alive, portable_reason
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.errors import EngineError
 from perfetto_graph_ann.query.engine import EngineConfig, process

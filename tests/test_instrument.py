@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from capture_fakes import FAKE_TORCH_STREAM
-from engine_support import requires_portable as requires_portable_engine
+from support.capture_fakes import FAKE_TORCH_STREAM
+from support.engine_support import requires_portable as requires_portable_engine
 
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import api, instrument as inst, modules as mods

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from join_expect import fixture_capture, label_lanes, load_capture
+from support.join_expect import fixture_capture, label_lanes, load_capture
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.errors import GraphAnnError, SidecarError
 

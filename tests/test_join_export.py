@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace
+from support.join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.errors import GraphAnnError, OutputError
@@ -74,14 +74,14 @@ def test_export_missing_folder(tmp_path):
 
 
 def test_export_import_is_torch_free():
-    from torch_guard import assert_torch_free
+    from support.torch_guard import assert_torch_free
 
     assert_torch_free("import perfetto_graph_ann.capture.export, perfetto_graph_ann.capture.handler, "
                       "perfetto_graph_ann.join; import perfetto_graph_ann as p; p.export; p.trace_handler")
 
 
 def test_export_pftrace(tmp_path):
-    from pftrace_decode import decode
+    from support.pftrace_decode import decode
 
     name = "seed_block_annotated"
     out = tmp_path / "run.pftrace"

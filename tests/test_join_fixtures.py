@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from join_expect import COLLECTIVE_FIELDS, allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace, kernels, load_capture, load_json, strip_calibration
+from support.join_expect import COLLECTIVE_FIELDS, allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace, kernels, load_capture, load_json, strip_calibration
 from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join

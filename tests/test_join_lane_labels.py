@@ -18,9 +18,9 @@ import sys
 import types
 
 import pytest
-from capture_fakes import FakeCuda
+from support.capture_fakes import FakeCuda
 
-from join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace, load_capture
+from support.join_expect import as_fixture_process, calibrated_expectation, fixture_capture, fixture_trace, load_capture
 from perfetto_graph_ann import mark_kernels
 from perfetto_graph_ann.capture import api, backends, marks
 from perfetto_graph_ann.capture import collectives as C

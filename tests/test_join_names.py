@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from join_expect import kernels, load_capture, load_json
+from support.join_expect import kernels, load_capture, load_json
 from perfetto_graph_ann.join import names
 from perfetto_graph_ann.join.names import _mangled_base, base_name, demangle, full_name
 

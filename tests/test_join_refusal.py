@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_support import requires_portable
-from join_expect import (calibrated_expectation, fixture_capture, fixture_trace, kernels, launch_pids, load_json,
+from support.engine_support import requires_portable
+from support.join_expect import (calibrated_expectation, fixture_capture, fixture_trace, kernels, launch_pids, load_json,
                          strip_calibration)
 from perfetto_graph_ann.annotations.model import AnnotationSet, CaptureIdentity
 from perfetto_graph_ann.annotations.capture_record import read_capture_record

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from join_expect import calibrated_expectation, fixture_capture, fixture_trace
+from support.join_expect import calibrated_expectation, fixture_capture, fixture_trace
 from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join

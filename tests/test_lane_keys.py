@@ -11,7 +11,7 @@ import re
 import pytest
 
 from conftest import TRACES, fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto_graph_ann.join.model import LaneLayout, Placement
 from perfetto_graph_ann.pipeline.convert import convert, convert_file
@@ -192,7 +192,7 @@ def test_json_traces_have_no_keyed_tracks():
 def test_merged_ranks(tmp_path):
     """Two ranks merged: each rank's lanes are keyed with their group under their own ``GPU 0``
     (device ids repeat across ranks; the keys do not: ``graph_ann.lane:<group>:<device>:<lane>``)."""
-    from join_expect import allreduce_annotations
+    from support.join_expect import allreduce_annotations
     from perfetto_graph_ann.pipeline.merge import merge
     from test_merge_tp import _rank1_copy
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from engine_support import requires_portable
-from join_expect import calibrated_expectation, fixture_capture, fixture_trace, kernels, load_json
+from support.engine_support import requires_portable
+from support.join_expect import calibrated_expectation, fixture_capture, fixture_trace, kernels, load_json
 from perfetto_graph_ann.cli.main import main
 
 

@@ -1,14 +1,14 @@
 """Issue 5 acceptance, checked on the OUTPUT: each annotated .pftrace is loaded in the trace
 processor (open_trace, portable engine) and compared with expectations computed from the
-fixture JSON and capture records (tests/join_expect.py), not from the code under test."""
+fixture JSON and capture records (tests/support/join_expect.py), not from the code under test."""
 from __future__ import annotations
 
 from collections import Counter
 from decimal import Decimal
 
 
-from engine_support import requires_portable
-from join_expect import (COLLECTIVE_FIELDS, allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace,
+from support.engine_support import requires_portable
+from support.join_expect import (COLLECTIVE_FIELDS, allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace,
                          kernels, load_json, strip_calibration)
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join

@@ -11,7 +11,7 @@ import gc
 
 import perfetto_graph_ann.read.kineto as kineto
 import perfetto_graph_ann.write.pftrace as pftrace
-from gc_probe import first_collection_gen0
+from support.gc_probe import first_collection_gen0
 
 from benchmarks.synth import write_trace
 from perfetto_graph_ann.pipeline.merge import merge

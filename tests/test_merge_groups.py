@@ -22,11 +22,11 @@ from decimal import Decimal
 from typing import Any, Dict, List
 
 import pytest
-from sql_expect import check_row, isnull
+from support.sql_expect import check_row, isnull
 
-import sql_expect as X
-from engine_support import requires_portable
-from join_expect import allreduce_annotations, fixture_capture, fixture_trace
+from support import sql_expect as X
+from support.engine_support import requires_portable
+from support.join_expect import allreduce_annotations, fixture_capture, fixture_trace
 from test_merge_tp import SHIFT_NS, _rank1_copy  # rank 1: allreduce_graph_rank0 shifted 1.5 s
 
 from perfetto_graph_ann.annotations.capture_record import read_capture_record

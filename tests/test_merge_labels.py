@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from engine_support import requires_portable
-from join_expect import fixture_trace, kernels, load_json
+from support.engine_support import requires_portable
+from support.join_expect import fixture_trace, kernels, load_json
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.errors import InputError
 from perfetto_graph_ann.query.session import open_trace

@@ -162,7 +162,7 @@ def test_bad_rank_is_an_input_error(tmp_path, rank):
     import gzip
     import json
 
-    from join_expect import fixture_trace, load_json
+    from support.join_expect import fixture_trace, load_json
     from perfetto_graph_ann.pipeline.merge import merge
 
     doc = load_json("allreduce_graph_rank0")

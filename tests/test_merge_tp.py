@@ -6,8 +6,8 @@ import json
 from collections import Counter
 from decimal import Decimal
 
-from engine_support import requires_portable
-from join_expect import allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace, kernels, load_json
+from support.engine_support import requires_portable
+from support.join_expect import allreduce_annotations, calibrated_expectation, fixture_capture, fixture_trace, kernels, load_json
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.pipeline.merge import merge

@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.errors import TraceFormatError
 from perfetto_graph_ann.pipeline.convert import join_files
 from perfetto_graph_ann.pipeline import query as pq
@@ -48,10 +48,10 @@ def test_the_read_trace_is_freed_before_the_session_and_the_collector_restored(m
     real = pq.read_and_join
 
     def spy(*a, **k):
-        trace, layout = real(*a, **k)
-        refs.append(weakref.ref(trace))
+        joined = real(*a, **k)
+        refs.append(weakref.ref(joined.trace))
         assert not gc.isenabled()  # reading and converting run with the collector paused
-        return trace, layout
+        return joined
 
     monkeypatch.setattr(pq, "read_and_join", spy)
     assert gc.isenabled()

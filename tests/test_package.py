@@ -34,14 +34,14 @@ def test_cli_engine_choices_are_the_engines():
 
 
 def test_import_does_not_import_torch():
-    from torch_guard import assert_torch_free
+    from support.torch_guard import assert_torch_free
 
     assert_torch_free("import perfetto_graph_ann; perfetto_graph_ann.AnnotationSet")
 
 
 def test_torch_guard_sees_a_guarded_import():
     """The check above can fail without torch installed: an optional import is seen too."""
-    from torch_guard import torch_import_attempts
+    from support.torch_guard import torch_import_attempts
 
     code = ("import importlib.util\n"
             "for probe in (lambda: __import__('torch.cuda'), lambda: importlib.util.find_spec('torch')):\n"
@@ -86,9 +86,10 @@ def test_every_public_name_resolves_to_what_it_says():
 
     for name in perfetto_graph_ann.__all__:
         value = getattr(perfetto_graph_ann, name)
-        if name != "__version__":
+        if name not in ("__version__", "metrics"):  # metrics: the namespace of the metric tables
             assert not inspect.ismodule(value), name
-    assert perfetto_graph_ann.join_trace.__name__ == "join"
+    assert inspect.ismodule(perfetto_graph_ann.metrics)
+    assert perfetto_graph_ann.read_and_join.__name__ == "read_and_join"
 
 
 def test_wheel_ships_sql_protos_demo_data_and_engine_host(tmp_path):
@@ -115,7 +116,8 @@ def test_wheel_ships_sql_protos_demo_data_and_engine_host(tmp_path):
     ext = f"perfetto_graph_ann/capture/_fastpath{sysconfig.get_config_var('EXT_SUFFIX')}"
     if _can_compile():
         assert ext in names and not wheel.name.endswith("-none-any.whl"), (wheel.name, sorted(names))
-    sources = {f"perfetto_graph_ann/capture/{n}" for n in ("_fastpath.c", "_marks.c", "_fastpath.h")}
+    sources = {f"perfetto_graph_ann/capture/{n}" for n in ("_fastpath.c", "_recorder.c", "_marks.c", "_replays.c", "_errors.c",
+                                                             "_fastpath.h")}
     assert sources <= names  # every translation unit and the header ship with the source
 
 

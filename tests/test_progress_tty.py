@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synth import write_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 
 REPO = Path(__file__).resolve().parents[1]
 N_EVENTS = 30_000

@@ -2,7 +2,7 @@
 
 Expectations come from the fixture JSON and capture records (json module, Decimal
 times) and from the synthetic generator's ground truth, never from the code under test.
-Written traces are read back with the independent protobuf decoder (tests/pftrace_decode).
+Written traces are read back with the independent protobuf decoder (tests/support/pftrace_decode).
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Tuple
 
 import pytest
 
-import scope_synth
-from join_expect import calibrated_expectation, fixture_capture, fixture_trace, load_capture, strip_calibration
-from pftrace_decode import decode, projected_slices as _by_cat
-from sql_expect import load_events, ns
+from support import scope_synth
+from support.join_expect import calibrated_expectation, fixture_capture, fixture_trace, load_capture, strip_calibration
+from support.pftrace_decode import decode, projected_slices as _by_cat
+from support.sql_expect import load_events, ns
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.join.projection import REASON_GRAPH_GUESS, REASON_SCOPE_GUESS

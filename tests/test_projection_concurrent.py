@@ -8,7 +8,7 @@ replays (launch outside, first kernels outside, last kernels outside).
 
 Every expectation comes from the generator's ground truth: which replay each kernel belongs
 to, its times, whether it and its launch were written. Written traces are read back with the
-independent decoder (tests/pftrace_decode) and, for two schedules, with the trace processor
+independent decoder (tests/support/pftrace_decode) and, for two schedules, with the trace processor
 (slice nesting, graph_ann.scopes, graph_ann.replays).
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-import scope_synth
-from engine_support import requires_portable
-from pftrace_decode import decode, projected_slices
-from scope_synth import Launch
+from support import scope_synth
+from support.engine_support import requires_portable
+from support.pftrace_decode import decode, projected_slices
+from support.scope_synth import Launch
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.join.projection import REASON_NO_LAUNCH, REASON_PARTIAL
 from perfetto_graph_ann.read.kineto import read_trace

@@ -8,8 +8,8 @@ import multiprocessing
 import pandas as pd
 import pytest
 
-from engine_support import requires_portable
-from fleet_synth import LIVE, sidecar
+from support.engine_support import requires_portable
+from support.fleet_synth import LIVE, sidecar
 from perfetto_graph_ann.errors import InputError, QueryError
 from perfetto_graph_ann.pipeline.fleet import query_many
 from perfetto_graph_ann.query.engine import EngineConfig

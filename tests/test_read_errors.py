@@ -102,7 +102,7 @@ def test_unknown_keys_and_phases_kept(tmp_path):
     """Unknown top-level event keys go to extra (generic path); unknown phases still become events."""
     from perfetto_graph_ann.read.kineto import parse_trace_bytes
     from perfetto_graph_ann.pipeline.convert import convert
-    from pftrace_decode import decode
+    from support.pftrace_decode import decode
 
     doc = {"traceEvents": [dict(GOOD, weird={"a": [1, 2]}), {"ph": "Q", "name": "odd", "cat": "new_cat", "pid": 1,
                                                                "tid": 1, "ts": 3.0, "dur": 1.0},
@@ -119,7 +119,7 @@ def test_unknown_keys_and_phases_kept(tmp_path):
 def test_counters(tmp_path):
     from perfetto_graph_ann.read.kineto import parse_trace_bytes
     from perfetto_graph_ann.pipeline.convert import convert
-    from pftrace_decode import decode
+    from support.pftrace_decode import decode
 
     doc = {"traceEvents": [{"ph": "C", "name": "mem", "pid": 5, "tid": 5, "ts": 1.0, "args": {"alloc": 10, "free": 2.5}},
                            {"ph": "C", "name": "mem", "pid": 5, "tid": 5, "ts": 2.0, "args": {"alloc": 12, "free": 3.5}}]}

@@ -98,7 +98,7 @@ def _as_this_python(cmd: str) -> str:
 
 
 def _need_engine(line: int) -> None:
-    from engine_support import native_reason, portable_reason
+    from support.engine_support import native_reason, portable_reason
 
     portable, native = portable_reason(), native_reason()
     if portable and native:
@@ -185,5 +185,7 @@ def test_blocks_that_need_a_gpu_are_marked():
 def test_every_pga_name_in_the_readme_exists():
     names = set(re.findall(r"\bpga\.([A-Za-z_]\w*)", README.read_text(encoding="utf-8")))
     assert {"merge", "export", "trace_handler"} <= names
-    missing = sorted(n for n in names if not hasattr(pga, n))
-    assert not missing, f"README names pga.{missing} but the package has no such attribute"
+    missing = sorted(n for n in names if n not in pga.__all__)  # public names only, none deprecated
+    assert not missing, f"README names pga.{missing} but the package exports no such name"
+    metrics = set(re.findall(r"\bpga\.metrics\.([A-Za-z_]\w*)", README.read_text(encoding="utf-8")))
+    assert metrics and not metrics - set(pga.metrics.__all__), sorted(metrics - set(pga.metrics.__all__))

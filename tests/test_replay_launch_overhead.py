@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from engine_support import requires_portable
-from join_expect import fixture_trace, load_json
+from support.engine_support import requires_portable
+from support.join_expect import fixture_trace, load_json
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.pipeline.convert import convert
 

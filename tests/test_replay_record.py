@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import pytest
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
 from perfetto_graph_ann.annotations.model import (UNANNOTATED_GRAPH, AnnotationSet, GraphRecord, NodeRecord,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from capture_fakes import FakeCuda, recorder_scope
+from support.capture_fakes import FakeCuda, recorder_scope
 
-import scope_synth
-from join_expect import fixture_capture, load_capture
+from support import scope_synth
+from support.join_expect import fixture_capture, load_capture
 from perfetto_graph_ann import load_annotations, save_annotations
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.annotations.capture_record import capture_record_to_annotations, read_capture_record

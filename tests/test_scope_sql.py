@@ -1,6 +1,6 @@
 """The graph_ann.scopes SQL module, pga.scope_summary and report's scopes section (issue 21).
 
-The synthetic decoder (tests/scope_synth.py) is converted with its annotations and loaded in
+The synthetic decoder (tests/support/scope_synth.py) is converted with its annotations and loaded in
 the portable trace processor (v52); every number is compared with the generator's ground
 truth: spans and busy time (union of intervals) per instance, nearest-rank percentiles
 per scope across replays.
@@ -12,9 +12,9 @@ from collections import defaultdict
 
 import pytest
 
-import scope_synth
-from engine_support import requires_portable
-from sql_expect import length, nearest_rank
+from support import scope_synth
+from support.engine_support import requires_portable
+from support.sql_expect import length, nearest_rank
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.query import metrics

@@ -13,7 +13,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from join_expect import fixture_capture, fixture_trace
+from support.join_expect import fixture_capture, fixture_trace
 
 from perfetto_graph_ann import load_annotations, save_annotations
 from perfetto_graph_ann.annotations import _protogen, sidecar_json, sidecar_proto

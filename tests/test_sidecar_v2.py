@@ -133,7 +133,7 @@ def test_process_identity_is_this_process():
 
 
 def test_capture_identity_never_imports_torch_or_inits_cuda():
-    from torch_guard import assert_torch_free
+    from support.torch_guard import assert_torch_free
 
     assert_torch_free("import os; from perfetto_graph_ann.capture.identity import capture_identity; "
                       "c = capture_identity(); assert c.pid == os.getpid() > 0, c")

@@ -8,8 +8,8 @@ import io
 import pytest
 
 from conftest import TRACES, fixture_capture, fixture_trace
-from engine_support import requires_portable
-from pftrace_decode import decode
+from support.engine_support import requires_portable
+from support.pftrace_decode import decode
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.query import metrics

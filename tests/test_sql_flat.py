@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.join.model import LaneLayout
 from perfetto_graph_ann.query import metrics
 from perfetto_graph_ann.query.session import open_trace

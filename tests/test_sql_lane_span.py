@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.query.session import open_trace
 
 pytestmark = requires_portable

@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from engine_support import requires_portable
-from sql_expect import length
+from support.engine_support import requires_portable
+from support.sql_expect import length
 from perfetto_graph_ann.query import metrics
 from perfetto_graph_ann.query.session import open_trace
 

@@ -14,12 +14,12 @@ from collections import Counter
 from typing import Any, Dict
 
 import pytest
-from sql_expect import check_row, isnull
+from support.sql_expect import check_row, isnull
 
-import sql_expect as X
-import sql_synth
+from support import sql_expect as X
+from support import sql_synth
 from conftest import fixture_capture, fixture_trace
-from engine_support import native_reason, portable_reason, requires_portable
+from support.engine_support import native_reason, portable_reason, requires_portable
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.join.model import LaneLayout, Placement

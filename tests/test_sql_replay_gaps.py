@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.query.session import open_trace
 
 pytestmark = requires_portable

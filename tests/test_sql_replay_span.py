@@ -14,9 +14,9 @@ import math
 from pathlib import Path
 
 import pytest
-import sql_expect as X
-from engine_support import requires_portable
-from sql_synth import _Builder
+from support import sql_expect as X
+from support.engine_support import requires_portable
+from support.sql_synth import _Builder
 
 from perfetto_graph_ann.query.session import open_trace
 

@@ -6,9 +6,9 @@ import math
 
 import pandas as pd
 
-import sql_expect as X
+from support import sql_expect as X
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.cli.report import format_report

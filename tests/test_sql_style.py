@@ -1,7 +1,7 @@
 """Static checks of sql/graph_ann: the stdlib's documentation style and the v52 traps.
 
-PERFETTO_NOTES.md lists what trace processor v52 lacks (``ANY`` type, ``DELEGATES TO``)
-and what later releases removed (``slice.stack_id``); ``__intrinsic`` objects are
+Trace processor v52 lacks the ``ANY`` type and ``DELEGATES TO``, and later releases removed
+``slice.stack_id``; ``__intrinsic`` objects are
 private to the trace processor. These are text checks; that the modules actually run on
 v52 is what test_sql_metrics.py checks on the portable engine.
 """
@@ -15,7 +15,9 @@ from perfetto_graph_ann._resources import sql_package_dir
 
 SQL_DIR = sql_package_dir()
 MODULES = sorted(p.name[:-4] for p in SQL_DIR.glob("*.sql"))
-PUBLIC = {"gpu_work", "lanes", "replays", "collectives", "overlap"}
+#: The modules that define public (``graph_ann_*``) objects; the others are private helpers.
+PUBLIC = {"collectives", "diff", "gpu_work", "groups", "lane_idle", "lanes", "modules", "overlap", "replays", "scopes"}
+REPO = SQL_DIR.parents[1] if (SQL_DIR.parents[1] / "docs").is_dir() else None
 
 _CREATE = re.compile(r"^CREATE PERFETTO (TABLE|VIEW|FUNCTION|MACRO|INDEX) (\w+)\s*\(", re.M)
 _VIRTUAL = re.compile(r"^CREATE VIRTUAL TABLE (\w+)", re.M)
@@ -26,8 +28,51 @@ def _text(module: str) -> str:
 
 
 def test_public_modules_exist():
-    assert PUBLIC <= set(MODULES)
     assert all("." not in m for m in MODULES)  # a second dot would make the module unloadable
+    public = {m for m in MODULES if any(n.startswith("graph_ann_") for _, n in _CREATE.findall(_text(m)))}
+    assert public == PUBLIC
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_header_is_one_or_two_lines(module):
+    """The license, then a summary of one or two lines; the rest is docs/design.md's."""
+    lines = _text(module).splitlines()
+    assert lines[0] == "--" and lines[1].startswith("-- Copyright") and lines[3] == "--"
+    summary = []
+    for line in lines[4:]:
+        if not line.startswith("--"):
+            break
+        summary.append(line)
+    assert 1 <= len(summary) <= 2, summary
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_public_ids_are_typed(module):
+    """Slice and track ids of public tables are ``ID(...)`` / ``JOINID(...)``, as in the stdlib."""
+    bad, table = [], None
+    for line in _text(module).splitlines():
+        m = _CREATE.match(line)
+        if m:
+            table = m.group(2) if m.group(1) in ("TABLE", "VIEW") and m.group(2).startswith("graph_ann_") else None
+        elif line.startswith(")"):
+            table = None
+        elif table and re.match(r"^  (id|launch_id|track_id|\w+_slice_id) ", line):
+            if not re.match(r"^  \w+ (ID|JOINID)\((slice|track)\.id\),?$", line):
+                bad.append(f"{table}: {line.strip()}")
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_file_outside_the_repository_is_named(module):
+    """A path a module names (``docs/design.md``, ``perfetto_graph_ann/query/diff.py``) is in
+    this repository; outside references are URLs."""
+    text = _text(module)
+    assert "shared/" not in text and "FINDINGS" not in text and "PERFETTO_NOTES" not in text
+    paths = {p for p in re.findall(r"(?<![\w/.:])((?:[\w.-]+/)+[\w.-]+\.(?:md|py|sql|json|proto))", text)}
+    if REPO is None:
+        pytest.skip("not run from a checkout")
+    missing = sorted(p for p in paths if not (REPO / p).exists())
+    assert not missing, missing
 
 
 @pytest.mark.parametrize("module", MODULES)

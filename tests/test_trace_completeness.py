@@ -16,8 +16,8 @@ import struct
 
 import pytest
 
-from engine_support import requires_portable
-from join_expect import fixture_capture, fixture_trace
+from support.engine_support import requires_portable
+from support.join_expect import fixture_capture, fixture_trace
 from perfetto_graph_ann import errors
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.query.engine import EngineConfig

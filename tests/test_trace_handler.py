@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from pftrace_decode import decode
+from support.pftrace_decode import decode
 
 torch = pytest.importorskip("torch", reason="trace_handler is driven by torch.profiler (pip install torch)")
 

@@ -20,8 +20,8 @@ from decimal import Decimal
 
 import pytest
 
-from engine_support import requires_portable
-from join_expect import fixture_capture, fixture_trace
+from support.engine_support import requires_portable
+from support.join_expect import fixture_capture, fixture_trace
 from perfetto_graph_ann.annotations.capture_record import read_capture_record
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.pipeline.convert import convert

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from conftest import fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.query.engine.config import EngineConfig
 from perfetto_graph_ann.serve import ServeConfig
 

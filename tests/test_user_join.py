@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from join_expect import calibrated_expectation, fixture_capture, fixture_trace
+from support.join_expect import calibrated_expectation, fixture_capture, fixture_trace
 from perfetto_graph_ann.annotations.files import load_annotation_files, load_annotations, save_annotations
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.join import join

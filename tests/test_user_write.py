@@ -11,7 +11,7 @@ import json
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from pftrace_decode import decode
+from support.pftrace_decode import decode
 from perfetto_graph_ann.annotations.files import load_annotation_files
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.read.kineto import read_trace
@@ -250,7 +250,7 @@ def test_gpu_work_without_device_arg_gets_its_device(tmp_path):
 def test_sql_counts_gpu_work_without_device_arg(tmp_path):
     from collections import Counter
 
-    from engine_support import portable_reason
+    from support.engine_support import portable_reason
     from perfetto_graph_ann.query import metrics
 
     if portable_reason():

@@ -7,3 +7,5 @@ node keys, lane ids); ``files`` saves and loads it (the binary and JSON sidecar,
 nothing of the package above ``errors`` and ``util``: capture produces an
 :class:`AnnotationSet`, the join and the writers consume it.
 """
+
+__all__: "list[str]" = []

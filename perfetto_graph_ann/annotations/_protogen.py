@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+__all__ = ["generate", "main", "MODULE", "MODULE_NAME", "PROTO", "PROTO_DIR", "proto_sha256", "ROOT"]
+
 ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "protos"
 PROTO = PROTO_DIR / "perfetto_graph_ann" / "sidecar.proto"

@@ -26,6 +26,9 @@ from .sidecar_proto import from_bytes, to_bytes
 
 # ---- public API ----------------------------------------------------------------------
 
+__all__ = ["load_annotation_files", "load_annotations", "merge_annotation_sets", "save_annotations"]
+
+
 def save_annotations(path: PathLike, annotations: AnnotationSet, format: Optional[str] = None) -> str:
     """Write ``annotations`` to ``path``, atomically.
 

@@ -12,6 +12,10 @@ import re
 import types
 from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
 
+__all__ = ["Annotation", "AnnotationSet", "CaptureIdentity", "Dim3", "FIRST_LOGICAL_LANE", "GPU_WORK_NODE_TYPES",
+           "GraphRecord", "make_key", "node_type_name", "NODE_TYPES", "NodeRecord", "rekey", "ReplayThread",
+           "ReplayWindow", "ScopeInstance", "split_key", "UNANNOTATED_GRAPH"]
+
 Dim3 = Tuple[int, int, int]
 #: Annotation values are JSON-like: str, int, float, bool, lists and str-keyed dicts of those.
 Annotation = Mapping[str, Any]

@@ -12,8 +12,13 @@ import math
 from typing import Any, List, Optional, Tuple
 
 from .. import formats
+from .._version import __version__
 from ..errors import SidecarError
 from .model import GraphEdge, NodeRecord, ReplayThread, ReplayWindow, ScopeInstance
+
+__all__ = ["check_annotation_value", "check_scopes", "dim3", "INT64", "is_int", "known_versions", "MAGIC",
+           "MAX_VALUE_DEPTH", "parse_json_bytes", "producer", "READABLE_VERSIONS", "replay_thread", "replay_window",
+           "VERSION", "want"]
 
 #: The sidecar's magic string: the binary form's field 1 and the JSON form's ``"format"``.
 MAGIC = formats.SIDECAR_MAGIC
@@ -28,8 +33,6 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 
 def producer() -> str:
     """The ``producer`` a written sidecar names: this package and its version."""
-    from .. import __version__
-
     return f"perfetto_graph_ann {__version__}"
 
 

@@ -12,6 +12,8 @@ from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, Node
 from .schema import (MAGIC, READABLE_VERSIONS, VERSION, check_annotation_value, check_scopes, dim3, edges, is_int,
                      known_versions, producer, replay_thread, replay_window, want)
 
+__all__ = ["from_json", "to_json"]
+
 
 def _json_value(v: Any, where: str) -> Any:
     if v is None or isinstance(v, (bool, str)):

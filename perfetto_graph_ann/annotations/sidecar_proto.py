@@ -16,6 +16,8 @@ from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, Node
 from .schema import (INT64, MAGIC, READABLE_VERSIONS, VERSION, check_scopes, edges, known_versions, producer,
                      replay_thread, replay_window)
 
+__all__ = ["from_bytes", "from_proto", "to_bytes", "to_proto"]
+
 _CRC_TAG = bytes([(15 << 3) | 5])  # field 15, wire type fixed32
 
 

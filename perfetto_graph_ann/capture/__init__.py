@@ -5,3 +5,5 @@ The torch-facing top of the flow: it produces an
 file formats live in :mod:`perfetto_graph_ann.annotations`. Only ``api``, ``backends`` and
 ``collectives`` import torch, and only when used.
 """
+
+__all__: "list[str]" = []

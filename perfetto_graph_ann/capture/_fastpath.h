@@ -1,14 +1,39 @@
 /*
  * What the translation units of perfetto_graph_ann.capture._fastpath share: _fastpath.c (the
- * module, the scope recorder, the driver helpers, autograd node hooks), _marks.c
- * (mark_kernels' enter / exit) and _replays.c (the replay log's wrapper of CUDAGraph.replay).
+ * module, the driver helpers, autograd node hooks), _recorder.c (the scope recorder), _marks.c
+ * (mark_kernels' enter / exit), _replays.c (the replay log's wrapper of CUDAGraph.replay) and
+ * _errors.c (the exception of driver failures). Calls go one way: _fastpath.c -> the others,
+ * _marks.c -> _recorder.c, and every unit -> _errors.c (tests/test_import_graph.py checks it).
  */
 #ifndef PGA_FASTPATH_H
 #define PGA_FASTPATH_H
 
 #include <Python.h>
+#include <stdint.h>
 
-/* _fastpath.c: the scope recorder (scopes.ScopeRecorder's hot half) */
+/* The driver functions whose addresses Python hands over (signatures: _fastpath.c). */
+typedef int (*get_nodes_fn)(void *graph, void *nodes, size_t *num);
+typedef int (*add_empty_fn)(void **node, void *graph, void *deps, size_t ndeps);
+typedef int (*node_id_fn)(void *node, uint64_t *id);
+
+/* An address from Python: an int, or None for NULL. */
+static inline void *
+fp_as_pointer(PyObject *o)
+{
+    if (o == Py_None)
+        return NULL;
+    return PyLong_AsVoidPtr(o);
+}
+
+/* _errors.c: the exception type of driver failures (CaptureError once set_error ran) */
+PyObject *fp_error_type(void);                                 /* borrowed reference */
+void fp_set_error_type(PyObject *cls);
+PyObject *fp_driver_error(const char *what, int rc);           /* sets the error; NULL */
+PyObject *fp_node_id_error(int rc);                            /* likewise, for cuptiGetGraphNodeId */
+
+/* _recorder.c: the scope recorder (scopes.ScopeRecorder's hot half) */
+int fp_recorder_ready(void);
+int fp_recorder_add(PyObject *module);
 int fp_is_recorder(PyObject *o);
 int fp_recorder_active(PyObject *rec);
 PyObject *fp_recorder_open(PyObject *rec, PyObject *fields);   /* new reference: the token */

@@ -28,6 +28,9 @@ from ..errors import CaptureError
 from . import fastpath
 from .resolve import ActivityRecord
 
+__all__ = ["ActivityApi", "api", "BUFFER_BYTES", "COMPLETED", "Layout", "LayoutError", "layouts_from_cupti",
+           "NEXT_RECORD", "parse_buffer", "parse_buffer_py", "REQUESTED", "typed_lib"]
+
 #: bytes per buffer handed to CUPTI (a kernel record is ~200 bytes; more are requested as needed)
 BUFFER_BYTES = 2 << 20
 
@@ -195,7 +198,7 @@ def api(libcupti: Optional[str] = None) -> ActivityApi:
                 from cupti import cupti
             except Exception as e:
                 raise CaptureError(f"calibration needs cupti-python (pip install cupti-python): {e}") from e
-            from .backends import find_libcupti
+            from .libcupti import find_libcupti
 
             path = libcupti or find_libcupti()
             if path is None:

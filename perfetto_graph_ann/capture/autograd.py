@@ -38,6 +38,9 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional
 from . import fastpath as _fastpath
 from . import session as _session
 
+__all__ = ["BACKWARD", "BackwardTagger", "claim", "claim_backward", "CLAIM_KEY", "enter_region", "exit_region",
+           "in_backward", "PHASE_KEY", "Range", "RangeTable", "sequence_number"]
+
 PHASE_KEY = "autograd_phase"
 BACKWARD = "backward"
 #: key in a claimed node's ``metadata`` (the dict every Python wrapper of the node shares):

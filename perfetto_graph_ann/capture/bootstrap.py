@@ -18,6 +18,8 @@ from typing import Any, Dict, Optional, Tuple
 from .. import settings
 from ..errors import SettingError
 
+__all__ = ["RunConfig", "SITE_DIR", "start"]
+
 #: The folder whose ``sitecustomize.py`` runs :func:`start`.
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
 

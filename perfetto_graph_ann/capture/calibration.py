@@ -26,6 +26,9 @@ from ..errors import CaptureError
 from .replay_log import REPLAY_LOG
 from .resolve import ActivityRecord, calibration_table
 
+__all__ = ["activity_session", "calibrate_replay", "CalibrationDeferred", "cupti_activity", "KINETO", "LAST_TIMES",
+           "profiler_active", "records_from_activities"]
+
 #: size of each activity buffer handed to CUPTI (a record is ~200 bytes; more buffers are
 #: requested when a replay fills one)
 _BUFFER_BYTES = 2 << 20

@@ -29,6 +29,10 @@ from . import session as _session
 from . import torch_native
 from .registry import REGISTRY
 
+__all__ = ["annotate_collective", "AUTO_ANNOTATE", "collective_fields", "COLLECTIVES", "get_stream_for_pg",
+           "group_resolver", "GroupInfo", "GroupResolver", "install", "scalar_type_name", "SCALAR_TYPE_NAMES",
+           "torch_group_info", "uninstall"]
+
 #: torch dtype name (``str(dtype)`` without ``torch.``) -> c10 ScalarType name as eager traces print it
 SCALAR_TYPE_NAMES = {
     "float32": "Float", "float": "Float", "float64": "Double", "double": "Double", "float16": "Half",

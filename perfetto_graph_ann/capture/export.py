@@ -24,6 +24,8 @@ from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
 from ..pipeline.convert import write_joined
 
+__all__ = ["AnnotationsArg", "chrome_trace_bytes", "export", "export_chrome_trace_bytes"]
+
 AnnotationsArg = Union[AnnotationSet, PathLike, None]
 
 def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
@@ -80,23 +82,33 @@ def export_chrome_trace_bytes(prof, tmp_dir: Optional[str] = None) -> bytes:
 
 def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "none",
            default_stream: int = 7, force: bool = False) -> LaneLayout:
-    """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args; returns the layout.
+    """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args.
 
-    ``prof``: a live ``torch.profiler.profile`` (anything with ``export_chrome_trace``), or
-    the path of a trace it saved (``.json`` / ``.json.gz``).
+    May be called several times on one profile (e.g. once per format): the profiler's trace
+    is exported once and reused. Joined by :func:`~perfetto_graph_ann.pipeline.joined.read_and_join`.
 
-    ``annotations``: an :class:`AnnotationSet`, a sidecar / capture-record path, or None for
-    everything captured so far in this process. ``out`` ending in ``.json`` / ``.json.gz``
-    gives annotated Chrome JSON as torch 2.15's exporter writes it, anything else a
-    ``.pftrace``. ``graph_lanes`` and ``default_stream`` as in torch 2.15's
-    ``export_chrome_trace``: ``"none"`` (default) keeps the recorded streams, ``"all"``
-    moves graphed events to their annotated lanes and raises ``ValueError`` when no node
-    is annotated. The output is written
-    atomically; its join report is ``layout.report``. May be called several times on one
-    profile (e.g. once per format): the profiler's trace is exported once and reused.
-    Annotations that do not belong to the profile (another process's sidecar, or ones that
-    match none of its graph replays) raise ``AnnotationMismatchError`` and nothing is
-    written, unless ``force=True`` (the report then says what was overridden).
+    Args:
+        prof: a live ``torch.profiler.profile`` (anything with ``export_chrome_trace``), or
+            the path of a trace it saved (``.json`` / ``.json.gz``).
+        out: ``.json`` / ``.json.gz`` gives annotated Chrome JSON as torch 2.15's exporter
+            writes it, anything else a ``.pftrace``; written atomically.
+        annotations: an :class:`AnnotationSet`, a sidecar / capture-record path, or None for
+            everything captured so far in this process.
+        graph_lanes: as in torch 2.15's ``export_chrome_trace``: ``"none"`` (default) keeps
+            the recorded streams, ``"all"`` moves graphed events to their annotated lanes.
+        default_stream: the lane of graphed events without one under ``"all"``.
+        force: join annotations that do not belong to the profile (the report then says
+            what was overridden).
+
+    Returns:
+        The join's :class:`LaneLayout` (its report: ``layout.report``).
+
+    Raises:
+        LaneOptionError: ``"all"`` when no node is annotated (a ``ValueError``, as torch's).
+        AnnotationMismatchError: annotations that do not belong to the profile (another
+            process's sidecar, or ones that match none of its graph replays); nothing is
+            written, unless ``force``.
+        InputError: a profile torch already saved (it saves a trace only once).
     """
     from ..read.kineto import parse_trace_bytes
 

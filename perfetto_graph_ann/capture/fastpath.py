@@ -20,6 +20,8 @@ from .. import settings
 from ..errors import CaptureError
 from .scopes import ScopeRecord
 
+__all__ = ["describe", "ENABLED", "getenv", "module", "module_built", "NODE_ROW", "PURE_ENV"]
+
 #: environment switch: capture with the pure-Python path even where the compiled one exists
 PURE_ENV = settings.PURE_PYTHON.name
 

@@ -27,6 +27,8 @@ from ..errors import OutputError
 from ..pipeline.convert import write_joined
 from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes
 
+__all__ = ["trace_handler"]
+
 
 def _rank() -> Optional[int]:
     """This process's rank when torch.distributed is initialised (torch already imported), else None."""

@@ -18,6 +18,8 @@ from typing import Dict, Optional, Tuple
 
 from ..annotations.model import CaptureIdentity
 
+__all__ = ["capture_identity", "process_identity"]
+
 
 def _process_start_ns(pid: int) -> Optional[int]:
     """Unix time (ns) when ``pid`` started, from ``/proc``; None where there is no ``/proc``.

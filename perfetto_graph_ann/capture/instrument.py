@@ -34,6 +34,9 @@ from ..formats import RUN_SIDECAR_SUFFIX
 from . import api
 from .modules import ModuleScopes
 
+__all__ = ["check_out_dir", "current", "instrument", "Instrumentation", "InstrumentConfig", "save_now", "sidecar_name",
+           "uninstrument"]
+
 
 def sidecar_name(host: str, pid: int) -> str:
     """``<host>_<pid>.pga``: torch's trace handler names traces ``<host>_<pid>.<time>.pt.trace.json``

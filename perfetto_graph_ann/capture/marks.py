@@ -21,6 +21,8 @@ from .autograd import PHASE_KEY, BACKWARD, BackwardTagger, Range, enter_region, 
 from .registry import REGISTRY
 from .scopes import normalize_annotation
 
+__all__ = ["mark_stream"]
+
 
 def _backward_tagger(sess: Any, fields: Dict[str, Any]) -> BackwardTagger:
     """The backward scope of a ``mark_kernels`` block whose merged fields are ``fields``."""

@@ -27,6 +27,8 @@ from ..errors import InputError
 from . import session as _session
 from .marks import mark_kernels
 
+__all__ = ["HOOKS", "mark_modules", "ModuleHooks", "ModuleScopes", "NAMES"]
+
 
 @dataclasses.dataclass(frozen=True)
 class ModuleScopes:

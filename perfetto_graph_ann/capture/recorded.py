@@ -14,6 +14,8 @@ from ..annotations import files
 from ..annotations.model import AnnotationSet, GraphRecord, NodeRecord
 from ..errors import PathLike
 
+__all__ = ["recorded_annotations", "save_annotations"]
+
 
 def save_annotations(path: PathLike, annotations: Optional[AnnotationSet] = None, format: Optional[str] = None) -> str:
     """Write the annotations recorded so far (or ``annotations``) to ``path``, atomically.

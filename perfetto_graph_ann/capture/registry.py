@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 from ..annotations.model import AnnotationSet, GraphRecord
 from .scopes import LaneAllocator
 
+__all__ = ["get_kernel_annotations", "KernelAnnotationsView", "REGISTRY", "Registry"]
+
 
 class Registry:
     """Thread-safe store of :class:`GraphRecord` per owner.

@@ -32,6 +32,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from ..annotations.model import UNANNOTATED_GRAPH, ReplayThread, ReplayWindow
 from . import fastpath
 
+__all__ = ["EDGE_GUARD_NS", "ENTRY", "Entry", "exec_id_of", "MAX_WINDOWS", "original_replay", "REPLAY_LOG", "ReplayLog"]
+
 #: Profiler windows kept per process (the oldest go first): each is saved with the sidecar.
 MAX_WINDOWS = 64
 #: Margin (ns) around the profiler's start and stop within which a call of a thread other than

@@ -12,6 +12,9 @@ from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence,
 
 from ..annotations.model import Dim3, GraphRecord, NodeRecord, ScopeInstance, rekey
 
+__all__ = ["ActivityRecord", "ANNOTATED_NODE_TYPES", "calibration_table", "NodeInfo", "resolve_graph",
+           "with_calibration"]
+
 #: node types whose creation a scope annotates; the others (empty, child graph, ...) carry
 #: nothing a profile shows.
 ANNOTATED_NODE_TYPES = frozenset({"kernel", "memcpy", "memset", "host", "event_record", "event_wait"})

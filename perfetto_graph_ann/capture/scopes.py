@@ -32,6 +32,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Opt
 
 from ..errors import CaptureError
 
+__all__ = ["LaneAllocator", "merge_scopes", "NodeCounter", "NodeLister", "normalize_annotation", "ScopeRecord",
+           "ScopeRecorder"]
+
 #: Returns how many nodes the graph under capture has now, or None outside capture.
 NodeCounter = Callable[[], Optional[int]]
 #: Returns the handles of the nodes now in the graph under capture, in creation order.

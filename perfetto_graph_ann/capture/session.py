@@ -54,6 +54,9 @@ from ..annotations.model import ScopeInstance
 from ..annotations.scope_instances import from_ranges
 from .scopes import ScopeRecord, ScopeRecorder, merge_scopes
 
+__all__ = ["CaptureSession", "current", "DEFAULT_MARKERS_FROM", "lane_scope", "MARKERS_ENV", "markers_from_env", "pop",
+           "push", "VERIFY_ENV", "verify_from_env"]
+
 _owner_ids = itertools.count(1)
 #: environment switch for :class:`CaptureSession`'s ``verify``
 VERIFY_ENV = settings.VERIFY_SCOPES.name

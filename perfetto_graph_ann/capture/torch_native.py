@@ -27,6 +27,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import CaptureError
 
+__all__ = ["call", "capture_ended", "capture_started", "capturing", "ENTRY_POINTS", "entry_points", "forget", "missing",
+           "PRIVATE", "probe", "PUBLIC"]
+
 PUBLIC = "torch.cuda.graph_annotations"
 PRIVATE = "torch.cuda._graph_annotations"
 #: entry point -> the modules to look in, in order

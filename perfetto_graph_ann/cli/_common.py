@@ -15,6 +15,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from .options import positive_int, positive_seconds, progress_off  # noqa: F401  (re-exported: older imports)
 
+__all__ = ["command_progress", "csv_table_paths", "CsvTables", "discover_sidecars", "hint_annotations",
+           "load_annotation_files", "note_annotations_ignored", "open_session", "positive_int", "positive_seconds",
+           "print_join_summary", "progress_off", "Result", "run_text_command", "write_csv_tables", "write_output"]
+
 
 def load_annotation_files(paths: Sequence[str]):
     """Merge the annotations of several files (sidecars or capture records)."""

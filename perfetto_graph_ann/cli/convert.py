@@ -12,6 +12,8 @@ import sys
 
 from . import options
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(

@@ -6,6 +6,8 @@ import argparse
 from . import options
 from ._common import positive_int
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(

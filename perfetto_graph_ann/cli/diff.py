@@ -13,6 +13,8 @@ import sys
 
 from . import options
 
+__all__ = ["format_table", "register", "run", "TABLE_COLUMNS"]
+
 #: Columns of the table view (csv / json: every column).
 TABLE_COLUMNS = ["rank", "kind", "name", "status", "real", "delta_dur", "delta_fraction", "base_dur", "new_dur",
                  "base_spread_dur", "new_spread_dur", "base_p50_kernel_count", "new_p50_kernel_count"]

@@ -14,6 +14,8 @@ import json
 from . import options
 from ._common import CsvTables, write_csv_tables, write_output
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("fleet", help="straggler ranking over many ranks' traces (locally or on Ray)",

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 
 from . import options
 from ._common import hint_annotations, print_join_summary
+
+__all__ = ["register", "run", "SQL_COLUMNS"]
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -40,19 +41,16 @@ def run(args: argparse.Namespace, out=None) -> int:
 
 
 def _run(args: argparse.Namespace, out, progress) -> int:
-    from ..pipeline.convert import check_lane_options
+    from ..annotations.model import AnnotationSet
+    from ..join.summary import lane_table, report_table
+    from ..pipeline.joined import check_lane_options, read_and_join
 
     quiet = getattr(args, "quiet", False)
     check_lane_options(args.trace, args.annotations, args.graph_lanes)
-    with progress.phase(f"reading {os.path.basename(args.trace)}"):
-        from ..read.kineto import read_trace
-
-        trace = read_trace(args.trace)
-    with progress.phase("joining the GPU work to the annotations"):
-        from ..join.summary import lane_table, report_table
-        from ..pipeline.convert import join_files
-
-        layout, annotations = join_files(trace, args.annotations, args.graph_lanes, args.force_annotations)
+    # without files, a join with no annotations: its layout still names the lanes and streams
+    joined = read_and_join(args.trace, args.annotations or AnnotationSet(), graph_lanes=args.graph_lanes,
+                           force=args.force_annotations, progress=progress)
+    trace, layout, annotations = joined.trace, joined.layout, joined.annotations
     if args.annotations and not quiet:
         print_join_summary(layout.report)
     names = None

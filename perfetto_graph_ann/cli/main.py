@@ -11,8 +11,10 @@ import importlib
 import sys
 from typing import List, Optional
 
-from .. import __version__
+from .._version import __version__
 from ..errors import GraphAnnError
+
+__all__ = ["build_parser", "COMMANDS", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = ("demo", "run", "convert", "lanes", "report", "sql", "merge", "diff", "fleet", "open")

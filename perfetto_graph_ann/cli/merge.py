@@ -11,6 +11,8 @@ import sys
 
 from . import options
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="merge several ranks' traces into one .pftrace",

@@ -6,6 +6,8 @@ import sys
 
 from . import options
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(

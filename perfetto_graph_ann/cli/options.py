@@ -16,6 +16,11 @@ import math
 import sys
 from typing import List, Optional, Sequence
 
+__all__ = ["annotations", "ANNOTATIONS_HELP", "default_stream", "engine", "ENGINES", "force_annotations", "FORCE_HELP",
+           "graph_lanes", "GRAPH_LANES_DEFAULT_HELP", "GRAPH_LANES_HELP", "gzip", "join", "JSON_ONLY", "lane_id",
+           "NO_PROGRESS_HELP", "no_sql", "PER_TRACE_HELP", "positive_int", "positive_seconds", "progress_off",
+           "QUIET_HELP", "text_format", "text_output", "timeout", "top", "trace_output", "verbosity"]
+
 #: ``--engine`` choices: ``query.engine.config.ENGINES``, repeated so that building the parser
 #: does not import the engine package (tests/test_package.py checks they agree).
 ENGINES = ("auto", "native", "portable")

@@ -19,6 +19,8 @@ from typing import Dict, List, Optional, Tuple
 from . import options
 from ._common import CsvTables, note_annotations_ignored, open_session, print_join_summary, run_text_command
 
+__all__ = ["format_report", "register", "run", "SECTIONS", "with_groups"]
+
 #: Section title and the columns the table view shows (``--format csv/json`` give all).
 SECTIONS: Dict[str, Tuple[str, List[str]]] = {
     "groups": ("Groups of the merged trace (graph_ann_group)", ["group_id", "name", "rank", "label"]),

@@ -15,6 +15,8 @@ import os
 import shutil
 import sys
 
+__all__ = ["build_env", "is_site_dir", "register", "run"]
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(

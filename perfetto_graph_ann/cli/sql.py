@@ -15,6 +15,8 @@ from . import options
 from ._common import note_annotations_ignored, open_session, print_join_summary, run_text_command
 from .tables import trace_start_ns
 
+__all__ = ["format_frame", "register", "run"]
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(

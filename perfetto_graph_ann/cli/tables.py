@@ -8,6 +8,10 @@ from ..util.tables import (GAP, KEY_COLUMNS, MIN_TEXT_WIDTH, format_cell, format
                            format_ratio, header, is_duration, is_ratio, is_timestamp, render, shorten_around,
                            shorten_column, shorten_middle, terminal_width)
 
+__all__ = ["format_cell", "format_duration", "format_float", "format_ratio", "GAP", "header", "is_duration", "is_ratio",
+           "is_timestamp", "KEY_COLUMNS", "MIN_TEXT_WIDTH", "render", "shorten_around", "shorten_column",
+           "shorten_middle", "terminal_width", "trace_start_ns"]
+
 
 def trace_start_ns(session) -> Optional[int]:
     """The trace's first timestamp (``trace_bounds.start_ts``), or None where unknown."""

@@ -1,1 +1,3 @@
 """demo stage."""
+
+__all__: "list[str]" = []

@@ -12,6 +12,8 @@ from typing import List, Optional, Tuple
 
 from .._resources import demo_data_dir, demo_live_data_dir
 
+__all__ = ["Recording", "shipped_recordings"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Recording:

@@ -18,6 +18,9 @@ from ..errors import EngineNotFoundError, OutputError, PathLike
 from ..util.atomic import atomic_write_bytes
 from .recordings import Recording, shipped_recordings
 
+__all__ = ["choose_recordings", "COLLECTIVE_FIELDS", "DemoConfig", "DemoResult", "load_any_annotations", "MODES",
+           "run_demo", "run_scenario", "ScenarioResult", "sql_lane_summary", "SUMMARY_COLUMNS"]
+
 #: Columns of graph_ann's lane summary that the demo prints (summary.json has them all).
 SUMMARY_COLUMNS = ("device", "lane_id", "lane_name", "work_count", "busy_dur", "utilization", "p50_dur",
                    "p90_dur", "max_dur")

@@ -18,6 +18,9 @@ from typing import Callable, List, Optional
 
 from .recordings import Recording
 
+__all__ = ["allreduce", "allreduce_model", "cuda_device_count", "live_recordings", "seed_block", "seed_block_model",
+           "two_branch", "warmup", "WARMUP_REPLAYS"]
+
 WARMUP_REPLAYS = 3
 
 

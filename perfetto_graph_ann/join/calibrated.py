@@ -19,6 +19,7 @@ from ..join.model import CALIBRATED
 from .match import Match, best_graph, compatible_signatures, signature
 from .replays import Replay
 
+__all__ = ["match_calibrated"]
 
 _SIG_CACHE: Dict[Tuple[int, Optional[str], Optional[tuple], Optional[tuple]], Tuple] = {}
 

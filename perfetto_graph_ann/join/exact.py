@@ -13,6 +13,8 @@ from ..join.model import EXACT
 from .match import Match
 from .replays import int_arg
 
+__all__ = ["match_exact"]
+
 
 def match_exact(events: Sequence[TraceEvent], nodes_by_key: Mapping[int, NodeRecord]) -> Dict[int, Match]:
     """event index -> Match for every event whose ``graph node id`` names a known node."""

@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Optional, Set
 from ..annotations.model import CaptureIdentity
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace
 
+__all__ = ["compared_fields", "differences", "trace_device_names", "trace_pids"]
+
 #: Kineto categories of host-side events that carry the profiled process's pid.
 _HOST_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 

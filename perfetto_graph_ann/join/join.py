@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from ..annotations.model import MODULE_ORIGIN, AnnotationSet
 from ..errors import AnnotationMismatchError
@@ -90,25 +90,40 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
          edge_flows: bool = False) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
 
-    ``graph_lanes`` as in torch 2.15's ``export_chrome_trace``: ``"none"`` (its default)
-    keeps the recorded streams and adds ``annotated_stream``; ``"all"`` moves graphed events
-    to their annotated lane, else to ``default_stream``, and like torch refuses annotations
-    in which no node carries a field (it would only pile every graphed event onto one
-    lane); None: ``"all"`` where a node is annotated, else ``"none"`` (the CLI's default).
-    Both are decided by :func:`~.lanes.decide_graph_lanes`; a ``default_stream`` that is not
-    a lane id, or is a lane an annotation asks for, is refused (:func:`~.lanes.check_default_stream`):
-    :class:`~perfetto_graph_ann.errors.LaneOptionError`, a ``ValueError``. Events not launched by a graph are left alone (no placement). ``projection``:
-    also the replay and scope ranges the Perfetto writer draws under each GPU
-    (``LaneLayout.ranges``), and on drawn replays of graphs with recorded edges the critical
-    path as args (:mod:`.critical_path`); ``edge_flows``: those replays' dependency edges as
-    flows between their GPU work too (``LaneLayout.edge_flows``; none above
-    ``critical_path.EDGE_FLOWS_MAX``, with a note in the report).
+    Events not launched by a graph are left alone (no placement). Runs in phases: the lane
+    options and identities are checked, each replay is attributed to its graph and its
+    events to nodes (:class:`_Attribution`), the events are placed (:func:`_place`), the
+    lanes named (:func:`_lane_names`) and the GPU ranges projected (:func:`.projection.project`).
 
-    Raises :class:`~perfetto_graph_ann.errors.AnnotationMismatchError` when an annotation
-    file's capture identity disagrees with the trace, or when annotations with graphs match
-    none of the trace's graph replays; ``force=True`` joins anyway and the report says what
-    was overridden. ``sources``: the sets ``annotations`` was merged from (one per file), so
-    each file's identity is checked; default ``[annotations]``.
+    Args:
+        trace: the read torch.profiler trace.
+        annotations: the capture's annotations (merged when several files were given).
+        graph_lanes: as in torch 2.15's ``export_chrome_trace``: ``"none"`` (its default)
+            keeps the recorded streams and adds ``annotated_stream``; ``"all"`` moves graphed
+            events to their annotated lane, else to ``default_stream``; None: ``"all"`` where
+            a node is annotated, else ``"none"`` (:func:`~.lanes.decide_graph_lanes`).
+        default_stream: the lane of graphed events without one under ``"all"``.
+        force: join annotations whose identity disagrees with the trace (the report says
+            what was overridden).
+        sources: the sets ``annotations`` was merged from (one per file), so each file's
+            identity is checked; default ``[annotations]``.
+        projection: also the replay and scope ranges the Perfetto writer draws under each
+            GPU (``LaneLayout.ranges``), and on drawn replays of graphs with recorded edges
+            the critical path as args (:mod:`.critical_path`).
+        edge_flows: those replays' dependency edges as flows between their GPU work too
+            (``LaneLayout.edge_flows``; none above ``critical_path.EDGE_FLOWS_MAX``, with a
+            note in the report).
+
+    Returns:
+        The :class:`LaneLayout`: placements, lane names, report and ranges.
+
+    Raises:
+        LaneOptionError: ``"all"`` with annotations in which no node carries a field (as
+            torch refuses it), or a ``default_stream`` that is not a lane id or is a lane an
+            annotation asks for (a ``ValueError``).
+        AnnotationMismatchError: an annotation file's capture identity disagrees with the
+            trace, or annotations with graphs match none of its graph replays; not with
+            ``force``.
     """
     sources = list(sources) if sources is not None else [annotations]
     files = [s.source for s in sources if s.source] or None
@@ -124,10 +139,45 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     for r in replays:
         attribution.join_replay(r)
     matches, replay_graph = attribution.matches, attribution.replay_graph
-
     replay_index = _replay_indices(replays, replay_graph)
-    placements = {}
     cache: Dict = {}
+    placements = _place(replays, matches, replay_index, graph_lanes, default_stream, cache, report)
+    _refuse_no_match(trace, annotations, sources, replays, force, report)
+    for idx, m in matches.items():  # labels shared by several candidate graphs name them
+        if m.shared_by:
+            placements[idx].args["graph candidates"] = attribution.candidate_names(m.shared_by)
+    lane_names = _lane_names(replays, placements, matches, annotations, default_stream) if graph_lanes == "all" else {}
+    arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
+    ranges = project(replays, matches, replay_graph, replay_index, annotations, report,
+                     attribution.replay_candidates) if projection else []
+    flows = _critical_paths(replays, matches, replay_graph, ranges, attribution, placements, report, edge_flows)
+    if report.critical_paths.get(critical_path.SOURCE_EDGES):
+        arg_keys = arg_keys | {critical_path.PATH_ARG, critical_path.SLACK_ARG}
+    return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
+                      graph_lanes=graph_lanes, arg_keys=arg_keys, ranges=ranges, edge_flows=flows)
+
+
+def _critical_paths(replays: List[Replay], matches: Dict[int, Match], replay_graph: Dict, ranges: List,
+                    attribution: "_Attribution", placements: Dict[int, Any], report: JoinReport,
+                    edge_flows: bool) -> List:
+    """The critical path of each drawn replay of a graph with recorded edges, as args; the
+    dependency flows when asked (none above ``critical_path.EDGE_FLOWS_MAX``, with a note)."""
+    flows = critical_path.annotate_replays(replays, matches, replay_graph, ranges, attribution.by_id, placements,
+                                           report.critical_paths, edge_flows)
+    if len(flows) > critical_path.EDGE_FLOWS_MAX:
+        report.edge_flows_note = (f"{len(flows)} dependency edges: more than {critical_path.EDGE_FLOWS_MAX}, "
+                                  "drawn as no flows (the trace would load slowly)")
+        return []
+    if edge_flows and not flows and report.critical_paths.get(critical_path.REASON_NO_EDGES):
+        report.edge_flows_note = ("no dependency edges recorded for the replayed graphs (annotations saved before "
+                                  "sidecar version 4, capture records): no dependency flows drawn")
+    return flows
+
+
+def _place(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[int, int], graph_lanes: str,
+           default_stream: int, cache: Dict, report: JoinReport) -> Dict[int, Any]:
+    """Every replayed event's placement (lane and args); counts matched and unmatched."""
+    placements = {}
     for r in replays:
         for e in r.events:
             m = matches.get(e.index)
@@ -141,43 +191,25 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
                 origin = m.node.annotation.get(MODULE_ORIGIN)
                 if origin is not None:
                     report.module_origins[origin] = report.module_origins.get(origin, 0) + 1
-    _refuse_no_match(trace, annotations, sources, replays, force, report)
+    return placements
 
-    for idx, m in matches.items():  # labels shared by several candidate graphs name them
-        if m.shared_by:
-            placements[idx].args["graph candidates"] = attribution.candidate_names(m.shared_by)
 
-    lane_names = {}
-    if graph_lanes == "all":
-        # A lane is named by the graphs whose events are on it in this trace (lane labels are
-        # per graph). The default lane keeps its stream name even if an annotation asks for it
-        # explicitly: it also holds every graphed event without a lane.
-        events = [e for r in replays for e in r.events]
-        graphs_on = lane_graphs(events, placements, shared={i: m.shared_by for i, m in matches.items()
-                                                            if m.shared_by})
-        for e in events:
-            lane = placements[e.index].lane
-            key = lane_key(e.device, lane)
-            if key not in lane_names:
-                on_lane = graphs_on.get(key)
-                lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
-                                   else f"stream {lane}")
-    arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
-    ranges = project(replays, matches, replay_graph, replay_index, annotations, report,
-                     attribution.replay_candidates) if projection else []
-    flows = critical_path.annotate_replays(replays, matches, replay_graph, ranges, attribution.by_id, placements,
-                                           report.critical_paths, edge_flows)
-    if report.critical_paths.get(critical_path.SOURCE_EDGES):
-        arg_keys = arg_keys | {critical_path.PATH_ARG, critical_path.SLACK_ARG}
-    if len(flows) > critical_path.EDGE_FLOWS_MAX:
-        report.edge_flows_note = (f"{len(flows)} dependency edges: more than {critical_path.EDGE_FLOWS_MAX}, "
-                                  "drawn as no flows (the trace would load slowly)")
-        flows = []
-    elif edge_flows and not flows and report.critical_paths.get(critical_path.REASON_NO_EDGES):
-        report.edge_flows_note = ("no dependency edges recorded for the replayed graphs (annotations saved before "
-                                  "sidecar version 4, capture records): no dependency flows drawn")
-    return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
-                      graph_lanes=graph_lanes, arg_keys=arg_keys, ranges=ranges, edge_flows=flows)
+def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict[int, Match],
+                annotations: AnnotationSet, default_stream: int) -> Dict[Any, str]:
+    """Under ``graph_lanes="all"``: each lane named by the graphs whose events are on it in
+    this trace (lane labels are per graph). The default lane keeps its stream name even if an
+    annotation asks for it explicitly: it also holds every graphed event without a lane."""
+    lane_names: Dict[Any, str] = {}
+    events = [e for r in replays for e in r.events]
+    graphs_on = lane_graphs(events, placements, shared={i: m.shared_by for i, m in matches.items() if m.shared_by})
+    for e in events:
+        lane = placements[e.index].lane
+        key = lane_key(e.device, lane)
+        if key not in lane_names:
+            on_lane = graphs_on.get(key)
+            lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
+                               else f"stream {lane}")
+    return lane_names
 
 
 class _Attribution:

@@ -14,6 +14,10 @@ from ..read.model import TraceEvent
 from .match import Match
 from .model import DEFAULT_GRAPH_LANE, Placement, lane_key
 
+__all__ = ["annotated_lane", "annotated_lanes", "check_default_stream", "COLLECTIVE_NAME", "decide_graph_lanes",
+           "graph_lane_name", "GRAPH_LANES", "has_annotated_nodes", "lane_graphs", "lane_name", "MAX_LANE_ID",
+           "MAX_LANE_NAMES", "node_args", "PG_DESCRIPTION", "placement", "PLACEMENT_KEYS", "RESERVED_ARGS"]
+
 GRAPH_LANES = ("all", "none")
 #: Lane ids are 32-bit, as in the sidecar.
 MAX_LANE_ID = (1 << 32) - 1

@@ -10,6 +10,8 @@ from ..read.model import TraceEvent
 from .names import base_name, full_name
 from .replays import Replay, dim3_arg, node_type_of
 
+__all__ = ["best_graph", "compatible_signatures", "device_ok", "GraphFit", "Match", "signature", "T"]
+
 T = TypeVar("T")
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
+__all__ = ["CALIBRATED", "DEFAULT_GRAPH_LANE", "EXACT", "EXACT_IDS", "JoinReport", "KERNELS", "lane_key", "LaneLayout",
+           "Placement", "RECORDED", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
+
 #: Join strategies, best first.
 EXACT = "exact"
 CALIBRATED = "calibrated"

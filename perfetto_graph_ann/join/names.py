@@ -15,6 +15,8 @@ import functools
 import re
 from typing import Optional
 
+__all__ = ["base_name", "demangle", "demangler_available", "full_name"]
+
 _WS = re.compile(r"\s+")
 _TRAILING_QUALIFIERS = re.compile(r"(\s+(const|volatile|&&|&|noexcept))+$")
 

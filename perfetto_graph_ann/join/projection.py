@@ -33,6 +33,10 @@ from .match import Match, signature
 from .model import JoinReport
 from .replays import Replay
 
+__all__ = ["busy_ns", "GpuRange", "project", "REASON_GRAPH_GUESS", "REASON_NO_LAUNCH", "REASON_PARTIAL",
+           "REASON_SCOPE_GUESS", "REPLAY", "REPLAY_CATEGORY", "REPLAYS_TRACK", "SCOPE", "SCOPE_CATEGORY",
+           "SCOPES_TRACK"]
+
 _end = itemgetter(1)
 
 REPLAY = "replay"
@@ -175,8 +179,6 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
     several_graphs = len(graphs) > 1
     cache: Dict[int, _GraphInfo] = {}
     out: List[GpuRange] = []
-    append = out.append
-    get_match = matches.get
     skipped: Dict[str, int] = {}
     skipped_scopes: Dict[str, int] = {}
     for r in replays:
@@ -188,7 +190,7 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
                 _project_candidates(r, [graphs[c] for c in cands], cache, out, skipped)
             continue
         if r.correlation not in replay_index:  # numbered only with its launch (see join)
-            skipped[REASON_NO_LAUNCH] = skipped.get(REASON_NO_LAUNCH, 0) + 1
+            _count(skipped, REASON_NO_LAUNCH)
             continue
         timed = [e for e in r.events if e.ts_ns is not None]  # sorted by start (find_replays)
         if not timed:
@@ -196,87 +198,135 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         info = cache.get(gid)
         if info is None:
             info = cache[gid] = _graph_info(g)
-        per_node, groups, labels = info.per_node, info.groups, info.labels
-        ivs = []
-        add_iv = ivs.append
-        acc: Dict[int, List[Tuple[int, int]]] = {}
-        get_acc = acc.get
-        get_iids = per_node.get
-        ambiguous = []
-        seen = set()
-        matched = 0
-        for e in timed:
-            t0 = e.ts_ns
-            iv = (t0, t0 + (e.dur_ns or 0))
-            add_iv(iv)
-            m = get_match(e.index)
-            if m is None:
-                continue
-            matched += 1
-            seen.add(m.node.key)
-            if m.ambiguous:
-                ambiguous.append(e)
-            for iid in get_iids(m.node.key, ()):
-                lst = get_acc(iid)
-                if lst is None:
-                    acc[iid] = [iv]
-                else:
-                    lst.append(iv)
-        if len(timed) < len(r.events) or not info.gpu_nodes <= seen:
-            skipped[REASON_PARTIAL] = skipped.get(REASON_PARTIAL, 0) + 1
+        work = _collect_work(timed, matches, info.per_node)
+        why = _why_not_drawn(r, timed, work, info, matches, several_graphs)
+        if why is not None:
+            _count(skipped, why)
             continue
-        uncertain = _uncertain(ambiguous, matches, per_node, groups) if ambiguous else ()
-        if uncertain is None or (several_graphs and matched and len(ambiguous) == matched):
-            skipped[REASON_GRAPH_GUESS] = skipped.get(REASON_GRAPH_GUESS, 0) + 1
-            continue  # the graph itself may be a guess: no name, no ranges
-        device = r.device
-        if device is None:
-            device = 0
         idx = replay_index[r.correlation]
-        start = ivs[0][0]
-        end = max(map(_end, ivs))
-        args: Dict[str, Any] = {"graph id": gid, "replay": idx, "kernel count": len(ivs)}
-        busy = busy_ns(ivs)
-        if busy != end - start:
-            args["busy ns"] = busy
-        launch = r.launch
-        if launch is not None and launch.ts_ns is not None:
-            args["launch latency ns"] = start - launch.ts_ns
-        append(GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
-                        launch.index if launch is not None else None))
-        drawn: Dict[int, int] = {}  # instance id -> its index in out
-        for iid in sorted(acc, key=labels.__getitem__):  # parents (lower depth) first
-            if iid in uncertain:
-                skipped_scopes[REASON_SCOPE_GUESS] = skipped_scopes.get(REASON_SCOPE_GUESS, 0) + 1
-                continue
-            spans = acc[iid]
-            depth, _, label, path, module_class = labels[iid]
-            sargs: Dict[str, Any] = {"graph id": gid, "replay": idx}
-            if depth:
-                sargs["scope path"] = path
-            if module_class is not None:
-                sargs["module class"] = module_class
-            sargs["kernel count"] = len(spans)
-            if len(spans) == 1:
-                s, t = spans[0]
-            else:
-                s = spans[0][0]
-                t = max(map(_end, spans))
-                busy = busy_ns(spans)
-                if busy != t - s:
-                    sargs["busy ns"] = busy
-            parent = None
-            for a in info.ancestors.get(iid, ()):  # innermost first; an uncertain one is not drawn
-                parent = drawn.get(a)
-                if parent is not None:
-                    break
-            drawn[iid] = len(out)
-            append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, None, parent))
+        device = r.device if r.device is not None else 0
+        out.append(_replay_range(r, g, gid, idx, device, work.intervals))
+        _scope_ranges(work.per_scope, info, gid, idx, device, work.uncertain, out, skipped_scopes)
     _drop_implied_replay(out)
     if report is not None:
         report.unprojected_replays = skipped
         report.unprojected_scopes = skipped_scopes
     return out
+
+
+def _count(counts: Dict[str, int], why: str) -> None:
+    counts[why] = counts.get(why, 0) + 1
+
+
+class _ReplayWork:
+    """One replay's timed GPU work, as :func:`_collect_work` gathers it: every interval in
+    start order, the intervals of each scope instance, and what the matches say."""
+
+    __slots__ = ("intervals", "per_scope", "ambiguous", "seen", "matched", "uncertain")
+
+    def __init__(self) -> None:
+        self.intervals: List[Tuple[int, int]] = []
+        self.per_scope: Dict[int, List[Tuple[int, int]]] = {}  # scope instance id -> intervals
+        self.ambiguous: List[Any] = []  # events whose match was a guess
+        self.seen: set = set()  # node keys matched
+        self.matched = 0
+        self.uncertain: Any = ()  # scope instances a guess may have mislabelled (set by _why_not_drawn)
+
+
+def _collect_work(timed: Sequence[Any], matches: Mapping[int, Match],
+                  per_node: Mapping[Any, Tuple[int, ...]]) -> _ReplayWork:
+    """Phase 1 of a replay: one pass over its timed events (the hot loop of the projection)."""
+    work = _ReplayWork()
+    add_iv = work.intervals.append
+    acc = work.per_scope
+    get_acc = acc.get
+    get_iids = per_node.get
+    get_match = matches.get
+    seen = work.seen
+    matched = 0
+    for e in timed:
+        t0 = e.ts_ns
+        iv = (t0, t0 + (e.dur_ns or 0))
+        add_iv(iv)
+        m = get_match(e.index)
+        if m is None:
+            continue
+        matched += 1
+        seen.add(m.node.key)
+        if m.ambiguous:
+            work.ambiguous.append(e)
+        for iid in get_iids(m.node.key, ()):
+            lst = get_acc(iid)
+            if lst is None:
+                acc[iid] = [iv]
+            else:
+                lst.append(iv)
+    work.matched = matched
+    return work
+
+
+def _why_not_drawn(r: Replay, timed: Sequence[Any], work: _ReplayWork, info: _GraphInfo,
+                   matches: Mapping[int, Match], several_graphs: bool) -> Optional[str]:
+    """Phase 2: the reason a replay gets no range (cut, or its graph a guess), else None;
+    sets ``work.uncertain``, the scope instances it draws without."""
+    if len(timed) < len(r.events) or not info.gpu_nodes <= work.seen:
+        return REASON_PARTIAL
+    ambiguous = work.ambiguous
+    uncertain = _uncertain(ambiguous, matches, info.per_node, info.groups) if ambiguous else ()
+    if uncertain is None or (several_graphs and work.matched and len(ambiguous) == work.matched):
+        return REASON_GRAPH_GUESS  # the graph itself may be a guess: no name, no ranges
+    work.uncertain = uncertain
+    return None
+
+
+def _replay_range(r: Replay, g: Any, gid: int, idx: int, device: int, ivs: List[Tuple[int, int]]) -> GpuRange:
+    """Phase 3: the replay's own range (its args: see :func:`project`)."""
+    start = ivs[0][0]
+    end = max(map(_end, ivs))
+    args: Dict[str, Any] = {"graph id": gid, "replay": idx, "kernel count": len(ivs)}
+    busy = busy_ns(ivs)
+    if busy != end - start:
+        args["busy ns"] = busy
+    launch = r.launch
+    if launch is not None and launch.ts_ns is not None:
+        args["launch latency ns"] = start - launch.ts_ns
+    return GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
+                    launch.index if launch is not None else None)
+
+
+def _scope_ranges(acc: Dict[int, List[Tuple[int, int]]], info: _GraphInfo, gid: int, idx: int, device: int,
+                  uncertain: Any, out: List[GpuRange], skipped_scopes: Dict[str, int]) -> None:
+    """Phase 4: the replay's scope ranges, parents first, each nested in its innermost drawn
+    ancestor; the scopes a guess may have mislabelled are left out (counted)."""
+    labels = info.labels
+    drawn: Dict[int, int] = {}  # instance id -> its index in out
+    for iid in sorted(acc, key=labels.__getitem__):  # parents (lower depth) first
+        if iid in uncertain:
+            _count(skipped_scopes, REASON_SCOPE_GUESS)
+            continue
+        spans = acc[iid]
+        depth, _, label, path, module_class = labels[iid]
+        sargs: Dict[str, Any] = {"graph id": gid, "replay": idx}
+        if depth:
+            sargs["scope path"] = path
+        if module_class is not None:
+            sargs["module class"] = module_class
+        sargs["kernel count"] = len(spans)
+        if len(spans) == 1:
+            s, t = spans[0]
+        else:
+            s = spans[0][0]
+            t = max(map(_end, spans))
+            busy = busy_ns(spans)
+            if busy != t - s:
+                sargs["busy ns"] = busy
+        parent = None
+        for a in info.ancestors.get(iid, ()):  # innermost first; an uncertain one is not drawn
+            parent = drawn.get(a)
+            if parent is not None:
+                break
+        drawn[iid] = len(out)
+        out.append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, None, parent))
 
 
 def _project_candidates(r: Replay, cands: Sequence[Any], cache: Dict[int, _GraphInfo], out: List[GpuRange],

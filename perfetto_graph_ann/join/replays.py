@@ -12,6 +12,8 @@ from typing import Dict, List, Optional, Tuple
 
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
+__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "int_arg", "node_type_of", "Replay"]
+
 #: Kineto category -> capture node type
 EVENT_NODE_TYPE = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 

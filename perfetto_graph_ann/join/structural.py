@@ -24,6 +24,8 @@ from ..read.model import TraceEvent
 from .match import Match, best_graph, device_ok, signature
 from .replays import Replay
 
+__all__ = ["match_structural", "REASON_COUNT", "REASON_NO_GRAPHS", "REASON_SIGNATURES", "REASON_STREAMS"]
+
 #: Why a replay kept no structural label (JoinReport.unmatched_replays keys).
 REASON_NO_GRAPHS = "no annotated graph"
 REASON_COUNT = "its GPU work count matches no annotated graph (cut by the profiling window, or another graph)"

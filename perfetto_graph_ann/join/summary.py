@@ -14,6 +14,9 @@ import pandas as pd
 from ..read.model import KinetoTrace
 from .model import STRATEGIES, JoinReport, LaneLayout, lane_key
 
+__all__ = ["annotated_counts", "COLUMNS", "lane_counts", "lane_table", "report_table", "summary_line", "summary_lines",
+           "warning_lines"]
+
 COLUMNS = ["device", "lane", "name", "before", "after"]
 
 

@@ -5,6 +5,8 @@ Each stage only knows the one below it (``read`` a file, ``join`` a read trace w
 layout, options)``, ``query`` a trace processor); these modules decide what runs in which
 order for each use:
 
+* :mod:`.joined`: :func:`~.joined.read_and_join`, the one way every entry point below
+  reads a trace and joins it (the graph-lanes rule, the trace's rank, the progress phases);
 * :mod:`.convert`: one trace to ``.pftrace`` or annotated Chrome JSON (``convert``, the
   CLI's ``convert``, ``lanes``, ``report`` and ``sql``), joined with annotation files;
 * :mod:`.merge`: several ranks' traces into one ``.pftrace``;
@@ -14,3 +16,5 @@ order for each use:
 
 The capture side (``capture.export`` / ``trace_handler``) and the CLI sit on top.
 """
+
+__all__: "list[str]" = []

@@ -9,6 +9,7 @@ from typing import Optional, Sequence, Union
 
 from ..errors import InputError, PathLike
 from ..query.diff import LABELS, DiffConfig, read_diff
+from ..util.progress import phase
 from ..write.perfetto.tracks import GROUP_MERGE_KEY_PREFIX
 
 __all__ = ["diff", "DiffConfig"]
@@ -89,18 +90,15 @@ def diff(base: PathLike, new: PathLike, base_annotations: AnnotationsArg = None,
 
     config = config or DiffConfig()
 
-    def phase(desc: str):
-        return progress.phase(desc) if progress is not None else contextlib.nullcontext()
-
     paths = [os.fspath(base), os.fspath(new)]
     anns = [_annotation_set(base_annotations), _annotation_set(new_annotations)]
     ranks = [_rank_trace(p, a, label, i, config, progress) for i, (p, a, label) in enumerate(zip(paths, anns, LABELS))]
-    with phase("merging the two runs"):
+    with phase(progress, "merging the two runs"):
         merged = merge_converted(ranks)
     del ranks
     with contextlib.ExitStack() as stack:
-        with phase("loading the two runs into the trace processor"):
+        with phase(progress, "loading the two runs into the trace processor"):
             session = stack.enter_context(open_fed(lambda sink: sink.write(merged), source=f"{paths[0]} + {paths[1]}",
                                                    engine=engine))
-        with phase("comparing the runs (graph_ann.diff)"):
+        with phase(progress, "comparing the runs (graph_ann.diff)"):
             return read_diff(session, paths, config)

@@ -15,6 +15,8 @@ from ..query import batch as _batch
 from ..query import fleet as _fleet
 from .query import convert_for_task
 
+__all__ = ["fleet_report", "query_many"]
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -5,15 +5,16 @@ How the converted ranks are combined (groups, one clock, no id clashes, labels) 
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 from typing import Optional, Sequence
 
 from ..annotations.model import AnnotationSet
-from ..errors import InputError, PathLike
+from ..errors import PathLike
 from ..util.atomic import atomic_write_bytes
+from ..util.progress import phase
 from ..write.merge import MergedInput, MergeReport, RankTrace, merge_converted
+from .joined import read_and_join, trace_rank
 
 __all__ = ["merge", "MergeReport"]
 
@@ -23,25 +24,39 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
           labels: Optional[Sequence[Optional[str]]] = None, progress=None, force: bool = False) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
-    ``annotations``: None, or one entry per trace (None where a rank has none).
-    ``graph_lanes``: None (default) moves each rank's graphed kernels to their lanes where its
-    annotations carry a field and keeps the recorded streams of a rank whose annotations carry
-    none; ``"all"`` / ``"none"`` as asked, ``"all"`` refused (``LaneOptionError``, naming the
-    rank's annotations) for a rank without annotated nodes, as torch 2.15 refuses it: one
-    rule for every entry point (``join.lanes.decide_graph_lanes``). The rank
-    is the trace's ``distributedInfo.rank``, else its position. Written atomically and,
-    as by ``convert``, gzip-compressed when ``gzip`` is True or (None) the name ends in ``.gz``;
-    an ``out`` that is one of the traces, or has a JSON name, raises ``OutputError``.
-    ``labels``: None, or one entry per trace (None: unlabelled): a labelled trace's group is
-    ``<label> (rank <r>)``, so an eager and a graphed trace of one rank can be compared;
-    labelled groups keep the order of ``traces``. ``progress``: a
-    :class:`~perfetto_graph_ann.util.progress.Progress` to name each rank's phases on.
-    Annotations that do not belong to their rank's trace raise ``AnnotationMismatchError``
-    before anything is written, unless ``force`` (see :func:`~perfetto_graph_ann.join.join`).
-    """
-    def phase(desc: str):
-        return progress.phase(desc) if progress is not None else contextlib.nullcontext()
+    Each rank is read and joined by :func:`~.joined.read_and_join` (:func:`convert_rank`);
+    how the converted ranks are combined is :func:`~perfetto_graph_ann.write.merge.merge_converted`'s.
 
+    Args:
+        traces: the ranks' torch.profiler JSON traces.
+        out: the ``.pftrace`` to write, atomically; gzip-compressed when ``gzip`` is True or
+            (None) its name ends in ``.gz``.
+        annotations: None, or one entry per trace (None where a rank has none).
+        graph_lanes: None (default) moves each rank's graphed kernels to their lanes where
+            its annotations carry a field and keeps the recorded streams of a rank whose
+            annotations carry none; ``"all"`` / ``"none"`` as asked (the one rule:
+            ``join.lanes.decide_graph_lanes``).
+        gzip: see ``out``.
+        labels: None, or one entry per trace (None: unlabelled): a labelled trace's group is
+            ``<label> (rank <r>)``, so an eager and a graphed trace of one rank can be
+            compared; labelled groups keep the order of ``traces``.
+        progress: a :class:`~perfetto_graph_ann.util.progress.Progress` to name each rank's
+            phases on.
+        force: join annotations that do not belong to their rank's trace.
+
+    Returns:
+        The :class:`MergeReport`: ranks, their clock offsets and layouts.
+
+    Raises:
+        OutputError: an ``out`` that is one of the traces, or has a JSON name.
+        InputError: a trace whose ``distributedInfo.rank`` is no rank (the rank is that,
+            else the trace's position).
+        LaneOptionError: ``graph_lanes="all"`` for a rank without annotated nodes (as torch
+            2.15 refuses it), naming the rank's annotations.
+        AnnotationMismatchError: annotations that do not belong to their rank's trace,
+            before anything is written, unless ``force``.
+        ValueError: ``annotations`` or ``labels`` not one per trace.
+    """
     from ..write.pftrace import check_protobuf_output
 
     check_protobuf_output(out, list(traces), "merge writes only Perfetto traces")
@@ -53,7 +68,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
                           graph_lanes=graph_lanes, label=labels[i] if labels is not None else None,
                           progress=progress, force=force)
              for i, path in enumerate(traces)]
-    with phase(f"merging and writing {os.path.basename(os.fspath(out))}"):
+    with phase(progress, f"merging and writing {os.path.basename(os.fspath(out))}"):
         atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
@@ -68,32 +83,21 @@ def convert_rank(path: PathLike, annotations: Optional[AnnotationSet], index: in
     as :func:`merge` (and ``diff``) hand it to :func:`~perfetto_graph_ann.write.merge.merge_converted`.
     ``index`` / ``count``: its position among the inputs (its rank when the trace names none;
     the progress line)."""
-    def phase(desc: str):
-        return progress.phase(desc) if progress is not None else contextlib.nullcontext()
-
-    from ..join import join
-    from ..read.kineto import read_trace
     from ..write.pftrace import paused_gc, write_pftrace_stream
 
-    i, spath = index, os.fspath(path)
     # As in convert(): the cyclic GC paused while a rank is read, joined and written, and
     # its trace dropped before the GC resumes (else the first collection afterwards
     # walks every event of the dying trace).
+    name, of = os.path.basename(os.fspath(path)), f" ({index + 1} of {count})"
     with paused_gc():
-        with phase(f"reading {os.path.basename(spath)} ({i + 1} of {count})"):
-            trace = read_trace(spath)
+        trace = read_and_join(path, progress=progress, suffix=of).trace
         try:
-            info = trace.distributed_info or {}
-            rank = info.get("rank", i)
-            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1 << 31:
-                raise InputError(spath, f"distributedInfo.rank {rank!r} is not a rank (an integer 0..2^31-1)")
-            with phase(f"joining and converting {os.path.basename(spath)} ({i + 1} of {count})"):
-                layout = None
-                if annotations is not None:
-                    layout = join(trace, annotations, graph_lanes=graph_lanes, force=force)
+            rank = trace_rank(trace)
+            with phase(progress, f"joining and converting {name}{of}"):
+                layout = read_and_join(trace, annotations, graph_lanes=graph_lanes, force=force).layout
                 buf = io.BytesIO()  # the writer streams to any binary file: no temporary file to write and read back
                 write_pftrace_stream(trace, buf, layout)
             base_time_ns = trace.base_time_ns
         finally:
             del trace
-    return RankTrace(rank, base_time_ns, buf.getvalue(), spath, layout, label)
+    return RankTrace(index if rank is None else rank, base_time_ns, buf.getvalue(), os.fspath(path), layout, label)

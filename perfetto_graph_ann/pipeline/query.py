@@ -14,11 +14,14 @@ from ..query.engine.config import EngineConfig
 from ..query.session import Session, open_fed, sql_arg_names
 from ..read.model import KinetoTrace
 from ..write.pftrace import ConvertConfig, paused_gc, write_pftrace_stream
-from .convert import read_and_join
+from ..util.progress import phase
+from .joined import read_and_join, trace_rank
 
 if TYPE_CHECKING:
     from ..join.model import LaneLayout
     from ..util.progress import Progress
+
+__all__ = ["convert_for_task", "open_converted", "open_json", "SORT_WINDOW_BYTES"]
 
 
 @contextlib.contextmanager
@@ -67,17 +70,34 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
               force: bool = False, engine: str = "auto", config: Optional[EngineConfig] = None,
               sql_args_only: bool = False, progress: "Optional[Progress]" = None,
               on_join: "Optional[Callable[[LaneLayout], Any]]" = None) -> Iterator[Session]:
-    """A session on the torch.profiler JSON trace at ``trace_path``, read, joined to the
-    ``annotations`` files (if any; ``graph_lanes``, ``force`` and ``on_join`` as for
-    :func:`~perfetto_graph_ann.pipeline.convert.read_and_join`) and converted as
-    :func:`open_converted` does (``sql_args_only`` likewise).
+    """A session on the torch.profiler JSON trace at ``trace_path``, read and joined by
+    :func:`~perfetto_graph_ann.pipeline.joined.read_and_join` and converted as
+    :func:`open_converted` does.
 
     For a caller that needs only the session: the engine starts before the JSON is read, so
     its start-up overlaps the read, and the read trace is freed as soon as its packets are
     sent, while the engine still finalizes. The collector is paused throughout (reading
     and converting allocate millions of objects, see ``paused_gc``) and the trace is
-    freed before it runs again. ``progress`` names the phases; the last one lasts until
-    the engine has loaded the trace.
+    freed before it runs again.
+
+    Args:
+        trace_path: the torch.profiler JSON trace.
+        annotations: annotation files to join it with (none: not joined).
+        graph_lanes: ``"all"``, ``"none"`` or None (the lanes where a node is annotated).
+        force: join annotations of another run.
+        engine: as for :func:`~perfetto_graph_ann.query.session.open_trace`.
+        config: the engine's settings.
+        sql_args_only: write only the args the SQL packages read (see :func:`open_converted`).
+        progress: names the phases; the last one lasts until the engine has loaded the trace.
+        on_join: told the layout as soon as the join is done.
+
+    Returns:
+        A context manager giving the :class:`Session`, named after ``trace_path``.
+
+    Raises:
+        TraceFormatError: a malformed trace (naming it); the engine is stopped.
+        LaneOptionError, AnnotationMismatchError: as :func:`~.joined.read_and_join`.
+        EngineNotFoundError: no engine is usable.
     """
     cfg = (config or EngineConfig()).with_engine(engine)
     convert_config = _convert_config(cfg, sql_args_only)
@@ -86,12 +106,12 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
     with contextlib.ExitStack() as loading:
         def feed(sink) -> None:
             with paused_gc():
-                trace, layout = read_and_join(trace_path, annotations, graph_lanes, force, progress, on_join)
-                if progress is not None:
-                    loading.enter_context(progress.phase(loading_phase))
-                write_pftrace_stream(trace, sink, layout, convert_config)
+                joined = read_and_join(trace_path, list(annotations), graph_lanes=graph_lanes, force=force,
+                                       progress=progress, on_join=on_join)
+                loading.enter_context(phase(progress, loading_phase))
+                write_pftrace_stream(joined.trace, sink, joined.layout, convert_config)
                 sink.close()
-                del trace, layout
+                del joined
 
         with open_fed(feed, trace_path, config=cfg) as session:
             loading.close()
@@ -100,32 +120,26 @@ def open_json(trace_path: str, annotations: Sequence[str] = (), graph_lanes: Opt
 
 def convert_for_task(src: str, sidecars: List[str], graph_lanes: Optional[str], out: str) -> Dict[str, Any]:
     """A fleet task's conversion, run on the worker: the JSON trace ``src`` (joined with
-    ``sidecars``) to ``out``. Returns what was learnt on the way: its rank
-    (``distributedInfo.rank``), base time and, when joined, the join's graphed and unmatched
-    counts. ``graph_lanes`` None: the lanes where a node is annotated, else the recorded
-    streams (decided by the join). A module-level function, so a task carrying it pickles
-    by reference."""
-    from ..read.kineto import read_trace
-    from ..write.pftrace import paused_gc, write_pftrace
+    ``sidecars``) to ``out``, by :func:`~.joined.read_and_join`. Returns what was learnt on
+    the way: its rank (:func:`~.joined.trace_rank`: a rank that is no rank is refused, as
+    by ``merge``), base time and, when joined, the join's graphed and unmatched counts.
+    ``graph_lanes`` None: the lanes where a node is annotated, else the recorded streams. A
+    module-level function, so a task carrying it pickles by reference."""
+    from ..write.pftrace import write_pftrace
 
     info: Dict[str, Any] = {}
     with paused_gc():
-        trace = read_trace(src)
+        joined = read_and_join(src, list(sidecars), graph_lanes=graph_lanes)
         try:
-            layout = None
-            if sidecars:
-                from ..annotations.files import load_annotation_files
-                from ..join.join import join
-
-                layout = join(trace, load_annotation_files(sidecars), graph_lanes=graph_lanes)
-                info["join_graphed"] = layout.report.graphed
-                info["join_unmatched"] = layout.report.unmatched
-            rank = (trace.distributed_info or {}).get("rank")
-            if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+            if joined.layout is not None:
+                info["join_graphed"] = joined.layout.report.graphed
+                info["join_unmatched"] = joined.layout.report.unmatched
+            rank = trace_rank(joined.trace)
+            if rank is not None:
                 info["rank"] = rank
-            if trace.base_time_ns:
-                info["base_time_ns"] = trace.base_time_ns
-            write_pftrace(trace, out, layout)
+            if joined.trace.base_time_ns:
+                info["base_time_ns"] = joined.trace.base_time_ns
+            write_pftrace(joined.trace, out, joined.layout)
         finally:
-            del trace
+            del joined
     return info

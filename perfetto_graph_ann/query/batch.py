@@ -23,6 +23,8 @@ from .executors import RayOptions, run_tasks
 from .session import exact_frame
 from .tasks import Converter, FileInput, TraceTask, to_frame
 
+__all__ = ["annotation_inputs", "PathArg", "query_many"]
+
 PathArg = Union[str, "os.PathLike[str]"]
 
 
@@ -42,22 +44,31 @@ def query_many(
 ) -> Union[pd.DataFrame, Dict[str, pd.DataFrame]]:
     """Run ``sql`` on every trace; one DataFrame, a ``trace`` column (the path) first.
 
-    ``sql`` may also be a mapping name -> SQL: each trace is loaded once and every query
-    runs on it; the result is then a dict name -> DataFrame.
+    Args:
+        traces: Perfetto traces, or torch.profiler JSON traces (converted on the worker).
+        sql: one query, or a mapping name -> SQL (each trace is loaded once and every query
+            runs on it).
+        engine, config: as for :func:`~perfetto_graph_ann.query.session.open_trace`.
+        max_workers: the most engines (``"local"``) or tasks in flight at once.
+        progress: a tqdm bar over the traces on stderr (``None``: only on a terminal).
+        executor: ``"local"`` (threads on this machine), ``"ray"`` (one Ray task per trace:
+            ``ray.init(address=ray_address)``, else ``$RAY_ADDRESS``, else a new local
+            instance; see :class:`RayOptions`), or any ``concurrent.futures.Executor``.
+        annotations: per trace, a sidecar path, a list of them, or None; a trace with
+            annotations (a torch.profiler JSON) is joined and converted to ``.pftrace`` on
+            the worker (by ``converter``, see :class:`~.tasks.TraceTask`;
+            ``perfetto_graph_ann.query_many`` gives the pipeline's) before it is loaded.
+        ray_address, ray_options: for ``executor="ray"``.
+        converter: the worker's conversion (internal: the package's own gives it).
 
-    ``executor``: ``"local"`` (threads on this machine, at most ``max_workers`` engines),
-    ``"ray"`` (one Ray task per trace: ``ray.init(address=ray_address)``, else
-    ``$RAY_ADDRESS``, else a new local instance; see :class:`RayOptions`), or any
-    ``concurrent.futures.Executor`` (at most ``max_workers`` tasks in flight).
-    ``annotations``: per trace, a sidecar path, a list of them, or None; a trace with
-    annotations (a torch.profiler JSON) is joined and converted to ``.pftrace`` on the
-    worker (by ``converter``, see :class:`~.tasks.TraceTask`; ``perfetto_graph_ann.query_many``
-    gives the pipeline's) before it is loaded. ``progress``: a tqdm bar over the traces on stderr
-    (``None``: only on a terminal).
+    Returns:
+        One DataFrame (rows in the order of ``traces``), or for a mapping ``sql`` a dict
+        name -> DataFrame.
 
-    Rows keep the order of ``traces``. The first failure (bad trace, SQL error, engine
-    death, a Ray task whose worker died more than ``max_retries`` times) is raised, naming
-    its trace, and the other tasks are stopped.
+    Raises:
+        GraphAnnError: the first failure (bad trace, SQL error, engine death, a Ray task
+            whose worker died more than ``max_retries`` times), naming its trace; the other
+            tasks are stopped.
     """
     config = (config or EngineConfig()).with_engine(engine)
     paths = [Path(t) for t in traces]

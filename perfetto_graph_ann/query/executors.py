@@ -22,6 +22,8 @@ from .. import settings
 from ..errors import EngineError
 from .tasks import FileInput, NotVisible, TaskFailure, TaskResult, TraceTask, raise_failure, run_trace_task
 
+__all__ = ["DEFAULT_RAY_RETRIES", "import_ray", "progress_bar", "RAY_INSTALL", "RayOptions", "run_tasks"]
+
 #: Ray task retries after a worker process dies (or is killed for memory) mid-task.
 DEFAULT_RAY_RETRIES = 3
 RAY_INSTALL = "pip install 'perfetto-graph-ann[cluster]'"

@@ -21,6 +21,8 @@ from .executors import RayOptions, run_tasks
 from .straggler import FleetReport, RankTables, combine
 from .tasks import Converter, FileInput, TraceTask, to_frame
 
+__all__ = ["find_sidecar", "find_traces", "FLEET_QUERIES", "fleet_report"]
+
 #: The per-rank queries. ``clock``: the offset from trace time to Unix time, from the
 #: REALTIME (builtin clock 1) snapshot the converter writes (NULL without one).
 FLEET_QUERIES = {
@@ -102,17 +104,25 @@ def fleet_report(
 ) -> FleetReport:
     """The straggler report of one job's per-rank traces (files or folders of them).
 
-    ``annotations``: per trace, a sidecar path (or a list, or None); by default
-    (``find_sidecars``) each JSON trace's ``<stem>.annotations.json`` / ``.pga`` beside it.
-    A JSON trace is joined with its sidecar and converted on the worker (by ``converter``;
-    ``perfetto_graph_ann.fleet_report`` gives the pipeline's). The rank of a
-    trace is its ``distributedInfo.rank``, else the number after ``rank`` in its file
-    name, else its position. ``executor``, ``max_workers``, ``progress``, ``ray_address``
-    and ``ray_options`` as in :func:`~perfetto_graph_ann.query.batch.query_many`.
+    Args:
+        traces: per-rank traces (Perfetto or torch.profiler JSON), or folders of them.
+        annotations: per trace, a sidecar path (or a list, or None); by default
+            (``find_sidecars``) each JSON trace's ``<stem>.annotations.json`` / ``.pga``
+            beside it. A JSON trace is joined with its sidecar and converted on the worker
+            (by ``converter``; ``perfetto_graph_ann.fleet_report`` gives the pipeline's).
+        executor, engine, config, max_workers, progress, ray_address, ray_options: as in
+            :func:`~perfetto_graph_ann.query.batch.query_many`.
+        find_sidecars: look for each JSON trace's sidecar beside it.
+        converter: the worker's conversion (internal).
 
-    Raises :class:`InputError` when two traces claim one rank, or when some traces have
-    an absolute clock (``baseTimeNanoseconds``) and others do not (their starts cannot be
-    compared).
+    Returns:
+        The :class:`FleetReport`: ranking, collective instances, arrivals, lanes. The rank
+        of a trace is its ``distributedInfo.rank``, else the number after ``rank`` in its
+        file name, else its position.
+
+    Raises:
+        InputError: two traces claim one rank, or some traces have an absolute clock
+            (``baseTimeNanoseconds``) and others do not (their starts cannot be compared).
     """
     from .batch import annotation_inputs
 

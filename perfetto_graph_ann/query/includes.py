@@ -14,6 +14,8 @@ from typing import List, Sequence, Tuple
 
 from .._resources import sql_package_dir
 
+__all__ = ["in_dependency_order", "include_modules", "split_includes"]
+
 _INCLUDE = re.compile(r"\s*INCLUDE\s+PERFETTO\s+MODULE\s+([A-Za-z_][\w.]*)\s*;", re.I)
 _COMMENT = re.compile(r"\s*--[^\n]*(\n|$)")
 
@@ -67,9 +69,8 @@ def in_dependency_order(modules: Sequence[str]) -> List[str]:
 def include_modules(session, modules: Sequence[str], progress=None, timeout_s=None) -> None:
     """Include ``modules`` (and their ``graph_ann`` dependencies) one by one in ``session``,
     each as a phase of ``progress`` (a :class:`~perfetto_graph_ann.util.progress.Progress`)."""
-    import contextlib
+    from ..util.progress import phase
 
     for m in in_dependency_order(modules):
-        phase = progress.phase(f"SQL module {m}") if progress is not None else contextlib.nullcontext()
-        with phase:
+        with phase(progress, f"SQL module {m}"):
             session.query(f"INCLUDE PERFETTO MODULE {m};", timeout_s=timeout_s)

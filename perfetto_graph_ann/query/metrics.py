@@ -28,6 +28,11 @@ from typing import Dict, Iterator, Optional, Union
 
 from .session import Session, open_trace
 
+__all__ = ["collectives", "gpu_work", "graph_replays", "groups", "lane_gaps", "lane_idle", "lane_summary",
+           "lane_top_kernels", "Metric", "METRICS", "module_instances", "module_summary", "overlap", "query_metric",
+           "replay_lanes", "replays", "report", "scope_instances", "scope_slowest", "scope_summary", "TraceArg",
+           "without_group"]
+
 TraceArg = Union[str, "os.PathLike[str]", Session]
 
 
@@ -152,7 +157,8 @@ def _top_where(top: Optional[int]) -> Optional[str]:
 
 
 def replays(trace: TraceArg, engine: str = "auto"):
-    """Per CUDA graph replay: GPU start / end, wall time, busy time, launch overhead."""
+    """Per CUDA graph replay: GPU start / end, wall time, busy time, launch overhead, and the
+    graph name, candidates and replay slice where the trace has the projection."""
     return query_metric(trace, "replays", engine=engine)
 
 
@@ -182,7 +188,9 @@ def lane_gaps(trace: TraceArg, engine: str = "auto"):
 
 
 def graph_replays(trace: TraceArg, engine: str = "auto"):
-    """Per projected graph replay: graph name, GPU span, busy time, kernel count, launch latency."""
+    """Deprecated (until 0.2; :func:`replays` is the one replay table): per projected graph
+    replay, :func:`replays`' rows under their earlier names (``dur``, ``kernel_count``,
+    ``launch_latency``)."""
     return query_metric(trace, "graph_replays", engine=engine)
 
 

@@ -21,6 +21,9 @@ from perfetto.common.query_result_iterator import QueryResultIterator
 
 from .engine import Choice, Engine, EngineConfig, choose_engine, create_engine, start_engine
 
+__all__ = ["exact_frame", "FEED_CHUNK_BYTES", "open_fed", "open_trace", "PathArg", "QueryResult", "Session",
+           "sql_arg_names"]
+
 PathArg = Union[str, "os.PathLike[str]"]
 
 
@@ -127,11 +130,20 @@ class Session:
 def open_trace(path: PathArg, engine: str = "auto", config: Optional[EngineConfig] = None) -> Session:
     """Load the trace at ``path`` into a trace processor with our SQL packages registered.
 
-    ``engine``: ``"auto"``, ``"native"`` or ``"portable"`` (overrides ``config.engine``
-    unless it is ``"auto"`` and a config is given). Raises
-    :class:`~perfetto_graph_ann.errors.InputError` for a missing or unreadable trace and
-    :class:`~perfetto_graph_ann.errors.EngineNotFoundError` (listing what was tried and
-    how to fix each) when no engine is usable.
+    Args:
+        path: a Perfetto trace (ours or any), or a torch.profiler / Chrome JSON trace.
+        engine: ``"auto"``, ``"native"`` or ``"portable"`` (overrides ``config.engine``
+            unless it is ``"auto"`` and a config is given).
+        config: the engine's settings (:class:`EngineConfig`).
+
+    Returns:
+        A :class:`Session` (``session.query(sql).df()``; a context manager that stops the
+        engine).
+
+    Raises:
+        InputError: a missing or unreadable trace.
+        IncompleteTraceError: a trace that did not load whole (``config.check_complete``).
+        EngineNotFoundError: no engine is usable (listing what was tried and how to fix each).
     """
     config = (config or EngineConfig()).with_engine(engine)
     return Session(Path(path), start_engine(path, config))

@@ -43,6 +43,8 @@ from typing import List, Optional
 
 import pandas as pd
 
+__all__ = ["arrivals_of", "combine", "FleetReport", "parse_ranks", "RankTables"]
+
 #: Collective types matched across ranks (sendrecv is point to point).
 _EXCLUDED_TYPES = ("sendrecv",)
 

@@ -22,6 +22,9 @@ from ..errors import GraphAnnError, InputError
 from ..formats import is_json_name
 from .engine.config import EngineConfig
 
+__all__ = ["Converter", "FileInput", "NotVisible", "Outcome", "raise_failure", "run_trace_task", "TaskFailure",
+           "TaskResult", "to_arrow", "to_frame", "TraceTask"]
+
 #: ``converter(src, sidecars, graph_lanes, out) -> info``: see :class:`TraceTask`.
 Converter = Callable[[str, List[str], str, str], Dict[str, Any]]
 

@@ -27,6 +27,8 @@ import msgspec
 from ..errors import TraceFormatError
 from .model import TraceEvent
 
+__all__ = ["decode_events", "us_to_ns"]
+
 #: Times and ts + dur must fit the trace processor's int64 nanoseconds.
 _MAX_NS = 1 << 63
 

@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 import msgspec
 
+__all__ = ["CATEGORY_ALIASES", "GPU_WORK_CATEGORIES", "GRAPH_LAUNCH_NAMES", "KinetoTrace", "Pid", "Tid", "TraceEvent"]
+
 Pid = Union[int, str]
 Tid = Union[int, str]
 

@@ -32,6 +32,8 @@ from typing import Dict, FrozenSet, Optional
 from ..errors import InputError, PathLike
 from .ui import PERFETTO_UI_ORIGIN, PERFETTO_UI_PORT, ServeError, find_local_ui, served_name, ui_url
 
+__all__ = ["LOOPBACK", "ServeConfig", "ServeResult", "TraceServer"]
+
 LOOPBACK = "127.0.0.1"
 
 #: MIME types the UI build needs; wasm must be application/wasm for streaming compilation.

@@ -15,6 +15,8 @@ from typing import Optional
 
 from ..errors import GraphAnnError, PathLike
 
+__all__ = ["find_local_ui", "PERFETTO_UI_ORIGIN", "PERFETTO_UI_PORT", "served_name", "ServeError", "ui_url"]
+
 #: The hosted Perfetto UI: the only cross-origin site allowed to read a served trace.
 PERFETTO_UI_ORIGIN = "https://ui.perfetto.dev"
 #: The only loopback port ui.perfetto.dev's Content-Security-Policy lets it fetch from.

@@ -1,1 +1,3 @@
 """Small helpers shared by every stage (atomic output files)."""
+
+__all__: "list[str]" = []

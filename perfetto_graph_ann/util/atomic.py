@@ -18,6 +18,8 @@ from typing import IO, Iterator, Optional, Sequence
 from ..formats import is_gzip_name
 from ..errors import OutputError, PathLike
 
+__all__ = ["atomic_write", "atomic_write_bytes", "refuse_input_as_output"]
+
 _TMP_PREFIX = ".pga-tmp-"
 
 

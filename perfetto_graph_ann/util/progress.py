@@ -13,9 +13,11 @@ import contextlib
 import sys
 import threading
 import time
-from typing import IO, Iterator, Optional
+from typing import IO, ContextManager, Iterator, Optional
 
 from .. import settings
+
+__all__ = ["phase", "Progress", "REFRESH_S", "wanted"]
 
 REFRESH_S = 0.5
 
@@ -107,3 +109,9 @@ class Progress:
     def __exit__(self, *exc) -> None:
         self.close()
 
+
+
+def phase(progress: Optional[Progress], desc: str) -> ContextManager[None]:
+    """``progress.phase(desc)``, or a block that shows nothing when there is no ``progress``:
+    the one way an optional progress line names a phase."""
+    return progress.phase(desc) if progress is not None else contextlib.nullcontext()

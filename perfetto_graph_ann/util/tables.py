@@ -22,6 +22,10 @@ import math
 import shutil
 from typing import List, Optional, Sequence
 
+__all__ = ["format_cell", "format_duration", "format_float", "format_ratio", "GAP", "header", "is_duration", "is_ratio",
+           "is_timestamp", "KEY_COLUMNS", "MIN_TEXT_WIDTH", "render", "shorten_around", "shorten_column",
+           "shorten_middle", "terminal_width"]
+
 #: Minimum width a text column is shrunk to before columns move to another block.
 MIN_TEXT_WIDTH = 24
 GAP = "  "

@@ -41,6 +41,8 @@ from ..formats import START, Completeness, end_record, strip_marks
 from .perfetto.tracks import LANE_MERGE_KEY_PREFIX, group_merge_key, lane_merge_key
 from .perfetto.wire import field_bytes
 
+__all__ = ["merge_converted", "MergedInput", "MergeReport", "rank_group_uuid", "RankTrace"]
+
 #: Fresh pids / tids for ones that collide across ranks start here (positive int32).
 _FRESH_ID_BASE = 0x40000000
 #: Perfetto's builtin clocks that are *not* the trace's own time base (left alone).

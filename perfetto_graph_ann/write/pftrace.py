@@ -21,6 +21,8 @@ from .perfetto import WriterConfig, WriteStats, write_perfetto
 if TYPE_CHECKING:  # annotation only: a conversion without a join does not import the join package
     from ..join.model import LaneLayout
 
+__all__ = ["check_protobuf_output", "ConvertConfig", "paused_gc", "write_pftrace", "write_pftrace_stream"]
+
 
 @dataclasses.dataclass
 class ConvertConfig:

@@ -2,27 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Collective kernels (NCCL) with their message sizes and bandwidths.
---
--- The collective metadata are the arguments torch.profiler writes on eager
--- NCCL kernels (`Collective name`, `In msg nelems`, `Out msg nelems`,
--- `Group size`, `dtype`, `Process Group Name / Description / Ranks`); on
--- graphed kernels the join restores the same arguments from the capture-time
--- annotations. Kernels whose metadata is missing still get a row, with the
--- collective type read from the kernel name and NULL sizes.
---
--- Bandwidths follow NCCL's own tests (nccl-tests, doc/PERFORMANCE.md):
---  * message size S = max(in, out) elements x element size, which is the
---    size nccl-tests reports: the (equal) buffer size for all-reduce,
---    broadcast, reduce and send/recv, the gathered output for all-gather,
---    the scattered input for reduce-scatter, the whole send buffer for
---    all-to-all;
---  * algorithm bandwidth algbw = S / duration;
---  * bus bandwidth busbw = algbw x factor, with n = group size:
---    all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
---    broadcast, reduce, send/recv 1.
--- Bandwidths are in GB/s with 1 GB = 1e9 bytes (bytes per ns). In a merged
--- trace each kernel belongs to one group (`graph_ann.groups`).
+-- Collective kernels (NCCL) with their message sizes and bandwidths
+-- (nccl-tests' algbw / busbw).
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
@@ -139,7 +120,7 @@ FROM (SELECT DISTINCT COALESCE(collective, name) AS type_key FROM _graph_ann_col
 -- (eager, or graphed with restored metadata) or named like an NCCL kernel.
 CREATE PERFETTO TABLE graph_ann_collective(
   -- Slice id of the kernel.
-  id LONG,
+  id ID(slice.id),
   -- Start of the kernel.
   ts TIMESTAMP,
   -- Duration of the kernel.

@@ -2,22 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- What `perfetto-graph-ann diff` compares: per graph replay, and per item of
--- a replay (scope, lane, collective, kernel name), the numbers whose medians
--- and spreads across replays are compared between two runs. The two runs are
--- the two groups of one merged trace (`graph_ann.groups`, merged with the
--- labels `base` and `new`); every row carries its `group_id`, and the
--- statistics and the matching of one run's items to the other's are done in
--- Python (`perfetto_graph_ann/query/diff.py`; docs/design.md, "Diff").
---
--- A replay is a graph launch with GPU work (`graph_ann_replay`); its graph
--- name is the projected replay's (`graph_ann_graph_replay`, the name given to
--- `pga.graph`), else `graph <graph id>`, else the launch call's name (a trace
--- joined without annotations). Items are keyed by name within a replay:
--- scopes by their path, lanes by their name, collectives by their type (else
--- the kernel name), kernels (and memcpy / memset work) by name. The GPU work is
--- read from `_graph_ann_work` (the table under `graph_ann_gpu_work`), not the
--- view: none of the arguments the view reads per row is needed here.
+-- What `perfetto-graph-ann diff` compares: per graph replay, and per scope,
+-- lane, collective and kernel of a replay, in the two groups of a merged trace.
 
 INCLUDE PERFETTO MODULE graph_ann.replays;
 INCLUDE PERFETTO MODULE graph_ann.scopes;
@@ -40,7 +26,7 @@ CREATE PERFETTO TABLE graph_ann_diff_replay(
   -- Group of the merged trace (`graph_ann_group`): one run.
   group_id LONG,
   -- Slice id of the CPU graph launch call (joins `graph_ann_replay`).
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- GPU index.
   device LONG,
   -- Executable graph id, where known.
@@ -88,7 +74,7 @@ CREATE PERFETTO TABLE graph_ann_diff_item(
   -- Group of the merged trace (`graph_ann_group`): one run.
   group_id LONG,
   -- Slice id of the CPU graph launch call of the replay (joins `graph_ann_diff_replay`).
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- `scope`, `lane`, `collective` or `kernel`.
   kind STRING,
   -- The item's name: scope path, lane name, collective type or kernel name.

@@ -2,30 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- GPU work of traces written by perfetto_graph_ann (docs/design.md, "Contract 4"):
--- every kernel, memcpy and memset slice with the arguments the converter and the
--- join put on it, and the CPU call that launched it. Every argument is read as
--- `debug.<key>` (our TrackEvent traces) or else `args.<key>` (the same trace as
--- Chrome JSON: torch.profiler's own, or our annotated export; note Perfetto's
--- JSON importer drops complete events that overlap on one thread). The rules
--- for what GPU work is and for its device and lane are in `graph_ann.work_args`;
--- `graph_ann.lanes`, `graph_ann.replays` and `graph_ann.collectives` build on
--- the table here, `graph_ann.overlap` and `graph_ann.lane_idle` on narrower
--- tables of their own read with the same rules. Nothing here depends on the
--- track layout (lanes that spill onto several same-named tracks are one lane),
--- but for the lane tracks of `_graph_ann_lane_track`, whose device and lane
--- stand for those of every GPU work slice on them.
---
--- Modules that compute per-lane or per-device numbers (unions, gaps,
--- percentiles, overlap) select a lane or device with `=`, so they need
--- `device` and `stream` on every GPU work slice, as Kineto and our converter
--- write them; work without them is listed here with NULLs but gets NULL or 0
--- for those numbers.
---
--- Groups: in a merged trace every row belongs to one input, its `group_id`
--- (`graph_ann.groups`); device, lane and correlation ids repeat across groups,
--- so every per-lane, per-device and per-replay number is per group as well,
--- and a kernel's launch is the launch with its correlation in its group.
+-- GPU work of traces written by perfetto_graph_ann: every kernel, memcpy and
+-- memset slice with its lane, annotation, replay, graph node and launching call.
 
 INCLUDE PERFETTO MODULE graph_ann.work_args;
 
@@ -198,7 +176,7 @@ JOIN track AS t ON t.id = w.track_id;
 -- are read when it is queried.
 CREATE PERFETTO VIEW graph_ann_gpu_work(
   -- Slice id, to join back to `slice`.
-  id LONG,
+  id ID(slice.id),
   -- Start of the work on the GPU.
   ts TIMESTAMP,
   -- Duration of the work.
@@ -220,7 +198,7 @@ CREATE PERFETTO VIEW graph_ann_gpu_work(
   -- Lane name: the name of the slice's track (e.g. `62 attention`, `stream 7`).
   lane_name STRING,
   -- Track the slice lies on (one of the lane's tracks when the lane spilled).
-  track_id LONG,
+  track_id JOINID(track.id),
   -- CUDA stream the work ran on, as recorded by the profiler.
   stream LONG,
   -- Hardware stream of a slice the join moved to its annotated lane, else NULL.
@@ -232,7 +210,7 @@ CREATE PERFETTO VIEW graph_ann_gpu_work(
   -- CUPTI correlation id: the launch's; for graphed work the graph launch's, so it identifies the replay.
   correlation LONG,
   -- Slice id of the CPU call that launched the work (matched by correlation), NULL if not in the trace.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Whether the work was launched by a CUDA graph launch (one replay of a graph).
   is_graphed BOOL,
   -- Executable graph id (`debug.graph id`), where the join or the profiler knows it.

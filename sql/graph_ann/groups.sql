@@ -2,19 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- The groups of a trace: the traces `perfetto-graph-ann merge` put side by side (one per
--- rank, or per `--label`), each keeping its own devices, lanes and correlation ids, which
--- repeat from group to group (two ranks on `GPU 0`, an eager and a graphed rank 0). Every
--- graph_ann table that aggregates per lane, device, replay or collective keys its rows by
--- `group_id` first, so no number mixes two groups (docs/design.md, "Merge").
---
--- How a group is identified: merge puts each input under a global root track of its own,
--- `Rank <r>` or `<label> (rank <r>)`, whose sibling merge key is
--- `graph_ann.group:<group id>:<rank>` (`...:<rank>:<label>` when labelled); its lane tracks'
--- keys are `graph_ann.lane:<group id>:<device>:<lane>` (`graph_ann.work_args`), and every
--- slice of the input carries `debug.rank` (and `debug.label`). The group id is the input's
--- position in the merged trace (0-based). A trace that is not a merge (any trace
--- `convert` writes, Chrome JSON, another writer's) is one group, 0.
+-- The groups of a merged trace (one per rank or `--label`), whose devices,
+-- lanes and correlation ids repeat: every table keys its rows by group.
 
 -- One row per group of the trace: for a merged trace each input's root track, for any
 -- other trace one row, group 0, with NULL name, rank, label and track.
@@ -28,7 +17,7 @@ CREATE PERFETTO TABLE graph_ann_group(
   -- The input's `--label`, NULL when it has none.
   label STRING,
   -- Id of the group's root track, NULL for a trace that is not a merge.
-  track_id LONG
+  track_id JOINID(track.id)
 ) AS
 WITH
   keyed AS (

@@ -2,29 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Private helper: the union of intervals (busy time, idle gaps), in one place
--- for `graph_ann.lane_busy`, `graph_ann.replays`, `graph_ann.replay_lane_busy`,
--- `graph_ann.overlap` and `graph_ann.lane_idle`.
---
--- The rule. Take a group's intervals (a lane's, a replay's, a device's) in
--- start order; for interval i with start `ts` and end `end_ts`, let `p` be the
--- latest end of the intervals before it (`_graph_ann_prev_end`; NULL for the
--- first, read as `ts`). Every earlier interval starts at or before `ts`, so
--- whatever of [ts, p] exists is covered already, and interval i adds the piece
--- [MAX(ts, p), end_ts] to the union (nothing when `end_ts <= MAX(ts, p)`). The
--- pieces are disjoint: their lengths (`_graph_ann_union_piece`) add up to the
--- length of the union, with overlap counted once, and the pieces clipped to a
--- span (`_graph_ann_union_piece_in`) to the union's time inside it. Over
--- intervals with a positive duration, `ts > p` means nothing runs in
--- [p, ts]: an idle gap. With no negative duration, the union's length is
--- also its span (first start to last end) less the sum of `ts - p` over the
--- intervals with `ts > p` (zero-length ones included). Ties in start order
--- change neither sums nor gaps.
---
--- The callers apply the rule within table functions called once per group,
--- selecting the group with `=`: the trace processor then filters the group's
--- rows natively and the window needs no partition (docs/design.md, "SQL
--- package"). A group with a NULL device or lane matches nothing there.
+-- Private: the union of intervals (busy time, idle gaps), one rule for every
+-- module that measures busy or idle time.
 
 -- The latest end of the intervals before the current row in start order (NULL
 -- for the first row): a window over the rows of the query it is used in.

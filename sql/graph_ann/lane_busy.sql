@@ -2,12 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Busy time per lane, for `graph_ann.lanes`: the length of the union of the
--- lane's work intervals (work that overlaps on a lane, e.g. a lane gathering
--- several hardware streams, counted once), overall and inside the device's
--- replays' span. Three ways, the cheapest that is exact for the lane: a flat
--- lane's durations summed, a layered lane's two layers (`graph_ann.lane_layers`),
--- else the union rule of `graph_ann.intervals` over the lane's work.
+-- Busy time per lane (the union of its work), overall and inside the
+-- device's replays' span, for `graph_ann.lanes`.
 
 INCLUDE PERFETTO MODULE graph_ann.intervals;
 INCLUDE PERFETTO MODULE graph_ann.lane_layers;

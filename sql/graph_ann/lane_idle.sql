@@ -2,13 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Idle gaps per lane: the times between a lane's busy intervals when nothing
--- runs on it, listed and summarised per lane.
---
--- A gap is a hole in the union of the lane's work intervals with `dur > 0`
--- (the rule of `graph_ann.intervals`): work that overlaps on a lane leaves no
--- gap, work starting exactly where earlier work ends leaves none either, and
--- zero-length work neither fills nor ends a gap.
+-- Idle gaps per lane: the holes in the union of its work, listed and
+-- summarised per lane.
 
 INCLUDE PERFETTO MODULE graph_ann.intervals;
 INCLUDE PERFETTO MODULE graph_ann.work_args;

@@ -2,10 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Private helper of `graph_ann.lane_busy` and `graph_ann.replay_lane_busy`:
--- lanes whose busy time is the union of at most two "layers" of disjoint
--- intervals, so that it comes from one SPAN_JOIN (a native sweep) instead of
--- a window over all the lane's work (the union rule of `graph_ann.intervals`).
+-- Private: lanes whose busy time is the union of at most two layers of
+-- disjoint intervals (one SPAN_JOIN), for the busy-time modules.
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 

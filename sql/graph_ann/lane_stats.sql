@@ -2,12 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Per-lane statistics of GPU work, for `graph_ann.lanes` and
--- `graph_ann.lane_busy`: counts, durations and extremes, and per device the
--- replays' span: from the start of the first graph replay's GPU work to the
--- end of the last one's (see `graph_ann.replays`). The percentiles, which only
--- `graph_ann.lanes` shows, are computed there. A lane is a (group, device,
--- lane id): the groups of a merged trace (`graph_ann.groups`) share ids.
+-- Per-lane statistics of GPU work (counts, durations, extremes) and per
+-- device the replays' span, for `graph_ann.lanes` and `graph_ann.lane_busy`.
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
 

@@ -2,23 +2,12 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Per-lane metrics: how busy each lane of each GPU is and how its work is
--- distributed, and which kernels take its time.
---
--- Definitions:
---  * busy time: the length of the union of the lane's work intervals, so work
---    that overlaps on a lane (lanes that gather several hardware streams) is
---    counted once (`graph_ann.lane_busy`);
---  * profiled span: from the first instant any slice of the trace (CPU or GPU)
---    starts to the last instant one ends, over slices with `dur >= 0`; in a
---    merged trace, over the slices of the lane's group (`graph_ann.groups`);
---  * replays' span (per device): from the start of the first graph replay's
---    GPU work to the end of the last one's (see `graph_ann.replays`);
---  * percentiles are nearest-rank: the p-th percentile of n durations sorted
---    ascending is the one at 1-based rank ceil(p * n / 100).
+-- Per-lane metrics: how busy each lane of each GPU is, how its work is
+-- distributed (nearest-rank percentiles), and which kernels take its time.
 
 INCLUDE PERFETTO MODULE graph_ann.lane_busy;
 INCLUDE PERFETTO MODULE graph_ann.lane_stats;
+INCLUDE PERFETTO MODULE graph_ann.percentiles;
 
 -- The k-th shortest (0-based) work duration of a lane, for percentiles: the
 -- trace processor filters and sorts the lane natively.
@@ -40,8 +29,8 @@ WHERE group_id = $group_id AND device = $device AND lane_id = $lane_id
 ORDER BY dur
 LIMIT 1 OFFSET $k;
 
--- Per lane: nearest-rank percentiles of the work durations (the duration at
--- 1-based rank ceil(p * n / 100) in ascending order; ceil via integer division).
+-- Per lane: nearest-rank percentiles of the work durations
+-- (`_graph_ann_nearest_rank`).
 CREATE PERFETTO TABLE _graph_ann_lane_pct(
   -- Group (`graph_ann_group`).
   group_id LONG,
@@ -60,9 +49,9 @@ SELECT
   group_id,
   device,
   lane_id,
-  _graph_ann_lane_nth_dur(group_id, device, lane_id, (50 * work_count + 99) / 100 - 1) AS p50_dur,
-  _graph_ann_lane_nth_dur(group_id, device, lane_id, (90 * work_count + 99) / 100 - 1) AS p90_dur,
-  _graph_ann_lane_nth_dur(group_id, device, lane_id, (99 * work_count + 99) / 100 - 1) AS p99_dur
+  _graph_ann_lane_nth_dur(group_id, device, lane_id, _graph_ann_nearest_rank!(50, work_count) - 1) AS p50_dur,
+  _graph_ann_lane_nth_dur(group_id, device, lane_id, _graph_ann_nearest_rank!(90, work_count) - 1) AS p90_dur,
+  _graph_ann_lane_nth_dur(group_id, device, lane_id, _graph_ann_nearest_rank!(99, work_count) - 1) AS p99_dur
 FROM _graph_ann_lane_stats;
 
 -- The profiled span of each group: first start and last end over its slices

@@ -3,15 +3,7 @@
 -- Licensed under the Apache License, Version 2.0.
 --
 -- Module scopes: the time of every `nn.Module` call captured in a CUDA graph,
--- per replay, as the module scopes of `pga.instrument(modules=True)`,
--- `perfetto-graph-ann run --modules` or `pga.mark_modules` record them (and
--- torch 2.15's `mark_kernels` scopes that carry a `module_class` field).
--- A module scope is a scope instance of `graph_ann.scopes` whose slice has
--- `debug.module class`; its label is the module path (`layers.17.mlp`).
--- `total_dur` is the busy time of the module's work, submodules included (the
--- scope's own busy time); `self_dur` sums the durations of the kernels whose
--- innermost module it is (`debug.module` of the kernel), so the self times of
--- one replay add up to the time of its module work, submodules apart.
+-- per replay (total, self, share), and per module path across replays.
 
 INCLUDE PERFETTO MODULE graph_ann.scopes;
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
@@ -45,7 +37,7 @@ GROUP BY 1, 2, 3, 4;
 -- One row per module call per replay.
 CREATE PERFETTO TABLE graph_ann_module_instance(
   -- Slice id of the module's scope slice.
-  id LONG,
+  id ID(slice.id),
   -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
   group_id LONG,
   -- GPU index.

@@ -2,23 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Compute / communication overlap per GPU.
---
--- Each GPU work slice is one of: communication (a collective kernel, see
--- `graph_ann_collective`), compute (any other kernel) or memory (memcpy,
--- memset). Times are lengths of unions of intervals, so concurrent work on
--- several lanes is counted once:
---  * overlapped communication = |comm ∩ compute| = |comm| + |compute| -
---    |comm ∪ compute|;
---  * exposed communication = |comm| - overlapped communication, the
---    communication time no compute hides;
---  * idle = the device's span (first work start to last work end) minus the
---    time any work runs.
--- The five unions (each class, comm ∪ compute, all work) come from one window
--- pass over the device's work in start order (the rule of
--- `graph_ann.intervals`). Idle gaps per lane are in `graph_ann.lane_idle`.
--- A device is a (group, device): the groups of a merged trace
--- (`graph_ann.groups`) share device ids.
+-- Compute / communication overlap per GPU: compute, communication, memory,
+-- overlapped and exposed communication, idle time.
 
 INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
 INCLUDE PERFETTO MODULE graph_ann.intervals;

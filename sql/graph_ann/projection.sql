@@ -2,27 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Private helper of `graph_ann.scopes`: the slices of the GPU projection
--- (docs/design.md, "GPU projection") and the replay each scope slice belongs
--- to. Per replay, a slice of category `graph_replay` on the `graph replays`
--- track under `GPU N`; per scope instance, a slice of category `gpu_scope` on
--- the `scopes` track, spanning the earliest start to the latest end of the GPU
--- work captured inside the scope, across all lanes. The numbers are read from
--- the slices' `debug.*` arguments, names and tracks: a replay slice is named
--- `<graph name> #<replay>` and carries `graph id`, `replay`, `kernel count`,
--- `busy ns` and `launch latency ns` (a replay whose graph the join could not
--- tell is named by its candidates, `A | B`, with `graph candidates` instead of
--- `graph id` and `replay`); a scope slice is named by its label and
--- carries `scope path` (nested scopes only; at the top level the path is the
--- name), `kernel count`, `busy ns`, and `graph id` and `replay` where its
--- replay is not implied: the converter leaves both off only when its replay is
--- the replay slice on the same GPU that starts last at or before the scope, and
--- no other replay slice there starts at that time (it keeps them on every scope
--- of a replay that overlaps another). `busy ns` is left off where it
--- equals the span. A slice's duration is its span; the device is the `GPU N`
--- track it is under, and the group (`graph_ann.groups`) the group whose root
--- track holds that `GPU N` in a merged trace (0 otherwise): the rule "the
--- replay slice on the same GPU" is per group, as device ids repeat.
+-- Private: the slices of the converter's GPU projection (replays and scopes)
+-- and the replay each scope slice belongs to.
 
 INCLUDE PERFETTO MODULE graph_ann.groups;
 
@@ -140,3 +121,53 @@ LEFT JOIN _graph_ann_projected_ordinal AS r
   ON s.graph_id IS NULL AND r.category = 'graph_replay' AND r.group_id = s.group_id AND r.device = s.device
     AND r.ordinal = s.ordinal
 WHERE s.category = 'gpu_scope';
+
+-- Every projected replay slice with the graph launch it is drawn for (the
+-- flow the converter writes from the launch into it; NULL without one), its
+-- graph's name (the slice name without ` #<replay>`) and, where the join could
+-- not tell the graph, its candidates.
+CREATE PERFETTO TABLE _graph_ann_replay_slice(
+  -- Slice id of the replay slice.
+  id LONG,
+  -- Slice id of the graph launch.
+  launch_id LONG,
+  -- First GPU start of the replay.
+  ts TIMESTAMP,
+  -- The span.
+  dur DURATION,
+  -- Group (`graph_ann_group`).
+  group_id LONG,
+  -- GPU index.
+  device LONG,
+  -- Executable graph id (NULL when the join could not tell).
+  graph_id LONG,
+  -- Graph name (NULL with `graph_id`).
+  graph_name STRING,
+  -- 0-based replay index among the replays of the graph (NULL with `graph_id`).
+  replay LONG,
+  -- The graphs the replay may be, `A | B`; NULL when known.
+  graph_candidates STRING,
+  -- GPU work events of the replay (`debug.kernel count`).
+  kernel_count LONG,
+  -- Length of the union of the replay's GPU work (`debug.busy ns`).
+  busy_dur DURATION,
+  -- CPU launch start to first GPU work (`debug.launch latency ns`).
+  launch_latency DURATION
+) AS
+SELECT
+  p.id,
+  f.slice_out AS launch_id,
+  p.ts,
+  p.dur,
+  p.group_id,
+  p.device,
+  p.graph_id,
+  SUBSTR(p.name, 1, LENGTH(p.name) - LENGTH(' #' || p.replay)) AS graph_name,
+  p.replay,
+  EXTRACT_ARG(p.arg_set_id, 'debug.graph candidates') AS graph_candidates,
+  p.kernel_count,
+  p.busy_dur,
+  EXTRACT_ARG(p.arg_set_id, 'debug.launch latency ns') AS launch_latency
+FROM _graph_ann_projected_slice AS p
+LEFT JOIN flow AS f ON f.slice_in = p.id
+WHERE p.category = 'graph_replay';

@@ -2,14 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Per (graph replay, lane), for `graph_ann.replays`: the extent and counts of
--- the replay's GPU work on the lane and its busy time there (the length of the
--- union of those intervals). A replay's GPU work is the work whose launch is a
--- graph launch (`_graph_ann_work.is_graphed`). Busy time comes, the cheapest
--- way that is exact, from the durations summed (flat lanes), from two layers
--- (`graph_ann.lane_layers`), or from the union rule of `graph_ann.intervals`.
--- A lane is a (group, device, lane id) (`graph_ann.groups`); a replay's launch
--- belongs to one group, so a (replay, lane) pair is keyed by launch and lane.
+-- Private: per (graph replay, lane), the extent and counts of the replay's
+-- work on the lane and its busy time there, for `graph_ann.replays`.
 
 INCLUDE PERFETTO MODULE graph_ann.intervals;
 INCLUDE PERFETTO MODULE graph_ann.lane_layers;

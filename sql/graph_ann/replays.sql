@@ -2,28 +2,10 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- CUDA graph replays: every graph launch (`cudaGraphLaunch` and its driver /
--- versioned spellings) whose GPU work is in the trace, with its timing on the
--- GPU, the busy time per lane and the launch overhead.
---
--- A replay's GPU work is the work whose correlation id is the graph launch's:
--- CUPTI gives every kernel of one replay its graph launch's correlation.
---
--- Launch overhead: from the start of the CPU launch call to the replay's
--- first GPU work is `launch_to_gpu_dur`. Part of it is queueing: the GPU was
--- still busy with work submitted earlier (back-to-back replays wait for the
--- previous one), `queued_dur`. The rest, `launch_overhead_dur`, is what the
--- launch itself cost. Earlier work is, on the same device, every replay that
--- starts strictly before this one (all of its work, up to its last end) and
--- every GPU work slice outside a replay that starts strictly before it:
---   queued_dur = MAX(0, MIN(end of earlier work, ts) - launch_ts)
---   launch_overhead_dur = launch_to_gpu_dur - queued_dur
--- so with an idle GPU all of `launch_to_gpu_dur` is launch overhead.
---
--- In a merged trace (`graph_ann.groups`) a replay belongs to its launch's
--- group, "the same device" means the same device of the same group, and a
--- replay's kernels are found by their correlation within the group.
+-- CUDA graph replays, one row each (the one replay table): timing on the GPU,
+-- busy time, launch overhead, and the projection's graph name where present.
 
+INCLUDE PERFETTO MODULE graph_ann.projection;
 INCLUDE PERFETTO MODULE graph_ann.replay_lane_busy;
 
 -- Per replay: the extent and counts of its GPU work (the per-lane rows summed
@@ -202,7 +184,7 @@ WHERE NOT d.by_gaps;
 -- One row per graph replay (graph launch with GPU work in the trace).
 CREATE PERFETTO TABLE graph_ann_replay(
   -- Slice id of the CPU graph launch call.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- CUPTI correlation id of the launch, shared by all the replay's GPU work.
   correlation LONG,
   -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
@@ -243,7 +225,16 @@ CREATE PERFETTO TABLE graph_ann_replay(
   queued_dur DURATION,
   -- Launch overhead: `launch_to_gpu_dur` less `queued_dur`, from the later of
   -- the launch call's start and the end of earlier work to the first GPU work.
-  launch_overhead_dur DURATION
+  launch_overhead_dur DURATION,
+  -- Slice id of the replay's slice on the `graph replays` track of its GPU
+  -- (the converter's projection); NULL where the trace has none.
+  replay_slice_id JOINID(slice.id),
+  -- Graph name (`pga.graph(g, name=...)`, else `graph <id>`), from the replay
+  -- slice; NULL without one, or when the join could not tell the graph.
+  graph_name STRING,
+  -- The graphs the replay may be, `A | B`, when the join could not tell which
+  -- (no replay record and several graphs its kernels fit); NULL when known.
+  graph_candidates STRING
 ) AS
 SELECT
   r.launch_id,
@@ -266,17 +257,21 @@ SELECT
   CAST(b.busy_dur AS DOUBLE) / NULLIF(r.end_ts - r.ts, 0) AS busy_fraction,
   r.ts - l.ts AS launch_to_gpu_dur,
   MAX(0, MIN(COALESCE(q.prev_end_ts, l.ts), r.ts) - l.ts) AS queued_dur,
-  r.ts - l.ts - MAX(0, MIN(COALESCE(q.prev_end_ts, l.ts), r.ts) - l.ts) AS launch_overhead_dur
+  r.ts - l.ts - MAX(0, MIN(COALESCE(q.prev_end_ts, l.ts), r.ts) - l.ts) AS launch_overhead_dur,
+  p.id AS replay_slice_id,
+  p.graph_name,
+  p.graph_candidates
 FROM _graph_ann_replay_stats AS r
 JOIN _graph_ann_launch AS l ON l.id = r.launch_id
 JOIN _graph_ann_replay_busy AS b USING (launch_id)
 JOIN _graph_ann_replay_prev_end AS q USING (launch_id)
+LEFT JOIN _graph_ann_replay_slice AS p USING (launch_id)
 ORDER BY r.group_id, r.device, r.ts;
 
 -- One row per (replay, lane): the replay's work on each lane.
 CREATE PERFETTO TABLE graph_ann_replay_lane(
   -- Slice id of the CPU graph launch call (joins `graph_ann_replay`).
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- CUPTI correlation id of the launch.
   correlation LONG,
   -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).

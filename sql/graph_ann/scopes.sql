@@ -2,26 +2,21 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Scope ranges on the GPU: every projected graph replay and every
--- `mark_kernels` scope instance of every replay, as the converter projects
--- them (read by `graph_ann.projection`), and per scope its statistics across
--- replays. Traces without the projection (Chrome JSON, a conversion without
--- annotations) give empty tables.
---
--- A scope is keyed across replays by its graph and its path, the labels of
--- the instance and its enclosing scopes (`layer 3 / attn`): the same path in
--- every replay of one graph is the same block of the capture.
--- Percentiles are nearest-rank: the p-th percentile of n durations sorted
--- ascending is the k-th with k = ceil(p * n / 100), as in `graph_ann.lanes`.
--- In a merged trace graph ids and replay indices repeat across groups
--- (`graph_ann.groups`): a scope is keyed by its group too.
+-- Scope ranges on the GPU: every `mark_kernels` scope instance of every replay,
+-- as the converter projects them, and per scope its statistics across replays.
 
 INCLUDE PERFETTO MODULE graph_ann.projection;
+INCLUDE PERFETTO MODULE graph_ann.percentiles;
+INCLUDE PERFETTO MODULE graph_ann.replays;
 
--- Every projected graph replay.
-CREATE PERFETTO TABLE graph_ann_graph_replay(
+-- Deprecated (until 0.2): `graph_ann_replay` (module `graph_ann.replays`)
+-- under its earlier names, one row per projected replay: `dur` is `wall_dur`,
+-- `kernel_count` is `work_count`, `launch_latency` is `launch_to_gpu_dur`, `id`
+-- is `replay_slice_id`. The projection's own numbers stand in only for a
+-- replay slice without its launch.
+CREATE PERFETTO VIEW graph_ann_graph_replay(
   -- Slice id of the replay slice.
-  id LONG,
+  id ID(slice.id),
   -- First GPU start of the replay.
   ts TIMESTAMP,
   -- Last GPU end minus first GPU start (the span).
@@ -49,25 +44,25 @@ CREATE PERFETTO TABLE graph_ann_graph_replay(
   launch_latency DURATION
 ) AS
 SELECT
-  id,
-  ts,
-  dur,
-  group_id,
-  device,
-  graph_id,
-  SUBSTR(name, 1, LENGTH(name) - LENGTH(' #' || replay)) AS graph_name,
-  replay,
-  EXTRACT_ARG(arg_set_id, 'debug.graph candidates') AS graph_candidates,
-  kernel_count,
-  busy_dur,
-  EXTRACT_ARG(arg_set_id, 'debug.launch latency ns') AS launch_latency
-FROM _graph_ann_projected_slice
-WHERE category = 'graph_replay';
+  s.id,
+  COALESCE(r.ts, s.ts) AS ts,
+  COALESCE(r.wall_dur, s.dur) AS dur,
+  s.group_id,
+  s.device,
+  s.graph_id,
+  s.graph_name,
+  s.replay,
+  s.graph_candidates,
+  COALESCE(r.work_count, s.kernel_count) AS kernel_count,
+  COALESCE(r.busy_dur, s.busy_dur) AS busy_dur,
+  COALESCE(r.launch_to_gpu_dur, s.launch_latency) AS launch_latency
+FROM _graph_ann_replay_slice AS s
+LEFT JOIN graph_ann_replay AS r USING (launch_id);
 
 -- Every scope instance of every replay.
 CREATE PERFETTO TABLE graph_ann_scope_instance(
   -- Slice id of the scope slice.
-  id LONG,
+  id ID(slice.id),
   -- Earliest start of the GPU work inside the scope.
   ts TIMESTAMP,
   -- Latest end minus earliest start (the span).
@@ -124,7 +119,7 @@ FROM (
   JOIN _graph_ann_scope_replay AS sr USING (id)
   WHERE p.category = 'gpu_scope'
 ) AS i
-LEFT JOIN graph_ann_graph_replay AS r USING (group_id, graph_id, replay);
+LEFT JOIN _graph_ann_replay_slice AS r USING (group_id, graph_id, replay);
 
 -- Scope instances with their rank among the instances of the same scope
 -- (group, graph and path), longest span first.
@@ -203,8 +198,8 @@ SELECT
   COUNT(*) AS instance_count,
   MAX(i.kernel_count) AS kernel_count,
   AVG(i.dur) AS mean_dur,
-  MIN(CASE WHEN r.asc_rank = (50 * r.n + 99) / 100 THEN i.dur END) AS p50_dur,
-  MIN(CASE WHEN r.asc_rank = (90 * r.n + 99) / 100 THEN i.dur END) AS p90_dur,
+  MIN(CASE WHEN r.asc_rank = _graph_ann_nearest_rank!(50, r.n) THEN i.dur END) AS p50_dur,
+  MIN(CASE WHEN r.asc_rank = _graph_ann_nearest_rank!(90, r.n) THEN i.dur END) AS p90_dur,
   MAX(i.dur) AS max_dur,
   AVG(i.busy_dur) AS mean_busy_dur,
   SUM(i.dur) AS total_dur,
@@ -217,7 +212,7 @@ GROUP BY i.group_id, i.graph_id, i.graph_name, i.scope_path;
 -- scope: sort by `dur` (or `vs_p50`) descending for the slowest instances.
 CREATE PERFETTO TABLE graph_ann_scope_slowest(
   -- Slice id of the scope slice.
-  id LONG,
+  id ID(slice.id),
   -- Start of the instance.
   ts TIMESTAMP,
   -- Span of the instance.

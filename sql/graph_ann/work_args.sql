@@ -2,15 +2,8 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- Private helper: how GPU work and its lane are read from a trace written by
--- perfetto_graph_ann (docs/design.md, "Contract 4"), in one place for every
--- module. `graph_ann.gpu_work` builds its table of all GPU work with these;
--- `graph_ann.overlap` and `graph_ann.lane_idle` build narrower tables of their
--- own straight from `slice` with the same rules, so that each of them, loaded
--- alone, does not pay for the columns and the launch lookup it never reads.
--- Macros are expanded into the query, so a rule costs what the spelled-out
--- expression costs. The group of GPU work (`graph_ann.groups`: which input of a
--- merged trace it belongs to) comes from its lane track, like its device and lane.
+-- Private: how GPU work and its lane are read from a trace written by
+-- perfetto_graph_ann, in one place for every module.
 
 INCLUDE PERFETTO MODULE graph_ann.groups;
 

@@ -34,7 +34,7 @@ for f in sorted(glob.glob(os.path.join(out, "res", "*.json"))):
 json.dump(merged, open(os.path.join(out, "gpu_results.json"), "w"), indent=1, sort_keys=True, default=str)
 PY
 rm -rf "$OUT/res"
-timeout 120 python3 tests/gpu/probe_capture_cost.py --out "$OUT/probe_capture_cost.json" > "$OUT/probe.log" 2>&1; echo "probe exit: $?"
+timeout 120 python3 benchmarks/gpu/probe_capture_cost.py --out "$OUT/probe_capture_cost.json" > "$OUT/probe.log" 2>&1; echo "probe exit: $?"
 timeout 100 python3 benchmarks/capture.py --out "$OUT/bench_capture.json" > "$OUT/bench.log" 2>&1; echo "bench exit: $?"
 timeout 150 python3 benchmarks/capture.py --layers 8 --out "$OUT/bench_capture_8layers.json" >> "$OUT/bench.log" 2>&1; echo "bench 8 layers exit: $?"
 python3 -c "

@@ -187,7 +187,7 @@ def truth(events, scopes=("attn", "mlp")):
 
 def ours(path):
     trace = pga.read_trace(path)
-    layout = pga.join_trace(trace, REGISTRY.snapshot())
+    layout = pga.read_and_join(trace, REGISTRY.snapshot(), graph_lanes="none").layout
     per_replay = collections.defaultdict(collections.Counter)
     for e in trace.events:
         p = layout.placements.get(e.index)

@@ -23,7 +23,7 @@ from perfetto_graph_ann.capture.export import chrome_trace_bytes, export
 from blocks import capture, seed_block, two_branch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pftrace_decode import decode  # noqa: E402  (tests/pftrace_decode.py)
+from support.pftrace_decode import decode  # noqa: E402  (tests/support/pftrace_decode.py)
 
 pytestmark = pytest.mark.gpu
 

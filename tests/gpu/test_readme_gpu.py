@@ -3,7 +3,7 @@
 
 Where no trace processor is usable (the GPU machine has no network for the download and
 may have no Node), the quickstart runs without its final SQL lines and the written trace is
-decoded instead (tests/pftrace_decode.py)."""
+decoded instead (tests/support/pftrace_decode.py)."""
 from __future__ import annotations
 
 import collections
@@ -14,18 +14,18 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pftrace_decode import decode  # noqa: E402  (tests/pftrace_decode.py)
+from support.pftrace_decode import decode  # noqa: E402  (tests/support/pftrace_decode.py)
 from test_readme import BLOCKS, _env  # noqa: E402  (tests/test_readme.py)
 
 pytestmark = pytest.mark.gpu
 
 
 #: calls that need a trace processor (the blocks are cut before the first one where none runs)
-SQL_CALLS = ("pga.lane_summary", "pga.scope_summary", "pga.open_trace")
+SQL_CALLS = ("pga.metrics.", "pga.open_trace")
 
 
 def _engine_reason():
-    from engine_support import native_reason, portable_reason
+    from support.engine_support import native_reason, portable_reason
 
     portable, native = portable_reason(), native_reason()
     return f"{portable}; {native}" if portable and native else None

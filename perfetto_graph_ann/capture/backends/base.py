@@ -7,6 +7,8 @@ from ...annotations.model import node_type_name  # noqa: F401 (re-exported)
 from ...errors import CaptureError
 from ..resolve import NodeInfo
 
+__all__ = ["BACKENDS", "CaptureBackend", "CUDA_RUNTIME", "CUPTI", "node_type_name", "TOOLS_ID_DRIVER", "TORCH"]
+
 TORCH = "torch"
 CUDA_RUNTIME = "cuda-runtime"
 CUPTI = "cupti"

@@ -10,6 +10,8 @@ from .. import fastpath
 from .base import BACKENDS, CUDA_RUNTIME, CUPTI, TOOLS_ID_DRIVER, TORCH
 from .cupti import find_libcupti
 
+__all__ = ["BackendInfo", "choose_backend", "EnvFacts", "probe_facts"]
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvFacts:

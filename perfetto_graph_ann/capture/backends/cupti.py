@@ -1,33 +1,16 @@
 """The cupti backend: node and graph ids from libcupti (drivers older than 13.1)."""
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import glob
-import os
-import sys
 from typing import Any, Optional, Tuple
 
 from ...errors import CaptureError
+from ..libcupti import find_libcupti  # noqa: F401 (re-exported)
 from .. import fastpath
 from .base import CUPTI
 from .driver import CudaGraphBackend, _address
 
-
-def find_libcupti() -> Optional[str]:
-    """libcupti already loaded by this process (torch's Kineto), else one from the nvidia wheels."""
-    with contextlib.suppress(OSError):
-        with open("/proc/self/maps") as f:
-            for line in f:
-                if "libcupti.so" in line:
-                    return line.split()[-1]
-    for d in sys.path:
-        for pattern in ("nvidia/*/lib/libcupti.so*", "nvidia/cu*/lib/libcupti.so*"):
-            hits = sorted(glob.glob(os.path.join(d, pattern)))
-            if hits:
-                return hits[0]
-    hits = sorted(glob.glob("/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*"))
-    return hits[0] if hits else None
+__all__ = ["CuptiBackend", "find_libcupti"]
 
 
 def _out(fn: Any, handle: Any, ctype: Any, what: str) -> int:

@@ -14,6 +14,8 @@ from .. import fastpath
 from ..resolve import NodeInfo
 from .base import CaptureBackend, node_type_name
 
+__all__ = ["CudaGraphBackend"]
+
 
 def _check(res: Tuple, what: str) -> Any:
     err = res[0]

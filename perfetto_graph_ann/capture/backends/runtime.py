@@ -7,6 +7,8 @@ from typing import Any, Optional
 from .base import CUDA_RUNTIME
 from .driver import CudaGraphBackend, _check
 
+__all__ = ["RuntimeIdsBackend"]
+
 
 class RuntimeIdsBackend(CudaGraphBackend):
     """Ids from the CUDA runtime (driver >= 13.1): node local id and exec graph id."""

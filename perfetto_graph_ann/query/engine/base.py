@@ -29,6 +29,8 @@ from .sql_errors import sql_error_line
 from .config import EngineConfig, check_seconds
 from .process import describe_exit
 
+__all__ = ["Engine", "protos", "read_tail"]
+
 # Errors that mean the engine went away or the connection to it broke (ValueError /
 # DecodeError: a reply stream that is no longer well-formed).
 _TRANSPORT_ERRORS = (OSError, EOFError, http.client.HTTPException, PerfettoException, ValueError, DecodeError)

@@ -22,13 +22,23 @@ is checked by the last two rules only. ``EngineConfig(check_complete=False)`` sk
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Iterable, Iterator, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Iterable, Iterator, List, Optional, Protocol, Tuple
 
 from ...errors import IncompleteTraceError
 from ...formats import END_SIZE, START, START_SIZE, parse_end_record
 
-if TYPE_CHECKING:
-    from .base import Engine
+__all__ = ["check_counts", "check_loaded", "check_scan", "LOSS_STATS_SQL", "scan_file", "TraceScan"]
+
+
+class _Loaded(Protocol):
+    """What :func:`check_loaded` needs of :class:`.base.Engine` (named here, not imported:
+    ``base`` imports this module)."""
+
+    trace_path: Path
+
+    def query(self, sql: str) -> Iterable[Any]: ...
+
 
 _GZIP_MAGIC = b"\x1f\x8b"
 #: Most bytes one inflate call may produce (bounds memory for highly compressed input).
@@ -172,7 +182,7 @@ def scan_file(path) -> TraceScan:
     return scan
 
 
-def check_loaded(engine: "Engine", slices: Optional[int]) -> None:
+def check_loaded(engine: _Loaded, slices: Optional[int]) -> None:
     """Raise :class:`IncompleteTraceError` when the loaded trace lost data: fewer (or more)
     slices than our record promises, or import stats of severity data_loss / error."""
     n = next(iter(engine.query("SELECT COUNT(*) AS n FROM slice"))).n if slices is not None else None

@@ -14,6 +14,9 @@ from typing import List, Optional, Sequence, Union
 
 from ... import settings
 
+__all__ = ["check_seconds", "EngineConfig", "ENGINES", "ENV_ALLOW_DOWNLOAD", "ENV_NODE", "ENV_SHELL",
+           "ENV_SHELL_FALLBACK", "ENV_UI_DIR", "MIN_NODE_MAJOR", "PathArg"]
+
 # The environment variables this layer reads (:mod:`perfetto_graph_ann.settings` defines them).
 #: Path of a native ``trace_processor_shell`` (checked first).
 ENV_SHELL = settings.TP_SHELL.name

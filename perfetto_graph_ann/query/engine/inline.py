@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Sequence, Set
 from ...errors import QueryError
 from .rpc import sql_package_modules
 
+__all__ = ["inline_sql"]
+
 _INCLUDE = re.compile(r"^[ \t]*INCLUDE[ \t]+PERFETTO[ \t]+MODULE[ \t]+([A-Za-z0-9_.]+)[ \t]*;[ \t]*$", re.IGNORECASE | re.MULTILINE)
 
 

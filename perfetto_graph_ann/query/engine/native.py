@@ -23,6 +23,8 @@ from . import process
 from .base import Engine
 from .config import EngineConfig
 
+__all__ = ["NativeEngine", "removing_status_downloads", "tp_config"]
+
 
 def tp_config(config: EngineConfig, shell: str) -> TraceProcessorConfig:
     """The ``perfetto`` package's config for ``shell`` with our SQL packages (also used by

@@ -32,6 +32,8 @@ from .base import Engine, protos, read_tail
 from .config import EngineConfig
 from .rpc import DeadlineTransport, RpcBackend, sql_package_modules
 
+__all__ = ["HOST_SCRIPT", "PortableEngine"]
+
 HOST_SCRIPT = Path(__file__).resolve().parent / "portable_host.js"
 
 

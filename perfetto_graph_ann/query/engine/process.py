@@ -18,6 +18,8 @@ from typing import Dict, Optional
 
 from perfetto.trace_processor.process_tree import terminate_process_tree
 
+__all__ = ["describe_exit", "kill", "kill_all", "live_pids", "popen_kwargs", "track"]
+
 _lock = threading.Lock()
 _live: Dict[int, subprocess.Popen] = {}
 

@@ -35,6 +35,9 @@ from ... import settings
 from ...errors import EngineNotFoundError
 from .config import ENV_ALLOW_DOWNLOAD, ENV_NODE, ENV_SHELL, ENV_SHELL_FALLBACK, ENV_UI_DIR, MIN_NODE_MAJOR, EngineConfig
 
+__all__ = ["Attempt", "Choice", "choose_engine", "download_shell", "find_bundle", "find_local_shell", "find_node",
+           "node_major", "not_found_message", "PORTABLE_INSTALL", "prebuilt_cache_candidates"]
+
 PORTABLE_INSTALL = "pip install 'perfetto-graph-ann[portable]'"
 
 

@@ -16,6 +16,8 @@ from typing import Dict, Optional, Tuple
 from perfetto.trace_processor.protos import ProtoFactory
 from perfetto.trace_processor.rpc import TraceProcessorRpc
 
+__all__ = ["DeadlineTransport", "RpcBackend", "sql_package_modules"]
+
 
 class DeadlineTransport:
     """Bytes over an AF_UNIX socket; reads fail with :class:`TimeoutError` past a deadline.

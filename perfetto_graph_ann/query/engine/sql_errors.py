@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["sql_error_line"]
+
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)" line (?P<line>\d+) col (?P<col>\d+)')
 _CARET = re.compile(r"^\s*[\^~]+\s*$")

@@ -21,7 +21,9 @@ from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
 
 if TYPE_CHECKING:
-    from .writer import WriterConfig, WriteStats
+    from .config import WriterConfig, WriteStats
+
+__all__ = ["ENCODERS", "MAX_OWN_SEQUENCES", "own_sequences", "SORT_WINDOW_MARK_PACKETS", "write_packets"]
 
 #: ``WriterConfig.encoder`` -> the encoder class (one instance per packet sequence).
 ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}

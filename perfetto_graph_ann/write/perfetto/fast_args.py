@@ -19,6 +19,8 @@ from .packets import (INT64_MIN, MAX_ARG_DEPTH, MAX_INTERNED_STRING, MIN_INTERNE
                       json_args, json_text, kept, list_text, placeholder)
 from .wire import _ONE_BYTE, _pack_double, small_varint, utf8, varint
 
+__all__ = ["FastArgs"]
+
 _json_key = msgspec.json.encode
 
 

@@ -15,6 +15,8 @@ from .interning import CATEGORIES, NAMES, Interner
 from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase, json_args
 from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
+__all__ = ["FastEncoder"]
+
 _VARYING_ORDER = tuple(sorted(VARYING_KEYS))
 
 

@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Sequence
 
 from ...read.model import TraceEvent
 
+__all__ = ["FlowPlan", "plan_flows"]
+
 
 @dataclasses.dataclass
 class FlowPlan:

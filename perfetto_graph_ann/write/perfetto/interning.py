@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
+__all__ = ["ANNOTATION_NAMES", "CATEGORIES", "Interner", "KINDS", "NAMES", "STRING_VALUES"]
+
 #: InternedData fields: kind -> field number.
 CATEGORIES = 1
 NAMES = 2

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+__all__ = ["assign", "assign_forest", "Record", "Span"]
+
 #: (ts_ns, -dur_ns, key): key is anything the caller needs back (e.g. an event index). The
 #: negated duration makes the plain tuple order the nesting order (start, longest first, key).
 Span = Tuple[int, int, int]

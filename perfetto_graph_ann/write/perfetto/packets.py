@@ -35,6 +35,12 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .wire import varint
 
+__all__ = ["BUILTIN_CLOCK_BOOTTIME", "BUILTIN_CLOCK_REALTIME", "descriptor_packet", "EncoderBase", "frame",
+           "INCREMENTAL_CLOCK", "INT64_MIN", "json_args", "json_text", "kept", "list_text", "MAX_ARG_DEPTH",
+           "MAX_INTERNED_STRING", "MIN_INTERNED_STRING", "placeholder", "SEQ_INCREMENTAL_STATE_CLEARED",
+           "SEQ_NEEDS_INCREMENTAL_STATE", "SEQUENCE_ID", "sequence_start", "sort_window_mark", "TYPE_COUNTER",
+           "TYPE_INSTANT", "TYPE_SLICE_BEGIN", "TYPE_SLICE_END", "UINT64_END", "VARYING_KEYS"]
+
 SEQUENCE_ID = 1
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 SEQ_NEEDS_INCREMENTAL_STATE = 2

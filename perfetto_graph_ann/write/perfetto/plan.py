@@ -28,7 +28,10 @@ from .tracks import TrackTable
 
 if TYPE_CHECKING:  # annotation only: importing the join package costs time on every conversion
     from ...join.model import LaneLayout
-    from .writer import WriteStats
+    from .config import WriteStats
+
+__all__ = ["BEGIN", "bind_flows", "COUNTER", "DROPPED", "END", "INSTANT", "order_records", "Plan", "plan_events",
+           "Record", "SKIP", "SLICE", "SLICE_REWRITTEN", "Span", "TRACK_METADATA"]
 
 #: Record kinds (the second item of a record). An END record's index is its slice's; a
 #: COUNTER record carries the counter's value in place of an index.

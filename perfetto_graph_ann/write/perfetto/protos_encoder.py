@@ -17,6 +17,8 @@ from .packets import (INT64_MIN, MAX_ARG_DEPTH, MAX_INTERNED_STRING, MIN_INTERNE
                       EncoderBase, json_text, kept, list_text, placeholder)
 from .wire import utf8
 
+__all__ = ["ProtosEncoder"]
+
 #: InternedData kind -> its field for names (string values have their own: see ``_packet``).
 _INTERNED_FIELDS = {1: "event_categories", 2: "event_names", 3: "debug_annotation_names"}
 

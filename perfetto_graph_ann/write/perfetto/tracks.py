@@ -31,6 +31,9 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ...read.model import KinetoTrace, TraceEvent
 
+__all__ = ["group_merge_key", "GROUP_MERGE_KEY_PREFIX", "Home", "lane_merge_key", "LANE_MERGE_KEY_PREFIX",
+           "PROFILER_GROUP", "REPLAYS_TRACK", "SCOPES_TRACK", "Track", "TrackTable"]
+
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 #: names of the projection's tracks under each ``GPU N`` and of the bookkeeping group
 REPLAYS_TRACK = "graph replays"

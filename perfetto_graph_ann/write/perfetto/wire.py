@@ -11,6 +11,8 @@ from typing import Dict
 
 from ...formats import varint as _plain_varint
 
+__all__ = ["field_bytes", "small_varint", "utf8", "varint"]
+
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
 

@@ -33,7 +33,7 @@ for L in ${LARGE:-}; do  # e.g. LARGE="32 128 256": large graphs (markers from 5
   timeout 150 python3 benchmarks/capture.py --python-arm --capture-only --layers $L --captures 15 --out "$OUT/bench_L$L.json" >> "$OUT/bench.log" 2>&1
   echo "bench $L layers exit: $?"
 done
-timeout 120 python3 tests/gpu/probe_fixed_steps.py --captures 30 > "$OUT/steps.json" 2>&1; echo "steps exit: $?"
+timeout 120 python3 benchmarks/gpu/probe_fixed_steps.py --captures 30 > "$OUT/steps.json" 2>&1; echo "steps exit: $?"
 python3 - "$OUT" <<'PY'
 import json, sys
 import glob, os

@@ -1,7 +1,7 @@
 """Per-scope cost inside the real seed-block capture: where does a mark_kernels scope's time go? (probe)"""
 import json, os, statistics, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")]
 import torch  # noqa: E402
 import perfetto_graph_ann as pga  # noqa: E402
 from blocks import seed_block, warmup  # noqa: E402

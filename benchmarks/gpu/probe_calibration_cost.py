@@ -1,6 +1,6 @@
 """Where a calibration's time goes (GPU probe; results in tests/gpu/RESULTS.md).
 
-Run on the GPU machine: ``python3 tests/gpu/probe_calibration_cost.py --out FILE``. Not a
+Run on the GPU machine: ``python3 benchmarks/gpu/probe_calibration_cost.py --out FILE``. Not a
 test: it measures and prints. On a ~1,000-node decoder graph (tests/gpu/blocks.py), each
 phase of a CUPTI activity session around one replay is timed on its own, in variants:
 
@@ -26,7 +26,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")]
 from blocks import decoder, decoder_weights, warmup  # noqa: E402
 
 from cupti import cupti  # noqa: E402

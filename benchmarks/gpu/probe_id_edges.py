@@ -1,7 +1,7 @@
 """Can a scope edge learn the graph's next node id in O(1)? Probe an empty node (add, read id, destroy)."""
 import ctypes, json, os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")]
 from probe_util import per_call_us  # noqa: E402
 import torch
 from perfetto_graph_ann.capture import backends

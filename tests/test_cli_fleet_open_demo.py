@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_capture, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ session's fixed steps by wrapping them: ``CaptureSession`` construction, ``start
 ``finish_capture`` and inside it the template's copy (``clone_graph``), ``bind_exec``; and the
 node count of the graph. Interleaved with plain captures; medians of ``--captures``.
 
-    python3 tests/gpu/probe_decoder_parts.py --captures 15
+    python3 benchmarks/gpu/probe_decoder_parts.py --captures 15
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2] / "tests" / "gpu")]
 import torch  # noqa: E402
 from blocks import capture_set, decoder, decoder_weights, warmup  # noqa: E402
 

@@ -6,9 +6,9 @@
 # (`benchmarks/capture.py --captures $SEED_CAPTURES --capture-only`: overhead of medians / mins).
 #   DECODER=table (default): `benchmarks/capture.py --decoder --batches 16,1` (ratio of medians
 #     per batch, and the captured code's ms per arm);
-#   DECODER=pairs: `tests/gpu/probe_decoder_edges.py --variants plain,full,plain2 --captures 45`
+#   DECODER=pairs: `benchmarks/gpu/probe_decoder_edges.py --variants plain,full,plain2 --captures 45`
 #     (each capture over the plain one of its turn, median; plain2 is the noise floor).
-# Usage: OLD=.ab/old ROUNDS=2 [DECODER=pairs] [SEED_CAPTURES=150] bash tests/gpu/ab_capture.sh;
+# Usage: OLD=.ab/old ROUNDS=2 [DECODER=pairs] [SEED_CAPTURES=150] bash benchmarks/gpu/ab_capture.sh;
 # reports and logs under $OUT.
 set -o pipefail
 OUT=$(realpath -m "${OUT:-out}"); mkdir -p "$OUT"; OLD=$(realpath "${OLD:?set OLD to the other tree}")
@@ -39,7 +39,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
   for arm in $order; do
     d=$PWD; [ $arm = old ] && d=$OLD
     if [ "$DECODER" = pairs ]; then  # this tree's probe, on either tree's package
-      PYTHONPATH=$d:/tmp/site timeout 150 python3 tests/gpu/probe_decoder_edges.py --captures 45 \
+      PYTHONPATH=$d:/tmp/site timeout 150 python3 benchmarks/gpu/probe_decoder_edges.py --captures 45 \
         --variants plain,full,plain2 > "$OUT/dec_${arm}_$r.json" 2> "$OUT/dec_${arm}_$r.log"
     else
       (cd "$d" && PYTHONPATH=$d:/tmp/site timeout 200 python3 benchmarks/capture.py --decoder --batches 16,1 \

@@ -23,7 +23,7 @@ each (reset after), in rotating order, with these variants:
 Per variant: medians and mins of the whole capture and of the captured code alone, and
 the garbage collections (count, ms) that ran inside the captures. Prints JSON. Not a test.
 
-    python3 tests/gpu/probe_decoder_edges.py --captures 20
+    python3 benchmarks/gpu/probe_decoder_edges.py --captures 20
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2] / "tests" / "gpu")]
 import torch  # noqa: E402
 from blocks import capture_set, decoder, decoder_weights, warmup  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Where annotated capture time goes, and whether node listings grow by appending (GPU probe).
 
-Run on the GPU machine (``python3 tests/gpu/probe_capture_cost.py --out FILE``); results are
+Run on the GPU machine (``python3 benchmarks/gpu/probe_capture_cost.py --out FILE``); results are
 written down in tests/gpu/RESULTS.md. Not a test: it measures and prints.
 
 1. Ordering: every listing taken at a scope edge, in a capture of each workload, must be a
@@ -24,7 +24,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")]
 import perfetto_graph_ann as pga  # noqa: E402
 from blocks import seed_block, two_branch, warmup  # noqa: E402
 from probe_util import CountOnlyScope as CountOnly, NoopScope as Noop, per_call_us  # noqa: E402

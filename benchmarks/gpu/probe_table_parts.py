@@ -7,7 +7,7 @@ read again in variants that leave one call out (the node-id call replaced by a s
 query, which writes into the id's first 4 bytes), each timed; and the node ids of the listing
 are checked for consecutiveness. Medians over ``--captures``, in microseconds.
 
-    python3 tests/gpu/probe_table_parts.py --captures 15
+    python3 benchmarks/gpu/probe_table_parts.py --captures 15
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2] / "tests" / "gpu")]
 from blocks import capture_set, decoder, decoder_weights, warmup  # noqa: E402
 
 from perfetto_graph_ann.capture import fastpath  # noqa: E402

@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 python3 -c 'from perfetto_graph_ann.capture import fastpath; print("capture path:", fastpath.describe())'
 if [ -z "$NO_PROBE" ]; then
-  timeout 90 python3 tests/gpu/probe_calibration_cost.py --out "$OUT/probe_calibration.json" > "$W/probe.log" 2>&1
+  timeout 90 python3 benchmarks/gpu/probe_calibration_cost.py --out "$OUT/probe_calibration.json" > "$W/probe.log" 2>&1
   echo "probe exit: $?"; tail -3 "$W/probe.log"
 fi
 timeout 150 python3 benchmarks/capture.py --decoder --python-arm --rounds ${ROUNDS:-8} --out "$OUT/bench_decoder.json" > "$W/bd.log" 2>&1

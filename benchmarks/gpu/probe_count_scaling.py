@@ -1,7 +1,7 @@
 """Does a node count / capture-info query cost grow with the graph under capture? (probe)"""
 import json, os, sys, ctypes
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")]
 from probe_util import per_call_us  # noqa: E402
 import torch
 import perfetto_graph_ann as pga

@@ -2,14 +2,14 @@
 import cProfile, io, json, os, pstats, sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")]
 from probe_util import per_call_us  # noqa: E402
 import torch
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import backends
 from perfetto_graph_ann.capture import session as S
 from perfetto_graph_ann.capture.registry import REGISTRY
-from capture_fakes import FakeCuda
+from support.capture_fakes import FakeCuda
 def per_call(fn, n=500):
     return per_call_us(fn, n, rounds=7)
 def scope():

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from engine_support import requires_portable
-from join_expect import fixture_capture, fixture_trace, kernels, load_json
+from support.engine_support import requires_portable
+from support.join_expect import fixture_capture, fixture_trace, kernels, load_json
 from perfetto_graph_ann.cli.main import main
 from perfetto_graph_ann.query.engine.sql_errors import sql_error_line
 
@@ -144,8 +144,8 @@ def test_export_of_a_saved_trace(tmp_path):
     from collections import Counter
 
     import perfetto_graph_ann as pga
-    from join_expect import calibrated_expectation
-    from pftrace_decode import decode
+    from support.join_expect import calibrated_expectation
+    from support.pftrace_decode import decode
 
     name = "seed_block_annotated"
     out = tmp_path / "run.pftrace"

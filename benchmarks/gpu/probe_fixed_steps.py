@@ -1,6 +1,6 @@
 """Where ``pga.graph``'s fixed cost goes, step by step, inside real captures (GPU probe).
 
-``python3 tests/gpu/probe_fixed_steps.py [--layers 1 8] [--captures 30]``: interleaved
+``python3 benchmarks/gpu/probe_fixed_steps.py [--layers 1 8] [--captures 30]``: interleaved
 captures of the seed block (``layers`` chained blocks) with ``torch.cuda.graph`` (plain),
 ``pga.graph`` around the unannotated code (fixed cost only) and ``pga.graph`` with the
 scopes; every step of ``pga.graph``'s enter and exit is wrapped with a timer (the wrappers'
@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")]
 import perfetto_graph_ann as pga  # noqa: E402
 from blocks import seed_block, warmup  # noqa: E402
 from perfetto_graph_ann.capture import api, backends, collectives  # noqa: E402

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import List, Tuple
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 _PRELUDE = r'''
 import sys
@@ -27,7 +27,7 @@ class _TorchImportRecorder:
     def find_spec(self, fullname, path=None, target=None):
         if fullname == "torch" or fullname.startswith("torch."):
             self.attempts.append(fullname)
-            raise ModuleNotFoundError(f"No module named {fullname!r} (refused by tests/torch_guard.py)",
+            raise ModuleNotFoundError(f"No module named {fullname!r} (refused by tests/support/torch_guard.py)",
                                       name=fullname)
         return None
 

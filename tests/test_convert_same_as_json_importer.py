@@ -16,7 +16,7 @@ import json
 import pytest
 
 from conftest import TRACES, fixture_trace
-from engine_support import requires_portable
+from support.engine_support import requires_portable
 from perfetto_graph_ann.query.session import open_trace
 from perfetto_graph_ann.pipeline.convert import convert
 
