@@ -33,6 +33,8 @@ from . import compiled_paths as paths
 from .compiled_paths import Item, Recorded
 from .marks import mark_kernels
 
+__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "install", "uninstall"]
+
 #: The field of the scopes around watched extern calls (dropped once the table is read).
 EXTERN = "compiled extern call"
 

@@ -30,6 +30,9 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..annotations.model import MODULE_ORIGIN
 
+__all__ = ["COMMON", "EXACT", "Item", "ORIGINS", "Recorded", "UNKNOWN", "WATCHED_CALLS", "agree", "align",
+           "common_stack", "derive_scopes", "module_stack", "normalize_path", "region_fields"]
+
 #: One module call level: (qualified path, class name).
 Frame = Tuple[str, str]
 Stack = Tuple[Frame, ...]

@@ -34,6 +34,10 @@ from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Seq
 
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord
 
+__all__ = ["CriticalPath", "CycleError", "EDGE_FLOWS_MAX", "Item", "PATH_ARG", "PathItem", "SLACK_ARG", "SOURCE_EDGES",
+           "SOURCE_STREAM", "annotate_replays", "critical_path", "edges_path", "replay_edges", "stream_order_path",
+           "work_predecessors"]
+
 #: ``edges_source`` of a path computed on the graph's recorded dependency edges
 SOURCE_EDGES = "edges"
 #: ``edges_source`` of a path computed on stream order (no edges recorded)

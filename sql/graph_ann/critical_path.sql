@@ -2,47 +2,17 @@
 -- Copyright 2026 The perfetto_graph_ann developers.
 -- Licensed under the Apache License, Version 2.0.
 --
--- The critical path of every graph replay: the chain of dependent GPU work
--- that ends last, and what each scope and lane contributes to it.
---
--- Where the graph's dependency edges were recorded at capture (sidecar
--- version 4), the converter computed the path on those edges and marked it on
--- the work (`debug.critical path` on each path item, `debug.critical path
--- slack ns` on every other item of the replay); `edges_source` is then
--- `edges`. Otherwise (older sidecars, traces of other tools) the path is
--- computed here on stream order, `edges_source` = `stream order`: each item
--- depends on the previous item of its replay on its hardware stream (by start),
--- so the path is the run of work, on the stream whose work ends last, that
--- leads to the replay's last end. Stream order knows no dependency between
--- streams: a branch that waited for another stream looks independent of it.
---
--- Both use the rules of `perfetto_graph_ann.join.critical_path`: from the item
--- that ends last (ties: the earlier start), step to the predecessor that ended
--- last; a predecessor ending after its dependent does not gate it (on one
--- stream that breaks the run). A path item's share is `end - max(start,
--- release)`, its wait `max(0, start - release)`, where `release` is the
--- previous path item's end, or for the first item the path's start: the
--- start of the graph launch call, or where the GPU was still busy with
--- earlier work then, the end of that work (`graph_ann_replay.queued_dur`: a
--- replay queued behind the previous one is not bounded by its own work while
--- it waits). So the first wait is the launch overhead, the launch-to-first-
--- kernel gap less the queueing; shares and waits add up to the path's
--- duration, its start to the replay's last end. Slack of
--- an item: how much later it could end before the replay ends later, every
--- item keeping its measured lag after the predecessor that released it; 0 on
--- the path. A scope's or lane's slack is the least slack of its work.
---
--- Scope: the work's annotation name (`debug.name`, the innermost annotated
--- scope), NULL for work without one.
+-- The critical path of every graph replay (recorded edges, else stream order) and what
+-- each scope and lane contributes to it; notes in docs/design.md, "SQL module notes".
 
 INCLUDE PERFETTO MODULE graph_ann.replays;
 
 -- The graphed work of every replay with what the path needs.
 CREATE PERFETTO TABLE _graph_ann_cp_work(
   -- Slice id.
-  id LONG,
+  id JOINID(slice.id),
   -- Slice id of the graph launch (the replay).
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Start.
   ts TIMESTAMP,
   -- Duration.
@@ -77,7 +47,7 @@ WHERE w.is_graphed AND w.launch_id IS NOT NULL;
 -- Per replay: where its path comes from, when it starts and its last end.
 CREATE PERFETTO TABLE _graph_ann_cp_replay(
   -- Slice id of the graph launch.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- `edges` or `stream order`.
   edges_source STRING,
   -- Start of the path: the launch call's start, or the end of earlier work on
@@ -100,9 +70,9 @@ GROUP BY w.launch_id;
 -- previous item on the stream ends after this one).
 CREATE PERFETTO TABLE _graph_ann_cp_run(
   -- Slice id.
-  id LONG,
+  id JOINID(slice.id),
   -- Slice id of the graph launch.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Hardware stream.
   stream LONG,
   -- Start.
@@ -135,7 +105,7 @@ FROM (
 -- Stream order: the last end of every run.
 CREATE PERFETTO TABLE _graph_ann_cp_run_end(
   -- Slice id of the graph launch.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Hardware stream.
   stream LONG,
   -- Run number.
@@ -151,9 +121,9 @@ GROUP BY launch_id, stream, run;
 -- earlier start, then the lower slice id).
 CREATE PERFETTO TABLE _graph_ann_cp_sink(
   -- Slice id of the graph launch.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Slice id of the last item.
-  id LONG,
+  id JOINID(slice.id),
   -- Its stream.
   stream LONG,
   -- Its run.
@@ -177,9 +147,9 @@ WHERE k = 1;
 -- Every item's place on the path and its slack, both sources.
 CREATE PERFETTO TABLE _graph_ann_cp_item_state(
   -- Slice id.
-  id LONG,
+  id JOINID(slice.id),
   -- Slice id of the graph launch.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Whether the item is on the path.
   on_path BOOL,
   -- Slack in ns (0 on the path).
@@ -209,9 +179,9 @@ LEFT JOIN _graph_ann_cp_sink AS s
 -- One row per item of a replay's critical path, first to last.
 CREATE PERFETTO TABLE graph_ann_critical_path_item(
   -- Slice id of the CPU graph launch call (joins `graph_ann_replay`).
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Slice id of the GPU work.
-  id LONG,
+  id JOINID(slice.id),
   -- 0-based position on the path.
   position LONG,
   -- Kernel / memcpy / memset name.
@@ -274,7 +244,7 @@ ORDER BY launch_id, position;
 -- Per replay and scope: its share of the critical path and its slack.
 CREATE PERFETTO TABLE graph_ann_critical_path_scope(
   -- Slice id of the CPU graph launch call.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Annotation name, NULL for work without one.
   scope STRING,
   -- Number of the scope's work items in the replay.
@@ -310,7 +280,7 @@ ORDER BY w.launch_id, share_dur DESC, slack_dur;
 -- Per replay and lane: its share of the critical path and its slack.
 CREATE PERFETTO TABLE graph_ann_critical_path_lane(
   -- Slice id of the CPU graph launch call.
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Lane id.
   lane_id LONG,
   -- Number of the lane's work items in the replay.
@@ -345,7 +315,7 @@ ORDER BY w.launch_id, share_dur DESC, slack_dur;
 -- One row per replay: its critical path in brief and the scope that bounds it.
 CREATE PERFETTO TABLE graph_ann_critical_path(
   -- Slice id of the CPU graph launch call (joins `graph_ann_replay`).
-  launch_id LONG,
+  launch_id JOINID(slice.id),
   -- Group of a merged trace (`graph_ann_group`; 0 for a trace that is not a merge).
   group_id LONG,
   -- GPU index.
