@@ -13,6 +13,7 @@ python3 hatch_build.py > /dev/null 2>&1 || echo "extension build failed: pure-Py
   python3 -c 'from perfetto_graph_ann.capture import fastpath; print("capture path:", fastpath.describe())'; } 2>&1 | tee "$OUT/env.txt"
 for f in ${FILES:-test_capture_gpu test_calibration_gpu test_backward_truth_gpu test_scopes_gpu test_export_gpu test_trace_handler_gpu test_readme_gpu test_critical_path_gpu test_multigpu test_fleet_gpu}; do
   log="$OUT/$f.log"
+  PGA_GPU_RESULTS="$OUT/results_$f.json" PGA_CP_OUT="$OUT/cp" \
   timeout ${PER_FILE_S:-150} python3 -m pytest "tests/gpu/$f.py" -o addopts="" -m "gpu or multigpu" -p no:cacheprovider \
     -q -rfEs --timeout 140 > "$log" 2>&1
   echo "$f: exit $? | $(tail -1 "$log")"
