@@ -75,3 +75,21 @@ def test_default_worker_name_gzip_and_rank_when_distributed(tmp_path):
     assert len(files) == 1
     assert files[0].startswith(f"{socket.gethostname()}_{os.getpid()}.rank0.") and files[0].endswith(".pftrace.gz")
     assert _labels(tmp_path / "t" / files[0]) == {"work_step_2", "work_step_3"}
+
+
+def test_keep_json_keeps_each_cycles_chrome_trace(tmp_path):
+    """keep_json: each cycle's torch JSON beside its .pftrace (same name, .json), holding that
+    cycle's steps only; nothing else left in the folder."""
+    import json
+
+    out = tmp_path / "traces"
+    written = []
+    handler = pga.trace_handler(str(out), worker_name="w", keep_json=True)
+    _profile(lambda prof: written.append(handler(prof)))
+    assert sorted(os.listdir(out)) == sorted([os.path.basename(p) for p in written] +
+                                             [os.path.basename(p)[:-len(".pftrace")] + ".json" for p in written])
+    for path, steps in zip(written, ({"work_step_2", "work_step_3"}, {"work_step_6", "work_step_7"})):
+        with open(path[:-len(".pftrace")] + ".json") as f:
+            doc = json.load(f)
+        assert {e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("work_step_")} == steps
+        assert _labels(path) == steps

@@ -79,7 +79,7 @@ def export_chrome_trace_bytes(prof, tmp_dir: Optional[str] = None) -> bytes:
 
 
 def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "none",
-           default_stream: int = 7, force: bool = False) -> LaneLayout:
+           default_stream: int = 7, force: bool = False, keep_json: Optional[PathLike] = None) -> LaneLayout:
     """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args; returns the layout.
 
     ``prof``: a live ``torch.profiler.profile`` (anything with ``export_chrome_trace``), or
@@ -97,6 +97,11 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
     Annotations that do not belong to the profile (another process's sidecar, or ones that
     match none of its graph replays) raise ``AnnotationMismatchError`` and nothing is
     written, unless ``force=True`` (the report then says what was overridden).
+
+    ``keep_json``: also keep the profiler's own Chrome trace, as torch wrote it, at this path
+    (gzipped for a ``.gz`` name), written atomically before ``out``: torch saves a profile only
+    once, so this is the way to have both without exporting twice. Only for a live profiler
+    (a saved trace is already kept).
     """
     from ..read.kineto import parse_trace_bytes
 
@@ -106,11 +111,32 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         from ..read.kineto import read_trace
         from ..util.atomic import refuse_input_as_output
 
+        if keep_json is not None:
+            raise ValueError("keep_json applies to a live profiler: the trace given is already saved")
         refuse_input_as_output(out, [os.fsdecode(prof)])
         trace = read_trace(os.fsdecode(prof))
     else:
-        trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
+        data = chrome_trace_bytes(prof)
+        if keep_json is not None:
+            keep_chrome_json(data, keep_json, out)
+        trace = parse_trace_bytes(data, "torch.profiler trace")
+        del data
     return write_joined(trace, out, ann, graph_lanes, default_stream, force)
+
+
+def keep_chrome_json(data: bytes, path: PathLike, out: PathLike) -> str:
+    """Write the profiler's Chrome trace ``data`` to ``path`` atomically (gzipped for a
+    ``.gz`` name); ``path`` must not be ``out``. Returns the path."""
+    from ..formats import is_json_name
+    from ..util.atomic import atomic_write_bytes
+
+    path = _checked_output(path)
+    if os.path.abspath(path) == os.path.abspath(os.fspath(out)):
+        raise OutputError(path, "keep_json names the output itself: give the raw Chrome trace its own name")
+    if not is_json_name(path):
+        raise OutputError(path, "keep_json is a Chrome JSON trace: give it a .json or .json.gz name")
+    atomic_write_bytes(path, data)
+    return path
 
 
 def _checked_output(out: PathLike) -> str:

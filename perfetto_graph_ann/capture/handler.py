@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 from ..errors import OutputError
 from ..pipeline.convert import write_joined
-from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes
+from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes, keep_chrome_json
 
 
 def _rank() -> Optional[int]:
@@ -41,7 +41,8 @@ def _rank() -> Optional[int]:
 
 
 def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations: AnnotationsArg = None,
-                  graph_lanes: Optional[str] = None, use_gzip: bool = False) -> Callable[[object], str]:
+                  graph_lanes: Optional[str] = None, use_gzip: bool = False,
+                  keep_json: bool = False) -> Callable[[object], str]:
     """A ``torch.profiler`` ``on_trace_ready`` callback writing one annotated ``.pftrace``
     per profiled cycle into ``dir_name`` (created if missing).
 
@@ -53,8 +54,10 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     annotated and keeps the recorded streams of a cycle whose annotations name nothing;
     ``"none"`` as in :func:`export`. ``"all"``, the old default, still means what it meant
     here (None) with a ``DeprecationWarning``: elsewhere ``"all"`` raises without annotated
-    nodes, as torch does (``join.lanes.decide_graph_lanes``). The callback returns the path
-    it wrote.
+    nodes, as torch does (``join.lanes.decide_graph_lanes``). ``keep_json``: also keep each
+    cycle's Chrome trace as torch wrote it, beside the ``.pftrace`` with the same name ending in
+    ``.json`` (``.json.gz`` with ``use_gzip``), written first (torch saves a cycle's trace only
+    once). The callback returns the path of the ``.pftrace`` it wrote.
     """
     dir_name = os.fspath(dir_name)
     if graph_lanes == "all":
@@ -80,6 +83,9 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
         # Every cycle has its own trace: export it afresh (export()'s per-profile cache would
         # hand back the first cycle's). The temporary JSON goes next to the output.
         data = export_chrome_trace_bytes(prof, tmp_dir=dir_name)
+        if keep_json:
+            keep_chrome_json(data, os.path.join(dir_name, name[:-len(".pftrace")] + ".json" +
+                                                (".gz" if use_gzip else "")), out)
         trace = parse_trace_bytes(data, f"torch.profiler trace (step {getattr(prof, 'step_num', '?')})")
         del data
         ann = fixed if fixed is not None else _annotations(None)
