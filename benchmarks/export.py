@@ -63,7 +63,7 @@ def trace_bytes(kernels: int) -> bytes:
     return dumps(make_trace(int(kernels * per_event), fixtures=("seed_block_annotated",)))
 
 
-def phases(data: bytes, ann, tmp: str) -> dict:
+def phases(data: bytes, ann, tmp: str, graph_lanes: str = "none") -> dict:
     """export's phases, timed one by one as export runs them."""
     from perfetto_graph_ann.join import join
     from perfetto_graph_ann.pipeline.convert import _write
@@ -75,7 +75,7 @@ def phases(data: bytes, ann, tmp: str) -> dict:
     trace = parse_trace_bytes(data, "torch.profiler trace")
     out["parse"] = time.perf_counter() - t
     t = time.perf_counter()
-    layout = join(trace, ann, graph_lanes="none")
+    layout = join(trace, ann, graph_lanes=graph_lanes)
     out["join"] = time.perf_counter() - t
     t = time.perf_counter()
     _write(trace, os.path.join(tmp, "phases.pftrace"), layout, ConvertConfig())
