@@ -31,11 +31,23 @@ _top_decoder = msgspec.json.Decoder(Dict[str, msgspec.Raw])
 def read_trace(path: PathLike) -> KinetoTrace:
     """Read a torch.profiler Chrome trace (``.json`` or ``.json.gz``, detected by content)."""
     spath = os.fspath(path)
-    return parse_trace_bytes(formats.read_bytes(spath, TraceFormatError, "trace file"), spath)
+    data = formats.read_bytes(spath, TraceFormatError, "trace file")
+    return parse_trace_bytes(data, spath, gzipped=_gzipped(spath))
 
 
-def parse_trace_bytes(data: bytes, path: Optional[str] = None) -> KinetoTrace:
-    """Decode the JSON text of a trace; ``path`` only names the file in errors."""
+def _gzipped(path: str) -> bool:
+    """Whether the file at ``path`` is gzip (its first bytes), so byte offsets in errors say
+    they count the decompressed text."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def parse_trace_bytes(data: bytes, path: Optional[str] = None, gzipped: bool = False) -> KinetoTrace:
+    """Decode the JSON text of a trace; ``path`` only names the file in errors (``gzipped``:
+    the text was decompressed from it, which an error's byte offset says)."""
     if not data or data.isspace():  # not data.strip(): that copies the whole text
         raise TraceFormatError(path, EMPTY_FILE)
     split = _split_top(data)
@@ -53,7 +65,7 @@ def parse_trace_bytes(data: bytes, path: Optional[str] = None) -> KinetoTrace:
         except msgspec.ValidationError:
             raise TraceFormatError(path, "not a Chrome trace: the top level is not a JSON object") from None
         except msgspec.DecodeError as e:
-            raise TraceFormatError(path, _binary_hint(data) or f"not valid JSON ({_msg(e)})") from None
+            raise TraceFormatError(path, _binary_hint(data) or json_error(data, e, gzipped)) from None
         except RecursionError:
             raise TraceFormatError(path, "JSON nested too deeply") from None
         raw_events = top.pop("traceEvents", None)
@@ -62,6 +74,34 @@ def parse_trace_bytes(data: bytes, path: Optional[str] = None) -> KinetoTrace:
         metadata = _metadata(top, path)
         events = decode_events(raw_events, path)
     return KinetoTrace(path=path, events=events, metadata=metadata)
+
+
+_AT_BYTE = re.compile(r"^(?:JSON is malformed: )?(.*?) \(byte (\d+)\)$")
+
+
+def json_error(data: bytes, e: BaseException, gzipped: bool = False) -> str:
+    """msgspec's decode error ``e`` on ``data`` as a message that says where and what: the byte
+    offset, line and column, what the decoder expected and the text found there; for a text
+    that ends early, that it was cut off at its last byte and what is missing."""
+    msg = _msg(e)
+    of = " of the decompressed JSON" if gzipped else ""
+    nl = b"\n"
+    if "truncated" in msg:
+        n = len(data)
+        return (f"not valid JSON (cut off: the text ends at byte {n:,}{of}, line {data.count(nl) + 1:,}, "
+                "before the JSON document is complete; expected the rest of it (a trace cut short: the remaining "
+                "events, the traceEvents array's ']', the object's '}')")
+    m = _AT_BYTE.match(msg)
+    if m is None or int(m.group(2)) > len(data):
+        return f"not valid JSON ({msg})"
+    reason, at = m.group(1), int(m.group(2))
+    start = data.rfind(nl, 0, at) + 1
+    end = data.find(nl, at)
+    end = len(data) if end < 0 else end
+    line = data[max(start, at - 40):min(end, at + 40)].decode("utf-8", "replace")
+    found = data[at:at + 1].decode("utf-8", "replace") or "the end"
+    return (f"not valid JSON (byte {at:,}{of}, line {data.count(nl, 0, at) + 1:,}, column {at - start + 1:,}: "
+            f"{reason}, found {found!r}; there the text reads {line!r})")
 
 
 def _metadata(top: Dict[str, msgspec.Raw], path: Optional[str]) -> Dict[str, Any]:
