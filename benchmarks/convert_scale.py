@@ -8,8 +8,9 @@ their flows, NCCL, repeated with shifted times and ids; plain JSON) is written o
 fresh processes each run one thing and report their own wall time and peak RSS (VmHWM):
 ``json.loads`` of the file's bytes (read included), and ``pga.convert(file, out.pftrace)``.
 The issue's targets: convert's peak RSS at most the input size + 300 MB, its time at most
-1.0x ``json.loads``. A run that would not fit the machine's available memory (estimated from
-the last measured RSS per input byte) is skipped and said so, not started. Files are deleted
+1.0x ``json.loads``. A run whose peak (estimated from the last measured RSS per input byte)
+would exceed ``--max-gib`` or the available memory less 4 GiB is skipped and said so, not
+started: on a shared machine a 4 GB ``json.loads`` (~20 GB) would take the others' memory. Files are deleted
 afterwards unless ``--keep``.
 """
 from __future__ import annotations
@@ -77,6 +78,9 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=["100M", "1G", "4G"])
     ap.add_argument("--dir", default="/tmp/bench33")
     ap.add_argument("--keep", action="store_true", help="keep the traces and outputs")
+    ap.add_argument("--max-gib", type=float, default=8.0,
+                    help="skip a run whose estimated peak exceeds this (GiB; the machine may be shared), or "
+                    "exceeds the available memory less 4 GiB (default: 8)")
     args = ap.parse_args()
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -90,13 +94,16 @@ def main() -> None:
     for text in args.sizes:
         path = folder / f"scale_{text}.json"
         out = folder / f"scale_{text}.pftrace"
-        n = write_large(path, _size(text))
-        size = path.stat().st_size
+        size = _size(text)
+        limit = min(args.max_gib * 2**30, _available() - 4 * 2**30)
+        skip = {w: per_byte[w] * size + 200e6 > limit for w in per_byte}
+        n = write_large(path, size) if not all(skip.values()) else 0
+        size = path.stat().st_size if n else size
         row = {}
         for what in ("json", "convert"):
             need = per_byte[what] * size + 200e6
-            if need > _available():
-                row[what] = {"error": f"skipped: needs ~{need / 2**30:.1f} GiB, {_available() / 2**30:.1f} available"}
+            if need > limit:
+                row[what] = {"error": f"skipped: needs ~{need / 2**30:.1f} GiB, limit {limit / 2**30:.1f}"}
                 continue
             row[what] = _run(what, path, out)
             if "rss" in row[what]:
@@ -109,7 +116,7 @@ def main() -> None:
             ok = "met" if c["rss"] <= size + 300e6 else f"missed by {(c['rss'] - size - 300e6) / 1e6:,.0f} MB"
         print(f"| {text} | {n:,} | {size / 1e6:,.0f} | {_cell(j, 's', 1, '.2f')} | {_cell(j, 'rss', 1e6, ',.0f')} | "
               f"{_cell(c, 's', 1, '.2f')} | {ratio} | {_cell(c, 'rss', 1e6, ',.0f')} | {over} | {ok} |", flush=True)
-        if not args.keep:
+        if not args.keep and path.exists():
             path.unlink()
             if out.exists():
                 out.unlink()

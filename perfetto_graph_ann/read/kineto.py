@@ -29,10 +29,125 @@ _top_decoder = msgspec.json.Decoder(Dict[str, msgspec.Raw])
 
 
 def read_trace(path: PathLike) -> KinetoTrace:
-    """Read a torch.profiler Chrome trace (``.json`` or ``.json.gz``, detected by content)."""
+    """Read a torch.profiler Chrome trace (``.json`` or ``.json.gz``, detected by content).
+
+    The file is read a block at a time and its events decoded as they arrive
+    (:func:`_stream_trace`), so the whole text is never held next to the events; any
+    irregularity (and every error) reads the whole file as :func:`parse_trace_bytes` does."""
     spath = os.fspath(path)
+    trace = _stream_trace(spath)
+    if trace is not None:
+        return trace
     data = formats.read_bytes(spath, TraceFormatError, "trace file")
     return parse_trace_bytes(data, spath, gzipped=_gzipped(spath))
+
+
+#: Bytes read (after gunzip) per block of the streaming read: the text held besides the
+#: events is about twice this (BENCHMARKS.md, "converter at scale").
+STREAM_BLOCK = 1 << 20
+#: How far into the text the streaming read looks for ``"traceEvents"`` before reading the
+#: whole file instead.
+_HEAD_LIMIT = 1 << 26
+
+
+def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int = 3) -> int:
+    """Decode the whole events at the start of ``buf`` onto ``events``; returns how many bytes
+    they and their separator take (0: none yet). Runs end at a ``},`` followed by ``{``; where
+    the decoder refuses a run (a nested object's ``},``, or a bad event, which the whole-file
+    read will name), an earlier end is tried, then nothing is taken."""
+    end = len(buf)
+    for _ in range(tries):
+        cut = buf.rfind(b"},", 0, end)
+        while cut >= 0:
+            nxt = cut + 2
+            while nxt < len(buf) and buf[nxt] in _JSON_SPACE:
+                nxt += 1
+            if nxt < len(buf) and buf[nxt] == 0x7B:  # "{"
+                break
+            cut = buf.rfind(b"},", 0, cut)
+        if cut < 0:
+            return 0
+        try:
+            run = decode_events(b"[" + buf[:cut + 1] + b"]", path, len(events))
+        except TraceFormatError:
+            end = cut
+            continue
+        events += run
+        return cut + 2
+    return 0
+
+
+def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
+    """The trace at ``path`` read a block at a time, or None (the caller reads the whole file,
+    which also words every error) when the file is not plainly a trace this reads.
+
+    The ``traceEvents`` array is found in the first block as :func:`_split_top` finds it;
+    then each run of whole events is decoded as soon as it is read: a run ends at the last
+    ``},`` of what has been read, taken only when the decoder accepts the run (JSON parses
+    the same from a known array position, so an accepted run ends between two events, never
+    inside a string). The text after the array (Kineto's short ``traceName``) is checked and
+    decoded with the text before it as :func:`_split_top` does; anything else returns None.
+    """
+    import gzip
+    import zlib
+
+    block = block or STREAM_BLOCK
+    try:
+        raw = open(path, "rb")
+    except OSError:
+        return None
+    with raw:
+        try:
+            f = gzip.GzipFile(fileobj=raw, mode="rb") if raw.read(2) == b"\x1f\x8b" else raw
+            raw.seek(0)
+            events: List[TraceEvent] = []
+            buf = f.read(block)
+            at = buf.find(_EVENTS_KEY)
+            # the envelope comes first (a few kB): read on to the key and past its "[" (spaces may follow)
+            while (at < 0 or len(buf) < at + len(_EVENTS_KEY) + 64) and len(buf) < _HEAD_LIMIT:
+                more = f.read(block)
+                if not more:
+                    break
+                buf += more
+                at = buf.find(_EVENTS_KEY)
+            m = _EVENTS_ARRAY.match(buf, at + len(_EVENTS_KEY)) if at >= 0 else None
+            if m is None or b"\\" in buf[:m.end()]:
+                return None
+            head, buf = buf[:m.end() - 1], bytearray(buf[m.end():])
+            while True:
+                more = f.read(block)
+                if not more:
+                    break
+                cut = _decode_run(buf, path, events)
+                if cut:
+                    del buf[:cut]
+                buf += more
+        except (OSError, EOFError, zlib.error):
+            return None
+    buf = bytes(buf)
+    end = buf.rfind(b"]")
+    if end < 0:
+        return None
+    last = end - 1
+    while last >= 0 and buf[last] in _JSON_SPACE:
+        last -= 1
+    tail = buf[end + 1:]
+    if (last >= 0 and buf[last] not in b"}") or (last < 0 and not events) or b"\\" in tail or _EVENTS_KEY in tail:
+        return None
+    try:
+        if last >= 0:
+            events += decode_events(b"[" + buf[:end] + b"]", path, len(events))
+        top = _top_decoder.decode(head + b"null" + tail)
+    except (msgspec.DecodeError, RecursionError, TraceFormatError):
+        return None
+    placeholder = top.pop("traceEvents", None)
+    if placeholder is None or bytes(placeholder) != b"null":
+        return None
+    try:
+        metadata = _metadata(top, path)
+    except TraceFormatError:
+        return None
+    return KinetoTrace(path=path, events=events, metadata=metadata)
 
 
 def _gzipped(path: str) -> bool:
