@@ -92,6 +92,8 @@ def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
     import zlib
 
     block = block or STREAM_BLOCK
+    if not os.path.isfile(path):  # a pipe read here could not be read again by the whole-file read
+        return None
     try:
         raw = open(path, "rb")
     except OSError:
@@ -153,6 +155,8 @@ def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
 def _gzipped(path: str) -> bool:
     """Whether the file at ``path`` is gzip (its first bytes), so byte offsets in errors say
     they count the decompressed text."""
+    if not os.path.isfile(path):  # a pipe cannot be read twice
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(2) == b"\x1f\x8b"
