@@ -140,3 +140,36 @@ def test_random_sizes_and_blocks(n, block, space):
         finally:
             kineto.STREAM_BLOCK = saved
         assert got == _whole(p)
+
+
+def test_a_comma_before_the_arrays_end_is_refused_as_the_whole_file_read_refuses_it(tmp_path, monkeypatch):
+    evs = _events(50)
+    data = b'{"traceEvents": [' + b", ".join(json.dumps(e).encode() for e in evs) + b", ]}"
+    p = tmp_path / "t.json"
+    p.write_bytes(data)
+    got = _read(p, 64, monkeypatch)
+    assert got == _whole(p) and got[0] == "error"
+
+
+def test_a_bad_event_ends_the_streaming_read_at_once(tmp_path, monkeypatch):
+    """A run the decoder refuses for a bad event is not decoded again block after block: the
+    whole-file read takes over after the tries of one block."""
+    evs = _events(400)
+    evs[3]["dur"] = -1.0
+    p = tmp_path / "bad.json"
+    p.write_bytes(_kineto_multiline(evs))
+    expected = _whole(p)
+    refused = []
+    decode = kineto.decode_events
+
+    def counting(*a):
+        try:
+            return decode(*a)
+        except TraceFormatError:
+            refused.append(a[2] if len(a) > 2 else None)
+            raise
+    monkeypatch.setattr(kineto, "decode_events", counting)
+    assert _read(p, 256, monkeypatch) == expected
+    # a few tries (a block whose only end is refused waits for the next), not one per block of
+    # the ~300 after the bad event
+    assert len([r for r in refused if r is not None]) <= 6

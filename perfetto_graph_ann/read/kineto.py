@@ -52,9 +52,10 @@ _HEAD_LIMIT = 1 << 26
 
 def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int = 3) -> int:
     """Decode the whole events at the start of ``buf`` onto ``events``; returns how many bytes
-    they and their separator take (0: none yet). Runs end at a ``},`` followed by ``{``; where
-    the decoder refuses a run (a nested object's ``},``, or a bad event, which the whole-file
-    read will name), an earlier end is tried, then nothing is taken."""
+    they and their separator take (0: no end found yet, -1: the decoder refused every end
+    tried). Runs end at a ``},`` followed by ``{``; where the decoder refuses a run (a nested
+    object's ``},``), an earlier end is tried; ``tries`` refusals (a bad event, which the
+    whole-file read will name) end the streaming read rather than decode the text again."""
     end = len(buf)
     for _ in range(tries):
         cut = buf.rfind(b"},", 0, end)
@@ -74,7 +75,7 @@ def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int 
             continue
         events += run
         return cut + 2
-    return 0
+    return -1
 
 
 def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
@@ -121,6 +122,8 @@ def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
                 if not more:
                     break
                 cut = _decode_run(buf, path, events)
+                if cut < 0:
+                    return None
                 if cut:
                     del buf[:cut]
                 buf += more
@@ -134,11 +137,11 @@ def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
     while last >= 0 and buf[last] in _JSON_SPACE:
         last -= 1
     tail = buf[end + 1:]
-    if (last >= 0 and buf[last] not in b"}") or (last < 0 and not events) or b"\\" in tail or _EVENTS_KEY in tail:
+    # the array's last element an object (an empty array, or a "," before "]", read whole)
+    if last < 0 or buf[last] not in b"}" or b"\\" in tail or _EVENTS_KEY in tail:
         return None
     try:
-        if last >= 0:
-            events += decode_events(b"[" + buf[:end] + b"]", path, len(events))
+        events += decode_events(b"[" + buf[:end] + b"]", path, len(events))
         top = _top_decoder.decode(head + b"null" + tail)
     except (msgspec.DecodeError, RecursionError, TraceFormatError):
         return None
