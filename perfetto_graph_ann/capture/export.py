@@ -66,16 +66,22 @@ def export_chrome_trace_bytes(prof, tmp_dir: Optional[str] = None) -> bytes:
     schedule has a new trace in every cycle (see :mod:`.handler`)."""
     with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=tmp_dir) as tmp:
         src = os.path.join(tmp, "trace.json")
-        try:
-            prof.export_chrome_trace(src)
-        except RuntimeError as e:
-            if "already saved" in str(e):
-                raise InputError(None, "this torch.profiler profile was already saved with export_chrome_trace "
-                                       "(torch saves a trace only once): call perfetto_graph_ann.export first, or "
-                                       "convert the saved JSON with `perfetto-graph-ann convert`") from e
-            raise
+        export_chrome_trace_to(prof, src)
         with open(src, "rb") as f:
             return f.read()
+
+
+def export_chrome_trace_to(prof, path: str) -> None:
+    """``prof.export_chrome_trace(path)``; a profile torch already saved is an
+    :class:`~perfetto_graph_ann.errors.InputError` that says what to do instead."""
+    try:
+        prof.export_chrome_trace(path)
+    except RuntimeError as e:
+        if "already saved" in str(e):
+            raise InputError(None, "this torch.profiler profile was already saved with export_chrome_trace "
+                                   "(torch saves a trace only once): call perfetto_graph_ann.export first, or "
+                                   "convert the saved JSON with `perfetto-graph-ann convert`") from e
+        raise
 
 
 def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "none",
@@ -124,10 +130,12 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
     return write_joined(trace, out, ann, graph_lanes, default_stream, force)
 
 
-def keep_chrome_json(data: bytes, path: PathLike, out: PathLike) -> str:
-    """Write the profiler's Chrome trace ``data`` to ``path`` atomically (gzipped for a
-    ``.gz`` name); ``path`` must not be ``out``. Returns the path."""
-    from ..formats import is_json_name
+def keep_chrome_json(data: "bytes | str", path: PathLike, out: PathLike) -> str:
+    """Keep the profiler's Chrome trace at ``path`` (gzipped for a ``.gz`` name), atomically:
+    ``data`` its bytes, or the temporary file torch wrote them to, on the same file system
+    (renamed into place when no gzip is asked: no copy). ``path`` must not be ``out``.
+    Returns the path."""
+    from ..formats import is_gzip_name, is_json_name
     from ..util.atomic import atomic_write_bytes
 
     path = _checked_output(path)
@@ -135,6 +143,15 @@ def keep_chrome_json(data: bytes, path: PathLike, out: PathLike) -> str:
         raise OutputError(path, "keep_json names the output itself: give the raw Chrome trace its own name")
     if not is_json_name(path):
         raise OutputError(path, "keep_json is a Chrome JSON trace: give it a .json or .json.gz name")
+    if isinstance(data, str):
+        if not is_gzip_name(path):
+            try:
+                os.replace(data, path)
+                return path
+            except OSError as e:
+                raise OutputError(path, f"cannot keep the Chrome trace here: {e.strerror or e}") from e
+        with open(data, "rb") as f:
+            data = f.read()
     atomic_write_bytes(path, data)
     return path
 
