@@ -134,3 +134,70 @@ def write_trace(path: Path, n_events: int, overlap_ns: int = 0, gz: Optional[boo
     else:
         path.write_bytes(data)
     return path
+
+
+def write_large(path: Path, target_bytes: int, block_events: int = 60_000) -> int:
+    """Stream a synthetic trace of at least ``target_bytes`` to ``path`` (plain JSON) without
+    holding it: one block of :func:`make_trace` is encoded once as a template, then repeated with
+    its times shifted past the previous block and its correlation / flow ids shifted to stay
+    unique, until the size is reached. Returns the number of events written."""
+    base = make_trace(block_events)
+    events = base.pop("traceEvents")
+    meta = [e for e in events if e.get("ph") == "M"]
+    body = [copy.deepcopy(e) for e in events if e.get("ph") != "M"]
+    ns = [int(Decimal(e["ts"]) * 1000) for e in body if "ts" in e]
+    ends = [int((Decimal(e["ts"]) + Decimal(e.get("dur", 0))) * 1000) for e in body if "ts" in e]
+    period = max(ends) - min(ns) + 10_000
+    ids = [0]
+    templates = []  # per event: [text, (kind, base value), text, ...]
+    for e in body:
+        slots = []
+        if "ts" in e:
+            slots.append(("ts", int(Decimal(e["ts"]) * 1000)))
+            e["ts"] = f"@@{len(slots) - 1}@@"
+        args = e.get("args")
+        for key in ("correlation", "External id"):
+            if isinstance(args, dict) and isinstance(args.get(key), int):
+                ids.append(args[key])
+                slots.append(("id", args[key]))
+                args[key] = f"@@{len(slots) - 1}@@"
+        if e.get("cat") == "ac2g" and isinstance(e.get("id"), int):
+            ids.append(e["id"])
+            slots.append(("id", e["id"]))
+            e["id"] = f"@@{len(slots) - 1}@@"
+        text = _encode(e)
+        parts: List[Any] = []
+        for k in sorted(range(len(slots)), key=lambda k: text.index(f'"@@{k}@@"')):
+            before, text = text.split(f'"@@{k}@@"', 1)
+            parts += [before, slots[k]]
+        parts.append(text)
+        templates.append(parts)
+    id_period = max(ids) + 1
+    head = _encode(base)[:-1]
+    written = 0
+    n = 0
+    with open(path, "w") as f:
+        f.write(head + (", " if base else "") + '"traceEvents": [')
+        f.write(", ".join(_encode(e) for e in meta))
+        n += len(meta)
+        rep = 0
+        while f.tell() < target_bytes:
+            t_shift, id_shift = rep * period, rep * id_period
+            out = []
+            for parts in templates:
+                s = []
+                for p in parts:
+                    if type(p) is str:
+                        s.append(p)
+                    elif p[0] == "ts":
+                        v = p[1] + t_shift
+                        s.append(f"{v // 1000}.{v % 1000:03d}")
+                    else:
+                        s.append(str(p[1] + id_shift))
+                out.append("".join(s))
+            f.write(", " + ", ".join(out))
+            n += len(out)
+            rep += 1
+        f.write("]}")
+        written = f.tell()
+    return n if written else 0

@@ -81,7 +81,7 @@ def test_a_wrapped_table_repeats_the_key_columns():
 def test_report_uses_the_terminal_width(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["report", str(fixture_trace("seed_block_annotated")), "-a",
-                 str(fixture_capture("seed_block_annotated")), "--engine", "portable", "-q"]) == 0
+                 str(fixture_capture("seed_block_annotated")), "--engine", "portable", "-q", "--all"]) == 0
     text = capsys.readouterr().out
     top = text.split("Top kernels per lane (graph_ann_lane_top_kernels)\n")[1].split("\n\n")[0]
     names = _column(top, "name")

@@ -415,10 +415,17 @@ def test_sql_modules_total_self_and_share(tmp_path):
     # the CLI: report --by module adds the table; without it the report is as before
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200")
     cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable",
-                         "--by", "module", "-q"], capture_output=True, text=True, env=env, timeout=300)
+                         "--by", "module", "-q", "--all"], capture_output=True, text=True, env=env, timeout=300)
     assert cp.returncode == 0, cp.stderr
     section = cp.stdout.split("Modules, per module path across replays (graph_ann_module_summary)\n", 1)[1]
     assert [ln.split()[1] for ln in section.strip().splitlines()[2:5]] == ["Decoder", "layers.0", "layers.0.attn"]
+    cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable",
+                         "--by", "module", "-q", "--rows", "1"], capture_output=True, text=True, env=env, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    section = cp.stdout.split("Modules, per module path across replays (graph_ann_module_summary): ", 1)[1]
+    head, *rows = section.strip().splitlines()
+    assert head == f"{len(summ)} rows" and rows[2].split()[1] == "Decoder"  # the largest mean total first
+    assert rows[3] == f"  ({len(summ) - 1} more; shown: longest mean_total_dur; everything: --all or --format csv/json)"
     cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable", "-q"],
                         capture_output=True, text=True, env=env, timeout=300)
     assert cp.returncode == 0 and "graph_ann_module_summary" not in cp.stdout

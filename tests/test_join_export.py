@@ -112,3 +112,26 @@ def test_export_after_user_saved_the_profile(tmp_path):
     with pytest.raises(GraphAnnError, match="already saved"):
         export(prof, tmp_path / "x.pftrace", annotations=read_capture_record(fixture_capture("two_branch")))
     assert not (tmp_path / "x.pftrace").exists()
+
+
+def test_export_keeps_the_raw_chrome_json_too(tmp_path):
+    """keep_json: torch's own JSON, byte for byte (gzipped for a .gz name), beside the
+    .pftrace, from the one export torch allows; the .pftrace is what export writes without it."""
+    ann = read_capture_record(fixture_capture("seed_block_annotated"))
+    with gzip.open(fixture_trace("seed_block_annotated"), "rb") as f:
+        raw = f.read()
+    export(FakeProfiler("seed_block_annotated"), tmp_path / "plain.pftrace", annotations=ann)
+    for kept in ("raw.json", "raw.json.gz"):
+        prof = FakeProfiler("seed_block_annotated")
+        export(prof, tmp_path / f"{kept}.pftrace", annotations=ann, keep_json=tmp_path / kept)
+        assert len(prof.calls) == 1
+        data = (tmp_path / kept).read_bytes()
+        assert (gzip.decompress(data) if kept.endswith(".gz") else data) == raw
+        assert (tmp_path / f"{kept}.pftrace").read_bytes() == (tmp_path / "plain.pftrace").read_bytes()
+    with pytest.raises(OutputError, match="its own name"):
+        export(FakeProfiler("two_branch"), tmp_path / "x.json", annotations=ann, keep_json=tmp_path / "x.json")
+    with pytest.raises(OutputError, match=r"\.json or \.json\.gz"):
+        export(FakeProfiler("two_branch"), tmp_path / "y.pftrace", annotations=ann, keep_json=tmp_path / "y.txt")
+    assert not (tmp_path / "y.pftrace").exists() and not (tmp_path / "y.txt").exists()
+    with pytest.raises(ValueError, match="already saved"):
+        export(str(fixture_trace("two_branch")), tmp_path / "z.pftrace", annotations=ann, keep_json=tmp_path / "z.json")

@@ -270,7 +270,7 @@ def test_report_and_sql_tables_name_the_groups(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     eager = X.lane_table(X.load_events(fixture_trace("allreduce_eager_rank0")))
     graphed = X.lane_table(X.load_events(fixture_trace("allreduce_graph_rank0")))
-    text = _run(["report", str(out), "--engine", "portable", "-q"], capsys)
+    text = _run(["report", str(out), "--engine", "portable", "-q", "--all"], capsys)
     lanes = text.split("Lanes (graph_ann_lane)\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
     assert len(lanes) == 2
     for line, name, exp in zip(lanes, ("eager (rank 0)", "graphed (rank 0)"), (eager, graphed)):

@@ -175,3 +175,31 @@ def test_bad_rank_is_an_input_error(tmp_path, rank):
         merge([fixture_trace("two_branch"), p], out)
     assert str(info.value).startswith(str(p)) and "distributedInfo.rank" in str(info.value)
     assert not out.exists()
+
+
+def test_written_rank_by_rank_as_merge_converted_gives_them():
+    """write_merged (what merge writes with) streams the very bytes merge_converted returns,
+    parsing each rank's packets one at a time, and drops each rank's bytes once rewritten."""
+    import io
+
+    from perfetto_graph_ann.write.merge import _packet_payloads, write_merged
+
+    traces = [_rank_trace(1, 1000, 1_000_000_000), _rank_trace(2, 1500, 1_000_000_700)]
+    want = merge_converted([RankTrace(r, 1_000_000_000 + 700 * r, t, f"r{r}.json") for r, t in enumerate(traces)])
+    ranks = [RankTrace(r, 1_000_000_000 + 700 * r, t, f"r{r}.json") for r, t in enumerate(traces)]
+    buf = io.BytesIO()
+    assert write_merged(ranks, buf, release=True) == len(want)
+    assert buf.getvalue() == want and all(rt.pftrace == b"" for rt in ranks)
+    # each packet found by its framing is the one protobuf parses
+    assert [bytes(p) for p in _packet_payloads(traces[0])] == [p.SerializeToString() for p in _decode(traces[0]).packet]
+    # bytes framed otherwise (another top-level field) go through the whole-Trace parse, same result
+    odd = traces[0] + b"\x12\x00"  # field 2, empty: unknown to the packet framing
+    assert _packet_payloads(odd) is None
+    assert merge_converted([RankTrace(0, 5, odd, "a.json")]) == merge_converted([RankTrace(0, 5, traces[0], "a.json")])
+
+
+@pytest.mark.parametrize("data", [b"\x0a\x05\xff\xff\xff\xff\xff", b"\x0a\x09abc", b"\x0a"])
+def test_a_rank_that_does_not_parse_is_named(data):
+    good = _rank_trace(1, 1000, 5)
+    with pytest.raises(InputError, match=r"^b\.json: converted trace of rank 1 does not parse"):
+        merge_converted([RankTrace(0, 5, good, "a.json"), RankTrace(1, 5, data, "b.json")])

@@ -128,3 +128,44 @@ def test_counters(tmp_path):
     d = decode(out)
     vals = sorted((d.tracks[t].name, ts, v) for t, ts, v in d.counters)
     assert vals == [("mem alloc", 1000, 10), ("mem alloc", 2000, 12), ("mem free", 1000, 2.5), ("mem free", 2000, 3.5)]
+
+
+def _kineto_like(n: int = 400) -> bytes:
+    """A trace written over several lines per event, as Kineto writes it."""
+    return json.dumps({"schemaVersion": 1, "traceEvents": [dict(GOOD, name=f"k{i}", ts=1.5 + i) for i in range(n)]},
+                      indent=1).encode()
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_cut_off_trace_names_the_byte_where_it_ends_and_what_is_missing(tmp_path, gz, capsys):
+    data = _kineto_like()
+    cut = data[: len(data) // 2]
+    p = tmp_path / ("cut.json.gz" if gz else "cut.json")
+    p.write_bytes(gzip.compress(cut) if gz else cut)
+    out = tmp_path / "out.pftrace"
+    assert main(["convert", str(p), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    of = " of the decompressed JSON" if gz else ""
+    lines = cut.count(b"\n") + 1
+    assert f"{p}: not valid JSON (cut off: the text ends at byte {len(cut):,}{of}, line {lines:,}, " \
+           "before the JSON document is complete; expected the rest of it" in err, err
+    assert [f.name for f in tmp_path.iterdir()] == [p.name]  # no output, no temporary file
+
+
+def test_broken_line_in_the_middle_names_byte_line_column_and_expectation(tmp_path, capsys):
+    data = _kineto_like()
+    lines = data.split(b"\n")
+    k = len(lines) // 2
+    while b'"dur"' not in lines[k]:
+        k += 1
+    lines[k] = lines[k].replace(b'"dur":', b'"dur"')  # the colon after a key missing
+    bad = b"\n".join(lines)
+    at = sum(len(ln) + 1 for ln in lines[:k]) + lines[k].index(b'"dur"') + len(b'"dur"') + 1
+    p = tmp_path / "broken.json"
+    p.write_bytes(bad)
+    out = tmp_path / "out.pftrace"
+    assert main(["convert", str(p), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    col = at - (sum(len(ln) + 1 for ln in lines[:k])) + 1
+    assert f"{p}: not valid JSON (byte {at:,}, line {k + 1:,}, column {col}: expected ':', found '2'" in err, err
+    assert [f.name for f in tmp_path.iterdir()] == [p.name]

@@ -82,9 +82,14 @@ def test_report_has_a_scopes_section(synth, capsys):
     assert main(["report", str(out), "--engine", "portable", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["scopes"]) == 2 * 3 * LAYERS
-    assert main(["report", str(out), "--engine", "portable"]) == 0
+    assert main(["report", str(out), "--engine", "portable", "--all"]) == 0
     text = capsys.readouterr().out
     assert "Scopes on the GPU" in text and "layer 2 / mlp" in text and "decode bs=4" in text
+    assert main(["report", str(out), "--engine", "portable"]) == 0  # the summary: the slowest scopes first
+    text = capsys.readouterr().out
+    slowest = sorted(doc["scopes"], key=lambda r: -r["mean_dur"])[0]
+    assert f"Scopes on the GPU, per scope across replays (graph_ann_scope_stats): {len(doc['scopes'])} rows" in text
+    assert slowest["scope_path"] in text.split("Scopes on the GPU", 1)[1].splitlines()[3]
 
 
 @requires_portable

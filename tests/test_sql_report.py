@@ -85,7 +85,8 @@ def test_report_table_of_pftrace(tmp_path, capsys):
     pf = tmp_path / "eager.pftrace"
     convert(src, pf)
     out_file = tmp_path / "report.txt"
-    assert main(["report", str(pf), "--engine", "portable", "--top-kernels", "1", "-o", str(out_file)]) == 0
+    assert main(["report", str(pf), "--engine", "portable", "--top-kernels", "1", "--all", "-o",
+                 str(out_file)]) == 0
     assert capsys.readouterr().out == f"wrote {out_file}\n"  # as every command that writes a file
     text = out_file.read_text()
     for title in ("Lanes (graph_ann_lane)", "Top kernels per lane", "Graph replays (graph_ann_replay)\n  (none)",

@@ -75,3 +75,55 @@ def test_default_worker_name_gzip_and_rank_when_distributed(tmp_path):
     assert len(files) == 1
     assert files[0].startswith(f"{socket.gethostname()}_{os.getpid()}.rank0.") and files[0].endswith(".pftrace.gz")
     assert _labels(tmp_path / "t" / files[0]) == {"work_step_2", "work_step_3"}
+
+
+def test_keep_json_keeps_each_cycles_chrome_trace(tmp_path):
+    """keep_json: each cycle's torch JSON beside its .pftrace (same name, .json), holding that
+    cycle's steps only; nothing else left in the folder."""
+    import json
+
+    out = tmp_path / "traces"
+    written = []
+    handler = pga.trace_handler(str(out), worker_name="w", keep_json=True)
+    _profile(lambda prof: written.append(handler(prof)))
+    assert sorted(os.listdir(out)) == sorted([os.path.basename(p) for p in written] +
+                                             [os.path.basename(p)[:-len(".pftrace")] + ".json" for p in written])
+    for path, steps in zip(written, ({"work_step_2", "work_step_3"}, {"work_step_6", "work_step_7"})):
+        with open(path[:-len(".pftrace")] + ".json") as f:
+            doc = json.load(f)
+        assert {e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("work_step_")} == steps
+        assert _labels(path) == steps
+
+
+def test_keep_json_gzip_and_a_broken_cycle_named_by_its_step(tmp_path):
+    """use_gzip keeps the cycle's JSON gzipped beside the .pftrace.gz; a cycle whose trace is
+    not valid JSON is refused naming the step (not the temporary file), no .pftrace is left,
+    and the kept JSON, the profile's only copy, is."""
+    import gzip
+    import json
+
+    from perfetto_graph_ann.errors import TraceFormatError
+
+    out = tmp_path / "traces"
+    written = []
+    handler = pga.trace_handler(str(out), worker_name="w", keep_json=True, use_gzip=True)
+    _profile(lambda prof: written.append(handler(prof)))
+    assert all(p.endswith(".pftrace.gz") for p in written)
+    for path in written:
+        doc = json.loads(gzip.decompress(open(path[:-len(".pftrace.gz")] + ".json.gz", "rb").read()))
+        assert any(e.get("name", "").startswith("work_step_") for e in doc["traceEvents"])
+
+    class Broken:
+        step_num = 7
+
+        def export_chrome_trace(self, path):
+            with open(path, "w") as f:
+                f.write('{"traceEvents": [{"ph": "X", "name": "k", "ts": 1.0, "dur": ')
+
+    bad = tmp_path / "bad"
+    with pytest.raises(TraceFormatError) as err:
+        pga.trace_handler(str(bad), worker_name="w", keep_json=True)(Broken())
+    assert str(err.value).startswith("torch.profiler trace (step 7): not valid JSON (cut off: the text ends at byte ")
+    left = os.listdir(bad)
+    assert len(left) == 1 and left[0].startswith("w.") and left[0].endswith(".json")
+    assert (bad / left[0]).read_text().startswith('{"traceEvents": [{"ph": "X"')

@@ -68,20 +68,26 @@ def export_chrome_trace_bytes(prof, tmp_dir: Optional[str] = None) -> bytes:
     schedule has a new trace in every cycle (see :mod:`.handler`)."""
     with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=tmp_dir) as tmp:
         src = os.path.join(tmp, "trace.json")
-        try:
-            prof.export_chrome_trace(src)
-        except RuntimeError as e:
-            if "already saved" in str(e):
-                raise InputError(None, "this torch.profiler profile was already saved with export_chrome_trace "
-                                       "(torch saves a trace only once): call perfetto_graph_ann.export first, or "
-                                       "convert the saved JSON with `perfetto-graph-ann convert`") from e
-            raise
+        export_chrome_trace_to(prof, src)
         with open(src, "rb") as f:
             return f.read()
 
 
+def export_chrome_trace_to(prof, path: str) -> None:
+    """``prof.export_chrome_trace(path)``; a profile torch already saved is an
+    :class:`~perfetto_graph_ann.errors.InputError` that says what to do instead."""
+    try:
+        prof.export_chrome_trace(path)
+    except RuntimeError as e:
+        if "already saved" in str(e):
+            raise InputError(None, "this torch.profiler profile was already saved with export_chrome_trace "
+                                   "(torch saves a trace only once): call perfetto_graph_ann.export first, or "
+                                   "convert the saved JSON with `perfetto-graph-ann convert`") from e
+        raise
+
+
 def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "none",
-           default_stream: int = 7, force: bool = False) -> LaneLayout:
+           default_stream: int = 7, force: bool = False, keep_json: Optional[PathLike] = None) -> LaneLayout:
     """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args.
 
     May be called several times on one profile (e.g. once per format): the profiler's trace
@@ -99,6 +105,10 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         default_stream: the lane of graphed events without one under ``"all"``.
         force: join annotations that do not belong to the profile (the report then says
             what was overridden).
+        keep_json: also keep the profiler's own Chrome trace, as torch wrote it, at this
+            path (gzipped for a ``.gz`` name), written atomically before ``out``: torch saves
+            a profile only once, so this is the way to have both without exporting twice.
+            Only for a live profiler (a saved trace is already kept).
 
     Returns:
         The join's :class:`LaneLayout` (its report: ``layout.report``).
@@ -118,11 +128,43 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         from ..read.kineto import read_trace
         from ..util.atomic import refuse_input_as_output
 
+        if keep_json is not None:
+            raise ValueError("keep_json applies to a live profiler: the trace given is already saved")
         refuse_input_as_output(out, [os.fsdecode(prof)])
         trace = read_trace(os.fsdecode(prof))
     else:
-        trace = parse_trace_bytes(chrome_trace_bytes(prof), "torch.profiler trace")
+        data = chrome_trace_bytes(prof)
+        if keep_json is not None:
+            keep_chrome_json(data, keep_json, out)
+        trace = parse_trace_bytes(data, "torch.profiler trace")
+        del data
     return write_joined(trace, out, ann, graph_lanes, default_stream, force)
+
+
+def keep_chrome_json(data: "bytes | str", path: PathLike, out: PathLike) -> str:
+    """Keep the profiler's Chrome trace at ``path`` (gzipped for a ``.gz`` name), atomically:
+    ``data`` its bytes, or the temporary file torch wrote them to, on the same file system
+    (renamed into place when no gzip is asked: no copy). ``path`` must not be ``out``.
+    Returns the path."""
+    from ..formats import is_gzip_name, is_json_name
+    from ..util.atomic import atomic_write_bytes
+
+    path = _checked_output(path)
+    if os.path.abspath(path) == os.path.abspath(os.fspath(out)):
+        raise OutputError(path, "keep_json names the output itself: give the raw Chrome trace its own name")
+    if not is_json_name(path):
+        raise OutputError(path, "keep_json is a Chrome JSON trace: give it a .json or .json.gz name")
+    if isinstance(data, str):
+        if not is_gzip_name(path):
+            try:
+                os.replace(data, path)
+                return path
+            except OSError as e:
+                raise OutputError(path, f"cannot keep the Chrome trace here: {e.strerror or e}") from e
+        with open(data, "rb") as f:
+            data = f.read()
+    atomic_write_bytes(path, data)
+    return path
 
 
 def _checked_output(out: PathLike) -> str:

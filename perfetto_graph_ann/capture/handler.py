@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 from ..errors import OutputError
 from ..pipeline.convert import write_joined
-from .export import AnnotationsArg, _annotations, export_chrome_trace_bytes
+from .export import AnnotationsArg, _annotations, export_chrome_trace_to, keep_chrome_json
 
 __all__ = ["trace_handler"]
 
@@ -43,7 +43,8 @@ def _rank() -> Optional[int]:
 
 
 def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations: AnnotationsArg = None,
-                  graph_lanes: Optional[str] = None, use_gzip: bool = False) -> Callable[[object], str]:
+                  graph_lanes: Optional[str] = None, use_gzip: bool = False,
+                  keep_json: bool = False) -> Callable[[object], str]:
     """A ``torch.profiler`` ``on_trace_ready`` callback writing one annotated ``.pftrace``
     per profiled cycle into ``dir_name`` (created if missing).
 
@@ -55,8 +56,10 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     annotated and keeps the recorded streams of a cycle whose annotations name nothing;
     ``"none"`` as in :func:`export`. ``"all"``, the old default, still means what it meant
     here (None) with a ``DeprecationWarning``: elsewhere ``"all"`` raises without annotated
-    nodes, as torch does (``join.lanes.decide_graph_lanes``). The callback returns the path
-    it wrote.
+    nodes, as torch does (``join.lanes.decide_graph_lanes``). ``keep_json``: also keep each
+    cycle's Chrome trace as torch wrote it, beside the ``.pftrace`` with the same name ending in
+    ``.json`` (``.json.gz`` with ``use_gzip``), written first (torch saves a cycle's trace only
+    once). The callback returns the path of the ``.pftrace`` it wrote.
     """
     dir_name = os.fspath(dir_name)
     if graph_lanes == "all":
@@ -69,7 +72,10 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     fixed = None if annotations is None else _annotations(annotations)
 
     def handler_fn(prof) -> str:
-        from ..read.kineto import parse_trace_bytes
+        import tempfile
+
+        from ..errors import TraceFormatError
+        from ..read.kineto import read_trace
 
         try:
             os.makedirs(dir_name, exist_ok=True)
@@ -80,10 +86,23 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
         name = f"{worker}{'' if rank is None else f'.rank{rank}'}.{time.time_ns()}.pftrace"
         out = os.path.join(dir_name, name + (".gz" if use_gzip else ""))
         # Every cycle has its own trace: export it afresh (export()'s per-profile cache would
-        # hand back the first cycle's). The temporary JSON goes next to the output.
-        data = export_chrome_trace_bytes(prof, tmp_dir=dir_name)
-        trace = parse_trace_bytes(data, f"torch.profiler trace (step {getattr(prof, 'step_num', '?')})")
-        del data
+        # hand back the first cycle's). The temporary JSON goes next to the output and is read
+        # from there as any trace file is (a block at a time); keep_json keeps it first (the
+        # profile's only copy, kept even if the conversion fails), renamed into place rather
+        # than written again unless it is to be gzipped.
+        label = f"torch.profiler trace (step {getattr(prof, 'step_num', '?')})"
+        with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=dir_name) as tmp:
+            src = os.path.join(tmp, "trace.json")
+            export_chrome_trace_to(prof, src)
+            if keep_json:
+                kept = keep_chrome_json(src, os.path.join(dir_name, name[:-len(".pftrace")] + ".json" +
+                                                          (".gz" if use_gzip else "")), out)
+                src = src if use_gzip else kept
+            try:
+                trace = read_trace(src)
+            except TraceFormatError as e:
+                raise TraceFormatError(label, e.problem) from None
+            trace.path = label  # what errors (the join's refusals) call it
         ann = fixed if fixed is not None else _annotations(None)
         write_joined(trace, out, ann, graph_lanes)  # the join decides None (join.lanes.decide_graph_lanes)
         return out

@@ -256,8 +256,9 @@ class _Attribution:
         recorded = self.launched.get(r.correlation) if self.launched is not None else None
         if recorded:
             return sorted(g for g in recorded if g in self.by_id), any(g not in self.by_id for g in recorded), RECORDED
+        shape = self.fit.shape(pending)  # once, not once per graph
         fitting = [g.exec_id for g in self.annotations.graphs
-                   if device_ok(g.device, r.device) and self.fit.fits(pending, g)]
+                   if device_ok(g.device, r.device) and self.fit.fits_shape(shape, g)]
         return fitting, False, KERNELS
 
     def join_replay(self, r: Replay) -> None:

@@ -99,8 +99,18 @@ class GraphFit:
                                                  if n.type in GPU_WORK_NODE_TYPES)
         return c
 
+    @staticmethod
+    def shape(events: Sequence[TraceEvent]) -> frozenset:
+        """The replay shape :meth:`fits` compares: each loose signature with its count. For
+        one replay tried against many graphs (a serving engine's graph per batch size), take
+        it once and ask :meth:`fits_shape`."""
+        return frozenset(Counter(signature(e, strict=False) for e in events).items())
+
     def fits(self, events: Sequence[TraceEvent], g: GraphRecord) -> bool:
-        ev = frozenset(Counter(signature(e, strict=False) for e in events).items())
+        return self.fits_shape(self.shape(events), g)
+
+    def fits_shape(self, ev: frozenset, g: GraphRecord) -> bool:
+        """:meth:`fits` for a replay's :meth:`shape`."""
         key = (g.exec_id, ev)
         hit = self._memo.get(key)
         if hit is None:

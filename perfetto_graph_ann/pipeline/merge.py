@@ -11,9 +11,9 @@ from typing import Optional, Sequence
 
 from ..annotations.model import AnnotationSet
 from ..errors import PathLike
-from ..util.atomic import atomic_write_bytes
+from ..util.atomic import atomic_write
 from ..util.progress import phase
-from ..write.merge import MergedInput, MergeReport, RankTrace, merge_converted
+from ..write.merge import MergedInput, MergeReport, RankTrace, write_merged
 from .joined import read_and_join, trace_rank
 
 __all__ = ["merge", "MergeReport"]
@@ -69,7 +69,8 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
                           progress=progress, force=force)
              for i, path in enumerate(traces)]
     with phase(progress, f"merging and writing {os.path.basename(os.fspath(out))}"):
-        atomic_write_bytes(out, merge_converted(ranks), compress=gzip)
+        with atomic_write(out, compress=gzip) as f:  # rank by rank: the merged trace is never held whole
+            write_merged(ranks, f, release=True)
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     return MergeReport([rt.rank for rt in ranks], {rt.rank: rt.base_time_ns - ref for rt in ranks},
                        {rt.rank: rt.layout for rt in ranks},

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Dict, Iterator, Optional, Union
+from typing import Dict, Iterator, Optional, Sequence, Tuple, Union
 
 from .session import Session, open_trace
 
@@ -275,3 +275,27 @@ def report(trace: TraceArg, top: int = 5, engine: str = "auto", modules: bool = 
         if critical_path:
             out["critical_paths"] = _select(s, "critical_path_summary")
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TopRows:
+    """The first rows of a table in a chosen order, with its row count and column sums."""
+
+    rows: "object"  #: DataFrame of at most ``limit`` rows
+    count: int  #: rows of the whole table (after ``where``)
+    sums: Dict[str, Optional[float]]  #: SUM of each asked column over the whole table (None: all NULL)
+
+
+def top_rows(trace: TraceArg, name: str, order_by: str, limit: int, where: Optional[str] = None,
+             sums: Sequence[str] = (), engine: str = "auto") -> TopRows:
+    """The first ``limit`` rows of metric ``name`` (a key of :data:`METRICS`) in ``order_by``
+    (SQL, e.g. ``"wall_dur DESC"``; the table's own order breaks ties), with the table's row
+    count and the SUM of each column of ``sums``: a summary read without fetching every row."""
+    m = METRICS[name]
+    cond = f" WHERE {where}" if where else ""
+    with _session(trace, engine) as s:
+        agg = ", ".join(["COUNT(*) AS n", *(f"SUM({c}) AS s{i}" for i, c in enumerate(sums))])
+        row = s.query(f"INCLUDE PERFETTO MODULE {m.module}; SELECT {agg} FROM {m.table}{cond}").tuples()[0]
+        rows = _frame(s.query(f"INCLUDE PERFETTO MODULE {m.module}; SELECT * FROM {m.table}{cond} "
+                              f"ORDER BY {order_by}, {m.order_by} LIMIT {int(limit)}"))
+    return TopRows(rows, int(row[0]), dict(zip(sums, row[1:])))

@@ -80,10 +80,11 @@ _DIGITS_AS_D = bytes.maketrans(_DIGITS, b"d" * 10)
 _SIXTEEN_DIGITS = b"d" * 16
 
 
-def decode_events(raw: bytes, path: Optional[str]) -> List[TraceEvent]:
-    """The events of the ``traceEvents`` array text ``raw``; ``path`` only names the file in errors."""
-    events = _from_typed(raw, path)
-    return events if events is not None else _from_generic(raw, path)
+def decode_events(raw: bytes, path: Optional[str], start: int = 0) -> List[TraceEvent]:
+    """The events of the ``traceEvents`` array text ``raw``; ``path`` only names the file in
+    errors. ``start``: the index of the first (``raw`` holds a run of the array's events)."""
+    events = _from_typed(raw, path, start=start)
+    return events if events is not None else _from_generic(raw, path, start)
 
 
 def us_to_ns(value: Decimal) -> int:
@@ -137,7 +138,7 @@ def _number(value: Any, index: int, key: str, name: str, path: Optional[str]) ->
     return Decimal(value) if isinstance(value, int) else value
 
 
-def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True) -> Optional[List[TraceEvent]]:
+def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True, start: int = 0) -> Optional[List[TraceEvent]]:
     """The typed path; None when the typed decode refuses the array or a time is not a number.
 
     ``bulk=False`` converts every time per event (:func:`_exact_times`): the reference the
@@ -158,14 +159,15 @@ def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True) -> Optional[
         if times is None:
             return None
         ts_all, dur_all = times
-    return _finish(events, ts_all, dur_all, path)
+    return _finish(events, ts_all, dur_all, path, start)
 
 
 def _finish(events: List[Any], ts_all: Sequence[Optional[int]], dur_all: Sequence[Optional[int]],
-            path: Optional[str]) -> List[TraceEvent]:
-    """Index, times and ``extra`` in place on the decoded objects, each made a plain TraceEvent."""
+            path: Optional[str], start: int = 0) -> List[TraceEvent]:
+    """Index (from ``start``), times and ``extra`` in place on the decoded objects, each made a
+    plain TraceEvent."""
     cls = TraceEvent
-    for i, e, ts_ns, dur_ns in zip(range(len(events)), events, ts_all, dur_all):
+    for i, e, ts_ns, dur_ns in zip(range(start, start + len(events)), events, ts_all, dur_all):
         if (ts_ns is None or dur_ns is None) and e.ph == "X":  # raises: a complete event needs both
             _event_times(i, e.ph, e.name, _decimal(e.ts_ns), _decimal(e.dur_ns), path)
         sv = e.index  # the JSON's "s", "bp": see _KinetoEvent
@@ -255,7 +257,7 @@ def _kineto_times(text: bytes, n: int) -> bool:
             and b",." not in marks and _SIXTEEN_DIGITS not in marks)
 
 
-def _from_generic(raw: bytes, path: Optional[str]) -> List[TraceEvent]:
+def _from_generic(raw: bytes, path: Optional[str], start: int = 0) -> List[TraceEvent]:
     """Any JSON array: plain dicts checked key by key, unknown keys kept in ``extra``."""
     try:
         items = _generic_decoder.decode(raw)
@@ -266,7 +268,7 @@ def _from_generic(raw: bytes, path: Optional[str]) -> List[TraceEvent]:
     if not isinstance(items, list):
         raise TraceFormatError(path, f"traceEvents is a {_jtype(items)}, not an array")
     events: List[TraceEvent] = []
-    for i, d in enumerate(items):
+    for i, d in enumerate(items, start):
         if not isinstance(d, dict):
             raise TraceFormatError(path, f"event {i} is a {_jtype(d)}, not an object")
         ph = d.get("ph")

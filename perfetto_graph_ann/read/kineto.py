@@ -29,13 +29,147 @@ _top_decoder = msgspec.json.Decoder(Dict[str, msgspec.Raw])
 
 
 def read_trace(path: PathLike) -> KinetoTrace:
-    """Read a torch.profiler Chrome trace (``.json`` or ``.json.gz``, detected by content)."""
+    """Read a torch.profiler Chrome trace (``.json`` or ``.json.gz``, detected by content).
+
+    The file is read a block at a time and its events decoded as they arrive
+    (:func:`_stream_trace`), so the whole text is never held next to the events; any
+    irregularity (and every error) reads the whole file as :func:`parse_trace_bytes` does."""
     spath = os.fspath(path)
-    return parse_trace_bytes(formats.read_bytes(spath, TraceFormatError, "trace file"), spath)
+    trace = _stream_trace(spath)
+    if trace is not None:
+        return trace
+    data = formats.read_bytes(spath, TraceFormatError, "trace file")
+    return parse_trace_bytes(data, spath, gzipped=_gzipped(spath))
 
 
-def parse_trace_bytes(data: bytes, path: Optional[str] = None) -> KinetoTrace:
-    """Decode the JSON text of a trace; ``path`` only names the file in errors."""
+#: Bytes read (after gunzip) per block of the streaming read: the text held besides the
+#: events is about twice this (BENCHMARKS.md, "converter at scale").
+STREAM_BLOCK = 1 << 20
+#: How far into the text the streaming read looks for ``"traceEvents"`` before reading the
+#: whole file instead.
+_HEAD_LIMIT = 1 << 26
+
+
+def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int = 3) -> int:
+    """Decode the whole events at the start of ``buf`` onto ``events``; returns how many bytes
+    they and their separator take (0: no end found yet, -1: the decoder refused every end
+    tried). Runs end at a ``},`` followed by ``{``; where the decoder refuses a run (a nested
+    object's ``},``), an earlier end is tried; ``tries`` refusals (a bad event, which the
+    whole-file read will name) end the streaming read rather than decode the text again."""
+    end = len(buf)
+    for _ in range(tries):
+        cut = buf.rfind(b"},", 0, end)
+        while cut >= 0:
+            nxt = cut + 2
+            while nxt < len(buf) and buf[nxt] in _JSON_SPACE:
+                nxt += 1
+            if nxt < len(buf) and buf[nxt] == 0x7B:  # "{"
+                break
+            cut = buf.rfind(b"},", 0, cut)
+        if cut < 0:
+            return 0
+        try:
+            run = decode_events(b"[" + buf[:cut + 1] + b"]", path, len(events))
+        except TraceFormatError:
+            end = cut
+            continue
+        events += run
+        return cut + 2
+    return -1
+
+
+def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
+    """The trace at ``path`` read a block at a time, or None (the caller reads the whole file,
+    which also words every error) when the file is not plainly a trace this reads.
+
+    The ``traceEvents`` array is found in the first block as :func:`_split_top` finds it;
+    then each run of whole events is decoded as soon as it is read: a run ends at the last
+    ``},`` of what has been read, taken only when the decoder accepts the run (JSON parses
+    the same from a known array position, so an accepted run ends between two events, never
+    inside a string). The text after the array (Kineto's short ``traceName``) is checked and
+    decoded with the text before it as :func:`_split_top` does; anything else returns None.
+    """
+    import gzip
+    import zlib
+
+    block = block or STREAM_BLOCK
+    if not os.path.isfile(path):  # a pipe read here could not be read again by the whole-file read
+        return None
+    try:
+        raw = open(path, "rb")
+    except OSError:
+        return None
+    with raw:
+        try:
+            f = gzip.GzipFile(fileobj=raw, mode="rb") if raw.read(2) == b"\x1f\x8b" else raw
+            raw.seek(0)
+            events: List[TraceEvent] = []
+            buf = f.read(block)
+            at = buf.find(_EVENTS_KEY)
+            # the envelope comes first (a few kB): read on to the key and past its "[" (spaces may follow)
+            while (at < 0 or len(buf) < at + len(_EVENTS_KEY) + 64) and len(buf) < _HEAD_LIMIT:
+                more = f.read(block)
+                if not more:
+                    break
+                buf += more
+                at = buf.find(_EVENTS_KEY)
+            m = _EVENTS_ARRAY.match(buf, at + len(_EVENTS_KEY)) if at >= 0 else None
+            if m is None or b"\\" in buf[:m.end()]:
+                return None
+            head, buf = buf[:m.end() - 1], bytearray(buf[m.end():])
+            while True:
+                more = f.read(block)
+                if not more:
+                    break
+                cut = _decode_run(buf, path, events)
+                if cut < 0:
+                    return None
+                if cut:
+                    del buf[:cut]
+                buf += more
+        except (OSError, EOFError, zlib.error):
+            return None
+    buf = bytes(buf)
+    end = buf.rfind(b"]")
+    if end < 0:
+        return None
+    last = end - 1
+    while last >= 0 and buf[last] in _JSON_SPACE:
+        last -= 1
+    tail = buf[end + 1:]
+    # the array's last element an object (an empty array, or a "," before "]", read whole)
+    if last < 0 or buf[last] not in b"}" or b"\\" in tail or _EVENTS_KEY in tail:
+        return None
+    try:
+        events += decode_events(b"[" + buf[:end] + b"]", path, len(events))
+        top = _top_decoder.decode(head + b"null" + tail)
+    except (msgspec.DecodeError, RecursionError, TraceFormatError):
+        return None
+    placeholder = top.pop("traceEvents", None)
+    if placeholder is None or bytes(placeholder) != b"null":
+        return None
+    try:
+        metadata = _metadata(top, path)
+    except TraceFormatError:
+        return None
+    return KinetoTrace(path=path, events=events, metadata=metadata)
+
+
+def _gzipped(path: str) -> bool:
+    """Whether the file at ``path`` is gzip (its first bytes), so byte offsets in errors say
+    they count the decompressed text."""
+    if not os.path.isfile(path):  # a pipe cannot be read twice
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def parse_trace_bytes(data: bytes, path: Optional[str] = None, gzipped: bool = False) -> KinetoTrace:
+    """Decode the JSON text of a trace; ``path`` only names the file in errors (``gzipped``:
+    the text was decompressed from it, which an error's byte offset says)."""
     if not data or data.isspace():  # not data.strip(): that copies the whole text
         raise TraceFormatError(path, EMPTY_FILE)
     split = _split_top(data)
@@ -53,7 +187,7 @@ def parse_trace_bytes(data: bytes, path: Optional[str] = None) -> KinetoTrace:
         except msgspec.ValidationError:
             raise TraceFormatError(path, "not a Chrome trace: the top level is not a JSON object") from None
         except msgspec.DecodeError as e:
-            raise TraceFormatError(path, _binary_hint(data) or f"not valid JSON ({_msg(e)})") from None
+            raise TraceFormatError(path, _binary_hint(data) or json_error(data, e, gzipped)) from None
         except RecursionError:
             raise TraceFormatError(path, "JSON nested too deeply") from None
         raw_events = top.pop("traceEvents", None)
@@ -62,6 +196,34 @@ def parse_trace_bytes(data: bytes, path: Optional[str] = None) -> KinetoTrace:
         metadata = _metadata(top, path)
         events = decode_events(raw_events, path)
     return KinetoTrace(path=path, events=events, metadata=metadata)
+
+
+_AT_BYTE = re.compile(r"^(?:JSON is malformed: )?(.*?) \(byte (\d+)\)$")
+
+
+def json_error(data: bytes, e: BaseException, gzipped: bool = False) -> str:
+    """msgspec's decode error ``e`` on ``data`` as a message that says where and what: the byte
+    offset, line and column, what the decoder expected and the text found there; for a text
+    that ends early, that it was cut off at its last byte and what is missing."""
+    msg = _msg(e)
+    of = " of the decompressed JSON" if gzipped else ""
+    nl = b"\n"
+    if "truncated" in msg:
+        n = len(data)
+        return (f"not valid JSON (cut off: the text ends at byte {n:,}{of}, line {data.count(nl) + 1:,}, "
+                "before the JSON document is complete; expected the rest of it (a trace cut short: the remaining "
+                "events, the traceEvents array's ']', the object's '}')")
+    m = _AT_BYTE.match(msg)
+    if m is None or int(m.group(2)) > len(data):
+        return f"not valid JSON ({msg})"
+    reason, at = m.group(1), int(m.group(2))
+    start = data.rfind(nl, 0, at) + 1
+    end = data.find(nl, at)
+    end = len(data) if end < 0 else end
+    line = data[max(start, at - 40):min(end, at + 40)].decode("utf-8", "replace")
+    found = data[at:at + 1].decode("utf-8", "replace") or "the end"
+    return (f"not valid JSON (byte {at:,}{of}, line {data.count(nl, 0, at) + 1:,}, column {at - start + 1:,}: "
+            f"{reason}, found {found!r}; there the text reads {line!r})")
 
 
 def _metadata(top: Dict[str, msgspec.Raw], path: Optional[str]) -> Dict[str, Any]:

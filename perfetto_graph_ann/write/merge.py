@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import IO, Callable, Dict, Iterator, List, Optional, Sequence, Set
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -131,15 +131,58 @@ class _Ids:
         return new
 
 
-def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> "tuple[List[bytes], int]":
-    """Rank ``rt``'s packets, rewritten for the merged trace (serialized TracePackets), and the
-    number of slices among them (slice begins and instants). The rank's own completeness
-    marks are left out: the merged trace gets its own."""
-    trace = pb.Trace()
+def _packet_payloads(data: bytes) -> Optional[List[memoryview]]:
+    """The payloads of ``data``'s top-level ``packet`` fields (field 1, length-delimited), each
+    a view into ``data``; None when it holds anything else or its framing is off (the caller
+    then parses the whole ``Trace``, which also words the error)."""
+    out: List[memoryview] = []
+    view = memoryview(data)
+    pos, end = 0, len(data)
+    while pos < end:
+        if data[pos] != 0x0A:
+            return None
+        pos += 1
+        length = shift = 0
+        while True:
+            if pos >= end or shift > 63:
+                return None
+            b = data[pos]
+            pos += 1
+            length |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        if pos + length > end:
+            return None
+        out.append(view[pos:pos + length])
+        pos += length
+    return out
+
+
+def _parsed_packets(rt: RankTrace) -> Iterator["pb.TracePacket"]:
+    """Rank ``rt``'s packets, parsed one at a time (the whole ``Trace`` is never held as
+    protobuf objects); its own completeness marks left out."""
+    data = strip_marks(rt.pftrace)[0]
+    payloads = _packet_payloads(data)
     try:
-        trace.ParseFromString(strip_marks(rt.pftrace)[0])
+        if payloads is None:
+            trace = pb.Trace()
+            trace.ParseFromString(data)
+            yield from trace.packet
+            return
+        parse = pb.TracePacket.FromString
+        for payload in payloads:
+            yield parse(payload)
     except Exception as e:  # protobuf's DecodeError and friends
+        if isinstance(e, (InputError, GeneratorExit)):
+            raise
         raise InputError(rt.source, f"converted trace of rank {rt.rank} does not parse: {e}") from e
+
+
+def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids, counts: List[int]) -> Iterator[bytes]:
+    """Rank ``rt``'s packets, rewritten for the merged trace (serialized TracePackets), one at a
+    time; ``counts[0]`` is increased by the number of slices among them (slice begins and
+    instants). The rank's own completeness marks are left out: the merged trace gets its own."""
     r = rt.rank
     key = r if rt.label is None else rt.key
     tag = f"rank {r}" if rt.label is None else f"{rt.label}, rank {r}"
@@ -147,11 +190,10 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> "tuple[List[by
     flow = lambda f: _remap64(key, "flow", f)  # noqa: E731
     pids: Dict[int, int] = {}
     tids: Dict[int, int] = {}
-    out: List[bytes] = [_group_packet(rt, order, key, tag)]
-    slices = 0
+    yield _group_packet(rt, order, key, tag)
     seq_clock: Dict[int, int] = {}  # sequence -> default timestamp clock
     incremental: Set[tuple] = set()  # (sequence, clock id) of clocks whose packets carry deltas
-    for p in trace.packet:
+    for p in _parsed_packets(rt):
         seq = p.trusted_packet_sequence_id
         if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("timestamp_clock_id"):
             seq_clock[seq] = p.trace_packet_defaults.timestamp_clock_id
@@ -185,7 +227,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> "tuple[List[by
             te.flow_ids[:] = [flow(f) for f in te.flow_ids]
             te.terminating_flow_ids[:] = [flow(f) for f in te.terminating_flow_ids]
             if te.type in _SLICE_TYPES:
-                slices += 1
+                counts[0] += 1
                 a = te.debug_annotations.add()
                 a.name = "rank"
                 a.int_value = r
@@ -193,8 +235,7 @@ def _rewrite(rt: RankTrace, order: int, shift: int, ids: _Ids) -> "tuple[List[by
                     a = te.debug_annotations.add()
                     a.name = "label"
                     a.string_value = rt.label
-        out.append(p.SerializeToString())
-    return out, slices
+        yield p.SerializeToString()
 
 
 def _group_packet(rt: RankTrace, order: int, key: "int | str", tag: str) -> bytes:
@@ -242,6 +283,24 @@ def _rewrite_descriptor(td: "pb.TrackDescriptor", key: "int | str", tag: str, uu
 
 def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
     """Merge already converted rank traces into the bytes of one trace (see module doc)."""
+    return b"".join(iter_merged(ranks))
+
+
+def write_merged(ranks: Sequence[RankTrace], f: IO[bytes], release: bool = False) -> int:
+    """:func:`merge_converted`'s bytes written to ``f`` as each rank is rewritten, so the merged
+    trace is never held whole; ``release``: each rank's converted bytes are dropped
+    (``pftrace = b""``) once rewritten. Returns the bytes written."""
+    n = 0
+    for chunk in iter_merged(ranks, release):
+        f.write(chunk)
+        n += len(chunk)
+    return n
+
+
+def iter_merged(ranks: Sequence[RankTrace], release: bool = False) -> Iterator[bytes]:
+    """The merged trace's bytes in order: the start mark, each rank's rewritten packets (one
+    rank rewritten at a time), the completeness record. Every check on the ranks together (a
+    key twice, base times missing on some) is made before the first byte."""
     seen: Dict[str, Optional[str]] = {}
     for rt in ranks:
         if rt.key in seen:
@@ -255,15 +314,24 @@ def merge_converted(ranks: Sequence[RankTrace]) -> bytes:
         raise InputError(missing.source, "has no baseTimeNanoseconds, so it cannot be aligned with the other ranks")
     ref = min((rt.base_time_ns for rt in ranks), default=0)
     ids = _Ids()
-    chunks: List[bytes] = [START]  # the merged trace's own completeness marks (formats)
-    slices = 0
+    yield START  # the merged trace's own completeness marks (formats)
+    length, count, slices = len(START), 1, 0
     for order, rt in enumerate(sorted(ranks, key=lambda x: x.rank) if all(rt.label is None for rt in ranks) else ranks):
-        try:
-            payloads, n = _rewrite(rt, order, rt.base_time_ns - ref, ids)
-        except ValueError as e:  # a field out of protobuf's range after the shift
-            raise InputError(rt.source, f"cannot be aligned with the other ranks: {e} "
-                                        f"(baseTimeNanoseconds {rt.base_time_ns} vs {ref})") from e
-        chunks.extend(field_bytes(1, payload) for payload in payloads)
-        slices += n
-    body = b"".join(chunks)
-    return body + end_record(Completeness(len(body), len(chunks), slices))
+        counts = [0]
+        packets = _rewrite(rt, order, rt.base_time_ns - ref, ids, counts)
+        while True:
+            try:
+                payload = next(packets)
+            except StopIteration:
+                break
+            except ValueError as e:  # a field out of protobuf's range after the shift
+                raise InputError(rt.source, f"cannot be aligned with the other ranks: {e} "
+                                            f"(baseTimeNanoseconds {rt.base_time_ns} vs {ref})") from e
+            chunk = field_bytes(1, payload)
+            length += len(chunk)
+            count += 1
+            yield chunk
+        if release:
+            rt.pftrace = b""
+        slices += counts[0]
+    yield end_record(Completeness(length, count, slices))

@@ -1,0 +1,126 @@
+"""Benchmark (issue 33): ``convert`` of large traces, peak RSS and time against ``json.loads``.
+
+    python benchmarks/convert_scale.py [--sizes 100M 1G 4G] [--dir /tmp/bench33] [--keep]
+
+For each size a synthetic trace (``benchmarks/synth.write_large``: a block of the bundled
+H200 recordings' patterns, eager CPU ops with shapes, launches, kernels, graph replays with
+their flows, NCCL, repeated with shifted times and ids; plain JSON) is written once, then two
+fresh processes each run one thing and report their own wall time and peak RSS (VmHWM):
+``json.loads`` of the file's bytes (read included), and ``pga.convert(file, out.pftrace)``.
+The issue's targets: convert's peak RSS at most the input size + 300 MB, its time at most
+1.0x ``json.loads``. A run whose peak (estimated from the last measured RSS per input byte)
+would exceed ``--max-gib`` or the available memory less 4 GiB is skipped and said so, not
+started: on a shared machine a 4 GB ``json.loads`` (~20 GB) would take the others' memory. Files are deleted
+afterwards unless ``--keep``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+_CHILD = r"""
+import sys, time, json
+def hwm():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM'):
+            return int(line.split()[1]) * 1024
+what, path, out = sys.argv[1:4]
+t = time.perf_counter()
+if what == 'json':
+    with open(path, 'rb') as f:
+        doc = json.loads(f.read())
+else:
+    from perfetto_graph_ann.pipeline.convert import convert
+    convert(path, out)
+print(json.dumps({'s': time.perf_counter() - t, 'rss': hwm()}))
+"""
+
+
+def _size(text: str) -> int:
+    units = {"K": 10**3, "M": 10**6, "G": 10**9}
+    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
+
+
+def _available() -> int:
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _run(what: str, path: Path, out: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cp = subprocess.run([sys.executable, "-c", _CHILD, what, str(path), str(out)], capture_output=True, text=True,
+                        env=env)
+    if cp.returncode != 0:
+        return {"error": (cp.stderr.strip().splitlines() or [f"exit {cp.returncode}"])[-1]}
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def _cell(r: dict, key: str, scale: float, fmt: str) -> str:
+    """A measured value scaled and formatted, else the run's error (or skip) text."""
+    return format(r[key] / scale, fmt) if key in r else r.get("error", "-")
+
+
+def main() -> None:
+    from benchmarks.synth import write_large
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", nargs="+", default=["100M", "1G", "4G"])
+    ap.add_argument("--dir", default="/tmp/bench33")
+    ap.add_argument("--keep", action="store_true", help="keep the traces and outputs")
+    ap.add_argument("--max-gib", type=float, default=8.0,
+                    help="skip a run whose estimated peak exceeds this (GiB; the machine may be shared), or "
+                    "exceeds the available memory less 4 GiB (default: 8)")
+    args = ap.parse_args()
+    folder = Path(args.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, {_available() / 2**30:.1f} GiB available, "
+          f"Python {platform.python_version()}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    print("| size | events | JSON MB | json.loads s | json.loads peak MB | convert s | convert / json.loads | "
+          "convert peak MB | peak - input MB | target (input + 300 MB) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    per_byte = {"json": 6.0, "convert": 6.0}  # peak RSS per input byte, refined by each run
+    for text in args.sizes:
+        path = folder / f"scale_{text}.json"
+        out = folder / f"scale_{text}.pftrace"
+        size = _size(text)
+        limit = min(args.max_gib * 2**30, _available() - 4 * 2**30)
+        skip = {w: per_byte[w] * size + 200e6 > limit for w in per_byte}
+        n = write_large(path, size) if not all(skip.values()) else 0
+        size = path.stat().st_size if n else size
+        row = {}
+        for what in ("json", "convert"):
+            need = per_byte[what] * size + 200e6
+            if need > limit:
+                row[what] = {"error": f"skipped: needs ~{need / 2**30:.1f} GiB, limit {limit / 2**30:.1f}"}
+                continue
+            row[what] = _run(what, path, out)
+            if "rss" in row[what]:
+                per_byte[what] = row[what]["rss"] / size
+        j, c = row["json"], row["convert"]
+        ratio = f"{c['s'] / j['s']:.2f}x" if "s" in c and "s" in j else "-"
+        over = f"{(c['rss'] - size) / 1e6:,.0f}" if "rss" in c else "-"
+        ok = "-"
+        if "rss" in c:
+            ok = "met" if c["rss"] <= size + 300e6 else f"missed by {(c['rss'] - size - 300e6) / 1e6:,.0f} MB"
+        print(f"| {text} | {n:,} | {size / 1e6:,.0f} | {_cell(j, 's', 1, '.2f')} | {_cell(j, 'rss', 1e6, ',.0f')} | "
+              f"{_cell(c, 's', 1, '.2f')} | {ratio} | {_cell(c, 'rss', 1e6, ',.0f')} | {over} | {ok} |", flush=True)
+        if not args.keep and path.exists():
+            path.unlink()
+            if out.exists():
+                out.unlink()
+
+
+if __name__ == "__main__":
+    main()

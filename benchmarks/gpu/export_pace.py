@@ -1,0 +1,135 @@
+"""GPU benchmark (issue 33): ``pga.export`` against torch's own ``export_chrome_trace``.
+
+    python benchmarks/gpu/export_pace.py [--replays 100 20] [--rounds 3] [--layers 36] [--out DIR]
+
+The 36-layer bf16 decoder of ``tests/gpu/blocks.py`` is captured once with ``pga.graph``
+(calibrated by one replay outside the profiler); then, for each replay count and round, three
+fresh profiles of that many replays (torch saves a profile only once, so every export needs
+its own), exported as:
+
+* ``torch``: ``prof.export_chrome_trace(json)``, torch's exporter alone;
+* ``pga``: ``pga.export(prof, out.pftrace, graph_lanes="all")``, in all, and the
+  ``export_chrome_trace`` call it makes inside (timed by wrapping the profiler's method), so
+  ``pga / inner torch`` is a ratio on one profile;
+* ``pga+json``: the same with ``keep_json=`` (the raw JSON kept too).
+
+Then the phases of ``pga.export`` after torch's JSON (parse, join, write) on the ``torch`` arm's
+JSON. Prints one JSON line per round and a Markdown table of the medians; the target (issue 33)
+is ``pga`` at most 2x ``torch``. Needs CUDA; on a machine without it, it says so and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def _profile(torch, g, replays: int):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            g.replay()
+        torch.cuda.synchronize()
+    return prof
+
+
+def _timed_method(prof) -> list:
+    """Wrap ``prof.export_chrome_trace`` so its seconds are appended to the returned list."""
+    spent: list = []
+    inner = prof.export_chrome_trace
+
+    def export_chrome_trace(path):
+        t = time.perf_counter()
+        try:
+            return inner(path)
+        finally:
+            spent.append(time.perf_counter() - t)
+
+    prof.export_chrome_trace = export_chrome_trace
+    return spent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--replays", type=int, nargs="+", default=[100, 20])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--out", default=None, help="folder for the exported files (default: a temporary one)")
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("export_pace: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import perfetto_graph_ann as pga
+    from blocks import capture, decoder, decoder_weights
+    from export import phases  # benchmarks/export.py
+
+    fn = decoder(decoder_weights(args.layers))
+    g, _ = capture(fn)
+    g.replay()  # calibration, outside the profiler
+    torch.cuda.synchronize()
+    _profile(torch, g, 2)  # the profiler's own first-use cost, outside the measurement
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.layers} layers", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pga-export-pace-") as tmp:
+        out = args.out or tmp
+        os.makedirs(out, exist_ok=True)
+        for n in args.replays:
+            for r in range(args.rounds):
+                row = {"replays": n, "round": r}
+                prof = _profile(torch, g, n)
+                src = os.path.join(out, f"torch_{n}_{r}.json")
+                t = time.perf_counter()
+                prof.export_chrome_trace(src)
+                row["torch_s"] = time.perf_counter() - t
+                row["json_mb"] = os.path.getsize(src) / 1e6
+                prof = _profile(torch, g, n)
+                inner = _timed_method(prof)
+                t = time.perf_counter()
+                layout = pga.export(prof, os.path.join(out, f"pga_{n}_{r}.pftrace"), graph_lanes="all")
+                row["pga_s"] = time.perf_counter() - t
+                row["pga_inner_torch_s"] = inner[0]
+                row["kernels"] = layout.report.total
+                row["unmatched"] = layout.report.unmatched
+                prof = _profile(torch, g, n)
+                t = time.perf_counter()
+                pga.export(prof, os.path.join(out, f"kept_{n}_{r}.pftrace"), graph_lanes="all",
+                           keep_json=os.path.join(out, f"kept_{n}_{r}.json"))
+                row["pga_keep_json_s"] = time.perf_counter() - t
+                from perfetto_graph_ann.capture.recorded import recorded_annotations
+
+                with open(src, "rb") as f:
+                    row.update({f"phase_{k}_s": v for k, v in phases(f.read(), recorded_annotations(), out, "all").items()
+                                if k in ("parse", "join", "write")})
+                row["pga_over_torch"] = row["pga_s"] / row["torch_s"]
+                row["pga_over_inner_torch"] = row["pga_s"] / row["pga_inner_torch_s"]
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print("\n| replays | kernels | JSON MB | torch s | pga.export s | ratio | ratio (same profile) | "
+          "keep_json s | parse s | join s | write s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n in args.replays:
+        rs = [x for x in rows if x["replays"] == n]
+
+        def med(k):
+            return statistics.median(x[k] for x in rs)
+        print(f"| {n} | {rs[0]['kernels']:,} | {med('json_mb'):.1f} | {med('torch_s'):.3f} | {med('pga_s'):.3f} | "
+              f"{med('pga_over_torch'):.2f}x | {med('pga_over_inner_torch'):.2f}x | {med('pga_keep_json_s'):.3f} | "
+              f"{med('phase_parse_s'):.3f} | {med('phase_join_s'):.3f} | {med('phase_write_s'):.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
