@@ -57,9 +57,7 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
     "modules": ("Modules, per module path across replays (graph_ann_module_summary)", [
         "graph_name", "module_path", "module_class", "depth", "replays", "kernel_count", "mean_total_dur",
         "mean_self_dur", "mean_replay_share"]),
-    "critical_paths": ("Critical path, per graph and scope across replays (graph_ann_critical_path_scope_summary; "
-                      "edges_source: edges recorded at capture, else stream order, which knows no dependency "
-                      "between streams)", [
+    "critical_paths": ("Critical path, per graph and scope across replays (graph_ann_critical_path_scope_summary)", [
         "graph_id", "scope", "edges_source", "replay_count", "bound_count", "mean_share_dur", "mean_share_fraction",
         "min_slack_dur", "mean_slack_dur"]),
 }
@@ -274,6 +272,8 @@ def format_summary(parts: Dict[str, "TopRows"], trace_start: Optional[int] = Non
         if left:
             out.append(f"  ({left:,} more; shown: {sm.order_text}; everything: --all or --format csv/json)")
         out.append("")
+    if sum(ln.count("\n") + 1 for ln in out) + 2 > LINE_BUDGET:  # a merge, --by module and critical-path at once
+        out = [ln for ln in out if ln]
     return "\n".join(out)
 
 
