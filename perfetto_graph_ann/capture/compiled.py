@@ -116,27 +116,26 @@ class _Codegen:
                 self._local.node = prev
         return codegen
 
-    def kernel_call(self, orig: Callable) -> Callable:
-        def generate_kernel_call(wrapper, kernel_name, *args, **kwargs):
+    def _recording(self, orig: Callable, record: Callable[[Any], None]) -> Callable:
+        """``orig`` (whose first argument after ``self`` names the launch) recording the launch
+        once: what it generates inside (an extern call's lines, a kernel call's) is not recorded again."""
+        def wrapped(obj, first, *args, **kwargs):
             if self._inside() == 0:
-                self._add("kernel", kernel_name, self._node())
+                record(first)
             self._local.inside = self._inside() + 1
             try:
-                return orig(wrapper, kernel_name, *args, **kwargs)
+                return orig(obj, first, *args, **kwargs)
             finally:
                 self._local.inside -= 1
-        return generate_kernel_call
+        return wrapped
+
+    def kernel_call(self, orig: Callable) -> Callable:
+        """``PythonWrapperCodegen.generate_kernel_call``: a named kernel launch."""
+        return self._recording(orig, lambda kernel_name: self._add("kernel", kernel_name, self._node()))
 
     def extern_call(self, orig: Callable) -> Callable:
-        def codegen_extern_call(scheduler, scheduler_node, *args, **kwargs):
-            if self._inside() == 0:
-                self._add("extern", None, [scheduler_node])
-            self._local.inside = self._inside() + 1
-            try:
-                return orig(scheduler, scheduler_node, *args, **kwargs)
-            finally:
-                self._local.inside -= 1
-        return codegen_extern_call
+        """``Scheduler.codegen_extern_call``: an extern call (its kernels' names are not known)."""
+        return self._recording(orig, lambda scheduler_node: self._add("extern", None, [scheduler_node]))
 
     def writeline(self, orig: Callable) -> Callable:
         def writeline(wrapper, line, *args, **kwargs):

@@ -241,6 +241,31 @@ FROM (
 )
 ORDER BY launch_id, position;
 
+-- Per replay and value of `key` (a column of `_graph_ann_cp_work`): its work, the
+-- shares of its path items and its least slack.
+CREATE PERFETTO MACRO _graph_ann_cp_shares_by(
+  -- The column the work is grouped by (`scope`, `lane_id`).
+  key ColumnName
+)
+RETURNS TableOrSubquery AS
+(
+SELECT
+  w.launch_id,
+  w.$key,
+  COUNT(*) AS work_count,
+  SUM(p.on_path) AS path_count,
+  COALESCE(SUM(i.share_dur), 0) AS share_dur,
+  CAST(COALESCE(SUM(i.share_dur), 0) AS DOUBLE) / NULLIF(r.end_ts - r.start_ts, 0) AS share_fraction,
+  MIN(p.slack_dur) AS slack_dur,
+  r.edges_source
+FROM _graph_ann_cp_work AS w
+JOIN _graph_ann_cp_item_state AS p USING (id)
+JOIN _graph_ann_cp_replay AS r ON r.launch_id = w.launch_id
+LEFT JOIN graph_ann_critical_path_item AS i ON i.id = w.id
+GROUP BY w.launch_id, w.$key
+ORDER BY w.launch_id, share_dur DESC, slack_dur
+);
+
 -- Per replay and scope: its share of the critical path and its slack.
 CREATE PERFETTO TABLE graph_ann_critical_path_scope(
   -- Slice id of the CPU graph launch call.
@@ -261,21 +286,7 @@ CREATE PERFETTO TABLE graph_ann_critical_path_scope(
   -- `edges` or `stream order`.
   edges_source STRING
 ) AS
-SELECT
-  w.launch_id,
-  w.scope,
-  COUNT(*) AS work_count,
-  SUM(p.on_path) AS path_count,
-  COALESCE(SUM(i.share_dur), 0) AS share_dur,
-  CAST(COALESCE(SUM(i.share_dur), 0) AS DOUBLE) / NULLIF(r.end_ts - r.start_ts, 0) AS share_fraction,
-  MIN(p.slack_dur) AS slack_dur,
-  r.edges_source
-FROM _graph_ann_cp_work AS w
-JOIN _graph_ann_cp_item_state AS p USING (id)
-JOIN _graph_ann_cp_replay AS r ON r.launch_id = w.launch_id
-LEFT JOIN graph_ann_critical_path_item AS i ON i.id = w.id
-GROUP BY w.launch_id, w.scope
-ORDER BY w.launch_id, share_dur DESC, slack_dur;
+SELECT * FROM _graph_ann_cp_shares_by!(scope);
 
 -- Per replay and lane: its share of the critical path and its slack.
 CREATE PERFETTO TABLE graph_ann_critical_path_lane(
@@ -296,21 +307,7 @@ CREATE PERFETTO TABLE graph_ann_critical_path_lane(
   -- `edges` or `stream order`.
   edges_source STRING
 ) AS
-SELECT
-  w.launch_id,
-  w.lane_id,
-  COUNT(*) AS work_count,
-  SUM(p.on_path) AS path_count,
-  COALESCE(SUM(i.share_dur), 0) AS share_dur,
-  CAST(COALESCE(SUM(i.share_dur), 0) AS DOUBLE) / NULLIF(r.end_ts - r.start_ts, 0) AS share_fraction,
-  MIN(p.slack_dur) AS slack_dur,
-  r.edges_source
-FROM _graph_ann_cp_work AS w
-JOIN _graph_ann_cp_item_state AS p USING (id)
-JOIN _graph_ann_cp_replay AS r ON r.launch_id = w.launch_id
-LEFT JOIN graph_ann_critical_path_item AS i ON i.id = w.id
-GROUP BY w.launch_id, w.lane_id
-ORDER BY w.launch_id, share_dur DESC, slack_dur;
+SELECT * FROM _graph_ann_cp_shares_by!(lane_id);
 
 -- One row per replay: its critical path in brief and the scope that bounds it.
 CREATE PERFETTO TABLE graph_ann_critical_path(

@@ -86,6 +86,20 @@ def _program():
     return fwd
 
 
+def _time_edges(be, raw, rounds: int = 50):
+    """Microseconds of each of ``rounds`` edge reads (``backend.raw_edges``, what finish_capture
+    does) and decodes (done later, on first use of the record), and the edges read."""
+    times, decode, edges = [], [], None
+    for _ in range(rounds):
+        t = time.perf_counter()
+        rec_edges = be.raw_edges(raw)
+        t1 = time.perf_counter()
+        edges = be.decode_edges(rec_edges)
+        decode.append((time.perf_counter() - t1) * 1e6)
+        times.append((t1 - t) * 1e6)
+    return times, decode, edges
+
+
 def test_two_branch_critical_path(tmp_path: Path, results):
     fwd = _program()
     warmup(fwd)
@@ -103,14 +117,7 @@ def test_two_branch_critical_path(tmp_path: Path, results):
     be = backends.active()
     assert be is not None and hasattr(be, "edges")
     raw = g.raw_cuda_graph()
-    times, decode = [], []
-    for _ in range(50):
-        t = time.perf_counter()
-        rec_edges = be.raw_edges(raw)  # what finish_capture does
-        t1 = time.perf_counter()
-        edges = be.decode_edges(rec_edges)  # done later, on first use of the record
-        decode.append((time.perf_counter() - t1) * 1e6)
-        times.append((t1 - t) * 1e6)
+    times, decode, edges = _time_edges(be, raw)
     results["critical_path_edges_read_us_median"] = statistics.median(times)
     results["critical_path_edges_decode_us_median"] = statistics.median(decode)
     results["critical_path_capture_ms"] = capture_ms
@@ -231,14 +238,7 @@ def test_edge_read_cost_on_the_decoder(results):
     torch.cuda.synchronize()
     be = backends.active()
     raw = g.raw_cuda_graph()
-    times, decode = [], []
-    for _ in range(50):
-        t = time.perf_counter()
-        rec_edges = be.raw_edges(raw)  # what finish_capture does
-        t1 = time.perf_counter()
-        edges = be.decode_edges(rec_edges)  # done later, on first use of the record
-        decode.append((time.perf_counter() - t1) * 1e6)
-        times.append((t1 - t) * 1e6)
+    times, decode, edges = _time_edges(be, raw)
     results["decoder_edges_decode_us_median"] = statistics.median(decode)
     rec = REGISTRY.get(g._pga_owner)
     assert rec.edges is not None and 0 < len(rec.edges) <= len(edges)  # markers (no edges expected) left out
