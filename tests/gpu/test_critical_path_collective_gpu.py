@@ -143,6 +143,9 @@ def test_collective_overlapped_with_compute(tmp_path: Path, group, results, coll
                 if e.get("ph") == "X" and "GraphLaunch" in e.get("name", "") and "correlation" in e.get("args", {})}
     trace = read_trace(trace_path)
     layout = join(trace, _annotations(), graph_lanes="none")
+    from perfetto_graph_ann.join.summary import summary_lines
+
+    print(collective, "\n".join(summary_lines(layout.report)))  # what the join saw, should the next line fail
     assert layout.report.critical_paths.get(cp.SOURCE_EDGES) == REPLAYS, layout.report.critical_paths
     per: dict = {}
     for i, e in enumerate(events):
