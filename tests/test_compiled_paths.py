@@ -202,7 +202,10 @@ def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, mo
     Linear's path, forward and backward, in launch order; CPU kernels (generated outside the
     GPU scheduling) have no origin rather than a guessed one."""
     torch = pytest.importorskip("torch")
+    import tempfile
+
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # inductor's precompiled headers: default dir
     monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
     import torch._inductor.compile_fx  # noqa: F401
 
