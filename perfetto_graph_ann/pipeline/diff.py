@@ -202,12 +202,19 @@ def _rank_rows(path: Path, count: int, index: int, config: DiffConfig, engine: s
     return rank, replays, items
 
 
-def _fleet_side(traces: List[Path], label: str, config: DiffConfig, engine: str, progress, find_sidecars: bool):
-    """rank -> (trace, replays, items) of one fleet.
+def _fleet_side(traces: List[Path], label: str, config: DiffConfig, engine: str, progress, find_sidecars: bool,
+                paired: Optional[Dict[int, Tuple[str, object, object]]] = None):
+    """rank -> (trace, replays, items) of one fleet; with ``paired`` (the base fleet's), each
+    rank is compared with its base rank as soon as it is read, and both rows dropped: rank ->
+    (trace, the one-rank diff, None).
 
     Raises:
         InputError: two traces of one rank, naming both.
     """
+    import pandas as pd
+
+    from ..query.diff import compare
+
     out: Dict[int, Tuple[str, object, object]] = {}
     for i, path in enumerate(traces):
         with phase(progress, f"{label}: {path.name} ({i + 1} of {len(traces)})"):
@@ -215,6 +222,12 @@ def _fleet_side(traces: List[Path], label: str, config: DiffConfig, engine: str,
         if rank in out:
             raise InputError(os.fspath(path), f"is rank {rank} of the {label} fleet, like {out[rank][0]}: give each "
                                               "rank's trace once")
+        if paired is not None and rank in paired:
+            bpath, rb, ib = paired[rank]
+            paired[rank] = (bpath, None, None)
+            replays = compare(pd.concat([rb.assign(run="base"), replays.assign(run="new")], ignore_index=True),
+                              pd.concat([ib.assign(run="base"), items.assign(run="new")], ignore_index=True), config)
+            items = None
         out[rank] = (os.fspath(path), replays, items)
     return out
 
@@ -246,14 +259,13 @@ def diff_fleet(base: FleetArg, new: FleetArg, config: Optional[DiffConfig] = Non
             fleets with different ranks (unless ``common_ranks``; naming the files of the
             ranks one fleet lacks), no common rank, a trace without graph replays.
     """
-    from ..query.diff import compare
     from ..query.diff_fleet import compare_fleet
 
     config = config or DiffConfig()
     base_paths, new_paths = fleet_traces(base), fleet_traces(new)
-    sides = {label: _fleet_side(paths, label, config, engine, progress, find_sidecars)
-             for label, paths in zip(LABELS, (base_paths, new_paths))}
-    b, n = sides["base"], sides["new"]
+    # the base fleet's rows are held; each new rank is compared with its base rank when read
+    b = _fleet_side(base_paths, "base", config, engine, progress, find_sidecars)
+    n = _fleet_side(new_paths, "new", config, engine, progress, find_sidecars, paired=b)
     only_b, only_n = sorted(set(b) - set(n)), sorted(set(n) - set(b))
     if (only_b or only_n) and not common_ranks:
         parts = ([f"ranks only in the base fleet: {_ranks_text(b, only_b)}"] if only_b else []) + \
@@ -263,15 +275,7 @@ def diff_fleet(base: FleetArg, new: FleetArg, config: Optional[DiffConfig] = Non
     common = sorted(set(b) & set(n))
     if not common:
         raise InputError(_first(base), f"the two fleets have no rank in common (base {sorted(b)}, new {sorted(n)})")
-    import pandas as pd
-
-    per_rank = {}
-    with phase(progress, f"comparing {len(common)} pairs of ranks"):
-        for r in common:
-            (_, rb, ib), (_, rn, i_n) = b[r], n[r]
-            per_rank[r] = compare(pd.concat([rb.assign(run="base"), rn.assign(run="new")], ignore_index=True),
-                                  pd.concat([ib.assign(run="base"), i_n.assign(run="new")], ignore_index=True), config)
-    fleet, by_rank = compare_fleet(per_rank, config)
+    fleet, by_rank = compare_fleet({r: n[r][1] for r in common}, config)
     for df in (fleet, by_rank):
         df.attrs["ranks"] = common
         df.attrs["base"] = [b[r][0] for r in common]
