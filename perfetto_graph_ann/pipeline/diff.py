@@ -175,7 +175,8 @@ def fleet_traces(arg: FleetArg) -> List[Path]:
     return find_traces(expanded)
 
 
-def _rank_rows(path: Path, count: int, index: int, config: DiffConfig, engine: str, progress, find_sidecars: bool):
+def _rank_rows(path: Path, count: int, index: int, config: DiffConfig, engine: str, progress, find_sidecars: bool,
+               label: str = "base"):
     """(rank, replays, items) of one trace of a fleet: converted (a JSON trace, joined with the
     sidecar beside it) or taken as it is (a ``.pftrace``), loaded alone, reduced to the rows of
     ``graph_ann_diff_replay`` / ``graph_ann_diff_item``."""
@@ -193,10 +194,11 @@ def _rank_rows(path: Path, count: int, index: int, config: DiffConfig, engine: s
         raise InputError(spath, "names no rank (no distributedInfo.rank, no 'rank<N>' in its file name): the ranks "
                                 "of two fleets are matched by rank")
     data, rt = rt.pftrace, None
-    with open_fed(lambda sink: sink.write(data), source=spath, engine=engine) as session:
-        session.query("INCLUDE PERFETTO MODULE graph_ann.diff;")
-        replays = session.query_df("SELECT * FROM graph_ann_diff_replay")
-        items = session.query_df("SELECT * FROM graph_ann_diff_item")
+    with phase(progress, f"{label} fleet: loading and querying {path.name} ({index + 1} of {count})"):
+        with open_fed(lambda sink: sink.write(data), source=spath, engine=engine) as session:
+            session.query("INCLUDE PERFETTO MODULE graph_ann.diff;")
+            replays = session.query_df("SELECT * FROM graph_ann_diff_replay")
+            items = session.query_df("SELECT * FROM graph_ann_diff_item")
     if replays.empty:
         raise InputError(spath, "has no CUDA graph replays to compare (graph launches with GPU work)")
     for c in ("kind", "name"):  # held until its pair is read: a third less memory than strings
@@ -219,8 +221,7 @@ def _fleet_side(traces: List[Path], label: str, config: DiffConfig, engine: str,
 
     out: Dict[int, Tuple[str, object, object]] = {}
     for i, path in enumerate(traces):
-        with phase(progress, f"{label}: {path.name} ({i + 1} of {len(traces)})"):
-            rank, replays, items = _rank_rows(path, len(traces), i, config, engine, progress, find_sidecars)
+        rank, replays, items = _rank_rows(path, len(traces), i, config, engine, progress, find_sidecars, label)
         if rank in out:
             raise InputError(os.fspath(path), f"is rank {rank} of the {label} fleet, like {out[rank][0]}: give each "
                                               "rank's trace once")
