@@ -1,8 +1,9 @@
 """``perfetto-graph-ann diff`` / ``pga.diff`` on two fleets of ranks (issue 35, item 1).
 
 A fleet is the recorded seed block copied once per rank with ``distributedInfo.rank`` set,
-each with its capture record beside it; the file names carry no rank and are sorted in
-another order than the ranks, so only matching by ``distributedInfo.rank`` pairs them right.
+each with its capture record beside it; the file names carry no rank, and the base fleet's
+sort in reverse rank order, the new fleet's in another (the stretched rank second), so only
+matching by ``distributedInfo.rank`` pairs them right and names the stretched rank.
 The expected numbers come from the JSON itself (test_diff's helpers: the attention scope's
 kernels, their per-replay union, nearest-rank medians).
 """
@@ -23,14 +24,15 @@ from perfetto_graph_ann.errors import InputError
 
 CAP = str(fixture_capture("seed_block_annotated"))
 RANKS = 3
-STRETCHED = 1
+STRETCHED = 2
 
 pytestmark = requires_portable
 
 
 def _fleet(folder: Path, ranks=range(RANKS), stretched=None, attention=None, names=None) -> Path:
-    """``folder`` with one trace per rank (``host-<x>.trace.json.gz``, x in reverse rank order)
-    and its capture record; rank ``stretched``'s attention kernels last STRETCH times longer."""
+    """``folder`` with one trace per rank (``names[r]``, else ``host-<x>.trace.json.gz``, x in
+    reverse rank order) and its capture record; rank ``stretched``'s attention kernels last
+    STRETCH times longer."""
     folder.mkdir(parents=True)
     ranks = list(ranks)
     for r in ranks:
@@ -50,14 +52,17 @@ def attention():
 @pytest.fixture(scope="module")
 def fleets(tmp_path_factory, attention):
     root = tmp_path_factory.mktemp("fleets")
-    return {"base": _fleet(root / "base"), "new": _fleet(root / "new", stretched=STRETCHED, attention=attention)}
+    return {"base": _fleet(root / "base"),
+            "new": _fleet(root / "new", stretched=STRETCHED, attention=attention,
+                          names={0: "host-a", 1: "host-c", 2: "host-b"})}
 
 
-def test_a_fleet_against_itself_has_no_real_difference(fleets, attention):
+def test_a_fleet_against_itself_has_no_real_difference(fleets, attention, tmp_path):
     import perfetto_graph_ann as pga
 
     df = pga.diff(fleets["base"], str(fleets["base"] / "host-*.trace.json.gz"), engine="portable")
     assert df.attrs["ranks"] == list(range(RANKS))
+    assert df.attrs["new"] == df.attrs["base"]
     # rank r is host-<...> in reverse order: paired by distributedInfo.rank, not by file order
     assert df.attrs["base"][0].endswith(f"host-{chr(ord('a') + RANKS - 1)}.trace.json.gz")
     assert not df["real"].any() and (df["delta_dur"] == 0).all() and (df["delta_spread_dur"] == 0).all()
@@ -65,6 +70,16 @@ def test_a_fleet_against_itself_has_no_real_difference(fleets, attention):
     att = df[(df["kind"] == "scope") & (df["name"] == "attention")].iloc[0]
     assert att["base_median_dur"] == att["new_median_dur"] == _attention_busy(_doc(), attention)
     assert "on at least one rank" in df.attrs["rule"] and "BOTH runs of that rank" in df.attrs["rule"]
+
+    # NEW as a list of .pftrace conversions (rank from the file name, rank<N>), in another order
+    converted = []
+    for r in reversed(range(RANKS)):
+        src = fleets["base"] / f"host-{chr(ord('a') + RANKS - 1 - r)}.trace.json.gz"
+        converted.append(str(tmp_path / f"rank{r}.pftrace"))
+        assert main(["convert", str(src), "-a", CAP, "-o", converted[-1], "-q"]) == 0
+    df = pga.diff(fleets["base"], converted, engine="portable")
+    assert df.attrs["new"] == [str(tmp_path / f"rank{r}.pftrace") for r in range(RANKS)]
+    assert not df["real"].any() and (df["delta_dur"] == 0).all() and len(df) > 10
 
 
 def test_one_slower_rank_comes_first_and_is_named(fleets, attention, tmp_path):
@@ -112,9 +127,9 @@ def test_one_slower_rank_comes_first_and_is_named(fleets, attention, tmp_path):
                  "--engine", "portable", "--by-rank", "--format", "csv", "-o", str(tmp_path / "by.csv"), "-q"]) == 0
     with open(tmp_path / "by.csv", newline="") as f:
         table = list(csv.DictReader(f))
-    assert [r["dist_rank"] for r in table if r["kind"] == "replay"] == ["1", "0", "2"]  # the changed rank's first
+    assert [r["dist_rank"] for r in table if r["kind"] == "replay"] == ["2", "0", "1"]  # the changed rank's first
     first_item = [r for r in table if r["kind"] != "replay"][0]
-    assert (first_item["dist_rank"], first_item["name"], int(first_item["delta_dur"])) == ("1", "attention",
+    assert (first_item["dist_rank"], first_item["name"], int(first_item["delta_dur"])) == ("2", "attention",
                                                                                            slow - busy)
     text_out = tmp_path / "fleet.txt"
     assert main(["diff", str(fleets["base"]), str(fleets["new"]), "--engine", "portable", "-o", str(text_out),
