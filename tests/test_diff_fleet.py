@@ -180,3 +180,48 @@ def test_one_rank_form_is_unchanged(tmp_path, capsys):
     assert "--by-rank is for fleets" in capsys.readouterr().err
     assert main(["diff", "--base", seed, "--engine", "portable"]) == 2
     assert "--new" in capsys.readouterr().err
+
+
+def _one_rank_row(kind, name, base, new, real, status="matched", spread=0):
+    return {"rank": None, "kind": kind, "graph_name": "g", "name": name, "status": status, "real": real,
+            "delta_dur": None if base is None and new is None else (new or 0) - (base or 0),
+            "delta_fraction": None, "metric": "busy_dur", "base_dur": base, "new_dur": new,
+            "base_spread_dur": spread, "new_spread_dur": spread, "base_replays": 5, "new_replays": 5, "depth": 0}
+
+
+def test_fleet_statistics_from_one_rank_rows():
+    """compare_fleet alone, on hand-made one-rank rows: medians across ranks (nearest rank),
+    slowest ranks, the rank that changed most among the real ones, a status that differs by rank."""
+    import pandas as pd
+
+    from perfetto_graph_ann.query.diff_fleet import compare_fleet
+
+    per_rank = {
+        0: [_one_rank_row("replay", "g", 100, 100, False), _one_rank_row("scope", "a", 10, 11, False, spread=5),
+            _one_rank_row("kernel", "k", None, 7, True, status="new")],
+        1: [_one_rank_row("replay", "g", 100, 120, True), _one_rank_row("scope", "a", 30, 20, True),
+            _one_rank_row("kernel", "k", 4, 4, False)],
+        3: [_one_rank_row("replay", "g", 90, 90, False), _one_rank_row("scope", "a", 20, 50, False, spread=40),
+            _one_rank_row("kernel", "k", 5, 5, False)],
+    }
+    fleet, by_rank = compare_fleet({r: pd.DataFrame(rows) for r, rows in per_rank.items()})
+    rows = {(r["kind"], r["name"]): r for r in fleet.to_dict("records")}
+    a = rows[("scope", "a")]
+    # real on rank 1 only (-10); rank 3's +30 is within its spread: the effect is rank 1's
+    assert (a["real"], a["delta_dur"], a["most_changed_rank"], a["real_ranks"]) == (True, -10, 1, 1)
+    assert (a["median_delta_dur"], a["min_delta_dur"], a["max_delta_dur"], a["delta_spread_dur"]) == (1, -10, 30, 40)
+    assert (a["base_median_dur"], a["new_median_dur"]) == (20, 20)  # nearest rank of 3 values: the 2nd
+    assert (a["base_slowest_rank"], a["base_slowest_dur"], a["new_slowest_rank"], a["new_slowest_dur"]) == (1, 30, 3, 50)
+    assert a["delta_fraction"] == -10 / 30
+    k = rows[("kernel", "k")]
+    assert k["status"] == "matched on ranks 1,3; new on rank 0" and k["real"] and k["most_changed_rank"] == 0
+    assert (k["delta_dur"], k["base_median_dur"], k["new_median_dur"]) == (7, 4, 5)
+    g = rows[("replay", "g")]
+    assert pd.isna(g["rank"]) and (g["delta_dur"], g["most_changed_rank"], g["base_slowest_rank"]) == (20, 1, 0)
+    # ranked: the replay first, then the real ones by |delta| (a: 10, k: 7)
+    assert list(fleet["name"]) == ["g", "a", "k"] and list(fleet["rank"].iloc[1:]) == [1, 2]
+    # by rank: every row, real first by |delta|, the replays first
+    assert list(zip(by_rank["kind"], by_rank["dist_rank"]))[:3] == [("replay", 1), ("replay", 0), ("replay", 3)]
+    items = by_rank[by_rank["kind"] != "replay"]
+    assert list(zip(items["name"], items["dist_rank"])) == [("a", 1), ("k", 0), ("a", 3), ("a", 0), ("k", 1), ("k", 3)]
+    assert list(items["rank"]) == [1, 2, 3, 4, 5, 6]
