@@ -3,7 +3,10 @@
 Matches the two runs' graph replays (graph name and kernel count), then their scopes, lanes,
 collectives and kernels by name, and ranks the differences of the medians across replays by
 their effect on replay time; a difference is called real only beyond the replay-to-replay
-spread of both runs (the rule is printed above the table).
+spread of both runs (the rule is printed above the table). BASE and NEW may each be a fleet
+of ranks (a folder, a quoted glob, or several traces with --base / --new): ranks are paired
+by rank and compared pair by pair; per item the fleet's medians, slowest ranks, and the rank
+that changed most (--by-rank: every rank's row).
 """
 from __future__ import annotations
 
@@ -13,11 +16,19 @@ import sys
 
 from . import options
 
-__all__ = ["format_table", "register", "run", "TABLE_COLUMNS"]
+__all__ = ["format_table", "format_fleet_table", "register", "run", "TABLE_COLUMNS", "FLEET_TABLE_COLUMNS",
+           "BY_RANK_TABLE_COLUMNS"]
 
 #: Columns of the table view (csv / json: every column).
 TABLE_COLUMNS = ["rank", "kind", "name", "status", "real", "delta_dur", "delta_fraction", "base_dur", "new_dur",
                  "base_spread_dur", "new_spread_dur", "base_p50_kernel_count", "new_p50_kernel_count"]
+
+#: Columns of the fleet table view.
+FLEET_TABLE_COLUMNS = ["rank", "kind", "name", "status", "real", "delta_dur", "most_changed_rank", "real_ranks",
+                       "median_delta_dur", "base_median_dur", "new_median_dur", "new_slowest_rank"]
+#: Columns of the fleet's --by-rank table view.
+BY_RANK_TABLE_COLUMNS = ["rank", "dist_rank", "kind", "name", "status", "real", "delta_dur", "delta_fraction",
+                         "base_dur", "new_dur", "base_spread_dur", "new_spread_dur"]
 
 
 def _non_negative_int(text: str) -> int:
@@ -37,8 +48,21 @@ def register(sub) -> argparse.ArgumentParser:
                                               + " (BASE then NEW; once: for every JSON trace)"),
                                 options.engine(), options.text_format(), options.text_output(),
                                 options.verbosity()])
-    p.add_argument("base", metavar="BASE", help="the reference run: torch.profiler JSON or .pftrace, one rank")
-    p.add_argument("new", metavar="NEW", help="the run to compare with it: torch.profiler JSON or .pftrace, one rank")
+    p.add_argument("base", metavar="BASE", nargs="?",
+                   help="the reference run: torch.profiler JSON or .pftrace, one rank; or a fleet of ranks: a folder "
+                   "of traces or a quoted glob ('run1/rank*.json.gz')")
+    p.add_argument("new", metavar="NEW", nargs="?", help="the run to compare with it, likewise")
+    p.add_argument("--base", dest="base_list", nargs="+", metavar="TRACE", default=None,
+                   help="the reference fleet as several traces or folders (instead of BASE)")
+    p.add_argument("--new", dest="new_list", nargs="+", metavar="TRACE", default=None,
+                   help="the fleet to compare with it as several traces or folders (instead of NEW)")
+    p.add_argument("--common-ranks", action="store_true",
+                   help="fleets: compare only the ranks both fleets have (default: refuse fleets whose ranks differ)")
+    p.add_argument("--by-rank", action="store_true",
+                   help="fleets: one row per item and rank (dist_rank), instead of one per item")
+    p.add_argument("--no-sidecars", action="store_true",
+                   help="fleets: do not join each JSON trace with the sidecar beside it (<stem>.annotations.json, "
+                   ".pga, .capture.json)")
     p.add_argument("--spread", choices=("range", "iqr"), default="range",
                    help="replay-to-replay spread a difference must exceed in both runs to be real: range "
                    "(max - min, default) or iqr (p75 - p25)")
@@ -81,14 +105,36 @@ def _annotations(args: argparse.Namespace):
     return out
 
 
+def _sides(args: argparse.Namespace):
+    """(base, new) as given: BASE NEW, or --base ... --new ... (a list each)."""
+    from ..errors import GraphAnnError as UsageError
+
+    if args.base_list is not None or args.new_list is not None:
+        if args.base_list is None or args.new_list is None or args.base is not None or args.new is not None:
+            raise UsageError("give --base TRACE... and --new TRACE... together, instead of BASE NEW")
+        return list(args.base_list), list(args.new_list)
+    if args.new is None:
+        raise UsageError("give BASE and NEW (or --base TRACE... --new TRACE...)")
+    return args.base, args.new
+
+
 def _diff(args: argparse.Namespace, progress) -> str:
-    from ..pipeline.diff import DiffConfig, diff
+    from ..pipeline.diff import DiffConfig, diff, is_fleet
     from ..util.atomic import refuse_input_as_output
 
-    refuse_input_as_output(args.output, [args.base, args.new, *args.annotations])
-    anns = _annotations(args)
+    base, new = _sides(args)
     config = DiffConfig(spread=args.spread, min_delta_ns=args.min_delta_ns, graph_lanes=args.graph_lanes,
                         force=args.force_annotations)
+    if is_fleet(base) or is_fleet(new):
+        return _diff_fleet(args, base, new, config, progress)
+    for flag in ("common_ranks", "by_rank", "no_sidecars"):
+        if getattr(args, flag):
+            from ..errors import GraphAnnError as UsageError
+
+            raise UsageError(f"--{flag.replace('_', '-')} is for fleets (a folder, a glob or several traces per side)")
+    args.base, args.new = base, new
+    refuse_input_as_output(args.output, [args.base, args.new, *args.annotations])
+    anns = _annotations(args)
     df = diff(args.base, args.new, anns[0], anns[1], config=config, engine=args.engine, progress=progress)
     rule = df.attrs["rule"]
     if args.format == "csv":  # one table: the file -o names (raw values); the rule goes to stderr
@@ -99,6 +145,56 @@ def _diff(args: argparse.Namespace, progress) -> str:
         return json.dumps({"base": args.base, "new": args.new, "rule": rule,
                            "rows": json.loads(df.to_json(orient="records"))}, indent=1) + "\n"
     return format_table(df, args.base, args.new, args.top)
+
+
+def _diff_fleet(args: argparse.Namespace, base, new, config, progress) -> str:
+    from ..errors import GraphAnnError as UsageError
+    from ..pipeline.diff import diff_fleet, fleet_traces
+    from ..util.atomic import refuse_input_as_output
+
+    if args.annotations:
+        raise UsageError("--annotations is for one trace per side; a fleet's JSON traces are joined with the sidecars "
+                         "beside them")
+    refuse_input_as_output(args.output, [*map(str, fleet_traces(base)), *map(str, fleet_traces(new))])
+    fleet, by_rank = diff_fleet(base, new, config, engine=args.engine, progress=progress,
+                                common_ranks=args.common_ranks, find_sidecars=not args.no_sidecars)
+    df = by_rank if args.by_rank else fleet
+    rule = df.attrs["rule"]
+    if args.format == "csv":
+        if not args.quiet:
+            print(f"perfetto-graph-ann diff: {rule}", file=sys.stderr)
+        return df.to_csv(index=False)
+    if args.format == "json":
+        return json.dumps({"base": df.attrs["base"], "new": df.attrs["new"], "ranks": df.attrs["ranks"], "rule": rule,
+                           "rows": json.loads(df.to_json(orient="records"))}, indent=1) + "\n"
+    return format_fleet_table(df, args.top, args.by_rank)
+
+
+def format_fleet_table(df, top: int, by_rank: bool = False) -> str:
+    """The readable fleet diff: the ranks and their traces, the rule, the graphs, then the
+    first ``top`` differences (per item, or per item and rank with ``by_rank``)."""
+    from .tables import render
+
+    cols = BY_RANK_TABLE_COLUMNS if by_rank else FLEET_TABLE_COLUMNS
+    replays = df[df["kind"] == "replay"]
+    items = df[df["kind"] != "replay"]
+    ranks = df.attrs["ranks"]
+    lines = [f"ranks: {len(ranks)} ({', '.join(map(str, ranks))})"]
+    lines += [f"  rank {r}: base {b}" + "\n" + f"  {' ' * len(str(r))}       new  {n}"
+              for r, b, n in zip(ranks, df.attrs["base"], df.attrs["new"])]
+    lines += ["", df.attrs["rule"], ""]
+    lines.append("graphs (time = wall time of a replay on the GPU; per rank, medians across replays)")
+    lines.append(render(replays, columns=[c for c in cols if c not in ("rank", "kind")] +
+                        ([] if by_rank else ["new_slowest_dur"])).rstrip("\n"))
+    lines.append("")
+    lines.append(f"differences: {int(items['real'].sum())} real of {len(items)} " +
+                 ("(item, rank) rows" if by_rank else "items"))
+    if len(items):
+        shown = items.head(top)
+        lines.append(render(shown, columns=cols).rstrip("\n"))
+        if len(items) > len(shown):
+            lines.append(f"({len(items) - len(shown)} more: --top {len(items)}, or --format csv / json for all)")
+    return "\n".join(lines) + "\n"
 
 
 def format_table(df, base: str, new: str, top: int) -> str:

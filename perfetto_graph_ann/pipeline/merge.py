@@ -79,11 +79,11 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
 
 def convert_rank(path: PathLike, annotations: Optional[AnnotationSet], index: int = 0, count: int = 1,
                  graph_lanes: Optional[str] = None, label: Optional[str] = None, progress=None,
-                 force: bool = False) -> RankTrace:
+                 force: bool = False, named_rank_only: bool = False) -> RankTrace:
     """One torch.profiler trace read, joined with ``annotations`` (None: none) and converted,
     as :func:`merge` (and ``diff``) hand it to :func:`~perfetto_graph_ann.write.merge.merge_converted`.
-    ``index`` / ``count``: its position among the inputs (its rank when the trace names none;
-    the progress line)."""
+    ``index`` / ``count``: its position among the inputs (its rank when the trace names none,
+    unless ``named_rank_only``: then None; the progress line)."""
     from ..write.pftrace import paused_gc, write_pftrace_stream
 
     # As in convert(): the cyclic GC paused while a rank is read, joined and written, and
@@ -101,4 +101,7 @@ def convert_rank(path: PathLike, annotations: Optional[AnnotationSet], index: in
             base_time_ns = trace.base_time_ns
         finally:
             del trace
-    return RankTrace(index if rank is None else rank, base_time_ns, buf.getvalue(), os.fspath(path), layout, label)
+    if rank is None and not named_rank_only:
+        rank = index
+    return RankTrace(rank, base_time_ns,  # type: ignore[arg-type]
+                     buf.getvalue(), os.fspath(path), layout, label)
