@@ -280,3 +280,11 @@ def test_the_join_counts_compiled_kernels_by_how_their_module_is_known():
     assert layout.report.module_origins == want
     assert any(line.startswith("note: compiled code: ") and f"{want[P.EXACT]} GPU events with an exact module path"
                in line for line in warning_lines(layout.report))
+
+
+@pytest.mark.usefixtures("capture_path")
+def test_watched_extern_calls_outside_any_region_leave_no_field():
+    """A watched extern call in a capture with no compiled region found (the generated code run
+    without its compiled graph's call on the stack) is bookkeeping only: no annotation."""
+    k = _capture(FakeCuda(), C.Regions(), [("triton_norm_0", "kernel"), ("gemm_x", "kernel")])
+    assert k["gemm_x"].annotation == {} and k["triton_norm_0"].annotation == {}

@@ -89,7 +89,12 @@ class _Codegen:
             rec[wid] = []
             rec["order"].append(wid)
             rec["names"][wid] = getattr(wrapper, "subgraph_name", None) or "call"
-        stack, exact = _node_stack(node)
+        last = getattr(self._local, "stack_of", None)  # a node's "other" lines: its stack once
+        if last is not None and last[0] is node and node is not None:
+            stack, exact = last[1]
+        else:
+            stack, exact = _node_stack(node)
+            self._local.stack_of = (node, (stack, exact))
         call = None
         if kind == "extern" and node:
             call = getattr(getattr(node[0], "node", None), "python_kernel_name", None)

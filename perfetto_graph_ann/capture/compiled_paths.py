@@ -243,34 +243,34 @@ def derive_scopes(kinds: Sequence[str], labels: Sequence[Optional[Label]], start
         stacks.append(stack)
     depth = max((len(s) for s in stacks if s), default=0)
     out: List[Tuple[int, int, Mapping[str, Any]]] = []
-
-    def runs(key_of: Any) -> List[Tuple[Any, int, int]]:
-        found: List[Tuple[Any, int, int]] = []
-        for k, s in enumerate(stacks):
-            if s is None:
-                continue
-            key = key_of(k, s)
-            if found and key is not None and found[-1][0] == key and found[-1][2] == last[0]:
-                found[-1] = (key, found[-1][1], k)
-            elif key is not None:
-                found.append((key, k, k))
-            last[0] = k
-        return found
-
-    last = [-1]  # the previous GPU node: a run continues only over nodes that are not GPU work
     for level in range(1, depth + 1):
-        last[0] = -1
-        for key, a, b in runs(lambda k, s: s[:level] if len(s) >= level else None):
+        for key, a, b in _runs(stacks, lambda k, s: s[:level] if len(s) >= level else None):
             path, cls = key[-1]
             fields = {"name": path, "module": path, "module_class": cls}
             if backward:
                 fields["autograd_phase"] = "backward"
             out.append((start + a, start + b + 1, fields))
-    last[0] = -1
     # unnamed scopes (fields only, no scope instance), opened last so they win: a node's origin
-    for origin, a, b in runs(lambda k, s: labels[k][1] if s else None):
+    for origin, a, b in _runs(stacks, lambda k, s: labels[k][1] if s else None):
         out.append((start + a, start + b + 1, {MODULE_ORIGIN: origin}))
     return out
+
+
+def _runs(stacks: Sequence[Optional[Stack]], key_of: Any) -> List[Tuple[Any, int, int]]:
+    """(key, first, last) of each run of GPU nodes (``stacks`` not None) with one non-None
+    ``key_of(position, stack)``; nodes that are not GPU work neither break nor end a run."""
+    found: List[Tuple[Any, int, int]] = []
+    prev = -1  # the previous GPU node
+    for k, s in enumerate(stacks):
+        if s is None:
+            continue
+        key = key_of(k, s)
+        if key is not None and found and found[-1][0] == key and found[-1][2] == prev:
+            found[-1] = (key, found[-1][1], k)
+        elif key is not None:
+            found.append((key, k, k))
+        prev = k
+    return found
 
 
 def region_fields(region: str) -> dict:

@@ -187,8 +187,9 @@ class ModuleHooks:
         __call__.__wrapped__ = orig
         return __call__
 
-    def _prepare(self, module: Any, st: List[list]) -> Any:
-        """(fields, backward) of this module's scope, or None where it has none."""
+    def _prepare(self, module: Any, st: List[list]) -> Tuple[Any, bool]:
+        """((fields, backward) of this module's scope, or None where it has none; whether the
+        module has a known path, so that the answer holds for its later calls)."""
         config = self.config
         known = NAMES.path(module)
         if known is None and not st and config is not None:  # the outermost module of this capture: a root
@@ -198,8 +199,8 @@ class ModuleHooks:
         path, depth, marked = known if known is not None else (cls, 0, None)
         config = marked or config  # mark_modules' own settings win for its model
         if config is None or not config.wants(path, cls, depth):
-            return None
-        return {"name": path, "module": path, "module_class": cls}, config.backward
+            return None, known is not None
+        return ({"name": path, "module": path, "module_class": cls}, config.backward), known is not None
 
     def _enter(self, module: Any) -> Optional[list]:
         if _session.current() is None:
@@ -210,8 +211,8 @@ class ModuleHooks:
         except TypeError:  # not weak-referenceable
             prepared = False
         if prepared is False:
-            prepared = self._prepare(module, st)
-            if NAMES.path(module) is not None:
+            prepared, named = self._prepare(module, st)
+            if named:
                 try:
                     self._prepared[module] = prepared
                 except TypeError:

@@ -237,9 +237,11 @@ class CaptureSession:
         if len({n.local_id for n in nodes}) != len(nodes):
             raise CaptureError("two nodes of the captured graph report the same local id")
         scopes = list(self.recorder.records())
-        if self.compiled is not None and self.compiled.regions:
-            first = max((r.seq for r in scopes), default=-1) + 1
-            scopes += [ScopeRecord(*r) for r in self.compiled.scopes(nodes, scopes, first, self.module_filter)]
+        if self.compiled is not None:
+            if self.compiled.regions:
+                first = max((r.seq for r in scopes), default=-1) + 1
+                scopes += [ScopeRecord(*r) for r in self.compiled.scopes(nodes, scopes, first, self.module_filter)]
+            # the watched extern calls' own scopes: bookkeeping, even where no region used them
             scopes = [r for r in scopes if not self.compiled.internal(r.fields)]
         end = max((r.end for r in scopes), default=0)
         if end > len(nodes):
