@@ -135,7 +135,6 @@ def diff(base: FleetArg, new: FleetArg, base_annotations: AnnotationsArg = None,
 
 # -- two fleets ----------------------------------------------------------------------------
 
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _GLOB_CHARS = re.compile(r"[*?[]")
 
 
@@ -180,16 +179,14 @@ def _rank_rows(path: Path, count: int, index: int, config: DiffConfig, engine: s
     """(rank, replays, items) of one trace of a fleet: converted (a JSON trace, joined with the
     sidecar beside it) or taken as it is (a ``.pftrace``), loaded alone, reduced to the rows of
     ``graph_ann_diff_replay`` / ``graph_ann_diff_item``."""
-    from ..query.fleet import find_sidecar
+    from ..query.fleet import find_sidecar, name_rank
     from ..query.session import open_fed
 
     spath = os.fspath(path)
-    named = _RANK_IN_NAME.search(path.name)
-    name_rank = int(named.group(1)) if named else None
     side = find_sidecar(path) if find_sidecars else None
     annotations = _annotation_set(side) if side is not None else None
     rt = _rank_trace(spath, annotations, "fleet", index, config, progress, keep_rank=True, count=count)
-    rank = rt.rank if rt.rank is not None else name_rank
+    rank = rt.rank if rt.rank is not None else name_rank(path)
     if rank is None:
         raise InputError(spath, "names no rank (no distributedInfo.rank, no 'rank<N>' in its file name): the ranks "
                                 "of two fleets are matched by rank")

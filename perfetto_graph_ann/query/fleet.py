@@ -21,7 +21,7 @@ from .executors import RayOptions, run_tasks
 from .straggler import FleetReport, RankTables, combine
 from .tasks import Converter, FileInput, TraceTask, to_frame
 
-__all__ = ["find_sidecar", "find_traces", "FLEET_QUERIES", "fleet_report"]
+__all__ = ["find_sidecar", "find_traces", "FLEET_QUERIES", "fleet_report", "name_rank"]
 
 #: The per-rank queries. ``clock``: the offset from trace time to Unix time, from the
 #: REALTIME (builtin clock 1) snapshot the converter writes (NULL without one).
@@ -39,6 +39,13 @@ FLEET_QUERIES = {
 }
 
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def name_rank(path: Path) -> Optional[int]:
+    """The rank a trace's file name gives (``rank3``, ``rank_3``, ``Rank-3``), or None: what
+    names a rank whose trace has no ``distributedInfo.rank``."""
+    m = _RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else None
 
 
 def find_traces(inputs: Sequence[PathLike], skipped: Optional[List[Path]] = None) -> List[Path]:
@@ -150,8 +157,8 @@ def _rank_tables(paths: List[Path], results) -> List[RankTables]:
     for i, (path, res) in enumerate(zip(paths, results)):
         rank = res.info.get("rank")
         if rank is None:
-            m = _RANK_IN_NAME.search(path.name)
-            rank = int(m.group(1)) if m else i
+            rank = name_rank(path)
+            rank = i if rank is None else rank
         groups = to_frame(res.tables["groups"])
         if len(groups) > 1:
             names = ", ".join(str(n) for n in groups["name"].tolist())
