@@ -36,6 +36,17 @@ def _collector_left_on():
         pytest.fail("the garbage collector was left disabled")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _torch_caches_in_pytest_tmp(tmp_path_factory):
+    """torch writes its compile caches to ``/tmp/torchinductor_<user>`` (importing
+    ``torch._dynamo`` already creates it): the tests' torch caches go to pytest's own
+    temporary folder instead, so a test run leaves nothing in /tmp."""
+    with pytest.MonkeyPatch.context() as mp:
+        if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+            mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("torchinductor")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES

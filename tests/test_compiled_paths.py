@@ -208,6 +208,11 @@ def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, mo
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # inductor's precompiled headers: default dir
     monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
     import torch._inductor.compile_fx  # noqa: F401
+    from torch._inductor import codecache
+
+    for name, sub in (("_HEADER_DIR", "headers"), ("_HEADER_LOCK_DIR", "headers/locks")):
+        if hasattr(codecache, name):  # set when codecache was first imported, maybe by another test
+            monkeypatch.setattr(codecache, name, str(tmp_path / sub))
 
     class Block(torch.nn.Module):
         def __init__(self):
