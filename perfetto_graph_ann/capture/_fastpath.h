@@ -1,9 +1,10 @@
 /*
  * What the translation units of perfetto_graph_ann.capture._fastpath share: _fastpath.c (the
  * module, the driver helpers, autograd node hooks), _recorder.c (the scope recorder), _marks.c
- * (mark_kernels' enter / exit), _replays.c (the replay log's wrapper of CUDAGraph.replay) and
- * _errors.c (the exception of driver failures). Calls go one way: _fastpath.c -> the others,
- * _marks.c -> _recorder.c, and every unit -> _errors.c (tests/test_import_graph.py checks it).
+ * (mark_kernels' enter / exit), _replays.c (the replay log's wrapper of CUDAGraph.replay),
+ * _nodewatch.c (node counts from CUPTI's node-created callback) and _errors.c (the exception of
+ * driver failures). Calls go one way: _fastpath.c -> the others, _marks.c -> _recorder.c,
+ * _recorder.c -> _nodewatch.c, and every unit -> _errors.c (tests/test_import_graph.py checks it).
  */
 #ifndef PGA_FASTPATH_H
 #define PGA_FASTPATH_H
@@ -30,6 +31,10 @@ PyObject *fp_error_type(void);                                 /* borrowed refer
 void fp_set_error_type(PyObject *cls);
 PyObject *fp_driver_error(const char *what, int rc);           /* sets the error; NULL */
 PyObject *fp_node_id_error(int rc);                            /* likewise, for cuptiGetGraphNodeId */
+
+/* _nodewatch.c: per-graph node counters bumped by CUPTI's GRAPHNODE_CREATED callback */
+long long fp_watch_count(int slot);                            /* -1: no such slot */
+int fp_watch_add(PyObject *module);
 
 /* _recorder.c: the scope recorder (scopes.ScopeRecorder's hot half) */
 int fp_recorder_ready(void);
