@@ -21,7 +21,7 @@ import fnmatch
 import sys
 import threading
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import InputError
 from . import session as _session
@@ -124,8 +124,11 @@ class ModuleHooks:
         self._users = 0
         self._cls: Any = None
         self._orig: Any = None
-        self._local = threading.local()
-        self._prepared: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        #: id(module) -> (module, its scope's (fields, backward) or None), for the capture set;
+        #: holding the module keeps its id from being reused until the set ends
+        self._prepared: Dict[int, Tuple[Any, Any]] = {}
+        #: thread ident -> that thread's open module marks (closed by close_open at a capture's end)
+        self._open: Dict[int, List[Any]] = {}
         self._grad: Any = lambda: True
         self.config: Optional[ModuleScopes] = None
 
@@ -145,7 +148,8 @@ class ModuleHooks:
                     return False
                 self.config = config
                 self._grad = getattr(sys.modules.get("torch"), "is_grad_enabled", None) or (lambda: True)
-                self._prepared = weakref.WeakKeyDictionary()
+                self._prepared.clear()
+                self._open.clear()
                 self._cls, self._orig = cls, orig
                 cls.__call__ = self._wrap(orig)
             self._users += 1
@@ -157,90 +161,71 @@ class ModuleHooks:
             if self._users == 0 and self._cls is not None:
                 self._cls.__call__ = self._orig
                 self._cls = self._orig = None
-                self._local.__dict__.clear()
+                self._prepared.clear()
+                self._open.clear()
 
     def close_open(self) -> None:
         """Close the scopes this thread still has open (a capture ended inside a module call)."""
-        st = getattr(self._local, "stack", None)
+        st = self._open.get(threading.get_ident())
         while st:
-            mark = st.pop()[1]
-            if mark is not None:
-                mark.__exit__(None, None, None)
-
-    def _stack(self) -> List[list]:
-        st = getattr(self._local, "stack", None)
-        if st is None:
-            st = self._local.stack = []
-        return st
+            st.pop().__exit__(None, None, None)
 
     def _wrap(self, orig: Any) -> Any:
-        enter, leave = self._enter, self._leave
+        # on the capture's critical path, once per module call: every lookup is bound here
+        prepared, opened, prepare = self._prepared, self._open, self._prepare
+        grad, current, ident, mark = self._grad, _session.current, threading.get_ident, mark_kernels
 
         def __call__(module, *args, **kwargs):
-            tok = enter(module)
-            if tok is None:
+            entry = prepared.get(id(module))
+            if entry is None:
+                entry = prepare(module)
+            scope = entry[1]
+            if scope is None or current() is None:  # unscoped, or another thread's eager call
                 return orig(module, *args, **kwargs)
+            # with grad off a module's block can claim no backward node: the range is not kept
+            m = mark(scope[0], backward=scope[1] and grad())
+            m.__enter__()
+            st = opened.get(ident())
+            if st is None:
+                st = opened.setdefault(ident(), [])
+            st.append(m)
             try:
                 return orig(module, *args, **kwargs)
             finally:
-                leave(tok)
+                if st and st[-1] is m:
+                    st.pop()
+                    m.__exit__(None, None, None)
+                elif m in st:  # closed out of order (a generator, a thread switch)
+                    st.remove(m)
+                    m.__exit__(None, None, None)
         __call__.__wrapped__ = orig
         return __call__
 
-    def _prepare(self, module: Any, st: List[list]) -> Tuple[Any, bool]:
-        """((fields, backward) of this module's scope, or None where it has none; whether the
-        module has a known path, so that the answer holds for its later calls)."""
+    def _prepare(self, module: Any) -> Tuple[Any, Any]:
+        """``(module, (fields, backward) of its scope or None)``, kept for the capture set once
+        the module has a known path (or remembered as unscoped outside any capture's modules)."""
         config = self.config
         known = NAMES.path(module)
-        if known is None and not st and config is not None:  # the outermost module of this capture: a root
+        if known is None and current_depth(self._open) == 0 and config is not None and \
+                _session.current() is not None:  # the outermost module of this capture: a root
             NAMES.add_root(module)
             known = NAMES.path(module)
         cls = type(module).__name__
         path, depth, marked = known if known is not None else (cls, 0, None)
         config = marked or config  # mark_modules' own settings win for its model
-        if config is None or not config.wants(path, cls, depth):
-            return None, known is not None
-        return ({"name": path, "module": path, "module_class": cls}, config.backward), known is not None
+        scope = None
+        if config is not None and config.wants(path, cls, depth):
+            scope = ({"name": path, "module": path, "module_class": cls}, config.backward)
+        entry = (module, scope)
+        if known is not None:
+            self._prepared[id(module)] = entry
+        return entry
 
-    def _enter(self, module: Any) -> Optional[list]:
-        if _session.current() is None:
-            return None  # another thread's eager call while a capture runs elsewhere
-        st = self._stack()
-        try:
-            prepared = self._prepared.get(module, False)
-        except TypeError:  # not weak-referenceable
-            prepared = False
-        if prepared is False:
-            prepared, named = self._prepare(module, st)
-            if named:
-                try:
-                    self._prepared[module] = prepared
-                except TypeError:
-                    pass
-        mark = None
-        if prepared is not None:
-            # with grad off a module's block can claim no backward node: the range is not kept
-            mark = mark_kernels(prepared[0], backward=prepared[1] and self._grad())
-            mark.__enter__()
-        tok = [module, mark]
-        st.append(tok)
-        return tok
 
-    def _leave(self, tok: list) -> None:
-        st = getattr(self._local, "stack", None)
-        if not st:
-            return  # closed by close_open at the capture's end
-        if st[-1] is tok:
-            st.pop()
-        else:
-            for i in range(len(st) - 1, -1, -1):
-                if st[i] is tok:
-                    del st[i]
-                    break
-            else:
-                return
-        if tok[1] is not None:
-            tok[1].__exit__(None, None, None)
+def current_depth(opened: Dict[int, List[Any]]) -> int:
+    """How many module scopes the calling thread has open."""
+    st = opened.get(threading.get_ident())
+    return len(st) if st else 0
 
 
 HOOKS = ModuleHooks()
