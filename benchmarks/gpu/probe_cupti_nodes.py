@@ -93,6 +93,8 @@ def out(**kw) -> None:
 def side_stream_capture(cb, be) -> dict:
     """A capture with side-stream work between main-stream ops; callback order vs listing."""
     a = torch.randn(256, 256, device="cuda")
+    ((a @ a).sin() * 2).cos()  # cuBLAS and the kernels loaded before the capture
+    torch.cuda.synchronize()
     s = torch.cuda.Stream()
     g = torch.cuda.CUDAGraph()
     checks = []
@@ -130,7 +132,7 @@ def timing(cb, cupti, dom, cbid, model, x) -> dict:
     en = ctypes.cast(cupti.cuptiEnableCallback, ctypes.c_void_p).value
     secs = {"cb_on": [], "cb_off": []}
     eager = {"cb_on": [], "cb_off": []}
-    pool = None
+    pool, keep = None, []
     for r in range(16):
         for arm in (("cb_on", "cb_off") if r % 2 == 0 else ("cb_off", "cb_on")):
             cb.pga_enable(en, 1 if arm == "cb_on" else 0, dom, cbid)
@@ -142,7 +144,7 @@ def timing(cb, cupti, dom, cbid, model, x) -> dict:
             model(x)
             torch.cuda.synchronize()
             eager[arm].append(time.perf_counter() - t0)
-            del g
+            keep.append(g)  # a pool outlives no graph of it
     cb.pga_enable(en, 1, dom, cbid)
     med = statistics.median
     return {"capture_ms": {a: round(med(v) * 1e3, 3) for a, v in secs.items()},

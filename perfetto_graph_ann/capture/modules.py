@@ -71,9 +71,11 @@ class _Names:
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self.marked = 0  #: models given to mark_modules (module scopes are on for every capture then)
+        self.generation = 0  #: bumped whenever names change (a prepared scope from before is stale)
 
     def add_root(self, root: Any, prefix: str = "", config: Optional[ModuleScopes] = None) -> None:
         with self._lock:
+            self.generation += 1
             for name, mod in root.named_modules(prefix=prefix):
                 entry = (name or type(mod).__name__, name.count(".") + (1 if name else 0) - prefix.count(".")
                          - (1 if prefix else 0), config)
@@ -124,12 +126,15 @@ class ModuleHooks:
         self._users = 0
         self._cls: Any = None
         self._orig: Any = None
-        #: id(module) -> (module, its scope's (fields, backward) or None), for the capture set;
-        #: holding the module keeps its id from being reused until the set ends
+        #: id(module) -> (weak reference to the module, its scope's (fields, backward) or None):
+        #: what _prepare found, kept across captures while settings and names stay (``_key``);
+        #: an entry leaves with its module
         self._prepared: Dict[int, Tuple[Any, Any]] = {}
-        #: thread ident -> that thread's open module marks (closed by close_open at a capture's end)
+        self._key: Any = None  # (config, NAMES.generation) the entries were prepared under
+        #: thread ident -> that thread's open module scopes (closed by close_open at a capture's end)
         self._open: Dict[int, List[Any]] = {}
         self._grad: Any = lambda: True
+        self._node: Any = None  # torch._C._current_autograd_node
         self.config: Optional[ModuleScopes] = None
 
     def capture_started(self, config: Optional[ModuleScopes]) -> bool:
@@ -146,9 +151,12 @@ class ModuleHooks:
                 orig = cls.__dict__.get("__call__")
                 if orig is None:
                     return False
+                torch = sys.modules.get("torch")
                 self.config = config
-                self._grad = getattr(sys.modules.get("torch"), "is_grad_enabled", None) or (lambda: True)
-                self._prepared.clear()
+                self._grad = getattr(torch, "is_grad_enabled", None) or (lambda: True)
+                self._node = getattr(getattr(torch, "_C", None), "_current_autograd_node", None)
+                if self._key != (config, NAMES.generation):
+                    self._prepared.clear()
                 self._open.clear()
                 self._cls, self._orig = cls, orig
                 cls.__call__ = self._wrap(orig)
@@ -161,49 +169,68 @@ class ModuleHooks:
             if self._users == 0 and self._cls is not None:
                 self._cls.__call__ = self._orig
                 self._cls = self._orig = None
-                self._prepared.clear()
+                self._key = (self.config, NAMES.generation)
                 self._open.clear()
 
     def close_open(self) -> None:
         """Close the scopes this thread still has open (a capture ended inside a module call)."""
         st = self._open.get(threading.get_ident())
         while st:
-            st.pop().__exit__(None, None, None)
+            _close(st.pop())
 
     def _wrap(self, orig: Any) -> Any:
         # on the capture's critical path, once per module call: every lookup is bound here
         prepared, opened, prepare = self._prepared, self._open, self._prepare
-        grad, current, ident, mark = self._grad, _session.current, threading.get_ident, mark_kernels
+        grad, node, current, ident, mark = self._grad, self._node, _session.current, threading.get_ident, mark_kernels
+        slocal = _session._local
 
         def __call__(module, *args, **kwargs):
             entry = prepared.get(id(module))
-            if entry is None:
+            if entry is None or entry[0]() is not module:
                 entry = prepare(module)
             scope = entry[1]
-            if scope is None or current() is None:  # unscoped, or another thread's eager call
+            if scope is None:
                 return orig(module, *args, **kwargs)
-            # with grad off a module's block can claim no backward node: the range is not kept
-            m = mark(scope[0], backward=scope[1] and grad())
-            m.__enter__()
+            sst = getattr(slocal, "stack", None)  # _session.current(), the thread's own first
+            sess = sst[-1] if sst else current()
+            if sess is None:  # another thread's eager call while a capture runs elsewhere
+                return orig(module, *args, **kwargs)
             st = opened.get(ident())
             if st is None:
                 st = opened.setdefault(ident(), [])
-            st.append(m)
+            if grad() or (node is not None and node() is not None):
+                item: Any = mark(scope[0], backward=scope[1])  # backward tagging is mark_kernels'
+                item.__enter__()
+            else:  # grad off: no backward to tag, the scope straight on the recorder
+                rec = sess.recorder
+                tok = rec.open(scope[0])
+                item = (rec, tok)
+                st.append(item)
+                try:
+                    return orig(module, *args, **kwargs)
+                finally:
+                    if st and st[-1] is item:
+                        st.pop()
+                        rec.close(tok)
+                    elif item in st:  # closed out of order (a generator, a thread switch)
+                        st.remove(item)
+                        rec.close(tok)
+            st.append(item)
             try:
                 return orig(module, *args, **kwargs)
             finally:
-                if st and st[-1] is m:
+                if st and st[-1] is item:
                     st.pop()
-                    m.__exit__(None, None, None)
-                elif m in st:  # closed out of order (a generator, a thread switch)
-                    st.remove(m)
-                    m.__exit__(None, None, None)
+                    item.__exit__(None, None, None)
+                elif item in st:
+                    st.remove(item)
+                    item.__exit__(None, None, None)
         __call__.__wrapped__ = orig
         return __call__
 
     def _prepare(self, module: Any) -> Tuple[Any, Any]:
-        """``(module, (fields, backward) of its scope or None)``, kept for the capture set once
-        the module has a known path (or remembered as unscoped outside any capture's modules)."""
+        """``(weak reference to module, (fields, backward) of its scope or None)``, kept while
+        settings and names stay once the module has a known path."""
         config = self.config
         known = NAMES.path(module)
         if known is None and current_depth(self._open) == 0 and config is not None and \
@@ -212,14 +239,29 @@ class ModuleHooks:
             known = NAMES.path(module)
         cls = type(module).__name__
         path, depth, marked = known if known is not None else (cls, 0, None)
-        config = marked or config  # mark_modules' own settings win for its model
+        wanted = marked or config  # mark_modules' own settings win for its model
         scope = None
-        if config is not None and config.wants(path, cls, depth):
-            scope = ({"name": path, "module": path, "module_class": cls}, config.backward)
-        entry = (module, scope)
+        if wanted is not None and wanted.wants(path, cls, depth):
+            scope = ({"name": path, "module": path, "module_class": cls}, wanted.backward)
+        key, prepared = id(module), self._prepared
+        try:
+            def forget(ref: Any, key: int = key) -> None:
+                if prepared.get(key, (None,))[0] is ref:
+                    del prepared[key]
+            entry = (weakref.ref(module, forget), scope)
+        except TypeError:  # not weak-referenceable: never kept
+            return (lambda: module, scope)
         if known is not None:
-            self._prepared[id(module)] = entry
+            prepared[key] = entry
         return entry
+
+
+def _close(item: Any) -> None:
+    """Close a module scope: a ``(recorder, token)`` or a ``mark_kernels`` block."""
+    if type(item) is tuple:
+        item[0].close(item[1])
+    else:
+        item.__exit__(None, None, None)
 
 
 def current_depth(opened: Dict[int, List[Any]]) -> int:
