@@ -172,3 +172,58 @@ def test_a_miscount_leaves_an_instrumented_capture_unannotated_with_a_warning(ca
                 fresh.launch(FAKE_TORCH_STREAM, "k")
     g.replay()
     assert REGISTRY.records() == [] and fresh.subscribed is None
+
+
+def test_a_starting_profiler_takes_cupti_back_and_edges_go_on_from_the_driver(capture_path):
+    """torch's profiler subscribes to CUPTI when it first starts and breaks for good if it finds
+    ours (H200): the captures in flight give the count up, with the same positions after."""
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    cuda = watchable()
+    cuda.begin_capture(STREAM)
+    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
+    sess.start()
+    outer = sess.recorder.open({"name": "outer"})
+    cuda.launch(STREAM, "a")
+    nodewatch.WATCH.yield_to_profiler()
+    assert cuda.subscribed is None and sess.edge_source == "driver" and nodewatch.WATCH.users == 0
+    cuda.launch(STREAM, "b")  # no callback now: the driver counts it
+    inner = sess.recorder.open({"name": "inner"})
+    cuda.launch(STREAM, "c")
+    sess.recorder.close(inner)
+    sess.recorder.close(outer)
+    cuda.launch(STREAM, "d")
+    sess.finish_capture()
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
+    assert annotations(sess) == {"a": {"name": "outer"}, "b": {"name": "outer"}, "c": {"name": "inner"}, "d": {}}
+
+
+def test_the_profiler_hook_yields_before_torch_prepares(monkeypatch):
+    import types
+
+    from perfetto_graph_ann.capture import calibration as C
+
+    order = []
+    tap = types.ModuleType("torch.autograd.profiler")
+    tap._prepare_profiler = lambda *a, **k: order.append("prepare")
+    tap._enable_profiler = lambda *a, **k: order.append("enable")
+    tap._disable_profiler = lambda: order.append("disable")
+    torch = types.ModuleType("torch")
+    torch.autograd = types.ModuleType("torch.autograd")
+    torch.autograd.profiler = tap
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: False))
+    for name, mod in (("torch", torch), ("torch.autograd", torch.autograd), ("torch.autograd.profiler", tap)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(nodewatch.WATCH, "yield_to_profiler", lambda: order.append("yield"))
+    watch = C._KinetoWatch()
+    monkeypatch.setattr(C, "KINETO", watch)
+    watch.install()
+    tap._prepare_profiler("config", {"CUDA"})
+    tap._enable_profiler("config", {"CUDA"})
+    assert order[:2] == ["yield", "prepare"] and order[2] == "yield" and "enable" in order[3:]
+
+
+@pytest.fixture(autouse=True)
+def no_subscription_left():
+    yield
+    assert nodewatch.WATCH.users == 0, "a test left the node watch subscribed"

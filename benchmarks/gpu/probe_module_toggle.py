@@ -6,7 +6,8 @@ attribute and call caches for ``nn.Module`` and every subclass, so the model's P
 de-optimised through the capture. Arms on the 36-layer module decoder (alternating rounds):
 
 - ``plain``; ``toggle``: a pass-through ``__call__`` set before each capture and put back
-  after (the swap alone); ``inst``: ``instrument()``; ``wrap``: module scopes that scope nothing.
+  after (the swap alone); ``inst``: ``instrument()``; ``wrap``: module scopes that scope nothing
+  (the wrapper alone); ``depth0``: only the root scoped; ``full``: every module call scoped.
 
 Then the steady state of a pass-through installed once: plain captures and eager forwards with
 and without it. Prints JSON. Not a test.
@@ -31,6 +32,22 @@ from module_capture import Decoder, capture_once, decoder_weights, warmup  # noq
 import perfetto_graph_ann as pga  # noqa: E402
 
 ORIG = torch.nn.Module.__call__
+PARTS: dict = {}
+
+
+def capture_parts(arm, model, x, pool):
+    """capture_once, with its three parts timed: begin, the captured code, end (+ sync)."""
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.cuda.graph(g, pool=pool):
+        t1 = time.perf_counter()
+        out = model(x)
+        t2 = time.perf_counter()
+    torch.cuda.synchronize()
+    t3 = time.perf_counter()
+    PARTS.setdefault(arm, []).append((t1 - t0, t2 - t1, t3 - t2))
+    return t3 - t0, g, out
 
 
 def passthrough(self, *args, **kwargs):
@@ -43,7 +60,9 @@ def main() -> None:
     args = ap.parse_args()
     model = Decoder(decoder_weights(36))
     x = torch.randn(16, 128, 1024, device="cuda").to(torch.bfloat16)
-    arms = ["plain", "toggle", "inst", "wrap"]
+    arms = ["plain", "toggle", "inst", "wrap", "depth0", "full"]
+    configs = {"inst": None, "wrap": pga.ModuleScopes(exclude=("*",)), "depth0": pga.ModuleScopes(max_depth=0),
+               "full": pga.ModuleScopes()}
     secs = {a: [] for a in arms}
     keep, pool = [], None
     med = statistics.median
@@ -56,16 +75,18 @@ def main() -> None:
                     t, g, _ = capture_once(model, x, pool)
                     torch.nn.Module.__call__ = ORIG
                 elif arm == "plain":
-                    t, g, _ = capture_once(model, x, pool)
+                    t, g, _ = capture_parts(arm, model, x, pool)
                 else:
-                    kw = {} if arm == "inst" else {"modules": pga.ModuleScopes(exclude=("*",))}
+                    kw = {} if configs[arm] is None else {"modules": configs[arm]}
                     with pga.instrument(calibrate=False, **kw):
-                        t, g, _ = capture_once(model, x, pool)
+                        t, g, _ = capture_parts(arm, model, x, pool)
                 pool = g.pool() if pool is None else pool
                 keep.append(g)
                 secs[arm].append(t)
         out = {"pairs": {a: round(med([t / p for t, p in zip(v, secs["plain"])]), 4) for a, v in secs.items()},
-               "capture_ms": {a: round(med(v) * 1e3, 3) for a, v in secs.items()}}
+               "capture_ms": {a: round(med(v) * 1e3, 3) for a, v in secs.items()},
+               "parts_ms (begin, body, end)": {a: [round(med(p[i] for p in v) * 1e3, 3) for i in range(3)]
+                                               for a, v in PARTS.items()}}
 
         def eager(n=30):
             ts = []

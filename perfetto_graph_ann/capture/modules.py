@@ -127,10 +127,12 @@ class ModuleHooks:
         self._cls: Any = None
         self._orig: Any = None
         #: id(module) -> (weak reference to the module, its scope's (fields, backward) or None):
-        #: what _prepare found, kept across captures while settings and names stay (``_key``);
+        #: what _prepare found, kept across captures while settings and names stay (``_caches``);
         #: an entry leaves with its module
         self._prepared: Dict[int, Tuple[Any, Any]] = {}
-        self._key: Any = None  # (config, NAMES.generation) the entries were prepared under
+        #: (config, NAMES.generation) -> its ``_prepared``, the last few (settings alternating
+        #: between captures keep theirs)
+        self._caches: Dict[Any, Dict[int, Tuple[Any, Any]]] = {}
         #: thread ident -> that thread's open module scopes (closed by close_open at a capture's end)
         self._open: Dict[int, List[Any]] = {}
         self._grad: Any = lambda: True
@@ -155,8 +157,10 @@ class ModuleHooks:
                 self.config = config
                 self._grad = getattr(torch, "is_grad_enabled", None) or (lambda: True)
                 self._node = getattr(getattr(torch, "_C", None), "_current_autograd_node", None)
-                if self._key != (config, NAMES.generation):
-                    self._prepared.clear()
+                key = (config, NAMES.generation)
+                if key not in self._caches and len(self._caches) >= 4:
+                    del self._caches[next(iter(self._caches))]
+                self._prepared = self._caches.setdefault(key, {})
                 self._open.clear()
                 self._cls, self._orig = cls, orig
                 cls.__call__ = self._wrap(orig)
@@ -169,7 +173,6 @@ class ModuleHooks:
             if self._users == 0 and self._cls is not None:
                 self._cls.__call__ = self._orig
                 self._cls = self._orig = None
-                self._key = (self.config, NAMES.generation)
                 self._open.clear()
 
     def close_open(self) -> None:

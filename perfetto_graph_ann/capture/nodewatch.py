@@ -9,16 +9,21 @@ stream-captured launches included; the callback bumps the counter of the node's 
 edge reads it (``_nodewatch.c``).
 
 The subscription lasts only while annotated captures run: CUPTI allows one subscriber per
-process on the drivers we run (13.0), and torch's profiler subscribes when it first starts, so
-it must find none of ours. Where CUPTI refuses (a profiler ran already, another tool is
-attached), or with ``PERFETTO_GRAPH_ANN_NODE_WATCH=0``, edges ask the driver as before. The
-session checks the count against the driver's at the capture's end and refuses the scopes
-when they differ.
+process on the drivers we run (13.0), and torch's profiler subscribes when it first starts and
+keeps it; if it finds ours, CUPTI fails to initialise for it and the process's profiles have
+no GPU activity, ever (seen on the H200: tests/gpu/RESULTS.md). So a profiler starting while
+captures hold the subscription (``calibration.KINETO`` sees it prepare) first takes it back
+(:meth:`NodeWatch.yield_to_profiler`): each capture in flight switches its edges to the driver,
+which gives the same positions, and then the callback unsubscribes. Where CUPTI refuses (a
+profiler ran already, another tool is attached), or with ``PERFETTO_GRAPH_ANN_NODE_WATCH=0``,
+edges ask the driver as before. The session checks the count against the driver's at the
+capture's end and refuses the scopes when they differ.
 """
 from __future__ import annotations
 
+import itertools
 import threading
-from typing import Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from .. import settings
 from . import fastpath
@@ -44,40 +49,51 @@ class NodeWatch:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._users = 0
+        self._holders: Dict[int, Callable[[], None]] = {}  # token -> what gives the watch up
+        self._tokens = itertools.count(1)
         self._functions: Optional[Functions] = None
         self.refused: Optional[int] = None
 
-    def acquire(self, functions: Functions) -> bool:
-        """Subscribe if no capture holds the subscription yet; False where CUPTI refuses."""
+    def acquire(self, functions: Functions, give_up: Callable[[], None]) -> Optional[int]:
+        """Subscribe if no capture holds the subscription yet. A token for :meth:`release`, or
+        None where CUPTI refuses. ``give_up()`` stops the holder's use of the count (then it
+        releases), called when a profiler needs CUPTI."""
         fast = fastpath.module()
         if fast is None:
-            return False
+            return None
         with self._lock:
-            if self._users == 0:
+            if not self._holders:
                 rc = fast.watch_subscribe(functions[0], functions[1], RESOURCE_DOMAIN, GRAPHNODE_CREATED)
                 if rc != 0:
                     fast.watch_unsubscribe(functions[2])  # a subscription whose enable failed
                     self.refused = rc
-                    return False
+                    return None
                 self._functions = functions
-            self._users += 1
-            return True
+            token = next(self._tokens)
+            self._holders[token] = give_up
+            return token
 
-    def release(self) -> None:
+    def release(self, token: int) -> None:
         """One capture done; unsubscribe after the last, so that a profiler can subscribe."""
         fast = fastpath.module()
         with self._lock:
-            if self._users == 0:
+            if self._holders.pop(token, None) is None:
                 return
-            self._users -= 1
-            if self._users == 0 and fast is not None and self._functions is not None:
+            if not self._holders and fast is not None and self._functions is not None:
                 fast.watch_unsubscribe(self._functions[2])
                 self._functions = None
 
+    def yield_to_profiler(self) -> None:
+        """A profiler is about to subscribe: every holder gives the count up, which ends the
+        subscription."""
+        with self._lock:
+            give_ups = list(self._holders.values())
+        for give_up in give_ups:
+            give_up()
+
     @property
     def users(self) -> int:
-        return self._users
+        return len(self._holders)
 
 
 WATCH = NodeWatch()

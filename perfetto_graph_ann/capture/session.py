@@ -96,7 +96,7 @@ class CaptureSession:
         self.markers_from: Optional[int] = markers_from_env() if markers_from == "env" else markers_from
         #: whether edges may read CUPTI's node-created count (:mod:`.nodewatch`)
         self.node_watch = node_watch if node_watch is not None else nodewatch.enabled_from_env()
-        self._watch_slot: Optional[int] = None  # the graph's counter while edges read it
+        self._watch: Optional[Tuple[int, int]] = None  # (counter slot, WATCH token) while edges read it
         self._markers: List[int] = []  # listing positions of the marker nodes added
         self._edge_hint = 0  # the last edge's position: picks count or marker for the next
         # the compiled recorder where built (scope edges in C), unless every edge is verified
@@ -136,8 +136,9 @@ class CaptureSession:
     def _count(self) -> Optional[int]:
         if self.graph is None:
             return None
-        if self._watch_slot is not None:
-            return fastpath.module().watch_count(self._watch_slot)
+        watch = self._watch
+        if watch is not None:
+            return fastpath.module().watch_count(watch[0])
         return self._edge()
 
     def _edge(self) -> int:
@@ -186,34 +187,38 @@ class CaptureSession:
     @property
     def edge_source(self) -> str:
         """Where scope edges are positioned now: ``node callback`` (CUPTI's count) or ``driver``."""
-        return "node callback" if self._watch_slot is not None else "driver"
+        return "node callback" if self._watch is not None else "driver"
 
     def _start_watch(self) -> None:
         """Edges read CUPTI's node-created count from now on, where the backend and CUPTI allow."""
         fast = fastpath.module()
         fns = self.backend.node_watch_functions() if self.node_watch and fast is not None else None
-        if fns is None or not nodewatch.WATCH.acquire(fns):
+        if fns is None:
+            return
+        token = nodewatch.WATCH.acquire(fns, self.stop_watch)
+        if token is None:
             return
         slot = fast.watch_add(self.graph, self.backend.node_count(self.graph))
         if slot < 0:  # every slot taken by captures in flight
-            nodewatch.WATCH.release()
+            nodewatch.WATCH.release(token)
             return
-        self._watch_slot = slot
+        self._watch = (slot, token)
         if self._fast:
             self.recorder.set_watch(slot)
 
     def stop_watch(self) -> Optional[int]:
-        """Stop counting (idempotent; the subscription ends with the last capture); the count
-        it reached, or None where edges did not read one."""
-        slot, self._watch_slot = self._watch_slot, None
-        if slot is None:
+        """Edges ask the driver from now on (the same positions); the count the callback reached,
+        or None where edges did not read one. Idempotent; the subscription ends with the last
+        capture holding it. Also how a capture gives the count up to a starting profiler."""
+        watch, self._watch = self._watch, None
+        if watch is None:
             return None
         fast = fastpath.module()
-        n = fast.watch_count(slot)
+        n = fast.watch_count(watch[0])
         if self._fast:
             self.recorder.set_watch(-1)
-        fast.watch_remove(slot)
-        nodewatch.WATCH.release()
+        fast.watch_remove(watch[0])
+        nodewatch.WATCH.release(watch[1])
         return n
 
     def label_lane(self, lane: int, label: str) -> None:

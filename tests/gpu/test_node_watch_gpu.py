@@ -80,10 +80,10 @@ def capture(model, x):
     held = []
     acquire = nodewatch.WATCH.acquire
 
-    def spy(fns):
-        ok = acquire(fns)
-        held.append(ok)
-        return ok
+    def spy(fns, give_up):
+        token = acquire(fns, give_up)
+        held.append(token is not None)
+        return token
 
     nodewatch.WATCH.acquire = spy
     try:
@@ -131,6 +131,24 @@ def test_callback_edges_equal_a_listing_at_every_edge(model_and_input, monkeypat
     assert all(dict(ann).get("module") for k, ann in reference if k)  # every kernel sits in a module
     scoped = sum(1 for _, ann in reference if dict(ann).get("module"))
     results["node_watch"] = {"nodes": len(reference), "scoped": scoped}
+
+
+def test_giving_the_count_up_mid_capture_keeps_every_position(model_and_input, monkeypatch, results):
+    """What a profiler starting mid-capture makes the captures do (nodewatch.yield_to_profiler):
+    edges switch to the driver halfway through, each still checked against a listing."""
+    model, x = model_and_input
+    with torch.no_grad():
+        reference, _ = capture(model, x)
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_VERIFY_SCOPES", "1")
+    layer = model.layers[len(model.layers) // 2]
+    handle = layer.register_forward_pre_hook(lambda *a: nodewatch.WATCH.yield_to_profiler())
+    try:
+        with torch.no_grad():
+            switched, held = capture(model, x)
+    finally:
+        handle.remove()
+    assert held == [True] and nodewatch.WATCH.users == 0
+    assert switched == reference
 
 
 def test_a_profiler_after_the_watch_records_and_later_captures_fall_back(model_and_input, results):
