@@ -11,12 +11,13 @@ dropped record) is not trusted: its events are left to the structural join.
 """
 from __future__ import annotations
 
+import weakref
 from collections import Counter
-from typing import Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import CALIBRATED
-from .match import Match, best_graph, compatible_signatures, signature
+from .match import Match, best_graph, compatible_signatures, replay_signatures, signature
 from .replays import Replay
 
 __all__ = ["match_calibrated"]
@@ -34,11 +35,22 @@ def _node_signature(node: NodeRecord) -> Tuple:
     return sig
 
 
-def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], NodeRecord], bool]:
-    """(stream, ordinal) -> node, and whether ordinals count kernels only."""
+#: id(graph) -> (graph, its table, kernels only, nodes per stream): built once per graph, not
+#: per replay; an entry goes when its graph does
+_TABLES: Dict[int, Tuple[Any, Dict[Tuple[int, int], NodeRecord], bool, Counter]] = {}
+
+
+def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], NodeRecord], bool, Counter]:
+    """(stream, ordinal) -> node, whether ordinals count kernels only, and the nodes per stream."""
+    hit = _TABLES.get(id(graph))
+    if hit is not None and hit[0]() is graph:
+        return hit[1], hit[2], hit[3]
     table = {(n.stream, n.ordinal): n for n in graph.nodes if n.stream is not None and n.ordinal is not None}
     kernels_only = not any(n.type != "kernel" and n.type in GPU_WORK_NODE_TYPES for n in table.values())
-    return table, kernels_only
+    per_stream = Counter(stream for stream, _ in table)
+    _TABLES[id(graph)] = (weakref.ref(graph), table, kernels_only, per_stream)
+    weakref.finalize(graph, _TABLES.pop, id(graph), None)
+    return table, kernels_only, per_stream
 
 
 def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Sequence[int],
@@ -52,9 +64,8 @@ def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
         if not g.calibrated:
             return found
         if not ev_sig:
-            ev_sig.update((e.index, signature(e, strict=False)) for e in replay.events if e.index in pending_set)
-        table, kernels_only = _table(g)
-        expected_per_stream = Counter(stream for stream, _ in table)
+            ev_sig.update(replay_signatures(replay))
+        table, kernels_only, expected_per_stream = _table(g)
         ordinals = replay.ordinals(kernels_only)
         seen_per_stream = Counter(stream for stream, _ in ordinals.values())
         for idx, pos in ordinals.items():
