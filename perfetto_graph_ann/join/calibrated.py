@@ -37,17 +37,19 @@ def _node_signature(node: NodeRecord) -> Tuple:
 
 #: id(graph) -> (graph, its table, kernels only, nodes per stream): built once per graph, not
 #: per replay; an entry goes when its graph does
-_TABLES: Dict[int, Tuple[Any, Dict[Tuple[int, int], NodeRecord], bool, Counter]] = {}
+_TABLES: Dict[int, Tuple[Any, Dict[Tuple[int, int], Tuple[NodeRecord, Tuple, Match]], bool, Counter]] = {}
 
 
-def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], NodeRecord], bool, Counter]:
-    """(stream, ordinal) -> node, whether ordinals count kernels only, and the nodes per stream."""
+def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], Tuple[NodeRecord, Tuple, Match]], bool, Counter]:
+    """(stream, ordinal) -> (node, its loose signature, its unambiguous calibrated match),
+    whether ordinals count kernels only, and the nodes per stream."""
     hit = _TABLES.get(id(graph))
     if hit is not None and hit[0]() is graph:
         return hit[1], hit[2], hit[3]
-    table = {(n.stream, n.ordinal): n for n in graph.nodes if n.stream is not None and n.ordinal is not None}
-    kernels_only = not any(n.type != "kernel" and n.type in GPU_WORK_NODE_TYPES for n in table.values())
-    per_stream = Counter(stream for stream, _ in table)
+    nodes = {(n.stream, n.ordinal): n for n in graph.nodes if n.stream is not None and n.ordinal is not None}
+    kernels_only = not any(n.type != "kernel" and n.type in GPU_WORK_NODE_TYPES for n in nodes.values())
+    per_stream = Counter(stream for stream, _ in nodes)
+    table = {pos: (n, _node_signature(n), Match(n, CALIBRATED, False)) for pos, n in nodes.items()}
     _TABLES[id(graph)] = (weakref.ref(graph), table, kernels_only, per_stream)
     weakref.finalize(graph, _TABLES.pop, id(graph), None)
     return table, kernels_only, per_stream
@@ -57,24 +59,28 @@ def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
                      only_graph: Optional[int] = None) -> Tuple[Dict[int, Match], Optional[int]]:
     """Match the ``pending`` event indices of ``replay``; returns matches and the chosen graph id."""
     pending_set = set(pending)
-    ev_sig: Dict[int, Tuple] = {}  # filled by the first calibrated graph: none, no signatures
 
-    def match_graph(g: GraphRecord) -> Dict[int, NodeRecord]:
-        found: Dict[int, NodeRecord] = {}
+    def match_graph(g: GraphRecord) -> Dict[int, Match]:
+        found: Dict[int, Match] = {}
         if not g.calibrated:
             return found
-        if not ev_sig:
-            ev_sig.update(replay_signatures(replay))
+        ev_sig = replay_signatures(replay)
         table, kernels_only, expected_per_stream = _table(g)
         ordinals = replay.ordinals(kernels_only)
         seen_per_stream = Counter(stream for stream, _ in ordinals.values())
+        trusted = {st for st, n in seen_per_stream.items() if n == expected_per_stream[st]}
+        get = table.get
         for idx, pos in ordinals.items():
-            if idx not in pending_set or seen_per_stream[pos[0]] != expected_per_stream[pos[0]]:
+            if pos[0] not in trusted or idx not in pending_set:
                 continue
-            node = table.get(pos)
-            if node is not None and compatible_signatures(ev_sig[idx], _node_signature(node)):
-                found[idx] = node
+            hit = get(pos)
+            if hit is not None:
+                sig = ev_sig[idx]
+                if sig == hit[1] or compatible_signatures(sig, hit[1]):  # equal: compatible, without the loop
+                    found[idx] = hit[2]
         return found
 
     found, exec_id, graph_tie = best_graph(replay, graphs, only_graph, match_graph)
-    return {i: Match(n, CALIBRATED, graph_tie) for i, n in found.items()}, exec_id
+    if graph_tie:
+        return {i: Match(m.node, CALIBRATED, True) for i, m in found.items()}, exec_id
+    return found, exec_id

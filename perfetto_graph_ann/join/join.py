@@ -29,7 +29,7 @@ from .launches import launch_identities
 from .match import GraphFit, Match, device_ok, replay_signatures
 from .projection import project
 from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, JoinReport, LaneLayout,
-                    Placement, lane_key)
+                    Placement)
 from .replays import Replay, find_replays
 from .structural import match_structural
 
@@ -227,16 +227,32 @@ def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict
     """Under ``graph_lanes="all"``: each lane named by the graphs whose events are on it in
     this trace (lane labels are per graph). The default lane keeps its stream name even if an
     annotation asks for it explicitly: it also holds every graphed event without a lane."""
+    # lane_graphs' rule (the graphs on each lane) in the same pass that finds the lanes in order
+    shared = {i: m.shared_by for i, m in matches.items() if m.shared_by}
+    graphs_on: Dict[Tuple[int, int], set] = {}
+    lanes: Dict[Tuple[int, int], Any] = {}  # (device, lane) -> lane, in first-seen order
+    for r in replays:
+        for e in r.events:
+            p = placements[e.index]
+            lane = p.lane
+            d = e.args.get("device")
+            if type(d) is not int:
+                d = e.device
+            key = (d if d is not None else 0, lane)
+            if key not in lanes:
+                lanes[key] = lane
+            pa = p.args
+            ids = [pa["graph id"]] if "graph id" in pa else shared.get(e.index)
+            if ids and lane is not None:
+                on = graphs_on.get(key)
+                if on is None:
+                    on = graphs_on[key] = set()
+                on.update(ids)
     lane_names: Dict[Any, str] = {}
-    events = [e for r in replays for e in r.events]
-    graphs_on = lane_graphs(events, placements, shared={i: m.shared_by for i, m in matches.items() if m.shared_by})
-    for e in events:
-        lane = placements[e.index].lane
-        key = lane_key(e.device, lane)
-        if key not in lane_names:
-            on_lane = graphs_on.get(key)
-            lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
-                               else f"stream {lane}")
+    for key, lane in lanes.items():
+        on_lane = graphs_on.get(key)
+        lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
+                           else f"stream {lane}")
     return lane_names
 
 

@@ -75,11 +75,13 @@ class Replay:
         counters: Dict[Optional[int], int] = {}
         out: Dict[int, Tuple[int, int]] = {}
         for e in self.events:
-            if kernels_only and e.category != "kernel":
+            if kernels_only and e.cat != "kernel" and e.category != "kernel":
                 continue
-            s = e.stream
-            if s is None:
-                continue
+            s = e.args.get("stream")
+            if type(s) is not int:  # else the property's rule (bool, tid)
+                s = e.stream
+                if s is None:
+                    continue
             k = counters.get(s, 0)
             counters[s] = k + 1
             out[e.index] = (s, k)
