@@ -108,9 +108,12 @@ def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], defa
     sidecar = save_annotations(os.path.join(tmp, "annotations.pgab"), annotations, "binary")
     job = {"src": src, "annotations": sidecar, "source": annotations.source, "out": out, "graph_lanes": graph_lanes,
            "default_stream": default_stream, "force": force, "label": label, "tmp": tmp, "parent": os.getpid()}
+    from .. import settings
+
+    env = settings.environment()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if os.path.basename(root) not in ("site-packages", "dist-packages"):  # a checkout: this very package
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with open(os.path.join(tmp, _ERRLOG), "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann.capture.background", json.dumps(job)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
