@@ -218,3 +218,17 @@ def test_exit_wait_is_bounded(tmp_path):
             break
         time.sleep(0.1)
     assert sorted(os.listdir(tmp_path)) == ["out.pftrace", "train.py"]
+
+
+def test_handler_waits_for_the_oldest_beyond_its_limit(tmp_path, monkeypatch):
+    """Cycles faster than their conversions do not pile up processes: beyond MAX_IN_FLIGHT
+    running, a cycle first waits for the oldest (whose file is then whole)."""
+    from perfetto_graph_ann.capture import handler as handler_mod
+
+    monkeypatch.setattr(handler_mod, "MAX_IN_FLIGHT", 1)
+    name = "seed_block_annotated"
+    h = trace_handler(str(tmp_path), worker_name="w", annotations=read_capture_record(fixture_capture(name)))
+    first = h(RecordedProfiler(_raw(name)))
+    second = h(RecordedProfiler(_raw(name)))
+    assert os.path.exists(first) and first in h.wait() and h.wait() == [first, second]
+    _only(tmp_path, os.path.basename(first), os.path.basename(second))

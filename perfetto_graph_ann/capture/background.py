@@ -105,6 +105,8 @@ def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], defa
     saved there, and it is removed when the conversion's outcome is collected."""
     from ..annotations.files import save_annotations
 
+    if not sys.executable:  # an embedded interpreter: nothing to start the worker with
+        raise OutputError(out, "no Python executable to run a background conversion with: use background=False")
     sidecar = save_annotations(os.path.join(tmp, "annotations.pgab"), annotations, "binary")
     job = {"src": src, "annotations": sidecar, "source": annotations.source, "out": out, "graph_lanes": graph_lanes,
            "default_stream": default_stream, "force": force, "label": label, "tmp": tmp, "parent": os.getpid()}

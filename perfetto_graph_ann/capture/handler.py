@@ -55,29 +55,40 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     """A ``torch.profiler`` ``on_trace_ready`` callback writing one annotated ``.pftrace``
     per profiled cycle into ``dir_name`` (created if missing).
 
-    ``worker_name``: defaults to ``<hostname>_<pid>`` as torch's handler. ``annotations``:
-    an :class:`~perfetto_graph_ann.annotations.model.AnnotationSet` or a sidecar path, or
-    None for everything captured in this process so far (read again at every cycle, so
-    graphs captured between cycles are included). ``graph_lanes``: None (the default, for
-    the ``.pftrace``'s named lanes) moves graphed kernels to their lanes where a node is
-    annotated and keeps the recorded streams of a cycle whose annotations name nothing;
-    ``"none"`` as in :func:`export`. ``"all"``, the old default, still means what it meant
-    here (None) with a ``DeprecationWarning``: elsewhere ``"all"`` raises without annotated
-    nodes, as torch does (``join.lanes.decide_graph_lanes``). ``keep_json``: also keep each
-    cycle's Chrome trace as torch wrote it, beside the ``.pftrace`` with the same name ending in
-    ``.json`` (``.json.gz`` with ``use_gzip``), written first (torch saves a cycle's trace only
-    once). The callback returns the path of the ``.pftrace`` it wrote (with ``background``:
-    the path it is being written to).
+    Args:
+        dir_name: the folder of the traces.
+        worker_name: defaults to ``<hostname>_<pid>`` as torch's handler.
+        annotations: an :class:`~perfetto_graph_ann.annotations.model.AnnotationSet` or a
+            sidecar path, or None for everything captured in this process so far (read again
+            at every cycle, so graphs captured between cycles are included).
+        graph_lanes: None (the default, for the ``.pftrace``'s named lanes) moves graphed
+            kernels to their lanes where a node is annotated and keeps the recorded streams of
+            a cycle whose annotations name nothing; ``"none"`` as in :func:`export`. ``"all"``,
+            the old default, still means what it meant here (None) with a
+            ``DeprecationWarning``: elsewhere ``"all"`` raises without annotated nodes, as
+            torch does (``join.lanes.decide_graph_lanes``).
+        use_gzip: write ``.pftrace.gz``.
+        keep_json: also keep each cycle's Chrome trace as torch wrote it, beside the
+            ``.pftrace`` with the same name ending in ``.json`` (``.json.gz`` with
+            ``use_gzip``), written first (torch saves a cycle's trace only once).
+        background: True (the default): the training loop waits only for torch's JSON
+            export and the annotations saved; the read, join and write run in another process
+            (:mod:`.background`) and each ``.pftrace`` appears, whole, a few seconds later
+            (never a partial file). An error there is printed on stderr naming the cycle and
+            the file, never raised into the loop; at most :data:`MAX_IN_FLIGHT` conversions
+            run at once (a cycle waits for the oldest beyond that), and interpreter exit waits
+            for those still running (bounded, with a message). False: each cycle is converted
+            before the callback returns, and its errors are raised.
 
-    ``background`` (the default): the training loop waits only for torch's JSON export and the
-    annotations saved; the read, join and write run in another process (:mod:`.background`)
-    and each ``.pftrace`` appears, whole, a few seconds later (never a partial file). An error
-    there is printed on stderr naming the cycle and the file, never raised into the loop; at
-    most :data:`MAX_IN_FLIGHT` conversions run at once (a cycle waits for the oldest beyond
-    that), and interpreter exit waits for those still running (bounded, with a message).
-    ``handler.wait()`` waits for this handler's conversions (printing their errors) and
-    returns the paths written. ``background=False``: each cycle is converted before the
-    callback returns, and its errors are raised.
+    Returns:
+        The callback. It returns the path of the ``.pftrace`` it wrote (with ``background``:
+        the path it is being written to); its ``wait()`` waits for the conversions it started
+        (printing their errors) and returns the paths written.
+
+    Raises:
+        OutputError: (from the callback) the folder cannot be created; with
+            ``background=False`` also what :func:`export` raises for the cycle's trace.
+        InputError: (from the callback) a profile torch already saved.
     """
     dir_name = os.fspath(dir_name)
     if graph_lanes == "all":
