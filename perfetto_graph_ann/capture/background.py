@@ -30,10 +30,12 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import GraphAnnError, OutputError
 
-__all__ = ["EXIT_WAIT_S", "ExportHandle", "pending", "start", "wait_all"]
+__all__ = ["EXIT_WAIT_S", "ExportHandle", "NICE", "pending", "report_error", "start", "wait_all"]
 
 #: The longest interpreter exit waits for conversions still running (seconds, all together).
 EXIT_WAIT_S = 300.0
+#: The worker's niceness increment: below the training it runs beside.
+NICE = 10
 _RESULT = "result.pickle"
 _ERRLOG = "worker.stderr"
 
@@ -198,6 +200,10 @@ def _main(argv: List[str]) -> int:
     from ..util.atomic import atomic_write_bytes
 
     job = json.loads(argv[0])
+    try:
+        os.nice(NICE)  # the training keeps its CPU: the file may appear a little later
+    except (AttributeError, OSError):
+        pass
     outcome = _run(job)
     try:
         data = pickle.dumps(outcome)
