@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 import random
 import zlib
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord, ScopeInstance
+from perfetto_graph_ann.annotations.model import (AnnotationSet, GraphRecord, NodeRecord, ReplayThread, ReplayWindow,
+                                                  ScopeInstance)
 
-__all__ = ["EXEC_ID", "PER_LAYER", "decoder_annotations", "decoder_trace"]
+__all__ = ["BASE_TIME_NS", "EXEC_ID", "PER_LAYER", "decoder_annotations", "decoder_trace"]
 
 EXEC_ID = 2
+BASE_TIME_NS = 1790857026000000000
 PID, TID = 839, 1897135808
 _EW = "void at::native::vectorized_elementwise_kernel<4, at::native::{0}, std::array<char*, {1}ul> >(int, at::native::{0}, std::array<char*, {1}ul>)"
 _RED = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::BFloat16, at::native::MeanOps<float, float, "
@@ -53,8 +55,12 @@ PER_LAYER: Tuple[Tuple[str, str, Tuple[int, int, int]], ...] = tuple(
 assert len(PER_LAYER) == 23
 
 
-def decoder_annotations(layers: int = 36) -> AnnotationSet:
-    """The graph's record: calibrated (stream 7, ordinal = capture position), with scopes."""
+def decoder_annotations(layers: int = 36, record: Optional[Sequence[int]] = None) -> AnnotationSet:
+    """The graph's record: calibrated (stream 7, ordinal = capture position), with scopes.
+
+    ``record``: the Unix times (ns) of the replays' launches (``decoder_trace``'s ``launches``)
+    to hold a replay record of them too (one profiler window, one thread), as
+    ``recorded_annotations()`` has on the GPU machine: the join then maps launches to graphs."""
     nodes: List[NodeRecord] = []
     scopes: List[ScopeInstance] = []
     for layer in range(layers):
@@ -69,15 +75,20 @@ def decoder_annotations(layers: int = 36) -> AnnotationSet:
             nodes.append(NodeRecord(key=(EXEC_ID << 32) | i, kernel=name, grid=grid, block=(128, 1, 1),
                                     annotation={"name": p, "layer": layer}, stream=7, ordinal=i,
                                     scopes=(lid, part[p])))
-    return AnnotationSet(graphs=(GraphRecord(EXEC_ID, tuple(nodes), scopes=tuple(scopes)),))
+    windows = None
+    if record is not None:
+        windows = (ReplayWindow(PID, min(record) - 1_000_000, max(record) + 100_000_000,
+                                (ReplayThread(TID, TID, (EXEC_ID,) * len(record), starts_ns=tuple(record)),)),)
+    return AnnotationSet(graphs=(GraphRecord(EXEC_ID, tuple(nodes), scopes=tuple(scopes)),), replays=windows)
 
 
 def _us(ns: int) -> float:
     return round(ns / 1000, 3)
 
 
-def decoder_trace(replays: int = 100, layers: int = 36, seed: int = 33) -> bytes:
-    """Kineto JSON (one event a line, as Kineto writes it) of ``replays`` replays."""
+def decoder_trace(replays: int = 100, layers: int = 36, seed: int = 33, launches: Optional[List[int]] = None) -> bytes:
+    """Kineto JSON (one event a line, as Kineto writes it) of ``replays`` replays; ``launches``
+    (a list) gets the Unix time (ns) of each replay's launch."""
     rng = random.Random(seed)
     base = 5141861791000000
     meta: List[Dict[str, Any]] = []
@@ -97,6 +108,8 @@ def decoder_trace(replays: int = 100, layers: int = 36, seed: int = 33) -> bytes
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": PID, "tid": TID,
                        "ts": _us(launch_ts), "dur": _us(rng.randint(8_000, 70_000)),
                        "args": {"cbid": 311, "correlation": corr}})
+        if launches is not None:
+            launches.append(BASE_TIME_NS + launch_ts)
         events.append({"ph": "s", "id": corr, "pid": PID, "tid": TID, "ts": _us(launch_ts), "cat": "ac2g", "name": "ac2g"})
         cpu = launch_ts + 80_000
         t = max(t, launch_ts + 10_000)
@@ -123,7 +136,7 @@ def decoder_trace(replays: int = 100, layers: int = 36, seed: int = 33) -> bytes
              "args": {"sort_index": 536870912}},
             {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _us(t + 3000)}]
     head = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132}],
-            "cuda_driver_version": 13000, "displayTimeUnit": "ms", "baseTimeNanoseconds": 1790857026000000000}
+            "cuda_driver_version": 13000, "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_TIME_NS}
     lines = ["{"] + [f'  {json.dumps(k)}: {json.dumps(v)},' for k, v in head.items()] + ['  "traceEvents": [']
     body = [json.dumps(e) for e in meta + events + tail]
     lines.append(",\n".join(body))

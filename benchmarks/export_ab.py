@@ -1,11 +1,13 @@
 """A/B of ``pga.export``'s phases after torch's JSON (issue 33) on the H200 measurement's shape:
 this checkout against a git revision, imported under another name, alternating round by round.
 
-    python benchmarks/export_ab.py [--base main] [--replays 100] [--layers 36] [--rounds 6]
+    python benchmarks/export_ab.py [--base main] [--replays 100] [--layers 36] [--rounds 6] [--no-record]
 
 The trace is ``benchmarks/decoder_synth.py``'s: a calibrated 828-node decoder graph with
 layer / attn / mlp scopes, replayed ``--replays`` times (100: 82,800 kernels, as
-``benchmarks/gpu/export_pace.py`` profiles on the H200). Per round and side, CPU time
+``benchmarks/gpu/export_pace.py`` profiles on the H200), joined with its annotations and, as
+``recorded_annotations()`` on the GPU machine has, a replay record of the launches
+(``--no-record``: without). Per round and side, CPU time
 (``process_time``) of ``parse`` (``parse_trace_bytes``), ``join`` (``graph_lanes="all"``, with
 the GPU projection) and ``write`` (``write_perfetto`` of that side's own trace and layout, to
 memory), GC paused as export runs them. Checks that both sides write the same bytes and
@@ -40,14 +42,19 @@ class Side:
         self.perfetto = importlib.import_module(f"{pkg}.write.perfetto")
         self.model = importlib.import_module(f"{pkg}.annotations.model")
 
-    def annotations(self, layers: int):
-        """decoder_synth's annotations rebuilt with this side's model classes."""
-        src = decoder_annotations(layers)
+    def annotations(self, layers: int, record):
+        """decoder_synth's annotations (with the replay record when ``record``) rebuilt with
+        this side's model classes."""
+        src = decoder_annotations(layers, record)
         m = self.model
         g = src.graphs[0]
         nodes = tuple(m.NodeRecord(**{f: getattr(n, f) for f in n.__dataclass_fields__}) for n in g.nodes)
         scopes = tuple(m.ScopeInstance(s.id, s.fields, s.parent) for s in g.scopes)
-        return m.AnnotationSet(graphs=(m.GraphRecord(g.exec_id, nodes, scopes=scopes),))
+        windows = None if src.replays is None else tuple(
+            m.ReplayWindow(w.pid, w.start_ns, w.stop_ns, tuple(m.ReplayThread(t.ident, t.native_id, t.graphs,
+                                                                               starts_ns=t.starts_ns)
+                                                               for t in w.threads)) for w in src.replays)
+        return m.AnnotationSet(graphs=(m.GraphRecord(g.exec_id, nodes, scopes=scopes),), replays=windows)
 
     def phases(self, raw: bytes, ann) -> tuple:
         t = {}
@@ -70,15 +77,19 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=100)
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--no-record", action="store_true",
+                    help="annotations without the replay record (recorded_annotations() on the GPU has one)")
     args = ap.parse_args()
     load_base(args.base, Path(tempfile.mkdtemp(prefix="pga-export-ab-")))
-    raw = decoder_trace(args.replays, args.layers)
+    launches: list = []
+    raw = decoder_trace(args.replays, args.layers, launches=launches)
     sides = {"base": Side(BASE_NAME), "head": Side("perfetto_graph_ann")}
-    anns = {k: s.annotations(args.layers) for k, s in sides.items()}
+    anns = {k: s.annotations(args.layers, None if args.no_record else launches) for k, s in sides.items()}
     load0 = os.getloadavg()
     print(f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load {load0[0]:.2f} {load0[1]:.2f}; "
-          f"{args.replays} replays x {args.layers * 23} kernels, JSON {len(raw) / 1e6:.1f} MB; base = {args.base}")
+          f"{args.replays} replays x {args.layers * 23} kernels, JSON {len(raw) / 1e6:.1f} MB; base = {args.base}; "
+          f"replay record: {'no' if args.no_record else 'yes'}")
     times = {k: {"parse": [], "join": [], "write": []} for k in sides}
     out = {}
     gc.disable()

@@ -277,16 +277,24 @@ class _Attribution:
         #: replay correlation -> the graphs it may be, where the join could not tell
         self.replay_candidates: Dict[int, Tuple[int, ...]] = {}
         self.launched: Optional[Dict[int, FrozenSet[int]]] = None
+        self._shapes: Dict[int, frozenset] = {}  # replay correlation -> the shape of all its GPU work
         if annotations.replays is not None:
-            events = {r.correlation: r.events for r in replays}
-            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(events.get(corr), g))
+            by_corr = {r.correlation: r for r in replays}
+            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(by_corr.get(corr), g))
             self.launched = ids.graphs
             report.replay_record = True
             report.replay_record_problems = ids.problems
 
-    def _may_be(self, events: Optional[List[TraceEvent]], exec_id: int) -> bool:
+    def _may_be(self, r: Optional[Replay], exec_id: int) -> bool:
         g = self.by_id.get(exec_id)
-        return g is None or not events or (device_ok(g.device, events[0].device) and self.fit.fits(events, g))
+        if g is None or r is None or not r.events:
+            return True
+        if not device_ok(g.device, r.events[0].device):
+            return False
+        shape = self._shapes.get(r.correlation)
+        if shape is None:  # once per replay, from the signatures the calibration uses too
+            shape = self._shapes[r.correlation] = self.fit.shape(r.events, replay_signatures(r))
+        return self.fit.fits_shape(shape, g)
 
     def candidate_names(self, ids: Iterable[int]) -> str:
         return " | ".join(self.by_id[i].display_name if i in self.by_id else f"graph {i}" for i in ids)

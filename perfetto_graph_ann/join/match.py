@@ -58,9 +58,23 @@ def replay_signatures(replay: Replay) -> Dict[int, Tuple]:
     sigs = replay.signatures
     if sigs is None:
         sigs = replay.signatures = {}
+        types: Dict[str, str] = {}  # cat as written -> node type
         for e in replay.events:
-            t = EVENT_NODE_TYPE.get(e.category, "other")
-            sigs[e.index] = (t, base_name(e.name) if t == "kernel" else None, dim3_arg(e, "grid"), dim3_arg(e, "block"))
+            t = types.get(e.cat)
+            if t is None:
+                t = types[e.cat] = EVENT_NODE_TYPE.get(e.category, "other")
+            a = e.args
+            g, b = a.get("grid"), a.get("block")
+            # dim3_arg's rule, inline for what Kineto writes (three ints)
+            if type(g) is list and len(g) == 3 and type(g[0]) is int and type(g[1]) is int and type(g[2]) is int:
+                g = (g[0], g[1], g[2])
+            else:
+                g = dim3_arg(e, "grid")
+            if type(b) is list and len(b) == 3 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int:
+                b = (b[0], b[1], b[2])
+            else:
+                b = dim3_arg(e, "block")
+            sigs[e.index] = (t, base_name(e.name) if t == "kernel" else None, g, b)
     return sigs
 
 
