@@ -232,3 +232,17 @@ def test_handler_waits_for_the_oldest_beyond_its_limit(tmp_path, monkeypatch):
     second = h(RecordedProfiler(_raw(name)))
     assert os.path.exists(first) and first in h.wait() and h.wait() == [first, second]
     _only(tmp_path, os.path.basename(first), os.path.basename(second))
+
+
+def test_an_unwritable_folder_is_an_output_error_at_once(tmp_path, monkeypatch):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    prof = RecordedProfiler(_raw("two_branch"))
+    with pytest.raises(OutputError, match="cannot write beside the output: Permission denied"):
+        export(prof, tmp_path / "x.pftrace", read_capture_record(fixture_capture("two_branch")), background=True)
+    assert prof.calls == 0
+    _only(tmp_path)

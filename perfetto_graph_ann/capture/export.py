@@ -165,7 +165,10 @@ def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, def
     files = [ann.source] if ann.source else None
     decide_graph_lanes(graph_lanes, ann, files, label)
     check_default_stream(default_stream, ann, files, label)
-    tmp = tempfile.mkdtemp(prefix=".pga-export-", dir=os.path.dirname(os.path.abspath(out)))
+    try:
+        tmp = tempfile.mkdtemp(prefix=".pga-export-", dir=os.path.dirname(os.path.abspath(out)))
+    except OSError as e:
+        raise OutputError(out, f"cannot write beside the output: {e.strerror or e}") from e
     try:
         if saved:
             from ..util.atomic import refuse_input_as_output
