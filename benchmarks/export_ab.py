@@ -17,11 +17,13 @@ the ratios of the medians.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import importlib
 import io
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -80,7 +82,9 @@ def main() -> None:
     ap.add_argument("--no-record", action="store_true",
                     help="annotations without the replay record (recorded_annotations() on the GPU has one)")
     args = ap.parse_args()
-    load_base(args.base, Path(tempfile.mkdtemp(prefix="pga-export-ab-")))
+    base_dir = tempfile.mkdtemp(prefix="pga-export-ab-")
+    atexit.register(shutil.rmtree, base_dir, True)
+    load_base(args.base, Path(base_dir))
     launches: list = []
     raw = decoder_trace(args.replays, args.layers, launches=launches)
     sides = {"base": Side(BASE_NAME), "head": Side("perfetto_graph_ann")}
