@@ -539,3 +539,44 @@ def test_a_dropped_module_leaves_the_module_scope_cache(nn, fresh):
     del extra
     gc.collect()
     assert key not in mods.HOOKS._prepared
+
+
+def test_a_capture_ending_inside_a_module_call_closes_its_scopes(nn, fresh, capture_path):
+    """A module whose forward ends the capture (a runner module capturing inside its own call):
+    the scopes still open are closed at the end, and the module call's own exit closes nothing twice."""
+    torch = sys.modules["torch"]
+
+    class Runner(FakeModule):
+        def forward(self):
+            self._hooks["cuda"].launch(FAKE_TORCH_STREAM, "k_before_end")
+            self.graph.capture_end()  # the capture ends inside this call
+            return "done"
+
+    pga.instrument(modules=True)
+    runner = Runner(nn, None)
+    g = torch.cuda.CUDAGraph()
+    runner.graph = g
+    model = FakeModule(nn, "k_root", runner=runner)
+    g.capture_begin()
+    model()
+    assert not nn["wrapped"]()
+    g.replay()
+    ann = annotations_by_kernel()
+    assert ann["k_root"]["module"] == "FakeModule"
+    assert ann["k_before_end"]["module"] == "runner"
+
+
+def test_the_compiled_path_wraps_module_calls_in_c(nn, fresh, capture_path):
+    torch = sys.modules["torch"]
+    pga.instrument(modules=True)
+    seen = []
+
+    class Probe(FakeModule):
+        def forward(self):
+            seen.append(type(type(self).__mro__[-2].__dict__["__call__"]).__name__)
+            super().forward()
+
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        Probe(nn, "k_probe")()
+    assert seen == (["ModuleCall"] if capture_path == "compiled" else ["function"])

@@ -2,9 +2,10 @@
  * What the translation units of perfetto_graph_ann.capture._fastpath share: _fastpath.c (the
  * module, the driver helpers, autograd node hooks), _recorder.c (the scope recorder), _marks.c
  * (mark_kernels' enter / exit), _replays.c (the replay log's wrapper of CUDAGraph.replay),
- * _nodewatch.c (node counts from CUPTI's node-created callback) and _errors.c (the exception of
- * driver failures). Calls go one way: _fastpath.c -> the others, _marks.c -> _recorder.c,
- * _recorder.c -> _nodewatch.c, and every unit -> _errors.c (tests/test_import_graph.py checks it).
+ * _nodewatch.c (node counts from CUPTI's node-created callback), _modcall.c (module scopes'
+ * nn.Module.__call__) and _errors.c (the exception of driver failures). Calls go one way:
+ * _fastpath.c -> the others, _marks.c and _modcall.c -> _recorder.c -> _nodewatch.c, and every
+ * unit -> _errors.c (tests/test_import_graph.py checks it).
  */
 #ifndef PGA_FASTPATH_H
 #define PGA_FASTPATH_H
@@ -47,6 +48,10 @@ PyObject *fp_recorder_close(PyObject *rec, PyObject *tok);     /* new reference:
 /* _marks.c: the Mark type */
 int fp_mark_ready(void);
 int fp_mark_add(PyObject *module);
+
+/* _modcall.c: the ModuleCall type (nn.Module.__call__ while a capture runs) */
+int fp_modcall_ready(void);
+int fp_modcall_add(PyObject *module);
 
 /* _replays.c: the replay log's ReplayLogger type */
 int fp_replays_ready(void);

@@ -24,6 +24,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import InputError
+from . import fastpath
 from . import session as _session
 from .marks import mark_kernels
 
@@ -229,6 +230,9 @@ class ModuleHooks:
                     st.remove(item)
                     item.__exit__(None, None, None)
         __call__.__wrapped__ = orig
+        fast = fastpath.module()
+        if fast is not None and hasattr(fast, "ModuleCall"):  # the common case in C, the rest in __call__
+            return fast.ModuleCall(orig, prepared, prepare, opened, slocal, current, grad, node, __call__)
         return __call__
 
     def _prepare(self, module: Any) -> Tuple[Any, Any]:
