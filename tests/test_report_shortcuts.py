@@ -154,3 +154,24 @@ def test_edge_cases(tmp_path: Path, case: str):
     kernels, graph, eager, exact = CASES[case]
     counts = _compare(_write(tmp_path / f"{case}.json", kernels, graph, eager), exact)
     assert counts["replays"] >= 2 and counts["lane_idle"] >= 2
+
+
+@pytest.mark.parametrize("suffix", [".json", ".pftrace"])
+def test_collective_known_by_its_metadata_only(tmp_path: Path, suffix: str):
+    """A collective kernel not named ``nccl*`` is known by its ``Collective name`` (``args.*`` in
+    the JSON, ``debug.*`` once converted): counted in the collectives and as communication in the
+    overlap, whichever keys the trace has (``_graph_ann_collective_arg_keys``)."""
+    coll = _k(100, 40, 7, 5, name="custom_allreduce_kernel")
+    coll["args"].update({"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024,
+                         "Group size": 2, "dtype": "Float"})
+    kernels = [coll, _k(120, 50, 9, 6), _k(300, 10, 7, 7, name="ncclDevKernel_Broadcast")]
+    src = _write(tmp_path / "coll.json", kernels, [], [5, 6, 7])
+    trace = src
+    if suffix == ".pftrace":
+        trace = tmp_path / "coll.pftrace"
+        convert(src, trace)
+    assert _compare(trace, {"replays": True, "lane_idle": True})["collectives"] == 2
+    with open_trace(trace, engine="portable") as s:
+        rows = s.query("INCLUDE PERFETTO MODULE graph_ann.overlap; "
+                       "SELECT comm_dur, compute_dur, overlapped_comm_dur FROM graph_ann_overlap").tuples()
+    assert [tuple(int(v) for v in r) for r in rows] == [(50_000, 50_000, 20_000)]
