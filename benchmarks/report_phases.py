@@ -39,7 +39,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     t0 = time.perf_counter()
     pid = None
-    c0 = 0.0
+    c0 = 0.0  # the engine process starts with the session: its CPU time so far is the load's
     total = {"wall": 0.0, "cpu": 0.0}
 
     def lap(what: str) -> None:
@@ -47,13 +47,12 @@ def main() -> None:
         t = time.perf_counter()
         c = cpu_seconds(pid) if pid else float("nan")
         total["wall"] += t - t0
-        total["cpu"] += c - c0 if pid and c0 else 0.0
+        total["cpu"] += c - c0
         print(f"{what}: {t - t0:.2f} s wall, {c - c0:.2f} s engine CPU", flush=True)
         t0, c0 = t, c
 
     with open_trace(args.trace, engine=args.engine) as s:
         pid = s.engine.pid
-        c0 = 0.0
         lap("load (engine start included)")
         done = []
         for m in in_dependency_order(_summary_modules(_summary_keys(False, False))):
