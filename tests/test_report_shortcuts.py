@@ -175,3 +175,17 @@ def test_collective_known_by_its_metadata_only(tmp_path: Path, suffix: str):
         rows = s.query("INCLUDE PERFETTO MODULE graph_ann.overlap; "
                        "SELECT comm_dur, compute_dur, overlapped_comm_dur FROM graph_ann_overlap").tuples()
     assert [tuple(int(v) for v in r) for r in rows] == [(50_000, 50_000, 20_000)]
+
+
+def test_default_report_leaves_out_the_full_tables_modules():
+    """The default summary's modules (and what they include) are not those of the full replay,
+    idle and collective tables: including them would cost what the shortcuts save. (``--by
+    module`` needs the replays' busy time: ``graph_ann.modules`` includes ``graph_ann.replays``.)"""
+    from perfetto_graph_ann.cli.report import _summary_keys, _summary_modules
+    from perfetto_graph_ann.query.includes import in_dependency_order
+
+    used = set(in_dependency_order(_summary_modules(_summary_keys(False, False))))
+    assert {"graph_ann.report_summary", "graph_ann.collective_rows", "graph_ann.overlap", "graph_ann.lanes",
+            "graph_ann.scope_stats"} <= used
+    assert not used & {"graph_ann.replays", "graph_ann.replay_lane_busy", "graph_ann.lane_idle",
+                       "graph_ann.collectives", "graph_ann.scopes"}, used
