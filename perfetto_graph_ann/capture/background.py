@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -36,7 +35,7 @@ __all__ = ["EXIT_WAIT_S", "ExportHandle", "NICE", "pending", "report_error", "st
 EXIT_WAIT_S = 300.0
 #: The worker's niceness increment: below the training it runs beside.
 NICE = 10
-_RESULT = "result.pickle"
+_RESULT = "result.json"
 _ERRLOG = "worker.stderr"
 
 _lock = threading.Lock()
@@ -86,8 +85,8 @@ class ExportHandle:
         try:
             try:
                 with open(os.path.join(self._tmp, _RESULT), "rb") as f:
-                    return pickle.load(f)
-            except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
+                    return _decode_outcome(json.loads(f.read()), self.out)
+            except (OSError, ValueError, TypeError, KeyError):
                 err = ""
                 try:
                     with open(os.path.join(self._tmp, _ERRLOG), "r", errors="replace") as f:
@@ -196,6 +195,59 @@ def _run(job: Dict[str, Any]) -> tuple:
                                               f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
 
 
+def _encode_outcome(outcome: tuple, out: str) -> bytes:
+    """The outcome as JSON (never pickle: the package loads no code-running format): the join
+    report's fields, or the error's class name, arguments and attributes; an error whose state
+    JSON cannot hold travels as its text."""
+    ok, value = outcome
+    if ok:
+        return json.dumps({"ok": True, "report": value.as_dict()}).encode()
+    try:
+        return json.dumps({"ok": False, "error": type(value).__name__, "args": _tag(list(value.args)),
+                           "state": _tag(dict(value.__dict__))}).encode()
+    except (TypeError, ValueError):
+        return json.dumps({"ok": False, "error": "OutputError", "args": [f"{out}: {value}"],
+                           "state": {"path": out, "problem": str(value)}}).encode()
+
+
+def _decode_outcome(doc: Dict[str, Any], out: str) -> tuple:
+    """(True, JoinReport) or (False, the GraphAnnError), from :func:`_encode_outcome`'s JSON;
+    only this package's error classes are rebuilt (anything else is an OutputError)."""
+    from .. import errors
+    from ..join.model import JoinReport
+
+    if doc["ok"]:
+        return True, JoinReport(**doc["report"])
+    cls = getattr(errors, doc["error"], None)
+    if not (isinstance(cls, type) and issubclass(cls, GraphAnnError)):
+        return False, OutputError(out, " ".join(str(a) for a in doc["args"]))
+    e = cls.__new__(cls)
+    e.args = tuple(_untag(doc["args"]))
+    e.__dict__.update(_untag(doc["state"]))
+    return False, e
+
+
+def _tag(v: Any) -> Any:
+    """Tuples kept as tuples through JSON (``{"__tuple__": [...]}``); other values as JSON has them."""
+    if isinstance(v, tuple):
+        return {"__tuple__": [_tag(x) for x in v]}
+    if isinstance(v, list):
+        return [_tag(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _tag(x) for k, x in v.items()}
+    return v
+
+
+def _untag(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"__tuple__"}:
+            return tuple(_untag(x) for x in v["__tuple__"])
+        return {k: _untag(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_untag(x) for x in v]
+    return v
+
+
 def _main(argv: List[str]) -> int:
     from ..util.atomic import atomic_write_bytes
 
@@ -205,10 +257,7 @@ def _main(argv: List[str]) -> int:
     except (AttributeError, OSError):
         pass
     outcome = _run(job)
-    try:
-        data = pickle.dumps(outcome)
-    except Exception as e:  # noqa: BLE001: an unpicklable error: its text is enough
-        data = pickle.dumps((False, OutputError(job["out"], f"{type(outcome[1]).__name__}: {outcome[1]} ({e})")))
+    data = _encode_outcome(outcome, job["out"])
     tmp = job["tmp"]
     for name in ("annotations.pgab",):
         try:
