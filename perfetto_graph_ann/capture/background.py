@@ -117,7 +117,9 @@ def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], defa
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if os.path.basename(root) not in ("site-packages", "dist-packages"):  # a checkout: this very package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with open(os.path.join(tmp, _ERRLOG), "wb") as err:
+    from ..util.atomic import open_scratch
+
+    with open_scratch(os.path.join(tmp, _ERRLOG)) as err:
         proc = subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann.capture.background", json.dumps(job)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
                                 start_new_session=True, close_fds=True)

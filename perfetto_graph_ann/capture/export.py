@@ -23,6 +23,7 @@ from ..annotations.model import AnnotationSet
 from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
 from ..pipeline.convert import write_joined
+from ..util.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
     from .background import ExportHandle
@@ -189,8 +190,7 @@ def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, def
                 except AttributeError:
                     pass
             else:
-                with open(src, "wb") as f:
-                    f.write(data)
+                atomic_write_bytes(src, data)
             if keep_json is not None:
                 keep_chrome_json(data, keep_json, out)
             del data

@@ -18,7 +18,7 @@ from typing import IO, Iterator, Optional, Sequence
 from ..formats import is_gzip_name
 from ..errors import OutputError, PathLike
 
-__all__ = ["atomic_write", "atomic_write_bytes", "refuse_input_as_output"]
+__all__ = ["atomic_write", "atomic_write_bytes", "open_scratch", "refuse_input_as_output"]
 
 _TMP_PREFIX = ".pga-tmp-"
 
@@ -143,3 +143,10 @@ def atomic_write_bytes(path: PathLike, data: bytes, compress: Optional[bool] = N
     """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
     with atomic_write(path, "wb", compress=compress) as f:
         f.write(data)
+
+
+def open_scratch(path: PathLike) -> IO:
+    """A new private file opened for binary writing, not an output: a scratch file in a folder
+    its caller owns and removes (a background worker's stderr log). Never replaces a file."""
+    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    return os.fdopen(fd, "wb")
