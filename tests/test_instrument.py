@@ -526,6 +526,8 @@ def test_module_scopes_follow_new_settings_and_names_between_captures(nn, fresh)
 
 def test_a_dropped_module_leaves_the_module_scope_cache(nn, fresh):
     import gc
+    import time
+    import weakref
 
     torch = sys.modules["torch"]
     pga.instrument(modules=True)
@@ -534,14 +536,14 @@ def test_a_dropped_module_leaves_the_module_scope_cache(nn, fresh):
     with torch.cuda.graph(g):
         decoder(nn)()
         extra()
-    key, ref = id(extra), __import__("weakref").ref(extra)
+    key, ref = id(extra), weakref.ref(extra)
     assert key in mods.HOOKS._prepared
     del extra
     for _ in range(100):  # another thread of the test session may hold it for a moment
         gc.collect()
         if ref() is None:
             break
-        __import__("time").sleep(0.01)
+        time.sleep(0.01)
     assert ref() is None and key not in mods.HOOKS._prepared
 
 
