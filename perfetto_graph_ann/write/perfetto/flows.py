@@ -12,7 +12,7 @@ Flow events that match no slice, or ids with no start, are counted in :class:`Fl
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ...read.model import TraceEvent
 
@@ -30,13 +30,15 @@ class FlowPlan:
     without_start: int = 0  #: bound flow ends whose id has no bound start
 
 
-def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts: Dict[int, Any]) -> FlowPlan:
+def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts: Dict[int, Any],
+               whole: Optional[Callable[[int], TraceEvent]] = None) -> FlowPlan:
     """Bind the flow events ``events[i]`` for ``i`` in ``flow_indices`` (``ph`` s / t / f with
     an id) to slices.
 
     ``starts``: ts -> the slice starting there, or a list of them in file order when several
     do (nested slices, other threads), over every slice a flow may bind to; the writer
-    builds it while it places the slices. The thread is compared on lookup.
+    builds it while it places the slices. The thread is compared on lookup. ``whole``: event
+    index -> the event with all its args, where ``events`` are light (:mod:`...read.scan`).
     """
     plan = FlowPlan()
     get = starts.get
@@ -61,7 +63,7 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
             if not c:
                 unbound += 1
                 continue
-            target = c[0] if len(c) == 1 else _pick(c, fe.id)
+            target = c[0] if len(c) == 1 else _pick(c, fe.id, whole)
         elif c.pid == fe.pid and c.tid == fe.tid:
             target = c
         else:
@@ -105,11 +107,12 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
     return plan
 
 
-def _pick(cands: List[TraceEvent], flow_id: object) -> TraceEvent:
+def _pick(cands: List[TraceEvent], flow_id: object,
+          whole: Optional[Callable[[int], TraceEvent]] = None) -> TraceEvent:
     """The slice a flow event means: the one with that correlation, else the innermost."""
     if len(cands) == 1:
         return cands[0]
     for c in cands:
-        if c.args.get("correlation") == flow_id:
+        if (c.args if whole is None else whole(c.index).args).get("correlation") == flow_id:
             return c
     return min(cands, key=lambda c: (c.dur_ns or 0, -c.index))

@@ -82,6 +82,9 @@ class Plan:
     #: dependency edges between GPU work to draw as flows (``LaneLayout.edge_flows``)
     edge_flows: Sequence[Tuple[int, int]] = ()
     base: int = 0  #: ``len(events)``
+    #: the events read again by index (:class:`...read.scan.EventSource`) where ``events`` are
+    #: light (the two-pass read): the flows' correlation lookups, then the packet loop
+    source: Any = None
 
     def args_of(self, i: int) -> Mapping[str, Any]:
         """The args written for event ``i`` when they are not its own as they are: the join's
@@ -266,7 +269,8 @@ def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
     launch slice to its replay slice (ids after Kineto's), then the replays' dependency
     edges, when the join was asked for them."""
     stats.flow_events = len(plan.flow_indices)
-    fp = plan_flows(plan.events, plan.flow_indices, plan.starts)
+    fp = plan_flows(plan.events, plan.flow_indices, plan.starts,
+                    plan.source.__getitem__ if plan.source is not None else None)
     next_id = fp.count + 1
     for k, r in enumerate(plan.ranges):
         src = r.launch

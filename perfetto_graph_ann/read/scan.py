@@ -1,0 +1,205 @@
+"""Two-pass reading (issue 33): the events of a trace file kept light, read again by offset.
+
+:func:`scan_trace` is the first pass: the streaming read of :mod:`.kineto` (the same runs,
+the same decoder, the same refusals), keeping of each event only what the Perfetto writer's
+plan needs (:func:`_lighten`: its times, phase, names and ids, and of its args ``device`` and
+``stream``; metadata and counter events whole) and where its JSON text is in the file. The
+second pass, :meth:`EventSource.fetch`, decodes the events the writer is about to encode again
+from their bytes, many in one call, so the encoders see the very events a whole read gives and
+write the same bytes.
+
+Only a plain (not gzip) regular file is scanned: the second pass reads it at offsets. Every
+problem the streaming read is unsure of returns None (the caller reads the whole file, which
+words every error), so errors are found, as before, before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from array import array
+from typing import Any, Dict, List, Optional, Sequence
+
+import msgspec
+
+from ..errors import TraceFormatError
+from .events import decode_events
+from .kineto import _stream_trace
+from .model import KinetoTrace, TraceEvent
+
+__all__ = ["EventSource", "ScannedTrace", "scan_trace"]
+
+_raw_list = msgspec.json.Decoder(List[msgspec.Raw])
+#: Bytes between two events' texts that one read spans rather than two (the second pass).
+_GAP = 1 << 16
+_NO_ARG = object()
+
+
+class EventSource:
+    """The events of a scanned file by index: each decoded again from its bytes."""
+
+    def __init__(self, path: str, offsets: "array[int]", lengths: "array[int]", size: int, mtime_ns: int) -> None:
+        self.path = path
+        self.offsets = offsets
+        self.lengths = lengths
+        self._stat = (size, mtime_ns)
+        self._fd: Optional[int] = None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, i: int) -> TraceEvent:
+        return self.fetch([i])[i]
+
+    def open(self) -> None:
+        """Open the file for the second pass; the file must be the one scanned (size, mtime)."""
+        if self._fd is None:
+            fd = os.open(self.path, os.O_RDONLY)
+            st = os.fstat(fd)
+            if (st.st_size, st.st_mtime_ns) != self._stat:
+                os.close(fd)
+                raise TraceFormatError(self.path, "the file changed while it was being converted")
+            self._fd = fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def fetch(self, indices: Sequence[int]) -> Dict[int, TraceEvent]:
+        """The events ``indices`` as a whole read gives them, decoded in one call: index -> event."""
+        if not indices:
+            return {}
+        self.open()
+        offsets, lengths, fd = self.offsets, self.lengths, self._fd
+        order = sorted(indices, key=offsets.__getitem__)
+        pieces: List[bytes] = []
+        k = 0
+        n = len(order)
+        while k < n:  # runs of nearby events read together
+            start = offsets[order[k]]
+            end = start + lengths[order[k]]
+            j = k + 1
+            while j < n:
+                o = offsets[order[j]]
+                if o - end > _GAP:
+                    break
+                end = max(end, o + lengths[order[j]])
+                j += 1
+            block = os.pread(fd, end - start, start)
+            if len(block) != end - start:
+                raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+            for i in order[k:j]:
+                o = offsets[i] - start
+                pieces.append(block[o:o + lengths[i]])
+            k = j
+        try:
+            events = decode_events(b"[" + b",".join(pieces) + b"]", self.path)
+        except TraceFormatError:
+            raise TraceFormatError(self.path, "the file changed while it was being converted "
+                                              "(an event's text no longer decodes)") from None
+        if len(events) != n:
+            raise TraceFormatError(self.path, "the file changed while it was being converted")
+        out: Dict[int, TraceEvent] = {}
+        for i, e in zip(order, events):
+            e.index = i
+            out[i] = e
+        return out
+
+
+@dataclasses.dataclass
+class ScannedTrace(KinetoTrace):
+    """A trace whose ``events`` are light (:func:`scan_trace`); ``source`` reads them whole."""
+
+    source: Optional[EventSource] = None
+
+    def release(self) -> None:
+        """Drop the light events (the writer's plan is made; the second pass reads ``source``)."""
+        self.events = []
+
+
+class _Scan:
+    """The first pass's sink: offsets and lengths of every event, the events made light."""
+
+    def __init__(self) -> None:
+        self.offsets = array("q")
+        self.lengths = array("q")
+        self.memo: Dict[Any, Any] = {}  # names, categories, pids, tids and light args: one object each
+
+    def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
+        raws = _raw_list.decode(text)
+        lens = [len(r) for r in raws]
+        find = text.find
+        pos = 0
+        offsets = self.offsets
+        for n in lens:  # between two events only spaces and a comma: the next "{" starts the next
+            pos = find(b"{", pos)
+            offsets.append(at + pos)
+            pos += n
+        self.lengths.extend(lens)
+        memo = self.memo
+        intern = memo.setdefault
+        for e in run:
+            e.name = intern(e.name, e.name)
+            e.cat = intern(e.cat, e.cat)
+            pid = e.pid
+            e.pid = intern((type(pid), pid), pid)
+            tid = e.tid
+            e.tid = intern((type(tid), tid), tid)
+            ph = e.ph
+            if ph == "M" or ph == "C":  # the tracks and counters read their args
+                continue
+            e.extra = None
+            a = e.args
+            if a:
+                e.args = _light_args(a, memo)
+        return run
+
+
+def _light_args(a: Dict[str, Any], memo: Dict[Any, Any]) -> Dict[str, Any]:
+    """Of ``a``, what the plan reads (``device``, ``stream``; one shared dict per value pair)."""
+    d = a.get("device", _NO_ARG)
+    s = a.get("stream", _NO_ARG)
+    key = ("args", type(d), d, type(s), s)  # the type too: 1, 1.0 and True are equal keys
+    try:
+        light = memo.get(key)
+    except TypeError:  # a list or dict value: not shared
+        light = None
+        key = None
+    if light is None:
+        light = {}
+        if d is not _NO_ARG:
+            light["device"] = d
+        if s is not _NO_ARG:
+            light["stream"] = s
+        if key is not None:
+            memo[key] = light
+    return light
+
+
+def scan_trace(path: str) -> Optional[ScannedTrace]:
+    """The first pass over the trace at ``path``: light events and where each one's text is;
+    None where the two-pass read does not apply (gzip, not a regular file) or the streaming
+    read is unsure (the caller then reads the whole file, which also words every error)."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if f.read(2) == b"\x1f\x8b":  # offsets would be into the decompressed text
+                return None
+    except OSError:
+        return None
+    import stat
+
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    scan = _Scan()
+    trace = _stream_trace(path, scan=scan)
+    if trace is None:
+        return None
+    try:
+        now = os.stat(path)
+    except OSError:
+        return None
+    if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or len(scan.offsets) != len(trace.events):
+        return None
+    source = EventSource(path, scan.offsets, scan.lengths, st.st_size, st.st_mtime_ns)
+    return ScannedTrace(path=trace.path, events=trace.events, metadata=trace.metadata, source=source)
