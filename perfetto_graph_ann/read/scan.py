@@ -32,6 +32,7 @@ _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
 #: Bytes between two events' texts that one read spans rather than two (the second pass).
 _GAP = 1 << 16
 _NO_ARG = object()
+_ARGS = object()  # light args' keys in the memo start with this
 
 
 class EventSource:
@@ -60,10 +61,15 @@ class EventSource:
                 raise TraceFormatError(self.path, "the file changed while it was being converted")
             self._fd = fd
 
-    def close(self) -> None:
+    def close(self, check: bool = True) -> None:
+        """Close the file; with ``check``, raises if it changed while the second pass read it
+        (size, mtime)."""
         if self._fd is not None:
+            st = os.fstat(self._fd)
             os.close(self._fd)
             self._fd = None
+            if check and (st.st_size, st.st_mtime_ns) != self._stat:
+                raise TraceFormatError(self.path, "the file changed while it was being converted")
 
     def fetch(self, indices: Sequence[int]) -> Dict[int, TraceEvent]:
         """The events ``indices`` as a whole read gives them, decoded in one call: index -> event."""
@@ -137,42 +143,44 @@ class _Scan:
             pos += n
         self.lengths.extend(lens)
         memo = self.memo
-        intern = memo.setdefault
+        intern = memo.setdefault  # one dict: str and int keys never compare equal (pid / tid are never bool)
+        get = memo.get
         for e in run:
-            e.name = intern(e.name, e.name)
-            e.cat = intern(e.cat, e.cat)
+            name = e.name
+            e.name = intern(name, name)
+            cat = e.cat
+            e.cat = intern(cat, cat)
             pid = e.pid
-            e.pid = intern((type(pid), pid), pid)
+            e.pid = intern(pid, pid)
             tid = e.tid
-            e.tid = intern((type(tid), tid), tid)
-            ph = e.ph
+            e.tid = intern(tid, tid)
+            ph = e.ph = intern(e.ph, e.ph)  # a str object per event as decoded
             if ph == "M" or ph == "C":  # the tracks and counters read their args
                 continue
             e.extra = None
             a = e.args
-            if a:
-                e.args = _light_args(a, memo)
+            # shared light args (an empty dict per event without args, too, as decoded)
+            d = a.get("device", _NO_ARG)
+            s = a.get("stream", _NO_ARG)
+            key = (_ARGS, type(d), d, type(s), s)  # the type too: 1, 1.0 and True are equal keys
+            try:
+                light = get(key)
+            except TypeError:  # a list or dict value: not shared
+                light = key = None
+            e.args = light if light is not None else _light_args(d, s, memo, key)
         return run
 
 
-def _light_args(a: Dict[str, Any], memo: Dict[Any, Any]) -> Dict[str, Any]:
-    """Of ``a``, what the plan reads (``device``, ``stream``; one shared dict per value pair)."""
-    d = a.get("device", _NO_ARG)
-    s = a.get("stream", _NO_ARG)
-    key = ("args", type(d), d, type(s), s)  # the type too: 1, 1.0 and True are equal keys
-    try:
-        light = memo.get(key)
-    except TypeError:  # a list or dict value: not shared
-        light = None
-        key = None
-    if light is None:
-        light = {}
-        if d is not _NO_ARG:
-            light["device"] = d
-        if s is not _NO_ARG:
-            light["stream"] = s
-        if key is not None:
-            memo[key] = light
+def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any]:
+    """The light args of an event whose ``device`` / ``stream`` are ``d`` / ``s`` (``_NO_ARG``:
+    absent), kept in ``memo`` under ``key`` (None: a value that cannot be a key)."""
+    light = {}
+    if d is not _NO_ARG:
+        light["device"] = d
+    if s is not _NO_ARG:
+        light["stream"] = s
+    if key is not None:
+        memo[key] = light
     return light
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
-from ...errors import TraceFormatError
 from ...formats import START, Completeness, end_record
 from .fast_encoder import FastEncoder
 from .flows import FlowPlan
@@ -141,15 +140,14 @@ def _stream_read_again(records: List[Record], plan: Plan, flows: FlowPlan, encod
     try:
         for at in range(0, len(records), step):
             chunk = records[at:at + step]
-            events = source.fetch([i for ts, kind, i, uuid in chunk if kind == BEGIN and i < base])
-            for ts, kind, i, uuid in chunk:
-                if kind == BEGIN and i < base and events[i].ts_ns != ts:
-                    raise TraceFormatError(source.path, "the file changed while it was being converted")
-            plan.events = events  # type: ignore[assignment]  # what args_of reads
+            plan.events = source.fetch([i for ts, kind, i, uuid in chunk if kind == BEGIN and i < base])
             _stream(chunk, plan, flows, encoders, seq_of, t0, base_time_ns, sink, prevs)
+    except BaseException:
+        source.close(check=False)
+        raise
     finally:
         plan.events = []
-        source.close()
+    source.close()  # raises if the file changed meanwhile: the output is then discarded
 
 
 def _stream(records: Sequence[Record], plan: Plan, flows: FlowPlan, encoders: Sequence[Any], seq_of: List[int],

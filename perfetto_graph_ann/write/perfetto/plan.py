@@ -314,6 +314,8 @@ def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[Li
         for recs in assigned:
             packets_per_track[recs[0][3]] = len(recs)
             records.extend(recs)
+        del spans, assigned
+        plan.by_home[home] = []  # done with: its memory goes to the next home's records
     for rec in plan.counter_records:
         packets_per_track[rec[3]] = packets_per_track.get(rec[3], 0) + 1
     records.extend(plan.counter_records)
