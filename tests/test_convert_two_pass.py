@@ -16,7 +16,6 @@ from conftest import TRACES, fixture_trace
 from perfetto_graph_ann.errors import TraceFormatError
 from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert, convert_file
 from perfetto_graph_ann.read import kineto
-from perfetto_graph_ann.read.model import TraceEvent
 from perfetto_graph_ann.read.scan import scan_trace
 from perfetto_graph_ann.write.pftrace import write_pftrace
 from test_read_stream import _events, _kineto_multiline
@@ -107,19 +106,24 @@ def test_the_light_events_keep_only_what_the_plan_reads(tmp_path):
     whole = kineto.parse_trace_bytes(src.read_bytes(), str(src)).events
     assert len(scanned.events) == len(whole)
     for light, e in zip(scanned.events, whole):
-        assert (light.index, light.ph, light.cat, light.name, light.pid, light.tid, light.ts_ns, light.dur_ns,
-                light.id) == (e.index, e.ph, e.cat, e.name, e.pid, e.tid, e.ts_ns, e.dur_ns, e.id)
+        assert (light.index, light.ph, light.cat, light.pid, light.tid, light.ts_ns, light.dur_ns,
+                light.id) == (e.index, e.ph, e.cat, e.pid, e.tid, e.ts_ns, e.dur_ns, e.id)
         if e.ph in ("M", "C"):
-            assert light.args == e.args and light.extra == e.extra
+            assert light.args == e.args and light.extra == e.extra and light.name == e.name
         else:
+            assert light.name == "" and light.extra is None  # the plan reads neither: read again for the packet
             assert light.args == {k: v for k, v in e.args.items() if k in ("device", "stream")}
             assert all(type(light.args[k]) is type(e.args[k]) for k in light.args)
-    # and the second pass gives the whole events back, by index
-    some = [0, 5, len(whole) - 1, 17, 3]
-    got = scanned.source.fetch(some)
+    # and the second pass gives back what the packets read, by index, on both decode paths
+    assert any(e.extra and "extra_key" in e.extra for e in whole)  # an event the typed decode refuses
+    for some in ([0, 5, len(whole) - 1, 17, 3], list(range(len(whole)))):
+        got = scanned.source.fetch(some)
+        assert sorted(got) == sorted(some)
+        for i in some:
+            g, e = got[i], whole[i]
+            assert (g.ph, g.cat, g.name, g.pid, g.tid, g.id, g.args) == (e.ph, e.cat, e.name, e.pid, e.tid, e.id, e.args)
+            assert all(type(g.args[k]) is type(e.args[k]) for k in e.args)
     scanned.source.close()
-    assert {i: got[i] for i in some} == {i: whole[i] for i in some}
-    assert all(type(got[i]) is TraceEvent for i in some)
 
 
 def test_gzip_and_joins_read_in_memory(tmp_path):

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import msgspec
 
 from ..errors import TraceFormatError
-from .events import decode_events
+from .events import _from_generic, _typed_decoder
 from .kineto import _stream_trace
 from .model import KinetoTrace, TraceEvent
 
@@ -43,36 +43,41 @@ class EventSource:
         self.offsets = offsets
         self.lengths = lengths
         self._stat = (size, mtime_ns)
-        self._fd: Optional[int] = None
+        self._file: Any = None
+        self._fd: Any = None
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def __getitem__(self, i: int) -> TraceEvent:
-        return self.fetch([i])[i]
+        return self.fetch([i])[i]  # type: ignore[return-value]
 
     def open(self) -> None:
         """Open the file for the second pass; the file must be the one scanned (size, mtime)."""
-        if self._fd is None:
-            fd = os.open(self.path, os.O_RDONLY)
-            st = os.fstat(fd)
+        if self._file is None:
+            f = open(self.path, "rb", buffering=0)
+            st = os.fstat(f.fileno())
             if (st.st_size, st.st_mtime_ns) != self._stat:
-                os.close(fd)
+                f.close()
                 raise TraceFormatError(self.path, "the file changed while it was being converted")
-            self._fd = fd
+            self._file = f
+            self._fd = f.fileno()
 
     def close(self, check: bool = True) -> None:
         """Close the file; with ``check``, raises if it changed while the second pass read it
         (size, mtime)."""
-        if self._fd is not None:
-            st = os.fstat(self._fd)
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            st = os.fstat(self._file.fileno())
+            self._file.close()
+            self._file = self._fd = None
             if check and (st.st_size, st.st_mtime_ns) != self._stat:
                 raise TraceFormatError(self.path, "the file changed while it was being converted")
 
-    def fetch(self, indices: Sequence[int]) -> Dict[int, TraceEvent]:
-        """The events ``indices`` as a whole read gives them, decoded in one call: index -> event."""
+    def fetch(self, indices: Sequence[int]) -> Dict[int, Any]:
+        """The events ``indices`` decoded in one call: index -> event, whose ``ph``, ``cat``,
+        ``name``, ``pid``, ``tid``, ``id`` and ``args`` are what a whole read gives; its other
+        fields are left as decoded (the times as their JSON text: the packets take theirs
+        from the plan)."""
         if not indices:
             return {}
         self.open()
@@ -98,18 +103,23 @@ class EventSource:
                 o = offsets[i] - start
                 pieces.append(block[o:o + lengths[i]])
             k = j
+        text = b"[" + b",".join(pieces) + b"]"
+        try:  # what the packets read (ph, cat, name, args) as decode_events gives it, times left as read
+            events = _typed_decoder.decode(text)
+        except (msgspec.ValidationError, RecursionError):
+            events = None
+        except msgspec.DecodeError:
+            raise TraceFormatError(self.path, "the file changed while it was being converted "
+                                              "(an event's text no longer decodes)") from None
         try:
-            events = decode_events(b"[" + b",".join(pieces) + b"]", self.path)
+            if events is None:
+                events = _from_generic(text, self.path)
         except TraceFormatError:
             raise TraceFormatError(self.path, "the file changed while it was being converted "
                                               "(an event's text no longer decodes)") from None
         if len(events) != n:
             raise TraceFormatError(self.path, "the file changed while it was being converted")
-        out: Dict[int, TraceEvent] = {}
-        for i, e in zip(order, events):
-            e.index = i
-            out[i] = e
-        return out
+        return dict(zip(order, events))
 
 
 @dataclasses.dataclass
@@ -117,10 +127,12 @@ class ScannedTrace(KinetoTrace):
     """A trace whose ``events`` are light (:func:`scan_trace`); ``source`` reads them whole."""
 
     source: Optional[EventSource] = None
+    released: bool = False  #: the light events dropped: written once, never again
 
     def release(self) -> None:
         """Drop the light events (the writer's plan is made; the second pass reads ``source``)."""
         self.events = []
+        self.released = True
 
 
 class _Scan:
@@ -146,8 +158,6 @@ class _Scan:
         intern = memo.setdefault  # one dict: str and int keys never compare equal (pid / tid are never bool)
         get = memo.get
         for e in run:
-            name = e.name
-            e.name = intern(name, name)
             cat = e.cat
             e.cat = intern(cat, cat)
             pid = e.pid
@@ -155,8 +165,9 @@ class _Scan:
             tid = e.tid
             e.tid = intern(tid, tid)
             ph = e.ph = intern(e.ph, e.ph)  # a str object per event as decoded
-            if ph == "M" or ph == "C":  # the tracks and counters read their args
+            if ph == "M" or ph == "C":  # the tracks and counters read their names and args
                 continue
+            e.name = ""
             e.extra = None
             a = e.args
             # shared light args (an empty dict per event without args, too, as decoded)
