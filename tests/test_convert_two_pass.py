@@ -15,7 +15,7 @@ import pytest
 from conftest import TRACES, fixture_trace
 from perfetto_graph_ann.errors import TraceFormatError
 from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert, convert_file
-from perfetto_graph_ann.read import kineto
+from perfetto_graph_ann.read import kineto, scan
 from perfetto_graph_ann.read.scan import scan_trace
 from perfetto_graph_ann.write.pftrace import write_pftrace
 from test_read_stream import _events, _kineto_multiline
@@ -82,8 +82,12 @@ def _odd_events(n: int):
 
 @pytest.mark.parametrize("layout", ["kineto", "one line", "tabs"])
 @pytest.mark.parametrize("block", [97, 4096, 1 << 20])
-def test_many_runs_and_layouts_give_the_in_memory_bytes(layout, block, tmp_path, monkeypatch):
+@pytest.mark.parametrize("reads", ["one per batch", "sorted, by neighbours"])
+def test_many_runs_and_layouts_give_the_in_memory_bytes(layout, block, reads, tmp_path, monkeypatch):
     monkeypatch.setattr(kineto, "STREAM_BLOCK", block)
+    if reads != "one per batch":  # the second pass's other way of reading a batch: sorted, nearby events together
+        monkeypatch.setattr(scan, "_SPAN", 0)
+        monkeypatch.setattr(scan, "_GAP", 300)
     evs = _odd_events(120)
     if layout == "kineto":
         data = _kineto_multiline(evs, tail={"traceName": "t.json"})
