@@ -178,3 +178,38 @@ def test_a_file_changed_between_the_passes_is_refused_with_no_output(change, tmp
         write_pftrace(scanned, out)
     assert not out.exists()
     assert sorted(os.listdir(tmp_path)) == ["t.json"]
+
+
+def _with_bad_arg(tmp_path, value: bytes, name: str = "t.json"):
+    data = _kineto_multiline(_odd_events(60)).replace(b'"grid": [1, 2, 3]', b'"grid": ' + value, 1)
+    assert value in data
+    src = tmp_path / name
+    src.write_bytes(data)
+    return src
+
+
+def test_args_the_first_pass_skips_are_judged_as_the_whole_read_judges_them(tmp_path, monkeypatch):
+    """The first pass decodes only ``device`` / ``stream`` of the args: a fault in another arg is
+    still refused as the in-memory read refuses it (invalid UTF-8: before anything is written;
+    anything it might miss: by the second pass, with the whole read's error and no output), and
+    what that read accepts (a number beyond a double: the generic path) converts the same."""
+    monkeypatch.setattr(kineto, "STREAM_BLOCK", 512)
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    _same(_with_bad_arg(ok, b'1e999', "huge.json"), ok)
+    tmp_path = tmp_path / "bad"
+    tmp_path.mkdir()
+    for skip_check in (False, True):
+        if skip_check:  # as if the first pass missed it: the second pass's safety net
+            monkeypatch.setattr(scan._Scan, "decode", staticmethod(
+                lambda text, path, start: kineto.decode_events(text, path, start, scan._light_decoder)))
+        src = _with_bad_arg(tmp_path, b'"\xff\xfe"', "utf8.json")
+        messages = []
+        for two_pass in (False, True):
+            out = tmp_path / f"out.{two_pass}.pftrace"
+            with pytest.raises(TraceFormatError) as e:
+                convert(src, out, ConvertConfig(two_pass=two_pass))
+            messages.append(str(e.value))
+            assert not out.exists()
+        assert messages[0] == messages[1] and str(src) in messages[0]
+        assert sorted(os.listdir(tmp_path)) == ["utf8.json"]

@@ -71,7 +71,7 @@ def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int 
             return 0
         text = b"[" + buf[:cut + 1] + b"]"
         try:
-            run = decode_events(text, path, len(events))
+            run = decode_events(text, path, len(events)) if scan is None else scan.decode(text, path, len(events))
         except TraceFormatError:
             end = cut
             continue
@@ -91,9 +91,10 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
     inside a string). The text after the array (Kineto's short ``traceName``) is checked and
     decoded with the text before it as :func:`_split_top` does; anything else returns None.
 
-    ``scan`` (:mod:`.scan`'s first pass): each run's events go through ``scan.keep(run, text,
-    offset)`` (``text``: the run as decoded, whose byte 0 is at ``offset`` in the file), which
-    returns what is kept of them.
+    ``scan`` (:mod:`.scan`'s first pass): each run is decoded by ``scan.decode(text, path,
+    start)`` (refusing what :func:`.events.decode_events` refuses) and its events go through
+    ``scan.keep(run, text, offset)`` (``text``: the run as decoded, whose byte 0 is at
+    ``offset`` in the file), which returns what is kept of them.
     """
     import gzip
     import zlib
@@ -150,7 +151,7 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
         return None
     try:
         text = b"[" + buf[:end] + b"]"
-        run = decode_events(text, path, len(events))
+        run = decode_events(text, path, len(events)) if scan is None else scan.decode(text, path, len(events))
         events += run if scan is None else scan.keep(run, text, at - 1)
         top = _top_decoder.decode(head + b"null" + tail)
     except (msgspec.DecodeError, RecursionError, TraceFormatError):

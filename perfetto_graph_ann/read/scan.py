@@ -23,18 +23,38 @@ from typing import Any, Dict, List, Optional, Sequence
 import msgspec
 
 from ..errors import TraceFormatError
-from .events import _from_generic, _typed_decoder
-from .kineto import _stream_trace
+from .events import _from_generic, _KinetoEvent, _typed_decoder, decode_events
+from .kineto import _stream_trace, read_trace
 from .model import KinetoTrace, TraceEvent
 
 __all__ = ["EventSource", "ScannedTrace", "scan_trace"]
 
 _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
+
+
+class _DevStream(msgspec.Struct, gc=False):
+    """Of an event's args, what the writer's plan reads; the other keys are skipped, not built."""
+
+    device: Any = msgspec.UNSET
+    stream: Any = msgspec.UNSET
+
+
+class _LightEvent(_KinetoEvent, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """The first pass's decode target: :class:`.events._KinetoEvent` (the same keys, types and
+    refusals) but for ``args``, of which only ``device`` and ``stream`` are decoded."""
+
+    args: _DevStream = msgspec.field(default_factory=_DevStream)  # type: ignore[assignment]
+
+
+assert _LightEvent.__struct_fields__ == TraceEvent.__struct_fields__
+assert _LightEvent.__struct_encode_fields__ == _KinetoEvent.__struct_encode_fields__
+assert _LightEvent.__basicsize__ == TraceEvent.__basicsize__
+_light_decoder = msgspec.json.Decoder(List[_LightEvent])
 #: Bytes between two events' texts that one read spans rather than two (the second pass).
 _GAP = 1 << 16
 #: The most bytes one batch's events may span to be read in one piece, unsorted.
 _SPAN = 1 << 23
-_NO_ARG = object()
+_NO_ARG = msgspec.UNSET  # an arg absent
 _ARGS = object()  # light args' keys in the memo start with this
 
 
@@ -119,6 +139,15 @@ class EventSource:
             k = j
         return self._decode(pieces, order)
 
+    def _whole_read_error(self) -> None:
+        """An event the first pass took does not decode whole: the whole-file read's error
+        (the first pass skips the args it does not keep, so a fault inside them shows here),
+        else the file changed meanwhile."""
+        self.close(check=False)
+        read_trace(self.path)  # raises the in-memory read's TraceFormatError
+        raise TraceFormatError(self.path, "the file changed while it was being converted "
+                                          "(an event's text no longer decodes)")
+
     def _decode(self, pieces: List[bytes], order: Sequence[int]) -> Dict[int, Any]:
         """The events whose texts are ``pieces`` by index (``order``: their indices)."""
         text = b"[" + b",".join(pieces) + b"]"
@@ -127,14 +156,14 @@ class EventSource:
         except (msgspec.ValidationError, RecursionError):
             events = None
         except msgspec.DecodeError:
-            raise TraceFormatError(self.path, "the file changed while it was being converted "
-                                              "(an event's text no longer decodes)") from None
+            events = None
         try:
             if events is None:
                 events = _from_generic(text, self.path)
         except TraceFormatError:
-            raise TraceFormatError(self.path, "the file changed while it was being converted "
-                                              "(an event's text no longer decodes)") from None
+            self._whole_read_error()
+        if events is None:
+            self._whole_read_error()
         if len(events) != len(order):
             raise TraceFormatError(self.path, "the file changed while it was being converted")
         return dict(zip(order, events))
@@ -153,6 +182,10 @@ class ScannedTrace(KinetoTrace):
         self.released = True
 
 
+class _Unsure(Exception):
+    """The first pass took a run that the whole read would not: read the whole file instead."""
+
+
 class _Scan:
     """The first pass's sink: offsets and lengths of every event, the events made light."""
 
@@ -161,17 +194,40 @@ class _Scan:
         self.lengths = array("q")
         self.memo: Dict[Any, Any] = {}  # names, categories, pids, tids and light args: one object each
 
+    @staticmethod
+    def decode(text: bytes, path: str, start: int) -> List[TraceEvent]:
+        """The run ``text`` decoded as :func:`.events.decode_events` decodes it, refusing what it
+        refuses, but for the args (:class:`_LightEvent`; where the typed decode refuses, the
+        generic path's whole events)."""
+        if not text.isascii():  # the args skipped unread: their strings' UTF-8 checked as decoding checks it
+            try:
+                text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceFormatError(path, "not valid JSON in traceEvents (invalid UTF-8)") from None
+        return decode_events(text, path, start, _light_decoder)
+
     def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
         raws = _raw_list.decode(text)
         lens = [len(r) for r in raws]
         find = text.find
         pos = 0
-        offsets = self.offsets
+        starts = []
         for n in lens:  # between two events only spaces and a comma: the next "{" starts the next
             pos = find(b"{", pos)
-            offsets.append(at + pos)
+            starts.append(pos)
             pos += n
+        self.offsets.extend([at + p for p in starts])
         self.lengths.extend(lens)
+        whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is _DevStream]
+        if whole:  # the tracks and counters read these events' names and args: decoded whole
+            try:
+                again = decode_events(b"[" + b",".join([text[starts[k]:starts[k] + lens[k]] for k in whole]) + b"]",
+                                      None)
+            except TraceFormatError:
+                raise _Unsure from None
+            for k, e in zip(whole, again):
+                e.index = run[k].index
+                run[k] = e
         memo = self.memo
         intern = memo.setdefault  # one dict: str and int keys never compare equal (pid / tid are never bool)
         get = memo.get
@@ -189,8 +245,12 @@ class _Scan:
             e.extra = None
             a = e.args
             # shared light args (an empty dict per event without args, too, as decoded)
-            d = a.get("device", _NO_ARG)
-            s = a.get("stream", _NO_ARG)
+            if type(a) is _DevStream:
+                d = a.device
+                s = a.stream
+            else:  # the generic path's
+                d = a.get("device", _NO_ARG)
+                s = a.get("stream", _NO_ARG)
             key = (_ARGS, type(d), d, type(s), s)  # the type too: 1, 1.0 and True are equal keys
             try:
                 light = get(key)
@@ -229,7 +289,10 @@ def scan_trace(path: str) -> Optional[ScannedTrace]:
     if not stat.S_ISREG(st.st_mode):
         return None
     scan = _Scan()
-    trace = _stream_trace(path, scan=scan)
+    try:
+        trace = _stream_trace(path, scan=scan)
+    except _Unsure:
+        return None
     if trace is None:
         return None
     try:
