@@ -191,7 +191,7 @@ class _Scan:
 
     def __init__(self) -> None:
         self.offsets = array("q")
-        self.lengths = array("q")
+        self.lengths = array("I")  # an event's text below 4 GiB (else: _Unsure)
         self.memo: Dict[Any, Any] = {}  # names, categories, pids, tids and light args: one object each
 
     @staticmethod
@@ -217,7 +217,10 @@ class _Scan:
             starts.append(pos)
             pos += n
         self.offsets.extend([at + p for p in starts])
-        self.lengths.extend(lens)
+        try:
+            self.lengths.extend(lens)
+        except OverflowError:
+            raise _Unsure from None
         whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is _DevStream]
         if whole:  # the tracks and counters read these events' names and args: decoded whole
             try:

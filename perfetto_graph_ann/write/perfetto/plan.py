@@ -75,7 +75,8 @@ class Plan:
     #: ``device`` arg when their args are rewritten (the SQL package counts GPU work by it)
     device_of: Dict[int, int] = dataclasses.field(default_factory=dict)
     counter_records: List[Record] = dataclasses.field(default_factory=list)
-    #: ts -> the slice starting there (a list when several do), for the flow binding
+    #: ts -> the slice starting there (a list when several do), for the flow binding: only at
+    #: the times of flow events
     starts: Dict[int, Any] = dataclasses.field(default_factory=dict)
     flow_indices: List[int] = dataclasses.field(default_factory=list)  #: Kineto flow events (s / t / f with an id)
     ranges: Sequence[Any] = ()  #: the join's projected replay and scope ranges
@@ -116,11 +117,14 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     cats = _Categories()
     kinds: List[int] = [SKIP] * len(events)
     gpu_pids = set()
+    flow_ts = set()  # the flow events' times: the only slice starts the flow binding looks up
     for e in events:
         ph = e.ph
         if ph == "X":
             if type(e.pid) is int and cats[e.cat] in _GPU_TRACK_CATEGORIES:
                 gpu_pids.add(e.pid)
+        elif ph == "s" or ph == "f" or ph == "t":
+            flow_ts.add(e.ts_ns)
         elif ph == "M" and tracks.consume_metadata(e):
             stats.metadata += 1
             kinds[e.index] = TRACK_METADATA
@@ -128,7 +132,7 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     plan = Plan(events, layout.placements if layout is not None else {}, kinds, gpu_pids, base=len(events))
     if layout is not None and any(p.annotation for p in layout.placements.values()):
         stats.dropped_user_annotations = _drop_orphaned_user_annotations(plan, cats)
-    _place(plan, tracks, stats, cats)
+    _place(plan, tracks, stats, cats, flow_ts)
     if layout is not None and layout.ranges:
         plan.ranges = layout.ranges
         kinds.extend([SLICE] * len(plan.ranges))
@@ -179,8 +183,9 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
     return dropped
 
 
-def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories) -> None:
-    """Every timed event's home and span; the slice starts that flows bind to; counters."""
+def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories, flow_ts: Set[Any]) -> None:
+    """Every timed event's home and span; the slice starts that flows bind to (those at a flow
+    event's time: ``flow_ts``); counters."""
     kinds, gpu_pids, placements, by_home = plan.kinds, plan.gpu_pids, plan.placements, plan.by_home
     rewrite, device_of, starts, flow_indices = plan.rewrite, plan.device_of, plan.starts, plan.flow_indices
     starts_get = starts.get
@@ -211,13 +216,14 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
         else:
             kinds[i] = SLICE if ph == "X" else SLICE_REWRITTEN  # another phase: kept as the "ph" arg
             n_slices += 1
-            c = starts_get(ts)
-            if c is None:
-                starts[ts] = e
-            elif type(c) is list:
-                c.append(e)
-            else:
-                starts[ts] = [c, e]
+            if ts in flow_ts:
+                c = starts_get(ts)
+                if c is None:
+                    starts[ts] = e
+                elif type(c) is list:
+                    c.append(e)
+                else:
+                    starts[ts] = [c, e]
         spans = None
         pid = e.pid
         if type(pid) is int and pid in gpu_pids:

@@ -36,12 +36,14 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     plan = plan_events(trace, layout, tracks, stats)
     plan.source = getattr(trace, "source", None)
     try:
+        if plan.source is not None:  # two-pass read: of the light events the flow binding needs the
+            stats.reading = "two-pass"  # flow events and the slices in plan.starts; the packets read them again
+            plan.events = {i: plan.events[i] for i in plan.flow_indices}  # type: ignore[assignment]
+            trace.release()  # type: ignore[attr-defined]
         flows = bind_flows(plan, stats)
-        if plan.source is not None:  # two-pass read: the light events are done with, the packets read them again
-            stats.reading = "two-pass"
+        if plan.source is not None:
             plan.starts = {}
             plan.events = []
-            trace.release()  # type: ignore[attr-defined]
         records, packets_per_track = order_records(plan, tracks, stats)
         typed = _join_arg_keys(layout) if config.list_args == "text" else frozenset()
         write_packets(out, plan, flows, records, packets_per_track, tracks, trace.base_time_ns, typed, config, stats)
