@@ -17,9 +17,10 @@ args, stream, device, phase) only when its packet is encoded (:meth:`Plan.args_o
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, MutableSequence, Optional, Sequence, Set, Tuple
 
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
 from . import overlap
@@ -67,7 +68,7 @@ class Plan:
     events: List[TraceEvent]
     placements: Mapping[int, Any]  #: the join's placements by event index (empty without a layout)
     #: per index: how it is written (``SKIP``, ``TRACK_METADATA``, ``SLICE``, ``SLICE_REWRITTEN``, ``INSTANT``)
-    kinds: List[int]
+    kinds: MutableSequence[int]
     gpu_pids: Set[Any]  #: pids holding GPU work or GPU user annotations
     by_home: Dict[Tuple, List[Span]] = dataclasses.field(default_factory=dict)  #: home -> (ts, -dur, index)
     rewrite: Dict[int, int] = dataclasses.field(default_factory=dict)  #: GPU work whose args change -> its lane
@@ -115,7 +116,7 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     """Phase 1: track metadata, GPU pids, every event's home and span, the projected ranges."""
     events = trace.events
     cats = _Categories()
-    kinds: List[int] = [SKIP] * len(events)
+    kinds: MutableSequence[int] = array("b", bytes(len(events)))  # SKIP each; a byte an event, not a list slot
     gpu_pids = set()
     flow_ts = set()  # the flow events' times: the only slice starts the flow binding looks up
     for e in events:
