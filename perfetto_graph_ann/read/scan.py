@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import msgspec
 
 from ..errors import TraceFormatError
-from .events import _from_generic, _KinetoEvent, _typed_decoder, decode_events
+from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
 from .model import KinetoTrace, TraceEvent
 
@@ -46,6 +46,18 @@ class _LightEvent(_KinetoEvent, kw_only=True, forbid_unknown_fields=True, gc=Fal
     args: _DevStream = msgspec.field(default_factory=_DevStream)  # type: ignore[assignment]
 
 
+class _PacketEvent(msgspec.Struct, gc=False):
+    """The second pass's decode target: what the packet loop reads of an event (the first pass
+    judged the rest; other keys skipped). Where it refuses (null args, a number beyond a
+    double), the generic path decodes the batch, as the first pass did."""
+
+    ph: str
+    cat: str = ""
+    name: str = ""
+    args: Dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+_packet_decoder = msgspec.json.Decoder(List[_PacketEvent])
 assert _LightEvent.__struct_fields__ == TraceEvent.__struct_fields__
 assert _LightEvent.__struct_encode_fields__ == _KinetoEvent.__struct_encode_fields__
 assert _LightEvent.__basicsize__ == TraceEvent.__basicsize__
@@ -98,9 +110,9 @@ class EventSource:
 
     def fetch(self, indices: Sequence[int]) -> Dict[int, Any]:
         """The events ``indices`` decoded in one call: index -> event, whose ``ph``, ``cat``,
-        ``name``, ``pid``, ``tid``, ``id`` and ``args`` are what a whole read gives; its other
-        fields are left as decoded (the times as their JSON text: the packets take theirs
-        from the plan)."""
+        ``name`` and ``args`` are what a whole read gives (:class:`_PacketEvent`, or a whole
+        :class:`TraceEvent` where the generic path decoded them: the packets take their
+        times from the plan)."""
         if not indices:
             return {}
         self.open()
@@ -151,8 +163,8 @@ class EventSource:
     def _decode(self, pieces: List[bytes], order: Sequence[int]) -> Dict[int, Any]:
         """The events whose texts are ``pieces`` by index (``order``: their indices)."""
         text = b"[" + b",".join(pieces) + b"]"
-        try:  # what the packets read (ph, cat, name, args) as decode_events gives it, times left as read
-            events = _typed_decoder.decode(text)
+        try:  # what the packets read (ph, cat, name, args) as decode_events gives it
+            events = _packet_decoder.decode(text)
         except (msgspec.ValidationError, RecursionError):
             events = None
         except msgspec.DecodeError:
