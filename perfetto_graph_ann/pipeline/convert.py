@@ -30,6 +30,10 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             layout: Optional[LaneLayout] = None) -> WriteStats:
     """Convert ``src`` to a Perfetto trace at ``out``.
 
+    A plain JSON file converted without a ``layout`` is read in two passes (light events,
+    then each event's JSON decoded again just before its packet: a fraction of the memory,
+    the same bytes; ``config.two_pass``); gzip input and a read trace are held in memory.
+
     Args:
         src: a torch.profiler JSON trace (path), or a :class:`KinetoTrace` already read.
         out: the ``.pftrace`` to write (gzip-compressed for a ``.gz`` name); written whole
