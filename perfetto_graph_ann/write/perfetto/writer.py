@@ -38,7 +38,8 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     try:
         if plan.source is not None:  # two-pass read: of the light events the flow binding needs the
             stats.reading = "two-pass"  # flow events and the slices in plan.starts; the packets read them again
-            plan.events = {i: plan.events[i] for i in plan.flow_indices}  # type: ignore[assignment]
+            plan.events = [plan.events[i] for i in plan.flow_indices]  # the flow events alone, in order
+            plan.flow_indices = range(len(plan.events))  # type: ignore[assignment]  # (their positions there)
             trace.release()  # type: ignore[attr-defined]
         flows = bind_flows(plan, stats)
         if plan.source is not None:
