@@ -29,7 +29,8 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = "perfetto_graph_ann/capture"
 #: every translation unit of the extension (they share ``_fastpath.h``)
 SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_recorder.c", f"{PACKAGE_DIR}/_marks.c",
-           f"{PACKAGE_DIR}/_replays.c", f"{PACKAGE_DIR}/_errors.c")
+           f"{PACKAGE_DIR}/_replays.c", f"{PACKAGE_DIR}/_nodewatch.c", f"{PACKAGE_DIR}/_modcall.c",
+           f"{PACKAGE_DIR}/_errors.c")
 
 
 def _settings() -> Any:

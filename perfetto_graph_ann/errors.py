@@ -20,6 +20,18 @@ class GraphAnnError(Exception):
 
     exit_code = 2
 
+    def __reduce__(self):
+        # the same error after pickling (a background conversion's, raised in its caller):
+        # subclasses take other constructor arguments than their message, so rebuild by state
+        return _rebuild_error, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild_error(cls: type, args: tuple, state: dict) -> GraphAnnError:
+    e = cls.__new__(cls)
+    e.args = args
+    e.__dict__.update(state)
+    return e
+
 
 class PathError(GraphAnnError):
     """An error about one file: the message is ``"<path>: <problem>"``."""

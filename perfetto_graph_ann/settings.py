@@ -20,7 +20,7 @@ from typing import Callable, Dict, Optional, Tuple, Union
 from .errors import SettingError
 
 __all__ = ["ALLOW_DOWNLOAD", "count_or_off", "environment", "FALSE_WORDS", "Getenv", "getenv", "markdown_table",
-           "MARKERS_FROM", "NO_EXTENSION", "NODE", "OFF_WORDS", "parse_switch", "PROGRESS", "PURE_PYTHON", "raw",
+           "MARKERS_FROM", "NO_EXTENSION", "NODE", "NODE_WATCH", "OFF_WORDS", "parse_switch", "PROGRESS", "PURE_PYTHON", "raw",
            "RAY_ADDRESS", "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL",
            "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES"]
 
@@ -81,6 +81,10 @@ VERIFY_SCOPES = Setting(
 MARKERS_FROM = Setting(
     "PERFETTO_GRAPH_ANN_MARKERS_FROM", "count or off", 512,
     "graph size (nodes) from which a scope edge adds an empty marker node instead of counting; `off`: never")
+NODE_WATCH = Setting(
+    "PERFETTO_GRAPH_ANN_NODE_WATCH", "switch", True,
+    "position scope edges by CUPTI's node-created callback while a graph is captured (no driver call an "
+    "edge); `0`: ask the driver at every edge")
 RUN = Setting(
     "PERFETTO_GRAPH_ANN_RUN", "JSON", None,
     "set by `perfetto-graph-ann run` for the program and every Python process it starts: instrument it "
@@ -92,7 +96,7 @@ RAY_ADDRESS = Setting(
 #: Every setting, in the README's order.
 SETTINGS: Tuple[Setting, ...] = (
     TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
-    VERIFY_SCOPES, MARKERS_FROM, RUN, RAY_ADDRESS,
+    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, RUN, RAY_ADDRESS,
 )
 
 

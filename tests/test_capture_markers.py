@@ -129,7 +129,7 @@ def test_a_driver_whose_marker_ids_are_not_positions_is_caught():
         sess.record
     cuda = FakeCuda()
     cuda.marker_id_skew = 1
-    with pytest.raises(CaptureError, match="changed order"):  # verify mode catches it at the edge
+    with pytest.raises(CaptureError, match="positioned at node 2 but the graph lists 1"):  # verify mode catches it at the edge
         run(0, cuda, verify=True)
 
 

@@ -230,3 +230,26 @@ def test_event_named_equals_protos_encoder(events, flows, default_track):
             assert a == ref.event_named(ts, track, "graph_replay", name, args, flows[:1], flows[1:])
             te = pb.Trace.FromString(a).packet[0].track_event
             assert te.name == name and not te.HasField("name_iid") and te.type == pb.TrackEvent.TYPE_SLICE_BEGIN
+
+
+def test_joined_kernel_args_hit_the_template_cache_and_stay_exact():
+    """A graphed kernel's args after the join differ per event by ``graph node id`` and
+    ``replay`` besides the correlation (issue 33): those are template slots too, so the
+    kernels of every replay of one node share one template, and any value there (a string,
+    a bool, 1.0, a huge or negative int) still gives the reference bytes."""
+    fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
+    odd = ["x", True, 1.0, None, -1, 1 << 63, 1 << 70, [1, 2]]
+    n = 0
+    for replay in range(12):
+        for node in range(5):
+            args = {"queued": 0, "device": 0, "context": 1, "stream": 61 + node % 2, "correlation": 8 + 4 * replay,
+                    "grid": [16, 48, 1], "block": [128, 1, 1], "name": "attn", "layer": node,
+                    "graph id": 2, "graph node id": (2 << 32) | node, "replay": replay, "join": "calibrated",
+                    "original_stream": 7}
+            if replay == 11:
+                args["replay"] = odd[node]
+                args["graph node id"] = odd[-1 - node]
+            n += 1
+            assert fast.event(9, 3, "kernel", f"k{node}", args, (), (4,)) == \
+                ref.event(9, 3, "kernel", f"k{node}", args, (), (4,)), (replay, node)
+    assert len(fast._whole) == 5 and fast._whole_hits >= n - 2 * 5

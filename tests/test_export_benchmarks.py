@@ -60,3 +60,36 @@ def test_export_pace_cpu_parts():
         assert pace.main() == 2
     finally:
         sys.argv = saved
+
+
+def test_decoder_synth_is_the_h200_shape():
+    """benchmarks/decoder_synth.py: every kernel joins by calibration to its node, and each
+    replay draws its layer / attn / mlp scopes (counted from the generator's own numbers)."""
+    synth = _load(ROOT / "benchmarks" / "decoder_synth.py", "bench_decoder_synth")
+    from perfetto_graph_ann.join import join
+    from perfetto_graph_ann.read.kineto import parse_trace_bytes
+
+    replays, layers = 3, 2
+    trace = parse_trace_bytes(synth.decoder_trace(replays, layers), "synth")
+    layout = join(trace, synth.decoder_annotations(layers), graph_lanes="all")
+    per_layer = len(synth.PER_LAYER)
+    assert per_layer == 23
+    assert layout.report.total == layout.report.matched["calibrated"] == replays * layers * per_layer
+    kernels = [e for e in trace.events if e.cat == "kernel"]
+    assert all(layout.placements[e.index].args["layer"] == (i % (layers * per_layer)) // per_layer
+               for i, e in enumerate(kernels))
+    kinds = [r.kind for r in layout.ranges]
+    assert kinds.count("replay") == replays and len(kinds) - replays == replays * layers * 3
+
+
+def test_export_background_benchmark_runs(tmp_path, capsys, monkeypatch):
+    bench = _load(ROOT / "benchmarks" / "export_background.py", "bench_export_background")
+    monkeypatch.setattr(sys, "argv", ["export_background.py", "--replays", "2", "--layers", "2", "--rounds", "1"])
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| handler bg wait |" in out and "| export bg done |" in out
+    assert os.listdir(tmp_path) == []

@@ -219,11 +219,14 @@ C_UNITS = sorted((ROOT / "capture").glob("_*.c"))
 
 def _c_graph(units: List[Path]) -> Dict[str, Set[str]]:
     """unit -> the units whose non-static functions it calls (a function is defined where a
-    line starts with its name and an open parenthesis, in C's usual two-line style)."""
+    line starts with its name and an open parenthesis, in C's usual two-line style; Python's
+    macros at a line's start, ``PyDoc_STRVAR(...)``, define nothing)."""
     texts = {p.name: p.read_text(encoding="utf-8") for p in units}
     owner = {}
     for unit, text in texts.items():
         for name in re.findall(r"^([A-Za-z_]\w*)\(", text, re.M):
+            if name == "PyDoc_STRVAR":
+                continue
             if not re.search(rf"^static\b[^;{{]*\n{name}\(", text, re.M):
                 owner[name] = unit
     graph: Dict[str, Set[str]] = {}

@@ -16,7 +16,8 @@ from perfetto_graph_ann._resources import sql_package_dir
 SQL_DIR = sql_package_dir()
 MODULES = sorted(p.name[:-4] for p in SQL_DIR.glob("*.sql"))
 #: The modules that define public (``graph_ann_*``) objects; the others are private helpers.
-PUBLIC = {"collectives", "critical_path", "diff", "gpu_work", "groups", "lane_idle", "lanes", "modules", "overlap", "replays", "scopes"}
+PUBLIC = {"collectives", "critical_path", "diff", "gpu_work", "groups", "lane_idle", "lanes", "modules", "overlap", "replays", "scope_stats",
+          "scopes"}
 REPO = SQL_DIR.parents[1] if (SQL_DIR.parents[1] / "docs").is_dir() else None
 
 _CREATE = re.compile(r"^CREATE PERFETTO (TABLE|VIEW|FUNCTION|MACRO|INDEX) (\w+)\s*\(", re.M)

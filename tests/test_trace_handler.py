@@ -51,6 +51,7 @@ def test_one_annotated_pftrace_per_cycle(tmp_path):
         written.append(handler(prof))
 
     _profile(record)
+    assert handler.wait() == written  # converted in the background (the default): wait for the files
     files = sorted(os.listdir(out))
     assert len(files) == 2 and sorted(os.path.basename(p) for p in written) == files  # no temporary files left
     for name in files:
@@ -68,7 +69,9 @@ def test_default_worker_name_gzip_and_rank_when_distributed(tmp_path):
         pytest.skip("torch.distributed is not available in this torch build")
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
-        _profile(pga.trace_handler(str(tmp_path / "t"), use_gzip=True), steps=4)
+        handler = pga.trace_handler(str(tmp_path / "t"), use_gzip=True)
+        _profile(handler, steps=4)
+        handler.wait()
     finally:
         dist.destroy_process_group()
     files = os.listdir(tmp_path / "t")
@@ -86,6 +89,7 @@ def test_keep_json_keeps_each_cycles_chrome_trace(tmp_path):
     written = []
     handler = pga.trace_handler(str(out), worker_name="w", keep_json=True)
     _profile(lambda prof: written.append(handler(prof)))
+    handler.wait()
     assert sorted(os.listdir(out)) == sorted([os.path.basename(p) for p in written] +
                                              [os.path.basename(p)[:-len(".pftrace")] + ".json" for p in written])
     for path, steps in zip(written, ({"work_step_2", "work_step_3"}, {"work_step_6", "work_step_7"})):
@@ -108,6 +112,7 @@ def test_keep_json_gzip_and_a_broken_cycle_named_by_its_step(tmp_path):
     written = []
     handler = pga.trace_handler(str(out), worker_name="w", keep_json=True, use_gzip=True)
     _profile(lambda prof: written.append(handler(prof)))
+    handler.wait()
     assert all(p.endswith(".pftrace.gz") for p in written)
     for path in written:
         doc = json.loads(gzip.decompress(open(path[:-len(".pftrace.gz")] + ".json.gz", "rb").read()))
@@ -122,7 +127,7 @@ def test_keep_json_gzip_and_a_broken_cycle_named_by_its_step(tmp_path):
 
     bad = tmp_path / "bad"
     with pytest.raises(TraceFormatError) as err:
-        pga.trace_handler(str(bad), worker_name="w", keep_json=True)(Broken())
+        pga.trace_handler(str(bad), worker_name="w", keep_json=True, background=False)(Broken())
     assert str(err.value).startswith("torch.profiler trace (step 7): not valid JSON (cut off: the text ends at byte ")
     left = os.listdir(bad)
     assert len(left) == 1 and left[0].startswith("w.") and left[0].endswith(".json")

@@ -11,11 +11,16 @@ its own), exported as:
 * ``pga``: ``pga.export(prof, out.pftrace, graph_lanes="all")``, in all, and the
   ``export_chrome_trace`` call it makes inside (timed by wrapping the profiler's method), so
   ``pga / inner torch`` is a ratio on one profile;
-* ``pga+json``: the same with ``keep_json=`` (the raw JSON kept too).
+* ``pga+json``: the same with ``keep_json=`` (the raw JSON kept too);
+* ``pga background``: ``pga.export(..., background=True)``: the caller's wait (torch's export,
+  the annotations saved, the conversion process started), its ``export_chrome_trace`` inside,
+  and the time until ``result()`` returns (the file whole);
+* ``handler background``: ``pga.trace_handler(dir)(prof)`` (background, its default) as torch
+  calls it at a cycle's end: the caller's wait, then until ``handler.wait()`` returns.
 
 Then the phases of ``pga.export`` after torch's JSON (parse, join, write) on the ``torch`` arm's
 JSON. Prints one JSON line per round and a Markdown table of the medians; the target (issue 33)
-is ``pga`` at most 2x ``torch``. Needs CUDA; on a machine without it, it says so and exits 2.
+is ``pga`` at most 2x ``torch`` (what the caller waits for: with ``background``, the wait). Needs CUDA; on a machine without it, it says so and exits 2.
 """
 from __future__ import annotations
 
@@ -108,6 +113,23 @@ def main() -> int:
                 pga.export(prof, os.path.join(out, f"kept_{n}_{r}.pftrace"), graph_lanes="all",
                            keep_json=os.path.join(out, f"kept_{n}_{r}.json"))
                 row["pga_keep_json_s"] = time.perf_counter() - t
+                prof = _profile(torch, g, n)
+                inner = _timed_method(prof)
+                t = time.perf_counter()
+                h = pga.export(prof, os.path.join(out, f"bg_{n}_{r}.pftrace"), graph_lanes="all", background=True)
+                row["pga_bg_wait_s"] = time.perf_counter() - t
+                row["pga_bg_inner_torch_s"] = inner[0]
+                h.result()
+                row["pga_bg_done_s"] = time.perf_counter() - t
+                prof = _profile(torch, g, n)
+                inner = _timed_method(prof)
+                handler = pga.trace_handler(os.path.join(out, f"handler_{n}_{r}"), worker_name="w")
+                t = time.perf_counter()
+                handler(prof)
+                row["handler_bg_wait_s"] = time.perf_counter() - t
+                row["handler_bg_inner_torch_s"] = inner[0]
+                assert len(handler.wait()) == 1
+                row["handler_bg_done_s"] = time.perf_counter() - t
                 from perfetto_graph_ann.capture.recorded import recorded_annotations
 
                 with open(src, "rb") as f:
@@ -115,6 +137,9 @@ def main() -> int:
                                 if k in ("parse", "join", "write")})
                 row["pga_over_torch"] = row["pga_s"] / row["torch_s"]
                 row["pga_over_inner_torch"] = row["pga_s"] / row["pga_inner_torch_s"]
+                row["bg_wait_over_torch"] = row["pga_bg_wait_s"] / row["torch_s"]
+                row["bg_wait_over_inner_torch"] = row["pga_bg_wait_s"] / row["pga_bg_inner_torch_s"]
+                row["handler_wait_over_inner_torch"] = row["handler_bg_wait_s"] / row["handler_bg_inner_torch_s"]
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     print("\n| replays | kernels | JSON MB | torch s | pga.export s | ratio | ratio (same profile) | "
@@ -128,6 +153,17 @@ def main() -> int:
         print(f"| {n} | {rs[0]['kernels']:,} | {med('json_mb'):.1f} | {med('torch_s'):.3f} | {med('pga_s'):.3f} | "
               f"{med('pga_over_torch'):.2f}x | {med('pga_over_inner_torch'):.2f}x | {med('pga_keep_json_s'):.3f} | "
               f"{med('phase_parse_s'):.3f} | {med('phase_join_s'):.3f} | {med('phase_write_s'):.3f} |")
+    print("\n| replays | torch s | background: caller waits s | ratio | ratio (same profile) | file whole after s | "
+          "handler: caller waits s | ratio (same profile) | file whole after s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n in args.replays:
+        rs = [x for x in rows if x["replays"] == n]
+
+        def med(k):
+            return statistics.median(x[k] for x in rs)
+        print(f"| {n} | {med('torch_s'):.3f} | {med('pga_bg_wait_s'):.3f} | {med('bg_wait_over_torch'):.2f}x | "
+              f"{med('bg_wait_over_inner_torch'):.2f}x | {med('pga_bg_done_s'):.3f} | {med('handler_bg_wait_s'):.3f} | "
+              f"{med('handler_wait_over_inner_torch'):.2f}x | {med('handler_bg_done_s'):.3f} |")
     return 0
 
 

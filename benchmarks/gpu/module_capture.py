@@ -8,7 +8,10 @@ order each round (the same code; only the process's instrumentation differs):
 
 - ``plain``: not instrumented;
 - ``instrumented``: ``pga.instrument()`` (graph annotated, no module scopes);
-- ``modules``: ``pga.instrument(modules=True)``: a scope per module call.
+- ``modules``: ``pga.instrument(modules=True)``: a scope per module call (edges from CUPTI's
+  node-created callback where CUPTI allows it: capture/nodewatch.py);
+- ``modules_driver``: the same with ``PERFETTO_GRAPH_ANN_NODE_WATCH=0`` (edges ask the driver:
+  counts, then marker nodes past 512 nodes).
 
 The statistic is the median over rounds of each capture's time divided by the plain capture of
 the same round ("pairs", BENCHMARKS.md "capture", session 11). Outputs must be bitwise equal.
@@ -29,7 +32,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"))
 import perfetto_graph_ann as pga  # noqa: E402
 from blocks import decoder_weights, warmup  # noqa: E402
-from perfetto_graph_ann.capture import fastpath  # noqa: E402
+from perfetto_graph_ann.capture import fastpath, nodewatch  # noqa: E402
 from perfetto_graph_ann.capture.registry import REGISTRY  # noqa: E402
 
 
@@ -116,7 +119,7 @@ def main() -> None:
     x = x.to(torch.bfloat16)
     with torch.no_grad():
         warmup(lambda: model(x))
-        arms = ("plain", "instrumented", "modules")
+        arms = ("plain", "instrumented", "modules", "modules_driver")
         secs = {a: [] for a in arms}
         ratios = {a: [] for a in arms[1:]}
         equal, scoped = [], None
@@ -127,7 +130,8 @@ def main() -> None:
                 if arm == "plain":
                     t, g, out = capture_once(model, x, pool)
                 else:
-                    with pga.instrument(modules=arm == "modules", calibrate=False):
+                    os.environ["PERFETTO_GRAPH_ANN_NODE_WATCH"] = "0" if arm == "modules_driver" else "1"
+                    with pga.instrument(modules=arm.startswith("modules"), calibrate=False):
                         t, g, out = capture_once(model, x, pool)
                     if arm == "modules" and scoped is None:
                         g.replay()  # binds the executable graph: its record is built
@@ -150,7 +154,8 @@ def main() -> None:
            "capture_ms_median": {a: med(v) * 1e3 for a, v in secs.items()},
            "ratio_pairs_median": {a: med(v) for a, v in ratios.items()},
            "ratio_of_medians": {a: med(secs[a]) / med(secs["plain"]) for a in arms[1:]},
-           "outputs_bitwise_equal_after_replay": all(equal), "scoped_nodes": scoped}
+           "outputs_bitwise_equal_after_replay": all(equal), "scoped_nodes": scoped,
+           "node_watch_refused": nodewatch.WATCH.refused}
     print(json.dumps(rep, indent=1))
     if args.out:
         with open(args.out, "w") as f:

@@ -617,7 +617,7 @@ PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
     if (fp_recorder_ready() < 0 || PyType_Ready(&NodeHooksType) < 0 || fp_mark_ready() < 0 ||
-        fp_replays_ready() < 0)
+        fp_replays_ready() < 0 || fp_modcall_ready() < 0)
         return NULL;
     if (str_stack == NULL && (str_stack = PyUnicode_InternFromString("stack")) == NULL)
         return NULL;
@@ -640,7 +640,7 @@ PyInit__fastpath(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (fp_mark_add(m) < 0 || fp_replays_add(m) < 0) {
+    if (fp_mark_add(m) < 0 || fp_replays_add(m) < 0 || fp_watch_add(m) < 0 || fp_modcall_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

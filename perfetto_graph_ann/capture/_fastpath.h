@@ -1,9 +1,11 @@
 /*
  * What the translation units of perfetto_graph_ann.capture._fastpath share: _fastpath.c (the
  * module, the driver helpers, autograd node hooks), _recorder.c (the scope recorder), _marks.c
- * (mark_kernels' enter / exit), _replays.c (the replay log's wrapper of CUDAGraph.replay) and
- * _errors.c (the exception of driver failures). Calls go one way: _fastpath.c -> the others,
- * _marks.c -> _recorder.c, and every unit -> _errors.c (tests/test_import_graph.py checks it).
+ * (mark_kernels' enter / exit), _replays.c (the replay log's wrapper of CUDAGraph.replay),
+ * _nodewatch.c (node counts from CUPTI's node-created callback), _modcall.c (module scopes'
+ * nn.Module.__call__) and _errors.c (the exception of driver failures). Calls go one way:
+ * _fastpath.c -> the others, _marks.c and _modcall.c -> _recorder.c -> _nodewatch.c, and every
+ * unit -> _errors.c (tests/test_import_graph.py checks it).
  */
 #ifndef PGA_FASTPATH_H
 #define PGA_FASTPATH_H
@@ -31,6 +33,10 @@ void fp_set_error_type(PyObject *cls);
 PyObject *fp_driver_error(const char *what, int rc);           /* sets the error; NULL */
 PyObject *fp_node_id_error(int rc);                            /* likewise, for cuptiGetGraphNodeId */
 
+/* _nodewatch.c: per-graph node counters bumped by CUPTI's GRAPHNODE_CREATED callback */
+long long fp_watch_count(int slot);                            /* -1: no such slot */
+int fp_watch_add(PyObject *module);
+
 /* _recorder.c: the scope recorder (scopes.ScopeRecorder's hot half) */
 int fp_recorder_ready(void);
 int fp_recorder_add(PyObject *module);
@@ -42,6 +48,10 @@ PyObject *fp_recorder_close(PyObject *rec, PyObject *tok);     /* new reference:
 /* _marks.c: the Mark type */
 int fp_mark_ready(void);
 int fp_mark_add(PyObject *module);
+
+/* _modcall.c: the ModuleCall type (nn.Module.__call__ while a capture runs) */
+int fp_modcall_ready(void);
+int fp_modcall_add(PyObject *module);
 
 /* _replays.c: the replay log's ReplayLogger type */
 int fp_replays_ready(void);

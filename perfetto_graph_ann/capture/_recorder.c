@@ -17,7 +17,8 @@
  * The position of an edge comes from cuGraphGetNodes (``set_fast``: a count), from an empty
  * marker node's local id once the graph is large (``set_fast`` with the marker functions:
  * session.py explains markers), or from a Python callable (``set_counter``; the fallback
- * ``slow`` where the backend has no marker functions).
+ * ``slow`` where the backend has no marker functions), or, cheapest, from a counter that CUPTI's
+ * node-created callback bumps (``set_watch``: _nodewatch.c).
  *
  * Each thread has its own stack of open tokens. The stack of the thread that created the
  * recorder (the capturing thread, alive until the capture ends) is held inline; other
@@ -36,6 +37,7 @@ typedef struct {
     PyObject *markers;      /* list: the marker nodes' positions are appended here */
     int marking;            /* edges add marker nodes */
     PyObject *counter;      /* the Python counter when there is no fast count */
+    int watch;              /* >= 0: edges read this _nodewatch.c slot's counter (no driver call) */
     long long seq;
     int active;
     PyObject *closed;       /* list of (seq, fields, start, end) */
@@ -62,6 +64,7 @@ Recorder_init(Recorder *self, PyObject *args, PyObject *kw)
     self->add_empty = NULL;
     self->node_id = NULL;
     self->marking = 0;
+    self->watch = -1;
     self->seq = 0;
     self->active = 1;
     if (self->closed == NULL && (self->closed = PyList_New(0)) == NULL)
@@ -128,6 +131,8 @@ add_marker(Recorder *self)
 static PyObject *
 count_now(Recorder *self)
 {
+    if (self->watch >= 0)
+        return PyLong_FromLongLong(fp_watch_count(self->watch));
     if (self->marking) {
         PyObject *pos = add_marker(self);
         if (pos != NULL || PyErr_Occurred())
@@ -340,6 +345,22 @@ Recorder_set_counter(Recorder *self, PyObject *counter)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(set_watch_doc, "set_watch(slot): edges read the node counter of _nodewatch.c's ``slot`` (-1: stop)");
+
+static PyObject *
+Recorder_set_watch(Recorder *self, PyObject *arg)
+{
+    long slot = PyLong_AsLong(arg);
+    if (slot == -1 && PyErr_Occurred())
+        return NULL;
+    if (slot >= 0 && fp_watch_count((int)slot) < 0) {
+        PyErr_Format(PyExc_ValueError, "set_watch(): no watch slot %ld", slot);
+        return NULL;
+    }
+    self->watch = slot < 0 ? -1 : (int)slot;
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(set_fast_doc,
 "set_fast(get_nodes, graph, switch_at, slow, add_empty=None, node_id=None, markers=None)\n\n"
 "Count ``graph``'s nodes with cuGraphGetNodes at address ``get_nodes``. Once a count reaches\n"
@@ -435,6 +456,7 @@ static PyMethodDef Recorder_methods[] = {
     {"snapshot", (PyCFunction)Recorder_snapshot, METH_NOARGS, snapshot_doc},
     {"open_fields", (PyCFunction)(void (*)(void))Recorder_open_fields, METH_FASTCALL, open_fields_doc},
     {"set_counter", (PyCFunction)Recorder_set_counter, METH_O, set_counter_doc},
+    {"set_watch", (PyCFunction)Recorder_set_watch, METH_O, set_watch_doc},
     {"set_fast", (PyCFunction)(void (*)(void))Recorder_set_fast, METH_FASTCALL, set_fast_doc},
     {NULL}
 };

@@ -202,6 +202,7 @@ class _Capture:
         except Exception as e:  # end the capture first: a stream left capturing breaks the process
             self._failed = e
         finally:
+            sess.stop_watch()
             _session.pop(sess)
             if self._modules:
                 _modules.HOOKS.capture_ended()
@@ -259,8 +260,10 @@ def _hooked_capture_begin(orig_begin: Callable, orig_end: Callable) -> Callable:
         try:
             cap.started(int(torch.cuda.current_stream().cuda_stream))
         except Exception as e:
-            if cap.session is not None and _session.current() is cap.session:
-                _session.pop(cap.session)
+            if cap.session is not None:
+                cap.session.stop_watch()
+                if _session.current() is cap.session:
+                    _session.pop(cap.session)
             if cap.options.strict:
                 orig_end(self)  # end the capture: a stream left capturing breaks the process
                 raise

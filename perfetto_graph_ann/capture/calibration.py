@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ..errors import CaptureError
+from .nodewatch import WATCH
 from .replay_log import REPLAY_LOG
 from .resolve import ActivityRecord, calibration_table
 
@@ -106,9 +107,11 @@ class _KinetoWatch:
             def _prepare_profiler(*a: Any, **k: Any) -> Any:
                 self.prepared += 1
                 log.prepared()
+                WATCH.yield_to_profiler()  # CUPTI must be free when the profiler subscribes
                 return prep(*a, **k)
 
             def _enable_profiler(*a: Any, **k: Any) -> Any:
+                WATCH.yield_to_profiler()
                 if not log.recording:
                     log.prepared()
                 t0 = clock()

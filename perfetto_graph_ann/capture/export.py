@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from ..annotations.model import AnnotationSet
 from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
 from ..pipeline.convert import write_joined
+
+if TYPE_CHECKING:
+    from .background import ExportHandle
 
 __all__ = ["AnnotationsArg", "chrome_trace_bytes", "export", "export_chrome_trace_bytes"]
 
@@ -87,7 +90,8 @@ def export_chrome_trace_to(prof, path: str) -> None:
 
 
 def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes: str = "none",
-           default_stream: int = 7, force: bool = False, keep_json: Optional[PathLike] = None) -> LaneLayout:
+           default_stream: int = 7, force: bool = False, keep_json: Optional[PathLike] = None,
+           background: bool = False) -> "Union[LaneLayout, ExportHandle]":
     """Write ``prof``'s trace to ``out`` with semantic lanes and annotation args.
 
     May be called several times on one profile (e.g. once per format): the profiler's trace
@@ -109,9 +113,14 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
             path (gzipped for a ``.gz`` name), written atomically before ``out``: torch saves
             a profile only once, so this is the way to have both without exporting twice.
             Only for a live profiler (a saved trace is already kept).
+        background: return once torch's JSON is exported and the annotations saved (both
+            into a temporary folder beside ``out``); reading, joining and writing run in
+            another process (:mod:`.background`), and ``out`` appears, whole, when it is done.
 
     Returns:
-        The join's :class:`LaneLayout` (its report: ``layout.report``).
+        The join's :class:`LaneLayout` (its report: ``layout.report``); with ``background``,
+        an :class:`~.background.ExportHandle`: ``result()`` waits and returns the report
+        (or raises what the blocking call raises), ``done()`` says whether it has finished.
 
     Raises:
         LaneOptionError: ``"all"`` when no node is annotated (a ``ValueError``, as torch's).
@@ -124,6 +133,8 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
 
     out = _checked_output(out)
     ann = _annotations(annotations)
+    if background:
+        return _export_background(prof, out, ann, graph_lanes, default_stream, force, keep_json)
     if isinstance(prof, (str, bytes, os.PathLike)):
         from ..read.kineto import read_trace
         from ..util.atomic import refuse_input_as_output
@@ -139,6 +150,56 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         trace = parse_trace_bytes(data, "torch.profiler trace")
         del data
     return write_joined(trace, out, ann, graph_lanes, default_stream, force)
+
+
+def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, default_stream: int, force: bool,
+                       keep_json: Optional[PathLike]) -> "ExportHandle":
+    """:func:`export`'s ``background``: what the caller waits for is torch's export (once per
+    profile, as always) and the annotations saved; lane options are checked here first, so
+    they raise at once as in the blocking call."""
+    from ..join.lanes import check_default_stream, decide_graph_lanes
+    from .background import start
+
+    saved = isinstance(prof, (str, bytes, os.PathLike))
+    label = os.fsdecode(prof) if saved else "torch.profiler trace"
+    files = [ann.source] if ann.source else None
+    decide_graph_lanes(graph_lanes, ann, files, label)
+    check_default_stream(default_stream, ann, files, label)
+    try:
+        tmp = tempfile.mkdtemp(prefix=".pga-export-", dir=os.path.dirname(os.path.abspath(out)))
+    except OSError as e:
+        raise OutputError(out, f"cannot write beside the output: {e.strerror or e}") from e
+    try:
+        if saved:
+            from ..util.atomic import refuse_input_as_output
+
+            if keep_json is not None:
+                raise ValueError("keep_json applies to a live profiler: the trace given is already saved")
+            src = label
+            refuse_input_as_output(out, [src])
+        else:
+            src = os.path.join(tmp, "trace.json")
+            data = getattr(prof, _CACHE_ATTR, None)
+            if data is None:  # torch writes it where the worker reads it; kept on prof as export() keeps it
+                export_chrome_trace_to(prof, src)
+                with open(src, "rb") as f:
+                    data = f.read()
+                try:
+                    setattr(prof, _CACHE_ATTR, data)
+                except AttributeError:
+                    pass
+            else:
+                with open(src, "wb") as f:
+                    f.write(data)
+            if keep_json is not None:
+                keep_chrome_json(data, keep_json, out)
+            del data
+        return start(src, ann, out, graph_lanes, default_stream, force, label, tmp)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def keep_chrome_json(data: "bytes | str", path: PathLike, out: PathLike) -> str:

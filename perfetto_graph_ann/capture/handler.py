@@ -18,13 +18,15 @@ Importing this module does not import torch.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from ..errors import OutputError
 from ..pipeline.convert import write_joined
+from .background import ExportHandle, report_error, start
 from .export import AnnotationsArg, _annotations, export_chrome_trace_to, keep_chrome_json
 
 __all__ = ["trace_handler"]
@@ -42,24 +44,51 @@ def _rank() -> Optional[int]:
     return None
 
 
+#: Conversions of one handler running at once: a cycle that finds this many still running
+#: waits for the oldest (so a schedule faster than its conversions cannot pile up processes).
+MAX_IN_FLIGHT = 2
+
+
 def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations: AnnotationsArg = None,
                   graph_lanes: Optional[str] = None, use_gzip: bool = False,
-                  keep_json: bool = False) -> Callable[[object], str]:
+                  keep_json: bool = False, background: bool = True) -> Callable[[object], str]:
     """A ``torch.profiler`` ``on_trace_ready`` callback writing one annotated ``.pftrace``
     per profiled cycle into ``dir_name`` (created if missing).
 
-    ``worker_name``: defaults to ``<hostname>_<pid>`` as torch's handler. ``annotations``:
-    an :class:`~perfetto_graph_ann.annotations.model.AnnotationSet` or a sidecar path, or
-    None for everything captured in this process so far (read again at every cycle, so
-    graphs captured between cycles are included). ``graph_lanes``: None (the default, for
-    the ``.pftrace``'s named lanes) moves graphed kernels to their lanes where a node is
-    annotated and keeps the recorded streams of a cycle whose annotations name nothing;
-    ``"none"`` as in :func:`export`. ``"all"``, the old default, still means what it meant
-    here (None) with a ``DeprecationWarning``: elsewhere ``"all"`` raises without annotated
-    nodes, as torch does (``join.lanes.decide_graph_lanes``). ``keep_json``: also keep each
-    cycle's Chrome trace as torch wrote it, beside the ``.pftrace`` with the same name ending in
-    ``.json`` (``.json.gz`` with ``use_gzip``), written first (torch saves a cycle's trace only
-    once). The callback returns the path of the ``.pftrace`` it wrote.
+    Args:
+        dir_name: the folder of the traces.
+        worker_name: defaults to ``<hostname>_<pid>`` as torch's handler.
+        annotations: an :class:`~perfetto_graph_ann.annotations.model.AnnotationSet` or a
+            sidecar path, or None for everything captured in this process so far (read again
+            at every cycle, so graphs captured between cycles are included).
+        graph_lanes: None (the default, for the ``.pftrace``'s named lanes) moves graphed
+            kernels to their lanes where a node is annotated and keeps the recorded streams of
+            a cycle whose annotations name nothing; ``"none"`` as in :func:`export`. ``"all"``,
+            the old default, still means what it meant here (None) with a
+            ``DeprecationWarning``: elsewhere ``"all"`` raises without annotated nodes, as
+            torch does (``join.lanes.decide_graph_lanes``).
+        use_gzip: write ``.pftrace.gz``.
+        keep_json: also keep each cycle's Chrome trace as torch wrote it, beside the
+            ``.pftrace`` with the same name ending in ``.json`` (``.json.gz`` with
+            ``use_gzip``), written first (torch saves a cycle's trace only once).
+        background: True (the default): the training loop waits only for torch's JSON
+            export and the annotations saved; the read, join and write run in another process
+            (:mod:`.background`) and each ``.pftrace`` appears, whole, a few seconds later
+            (never a partial file). An error there is printed on stderr naming the cycle and
+            the file, never raised into the loop; at most :data:`MAX_IN_FLIGHT` conversions
+            run at once (a cycle waits for the oldest beyond that), and interpreter exit waits
+            for those still running (bounded, with a message). False: each cycle is converted
+            before the callback returns, and its errors are raised.
+
+    Returns:
+        The callback. It returns the path of the ``.pftrace`` it wrote (with ``background``:
+        the path it is being written to); its ``wait()`` waits for the conversions it started
+        (printing their errors) and returns the paths written.
+
+    Raises:
+        OutputError: (from the callback) the folder cannot be created; with
+            ``background=False`` also what :func:`export` raises for the cycle's trace.
+        InputError: (from the callback) a profile torch already saved.
     """
     dir_name = os.fspath(dir_name)
     if graph_lanes == "all":
@@ -91,6 +120,22 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
         # profile's only copy, kept even if the conversion fails), renamed into place rather
         # than written again unless it is to be gzipped.
         label = f"torch.profiler trace (step {getattr(prof, 'step_num', '?')})"
+        if background:
+            _reap(in_flight, MAX_IN_FLIGHT - 1)
+            tmp = tempfile.mkdtemp(prefix=".pga-export-", dir=dir_name)
+            try:
+                src = os.path.join(tmp, "trace.json")
+                export_chrome_trace_to(prof, src)
+                if keep_json:
+                    kept = keep_chrome_json(src, os.path.join(dir_name, name[:-len(".pftrace")] + ".json" +
+                                                              (".gz" if use_gzip else "")), out)
+                    src = src if use_gzip else kept
+                ann = fixed if fixed is not None else _annotations(None)
+                in_flight.append(start(src, ann, out, graph_lanes, 7, False, label, tmp))
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            return out
         with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=dir_name) as tmp:
             src = os.path.join(tmp, "trace.json")
             export_chrome_trace_to(prof, src)
@@ -105,6 +150,28 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
             trace.path = label  # what errors (the join's refusals) call it
         ann = fixed if fixed is not None else _annotations(None)
         write_joined(trace, out, ann, graph_lanes)  # the join decides None (join.lanes.decide_graph_lanes)
+        written.append(out)
         return out
 
+    in_flight: List[ExportHandle] = []
+    written: List[str] = []
+
+    def _reap(handles: List[ExportHandle], keep: int) -> None:
+        """Collect the finished conversions (and the oldest running ones beyond ``keep``)."""
+        for h in list(handles):
+            if h.done() or len(handles) > keep:
+                handles.remove(h)
+                try:
+                    h.result()
+                    written.append(h.out)
+                except Exception as e:  # noqa: BLE001: a cycle's error: printed, never raised into the loop
+                    report_error(h, e)
+
+    def wait() -> List[str]:
+        """Wait for every conversion this handler started; their errors are printed. Returns
+        the paths written so far (all cycles)."""
+        _reap(in_flight, 0)
+        return list(written)
+
+    handler_fn.wait = wait  # type: ignore[attr-defined]
     return handler_fn

@@ -21,9 +21,10 @@ import fnmatch
 import sys
 import threading
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import InputError
+from . import fastpath
 from . import session as _session
 from .marks import mark_kernels
 
@@ -71,9 +72,11 @@ class _Names:
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self.marked = 0  #: models given to mark_modules (module scopes are on for every capture then)
+        self.generation = 0  #: bumped whenever names change (a prepared scope from before is stale)
 
     def add_root(self, root: Any, prefix: str = "", config: Optional[ModuleScopes] = None) -> None:
         with self._lock:
+            self.generation += 1
             for name, mod in root.named_modules(prefix=prefix):
                 entry = (name or type(mod).__name__, name.count(".") + (1 if name else 0) - prefix.count(".")
                          - (1 if prefix else 0), config)
@@ -124,9 +127,17 @@ class ModuleHooks:
         self._users = 0
         self._cls: Any = None
         self._orig: Any = None
-        self._local = threading.local()
-        self._prepared: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        #: id(module) -> (weak reference to the module, its scope's (fields, backward) or None):
+        #: what _prepare found, kept across captures while settings and names stay (``_caches``);
+        #: an entry leaves with its module
+        self._prepared: Dict[int, Tuple[Any, Any]] = {}
+        #: (config, NAMES.generation) -> its ``_prepared``, the last few (settings alternating
+        #: between captures keep theirs)
+        self._caches: Dict[Any, Dict[int, Tuple[Any, Any]]] = {}
+        #: thread ident -> that thread's open module scopes (closed by close_open at a capture's end)
+        self._open: Dict[int, List[Any]] = {}
         self._grad: Any = lambda: True
+        self._node: Any = None  # torch._C._current_autograd_node
         self.config: Optional[ModuleScopes] = None
 
     def capture_started(self, config: Optional[ModuleScopes]) -> bool:
@@ -143,9 +154,15 @@ class ModuleHooks:
                 orig = cls.__dict__.get("__call__")
                 if orig is None:
                     return False
+                torch = sys.modules.get("torch")
                 self.config = config
-                self._grad = getattr(sys.modules.get("torch"), "is_grad_enabled", None) or (lambda: True)
-                self._prepared = weakref.WeakKeyDictionary()
+                self._grad = getattr(torch, "is_grad_enabled", None) or (lambda: True)
+                self._node = getattr(getattr(torch, "_C", None), "_current_autograd_node", None)
+                key = (config, NAMES.generation)
+                if key not in self._caches and len(self._caches) >= 4:
+                    del self._caches[next(iter(self._caches))]
+                self._prepared = self._caches.setdefault(key, {})
+                self._open.clear()
                 self._cls, self._orig = cls, orig
                 cls.__call__ = self._wrap(orig)
             self._users += 1
@@ -157,90 +174,107 @@ class ModuleHooks:
             if self._users == 0 and self._cls is not None:
                 self._cls.__call__ = self._orig
                 self._cls = self._orig = None
-                self._local.__dict__.clear()
+                self._open.clear()
 
     def close_open(self) -> None:
         """Close the scopes this thread still has open (a capture ended inside a module call)."""
-        st = getattr(self._local, "stack", None)
+        st = self._open.get(threading.get_ident())
         while st:
-            mark = st.pop()[1]
-            if mark is not None:
-                mark.__exit__(None, None, None)
-
-    def _stack(self) -> List[list]:
-        st = getattr(self._local, "stack", None)
-        if st is None:
-            st = self._local.stack = []
-        return st
+            _close(st.pop())
 
     def _wrap(self, orig: Any) -> Any:
-        enter, leave = self._enter, self._leave
+        # on the capture's critical path, once per module call: every lookup is bound here
+        prepared, opened, prepare = self._prepared, self._open, self._prepare
+        grad, node, current, ident, mark = self._grad, self._node, _session.current, threading.get_ident, mark_kernels
+        slocal = _session._local
 
         def __call__(module, *args, **kwargs):
-            tok = enter(module)
-            if tok is None:
+            entry = prepared.get(id(module))
+            if entry is None or entry[0]() is not module:
+                entry = prepare(module)
+            scope = entry[1]
+            if scope is None:
                 return orig(module, *args, **kwargs)
+            sst = getattr(slocal, "stack", None)  # _session.current(), the thread's own first
+            sess = sst[-1] if sst else current()
+            if sess is None:  # another thread's eager call while a capture runs elsewhere
+                return orig(module, *args, **kwargs)
+            st = opened.get(ident())
+            if st is None:
+                st = opened.setdefault(ident(), [])
+            if grad() or (node is not None and node() is not None):
+                item: Any = mark(scope[0], backward=scope[1])  # backward tagging is mark_kernels'
+                item.__enter__()
+            else:  # grad off: no backward to tag, the scope straight on the recorder
+                rec = sess.recorder
+                tok = rec.open(scope[0])
+                item = (rec, tok)
+                st.append(item)
+                try:
+                    return orig(module, *args, **kwargs)
+                finally:
+                    if st and st[-1] is item:
+                        st.pop()
+                        rec.close(tok)
+                    elif item in st:  # closed out of order (a generator, a thread switch)
+                        st.remove(item)
+                        rec.close(tok)
+            st.append(item)
             try:
                 return orig(module, *args, **kwargs)
             finally:
-                leave(tok)
+                if st and st[-1] is item:
+                    st.pop()
+                    item.__exit__(None, None, None)
+                elif item in st:
+                    st.remove(item)
+                    item.__exit__(None, None, None)
         __call__.__wrapped__ = orig
+        fast = fastpath.module()
+        if fast is not None and hasattr(fast, "ModuleCall"):  # the common case in C, the rest in __call__
+            return fast.ModuleCall(orig, prepared, prepare, opened, slocal, current, grad, node, __call__)
         return __call__
 
-    def _prepare(self, module: Any, st: List[list]) -> Tuple[Any, bool]:
-        """((fields, backward) of this module's scope, or None where it has none; whether the
-        module has a known path, so that the answer holds for its later calls)."""
+    def _prepare(self, module: Any) -> Tuple[Any, Any]:
+        """``(weak reference to module, (fields, backward) of its scope or None)``, kept while
+        settings and names stay once the module has a known path."""
         config = self.config
         known = NAMES.path(module)
-        if known is None and not st and config is not None:  # the outermost module of this capture: a root
+        if known is None and current_depth(self._open) == 0 and config is not None and \
+                _session.current() is not None:  # the outermost module of this capture: a root
             NAMES.add_root(module)
             known = NAMES.path(module)
         cls = type(module).__name__
         path, depth, marked = known if known is not None else (cls, 0, None)
-        config = marked or config  # mark_modules' own settings win for its model
-        if config is None or not config.wants(path, cls, depth):
-            return None, known is not None
-        return ({"name": path, "module": path, "module_class": cls}, config.backward), known is not None
-
-    def _enter(self, module: Any) -> Optional[list]:
-        if _session.current() is None:
-            return None  # another thread's eager call while a capture runs elsewhere
-        st = self._stack()
+        wanted = marked or config  # mark_modules' own settings win for its model
+        scope = None
+        if wanted is not None and wanted.wants(path, cls, depth):
+            scope = ({"name": path, "module": path, "module_class": cls}, wanted.backward)
+        key, prepared = id(module), self._prepared
         try:
-            prepared = self._prepared.get(module, False)
-        except TypeError:  # not weak-referenceable
-            prepared = False
-        if prepared is False:
-            prepared, named = self._prepare(module, st)
-            if named:
-                try:
-                    self._prepared[module] = prepared
-                except TypeError:
-                    pass
-        mark = None
-        if prepared is not None:
-            # with grad off a module's block can claim no backward node: the range is not kept
-            mark = mark_kernels(prepared[0], backward=prepared[1] and self._grad())
-            mark.__enter__()
-        tok = [module, mark]
-        st.append(tok)
-        return tok
+            def forget(ref: Any, key: int = key) -> None:
+                if prepared.get(key, (None,))[0] is ref:
+                    del prepared[key]
+            entry = (weakref.ref(module, forget), scope)
+        except TypeError:  # not weak-referenceable: never kept
+            return (lambda: module, scope)
+        if known is not None:
+            prepared[key] = entry
+        return entry
 
-    def _leave(self, tok: list) -> None:
-        st = getattr(self._local, "stack", None)
-        if not st:
-            return  # closed by close_open at the capture's end
-        if st[-1] is tok:
-            st.pop()
-        else:
-            for i in range(len(st) - 1, -1, -1):
-                if st[i] is tok:
-                    del st[i]
-                    break
-            else:
-                return
-        if tok[1] is not None:
-            tok[1].__exit__(None, None, None)
+
+def _close(item: Any) -> None:
+    """Close a module scope: a ``(recorder, token)`` or a ``mark_kernels`` block."""
+    if type(item) is tuple:
+        item[0].close(item[1])
+    else:
+        item.__exit__(None, None, None)
+
+
+def current_depth(opened: Dict[int, List[Any]]) -> int:
+    """How many module scopes the calling thread has open."""
+    st = opened.get(threading.get_ident())
+    return len(st) if st else 0
 
 
 HOOKS = ModuleHooks()

@@ -134,9 +134,13 @@ class ScopeRecorder:
             if nodes is None:
                 return None
             nodes = list(nodes)
-            if nodes[:len(self._last)] != list(self._last) or self._counter() != len(nodes):
+            if nodes[:len(self._last)] != list(self._last):
                 raise CaptureError("the graph's node listing changed order during capture: scope ranges "
                                    "would attribute the wrong nodes (please report this driver)")
+            n = self._counter()
+            if n != len(nodes):
+                raise CaptureError(f"a scope edge was positioned at node {n} but the graph lists {len(nodes)}: "
+                                   "scope ranges would attribute the wrong nodes (please report this driver)")
             self._last = nodes
             return len(nodes)
 

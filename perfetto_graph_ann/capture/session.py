@@ -33,7 +33,9 @@ an edge adds an empty *marker* node instead and reads its local id in constant t
 same position, since ids are given in creation order. Markers stay in the graph (the
 driver cannot delete nodes during capture), do nothing on replay and are left out of the
 node table, the registry and the sidecar. Why and what it costs: docs/design.md
-("Capture"), BENCHMARKS.md ("capture").
+("Capture"), BENCHMARKS.md ("capture"). Cheaper still, where CUPTI allows it: a counter bumped
+by CUPTI's node-created callback (:mod:`.nodewatch`), read at each edge with no driver call
+and checked against the driver's count at the capture's end.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from .. import settings
 from ..errors import CaptureError
 from ..annotations.model import GraphEdge, GraphRecord
 from . import fastpath
+from . import nodewatch
 from .backends import CaptureBackend
 from .registry import REGISTRY, Registry
 from .resolve import NodeInfo, resolve_graph, with_calibration
@@ -80,7 +83,7 @@ def markers_from_env() -> Optional[int]:
 class CaptureSession:
     def __init__(self, backend: CaptureBackend, capture_stream: int, registry: Registry = REGISTRY,
                  owner: Any = None, device: Optional[int] = None, verify: Optional[bool] = None,
-                 markers_from: Any = "env", name: Optional[str] = None):
+                 markers_from: Any = "env", name: Optional[str] = None, node_watch: Optional[bool] = None):
         self.backend = backend
         self.capture_stream = capture_stream
         self.registry = registry
@@ -91,6 +94,9 @@ class CaptureSession:
         self.verify = verify_from_env() if verify is None else verify
         #: graph size from which scope edges add marker nodes (None: always count)
         self.markers_from: Optional[int] = markers_from_env() if markers_from == "env" else markers_from
+        #: whether edges may read CUPTI's node-created count (:mod:`.nodewatch`)
+        self.node_watch = node_watch if node_watch is not None else nodewatch.enabled_from_env()
+        self._watch: Optional[Tuple[int, int]] = None  # (counter slot, WATCH token) while edges read it
         self._markers: List[int] = []  # listing positions of the marker nodes added
         self._edge_hint = 0  # the last edge's position: picks count or marker for the next
         # the compiled recorder where built (scope edges in C), unless every edge is verified
@@ -130,6 +136,9 @@ class CaptureSession:
     def _count(self) -> Optional[int]:
         if self.graph is None:
             return None
+        watch = self._watch
+        if watch is not None:
+            return fastpath.module().watch_count(watch[0])
         return self._edge()
 
     def _edge(self) -> int:
@@ -172,7 +181,45 @@ class CaptureSession:
             else:
                 self.recorder.set_fast(count_fn, self.graph, -1 if start is None else start, self._marker_edge)
         else:
-            self.recorder.set_counter(self._edge)
+            self.recorder.set_counter(self._count)
+        self._start_watch()
+
+    @property
+    def edge_source(self) -> str:
+        """Where scope edges are positioned now: ``node callback`` (CUPTI's count) or ``driver``."""
+        return "node callback" if self._watch is not None else "driver"
+
+    def _start_watch(self) -> None:
+        """Edges read CUPTI's node-created count from now on, where the backend and CUPTI allow."""
+        fast = fastpath.module()
+        fns = self.backend.node_watch_functions() if self.node_watch and fast is not None else None
+        if fns is None:
+            return
+        token = nodewatch.WATCH.acquire(fns, self.stop_watch)
+        if token is None:
+            return
+        slot = fast.watch_add(self.graph, self.backend.node_count(self.graph))
+        if slot < 0:  # every slot taken by captures in flight
+            nodewatch.WATCH.release(token)
+            return
+        self._watch = (slot, token)
+        if self._fast:
+            self.recorder.set_watch(slot)
+
+    def stop_watch(self) -> Optional[int]:
+        """Edges ask the driver from now on (the same positions); the count the callback reached,
+        or None where edges did not read one. Idempotent; the subscription ends with the last
+        capture holding it. Also how a capture gives the count up to a starting profiler."""
+        watch, self._watch = self._watch, None
+        if watch is None:
+            return None
+        fast = fastpath.module()
+        n = fast.watch_count(watch[0])
+        if self._fast:
+            self.recorder.set_watch(-1)
+        fast.watch_remove(watch[0])
+        nodewatch.WATCH.release(watch[1])
+        return n
 
     def label_lane(self, lane: int, label: str) -> None:
         """Record that this capture labelled ``lane`` (``mark_stream``, a process group).
@@ -194,6 +241,13 @@ class CaptureSession:
     def finish_capture(self) -> None:
         if self.graph is None:
             return
+        watched = self.stop_watch()
+        if watched is not None:
+            n = self.backend.node_count(self.graph)
+            if n != watched:
+                raise CaptureError(f"CUPTI's node-created callback counted {watched} nodes but the graph has {n}: "
+                                   "its scope ranges cannot be trusted (set PERFETTO_GRAPH_ANN_NODE_WATCH=0 "
+                                   "and please report this driver)")
         self.template_id = self.backend.graph_id(self.graph)
         self.recorder.active = False  # closed scopes are final now; read with the table
         self._finished = True

@@ -9,7 +9,7 @@ The table view summarises: per section a title line with the row count and colum
 the first ``--rows`` rows in the section's order (:data:`SUMMARIES`: the longest replays, the
 busiest lanes, ...) in a few columns, and a line saying how many rows were left out. ``--all``
 prints every row and column, as ``--format csv / json`` always do; the summary reads only
-the shown rows and the totals from the engine (``metrics.top_rows``), so a trace of a million
+the shown rows and the totals from the engine (``metrics.summary_rows``), so a trace of a million
 kernels prints in about the time its load takes.
 
 A merged trace's groups (ranks, --label) are kept apart: a groups table first, and every row
@@ -188,9 +188,11 @@ def _report(args: argparse.Namespace, progress) -> str:
         from ..query.includes import include_modules
         from .tables import trace_start_ns
 
-        # each module on its own first, so the progress line says which one runs
-        include_modules(s, [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS], progress)
         summary = args.format == "table" and not args.all
+        # each module on its own first, so the progress line says which one runs
+        include_modules(s, _summary_modules(_summary_keys("module" in args.by, "critical-path" in args.by))
+                        if summary else [metrics.METRICS[key].module for key in SECTIONS if key in metrics.METRICS],
+                        progress)
         with progress.phase("reading the report tables"):
             if summary:
                 parts = summarize(s, args.rows, args.top_kernels, modules="module" in args.by,
@@ -216,8 +218,7 @@ def summarize(session, rows: Optional[int], top_kernels: int, modules: bool = Fa
     A merged trace's ``groups`` come first and every row names its group (:func:`with_groups`)."""
     from ..query import metrics
 
-    keys = [k for k in SECTIONS if k not in ("groups", "modules", "critical_paths")] + (
-        ["modules"] if modules else []) + (["critical_paths"] if critical_path else [])
+    keys = _summary_keys(modules, critical_path)
     groups = metrics.groups(session)
     if rows is None:
         rows = default_rows(len(keys) + (len(groups) > 1))
@@ -225,12 +226,28 @@ def summarize(session, rows: Optional[int], top_kernels: int, modules: bool = Fa
     for key in keys:
         sm = SUMMARIES[key]
         where = f"rank <= {int(top_kernels)}" if key == "lane_top_kernels" else None
-        parts[key] = metrics.top_rows(session, _METRIC[key], sm.order_by, rows, where, sm.sums)
+        parts[key] = metrics.summary_rows(session, _METRIC[key], sm.order_by, rows, where, sm.sums)
     frames = with_groups({k: p.rows for k, p in parts.items()}, groups)
     if "groups" in frames:
         parts = {"groups": metrics.TopRows(groups, len(groups), {}), **parts}
         frames["groups"] = groups.head(rows)
     return {k: dataclasses.replace(parts[k], rows=frames[k]) for k in frames}
+
+
+def _summary_keys(modules: bool, critical_path: bool) -> List[str]:
+    """The sections :func:`summarize` shows (``groups`` aside)."""
+    return [k for k in SECTIONS if k not in ("groups", "modules", "critical_paths")] + (
+        ["modules"] if modules else []) + (["critical_paths"] if critical_path else [])
+
+
+def _summary_modules(keys: List[str]) -> List[str]:
+    """The SQL modules the summary of ``keys`` reads: a metric's shortcut module where it has
+    one (:data:`~perfetto_graph_ann.query.metrics.SHORTCUTS`), else its own."""
+    from ..query import metrics
+
+    names = ["groups", *(_METRIC[k] for k in keys)]
+    return list(dict.fromkeys(metrics.SHORTCUTS[n].module if n in metrics.SHORTCUTS else metrics.METRICS[n].module
+                              for n in names))
 
 
 def format_summary(parts: Dict[str, "TopRows"], trace_start: Optional[int] = None,

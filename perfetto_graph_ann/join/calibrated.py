@@ -11,12 +11,13 @@ dropped record) is not trusted: its events are left to the structural join.
 """
 from __future__ import annotations
 
+import weakref
 from collections import Counter
-from typing import Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import CALIBRATED
-from .match import Match, best_graph, compatible_signatures, signature
+from .match import Match, best_graph, compatible_signatures, replay_signatures, signature
 from .replays import Replay
 
 __all__ = ["match_calibrated"]
@@ -34,36 +35,52 @@ def _node_signature(node: NodeRecord) -> Tuple:
     return sig
 
 
-def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], NodeRecord], bool]:
-    """(stream, ordinal) -> node, and whether ordinals count kernels only."""
-    table = {(n.stream, n.ordinal): n for n in graph.nodes if n.stream is not None and n.ordinal is not None}
-    kernels_only = not any(n.type != "kernel" and n.type in GPU_WORK_NODE_TYPES for n in table.values())
-    return table, kernels_only
+#: id(graph) -> (graph, its table, kernels only, nodes per stream): built once per graph, not
+#: per replay; an entry goes when its graph does
+_TABLES: Dict[int, Tuple[Any, Dict[Tuple[int, int], Tuple[NodeRecord, Tuple, Match]], bool, Counter]] = {}
+
+
+def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], Tuple[NodeRecord, Tuple, Match]], bool, Counter]:
+    """(stream, ordinal) -> (node, its loose signature, its unambiguous calibrated match),
+    whether ordinals count kernels only, and the nodes per stream."""
+    hit = _TABLES.get(id(graph))
+    if hit is not None and hit[0]() is graph:
+        return hit[1], hit[2], hit[3]
+    nodes = {(n.stream, n.ordinal): n for n in graph.nodes if n.stream is not None and n.ordinal is not None}
+    kernels_only = not any(n.type != "kernel" and n.type in GPU_WORK_NODE_TYPES for n in nodes.values())
+    per_stream = Counter(stream for stream, _ in nodes)
+    table = {pos: (n, _node_signature(n), Match(n, CALIBRATED, False)) for pos, n in nodes.items()}
+    _TABLES[id(graph)] = (weakref.ref(graph), table, kernels_only, per_stream)
+    weakref.finalize(graph, _TABLES.pop, id(graph), None)
+    return table, kernels_only, per_stream
 
 
 def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Sequence[int],
                      only_graph: Optional[int] = None) -> Tuple[Dict[int, Match], Optional[int]]:
     """Match the ``pending`` event indices of ``replay``; returns matches and the chosen graph id."""
     pending_set = set(pending)
-    ev_sig: Dict[int, Tuple] = {}  # filled by the first calibrated graph: none, no signatures
 
-    def match_graph(g: GraphRecord) -> Dict[int, NodeRecord]:
-        found: Dict[int, NodeRecord] = {}
+    def match_graph(g: GraphRecord) -> Dict[int, Match]:
+        found: Dict[int, Match] = {}
         if not g.calibrated:
             return found
-        if not ev_sig:
-            ev_sig.update((e.index, signature(e, strict=False)) for e in replay.events if e.index in pending_set)
-        table, kernels_only = _table(g)
-        expected_per_stream = Counter(stream for stream, _ in table)
+        ev_sig = replay_signatures(replay)
+        table, kernels_only, expected_per_stream = _table(g)
         ordinals = replay.ordinals(kernels_only)
         seen_per_stream = Counter(stream for stream, _ in ordinals.values())
+        trusted = {st for st, n in seen_per_stream.items() if n == expected_per_stream[st]}
+        get = table.get
         for idx, pos in ordinals.items():
-            if idx not in pending_set or seen_per_stream[pos[0]] != expected_per_stream[pos[0]]:
+            if pos[0] not in trusted or idx not in pending_set:
                 continue
-            node = table.get(pos)
-            if node is not None and compatible_signatures(ev_sig[idx], _node_signature(node)):
-                found[idx] = node
+            hit = get(pos)
+            if hit is not None:
+                sig = ev_sig[idx]
+                if sig == hit[1] or compatible_signatures(sig, hit[1]):  # equal: compatible, without the loop
+                    found[idx] = hit[2]
         return found
 
     found, exec_id, graph_tie = best_graph(replay, graphs, only_graph, match_graph)
-    return {i: Match(n, CALIBRATED, graph_tie) for i, n in found.items()}, exec_id
+    if graph_tie:
+        return {i: Match(m.node, CALIBRATED, True) for i, m in found.items()}, exec_id
+    return found, exec_id

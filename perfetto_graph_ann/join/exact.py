@@ -20,6 +20,8 @@ def match_exact(events: Sequence[TraceEvent], nodes_by_key: Mapping[int, NodeRec
     """event index -> Match for every event whose ``graph node id`` names a known node."""
     out: Dict[int, Match] = {}
     for e in events:
+        if "graph node id" not in e.args:  # torch 2.11's Kineto writes none: the usual case
+            continue
         key = int_arg(e, "graph node id")
         if key is None:
             continue

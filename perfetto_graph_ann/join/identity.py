@@ -30,15 +30,16 @@ def _is_int(v: Any) -> bool:
 def trace_pids(trace: KinetoTrace) -> Set[int]:
     """The pids that launched graphs in ``trace`` (else that made CUDA runtime / driver calls)."""
     launch: Set[int] = set()
+    for e in trace.events:  # launches first: a name lookup, no category to normalise per event
+        if e.ph == "X" and e.name in GRAPH_LAUNCH_NAMES and _is_int(e.pid):
+            launch.add(e.pid)
+    if launch:
+        return launch
     host: Set[int] = set()
     for e in trace.events:
-        if not _is_int(e.pid):
-            continue
-        if e.ph == "X" and e.name in GRAPH_LAUNCH_NAMES:
-            launch.add(e.pid)
-        elif e.category in _HOST_CATEGORIES:
+        if _is_int(e.pid) and e.category in _HOST_CATEGORIES:
             host.add(e.pid)
-    return launch or host
+    return host
 
 
 def trace_device_names(trace: KinetoTrace) -> Dict[int, str]:

@@ -23,13 +23,13 @@ from ..read.model import KinetoTrace, TraceEvent
 from . import critical_path, identity
 from .calibrated import match_calibrated
 from .exact import match_exact
-from .lanes import (PLACEMENT_KEYS, check_default_stream, decide_graph_lanes, has_annotated_nodes,  # noqa: F401
-                    lane_graphs, lane_name, placement)
+from .lanes import (PLACEMENT_KEYS, annotated_lane, check_default_stream, decide_graph_lanes,  # noqa: F401
+                    has_annotated_nodes, lane_graphs, lane_name, node_args, placement)
 from .launches import launch_identities
-from .match import GraphFit, Match, device_ok
+from .match import GraphFit, Match, device_ok, replay_signatures
 from .projection import project
 from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, JoinReport, LaneLayout,
-                    lane_key)
+                    Placement)
 from .replays import Replay, find_replays
 from .structural import match_structural
 
@@ -130,7 +130,7 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     # the one rule for the lane options (join/lanes.py): every entry point comes through here
     graph_lanes = decide_graph_lanes(graph_lanes, annotations, files, trace.path)
     default_stream = check_default_stream(default_stream, annotations, files, trace.path)
-    report = JoinReport(total=sum(1 for e in trace.events if e.is_gpu_work))
+    report = JoinReport(total=sum(1 for e in trace.events if e.ph == "X" and e.is_gpu_work))
     report.annotation_files = [s.source for s in sources if s.source]
     _check_identities(trace, sources, force, report)
     replays = find_replays(trace)
@@ -176,13 +176,41 @@ def _critical_paths(replays: List[Replay], matches: Dict[int, Match], replay_gra
 
 def _place(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[int, int], graph_lanes: str,
            default_stream: int, cache: Dict, report: JoinReport) -> Dict[int, Any]:
-    """Every replayed event's placement (lane and args); counts matched and unmatched."""
+    """Every replayed event's placement (lane and args); counts matched and unmatched.
+
+    :func:`~.lanes.placement`'s rule, with its per-node part looked up inline for the usual
+    event (matched to a node of a known graph): the same placements, one call fewer per event."""
     placements = {}
+    get = matches.get
+    every = graph_lanes == "all"
     for r in replays:
+        index = replay_index.get(r.correlation)
         for e in r.events:
-            m = matches.get(e.index)
-            placements[e.index] = placement(e, m, replay_index.get(r.correlation) if m else None, graph_lanes, cache,
-                                           default_stream)
+            m = get(e.index)
+            if m is None or m.shared_by:
+                placements[e.index] = placement(e, m, index if m else None, graph_lanes, cache, default_stream)
+            else:
+                node = m.node
+                hit = cache.get(node.key)
+                if hit is None:
+                    hit = cache[node.key] = (annotated_lane(m, default_stream), node_args(node, True))
+                lane, base = hit
+                args = dict(base)
+                if index is not None:
+                    args["replay"] = index
+                args["join"] = m.strategy
+                if m.ambiguous:
+                    args["join_ambiguous"] = True
+                hw = e.args.get("stream")
+                if type(hw) is not int:
+                    hw = e.stream
+                if every:
+                    if hw is not None:
+                        args["original_stream"] = hw
+                    placements[e.index] = Placement(lane, args, node.annotation)
+                else:
+                    args["annotated_stream"] = lane
+                    placements[e.index] = Placement(hw if hw is not None else lane, args, node.annotation)
             if m is None:
                 report.unmatched += 1
             else:
@@ -199,16 +227,32 @@ def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict
     """Under ``graph_lanes="all"``: each lane named by the graphs whose events are on it in
     this trace (lane labels are per graph). The default lane keeps its stream name even if an
     annotation asks for it explicitly: it also holds every graphed event without a lane."""
+    # lane_graphs' rule (the graphs on each lane) in the same pass that finds the lanes in order
+    shared = {i: m.shared_by for i, m in matches.items() if m.shared_by}
+    graphs_on: Dict[Tuple[int, int], set] = {}
+    lanes: Dict[Tuple[int, int], Any] = {}  # (device, lane) -> lane, in first-seen order
+    for r in replays:
+        for e in r.events:
+            p = placements[e.index]
+            lane = p.lane
+            d = e.args.get("device")
+            if type(d) is not int:
+                d = e.device
+            key = (d if d is not None else 0, lane)
+            if key not in lanes:
+                lanes[key] = lane
+            pa = p.args
+            ids = [pa["graph id"]] if "graph id" in pa else shared.get(e.index)
+            if ids and lane is not None:
+                on = graphs_on.get(key)
+                if on is None:
+                    on = graphs_on[key] = set()
+                on.update(ids)
     lane_names: Dict[Any, str] = {}
-    events = [e for r in replays for e in r.events]
-    graphs_on = lane_graphs(events, placements, shared={i: m.shared_by for i, m in matches.items() if m.shared_by})
-    for e in events:
-        lane = placements[e.index].lane
-        key = lane_key(e.device, lane)
-        if key not in lane_names:
-            on_lane = graphs_on.get(key)
-            lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
-                               else f"stream {lane}")
+    for key, lane in lanes.items():
+        on_lane = graphs_on.get(key)
+        lane_names[key] = (lane_name(lane, annotations, on_lane) if on_lane and lane != default_stream
+                           else f"stream {lane}")
     return lane_names
 
 
@@ -233,16 +277,24 @@ class _Attribution:
         #: replay correlation -> the graphs it may be, where the join could not tell
         self.replay_candidates: Dict[int, Tuple[int, ...]] = {}
         self.launched: Optional[Dict[int, FrozenSet[int]]] = None
+        self._shapes: Dict[int, frozenset] = {}  # replay correlation -> the shape of all its GPU work
         if annotations.replays is not None:
-            events = {r.correlation: r.events for r in replays}
-            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(events.get(corr), g))
+            by_corr = {r.correlation: r for r in replays}
+            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(by_corr.get(corr), g))
             self.launched = ids.graphs
             report.replay_record = True
             report.replay_record_problems = ids.problems
 
-    def _may_be(self, events: Optional[List[TraceEvent]], exec_id: int) -> bool:
+    def _may_be(self, r: Optional[Replay], exec_id: int) -> bool:
         g = self.by_id.get(exec_id)
-        return g is None or not events or (device_ok(g.device, events[0].device) and self.fit.fits(events, g))
+        if g is None or r is None or not r.events:
+            return True
+        if not device_ok(g.device, r.events[0].device):
+            return False
+        shape = self._shapes.get(r.correlation)
+        if shape is None:  # once per replay, from the signatures the calibration uses too
+            shape = self._shapes[r.correlation] = self.fit.shape(r.events, replay_signatures(r))
+        return self.fit.fits_shape(shape, g)
 
     def candidate_names(self, ids: Iterable[int]) -> str:
         return " | ".join(self.by_id[i].display_name if i in self.by_id else f"graph {i}" for i in ids)
@@ -256,7 +308,7 @@ class _Attribution:
         recorded = self.launched.get(r.correlation) if self.launched is not None else None
         if recorded:
             return sorted(g for g in recorded if g in self.by_id), any(g not in self.by_id for g in recorded), RECORDED
-        shape = self.fit.shape(pending)  # once, not once per graph
+        shape = self.fit.shape(pending, replay_signatures(r))  # once, not once per graph
         fitting = [g.exec_id for g in self.annotations.graphs
                    if device_ok(g.device, r.device) and self.fit.fits_shape(shape, g)]
         return fitting, False, KERNELS

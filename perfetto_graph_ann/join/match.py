@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..read.model import TraceEvent
 from .names import base_name, full_name
-from .replays import Replay, dim3_arg, node_type_of
+from .replays import EVENT_NODE_TYPE, Replay, dim3_arg, node_type_of
 
-__all__ = ["best_graph", "compatible_signatures", "device_ok", "GraphFit", "Match", "signature", "T"]
+__all__ = ["best_graph", "compatible_signatures", "device_ok", "GraphFit", "Match", "replay_signatures", "signature",
+           "T"]
 
 T = TypeVar("T")
 
@@ -49,6 +50,32 @@ def signature(event_or_node, strict: bool) -> Tuple:
     t = node_type_of(e)
     name = name_fn(e.name) if t == "kernel" else None
     return (t, name, dim3_arg(e, "grid"), dim3_arg(e, "block"))
+
+
+def replay_signatures(replay: Replay) -> Dict[int, Tuple]:
+    """event index -> loose signature (``signature(e, strict=False)``) of every event of
+    ``replay``, computed once and kept on it (the graph fit and the calibration both ask)."""
+    sigs = replay.signatures
+    if sigs is None:
+        sigs = replay.signatures = {}
+        types: Dict[str, str] = {}  # cat as written -> node type
+        for e in replay.events:
+            t = types.get(e.cat)
+            if t is None:
+                t = types[e.cat] = EVENT_NODE_TYPE.get(e.category, "other")
+            a = e.args
+            g, b = a.get("grid"), a.get("block")
+            # dim3_arg's rule, inline for what Kineto writes (three ints)
+            if type(g) is list and len(g) == 3 and type(g[0]) is int and type(g[1]) is int and type(g[2]) is int:
+                g = (g[0], g[1], g[2])
+            else:
+                g = dim3_arg(e, "grid")
+            if type(b) is list and len(b) == 3 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int:
+                b = (b[0], b[1], b[2])
+            else:
+                b = dim3_arg(e, "block")
+            sigs[e.index] = (t, base_name(e.name) if t == "kernel" else None, g, b)
+    return sigs
 
 
 def device_ok(graph_device: Optional[int], replay_device: Optional[int]) -> bool:
@@ -100,10 +127,13 @@ class GraphFit:
         return c
 
     @staticmethod
-    def shape(events: Sequence[TraceEvent]) -> frozenset:
+    def shape(events: Sequence[TraceEvent], signatures: Optional[Mapping[int, Tuple]] = None) -> frozenset:
         """The replay shape :meth:`fits` compares: each loose signature with its count. For
         one replay tried against many graphs (a serving engine's graph per batch size), take
-        it once and ask :meth:`fits_shape`."""
+        it once and ask :meth:`fits_shape`. ``signatures``: the events' loose signatures by
+        index where already known (:func:`replay_signatures`)."""
+        if signatures is not None:
+            return frozenset(Counter([signatures[e.index] for e in events]).items())
         return frozenset(Counter(signature(e, strict=False) for e in events).items())
 
     def fits(self, events: Sequence[TraceEvent], g: GraphRecord) -> bool:

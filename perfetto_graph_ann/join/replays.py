@@ -37,6 +37,9 @@ def int_arg(event: TraceEvent, key: str) -> Optional[int]:
 def dim3_arg(event: TraceEvent, key: str) -> Optional[Tuple[int, ...]]:
     v = event.args.get(key)
     if type(v) is list:
+        if len(v) == 3:  # what Kineto writes: no generator
+            a, b, c = v
+            return (a, b, c) if type(a) is int and type(b) is int and type(c) is int else None
         t = tuple(v)
         if all(type(x) is int for x in t):
             return t
@@ -50,6 +53,8 @@ class Replay:
     correlation: int
     launch: Optional[TraceEvent]
     events: List[TraceEvent]  #: sorted by (ts_ns, index)
+    #: event index -> loose signature, computed once per join (``match.replay_signatures``)
+    signatures: Optional[Dict[int, Tuple]] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def device(self) -> Optional[int]:
@@ -70,11 +75,13 @@ class Replay:
         counters: Dict[Optional[int], int] = {}
         out: Dict[int, Tuple[int, int]] = {}
         for e in self.events:
-            if kernels_only and e.category != "kernel":
+            if kernels_only and e.cat != "kernel" and e.category != "kernel":
                 continue
-            s = e.stream
-            if s is None:
-                continue
+            s = e.args.get("stream")
+            if type(s) is not int:  # else the property's rule (bool, tid)
+                s = e.stream
+                if s is None:
+                    continue
             k = counters.get(s, 0)
             counters[s] = k + 1
             out[e.index] = (s, k)
@@ -84,21 +91,34 @@ class Replay:
 def find_replays(trace: KinetoTrace) -> List[Replay]:
     """Every replay in the trace, in launch order (launch ts, then correlation)."""
     launches: Dict[int, TraceEvent] = {}
+    # one pass: launches, and GPU work by correlation (file order), then the groups that are replays
+    work: Dict[int, List[TraceEvent]] = {}
+    graph_ids = set()  # correlations with an event carrying graph ids
+    launch_names = GRAPH_LAUNCH_NAMES
     for e in trace.events:
-        if e.ph == "X" and e.name in GRAPH_LAUNCH_NAMES:
+        if e.ph != "X":  # both a launch and GPU work are complete events
+            continue
+        if e.name in launch_names:
             c = e.correlation
             if c is not None and c not in launches:
                 launches[c] = e
-    groups: Dict[int, List[TraceEvent]] = {}
-    for e in trace.events:
         if not e.is_gpu_work:
             continue
         c = e.correlation
         if c is None:
             continue
-        if c in launches or "graph node id" in e.args or "graph id" in e.args:
-            groups.setdefault(c, []).append(e)
-    replays = [Replay(c, launches.get(c), sorted(evs, key=lambda e: (e.ts_ns or 0, e.index)))
-               for c, evs in groups.items()]
+        evs = work.get(c)
+        if evs is None:
+            evs = work[c] = []
+        evs.append(e)
+        if "graph node id" in e.args or "graph id" in e.args:
+            graph_ids.add(c)
+    replays = []
+    for c, evs in work.items():
+        if c not in launches:
+            if c not in graph_ids:
+                continue
+            evs = [e for e in evs if "graph node id" in e.args or "graph id" in e.args]  # no launch: those alone
+        replays.append(Replay(c, launches.get(c), sorted(evs, key=lambda e: (e.ts_ns or 0, e.index))))
     replays.sort(key=lambda r: (r.start_ns, r.correlation))
     return replays

@@ -30,8 +30,8 @@ from .session import Session, open_trace
 
 __all__ = ["collectives", "gpu_work", "graph_replays", "groups", "lane_gaps", "lane_idle", "lane_summary",
            "lane_top_kernels", "Metric", "METRICS", "module_instances", "module_summary", "overlap", "query_metric",
-           "replay_lanes", "replays", "report", "scope_instances", "scope_slowest", "scope_summary", "TraceArg",
-           "without_group"]
+           "replay_lanes", "replays", "report", "scope_instances", "scope_slowest", "scope_summary", "Shortcut",
+           "SHORTCUTS", "summary_rows", "TraceArg", "without_group"]
 
 TraceArg = Union[str, "os.PathLike[str]", Session]
 
@@ -58,10 +58,10 @@ METRICS: Dict[str, Metric] = {
     "lane_idle": Metric("graph_ann.lane_idle", "graph_ann_lane_idle", "group_id, device, lane_id"),
     "lane_gaps": Metric("graph_ann.lane_idle", "graph_ann_lane_gap", "group_id, device, lane_id, ts"),
     "graph_replays": Metric("graph_ann.scopes", "graph_ann_graph_replay", "group_id, device, ts, id"),
-    "scope_summary": Metric("graph_ann.scopes", "graph_ann_scope_stats",
+    "scope_summary": Metric("graph_ann.scope_stats", "graph_ann_scope_stats",
                             "group_id, graph_id, first_ts, depth, scope_path"),
-    "scope_instances": Metric("graph_ann.scopes", "graph_ann_scope_instance", "group_id, device, ts, depth, id"),
-    "scope_slowest": Metric("graph_ann.scopes", "graph_ann_scope_slowest", "dur DESC, id"),
+    "scope_instances": Metric("graph_ann.scope_stats", "graph_ann_scope_instance", "group_id, device, ts, depth, id"),
+    "scope_slowest": Metric("graph_ann.scope_stats", "graph_ann_scope_slowest", "dur DESC, id"),
     "module_summary": Metric("graph_ann.modules", "graph_ann_module_summary",
                              "group_id, graph_id, mean_total_dur DESC, module_path"),
     "module_instances": Metric("graph_ann.modules", "graph_ann_module_instance", "group_id, device, ts, depth, id"),
@@ -298,4 +298,53 @@ def top_rows(trace: TraceArg, name: str, order_by: str, limit: int, where: Optio
         row = s.query(f"INCLUDE PERFETTO MODULE {m.module}; SELECT {agg} FROM {m.table}{cond}").tuples()[0]
         rows = _frame(s.query(f"INCLUDE PERFETTO MODULE {m.module}; SELECT * FROM {m.table}{cond} "
                               f"ORDER BY {order_by}, {m.order_by} LIMIT {int(limit)}"))
+    return TopRows(rows, int(row[0]), dict(zip(sums, row[1:])))
+
+
+@dataclasses.dataclass(frozen=True)
+class Shortcut:
+    """A cheaper way to a metric's summary (:func:`summary_rows`) than its full table: a table
+    with one row per row of the metric holding its order and summed columns, and a macro
+    giving the metric's columns for a few of those rows."""
+
+    module: str  #: the module defining both (instead of the metric's own)
+    table: str  #: one row per row of the metric
+    order_by: str  #: the metric's table order on ``table``'s columns (ties broken by a unique key)
+    rows: str  #: macro: the metric's rows (its columns the summary shows, at least) for rows of ``table``
+    exact: Optional[str] = None  #: SQL of one boolean: whether ``table`` is exact for this trace
+
+
+#: The metrics whose summary does not need their full table, by :data:`METRICS` name.
+SHORTCUTS: Dict[str, Shortcut] = {
+    "replays": Shortcut("graph_ann.report_summary", "_graph_ann_replay_extent", "group_id, device, ts, launch_id",
+                        "_graph_ann_replay_summary_rows",
+                        "SELECT exact FROM _graph_ann_summary_exact WHERE section = 'replays'"),
+    "collectives": Shortcut("graph_ann.collective_rows", "_graph_ann_collective_kernel", "group_id, device, ts, id",
+                            "_graph_ann_collective_rows"),
+    "lane_idle": Shortcut("graph_ann.report_summary", "_graph_ann_lane_idle_extent", "group_id, device, lane_id",
+                          "_graph_ann_lane_idle_summary_rows",
+                          "SELECT exact FROM _graph_ann_summary_exact WHERE section = 'lane_idle'"),
+}
+
+
+def summary_rows(trace: TraceArg, name: str, order_by: str, limit: int, where: Optional[str] = None,
+                 sums: Sequence[str] = (), engine: str = "auto") -> TopRows:
+    """:func:`top_rows` of metric ``name`` (same rows, count and sums), computed without the
+    metric's full table where it has a :data:`SHORTCUTS` entry that is exact for the trace (the
+    report's summary of a large trace: the full replay, collective and idle tables cost
+    seconds; their first rows and totals do not). Rows tied on ``order_by`` and the metric's
+    own order come in the order of a unique key; the columns may be fewer than the table's
+    (those the summary shows are there)."""
+    sc = SHORTCUTS.get(name)
+    with _session(trace, engine) as s:
+        if sc is None or where:
+            return top_rows(s, name, order_by, limit, where, sums)
+        s.query(f"INCLUDE PERFETTO MODULE {sc.module};")
+        if sc.exact and not s.query(sc.exact).tuples()[0][0]:
+            return top_rows(s, name, order_by, limit, where, sums)
+        agg = ", ".join(["COUNT(*) AS n", *(f"SUM({c}) AS s{i}" for i, c in enumerate(sums))])
+        row = s.query(f"SELECT {agg} FROM {sc.table}").tuples()[0]
+        order = f"{order_by}, {sc.order_by}"
+        keys = f"(SELECT * FROM {sc.table} ORDER BY {order} LIMIT {int(limit)})"
+        rows = _frame(s.query(f"SELECT * FROM {sc.rows}!({keys}) ORDER BY {order}"))
     return TopRows(rows, int(row[0]), dict(zip(sums, row[1:])))

@@ -59,3 +59,20 @@ CREATE PERFETTO MACRO _graph_ann_union_piece_in(
 )
 RETURNS Expr AS
 (MAX(0, MIN($end_ts, $span_end_ts) - MAX($ts, COALESCE($prev_end_ts, $ts), $span_ts)));
+
+-- The union of each replay's work in `work` (columns launch_id, ts, dur), one
+-- window pass in start order partitioned by replay (the rule above). One row
+-- per launch_id: (launch_id, busy_dur).
+CREATE PERFETTO MACRO _graph_ann_union_per_replay(
+  -- Graphed work: launch_id, ts, dur.
+  work TableOrSubquery
+)
+RETURNS TableOrSubquery AS
+(
+  SELECT launch_id, SUM(_graph_ann_union_piece!(ts, ts + dur, prev_end_ts)) AS busy_dur
+  FROM (
+    SELECT launch_id, ts, dur, _graph_ann_prev_end_by!(launch_id, ts, ts + dur) AS prev_end_ts
+    FROM $work
+  )
+  GROUP BY launch_id
+);

@@ -43,6 +43,7 @@ def test_trace_handler_two_cycles_of_graph_replays(tmp_path, results):
             lane = n.annotation.get("stream")
             per_replay[lane if isinstance(lane, int) else 7] += 1
     assert per_replay, f"not calibrated: {rec.calibration_note if hasattr(rec, 'calibration_note') else rec}"
+    assert handler.wait() == written  # converted in the background (the default)
     files = sorted(os.listdir(tmp_path / "traces"))
     assert len(written) == 2 and files == sorted(os.path.basename(p) for p in written)
     got = []

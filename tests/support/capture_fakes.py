@@ -32,6 +32,16 @@ NODE_ID = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.
 NODE_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
 #: CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *)
 KERNEL_PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams))
+#: CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *)
+SUBSCRIBE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p)
+#: CUptiResult cuptiEnableCallback(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId)
+ENABLE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
+#: CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle)
+UNSUBSCRIBE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+#: void CUpti_CallbackFunc(void *userdata, CUpti_CallbackDomain, CUpti_CallbackId, const void *cbdata)
+CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+#: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+MULTIPLE_SUBSCRIBERS = 39
 #: CUgraphNodeType values of the node types the fakes make
 CU_TYPES = {"kernel": 0, "memcpy": 1, "memset": 2, "empty": 5, "event_record": 7}
 
@@ -76,6 +86,17 @@ class FakeCuda(CaptureBackend):
         self.sessions = 0  # activity sessions opened
         self.busy: Optional[str] = None  # the activity session cannot start: this message
         self.no_calibration: Optional[str] = None  # calibration_unavailable()'s answer
+        # CUPTI's callback API, for the node watch (nodewatch.py): off unless ``watchable``
+        self.watchable = False  # True: node_watch_functions() gives the three below
+        self.subscribe_rc = 0  # != 0: cuptiSubscribe refuses with this result
+        self.skip_callbacks = 0  # > 0: that many node creations issue no callback (a driver that misses some)
+        self.subscribed: Optional[Any] = None  # the subscribed callback (CALLBACK), None: nobody
+        self.enabled: set = set()  # (domain, cbid) enabled for the subscriber
+        self.subscriptions = 0  # cuptiSubscribe calls that succeeded
+        self.unsubscriptions = 0
+        self._c_subscribe = SUBSCRIBE(self._cupti_subscribe)
+        self._c_enable = ENABLE(self._cupti_enable)
+        self._c_unsubscribe = UNSUBSCRIBE(self._cupti_unsubscribe)
 
     # driver side ----------------------------------------------------------------
     def begin_capture(self, stream: int) -> int:
@@ -95,7 +116,48 @@ class FakeCuda(CaptureBackend):
             h = next(self._handles)
             self.graphs[g].append(NodeInfo(h, len(self.graphs[g]), type, kernel if type == "kernel" else None,
                                            grid if type == "kernel" else None, block if type == "kernel" else None))
+            self._node_created(g, h)
             return h
+
+    def _node_created(self, graph: int, node: int) -> None:
+        """CUPTI's GRAPHNODE_CREATED resource callback, where someone subscribed and enabled it."""
+        if self.subscribed is None or (3, 13) not in self.enabled:
+            return
+        if self.skip_callbacks > 0:
+            self.skip_callbacks -= 1
+            return
+        graph_data = (ctypes.c_void_p * 7)(graph, None, node)  # CUpti_GraphData: graph, originalGraph, node, ...
+        resource = (ctypes.c_void_p * 3)(None, None, ctypes.addressof(graph_data))  # CUpti_ResourceData
+        self.subscribed(None, 3, 13, ctypes.addressof(resource))
+
+    def _cupti_subscribe(self, out, callback, userdata) -> int:
+        if self.subscribe_rc:
+            return self.subscribe_rc
+        if self.subscribed is not None:
+            return MULTIPLE_SUBSCRIBERS
+        self.subscribed = CALLBACK(callback)
+        self.subscriptions += 1
+        out[0] = 0x5B5
+        return 0
+
+    def _cupti_enable(self, enable, subscriber, domain, cbid) -> int:
+        if subscriber != 0x5B5 or self.subscribed is None:
+            return 1  # CUPTI_ERROR_INVALID_PARAMETER
+        (self.enabled.add if enable else self.enabled.discard)((domain, cbid))
+        return 0
+
+    def _cupti_unsubscribe(self, subscriber) -> int:
+        if subscriber != 0x5B5 or self.subscribed is None:
+            return 1
+        self.subscribed, self.enabled = None, set()
+        self.unsubscriptions += 1
+        return 0
+
+    def node_watch_functions(self):
+        if not self.watchable:
+            return None
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value
+                     for f in (self._c_subscribe, self._c_enable, self._c_unsubscribe))
 
     def end_capture(self, stream: int) -> int:
         g = self.capturing.pop(stream)
@@ -204,6 +266,7 @@ class FakeCuda(CaptureBackend):
             h = next(self._handles)
             nodes.append(NodeInfo(h, len(nodes), "empty", None, None, None))
             self._marker_ids[h] = len(nodes) - 1 + self.marker_id_skew
+            self._node_created(graph, h)
         node_out[0] = h
         return 0
 
@@ -225,7 +288,9 @@ class FakeCuda(CaptureBackend):
         with self.lock:
             self.marker_calls += 1
             nodes = self.graphs[graph]
-            nodes.append(NodeInfo(next(self._handles), len(nodes), "empty", None, None, None))
+            h = next(self._handles)
+            nodes.append(NodeInfo(h, len(nodes), "empty", None, None, None))
+            self._node_created(graph, h)
             return len(nodes) - 1 + self.marker_id_skew
 
     def list_nodes(self, graph: int) -> List[int]:

@@ -51,6 +51,12 @@ class CaptureBackend:
         """
         return None
 
+    def node_watch_functions(self) -> Optional[Tuple[int, int, int]]:
+        """Addresses of ``cuptiSubscribe``, ``cuptiEnableCallback`` and ``cuptiUnsubscribe``, or
+        None. With them the compiled path counts nodes in CUPTI's node-created callback while a
+        graph is captured (:mod:`..nodewatch`), and scope edges ask the driver nothing."""
+        return None
+
     def add_marker(self, graph: int) -> Optional[int]:
         """Add an empty node to ``graph`` (under capture); its local id, or None if unsupported.
 

@@ -40,9 +40,18 @@ class CuptiBackend(CudaGraphBackend):
         self._graph_id_addr = _address(self._lib.cuptiGetGraphId)
         self._marker_addrs = (_address(self._cu.cuGraphAddEmptyNode), _address(self._lib.cuptiGetGraphNodeId))
         self._node_id_addr = self._marker_addrs[1]
+        try:
+            self._watch_addrs: Optional[Tuple[int, int, int]] = (
+                _address(self._lib.cuptiSubscribe), _address(self._lib.cuptiEnableCallback),
+                _address(self._lib.cuptiUnsubscribe))
+        except AttributeError:
+            self._watch_addrs = None
 
     def marker_functions(self) -> Optional[Tuple[int, int]]:
         return self._marker_addrs
+
+    def node_watch_functions(self) -> Optional[Tuple[int, int, int]]:
+        return self._watch_addrs
 
     def _node_id(self, node: Any) -> int:
         return _out(self._lib.cuptiGetGraphNodeId, node, ctypes.c_uint64, "cuptiGetGraphNodeId")

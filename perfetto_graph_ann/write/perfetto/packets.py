@@ -63,8 +63,10 @@ MAX_INTERNED_STRING = 64
 INT64_MIN = -(1 << 63)
 UINT64_END = 1 << 64
 json_args = msgspec.json.Encoder(decimal_format="number").encode
-#: Per-event ids (CUPTI / profiler counters) that make otherwise identical args differ.
-VARYING_KEYS = frozenset({"correlation", "External id", "Ev Idx", "Record function id", "Python id", "Python parent id"})
+#: Per-event ids that make otherwise identical args differ: CUPTI / profiler counters, and
+#: the join's per-node and per-replay numbers (a graphed kernel's args differ by those alone).
+VARYING_KEYS = frozenset({"correlation", "External id", "Ev Idx", "Record function id", "Python id", "Python parent id",
+                          "graph node id", "replay"})
 
 
 def frame(payload: bytes) -> bytes:

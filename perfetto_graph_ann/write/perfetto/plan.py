@@ -166,16 +166,19 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
     stream a graph replays on, so on a stream whose work all moved to other lanes it is
     noise. The pftrace follows the same rule as the annotated Chrome JSON."""
     kinds, placements, gpu_pids = plan.kinds, plan.placements, plan.gpu_pids
-    work = set()
+    gpu_work = []
     held = []
     for e in plan.events:
         if type(e.pid) is not int or e.pid not in gpu_pids or e.ts_ns is None or kinds[e.index] < 0:
             continue
         c = cats[e.cat]
         if c in GPU_WORK_CATEGORIES:
-            work.add(_gpu_lane(e, placements.get(e.index)))
+            gpu_work.append(e)
         elif c == "gpu_user_annotation" and e.ph not in ("s", "t", "f"):
             held.append(e)
+    if not held:  # the usual graphed trace: no lane to look up
+        return 0
+    work = {_gpu_lane(e, placements.get(e.index)) for e in gpu_work}
     dropped = 0
     for e in held:
         if _gpu_lane(e, None) not in work:

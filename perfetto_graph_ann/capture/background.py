@@ -1,0 +1,231 @@
+"""Conversions off the caller's path: ``export(..., background=True)`` and ``trace_handler``.
+
+The caller exports torch's Chrome JSON and saves the annotations (a binary sidecar) into a
+temporary folder beside the output; a separate process (``python -m
+perfetto_graph_ann.capture.background JOB``, started with ``subprocess``: fork + exec, so
+nothing of a CUDA process runs in it, and no ``__main__`` of the user's is re-run as a
+multiprocessing spawn would) reads, joins and writes the output atomically, then leaves its
+outcome (the join report, or the error) in the folder. :class:`ExportHandle` waits for it,
+raises the same :class:`~perfetto_graph_ann.errors.GraphAnnError`, and removes the folder.
+
+Conversions not waited for by their caller are waited for at interpreter exit, at most
+:data:`EXIT_WAIT_S` seconds in all, with a message on stderr; errors found then are printed.
+The worker runs in its own session (a Ctrl-C of the training stops the training, not the
+conversion of a profile already taken) and removes its folder itself when its parent is gone.
+Importing this module does not import torch.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Dict, List, Optional
+
+from ..errors import GraphAnnError, OutputError
+
+__all__ = ["EXIT_WAIT_S", "ExportHandle", "NICE", "pending", "report_error", "start", "wait_all"]
+
+#: The longest interpreter exit waits for conversions still running (seconds, all together).
+EXIT_WAIT_S = 300.0
+#: The worker's niceness increment: below the training it runs beside.
+NICE = 10
+_RESULT = "result.pickle"
+_ERRLOG = "worker.stderr"
+
+_lock = threading.Lock()
+_pending: List["ExportHandle"] = []
+
+
+class ExportHandle:
+    """A conversion running in another process.
+
+    ``out``: the file it writes (atomically: absent, or whole, never partial); ``label``: what
+    messages call the trace. :meth:`result` waits and returns the join's report (what
+    ``export(...).report`` is when blocking) or raises the error the blocking call would have
+    raised; :meth:`done` says whether it has finished, without waiting.
+    """
+
+    def __init__(self, out: str, label: str, tmp: str, proc: subprocess.Popen):
+        self.out, self.label, self._tmp, self._proc = out, label, tmp, proc
+        self._outcome: Optional[tuple] = None
+        self._lock = threading.Lock()
+
+    def done(self) -> bool:
+        """Whether the conversion has finished (successfully or not)."""
+        return self._outcome is not None or self._proc.poll() is not None
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """Wait for the conversion (at most ``timeout`` seconds: ``subprocess.TimeoutExpired``
+        after it, the conversion still running) and return the join's
+        :class:`~perfetto_graph_ann.join.model.JoinReport`.
+
+        Raises:
+            GraphAnnError: what the blocking conversion raises (a malformed trace, annotations
+                of another run, an output that cannot be written); nothing was written.
+        """
+        with self._lock:
+            if self._outcome is None:
+                self._proc.wait(timeout)
+                self._outcome = self._collect()
+                with _lock:
+                    if self in _pending:
+                        _pending.remove(self)
+        ok, value = self._outcome
+        if ok:
+            return value
+        raise value
+
+    def _collect(self) -> tuple:
+        try:
+            try:
+                with open(os.path.join(self._tmp, _RESULT), "rb") as f:
+                    return pickle.load(f)
+            except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
+                err = ""
+                try:
+                    with open(os.path.join(self._tmp, _ERRLOG), "r", errors="replace") as f:
+                        err = f.read()[-2000:].strip()
+                except OSError:
+                    pass
+                return False, OutputError(self.out, f"the background conversion of {self.label} ended without a result "
+                                                    f"(exit status {self._proc.returncode})" + (f": {err}" if err else ""))
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], default_stream: int, force: bool,
+          label: str, tmp: str) -> ExportHandle:
+    """Convert ``src`` (a Chrome JSON file) joined with ``annotations`` to ``out`` in a new
+    process. ``tmp`` is a folder this conversion owns (beside ``out``): the annotations are
+    saved there, and it is removed when the conversion's outcome is collected."""
+    from ..annotations.files import save_annotations
+
+    if not sys.executable:  # an embedded interpreter: nothing to start the worker with
+        raise OutputError(out, "no Python executable to run a background conversion with: use background=False")
+    sidecar = save_annotations(os.path.join(tmp, "annotations.pgab"), annotations, "binary")
+    job = {"src": src, "annotations": sidecar, "source": annotations.source, "out": out, "graph_lanes": graph_lanes,
+           "default_stream": default_stream, "force": force, "label": label, "tmp": tmp, "parent": os.getpid()}
+    from .. import settings
+
+    env = settings.environment()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.basename(root) not in ("site-packages", "dist-packages"):  # a checkout: this very package
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with open(os.path.join(tmp, _ERRLOG), "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann.capture.background", json.dumps(job)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                start_new_session=True, close_fds=True)
+    handle = ExportHandle(out, label, tmp, proc)
+    with _lock:
+        _pending.append(handle)
+    return handle
+
+
+def pending() -> List[ExportHandle]:
+    """The conversions started in this process whose outcome nobody has collected yet."""
+    with _lock:
+        return list(_pending)
+
+
+def report_error(handle: ExportHandle, e: BaseException) -> None:
+    """Print a background conversion's error on stderr (it is never raised into the caller's loop)."""
+    print(f"perfetto_graph_ann: the background conversion of {handle.label} to {handle.out} failed: {e}",
+          file=sys.stderr, flush=True)
+
+
+def wait_all(timeout: Optional[float] = None, quiet: bool = False) -> List[ExportHandle]:
+    """Wait for every pending conversion (at most ``timeout`` seconds in all), printing the
+    errors of those that failed; returns the handles still running."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    left: List[ExportHandle] = []
+    for h in pending():
+        try:
+            h.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            left.append(h)
+        except Exception as e:  # noqa: BLE001: a conversion's error, printed (nobody else will see it)
+            if not quiet:
+                report_error(h, e)
+    return left
+
+
+@atexit.register
+def _at_exit() -> None:
+    running = [h for h in pending() if not h.done()]
+    if running:
+        print(f"perfetto_graph_ann: waiting for {len(running)} background trace conversion"
+              f"{'s' if len(running) != 1 else ''} (at most {EXIT_WAIT_S:.0f} s)", file=sys.stderr, flush=True)
+    try:
+        left = wait_all(EXIT_WAIT_S)
+    except KeyboardInterrupt:
+        left = [h for h in pending() if not h.done()]
+    for h in left:
+        print(f"perfetto_graph_ann: {h.out} is still being written by process {h._proc.pid}; it will appear when done",
+              file=sys.stderr, flush=True)
+
+
+def _run(job: Dict[str, Any]) -> tuple:
+    """The worker's conversion: (True, report) or (False, the error)."""
+    import dataclasses
+
+    from ..annotations.files import load_annotations
+    from ..errors import TraceFormatError
+    from ..pipeline.convert import write_joined
+    from ..read.kineto import read_trace
+
+    try:
+        ann = dataclasses.replace(load_annotations(job["annotations"]), source=job["source"])
+        try:
+            trace = read_trace(job["src"])
+        except TraceFormatError as e:
+            raise TraceFormatError(job["label"], e.problem) from None
+        trace.path = job["label"]  # what errors (the join's refusals) call it
+        layout = write_joined(trace, job["out"], ann, job["graph_lanes"], job["default_stream"], job["force"])
+        return True, layout.report
+    except GraphAnnError as e:
+        return False, e
+    except BaseException as e:  # noqa: BLE001: anything else, told to the caller as an output error
+        return False, OutputError(job["out"], f"the background conversion of {job['label']} failed: "
+                                              f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+
+
+def _main(argv: List[str]) -> int:
+    from ..util.atomic import atomic_write_bytes
+
+    job = json.loads(argv[0])
+    try:
+        os.nice(NICE)  # the training keeps its CPU: the file may appear a little later
+    except (AttributeError, OSError):
+        pass
+    outcome = _run(job)
+    try:
+        data = pickle.dumps(outcome)
+    except Exception as e:  # noqa: BLE001: an unpicklable error: its text is enough
+        data = pickle.dumps((False, OutputError(job["out"], f"{type(outcome[1]).__name__}: {outcome[1]} ({e})")))
+    tmp = job["tmp"]
+    for name in ("annotations.pgab",):
+        try:
+            os.remove(os.path.join(tmp, name))
+        except OSError:
+            pass
+    if os.path.dirname(os.path.abspath(job["src"])) == os.path.abspath(tmp):
+        try:
+            os.remove(job["src"])
+        except OSError:
+            pass
+    if os.getppid() != job["parent"]:  # nobody will collect the outcome: leave nothing behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 0 if outcome[0] else 2
+    atomic_write_bytes(os.path.join(tmp, _RESULT), data)
+    return 0 if outcome[0] else 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

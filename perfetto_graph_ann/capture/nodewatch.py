@@ -1,0 +1,99 @@
+"""Scope edges without driver calls: CUPTI's node-created callback counts each captured graph's nodes.
+
+A scope edge needs the number of nodes its graph has at that moment (docs/design.md, "Scopes").
+Asking the driver costs about as much as a captured launch (a count walks the graph; a marker
+node is a node), which is what made a scope per module call expensive (BENCHMARKS.md, "module
+scopes"). While a graph is captured, the compiled path subscribes a C callback to CUPTI's
+resource callback ``GRAPHNODE_CREATED``, which the driver issues for every node it creates,
+stream-captured launches included; the callback bumps the counter of the node's graph, and an
+edge reads it (``_nodewatch.c``).
+
+The subscription lasts only while annotated captures run: CUPTI allows one subscriber per
+process on the drivers we run (13.0), and torch's profiler subscribes when it first starts and
+keeps it; if it finds ours, CUPTI fails to initialise for it and the process's profiles have
+no GPU activity, ever (seen on the H200: tests/gpu/RESULTS.md). So a profiler starting while
+captures hold the subscription (``calibration.KINETO`` sees it prepare) first takes it back
+(:meth:`NodeWatch.yield_to_profiler`): each capture in flight switches its edges to the driver,
+which gives the same positions, and then the callback unsubscribes. Where CUPTI refuses (a
+profiler ran already, another tool is attached), or with ``PERFETTO_GRAPH_ANN_NODE_WATCH=0``,
+edges ask the driver as before. The session checks the count against the driver's at the
+capture's end and refuses the scopes when they differ.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Callable, Dict, Optional, Tuple
+
+from .. import settings
+from . import fastpath
+
+__all__ = ["GRAPHNODE_CREATED", "NodeWatch", "RESOURCE_DOMAIN", "WATCH", "enabled_from_env"]
+
+#: ``CUPTI_CB_DOMAIN_RESOURCE`` and ``CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`` (cupti_callbacks.h)
+RESOURCE_DOMAIN = 3
+GRAPHNODE_CREATED = 13
+
+#: (cuptiSubscribe, cuptiEnableCallback, cuptiUnsubscribe) addresses, from the backend
+Functions = Tuple[int, int, int]
+
+
+def enabled_from_env() -> bool:
+    """``PERFETTO_GRAPH_ANN_NODE_WATCH`` (a switch; default on)."""
+    return settings.switch(settings.NODE_WATCH, fastpath.getenv)
+
+
+class NodeWatch:
+    """The process's one subscription, shared by the captures in flight (subscribed while any
+    runs). ``refused``: CUPTI's result the last time it refused, for the report."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders: Dict[int, Callable[[], None]] = {}  # token -> what gives the watch up
+        self._tokens = itertools.count(1)
+        self._functions: Optional[Functions] = None
+        self.refused: Optional[int] = None
+
+    def acquire(self, functions: Functions, give_up: Callable[[], None]) -> Optional[int]:
+        """Subscribe if no capture holds the subscription yet. A token for :meth:`release`, or
+        None where CUPTI refuses. ``give_up()`` stops the holder's use of the count (then it
+        releases), called when a profiler needs CUPTI."""
+        fast = fastpath.module()
+        if fast is None:
+            return None
+        with self._lock:
+            if not self._holders:
+                rc = fast.watch_subscribe(functions[0], functions[1], RESOURCE_DOMAIN, GRAPHNODE_CREATED)
+                if rc != 0:
+                    fast.watch_unsubscribe(functions[2])  # a subscription whose enable failed
+                    self.refused = rc
+                    return None
+                self._functions = functions
+            token = next(self._tokens)
+            self._holders[token] = give_up
+            return token
+
+    def release(self, token: int) -> None:
+        """One capture done; unsubscribe after the last, so that a profiler can subscribe."""
+        fast = fastpath.module()
+        with self._lock:
+            if self._holders.pop(token, None) is None:
+                return
+            if not self._holders and fast is not None and self._functions is not None:
+                fast.watch_unsubscribe(self._functions[2])
+                self._functions = None
+
+    def yield_to_profiler(self) -> None:
+        """A profiler is about to subscribe: every holder gives the count up, which ends the
+        subscription."""
+        with self._lock:
+            give_ups = list(self._holders.values())
+        for give_up in give_ups:
+            give_up()
+
+    @property
+    def users(self) -> int:
+        return len(self._holders)
+
+
+WATCH = NodeWatch()

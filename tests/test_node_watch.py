@@ -1,0 +1,229 @@
+"""Scope edges positioned by CUPTI's node-created callback (``capture/nodewatch.py``, ``_nodewatch.c``).
+
+On the fake CUDA backend, whose driver issues CUPTI's ``GRAPHNODE_CREATED`` resource callback
+to whoever subscribed (as the H200's does: tests/gpu/RESULTS.md): the same workload as the
+marker tests gives the same annotations with no driver call at any edge; the subscription lasts
+exactly while captures run; a refused subscription, the setting turned off, or the pure-Python
+path fall back to the driver; a count that disagrees with the driver's at the end is refused.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+from support.capture_fakes import FAKE_TORCH_STREAM, MULTIPLE_SUBSCRIBERS, FakeCuda
+
+from test_capture_markers import EXPECTED, STREAM, annotations, run
+
+import perfetto_graph_ann as pga
+from perfetto_graph_ann.capture import api, fastpath, instrument as inst, nodewatch
+from perfetto_graph_ann.capture import session as S
+from perfetto_graph_ann.capture.registry import REGISTRY, Registry
+from perfetto_graph_ann.errors import CaptureError
+
+pytestmark = pytest.mark.usefixtures("capture_path")
+
+
+def watchable(**kw) -> FakeCuda:
+    cuda = FakeCuda()
+    cuda.watchable = True
+    for k, v in kw.items():
+        setattr(cuda, k, v)
+    return cuda
+
+
+def compiled(capture_path) -> bool:
+    return capture_path == "compiled"
+
+
+@pytest.mark.parametrize("markers_from", [None, 0])
+def test_edges_read_the_callback_count_and_ask_the_driver_nothing(capture_path, markers_from):
+    cuda, sess, template = run(markers_from, watchable())
+    assert annotations(sess) == EXPECTED
+    assert sess.record.nodes and all(n.type != "empty" for n in sess.record.nodes)
+    if compiled(capture_path):
+        # one count where the watch starts (its base) and one at the end (the check): no edge asked
+        assert (cuda.count_calls, cuda.marker_calls) == (2, 0)
+        assert len(template) == len(EXPECTED)  # no marker node was added
+        assert cuda.subscriptions == 1 and cuda.unsubscriptions == 1
+    else:  # no C callback to subscribe: the driver as before
+        assert cuda.subscriptions == 0 and (cuda.count_calls or cuda.marker_calls)
+    assert cuda.subscribed is None and nodewatch.WATCH.users == 0
+
+
+def test_verify_mode_checks_every_callback_edge_against_a_listing(capture_path):
+    cuda, sess, _ = run(None, watchable(), verify=True)
+    assert annotations(sess) == EXPECTED
+    assert cuda.list_calls >= 10  # a listing at every edge, each position checked against it
+    assert cuda.subscriptions == (1 if fastpath.module() is not None else 0)
+    if fastpath.module() is None:
+        return
+    cuda = watchable()
+    cuda.begin_capture(STREAM)
+    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0, verify=True)
+    sess.start()
+    cuda.skip_callbacks = 1
+    cuda.launch(STREAM, "a")
+    with pytest.raises(CaptureError, match="positioned at node 0 but the graph lists 1"):
+        sess.recorder.open({"name": "s"})
+    sess.stop_watch()
+
+
+def test_a_refused_subscription_falls_back_to_the_driver(capture_path):
+    cuda, sess, _ = run(512, watchable(subscribe_rc=MULTIPLE_SUBSCRIBERS))
+    assert annotations(sess) == EXPECTED
+    assert cuda.subscriptions == 0 and cuda.count_calls > 2
+    if compiled(capture_path):
+        assert nodewatch.WATCH.refused == MULTIPLE_SUBSCRIBERS
+
+
+def test_the_setting_turns_it_off(capture_path, monkeypatch):
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_NODE_WATCH", "0")
+    cuda, sess, _ = run(None, watchable())
+    assert annotations(sess) == EXPECTED
+    assert cuda.subscriptions == 0 and cuda.count_calls == 10
+
+
+def test_a_missed_callback_is_refused_at_the_end_and_the_subscription_ends(capture_path):
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    cuda = watchable()
+    cuda.begin_capture(STREAM)
+    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
+    sess.start()
+    assert sess.edge_source == "node callback"
+    cuda.skip_callbacks = 1
+    cuda.launch(STREAM, "a")
+    with pytest.raises(CaptureError, match="counted 0 nodes but the graph has 1.*PERFETTO_GRAPH_ANN_NODE_WATCH=0"):
+        sess.finish_capture()
+    assert cuda.subscribed is None and nodewatch.WATCH.users == 0
+    assert sess.edge_source == "driver"
+
+
+def test_captures_in_flight_share_one_subscription(capture_path):
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    cuda = watchable()
+    sessions = []
+    for stream in (STREAM, STREAM + 1):
+        cuda.begin_capture(stream)
+        sess = S.CaptureSession(cuda, stream, Registry(), device=0)
+        sess.start()
+        sessions.append(sess)
+    assert cuda.subscriptions == 1 and nodewatch.WATCH.users == 2
+    a = sessions[0].recorder.open({"name": "a"})
+    cuda.launch(STREAM, "a0")
+    cuda.launch(STREAM + 1, "b0")  # the other graph's node: not counted for the first
+    cuda.launch(STREAM, "a1")
+    sessions[0].recorder.close(a)
+    sessions[0].finish_capture()
+    assert cuda.subscribed is not None  # the second capture still runs
+    sessions[1].finish_capture()
+    assert cuda.subscribed is None and cuda.unsubscriptions == 1
+    for stream, sess in zip((STREAM, STREAM + 1), sessions):
+        sess.bind_exec(cuda.instantiate(cuda.end_capture(stream)))
+    assert annotations(sessions[0]) == {"a0": {"name": "a"}, "a1": {"name": "a"}}
+    assert annotations(sessions[1]) == {"b0": {}}
+
+
+@pytest.fixture
+def fresh(fake_torch_cuda, monkeypatch):
+    monkeypatch.setattr(api, "INSTRUMENTED", None)
+    monkeypatch.setattr(inst, "_config", None)
+    fake_torch_cuda.watchable = True
+    yield fake_torch_cuda
+    inst.uninstrument()
+
+
+def test_instrumented_captures_hold_the_subscription_only_while_they_run(capture_path, fresh):
+    torch = sys.modules["torch"]
+    pga.instrument()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        assert (fresh.subscribed is not None) == compiled(capture_path)
+        with pga.mark_kernels("s"):
+            fresh.launch(FAKE_TORCH_STREAM, "k")
+    assert fresh.subscribed is None
+    g.replay()
+    assert {n.kernel: dict(n.annotation) for r in REGISTRY.records() for n in r.nodes} == {"k": {"name": "s"}}
+
+
+def test_a_failing_capture_body_ends_the_subscription(capture_path, fresh):
+    torch = sys.modules["torch"]
+    pga.instrument()
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="boom"):
+        with torch.cuda.graph(g):
+            fresh.launch(FAKE_TORCH_STREAM, "k")
+            raise RuntimeError("boom")
+    assert fresh.subscribed is None and nodewatch.WATCH.users == 0
+
+
+def test_a_miscount_leaves_an_instrumented_capture_unannotated_with_a_warning(capture_path, fresh):
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    g = torch.cuda.CUDAGraph()
+    with pytest.warns(RuntimeWarning, match="left unannotated.*node-created callback"):
+        with torch.cuda.graph(g):
+            fresh.skip_callbacks = 1
+            with pga.mark_kernels("s"):
+                fresh.launch(FAKE_TORCH_STREAM, "k")
+    g.replay()
+    assert REGISTRY.records() == [] and fresh.subscribed is None
+
+
+def test_a_starting_profiler_takes_cupti_back_and_edges_go_on_from_the_driver(capture_path):
+    """torch's profiler subscribes to CUPTI when it first starts and breaks for good if it finds
+    ours (H200): the captures in flight give the count up, with the same positions after."""
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    cuda = watchable()
+    cuda.begin_capture(STREAM)
+    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
+    sess.start()
+    outer = sess.recorder.open({"name": "outer"})
+    cuda.launch(STREAM, "a")
+    nodewatch.WATCH.yield_to_profiler()
+    assert cuda.subscribed is None and sess.edge_source == "driver" and nodewatch.WATCH.users == 0
+    cuda.launch(STREAM, "b")  # no callback now: the driver counts it
+    inner = sess.recorder.open({"name": "inner"})
+    cuda.launch(STREAM, "c")
+    sess.recorder.close(inner)
+    sess.recorder.close(outer)
+    cuda.launch(STREAM, "d")
+    sess.finish_capture()
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
+    assert annotations(sess) == {"a": {"name": "outer"}, "b": {"name": "outer"}, "c": {"name": "inner"}, "d": {}}
+
+
+def test_the_profiler_hook_yields_before_torch_prepares(monkeypatch):
+    import types
+
+    from perfetto_graph_ann.capture import calibration as C
+
+    order = []
+    tap = types.ModuleType("torch.autograd.profiler")
+    tap._prepare_profiler = lambda *a, **k: order.append("prepare")
+    tap._enable_profiler = lambda *a, **k: order.append("enable")
+    tap._disable_profiler = lambda: order.append("disable")
+    torch = types.ModuleType("torch")
+    torch.autograd = types.ModuleType("torch.autograd")
+    torch.autograd.profiler = tap
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: False))
+    for name, mod in (("torch", torch), ("torch.autograd", torch.autograd), ("torch.autograd.profiler", tap)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(nodewatch.WATCH, "yield_to_profiler", lambda: order.append("yield"))
+    watch = C._KinetoWatch()
+    monkeypatch.setattr(C, "KINETO", watch)
+    watch.install()
+    tap._prepare_profiler("config", {"CUDA"})
+    tap._enable_profiler("config", {"CUDA"})
+    assert order[:2] == ["yield", "prepare"] and order[2] == "yield" and "enable" in order[3:]
+
+
+@pytest.fixture(autouse=True)
+def no_subscription_left():
+    yield
+    assert nodewatch.WATCH.users == 0, "a test left the node watch subscribed"
