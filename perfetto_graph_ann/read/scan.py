@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from operator import add
 from array import array
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -67,22 +66,22 @@ _GAP = 1 << 16
 #: The most bytes one batch's events may span to be read in one piece, unsorted.
 _SPAN = 1 << 23
 _NO_ARG = msgspec.UNSET  # an arg absent
+_SEPARATOR = b" \t\n\r,"  # what lies between two events' texts
 _ARGS = object()  # light args' keys in the memo start with this
 
 
 class EventSource:
     """The events of a scanned file by index: each decoded again from its bytes."""
 
-    def __init__(self, path: str, offsets: "array[int]", lengths: "array[int]", size: int, mtime_ns: int) -> None:
+    def __init__(self, path: str, offsets: "array[int]", size: int, mtime_ns: int) -> None:
         self.path = path
         self.offsets = offsets
-        self.lengths = lengths
         self._stat = (size, mtime_ns)
         self._file: Any = None
         self._fd: Any = None
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> TraceEvent:
         return self.fetch([i])[i]  # type: ignore[return-value]
@@ -116,38 +115,36 @@ class EventSource:
         if not indices:
             return {}
         self.open()
-        offsets, lengths, fd = self.offsets, self.lengths, self._fd
+        # an event's text runs to the next one's start, less the separator (spaces and a comma)
+        offsets, fd = self.offsets, self._fd
         offs = list(map(offsets.__getitem__, indices))
-        lens = list(map(lengths.__getitem__, indices))
+        ends = [offsets[i + 1] for i in indices]
         lo = min(offs)
-        hi = max(map(add, offs, lens))
+        hi = max(ends)
         if hi - lo <= _SPAN:  # the usual batch: its events near each other, one read
             block = os.pread(fd, hi - lo, lo)
             if len(block) != hi - lo:
                 raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
-            if lo:
-                offs = [o - lo for o in offs]
-            return self._decode([block[o:o + n] for o, n in zip(offs, lens)], indices)
+            return self._decode([block[o - lo:e - lo].rstrip(_SEPARATOR) for o, e in zip(offs, ends)], indices)
         order = sorted(indices, key=offsets.__getitem__)
         pieces: List[bytes] = []
         k = 0
         n = len(order)
         while k < n:  # runs of nearby events read together
             start = offsets[order[k]]
-            end = start + lengths[order[k]]
+            end = offsets[order[k] + 1]
             j = k + 1
             while j < n:
                 o = offsets[order[j]]
                 if o - end > _GAP:
                     break
-                end = max(end, o + lengths[order[j]])
+                end = max(end, offsets[order[j] + 1])
                 j += 1
             block = os.pread(fd, end - start, start)
             if len(block) != end - start:
                 raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
             for i in order[k:j]:
-                o = offsets[i] - start
-                pieces.append(block[o:o + lengths[i]])
+                pieces.append(block[offsets[i] - start:offsets[i + 1] - start].rstrip(_SEPARATOR))
             k = j
         return self._decode(pieces, order)
 
@@ -199,11 +196,12 @@ class _Unsure(Exception):
 
 
 class _Scan:
-    """The first pass's sink: offsets and lengths of every event, the events made light."""
+    """The first pass's sink: every event's offset (and after the last, where it ends), the
+    events made light."""
 
     def __init__(self) -> None:
         self.offsets = array("q")
-        self.lengths = array("I")  # an event's text below 4 GiB (else: _Unsure)
+        self.end = 0  # where the last event kept ends
         self.memo: Dict[Any, Any] = {}  # names, categories, pids, tids and light args: one object each
 
     @staticmethod
@@ -229,10 +227,8 @@ class _Scan:
             starts.append(pos)
             pos += n
         self.offsets.extend([at + p for p in starts])
-        try:
-            self.lengths.extend(lens)
-        except OverflowError:
-            raise _Unsure from None
+        if starts:
+            self.end = at + starts[-1] + lens[-1]
         whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is _DevStream]
         if whole:  # the tracks and counters read these events' names and args: decoded whole
             try:
@@ -316,5 +312,6 @@ def scan_trace(path: str) -> Optional[ScannedTrace]:
         return None
     if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or len(scan.offsets) != len(trace.events):
         return None
-    source = EventSource(path, scan.offsets, scan.lengths, st.st_size, st.st_mtime_ns)
+    scan.offsets.append(scan.end)
+    source = EventSource(path, scan.offsets, st.st_size, st.st_mtime_ns)
     return ScannedTrace(path=trace.path, events=trace.events, metadata=trace.metadata, source=source)
