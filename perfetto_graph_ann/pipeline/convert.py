@@ -23,12 +23,16 @@ if TYPE_CHECKING:
     from ..util.progress import Progress
 
 __all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Converted", "join_files",
-           "read_and_join", "resolve_graph_lanes", "write_joined"]
+           "read_and_join", "read_for_writing", "resolve_graph_lanes", "write_joined"]
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
             layout: Optional[LaneLayout] = None) -> WriteStats:
     """Convert ``src`` to a Perfetto trace at ``out``.
+
+    A plain JSON file converted without a ``layout`` is read in two passes (light events,
+    then each event's JSON decoded again just before its packet: a fraction of the memory,
+    the same bytes; ``config.two_pass``); gzip input and a read trace are held in memory.
 
     Args:
         src: a torch.profiler JSON trace (path), or a :class:`KinetoTrace` already read.
@@ -49,7 +53,7 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
     check_protobuf_output(out, [src.path if isinstance(src, KinetoTrace) else src],
                           "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
     with paused_gc():
-        trace = src if isinstance(src, KinetoTrace) else read_trace(src)
+        trace = src if isinstance(src, KinetoTrace) else read_for_writing(src, layout is None and config.two_pass)
         try:
             return write_pftrace(trace, out, layout, config)
         finally:
@@ -58,6 +62,20 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             # allocation after re-enabling it would trigger a pass over the whole dying
             # trace (benchmarks/convert.py).
             del trace
+
+
+def read_for_writing(src: PathLike, two_pass: bool) -> KinetoTrace:
+    """The trace at ``src`` as the ``.pftrace`` writer reads it: with ``two_pass``, scanned
+    (:func:`~..read.scan.scan_trace`: light events, read again while writing) where that
+    applies (a plain JSON file), else read whole (gzip, a pipe, anything the scan is unsure
+    of, and every error: :func:`~..read.kineto.read_trace`)."""
+    if two_pass:
+        from ..read.scan import scan_trace
+
+        scanned = scan_trace(os.fspath(src))
+        if scanned is not None:
+            return scanned
+    return read_trace(src)
 
 
 def join_files(trace: KinetoTrace, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,
@@ -117,13 +135,17 @@ def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lane
         raise LaneOptionError(src, "--edge-flows draws the dependency edges recorded in annotations: give the "
                                    "annotations (--annotations FILE, saved with sidecar version 4 or later)")
     with paused_gc():
-        joined = read_and_join(src, list(annotations), graph_lanes=graph_lanes, default_stream=default_stream,
+        source: "str | KinetoTrace" = src
+        if not annotations and not is_json_name(out) and config.two_pass:  # nothing to join: the writer alone reads it
+            with phase(progress, f"reading {os.path.basename(src)}"):
+                source = read_for_writing(src, True)
+        joined = read_and_join(source, list(annotations), graph_lanes=graph_lanes, default_stream=default_stream,
                                force=force, default="none" if is_json_name(out) else "all", progress=progress,
                                on_join=on_join, edge_flows=edge_flows)
         try:
             with phase(progress, f"writing {os.path.basename(out)}"):  # large traces: the writer's own bar below it
                 stats = _write(joined.trace, out, joined.layout, config)
-            return Converted(len(joined.trace.events), joined.layout, stats)
+            return Converted(stats.events if stats is not None else len(joined.trace.events), joined.layout, stats)
         finally:
             del joined  # while the collector is paused (see convert)
 

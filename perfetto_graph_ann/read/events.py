@@ -80,10 +80,12 @@ _DIGITS_AS_D = bytes.maketrans(_DIGITS, b"d" * 10)
 _SIXTEEN_DIGITS = b"d" * 16
 
 
-def decode_events(raw: bytes, path: Optional[str], start: int = 0) -> List[TraceEvent]:
+def decode_events(raw: bytes, path: Optional[str], start: int = 0, decoder: Any = None) -> List[TraceEvent]:
     """The events of the ``traceEvents`` array text ``raw``; ``path`` only names the file in
-    errors. ``start``: the index of the first (``raw`` holds a run of the array's events)."""
-    events = _from_typed(raw, path, start=start)
+    errors. ``start``: the index of the first (``raw`` holds a run of the array's events).
+    ``decoder``: the typed path's (default: :class:`_KinetoEvent`'s; ``read.scan`` gives one
+    whose args keep only what the writer's plan reads)."""
+    events = _from_typed(raw, path, start=start, decoder=decoder or _typed_decoder)
     return events if events is not None else _from_generic(raw, path, start)
 
 
@@ -138,14 +140,15 @@ def _number(value: Any, index: int, key: str, name: str, path: Optional[str]) ->
     return Decimal(value) if isinstance(value, int) else value
 
 
-def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True, start: int = 0) -> Optional[List[TraceEvent]]:
+def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True, start: int = 0,
+                decoder: Any = _typed_decoder) -> Optional[List[TraceEvent]]:
     """The typed path; None when the typed decode refuses the array or a time is not a number.
 
     ``bulk=False`` converts every time per event (:func:`_exact_times`): the reference the
     bulk pass is tested against.
     """
     try:
-        events = _typed_decoder.decode(raw)
+        events = decoder.decode(raw)
     except (msgspec.ValidationError, RecursionError):
         return None
     except msgspec.DecodeError as e:

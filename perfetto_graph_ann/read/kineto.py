@@ -50,7 +50,8 @@ STREAM_BLOCK = 1 << 20
 _HEAD_LIMIT = 1 << 26
 
 
-def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int = 3) -> int:
+def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int = 3, scan: Any = None,
+                at: int = 0) -> int:
     """Decode the whole events at the start of ``buf`` onto ``events``; returns how many bytes
     they and their separator take (0: no end found yet, -1: the decoder refused every end
     tried). Runs end at a ``},`` followed by ``{``; where the decoder refuses a run (a nested
@@ -68,17 +69,18 @@ def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int 
             cut = buf.rfind(b"},", 0, cut)
         if cut < 0:
             return 0
+        text = b"[" + buf[:cut + 1] + b"]"
         try:
-            run = decode_events(b"[" + buf[:cut + 1] + b"]", path, len(events))
+            run = decode_events(text, path, len(events)) if scan is None else scan.decode(text, path, len(events))
         except TraceFormatError:
             end = cut
             continue
-        events += run
+        events += run if scan is None else scan.keep(run, text, at - 1)
         return cut + 2
     return -1
 
 
-def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
+def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[KinetoTrace]:
     """The trace at ``path`` read a block at a time, or None (the caller reads the whole file,
     which also words every error) when the file is not plainly a trace this reads.
 
@@ -88,6 +90,11 @@ def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
     the same from a known array position, so an accepted run ends between two events, never
     inside a string). The text after the array (Kineto's short ``traceName``) is checked and
     decoded with the text before it as :func:`_split_top` does; anything else returns None.
+
+    ``scan`` (:mod:`.scan`'s first pass): each run is decoded by ``scan.decode(text, path,
+    start)`` (refusing what :func:`.events.decode_events` refuses) and its events go through
+    ``scan.keep(run, text, offset)`` (``text``: the run as decoded, whose byte 0 is at
+    ``offset`` in the file), which returns what is kept of them.
     """
     import gzip
     import zlib
@@ -117,15 +124,17 @@ def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
             if m is None or b"\\" in buf[:m.end()]:
                 return None
             head, buf = buf[:m.end() - 1], bytearray(buf[m.end():])
+            at = m.end()  # where buf starts in the (decompressed) text
             while True:
                 more = f.read(block)
                 if not more:
                     break
-                cut = _decode_run(buf, path, events)
+                cut = _decode_run(buf, path, events, scan=scan, at=at)
                 if cut < 0:
                     return None
                 if cut:
                     del buf[:cut]
+                    at += cut
                 buf += more
         except (OSError, EOFError, zlib.error):
             return None
@@ -141,7 +150,9 @@ def _stream_trace(path: str, block: int = 0) -> Optional[KinetoTrace]:
     if last < 0 or buf[last] not in b"}" or b"\\" in tail or _EVENTS_KEY in tail:
         return None
     try:
-        events += decode_events(b"[" + buf[:end] + b"]", path, len(events))
+        text = b"[" + buf[:end] + b"]"
+        run = decode_events(text, path, len(events)) if scan is None else scan.decode(text, path, len(events))
+        events += run if scan is None else scan.keep(run, text, at - 1)
         top = _top_decoder.decode(head + b"null" + tail)
     except (msgspec.DecodeError, RecursionError, TraceFormatError):
         return None

@@ -43,6 +43,11 @@ class ConvertConfig:
     shape_args: Optional[str] = None
     #: Sorting-window marks every this many bytes (None: none); see WriterConfig.sort_window_bytes.
     sort_window_bytes: Optional[int] = None
+    #: Read a plain JSON file in two passes where it applies (``convert`` of a path without a
+    #: join): light events first, each event's JSON decoded again just before its packet is
+    #: encoded (``read.scan``; same bytes, a fraction of the memory). False: every event read
+    #: and held, as before. ``WriteStats.reading`` says which ran.
+    two_pass: bool = True
 
     def writer_config(self) -> WriterConfig:
         """The packet writer's settings for these options."""

@@ -54,6 +54,9 @@ class WriteStats:
     flow_ends_without_start: int = 0
     untimed: int = 0  #: non-metadata events without ts (cannot be placed on a timeline)
     spill_tracks: int = 0
+    #: how the input was read: "in memory" (every event decoded and held) or "two-pass" (light
+    #: events, each read again from its offset when its packet is written: ``read.scan``)
+    reading: str = "in memory"
     projected: int = 0  #: replay and scope slices added from the join's GPU projection (not input events)
     #: gpu_user_annotation events not written: left on a lane without GPU work by the join's
     #: moves (torch 2.15's exporter drops them likewise)

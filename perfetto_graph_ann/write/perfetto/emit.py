@@ -16,7 +16,7 @@ from .fast_encoder import FastEncoder
 from .flows import FlowPlan
 from .interning import Interner
 from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start, sort_window_mark
-from .plan import COUNTER, END, INSTANT, SLICE, Plan, Record
+from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, Plan, Record
 from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
 
@@ -110,7 +110,7 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Rec
         seq_of[uuid] = slot
         encoders.append(cls(Interner(), SEQUENCE_ID + slot, uuid, as_text, typed_keys, config.keep_args))
     bar = None
-    if config.progress or (config.progress is None and len(plan.events) >= config.progress_min and sys.stderr.isatty()):
+    if config.progress or (config.progress is None and plan.base >= config.progress_min and sys.stderr.isatty()):
         from tqdm import tqdm
 
         bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
@@ -123,19 +123,44 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Rec
     # draws on a GPU lane or other non-thread track with a made-up `legacy_event.passthrough_utid`.
     descriptor_sequence = SEQUENCE_ID + len(encoders)
     sink.batch.extend([descriptor_packet(d, descriptor_sequence) for d in tracks.descriptors])
-    _stream(records, plan, flows, encoders, seq_of, t0, base_time_ns, sink)
+    if plan.source is None:
+        _stream(records, plan, flows, encoders, seq_of, t0, base_time_ns, sink)
+    else:
+        _stream_read_again(records, plan, flows, encoders, seq_of, t0, base_time_ns, sink)
     sink.close(len(records))
 
 
+def _stream_read_again(records: List[Record], plan: Plan, flows: FlowPlan, encoders: Sequence[Any],
+                       seq_of: List[int], t0: int, base_time_ns: int, sink: _Sink) -> None:
+    """The packet loop of a two-pass read: each batch's events decoded again from the file
+    (:meth:`...read.scan.EventSource.fetch`, one call per batch) just before they are encoded."""
+    source, base, step = plan.source, plan.base, sink.step
+    prevs: List[Optional[int]] = [None] * len(encoders)
+    prevs[0] = t0
+    try:
+        for at in range(0, len(records), step):
+            chunk = records[at:at + step]
+            plan.events = source.fetch([i for ts, kind, i, uuid in chunk if kind == BEGIN and i < base])
+            _stream(chunk, plan, flows, encoders, seq_of, t0, base_time_ns, sink, prevs)
+    except BaseException:
+        source.close(check=False)
+        raise
+    finally:
+        plan.events = []
+    source.close()  # raises if the file changed meanwhile: the output is then discarded
+
+
 def _stream(records: Sequence[Record], plan: Plan, flows: FlowPlan, encoders: Sequence[Any], seq_of: List[int],
-            t0: int, base_time_ns: int, sink: _Sink) -> None:
-    """The packet loop: one packet per record, timestamps as deltas on each sequence."""
+            t0: int, base_time_ns: int, sink: _Sink, prevs: Optional[List[Optional[int]]] = None) -> None:
+    """The packet loop: one packet per record, timestamps as deltas on each sequence
+    (``prevs``: each sequence's previous packet time, carried from an earlier call)."""
     kinds, events, ranges, base, args_of = plan.kinds, plan.events, plan.ranges, plan.base, plan.args_of
     outgoing, terminating = flows.outgoing, flows.terminating
     begins = [enc.event for enc in encoders]
     ends = [enc.slice_end for enc in encoders]
-    prevs: List[Optional[int]] = [None] * len(encoders)  # per sequence: the previous packet's time (None: not started)
-    prevs[0] = t0
+    if prevs is None:
+        prevs = [None] * len(encoders)  # per sequence: the previous packet's time (None: not started)
+        prevs[0] = t0
     batch, step = sink.batch, sink.step
     append = batch.append
     no_flows: Tuple[int, ...] = ()

@@ -12,7 +12,7 @@ Flow events that match no slice, or ids with no start, are counted in :class:`Fl
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ...read.model import TraceEvent
 
@@ -24,19 +24,21 @@ class FlowPlan:
     """Flow ids per event index: outgoing on sources, terminating on targets."""
 
     outgoing: Dict[int, List[int]] = dataclasses.field(default_factory=dict)
-    terminating: Dict[int, List[int]] = dataclasses.field(default_factory=dict)
+    terminating: Dict[int, Sequence[int]] = dataclasses.field(default_factory=dict)
     count: int = 0  #: flows written
     unbound: int = 0  #: flow events with no slice starting at their ts on their thread
     without_start: int = 0  #: bound flow ends whose id has no bound start
 
 
-def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts: Dict[int, Any]) -> FlowPlan:
+def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts: Dict[int, Any],
+               whole: Optional[Callable[[int], TraceEvent]] = None) -> FlowPlan:
     """Bind the flow events ``events[i]`` for ``i`` in ``flow_indices`` (``ph`` s / t / f with
     an id) to slices.
 
     ``starts``: ts -> the slice starting there, or a list of them in file order when several
     do (nested slices, other threads), over every slice a flow may bind to; the writer
-    builds it while it places the slices. The thread is compared on lookup.
+    builds it while it places the slices. The thread is compared on lookup. ``whole``: event
+    index -> the event with all its args, where ``events`` are light (:mod:`...read.scan`).
     """
     plan = FlowPlan()
     get = starts.get
@@ -61,7 +63,7 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
             if not c:
                 unbound += 1
                 continue
-            target = c[0] if len(c) == 1 else _pick(c, fe.id)
+            target = c[0] if len(c) == 1 else _pick(c, fe.id, whole)
         elif c.pid == fe.pid and c.tid == fe.tid:
             target = c
         else:
@@ -93,11 +95,8 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
             if t == src:
                 continue
             out.append(next_id)
-            term = terminating.get(t)
-            if term is None:
-                terminating[t] = [next_id]
-            else:
-                term.append(next_id)
+            term = terminating.get(t)  # a tuple: most targets (a kernel) end one flow; 32 bytes less than a list
+            terminating[t] = (next_id,) if term is None else term + (next_id,)
             next_id += 1
         if not out:
             del outgoing[src]
@@ -105,11 +104,12 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
     return plan
 
 
-def _pick(cands: List[TraceEvent], flow_id: object) -> TraceEvent:
+def _pick(cands: List[TraceEvent], flow_id: object,
+          whole: Optional[Callable[[int], TraceEvent]] = None) -> TraceEvent:
     """The slice a flow event means: the one with that correlation, else the innermost."""
     if len(cands) == 1:
         return cands[0]
     for c in cands:
-        if c.args.get("correlation") == flow_id:
+        if (c.args if whole is None else whole(c.index).args).get("correlation") == flow_id:
             return c
     return min(cands, key=lambda c: (c.dur_ns or 0, -c.index))

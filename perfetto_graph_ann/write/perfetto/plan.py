@@ -17,9 +17,10 @@ args, stream, device, phase) only when its packet is encoded (:meth:`Plan.args_o
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, MutableSequence, Optional, Sequence, Set, Tuple
 
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
 from . import overlap
@@ -67,7 +68,7 @@ class Plan:
     events: List[TraceEvent]
     placements: Mapping[int, Any]  #: the join's placements by event index (empty without a layout)
     #: per index: how it is written (``SKIP``, ``TRACK_METADATA``, ``SLICE``, ``SLICE_REWRITTEN``, ``INSTANT``)
-    kinds: List[int]
+    kinds: MutableSequence[int]
     gpu_pids: Set[Any]  #: pids holding GPU work or GPU user annotations
     by_home: Dict[Tuple, List[Span]] = dataclasses.field(default_factory=dict)  #: home -> (ts, -dur, index)
     rewrite: Dict[int, int] = dataclasses.field(default_factory=dict)  #: GPU work whose args change -> its lane
@@ -75,13 +76,17 @@ class Plan:
     #: ``device`` arg when their args are rewritten (the SQL package counts GPU work by it)
     device_of: Dict[int, int] = dataclasses.field(default_factory=dict)
     counter_records: List[Record] = dataclasses.field(default_factory=list)
-    #: ts -> the slice starting there (a list when several do), for the flow binding
+    #: ts -> the slice starting there (a list when several do), for the flow binding: only at
+    #: the times of flow events
     starts: Dict[int, Any] = dataclasses.field(default_factory=dict)
     flow_indices: List[int] = dataclasses.field(default_factory=list)  #: Kineto flow events (s / t / f with an id)
     ranges: Sequence[Any] = ()  #: the join's projected replay and scope ranges
     #: dependency edges between GPU work to draw as flows (``LaneLayout.edge_flows``)
     edge_flows: Sequence[Tuple[int, int]] = ()
     base: int = 0  #: ``len(events)``
+    #: the events read again by index (:class:`...read.scan.EventSource`) where ``events`` are
+    #: light (the two-pass read): the flows' correlation lookups, then the packet loop
+    source: Any = None
 
     def args_of(self, i: int) -> Mapping[str, Any]:
         """The args written for event ``i`` when they are not its own as they are: the join's
@@ -111,13 +116,16 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     """Phase 1: track metadata, GPU pids, every event's home and span, the projected ranges."""
     events = trace.events
     cats = _Categories()
-    kinds: List[int] = [SKIP] * len(events)
+    kinds: MutableSequence[int] = array("b", bytes(len(events)))  # SKIP each; a byte an event, not a list slot
     gpu_pids = set()
+    flow_ts = set()  # the flow events' times: the only slice starts the flow binding looks up
     for e in events:
         ph = e.ph
         if ph == "X":
             if type(e.pid) is int and cats[e.cat] in _GPU_TRACK_CATEGORIES:
                 gpu_pids.add(e.pid)
+        elif ph == "s" or ph == "f" or ph == "t":
+            flow_ts.add(e.ts_ns)
         elif ph == "M" and tracks.consume_metadata(e):
             stats.metadata += 1
             kinds[e.index] = TRACK_METADATA
@@ -125,7 +133,7 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     plan = Plan(events, layout.placements if layout is not None else {}, kinds, gpu_pids, base=len(events))
     if layout is not None and any(p.annotation for p in layout.placements.values()):
         stats.dropped_user_annotations = _drop_orphaned_user_annotations(plan, cats)
-    _place(plan, tracks, stats, cats)
+    _place(plan, tracks, stats, cats, flow_ts)
     if layout is not None and layout.ranges:
         plan.ranges = layout.ranges
         kinds.extend([SLICE] * len(plan.ranges))
@@ -179,8 +187,9 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
     return dropped
 
 
-def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories) -> None:
-    """Every timed event's home and span; the slice starts that flows bind to; counters."""
+def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories, flow_ts: Set[Any]) -> None:
+    """Every timed event's home and span; the slice starts that flows bind to (those at a flow
+    event's time: ``flow_ts``); counters."""
     kinds, gpu_pids, placements, by_home = plan.kinds, plan.gpu_pids, plan.placements, plan.by_home
     rewrite, device_of, starts, flow_indices = plan.rewrite, plan.device_of, plan.starts, plan.flow_indices
     starts_get = starts.get
@@ -211,13 +220,14 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
         else:
             kinds[i] = SLICE if ph == "X" else SLICE_REWRITTEN  # another phase: kept as the "ph" arg
             n_slices += 1
-            c = starts_get(ts)
-            if c is None:
-                starts[ts] = e
-            elif type(c) is list:
-                c.append(e)
-            else:
-                starts[ts] = [c, e]
+            if ts in flow_ts:
+                c = starts_get(ts)
+                if c is None:
+                    starts[ts] = e
+                elif type(c) is list:
+                    c.append(e)
+                else:
+                    starts[ts] = [c, e]
         spans = None
         pid = e.pid
         if type(pid) is int and pid in gpu_pids:
@@ -269,7 +279,8 @@ def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
     launch slice to its replay slice (ids after Kineto's), then the replays' dependency
     edges, when the join was asked for them."""
     stats.flow_events = len(plan.flow_indices)
-    fp = plan_flows(plan.events, plan.flow_indices, plan.starts)
+    fp = plan_flows(plan.events, plan.flow_indices, plan.starts,
+                    plan.source.__getitem__ if plan.source is not None else None)
     next_id = fp.count + 1
     for k, r in enumerate(plan.ranges):
         src = r.launch
@@ -313,6 +324,8 @@ def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[Li
         for recs in assigned:
             packets_per_track[recs[0][3]] = len(recs)
             records.extend(recs)
+        del spans, assigned
+        plan.by_home[home] = []  # done with: its memory goes to the next home's records
     for rec in plan.counter_records:
         packets_per_track[rec[3]] = packets_per_track.get(rec[3], 0) + 1
     records.extend(plan.counter_records)

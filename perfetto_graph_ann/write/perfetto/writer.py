@@ -29,13 +29,28 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
         raise ValueError(f"list_args must be one of {LIST_ARGS_MODES}, not {config.list_args!r}")
     if config.encoder not in ENCODERS:
         raise ValueError(f"encoder must be one of {tuple(ENCODERS)}, not {config.encoder!r}")
+    if getattr(trace, "released", False):
+        raise ValueError("a scanned trace (read.scan) is written once: its light events are dropped while it is written")
     stats = WriteStats(events=len(trace.events))
     tracks = TrackTable(trace, layout.lane_names if layout is not None else None)
     plan = plan_events(trace, layout, tracks, stats)
-    flows = bind_flows(plan, stats)
-    records, packets_per_track = order_records(plan, tracks, stats)
-    typed = _join_arg_keys(layout) if config.list_args == "text" else frozenset()
-    write_packets(out, plan, flows, records, packets_per_track, tracks, trace.base_time_ns, typed, config, stats)
+    plan.source = getattr(trace, "source", None)
+    try:
+        if plan.source is not None:  # two-pass read: of the light events the flow binding needs the
+            stats.reading = "two-pass"  # flow events and the slices in plan.starts; the packets read them again
+            plan.events = [plan.events[i] for i in plan.flow_indices]  # the flow events alone, in order
+            plan.flow_indices = range(len(plan.events))  # type: ignore[assignment]  # (their positions there)
+            trace.release()  # type: ignore[attr-defined]
+        flows = bind_flows(plan, stats)
+        if plan.source is not None:
+            plan.starts = {}
+            plan.events = []
+        records, packets_per_track = order_records(plan, tracks, stats)
+        typed = _join_arg_keys(layout) if config.list_args == "text" else frozenset()
+        write_packets(out, plan, flows, records, packets_per_track, tracks, trace.base_time_ns, typed, config, stats)
+    finally:
+        if plan.source is not None:
+            plan.source.close(check=False)  # closed already unless something failed on the way
     return stats
 
 

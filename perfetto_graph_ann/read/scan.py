@@ -1,0 +1,317 @@
+"""Two-pass reading (issue 33): the events of a trace file kept light, read again by offset.
+
+:func:`scan_trace` is the first pass: the streaming read of :mod:`.kineto` (the same runs,
+the same decoder, the same refusals), keeping of each event only what the Perfetto writer's
+plan needs (:func:`_lighten`: its times, phase, names and ids, and of its args ``device`` and
+``stream``; metadata and counter events whole) and where its JSON text is in the file. The
+second pass, :meth:`EventSource.fetch`, decodes the events the writer is about to encode again
+from their bytes, many in one call, so the encoders see the very events a whole read gives and
+write the same bytes.
+
+Only a plain (not gzip) regular file is scanned: the second pass reads it at offsets. Every
+problem the streaming read is unsure of returns None (the caller reads the whole file, which
+words every error), so errors are found, as before, before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from array import array
+from typing import Any, Dict, List, Optional, Sequence
+
+import msgspec
+
+from ..errors import TraceFormatError
+from .events import _from_generic, _KinetoEvent, decode_events
+from .kineto import _stream_trace, read_trace
+from .model import KinetoTrace, TraceEvent
+
+__all__ = ["EventSource", "ScannedTrace", "scan_trace"]
+
+_raw_list = msgspec.json.Decoder(List[msgspec.Raw])
+
+
+class _DevStream(msgspec.Struct, gc=False):
+    """Of an event's args, what the writer's plan reads; the other keys are skipped, not built."""
+
+    device: Any = msgspec.UNSET
+    stream: Any = msgspec.UNSET
+
+
+class _LightEvent(_KinetoEvent, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """The first pass's decode target: :class:`.events._KinetoEvent` (the same keys, types and
+    refusals) but for ``args``, of which only ``device`` and ``stream`` are decoded."""
+
+    args: _DevStream = msgspec.field(default_factory=_DevStream)  # type: ignore[assignment]
+
+
+class _PacketEvent(msgspec.Struct, gc=False):
+    """The second pass's decode target: what the packet loop reads of an event (the first pass
+    judged the rest; other keys skipped). Where it refuses (null args, a number beyond a
+    double), the generic path decodes the batch, as the first pass did."""
+
+    ph: str
+    cat: str = ""
+    name: str = ""
+    args: Dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+_packet_decoder = msgspec.json.Decoder(List[_PacketEvent])
+assert _LightEvent.__struct_fields__ == TraceEvent.__struct_fields__
+assert _LightEvent.__struct_encode_fields__ == _KinetoEvent.__struct_encode_fields__
+assert _LightEvent.__basicsize__ == TraceEvent.__basicsize__
+_light_decoder = msgspec.json.Decoder(List[_LightEvent])
+#: Bytes between two events' texts that one read spans rather than two (the second pass).
+_GAP = 1 << 16
+#: The most bytes one batch's events may span to be read in one piece, unsorted.
+_SPAN = 1 << 23
+_NO_ARG = msgspec.UNSET  # an arg absent
+_SEPARATOR = b" \t\n\r,"  # what lies between two events' texts
+_ARGS = object()  # light args' keys in the memo start with this
+
+
+class EventSource:
+    """The events of a scanned file by index: each decoded again from its bytes."""
+
+    def __init__(self, path: str, offsets: "array[int]", size: int, mtime_ns: int) -> None:
+        self.path = path
+        self.offsets = offsets
+        self._stat = (size, mtime_ns)
+        self._file: Any = None
+        self._fd: Any = None
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> TraceEvent:
+        return self.fetch([i])[i]  # type: ignore[return-value]
+
+    def open(self) -> None:
+        """Open the file for the second pass; the file must be the one scanned (size, mtime)."""
+        if self._file is None:
+            f = open(self.path, "rb", buffering=0)
+            st = os.fstat(f.fileno())
+            if (st.st_size, st.st_mtime_ns) != self._stat:
+                f.close()
+                raise TraceFormatError(self.path, "the file changed while it was being converted")
+            self._file = f
+            self._fd = f.fileno()
+
+    def close(self, check: bool = True) -> None:
+        """Close the file; with ``check``, raises if it changed while the second pass read it
+        (size, mtime)."""
+        if self._file is not None:
+            st = os.fstat(self._file.fileno())
+            self._file.close()
+            self._file = self._fd = None
+            if check and (st.st_size, st.st_mtime_ns) != self._stat:
+                raise TraceFormatError(self.path, "the file changed while it was being converted")
+
+    def fetch(self, indices: Sequence[int]) -> Dict[int, Any]:
+        """The events ``indices`` decoded in one call: index -> event, whose ``ph``, ``cat``,
+        ``name`` and ``args`` are what a whole read gives (:class:`_PacketEvent`, or a whole
+        :class:`TraceEvent` where the generic path decoded them: the packets take their
+        times from the plan)."""
+        if not indices:
+            return {}
+        self.open()
+        # an event's text runs to the next one's start, less the separator (spaces and a comma)
+        offsets, fd = self.offsets, self._fd
+        offs = list(map(offsets.__getitem__, indices))
+        ends = [offsets[i + 1] for i in indices]
+        lo = min(offs)
+        hi = max(ends)
+        if hi - lo <= _SPAN:  # the usual batch: its events near each other, one read
+            block = os.pread(fd, hi - lo, lo)
+            if len(block) != hi - lo:
+                raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+            return self._decode([block[o - lo:e - lo].rstrip(_SEPARATOR) for o, e in zip(offs, ends)], indices)
+        order = sorted(indices, key=offsets.__getitem__)
+        pieces: List[bytes] = []
+        k = 0
+        n = len(order)
+        while k < n:  # runs of nearby events read together
+            start = offsets[order[k]]
+            end = offsets[order[k] + 1]
+            j = k + 1
+            while j < n:
+                o = offsets[order[j]]
+                if o - end > _GAP:
+                    break
+                end = max(end, offsets[order[j] + 1])
+                j += 1
+            block = os.pread(fd, end - start, start)
+            if len(block) != end - start:
+                raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+            for i in order[k:j]:
+                pieces.append(block[offsets[i] - start:offsets[i + 1] - start].rstrip(_SEPARATOR))
+            k = j
+        return self._decode(pieces, order)
+
+    def _whole_read_error(self) -> None:
+        """An event the first pass took does not decode whole: the whole-file read's error
+        (the first pass skips the args it does not keep, so a fault inside them shows here),
+        else the file changed meanwhile."""
+        self.close(check=False)
+        read_trace(self.path)  # raises the in-memory read's TraceFormatError
+        raise TraceFormatError(self.path, "the file changed while it was being converted "
+                                          "(an event's text no longer decodes)")
+
+    def _decode(self, pieces: List[bytes], order: Sequence[int]) -> Dict[int, Any]:
+        """The events whose texts are ``pieces`` by index (``order``: their indices)."""
+        text = b"[" + b",".join(pieces) + b"]"
+        try:  # what the packets read (ph, cat, name, args) as decode_events gives it
+            events = _packet_decoder.decode(text)
+        except (msgspec.ValidationError, RecursionError):
+            events = None
+        except msgspec.DecodeError:
+            events = None
+        try:
+            if events is None:
+                events = _from_generic(text, self.path)
+        except TraceFormatError:
+            self._whole_read_error()
+        if events is None:
+            self._whole_read_error()
+        if len(events) != len(order):
+            raise TraceFormatError(self.path, "the file changed while it was being converted")
+        return dict(zip(order, events))
+
+
+@dataclasses.dataclass
+class ScannedTrace(KinetoTrace):
+    """A trace whose ``events`` are light (:func:`scan_trace`); ``source`` reads them whole."""
+
+    source: Optional[EventSource] = None
+    released: bool = False  #: the light events dropped: written once, never again
+
+    def release(self) -> None:
+        """Drop the light events (the writer's plan is made; the second pass reads ``source``)."""
+        self.events = []
+        self.released = True
+
+
+class _Unsure(Exception):
+    """The first pass took a run that the whole read would not: read the whole file instead."""
+
+
+class _Scan:
+    """The first pass's sink: every event's offset (and after the last, where it ends), the
+    events made light."""
+
+    def __init__(self) -> None:
+        self.offsets = array("q")
+        self.end = 0  # where the last event kept ends
+        self.memo: Dict[Any, Any] = {}  # names, categories, pids, tids and light args: one object each
+
+    @staticmethod
+    def decode(text: bytes, path: str, start: int) -> List[TraceEvent]:
+        """The run ``text`` decoded as :func:`.events.decode_events` decodes it, refusing what it
+        refuses, but for the args (:class:`_LightEvent`; where the typed decode refuses, the
+        generic path's whole events)."""
+        if not text.isascii():  # the args skipped unread: their strings' UTF-8 checked as decoding checks it
+            try:
+                text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceFormatError(path, "not valid JSON in traceEvents (invalid UTF-8)") from None
+        return decode_events(text, path, start, _light_decoder)
+
+    def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
+        raws = _raw_list.decode(text)
+        lens = [len(r) for r in raws]
+        find = text.find
+        pos = 0
+        starts = []
+        for n in lens:  # between two events only spaces and a comma: the next "{" starts the next
+            pos = find(b"{", pos)
+            starts.append(pos)
+            pos += n
+        self.offsets.extend([at + p for p in starts])
+        if starts:
+            self.end = at + starts[-1] + lens[-1]
+        whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is _DevStream]
+        if whole:  # the tracks and counters read these events' names and args: decoded whole
+            try:
+                again = decode_events(b"[" + b",".join([text[starts[k]:starts[k] + lens[k]] for k in whole]) + b"]",
+                                      None)
+            except TraceFormatError:
+                raise _Unsure from None
+            for k, e in zip(whole, again):
+                e.index = run[k].index
+                run[k] = e
+        memo = self.memo
+        intern = memo.setdefault  # one dict: str and int keys never compare equal (pid / tid are never bool)
+        get = memo.get
+        for e in run:
+            cat = e.cat
+            e.cat = intern(cat, cat)
+            pid = e.pid
+            e.pid = intern(pid, pid)
+            tid = e.tid
+            e.tid = intern(tid, tid)
+            ph = e.ph = intern(e.ph, e.ph)  # a str object per event as decoded
+            if ph == "M" or ph == "C":  # the tracks and counters read their names and args
+                continue
+            e.name = ""
+            e.extra = None
+            a = e.args
+            # shared light args (an empty dict per event without args, too, as decoded)
+            if type(a) is _DevStream:
+                d = a.device
+                s = a.stream
+            else:  # the generic path's
+                d = a.get("device", _NO_ARG)
+                s = a.get("stream", _NO_ARG)
+            key = (_ARGS, type(d), d, type(s), s)  # the type too: 1, 1.0 and True are equal keys
+            try:
+                light = get(key)
+            except TypeError:  # a list or dict value: not shared
+                light = key = None
+            e.args = light if light is not None else _light_args(d, s, memo, key)
+        return run
+
+
+def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any]:
+    """The light args of an event whose ``device`` / ``stream`` are ``d`` / ``s`` (``_NO_ARG``:
+    absent), kept in ``memo`` under ``key`` (None: a value that cannot be a key)."""
+    light = {}
+    if d is not _NO_ARG:
+        light["device"] = d
+    if s is not _NO_ARG:
+        light["stream"] = s
+    if key is not None:
+        memo[key] = light
+    return light
+
+
+def scan_trace(path: str) -> Optional[ScannedTrace]:
+    """The first pass over the trace at ``path``: light events and where each one's text is;
+    None where the two-pass read does not apply (gzip, not a regular file) or the streaming
+    read is unsure (the caller then reads the whole file, which also words every error)."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if f.read(2) == b"\x1f\x8b":  # offsets would be into the decompressed text
+                return None
+    except OSError:
+        return None
+    import stat
+
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    scan = _Scan()
+    try:
+        trace = _stream_trace(path, scan=scan)
+    except _Unsure:
+        return None
+    if trace is None:
+        return None
+    try:
+        now = os.stat(path)
+    except OSError:
+        return None
+    if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or len(scan.offsets) != len(trace.events):
+        return None
+    scan.offsets.append(scan.end)
+    source = EventSource(path, scan.offsets, st.st_size, st.st_mtime_ns)
+    return ScannedTrace(path=trace.path, events=trace.events, metadata=trace.metadata, source=source)
