@@ -293,3 +293,18 @@ def test_watched_extern_calls_outside_any_region_leave_no_field():
     without its compiled graph's call on the stack) is bookkeeping only: no annotation."""
     k = _capture(FakeCuda(), C.Regions(), [("triton_norm_0", "kernel"), ("gemm_x", "kernel")])
     assert k["gemm_x"].annotation == {} and k["triton_norm_0"].annotation == {}
+
+
+def test_finding_the_compiled_call_keeps_no_local_of_the_program_alive():
+    """The stack walk at a capture's start reads only inductor's frames: a snapshot of a user
+    frame's locals (Python < 3.13) would keep what the program deletes alive."""
+    import weakref
+
+    class Big:
+        pass
+
+    big = Big()
+    ref = weakref.ref(big)
+    assert C._enclosing(None) is None
+    del big
+    assert ref() is None

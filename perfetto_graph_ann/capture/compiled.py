@@ -22,6 +22,7 @@ stands back (the kernels keep the region's name) rather than guess; no error rea
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 import threading
@@ -440,27 +441,38 @@ def _watch_externs() -> List[Tuple[Any, str, Any]]:
     return saved
 
 
+#: what a frame of inductor's own code has in its file name
+_INDUCTOR_DIR = os.sep + "_inductor" + os.sep
+
+
 def _enclosing(call_code: Any) -> Optional[Tuple[str, Tuple[Recorded, ...]]]:
     """The compiled call this thread is inside of (cudagraph trees capture from within it): a
     wrapper function held by a frame identifies the partition exactly; else every wrapper
-    function of the graph is a candidate."""
+    function of the graph is a candidate.
+
+    Only inductor's own frames are read: before Python 3.13 reading a frame's ``f_locals``
+    leaves a snapshot of its locals on the frame, which would keep objects the program deletes
+    afterwards alive until that frame returns."""
     exact: Optional[Recorded] = None
     f = sys._getframe(1)
     while f is not None:
-        if exact is None:
-            for v in list(f.f_locals.values()):
-                rec = CODEGEN.by_code.get(v.__code__) if type(v) is types.FunctionType else None
-                if rec is not None:
-                    exact = rec
-                    break
-        if call_code is not None and f.f_code is call_code:
-            found = OUTPUTS.get(f.f_locals.get("self"))
-            if found is None:
-                return "torch.compile", ()
-            region, cands = found
-            if exact is not None and exact in cands:
-                cands = (exact,)
-            return region, cands
+        code = f.f_code
+        if code is call_code or (exact is None and _INDUCTOR_DIR in code.co_filename):
+            local = f.f_locals
+            if exact is None:
+                for v in list(local.values()):
+                    rec = CODEGEN.by_code.get(v.__code__) if type(v) is types.FunctionType else None
+                    if rec is not None:
+                        exact = rec
+                        break
+            if code is call_code:
+                found = OUTPUTS.get(local.get("self"))
+                if found is None:
+                    return "torch.compile", ()
+                region, cands = found
+                if exact is not None and exact in cands:
+                    cands = (exact,)
+                return region, cands
         f = f.f_back
     return None
 
