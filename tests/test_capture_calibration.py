@@ -165,20 +165,13 @@ def test_node_type_names():
 def test_a_prepared_profiler_counts_as_active_until_it_is_disabled(monkeypatch):
     """torch.profiler's warm-up prepares Kineto (CUPTI activity on) before _profiler_enabled()
     turns True: the wrapped module functions say so, and a stop clears it."""
-    import sys
+    from support.capture_fakes import fake_profiler_module
 
     from perfetto_graph_ann.capture import calibration as C
 
     calls = []
-    tap = types.ModuleType("torch.autograd.profiler")
-    tap._prepare_profiler = lambda *a, **k: calls.append(("prepare", a))
-    tap._disable_profiler = lambda: calls.append(("disable",)) or "results"
-    torch = types.ModuleType("torch")
-    torch.autograd = types.ModuleType("torch.autograd")
-    torch.autograd.profiler = tap
-    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: False))
-    for name, mod in (("torch", torch), ("torch.autograd", torch.autograd), ("torch.autograd.profiler", tap)):
-        monkeypatch.setitem(sys.modules, name, mod)
+    tap = fake_profiler_module(monkeypatch, _prepare_profiler=lambda *a, **k: calls.append(("prepare", a)),
+                               _disable_profiler=lambda: calls.append(("disable",)) or "results")
     watch = C._KinetoWatch()
     monkeypatch.setattr(C, "KINETO", watch)
     watch.install()

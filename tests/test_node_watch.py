@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from support.capture_fakes import FAKE_TORCH_STREAM, MULTIPLE_SUBSCRIBERS, FakeCuda
+from support.capture_fakes import FAKE_TORCH_STREAM, MULTIPLE_SUBSCRIBERS, FakeCuda, fake_profiler_module
 
 from test_capture_markers import EXPECTED, STREAM, annotations, run
 
@@ -199,21 +199,12 @@ def test_a_starting_profiler_takes_cupti_back_and_edges_go_on_from_the_driver(ca
 
 
 def test_the_profiler_hook_yields_before_torch_prepares(monkeypatch):
-    import types
-
     from perfetto_graph_ann.capture import calibration as C
 
     order = []
-    tap = types.ModuleType("torch.autograd.profiler")
-    tap._prepare_profiler = lambda *a, **k: order.append("prepare")
-    tap._enable_profiler = lambda *a, **k: order.append("enable")
-    tap._disable_profiler = lambda: order.append("disable")
-    torch = types.ModuleType("torch")
-    torch.autograd = types.ModuleType("torch.autograd")
-    torch.autograd.profiler = tap
-    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: False))
-    for name, mod in (("torch", torch), ("torch.autograd", torch.autograd), ("torch.autograd.profiler", tap)):
-        monkeypatch.setitem(sys.modules, name, mod)
+    tap = fake_profiler_module(monkeypatch, _prepare_profiler=lambda *a, **k: order.append("prepare"),
+                               _enable_profiler=lambda *a, **k: order.append("enable"),
+                               _disable_profiler=lambda: order.append("disable"))
     monkeypatch.setattr(nodewatch.WATCH, "yield_to_profiler", lambda: order.append("yield"))
     watch = C._KinetoWatch()
     monkeypatch.setattr(C, "KINETO", watch)

@@ -22,7 +22,7 @@ import shutil
 import socket
 import sys
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from ..errors import OutputError
 from ..pipeline.convert import write_joined
@@ -124,12 +124,7 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
             _reap(in_flight, MAX_IN_FLIGHT - 1)
             tmp = tempfile.mkdtemp(prefix=".pga-export-", dir=dir_name)
             try:
-                src = os.path.join(tmp, "trace.json")
-                export_chrome_trace_to(prof, src)
-                if keep_json:
-                    kept = keep_chrome_json(src, os.path.join(dir_name, name[:-len(".pftrace")] + ".json" +
-                                                              (".gz" if use_gzip else "")), out)
-                    src = src if use_gzip else kept
+                src = _export_to(prof, tmp, dir_name, name, out, keep_json, use_gzip)
                 ann = fixed if fixed is not None else _annotations(None)
                 in_flight.append(start(src, ann, out, graph_lanes, 7, False, label, tmp))
             except BaseException:
@@ -137,12 +132,7 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
                 raise
             return out
         with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=dir_name) as tmp:
-            src = os.path.join(tmp, "trace.json")
-            export_chrome_trace_to(prof, src)
-            if keep_json:
-                kept = keep_chrome_json(src, os.path.join(dir_name, name[:-len(".pftrace")] + ".json" +
-                                                          (".gz" if use_gzip else "")), out)
-                src = src if use_gzip else kept
+            src = _export_to(prof, tmp, dir_name, name, out, keep_json, use_gzip)
             try:
                 trace = read_trace(src)
             except TraceFormatError as e:
@@ -175,3 +165,15 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
 
     handler_fn.wait = wait  # type: ignore[attr-defined]
     return handler_fn
+
+
+def _export_to(prof: Any, tmp: str, dir_name: str, name: str, out: str, keep_json: bool, use_gzip: bool) -> str:
+    """torch's Chrome JSON of this cycle into ``tmp`` (kept beside the output too when
+    ``keep_json``: renamed into place, or gzipped); the path to read it from."""
+    src = os.path.join(tmp, "trace.json")
+    export_chrome_trace_to(prof, src)
+    if keep_json:
+        kept = keep_chrome_json(src, os.path.join(dir_name, name[:-len(".pftrace")] + ".json" +
+                                                  (".gz" if use_gzip else "")), out)
+        src = src if use_gzip else kept
+    return src

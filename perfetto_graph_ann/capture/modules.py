@@ -207,28 +207,17 @@ class ModuleHooks:
                 item.__enter__()
             else:  # grad off: no backward to tag, the scope straight on the recorder
                 rec = sess.recorder
-                tok = rec.open(scope[0])
-                item = (rec, tok)
-                st.append(item)
-                try:
-                    return orig(module, *args, **kwargs)
-                finally:
-                    if st and st[-1] is item:
-                        st.pop()
-                        rec.close(tok)
-                    elif item in st:  # closed out of order (a generator, a thread switch)
-                        st.remove(item)
-                        rec.close(tok)
+                item = (rec, rec.open(scope[0]))
             st.append(item)
             try:
                 return orig(module, *args, **kwargs)
             finally:
                 if st and st[-1] is item:
                     st.pop()
-                    item.__exit__(None, None, None)
-                elif item in st:
+                    _close(item)
+                elif item in st:  # closed out of order (a generator, a thread switch)
                     st.remove(item)
-                    item.__exit__(None, None, None)
+                    _close(item)
         __call__.__wrapped__ = orig
         fast = fastpath.module()
         if fast is not None and hasattr(fast, "ModuleCall"):  # the common case in C, the rest in __call__

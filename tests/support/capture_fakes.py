@@ -449,3 +449,22 @@ def fake_torch(cuda: FakeCuda) -> Any:
     # mark_kernels' backward tagging (on by default) reads grad mode: off, as in a serving capture
     torch.is_grad_enabled = lambda: False
     return torch
+
+
+def fake_profiler_module(monkeypatch: Any, **functions: Any) -> Any:
+    """A fake ``torch`` whose ``torch.autograd.profiler`` holds ``functions`` (torch's
+    ``_prepare_profiler`` / ``_enable_profiler`` / ``_disable_profiler`` stand-ins), put in
+    ``sys.modules`` for the test. Returns the profiler module."""
+    import sys
+    import types
+
+    tap = types.ModuleType("torch.autograd.profiler")
+    for name, fn in functions.items():
+        setattr(tap, name, fn)
+    torch = types.ModuleType("torch")
+    torch.autograd = types.ModuleType("torch.autograd")
+    torch.autograd.profiler = tap
+    torch._C = types.SimpleNamespace(_autograd=types.SimpleNamespace(_profiler_enabled=lambda: False))
+    for name, mod in (("torch", torch), ("torch.autograd", torch.autograd), ("torch.autograd.profiler", tap)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    return tap
