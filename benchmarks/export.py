@@ -42,10 +42,8 @@ class RecordedProfiler:
     """A stand-in for ``torch.profiler.profile``: ``export_chrome_trace(path)`` writes the
     recorded trace's bytes, once (torch saves a profile once)."""
 
-    def __init__(self, data: bytes):
-        self.data = data
-        self.saved = False
-        self.write_s = 0.0
+    def __init__(self, data: bytes, step_num: int = 1):
+        self.data, self.step_num, self.saved, self.write_s = data, step_num, False, 0.0
 
     def export_chrome_trace(self, path: str) -> None:
         if self.saved:

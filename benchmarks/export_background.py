@@ -40,23 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.decoder_synth import decoder_annotations, decoder_trace  # noqa: E402
+from benchmarks.export import RecordedProfiler  # noqa: E402
 import perfetto_graph_ann as pga  # noqa: E402
-
-
-class RecordedProfiler:
-    """``export_chrome_trace(path)`` writes the recorded bytes, once; ``write_s`` is its time."""
-
-    def __init__(self, data: bytes, step_num: int = 1):
-        self.data, self.step_num, self.saved, self.write_s = data, step_num, False, 0.0
-
-    def export_chrome_trace(self, path: str) -> None:
-        if self.saved:
-            raise RuntimeError("Trace is already saved.")
-        t = time.perf_counter()
-        with open(path, "wb") as f:
-            f.write(self.data)
-        self.write_s = time.perf_counter() - t
-        self.saved = True
 
 
 def main() -> None:

@@ -157,16 +157,21 @@ def test_merge_and_the_fleet_read_the_same_rank(tmp_path):
 
 # -- the optional progress phase --------------------------------------------------------------
 
-def test_phase_without_progress_shows_nothing_and_with_progress_names_it():
-    with phase(None, "nothing"):
-        pass
-    names = []
-
+def _recorder(names):
+    """A progress stand-in whose phases append their names to ``names``."""
     class Recorder:
         @contextlib.contextmanager
         def phase(self, desc):
             names.append(desc)
             yield
+    return Recorder
+
+
+def test_phase_without_progress_shows_nothing_and_with_progress_names_it():
+    with phase(None, "nothing"):
+        pass
+    names = []
+    Recorder = _recorder(names)
 
     with phase(Recorder(), "reading x"):
         pass
@@ -175,12 +180,7 @@ def test_phase_without_progress_shows_nothing_and_with_progress_names_it():
 
 def test_read_and_join_names_its_phases_with_the_suffix():
     names = []
-
-    class Recorder:
-        @contextlib.contextmanager
-        def phase(self, desc):
-            names.append(desc)
-            yield
+    Recorder = _recorder(names)
 
     read_and_join(str(fixture_trace(TRACE)), [str(fixture_capture(TRACE))], progress=Recorder(), suffix=" (1 of 2)")
     assert names == [f"reading {fixture_trace(TRACE).name} (1 of 2)", "joining the GPU work to the annotations (1 of 2)"]

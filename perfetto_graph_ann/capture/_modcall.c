@@ -45,6 +45,23 @@ lookup_attr(PyObject *o, PyObject *name, PyObject **out)
 #endif
 }
 
+/* whether the weak reference ``ref`` still points at ``o`` */
+static int
+referent_is(PyObject *ref, PyObject *o)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *target = NULL;
+    if (PyWeakref_GetRef(ref, &target) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_XDECREF(target);  /* o is alive (the caller holds it), so the comparison stays valid */
+    return target == o;
+#else
+    return PyWeakref_GetObject(ref) == o;
+#endif
+}
+
 /* the module's entry (new reference), from the cache or prepare(); NULL with an error */
 static PyObject *
 entry_of(ModuleCall *self, PyObject *module)
@@ -57,8 +74,7 @@ entry_of(ModuleCall *self, PyObject *module)
     if (entry == NULL && PyErr_Occurred())
         return NULL;
     if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
-        PyWeakref_CheckRef(PyTuple_GET_ITEM(entry, 0)) &&
-        PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == module) {
+        PyWeakref_CheckRef(PyTuple_GET_ITEM(entry, 0)) && referent_is(PyTuple_GET_ITEM(entry, 0), module)) {
         Py_INCREF(entry);
         return entry;
     }

@@ -189,11 +189,7 @@ def format_fleet_table(df, top: int, by_rank: bool = False) -> str:
     lines.append("")
     lines.append(f"differences: {int(items['real'].sum())} real of {len(items)} " +
                  ("(item, rank) rows" if by_rank else "items"))
-    if len(items):
-        shown = items.head(top)
-        lines.append(render(shown, columns=cols).rstrip("\n"))
-        if len(items) > len(shown):
-            lines.append(f"({len(items) - len(shown)} more: --top {len(items)}, or --format csv / json for all)")
+    lines += _first_rows(items, top, cols)
     return "\n".join(lines) + "\n"
 
 
@@ -212,9 +208,18 @@ def format_table(df, base: str, new: str, top: int) -> str:
                                           "new_p50_launch_latency_dur"]).rstrip("\n"))
     lines.append("")
     lines.append(f"differences: {real} real of {len(items)} items")
-    if len(items):
-        shown = items.head(top)
-        lines.append(render(shown, columns=TABLE_COLUMNS).rstrip("\n"))
-        if len(items) > len(shown):
-            lines.append(f"({len(items) - len(shown)} more: --top {len(items)}, or --format csv / json for all)")
+    lines += _first_rows(items, top, TABLE_COLUMNS)
     return "\n".join(lines) + "\n"
+
+
+def _first_rows(items, top: int, columns) -> list:
+    """The first ``top`` difference rows as table lines, and a line saying how many were left out."""
+    from .tables import render
+
+    if not len(items):
+        return []
+    shown = items.head(top)
+    lines = [render(shown, columns=columns).rstrip("\n")]
+    if len(items) > len(shown):
+        lines.append(f"({len(items) - len(shown)} more: --top {len(items)}, or --format csv / json for all)")
+    return lines
