@@ -146,10 +146,21 @@ def test_bad_settings_fail_at_once(tmp_path):
 # ---- module scopes ---------------------------------------------------------------------------
 
 class _Module:
-    """The fake ``torch.nn.Module``: ``__call__`` runs ``forward`` (what the module scopes wrap)."""
+    """The fake ``torch.nn.Module``, laid out as torch's (>= 2.0): ``__call__`` is
+    ``_wrapped_call_impl``, which calls ``_call_impl`` (what the module scopes wrap), which runs
+    ``forward``."""
 
-    def __call__(self, *args, **kwargs):
+    _compiled_call_impl = None
+
+    def _call_impl(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
+
+    def _wrapped_call_impl(self, *args, **kwargs):
+        if self._compiled_call_impl is not None:
+            return self._compiled_call_impl(*args, **kwargs)
+        return self._call_impl(*args, **kwargs)
+
+    __call__ = _wrapped_call_impl
 
 
 class FakeModule(_Module):
@@ -182,9 +193,9 @@ class Linear(FakeModule):
 
 @pytest.fixture
 def nn(fresh, monkeypatch):
-    """``torch.nn.Module`` on top of the fake torch; ``hooks["wrapped"]()``: is its ``__call__``
-    wrapped now."""
-    hooks = {"cuda": fresh, "wrapped": lambda: _Module.__dict__["__call__"] is not ORIGINAL_CALL}
+    """``torch.nn.Module`` on top of the fake torch; ``hooks["wrapped"]()``: is any of its call
+    attributes wrapped now."""
+    hooks = {"cuda": fresh, "wrapped": lambda: any(_Module.__dict__[k] is not v for k, v in ORIGINAL_CALLS.items())}
     module = types.ModuleType("torch.nn")
     module.Module = _Module
     monkeypatch.setitem(sys.modules, "torch.nn", module)
@@ -193,7 +204,7 @@ def nn(fresh, monkeypatch):
     return hooks
 
 
-ORIGINAL_CALL = _Module.__dict__["__call__"]
+ORIGINAL_CALLS = {k: _Module.__dict__[k] for k in ("__call__", "_call_impl")}
 
 
 def decoder(hooks):
@@ -574,10 +585,129 @@ def test_the_compiled_path_wraps_module_calls_in_c(nn, fresh, capture_path):
 
     class Probe(FakeModule):
         def forward(self):
-            seen.append(type(type(self).__mro__[-2].__dict__["__call__"]).__name__)
+            seen.append(type(type(self).__mro__[-2].__dict__["_call_impl"]).__name__)
             super().forward()
 
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         Probe(nn, "k_probe")()
     assert seen == (["ModuleCall"] if capture_path == "compiled" else ["function"])
+
+
+def test_module_scopes_wrap_call_impl_and_never_the_call_slot(nn, fresh, capture_path):
+    """torch's layout: ``_call_impl`` is wrapped during capture, ``__call__`` (a slot: setting it
+    updates every subclass) never is; a layout without ``_call_impl`` gets ``__call__`` wrapped."""
+    torch = sys.modules["torch"]
+    assert mods.wrapped_attribute(_Module) == "_call_impl"
+    pga.instrument(modules=True)
+    seen = []
+
+    class Probe(FakeModule):
+        def forward(self):
+            seen.append((_Module.__dict__["__call__"] is ORIGINAL_CALLS["__call__"],
+                         _Module.__dict__["_call_impl"] is not ORIGINAL_CALLS["_call_impl"]))
+            super().forward()
+
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        FakeModule(nn, "k_root", probe=Probe(nn, "k_probe"))()
+    assert seen == [(True, True)] and not nn["wrapped"]()
+    g.replay()
+    assert annotations_by_kernel()["k_probe"]["module"] == "probe"
+
+
+def test_module_scopes_on_a_module_class_without_call_impl(fresh, monkeypatch, capture_path):
+    """An ``nn.Module`` whose ``__call__`` runs ``forward`` itself (torch before 2.0): ``__call__``
+    is wrapped during capture and put back after."""
+    torch = sys.modules["torch"]
+
+    class OldModule:
+        def __call__(self, *args, **kwargs):
+            return self.forward(*args, **kwargs)
+
+    original = OldModule.__dict__["__call__"]
+    assert mods.wrapped_attribute(OldModule) == "__call__"
+    module = types.ModuleType("torch.nn")
+    module.Module = OldModule
+    monkeypatch.setitem(sys.modules, "torch.nn", module)
+    monkeypatch.setattr(torch, "nn", module, raising=False)
+    monkeypatch.setattr(mods, "NAMES", mods._Names())
+
+    class Leaf(OldModule):
+        def forward(self):
+            assert OldModule.__dict__["__call__"] is not original
+            fresh.launch(FAKE_TORCH_STREAM, "k_leaf")
+
+    class Root(OldModule):
+        def __init__(self):
+            self.leaf = Leaf()
+
+        def named_modules(self, prefix=""):
+            yield prefix, self
+            yield (f"{prefix}.leaf" if prefix else "leaf"), self.leaf
+
+        def forward(self):
+            self.leaf()
+
+    pga.instrument(modules=True)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        Root()()
+    assert OldModule.__dict__["__call__"] is original
+    g.replay()
+    assert annotations_by_kernel()["k_leaf"]["module"] == "leaf"
+
+
+def test_module_scopes_on_real_torch_modules(monkeypatch, capture_path):
+    """torch's own ``nn.Module`` (CPU build) under the fake CUDA backend: ``_call_impl`` is the
+    attribute wrapped, ``__call__`` stays torch's during the capture, and nested module calls
+    with keyword arguments become scopes named by path."""
+    torch = pytest.importorskip("torch")
+    from support.capture_fakes import FakeCuda, fake_torch
+
+    from perfetto_graph_ann.capture import backends
+
+    assert mods.wrapped_attribute(torch.nn.Module) == "_call_impl"
+    cuda = FakeCuda()
+    fakes = fake_torch(cuda).cuda
+    for name in ("graph", "CUDAGraph", "current_device", "current_stream", "synchronize",
+                 "is_current_stream_capturing"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fakes, name))
+    monkeypatch.setattr(api, "INSTRUMENTED", None)
+    monkeypatch.setattr(inst, "_config", None)
+    monkeypatch.setattr(mods, "NAMES", mods._Names())
+    call = torch.nn.Module.__dict__["__call__"]
+    seen = []
+
+    class Proj(torch.nn.Module):
+        def forward(self, h, *, scale=1):
+            seen.append(torch.nn.Module.__dict__["__call__"] is call)
+            cuda.launch(FAKE_TORCH_STREAM, "k_proj")
+            return h * scale
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = Proj()
+
+        def forward(self, h):
+            return self.proj(h, scale=2)
+
+    model = torch.nn.Sequential(Block(), Block())
+    try:
+        with backends.use(cuda), torch.no_grad():
+            pga.instrument(modules=True)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = model(torch.ones(2))
+            g.replay()
+    finally:
+        inst.uninstrument()
+    try:
+        assert torch.equal(out, torch.full((2,), 4.0)) and seen == [True, True]
+        assert torch.nn.Module.__dict__["_call_impl"] is mods.HOOKS._orig or mods.HOOKS._orig is None
+        assert "ModuleCall" not in type(torch.nn.Module.__dict__["_call_impl"]).__name__
+        paths = [n.annotation.get("module") for r in REGISTRY.records() for n in r.nodes]
+        assert paths == ["0.proj", "1.proj"]
+    finally:
+        REGISTRY.clear()

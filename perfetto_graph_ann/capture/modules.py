@@ -28,7 +28,7 @@ from . import fastpath
 from . import session as _session
 from .marks import mark_kernels
 
-__all__ = ["HOOKS", "mark_modules", "ModuleHooks", "ModuleScopes", "NAMES"]
+__all__ = ["HOOKS", "mark_modules", "ModuleHooks", "ModuleScopes", "NAMES", "wrapped_attribute"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +126,7 @@ class ModuleHooks:
         self._lock = threading.Lock()
         self._users = 0
         self._cls: Any = None
+        self._attr = "_call_impl"  #: the attribute wrapped (wrapped_attribute)
         self._orig: Any = None
         #: id(module) -> (weak reference to the module, its scope's (fields, backward) or None):
         #: what _prepare found, kept across captures while settings and names stay (``_caches``);
@@ -151,7 +152,8 @@ class ModuleHooks:
                     cls = nn.Module
                 except Exception:
                     return False
-                orig = cls.__dict__.get("__call__")
+                attr = wrapped_attribute(cls)
+                orig = cls.__dict__.get(attr)
                 if orig is None:
                     return False
                 torch = sys.modules.get("torch")
@@ -163,8 +165,8 @@ class ModuleHooks:
                     del self._caches[next(iter(self._caches))]
                 self._prepared = self._caches.setdefault(key, {})
                 self._open.clear()
-                self._cls, self._orig = cls, orig
-                cls.__call__ = self._wrap(orig)
+                self._cls, self._attr, self._orig = cls, attr, orig
+                setattr(cls, attr, self._wrap(orig))
             self._users += 1
             return True
 
@@ -172,7 +174,7 @@ class ModuleHooks:
         with self._lock:
             self._users = max(0, self._users - 1)
             if self._users == 0 and self._cls is not None:
-                self._cls.__call__ = self._orig
+                setattr(self._cls, self._attr, self._orig)
                 self._cls = self._orig = None
                 self._open.clear()
 
@@ -250,6 +252,20 @@ class ModuleHooks:
         if known is not None:
             prepared[key] = entry
         return entry
+
+
+def wrapped_attribute(cls: Any) -> str:
+    """The ``nn.Module`` attribute the module scopes wrap: ``_call_impl`` where ``__call__`` is
+    torch's ``_wrapped_call_impl`` calling it (torch >= 2.0), else ``__call__``.
+
+    Setting a class's ``__call__`` updates the call slot of every subclass (~350 in torch: 0.3
+    ms a capture on the CPU machine, set and put back; BENCHMARKS.md, "module scopes at capture");
+    ``_call_impl`` is no slot, and every module call goes through it all the same."""
+    call, impl = cls.__dict__.get("__call__"), cls.__dict__.get("_call_impl")
+    code = getattr(call, "__code__", None)
+    if impl is not None and code is not None and "_call_impl" in code.co_names:
+        return "_call_impl"
+    return "__call__"
 
 
 def _close(item: Any) -> None:
