@@ -1,15 +1,16 @@
 /*
- * perfetto_graph_ann.capture._fastpath.ModuleCall: ``nn.Module.__call__`` while a capture runs,
+ * perfetto_graph_ann.capture._fastpath.ModuleCall: ``nn.Module._call_impl`` while a capture runs,
  * its common case in C (modules.py's ``ModuleHooks._wrap`` is the Python one it stands for).
  *
  * ModuleCall(orig, prepared, prepare, opened, session_local, current, grad, node, fallback), set
- * on ``nn.Module``: ``module(*args)`` finds the module's entry in ``prepared`` (id -> (weak
- * reference, scope)), or asks ``prepare(module)``; with no scope, or no capture for this thread,
- * it is ``orig(module, *args)``; with grad off and no autograd node running it opens the scope on
- * the session's recorder around ``orig`` (the token on this thread's list in ``opened``, so that
+ * on ``nn.Module`` as ``_call_impl`` (``__call__`` on layouts without it): ``module(*args)``
+ * finds the module's entry in ``prepared`` (id -> (weak reference, scope)), or asks
+ * ``prepare(module)``; with no scope, or no capture for this thread, it is
+ * ``orig(module, *args)``; with grad off and no autograd node running it opens the scope on the
+ * session's recorder around ``orig`` (the token on this thread's list in ``opened``, so that
  * ``close_open`` can close it); anything else goes to ``fallback``, the Python wrapper
- * (``mark_kernels``' path). A scoped module call in Python cost ~7 us of capture on the H200
- * (BENCHMARKS.md, "module scopes at capture").
+ * (``mark_kernels``' path). A scoped module call costs ~0.6 us here against ~7 us in Python on
+ * the H200 (BENCHMARKS.md, "module scopes at capture").
  */
 #include "_fastpath.h"
 
@@ -19,7 +20,7 @@
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *orig;      /* nn.Module's own __call__ */
+    PyObject *orig;      /* nn.Module's own _call_impl (or __call__) */
     PyObject *prepared;  /* dict: id(module) -> (weakref, scope or None) */
     PyObject *prepare;   /* prepare(module) -> such an entry */
     PyObject *opened;    /* dict: thread ident -> list of open items */
@@ -325,7 +326,7 @@ ModuleCall_get_wrapped(ModuleCall *self, void *closure)
 }
 
 static PyGetSetDef ModuleCall_getset[] = {
-    {"__wrapped__", (getter)ModuleCall_get_wrapped, NULL, "nn.Module's own __call__", NULL},
+    {"__wrapped__", (getter)ModuleCall_get_wrapped, NULL, "nn.Module's own _call_impl (or __call__)", NULL},
     {NULL}
 };
 
@@ -333,7 +334,7 @@ static PyTypeObject ModuleCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "perfetto_graph_ann.capture._fastpath.ModuleCall",
     .tp_doc = PyDoc_STR("ModuleCall(orig, prepared, prepare, opened, session_local, current, grad, node, "
-                        "fallback): nn.Module.__call__ with module scopes while a capture runs (modules.py)."),
+                        "fallback): nn.Module._call_impl with module scopes while a capture runs (modules.py)."),
     .tp_basicsize = sizeof(ModuleCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_vectorcall_offset = offsetof(ModuleCall, vectorcall),

@@ -1,8 +1,9 @@
 """Module scopes: while a graph is captured, every ``nn.Module`` call is a ``mark_kernels`` scope
 named by the module's qualified path (``model.layers.17.self_attn.o_proj``).
 
-``nn.Module.__call__`` is wrapped at class level when an annotated capture starts and put back
-when it ends, so eager module calls never run the wrapper. It opens a scope with the fields
+``nn.Module._call_impl`` (what torch's ``__call__`` calls; :func:`wrapped_attribute`) is wrapped
+at class level when an annotated capture starts and put back when it ends, so eager module calls
+never run the wrapper. It opens a scope with the fields
 ``{"name": <path>, "module": <path>, "module_class": <class name>}`` on the capturing thread
 around the call and closes it on the way out; scopes nest as the calls nest, hand-written ``mark_kernels``
 scopes nest inside or around them, and the backward kernels of a module's autograd nodes get
@@ -112,7 +113,8 @@ def mark_modules(model: Any, prefix: str = "", max_depth: Optional[int] = None, 
 
 
 class ModuleHooks:
-    """``nn.Module.__call__`` wrapped at class level while at least one capture runs.
+    """``nn.Module._call_impl`` (:func:`wrapped_attribute`) wrapped at class level while at least
+    one capture runs.
 
     Not torch's global forward hooks: once any is registered, every module call in the process
     takes ``_call_impl``'s slow path, which cost more than the scopes themselves (on the H200,
@@ -142,9 +144,9 @@ class ModuleHooks:
         self.config: Optional[ModuleScopes] = None
 
     def capture_started(self, config: Optional[ModuleScopes]) -> bool:
-        """Wrap ``nn.Module.__call__`` (first capture in flight). ``config``: for every module
+        """Wrap ``nn.Module._call_impl`` (first capture in flight). ``config``: for every module
         (None: only the models given to :func:`mark_modules`). False where torch has no
-        ``nn.Module.__call__`` to wrap."""
+        ``nn.Module`` call to wrap."""
         with self._lock:
             if self._users == 0:
                 try:
