@@ -70,6 +70,15 @@ def capture_path(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(autouse=True)
+def node_watch_not_yielded(monkeypatch):
+    """Every test starts with the node watch free to subscribe: a test whose fake profiler
+    started (``calibration.KINETO``'s hook) made the process's ``WATCH`` yield for good."""
+    from perfetto_graph_ann.capture import nodewatch
+
+    monkeypatch.setattr(nodewatch.WATCH, "yielded", False)
+
+
 @pytest.fixture
 def fake_torch_cuda(monkeypatch):
     """A ``FakeCuda`` in use as the capture backend, under a fake ``torch`` module

@@ -198,6 +198,51 @@ def test_a_starting_profiler_takes_cupti_back_and_edges_go_on_from_the_driver(ca
     assert annotations(sess) == {"a": {"name": "outer"}, "b": {"name": "outer"}, "c": {"name": "inner"}, "d": {}}
 
 
+def test_after_a_profiler_took_cupti_no_capture_subscribes_again(capture_path):
+    """Once torch's profiler subscribed, CUPTI refuses us anyway (H200: result 39): later
+    captures do not even ask, so none can win a race against a profiler's start."""
+    cuda = watchable()
+    nodewatch.WATCH.yield_to_profiler()
+    cuda, sess, _ = run(None, cuda)
+    assert annotations(sess) == EXPECTED
+    assert cuda.subscriptions == 0 and (cuda.count_calls or cuda.marker_calls)
+
+
+def test_a_profiler_starting_while_a_capture_subscribes_takes_cupti_back(capture_path):
+    """A profiler starting in another thread while a capture is between subscribing and using
+    the count: it waits for the capture to be set up, then takes the subscription back at once
+    (not when the capture ends: torch's profiler finding ours gets no GPU activity, ever)."""
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    import threading
+
+    cuda = watchable()
+    cuda.begin_capture(STREAM)
+    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
+    profiler = threading.Thread(target=nodewatch.WATCH.yield_to_profiler)
+    real_count = cuda.node_count
+
+    def count_while_a_profiler_starts(graph):  # the base count, read between subscribe and use
+        if not profiler.is_alive() and profiler.ident is None:
+            profiler.start()
+            profiler.join(0.2)  # it waits for the capture's setup (or, unfixed, yields at once)
+        return real_count(graph)
+
+    cuda.node_count = count_while_a_profiler_starts
+    sess.start()
+    profiler.join(5)
+    assert not profiler.is_alive()
+    assert cuda.subscribed is None and nodewatch.WATCH.users == 0 and sess.edge_source == "driver"
+    cuda.node_count = real_count
+    outer = sess.recorder.open({"name": "outer"})
+    cuda.launch(STREAM, "a")
+    sess.recorder.close(outer)
+    cuda.launch(STREAM, "b")
+    sess.finish_capture()
+    sess.bind_exec(cuda.instantiate(cuda.end_capture(STREAM)))
+    assert annotations(sess) == {"a": {"name": "outer"}, "b": {}}
+
+
 def test_the_profiler_hook_yields_before_torch_prepares(monkeypatch):
     from perfetto_graph_ann.capture import calibration as C
 

@@ -53,6 +53,9 @@ class NodeWatch:
         self._tokens = itertools.count(1)
         self._functions: Optional[Functions] = None
         self.refused: Optional[int] = None
+        #: a profiler took CUPTI: no subscription from then on (CUPTI would refuse it anyway once
+        #: torch's profiler subscribed; asking could still win a race against its start)
+        self.yielded = False
 
     def acquire(self, functions: Functions, give_up: Callable[[], None]) -> Optional[int]:
         """Subscribe if no capture holds the subscription yet. A token for :meth:`release`, or
@@ -62,6 +65,8 @@ class NodeWatch:
         if fast is None:
             return None
         with self._lock:
+            if self.yielded:
+                return None
             if not self._holders:
                 rc = fast.watch_subscribe(functions[0], functions[1], RESOURCE_DOMAIN, GRAPHNODE_CREATED)
                 if rc != 0:
@@ -85,8 +90,9 @@ class NodeWatch:
 
     def yield_to_profiler(self) -> None:
         """A profiler is about to subscribe: every holder gives the count up, which ends the
-        subscription."""
+        subscription, and no capture subscribes again in this process."""
         with self._lock:
+            self.yielded = True
             give_ups = list(self._holders.values())
         for give_up in give_ups:
             give_up()

@@ -97,6 +97,9 @@ class CaptureSession:
         #: whether edges may read CUPTI's node-created count (:mod:`.nodewatch`)
         self.node_watch = node_watch if node_watch is not None else nodewatch.enabled_from_env()
         self._watch: Optional[Tuple[int, int]] = None  # (counter slot, WATCH token) while edges read it
+        #: held while the watch is set up or given up: a profiler starting in another thread
+        #: while this capture subscribes waits until it can take the subscription back
+        self._watch_lock = threading.Lock()
         self._markers: List[int] = []  # listing positions of the marker nodes added
         self._edge_hint = 0  # the last edge's position: picks count or marker for the next
         # the compiled recorder where built (scope edges in C), unless every edge is verified
@@ -195,31 +198,37 @@ class CaptureSession:
         fns = self.backend.node_watch_functions() if self.node_watch and fast is not None else None
         if fns is None:
             return
-        token = nodewatch.WATCH.acquire(fns, self.stop_watch)
-        if token is None:
-            return
-        slot = fast.watch_add(self.graph, self.backend.node_count(self.graph))
-        if slot < 0:  # every slot taken by captures in flight
-            nodewatch.WATCH.release(token)
-            return
-        self._watch = (slot, token)
-        if self._fast:
-            self.recorder.set_watch(slot)
+        with self._watch_lock:
+            token = nodewatch.WATCH.acquire(fns, self.stop_watch)
+            if token is None:
+                return
+            try:
+                slot = fast.watch_add(self.graph, self.backend.node_count(self.graph))
+            except BaseException:
+                nodewatch.WATCH.release(token)
+                raise
+            if slot < 0:  # every slot taken by captures in flight
+                nodewatch.WATCH.release(token)
+                return
+            self._watch = (slot, token)
+            if self._fast:
+                self.recorder.set_watch(slot)
 
     def stop_watch(self) -> Optional[int]:
         """Edges ask the driver from now on (the same positions); the count the callback reached,
         or None where edges did not read one. Idempotent; the subscription ends with the last
         capture holding it. Also how a capture gives the count up to a starting profiler."""
-        watch, self._watch = self._watch, None
-        if watch is None:
-            return None
-        fast = fastpath.module()
-        n = fast.watch_count(watch[0])
-        if self._fast:
-            self.recorder.set_watch(-1)
-        fast.watch_remove(watch[0])
-        nodewatch.WATCH.release(watch[1])
-        return n
+        with self._watch_lock:
+            watch, self._watch = self._watch, None
+            if watch is None:
+                return None
+            fast = fastpath.module()
+            n = fast.watch_count(watch[0])
+            if self._fast:
+                self.recorder.set_watch(-1)
+            fast.watch_remove(watch[0])
+            nodewatch.WATCH.release(watch[1])
+            return n
 
     def label_lane(self, lane: int, label: str) -> None:
         """Record that this capture labelled ``lane`` (``mark_stream``, a process group).
