@@ -711,3 +711,29 @@ def test_module_scopes_on_real_torch_modules(monkeypatch, capture_path):
         assert paths == ["0.proj", "1.proj"]
     finally:
         REGISTRY.clear()
+
+
+def test_instrument_imports_what_the_first_capture_would_and_calls_nothing(fresh, monkeypatch):
+    """Once torch is imported, ``instrument()`` imports cuda-bindings' driver and runtime modules
+    (the first capture paid ~0.1 s for them on the H200) and calls nothing in them."""
+    from perfetto_graph_ann.capture import backends
+
+    calls: List[str] = []
+    bindings = types.ModuleType("cuda.bindings")
+    for name in ("driver", "runtime"):
+        mod = types.ModuleType(f"cuda.bindings.{name}")
+        mod.__getattr__ = lambda attr, _n=name: calls.append(f"{_n}.{attr}")  # any use is recorded
+        setattr(bindings, name, mod)
+        monkeypatch.setitem(sys.modules, f"cuda.bindings.{name}", mod)
+    cuda_pkg = types.ModuleType("cuda")
+    cuda_pkg.bindings = bindings
+    monkeypatch.setitem(sys.modules, "cuda", cuda_pkg)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    preloaded: List[bool] = []
+    real = backends.preload
+    monkeypatch.setattr(backends, "preload", lambda: preloaded.append(True) or real())
+    pga.instrument()
+    assert preloaded == [True] and calls == []
+    for name in ("driver", "runtime"):  # no cuda-bindings: nothing raised
+        monkeypatch.setitem(sys.modules, f"cuda.bindings.{name}", None)
+    real()

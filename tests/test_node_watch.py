@@ -62,6 +62,7 @@ def test_verify_mode_checks_every_callback_edge_against_a_listing(capture_path):
     cuda.begin_capture(STREAM)
     sess = S.CaptureSession(cuda, STREAM, Registry(), device=0, verify=True)
     sess.start()
+    sess.recorder.open({"name": "outer"})  # the first edge starts the watch
     cuda.skip_callbacks = 1
     cuda.launch(STREAM, "a")
     with pytest.raises(CaptureError, match="positioned at node 0 but the graph lists 1"):
@@ -91,6 +92,8 @@ def test_a_missed_callback_is_refused_at_the_end_and_the_subscription_ends(captu
     cuda.begin_capture(STREAM)
     sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
     sess.start()
+    assert sess.edge_source == "driver" and cuda.subscriptions == 0  # not before the first edge
+    sess.recorder.open({"name": "outer"})
     assert sess.edge_source == "node callback"
     cuda.skip_callbacks = 1
     cuda.launch(STREAM, "a")
@@ -109,6 +112,7 @@ def test_captures_in_flight_share_one_subscription(capture_path):
         cuda.begin_capture(stream)
         sess = S.CaptureSession(cuda, stream, Registry(), device=0)
         sess.start()
+        sess.recorder.snapshot()  # the first edge starts the watch
         sessions.append(sess)
     assert cuda.subscriptions == 1 and nodewatch.WATCH.users == 2
     a = sessions[0].recorder.open({"name": "a"})
@@ -140,12 +144,27 @@ def test_instrumented_captures_hold_the_subscription_only_while_they_run(capture
     pga.instrument()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        assert (fresh.subscribed is not None) == compiled(capture_path)
+        assert fresh.subscribed is None  # from the first scope edge on
         with pga.mark_kernels("s"):
+            assert (fresh.subscribed is not None) == compiled(capture_path)
             fresh.launch(FAKE_TORCH_STREAM, "k")
     assert fresh.subscribed is None
     g.replay()
     assert {n.kernel: dict(n.annotation) for r in REGISTRY.records() for n in r.nodes} == {"k": {"name": "s"}}
+
+
+def test_a_capture_without_scopes_never_subscribes(capture_path, fresh):
+    """``instrument()`` without module scopes, in a capture that opens no scope: CUPTI is never
+    asked (its first subscription in a process cost ~20 ms of the first capture on the H200)."""
+    torch = sys.modules["torch"]
+    pga.instrument()
+    graphs = [torch.cuda.CUDAGraph() for _ in range(2)]
+    for g in graphs:
+        with torch.cuda.graph(g):
+            fresh.launch(FAKE_TORCH_STREAM, "k")
+        g.replay()
+    assert fresh.subscriptions == 0 and nodewatch.WATCH.users == 0
+    assert [n.kernel for r in REGISTRY.records() for n in r.nodes] == ["k", "k"]
 
 
 def test_a_failing_capture_body_ends_the_subscription(capture_path, fresh):
@@ -230,11 +249,11 @@ def test_a_profiler_starting_while_a_capture_subscribes_takes_cupti_back(capture
 
     cuda.node_count = count_while_a_profiler_starts
     sess.start()
+    outer = sess.recorder.open({"name": "outer"})  # the first edge starts the watch
     profiler.join(5)
     assert not profiler.is_alive()
     assert cuda.subscribed is None and nodewatch.WATCH.users == 0 and sess.edge_source == "driver"
     cuda.node_count = real_count
-    outer = sess.recorder.open({"name": "outer"})
     cuda.launch(STREAM, "a")
     sess.recorder.close(outer)
     cuda.launch(STREAM, "b")

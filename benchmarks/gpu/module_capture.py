@@ -113,7 +113,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out")
+    ap.add_argument("--arm", choices=("plain", "instrumented", "modules"),
+                    help="fresh-process mode: only this arm, --captures times, in this process (JSON line)")
+    ap.add_argument("--captures", type=int, default=4)
     args = ap.parse_args()
+    if args.arm:
+        return one_arm(args)
     model = Decoder(decoder_weights(args.layers))
     x = torch.randn(args.batch, 128, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
     x = x.to(torch.bfloat16)
@@ -160,6 +165,26 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(rep, raw=secs), f, indent=1)
+
+
+def one_arm(args) -> None:
+    """One arm in this process, as a program would see it: the instrumentation installed before
+    the model is built (``perfetto-graph-ann run`` installs it at interpreter start), then
+    ``--captures`` captures of one pool; prints each capture's time (the first pays what a
+    process pays once: CUPTI's first subscription, the module paths, cold caches)."""
+    if args.arm != "plain":
+        pga.instrument(modules=args.arm == "modules", calibrate=False)
+    model = Decoder(decoder_weights(args.layers))
+    x = torch.randn(args.batch, 128, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+    x = x.to(torch.bfloat16)
+    times, pool = [], None
+    with torch.no_grad():
+        warmup(lambda: model(x))
+        for _ in range(args.captures):
+            t, g, _ = capture_once(model, x, pool)
+            pool = g.pool() if pool is None else pool
+            times.append(t * 1e3)
+    print(json.dumps({"arm": args.arm, "capture_ms": times}))
 
 
 if __name__ == "__main__":

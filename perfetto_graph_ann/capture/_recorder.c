@@ -38,6 +38,7 @@ typedef struct {
     int marking;            /* edges add marker nodes */
     PyObject *counter;      /* the Python counter when there is no fast count */
     int watch;              /* >= 0: edges read this _nodewatch.c slot's counter (no driver call) */
+    PyObject *starter;      /* called once at the first edge (it may set_watch): the watch starts late */
     long long seq;
     int active;
     PyObject *closed;       /* list of (seq, fields, start, end) */
@@ -79,6 +80,7 @@ static int
 Recorder_traverse(Recorder *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->slow);
+    Py_VISIT(self->starter);
     Py_VISIT(self->markers);
     Py_VISIT(self->counter);
     Py_VISIT(self->closed);
@@ -91,6 +93,7 @@ static int
 Recorder_clear(Recorder *self)
 {
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->starter);
     Py_CLEAR(self->markers);
     Py_CLEAR(self->counter);
     Py_CLEAR(self->closed);
@@ -131,6 +134,15 @@ add_marker(Recorder *self)
 static PyObject *
 count_now(Recorder *self)
 {
+    if (self->starter != NULL) {
+        PyObject *start = self->starter;
+        self->starter = NULL;
+        PyObject *r = PyObject_CallNoArgs(start);
+        Py_DECREF(start);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
     if (self->watch >= 0)
         return PyLong_FromLongLong(fp_watch_count(self->watch));
     if (self->marking) {
@@ -361,6 +373,21 @@ Recorder_set_watch(Recorder *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(set_watch_starter_doc, "set_watch_starter(fn): call ``fn()`` once, at the next edge, before it is "
+"positioned (None: not)");
+
+static PyObject *
+Recorder_set_watch_starter(Recorder *self, PyObject *fn)
+{
+    if (fn == Py_None) {
+        Py_CLEAR(self->starter);
+    } else {
+        Py_INCREF(fn);
+        Py_XSETREF(self->starter, fn);
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(set_fast_doc,
 "set_fast(get_nodes, graph, switch_at, slow, add_empty=None, node_id=None, markers=None)\n\n"
 "Count ``graph``'s nodes with cuGraphGetNodes at address ``get_nodes``. Once a count reaches\n"
@@ -457,6 +484,7 @@ static PyMethodDef Recorder_methods[] = {
     {"open_fields", (PyCFunction)(void (*)(void))Recorder_open_fields, METH_FASTCALL, open_fields_doc},
     {"set_counter", (PyCFunction)Recorder_set_counter, METH_O, set_counter_doc},
     {"set_watch", (PyCFunction)Recorder_set_watch, METH_O, set_watch_doc},
+    {"set_watch_starter", (PyCFunction)Recorder_set_watch_starter, METH_O, set_watch_starter_doc},
     {"set_fast", (PyCFunction)(void (*)(void))Recorder_set_fast, METH_FASTCALL, set_fast_doc},
     {NULL}
 };

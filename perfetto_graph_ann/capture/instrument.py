@@ -143,7 +143,9 @@ def _apply(cfg: Optional[InstrumentConfig]) -> None:
 
 
 def _torch_ready() -> None:
-    """torch is imported: hook its captures and watch its profiler (the replay record)."""
+    """torch is imported: hook its captures and watch its profiler (the replay record); import
+    now what the first capture would import (no CUDA call), so that it does not pay for it."""
+    from . import backends
     from .calibration import KINETO
 
     try:
@@ -152,6 +154,7 @@ def _torch_ready() -> None:
     except Exception as e:  # never break the program: it runs unannotated
         warnings.warn(f"perfetto_graph_ann: instrumentation not installed: {e}", RuntimeWarning, stacklevel=2)
         return
+    backends.preload()
     cfg = _config
     if cfg is not None and cfg.modules is not None:
         if "torch._inductor.compile_fx" in sys.modules:

@@ -97,6 +97,7 @@ class CaptureSession:
         #: whether edges may read CUPTI's node-created count (:mod:`.nodewatch`)
         self.node_watch = node_watch if node_watch is not None else nodewatch.enabled_from_env()
         self._watch: Optional[Tuple[int, int]] = None  # (counter slot, WATCH token) while edges read it
+        self._watch_pending = False  # the watch starts at the first edge (a capture with none never subscribes)
         #: held while the watch is set up or given up: a profiler starting in another thread
         #: while this capture subscribes waits until it can take the subscription back
         self._watch_lock = threading.Lock()
@@ -139,6 +140,8 @@ class CaptureSession:
     def _count(self) -> Optional[int]:
         if self.graph is None:
             return None
+        if self._watch_pending:
+            self._start_watch()
         watch = self._watch
         if watch is not None:
             return fastpath.module().watch_count(watch[0])
@@ -185,20 +188,33 @@ class CaptureSession:
                 self.recorder.set_fast(count_fn, self.graph, -1 if start is None else start, self._marker_edge)
         else:
             self.recorder.set_counter(self._count)
-        self._start_watch()
+        self._arm_watch()
 
     @property
     def edge_source(self) -> str:
         """Where scope edges are positioned now: ``node callback`` (CUPTI's count) or ``driver``."""
         return "node callback" if self._watch is not None else "driver"
 
+    def _arm_watch(self) -> None:
+        """Start the watch at the first scope edge: a capture that opens no scope (``instrument()``
+        without module scopes) never subscribes to CUPTI, whose first subscription in a process
+        costs ~20 ms on the H200."""
+        if not self.node_watch or fastpath.module() is None:
+            return
+        self._watch_pending = True
+        if self._fast:
+            self.recorder.set_watch_starter(self._start_watch)
+
     def _start_watch(self) -> None:
         """Edges read CUPTI's node-created count from now on, where the backend and CUPTI allow."""
         fast = fastpath.module()
-        fns = self.backend.node_watch_functions() if self.node_watch and fast is not None else None
-        if fns is None:
-            return
         with self._watch_lock:
+            if not self._watch_pending:
+                return
+            self._watch_pending = False
+            fns = self.backend.node_watch_functions() if self.node_watch and fast is not None else None
+            if fns is None:
+                return
             token = nodewatch.WATCH.acquire(fns, self.stop_watch)
             if token is None:
                 return
@@ -219,6 +235,10 @@ class CaptureSession:
         or None where edges did not read one. Idempotent; the subscription ends with the last
         capture holding it. Also how a capture gives the count up to a starting profiler."""
         with self._watch_lock:
+            if self._watch_pending:  # never started: it will not now
+                self._watch_pending = False
+                if self._fast:
+                    self.recorder.set_watch_starter(None)
             watch, self._watch = self._watch, None
             if watch is None:
                 return None

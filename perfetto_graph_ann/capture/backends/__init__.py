@@ -21,15 +21,15 @@ import threading
 from typing import Any, Dict, Iterator, List, Optional
 
 from .base import BACKENDS, CUDA_RUNTIME, CUPTI, TOOLS_ID_DRIVER, TORCH, CaptureBackend, node_type_name
-from .choice import BackendInfo, EnvFacts, choose_backend, probe_facts
+from .choice import BackendInfo, EnvFacts, choose_backend, preload, probe_facts
 from .cupti import CuptiBackend, find_libcupti
 from .driver import CudaGraphBackend
 from .runtime import RuntimeIdsBackend
 
 __all__ = ["BACKENDS", "CUDA_RUNTIME", "CUPTI", "TOOLS_ID_DRIVER", "TORCH", "BackendInfo", "CaptureBackend",
            "CudaGraphBackend", "CuptiBackend", "EnvFacts", "RuntimeIdsBackend", "active", "backend_info",
-           "choose_backend", "find_libcupti", "is_available", "node_type_name", "probe_facts", "selected_name",
-           "use"]
+           "choose_backend", "find_libcupti", "is_available", "node_type_name", "preload", "probe_facts",
+           "selected_name", "use"]
 
 
 _lock = threading.Lock()

@@ -10,7 +10,7 @@ from .. import fastpath
 from .base import BACKENDS, CUDA_RUNTIME, CUPTI, TOOLS_ID_DRIVER, TORCH
 from .cupti import find_libcupti
 
-__all__ = ["BackendInfo", "choose_backend", "EnvFacts", "probe_facts"]
+__all__ = ["BackendInfo", "choose_backend", "EnvFacts", "preload", "probe_facts"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +92,15 @@ def choose_backend(f: EnvFacts) -> BackendInfo:
             reasons.setdefault(b, f"not needed: {chosen} is preferred")
     calibration = chosen in (CUDA_RUNTIME, CUPTI) and f.cupti_python
     return BackendInfo(chosen, reasons, calibration, f)
+
+
+def preload() -> None:
+    """Import what the probe and the backends import (cuda-bindings' driver and runtime modules),
+    calling nothing: no CUDA call, no library initialised. ``instrument()`` does it once torch
+    is imported, so that the process's first capture does not pay it: ~0.1 s on the H200
+    (BENCHMARKS.md, "module scopes at capture, session 15")."""
+    with contextlib.suppress(Exception):
+        from cuda.bindings import driver, runtime  # noqa: F401
 
 
 def probe_facts() -> EnvFacts:
