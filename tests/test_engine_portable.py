@@ -157,3 +157,35 @@ def test_a_package_of_our_own_registers_next_to_graph_ann(tmp_path):
         s.query("INCLUDE PERFETTO MODULE graph_ann.gpu_work; SELECT 1")  # ours is still there
         with pytest.raises(QueryError, match="mytest.broken"):
             s.query("INCLUDE PERFETTO MODULE mytest.broken")
+
+
+def test_node_starts_before_pandas_is_imported(tmp_path):
+    """The perfetto.trace_processor package imports pandas (~0.4 s); the engine starts Node
+    first so that the two overlap (docs/design.md, Engines, "Start-up order"). In a fresh
+    interpreter: importing the session module imports neither, Node is spawned while pandas
+    is still absent, and the session still answers (and builds a DataFrame) afterwards."""
+    import os
+    import subprocess
+    import sys
+
+    script = f"""
+import subprocess, sys
+import perfetto_graph_ann.query.session as session
+assert "pandas" not in sys.modules and "perfetto.trace_processor" not in sys.modules, "imported at once"
+seen = []
+real = subprocess.Popen
+class Spy(real):
+    def __init__(self, *a, **k):
+        if any("portable_host" in str(x) for x in a[0]):
+            seen.append("pandas" in sys.modules)
+        super().__init__(*a, **k)
+subprocess.Popen = Spy
+with session.open_trace({str(fixture_trace("seed_block_graph"))!r}, engine="portable") as s:
+    n = int(s.query("SELECT COUNT(*) AS n FROM slice").df().n[0])
+print(seen, n > 0, "pandas" in sys.modules)
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[False]", "True", "True"]

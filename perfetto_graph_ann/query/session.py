@@ -15,11 +15,12 @@ import re
 import threading
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
-
-from perfetto.common.query_result_iterator import QueryResultIterator
+from typing import IO, TYPE_CHECKING, Any, Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
 
 from .engine import Choice, Engine, EngineConfig, choose_engine, create_engine, start_engine
+
+if TYPE_CHECKING:
+    from perfetto.common.query_result_iterator import QueryResultIterator
 
 __all__ = ["exact_frame", "FEED_CHUNK_BYTES", "open_fed", "open_trace", "PathArg", "QueryResult", "Session",
            "sql_arg_names"]

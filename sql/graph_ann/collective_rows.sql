@@ -6,9 +6,9 @@
 -- type, bandwidths), for `graph_ann.collectives` and the report's summary.
 
 INCLUDE PERFETTO MODULE graph_ann.gpu_work;
-INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
 
--- Kernels that are collectives (see `_graph_ann_is_collective`).
+-- Kernels that are collectives (`_graph_ann_work.class` 1: see
+-- `_graph_ann_is_collective`).
 CREATE PERFETTO TABLE _graph_ann_collective_kernel(
   -- Slice id.
   id LONG,
@@ -37,7 +37,7 @@ SELECT
   id, ts, dur, group_id, device, lane_id, track_id, name, is_graphed, arg_set_id,
   COALESCE(EXTRACT_ARG(arg_set_id, 'debug.Collective name'), EXTRACT_ARG(arg_set_id, 'args.Collective name')) AS collective
 FROM _graph_ann_work
-WHERE category = 'kernel' AND _graph_ann_is_collective!(arg_set_id, name);
+WHERE class = 1;
 
 -- Size in bytes of one element of each torch dtype, by the name torch's
 -- eager traces write in `dtype` (c10::ScalarType names).

@@ -5,6 +5,7 @@
 -- GPU work of traces written by perfetto_graph_ann: every kernel, memcpy and
 -- memset slice with its lane, annotation, replay, graph node and launching call.
 
+INCLUDE PERFETTO MODULE graph_ann.collective_kernels;
 INCLUDE PERFETTO MODULE graph_ann.work_args;
 
 -- CPU launch calls (CUDA runtime / driver slices carrying `debug.correlation`):
@@ -94,7 +95,11 @@ CREATE PERFETTO TABLE _graph_ann_work(
   -- Whether a CUDA graph launch launched it.
   is_graphed BOOL,
   -- Argument set of the slice.
-  arg_set_id ARGSETID
+  arg_set_id ARGSETID,
+  -- 0 compute (a kernel that is no collective), 1 communication (a collective
+  -- kernel, `graph_ann.collective_kernels`), 2 memory (memcpy / memset): read
+  -- by `overlap` and the collective rows, so the argument lookup runs once.
+  class LONG
 ) AS
 WITH
   work AS (
@@ -128,7 +133,12 @@ SELECT
   w.depth,
   l.id AS launch_id,
   COALESCE(l.is_graph_launch, 0) AS is_graphed,
-  w.arg_set_id
+  w.arg_set_id,
+  CASE
+    WHEN w.category != 'kernel' THEN 2
+    WHEN _graph_ann_is_collective!(w.arg_set_id, w.name) THEN 1
+    ELSE 0
+  END AS class
 FROM work AS w
 LEFT JOIN _graph_ann_launch_by_correlation AS l ON l.launch_key = _graph_ann_launch_key!(w.correlation, w.group_id);
 

@@ -16,18 +16,19 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterable, Iterator, Optional
+from typing import IO, TYPE_CHECKING, Iterable, Iterator, Optional
 
 from google.protobuf.message import DecodeError
 from perfetto.common.exceptions import PerfettoException
-from perfetto.common.query_result_iterator import QueryResultIterator
-from perfetto.trace_processor.platform import PlatformDelegate
-from perfetto.trace_processor.protos import ProtoFactory
 
 from ...errors import EMPTY_FILE, EngineError, InputError, QueryError, QueryTimeoutError
 from .sql_errors import sql_error_line
 from .config import EngineConfig, check_seconds
 from .process import describe_exit
+
+if TYPE_CHECKING:  # imported on first use: perfetto.trace_processor imports pandas (~0.4 s)
+    from perfetto.common.query_result_iterator import QueryResultIterator
+    from perfetto.trace_processor.protos import ProtoFactory
 
 __all__ = ["Engine", "protos", "read_tail"]
 
@@ -39,6 +40,9 @@ _TRANSPORT_ERRORS = (OSError, EOFError, http.client.HTTPException, PerfettoExcep
 @functools.lru_cache(maxsize=1)
 def protos() -> ProtoFactory:
     """perfetto's message classes for the trace processor protocol (built once)."""
+    from perfetto.trace_processor.platform import PlatformDelegate
+    from perfetto.trace_processor.protos import ProtoFactory
+
     return ProtoFactory(PlatformDelegate())
 
 
@@ -98,6 +102,8 @@ class Engine(abc.ABC):
             result = self._backend.execute_query(sql)
         if result.error:
             raise QueryError(f"{self.trace_path}: SQL error: {sql_error_line(result.error, sql)}")
+        from perfetto.common.query_result_iterator import QueryResultIterator
+
         return QueryResultIterator(result.column_names, result.batch)
 
     def load(self) -> None:

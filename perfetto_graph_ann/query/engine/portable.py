@@ -24,13 +24,15 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, TYPE_CHECKING, Optional
 
 from ...errors import EngineError
 from . import process
 from .base import Engine, protos, read_tail
 from .config import EngineConfig
-from .rpc import DeadlineTransport, RpcBackend, sql_package_modules
+
+if TYPE_CHECKING:
+    from .rpc import DeadlineTransport
 
 __all__ = ["HOST_SCRIPT", "PortableEngine"]
 
@@ -64,11 +66,15 @@ class PortableEngine(Engine):
         process.track(self._proc)
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._tmpdir, self._stderr, None)
         try:
+            # perfetto's RPC client imports pandas (~0.4 s): imported while Node starts
+            from .rpc import DeadlineTransport, RpcBackend
+
+            factory = protos()
             self._wait_ready()
             self._transport = DeadlineTransport(self._socket)
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._tmpdir, self._stderr, self._transport)
-            self._backend = RpcBackend(self._transport, protos())
+            self._backend = RpcBackend(self._transport, factory)
             with self._guard("start-up", config.start_timeout_s):
                 status = self._backend.status()
         except BaseException:  # incl. Ctrl-C while starting: leave nothing behind
@@ -107,6 +113,8 @@ class PortableEngine(Engine):
 
     def register_sql_packages(self) -> None:
         """Register every configured SQL package over RPC (``TPM_REGISTER_SQL_PACKAGE``)."""
+        from .rpc import sql_package_modules
+
         for package_dir in self.config.package_dirs():
             name, modules = sql_package_modules(package_dir)
             with self._lock, self._guard("SQL package registration", self.config.start_timeout_s):

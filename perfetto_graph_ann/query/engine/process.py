@@ -16,8 +16,6 @@ import sys
 import threading
 from typing import Dict, Optional
 
-from perfetto.trace_processor.process_tree import terminate_process_tree
-
 __all__ = ["describe_exit", "kill", "kill_all", "live_pids", "popen_kwargs", "track"]
 
 _lock = threading.Lock()
@@ -37,6 +35,10 @@ def kill(proc: Optional[subprocess.Popen]) -> Optional[int]:
     with _lock:
         _live.pop(proc.pid, None)
     if proc.poll() is None:
+        # imported here: the perfetto.trace_processor package imports pandas (~0.4 s), which an
+        # engine's start overlaps with Node's (portable.py)
+        from perfetto.trace_processor.process_tree import terminate_process_tree
+
         terminate_process_tree(proc)  # SIGKILL to the group, then wait()
     else:
         # The leader is gone; make sure nothing it started survives it.
