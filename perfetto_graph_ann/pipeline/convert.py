@@ -64,15 +64,16 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             del trace
 
 
-def read_for_writing(src: PathLike, two_pass: bool) -> KinetoTrace:
+def read_for_writing(src: PathLike, two_pass: bool, join: bool = False) -> KinetoTrace:
     """The trace at ``src`` as the ``.pftrace`` writer reads it: with ``two_pass``, scanned
     (:func:`~..read.scan.scan_trace`: light events, read again while writing) where that
     applies (a plain JSON file), else read whole (gzip, a pipe, anything the scan is unsure
-    of, and every error: :func:`~..read.kineto.read_trace`)."""
+    of, and every error: :func:`~..read.kineto.read_trace`). ``join``: the light events keep
+    what the join reads too (it runs on them before the writer)."""
     if two_pass:
         from ..read.scan import scan_trace
 
-        scanned = scan_trace(os.fspath(src))
+        scanned = scan_trace(os.fspath(src), join)
         if scanned is not None:
             return scanned
     return read_trace(src)
@@ -136,9 +137,11 @@ def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lane
                                    "annotations (--annotations FILE, saved with sidecar version 4 or later)")
     with paused_gc():
         source: "str | KinetoTrace" = src
-        if not annotations and not is_json_name(out) and config.two_pass:  # nothing to join: the writer alone reads it
+        if not is_json_name(out) and config.two_pass:  # the writer reads it again; the join reads the light events
+            if annotations:  # refused before anything is read, as read_and_join does
+                check_lane_options(src, list(annotations), graph_lanes, default_stream)
             with phase(progress, f"reading {os.path.basename(src)}"):
-                source = read_for_writing(src, True)
+                source = read_for_writing(src, True, join=bool(annotations))
         joined = read_and_join(source, list(annotations), graph_lanes=graph_lanes, default_stream=default_stream,
                                force=force, default="none" if is_json_name(out) else "all", progress=progress,
                                on_join=on_join, edge_flows=edge_flows)

@@ -24,7 +24,7 @@ import msgspec
 from ..errors import TraceFormatError
 from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
-from .model import KinetoTrace, TraceEvent
+from .model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
 __all__ = ["EventSource", "ScannedTrace", "scan_trace"]
 
@@ -45,6 +45,24 @@ class _LightEvent(_KinetoEvent, kw_only=True, forbid_unknown_fields=True, gc=Fal
     args: _DevStream = msgspec.field(default_factory=_DevStream)  # type: ignore[assignment]
 
 
+class _JoinArgs(_DevStream, gc=False, rename={"graph_id": "graph id", "graph_node_id": "graph node id"}):
+    """Of an event's args, what the writer's plan and the join read (``join/replays.py``,
+    ``exact.py``, ``match.py``: correlation, grid, block and the graph ids); the rest skipped."""
+
+    correlation: Any = msgspec.UNSET
+    grid: Any = msgspec.UNSET
+    block: Any = msgspec.UNSET
+    graph_id: Any = msgspec.UNSET
+    graph_node_id: Any = msgspec.UNSET
+
+
+class _LightJoinEvent(_KinetoEvent, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """The first pass's decode target for a convert with a join: :class:`_LightEvent` with the
+    join's args (:class:`_JoinArgs`) decoded too."""
+
+    args: _JoinArgs = msgspec.field(default_factory=_JoinArgs)  # type: ignore[assignment]
+
+
 class _PacketEvent(msgspec.Struct, gc=False):
     """The second pass's decode target: what the packet loop reads of an event (the first pass
     judged the rest; other keys skipped). Where it refuses (null args, a number beyond a
@@ -60,7 +78,16 @@ _packet_decoder = msgspec.json.Decoder(List[_PacketEvent])
 assert _LightEvent.__struct_fields__ == TraceEvent.__struct_fields__
 assert _LightEvent.__struct_encode_fields__ == _KinetoEvent.__struct_encode_fields__
 assert _LightEvent.__basicsize__ == TraceEvent.__basicsize__
+assert _LightJoinEvent.__struct_fields__ == TraceEvent.__struct_fields__
+assert _LightJoinEvent.__struct_encode_fields__ == _KinetoEvent.__struct_encode_fields__
+assert _LightJoinEvent.__basicsize__ == TraceEvent.__basicsize__
 _light_decoder = msgspec.json.Decoder(List[_LightEvent])
+_light_join_decoder = msgspec.json.Decoder(List[_LightJoinEvent])
+#: The join's args as kept (key as written, attribute of :class:`_JoinArgs`), in this order.
+_JOIN_KEYS = (("device", "device"), ("stream", "stream"), ("correlation", "correlation"), ("grid", "grid"),
+              ("block", "block"), ("graph id", "graph_id"), ("graph node id", "graph_node_id"))
+#: Shared join args kept at most (cleared beyond: a replay's kernels share them, not the file's).
+_JOIN_MEMO = 1 << 16
 #: Bytes between two events' texts that one read spans rather than two (the second pass).
 _GAP = 1 << 16
 #: The most bytes one batch's events may span to be read in one piece, unsorted.
@@ -197,15 +224,20 @@ class _Unsure(Exception):
 
 class _Scan:
     """The first pass's sink: every event's offset (and after the last, where it ends), the
-    events made light."""
+    events made light. With ``join``, the events the join reads (GPU work, graph launches)
+    keep their name and the join's args (:class:`_JoinArgs`) too."""
 
-    def __init__(self) -> None:
+    def __init__(self, join: bool = False) -> None:
         self.offsets = array("q")
         self.end = 0  # where the last event kept ends
         self.memo: Dict[Any, Any] = {}  # names, categories, pids, tids and light args: one object each
+        self.join = join
+        self.decoder = _light_join_decoder if join else _light_decoder
+        self.args_type = _JoinArgs if join else _DevStream
+        self.joined: Dict[str, bool] = {}  # cat as written -> GPU work
+        self.join_memo: Dict[Any, Any] = {}
 
-    @staticmethod
-    def decode(text: bytes, path: str, start: int) -> List[TraceEvent]:
+    def decode(self, text: bytes, path: str, start: int) -> List[TraceEvent]:
         """The run ``text`` decoded as :func:`.events.decode_events` decodes it, refusing what it
         refuses, but for the args (:class:`_LightEvent`; where the typed decode refuses, the
         generic path's whole events)."""
@@ -214,7 +246,7 @@ class _Scan:
                 text.decode("utf-8")
             except UnicodeDecodeError:
                 raise TraceFormatError(path, "not valid JSON in traceEvents (invalid UTF-8)") from None
-        return decode_events(text, path, start, _light_decoder)
+        return decode_events(text, path, start, self.decoder)
 
     def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
         raws = _raw_list.decode(text)
@@ -229,7 +261,8 @@ class _Scan:
         self.offsets.extend([at + p for p in starts])
         if starts:
             self.end = at + starts[-1] + lens[-1]
-        whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is _DevStream]
+        light_type = self.args_type
+        whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is light_type]
         if whole:  # the tracks and counters read these events' names and args: decoded whole
             try:
                 again = decode_events(b"[" + b",".join([text[starts[k]:starts[k] + lens[k]] for k in whole]) + b"]",
@@ -242,6 +275,8 @@ class _Scan:
         memo = self.memo
         intern = memo.setdefault  # one dict: str and int keys never compare equal (pid / tid are never bool)
         get = memo.get
+        join = self.join
+        joined = self.joined
         for e in run:
             cat = e.cat
             e.cat = intern(cat, cat)
@@ -252,11 +287,21 @@ class _Scan:
             ph = e.ph = intern(e.ph, e.ph)  # a str object per event as decoded
             if ph == "M" or ph == "C":  # the tracks and counters read their names and args
                 continue
-            e.name = ""
             e.extra = None
+            if join and ph == "X":
+                gpu = joined.get(cat)
+                if gpu is None:
+                    c = cat.lower()
+                    gpu = joined[cat] = CATEGORY_ALIASES.get(c, c) in GPU_WORK_CATEGORIES
+                name = e.name
+                if gpu or name in GRAPH_LAUNCH_NAMES:  # what the join reads: name and its args
+                    e.name = intern(name, name)
+                    e.args = self._join_args(e.args)
+                    continue
+            e.name = ""
             a = e.args
             # shared light args (an empty dict per event without args, too, as decoded)
-            if type(a) is _DevStream:
+            if type(a) is light_type:
                 d = a.device
                 s = a.stream
             else:  # the generic path's
@@ -269,6 +314,45 @@ class _Scan:
                 light = key = None
             e.args = light if light is not None else _light_args(d, s, memo, key)
         return run
+
+    def _join_args(self, a: Any) -> Dict[str, Any]:
+        """The args the join reads of a GPU work event or graph launch (the keys present, as
+        decoded), one dict for the events of a replay that have the same."""
+        if type(a) is dict:  # the generic path's
+            values = [a.get(key, _NO_ARG) for key, _ in _JOIN_KEYS]
+        else:
+            values = [getattr(a, attr) for _, attr in _JOIN_KEYS]
+        d, s, c, g, b, gid, gnid = values
+        key: Any = None
+        if gid is _NO_ARG and gnid is _NO_ARG:  # graph ids: one node each, nothing to share
+            gk = _dim3_key(g)
+            bk = _dim3_key(b)
+            if gk is not None and bk is not None:
+                key = (type(d), d, type(s), s, type(c), c, gk, bk)
+        memo = self.join_memo
+        if key is not None:
+            try:
+                hit = memo.get(key)
+            except TypeError:  # a list or dict value: not shared
+                hit = key = None
+            if hit is not None:
+                return hit
+        out = {k: v for (k, _), v in zip(_JOIN_KEYS, values) if v is not _NO_ARG}
+        if key is not None:
+            if len(memo) >= _JOIN_MEMO:
+                memo.clear()
+            memo[key] = out
+        return out
+
+
+def _dim3_key(v: Any) -> Any:
+    """A grid / block arg as a memo key: absent, or a list of ints (what Kineto writes); None
+    for anything else (not shared)."""
+    if v is _NO_ARG:
+        return v
+    if type(v) is list and all(type(x) is int for x in v):
+        return tuple(v)
+    return None
 
 
 def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any]:
@@ -284,10 +368,11 @@ def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any
     return light
 
 
-def scan_trace(path: str) -> Optional[ScannedTrace]:
+def scan_trace(path: str, join: bool = False) -> Optional[ScannedTrace]:
     """The first pass over the trace at ``path``: light events and where each one's text is;
     None where the two-pass read does not apply (gzip, not a regular file) or the streaming
-    read is unsure (the caller then reads the whole file, which also words every error)."""
+    read is unsure (the caller then reads the whole file, which also words every error).
+    ``join``: the events the join reads keep its args and their names (:class:`_JoinArgs`)."""
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
@@ -299,7 +384,7 @@ def scan_trace(path: str) -> Optional[ScannedTrace]:
 
     if not stat.S_ISREG(st.st_mode):
         return None
-    scan = _Scan()
+    scan = _Scan(join)
     try:
         trace = _stream_trace(path, scan=scan)
     except _Unsure:
