@@ -319,40 +319,42 @@ class _Scan:
         """The args the join reads of a GPU work event or graph launch (the keys present, as
         decoded), one dict for the events of a replay that have the same."""
         if type(a) is dict:  # the generic path's
-            values = [a.get(key, _NO_ARG) for key, _ in _JOIN_KEYS]
-        else:
-            values = [getattr(a, attr) for _, attr in _JOIN_KEYS]
-        d, s, c, g, b, gid, gnid = values
+            return {k: a[k] for k, _ in _JOIN_KEYS if k in a}
+        d, s, c, g, b = a.device, a.stream, a.correlation, a.grid, a.block
+        gid, gnid = a.graph_id, a.graph_node_id
+        memo = self.join_memo
         key: Any = None
         if gid is _NO_ARG and gnid is _NO_ARG:  # graph ids: one node each, nothing to share
-            gk = _dim3_key(g)
-            bk = _dim3_key(b)
-            if gk is not None and bk is not None:
-                key = (type(d), d, type(s), s, type(c), c, gk, bk)
-        memo = self.join_memo
-        if key is not None:
+            # the types too (1, 1.0 and True are equal keys); a list or dict value: not shared
+            key = (type(d), d, type(s), s, type(c), c,
+                   tuple(g) if type(g) is list else g, tuple(map(type, g)) if type(g) is list else type(g),
+                   tuple(b) if type(b) is list else b, tuple(map(type, b)) if type(b) is list else type(b))
             try:
                 hit = memo.get(key)
-            except TypeError:  # a list or dict value: not shared
+            except TypeError:
                 hit = key = None
             if hit is not None:
                 return hit
-        out = {k: v for (k, _), v in zip(_JOIN_KEYS, values) if v is not _NO_ARG}
+        out = {}
+        if d is not _NO_ARG:
+            out["device"] = d
+        if s is not _NO_ARG:
+            out["stream"] = s
+        if c is not _NO_ARG:
+            out["correlation"] = c
+        if g is not _NO_ARG:
+            out["grid"] = g
+        if b is not _NO_ARG:
+            out["block"] = b
+        if gid is not _NO_ARG:
+            out["graph id"] = gid
+        if gnid is not _NO_ARG:
+            out["graph node id"] = gnid
         if key is not None:
             if len(memo) >= _JOIN_MEMO:
                 memo.clear()
             memo[key] = out
         return out
-
-
-def _dim3_key(v: Any) -> Any:
-    """A grid / block arg as a memo key: absent, or a list of ints (what Kineto writes); None
-    for anything else (not shared)."""
-    if v is _NO_ARG:
-        return v
-    if type(v) is list and all(type(x) is int for x in v):
-        return tuple(v)
-    return None
 
 
 def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any]:
