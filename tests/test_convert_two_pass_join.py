@@ -247,3 +247,41 @@ def test_shared_join_args_are_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(scan, "_JOIN_MEMO", 3)
     src, ann = _decoder(tmp_path, 3, 1)
     _same(src, [ann], tmp_path)
+
+
+@pytest.mark.parametrize("edge_flows", [False, True])
+def test_recorded_edges_critical_path_args_and_flows(edge_flows, tmp_path):
+    """The critical path changes placements' args after they are made (kept whole by the compact
+    placements): the same bytes, with and without the dependency flows."""
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.annotations.model import GraphEdge
+
+    ann = load_annotations(str(fixture_capture("two_branch")))
+    g = dataclasses.replace(ann.graphs[0], edges=(GraphEdge(0, 2), GraphEdge(1, 2)))
+    sidecar = save_annotations(tmp_path / "edges.annotations.json", dataclasses.replace(ann, graphs=(g,)))
+    for lanes in ("none", "all"):
+        done = _same(_plain(tmp_path, "two_branch"), [sidecar], tmp_path, graph_lanes=lanes, edge_flows=edge_flows)
+        assert done.layout.report.critical_paths and (bool(done.layout.edge_flows) == edge_flows)
+
+
+def test_compact_placements_are_the_dict_placements():
+    """``join(compact=True)``: the same placements by index, in the same order, as made by the
+    dict path; ``pin`` keeps one whose args then change; absent indexes are absent."""
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.join.model import CompactPlacements, mutable_placement
+
+    trace = kineto.read_trace(fixture_trace("seed_block_annotated"))
+    ann = load_annotations(str(fixture_capture("seed_block_annotated")))
+    for lanes in ("none", "all"):
+        a, b = join(trace, ann, lanes), join(trace, ann, lanes, compact=True)
+        assert isinstance(b.placements, CompactPlacements) and type(a.placements) is dict
+        assert list(a.placements.items()) == list(b.placements.items()) and len(a.placements) == len(b.placements)
+        assert a.report == b.report and a.lane_names == b.lane_names and a.ranges == b.ranges
+        first = next(iter(a.placements))
+        assert first in b.placements and -1 not in b.placements and len(trace.events) + 5 not in b.placements
+        assert b.placements.get(len(trace.events) + 5) is None and b.placements.get("x", 3) == 3
+        with pytest.raises(KeyError):
+            b.placements[-1]
+        mutable_placement(b.placements, first).args["x"] = 1
+        assert b.placements[first].args == {**a.placements[first].args, "x": 1}
+        assert list(b.placements) == list(a.placements)

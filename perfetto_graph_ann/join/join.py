@@ -140,6 +140,7 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     attribution = _Attribution(trace, replays, annotations, report)
     for r in replays:
         attribution.join_replay(r)
+        r.signatures = None  # asked for by this replay's join alone
     matches, replay_graph = attribution.matches, attribution.replay_graph
     replay_index = _replay_indices(replays, replay_graph)
     cache: Dict = {}
