@@ -61,6 +61,36 @@ class _Categories(dict):
         return v
 
 
+class _Lanes:
+    """``Plan.rewrite`` of a joined trace (most of its GPU work rewritten): event index -> lane,
+    8 bytes an event."""
+
+    _NONE = -(1 << 63)
+
+    def __init__(self, events: int) -> None:
+        self.lanes = array("q", [self._NONE]) * events
+        self.other: Dict[int, Any] = {}  # lanes beyond int64
+
+    def __setitem__(self, i: int, lane: int) -> None:
+        if type(lane) is int and self._NONE < lane < 1 << 63:
+            self.lanes[i] = lane
+        else:
+            self.other[i] = lane
+
+    def get(self, i: int, default: Any = None) -> Any:
+        if 0 <= i < len(self.lanes):
+            v = self.lanes[i]
+            if v != self._NONE:
+                return v
+        return self.other.get(i, default)
+
+    def __contains__(self, i: int) -> bool:
+        return self.get(i) is not None
+
+    def __len__(self) -> int:
+        return len(self.lanes) - self.lanes.count(self._NONE) + len(self.other)
+
+
 @dataclasses.dataclass
 class Plan:
     """The writer's decisions for one trace. Indices from ``base`` on are the projected ranges."""
@@ -131,6 +161,8 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
             kinds[e.index] = TRACK_METADATA
     tracks.gpu_pids = gpu_pids
     plan = Plan(events, layout.placements if layout is not None else {}, kinds, gpu_pids, base=len(events))
+    if layout is not None:  # most GPU work is rewritten: a lane an event, not a dict entry
+        plan.rewrite = _Lanes(len(events))  # type: ignore[assignment]
     if layout is not None and any(p.annotation for p in layout.placements.values()):
         stats.dropped_user_annotations = _drop_orphaned_user_annotations(plan, cats)
     _place(plan, tracks, stats, cats, flow_ts)
