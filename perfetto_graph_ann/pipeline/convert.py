@@ -30,9 +30,10 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             layout: Optional[LaneLayout] = None) -> WriteStats:
     """Convert ``src`` to a Perfetto trace at ``out``.
 
-    A plain JSON file converted without a ``layout`` is read in two passes (light events,
-    then each event's JSON decoded again just before its packet: a fraction of the memory,
-    the same bytes; ``config.two_pass``); gzip input and a read trace are held in memory.
+    A JSON file (plain or gzip) converted without a ``layout`` is read in two passes (light
+    events, then each event's JSON decoded again just before its packet: a fraction of the
+    memory, the same bytes; ``config.two_pass``); a read trace is held in memory. (A join
+    reads in two passes through :func:`convert_file` with ``annotations``.)
 
     Args:
         src: a torch.profiler JSON trace (path), or a :class:`KinetoTrace` already read.
@@ -122,7 +123,9 @@ def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lane
 
     ``graph_lanes`` None: torch's default for torch's format (``"none"`` for Chrome JSON),
     our lanes (``"all"``) for Perfetto's, ``"none"`` where no node is annotated.
-    ``on_join`` is told the layout as soon as the join is done. Inputs given as the output,
+    ``on_join`` is told the layout as soon as the join is done. A ``.pftrace`` output is
+    read in two passes where it applies (``config.two_pass``; the join runs on the light
+    events: :func:`read_for_writing`), Chrome JSON in memory. Inputs given as the output,
     and lane options without annotations to apply to (:func:`check_lane_options`), are
     refused before anything is read. ``edge_flows``: the replays' dependency edges (recorded at
     capture) as flows between their GPU work.

@@ -311,8 +311,10 @@ def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
     launch slice to its replay slice (ids after Kineto's), then the replays' dependency
     edges, when the join was asked for them."""
     stats.flow_events = len(plan.flow_indices)
+    # many flow ends (a flow to every kernel): ids in an array, 8 bytes an event, not ~120 a target
+    many = len(plan.flow_indices) * 8 >= plan.base
     fp = plan_flows(plan.events, plan.flow_indices, plan.starts,
-                    plan.source.__getitem__ if plan.source is not None else None)
+                    plan.source.__getitem__ if plan.source is not None else None, size=plan.base if many else 0)
     next_id = fp.count + 1
     for k, r in enumerate(plan.ranges):
         src = r.launch
