@@ -61,8 +61,10 @@ def _plain(tmp_path, name):
 @pytest.mark.parametrize("name", ["seed_block_annotated", "two_branch"])
 @pytest.mark.parametrize("lanes", [None, "none", "all"])
 @pytest.mark.parametrize("kw", _CONFIGS, ids=lambda kw: ",".join(kw) or "default")
-def test_fixtures_with_annotations_give_the_in_memory_bytes(name, lanes, kw, tmp_path):
-    done = _same(_plain(tmp_path, name), [fixture_capture(name)], tmp_path, graph_lanes=lanes, **kw)
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_fixtures_with_annotations_give_the_in_memory_bytes(name, lanes, kw, gz, tmp_path):
+    src = fixture_trace(name) if gz else _plain(tmp_path, name)
+    done = _same(src, [fixture_capture(name)], tmp_path, graph_lanes=lanes, **kw)
     assert sum(done.layout.report.matched.values()) > 0  # the join placed events: a join to compare
 
 
@@ -192,6 +194,8 @@ def test_errors_stay_the_in_memory_reads_and_nothing_is_written(tmp_path, monkey
     cases = {"cut.json": data[: len(data) // 2], "broken.json": data.replace(b'"dur"', b'"dur', 1),
              "negative.json": data.replace(b'"dur": ', b'"dur": -', 5),
              "bad utf8.json": data.replace(b'"queued": 0', b'"queued": "\xff\xfe"', 1)}
+    cases.update({name + ".gz": gzip.compress(text) for name, text in list(cases.items())})
+    cases["truncated.json.gz"] = gzip.compress(data)[:len(data) // 20]
     for name, text in cases.items():
         src = tmp_path / name
         src.write_bytes(text)
@@ -285,3 +289,32 @@ def test_compact_placements_are_the_dict_placements():
         mutable_placement(b.placements, first).args["x"] = 1
         assert b.placements[first].args == {**a.placements[first].args, "x": 1}
         assert list(b.placements) == list(a.placements)
+
+
+def test_flow_ends_in_an_array_are_the_dict_ones():
+    """``plan_flows(size=...)`` (a flow to every kernel: the ends in :class:`FlowEnds`) binds
+    the very flows the dict does; ``FlowEnds`` keeps one id in the array, others as given."""
+    from perfetto_graph_ann.write.perfetto.flows import FlowEnds, plan_flows
+    from perfetto_graph_ann.write.perfetto.plan import plan_events
+    from perfetto_graph_ann.write.perfetto.tracks import TrackTable
+    from perfetto_graph_ann.write.perfetto.config import WriteStats
+
+    trace = kineto.read_trace(fixture_trace("seed_block_graph"))
+    plan = plan_events(trace, None, TrackTable(trace), WriteStats())
+    a = plan_flows(plan.events, plan.flow_indices, plan.starts)
+    b = plan_flows(plan.events, plan.flow_indices, plan.starts, size=plan.base)
+    assert isinstance(b.terminating, FlowEnds) and a.terminating and a.count == b.count
+    assert len(a.terminating) == len(b.terminating) and a.outgoing == b.outgoing
+    for i in range(plan.base + 3):
+        assert (tuple(a.terminating[i]) if i in a.terminating else None) == (
+            tuple(b.terminating[i]) if i in b.terminating else None)
+    ends = FlowEnds(4)
+    ends[1] = [7]
+    ends[2] = (3, 4)
+    ends[9] = [5]
+    ends[3] = (1 << 63,)
+    assert [ends.get(i) for i in range(5)] == [None, (7,), (3, 4), (1 << 63,), None] and ends[9] == [5]
+    ends[2] = (8,)
+    assert ends.get(2) == (8,) and len(ends) == 4 and 0 not in ends and -1 not in ends
+    with pytest.raises(KeyError):
+        ends[0]
