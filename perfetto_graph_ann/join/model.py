@@ -44,6 +44,9 @@ class Placement:
     annotation: Optional[Mapping[str, Any]] = None
 
 
+_new = object.__new__
+
+
 class CompactPlacements(Mapping[int, Placement]):
     """The join's placements by event index, the usual ones (an event matched to a node of a
     known graph) held as a few bytes in columns and made into their :class:`Placement` when
@@ -69,7 +72,7 @@ class CompactPlacements(Mapping[int, Placement]):
         """Keep ``p`` as it is."""
         if index not in self:
             self.order.append(index)
-        if index < len(self.row):
+        if 0 <= index < len(self.row):
             self.row[index] = -1
         self.kept[index] = p
 
@@ -107,17 +110,26 @@ class CompactPlacements(Mapping[int, Placement]):
         if self.every:
             if hw is not None:
                 args["original_stream"] = hw
-            return Placement(lane, args, annotation)
-        args["annotated_stream"] = lane
-        return Placement(hw if hw is not None else lane, args, annotation)
+        else:
+            args["annotated_stream"] = lane
+            if hw is not None:
+                lane = hw
+        # Placement(lane, args, annotation) without the frozen dataclass's __init__ (a
+        # placement is made each time one is asked for: three times an event when written)
+        p = _new(Placement)
+        p.__dict__.update(lane=lane, args=args, annotation=annotation)
+        return p
 
     def __getitem__(self, index: int) -> Placement:
-        p = self.kept.get(index)
-        if p is not None:
-            return p
-        r = self.row[index] if 0 <= index < len(self.row) else -1
+        try:
+            r = self.row[index] if index >= 0 else -1
+        except (IndexError, TypeError):
+            r = -1
         if r < 0:
-            raise KeyError(index)
+            p = self.kept.get(index)
+            if p is None:
+                raise KeyError(index)
+            return p
         none = self._NONE
         replay, hw, how = self.replay[r], self.hw[r], self.how[r]
         return self._make(self.nodes[self.node[r]], None if replay == none else replay, STRATEGIES[how & 7],
