@@ -260,3 +260,34 @@ def test_args_the_first_pass_skips_are_judged_as_the_whole_read_judges_them(tmp_
             assert not out.exists()
         assert messages[0] == messages[1] and str(src) in messages[0]
         assert sorted(os.listdir(tmp_path)) == ["utf8.json"]
+
+
+@pytest.mark.parametrize("change", ["rewritten", "shortened", "same size and time"])
+def test_a_gzip_file_changed_between_the_passes_is_refused_with_no_output(change, tmp_path, monkeypatch):
+    """gzip input: a file changed after the first pass is refused by its size and time, or, kept
+    the same size and time, by its gzip data (no longer decompressing, or to other events)."""
+    monkeypatch.setattr(scan, "_GZ_CHUNK", 2000)
+    monkeypatch.setattr(scan, "_GZ_PIECE", 256)
+    src = tmp_path / "t.json.gz"
+    data = gzip.compress(_kineto_multiline(_odd_events(60)))
+    src.write_bytes(data)
+    st = src.stat()
+    scanned = scan_trace(str(src))
+    assert isinstance(scanned.source, scan.GzipEventSource) and len(scanned.source.points) > 2
+    if change == "rewritten":
+        src.write_bytes(gzip.compress(_kineto_multiline(_odd_events(60)).replace(b'"cat"', b'"CAT"')))
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    elif change == "shortened":
+        src.write_bytes(data[: len(data) // 2])
+    else:  # bytes in the middle changed, size and mtime put back
+        mid = len(data) // 2
+        src.write_bytes(data[:mid] + bytes(b ^ 0x5A for b in data[mid:mid + 64]) + data[mid + 64:])
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    out = tmp_path / "out.pftrace"
+    with pytest.raises(TraceFormatError) as e:
+        write_pftrace(scanned, out)
+    assert str(src) in str(e.value)
+    if change != "same size and time":
+        assert "changed while it was being converted" in str(e.value)
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["t.json.gz"]
