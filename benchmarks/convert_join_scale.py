@@ -5,7 +5,8 @@ peak RSS and time against ``json.loads``.
 
 For each size a synthetic decoder trace (``benchmarks/decoder_synth.py``: a calibrated
 36-layer graph, 828 kernels a replay with Kineto's 12 args and their flows, as torch 2.11
-writes them; replays added until the size is reached) and its sidecar (the graph's nodes with
+writes them, times with Kineto's 3 decimals unless ``--float-times``; replays added until the
+size is reached) and its sidecar (the graph's nodes with
 their scopes, and the replay record) are written once. Fresh processes then each run one thing
 and report their own wall time and peak RSS (VmHWM): ``json.loads`` of the file's bytes (read
 included; of the decompressed bytes for ``--gzip``), and the CLI's ``convert`` path
@@ -101,12 +102,15 @@ def main() -> None:
     ap.add_argument("--max-gib", type=float, default=8.0)
     ap.add_argument("--skip", nargs="*", default=[], choices=["json", "in-memory", "two-pass"])
     ap.add_argument("--repeat", type=int, default=1, help="rounds of the arms, alternating")
+    ap.add_argument("--float-times", action="store_true",
+                    help="times as decoder_trace writes them (shortest float text), not Kineto's 3 decimals")
     args = ap.parse_args()
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {_available() / 2**30:.1f} GiB available, "
           f"Python {platform.python_version()}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-          f"load {os.getloadavg()[0]:.1f}; input: {'gzip' if args.gzip else 'plain JSON'}", flush=True)
+          f"load {os.getloadavg()[0]:.1f}; input: {'gzip' if args.gzip else 'plain JSON'}, times "
+          f"{'as floats' if args.float_times else 'with 3 decimals (Kineto)'}", flush=True)
     print("| size | kernels | JSON MB | file MB | json.loads s | json.loads peak MB | in-memory s | in-memory peak MB | "
           "two-pass s | two-pass peak MB | two-pass / json.loads time | two-pass peak - JSON MB | "
           "target (JSON + 300 MB) | same bytes | load |")
@@ -117,7 +121,7 @@ def main() -> None:
         replays = max(1, _size(text) // _PER_REPLAY)
         plain = folder / f"decoder_{text}.json"
         launches: list = []
-        size = write_decoder_trace(str(plain), replays, launches=launches)
+        size = write_decoder_trace(str(plain), replays, launches=launches, kineto_times=not args.float_times)
         ann = Path(save_annotations(folder / f"decoder_{text}.annotations.json", decoder_annotations(record=launches)))
         path = plain
         if args.gzip:

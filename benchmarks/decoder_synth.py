@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import zlib
+from decimal import Decimal
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from perfetto_graph_ann.annotations.model import (AnnotationSet, GraphRecord, NodeRecord, ReplayThread, ReplayWindow,
@@ -94,19 +96,29 @@ def decoder_trace(replays: int = 100, layers: int = 36, seed: int = 33, launches
 
 
 def write_decoder_trace(path: str, replays: int = 100, layers: int = 36, seed: int = 33,
-                        launches: Optional[List[int]] = None) -> int:
+                        launches: Optional[List[int]] = None, kineto_times: bool = False) -> int:
     """:func:`decoder_trace`'s bytes written to ``path`` as they are made (traces of GBs);
-    returns their size."""
+    returns their size. ``kineto_times``: every ``ts`` / ``dur`` with 3 decimals, as Kineto
+    writes them (``decoder_trace`` writes Python's shortest float text: ``...050.1``)."""
     size = 0
     with open(path, "w", encoding="ascii") as f:
         chunk: List[str] = []
         for piece in decoder_pieces(replays, layers, seed, launches):
+            if kineto_times:
+                piece = _TIME.sub(_three_decimals, piece)
             chunk.append(piece)
             if len(chunk) >= 8192:
                 size += f.write("".join(chunk))
                 chunk.clear()
         size += f.write("".join(chunk))
     return size
+
+
+_TIME = re.compile(r'("(?:ts|dur)": )([0-9]+(?:\.[0-9]+)?)')
+
+
+def _three_decimals(m: "re.Match[str]") -> str:
+    return m.group(1) + format(Decimal(m.group(2)), ".3f")
 
 
 def decoder_pieces(replays: int = 100, layers: int = 36, seed: int = 33,
