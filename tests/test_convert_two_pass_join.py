@@ -318,3 +318,31 @@ def test_flow_ends_in_an_array_are_the_dict_ones():
     assert ends.get(2) == (8,) and len(ends) == 4 and 0 not in ends and -1 not in ends
     with pytest.raises(KeyError):
         ends[0]
+
+
+def test_columns_beyond_int32_are_kept_whole():
+    """The compact columns hold int32: a lane, stream, replay index or flow id beyond it is kept
+    as it is, and given back the same."""
+    from perfetto_graph_ann.join.model import CompactPlacements
+    from perfetto_graph_ann.write.perfetto.flows import FlowEnds
+    from perfetto_graph_ann.write.perfetto.plan import _Lanes
+
+    lanes = _Lanes(4)
+    for i, lane in enumerate([7, 1 << 40, -5, -(1 << 31)]):
+        lanes[i] = lane
+    lanes[9] = 3
+    assert [lanes.get(i) for i in range(4)] == [7, 1 << 40, -5, -(1 << 31)] and lanes.get(9) == 3
+    assert lanes.get(5) is None and len(lanes) == 5
+    ends = FlowEnds(3)
+    ends[0], ends[1] = (1 << 31,), ((1 << 31) - 1,)
+    assert ends.get(0) == (1 << 31,) and ends.get(1) == ((1 << 31) - 1,) and ends.get(2) is None
+    for every in (False, True):
+        p = CompactPlacements(6, every)
+        node = (7, {"name": "n", "graph id": 2}, {"name": "n"})
+        cases = [(0, 1, 7), (1, 1 << 35, 7), (2, 3, 1 << 40), (3, None, None), (4, 2, -(1 << 31))]
+        for i, replay, hw in cases:
+            p.add(i, 99, node, replay, "calibrated", i == 3, hw)
+        for i, replay, hw in cases:
+            assert p[i] == p._make(node, replay, "calibrated", i == 3, hw)
+            assert p[i].lane == (7 if every or hw is None else hw)
+        assert list(p) == [0, 1, 2, 3, 4] and 5 not in p and len(p) == 5

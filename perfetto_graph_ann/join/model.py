@@ -49,12 +49,12 @@ _new = object.__new__
 
 class CompactPlacements(Mapping[int, Placement]):
     """The join's placements by event index, the usual ones (an event matched to a node of a
-    known graph) held as a few bytes in columns and made into their :class:`Placement` when
+    known graph) held as 13 bytes in columns and made into their :class:`Placement` when
     asked for: what the join's two-pass convert keeps of a trace's millions of graphed events
     (issue 33). The others are kept as made (:meth:`put`); :meth:`pin` makes one kept, to
     change its args. Iterates in the order the placements were added, as the dict does."""
 
-    _NONE = -(1 << 63)  # no replay index / no hardware stream
+    _NONE = -(1 << 31)  # no replay index / no hardware stream
 
     def __init__(self, events: int, every: bool) -> None:
         self.every = every  #: graph_lanes "all": the annotated lane, the stream kept as original_stream
@@ -64,8 +64,8 @@ class CompactPlacements(Mapping[int, Placement]):
         self.nodes: List[Tuple[Any, Mapping[str, Any], Any]] = []  # (lane, node args, annotation)
         self.node_ids: Dict[Any, int] = {}
         self.node = array("i")
-        self.replay = array("q")
-        self.hw = array("q")
+        self.replay = array("i")
+        self.hw = array("i")
         self.how = bytearray()  # strategy index, + 8: ambiguous
 
     def put(self, index: int, p: Placement) -> None:
@@ -81,7 +81,7 @@ class CompactPlacements(Mapping[int, Placement]):
         """The placement of event ``index`` matched to node ``key`` (``node``: its lane, args and
         annotation) in the ``replay``-th replay, drawn from hardware stream ``hw``."""
         none = self._NONE
-        if (replay is not None and not none < replay < 1 << 63) or (hw is not None and not none < hw < 1 << 63) \
+        if (replay is not None and not none < replay < 1 << 31) or (hw is not None and not none < hw < 1 << 31) \
                 or index >= len(self.row):
             self.put(index, self._make(node, replay, strategy, ambiguous, hw))
             return

@@ -22,16 +22,16 @@ __all__ = ["FlowEnds", "FlowPlan", "plan_flows"]
 
 class FlowEnds:
     """``FlowPlan.terminating`` over ``size`` events: event index -> the flow ids it ends.
-    Most targets (a kernel) end one flow: its id is held in an array, 8 bytes an event, and
+    Most targets (a kernel) end one flow: its id is held in an array, 4 bytes an event, and
     given back as a 1-tuple; other values are kept as set."""
 
     def __init__(self, size: int) -> None:
-        self.one = array("q", bytes(8 * size))  # 0: none here (flow ids start at 1)
+        self.one = array("i", bytes(4 * size))  # 0: none here (flow ids start at 1)
         self.more: Dict[int, Sequence[int]] = {}
 
     def __setitem__(self, i: int, ids: Sequence[int]) -> None:
         if 0 <= i < len(self.one):
-            if len(ids) == 1 and type(ids[0]) is int and 0 < ids[0] < 1 << 63:
+            if len(ids) == 1 and type(ids[0]) is int and 0 < ids[0] < 1 << 31:
                 self.one[i] = ids[0]
                 self.more.pop(i, None)
                 return
