@@ -346,3 +346,22 @@ def test_columns_beyond_int32_are_kept_whole():
             assert p[i] == p._make(node, replay, "calibrated", i == 3, hw)
             assert p[i].lane == (7 if every or hw is None else hw)
         assert list(p) == [0, 1, 2, 3, 4] and 5 not in p and len(p) == 5
+
+
+def test_pga_convert_with_annotations_is_the_cli_join(tmp_path):
+    """``pga.convert(path, out, annotations=[...])`` joins as ``convert --annotations`` does
+    (two passes); a trace already read joins in memory to the same bytes; with a layout too:
+    refused."""
+    import perfetto_graph_ann as pga
+
+    src, ann = _decoder(tmp_path, 3, 2)
+    a, b, c = tmp_path / "a.pftrace", tmp_path / "b.pftrace", tmp_path / "c.pftrace"
+    sa = pga.convert(src, a, annotations=[ann])
+    convert_file(str(src), str(b), [str(ann)])
+    sc = pga.convert(kineto.read_trace(src), c, annotations=[ann])
+    assert sa.reading == "two-pass" and sc.reading == "in memory"
+    assert a.read_bytes() == b.read_bytes() == c.read_bytes()
+    with pytest.raises(ValueError):
+        pga.convert(src, tmp_path / "d.pftrace", layout=_convert(src, tmp_path / "e.pftrace", [ann], True).layout,
+                    annotations=[ann])
+    assert not (tmp_path / "d.pftrace").exists()

@@ -27,13 +27,13 @@ __all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Co
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
-            layout: Optional[LaneLayout] = None) -> WriteStats:
+            layout: Optional[LaneLayout] = None, annotations: Sequence[PathLike] = ()) -> WriteStats:
     """Convert ``src`` to a Perfetto trace at ``out``.
 
     A JSON file (plain or gzip) converted without a ``layout`` is read in two passes (light
     events, then each event's JSON decoded again just before its packet: a fraction of the
-    memory, the same bytes; ``config.two_pass``); a read trace is held in memory. (A join
-    reads in two passes through :func:`convert_file` with ``annotations``.)
+    memory, the same bytes; ``config.two_pass``), also when joined with ``annotations``
+    (:func:`convert_file`'s join, lanes as the CLI's default); a read trace is held in memory.
 
     Args:
         src: a torch.profiler JSON trace (path), or a :class:`KinetoTrace` already read.
@@ -42,17 +42,30 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
         config: how to write it (encoder, list args, progress; :class:`ConvertConfig`).
         layout: the join's layout (:func:`~.joined.read_and_join`), which moves GPU events
             to their lanes and adds their args and the GPU projection; None: as recorded.
+        annotations: annotation files (sidecars, capture records) to join ``src`` with
+            here, instead of a ``layout``: as ``convert IN OUT --annotations F``.
 
     Returns:
         The writer's counts (:class:`WriteStats`): every input event accounted for.
 
     Raises:
         TraceFormatError: an unreadable or malformed trace, before anything is written.
+        AnnotationMismatchError, SidecarError: ``annotations`` of another run, or unreadable.
+        ValueError: both ``annotations`` and a ``layout``.
         OutputError: an ``out`` that is the input or has a Chrome JSON name (for annotated
             Chrome JSON use ``write.chrome_json.write_chrome_json``), as the CLI refuses them.
     """
     check_protobuf_output(out, [src.path if isinstance(src, KinetoTrace) else src],
                           "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
+    if annotations:
+        if layout is not None:
+            raise ValueError("give the annotations to join or a layout already joined, not both")
+        files = [os.fspath(a) for a in annotations]
+        if not isinstance(src, KinetoTrace):
+            stats = convert_file(os.fspath(src), os.fspath(out), files, config=config).stats
+            assert stats is not None  # a .pftrace name (checked above)
+            return stats
+        layout = read_and_join(src, files).layout
     with paused_gc():
         trace = src if isinstance(src, KinetoTrace) else read_for_writing(src, layout is None and config.two_pass)
         try:
