@@ -365,3 +365,25 @@ def test_pga_convert_with_annotations_is_the_cli_join(tmp_path):
         pga.convert(src, tmp_path / "d.pftrace", layout=_convert(src, tmp_path / "e.pftrace", [ann], True).layout,
                     annotations=[ann])
     assert not (tmp_path / "d.pftrace").exists()
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_merge_reads_each_rank_in_two_passes(gz, tmp_path, monkeypatch):
+    """``merge`` (and ``diff``, through ``convert_rank``) reads each rank as ``convert`` does,
+    joined or not: the bytes of the in-memory read (``two_pass=False``)."""
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.pipeline import merge as merge_mod
+
+    names = ["seed_block_annotated", "two_branch", "allreduce_graph_rank0"]
+    paths = [fixture_trace(n) if gz else _plain(tmp_path, n) for n in names]
+    anns = [load_annotations(str(fixture_capture(n))) for n in names[:2]] + [None]
+    scanned = []
+    real = scan_trace
+    monkeypatch.setattr(scan, "scan_trace", lambda p, join=False: scanned.append(join) or real(p, join))
+    outs = []
+    for two_pass in (False, True):
+        out = tmp_path / f"merged.{two_pass}.pftrace"
+        merge_mod.merge([str(p) for p in paths], str(out), anns, labels=["a", "b", "c"], two_pass=two_pass)
+        outs.append(out.read_bytes())
+    assert scanned == [True, True, False]
+    assert outs[0] == outs[1]
