@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import zlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from decimal import Decimal
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from perfetto_graph_ann.annotations.model import (AnnotationSet, GraphRecord, NodeRecord, ReplayThread, ReplayWindow,
                                                   ScopeInstance)
 
-__all__ = ["BASE_TIME_NS", "EXEC_ID", "PER_LAYER", "decoder_annotations", "decoder_trace"]
+__all__ = ["BASE_TIME_NS", "EXEC_ID", "PER_LAYER", "decoder_annotations", "decoder_pieces", "decoder_trace",
+           "write_decoder_trace"]
 
 EXEC_ID = 2
 BASE_TIME_NS = 1790857026000000000
@@ -89,6 +92,38 @@ def _us(ns: int) -> float:
 def decoder_trace(replays: int = 100, layers: int = 36, seed: int = 33, launches: Optional[List[int]] = None) -> bytes:
     """Kineto JSON (one event a line, as Kineto writes it) of ``replays`` replays; ``launches``
     (a list) gets the Unix time (ns) of each replay's launch."""
+    return "".join(decoder_pieces(replays, layers, seed, launches)).encode()
+
+
+def write_decoder_trace(path: str, replays: int = 100, layers: int = 36, seed: int = 33,
+                        launches: Optional[List[int]] = None, kineto_times: bool = False) -> int:
+    """:func:`decoder_trace`'s bytes written to ``path`` as they are made (traces of GBs);
+    returns their size. ``kineto_times``: every ``ts`` / ``dur`` with 3 decimals, as Kineto
+    writes them (``decoder_trace`` writes Python's shortest float text: ``...050.1``)."""
+    size = 0
+    with open(path, "w", encoding="ascii") as f:
+        chunk: List[str] = []
+        for piece in decoder_pieces(replays, layers, seed, launches):
+            if kineto_times:
+                piece = _TIME.sub(_three_decimals, piece)
+            chunk.append(piece)
+            if len(chunk) >= 8192:
+                size += f.write("".join(chunk))
+                chunk.clear()
+        size += f.write("".join(chunk))
+    return size
+
+
+_TIME = re.compile(r'("(?:ts|dur)": )([0-9]+(?:\.[0-9]+)?)')
+
+
+def _three_decimals(m: "re.Match[str]") -> str:
+    return m.group(1) + format(Decimal(m.group(2)), ".3f")
+
+
+def decoder_pieces(replays: int = 100, layers: int = 36, seed: int = 33,
+                   launches: Optional[List[int]] = None) -> Iterator[str]:
+    """:func:`decoder_trace`'s text in pieces, made as they are asked for."""
     rng = random.Random(seed)
     base = 5141861791000000
     meta: List[Dict[str, Any]] = []
@@ -99,12 +134,16 @@ def decoder_trace(replays: int = 100, layers: int = 36, seed: int = 33, launches
                   "args": {"sort_index": sort}}]
     meta += [{"name": "thread_name", "ph": "M", "ts": _us(base), "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
              {"name": "thread_sort_index", "ph": "M", "ts": _us(base), "pid": 0, "tid": 7, "args": {"sort_index": 7}}]
-    events: List[Dict[str, Any]] = []
+    head = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132}],
+            "cuda_driver_version": 13000, "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_TIME_NS}
+    lines = ["{"] + [f'  {json.dumps(k)}: {json.dumps(v)},' for k, v in head.items()] + ['  "traceEvents": [']
+    yield "\n".join(lines) + "\n" + ",\n".join(json.dumps(e) for e in meta)
     t = base + 50_000
     cpu = t
     corr = 8
     for _ in range(replays):
         launch_ts = max(cpu, t - 60_000)
+        events: List[Dict[str, Any]] = []
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": PID, "tid": TID,
                        "ts": _us(launch_ts), "dur": _us(rng.randint(8_000, 70_000)),
                        "args": {"cbid": 311, "correlation": corr}})
@@ -128,17 +167,12 @@ def decoder_trace(replays: int = 100, layers: int = 36, seed: int = 33, launches
                 t += dur + rng.randint(1_000, 4_000)
         corr += 4
         t += rng.randint(5_000, 20_000)
-    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": PID, "tid": TID,
-                   "ts": _us(cpu), "dur": _us(max(1000, t - cpu)), "args": {"cbid": 165, "correlation": corr}})
-    tail = [{"ph": "X", "cat": "Trace", "ts": _us(base), "dur": _us(t - base + 2000), "pid": "Spans",
-             "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}},
-            {"name": "process_sort_index", "ph": "M", "ts": _us(base), "pid": "Spans", "tid": 0,
-             "args": {"sort_index": 536870912}},
-            {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _us(t + 3000)}]
-    head = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132}],
-            "cuda_driver_version": 13000, "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_TIME_NS}
-    lines = ["{"] + [f'  {json.dumps(k)}: {json.dumps(v)},' for k, v in head.items()] + ['  "traceEvents": [']
-    body = [json.dumps(e) for e in meta + events + tail]
-    lines.append(",\n".join(body))
-    lines.append("]}")
-    return "\n".join(lines).encode()
+        yield ",\n" + ",\n".join(json.dumps(e) for e in events)
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": PID, "tid": TID,
+               "ts": _us(cpu), "dur": _us(max(1000, t - cpu)), "args": {"cbid": 165, "correlation": corr}}]
+    events += [{"ph": "X", "cat": "Trace", "ts": _us(base), "dur": _us(t - base + 2000), "pid": "Spans",
+                "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}},
+               {"name": "process_sort_index", "ph": "M", "ts": _us(base), "pid": "Spans", "tid": 0,
+                "args": {"sort_index": 536870912}},
+               {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _us(t + 3000)}]
+    yield ",\n" + ",\n".join(json.dumps(e) for e in events) + "\n]}"

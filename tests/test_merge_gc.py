@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 
 import perfetto_graph_ann.read.kineto as kineto
+import perfetto_graph_ann.read.scan as scan
 import perfetto_graph_ann.write.pftrace as pftrace
 from support.gc_probe import first_collection_gen0
 
@@ -20,17 +21,22 @@ from perfetto_graph_ann.pipeline.merge import merge
 def test_each_rank_is_read_and_written_with_the_gc_paused(tmp_path, monkeypatch):
     srcs = [write_trace(tmp_path / f"r{r}.json", 3000) for r in (0, 1)]
     calls = []
-    real_read, real_write = kineto.read_trace, pftrace.write_pftrace_stream
+    real_read, real_scan, real_write = kineto.read_trace, scan.scan_trace, pftrace.write_pftrace_stream
 
     def read_spy(path):  # the real reader, called through; records the collector's state
         calls.append(("read", gc.isenabled()))
         return real_read(path)
+
+    def scan_spy(path, join=False):  # the two-pass read's first pass (a plain file: it applies)
+        calls.append(("read", gc.isenabled()))
+        return real_scan(path, join)
 
     def write_spy(*a, **k):
         calls.append(("write", gc.isenabled()))
         return real_write(*a, **k)
 
     monkeypatch.setattr(kineto, "read_trace", read_spy)
+    monkeypatch.setattr(scan, "scan_trace", scan_spy)
     monkeypatch.setattr(pftrace, "write_pftrace_stream", write_spy)
     was = gc.isenabled()
     gc.enable()

@@ -33,6 +33,7 @@ import heapq
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord
+from .model import mutable_placement
 
 __all__ = ["CriticalPath", "CycleError", "EDGE_FLOWS_MAX", "Item", "PATH_ARG", "PathItem", "SLACK_ARG", "SOURCE_EDGES",
            "SOURCE_STREAM", "annotate_replays", "critical_path", "edges_path", "replay_edges", "stream_order_path",
@@ -278,7 +279,7 @@ def annotate_replays(replays: Sequence[Any], matches: Mapping[int, Any], replay_
             continue
         on_path = {it.index for it in cp.items}
         for it in items:
-            args = placements[it.index].args
+            args = mutable_placement(placements, it.index).args
             if it.index in on_path:
                 args[PATH_ARG] = True
             else:

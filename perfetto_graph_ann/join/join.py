@@ -28,8 +28,8 @@ from .lanes import (PLACEMENT_KEYS, annotated_lane, check_default_stream, decide
 from .launches import launch_identities
 from .match import GraphFit, Match, device_ok, replay_signatures
 from .projection import project
-from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, JoinReport, LaneLayout,
-                    Placement)
+from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, CompactPlacements, JoinReport,
+                    LaneLayout, Placement, mutable_placement)
 from .replays import Replay, find_replays
 from .structural import match_structural
 
@@ -87,7 +87,7 @@ def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Se
 def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[str] = "none",
          default_stream: int = DEFAULT_GRAPH_LANE, force: bool = False,
          sources: Optional[Sequence[AnnotationSet]] = None, projection: bool = True,
-         edge_flows: bool = False) -> LaneLayout:
+         edge_flows: bool = False, compact: bool = False) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
 
     Events not launched by a graph are left alone (no placement). Runs in phases: the lane
@@ -113,6 +113,8 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
         edge_flows: those replays' dependency edges as flows between their GPU work too
             (``LaneLayout.edge_flows``; none above ``critical_path.EDGE_FLOWS_MAX``, with a
             note in the report).
+        compact: the placements as a :class:`~.model.CompactPlacements` (the same placements
+            made when asked for, a few bytes each held: the two-pass convert's), not a dict.
 
     Returns:
         The :class:`LaneLayout`: placements, lane names, report and ranges.
@@ -138,14 +140,16 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     attribution = _Attribution(trace, replays, annotations, report)
     for r in replays:
         attribution.join_replay(r)
+        r.signatures = None  # asked for by this replay's join alone
     matches, replay_graph = attribution.matches, attribution.replay_graph
     replay_index = _replay_indices(replays, replay_graph)
     cache: Dict = {}
-    placements = _place(replays, matches, replay_index, graph_lanes, default_stream, cache, report)
+    placements = _place(replays, matches, replay_index, graph_lanes, default_stream, cache, report,
+                        len(trace.events) if compact else None)
     _refuse_no_match(trace, annotations, sources, replays, force, report)
     for idx, m in matches.items():  # labels shared by several candidate graphs name them
         if m.shared_by:
-            placements[idx].args["graph candidates"] = attribution.candidate_names(m.shared_by)
+            mutable_placement(placements, idx).args["graph candidates"] = attribution.candidate_names(m.shared_by)
     lane_names = _lane_names(replays, placements, matches, annotations, default_stream) if graph_lanes == "all" else {}
     arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
     ranges = project(replays, matches, replay_graph, replay_index, annotations, report,
@@ -175,14 +179,18 @@ def _critical_paths(replays: List[Replay], matches: Dict[int, Match], replay_gra
 
 
 def _place(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[int, int], graph_lanes: str,
-           default_stream: int, cache: Dict, report: JoinReport) -> Dict[int, Any]:
+           default_stream: int, cache: Dict, report: JoinReport, compact: Optional[int] = None) -> Any:
     """Every replayed event's placement (lane and args); counts matched and unmatched.
 
     :func:`~.lanes.placement`'s rule, with its per-node part looked up inline for the usual
-    event (matched to a node of a known graph): the same placements, one call fewer per event."""
+    event (matched to a node of a known graph): the same placements, one call fewer per event.
+    ``compact`` (the number of events): held in a :class:`CompactPlacements`, else a dict."""
+    every = graph_lanes == "all"
+    if compact is not None:
+        return _place_compact(replays, matches, replay_index, graph_lanes, default_stream, cache, report,
+                              CompactPlacements(compact, every))
     placements = {}
     get = matches.get
-    every = graph_lanes == "all"
     for r in replays:
         index = replay_index.get(r.correlation)
         for e in r.events:
@@ -211,6 +219,37 @@ def _place(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[
                 else:
                     args["annotated_stream"] = lane
                     placements[e.index] = Placement(hw if hw is not None else lane, args, node.annotation)
+            if m is None:
+                report.unmatched += 1
+            else:
+                report.matched[m.strategy] += 1
+                report.ambiguous += int(m.ambiguous)
+                origin = m.node.annotation.get(MODULE_ORIGIN)
+                if origin is not None:
+                    report.module_origins[origin] = report.module_origins.get(origin, 0) + 1
+    return placements
+
+
+def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[int, int], graph_lanes: str,
+                   default_stream: int, cache: Dict, report: JoinReport, placements: CompactPlacements) -> Any:
+    """:func:`_place` into ``placements``: the same placements and counts, the usual ones as a
+    row of columns each."""
+    get = matches.get
+    for r in replays:
+        index = replay_index.get(r.correlation)
+        for e in r.events:
+            m = get(e.index)
+            if m is None or m.shared_by:
+                placements.put(e.index, placement(e, m, index if m else None, graph_lanes, cache, default_stream))
+            else:
+                node = m.node
+                hit = cache.get(node.key)
+                if hit is None:
+                    hit = cache[node.key] = (annotated_lane(m, default_stream), node_args(node, True))
+                hw = e.args.get("stream")
+                if type(hw) is not int:
+                    hw = e.stream
+                placements.add(e.index, node.key, (hit[0], hit[1], node.annotation), index, m.strategy, m.ambiguous, hw)
             if m is None:
                 report.unmatched += 1
             else:

@@ -74,8 +74,17 @@ def replay_signatures(replay: Replay) -> Dict[int, Tuple]:
                 b = (b[0], b[1], b[2])
             else:
                 b = dim3_arg(e, "block")
-            sigs[e.index] = (t, base_name(e.name) if t == "kernel" else None, g, b)
+            sig = (t, base_name(e.name) if t == "kernel" else None, g, b)
+            sigs[e.index] = _shared(sig, sig)  # a replay's signatures are its graph's: one tuple each
+        if len(_SHARED) > _SHARED_MAX:
+            _SHARED.clear()
     return sigs
+
+
+#: Signatures met (each its one tuple), at most ``_SHARED_MAX`` kept between replays.
+_SHARED: Dict[Tuple, Tuple] = {}
+_shared = _SHARED.setdefault
+_SHARED_MAX = 1 << 16
 
 
 def device_ok(graph_device: Optional[int], replay_device: Optional[int]) -> bool:

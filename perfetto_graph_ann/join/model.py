@@ -6,10 +6,11 @@ GPU event stays on its recorded stream. Placements are keyed by ``TraceEvent.ind
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from array import array
+from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
-__all__ = ["CALIBRATED", "DEFAULT_GRAPH_LANE", "EXACT", "EXACT_IDS", "JoinReport", "KERNELS", "lane_key", "LaneLayout",
-           "Placement", "RECORDED", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
+__all__ = ["CALIBRATED", "CompactPlacements", "DEFAULT_GRAPH_LANE", "EXACT", "EXACT_IDS", "JoinReport", "KERNELS",
+           "lane_key", "LaneLayout", "mutable_placement", "Placement", "RECORDED", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
 
 #: Join strategies, best first.
 EXACT = "exact"
@@ -41,6 +42,128 @@ class Placement:
     #: the matched node's annotation as recorded ({} = the node has none); None = unmatched.
     #: The Chrome JSON writer renders it torch 2.15's way (see ``write/chrome_json.py``).
     annotation: Optional[Mapping[str, Any]] = None
+
+
+_new = object.__new__
+
+
+class CompactPlacements(Mapping[int, Placement]):
+    """The join's placements by event index, the usual ones (an event matched to a node of a
+    known graph) held as 13 bytes in columns and made into their :class:`Placement` when
+    asked for: what the join's two-pass convert keeps of a trace's millions of graphed events
+    (issue 33). The others are kept as made (:meth:`put`); :meth:`pin` makes one kept, to
+    change its args. Iterates in the order the placements were added, as the dict does."""
+
+    _NONE = -(1 << 31)  # no replay index / no hardware stream
+
+    def __init__(self, events: int, every: bool) -> None:
+        self.every = every  #: graph_lanes "all": the annotated lane, the stream kept as original_stream
+        self.row = array("i", [-1]) * events  # event index -> row (-1: none, or kept whole)
+        self.kept: Dict[int, Placement] = {}
+        self.order = array("q")
+        self.nodes: List[Tuple[Any, Mapping[str, Any], Any]] = []  # (lane, node args, annotation)
+        self.node_ids: Dict[Any, int] = {}
+        self.node = array("i")
+        self.replay = array("i")
+        self.hw = array("i")
+        self.how = bytearray()  # strategy index, + 8: ambiguous
+
+    def put(self, index: int, p: Placement) -> None:
+        """Keep ``p`` as it is."""
+        if index not in self:
+            self.order.append(index)
+        if 0 <= index < len(self.row):
+            self.row[index] = -1
+        self.kept[index] = p
+
+    def add(self, index: int, key: Any, node: Tuple[Any, Mapping[str, Any], Any], replay: Optional[int],
+            strategy: str, ambiguous: bool, hw: Optional[int]) -> None:
+        """The placement of event ``index`` matched to node ``key`` (``node``: its lane, args and
+        annotation) in the ``replay``-th replay, drawn from hardware stream ``hw``."""
+        none = self._NONE
+        if (replay is not None and not none < replay < 1 << 31) or (hw is not None and not none < hw < 1 << 31) \
+                or index >= len(self.row):
+            self.put(index, self._make(node, replay, strategy, ambiguous, hw))
+            return
+        n = self.node_ids.get(key)
+        if n is None:
+            n = self.node_ids[key] = len(self.nodes)
+            self.nodes.append(node)
+        if index not in self:
+            self.order.append(index)
+        self.row[index] = len(self.node)
+        self.node.append(n)
+        self.replay.append(none if replay is None else replay)
+        self.hw.append(none if hw is None else hw)
+        self.how.append(STRATEGIES.index(strategy) + (8 if ambiguous else 0))
+
+    def _make(self, node: Tuple[Any, Mapping[str, Any], Any], replay: Optional[int], strategy: str, ambiguous: bool,
+              hw: Optional[int]) -> Placement:
+        """The placement ``join._place`` makes of a matched event."""
+        lane, base, annotation = node
+        args = dict(base)
+        if replay is not None:
+            args["replay"] = replay
+        args["join"] = strategy
+        if ambiguous:
+            args["join_ambiguous"] = True
+        if self.every:
+            if hw is not None:
+                args["original_stream"] = hw
+        else:
+            args["annotated_stream"] = lane
+            if hw is not None:
+                lane = hw
+        # Placement(lane, args, annotation) without the frozen dataclass's __init__ (a
+        # placement is made each time one is asked for: three times an event when written)
+        p = _new(Placement)
+        p.__dict__.update(lane=lane, args=args, annotation=annotation)
+        return p
+
+    def __getitem__(self, index: int) -> Placement:
+        try:
+            r = self.row[index] if index >= 0 else -1
+        except (IndexError, TypeError):
+            r = -1
+        if r < 0:
+            p = self.kept.get(index)
+            if p is None:
+                raise KeyError(index)
+            return p
+        none = self._NONE
+        replay, hw, how = self.replay[r], self.hw[r], self.how[r]
+        return self._make(self.nodes[self.node[r]], None if replay == none else replay, STRATEGIES[how & 7],
+                          how >= 8, None if hw == none else hw)
+
+    def get(self, index: int, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[index]
+        except (KeyError, IndexError, TypeError):
+            return default
+
+    def __contains__(self, index: object) -> bool:
+        if index in self.kept:
+            return True
+        return type(index) is int and 0 <= index < len(self.row) and self.row[index] >= 0
+
+    def pin(self, index: int) -> Placement:
+        """The placement of ``index``, kept from now on (its args may then be changed)."""
+        p = self[index]
+        if index not in self.kept:
+            self.kept[index] = p
+            self.row[index] = -1
+        return p
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+def mutable_placement(placements: Mapping[int, Placement], index: int) -> Placement:
+    """The placement of ``index`` whose args may be changed: kept by a :class:`CompactPlacements`."""
+    return placements.pin(index) if isinstance(placements, CompactPlacements) else placements[index]
 
 
 @dataclasses.dataclass

@@ -27,12 +27,13 @@ __all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Co
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
-            layout: Optional[LaneLayout] = None) -> WriteStats:
+            layout: Optional[LaneLayout] = None, annotations: Sequence[PathLike] = ()) -> WriteStats:
     """Convert ``src`` to a Perfetto trace at ``out``.
 
-    A plain JSON file converted without a ``layout`` is read in two passes (light events,
-    then each event's JSON decoded again just before its packet: a fraction of the memory,
-    the same bytes; ``config.two_pass``); gzip input and a read trace are held in memory.
+    A JSON file (plain or gzip) converted without a ``layout`` is read in two passes (light
+    events, then each event's JSON decoded again just before its packet: a fraction of the
+    memory, the same bytes; ``config.two_pass``), also when joined with ``annotations``
+    (:func:`convert_file`'s join, lanes as the CLI's default); a read trace is held in memory.
 
     Args:
         src: a torch.profiler JSON trace (path), or a :class:`KinetoTrace` already read.
@@ -41,17 +42,30 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
         config: how to write it (encoder, list args, progress; :class:`ConvertConfig`).
         layout: the join's layout (:func:`~.joined.read_and_join`), which moves GPU events
             to their lanes and adds their args and the GPU projection; None: as recorded.
+        annotations: annotation files (sidecars, capture records) to join ``src`` with
+            here, instead of a ``layout``: as ``convert IN OUT --annotations F``.
 
     Returns:
         The writer's counts (:class:`WriteStats`): every input event accounted for.
 
     Raises:
         TraceFormatError: an unreadable or malformed trace, before anything is written.
+        AnnotationMismatchError, SidecarError: ``annotations`` of another run, or unreadable.
+        ValueError: both ``annotations`` and a ``layout``.
         OutputError: an ``out`` that is the input or has a Chrome JSON name (for annotated
             Chrome JSON use ``write.chrome_json.write_chrome_json``), as the CLI refuses them.
     """
     check_protobuf_output(out, [src.path if isinstance(src, KinetoTrace) else src],
                           "for annotated Chrome JSON use write.chrome_json.write_chrome_json")
+    if annotations:
+        if layout is not None:
+            raise ValueError("give the annotations to join or a layout already joined, not both")
+        files = [os.fspath(a) for a in annotations]
+        if not isinstance(src, KinetoTrace):
+            stats = convert_file(os.fspath(src), os.fspath(out), files, config=config).stats
+            assert stats is not None  # a .pftrace name (checked above)
+            return stats
+        layout = read_and_join(src, files).layout
     with paused_gc():
         trace = src if isinstance(src, KinetoTrace) else read_for_writing(src, layout is None and config.two_pass)
         try:
@@ -64,15 +78,16 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             del trace
 
 
-def read_for_writing(src: PathLike, two_pass: bool) -> KinetoTrace:
+def read_for_writing(src: PathLike, two_pass: bool, join: bool = False) -> KinetoTrace:
     """The trace at ``src`` as the ``.pftrace`` writer reads it: with ``two_pass``, scanned
     (:func:`~..read.scan.scan_trace`: light events, read again while writing) where that
     applies (a plain JSON file), else read whole (gzip, a pipe, anything the scan is unsure
-    of, and every error: :func:`~..read.kineto.read_trace`)."""
+    of, and every error: :func:`~..read.kineto.read_trace`). ``join``: the light events keep
+    what the join reads too (it runs on them before the writer)."""
     if two_pass:
         from ..read.scan import scan_trace
 
-        scanned = scan_trace(os.fspath(src))
+        scanned = scan_trace(os.fspath(src), join)
         if scanned is not None:
             return scanned
     return read_trace(src)
@@ -121,7 +136,9 @@ def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lane
 
     ``graph_lanes`` None: torch's default for torch's format (``"none"`` for Chrome JSON),
     our lanes (``"all"``) for Perfetto's, ``"none"`` where no node is annotated.
-    ``on_join`` is told the layout as soon as the join is done. Inputs given as the output,
+    ``on_join`` is told the layout as soon as the join is done. A ``.pftrace`` output is
+    read in two passes where it applies (``config.two_pass``; the join runs on the light
+    events: :func:`read_for_writing`), Chrome JSON in memory. Inputs given as the output,
     and lane options without annotations to apply to (:func:`check_lane_options`), are
     refused before anything is read. ``edge_flows``: the replays' dependency edges (recorded at
     capture) as flows between their GPU work.
@@ -136,9 +153,11 @@ def convert_file(src: str, out: str, annotations: Sequence[str] = (), graph_lane
                                    "annotations (--annotations FILE, saved with sidecar version 4 or later)")
     with paused_gc():
         source: "str | KinetoTrace" = src
-        if not annotations and not is_json_name(out) and config.two_pass:  # nothing to join: the writer alone reads it
+        if not is_json_name(out) and config.two_pass:  # the writer reads it again; the join reads the light events
+            if annotations:  # refused before anything is read, as read_and_join does
+                check_lane_options(src, list(annotations), graph_lanes, default_stream)
             with phase(progress, f"reading {os.path.basename(src)}"):
-                source = read_for_writing(src, True)
+                source = read_for_writing(src, True, join=bool(annotations))
         joined = read_and_join(source, list(annotations), graph_lanes=graph_lanes, default_stream=default_stream,
                                force=force, default="none" if is_json_name(out) else "all", progress=progress,
                                on_join=on_join, edge_flows=edge_flows)

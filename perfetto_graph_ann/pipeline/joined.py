@@ -101,8 +101,9 @@ def read_and_join(trace: Union[PathLike, KinetoTrace],
             annotations = merge_annotation_sets(sources)
         lanes = resolve_graph_lanes(graph_lanes, annotations, files or (), default=default, trace=path)
         stream = DEFAULT_GRAPH_LANE if default_stream is None else default_stream
+        # a trace read in two passes (read.scan) is written from its offsets: its placements held compact too
         layout = join(trace, annotations, graph_lanes=lanes, default_stream=stream, force=force, sources=sources,
-                      projection=projection, edge_flows=edge_flows)
+                      projection=projection, edge_flows=edge_flows, compact=getattr(trace, "source", None) is not None)
     if on_join is not None:
         on_join(layout)
     return Joined(trace, layout, annotations)

@@ -21,7 +21,8 @@ __all__ = ["merge", "MergeReport"]
 
 def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Sequence[Optional[AnnotationSet]]] = None,
           graph_lanes: Optional[str] = None, gzip: Optional[bool] = None,
-          labels: Optional[Sequence[Optional[str]]] = None, progress=None, force: bool = False) -> MergeReport:
+          labels: Optional[Sequence[Optional[str]]] = None, progress=None, force: bool = False,
+          two_pass: bool = True) -> MergeReport:
     """Convert each rank's torch.profiler trace (joined with its annotations) and merge them into ``out``.
 
     Each rank is read and joined by :func:`~.joined.read_and_join` (:func:`convert_rank`);
@@ -43,6 +44,9 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
         progress: a :class:`~perfetto_graph_ann.util.progress.Progress` to name each rank's
             phases on.
         force: join annotations that do not belong to their rank's trace.
+        two_pass: read each rank in two passes where that applies (a file, plain or gzip:
+            light events, each decoded again for its packet; the same bytes), as ``convert``
+            does; False: every event of a rank held while it is converted.
 
     Returns:
         The :class:`MergeReport`: ranks, their clock offsets and layouts.
@@ -66,7 +70,7 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
         raise ValueError(f"{len(labels)} labels for {len(traces)} traces")
     ranks = [convert_rank(path, annotations[i] if annotations is not None else None, i, len(traces),
                           graph_lanes=graph_lanes, label=labels[i] if labels is not None else None,
-                          progress=progress, force=force)
+                          progress=progress, force=force, two_pass=two_pass)
              for i, path in enumerate(traces)]
     with phase(progress, f"merging and writing {os.path.basename(os.fspath(out))}"):
         with atomic_write(out, compress=gzip) as f:  # rank by rank: the merged trace is never held whole
@@ -79,11 +83,12 @@ def merge(traces: Sequence[PathLike], out: PathLike, annotations: Optional[Seque
 
 def convert_rank(path: PathLike, annotations: Optional[AnnotationSet], index: int = 0, count: int = 1,
                  graph_lanes: Optional[str] = None, label: Optional[str] = None, progress=None,
-                 force: bool = False, named_rank_only: bool = False) -> RankTrace:
+                 force: bool = False, named_rank_only: bool = False, two_pass: bool = True) -> RankTrace:
     """One torch.profiler trace read, joined with ``annotations`` (None: none) and converted,
     as :func:`merge` (and ``diff``) hand it to :func:`~perfetto_graph_ann.write.merge.merge_converted`.
     ``index`` / ``count``: its position among the inputs (its rank when the trace names none,
-    unless ``named_rank_only``: then None; the progress line)."""
+    unless ``named_rank_only``: then None; the progress line). ``two_pass``: read as
+    ``convert`` reads (:func:`~..read.scan.scan_trace`) where that applies."""
     from ..write.pftrace import paused_gc, write_pftrace_stream
 
     # As in convert(): the cyclic GC paused while a rank is read, joined and written, and
@@ -91,7 +96,14 @@ def convert_rank(path: PathLike, annotations: Optional[AnnotationSet], index: in
     # walks every event of the dying trace).
     name, of = os.path.basename(os.fspath(path)), f" ({index + 1} of {count})"
     with paused_gc():
-        trace = read_and_join(path, progress=progress, suffix=of).trace
+        trace = None
+        if two_pass:  # light events (with what the join reads), each decoded again for its packet
+            from ..read.scan import scan_trace
+
+            with phase(progress, f"reading {name}{of}"):
+                trace = scan_trace(os.fspath(path), join=annotations is not None)
+        if trace is None:
+            trace = read_and_join(path, progress=progress, suffix=of).trace
         try:
             rank = trace_rank(trace)
             with phase(progress, f"joining and converting {name}{of}"):

@@ -94,7 +94,8 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
     ``scan`` (:mod:`.scan`'s first pass): each run is decoded by ``scan.decode(text, path,
     start)`` (refusing what :func:`.events.decode_events` refuses) and its events go through
     ``scan.keep(run, text, offset)`` (``text``: the run as decoded, whose byte 0 is at
-    ``offset`` in the file), which returns what is kept of them.
+    ``offset`` in the file's text), which returns what is kept of them; ``scan.gunzip(raw)``
+    gives the file object a gzip file's text is read from.
     """
     import gzip
     import zlib
@@ -108,7 +109,8 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
         return None
     with raw:
         try:
-            f = gzip.GzipFile(fileobj=raw, mode="rb") if raw.read(2) == b"\x1f\x8b" else raw
+            gunzip = getattr(scan, "gunzip", None) or (lambda fileobj: gzip.GzipFile(fileobj=fileobj, mode="rb"))
+            f = gunzip(raw) if raw.read(2) == b"\x1f\x8b" else raw
             raw.seek(0)
             events: List[TraceEvent] = []
             buf = f.read(block)

@@ -8,25 +8,31 @@ second pass, :meth:`EventSource.fetch`, decodes the events the writer is about t
 from their bytes, many in one call, so the encoders see the very events a whole read gives and
 write the same bytes.
 
-Only a plain (not gzip) regular file is scanned: the second pass reads it at offsets. Every
-problem the streaming read is unsure of returns None (the caller reads the whole file, which
-words every error), so errors are found, as before, before anything is written.
+A regular file is scanned, plain or gzip: the second pass reads a plain file at offsets, a
+gzip file's text from the nearest of the places the first pass kept where decompression can
+start again (:class:`_Gunzip`: a copy of the decompressor's state every few MiB of text; no
+copy on disk). Every problem the streaming read is unsure of returns None (the caller reads
+the whole file, which words every error), so errors are found, as before, before anything is
+written.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import zlib
 from array import array
-from typing import Any, Dict, List, Optional, Sequence
+from bisect import bisect_right
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import msgspec
 
 from ..errors import TraceFormatError
 from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
-from .model import KinetoTrace, TraceEvent
+from .model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["EventSource", "ScannedTrace", "scan_trace"]
+__all__ = ["EventSource", "GzipEventSource", "ScannedTrace", "scan_trace"]
 
 _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
 
@@ -45,6 +51,24 @@ class _LightEvent(_KinetoEvent, kw_only=True, forbid_unknown_fields=True, gc=Fal
     args: _DevStream = msgspec.field(default_factory=_DevStream)  # type: ignore[assignment]
 
 
+class _JoinArgs(_DevStream, gc=False, rename={"graph_id": "graph id", "graph_node_id": "graph node id"}):
+    """Of an event's args, what the writer's plan and the join read (``join/replays.py``,
+    ``exact.py``, ``match.py``: correlation, grid, block and the graph ids); the rest skipped."""
+
+    correlation: Any = msgspec.UNSET
+    grid: Any = msgspec.UNSET
+    block: Any = msgspec.UNSET
+    graph_id: Any = msgspec.UNSET
+    graph_node_id: Any = msgspec.UNSET
+
+
+class _LightJoinEvent(_KinetoEvent, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """The first pass's decode target for a convert with a join: :class:`_LightEvent` with the
+    join's args (:class:`_JoinArgs`) decoded too."""
+
+    args: _JoinArgs = msgspec.field(default_factory=_JoinArgs)  # type: ignore[assignment]
+
+
 class _PacketEvent(msgspec.Struct, gc=False):
     """The second pass's decode target: what the packet loop reads of an event (the first pass
     judged the rest; other keys skipped). Where it refuses (null args, a number beyond a
@@ -60,13 +84,29 @@ _packet_decoder = msgspec.json.Decoder(List[_PacketEvent])
 assert _LightEvent.__struct_fields__ == TraceEvent.__struct_fields__
 assert _LightEvent.__struct_encode_fields__ == _KinetoEvent.__struct_encode_fields__
 assert _LightEvent.__basicsize__ == TraceEvent.__basicsize__
+assert _LightJoinEvent.__struct_fields__ == TraceEvent.__struct_fields__
+assert _LightJoinEvent.__struct_encode_fields__ == _KinetoEvent.__struct_encode_fields__
+assert _LightJoinEvent.__basicsize__ == TraceEvent.__basicsize__
 _light_decoder = msgspec.json.Decoder(List[_LightEvent])
+_light_join_decoder = msgspec.json.Decoder(List[_LightJoinEvent])
+#: The join's args as kept (key as written, attribute of :class:`_JoinArgs`), in this order.
+_JOIN_KEYS = (("device", "device"), ("stream", "stream"), ("correlation", "correlation"), ("grid", "grid"),
+              ("block", "block"), ("graph id", "graph_id"), ("graph node id", "graph_node_id"))
+#: Shared join args kept at most (cleared beyond: a replay's kernels share them, not the file's).
+_JOIN_MEMO = 1 << 16
 #: Bytes between two events' texts that one read spans rather than two (the second pass).
 _GAP = 1 << 16
 #: The most bytes one batch's events may span to be read in one piece, unsorted.
 _SPAN = 1 << 23
 _NO_ARG = msgspec.UNSET  # an arg absent
 _SEPARATOR = b" \t\n\r,"  # what lies between two events' texts
+#: gzip input: text between two places where decompression can start again (the first pass
+#: keeps a copy of the decompressor's state, ~40 kB, at each), compressed bytes fed at a time,
+#: and texts between two such places the second pass keeps decompressed (least recently used
+#: dropped first).
+_GZ_CHUNK = 4 << 20
+_GZ_PIECE = 1 << 16
+_GZ_CACHE = 8
 _ARGS = object()  # light args' keys in the memo start with this
 
 
@@ -178,6 +218,144 @@ class EventSource:
         return dict(zip(order, events))
 
 
+def _inflate(state: List[Any], data: bytes) -> bytes:
+    """The text of the next compressed bytes ``data`` of a gzip file, read as
+    ``gzip.decompress`` reads one: members one after another, zero bytes between and after
+    them skipped. ``state``: [the member's decompressor (None between members), bytes held
+    back (the start of what may be a member)]; updated. Raises ``OSError`` on what is not a
+    member, ``zlib.error`` on corrupt data."""
+    d, pending = state
+    out = []
+    while data:
+        if d is None:
+            data = (pending + data).lstrip(b"\0")
+            pending = b""
+            if len(data) < 2:
+                pending = data
+                break
+            if data[:2] != b"\x1f\x8b":
+                raise OSError("not a gzip member")
+            d = zlib.decompressobj(31)
+        out.append(d.decompress(data))
+        if d.eof:
+            data = d.unused_data
+            d = None
+        else:
+            data = b""
+    state[0], state[1] = d, pending
+    return b"".join(out)
+
+
+class _Gunzip:
+    """A gzip file's text read forward (the first pass's file object), keeping every
+    :data:`_GZ_CHUNK` bytes of text or so where decompression can start again: (compressed
+    offset, text offset, a copy of the decompressor)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.state: List[Any] = [None, b""]
+        self.cin = 0  # compressed bytes fed
+        self.out = 0  # text made
+        self.buf = bytearray()
+        self.points: List[Tuple[int, int, Any]] = []
+        self.done = False
+
+    def read(self, n: int) -> bytes:
+        state, points = self.state, self.points
+        while len(self.buf) < n and not self.done:
+            data = self.raw.read(_GZ_PIECE)
+            if not data:
+                self.done = True
+                if state[0] is not None or state[1]:
+                    raise EOFError("the gzip data ends early")
+                break
+            if not points or (state[0] is not None and not state[1]
+                              and self.out - points[-1][1] >= _GZ_CHUNK):
+                points.append((self.cin, self.out, None if state[0] is None else state[0].copy()))
+            self.cin += len(data)
+            text = _inflate(state, data)
+            self.out += len(text)
+            self.buf += text
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+
+class GzipEventSource(EventSource):
+    """The events of a scanned gzip file by index: each one's text decompressed again from the
+    nearest place the first pass kept (:class:`_Gunzip`), a few texts between two such places
+    kept decompressed while the second pass reads them."""
+
+    def __init__(self, path: str, offsets: "array[int]", size: int, mtime_ns: int,
+                 points: List[Tuple[int, int, Any]], total: int) -> None:
+        super().__init__(path, offsets, size, mtime_ns)
+        self.points = points
+        self.starts = [p[1] for p in points]
+        self.total = total
+        self.cache: "OrderedDict[int, bytes]" = OrderedDict()
+        self.inflated = 0  #: texts between two kept places decompressed by the second pass
+
+    def close(self, check: bool = True) -> None:
+        self.cache.clear()
+        super().close(check)
+
+    def _chunk(self, k: int) -> bytes:
+        """The text from the ``k``-th kept place to the next (to the end for the last)."""
+        cache = self.cache
+        text = cache.get(k)
+        if text is not None:
+            cache.move_to_end(k)
+            return text
+        cin, start, d = self.points[k]
+        last = k + 1 == len(self.points)
+        end_cin = self._stat[0] if last else self.points[k + 1][0]
+        end = self.total if last else self.points[k + 1][1]
+        state: List[Any] = [None if d is None else d.copy(), b""]
+        parts = []
+        try:
+            at = cin
+            while at < end_cin:
+                data = os.pread(self._fd, min(1 << 20, end_cin - at), at)
+                if not data:
+                    break
+                at += len(data)
+                parts.append(_inflate(state, data))
+        except (OSError, zlib.error):
+            raise TraceFormatError(self.path, "the file changed while it was being converted "
+                                              "(its gzip data no longer decompresses)") from None
+        text = b"".join(parts)
+        if len(text) != end - start:
+            raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+        self.inflated += 1
+        cache[k] = text
+        if len(cache) > _GZ_CACHE:
+            cache.popitem(last=False)
+        return text
+
+    def _text(self, lo: int, hi: int) -> bytes:
+        """The text from ``lo`` to ``hi``."""
+        k = bisect_right(self.starts, lo) - 1
+        parts = []
+        while lo < hi:
+            start = self.starts[k]
+            text = self._chunk(k)
+            parts.append(text[lo - start:hi - start])
+            lo = start + len(text)
+            k += 1
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def fetch(self, indices: Sequence[int]) -> Dict[int, Any]:
+        """As :meth:`EventSource.fetch`: each event's text taken from the decompressed texts,
+        in file order (one decompression of each text between two kept places a batch at most)."""
+        if not indices:
+            return {}
+        self.open()
+        offsets = self.offsets
+        order = sorted(indices, key=offsets.__getitem__)
+        text = self._text
+        return self._decode([text(offsets[i], offsets[i + 1]).rstrip(_SEPARATOR) for i in order], order)
+
+
 @dataclasses.dataclass
 class ScannedTrace(KinetoTrace):
     """A trace whose ``events`` are light (:func:`scan_trace`); ``source`` reads them whole."""
@@ -197,15 +375,26 @@ class _Unsure(Exception):
 
 class _Scan:
     """The first pass's sink: every event's offset (and after the last, where it ends), the
-    events made light."""
+    events made light. With ``join``, the events the join reads (GPU work, graph launches)
+    keep their name and the join's args (:class:`_JoinArgs`) too."""
 
-    def __init__(self) -> None:
+    def __init__(self, join: bool = False) -> None:
         self.offsets = array("q")
         self.end = 0  # where the last event kept ends
         self.memo: Dict[Any, Any] = {}  # names, categories, pids, tids and light args: one object each
+        self.join = join
+        self.decoder = _light_join_decoder if join else _light_decoder
+        self.args_type = _JoinArgs if join else _DevStream
+        self.joined: Dict[str, bool] = {}  # cat as written -> GPU work
+        self.join_memo: Dict[Any, Any] = {}
+        self.gunzipped: Optional[_Gunzip] = None
 
-    @staticmethod
-    def decode(text: bytes, path: str, start: int) -> List[TraceEvent]:
+    def gunzip(self, raw: Any) -> "_Gunzip":
+        """The file object a gzip file's text is read from (keeping where to start again)."""
+        self.gunzipped = _Gunzip(raw)
+        return self.gunzipped
+
+    def decode(self, text: bytes, path: str, start: int) -> List[TraceEvent]:
         """The run ``text`` decoded as :func:`.events.decode_events` decodes it, refusing what it
         refuses, but for the args (:class:`_LightEvent`; where the typed decode refuses, the
         generic path's whole events)."""
@@ -214,7 +403,7 @@ class _Scan:
                 text.decode("utf-8")
             except UnicodeDecodeError:
                 raise TraceFormatError(path, "not valid JSON in traceEvents (invalid UTF-8)") from None
-        return decode_events(text, path, start, _light_decoder)
+        return decode_events(text, path, start, self.decoder)
 
     def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
         raws = _raw_list.decode(text)
@@ -229,7 +418,8 @@ class _Scan:
         self.offsets.extend([at + p for p in starts])
         if starts:
             self.end = at + starts[-1] + lens[-1]
-        whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is _DevStream]
+        light_type = self.args_type
+        whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is light_type]
         if whole:  # the tracks and counters read these events' names and args: decoded whole
             try:
                 again = decode_events(b"[" + b",".join([text[starts[k]:starts[k] + lens[k]] for k in whole]) + b"]",
@@ -242,6 +432,8 @@ class _Scan:
         memo = self.memo
         intern = memo.setdefault  # one dict: str and int keys never compare equal (pid / tid are never bool)
         get = memo.get
+        join = self.join
+        joined = self.joined
         for e in run:
             cat = e.cat
             e.cat = intern(cat, cat)
@@ -252,11 +444,21 @@ class _Scan:
             ph = e.ph = intern(e.ph, e.ph)  # a str object per event as decoded
             if ph == "M" or ph == "C":  # the tracks and counters read their names and args
                 continue
-            e.name = ""
             e.extra = None
+            if join and ph == "X":
+                gpu = joined.get(cat)
+                if gpu is None:
+                    c = cat.lower()
+                    gpu = joined[cat] = CATEGORY_ALIASES.get(c, c) in GPU_WORK_CATEGORIES
+                name = e.name
+                if gpu or name in GRAPH_LAUNCH_NAMES:  # what the join reads: name and its args
+                    e.name = intern(name, name)
+                    e.args = self._join_args(e.args)
+                    continue
+            e.name = ""
             a = e.args
             # shared light args (an empty dict per event without args, too, as decoded)
-            if type(a) is _DevStream:
+            if type(a) is light_type:
                 d = a.device
                 s = a.stream
             else:  # the generic path's
@@ -269,6 +471,47 @@ class _Scan:
                 light = key = None
             e.args = light if light is not None else _light_args(d, s, memo, key)
         return run
+
+    def _join_args(self, a: Any) -> Dict[str, Any]:
+        """The args the join reads of a GPU work event or graph launch (the keys present, as
+        decoded), one dict for the events of a replay that have the same."""
+        if type(a) is dict:  # the generic path's
+            return {k: a[k] for k, _ in _JOIN_KEYS if k in a}
+        d, s, c, g, b = a.device, a.stream, a.correlation, a.grid, a.block
+        gid, gnid = a.graph_id, a.graph_node_id
+        memo = self.join_memo
+        key: Any = None
+        if gid is _NO_ARG and gnid is _NO_ARG:  # graph ids: one node each, nothing to share
+            # the types too (1, 1.0 and True are equal keys); a list or dict value: not shared
+            key = (type(d), d, type(s), s, type(c), c,
+                   tuple(g) if type(g) is list else g, tuple(map(type, g)) if type(g) is list else type(g),
+                   tuple(b) if type(b) is list else b, tuple(map(type, b)) if type(b) is list else type(b))
+            try:
+                hit = memo.get(key)
+            except TypeError:
+                hit = key = None
+            if hit is not None:
+                return hit
+        out = {}
+        if d is not _NO_ARG:
+            out["device"] = d
+        if s is not _NO_ARG:
+            out["stream"] = s
+        if c is not _NO_ARG:
+            out["correlation"] = c
+        if g is not _NO_ARG:
+            out["grid"] = g
+        if b is not _NO_ARG:
+            out["block"] = b
+        if gid is not _NO_ARG:
+            out["graph id"] = gid
+        if gnid is not _NO_ARG:
+            out["graph node id"] = gnid
+        if key is not None:
+            if len(memo) >= _JOIN_MEMO:
+                memo.clear()
+            memo[key] = out
+        return out
 
 
 def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any]:
@@ -284,22 +527,21 @@ def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any
     return light
 
 
-def scan_trace(path: str) -> Optional[ScannedTrace]:
-    """The first pass over the trace at ``path``: light events and where each one's text is;
-    None where the two-pass read does not apply (gzip, not a regular file) or the streaming
-    read is unsure (the caller then reads the whole file, which also words every error)."""
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if f.read(2) == b"\x1f\x8b":  # offsets would be into the decompressed text
-                return None
-    except OSError:
-        return None
+def scan_trace(path: str, join: bool = False) -> Optional[ScannedTrace]:
+    """The first pass over the trace at ``path``: light events and where each one's text is
+    (in the decompressed text of a gzip file); None where the two-pass read does not apply
+    (not a regular file) or the streaming read is unsure (the caller then reads the whole
+    file, which also words every error).
+    ``join``: the events the join reads keep its args and their names (:class:`_JoinArgs`)."""
     import stat
 
+    try:  # not opened first: opening a pipe waits for its writer, and a read would take its bytes
+        st = os.stat(path)
+    except OSError:
+        return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    scan = _Scan()
+    scan = _Scan(join)
     try:
         trace = _stream_trace(path, scan=scan)
     except _Unsure:
@@ -313,5 +555,7 @@ def scan_trace(path: str) -> Optional[ScannedTrace]:
     if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or len(scan.offsets) != len(trace.events):
         return None
     scan.offsets.append(scan.end)
-    source = EventSource(path, scan.offsets, st.st_size, st.st_mtime_ns)
+    gz = scan.gunzipped
+    source = (EventSource(path, scan.offsets, st.st_size, st.st_mtime_ns) if gz is None else
+              GzipEventSource(path, scan.offsets, st.st_size, st.st_mtime_ns, gz.points, gz.out))
     return ScannedTrace(path=trace.path, events=trace.events, metadata=trace.metadata, source=source)

@@ -12,11 +12,50 @@ Flow events that match no slice, or ids with no start, are counted in :class:`Fl
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ...read.model import TraceEvent
 
-__all__ = ["FlowPlan", "plan_flows"]
+__all__ = ["FlowEnds", "FlowPlan", "plan_flows"]
+
+
+class FlowEnds:
+    """``FlowPlan.terminating`` over ``size`` events: event index -> the flow ids it ends.
+    Most targets (a kernel) end one flow: its id is held in an array, 4 bytes an event, and
+    given back as a 1-tuple; other values are kept as set."""
+
+    def __init__(self, size: int) -> None:
+        self.one = array("i", bytes(4 * size))  # 0: none here (flow ids start at 1)
+        self.more: Dict[int, Sequence[int]] = {}
+
+    def __setitem__(self, i: int, ids: Sequence[int]) -> None:
+        if 0 <= i < len(self.one):
+            if len(ids) == 1 and type(ids[0]) is int and 0 < ids[0] < 1 << 31:
+                self.one[i] = ids[0]
+                self.more.pop(i, None)
+                return
+            self.one[i] = 0
+        self.more[i] = ids
+
+    def get(self, i: int, default: Any = None) -> Any:
+        if 0 <= i < len(self.one):
+            v = self.one[i]
+            if v:
+                return (v,)
+        return self.more.get(i, default)
+
+    def __getitem__(self, i: int) -> Sequence[int]:
+        v = self.get(i)
+        if v is None:
+            raise KeyError(i)
+        return v
+
+    def __contains__(self, i: object) -> bool:
+        return type(i) is int and self.get(i) is not None
+
+    def __len__(self) -> int:
+        return len(self.one) - self.one.count(0) + len(self.more)
 
 
 @dataclasses.dataclass
@@ -24,14 +63,15 @@ class FlowPlan:
     """Flow ids per event index: outgoing on sources, terminating on targets."""
 
     outgoing: Dict[int, List[int]] = dataclasses.field(default_factory=dict)
-    terminating: Dict[int, Sequence[int]] = dataclasses.field(default_factory=dict)
+    #: a dict, or :class:`FlowEnds` (``plan_flows(size=...)``)
+    terminating: Any = dataclasses.field(default_factory=dict)
     count: int = 0  #: flows written
     unbound: int = 0  #: flow events with no slice starting at their ts on their thread
     without_start: int = 0  #: bound flow ends whose id has no bound start
 
 
 def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts: Dict[int, Any],
-               whole: Optional[Callable[[int], TraceEvent]] = None) -> FlowPlan:
+               whole: Optional[Callable[[int], TraceEvent]] = None, size: int = 0) -> FlowPlan:
     """Bind the flow events ``events[i]`` for ``i`` in ``flow_indices`` (``ph`` s / t / f with
     an id) to slices.
 
@@ -39,8 +79,9 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
     do (nested slices, other threads), over every slice a flow may bind to; the writer
     builds it while it places the slices. The thread is compared on lookup. ``whole``: event
     index -> the event with all its args, where ``events`` are light (:mod:`...read.scan`).
+    ``size``: the trace's events; with it the flow ends are a :class:`FlowEnds`.
     """
-    plan = FlowPlan()
+    plan = FlowPlan(terminating=FlowEnds(size)) if size else FlowPlan()
     get = starts.get
     sources: Dict[object, int] = {}
     targets: Dict[object, List[int]] = {}

@@ -61,6 +61,36 @@ class _Categories(dict):
         return v
 
 
+class _Lanes:
+    """``Plan.rewrite`` of a joined trace (most of its GPU work rewritten): event index -> lane,
+    4 bytes an event."""
+
+    _NONE = -(1 << 31)
+
+    def __init__(self, events: int) -> None:
+        self.lanes = array("i", [self._NONE]) * events
+        self.other: Dict[int, Any] = {}  # lanes beyond int32
+
+    def __setitem__(self, i: int, lane: int) -> None:
+        if type(lane) is int and self._NONE < lane < 1 << 31 and 0 <= i < len(self.lanes):
+            self.lanes[i] = lane
+        else:
+            self.other[i] = lane
+
+    def get(self, i: int, default: Any = None) -> Any:
+        if 0 <= i < len(self.lanes):
+            v = self.lanes[i]
+            if v != self._NONE:
+                return v
+        return self.other.get(i, default)
+
+    def __contains__(self, i: int) -> bool:
+        return self.get(i) is not None
+
+    def __len__(self) -> int:
+        return len(self.lanes) - self.lanes.count(self._NONE) + len(self.other)
+
+
 @dataclasses.dataclass
 class Plan:
     """The writer's decisions for one trace. Indices from ``base`` on are the projected ranges."""
@@ -131,6 +161,8 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
             kinds[e.index] = TRACK_METADATA
     tracks.gpu_pids = gpu_pids
     plan = Plan(events, layout.placements if layout is not None else {}, kinds, gpu_pids, base=len(events))
+    if layout is not None:  # most GPU work is rewritten: a lane an event (4 bytes), not a dict entry
+        plan.rewrite = _Lanes(len(events))  # type: ignore[assignment]
     if layout is not None and any(p.annotation for p in layout.placements.values()):
         stats.dropped_user_annotations = _drop_orphaned_user_annotations(plan, cats)
     _place(plan, tracks, stats, cats, flow_ts)
@@ -279,8 +311,10 @@ def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
     launch slice to its replay slice (ids after Kineto's), then the replays' dependency
     edges, when the join was asked for them."""
     stats.flow_events = len(plan.flow_indices)
+    # many flow ends (a flow to every kernel): ids in an array, 4 bytes an event, not ~120 a target
+    many = len(plan.flow_indices) * 8 >= plan.base
     fp = plan_flows(plan.events, plan.flow_indices, plan.starts,
-                    plan.source.__getitem__ if plan.source is not None else None)
+                    plan.source.__getitem__ if plan.source is not None else None, size=plan.base if many else 0)
     next_id = fp.count + 1
     for k, r in enumerate(plan.ranges):
         src = r.launch

@@ -1,0 +1,389 @@
+"""The two-pass read with a join (issue 33): ``convert IN OUT.pftrace --annotations SIDECAR`` of a
+plain JSON file keeps light events that hold, for GPU work and graph launches, their names and
+the args the join reads; the join runs on those and the writer reads each event again for its
+packet. Output bytes must be the in-memory read's (``ConvertConfig(two_pass=False)``) for
+every fixture with annotations, every lane option, encoder and arg mode, and synthetic traces
+that take every strategy of the join; errors stay that read's, with no output left."""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import fixture_capture, fixture_trace
+from perfetto_graph_ann.annotations.files import save_annotations
+from perfetto_graph_ann.errors import AnnotationMismatchError, LaneOptionError, TraceFormatError
+from perfetto_graph_ann.join import join
+from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert_file
+from perfetto_graph_ann.read import kineto, scan
+from perfetto_graph_ann.read.scan import scan_trace
+from perfetto_graph_ann.write.pftrace import write_pftrace
+from support import scope_synth
+from test_read_stream import _kineto_multiline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.decoder_synth import decoder_annotations, decoder_trace  # noqa: E402
+
+_CONFIGS = [dict(), dict(list_args="typed"), dict(encoder="protos"), dict(sort_window_bytes=4096)]
+_JOIN_ARGS = ("device", "stream", "correlation", "grid", "block", "graph id", "graph node id")
+
+
+def _convert(src, out, annotations, two_pass, **kw):
+    lanes = {k: kw.pop(k) for k in ("graph_lanes", "default_stream", "force", "edge_flows") if k in kw}
+    return convert_file(str(src), str(out), [str(a) for a in annotations], config=ConvertConfig(two_pass=two_pass, **kw),
+                        **lanes)
+
+
+def _same(src, annotations, tmp_path, **kw):
+    """Both reads convert ``src`` joined with ``annotations`` to the same bytes and counts."""
+    a, b = tmp_path / "in_memory.pftrace", tmp_path / "two_pass.pftrace"
+    da = _convert(src, a, annotations, False, **dict(kw))
+    db = _convert(src, b, annotations, True, **dict(kw))
+    assert da.stats.reading == "in memory" and db.stats.reading == "two-pass"
+    db.stats.reading = da.stats.reading
+    assert da.stats == db.stats and da.events == db.events
+    assert da.layout.report == db.layout.report
+    assert a.read_bytes() == b.read_bytes()
+    return da
+
+
+def _plain(tmp_path, name):
+    src = tmp_path / f"{name}.json"
+    src.write_bytes(gzip.decompress(fixture_trace(name).read_bytes()))
+    return src
+
+
+@pytest.mark.parametrize("name", ["seed_block_annotated", "two_branch"])
+@pytest.mark.parametrize("lanes", [None, "none", "all"])
+@pytest.mark.parametrize("kw", _CONFIGS, ids=lambda kw: ",".join(kw) or "default")
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_fixtures_with_annotations_give_the_in_memory_bytes(name, lanes, kw, gz, tmp_path):
+    src = fixture_trace(name) if gz else _plain(tmp_path, name)
+    done = _same(src, [fixture_capture(name)], tmp_path, graph_lanes=lanes, **kw)
+    assert sum(done.layout.report.matched.values()) > 0  # the join placed events: a join to compare
+
+
+@pytest.mark.parametrize("strategy", ["exact", "calibrated", "structural"])
+@pytest.mark.parametrize("lanes", ["none", "all"])
+def test_synthetic_decoder_every_strategy(strategy, lanes, tmp_path):
+    src = tmp_path / "t.json"
+    scope_synth.write_trace(src, layers=3, strategy=strategy)
+    ann = save_annotations(tmp_path / "t.annotations.json", scope_synth.annotations(3, strategy))
+    done = _same(src, [ann], tmp_path, graph_lanes=lanes)
+    assert done.layout.report.matched[strategy] > 0 and done.layout.ranges
+
+
+def test_overlapping_cut_replays_and_eager_kernels(tmp_path):
+    launches = [scope_synth.Launch(g, start) for g, start in ((0, 0), (1, 30_000), (0, 90_000), (1, 95_000),
+                                                               (0, 400_000))]
+    src = tmp_path / "t.json"
+    scope_synth.write_schedule(src, launches, layers=2, strategy="calibrated", eager=9, window=(-45_000, 420_000))
+    ann = save_annotations(tmp_path / "t.annotations.json", scope_synth.annotations(2, "calibrated"))
+    for lanes in ("none", "all"):
+        _same(src, [ann], tmp_path, graph_lanes=lanes)
+
+
+def _decoder(tmp_path, replays=4, layers=2, record=True):
+    launches = []
+    src = tmp_path / "decoder.json"
+    src.write_bytes(decoder_trace(replays, layers, launches=launches))
+    ann = save_annotations(tmp_path / "decoder.annotations.json",
+                           decoder_annotations(layers, record=launches if record else None))
+    return src, ann
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["calibrated", "replay record"])
+def test_decoder_benchmark_trace(record, tmp_path):
+    src, ann = _decoder(tmp_path, record=record)
+    for kw in _CONFIGS:
+        done = _same(src, [ann], tmp_path, **kw)
+        assert done.layout.report.matched["calibrated"] == 4 * 2 * 23
+
+
+def _odd_joined_events():
+    """A decoder trace's events made odd where the join looks: old category spellings, driver
+    launches, a launch name on another category, graph ids (ints, strings, local ids), replays
+    without their launch, memcpy / memset nodes, args the typed decode refuses (null args, an
+    unknown key: the generic path), non-int grids and streams."""
+    doc = json.loads(decoder_trace(3, 1))
+    evs = doc["traceEvents"]
+    kernels = [e for e in evs if e.get("cat") == "kernel"]
+    launches = [e for e in evs if e.get("name") == "cudaGraphLaunch"]
+    launches[1]["cat"], launches[1]["name"] = "cuda_driver", "cuGraphLaunch"
+    k0 = kernels[0]
+    extra = [
+        dict(k0, cat="Memset", name="Memset (Device)", args=dict(k0["args"], correlation=launches[0]["args"]["correlation"])),
+        dict(k0, cat="gpu_memcpy", name="Memcpy DtoD", args={"device": 0, "stream": 7, "correlation": 99999,
+                                                               "graph id": 2, "graph node id": 5}),
+        dict(k0, cat="kernel", name="k_exact", args={"device": 0, "stream": 7, "correlation": 99998,
+                                                     "graph id": "2", "graph node id": str((2 << 32) | 6)}),
+        dict(k0, cat="cpu_op", name="cudaGraphLaunch", args={"correlation": 123456, "External id": 1}),
+        dict(k0, cat="KERNEL", name=kernels[3]["name"], args=None),
+        dict(k0, cat="kernel", name=kernels[4]["name"], args=dict(k0["args"], grid=[1.0, 2, 3], stream=True),
+             unknown_key={"x": [1]}),
+    ]
+    kernels[2]["args"]["grid"] = [16, 1]
+    kernels[5]["args"]["block"] = "128"
+    kernels[6]["args"]["stream"] = 7.0
+    del kernels[7]["args"]["device"]
+    evs.extend(extra)
+    return doc, evs
+
+
+@pytest.mark.parametrize("block", [97, 4096, 1 << 20])
+def test_odd_events_where_the_join_looks(block, tmp_path, monkeypatch):
+    monkeypatch.setattr(kineto, "STREAM_BLOCK", block)
+    doc, evs = _odd_joined_events()
+    src = tmp_path / "t.json"
+    src.write_bytes(_kineto_multiline(evs, head={k: v for k, v in doc.items() if k != "traceEvents"}))
+    _, ann = _decoder(tmp_path, 3, 1, record=False)
+    for lanes in ("none", "all"):
+        for kw in _CONFIGS[:2]:
+            _same(src, [ann], tmp_path, graph_lanes=lanes, **kw)
+
+
+def test_the_light_events_hold_what_the_join_reads(tmp_path):
+    """Light events of GPU work and graph launches keep their name and the join's args (same
+    values, same types); the join on them gives the whole read's layout."""
+    doc, evs = _odd_joined_events()
+    src = tmp_path / "t.json"
+    src.write_bytes(_kineto_multiline(evs, head={k: v for k, v in doc.items() if k != "traceEvents"}))
+    scanned = scan_trace(str(src), join=True)
+    whole = kineto.parse_trace_bytes(src.read_bytes(), str(src))
+    assert scanned is not None and len(scanned.events) == len(whole.events)
+    kept = 0
+    for light, e in zip(scanned.events, whole.events):
+        assert (light.index, light.ph, light.cat, light.pid, light.tid, light.ts_ns, light.dur_ns, light.id) == (
+            e.index, e.ph, e.cat, e.pid, e.tid, e.ts_ns, e.dur_ns, e.id)
+        if e.ph in ("M", "C"):
+            assert light.args == e.args and light.name == e.name
+        elif e.ph == "X" and (e.is_gpu_work or e.name in ("cudaGraphLaunch", "cuGraphLaunch")):
+            kept += 1
+            assert light.name == e.name
+            want = {k: e.args[k] for k in _JOIN_ARGS if k in e.args}
+            assert light.args == want and list(light.args) == list(want)
+            assert all(type(light.args[k]) is type(want[k]) for k in want)
+        else:
+            assert light.name == "" and light.args == {k: e.args[k] for k in ("device", "stream") if k in e.args}
+    assert kept > 10
+    scanned.source.close()
+    ann = decoder_annotations(1)
+    for lanes in ("none", "all"):
+        a, b = join(whole, ann, lanes), join(scanned, ann, lanes)
+        assert a.placements == b.placements and a.lane_names == b.lane_names and a.report == b.report
+        assert a.ranges == b.ranges and a.ranges
+
+
+def test_chrome_json_output_reads_in_memory(tmp_path):
+    src, ann = _decoder(tmp_path, 2, 1)
+    out = tmp_path / "out.json"
+    done = _convert(src, out, [ann], True)
+    assert done.stats is None and out.exists()
+
+
+def test_errors_stay_the_in_memory_reads_and_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(kineto, "STREAM_BLOCK", 256)
+    src, ann = _decoder(tmp_path, 2, 1)
+    data = src.read_bytes()
+    os.unlink(src)
+    cases = {"cut.json": data[: len(data) // 2], "broken.json": data.replace(b'"dur"', b'"dur', 1),
+             "negative.json": data.replace(b'"dur": ', b'"dur": -', 5),
+             "bad utf8.json": data.replace(b'"queued": 0', b'"queued": "\xff\xfe"', 1)}
+    cases.update({name + ".gz": gzip.compress(text) for name, text in list(cases.items())})
+    cases["truncated.json.gz"] = gzip.compress(data)[:len(data) // 20]
+    for name, text in cases.items():
+        src = tmp_path / name
+        src.write_bytes(text)
+        messages = []
+        for two_pass in (False, True):
+            out = tmp_path / f"{name}.{two_pass}.pftrace"
+            with pytest.raises(TraceFormatError) as e:
+                _convert(src, out, [ann], two_pass)
+            messages.append(str(e.value))
+            assert not out.exists()
+        assert messages[0] == messages[1], name
+        assert str(src) in messages[0]
+    # lane options are refused before the trace is read, as the in-memory path refuses them
+    for two_pass in (False, True):
+        with pytest.raises(LaneOptionError):
+            _convert(tmp_path / "cut.json", tmp_path / "lanes.pftrace", [ann], two_pass, default_stream=-3)
+    # annotations of another run: refused by the join, after the first pass, with no output
+    other = save_annotations(tmp_path / "other.annotations.json",
+                             dataclasses.replace(decoder_annotations(1), graphs=scope_synth.annotations(1, "calibrated").graphs))
+    good = tmp_path / "good.json"
+    good.write_bytes(data)
+    for two_pass in (False, True):
+        with pytest.raises(AnnotationMismatchError):
+            _convert(good, tmp_path / "other.pftrace", [other], two_pass)
+    assert sorted(os.listdir(tmp_path)) == sorted([*cases, "decoder.annotations.json", "other.annotations.json",
+                                                   "good.json"])
+
+
+@pytest.mark.parametrize("change", ["rewritten", "shortened"])
+def test_a_file_changed_between_the_passes_is_refused_with_no_output(change, tmp_path):
+    src, ann = _decoder(tmp_path, 2, 1)
+    data = src.read_bytes()
+    scanned = scan_trace(str(src), join=True)
+    from perfetto_graph_ann.annotations.files import load_annotations
+
+    layout = join(scanned, load_annotations(str(ann)), "all")
+    if change == "rewritten":  # same size, other bytes
+        src.write_bytes(data.replace(b'"cat"', b'"CAT"'))
+        st = src.stat()
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    else:
+        src.write_bytes(data[: len(data) // 2])
+    out = tmp_path / "out.pftrace"
+    with pytest.raises(TraceFormatError, match="changed while it was being converted"):
+        write_pftrace(scanned, out, layout)
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["decoder.annotations.json", "decoder.json"]
+
+
+def test_shared_join_args_are_bounded(tmp_path, monkeypatch):
+    """The join args one replay's kernels share are kept in a bounded memo: a trace with more
+    distinct ones than it holds converts the same."""
+    monkeypatch.setattr(scan, "_JOIN_MEMO", 3)
+    src, ann = _decoder(tmp_path, 3, 1)
+    _same(src, [ann], tmp_path)
+
+
+@pytest.mark.parametrize("edge_flows", [False, True])
+def test_recorded_edges_critical_path_args_and_flows(edge_flows, tmp_path):
+    """The critical path changes placements' args after they are made (kept whole by the compact
+    placements): the same bytes, with and without the dependency flows."""
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.annotations.model import GraphEdge
+
+    ann = load_annotations(str(fixture_capture("two_branch")))
+    g = dataclasses.replace(ann.graphs[0], edges=(GraphEdge(0, 2), GraphEdge(1, 2)))
+    sidecar = save_annotations(tmp_path / "edges.annotations.json", dataclasses.replace(ann, graphs=(g,)))
+    for lanes in ("none", "all"):
+        done = _same(_plain(tmp_path, "two_branch"), [sidecar], tmp_path, graph_lanes=lanes, edge_flows=edge_flows)
+        assert done.layout.report.critical_paths and (bool(done.layout.edge_flows) == edge_flows)
+
+
+def test_compact_placements_are_the_dict_placements():
+    """``join(compact=True)``: the same placements by index, in the same order, as made by the
+    dict path; ``pin`` keeps one whose args then change; absent indexes are absent."""
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.join.model import CompactPlacements, mutable_placement
+
+    trace = kineto.read_trace(fixture_trace("seed_block_annotated"))
+    ann = load_annotations(str(fixture_capture("seed_block_annotated")))
+    for lanes in ("none", "all"):
+        a, b = join(trace, ann, lanes), join(trace, ann, lanes, compact=True)
+        assert isinstance(b.placements, CompactPlacements) and type(a.placements) is dict
+        assert list(a.placements.items()) == list(b.placements.items()) and len(a.placements) == len(b.placements)
+        assert a.report == b.report and a.lane_names == b.lane_names and a.ranges == b.ranges
+        first = next(iter(a.placements))
+        assert first in b.placements and -1 not in b.placements and len(trace.events) + 5 not in b.placements
+        assert b.placements.get(len(trace.events) + 5) is None and b.placements.get("x", 3) == 3
+        with pytest.raises(KeyError):
+            b.placements[-1]
+        mutable_placement(b.placements, first).args["x"] = 1
+        assert b.placements[first].args == {**a.placements[first].args, "x": 1}
+        assert list(b.placements) == list(a.placements)
+
+
+def test_flow_ends_in_an_array_are_the_dict_ones():
+    """``plan_flows(size=...)`` (a flow to every kernel: the ends in :class:`FlowEnds`) binds
+    the very flows the dict does; ``FlowEnds`` keeps one id in the array, others as given."""
+    from perfetto_graph_ann.write.perfetto.flows import FlowEnds, plan_flows
+    from perfetto_graph_ann.write.perfetto.plan import plan_events
+    from perfetto_graph_ann.write.perfetto.tracks import TrackTable
+    from perfetto_graph_ann.write.perfetto.config import WriteStats
+
+    trace = kineto.read_trace(fixture_trace("seed_block_graph"))
+    plan = plan_events(trace, None, TrackTable(trace), WriteStats())
+    a = plan_flows(plan.events, plan.flow_indices, plan.starts)
+    b = plan_flows(plan.events, plan.flow_indices, plan.starts, size=plan.base)
+    assert isinstance(b.terminating, FlowEnds) and a.terminating and a.count == b.count
+    assert len(a.terminating) == len(b.terminating) and a.outgoing == b.outgoing
+    for i in range(plan.base + 3):
+        assert (tuple(a.terminating[i]) if i in a.terminating else None) == (
+            tuple(b.terminating[i]) if i in b.terminating else None)
+    ends = FlowEnds(4)
+    ends[1] = [7]
+    ends[2] = (3, 4)
+    ends[9] = [5]
+    ends[3] = (1 << 63,)
+    assert [ends.get(i) for i in range(5)] == [None, (7,), (3, 4), (1 << 63,), None] and ends[9] == [5]
+    ends[2] = (8,)
+    assert ends.get(2) == (8,) and len(ends) == 4 and 0 not in ends and -1 not in ends
+    with pytest.raises(KeyError):
+        ends[0]
+
+
+def test_columns_beyond_int32_are_kept_whole():
+    """The compact columns hold int32: a lane, stream, replay index or flow id beyond it is kept
+    as it is, and given back the same."""
+    from perfetto_graph_ann.join.model import CompactPlacements
+    from perfetto_graph_ann.write.perfetto.flows import FlowEnds
+    from perfetto_graph_ann.write.perfetto.plan import _Lanes
+
+    lanes = _Lanes(4)
+    for i, lane in enumerate([7, 1 << 40, -5, -(1 << 31)]):
+        lanes[i] = lane
+    lanes[9] = 3
+    assert [lanes.get(i) for i in range(4)] == [7, 1 << 40, -5, -(1 << 31)] and lanes.get(9) == 3
+    assert lanes.get(5) is None and len(lanes) == 5
+    ends = FlowEnds(3)
+    ends[0], ends[1] = (1 << 31,), ((1 << 31) - 1,)
+    assert ends.get(0) == (1 << 31,) and ends.get(1) == ((1 << 31) - 1,) and ends.get(2) is None
+    for every in (False, True):
+        p = CompactPlacements(6, every)
+        node = (7, {"name": "n", "graph id": 2}, {"name": "n"})
+        cases = [(0, 1, 7), (1, 1 << 35, 7), (2, 3, 1 << 40), (3, None, None), (4, 2, -(1 << 31))]
+        for i, replay, hw in cases:
+            p.add(i, 99, node, replay, "calibrated", i == 3, hw)
+        for i, replay, hw in cases:
+            assert p[i] == p._make(node, replay, "calibrated", i == 3, hw)
+            assert p[i].lane == (7 if every or hw is None else hw)
+        assert list(p) == [0, 1, 2, 3, 4] and 5 not in p and len(p) == 5
+
+
+def test_pga_convert_with_annotations_is_the_cli_join(tmp_path):
+    """``pga.convert(path, out, annotations=[...])`` joins as ``convert --annotations`` does
+    (two passes); a trace already read joins in memory to the same bytes; with a layout too:
+    refused."""
+    import perfetto_graph_ann as pga
+
+    src, ann = _decoder(tmp_path, 3, 2)
+    a, b, c = tmp_path / "a.pftrace", tmp_path / "b.pftrace", tmp_path / "c.pftrace"
+    sa = pga.convert(src, a, annotations=[ann])
+    convert_file(str(src), str(b), [str(ann)])
+    sc = pga.convert(kineto.read_trace(src), c, annotations=[ann])
+    assert sa.reading == "two-pass" and sc.reading == "in memory"
+    assert a.read_bytes() == b.read_bytes() == c.read_bytes()
+    with pytest.raises(ValueError):
+        pga.convert(src, tmp_path / "d.pftrace", layout=_convert(src, tmp_path / "e.pftrace", [ann], True).layout,
+                    annotations=[ann])
+    assert not (tmp_path / "d.pftrace").exists()
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_merge_reads_each_rank_in_two_passes(gz, tmp_path, monkeypatch):
+    """``merge`` (and ``diff``, through ``convert_rank``) reads each rank as ``convert`` does,
+    joined or not: the bytes of the in-memory read (``two_pass=False``)."""
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.pipeline import merge as merge_mod
+
+    names = ["seed_block_annotated", "two_branch", "allreduce_graph_rank0"]
+    paths = [fixture_trace(n) if gz else _plain(tmp_path, n) for n in names]
+    anns = [load_annotations(str(fixture_capture(n))) for n in names[:2]] + [None]
+    scanned = []
+    real = scan_trace
+    monkeypatch.setattr(scan, "scan_trace", lambda p, join=False: scanned.append(join) or real(p, join))
+    outs = []
+    for two_pass in (False, True):
+        out = tmp_path / f"merged.{two_pass}.pftrace"
+        merge_mod.merge([str(p) for p in paths], str(out), anns, labels=["a", "b", "c"], two_pass=two_pass)
+        outs.append(out.read_bytes())
+    assert scanned == [True, True, False]
+    assert outs[0] == outs[1]
