@@ -219,15 +219,20 @@ def _place(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[
                 else:
                     args["annotated_stream"] = lane
                     placements[e.index] = Placement(hw if hw is not None else lane, args, node.annotation)
-            if m is None:
-                report.unmatched += 1
-            else:
-                report.matched[m.strategy] += 1
-                report.ambiguous += int(m.ambiguous)
-                origin = m.node.annotation.get(MODULE_ORIGIN)
-                if origin is not None:
-                    report.module_origins[origin] = report.module_origins.get(origin, 0) + 1
+            _count(report, m)
     return placements
+
+
+def _count(report: JoinReport, m: Optional[Match]) -> None:
+    """One GPU event's outcome in the join report."""
+    if m is None:
+        report.unmatched += 1
+        return
+    report.matched[m.strategy] += 1
+    report.ambiguous += int(m.ambiguous)
+    origin = m.node.annotation.get(MODULE_ORIGIN)
+    if origin is not None:
+        report.module_origins[origin] = report.module_origins.get(origin, 0) + 1
 
 
 def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[int, int], graph_lanes: str,
@@ -250,14 +255,7 @@ def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_inde
                 if type(hw) is not int:
                     hw = e.stream
                 placements.add(e.index, node.key, (hit[0], hit[1], node.annotation), index, m.strategy, m.ambiguous, hw)
-            if m is None:
-                report.unmatched += 1
-            else:
-                report.matched[m.strategy] += 1
-                report.ambiguous += int(m.ambiguous)
-                origin = m.node.annotation.get(MODULE_ORIGIN)
-                if origin is not None:
-                    report.module_origins[origin] = report.module_origins.get(origin, 0) + 1
+            _count(report, m)
     return placements
 
 
