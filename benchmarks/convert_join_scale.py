@@ -22,23 +22,18 @@ from __future__ import annotations
 import argparse
 import datetime
 import gzip
-import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from benchmarks.proc import HWM_PRELUDE, available_memory, cell, run_child, same_bytes, size_arg  # noqa: E402
 
-_CHILD = r"""
+_CHILD = HWM_PRELUDE + r"""
 import sys, time, json, gzip
-def hwm():
-    for line in open('/proc/self/status'):
-        if line.startswith('VmHWM'):
-            return int(line.split()[1]) * 1024
 what, path, ann, out = sys.argv[1:5]
 t = time.perf_counter()
 if what == 'json':
@@ -55,39 +50,14 @@ print(json.dumps({'s': time.perf_counter() - t, 'rss': hwm()}))
 _PER_REPLAY = 576_000
 
 
-def _size(text: str) -> int:
-    units = {"K": 10**3, "M": 10**6, "G": 10**9}
-    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
 
 
-def _available() -> int:
-    for line in open("/proc/meminfo"):
-        if line.startswith("MemAvailable"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
-def _run(what: str, path: Path, ann: Path, out: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cp = subprocess.run([sys.executable, "-c", _CHILD, what, str(path), str(ann), str(out)], capture_output=True,
-                        text=True, env=env)
-    if cp.returncode != 0:
-        return {"error": (cp.stderr.strip().splitlines() or [f"exit {cp.returncode}"])[-1]}
-    return json.loads(cp.stdout.strip().splitlines()[-1])
 
 
-def _same(a: Path, b: Path) -> bool:
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            x, y = fa.read(1 << 20), fb.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
 
 
-def _cell(r: dict, key: str, scale: float, fmt: str) -> str:
-    return format(r[key] / scale, fmt) if key in r else r.get("error", "-")
 
 
 def main() -> None:
@@ -107,7 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, {_available() / 2**30:.1f} GiB available, "
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, {available_memory() / 2**30:.1f} GiB available, "
           f"Python {platform.python_version()}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"load {os.getloadavg()[0]:.1f}; input: {'gzip' if args.gzip else 'plain JSON'}, times "
           f"{'as floats' if args.float_times else 'with 3 decimals (Kineto)'}", flush=True)
@@ -118,7 +88,7 @@ def main() -> None:
     arms = [w for w in ("json", "in-memory", "two-pass") if w not in args.skip]
     per_byte = {"json": 7.0, "in-memory": 8.0, "two-pass": 2.0}
     for text in args.sizes:
-        replays = max(1, _size(text) // _PER_REPLAY)
+        replays = max(1, size_arg(text) // _PER_REPLAY)
         plain = folder / f"decoder_{text}.json"
         launches: list = []
         size = write_decoder_trace(str(plain), replays, launches=launches, kineto_times=not args.float_times)
@@ -133,12 +103,12 @@ def main() -> None:
         best: dict = {}
         for _ in range(args.repeat):
             for what in arms:
-                limit = min(args.max_gib * 2**30, _available() - 4 * 2**30)
+                limit = min(args.max_gib * 2**30, available_memory() - 4 * 2**30)
                 need = per_byte[what] * size + 200e6
                 if need > limit:
                     best[what] = {"error": f"skipped: needs ~{need / 2**30:.1f} GiB, limit {limit / 2**30:.1f}"}
                     continue
-                r = _run(what, path, ann, outs[what])
+                r = run_child(_CHILD, [what, path, ann, outs[what]], ROOT)
                 if "rss" in r:
                     per_byte[what] = r["rss"] / size
                     if "s" in best.get(what, {}):
@@ -152,11 +122,11 @@ def main() -> None:
             ok = "met" if c["rss"] <= size + 300e6 else f"missed by {(c['rss'] - size - 300e6) / 1e6:,.0f} MB"
         same = "-"
         if "rss" in c and "rss" in m:
-            same = "yes" if _same(outs["in-memory"], outs["two-pass"]) else "NO"
+            same = "yes" if same_bytes(outs["in-memory"], outs["two-pass"]) else "NO"
         print(f"| {text} | {replays * 828:,} | {size / 1e6:,.0f} | {path.stat().st_size / 1e6:,.0f} | "
-              f"{_cell(j, 's', 1, '.2f')} | {_cell(j, 'rss', 1e6, ',.0f')} | "
-              f"{_cell(m, 's', 1, '.2f')} | {_cell(m, 'rss', 1e6, ',.0f')} | "
-              f"{_cell(c, 's', 1, '.2f')} | {_cell(c, 'rss', 1e6, ',.0f')} | {ratio} | {over} | {ok} | {same} | "
+              f"{cell(j, 's', 1, '.2f')} | {cell(j, 'rss', 1e6, ',.0f')} | "
+              f"{cell(m, 's', 1, '.2f')} | {cell(m, 'rss', 1e6, ',.0f')} | "
+              f"{cell(c, 's', 1, '.2f')} | {cell(c, 'rss', 1e6, ',.0f')} | {ratio} | {over} | {ok} | {same} | "
               f"{os.getloadavg()[0]:.1f} |", flush=True)
         if not args.keep:
             for p in [*outs.values(), path, ann]:

@@ -19,22 +19,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from benchmarks.proc import HWM_PRELUDE, available_memory, cell, run_child, same_bytes, size_arg  # noqa: E402
 
-_CHILD = r"""
+_CHILD = HWM_PRELUDE + r"""
 import sys, time, json
-def hwm():
-    for line in open('/proc/self/status'):
-        if line.startswith('VmHWM'):
-            return int(line.split()[1]) * 1024
 what, path, out = sys.argv[1:4]
 t = time.perf_counter()
 if what == 'json':
@@ -48,41 +43,14 @@ print(json.dumps({'s': time.perf_counter() - t, 'rss': hwm()}))
 """
 
 
-def _size(text: str) -> int:
-    units = {"K": 10**3, "M": 10**6, "G": 10**9}
-    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
 
 
-def _available() -> int:
-    for line in open("/proc/meminfo"):
-        if line.startswith("MemAvailable"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
-def _run(what: str, path: Path, out: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cp = subprocess.run([sys.executable, "-c", _CHILD, what, str(path), str(out)], capture_output=True, text=True,
-                        env=env)
-    if cp.returncode != 0:
-        return {"error": (cp.stderr.strip().splitlines() or [f"exit {cp.returncode}"])[-1]}
-    return json.loads(cp.stdout.strip().splitlines()[-1])
 
 
-def _same(a: Path, b: Path) -> bool:
-    """Whether two files hold the same bytes (read a block at a time)."""
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            x, y = fa.read(1 << 20), fb.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
 
 
-def _cell(r: dict, key: str, scale: float, fmt: str) -> str:
-    """A measured value scaled and formatted, else the run's error (or skip) text."""
-    return format(r[key] / scale, fmt) if key in r else r.get("error", "-")
 
 
 def main() -> None:
@@ -100,7 +68,7 @@ def main() -> None:
     args = ap.parse_args()
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, {_available() / 2**30:.1f} GiB available, "
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, {available_memory() / 2**30:.1f} GiB available, "
           f"Python {platform.python_version()}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     print("| size | events | JSON MB | json.loads s | json.loads peak MB | in-memory convert s | in-memory peak MB | "
@@ -112,8 +80,8 @@ def main() -> None:
     for text in args.sizes:
         path = folder / f"scale_{text}.json"
         outs = {w: folder / f"scale_{text}.{w}.pftrace" for w in arms}
-        size = _size(text)
-        limit = min(args.max_gib * 2**30, _available() - 4 * 2**30)
+        size = size_arg(text)
+        limit = min(args.max_gib * 2**30, available_memory() - 4 * 2**30)
         skip = {w: per_byte[w] * size + 200e6 > limit for w in per_byte}
         n = write_large(path, size) if not all(skip.values()) else 0
         size = path.stat().st_size if n else size
@@ -123,7 +91,7 @@ def main() -> None:
             if need > limit:
                 row[what] = {"error": f"skipped: needs ~{need / 2**30:.1f} GiB, limit {limit / 2**30:.1f}"}
                 continue
-            row[what] = _run(what, path, outs[what])
+            row[what] = run_child(_CHILD, [what, path, outs[what]], ROOT)
             if "rss" in row[what]:
                 per_byte[what] = row[what]["rss"] / size
         j, m, c = (row.get(w, {"error": "not run"}) for w in arms)
@@ -134,10 +102,10 @@ def main() -> None:
             ok = "met" if c["rss"] <= size + 300e6 else f"missed by {(c['rss'] - size - 300e6) / 1e6:,.0f} MB"
         same = "-"
         if "rss" in c and "rss" in m:
-            same = "yes" if _same(outs["in-memory"], outs["two-pass"]) else "NO"
-        print(f"| {text} | {n:,} | {size / 1e6:,.0f} | {_cell(j, 's', 1, '.2f')} | {_cell(j, 'rss', 1e6, ',.0f')} | "
-              f"{_cell(m, 's', 1, '.2f')} | {_cell(m, 'rss', 1e6, ',.0f')} | "
-              f"{_cell(c, 's', 1, '.2f')} | {_cell(c, 'rss', 1e6, ',.0f')} | {ratio} | {over} | {ok} | {same} |",
+            same = "yes" if same_bytes(outs["in-memory"], outs["two-pass"]) else "NO"
+        print(f"| {text} | {n:,} | {size / 1e6:,.0f} | {cell(j, 's', 1, '.2f')} | {cell(j, 'rss', 1e6, ',.0f')} | "
+              f"{cell(m, 's', 1, '.2f')} | {cell(m, 'rss', 1e6, ',.0f')} | "
+              f"{cell(c, 's', 1, '.2f')} | {cell(c, 'rss', 1e6, ',.0f')} | {ratio} | {over} | {ok} | {same} |",
               flush=True)
         for o in outs.values():
             if not args.keep and o.exists():

@@ -12,22 +12,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from benchmarks.proc import HWM_PRELUDE, run_child, size_arg  # noqa: E402
 
-_CHILD = r"""
+_CHILD = HWM_PRELUDE + r"""
 import sys, time, json
-def hwm():
-    for line in open('/proc/self/status'):
-        if line.startswith('VmHWM'):
-            return int(line.split()[1]) * 1024
 two_pass, ann, out, *paths = sys.argv[1:]
 from perfetto_graph_ann.annotations.files import load_annotations
 from perfetto_graph_ann.pipeline.merge import merge
@@ -39,7 +34,7 @@ print(json.dumps({'s': time.perf_counter() - t, 'rss': hwm()}))
 
 
 def main() -> None:
-    from benchmarks.convert_join_scale import _PER_REPLAY, _size
+    from benchmarks.convert_join_scale import _PER_REPLAY
     from benchmarks.decoder_synth import decoder_annotations, write_decoder_trace
     from perfetto_graph_ann.annotations.files import save_annotations
 
@@ -53,14 +48,13 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     first = folder / "rank0.json"
     launches: list = []
-    size = write_decoder_trace(str(first), max(1, _size(args.size) // _PER_REPLAY), launches=launches,
+    size = write_decoder_trace(str(first), max(1, size_arg(args.size) // _PER_REPLAY), launches=launches,
                                kineto_times=True)
     ann = save_annotations(folder / "decoder.annotations.json", decoder_annotations(record=launches))
     paths = [first]
     for r in range(1, args.ranks):
         paths.append(folder / f"rank{r}.json")
         shutil.copyfile(first, paths[-1])
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}, "
           f"{args.ranks} ranks of {size / 1e6:,.0f} MB")
     print("| arm | s | peak MB | peak - one rank's JSON MB |")
@@ -69,12 +63,10 @@ def main() -> None:
     for _ in range(args.repeat):
         for two_pass in ("0", "1"):
             out = folder / f"merged.{two_pass}.pftrace"
-            cp = subprocess.run([sys.executable, "-c", _CHILD, two_pass, str(ann), str(out), *map(str, paths)],
-                                capture_output=True, text=True, env=env)
-            if cp.returncode:
-                print(f"| {'two-pass' if two_pass == '1' else 'in memory'} | {cp.stderr.strip().splitlines()[-1]} | | |")
+            r = run_child(_CHILD, [two_pass, ann, out, *paths], ROOT)
+            if "error" in r:
+                print(f"| {'two-pass' if two_pass == '1' else 'in memory'} | {r['error']} | | |")
                 continue
-            r = json.loads(cp.stdout.strip().splitlines()[-1])
             outs[two_pass] = out
             print(f"| {'two-pass' if two_pass == '1' else 'in memory'} | {r['s']:.2f} | {r['rss'] / 1e6:,.0f} | "
                   f"{(r['rss'] - size) / 1e6:,.0f} |", flush=True)
