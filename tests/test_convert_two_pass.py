@@ -208,18 +208,24 @@ def test_errors_stay_the_in_memory_reads_and_nothing_is_written(tmp_path, monkey
     assert sorted(os.listdir(tmp_path)) == sorted(cases)
 
 
+def change_between_passes(src, data: bytes, change: str) -> None:
+    """Change a trace after its first pass: ``rewritten`` (same size, other bytes, a later
+    mtime) or ``shortened`` (cut in half)."""
+    if change == "rewritten":
+        src.write_bytes(data.replace(b'"cat"', b'"CAT"'))
+        st = src.stat()
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    else:
+        src.write_bytes(data[: len(data) // 2])
+
+
 @pytest.mark.parametrize("change", ["rewritten", "shortened"])
 def test_a_file_changed_between_the_passes_is_refused_with_no_output(change, tmp_path):
     src = tmp_path / "t.json"
     data = _kineto_multiline(_odd_events(60))
     src.write_bytes(data)
     scanned = scan_trace(str(src))
-    if change == "rewritten":  # same size, other bytes
-        src.write_bytes(data.replace(b'"cat"', b'"CAT"'))
-        st = src.stat()
-        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    else:
-        src.write_bytes(data[: len(data) // 2])
+    change_between_passes(src, data, change)
     out = tmp_path / "out.pftrace"
     with pytest.raises(TraceFormatError, match="changed while it was being converted"):
         write_pftrace(scanned, out)

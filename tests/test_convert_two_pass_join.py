@@ -24,6 +24,7 @@ from perfetto_graph_ann.read import kineto, scan
 from perfetto_graph_ann.read.scan import scan_trace
 from perfetto_graph_ann.write.pftrace import write_pftrace
 from support import scope_synth
+from test_convert_two_pass import change_between_passes
 from test_read_stream import _kineto_multiline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -232,12 +233,7 @@ def test_a_file_changed_between_the_passes_is_refused_with_no_output(change, tmp
     from perfetto_graph_ann.annotations.files import load_annotations
 
     layout = join(scanned, load_annotations(str(ann)), "all")
-    if change == "rewritten":  # same size, other bytes
-        src.write_bytes(data.replace(b'"cat"', b'"CAT"'))
-        st = src.stat()
-        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    else:
-        src.write_bytes(data[: len(data) // 2])
+    change_between_passes(src, data, change)
     out = tmp_path / "out.pftrace"
     with pytest.raises(TraceFormatError, match="changed while it was being converted"):
         write_pftrace(scanned, out, layout)
