@@ -29,7 +29,7 @@ from .launches import launch_identities
 from .match import GraphFit, Match, device_ok, replay_signatures
 from .projection import project
 from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, CompactPlacements, JoinReport,
-                    LaneLayout, Placement, mutable_placement)
+                    LaneLayout, matched_placement, mutable_placement)
 from .replays import Replay, find_replays
 from .structural import match_structural
 
@@ -202,23 +202,11 @@ def _place(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[
                 hit = cache.get(node.key)
                 if hit is None:
                     hit = cache[node.key] = (annotated_lane(m, default_stream), node_args(node, True))
-                lane, base = hit
-                args = dict(base)
-                if index is not None:
-                    args["replay"] = index
-                args["join"] = m.strategy
-                if m.ambiguous:
-                    args["join_ambiguous"] = True
                 hw = e.args.get("stream")
                 if type(hw) is not int:
                     hw = e.stream
-                if every:
-                    if hw is not None:
-                        args["original_stream"] = hw
-                    placements[e.index] = Placement(lane, args, node.annotation)
-                else:
-                    args["annotated_stream"] = lane
-                    placements[e.index] = Placement(hw if hw is not None else lane, args, node.annotation)
+                placements[e.index] = matched_placement(every, hit[0], hit[1], node.annotation, index, m.strategy,
+                                                        m.ambiguous, hw)
             _count(report, m)
     return placements
 

@@ -10,7 +10,8 @@ from array import array
 from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
 __all__ = ["CALIBRATED", "CompactPlacements", "DEFAULT_GRAPH_LANE", "EXACT", "EXACT_IDS", "JoinReport", "KERNELS",
-           "lane_key", "LaneLayout", "mutable_placement", "Placement", "RECORDED", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
+           "lane_key", "LaneLayout", "matched_placement", "mutable_placement", "Placement", "RECORDED", "STRATEGIES",
+           "STRUCTURAL", "UNANNOTATED"]
 
 #: Join strategies, best first.
 EXACT = "exact"
@@ -45,6 +46,32 @@ class Placement:
 
 
 _new = object.__new__
+
+
+def matched_placement(every: bool, lane: Any, base: Mapping[str, Any], annotation: Any, replay: Optional[int],
+                      strategy: str, ambiguous: bool, hw: Optional[int]) -> Placement:
+    """The placement of an event matched to a node of a known graph (the join's usual case):
+    the node's annotated ``lane`` and args ``base``, the event's ``replay`` index, how it was
+    matched, and the hardware stream ``hw`` it ran on. ``every`` (graph_lanes "all"): drawn on
+    the annotated lane with ``original_stream``, else on ``hw`` with ``annotated_stream``."""
+    args = dict(base)
+    if replay is not None:
+        args["replay"] = replay
+    args["join"] = strategy
+    if ambiguous:
+        args["join_ambiguous"] = True
+    if every:
+        if hw is not None:
+            args["original_stream"] = hw
+    else:
+        args["annotated_stream"] = lane
+        if hw is not None:
+            lane = hw
+    # Placement(lane, args, annotation) without the frozen dataclass's __init__ (made once an
+    # event by the join, and each time one is asked for from a CompactPlacements)
+    p = _new(Placement)
+    p.__dict__.update(lane=lane, args=args, annotation=annotation)
+    return p
 
 
 class CompactPlacements(Mapping[int, Placement]):
@@ -99,26 +126,7 @@ class CompactPlacements(Mapping[int, Placement]):
 
     def _make(self, node: Tuple[Any, Mapping[str, Any], Any], replay: Optional[int], strategy: str, ambiguous: bool,
               hw: Optional[int]) -> Placement:
-        """The placement ``join._place`` makes of a matched event."""
-        lane, base, annotation = node
-        args = dict(base)
-        if replay is not None:
-            args["replay"] = replay
-        args["join"] = strategy
-        if ambiguous:
-            args["join_ambiguous"] = True
-        if self.every:
-            if hw is not None:
-                args["original_stream"] = hw
-        else:
-            args["annotated_stream"] = lane
-            if hw is not None:
-                lane = hw
-        # Placement(lane, args, annotation) without the frozen dataclass's __init__ (a
-        # placement is made each time one is asked for: three times an event when written)
-        p = _new(Placement)
-        p.__dict__.update(lane=lane, args=args, annotation=annotation)
-        return p
+        return matched_placement(self.every, node[0], node[1], node[2], replay, strategy, ambiguous, hw)
 
     def __getitem__(self, index: int) -> Placement:
         try:
