@@ -32,6 +32,14 @@ def watchable(**kw) -> FakeCuda:
     return cuda
 
 
+def started(cuda: FakeCuda) -> S.CaptureSession:
+    """A capture begun on ``STREAM`` and its session started."""
+    cuda.begin_capture(STREAM)
+    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
+    sess.start()
+    return sess
+
+
 def compiled(capture_path) -> bool:
     return capture_path == "compiled"
 
@@ -89,9 +97,7 @@ def test_a_missed_callback_is_refused_at_the_end_and_the_subscription_ends(captu
     if not compiled(capture_path):
         pytest.skip("no subscription on the pure-Python path")
     cuda = watchable()
-    cuda.begin_capture(STREAM)
-    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
-    sess.start()
+    sess = started(cuda)
     assert sess.edge_source == "driver" and cuda.subscriptions == 0  # not before the first edge
     sess.recorder.open({"name": "outer"})
     assert sess.edge_source == "node callback"
@@ -199,9 +205,7 @@ def test_a_starting_profiler_takes_cupti_back_and_edges_go_on_from_the_driver(ca
     if not compiled(capture_path):
         pytest.skip("no subscription on the pure-Python path")
     cuda = watchable()
-    cuda.begin_capture(STREAM)
-    sess = S.CaptureSession(cuda, STREAM, Registry(), device=0)
-    sess.start()
+    sess = started(cuda)
     outer = sess.recorder.open({"name": "outer"})
     cuda.launch(STREAM, "a")
     nodewatch.WATCH.yield_to_profiler()
