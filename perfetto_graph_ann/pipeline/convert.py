@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 
 from ..annotations.model import AnnotationSet
 from ..errors import PathLike
-from ..read.kineto import read_trace
 from ..read.model import KinetoTrace
 from ..formats import is_json_name
 from ..util.progress import phase
 from ..write.pftrace import ConvertConfig, WriteStats, check_protobuf_output, paused_gc, write_pftrace
-from .joined import check_lane_options, read_and_join, resolve_graph_lanes  # noqa: F401 (re-exported)
+from .joined import check_lane_options, read_and_join, read_for_writing, resolve_graph_lanes  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from ..join.model import LaneLayout
@@ -76,21 +75,6 @@ def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig 
             # allocation after re-enabling it would trigger a pass over the whole dying
             # trace (benchmarks/convert.py).
             del trace
-
-
-def read_for_writing(src: PathLike, two_pass: bool, join: bool = False) -> KinetoTrace:
-    """The trace at ``src`` as the ``.pftrace`` writer reads it: with ``two_pass``, scanned
-    (:func:`~..read.scan.scan_trace`: light events, read again while writing) where that
-    applies (a plain JSON file), else read whole (gzip, a pipe, anything the scan is unsure
-    of, and every error: :func:`~..read.kineto.read_trace`). ``join``: the light events keep
-    what the join reads too (it runs on them before the writer)."""
-    if two_pass:
-        from ..read.scan import scan_trace
-
-        scanned = scan_trace(os.fspath(src), join)
-        if scanned is not None:
-            return scanned
-    return read_trace(src)
 
 
 def join_files(trace: KinetoTrace, paths: Sequence[str], graph_lanes: Optional[str] = None, force: bool = False,

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from ..join.model import LaneLayout
     from ..util.progress import Progress
 
-__all__ = ["Joined", "check_lane_options", "read_and_join", "resolve_graph_lanes", "trace_rank"]
+__all__ = ["Joined", "check_lane_options", "read_and_join", "read_for_writing", "resolve_graph_lanes",
+           "trace_rank"]
 
 #: The largest rank a trace may name (``distributedInfo.rank`` is an int32 in Kineto).
 MAX_RANK = (1 << 31) - 1
@@ -39,6 +40,22 @@ class Joined:
     trace: KinetoTrace
     layout: Optional["LaneLayout"]
     annotations: Optional[AnnotationSet]
+
+
+def read_for_writing(src: PathLike, two_pass: bool, join: bool = False) -> KinetoTrace:
+    """The trace at ``src`` as the ``.pftrace`` writer reads it: with ``two_pass``, scanned
+    (:func:`~..read.scan.scan_trace`: light events, read again while writing) where that
+    applies (a JSON file, plain or gzip), else read whole (a pipe, anything the scan is unsure
+    of, and every error: :func:`~..read.kineto.read_trace`). ``join``: the light events keep
+    what the join reads too (it runs on them before the writer). ``convert`` and ``merge``
+    read through it."""
+    if two_pass:
+        from ..read.scan import scan_trace
+
+        scanned = scan_trace(os.fspath(src), join)
+        if scanned is not None:
+            return scanned
+    return kineto.read_trace(src)
 
 
 def read_and_join(trace: Union[PathLike, KinetoTrace],

@@ -14,7 +14,7 @@ from ..errors import PathLike
 from ..util.atomic import atomic_write
 from ..util.progress import phase
 from ..write.merge import MergedInput, MergeReport, RankTrace, write_merged
-from .joined import read_and_join, trace_rank
+from .joined import read_and_join, read_for_writing, trace_rank
 
 __all__ = ["merge", "MergeReport"]
 
@@ -96,13 +96,10 @@ def convert_rank(path: PathLike, annotations: Optional[AnnotationSet], index: in
     # walks every event of the dying trace).
     name, of = os.path.basename(os.fspath(path)), f" ({index + 1} of {count})"
     with paused_gc():
-        trace = None
         if two_pass:  # light events (with what the join reads), each decoded again for its packet
-            from ..read.scan import scan_trace
-
             with phase(progress, f"reading {name}{of}"):
-                trace = scan_trace(os.fspath(path), join=annotations is not None)
-        if trace is None:
+                trace = read_for_writing(path, True, join=annotations is not None)
+        else:
             trace = read_and_join(path, progress=progress, suffix=of).trace
         try:
             rank = trace_rank(trace)
