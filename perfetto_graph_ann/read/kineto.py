@@ -110,7 +110,7 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
     with raw:
         try:
             gunzip = getattr(scan, "gunzip", None) or (lambda fileobj: gzip.GzipFile(fileobj=fileobj, mode="rb"))
-            f = gunzip(raw) if raw.read(2) == b"\x1f\x8b" else raw
+            f = gunzip(raw) if formats.is_gzip(raw.read(2)) else raw
             raw.seek(0)
             events: List[TraceEvent] = []
             buf = f.read(block)
@@ -175,7 +175,7 @@ def _gzipped(path: str) -> bool:
         return False
     try:
         with open(path, "rb") as f:
-            return f.read(2) == b"\x1f\x8b"
+            return formats.is_gzip(f.read(2))
     except OSError:
         return False
 

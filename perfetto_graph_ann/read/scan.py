@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import msgspec
 
+from .. import formats
 from ..errors import TraceFormatError
 from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
@@ -233,7 +234,7 @@ def _inflate(state: List[Any], data: bytes) -> bytes:
             if len(data) < 2:
                 pending = data
                 break
-            if data[:2] != b"\x1f\x8b":
+            if not formats.is_gzip(data):
                 raise OSError("not a gzip member")
             d = zlib.decompressobj(31)
         out.append(d.decompress(data))
