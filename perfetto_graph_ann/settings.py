@@ -22,7 +22,7 @@ from .errors import SettingError
 __all__ = ["ALLOW_DOWNLOAD", "count_or_off", "environment", "FALSE_WORDS", "Getenv", "getenv", "markdown_table",
            "MARKERS_FROM", "NO_EXTENSION", "NODE", "NODE_WATCH", "OFF_WORDS", "parse_switch", "PROGRESS", "PURE_PYTHON", "raw",
            "RAY_ADDRESS", "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL",
-           "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES"]
+           "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES", "WARM_CUPTI"]
 
 #: Reads one variable of the process environment (the default reader; the capture passes
 #: its compiled ``getenv``, which sees the same values).
@@ -85,6 +85,10 @@ NODE_WATCH = Setting(
     "PERFETTO_GRAPH_ANN_NODE_WATCH", "switch", True,
     "position scope edges by CUPTI's node-created callback while a graph is captured (no driver call an "
     "edge); `0`: ask the driver at every edge")
+WARM_CUPTI = Setting(
+    "PERFETTO_GRAPH_ANN_WARM_CUPTI", "switch", True,
+    "under `instrument()` / `run`: when the process initialises CUDA, subscribe to CUPTI and unsubscribe "
+    "once in a background thread, so that its first capture does not pay CUPTI's initialisation (~20 ms)")
 RUN = Setting(
     "PERFETTO_GRAPH_ANN_RUN", "JSON", None,
     "set by `perfetto-graph-ann run` for the program and every Python process it starts: instrument it "
@@ -96,7 +100,7 @@ RAY_ADDRESS = Setting(
 #: Every setting, in the README's order.
 SETTINGS: Tuple[Setting, ...] = (
     TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
-    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, RUN, RAY_ADDRESS,
+    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, RUN, RAY_ADDRESS,
 )
 
 

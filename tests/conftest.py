@@ -77,6 +77,7 @@ def node_watch_not_yielded(monkeypatch):
     from perfetto_graph_ann.capture import nodewatch
 
     monkeypatch.setattr(nodewatch.WATCH, "yielded", False)
+    monkeypatch.setattr(nodewatch.WATCH, "warmed", False)
 
 
 @pytest.fixture

@@ -335,6 +335,19 @@ def test_run_refuses_bad_settings_before_the_program_starts(tmp_path, args, msg)
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("var,value", [("PERFETTO_GRAPH_ANN_WARM_CUPTI", "sometimes"),
+                                       ("PERFETTO_GRAPH_ANN_NODE_WATCH", "maybe"),
+                                       ("PERFETTO_GRAPH_ANN_MARKERS_FROM", "-3")])
+def test_run_refuses_a_bad_capture_setting_before_the_program_starts(tmp_path, var, value):
+    marker = tmp_path / "ran"
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{var: value})
+    cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "run", "--out", str(tmp_path / "o"), "--",
+                         sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"],
+                        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert cp.returncode == 2 and var in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
+    assert not marker.exists()
+
+
 def test_sidecar_saved_beside_traces_is_found_by_convert(tmp_path):
     """``run --out DIR``'s ``<host>_<pid>.pga`` beside torch's ``<host>_<pid>.<time>.pt.trace.json``."""
     from test_replay_record import SEQ, recorded, truth_labels, twins, window, write_trace

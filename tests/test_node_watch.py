@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from support.capture_fakes import FAKE_TORCH_STREAM, MULTIPLE_SUBSCRIBERS, FakeCuda, fake_profiler_module
+from support.capture_fakes import FAKE_TORCH_STREAM, MULTIPLE_SUBSCRIBERS, SUBSCRIBE, FakeCuda, fake_profiler_module
 
 from test_capture_markers import EXPECTED, STREAM, annotations, run
 
@@ -171,6 +171,106 @@ def test_a_capture_without_scopes_never_subscribes(capture_path, fresh):
         g.replay()
     assert fresh.subscriptions == 0 and nodewatch.WATCH.users == 0
     assert [n.kernel for r in REGISTRY.records() for n in r.nodes] == ["k", "k"]
+
+
+@pytest.fixture
+def cuda_start(fresh, monkeypatch):
+    """``torch.cuda._lazy_call`` of the fake torch: what instrumentation hands torch to run when
+    CUDA initialises, collected (the test then plays the initialisation)."""
+    queued: list = []
+    monkeypatch.setattr(sys.modules["torch"].cuda, "_lazy_call", queued.append, raising=False)
+    monkeypatch.setattr(inst, "_cuda_hooked", False)
+    return queued
+
+
+def cuda_initialised(queued: list) -> None:
+    """Run what torch would run at CUDA's initialisation, and wait for any thread it started."""
+    for fn in queued:
+        t = fn()
+        if t is not None:
+            t.join(10)
+            assert not t.is_alive()
+
+
+def test_cupti_is_initialised_when_cuda_starts_not_in_the_first_capture(capture_path, fresh, cuda_start):
+    """Under ``instrument()``, CUDA's initialisation subscribes and unsubscribes once in a
+    background thread (CUPTI's first subscription, ~20 ms on the H200, left the first capture);
+    nothing stays subscribed, and captures subscribe as before."""
+    torch = sys.modules["torch"]
+    pga.instrument()
+    pga.instrument()
+    assert cuda_start == [inst._cuda_ready] and fresh.subscriptions == 0  # once; nothing before CUDA starts
+    cuda_initialised(cuda_start)
+    warmed = compiled(capture_path)  # the pure-Python path never subscribes
+    assert (fresh.subscriptions, fresh.unsubscriptions) == ((1, 1) if warmed else (0, 0))
+    assert fresh.subscribed is None and nodewatch.WATCH.warmed == warmed
+    cuda_initialised(cuda_start)  # a second initialisation (or instrument() again): no second warm-up
+    assert fresh.subscriptions == (1 if warmed else 0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        with pga.mark_kernels("s"):
+            assert (fresh.subscribed is not None) == warmed
+            fresh.launch(FAKE_TORCH_STREAM, "k")
+    g.replay()
+    assert fresh.subscribed is None and fresh.subscriptions == (2 if warmed else 0)
+    assert {n.kernel: dict(n.annotation) for r in REGISTRY.records() for n in r.nodes} == {"k": {"name": "s"}}
+
+
+@pytest.mark.parametrize("why", ["setting", "node watch off", "profiler", "refused", "uninstrumented"])
+def test_no_warm_up_where_it_is_not_wanted_or_cupti_refuses(capture_path, fresh, cuda_start, monkeypatch, why):
+    if why == "setting":
+        monkeypatch.setenv("PERFETTO_GRAPH_ANN_WARM_CUPTI", "0")
+    elif why == "node watch off":
+        monkeypatch.setenv("PERFETTO_GRAPH_ANN_NODE_WATCH", "0")
+    elif why == "profiler":
+        nodewatch.WATCH.yield_to_profiler()
+    elif why == "refused":
+        fresh.subscribe_rc = MULTIPLE_SUBSCRIBERS
+    pga.instrument()
+    if why == "uninstrumented":
+        pga.uninstrument()
+    cuda_initialised(cuda_start)
+    assert fresh.subscriptions == 0 and fresh.subscribed is None and not nodewatch.WATCH.warmed
+    if why == "refused" and compiled(capture_path):
+        assert nodewatch.WATCH.refused == MULTIPLE_SUBSCRIBERS
+
+
+def test_a_profiler_starting_during_the_warm_up_waits_for_cupti_to_be_free(capture_path, fresh, cuda_start):
+    """The warm-up holds the watch's lock from subscribing to unsubscribing: a profiler's
+    prepare (``yield_to_profiler``) waits for it and then finds CUPTI free."""
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    import threading
+
+    inside, go, seen = threading.Event(), threading.Event(), []
+    real = fresh._cupti_subscribe
+
+    def slow_subscribe(*a):  # CUPTI's first subscription, paused until the profiler is on its way
+        rc = real(*a)
+        inside.set()
+        go.wait(10)
+        return rc
+    fresh._c_subscribe = SUBSCRIBE(slow_subscribe)
+    pga.instrument()
+    t = cuda_start[0]()
+    assert inside.wait(10)
+    profiler = threading.Thread(target=lambda: (nodewatch.WATCH.yield_to_profiler(), seen.append(fresh.subscribed)))
+    profiler.start()
+    profiler.join(0.2)
+    assert profiler.is_alive()  # waiting for the warm-up
+    go.set()
+    t.join(10)
+    profiler.join(10)
+    assert seen == [None] and nodewatch.WATCH.warmed
+
+
+def test_a_bad_capture_setting_is_refused_by_instrument(fresh, monkeypatch):
+    from perfetto_graph_ann.errors import SettingError
+
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_WARM_CUPTI", "sometimes")
+    with pytest.raises(SettingError, match="PERFETTO_GRAPH_ANN_WARM_CUPTI"):
+        pga.instrument()
+    assert inst.current() is None
 
 
 def test_a_failing_capture_body_ends_the_subscription(capture_path, fresh):

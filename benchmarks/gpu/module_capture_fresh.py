@@ -4,51 +4,72 @@
 Each process runs one arm of ``module_capture.py --arm`` (the 36-layer module decoder, batch 16,
 the instrumentation installed before the model is built) and captures it ``--captures`` times
 into one pool; the processes of a round run the three arms one after another, in an order that
-alternates between rounds. Reported per arm: the median of each process's first capture and of
-its later ones, and their ratios to the plain arm's of the same round (medians over rounds).
+alternates between rounds. Reported per arm: the median of each process's first capture, of
+its later ones and of all its captures together, and their ratios to the plain arm's of the
+same round (medians over rounds, with a 95% bootstrap interval of the median ratio).
+``modules_cold``: module scopes with CUPTI initialised by the first capture
+(``PERFETTO_GRAPH_ANN_WARM_CUPTI=0``: the code before session 16).
 
-    python benchmarks/gpu/module_capture_fresh.py --rounds 6 [--captures 4]
+    python benchmarks/gpu/module_capture_fresh.py --rounds 20 [--captures 4] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ARMS = ("plain", "instrumented", "modules")
+ARMS = ("plain", "instrumented", "modules", "modules_cold")
 
 
-def run_arm(arm: str, captures: int) -> list:
+def run_arm(arm: str, captures: int) -> dict:
     cp = subprocess.run([sys.executable, os.path.join(HERE, "module_capture.py"), "--arm", arm,
                          "--captures", str(captures)], capture_output=True, text=True, timeout=300)
     if cp.returncode != 0:
         raise SystemExit(f"{arm}: exit {cp.returncode}\n{cp.stderr[-2000:]}")
-    return json.loads(cp.stdout.strip().splitlines()[-1])["capture_ms"]
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def interval(ratios: list, n: int = 2000) -> list:
+    """95% bootstrap interval of the median of ``ratios``."""
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(n))
+    return [round(meds[int(0.025 * n)], 4), round(meds[int(0.975 * n) - 1], 4)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--captures", type=int, default=4)
+    ap.add_argument("--out", help="also write the report (raw times included) to this JSON file")
     args = ap.parse_args()
     got = {a: [] for a in ARMS}
+    warmed = {a: [] for a in ARMS}
     for r in range(args.rounds):
         for arm in (ARMS if r % 2 == 0 else ARMS[::-1]):
-            got[arm].append(run_arm(arm, args.captures))
+            one = run_arm(arm, args.captures)
+            got[arm].append(one["capture_ms"])
+            warmed[arm].append(one.get("cupti_warmed"))
     med = statistics.median
-    first = {a: [t[0] for t in v] for a, v in got.items()}
-    later = {a: [med(t[1:]) for t in v] for a, v in got.items()}
-    rep = {"rounds": args.rounds, "captures_per_process": args.captures,
-           "first_capture_ms": {a: round(med(v), 3) for a, v in first.items()},
-           "later_captures_ms": {a: round(med(v), 3) for a, v in later.items()},
-           "first_ratio": {a: round(med(x / p for x, p in zip(first[a], first["plain"])), 4) for a in ARMS[1:]},
-           "later_ratio": {a: round(med(x / p for x, p in zip(later[a], later["plain"])), 4) for a in ARMS[1:]},
-           "raw_ms": got}
-    print(json.dumps(rep, indent=1))
+    parts = {"first": {a: [t[0] for t in v] for a, v in got.items()},
+             "later": {a: [med(t[1:]) for t in v] for a, v in got.items()},
+             "process_total": {a: [sum(t) for t in v] for a, v in got.items()}}
+    rep = {"rounds": args.rounds, "captures_per_process": args.captures}
+    for part, by_arm in parts.items():
+        rep[f"{part}_ms"] = {a: round(med(v), 3) for a, v in by_arm.items()}
+        ratios = {a: [x / p for x, p in zip(by_arm[a], by_arm["plain"])] for a in ARMS[1:]}
+        rep[f"{part}_ratio"] = {a: round(med(v), 4) for a, v in ratios.items()}
+        rep[f"{part}_ratio_95"] = {a: interval(v) for a, v in ratios.items()}
+    rep["cupti_warmed"] = {a: sum(bool(w) for w in v) for a, v in warmed.items()}
+    rep["raw_ms"] = got
+    print(json.dumps({k: v for k, v in rep.items() if k != "raw_ms"}, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rep, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -84,11 +84,17 @@ watch_subscribe(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return PyLong_FromLong(0);
     want_cbid = cbid;
     void *s = NULL;
-    int rc = sub(&s, (void *)nw_callback, NULL);
-    if (rc != 0 || s == NULL)
+    int rc;
+    /* CUPTI's first subscription in a process initialises it (~20 ms on the H200): other
+     * threads run meanwhile. Callers serialise on nodewatch.WATCH's lock. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = sub(&s, (void *)nw_callback, NULL);
+    if (rc == 0 && s != NULL)
+        rc = en(1, s, domain, cbid);
+    Py_END_ALLOW_THREADS
+    if (s == NULL)
         return PyLong_FromLong(rc != 0 ? rc : -1);
     subscriber = s;
-    rc = en(1, s, domain, cbid);
     return PyLong_FromLong(rc);
 }
 
@@ -108,7 +114,10 @@ watch_unsubscribe(PyObject *mod, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "watch_unsubscribe(): the function address is NULL");
         return NULL;
     }
-    int rc = unsub(subscriber);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = unsub(subscriber);
+    Py_END_ALLOW_THREADS
     if (rc == 0)
         subscriber = NULL;
     return PyLong_FromLong(rc);

@@ -29,12 +29,13 @@ import threading
 import warnings
 from typing import Any, Optional, Union
 
+from .. import settings
 from ..errors import OutputError
 from ..formats import RUN_SIDECAR_SUFFIX
 from . import api
 from .modules import ModuleScopes
 
-__all__ = ["check_out_dir", "current", "instrument", "Instrumentation", "InstrumentConfig", "save_now", "sidecar_name",
+__all__ = ["check_out_dir", "check_settings", "current", "instrument", "Instrumentation", "InstrumentConfig", "save_now", "sidecar_name",
            "uninstrument"]
 
 
@@ -56,6 +57,7 @@ class InstrumentConfig:
 
 _lock = threading.Lock()
 _config: Optional[InstrumentConfig] = None
+_cuda_hooked = False  #: _cuda_ready handed to torch.cuda._lazy_call (once a process)
 _saver_registered = False
 
 
@@ -96,6 +98,7 @@ def instrument(modules: Union[bool, ModuleScopes, None] = False, calibrate: bool
         modules = None
     elif not isinstance(modules, ModuleScopes):
         raise TypeError(f"instrument(modules=) takes a bool or a ModuleScopes, got {type(modules).__name__}")
+    check_settings()
     if out is not None:
         out = check_out_dir(out)
     cfg = InstrumentConfig(modules, calibrate, annotate_collectives, out)
@@ -112,6 +115,18 @@ def uninstrument() -> None:
 
 def current() -> Optional[InstrumentConfig]:
     return _config
+
+
+def check_settings(env: "Optional[settings.Getenv]" = None) -> None:
+    """Read the capture's settings from ``env`` (default: the process environment) once, so
+    that a bad value is a :class:`~..errors.SettingError` before the program runs, not in its
+    first capture or at its CUDA initialisation."""
+    from . import fastpath
+
+    read = env or fastpath.getenv
+    for s in (settings.NODE_WATCH, settings.WARM_CUPTI, settings.VERIFY_SCOPES):
+        settings.switch(s, read)
+    settings.count_or_off(settings.MARKERS_FROM, read)
 
 
 def check_out_dir(out: str) -> str:
@@ -155,12 +170,47 @@ def _torch_ready() -> None:
         warnings.warn(f"perfetto_graph_ann: instrumentation not installed: {e}", RuntimeWarning, stacklevel=2)
         return
     backends.preload()
+    global _cuda_hooked
+    lazy_call = getattr(getattr(sys.modules.get("torch"), "cuda", None), "_lazy_call", None)
+    if lazy_call is not None and not _cuda_hooked:  # now if CUDA is initialised, else when torch does it
+        _cuda_hooked = True
+        lazy_call(_cuda_ready)
     cfg = _config
     if cfg is not None and cfg.modules is not None:
         if "torch._inductor.compile_fx" in sys.modules:
             _inductor_ready()
         else:
             _AfterImport.watch("torch._inductor.compile_fx", _inductor_ready)
+
+
+def _cuda_ready() -> Optional[threading.Thread]:
+    """The process initialised CUDA: initialise CUPTI now, in a background thread (its first
+    subscription, ~20 ms on the H200, would otherwise fall in the first capture; a process
+    initialising CUDA under ``instrument()`` is about to capture). The thread, or None where it
+    is not wanted (``PERFETTO_GRAPH_ANN_WARM_CUPTI=0`` or ``..._NODE_WATCH=0``, uninstrumented)."""
+    from . import fastpath, nodewatch
+
+    try:  # inside torch's CUDA initialisation: never raise there
+        if _config is None or not nodewatch.enabled_from_env() or \
+                not settings.switch(settings.WARM_CUPTI, fastpath.getenv):
+            return None
+        t = threading.Thread(target=_warm_cupti, name="perfetto-graph-ann-warm-cupti", daemon=True)
+        t.start()
+        return t
+    except Exception:
+        return None
+
+
+def _warm_cupti() -> None:
+    from . import backends, nodewatch
+
+    try:
+        backend = backends.active()  # probed and built here, not in the first capture
+        fns = backend.node_watch_functions() if backend is not None else None
+        if fns is not None:
+            nodewatch.WATCH.warm_up(fns)
+    except Exception:  # the first capture initialises it instead
+        pass
 
 
 def _inductor_ready() -> None:

@@ -56,6 +56,8 @@ class NodeWatch:
         #: a profiler took CUPTI: no subscription from then on (CUPTI would refuse it anyway once
         #: torch's profiler subscribed; asking could still win a race against its start)
         self.yielded = False
+        #: CUPTI initialised by :meth:`warm_up` (its first subscription done, off the capture)
+        self.warmed = False
 
     def acquire(self, functions: Functions, give_up: Callable[[], None]) -> Optional[int]:
         """Subscribe if no capture holds the subscription yet. A token for :meth:`release`, or
@@ -77,6 +79,25 @@ class NodeWatch:
             token = next(self._tokens)
             self._holders[token] = give_up
             return token
+
+    def warm_up(self, functions: Functions) -> bool:
+        """Subscribe and unsubscribe at once, outside any capture: CUPTI's first subscription in
+        a process initialises it (~20 ms on the H200), which a capture's first scope edge would
+        otherwise pay. Nothing is left subscribed; a profiler starting meanwhile waits for the
+        lock (:meth:`yield_to_profiler`) and finds CUPTI free. True once CUPTI was initialised so."""
+        fast = fastpath.module()
+        if fast is None:
+            return False
+        with self._lock:
+            if self.warmed or self.yielded or self._holders:
+                return self.warmed
+            rc = fast.watch_subscribe(functions[0], functions[1], RESOURCE_DOMAIN, GRAPHNODE_CREATED)
+            fast.watch_unsubscribe(functions[2])
+            if rc != 0:
+                self.refused = rc
+                return False
+            self.warmed = True
+            return True
 
     def release(self, token: int) -> None:
         """One capture done; unsubscribe after the last, so that a profiler can subscribe."""

@@ -52,7 +52,7 @@ def build_env(args: argparse.Namespace, environ=None) -> dict:
     ``PERFETTO_GRAPH_ANN_RUN``. Raises :class:`..errors.InputError` / ``OutputError`` for bad settings."""
     from .. import settings
     from ..capture.bootstrap import SITE_DIR, RunConfig
-    from ..capture.instrument import check_out_dir
+    from ..capture.instrument import check_out_dir, check_settings
     from ..capture.modules import ModuleScopes
     from ..errors import InputError
 
@@ -65,6 +65,7 @@ def build_env(args: argparse.Namespace, environ=None) -> dict:
                     exclude=tuple(args.exclude), calibrate=not args.no_calibrate,
                     annotate_collectives=not args.no_collectives)
     env = settings.environment() if environ is None else dict(environ)
+    check_settings(env.get)
     paths = [SITE_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != SITE_DIR]
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if pkg_root not in paths and not is_site_dir(pkg_root):
