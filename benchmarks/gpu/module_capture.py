@@ -21,6 +21,7 @@ the same round ("pairs", BENCHMARKS.md "capture", session 11). Outputs must be b
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -116,6 +117,7 @@ def main() -> None:
     ap.add_argument("--arm", choices=("plain", "instrumented", "modules", "modules_cold"),
                     help="fresh-process mode: only this arm, --captures times, in this process (JSON line)")
     ap.add_argument("--captures", type=int, default=4)
+    ap.add_argument("--gc-off", action="store_true", help="fresh-process mode: the GC off during the captures")
     args = ap.parse_args()
     if args.arm:
         return one_arm(args)
@@ -182,6 +184,9 @@ def one_arm(args) -> None:
     times, pool = [], None
     with torch.no_grad():
         warmup(lambda: model(x))
+        if args.gc_off:
+            gc.collect()
+            gc.disable()
         for _ in range(args.captures):
             t, g, _ = capture_once(model, x, pool)
             pool = g.pool() if pool is None else pool
