@@ -12,6 +12,9 @@ from perfetto_graph_ann.write.perfetto.interning import CATEGORIES, NAMES, Inter
 from perfetto_graph_ann.write.perfetto.protos_encoder import ProtosEncoder
 from perfetto_graph_ann.write.perfetto.wire import varint
 
+#: every test on the compiled packet hot path and the pure-Python one (conftest.writer_path)
+pytestmark = pytest.mark.usefixtures("writer_path")
+
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(1 << 70), max_value=1 << 70),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=80),
@@ -253,3 +256,40 @@ def test_joined_kernel_args_hit_the_template_cache_and_stay_exact():
             assert fast.event(9, 3, "kernel", f"k{node}", args, (), (4,)) == \
                 ref.event(9, 3, "kernel", f"k{node}", args, (), (4,)), (replay, node)
     assert len(fast._whole) == 5 and fast._whole_hits >= n - 2 * 5
+
+
+def test_compiled_end_packet_equals_slice_end():
+    """The writer's loop builds a FastEncoder's slice ends with the compiled ``end_packet``
+    from the track's cached tail: the bytes of ``slice_end`` at every varint edge of the
+    delta (negative and int64's ends included), or None where it leaves one to Python."""
+    from perfetto_graph_ann.write.perfetto import fast_encoder
+
+    if fast_encoder.end_packet is None:
+        pytest.skip("the pure-Python path: slice_end alone")
+    enc = FastEncoder(Interner(), 4, 9)
+    for track in (9, 5, 300, 1 << 40):
+        for ts in (0, 1, 127, 128, 16383, 16384, 1 << 21, 1 << 40, -1, -(1 << 63), (1 << 63) - 1):
+            ref = enc.slice_end(ts, track)
+            assert fast_encoder.end_packet(ts, enc.end_tails[track]) == ref, (track, ts)
+    assert fast_encoder.end_packet(1 << 63, enc.end_tails[9]) is None  # not an int64: Python's varint
+    assert fast_encoder.end_packet(True, enc.end_tails[9]) is None
+    assert fast_encoder.end_packet(1, b"x" * 126) is None  # a packet of 128 bytes: its length is no longer one byte
+
+
+def test_compiled_template_packet_leaves_odd_values_to_python():
+    """``template_packet`` answers None (the Python fill runs) for a slot value that is not an
+    int in [0, 2^63) and for args that are not a dict; otherwise the reference bytes."""
+    from perfetto_graph_ann.write.perfetto import fast_encoder
+
+    if fast_encoder.template_packet is None:
+        pytest.skip("the pure-Python path")
+    tpl = (b"\x22\x04\x08\x01\x20\x00", "correlation", b"\x08\x02\x20", b"")
+    for v in (-1, 1 << 63, True, 1.0, "1", None):
+        assert fast_encoder.template_packet(3, b"\x50\x02", b"", tpl, {"correlation": v}, b"", b"") is None, v
+    assert fast_encoder.template_packet(3, b"\x50\x02", b"", tpl, {}, b"", b"") is None
+    assert fast_encoder.template_packet(3, b"\x50\x02", b"", [(1, 2, 3)], {"correlation": 1}, b"", b"") is None
+    fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
+    for corr in (0, 127, 128, (1 << 63) - 1):
+        args = {"device": 0, "correlation": corr, "graph node id": corr, "replay": 3}
+        for ts in (0, 127, 128, 1 << 40):
+            assert fast.event(ts, 3, "kernel", "k", args, (), (4,)) == ref.event(ts, 3, "kernel", "k", args, (), (4,))

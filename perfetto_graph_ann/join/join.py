@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..annotations.model import MODULE_ORIGIN, AnnotationSet
 from ..errors import AnnotationMismatchError
@@ -228,6 +228,8 @@ def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_inde
     """:func:`_place` into ``placements``: the same placements and counts, the usual ones as a
     row of columns each."""
     get = matches.get
+    add = placements.add
+    nodes: Dict[Any, Tuple[Any, Mapping[str, Any], Any]] = {}  # node key -> (lane, args, annotation)
     for r in replays:
         index = replay_index.get(r.correlation)
         for e in r.events:
@@ -236,13 +238,17 @@ def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_inde
                 placements.put(e.index, placement(e, m, index if m else None, graph_lanes, cache, default_stream))
             else:
                 node = m.node
-                hit = cache.get(node.key)
-                if hit is None:
-                    hit = cache[node.key] = (annotated_lane(m, default_stream), node_args(node, True))
+                key = node.key
+                triple = nodes.get(key)
+                if triple is None:
+                    hit = cache.get(key)
+                    if hit is None:
+                        hit = cache[key] = (annotated_lane(m, default_stream), node_args(node, True))
+                    triple = nodes[key] = (hit[0], hit[1], node.annotation)
                 hw = e.args.get("stream")
                 if type(hw) is not int:
                     hw = e.stream
-                placements.add(e.index, node.key, (hit[0], hit[1], node.annotation), index, m.strategy, m.ambiguous, hw)
+                add(e.index, key, triple, index, m.strategy, m.ambiguous, hw)
             _count(report, m)
     return placements
 
@@ -256,17 +262,21 @@ def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict
     shared = {i: m.shared_by for i, m in matches.items() if m.shared_by}
     graphs_on: Dict[Tuple[int, int], set] = {}
     lanes: Dict[Tuple[int, int], Any] = {}  # (device, lane) -> lane, in first-seen order
+    if isinstance(placements, CompactPlacements):
+        lane_and_args = placements.lane_and_args  # no placement made: the lane and graph id alone
+    else:
+        def lane_and_args(index: int) -> Tuple[Any, Mapping[str, Any]]:
+            p = placements[index]
+            return p.lane, p.args
     for r in replays:
         for e in r.events:
-            p = placements[e.index]
-            lane = p.lane
+            lane, pa = lane_and_args(e.index)
             d = e.args.get("device")
             if type(d) is not int:
                 d = e.device
             key = (d if d is not None else 0, lane)
             if key not in lanes:
                 lanes[key] = lane
-            pa = p.args
             ids = [pa["graph id"]] if "graph id" in pa else shared.get(e.index)
             if ids and lane is not None:
                 on = graphs_on.get(key)

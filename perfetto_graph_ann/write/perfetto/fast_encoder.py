@@ -10,14 +10,29 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any, Dict, Mapping, Optional, Sequence, Tuple
 
+from ... import settings
 from .fast_args import FastArgs
 from .interning import CATEGORIES, NAMES, Interner
 from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase, json_args
 from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
-__all__ = ["FastEncoder"]
+__all__ = ["BUILT", "end_packet", "FastEncoder", "template_packet"]
 
 _VARYING_ORDER = tuple(sorted(VARYING_KEYS))
+
+try:  # the compiled hot path (_encode.c, built with the capture's by hatch_build.py), where built
+    from ._encode import slice_end as _compiled_end, template_packet as _compiled_template
+except ImportError:
+    _compiled_end = _compiled_template = None
+#: whether the compiled hot path was built (and imported)
+BUILT = _compiled_template is not None
+_ON = BUILT and not settings.switch(settings.PURE_PYTHON)
+#: The compiled template packet (see :meth:`FastEncoder.event`), or None: the same bytes built
+#: in Python (not built, or ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` set at import; tests set None).
+template_packet = _compiled_template if _ON else None
+#: ``end_packet(ts, tail)``: a slice end from its track's :attr:`FastEncoder.end_tails` bytes
+#: (the writer's loop calls it directly), or None
+end_packet = _compiled_end if _ON else None
 
 
 class FastEncoder(FastArgs, EncoderBase):
@@ -28,7 +43,8 @@ class FastEncoder(FastArgs, EncoderBase):
                  keep: Optional[AbstractSet[str]] = None) -> None:
         super().__init__(interner, list_text, typed_keys, keep)
         self.default_track = default_track
-        self._end_tails: Dict[int, bytes] = {}
+        #: track -> a slice end packet's bytes after its timestamp (see :meth:`slice_end`)
+        self.end_tails: Dict[int, bytes] = {}
         self._begin_parts: Dict[Tuple[int, int, int, int], Tuple[bytes, bytes]] = {}
         self._heads: Dict[Tuple[str, str, int, int], list] = {}  # see event()
         self._seq = b"\x50" + varint(sequence_id)
@@ -127,6 +143,10 @@ class FastEncoder(FastArgs, EncoderBase):
                     parts[2] = tuple([k for k in args if k in VARYING_KEYS])
             else:
                 self._whole_hits += 1
+                if template_packet is not None and not self.interner.pending:
+                    packet = template_packet(ts, self._seq, parts[0], tpl, args, parts[1], fb)
+                    if packet is not None:
+                        return packet
                 t = type(tpl)
                 if t is tuple:  # one id slot
                     k = tpl[1]
@@ -186,9 +206,9 @@ class FastEncoder(FastArgs, EncoderBase):
     def slice_end(self, ts: int, track: int) -> bytes:
         """A slice end: the timestamp, then bytes fixed per track (:meth:`_end_tail`). Always
         below 128 bytes, so its length is one byte."""
-        tail = self._end_tails.get(track)
+        tail = self.end_tails.get(track)
         if tail is None:
-            tail = self._end_tails[track] = self._end_tail(track)
+            tail = self.end_tails[track] = self._end_tail(track)
         p = b"\x40" + (_ONE_BYTE[ts] if 0 <= ts < 128 else _TWO_BYTES[ts - 128] if 128 <= ts < 0x4000 else varint(ts)) + tail
         return b"\x0a" + _ONE_BYTE[len(p)] + p
 

@@ -1,0 +1,276 @@
+/*
+ * The writer's per-packet hot path in C (perfetto_graph_ann.write.perfetto._encode): a
+ * slice begin assembled from a whole-args template hit, and a slice end. An accelerator
+ * only: fast_encoder.py builds the same bytes in Python, and does so whenever a function here
+ * answers None (a value or size off the common path) or the module is not built / turned
+ * off (PERFETTO_GRAPH_ANN_PURE_PYTHON). Compiled by hatch_build.py.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Unsigned LEB128 of v into out (at most 10 bytes); returns the bytes written. */
+static Py_ssize_t
+put_varint(unsigned char *out, uint64_t v)
+{
+    Py_ssize_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (unsigned char)v;
+    return n;
+}
+
+static Py_ssize_t
+varint_size(uint64_t v)
+{
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* A timestamp delta as fast_encoder's varint writes it: a negative int64 as its 64-bit two's
+ * complement. -1 (no exception set): outside int64, left to Python. */
+static int
+as_delta(PyObject *o, uint64_t *out)
+{
+    int overflow = 0;
+    long long v;
+    if (!PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* An id slot's value: an exact int in [0, 2^63), as the Python fill's inline case takes it. */
+static int
+as_id(PyObject *o, uint64_t *out)
+{
+    int overflow = 0;
+    long long v;
+    if (o == NULL || !PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || v < 0) {
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+#define MAX_SLOTS 16
+
+typedef struct {
+    const char *data;   /* constant bytes, or the slot's head (name iid and int tag) */
+    Py_ssize_t size;
+    int slot;           /* 1: an annotation: 0x22, length, head, varint(value) */
+    uint64_t value;
+} piece;
+
+/* The template's pieces in order; -1 when any is off the inline path (Python then fills). */
+static int
+add_slot(piece *pieces, int *n, PyObject *key, PyObject *head, PyObject *args)
+{
+    uint64_t v;
+    PyObject *value;
+    Py_ssize_t body;
+    if (*n >= MAX_SLOTS * 2 + 1 || !PyBytes_CheckExact(head))
+        return -1;
+    value = PyDict_GetItemWithError(args, key);
+    if (value == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (as_id(value, &v) < 0)
+        return -1;
+    body = PyBytes_GET_SIZE(head) + varint_size(v);
+    if (body >= 128)  /* the Python fill writes this length as one byte: leave it the odd case */
+        return -1;
+    pieces[*n].data = PyBytes_AS_STRING(head);
+    pieces[*n].size = PyBytes_GET_SIZE(head);
+    pieces[*n].slot = 1;
+    pieces[*n].value = v;
+    (*n)++;
+    return 0;
+}
+
+static int
+add_bytes(piece *pieces, int *n, PyObject *b)
+{
+    if (*n >= MAX_SLOTS * 2 + 1 || !PyBytes_CheckExact(b))
+        return -1;
+    pieces[*n].data = PyBytes_AS_STRING(b);
+    pieces[*n].size = PyBytes_GET_SIZE(b);
+    pieces[*n].slot = 0;
+    (*n)++;
+    return 0;
+}
+
+static Py_ssize_t
+piece_size(const piece *p)
+{
+    return p->slot ? 2 + p->size + varint_size(p->value) : p->size;
+}
+
+static unsigned char *
+put_piece(unsigned char *w, const piece *p)
+{
+    if (p->slot) {
+        Py_ssize_t vs = varint_size(p->value);
+        *w++ = 0x22;
+        *w++ = (unsigned char)(p->size + vs);
+        memcpy(w, p->data, p->size);
+        w += p->size;
+        w += put_varint(w, p->value);
+    } else {
+        memcpy(w, p->data, p->size);
+        w += p->size;
+    }
+    return w;
+}
+
+/*
+ * template_packet(ts, seq, head, tpl, args, tail, flows) -> bytes or None
+ *
+ * FastEncoder.event's packet for a whole-args template hit: TracePacket framing (tag 0x0A and
+ * length) of timestamp (field 8), seq (the sequence id field's bytes), TrackEvent (field 11:
+ * head, the template filled from args, tail, flows) and sequence flags (no interned data: the
+ * caller builds packets that carry some). tpl:
+ * bytes (no slot), a tuple (run before, key, head, run after) or a list of bytes runs and
+ * (key, head) slots. None where a slot's value is not an int in [0, 2^63) or a size is off the
+ * common path: the caller then builds the packet in Python.
+ */
+static PyObject *
+template_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    piece pieces[MAX_SLOTS * 2 + 4];
+    int n = 0, i;
+    uint64_t ts;
+    PyObject *seq, *head, *tpl, *args, *tail, *flows, *out;
+    Py_ssize_t te = 0, p, total;
+    unsigned char *w;
+
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "template_packet takes 7 arguments");
+        return NULL;
+    }
+    seq = a[1]; head = a[2]; tpl = a[3]; args = a[4]; tail = a[5]; flows = a[6];
+    if (as_delta(a[0], &ts) < 0 || !PyDict_CheckExact(args) || !PyBytes_CheckExact(seq)
+            || add_bytes(pieces, &n, head) < 0)
+        Py_RETURN_NONE;
+    if (PyBytes_CheckExact(tpl)) {
+        if (add_bytes(pieces, &n, tpl) < 0)
+            Py_RETURN_NONE;
+    } else if (PyTuple_CheckExact(tpl) && PyTuple_GET_SIZE(tpl) == 4) {
+        if (add_bytes(pieces, &n, PyTuple_GET_ITEM(tpl, 0)) < 0
+                || add_slot(pieces, &n, PyTuple_GET_ITEM(tpl, 1), PyTuple_GET_ITEM(tpl, 2), args) < 0
+                || add_bytes(pieces, &n, PyTuple_GET_ITEM(tpl, 3)) < 0)
+            Py_RETURN_NONE;
+    } else if (PyList_CheckExact(tpl)) {
+        for (i = 0; i < PyList_GET_SIZE(tpl); i++) {
+            PyObject *part = PyList_GET_ITEM(tpl, i);
+            if (PyBytes_CheckExact(part)) {
+                if (add_bytes(pieces, &n, part) < 0)
+                    Py_RETURN_NONE;
+            } else if (PyTuple_CheckExact(part) && PyTuple_GET_SIZE(part) == 2) {
+                if (add_slot(pieces, &n, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1), args) < 0)
+                    Py_RETURN_NONE;
+            } else {
+                Py_RETURN_NONE;
+            }
+        }
+    } else {
+        Py_RETURN_NONE;
+    }
+    if (add_bytes(pieces, &n, tail) < 0 || add_bytes(pieces, &n, flows) < 0)
+        Py_RETURN_NONE;
+    for (i = 0; i < n; i++)
+        te += piece_size(&pieces[i]);
+    p = 1 + varint_size(ts) + PyBytes_GET_SIZE(seq) + 1 + varint_size((uint64_t)te) + te
+        + 2;
+    total = 1 + varint_size((uint64_t)p) + p;
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    *w++ = 0x0a;
+    w += put_varint(w, (uint64_t)p);
+    *w++ = 0x40;
+    w += put_varint(w, ts);
+    memcpy(w, PyBytes_AS_STRING(seq), PyBytes_GET_SIZE(seq));
+    w += PyBytes_GET_SIZE(seq);
+    *w++ = 0x5a;
+    w += put_varint(w, (uint64_t)te);
+    for (i = 0; i < n; i++)
+        w = put_piece(w, &pieces[i]);
+    *w++ = 0x68;
+    *w++ = 0x02;
+    return out;
+}
+
+/*
+ * slice_end(ts, tail) -> bytes or None
+ *
+ * FastEncoder.slice_end's packet: 0x0A, one length byte, timestamp (field 8), then tail (the
+ * track's constant bytes). None when the packet would not be below 128 bytes or ts is not an
+ * int64 (Python then builds it).
+ */
+static PyObject *
+slice_end(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    uint64_t ts;
+    Py_ssize_t p;
+    PyObject *out;
+    unsigned char *w;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "slice_end takes 2 arguments");
+        return NULL;
+    }
+    if (as_delta(a[0], &ts) < 0 || !PyBytes_CheckExact(a[1]))
+        Py_RETURN_NONE;
+    p = 1 + varint_size(ts) + PyBytes_GET_SIZE(a[1]);
+    if (p >= 128)
+        Py_RETURN_NONE;
+    out = PyBytes_FromStringAndSize(NULL, 2 + p);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    *w++ = 0x0a;
+    *w++ = (unsigned char)p;
+    *w++ = 0x40;
+    w += put_varint(w, ts);
+    memcpy(w, PyBytes_AS_STRING(a[1]), PyBytes_GET_SIZE(a[1]));
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"template_packet", (PyCFunction)(void (*)(void))template_packet, METH_FASTCALL,
+     "A slice begin packet from a whole-args template hit, or None (build it in Python)."},
+    {"slice_end", (PyCFunction)(void (*)(void))slice_end, METH_FASTCALL,
+     "A slice end packet, or None (build it in Python)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_encode",
+    "The Perfetto writer's per-packet hot path in C (see fast_encoder.py).", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__encode(void)
+{
+    return PyModule_Create(&moduledef);
+}
