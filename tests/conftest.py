@@ -74,13 +74,14 @@ def capture_path(request, monkeypatch):
 def writer_path(request, monkeypatch):
     """Runs a test on both FastEncoder paths: the compiled packet hot path (``_encode.c``,
     skipped where it is not built) and the pure-Python one (the same bytes)."""
-    from perfetto_graph_ann.write.perfetto import fast_encoder
+    from perfetto_graph_ann.write.perfetto import fast_args, fast_encoder
 
-    if request.param == "compiled" and not fast_encoder.BUILT:
+    if request.param == "compiled" and not fast_args.BUILT:
         pytest.skip("the writer's compiled hot path (_encode) is not built")
     if request.param == "python":
         monkeypatch.setattr(fast_encoder, "template_packet", None)
         monkeypatch.setattr(fast_encoder, "end_packet", None)
+        monkeypatch.setattr(fast_args, "args_key", None)
     return request.param
 
 

@@ -293,3 +293,38 @@ def test_compiled_template_packet_leaves_odd_values_to_python():
         args = {"device": 0, "correlation": corr, "graph node id": corr, "replay": 3}
         for ts in (0, 127, 128, 1 << 40):
             assert fast.event(ts, 3, "kernel", "k", args, (), (4,)) == ref.event(ts, 3, "kernel", "k", args, (), (4,))
+
+
+small_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.sampled_from([0, 1, -1, 1 << 63, 1.0, 0.0, -0.0, float("nan"), "", "1", "a"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=2), st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2)),
+    max_leaves=4)
+small_dicts = st.dictionaries(st.sampled_from(["a", "b", "correlation", "replay"]), small_values, max_size=3)
+
+
+@settings(max_examples=400, deadline=None)
+@given(small_dicts, small_dicts, st.sampled_from([(), ("correlation",), ("correlation", "replay")]))
+def test_compiled_whole_args_key_tells_apart_what_json_does(a, b, blank):
+    """Two args with one compiled whole-args key have one JSON key (so one template): the
+    compiled key tells apart all the JSON key does; it answers None (the JSON key is used)
+    wherever JSON has null (such args never get a template)."""
+    from perfetto_graph_ann.write.perfetto import fast_args
+    from perfetto_graph_ann.write.perfetto.packets import json_args
+
+    if fast_args.args_key is None:
+        pytest.skip("the pure-Python path: the JSON key alone")
+
+    def json_key(d):
+        d = {k: (0 if k in blank else v) for k, v in d.items()}
+        try:
+            return json_args(d)
+        except (TypeError, ValueError, OverflowError):
+            return None
+
+    ka, kb = fast_args.args_key(a, blank), fast_args.args_key(b, blank)
+    for d, k in ((a, ka), (b, kb)):
+        if k is not None:  # None: the JSON key is used, always allowed
+            j = json_key(d)
+            assert k[:1] == b"\0" and j is not None and b"null" not in j, (d, j)
+    if ka is not None and ka == kb:
+        assert json_key(a) == json_key(b), (a, b)

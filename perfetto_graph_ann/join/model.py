@@ -161,10 +161,21 @@ class CompactPlacements(Mapping[int, Placement]):
         return lane, base
 
     def get(self, index: int, default: Any = None) -> Any:  # type: ignore[override]
+        # __getitem__'s work in one frame: the writer asks twice for every placed event
         try:
-            return self[index]
-        except (KeyError, IndexError, TypeError):
-            return default
+            r = self.row[index] if index >= 0 else -1
+        except (IndexError, TypeError):
+            r = -1
+        if r < 0:
+            try:
+                return self.kept.get(index, default)
+            except TypeError:  # unhashable
+                return default
+        none = self._NONE
+        replay, hw, how = self.replay[r], self.hw[r], self.how[r]
+        lane, base, annotation = self.nodes[self.node[r]]
+        return matched_placement(self.every, lane, base, annotation, None if replay == none else replay,
+                                 STRATEGIES[how & 7], how >= 8, None if hw == none else hw)
 
     def __contains__(self, index: object) -> bool:
         if index in self.kept:

@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 /* Unsigned LEB128 of v into out (at most 10 bytes); returns the bytes written. */
@@ -256,9 +257,230 @@ slice_end(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return out;
 }
 
+/* A growing byte buffer for args_key. */
+typedef struct {
+    char *data;
+    Py_ssize_t size, cap;
+    char small[1024];
+} keybuf;
+
+static int
+kb_put(keybuf *b, const void *p, Py_ssize_t n)
+{
+    if (b->size + n > b->cap) {
+        Py_ssize_t cap = (b->size + n) * 2;
+        char *d = b->data == b->small ? PyMem_Malloc(cap) : PyMem_Realloc(b->data, cap);
+        if (d == NULL)
+            return -1;
+        if (b->data == b->small)
+            memcpy(d, b->small, b->size);
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->size, p, n);
+    b->size += n;
+    return 0;
+}
+
+/* A tag byte and a count (a varint: a count is never negative). */
+static int
+kb_tag(keybuf *b, char tag, Py_ssize_t n)
+{
+    unsigned char head[11];
+    head[0] = (unsigned char)tag;
+    return kb_put(b, head, 1 + put_varint(head + 1, (uint64_t)n));
+}
+
+#define MAX_BLANK 16
+
+/* The ids to blank: a tuple of at most MAX_BLANK str (the usual case), their hashes taken
+ * once (str hashes are cached); else any container, asked with ``in``. */
+typedef struct {
+    PyObject *container;
+    Py_ssize_t n;       /* -1: ask the container */
+    Py_ssize_t left;    /* not yet met: once all are, no key is compared */
+    PyObject *item[MAX_BLANK];
+    Py_hash_t hash[MAX_BLANK];
+} blanks;
+
+static int
+blanks_init(blanks *bl, PyObject *container)
+{
+    Py_ssize_t i;
+    bl->container = container;
+    bl->n = -1;
+    if (!PyTuple_CheckExact(container) || PyTuple_GET_SIZE(container) > MAX_BLANK)
+        return 0;
+    for (i = 0; i < PyTuple_GET_SIZE(container); i++) {
+        PyObject *x = PyTuple_GET_ITEM(container, i);
+        if (!PyUnicode_CheckExact(x))
+            return 0;
+        bl->item[i] = x;
+        if ((bl->hash[i] = PyObject_Hash(x)) == -1)
+            return -1;
+    }
+    bl->n = bl->left = PyTuple_GET_SIZE(container);
+    return 0;
+}
+
+/* Whether str key k is to be blanked; -1: error. */
+static int
+is_blank(blanks *bl, PyObject *k)
+{
+    Py_ssize_t i;
+    Py_hash_t h;
+    if (bl->n < 0)
+        return PySequence_Contains(bl->container, k);
+    if (bl->left == 0)
+        return 0;
+    if ((h = PyObject_Hash(k)) == -1)
+        return -1;
+    for (i = 0; i < bl->n; i++) {
+        if (bl->hash[i] == h) {
+            int eq = bl->item[i] == k ? 1 : PyObject_RichCompareBool(bl->item[i], k, Py_EQ);
+            if (eq != 0) {
+                bl->left -= eq > 0;  /* a dict's keys differ: each blank is met once at most */
+                return eq;
+            }
+        }
+    }
+    return 0;
+}
+
+/* A str as its tag, kind, length and code units: equal strings give equal bytes (PEP 393
+ * strings are canonical), different ones different bytes. */
+static int
+kb_str(keybuf *b, PyObject *s)
+{
+    int kind = PyUnicode_KIND(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    return kb_tag(b, (char)('0' + kind), n) < 0 ? -1 : kb_put(b, PyUnicode_DATA(s), n * kind);
+}
+
+#define KEY_DEPTH 32
+
+/* 0: written; 1: a value the key does not take (the caller uses the JSON key); -1: error. */
+static int
+kb_value(keybuf *b, PyObject *v, int depth)
+{
+    if (depth > KEY_DEPTH)
+        return 1;
+    if (PyUnicode_CheckExact(v)) {
+        return kb_str(b, v);
+    } else if (PyBool_Check(v)) {
+        return kb_tag(b, v == Py_True ? 'T' : 'F', 0);
+    } else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return 1;
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        return kb_tag(b, 'i', (Py_ssize_t)0) < 0 ? -1 : kb_put(b, &x, sizeof(x));
+    } else if (PyFloat_CheckExact(v)) {
+        double x = PyFloat_AS_DOUBLE(v);
+        if (!isfinite(x))  /* JSON null: such args never get a template */
+            return 1;
+        return kb_tag(b, 'f', 0) < 0 ? -1 : kb_put(b, &x, sizeof(x));
+    } else if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+        Py_ssize_t i, n = PySequence_Fast_GET_SIZE(v);
+        int r;
+        if (kb_tag(b, PyList_CheckExact(v) ? 'L' : 'U', n) < 0)
+            return -1;
+        for (i = 0; i < n; i++) {
+            if ((r = kb_value(b, PySequence_Fast_GET_ITEM(v, i), depth + 1)) != 0)
+                return r;
+        }
+        return 0;
+    } else if (PyDict_CheckExact(v)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *x;
+        int r;
+        if (kb_tag(b, 'D', PyDict_GET_SIZE(v)) < 0)
+            return -1;
+        while (PyDict_Next(v, &pos, &k, &x)) {
+            if (!PyUnicode_CheckExact(k))
+                return 1;
+            if (kb_str(b, k) < 0)
+                return -1;
+            if ((r = kb_value(b, x, depth + 1)) != 0)
+                return r;
+        }
+        return 0;
+    }
+    return 1;  /* None (JSON null), Decimal, subclasses, anything else */
+}
+
+/*
+ * args_key(args, blank) -> bytes or None
+ *
+ * The whole-args template cache's key of an event's args (fast_args.FastArgs._annotations):
+ * every key and value in order, the values of the keys in blank written as int 0, as the JSON
+ * key is made of the args with those ids set to 0. Bytes that tell apart whatever the JSON key
+ * does (order, 1 / 1.0 / true, nesting) and more (a tuple from a list), starting with a zero
+ * byte, which no JSON text does. None where the JSON key is to be used: None / NaN / inf
+ * anywhere (JSON null: such args never get a template), an int beyond int64, a Decimal, a
+ * subclass, a key that is not a str, nesting deeper than 32.
+ */
+static PyObject *
+args_key(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    keybuf b;
+    blanks bl;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v, *out = NULL;
+    static const char zero[1] = {0};
+    static const long long blank_value = 0;
+    int r = 0;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "args_key takes 2 arguments");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(a[0]))
+        Py_RETURN_NONE;
+    if (blanks_init(&bl, a[1]) < 0)
+        return NULL;
+    b.data = b.small;
+    b.size = 0;
+    b.cap = sizeof(b.small);
+    if (kb_put(&b, zero, 1) < 0)
+        goto fail;
+    while (PyDict_Next(a[0], &pos, &k, &v)) {
+        int blank;
+        if (!PyUnicode_CheckExact(k)) {
+            r = 1;
+            break;
+        }
+        if (kb_str(&b, k) < 0)
+            goto fail;
+        blank = is_blank(&bl, k);
+        if (blank < 0)
+            goto fail;
+        if (blank) {
+            if (kb_tag(&b, 'i', 0) < 0 || kb_put(&b, &blank_value, sizeof(blank_value)) < 0)
+                goto fail;
+        } else if ((r = kb_value(&b, v, 0)) != 0) {
+            if (r < 0)
+                goto fail;
+            break;
+        }
+    }
+    if (r == 0)
+        out = PyBytes_FromStringAndSize(b.data, b.size);
+    else
+        out = Py_NewRef(Py_None);
+fail:
+    if (b.data != b.small)
+        PyMem_Free(b.data);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"template_packet", (PyCFunction)(void (*)(void))template_packet, METH_FASTCALL,
      "A slice begin packet from a whole-args template hit, or None (build it in Python)."},
+    {"args_key", (PyCFunction)(void (*)(void))args_key, METH_FASTCALL,
+     "The whole-args template cache's key of an event's args, or None (use the JSON key)."},
     {"slice_end", (PyCFunction)(void (*)(void))slice_end, METH_FASTCALL,
      "A slice end packet, or None (build it in Python)."},
     {NULL, NULL, 0, NULL},

@@ -10,29 +10,21 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from ... import settings
-from .fast_args import FastArgs
+from .fast_args import FastArgs, compiled, whole_args_key
 from .interning import CATEGORIES, NAMES, Interner
 from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase, json_args
 from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
-__all__ = ["BUILT", "end_packet", "FastEncoder", "template_packet"]
+__all__ = ["end_packet", "FastEncoder", "template_packet"]
 
 _VARYING_ORDER = tuple(sorted(VARYING_KEYS))
 
-try:  # the compiled hot path (_encode.c, built with the capture's by hatch_build.py), where built
-    from ._encode import slice_end as _compiled_end, template_packet as _compiled_template
-except ImportError:
-    _compiled_end = _compiled_template = None
-#: whether the compiled hot path was built (and imported)
-BUILT = _compiled_template is not None
-_ON = BUILT and not settings.switch(settings.PURE_PYTHON)
 #: The compiled template packet (see :meth:`FastEncoder.event`), or None: the same bytes built
-#: in Python (not built, or ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` set at import; tests set None).
-template_packet = _compiled_template if _ON else None
+#: in Python (:func:`~.fast_args.compiled`; tests set it to None).
+template_packet = compiled("template_packet")
 #: ``end_packet(ts, tail)``: a slice end from its track's :attr:`FastEncoder.end_tails` bytes
 #: (the writer's loop calls it directly), or None
-end_packet = _compiled_end if _ON else None
+end_packet = compiled("slice_end")
 
 
 class FastEncoder(FastArgs, EncoderBase):
@@ -129,14 +121,9 @@ class FastEncoder(FastArgs, EncoderBase):
                 # Blank only the ids this name / track had last time (parts[2]). Exact either
                 # way: a key that blanks too little can only miss (or hit a template whose
                 # slots hold every id key anyway); a miss takes the full path below.
-                d = dict(args)
-                for k in parts[2]:
-                    if k in d:
-                        d[k] = 0
-                try:
-                    tpl = whole.get(json_args(d))
-                except (RecursionError, TypeError, ValueError, OverflowError):
-                    pass
+                ck = whole_args_key(args, parts[2])
+                if ck is not None:
+                    tpl = whole.get(ck)
             if tpl is None:  # no template hit: the general path (it repeats the lookup: a miss is rare)
                 te = parts[0] + self._annotations(args) + parts[1] + fb
                 if whole is not None:
