@@ -30,7 +30,7 @@ from .match import GraphFit, Match, device_ok, replay_signatures
 from .projection import project
 from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, CompactPlacements, JoinReport,
                     LaneLayout, matched_placement, mutable_placement)
-from .replays import Replay, find_replays
+from .replays import Replay, gpu_work_and_replays
 from .structural import match_structural
 
 
@@ -132,10 +132,10 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     # the one rule for the lane options (join/lanes.py): every entry point comes through here
     graph_lanes = decide_graph_lanes(graph_lanes, annotations, files, trace.path)
     default_stream = check_default_stream(default_stream, annotations, files, trace.path)
-    report = JoinReport(total=sum(1 for e in trace.events if e.ph == "X" and e.is_gpu_work))
+    report = JoinReport()
     report.annotation_files = [s.source for s in sources if s.source]
     _check_identities(trace, sources, force, report)
-    replays = find_replays(trace)
+    report.total, replays = gpu_work_and_replays(trace)
     report.graphed = sum(len(r.events) for r in replays)
     attribution = _Attribution(trace, replays, annotations, report)
     for r in replays:
@@ -262,15 +262,15 @@ def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict
     shared = {i: m.shared_by for i, m in matches.items() if m.shared_by}
     graphs_on: Dict[Tuple[int, int], set] = {}
     lanes: Dict[Tuple[int, int], Any] = {}  # (device, lane) -> lane, in first-seen order
-    if isinstance(placements, CompactPlacements):
-        lane_and_args = placements.lane_and_args  # no placement made: the lane and graph id alone
-    else:
-        def lane_and_args(index: int) -> Tuple[Any, Mapping[str, Any]]:
-            p = placements[index]
-            return p.lane, p.args
+    # a compact row's lane and node args without making its placement (they hold the graph id)
+    lane_and_args = placements.lane_and_args if isinstance(placements, CompactPlacements) else None
     for r in replays:
         for e in r.events:
-            lane, pa = lane_and_args(e.index)
+            if lane_and_args is None:
+                p = placements[e.index]
+                lane, pa = p.lane, p.args
+            else:
+                lane, pa = lane_and_args(e.index)
             d = e.args.get("device")
             if type(d) is not int:
                 d = e.device
