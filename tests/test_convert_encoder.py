@@ -328,3 +328,18 @@ def test_compiled_whole_args_key_tells_apart_what_json_does(a, b, blank):
             assert k[:1] == b"\0" and j is not None and b"null" not in j, (d, j)
     if ka is not None and ka == kb:
         assert json_key(a) == json_key(b), (a, b)
+
+
+def test_event_with_many_flows_or_odd_ids_gives_the_reference_bytes():
+    """The compiled ``event_packet`` leaves to Python what it does not take (more than 8 flow
+    ids, an args mapping that is not a dict): the same bytes either way."""
+    import types
+
+    fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
+    args = {"device": 0, "correlation": 5, "grid": [1, 2, 3]}
+    cases = [((), ()), (tuple(range(9)), (7,)), ((1, 2), tuple(range(8))), ([3, 4], [5]),
+             (((1 << 64) - 1,), (0,))]
+    for _ in range(3):  # first sight, then the cached head and template
+        for flows, terms in cases:
+            for a in (args, types.MappingProxyType(args), {}, None):
+                assert fast.event(300, 3, "kernel", "k", a, flows, terms) == ref.event(300, 3, "kernel", "k", a, flows, terms)

@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* Unsigned LEB128 of v into out (at most 10 bytes); returns the bytes written. */
-static Py_ssize_t
+static inline Py_ssize_t
 put_varint(unsigned char *out, uint64_t v)
 {
     Py_ssize_t n = 0;
@@ -24,7 +24,7 @@ put_varint(unsigned char *out, uint64_t v)
     return n;
 }
 
-static Py_ssize_t
+static inline Py_ssize_t
 varint_size(uint64_t v)
 {
     Py_ssize_t n = 1;
@@ -142,65 +142,49 @@ put_piece(unsigned char *w, const piece *p)
     return w;
 }
 
-/*
- * template_packet(ts, seq, head, tpl, args, tail, flows) -> bytes or None
- *
- * FastEncoder.event's packet for a whole-args template hit: TracePacket framing (tag 0x0A and
- * length) of timestamp (field 8), seq (the sequence id field's bytes), TrackEvent (field 11:
- * head, the template filled from args, tail, flows) and sequence flags (no interned data: the
- * caller builds packets that carry some). tpl:
- * bytes (no slot), a tuple (run before, key, head, run after) or a list of bytes runs and
- * (key, head) slots. None where a slot's value is not an int in [0, 2^63) or a size is off the
- * common path: the caller then builds the packet in Python.
- */
-static PyObject *
-template_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+/* A whole-args template's pieces (see template_packet); -1: off the inline path. */
+static int
+add_template(piece *pieces, int *np, PyObject *tpl, PyObject *args)
 {
-    piece pieces[MAX_SLOTS * 2 + 4];
-    int n = 0, i;
-    uint64_t ts;
-    PyObject *seq, *head, *tpl, *args, *tail, *flows, *out;
+    int i;
+    if (PyBytes_CheckExact(tpl))
+        return add_bytes(pieces, np, tpl);
+    if (PyTuple_CheckExact(tpl) && PyTuple_GET_SIZE(tpl) == 4) {
+        if (add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 0)) < 0
+                || add_slot(pieces, np, PyTuple_GET_ITEM(tpl, 1), PyTuple_GET_ITEM(tpl, 2), args) < 0
+                || add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 3)) < 0)
+            return -1;
+        return 0;
+    }
+    if (!PyList_CheckExact(tpl))
+        return -1;
+    for (i = 0; i < PyList_GET_SIZE(tpl); i++) {
+        PyObject *part = PyList_GET_ITEM(tpl, i);
+        if (PyBytes_CheckExact(part)) {
+            if (add_bytes(pieces, np, part) < 0)
+                return -1;
+        } else if (PyTuple_CheckExact(part) && PyTuple_GET_SIZE(part) == 2) {
+            if (add_slot(pieces, np, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1), args) < 0)
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The packet around the TrackEvent's pieces: 0x0A, length, timestamp (field 8), seq, 0x5A,
+ * TrackEvent length, the pieces, sequence flags (0x68 0x02). */
+static PyObject *
+frame_packet(uint64_t ts, PyObject *seq, const piece *pieces, int n)
+{
     Py_ssize_t te = 0, p, total;
     unsigned char *w;
-
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "template_packet takes 7 arguments");
-        return NULL;
-    }
-    seq = a[1]; head = a[2]; tpl = a[3]; args = a[4]; tail = a[5]; flows = a[6];
-    if (as_delta(a[0], &ts) < 0 || !PyDict_CheckExact(args) || !PyBytes_CheckExact(seq)
-            || add_bytes(pieces, &n, head) < 0)
-        Py_RETURN_NONE;
-    if (PyBytes_CheckExact(tpl)) {
-        if (add_bytes(pieces, &n, tpl) < 0)
-            Py_RETURN_NONE;
-    } else if (PyTuple_CheckExact(tpl) && PyTuple_GET_SIZE(tpl) == 4) {
-        if (add_bytes(pieces, &n, PyTuple_GET_ITEM(tpl, 0)) < 0
-                || add_slot(pieces, &n, PyTuple_GET_ITEM(tpl, 1), PyTuple_GET_ITEM(tpl, 2), args) < 0
-                || add_bytes(pieces, &n, PyTuple_GET_ITEM(tpl, 3)) < 0)
-            Py_RETURN_NONE;
-    } else if (PyList_CheckExact(tpl)) {
-        for (i = 0; i < PyList_GET_SIZE(tpl); i++) {
-            PyObject *part = PyList_GET_ITEM(tpl, i);
-            if (PyBytes_CheckExact(part)) {
-                if (add_bytes(pieces, &n, part) < 0)
-                    Py_RETURN_NONE;
-            } else if (PyTuple_CheckExact(part) && PyTuple_GET_SIZE(part) == 2) {
-                if (add_slot(pieces, &n, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1), args) < 0)
-                    Py_RETURN_NONE;
-            } else {
-                Py_RETURN_NONE;
-            }
-        }
-    } else {
-        Py_RETURN_NONE;
-    }
-    if (add_bytes(pieces, &n, tail) < 0 || add_bytes(pieces, &n, flows) < 0)
-        Py_RETURN_NONE;
+    PyObject *out;
+    int i;
     for (i = 0; i < n; i++)
         te += piece_size(&pieces[i]);
-    p = 1 + varint_size(ts) + PyBytes_GET_SIZE(seq) + 1 + varint_size((uint64_t)te) + te
-        + 2;
+    p = 1 + varint_size(ts) + PyBytes_GET_SIZE(seq) + 1 + varint_size((uint64_t)te) + te + 2;
     total = 1 + varint_size((uint64_t)p) + p;
     out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL)
@@ -219,6 +203,40 @@ template_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     *w++ = 0x68;
     *w++ = 0x02;
     return out;
+}
+
+/*
+ * template_packet(ts, seq, head, tpl, args, tail, flows) -> bytes or None
+ *
+ * FastEncoder.event's packet for a whole-args template hit: TracePacket framing (tag 0x0A and
+ * length) of timestamp (field 8), seq (the sequence id field's bytes), TrackEvent (field 11:
+ * head, the template filled from args, tail, flows) and sequence flags (no interned data: the
+ * caller builds packets that carry some). tpl:
+ * bytes (no slot), a tuple (run before, key, head, run after) or a list of bytes runs and
+ * (key, head) slots. None where a slot's value is not an int in [0, 2^63) or a size is off the
+ * common path: the caller then builds the packet in Python.
+ */
+static PyObject *
+template_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    piece pieces[MAX_SLOTS * 2 + 4];
+    int n = 0;
+    uint64_t ts;
+    PyObject *seq, *head, *tpl, *args, *tail, *flows;
+
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "template_packet takes 7 arguments");
+        return NULL;
+    }
+    seq = a[1]; head = a[2]; tpl = a[3]; args = a[4]; tail = a[5]; flows = a[6];
+    if (as_delta(a[0], &ts) < 0 || !PyDict_CheckExact(args) || !PyBytes_CheckExact(seq)
+            || add_bytes(pieces, &n, head) < 0)
+        Py_RETURN_NONE;
+    if (add_template(pieces, &n, tpl, args) < 0)
+        Py_RETURN_NONE;
+    if (add_bytes(pieces, &n, tail) < 0 || add_bytes(pieces, &n, flows) < 0)
+        Py_RETURN_NONE;
+    return frame_packet(ts, seq, pieces, n);
 }
 
 /*
@@ -265,30 +283,47 @@ typedef struct {
 } keybuf;
 
 static int
+kb_grow(keybuf *b, Py_ssize_t n)
+{
+    Py_ssize_t cap = (b->size + n) * 2;
+    char *d = b->data == b->small ? PyMem_Malloc(cap) : PyMem_Realloc(b->data, cap);
+    if (d == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (b->data == b->small)
+        memcpy(d, b->small, b->size);
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+/* Room for n more bytes. */
+static inline int
+kb_reserve(keybuf *b, Py_ssize_t n)
+{
+    return b->size + n <= b->cap ? 0 : kb_grow(b, n);
+}
+
+static inline int
 kb_put(keybuf *b, const void *p, Py_ssize_t n)
 {
-    if (b->size + n > b->cap) {
-        Py_ssize_t cap = (b->size + n) * 2;
-        char *d = b->data == b->small ? PyMem_Malloc(cap) : PyMem_Realloc(b->data, cap);
-        if (d == NULL)
-            return -1;
-        if (b->data == b->small)
-            memcpy(d, b->small, b->size);
-        b->data = d;
-        b->cap = cap;
-    }
+    if (kb_reserve(b, n) < 0)
+        return -1;
     memcpy(b->data + b->size, p, n);
     b->size += n;
     return 0;
 }
 
-/* A tag byte and a count (a varint: a count is never negative). */
-static int
-kb_tag(keybuf *b, char tag, Py_ssize_t n)
+/* A tag byte and a number (a varint of its 64 bits). */
+static inline int
+kb_tag(keybuf *b, char tag, uint64_t n)
 {
-    unsigned char head[11];
-    head[0] = (unsigned char)tag;
-    return kb_put(b, head, 1 + put_varint(head + 1, (uint64_t)n));
+    if (kb_reserve(b, 11) < 0)
+        return -1;
+    b->data[b->size] = tag;
+    b->size += 1 + put_varint((unsigned char *)b->data + b->size + 1, n);
+    return 0;
 }
 
 #define MAX_BLANK 16
@@ -349,12 +384,18 @@ is_blank(blanks *bl, PyObject *k)
 
 /* A str as its tag, kind, length and code units: equal strings give equal bytes (PEP 393
  * strings are canonical), different ones different bytes. */
-static int
+static inline int
 kb_str(keybuf *b, PyObject *s)
 {
     int kind = PyUnicode_KIND(s);
     Py_ssize_t n = PyUnicode_GET_LENGTH(s);
-    return kb_tag(b, (char)('0' + kind), n) < 0 ? -1 : kb_put(b, PyUnicode_DATA(s), n * kind);
+    if (kb_reserve(b, 11 + n * kind) < 0)
+        return -1;
+    b->data[b->size] = (char)('0' + kind);
+    b->size += 1 + put_varint((unsigned char *)b->data + b->size + 1, (uint64_t)n);
+    memcpy(b->data + b->size, PyUnicode_DATA(s), n * kind);
+    b->size += n * kind;
+    return 0;
 }
 
 #define KEY_DEPTH 32
@@ -376,7 +417,7 @@ kb_value(keybuf *b, PyObject *v, int depth)
             return 1;
         if (x == -1 && PyErr_Occurred())
             return -1;
-        return kb_tag(b, 'i', (Py_ssize_t)0) < 0 ? -1 : kb_put(b, &x, sizeof(x));
+        return kb_tag(b, 'i', (uint64_t)x);  /* two's complement: one varint per int64 */
     } else if (PyFloat_CheckExact(v)) {
         double x = PyFloat_AS_DOUBLE(v);
         if (!isfinite(x))  /* JSON null: such args never get a template */
@@ -423,30 +464,25 @@ kb_value(keybuf *b, PyObject *v, int depth)
  * subclass, a key that is not a str, nesting deeper than 32.
  */
 static PyObject *
-args_key(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+make_args_key(PyObject *args, PyObject *blank)
 {
     keybuf b;
     blanks bl;
     Py_ssize_t pos = 0;
     PyObject *k, *v, *out = NULL;
     static const char zero[1] = {0};
-    static const long long blank_value = 0;
     int r = 0;
 
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "args_key takes 2 arguments");
-        return NULL;
-    }
-    if (!PyDict_CheckExact(a[0]))
+    if (!PyDict_CheckExact(args))
         Py_RETURN_NONE;
-    if (blanks_init(&bl, a[1]) < 0)
+    if (blanks_init(&bl, blank) < 0)
         return NULL;
     b.data = b.small;
     b.size = 0;
     b.cap = sizeof(b.small);
     if (kb_put(&b, zero, 1) < 0)
         goto fail;
-    while (PyDict_Next(a[0], &pos, &k, &v)) {
+    while (PyDict_Next(args, &pos, &k, &v)) {
         int blank;
         if (!PyUnicode_CheckExact(k)) {
             r = 1;
@@ -458,7 +494,7 @@ args_key(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         if (blank < 0)
             goto fail;
         if (blank) {
-            if (kb_tag(&b, 'i', 0) < 0 || kb_put(&b, &blank_value, sizeof(blank_value)) < 0)
+            if (kb_tag(&b, 'i', 0) < 0)
                 goto fail;
         } else if ((r = kb_value(&b, v, 0)) != 0) {
             if (r < 0)
@@ -476,9 +512,137 @@ fail:
     return out;
 }
 
+static PyObject *
+args_key(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "args_key takes 2 arguments");
+        return NULL;
+    }
+    return make_args_key(a[0], a[1]);
+}
+
+#define MAX_FLOWS 8
+
+/* Flow ids as FastEncoder writes them (tag, then the id as fixed64) into w; the bytes
+ * written, or -1 (more than MAX_FLOWS, or an id that is not an int in [0, 2^64): Python). */
+static Py_ssize_t
+put_flows(unsigned char *w, PyObject *ids, unsigned char tag0, unsigned char tag1, int *count)
+{
+    Py_ssize_t i, n;
+    unsigned char *start = w;
+    if (!PyTuple_CheckExact(ids) && !PyList_CheckExact(ids))
+        return -1;
+    n = PySequence_Fast_GET_SIZE(ids);
+    if (*count + n > MAX_FLOWS)
+        return -1;
+    for (i = 0; i < n; i++) {
+        PyObject *f = PySequence_Fast_GET_ITEM(ids, i);
+        unsigned long long v;
+        int j;
+        if (!PyLong_CheckExact(f))
+            return -1;
+        v = PyLong_AsUnsignedLongLong(f);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        *w++ = tag0;
+        *w++ = tag1;
+        for (j = 0; j < 8; j++)
+            *w++ = (unsigned char)(v >> (8 * j));
+    }
+    *count += (int)n;
+    return w - start;
+}
+
+/*
+ * event_packet(heads, whole, seq, ts, track, cat, name, args, flow_ids, terminating_flow_ids,
+ *              kind) -> bytes or None
+ *
+ * FastEncoder.event's usual case in one call: the packet's head and tail cached for (cat,
+ * name, track, kind) in heads (a list [head, tail, ids to blank]), no args or a whole-args
+ * template hit in whole (keyed as args_key does), flows as fixed64 fields. None where any of
+ * that is not so (first sight, a miss, odd values): FastEncoder.event then does it in Python.
+ * The caller counts the template hit and checks that nothing interned is pending.
+ */
+static PyObject *
+event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    piece pieces[MAX_SLOTS * 2 + 4];
+    unsigned char fbuf[MAX_FLOWS * 10];
+    int n = 0, flows = 0;
+    uint64_t ts;
+    PyObject *heads, *whole, *seq, *args, *key, *parts, *ck, *tpl;
+    Py_ssize_t fn = 0, w;
+
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "event_packet takes 11 arguments");
+        return NULL;
+    }
+    heads = a[0]; whole = a[1]; seq = a[2]; args = a[7];
+    if (!PyDict_CheckExact(heads) || !PyBytes_CheckExact(seq) || as_delta(a[3], &ts) < 0)
+        Py_RETURN_NONE;
+    key = PyTuple_Pack(4, a[5], a[6], a[4], a[10]);  /* (cat, name, track, kind) */
+    if (key == NULL)
+        return NULL;
+    parts = PyDict_GetItemWithError(heads, key);  /* borrowed */
+    Py_DECREF(key);
+    if (parts == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 3)
+        Py_RETURN_NONE;
+    if ((w = put_flows(fbuf, a[8], 0xf9, 0x02, &flows)) < 0)
+        Py_RETURN_NONE;
+    fn = w;
+    if ((w = put_flows(fbuf + fn, a[9], 0x81, 0x03, &flows)) < 0)
+        Py_RETURN_NONE;
+    fn += w;
+    if (add_bytes(pieces, &n, PyList_GET_ITEM(parts, 0)) < 0)
+        Py_RETURN_NONE;
+    if (args != Py_None) {
+        if (!PyDict_CheckExact(args))
+            Py_RETURN_NONE;
+        if (PyDict_GET_SIZE(args) > 0) {
+            if (!PyDict_CheckExact(whole))
+                Py_RETURN_NONE;
+            ck = make_args_key(args, PyList_GET_ITEM(parts, 2));
+            if (ck == NULL)
+                return NULL;
+            if (ck == Py_None) {
+                Py_DECREF(ck);
+                Py_RETURN_NONE;
+            }
+            tpl = PyDict_GetItemWithError(whole, ck);  /* borrowed: whole keeps it */
+            Py_DECREF(ck);
+            if (tpl == NULL) {
+                if (PyErr_Occurred())
+                    return NULL;
+                Py_RETURN_NONE;
+            }
+            if (add_template(pieces, &n, tpl, args) < 0)
+                Py_RETURN_NONE;
+        }
+    }
+    if (add_bytes(pieces, &n, PyList_GET_ITEM(parts, 1)) < 0)
+        Py_RETURN_NONE;
+    if (fn) {
+        pieces[n].data = (const char *)fbuf;
+        pieces[n].size = fn;
+        pieces[n].slot = 0;
+        n++;
+    }
+    return frame_packet(ts, seq, pieces, n);
+}
+
 static PyMethodDef methods[] = {
     {"template_packet", (PyCFunction)(void (*)(void))template_packet, METH_FASTCALL,
      "A slice begin packet from a whole-args template hit, or None (build it in Python)."},
+    {"event_packet", (PyCFunction)(void (*)(void))event_packet, METH_FASTCALL,
+     "FastEncoder.event's usual packet (cached head, template hit), or None (build it in Python)."},
     {"args_key", (PyCFunction)(void (*)(void))args_key, METH_FASTCALL,
      "The whole-args template cache's key of an event's args, or None (use the JSON key)."},
     {"slice_end", (PyCFunction)(void (*)(void))slice_end, METH_FASTCALL,

@@ -15,10 +15,13 @@ from .interning import CATEGORIES, NAMES, Interner
 from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase, json_args
 from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
-__all__ = ["end_packet", "FastEncoder", "template_packet"]
+__all__ = ["end_packet", "event_packet", "FastEncoder", "template_packet"]
 
 _VARYING_ORDER = tuple(sorted(VARYING_KEYS))
 
+#: The compiled usual case of :meth:`FastEncoder.event` (a cached head, no args or a whole-args
+#: template hit), or None: the same bytes built in Python.
+event_packet = compiled("event_packet")
 #: The compiled template packet (see :meth:`FastEncoder.event`), or None: the same bytes built
 #: in Python (:func:`~.fast_args.compiled`; tests set it to None).
 template_packet = compiled("template_packet")
@@ -95,6 +98,13 @@ class FastEncoder(FastArgs, EncoderBase):
         whose values differ every time (the projection's per-range numbers) skip the
         whole-args cache, which they would only fill with templates never hit again.
         """
+        if event_packet is not None and cacheable and not self.interner.pending:
+            packet = event_packet(self._heads, self._whole, self._seq, ts, track, cat, name, args, flow_ids,
+                                  terminating_flow_ids, kind)
+            if packet is not None:
+                if args:
+                    self._whole_hits += 1
+                return packet
         key = (cat, name, track, kind)
         parts = self._heads.get(key)
         if parts is None:
