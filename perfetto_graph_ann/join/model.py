@@ -71,7 +71,10 @@ def matched_placement(every: bool, lane: Any, base: Mapping[str, Any], annotatio
     # Placement(lane, args, annotation) without the frozen dataclass's __init__ (made once an
     # event by the join, and each time one is asked for from a CompactPlacements)
     p = _new(Placement)
-    p.__dict__.update(lane=lane, args=args, annotation=annotation)
+    d = p.__dict__
+    d["lane"] = lane
+    d["args"] = args
+    d["annotation"] = annotation
     return p
 
 
