@@ -12,7 +12,7 @@ from typing import AbstractSet, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .fast_args import FastArgs, compiled, whole_args_key
 from .interning import CATEGORIES, NAMES, Interner
-from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase, json_args
+from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase
 from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
 __all__ = ["end_packet", "event_packet", "FastEncoder", "template_packet"]
