@@ -344,6 +344,7 @@ blanks_init(blanks *bl, PyObject *container)
     Py_ssize_t i;
     bl->container = container;
     bl->n = -1;
+    bl->left = 0;
     if (!PyTuple_CheckExact(container) || PyTuple_GET_SIZE(container) > MAX_BLANK)
         return 0;
     for (i = 0; i < PyTuple_GET_SIZE(container); i++) {
