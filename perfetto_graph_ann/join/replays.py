@@ -93,12 +93,6 @@ def find_replays(trace: KinetoTrace) -> List[Replay]:
     return gpu_work_and_replays(trace)[1]
 
 
-def _correlation(args: Dict) -> Optional[int]:
-    """``TraceEvent.correlation``'s rule on an event's args."""
-    c = args.get("correlation")
-    return c if type(c) is int or (isinstance(c, int) and not isinstance(c, bool)) else None
-
-
 def gpu_work_and_replays(trace: KinetoTrace) -> Tuple[int, List[Replay]]:
     """(how many GPU work events the trace has, :func:`find_replays`' replays): one pass."""
     launches: Dict[int, TraceEvent] = {}
@@ -112,7 +106,7 @@ def gpu_work_and_replays(trace: KinetoTrace) -> Tuple[int, List[Replay]]:
         if e.ph != "X":  # both a launch and GPU work are complete events
             continue
         if e.name in launch_names:
-            c = _correlation(e.args)
+            c = e.correlation
             if c is not None and c not in launches:
                 launches[c] = e
         w = is_work.get(e.cat)
@@ -123,8 +117,8 @@ def gpu_work_and_replays(trace: KinetoTrace) -> Tuple[int, List[Replay]]:
         total += 1
         a = e.args
         c = a.get("correlation")
-        if type(c) is not int:
-            c = _correlation(a)
+        if type(c) is not int:  # else the property's rule
+            c = e.correlation
             if c is None:
                 continue
         evs = work.get(c)
