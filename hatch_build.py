@@ -1,13 +1,15 @@
 """Build hook: compiles the optional capture fast path, ``perfetto_graph_ann/capture/_fastpath.c``
-(with ``_recorder.c``, ``_marks.c``, ``_replays.c`` and ``_errors.c``).
+(with ``_recorder.c``, ``_marks.c``, ``_replays.c`` and ``_errors.c``), and the writer's
+packet hot path, ``perfetto_graph_ann/write/perfetto/_encode.c``.
 
 Where a C compiler and Python's headers are found, the wheel gets the extension (and a
 platform tag); where not, the build goes on with a warning and the package captures with
-its pure-Python path (same behaviour, more capture overhead: BENCHMARKS.md). An editable
+its pure-Python path (same behaviour, more capture overhead: BENCHMARKS.md) and writes with
+the pure-Python encoder (the same bytes, slower). An editable
 install compiles it next to the source, as ``build_ext --inplace`` would.
 
-``PERFETTO_GRAPH_ANN_NO_EXTENSION=1`` skips it. ``python hatch_build.py`` compiles in place
-for the running interpreter (e.g. a cp312 build to carry to the GPU machine).
+``PERFETTO_GRAPH_ANN_NO_EXTENSION=1`` skips both. ``python hatch_build.py`` compiles them in
+place for the running interpreter (e.g. a cp312 build to carry to the GPU machine).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 try:
     from hatchling.builders.hooks.plugin.interface import BuildHookInterface
@@ -31,6 +33,9 @@ PACKAGE_DIR = "perfetto_graph_ann/capture"
 SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_recorder.c", f"{PACKAGE_DIR}/_marks.c",
            f"{PACKAGE_DIR}/_replays.c", f"{PACKAGE_DIR}/_nodewatch.c", f"{PACKAGE_DIR}/_modcall.c",
            f"{PACKAGE_DIR}/_errors.c")
+WRITER_DIR = "perfetto_graph_ann/write/perfetto"
+#: (package folder, module name, translation units) of each extension
+EXTENSIONS = ((PACKAGE_DIR, "_fastpath", SOURCES), (WRITER_DIR, "_encode", (f"{WRITER_DIR}/_encode.c",)))
 
 
 def _settings() -> Any:
@@ -51,12 +56,12 @@ def skip_requested() -> Optional[str]:
     return settings.NO_EXTENSION.name if settings.switch(settings.NO_EXTENSION) else None
 
 
-def extension_name() -> str:
-    return "_fastpath" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+def extension_name(module: str = "_fastpath") -> str:
+    return module + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
 
 
-def compile_extension(out_path: str, root: str = ROOT) -> Optional[str]:
-    """Compile the extension to ``out_path`` (written whole or not at all); None, or why not."""
+def compile_extension(out_path: str, root: str = ROOT, sources: Tuple[str, ...] = SOURCES) -> Optional[str]:
+    """Compile the extension of ``sources`` to ``out_path`` (written whole or not at all); None, or why not."""
     include = sysconfig.get_paths()["include"]
     if not os.path.exists(os.path.join(include, "Python.h")):
         return f"Python.h not found in {include} (install the Python development headers)"
@@ -65,7 +70,7 @@ def compile_extension(out_path: str, root: str = ROOT) -> Optional[str]:
         return f"no C compiler ({cc[0]} not found)"
     tmp = f"{out_path}.tmp{os.getpid()}"
     cmd = [*cc, "-O2", "-DNDEBUG", "-fPIC", "-shared", "-Wall", "-Werror=implicit-function-declaration", "-I", include,
-           *(os.path.join(root, src) for src in SOURCES), "-o", tmp]
+           *(os.path.join(root, src) for src in sources), "-o", tmp]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
@@ -78,7 +83,7 @@ def compile_extension(out_path: str, root: str = ROOT) -> Optional[str]:
 
 
 class CustomBuildHook(BuildHookInterface):
-    """Adds the compiled ``_fastpath`` to wheels (standard and editable) when it builds."""
+    """Adds the compiled ``_fastpath`` and ``_encode`` to wheels (standard and editable) when they build."""
 
     def initialize(self, version: str, build_data: Dict[str, Any]) -> None:
         self._tmp: Optional[str] = None
@@ -86,22 +91,24 @@ class CustomBuildHook(BuildHookInterface):
             return
         skip = skip_requested()
         if skip:
-            self.app.display_info(f"{skip} set: the capture fast path is not compiled")
+            self.app.display_info(f"{skip} set: the capture fast path and the writer's are not compiled")
             return
-        name = extension_name()
-        if version == "editable":
-            out = os.path.join(self.root, PACKAGE_DIR, name)
-        else:
-            self._tmp = tempfile.mkdtemp(prefix="pga-ext-")
-            out = os.path.join(self._tmp, name)
-        why = compile_extension(out, self.root)
-        if why is not None:
-            self.app.display_warning(f"perfetto_graph_ann: capture fast path not compiled, using pure Python: {why}")
-            return
-        if version != "editable":
-            build_data["force_include"][out] = f"{PACKAGE_DIR}/{name}"
-        build_data["pure_python"] = False
-        build_data["infer_tag"] = True
+        for folder, module, sources in EXTENSIONS:
+            name = extension_name(module)
+            if version == "editable":
+                out = os.path.join(self.root, folder, name)
+            else:
+                if self._tmp is None:
+                    self._tmp = tempfile.mkdtemp(prefix="pga-ext-")
+                out = os.path.join(self._tmp, name)
+            why = compile_extension(out, self.root, sources)
+            if why is not None:
+                self.app.display_warning(f"perfetto_graph_ann: {module} not compiled, using pure Python: {why}")
+                continue
+            if version != "editable":
+                build_data["force_include"][out] = f"{folder}/{name}"
+            build_data["pure_python"] = False
+            build_data["infer_tag"] = True
 
     def finalize(self, version: str, build_data: Dict[str, Any], artifact_path: str) -> None:
         if getattr(self, "_tmp", None):
@@ -109,8 +116,9 @@ class CustomBuildHook(BuildHookInterface):
 
 
 if __name__ == "__main__":
-    target = os.path.join(ROOT, PACKAGE_DIR, extension_name())
-    problem = compile_extension(target)
-    if problem:
-        sys.exit(f"hatch_build.py: {problem}")
-    print(target)
+    for folder, module, sources in EXTENSIONS:
+        target = os.path.join(ROOT, folder, extension_name(module))
+        problem = compile_extension(target, ROOT, sources)
+        if problem:
+            sys.exit(f"hatch_build.py: {problem}")
+        print(target)

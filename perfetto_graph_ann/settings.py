@@ -71,7 +71,7 @@ PROGRESS = Setting(
     aliases=("PGA_PROGRESS",))
 PURE_PYTHON = Setting(
     "PERFETTO_GRAPH_ANN_PURE_PYTHON", "switch", False,
-    "capture with the pure-Python path even where the compiled one is built (read at import)")
+    "capture (and write .pftrace) with the pure-Python paths even where the compiled ones are built (read at import)")
 NO_EXTENSION = Setting(
     "PERFETTO_GRAPH_ANN_NO_EXTENSION", "switch", False,
     "at build / install time: do not compile the capture fast path (`hatch_build.py`)")

@@ -70,6 +70,22 @@ def capture_path(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["compiled", "python"])
+def writer_path(request, monkeypatch):
+    """Runs a test on both FastEncoder paths: the compiled packet hot path (``_encode.c``,
+    skipped where it is not built) and the pure-Python one (the same bytes)."""
+    from perfetto_graph_ann.write.perfetto import fast_args, fast_encoder
+
+    if request.param == "compiled" and not fast_args.BUILT:
+        pytest.skip("the writer's compiled hot path (_encode) is not built")
+    if request.param == "python":
+        monkeypatch.setattr(fast_encoder, "template_packet", None)
+        monkeypatch.setattr(fast_encoder, "end_packet", None)
+        monkeypatch.setattr(fast_encoder, "event_packet", None)
+        monkeypatch.setattr(fast_args, "args_key", None)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def node_watch_not_yielded(monkeypatch):
     """Every test starts with the node watch free to subscribe: a test whose fake profiler

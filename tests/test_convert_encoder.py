@@ -12,6 +12,9 @@ from perfetto_graph_ann.write.perfetto.interning import CATEGORIES, NAMES, Inter
 from perfetto_graph_ann.write.perfetto.protos_encoder import ProtosEncoder
 from perfetto_graph_ann.write.perfetto.wire import varint
 
+#: every test on the compiled packet hot path and the pure-Python one (conftest.writer_path)
+pytestmark = pytest.mark.usefixtures("writer_path")
+
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(1 << 70), max_value=1 << 70),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=80),
@@ -253,3 +256,90 @@ def test_joined_kernel_args_hit_the_template_cache_and_stay_exact():
             assert fast.event(9, 3, "kernel", f"k{node}", args, (), (4,)) == \
                 ref.event(9, 3, "kernel", f"k{node}", args, (), (4,)), (replay, node)
     assert len(fast._whole) == 5 and fast._whole_hits >= n - 2 * 5
+
+
+def test_compiled_end_packet_equals_slice_end():
+    """The writer's loop builds a FastEncoder's slice ends with the compiled ``end_packet``
+    from the track's cached tail: the bytes of ``slice_end`` at every varint edge of the
+    delta (negative and int64's ends included), or None where it leaves one to Python."""
+    from perfetto_graph_ann.write.perfetto import fast_encoder
+
+    if fast_encoder.end_packet is None:
+        pytest.skip("the pure-Python path: slice_end alone")
+    enc = FastEncoder(Interner(), 4, 9)
+    for track in (9, 5, 300, 1 << 40):
+        for ts in (0, 1, 127, 128, 16383, 16384, 1 << 21, 1 << 40, -1, -(1 << 63), (1 << 63) - 1):
+            ref = enc.slice_end(ts, track)
+            assert fast_encoder.end_packet(ts, enc.end_tails[track]) == ref, (track, ts)
+    assert fast_encoder.end_packet(1 << 63, enc.end_tails[9]) is None  # not an int64: Python's varint
+    assert fast_encoder.end_packet(True, enc.end_tails[9]) is None
+    assert fast_encoder.end_packet(1, b"x" * 126) is None  # a packet of 128 bytes: its length is no longer one byte
+
+
+def test_compiled_template_packet_leaves_odd_values_to_python():
+    """``template_packet`` answers None (the Python fill runs) for a slot value that is not an
+    int in [0, 2^63) and for args that are not a dict; otherwise the reference bytes."""
+    from perfetto_graph_ann.write.perfetto import fast_encoder
+
+    if fast_encoder.template_packet is None:
+        pytest.skip("the pure-Python path")
+    tpl = (b"\x22\x04\x08\x01\x20\x00", "correlation", b"\x08\x02\x20", b"")
+    for v in (-1, 1 << 63, True, 1.0, "1", None):
+        assert fast_encoder.template_packet(3, b"\x50\x02", b"", tpl, {"correlation": v}, b"", b"") is None, v
+    assert fast_encoder.template_packet(3, b"\x50\x02", b"", tpl, {}, b"", b"") is None
+    assert fast_encoder.template_packet(3, b"\x50\x02", b"", [(1, 2, 3)], {"correlation": 1}, b"", b"") is None
+    fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
+    for corr in (0, 127, 128, (1 << 63) - 1):
+        args = {"device": 0, "correlation": corr, "graph node id": corr, "replay": 3}
+        for ts in (0, 127, 128, 1 << 40):
+            assert fast.event(ts, 3, "kernel", "k", args, (), (4,)) == ref.event(ts, 3, "kernel", "k", args, (), (4,))
+
+
+small_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.sampled_from([0, 1, -1, 1 << 63, 1.0, 0.0, -0.0, float("nan"), "", "1", "a"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=2), st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2)),
+    max_leaves=4)
+small_dicts = st.dictionaries(st.sampled_from(["a", "b", "correlation", "replay"]), small_values, max_size=3)
+
+
+@settings(max_examples=400, deadline=None)
+@given(small_dicts, small_dicts, st.sampled_from([(), ("correlation",), ("correlation", "replay")]))
+def test_compiled_whole_args_key_tells_apart_what_json_does(a, b, blank):
+    """Two args with one compiled whole-args key have one JSON key (so one template): the
+    compiled key tells apart all the JSON key does; it answers None (the JSON key is used)
+    wherever JSON has null (such args never get a template)."""
+    from perfetto_graph_ann.write.perfetto import fast_args
+    from perfetto_graph_ann.write.perfetto.packets import json_args
+
+    if fast_args.args_key is None:
+        pytest.skip("the pure-Python path: the JSON key alone")
+
+    def json_key(d):
+        d = {k: (0 if k in blank else v) for k, v in d.items()}
+        try:
+            return json_args(d)
+        except (TypeError, ValueError, OverflowError):
+            return None
+
+    ka, kb = fast_args.args_key(a, blank), fast_args.args_key(b, blank)
+    for d, k in ((a, ka), (b, kb)):
+        if k is not None:  # None: the JSON key is used, always allowed
+            j = json_key(d)
+            assert k[:1] == b"\0" and j is not None and b"null" not in j, (d, j)
+    if ka is not None and ka == kb:
+        assert json_key(a) == json_key(b), (a, b)
+
+
+def test_event_with_many_flows_or_odd_ids_gives_the_reference_bytes():
+    """The compiled ``event_packet`` leaves to Python what it does not take (more than 8 flow
+    ids, an args mapping that is not a dict): the same bytes either way."""
+    import types
+
+    fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
+    args = {"device": 0, "correlation": 5, "grid": [1, 2, 3]}
+    cases = [((), ()), (tuple(range(9)), (7,)), ((1, 2), tuple(range(8))), ([3, 4], [5]),
+             (((1 << 64) - 1,), (0,))]
+    for _ in range(3):  # first sight, then the cached head and template
+        for flows, terms in cases:
+            for a in (args, types.MappingProxyType(args), {}, None):
+                assert fast.event(300, 3, "kernel", "k", a, flows, terms) == ref.event(300, 3, "kernel", "k", a, flows, terms)

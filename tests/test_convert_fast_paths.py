@@ -15,6 +15,9 @@ from perfetto_graph_ann.read.kineto import parse_trace_bytes
 from perfetto_graph_ann.read.model import KinetoTrace, TraceEvent
 from perfetto_graph_ann.write.perfetto import WriterConfig, write_perfetto
 
+#: every test on the compiled packet hot path and the pure-Python one (conftest.writer_path)
+pytestmark = pytest.mark.usefixtures("writer_path")
+
 
 def _both(trace: KinetoTrace, **kw) -> tuple:
     out = []

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..annotations.model import MODULE_ORIGIN, AnnotationSet
 from ..errors import AnnotationMismatchError
@@ -30,7 +30,7 @@ from .match import GraphFit, Match, device_ok, replay_signatures
 from .projection import project
 from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, CompactPlacements, JoinReport,
                     LaneLayout, matched_placement, mutable_placement)
-from .replays import Replay, find_replays
+from .replays import Replay, gpu_work_and_replays
 from .structural import match_structural
 
 
@@ -132,10 +132,10 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     # the one rule for the lane options (join/lanes.py): every entry point comes through here
     graph_lanes = decide_graph_lanes(graph_lanes, annotations, files, trace.path)
     default_stream = check_default_stream(default_stream, annotations, files, trace.path)
-    report = JoinReport(total=sum(1 for e in trace.events if e.ph == "X" and e.is_gpu_work))
+    report = JoinReport()
     report.annotation_files = [s.source for s in sources if s.source]
     _check_identities(trace, sources, force, report)
-    replays = find_replays(trace)
+    report.total, replays = gpu_work_and_replays(trace)
     report.graphed = sum(len(r.events) for r in replays)
     attribution = _Attribution(trace, replays, annotations, report)
     for r in replays:
@@ -228,6 +228,8 @@ def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_inde
     """:func:`_place` into ``placements``: the same placements and counts, the usual ones as a
     row of columns each."""
     get = matches.get
+    add = placements.add
+    nodes: Dict[Any, Tuple[Any, Mapping[str, Any], Any]] = {}  # node key -> (lane, args, annotation)
     for r in replays:
         index = replay_index.get(r.correlation)
         for e in r.events:
@@ -236,13 +238,17 @@ def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_inde
                 placements.put(e.index, placement(e, m, index if m else None, graph_lanes, cache, default_stream))
             else:
                 node = m.node
-                hit = cache.get(node.key)
-                if hit is None:
-                    hit = cache[node.key] = (annotated_lane(m, default_stream), node_args(node, True))
+                key = node.key
+                triple = nodes.get(key)
+                if triple is None:
+                    hit = cache.get(key)
+                    if hit is None:
+                        hit = cache[key] = (annotated_lane(m, default_stream), node_args(node, True))
+                    triple = nodes[key] = (hit[0], hit[1], node.annotation)
                 hw = e.args.get("stream")
                 if type(hw) is not int:
                     hw = e.stream
-                placements.add(e.index, node.key, (hit[0], hit[1], node.annotation), index, m.strategy, m.ambiguous, hw)
+                add(e.index, key, triple, index, m.strategy, m.ambiguous, hw)
             _count(report, m)
     return placements
 
@@ -256,17 +262,21 @@ def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict
     shared = {i: m.shared_by for i, m in matches.items() if m.shared_by}
     graphs_on: Dict[Tuple[int, int], set] = {}
     lanes: Dict[Tuple[int, int], Any] = {}  # (device, lane) -> lane, in first-seen order
+    # a compact row's lane and node args without making its placement (they hold the graph id)
+    lane_and_args = placements.lane_and_args if isinstance(placements, CompactPlacements) else None
     for r in replays:
         for e in r.events:
-            p = placements[e.index]
-            lane = p.lane
+            if lane_and_args is None:
+                p = placements[e.index]
+                lane, pa = p.lane, p.args
+            else:
+                lane, pa = lane_and_args(e.index)
             d = e.args.get("device")
             if type(d) is not int:
                 d = e.device
             key = (d if d is not None else 0, lane)
             if key not in lanes:
                 lanes[key] = lane
-            pa = p.args
             ids = [pa["graph id"]] if "graph id" in pa else shared.get(e.index)
             if ids and lane is not None:
                 on = graphs_on.get(key)

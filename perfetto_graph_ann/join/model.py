@@ -18,6 +18,7 @@ EXACT = "exact"
 CALIBRATED = "calibrated"
 STRUCTURAL = "structural"
 STRATEGIES = (EXACT, CALIBRATED, STRUCTURAL)
+_HOW = {s: i for i, s in enumerate(STRATEGIES)}  # strategy -> its index (CompactPlacements.how)
 
 #: How a replay's graph was known (``JoinReport.replay_graphs`` keys).
 EXACT_IDS = "graph ids in the trace"
@@ -70,7 +71,10 @@ def matched_placement(every: bool, lane: Any, base: Mapping[str, Any], annotatio
     # Placement(lane, args, annotation) without the frozen dataclass's __init__ (made once an
     # event by the join, and each time one is asked for from a CompactPlacements)
     p = _new(Placement)
-    p.__dict__.update(lane=lane, args=args, annotation=annotation)
+    d = p.__dict__
+    d["lane"] = lane
+    d["args"] = args
+    d["annotation"] = annotation
     return p
 
 
@@ -108,21 +112,22 @@ class CompactPlacements(Mapping[int, Placement]):
         """The placement of event ``index`` matched to node ``key`` (``node``: its lane, args and
         annotation) in the ``replay``-th replay, drawn from hardware stream ``hw``."""
         none = self._NONE
+        row = self.row
         if (replay is not None and not none < replay < 1 << 31) or (hw is not None and not none < hw < 1 << 31) \
-                or index >= len(self.row):
+                or not 0 <= index < len(row):
             self.put(index, self._make(node, replay, strategy, ambiguous, hw))
             return
         n = self.node_ids.get(key)
         if n is None:
             n = self.node_ids[key] = len(self.nodes)
             self.nodes.append(node)
-        if index not in self:
+        if row[index] < 0 and index not in self.kept:  # not yet placed (``index not in self``)
             self.order.append(index)
-        self.row[index] = len(self.node)
+        row[index] = len(self.node)
         self.node.append(n)
         self.replay.append(none if replay is None else replay)
         self.hw.append(none if hw is None else hw)
-        self.how.append(STRATEGIES.index(strategy) + (8 if ambiguous else 0))
+        self.how.append(_HOW[strategy] + (8 if ambiguous else 0))
 
     def _make(self, node: Tuple[Any, Mapping[str, Any], Any], replay: Optional[int], strategy: str, ambiguous: bool,
               hw: Optional[int]) -> Placement:
@@ -143,11 +148,37 @@ class CompactPlacements(Mapping[int, Placement]):
         return self._make(self.nodes[self.node[r]], None if replay == none else replay, STRATEGIES[how & 7],
                           how >= 8, None if hw == none else hw)
 
+    def lane_and_args(self, index: int) -> Tuple[Any, Mapping[str, Any]]:
+        """The lane of ``index``'s placement and args holding at least its node's (among them
+        ``graph id``), without making the placement for a row: what the lane naming asks of
+        every graphed event. A row's args are its node's alone (the join's keys left out)."""
+        r = self.row[index] if 0 <= index < len(self.row) else -1
+        if r < 0:
+            p = self[index]
+            return p.lane, p.args
+        lane, base, _ = self.nodes[self.node[r]]
+        if not self.every:
+            hw = self.hw[r]
+            if hw != self._NONE:
+                lane = hw
+        return lane, base
+
     def get(self, index: int, default: Any = None) -> Any:  # type: ignore[override]
+        # __getitem__'s work in one frame: the writer asks twice for every placed event
         try:
-            return self[index]
-        except (KeyError, IndexError, TypeError):
-            return default
+            r = self.row[index] if index >= 0 else -1
+        except (IndexError, TypeError):
+            r = -1
+        if r < 0:
+            try:
+                return self.kept.get(index, default)
+            except TypeError:  # unhashable
+                return default
+        none = self._NONE
+        replay, hw, how = self.replay[r], self.hw[r], self.how[r]
+        lane, base, annotation = self.nodes[self.node[r]]
+        return matched_placement(self.every, lane, base, annotation, None if replay == none else replay,
+                                 STRATEGIES[how & 7], how >= 8, None if hw == none else hw)
 
     def __contains__(self, index: object) -> bool:
         if index in self.kept:

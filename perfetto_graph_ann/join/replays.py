@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "int_arg", "node_type_of", "Replay"]
+__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "int_arg", "node_type_of", "Replay"]
 
 #: Kineto category -> capture node type
 EVENT_NODE_TYPE = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -90,11 +90,18 @@ class Replay:
 
 def find_replays(trace: KinetoTrace) -> List[Replay]:
     """Every replay in the trace, in launch order (launch ts, then correlation)."""
+    return gpu_work_and_replays(trace)[1]
+
+
+def gpu_work_and_replays(trace: KinetoTrace) -> Tuple[int, List[Replay]]:
+    """(how many GPU work events the trace has, :func:`find_replays`' replays): one pass."""
     launches: Dict[int, TraceEvent] = {}
     # one pass: launches, and GPU work by correlation (file order), then the groups that are replays
     work: Dict[int, List[TraceEvent]] = {}
     graph_ids = set()  # correlations with an event carrying graph ids
     launch_names = GRAPH_LAUNCH_NAMES
+    is_work: Dict[str, bool] = {}  # cat as written -> TraceEvent.is_gpu_work's category test
+    total = 0
     for e in trace.events:
         if e.ph != "X":  # both a launch and GPU work are complete events
             continue
@@ -102,16 +109,23 @@ def find_replays(trace: KinetoTrace) -> List[Replay]:
             c = e.correlation
             if c is not None and c not in launches:
                 launches[c] = e
-        if not e.is_gpu_work:
+        w = is_work.get(e.cat)
+        if w is None:
+            w = is_work[e.cat] = e.is_gpu_work
+        if not w:
             continue
-        c = e.correlation
-        if c is None:
-            continue
+        total += 1
+        a = e.args
+        c = a.get("correlation")
+        if type(c) is not int:  # else the property's rule
+            c = e.correlation
+            if c is None:
+                continue
         evs = work.get(c)
         if evs is None:
             evs = work[c] = []
         evs.append(e)
-        if "graph node id" in e.args or "graph id" in e.args:
+        if "graph node id" in a or "graph id" in a:
             graph_ids.add(c)
     replays = []
     for c, evs in work.items():
@@ -121,4 +135,4 @@ def find_replays(trace: KinetoTrace) -> List[Replay]:
             evs = [e for e in evs if "graph node id" in e.args or "graph id" in e.args]  # no launch: those alone
         replays.append(Replay(c, launches.get(c), sorted(evs, key=lambda e: (e.ts_ns or 0, e.index))))
     replays.sort(key=lambda r: (r.start_ns, r.correlation))
-    return replays
+    return total, replays

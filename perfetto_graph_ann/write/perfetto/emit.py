@@ -12,6 +12,7 @@ import sys
 from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
 from ...formats import START, Completeness, end_record
+from . import fast_encoder
 from .fast_encoder import FastEncoder
 from .flows import FlowPlan
 from .interning import Interner
@@ -158,6 +159,10 @@ def _stream(records: Sequence[Record], plan: Plan, flows: FlowPlan, encoders: Se
     outgoing, terminating = flows.outgoing, flows.terminating
     begins = [enc.event for enc in encoders]
     ends = [enc.slice_end for enc in encoders]
+    # a FastEncoder's ends from the compiled hot path once its track's tail is cached (the
+    # first end of each track, and any the C side leaves to Python, through slice_end)
+    end_packet = fast_encoder.end_packet if type(encoders[0]) is FastEncoder else None
+    tails = [enc.end_tails for enc in encoders] if end_packet is not None else []
     if prevs is None:
         prevs = [None] * len(encoders)  # per sequence: the previous packet's time (None: not started)
         prevs[0] = t0
@@ -173,7 +178,11 @@ def _stream(records: Sequence[Record], plan: Plan, flows: FlowPlan, encoders: Se
         if kind == END:
             if kinds[i] == INSTANT:
                 continue  # instants have no end packet
-            append(ends[q](ts - prev, uuid))
+            if end_packet is not None and (tail := tails[q].get(uuid)) is not None \
+                    and (packet := end_packet(ts - prev, tail)) is not None:
+                append(packet)
+            else:
+                append(ends[q](ts - prev, uuid))
         elif kind == COUNTER:
             append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
         elif kinds[i] == SLICE and i < base:  # the usual slice: its own args as they are

@@ -10,18 +10,60 @@ arg but a few per-event ids (:data:`~.packets.VARYING_KEYS`).
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import AbstractSet, Any, Dict, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import msgspec
 
+from ... import settings
 from .interning import ANNOTATION_NAMES, STRING_VALUES, Interner
 from .packets import (INT64_MIN, MAX_ARG_DEPTH, MAX_INTERNED_STRING, MIN_INTERNED_STRING, UINT64_END, VARYING_KEYS,
                       json_args, json_text, kept, list_text, placeholder)
 from .wire import _ONE_BYTE, _pack_double, small_varint, utf8, varint
 
-__all__ = ["FastArgs"]
+__all__ = ["args_key", "BUILT", "compiled", "FastArgs", "whole_args_key"]
 
 _json_key = msgspec.json.encode
+
+try:  # the writer's compiled hot path (_encode.c, built with the capture's by hatch_build.py)
+    from ._encode import args_key as _args_key, event_packet as _event_packet, slice_end as _slice_end
+    from ._encode import template_packet as _template_packet
+except ImportError:
+    _COMPILED: Dict[str, Callable[..., Any]] = {}
+else:
+    _COMPILED = {"args_key": _args_key, "event_packet": _event_packet, "slice_end": _slice_end,
+                 "template_packet": _template_packet}
+#: whether the compiled hot path was built (and imports here)
+BUILT = bool(_COMPILED)
+_ON = BUILT and not settings.switch(settings.PURE_PYTHON)
+
+
+def compiled(name: str) -> Optional[Callable[..., Any]]:
+    """The compiled hot path's function ``name`` (``_encode.c``), or None where it is not built
+    or ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import: the callers then build the same
+    bytes in Python. Each is an accelerator answering None where it leaves a case to Python."""
+    return _COMPILED[name] if _ON else None
+
+
+#: ``args_key(args, blank)``: the compiled whole-args key (see :func:`whole_args_key`), or None
+args_key = compiled("args_key")
+
+
+def whole_args_key(args: Mapping[str, Any], blank: Iterable[str]) -> Optional[bytes]:
+    """The whole-args template cache's key of ``args`` with the ids in ``blank`` set to 0
+    (see :meth:`FastArgs._annotations`): the compiled key where it takes the args (bytes
+    starting with a zero byte), else their JSON text; None where neither can (no template)."""
+    if args_key is not None:
+        ck = args_key(args, blank)
+        if ck is not None:
+            return ck
+    d = dict(args)
+    for k in blank:
+        if k in d:
+            d[k] = 0
+    try:
+        return json_args(d)
+    except (RecursionError, TypeError, ValueError, OverflowError):
+        return None
 
 
 class FastArgs:
@@ -102,20 +144,14 @@ class FastArgs:
         The key is the JSON text of the args with those ids blanked, so it keeps the key
         order and tells 1, 1.0 and true apart (decimal_format="number": a Decimal and a
         float of one value encode to the same bytes anyway); the template is the encoded
-        constant runs with a slot per varying key. Args with NaN / inf (JSON null) or
+        constant runs with a slot per varying key (:func:`whole_args_key`: the compiled key
+        where built, telling apart all the JSON does). Args with NaN / inf (JSON null) or
         values JSON cannot encode skip it. When it hits less than half the time (eager ops
         with per-call shapes), it turns itself off and only the per-key cache is used.
         """
         whole = self._whole
         if whole is not None:
-            d = dict(args)
-            for k in VARYING_KEYS:
-                if k in d:
-                    d[k] = 0
-            try:
-                ck = json_args(d)
-            except (RecursionError, TypeError, ValueError, OverflowError):
-                ck = None
+            ck = whole_args_key(args, VARYING_KEYS)
             if ck is not None:
                 # a key with null (NaN / inf / None) is never stored, so it can only miss:
                 # the null check is needed on a miss alone

@@ -10,14 +10,24 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from .fast_args import FastArgs
+from .fast_args import FastArgs, compiled, whole_args_key
 from .interning import CATEGORIES, NAMES, Interner
-from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase, json_args
+from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase
 from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
-__all__ = ["FastEncoder"]
+__all__ = ["end_packet", "event_packet", "FastEncoder", "template_packet"]
 
 _VARYING_ORDER = tuple(sorted(VARYING_KEYS))
+
+#: The compiled usual case of :meth:`FastEncoder.event` (a cached head, no args or a whole-args
+#: template hit), or None: the same bytes built in Python.
+event_packet = compiled("event_packet")
+#: The compiled template packet (see :meth:`FastEncoder.event`), or None: the same bytes built
+#: in Python (:func:`~.fast_args.compiled`; tests set it to None).
+template_packet = compiled("template_packet")
+#: ``end_packet(ts, tail)``: a slice end from its track's :attr:`FastEncoder.end_tails` bytes
+#: (the writer's loop calls it directly), or None
+end_packet = compiled("slice_end")
 
 
 class FastEncoder(FastArgs, EncoderBase):
@@ -28,7 +38,8 @@ class FastEncoder(FastArgs, EncoderBase):
                  keep: Optional[AbstractSet[str]] = None) -> None:
         super().__init__(interner, list_text, typed_keys, keep)
         self.default_track = default_track
-        self._end_tails: Dict[int, bytes] = {}
+        #: track -> a slice end packet's bytes after its timestamp (see :meth:`slice_end`)
+        self.end_tails: Dict[int, bytes] = {}
         self._begin_parts: Dict[Tuple[int, int, int, int], Tuple[bytes, bytes]] = {}
         self._heads: Dict[Tuple[str, str, int, int], list] = {}  # see event()
         self._seq = b"\x50" + varint(sequence_id)
@@ -87,6 +98,13 @@ class FastEncoder(FastArgs, EncoderBase):
         whose values differ every time (the projection's per-range numbers) skip the
         whole-args cache, which they would only fill with templates never hit again.
         """
+        if event_packet is not None and cacheable and not self.interner.pending:
+            packet = event_packet(self._heads, self._whole, self._seq, ts, track, cat, name, args, flow_ids,
+                                  terminating_flow_ids, kind)
+            if packet is not None:
+                if args:
+                    self._whole_hits += 1
+                return packet
         key = (cat, name, track, kind)
         parts = self._heads.get(key)
         if parts is None:
@@ -113,20 +131,19 @@ class FastEncoder(FastArgs, EncoderBase):
                 # Blank only the ids this name / track had last time (parts[2]). Exact either
                 # way: a key that blanks too little can only miss (or hit a template whose
                 # slots hold every id key anyway); a miss takes the full path below.
-                d = dict(args)
-                for k in parts[2]:
-                    if k in d:
-                        d[k] = 0
-                try:
-                    tpl = whole.get(json_args(d))
-                except (RecursionError, TypeError, ValueError, OverflowError):
-                    pass
+                ck = whole_args_key(args, parts[2])
+                if ck is not None:
+                    tpl = whole.get(ck)
             if tpl is None:  # no template hit: the general path (it repeats the lookup: a miss is rare)
                 te = parts[0] + self._annotations(args) + parts[1] + fb
                 if whole is not None:
                     parts[2] = tuple([k for k in args if k in VARYING_KEYS])
             else:
                 self._whole_hits += 1
+                if template_packet is not None and not self.interner.pending:
+                    packet = template_packet(ts, self._seq, parts[0], tpl, args, parts[1], fb)
+                    if packet is not None:
+                        return packet
                 t = type(tpl)
                 if t is tuple:  # one id slot
                     k = tpl[1]
@@ -186,9 +203,9 @@ class FastEncoder(FastArgs, EncoderBase):
     def slice_end(self, ts: int, track: int) -> bytes:
         """A slice end: the timestamp, then bytes fixed per track (:meth:`_end_tail`). Always
         below 128 bytes, so its length is one byte."""
-        tail = self._end_tails.get(track)
+        tail = self.end_tails.get(track)
         if tail is None:
-            tail = self._end_tails[track] = self._end_tail(track)
+            tail = self.end_tails[track] = self._end_tail(track)
         p = b"\x40" + (_ONE_BYTE[ts] if 0 <= ts < 128 else _TWO_BYTES[ts - 128] if 128 <= ts < 0x4000 else varint(ts)) + tail
         return b"\x0a" + _ONE_BYTE[len(p)] + p
 

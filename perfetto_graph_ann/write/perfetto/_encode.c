@@ -1,0 +1,663 @@
+/*
+ * The writer's per-packet hot path in C (perfetto_graph_ann.write.perfetto._encode): a
+ * slice begin assembled from a whole-args template hit, and a slice end. An accelerator
+ * only: fast_encoder.py builds the same bytes in Python, and does so whenever a function here
+ * answers None (a value or size off the common path) or the module is not built / turned
+ * off (PERFETTO_GRAPH_ANN_PURE_PYTHON). Compiled by hatch_build.py.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <math.h>
+#include <string.h>
+
+/* Unsigned LEB128 of v into out (at most 10 bytes); returns the bytes written. */
+static inline Py_ssize_t
+put_varint(unsigned char *out, uint64_t v)
+{
+    Py_ssize_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (unsigned char)v;
+    return n;
+}
+
+static inline Py_ssize_t
+varint_size(uint64_t v)
+{
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* A timestamp delta as fast_encoder's varint writes it: a negative int64 as its 64-bit two's
+ * complement. -1 (no exception set): outside int64, left to Python. */
+static int
+as_delta(PyObject *o, uint64_t *out)
+{
+    int overflow = 0;
+    long long v;
+    if (!PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* An id slot's value: an exact int in [0, 2^63), as the Python fill's inline case takes it. */
+static int
+as_id(PyObject *o, uint64_t *out)
+{
+    int overflow = 0;
+    long long v;
+    if (o == NULL || !PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || v < 0) {
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+#define MAX_SLOTS 16
+
+typedef struct {
+    const char *data;   /* constant bytes, or the slot's head (name iid and int tag) */
+    Py_ssize_t size;
+    int slot;           /* 1: an annotation: 0x22, length, head, varint(value) */
+    uint64_t value;
+} piece;
+
+/* The template's pieces in order; -1 when any is off the inline path (Python then fills). */
+static int
+add_slot(piece *pieces, int *n, PyObject *key, PyObject *head, PyObject *args)
+{
+    uint64_t v;
+    PyObject *value;
+    Py_ssize_t body;
+    if (*n >= MAX_SLOTS * 2 + 1 || !PyBytes_CheckExact(head))
+        return -1;
+    value = PyDict_GetItemWithError(args, key);
+    if (value == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (as_id(value, &v) < 0)
+        return -1;
+    body = PyBytes_GET_SIZE(head) + varint_size(v);
+    if (body >= 128)  /* the Python fill writes this length as one byte: leave it the odd case */
+        return -1;
+    pieces[*n].data = PyBytes_AS_STRING(head);
+    pieces[*n].size = PyBytes_GET_SIZE(head);
+    pieces[*n].slot = 1;
+    pieces[*n].value = v;
+    (*n)++;
+    return 0;
+}
+
+static int
+add_bytes(piece *pieces, int *n, PyObject *b)
+{
+    if (*n >= MAX_SLOTS * 2 + 1 || !PyBytes_CheckExact(b))
+        return -1;
+    pieces[*n].data = PyBytes_AS_STRING(b);
+    pieces[*n].size = PyBytes_GET_SIZE(b);
+    pieces[*n].slot = 0;
+    (*n)++;
+    return 0;
+}
+
+static Py_ssize_t
+piece_size(const piece *p)
+{
+    return p->slot ? 2 + p->size + varint_size(p->value) : p->size;
+}
+
+static unsigned char *
+put_piece(unsigned char *w, const piece *p)
+{
+    if (p->slot) {
+        Py_ssize_t vs = varint_size(p->value);
+        *w++ = 0x22;
+        *w++ = (unsigned char)(p->size + vs);
+        memcpy(w, p->data, p->size);
+        w += p->size;
+        w += put_varint(w, p->value);
+    } else {
+        memcpy(w, p->data, p->size);
+        w += p->size;
+    }
+    return w;
+}
+
+/* A whole-args template's pieces (see template_packet); -1: off the inline path. */
+static int
+add_template(piece *pieces, int *np, PyObject *tpl, PyObject *args)
+{
+    int i;
+    if (PyBytes_CheckExact(tpl))
+        return add_bytes(pieces, np, tpl);
+    if (PyTuple_CheckExact(tpl) && PyTuple_GET_SIZE(tpl) == 4) {
+        if (add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 0)) < 0
+                || add_slot(pieces, np, PyTuple_GET_ITEM(tpl, 1), PyTuple_GET_ITEM(tpl, 2), args) < 0
+                || add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 3)) < 0)
+            return -1;
+        return 0;
+    }
+    if (!PyList_CheckExact(tpl))
+        return -1;
+    for (i = 0; i < PyList_GET_SIZE(tpl); i++) {
+        PyObject *part = PyList_GET_ITEM(tpl, i);
+        if (PyBytes_CheckExact(part)) {
+            if (add_bytes(pieces, np, part) < 0)
+                return -1;
+        } else if (PyTuple_CheckExact(part) && PyTuple_GET_SIZE(part) == 2) {
+            if (add_slot(pieces, np, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1), args) < 0)
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The packet around the TrackEvent's pieces: 0x0A, length, timestamp (field 8), seq, 0x5A,
+ * TrackEvent length, the pieces, sequence flags (0x68 0x02). */
+static PyObject *
+frame_packet(uint64_t ts, PyObject *seq, const piece *pieces, int n)
+{
+    Py_ssize_t te = 0, p, total;
+    unsigned char *w;
+    PyObject *out;
+    int i;
+    for (i = 0; i < n; i++)
+        te += piece_size(&pieces[i]);
+    p = 1 + varint_size(ts) + PyBytes_GET_SIZE(seq) + 1 + varint_size((uint64_t)te) + te + 2;
+    total = 1 + varint_size((uint64_t)p) + p;
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    *w++ = 0x0a;
+    w += put_varint(w, (uint64_t)p);
+    *w++ = 0x40;
+    w += put_varint(w, ts);
+    memcpy(w, PyBytes_AS_STRING(seq), PyBytes_GET_SIZE(seq));
+    w += PyBytes_GET_SIZE(seq);
+    *w++ = 0x5a;
+    w += put_varint(w, (uint64_t)te);
+    for (i = 0; i < n; i++)
+        w = put_piece(w, &pieces[i]);
+    *w++ = 0x68;
+    *w++ = 0x02;
+    return out;
+}
+
+/*
+ * template_packet(ts, seq, head, tpl, args, tail, flows) -> bytes or None
+ *
+ * FastEncoder.event's packet for a whole-args template hit: TracePacket framing (tag 0x0A and
+ * length) of timestamp (field 8), seq (the sequence id field's bytes), TrackEvent (field 11:
+ * head, the template filled from args, tail, flows) and sequence flags (no interned data: the
+ * caller builds packets that carry some). tpl:
+ * bytes (no slot), a tuple (run before, key, head, run after) or a list of bytes runs and
+ * (key, head) slots. None where a slot's value is not an int in [0, 2^63) or a size is off the
+ * common path: the caller then builds the packet in Python.
+ */
+static PyObject *
+template_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    piece pieces[MAX_SLOTS * 2 + 4];
+    int n = 0;
+    uint64_t ts;
+    PyObject *seq, *head, *tpl, *args, *tail, *flows;
+
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "template_packet takes 7 arguments");
+        return NULL;
+    }
+    seq = a[1]; head = a[2]; tpl = a[3]; args = a[4]; tail = a[5]; flows = a[6];
+    if (as_delta(a[0], &ts) < 0 || !PyDict_CheckExact(args) || !PyBytes_CheckExact(seq)
+            || add_bytes(pieces, &n, head) < 0)
+        Py_RETURN_NONE;
+    if (add_template(pieces, &n, tpl, args) < 0)
+        Py_RETURN_NONE;
+    if (add_bytes(pieces, &n, tail) < 0 || add_bytes(pieces, &n, flows) < 0)
+        Py_RETURN_NONE;
+    return frame_packet(ts, seq, pieces, n);
+}
+
+/*
+ * slice_end(ts, tail) -> bytes or None
+ *
+ * FastEncoder.slice_end's packet: 0x0A, one length byte, timestamp (field 8), then tail (the
+ * track's constant bytes). None when the packet would not be below 128 bytes or ts is not an
+ * int64 (Python then builds it).
+ */
+static PyObject *
+slice_end(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    uint64_t ts;
+    Py_ssize_t p;
+    PyObject *out;
+    unsigned char *w;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "slice_end takes 2 arguments");
+        return NULL;
+    }
+    if (as_delta(a[0], &ts) < 0 || !PyBytes_CheckExact(a[1]))
+        Py_RETURN_NONE;
+    p = 1 + varint_size(ts) + PyBytes_GET_SIZE(a[1]);
+    if (p >= 128)
+        Py_RETURN_NONE;
+    out = PyBytes_FromStringAndSize(NULL, 2 + p);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    *w++ = 0x0a;
+    *w++ = (unsigned char)p;
+    *w++ = 0x40;
+    w += put_varint(w, ts);
+    memcpy(w, PyBytes_AS_STRING(a[1]), PyBytes_GET_SIZE(a[1]));
+    return out;
+}
+
+/* A growing byte buffer for args_key. */
+typedef struct {
+    char *data;
+    Py_ssize_t size, cap;
+    char small[1024];
+} keybuf;
+
+static int
+kb_grow(keybuf *b, Py_ssize_t n)
+{
+    Py_ssize_t cap = (b->size + n) * 2;
+    char *d = b->data == b->small ? PyMem_Malloc(cap) : PyMem_Realloc(b->data, cap);
+    if (d == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (b->data == b->small)
+        memcpy(d, b->small, b->size);
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+/* Room for n more bytes. */
+static inline int
+kb_reserve(keybuf *b, Py_ssize_t n)
+{
+    return b->size + n <= b->cap ? 0 : kb_grow(b, n);
+}
+
+static inline int
+kb_put(keybuf *b, const void *p, Py_ssize_t n)
+{
+    if (kb_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->size, p, n);
+    b->size += n;
+    return 0;
+}
+
+/* A tag byte and a number (a varint of its 64 bits). */
+static inline int
+kb_tag(keybuf *b, char tag, uint64_t n)
+{
+    if (kb_reserve(b, 11) < 0)
+        return -1;
+    b->data[b->size] = tag;
+    b->size += 1 + put_varint((unsigned char *)b->data + b->size + 1, n);
+    return 0;
+}
+
+#define MAX_BLANK 16
+
+/* The ids to blank: a tuple of at most MAX_BLANK str (the usual case), their hashes taken
+ * once (str hashes are cached); else any container, asked with ``in``. */
+typedef struct {
+    PyObject *container;
+    Py_ssize_t n;       /* -1: ask the container */
+    Py_ssize_t left;    /* not yet met: once all are, no key is compared */
+    PyObject *item[MAX_BLANK];
+    Py_hash_t hash[MAX_BLANK];
+} blanks;
+
+static int
+blanks_init(blanks *bl, PyObject *container)
+{
+    Py_ssize_t i;
+    bl->container = container;
+    bl->n = -1;
+    bl->left = 0;
+    if (!PyTuple_CheckExact(container) || PyTuple_GET_SIZE(container) > MAX_BLANK)
+        return 0;
+    for (i = 0; i < PyTuple_GET_SIZE(container); i++) {
+        PyObject *x = PyTuple_GET_ITEM(container, i);
+        if (!PyUnicode_CheckExact(x))
+            return 0;
+        bl->item[i] = x;
+        if ((bl->hash[i] = PyObject_Hash(x)) == -1)
+            return -1;
+    }
+    bl->n = bl->left = PyTuple_GET_SIZE(container);
+    return 0;
+}
+
+/* Whether str key k is to be blanked; -1: error. */
+static int
+is_blank(blanks *bl, PyObject *k)
+{
+    Py_ssize_t i;
+    Py_hash_t h;
+    if (bl->n < 0)
+        return PySequence_Contains(bl->container, k);
+    if (bl->left == 0)
+        return 0;
+    if ((h = PyObject_Hash(k)) == -1)
+        return -1;
+    for (i = 0; i < bl->n; i++) {
+        if (bl->hash[i] == h) {
+            int eq = bl->item[i] == k ? 1 : PyObject_RichCompareBool(bl->item[i], k, Py_EQ);
+            if (eq != 0) {
+                bl->left -= eq > 0;  /* a dict's keys differ: each blank is met once at most */
+                return eq;
+            }
+        }
+    }
+    return 0;
+}
+
+/* A str as its tag, kind, length and code units: equal strings give equal bytes (PEP 393
+ * strings are canonical), different ones different bytes. */
+static inline int
+kb_str(keybuf *b, PyObject *s)
+{
+    int kind = PyUnicode_KIND(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (kb_reserve(b, 11 + n * kind) < 0)
+        return -1;
+    b->data[b->size] = (char)('0' + kind);
+    b->size += 1 + put_varint((unsigned char *)b->data + b->size + 1, (uint64_t)n);
+    memcpy(b->data + b->size, PyUnicode_DATA(s), n * kind);
+    b->size += n * kind;
+    return 0;
+}
+
+#define KEY_DEPTH 32
+
+/* 0: written; 1: a value the key does not take (the caller uses the JSON key); -1: error. */
+static int
+kb_value(keybuf *b, PyObject *v, int depth)
+{
+    if (depth > KEY_DEPTH)
+        return 1;
+    if (PyUnicode_CheckExact(v)) {
+        return kb_str(b, v);
+    } else if (PyBool_Check(v)) {
+        return kb_tag(b, v == Py_True ? 'T' : 'F', 0);
+    } else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return 1;
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        return kb_tag(b, 'i', (uint64_t)x);  /* two's complement: one varint per int64 */
+    } else if (PyFloat_CheckExact(v)) {
+        double x = PyFloat_AS_DOUBLE(v);
+        if (!isfinite(x))  /* JSON null: such args never get a template */
+            return 1;
+        return kb_tag(b, 'f', 0) < 0 ? -1 : kb_put(b, &x, sizeof(x));
+    } else if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+        Py_ssize_t i, n = PySequence_Fast_GET_SIZE(v);
+        int r;
+        if (kb_tag(b, PyList_CheckExact(v) ? 'L' : 'U', n) < 0)
+            return -1;
+        for (i = 0; i < n; i++) {
+            if ((r = kb_value(b, PySequence_Fast_GET_ITEM(v, i), depth + 1)) != 0)
+                return r;
+        }
+        return 0;
+    } else if (PyDict_CheckExact(v)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *x;
+        int r;
+        if (kb_tag(b, 'D', PyDict_GET_SIZE(v)) < 0)
+            return -1;
+        while (PyDict_Next(v, &pos, &k, &x)) {
+            if (!PyUnicode_CheckExact(k))
+                return 1;
+            if (kb_str(b, k) < 0)
+                return -1;
+            if ((r = kb_value(b, x, depth + 1)) != 0)
+                return r;
+        }
+        return 0;
+    }
+    return 1;  /* None (JSON null), Decimal, subclasses, anything else */
+}
+
+/*
+ * args_key(args, blank) -> bytes or None
+ *
+ * The whole-args template cache's key of an event's args (fast_args.FastArgs._annotations):
+ * every key and value in order, the values of the keys in blank written as int 0, as the JSON
+ * key is made of the args with those ids set to 0. Bytes that tell apart whatever the JSON key
+ * does (order, 1 / 1.0 / true, nesting) and more (a tuple from a list), starting with a zero
+ * byte, which no JSON text does. None where the JSON key is to be used: None / NaN / inf
+ * anywhere (JSON null: such args never get a template), an int beyond int64, a Decimal, a
+ * subclass, a key that is not a str, nesting deeper than 32.
+ */
+static PyObject *
+make_args_key(PyObject *args, PyObject *blank)
+{
+    keybuf b;
+    blanks bl;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v, *out = NULL;
+    static const char zero[1] = {0};
+    int r = 0;
+
+    if (!PyDict_CheckExact(args))
+        Py_RETURN_NONE;
+    if (blanks_init(&bl, blank) < 0)
+        return NULL;
+    b.data = b.small;
+    b.size = 0;
+    b.cap = sizeof(b.small);
+    if (kb_put(&b, zero, 1) < 0)
+        goto fail;
+    while (PyDict_Next(args, &pos, &k, &v)) {
+        int blank;
+        if (!PyUnicode_CheckExact(k)) {
+            r = 1;
+            break;
+        }
+        if (kb_str(&b, k) < 0)
+            goto fail;
+        blank = is_blank(&bl, k);
+        if (blank < 0)
+            goto fail;
+        if (blank) {
+            if (kb_tag(&b, 'i', 0) < 0)
+                goto fail;
+        } else if ((r = kb_value(&b, v, 0)) != 0) {
+            if (r < 0)
+                goto fail;
+            break;
+        }
+    }
+    if (r == 0)
+        out = PyBytes_FromStringAndSize(b.data, b.size);
+    else
+        out = Py_NewRef(Py_None);
+fail:
+    if (b.data != b.small)
+        PyMem_Free(b.data);
+    return out;
+}
+
+static PyObject *
+args_key(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "args_key takes 2 arguments");
+        return NULL;
+    }
+    return make_args_key(a[0], a[1]);
+}
+
+#define MAX_FLOWS 8
+
+/* Flow ids as FastEncoder writes them (tag, then the id as fixed64) into w; the bytes
+ * written, or -1 (more than MAX_FLOWS, or an id that is not an int in [0, 2^64): Python). */
+static Py_ssize_t
+put_flows(unsigned char *w, PyObject *ids, unsigned char tag0, unsigned char tag1, int *count)
+{
+    Py_ssize_t i, n;
+    unsigned char *start = w;
+    if (!PyTuple_CheckExact(ids) && !PyList_CheckExact(ids))
+        return -1;
+    n = PySequence_Fast_GET_SIZE(ids);
+    if (*count + n > MAX_FLOWS)
+        return -1;
+    for (i = 0; i < n; i++) {
+        PyObject *f = PySequence_Fast_GET_ITEM(ids, i);
+        unsigned long long v;
+        int j;
+        if (!PyLong_CheckExact(f))
+            return -1;
+        v = PyLong_AsUnsignedLongLong(f);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        *w++ = tag0;
+        *w++ = tag1;
+        for (j = 0; j < 8; j++)
+            *w++ = (unsigned char)(v >> (8 * j));
+    }
+    *count += (int)n;
+    return w - start;
+}
+
+/*
+ * event_packet(heads, whole, seq, ts, track, cat, name, args, flow_ids, terminating_flow_ids,
+ *              kind) -> bytes or None
+ *
+ * FastEncoder.event's usual case in one call: the packet's head and tail cached for (cat,
+ * name, track, kind) in heads (a list [head, tail, ids to blank]), no args or a whole-args
+ * template hit in whole (keyed as args_key does), flows as fixed64 fields. None where any of
+ * that is not so (first sight, a miss, odd values): FastEncoder.event then does it in Python.
+ * The caller counts the template hit and checks that nothing interned is pending.
+ */
+static PyObject *
+event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    piece pieces[MAX_SLOTS * 2 + 4];
+    unsigned char fbuf[MAX_FLOWS * 10];
+    int n = 0, flows = 0;
+    uint64_t ts;
+    PyObject *heads, *whole, *seq, *args, *key, *parts, *ck, *tpl;
+    Py_ssize_t fn = 0, w;
+
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "event_packet takes 11 arguments");
+        return NULL;
+    }
+    heads = a[0]; whole = a[1]; seq = a[2]; args = a[7];
+    if (!PyDict_CheckExact(heads) || !PyBytes_CheckExact(seq) || as_delta(a[3], &ts) < 0)
+        Py_RETURN_NONE;
+    key = PyTuple_Pack(4, a[5], a[6], a[4], a[10]);  /* (cat, name, track, kind) */
+    if (key == NULL)
+        return NULL;
+    parts = PyDict_GetItemWithError(heads, key);  /* borrowed */
+    Py_DECREF(key);
+    if (parts == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 3)
+        Py_RETURN_NONE;
+    if ((w = put_flows(fbuf, a[8], 0xf9, 0x02, &flows)) < 0)
+        Py_RETURN_NONE;
+    fn = w;
+    if ((w = put_flows(fbuf + fn, a[9], 0x81, 0x03, &flows)) < 0)
+        Py_RETURN_NONE;
+    fn += w;
+    if (add_bytes(pieces, &n, PyList_GET_ITEM(parts, 0)) < 0)
+        Py_RETURN_NONE;
+    if (args != Py_None) {
+        if (!PyDict_CheckExact(args))
+            Py_RETURN_NONE;
+        if (PyDict_GET_SIZE(args) > 0) {
+            if (!PyDict_CheckExact(whole))
+                Py_RETURN_NONE;
+            ck = make_args_key(args, PyList_GET_ITEM(parts, 2));
+            if (ck == NULL)
+                return NULL;
+            if (ck == Py_None) {
+                Py_DECREF(ck);
+                Py_RETURN_NONE;
+            }
+            tpl = PyDict_GetItemWithError(whole, ck);  /* borrowed: whole keeps it */
+            Py_DECREF(ck);
+            if (tpl == NULL) {
+                if (PyErr_Occurred())
+                    return NULL;
+                Py_RETURN_NONE;
+            }
+            if (add_template(pieces, &n, tpl, args) < 0)
+                Py_RETURN_NONE;
+        }
+    }
+    if (add_bytes(pieces, &n, PyList_GET_ITEM(parts, 1)) < 0)
+        Py_RETURN_NONE;
+    if (fn) {
+        pieces[n].data = (const char *)fbuf;
+        pieces[n].size = fn;
+        pieces[n].slot = 0;
+        n++;
+    }
+    return frame_packet(ts, seq, pieces, n);
+}
+
+static PyMethodDef methods[] = {
+    {"template_packet", (PyCFunction)(void (*)(void))template_packet, METH_FASTCALL,
+     "A slice begin packet from a whole-args template hit, or None (build it in Python)."},
+    {"event_packet", (PyCFunction)(void (*)(void))event_packet, METH_FASTCALL,
+     "FastEncoder.event's usual packet (cached head, template hit), or None (build it in Python)."},
+    {"args_key", (PyCFunction)(void (*)(void))args_key, METH_FASTCALL,
+     "The whole-args template cache's key of an event's args, or None (use the JSON key)."},
+    {"slice_end", (PyCFunction)(void (*)(void))slice_end, METH_FASTCALL,
+     "A slice end packet, or None (build it in Python)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_encode",
+    "The Perfetto writer's per-packet hot path in C (see fast_encoder.py).", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__encode(void)
+{
+    return PyModule_Create(&moduledef);
+}
