@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from array import array
 from functools import partial
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, MutableSequence, Optional, Sequence, Set, Tuple
 
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
@@ -447,13 +448,28 @@ def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[Re
 
 
 def _sorted_spans(flat: "array[int]") -> Iterator[Span]:
-    """The spans of one home (``Plan.by_home``) in (ts, -dur, index) order."""
+    """The spans of one home (``Plan.by_home``) in (ts, -dur, index) order, made tuples
+    :data:`_CHUNK` at a time."""
     import numpy as np
 
     spans = np.frombuffer(flat, np.int64).reshape(-1, 3)
-    order = np.lexsort((spans[:, 2], spans[:, 1], spans[:, 0]))
-    for at in range(0, len(order), _CHUNK):
-        yield from zip(*spans[order[at:at + _CHUNK]].T.tolist())
+    # by start (stable: the spans were added in index order; nearly sorted already, so fast),
+    # then the runs of equal starts longest first
+    order = np.argsort(spans[:, 0], kind="stable")
+    ts = spans[order, 0]
+    tie = ts[1:] == ts[:-1]
+    if tie.any():
+        tied = np.zeros(len(ts), bool)
+        tied[1:] = tie
+        tied[:-1] |= tie
+        at = np.flatnonzero(tied)
+        sub = order[at]
+        order[at] = sub[np.lexsort((spans[sub, 1], ts[at]))]
+    del ts, tie
+
+    def chunk(at: int) -> Iterator[Span]:
+        return zip(*spans[order[at:at + _CHUNK]].T.tolist())
+    return chain.from_iterable(map(chunk, range(0, len(order), _CHUNK)))
 
 
 _RANGE_HOMES = ("replays", "scope")
