@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...read.model import TraceEvent
 
@@ -168,7 +168,7 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
 
 
 def _looked_up(events: Sequence[TraceEvent], flow_indices: Sequence[int],
-               starts: SliceStarts) -> Any:
+               starts: SliceStarts) -> Iterator[Tuple[TraceEvent, int, int]]:
     """Each flow event with the bounds of the slices starting at its time (``starts.bounds``),
     looked up :data:`_CHUNK` at a time."""
     for at in range(0, len(flow_indices), _CHUNK):

@@ -13,7 +13,7 @@ a large trace has millions of them.
 from __future__ import annotations
 
 from array import array
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 __all__ = ["assign", "assign_forest", "Record", "Span", "TrackRecords"]
 
@@ -57,7 +57,8 @@ def assign(spans: Iterable[Span], track_uuid: Callable[[int], int]) -> List[Trac
     records: List[TrackRecords] = []
     # the lane's own track (0), held in locals: nearly every slice goes there
     stack0: List[Tuple[int, int]] = []
-    ts0 = code0 = None
+    ts0: Any = None  # its records' appends
+    code0: Any = None
     for ts, neg_dur, key in spans:
         end = ts - neg_dur
         if stacks:

@@ -295,30 +295,38 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
 
 def _flow_starts(plan: Plan, flow_ts: "array[int]") -> SliceStarts:
     """The slices (not instants) starting at one of the times ``flow_ts``, by start time, in
-    file order at equal times: the only slices a flow event may bind to."""
+    file order at equal times: the only slices a flow event may bind to. ``flow_ts`` is
+    emptied once read (its memory goes to the lookups)."""
     if not flow_ts or not plan.by_home:
         return SliceStarts()
     import numpy as np
 
     times = np.unique(np.frombuffer(flow_ts, np.int64))
+    del flow_ts[:]
+    last = len(times) - 1
     kinds = np.frombuffer(plan.kinds, np.int8)
     starts, keys = [], []
     for flat in plan.by_home.values():
         spans = np.frombuffer(flat, np.int64).reshape(-1, 3)
-        ts = spans[:, 0]
-        at = np.searchsorted(times, ts)
-        at[at == len(times)] = 0
-        hit = times[at] == ts
+        at = np.searchsorted(times, spans[:, 0])
+        np.minimum(at, last, out=at)
+        hit = np.flatnonzero(times[at] == spans[:, 0])
+        del at
         index = spans[hit, 2]
         k = kinds[index]
         slice_ = (k == SLICE) | (k == SLICE_REWRITTEN)
-        starts.append(ts[hit][slice_])
+        starts.append(spans[hit[slice_], 0])
         keys.append(index[slice_])
-    del kinds, spans, ts  # the views: plan.kinds grows later
-    ts = np.concatenate(starts)
+        del spans, hit, index, k, slice_
+    del kinds  # a view: plan.kinds grows later
     index = np.concatenate(keys)
+    del keys
+    ts = np.concatenate(starts)
+    del starts
     order = np.lexsort((index, ts))
-    ts, index = ts[order], index[order]
+    index = index[order]
+    ts = ts[order]
+    del order
     events, get = [], plan.events.__getitem__
     for at in range(0, len(index), _CHUNK):
         events.extend(map(get, index[at:at + _CHUNK].tolist()))
@@ -414,7 +422,7 @@ def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[Re
     ts = np.empty(n, np.int64)
     key = np.empty(n, np.int64)
     kind = np.empty(n, np.int8)
-    uuid = np.empty(n, np.int64)
+    uuid = np.empty(n, np.int32)  # uuids are 1, 2, ... (TrackTable.max_uuid)
     packets_per_track: Dict[int, int] = {}
     at = 0
     for t in assigned:
