@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
+from itertools import chain
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...read.model import TraceEvent
@@ -171,10 +172,11 @@ def _looked_up(events: Sequence[TraceEvent], flow_indices: Sequence[int],
                starts: SliceStarts) -> Iterator[Tuple[TraceEvent, int, int]]:
     """Each flow event with the bounds of the slices starting at its time (``starts.bounds``),
     looked up :data:`_CHUNK` at a time."""
-    for at in range(0, len(flow_indices), _CHUNK):
+    def chunk(at: int) -> Iterator[Tuple[TraceEvent, int, int]]:
         part = [events[i] for i in flow_indices[at:at + _CHUNK]]
         lo, hi = starts.bounds([fe.ts_ns for fe in part])
-        yield from zip(part, lo, hi)
+        return zip(part, lo, hi)
+    return chain.from_iterable(map(chunk, range(0, len(flow_indices), _CHUNK)))
 
 
 def _pick(cands: List[TraceEvent], flow_id: object,

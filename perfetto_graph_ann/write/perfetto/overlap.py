@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 __all__ = ["assign", "assign_forest", "Record", "Span", "TrackRecords"]
 
-#: (ts_ns, -dur_ns, key): key is anything the caller needs back (e.g. an event index). The
+#: (ts_ns, -dur_ns, key): key is the int the caller needs back (e.g. an event index). The
 #: negated duration makes the plain tuple order the nesting order (start, longest first, key).
 Span = Tuple[int, int, int]
 #: (ts_ns, kind, key, track uuid); kind 1 = begin, 0 = end.
@@ -53,7 +53,7 @@ def assign(spans: Iterable[Span], track_uuid: Callable[[int], int]) -> List[Trac
     ``track_uuid(t)`` is called once per track, in order, when the track is first needed;
     its result is the records' uuid.
     """
-    stacks: List[List[Tuple[int, int]]] = []  # per track: (end_ns, key) of open slices
+    stacks: List[List[Tuple[int, int]]] = []  # per track: (end_ns, key * 2: the end's code) of open slices
     records: List[TrackRecords] = []
     # the lane's own track (0), held in locals: nearly every slice goes there
     stack0: List[Tuple[int, int]] = []
@@ -61,24 +61,25 @@ def assign(spans: Iterable[Span], track_uuid: Callable[[int], int]) -> List[Trac
     code0: Any = None
     for ts, neg_dur, key in spans:
         end = ts - neg_dur
+        code = key * 2
         if stacks:
             while stack0 and stack0[-1][0] <= ts:
-                e, k = stack0.pop()
+                e, c = stack0.pop()
                 ts0(e)
-                code0(k * 2)
+                code0(c)
             if not stack0 or end <= stack0[-1][0]:
-                stack0.append((end, key))
+                stack0.append((end, code))
                 ts0(ts)
-                code0(key * 2 + 1)
+                code0(code + 1)
                 continue
         placed = -1
         for t in range(1, len(stacks)):
             stack = stacks[t]
             rec = records[t]
             while stack and stack[-1][0] <= ts:
-                e, k = stack.pop()
+                e, c = stack.pop()
                 rec.ts.append(e)
-                rec.codes.append(k * 2)
+                rec.codes.append(c)
             if not stack or end <= stack[-1][0]:
                 placed = t
                 break
@@ -88,10 +89,10 @@ def assign(spans: Iterable[Span], track_uuid: Callable[[int], int]) -> List[Trac
             records.append(TrackRecords(track_uuid(placed)))
             if placed == 0:
                 ts0, code0 = records[0].ts.append, records[0].codes.append
-        stacks[placed].append((end, key))
+        stacks[placed].append((end, code))
         rec = records[placed]
         rec.ts.append(ts)
-        rec.codes.append(key * 2 + 1)
+        rec.codes.append(code + 1)
     return _close_all(stacks, records)
 
 
@@ -107,7 +108,7 @@ def assign_forest(spans: Iterable[Span], parent_of: Callable[[int], Optional[int
     the first track with nothing open, so a slice is drawn either inside its own parent or at
     depth 0, never inside a stranger. Same records as :func:`assign`.
     """
-    stacks: List[List[Tuple[int, int]]] = []
+    stacks: List[List[Tuple[int, int]]] = []  # per track: (end_ns, key * 2) of open slices
     records: List[TrackRecords] = []
     track_of: Dict[int, int] = {}
     for ts, neg_dur, key in spans:
@@ -119,17 +120,17 @@ def assign_forest(spans: Iterable[Span], parent_of: Callable[[int], Optional[int
             if t >= 0:
                 stack = stacks[t]
                 while stack and stack[-1][0] <= ts:
-                    e, k = stack.pop()
+                    e, c = stack.pop()
                     records[t].ts.append(e)
-                    records[t].codes.append(k * 2)
-                if stack and stack[-1][1] == parent and end <= stack[-1][0]:
+                    records[t].codes.append(c)
+                if stack and stack[-1][1] == parent * 2 and end <= stack[-1][0]:
                     placed = t
         if placed < 0:  # the first track with nothing open (closed slices popped as it is visited)
             for t, stack in enumerate(stacks):
                 while stack and stack[-1][0] <= ts:
-                    e, k = stack.pop()
+                    e, c = stack.pop()
                     records[t].ts.append(e)
-                    records[t].codes.append(k * 2)
+                    records[t].codes.append(c)
                 if not stack:
                     placed = t
                     break
@@ -138,17 +139,18 @@ def assign_forest(spans: Iterable[Span], parent_of: Callable[[int], Optional[int
                 stacks.append([])
                 records.append(TrackRecords(track_uuid(placed)))
         track_of[key] = placed
-        stacks[placed].append((end, key))
+        stacks[placed].append((end, key * 2))
         records[placed].ts.append(ts)
         records[placed].codes.append(key * 2 + 1)
     return _close_all(stacks, records)
 
 
 def _close_all(stacks: List[List[Tuple[int, int]]], records: List[TrackRecords]) -> List[TrackRecords]:
-    """End every slice still open on each track, innermost first; returns ``records``."""
+    """End every slice still open on each track (``(end_ns, its end's code)``), innermost
+    first; returns ``records``."""
     for stack, rec in zip(stacks, records):
         while stack:
-            e, k = stack.pop()
+            e, c = stack.pop()
             rec.ts.append(e)
-            rec.codes.append(k * 2)
+            rec.codes.append(c)
     return records

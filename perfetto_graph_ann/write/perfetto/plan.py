@@ -301,8 +301,9 @@ def _flow_starts(plan: Plan, flow_ts: "array[int]") -> SliceStarts:
         return SliceStarts()
     import numpy as np
 
-    times = np.unique(np.frombuffer(flow_ts, np.int64))
+    times = np.sort(np.frombuffer(flow_ts, np.int64), kind="stable")  # nearly sorted: fast (np.unique hashes)
     del flow_ts[:]
+    times = times[np.concatenate(([True], times[1:] != times[:-1]))]  # once each
     last = len(times) - 1
     kinds = np.frombuffer(plan.kinds, np.int8)
     starts, keys = [], []
