@@ -1,9 +1,11 @@
 """The writer's plan in columns (issue 33): spans sorted with numpy as the tuples sort, the
-flow binding's slice starts looked up as the dict of starts was, the records' table in the
-order of a stable sort of the tuples by time."""
+flow binding's slice starts looked up by time, the records' table in the order the tuples
+gave (a stable sort by time). The digest and two-pass tests check the bytes."""
 from __future__ import annotations
 
 from array import array
+from functools import partial
+from operator import itemgetter
 
 import numpy as np
 from hypothesis import given, settings
@@ -14,7 +16,8 @@ from perfetto_graph_ann.read import kineto
 from perfetto_graph_ann.write.perfetto import overlap
 from perfetto_graph_ann.write.perfetto.config import WriteStats
 from perfetto_graph_ann.write.perfetto.flows import SliceStarts
-from perfetto_graph_ann.write.perfetto.plan import BEGIN, COUNTER, END, _sorted_spans, order_records, plan_events
+from perfetto_graph_ann.write.perfetto.plan import (BEGIN, COUNTER, END, _home_order, _sorted_spans, order_records,
+                                                    plan_events)
 from perfetto_graph_ann.write.perfetto.tracks import TrackTable
 
 
@@ -30,6 +33,7 @@ def test_spans_sort_as_tuples(raw):
 
 
 def test_slice_starts_bounds():
+    """Each time's slices in order (file order at equal times); none for None or a time without."""
     starts = SliceStarts(np.array([5, 7, 7, 9], np.int64), ["a", "b", "c", "d"])
     lo, hi = starts.bounds([7, 5, None, 8, 10, 9])
     assert [starts.events[a:b] for a, b in zip(lo, hi)] == [["b", "c"], ["a"], [], [], [], ["d"]]
@@ -37,24 +41,25 @@ def test_slice_starts_bounds():
 
 
 def test_records_are_the_stable_time_order_of_the_tracks_records():
+    """``order_records``' table is what the tuples gave: each home's spans sorted as tuples,
+    its tracks' records (``overlap.assign``) one after another in home order, then the
+    counters', in one stable sort by time."""
     trace = kineto.read_trace(fixture_trace("seed_block_graph"))
-    tracks = TrackTable(trace)
+    tracks, ref_tracks = TrackTable(trace), TrackTable(trace)
     plan = plan_events(trace, None, tracks, WriteStats())
-    homes = {h: list(_sorted_spans(a)) for h, a in plan.by_home.items()}
+    ref_plan = plan_events(trace, None, ref_tracks, WriteStats())
     records, per_track = order_records(plan, tracks, WriteStats())
-    ts, kind, key, uuid = (c.tolist() for c in (records.ts, records.kind, records.key, records.uuid))
-    assert ts == sorted(ts) and len(records) == sum(per_track.values()) == sum(2 * len(s) for s in homes.values()) \
-        + sum(1 for k in kind if k == COUNTER)
-    assert set(kind) <= {BEGIN, END, COUNTER}
-    # every slice begins and ends once, on one track, in nesting order per track
-    seen = {}
-    for t, k, i, u in zip(ts, kind, key, uuid):
-        if k != COUNTER:
-            seen.setdefault((u, i), []).append((k, t))
-    for (u, i), marks in seen.items():
-        assert [k for k, _ in marks] == [BEGIN, END] and marks[0][1] <= marks[1][1]
-    assert sorted(i for _, i in seen) == sorted(s[2] for spans in homes.values() for s in spans)
-    # per track, the records in the order overlap.assign gave them
+    ref = []
+    for home in sorted(ref_plan.by_home, key=_home_order):
+        flat = ref_plan.by_home[home].tolist()
+        spans = sorted(zip(flat[0::3], flat[1::3], flat[2::3]))
+        ref.extend(r for t in overlap.assign(spans, partial(ref_tracks.track, home)) for r in t.records())
+    ref.extend(ref_plan.counter_records)
+    ref.sort(key=itemgetter(0))
+    got = [(t, k, records.values[i] if k == COUNTER else i, u)
+           for t, k, i, u in zip(*(c.tolist() for c in (records.ts, records.kind, records.key, records.uuid)))]
+    assert ref and got == ref and len(ref) == sum(per_track.values())
+    assert set(records.kind.tolist()) <= {BEGIN, END, COUNTER}
     one = overlap.TrackRecords(7)
     one.ts.extend([1, 2])
     one.codes.extend([5 * 2 + 1, 5 * 2])
