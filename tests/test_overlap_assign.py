@@ -45,7 +45,7 @@ def test_assign_equals_the_reference(raw):
         calls.append(t)
         return 100 + t
 
-    got = assign(spans, uuid)
+    got = [t.records() for t in assign(spans, uuid)]
     assert got == _reference(spans, lambda t: 100 + t)
     assert calls == list(range(len(got)))
     for rec in got:  # every track nests: ends never before their begins, times never decrease
@@ -94,7 +94,7 @@ def _forest(draw):
 @given(_forest())
 def test_assign_forest_nests_a_range_only_in_its_own_parent(forest):
     spans, parent, loose = forest
-    got = assign_forest(spans, parent.get, lambda t: 100 + t)
+    got = [t.records() for t in assign_forest(spans, parent.get, lambda t: 100 + t)]
     inside = {}  # key -> the slice it is drawn in on its track (None: depth 0)
     ends = {k: ts - nd for ts, nd, k in spans}
     for rec in got:

@@ -435,7 +435,13 @@ class _Scan:
         get = memo.get
         join = self.join
         joined = self.joined
+        last = None  # the previous event's time: a flow event's is its slice's, one int object for both
         for e in run:
+            ts = e.ts_ns
+            if ts == last:
+                e.ts_ns = last
+            else:
+                last = ts
             cat = e.cat
             e.cat = intern(cat, cat)
             pid = e.pid

@@ -17,7 +17,7 @@ from .fast_encoder import FastEncoder
 from .flows import FlowPlan
 from .interning import Interner
 from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start, sort_window_mark
-from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, Plan, Record
+from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, Plan, Records
 from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
 
@@ -96,7 +96,7 @@ class _Sink:
         s.bytes = self.written
 
 
-def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Record], packets_per_track: Dict[int, int],
+def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: Records, packets_per_track: Dict[int, int],
                   tracks: TrackTable, base_time_ns: int, typed_keys: AbstractSet[str], config: WriterConfig,
                   stats: WriteStats) -> None:
     """The whole output: the shared sequence's start, the track descriptors, then every
@@ -116,7 +116,7 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Rec
 
         bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
     sink = _Sink(out, stats, config.batch, bar, config.sort_window_bytes)
-    t0 = records[0][0] if records else 0
+    t0 = int(records.ts[0]) if len(records) else 0
     sink.batch.append(START)  # the start mark: this trace ends with an end record (formats)
     sink.batch.extend(sequence_start(t0, base_time_ns))
     # Track descriptors go on a sequence with no events: a thread's descriptor gives its
@@ -124,25 +124,26 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: List[Rec
     # draws on a GPU lane or other non-thread track with a made-up `legacy_event.passthrough_utid`.
     descriptor_sequence = SEQUENCE_ID + len(encoders)
     sink.batch.extend([descriptor_packet(d, descriptor_sequence) for d in tracks.descriptors])
+    prevs: List[Optional[int]] = [None] * len(encoders)  # per sequence: the previous packet's time (None: not started)
+    prevs[0] = t0
     if plan.source is None:
-        _stream(records, plan, flows, encoders, seq_of, t0, base_time_ns, sink)
+        for chunk in records.chunks(sink.step):
+            _stream(chunk, records.values, plan, flows, encoders, seq_of, base_time_ns, sink, prevs)
     else:
-        _stream_read_again(records, plan, flows, encoders, seq_of, t0, base_time_ns, sink)
+        _stream_read_again(records, plan, flows, encoders, seq_of, base_time_ns, sink, prevs)
     sink.close(len(records))
 
 
-def _stream_read_again(records: List[Record], plan: Plan, flows: FlowPlan, encoders: Sequence[Any],
-                       seq_of: List[int], t0: int, base_time_ns: int, sink: _Sink) -> None:
+def _stream_read_again(records: Records, plan: Plan, flows: FlowPlan, encoders: Sequence[Any],
+                       seq_of: List[int], base_time_ns: int, sink: _Sink, prevs: List[Optional[int]]) -> None:
     """The packet loop of a two-pass read: each batch's events decoded again from the file
     (:meth:`...read.scan.EventSource.fetch`, one call per batch) just before they are encoded."""
-    source, base, step = plan.source, plan.base, sink.step
-    prevs: List[Optional[int]] = [None] * len(encoders)
-    prevs[0] = t0
+    source, base = plan.source, plan.base
     try:
-        for at in range(0, len(records), step):
-            chunk = records[at:at + step]
-            plan.events = source.fetch([i for ts, kind, i, uuid in chunk if kind == BEGIN and i < base])
-            _stream(chunk, plan, flows, encoders, seq_of, t0, base_time_ns, sink, prevs)
+        for chunk in records.chunks(sink.step):
+            _, kinds, keys, _ = chunk
+            plan.events = source.fetch([i for kind, i in zip(kinds, keys) if kind == BEGIN and i < base])
+            _stream(chunk, records.values, plan, flows, encoders, seq_of, base_time_ns, sink, prevs)
     except BaseException:
         source.close(check=False)
         raise
@@ -151,10 +152,12 @@ def _stream_read_again(records: List[Record], plan: Plan, flows: FlowPlan, encod
     source.close()  # raises if the file changed meanwhile: the output is then discarded
 
 
-def _stream(records: Sequence[Record], plan: Plan, flows: FlowPlan, encoders: Sequence[Any], seq_of: List[int],
-            t0: int, base_time_ns: int, sink: _Sink, prevs: Optional[List[Optional[int]]] = None) -> None:
-    """The packet loop: one packet per record, timestamps as deltas on each sequence
-    (``prevs``: each sequence's previous packet time, carried from an earlier call)."""
+def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Sequence[Any], plan: Plan,
+            flows: FlowPlan, encoders: Sequence[Any], seq_of: List[int], base_time_ns: int, sink: _Sink,
+            prevs: List[Optional[int]]) -> None:
+    """The packet loop over a chunk of records (:meth:`.plan.Records.chunks`): one packet per
+    record, timestamps as deltas on each sequence (``prevs``: each sequence's previous packet
+    time, carried from chunk to chunk); ``values``: the counter records' values."""
     kinds, events, ranges, base, args_of = plan.kinds, plan.events, plan.ranges, plan.base, plan.args_of
     outgoing, terminating = flows.outgoing, flows.terminating
     begins = [enc.event for enc in encoders]
@@ -163,13 +166,10 @@ def _stream(records: Sequence[Record], plan: Plan, flows: FlowPlan, encoders: Se
     # first end of each track, and any the C side leaves to Python, through slice_end)
     end_packet = fast_encoder.end_packet if type(encoders[0]) is FastEncoder else None
     tails = [enc.end_tails for enc in encoders] if end_packet is not None else []
-    if prevs is None:
-        prevs = [None] * len(encoders)  # per sequence: the previous packet's time (None: not started)
-        prevs[0] = t0
     batch, step = sink.batch, sink.step
     append = batch.append
     no_flows: Tuple[int, ...] = ()
-    for ts, kind, i, uuid in records:
+    for ts, kind, i, uuid in zip(*chunk):
         q = seq_of[uuid]
         prev = prevs[q]
         if prev is None:  # first packet of a track's own sequence: its defaults and clock first
@@ -184,7 +184,7 @@ def _stream(records: Sequence[Record], plan: Plan, flows: FlowPlan, encoders: Se
             else:
                 append(ends[q](ts - prev, uuid))
         elif kind == COUNTER:
-            append(encoders[q].counter(ts - prev, uuid, i))  # i holds the value for counter records
+            append(encoders[q].counter(ts - prev, uuid, values[i]))  # i: the value's position
         elif kinds[i] == SLICE and i < base:  # the usual slice: its own args as they are
             e = events[i]
             append(begins[q](ts - prev, uuid, e.cat, e.name, e.args, outgoing.get(i, no_flows),

@@ -13,11 +13,37 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from itertools import chain
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...read.model import TraceEvent
 
-__all__ = ["FlowEnds", "FlowPlan", "plan_flows"]
+__all__ = ["FlowEnds", "FlowPlan", "plan_flows", "SliceStarts"]
+
+#: Flow events looked up at a time (:meth:`SliceStarts.bounds`).
+_CHUNK = 1 << 16
+
+
+class SliceStarts:
+    """The slices a flow event may bind to by start time: ``ts`` (sorted, a numpy int64
+    array) and ``events`` (the slices in that order; file order at equal times). A column
+    and a list slot a slice, not a dict entry: a flow to every kernel makes them many."""
+
+    def __init__(self, ts: Any = None, events: Sequence[TraceEvent] = ()) -> None:
+        self.ts = ts
+        self.events = events
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def bounds(self, times: Sequence[Optional[int]]) -> Tuple[List[int], List[int]]:
+        """Per time (None: none) the slices starting then: ``events[lo:hi]``, as (lo, hi) lists."""
+        if not self.events:
+            return [0] * len(times), [0] * len(times)
+        import numpy as np
+
+        at = np.array([-1 if t is None else t for t in times], np.int64)  # ts is never negative
+        return (np.searchsorted(self.ts, at, "left").tolist(), np.searchsorted(self.ts, at, "right").tolist())
 
 
 class FlowEnds:
@@ -62,7 +88,8 @@ class FlowEnds:
 class FlowPlan:
     """Flow ids per event index: outgoing on sources, terminating on targets."""
 
-    outgoing: Dict[int, List[int]] = dataclasses.field(default_factory=dict)
+    #: a source's flow ids in an int64 array (a graph launch starts one to each of its kernels)
+    outgoing: Dict[int, "array[int]"] = dataclasses.field(default_factory=dict)
     #: a dict, or :class:`FlowEnds` (``plan_flows(size=...)``)
     terminating: Any = dataclasses.field(default_factory=dict)
     count: int = 0  #: flows written
@@ -70,46 +97,42 @@ class FlowPlan:
     without_start: int = 0  #: bound flow ends whose id has no bound start
 
 
-def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts: Dict[int, Any],
+def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts: SliceStarts,
                whole: Optional[Callable[[int], TraceEvent]] = None, size: int = 0) -> FlowPlan:
     """Bind the flow events ``events[i]`` for ``i`` in ``flow_indices`` (``ph`` s / t / f with
     an id) to slices.
 
-    ``starts``: ts -> the slice starting there, or a list of them in file order when several
-    do (nested slices, other threads), over every slice a flow may bind to; the writer
-    builds it while it places the slices. The thread is compared on lookup. ``whole``: event
+    ``starts``: the slices by start time, in file order where several start at once (nested
+    slices, other threads), over every slice a flow may bind to; the writer finds them while
+    it places the slices. The thread is compared on lookup. ``whole``: event
     index -> the event with all its args, where ``events`` are light (:mod:`...read.scan`).
     ``size``: the trace's events; with it the flow ends are a :class:`FlowEnds`.
     """
     plan = FlowPlan(terminating=FlowEnds(size)) if size else FlowPlan()
-    get = starts.get
     sources: Dict[object, int] = {}
     targets: Dict[object, List[int]] = {}
     main_cat = None
     unbound = 0
-    for i in flow_indices:
-        fe = events[i]
-        ts = fe.ts_ns
-        if ts is None:
+    slices = starts.events
+    for fe, lo, hi in _looked_up(events, flow_indices, starts):
+        if fe.ts_ns is None:
             continue
         if main_cat is None:
             main_cat = fe.cat
-        c = get(ts)
-        if c is None:
-            unbound += 1
-            continue
-        if type(c) is list:
+        if hi - lo == 1:
+            c = slices[lo]
+            if c.pid == fe.pid and c.tid == fe.tid:
+                target = c
+            else:
+                unbound += 1
+                continue
+        else:
             pid, tid = fe.pid, fe.tid
-            c = [x for x in c if x.pid == pid and x.tid == tid]
+            c = [x for x in slices[lo:hi] if x.pid == pid and x.tid == tid]
             if not c:
                 unbound += 1
                 continue
             target = c[0] if len(c) == 1 else _pick(c, fe.id, whole)
-        elif c.pid == fe.pid and c.tid == fe.tid:
-            target = c
-        else:
-            unbound += 1
-            continue
         cat = fe.cat
         key = fe.id if cat == main_cat else (cat, fe.id)
         if fe.ph == "s":
@@ -131,7 +154,7 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
             continue
         out = outgoing.get(src)
         if out is None:
-            out = outgoing[src] = []
+            out = outgoing[src] = array("q")
         for t in tgts:
             if t == src:
                 continue
@@ -143,6 +166,17 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
             del outgoing[src]
     plan.count = next_id - 1
     return plan
+
+
+def _looked_up(events: Sequence[TraceEvent], flow_indices: Sequence[int],
+               starts: SliceStarts) -> Iterator[Tuple[TraceEvent, int, int]]:
+    """Each flow event with the bounds of the slices starting at its time (``starts.bounds``),
+    looked up :data:`_CHUNK` at a time."""
+    def chunk(at: int) -> Iterator[Tuple[TraceEvent, int, int]]:
+        part = [events[i] for i in flow_indices[at:at + _CHUNK]]
+        lo, hi = starts.bounds([fe.ts_ns for fe in part])
+        return zip(part, lo, hi)
+    return chain.from_iterable(map(chunk, range(0, len(flow_indices), _CHUNK)))
 
 
 def _pick(cands: List[TraceEvent], flow_id: object,

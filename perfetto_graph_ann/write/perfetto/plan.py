@@ -9,22 +9,24 @@ Phases, in order (each reads what the previous ones decided):
 2. :func:`bind_flows` binds Kineto's flow events to slices (:mod:`.flows`) and adds a flow
    from each replay's CPU launch to its replay slice;
 3. :func:`order_records` gives each slice a nesting track (:mod:`.overlap`) and merges
-   everything into one timestamp-ordered list of (ts, kind, index, track uuid) records.
+   everything into one timestamp-ordered table of (ts, kind, index, track uuid) records
+   (:class:`Records`).
 
-Per event only a few small tuples are kept; the args of an event are rewritten (placement
-args, stream, device, phase) only when its packet is encoded (:meth:`Plan.args_of`).
+Spans and records are int64 columns, not tuples (a large trace has millions: issue 33's
+peak memory); the args of an event are rewritten (placement args, stream, device, phase)
+only when its packet is encoded (:meth:`Plan.args_of`).
 """
 from __future__ import annotations
 
 import dataclasses
 from array import array
 from functools import partial
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, MutableSequence, Optional, Sequence, Set, Tuple
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, MutableSequence, Optional, Sequence, Set, Tuple
 
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
 from . import overlap
-from .flows import FlowPlan, plan_flows
+from .flows import FlowPlan, SliceStarts, plan_flows
 from .tracks import TrackTable
 
 if TYPE_CHECKING:  # annotation only: importing the join package costs time on every conversion
@@ -32,7 +34,7 @@ if TYPE_CHECKING:  # annotation only: importing the join package costs time on e
     from .config import WriteStats
 
 __all__ = ["BEGIN", "bind_flows", "COUNTER", "DROPPED", "END", "INSTANT", "order_records", "Plan", "plan_events",
-           "Record", "SKIP", "SLICE", "SLICE_REWRITTEN", "Span", "TRACK_METADATA"]
+           "Record", "Records", "SKIP", "SLICE", "SLICE_REWRITTEN", "Span", "TRACK_METADATA"]
 
 #: Record kinds (the second item of a record). An END record's index is its slice's; a
 #: COUNTER record carries the counter's value in place of an index.
@@ -48,6 +50,8 @@ INSTANT = 3
 
 Span = Tuple[int, int, int]
 Record = Tuple[int, int, Any, int]
+#: Spans sorted, or records read out, at a time (their Python ints live only this long).
+_CHUNK = 1 << 16
 _GPU_TRACK_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
 _HOME_ORDER = {"gpu": 0, "replays": 1, "scope": 2, "thread": 3, "wide_thread": 4, "named": 5}
 
@@ -100,15 +104,15 @@ class Plan:
     #: per index: how it is written (``SKIP``, ``TRACK_METADATA``, ``SLICE``, ``SLICE_REWRITTEN``, ``INSTANT``)
     kinds: MutableSequence[int]
     gpu_pids: Set[Any]  #: pids holding GPU work or GPU user annotations
-    by_home: Dict[Tuple, List[Span]] = dataclasses.field(default_factory=dict)  #: home -> (ts, -dur, index)
+    #: home -> its spans, (ts, -dur, index) after one another in one int64 array
+    by_home: Dict[Tuple, "array[int]"] = dataclasses.field(default_factory=dict)
     rewrite: Dict[int, int] = dataclasses.field(default_factory=dict)  #: GPU work whose args change -> its lane
     #: events on a GPU pid with no int ``device`` arg -> the pid's device, written as their
     #: ``device`` arg when their args are rewritten (the SQL package counts GPU work by it)
     device_of: Dict[int, int] = dataclasses.field(default_factory=dict)
     counter_records: List[Record] = dataclasses.field(default_factory=list)
-    #: ts -> the slice starting there (a list when several do), for the flow binding: only at
-    #: the times of flow events
-    starts: Dict[int, Any] = dataclasses.field(default_factory=dict)
+    #: the slices starting at a flow event's time (the only ones the flow binding looks up)
+    starts: SliceStarts = dataclasses.field(default_factory=SliceStarts)
     flow_indices: List[int] = dataclasses.field(default_factory=list)  #: Kineto flow events (s / t / f with an id)
     ranges: Sequence[Any] = ()  #: the join's projected replay and scope ranges
     #: dependency edges between GPU work to draw as flows (``LaneLayout.edge_flows``)
@@ -148,14 +152,14 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     cats = _Categories()
     kinds: MutableSequence[int] = array("b", bytes(len(events)))  # SKIP each; a byte an event, not a list slot
     gpu_pids = set()
-    flow_ts = set()  # the flow events' times: the only slice starts the flow binding looks up
+    flow_ts = array("q")  # the flow events' times: the only slice starts the flow binding looks up
     for e in events:
         ph = e.ph
         if ph == "X":
             if type(e.pid) is int and cats[e.cat] in _GPU_TRACK_CATEGORIES:
                 gpu_pids.add(e.pid)
-        elif ph == "s" or ph == "f" or ph == "t":
-            flow_ts.add(e.ts_ns)
+        elif (ph == "s" or ph == "f" or ph == "t") and e.ts_ns is not None:
+            flow_ts.append(e.ts_ns)
         elif ph == "M" and tracks.consume_metadata(e):
             stats.metadata += 1
             kinds[e.index] = TRACK_METADATA
@@ -165,13 +169,15 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
         plan.rewrite = _Lanes(len(events))  # type: ignore[assignment]
     if layout is not None and any(p.annotation for p in layout.placements.values()):
         stats.dropped_user_annotations = _drop_orphaned_user_annotations(plan, cats)
-    _place(plan, tracks, stats, cats, flow_ts)
+    _place(plan, tracks, stats, cats)
+    plan.starts = _flow_starts(plan, flow_ts)
+    del flow_ts
     if layout is not None and layout.ranges:
         plan.ranges = layout.ranges
         kinds.extend([SLICE] * len(plan.ranges))
         for k, r in enumerate(plan.ranges):
             home = ("replays", r.device) if r.kind == "replay" else ("scope", r.device)
-            plan.by_home.setdefault(home, []).append((r.ts, -r.dur, plan.base + k))
+            plan.by_home.setdefault(home, array("q")).extend((r.ts, -r.dur, plan.base + k))
         stats.projected = len(plan.ranges)
     if layout is not None and getattr(layout, "edge_flows", None):
         plan.edge_flows = layout.edge_flows
@@ -219,15 +225,14 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
     return dropped
 
 
-def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories, flow_ts: Set[Any]) -> None:
-    """Every timed event's home and span; the slice starts that flows bind to (those at a flow
-    event's time: ``flow_ts``); counters."""
+def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories) -> None:
+    """Every timed event's home and span; counters."""
     kinds, gpu_pids, placements, by_home = plan.kinds, plan.gpu_pids, plan.placements, plan.by_home
-    rewrite, device_of, starts, flow_indices = plan.rewrite, plan.device_of, plan.starts, plan.flow_indices
-    starts_get = starts.get
-    # the by_home list of each (pid, tid) / (device, lane) seen, so most events find theirs in one lookup
-    cpu_spans: Dict[Tuple, List[Span]] = {}
-    gpu_spans: Dict[Tuple, List[Span]] = {}
+    rewrite, device_of, flow_indices = plan.rewrite, plan.device_of, plan.flow_indices
+    # the append of the by_home array of each (pid, tid) / (device, lane) seen, so most events
+    # find theirs in one lookup
+    cpu_spans: Dict[Tuple, Any] = {}
+    gpu_spans: Dict[Tuple, Any] = {}
     n_slices = n_instants = 0
     for e in plan.events:
         i = e.index
@@ -252,14 +257,6 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories,
         else:
             kinds[i] = SLICE if ph == "X" else SLICE_REWRITTEN  # another phase: kept as the "ph" arg
             n_slices += 1
-            if ts in flow_ts:
-                c = starts_get(ts)
-                if c is None:
-                    starts[ts] = e
-                elif type(c) is list:
-                    c.append(e)
-                else:
-                    starts[ts] = [c, e]
         spans = None
         pid = e.pid
         if type(pid) is int and pid in gpu_pids:
@@ -274,7 +271,7 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories,
             if device is not None and lane is not None:
                 spans = gpu_spans.get((device, lane))
                 if spans is None:
-                    spans = gpu_spans[(device, lane)] = by_home.setdefault(("gpu", device, lane), [])
+                    spans = gpu_spans[(device, lane)] = by_home.setdefault(("gpu", device, lane), array("q")).append
                 # unchanged args are written as they are (no copy): no placement args and
                 # already the lane as an int stream arg (True == 1, so check the type). Every
                 # GPU work event on a lane, whatever its phase, carries the lane's device and
@@ -288,10 +285,53 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories,
             key = (pid, e.tid)
             spans = cpu_spans.get(key)
             if spans is None:
-                spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), [])
-        spans.append((ts, -dur, i))
+                spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), array("q")).append
+        spans(ts)
+        spans(-dur)
+        spans(i)
     stats.slices += n_slices
     stats.instants += n_instants
+
+
+def _flow_starts(plan: Plan, flow_ts: "array[int]") -> SliceStarts:
+    """The slices (not instants) starting at one of the times ``flow_ts``, by start time, in
+    file order at equal times: the only slices a flow event may bind to. ``flow_ts`` is
+    emptied once read (its memory goes to the lookups)."""
+    if not flow_ts or not plan.by_home:
+        return SliceStarts()
+    import numpy as np
+
+    times = np.sort(np.frombuffer(flow_ts, np.int64), kind="stable")  # nearly sorted: fast (np.unique hashes)
+    del flow_ts[:]
+    times = times[np.concatenate(([True], times[1:] != times[:-1]))]  # once each
+    last = len(times) - 1
+    kinds = np.frombuffer(plan.kinds, np.int8)
+    starts, keys = [], []
+    for flat in plan.by_home.values():
+        spans = np.frombuffer(flat, np.int64).reshape(-1, 3)
+        at = np.searchsorted(times, spans[:, 0])
+        np.minimum(at, last, out=at)
+        hit = np.flatnonzero(times[at] == spans[:, 0])
+        del at
+        index = spans[hit, 2]
+        k = kinds[index]
+        slice_ = (k == SLICE) | (k == SLICE_REWRITTEN)
+        starts.append(spans[hit[slice_], 0])
+        keys.append(index[slice_])
+        del spans, hit, index, k, slice_
+    del kinds  # a view: plan.kinds grows later
+    index = np.concatenate(keys)
+    del keys
+    ts = np.concatenate(starts)
+    del starts
+    order = np.lexsort((index, ts))
+    index = index[order]
+    ts = ts[order]
+    del order
+    events, get = [], plan.events.__getitem__
+    for at in range(0, len(index), _CHUNK):
+        events.extend(map(get, index[at:at + _CHUNK].tolist()))
+    return SliceStarts(ts, events)
 
 
 def _counters(e: TraceEvent, tracks: TrackTable, gpu_pids: Set[Any], out: List[Record], stats: WriteStats) -> None:
@@ -320,13 +360,13 @@ def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
         src = r.launch
         if src is None or plan.kinds[src] not in (SLICE, SLICE_REWRITTEN):
             continue
-        fp.outgoing[src] = list(fp.outgoing.get(src, ())) + [next_id]
+        fp.outgoing.setdefault(src, array("q")).append(next_id)
         fp.terminating[plan.base + k] = [next_id]
         next_id += 1
     for src, dst in plan.edge_flows:  # dependency edges of replays (join(edge_flows=True))
         if plan.kinds[src] not in (SLICE, SLICE_REWRITTEN) or plan.kinds[dst] not in (SLICE, SLICE_REWRITTEN):
             continue
-        fp.outgoing[src] = list(fp.outgoing.get(src, ())) + [next_id]
+        fp.outgoing.setdefault(src, array("q")).append(next_id)
         fp.terminating[dst] = list(fp.terminating.get(dst, ())) + [next_id]
         next_id += 1
     fp.count = next_id - 1
@@ -336,37 +376,109 @@ def bind_flows(plan: Plan, stats: WriteStats) -> FlowPlan:
     return fp
 
 
-def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[List[Record], Dict[int, int]]:
-    """Phase 3: nesting tracks per home, then one timestamp-ordered record list.
+class Records:
+    """The timestamp-ordered records of a plan as columns (:func:`order_records`): per record
+    its ``ts``, ``kind`` (``BEGIN``, ``END``, ``COUNTER``), ``key`` (the slice's index; for a
+    COUNTER record the position of its value in ``values``) and track ``uuid``."""
+
+    def __init__(self, ts: Any, kind: Any, key: Any, uuid: Any, values: List[Any]) -> None:
+        self.ts, self.kind, self.key, self.uuid, self.values = ts, kind, key, uuid, values
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def chunks(self, size: int) -> Iterator[Tuple[List[int], List[int], List[int], List[int]]]:
+        """The records ``size`` at a time, as lists: (ts, kind, key, uuid)."""
+        for at in range(0, len(self.ts), size):
+            end = at + size
+            yield (self.ts[at:end].tolist(), self.kind[at:end].tolist(), self.key[at:end].tolist(),
+                   self.uuid[at:end].tolist())
+
+
+def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[Records, Dict[int, int]]:
+    """Phase 3: nesting tracks per home, then one timestamp-ordered table of records.
 
     Returns the records and the number of packets per track uuid.
     """
-    records: List[Record] = []
-    packets_per_track: Dict[int, int] = {}
+    import numpy as np
+
+    assigned: List[overlap.TrackRecords] = []
     range_parents: Optional[Dict[int, int]] = None  # slice key of a range -> that of its parent range
     for home in sorted(plan.by_home, key=_home_order):
-        spans = plan.by_home[home]
-        spans.sort()  # (ts, -dur, index): start, longest first, file order
+        spans = _sorted_spans(plan.by_home[home])  # (ts, -dur, index): start, longest first, file order
+        plan.by_home[home] = array("q")  # done with once sorted: its memory goes to the records
         new_track = partial(tracks.track, home)
         if home[0] in _RANGE_HOMES:  # the projection: ranges nest by scope, not by time alone
             if range_parents is None:
                 base = plan.base
                 range_parents = {base + k: base + r.parent for k, r in enumerate(plan.ranges) if r.parent is not None}
-            assigned = overlap.assign_forest(spans, range_parents.get, new_track)
+            assigned.extend(overlap.assign_forest(spans, range_parents.get, new_track))
         else:
-            assigned = overlap.assign(spans, new_track)
-        for recs in assigned:
-            packets_per_track[recs[0][3]] = len(recs)
-            records.extend(recs)
-        del spans, assigned
-        plan.by_home[home] = []  # done with: its memory goes to the next home's records
-    for rec in plan.counter_records:
-        packets_per_track[rec[3]] = packets_per_track.get(rec[3], 0) + 1
-    records.extend(plan.counter_records)
-    records.sort(key=itemgetter(0))  # stable: per-track order kept for equal timestamps
+            assigned.extend(overlap.assign(spans, new_track))
+        del spans
+    # one table: the tracks' records one after another, then the counters'; a stable sort by
+    # time keeps that order at equal timestamps
+    counters = plan.counter_records
+    n = sum(map(len, assigned)) + len(counters)
+    ts = np.empty(n, np.int64)
+    key = np.empty(n, np.int64)
+    kind = np.empty(n, np.int8)
+    uuid = np.empty(n, np.int32)  # uuids are 1, 2, ... (TrackTable.max_uuid)
+    packets_per_track: Dict[int, int] = {}
+    at = 0
+    for t in assigned:
+        end = at + len(t)
+        ts[at:end] = np.frombuffer(t.ts, np.int64)
+        codes = np.frombuffer(t.codes, np.int64)
+        key[at:end] = codes >> 1
+        kind[at:end] = codes & 1
+        del codes
+        uuid[at:end] = t.uuid
+        packets_per_track[t.uuid] = len(t)
+        t.ts = t.codes = None  # type: ignore[assignment]  # freed as they are copied
+        at = end
+    del assigned
+    values = []
+    for k, (t_ns, _, value, u) in enumerate(counters):
+        ts[at + k] = t_ns
+        key[at + k] = k
+        kind[at + k] = COUNTER
+        uuid[at + k] = u
+        values.append(value)
+        packets_per_track[u] = packets_per_track.get(u, 0) + 1
+    order = np.argsort(ts, kind="stable")
+    ts = ts[order]
+    key = key[order]
+    kind = kind[order]
+    uuid = uuid[order]
     stats.spill_tracks = tracks.spill_tracks
     stats.tracks = len(tracks.descriptors)
-    return records, packets_per_track
+    return Records(ts, kind, key, uuid, values), packets_per_track
+
+
+def _sorted_spans(flat: "array[int]") -> Iterator[Span]:
+    """The spans of one home (``Plan.by_home``) in (ts, -dur, index) order, made tuples
+    :data:`_CHUNK` at a time."""
+    import numpy as np
+
+    spans = np.frombuffer(flat, np.int64).reshape(-1, 3)
+    # by start (stable: the spans were added in index order; nearly sorted already, so fast),
+    # then the runs of equal starts longest first
+    order = np.argsort(spans[:, 0], kind="stable")
+    ts = spans[order, 0]
+    tie = ts[1:] == ts[:-1]
+    if tie.any():
+        tied = np.zeros(len(ts), bool)
+        tied[1:] = tie
+        tied[:-1] |= tie
+        at = np.flatnonzero(tied)
+        sub = order[at]
+        order[at] = sub[np.lexsort((spans[sub, 1], ts[at]))]
+    del ts, tie
+
+    def chunk(at: int) -> Iterator[Span]:
+        return zip(*spans[order[at:at + _CHUNK]].T.tolist())
+    return chain.from_iterable(map(chunk, range(0, len(order), _CHUNK)))
 
 
 _RANGE_HOMES = ("replays", "scope")

@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING, FrozenSet, Optional
 from ...read.model import KinetoTrace
 from .config import LIST_ARGS_MODES, WriterConfig, WriteStats
 from .emit import ENCODERS, write_packets
+from .flows import SliceStarts
 from .plan import bind_flows, order_records, plan_events
 from .tracks import TrackTable
 
@@ -43,7 +44,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
             trace.release()  # type: ignore[attr-defined]
         flows = bind_flows(plan, stats)
         if plan.source is not None:
-            plan.starts = {}
+            plan.starts = SliceStarts()
             plan.events = []
         records, packets_per_track = order_records(plan, tracks, stats)
         typed = _join_arg_keys(layout) if config.list_args == "text" else frozenset()
