@@ -74,7 +74,7 @@ PURE_PYTHON = Setting(
     "capture (and write .pftrace) with the pure-Python paths even where the compiled ones are built (read at import)")
 NO_EXTENSION = Setting(
     "PERFETTO_GRAPH_ANN_NO_EXTENSION", "switch", False,
-    "at build / install time: do not compile the capture fast path (`hatch_build.py`)")
+    "at build / install time: do not compile the capture fast path nor the writer's (`hatch_build.py`)")
 VERIFY_SCOPES = Setting(
     "PERFETTO_GRAPH_ANN_VERIFY_SCOPES", "switch", False,
     "list the graph at every scope edge and check the scope ranges against it (the GPU tests run so)")

@@ -319,7 +319,7 @@ def test_flow_ends_in_an_array_are_the_dict_ones():
 def test_columns_beyond_int32_are_kept_whole():
     """The compact columns hold int32: a lane, stream, replay index or flow id beyond it is kept
     as it is, and given back the same."""
-    from perfetto_graph_ann.join.model import CompactPlacements
+    from perfetto_graph_ann.join.model import CompactPlacements, matched_placement
     from perfetto_graph_ann.write.perfetto.flows import FlowEnds
     from perfetto_graph_ann.write.perfetto.plan import _Lanes
 
@@ -339,7 +339,7 @@ def test_columns_beyond_int32_are_kept_whole():
         for i, replay, hw in cases:
             p.add(i, 99, node, replay, "calibrated", i == 3, hw)
         for i, replay, hw in cases:
-            assert p[i] == p._make(node, replay, "calibrated", i == 3, hw)
+            assert p[i] == matched_placement(every, *node, replay, "calibrated", i == 3, hw)
             assert p[i].lane == (7 if every or hw is None else hw)
         assert list(p) == [0, 1, 2, 3, 4] and 5 not in p and len(p) == 5
 

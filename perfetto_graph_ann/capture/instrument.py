@@ -160,6 +160,7 @@ def _apply(cfg: Optional[InstrumentConfig]) -> None:
 def _torch_ready() -> None:
     """torch is imported: hook its captures and watch its profiler (the replay record); import
     now what the first capture would import (no CUDA call), so that it does not pay for it."""
+    global _cuda_hooked
     from . import backends
     from .calibration import KINETO
 
@@ -170,7 +171,6 @@ def _torch_ready() -> None:
         warnings.warn(f"perfetto_graph_ann: instrumentation not installed: {e}", RuntimeWarning, stacklevel=2)
         return
     backends.preload()
-    global _cuda_hooked
     lazy_call = getattr(getattr(sys.modules.get("torch"), "cuda", None), "_lazy_call", None)
     if lazy_call is not None and not _cuda_hooked:  # now if CUDA is initialised, else when torch does it
         _cuda_hooked = True

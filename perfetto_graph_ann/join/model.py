@@ -47,6 +47,7 @@ class Placement:
 
 
 _new = object.__new__
+_MISSING = object()  # CompactPlacements.get's default for __getitem__
 
 
 def matched_placement(every: bool, lane: Any, base: Mapping[str, Any], annotation: Any, replay: Optional[int],
@@ -115,7 +116,7 @@ class CompactPlacements(Mapping[int, Placement]):
         row = self.row
         if (replay is not None and not none < replay < 1 << 31) or (hw is not None and not none < hw < 1 << 31) \
                 or not 0 <= index < len(row):
-            self.put(index, self._make(node, replay, strategy, ambiguous, hw))
+            self.put(index, matched_placement(self.every, node[0], node[1], node[2], replay, strategy, ambiguous, hw))
             return
         n = self.node_ids.get(key)
         if n is None:
@@ -129,24 +130,11 @@ class CompactPlacements(Mapping[int, Placement]):
         self.hw.append(none if hw is None else hw)
         self.how.append(_HOW[strategy] + (8 if ambiguous else 0))
 
-    def _make(self, node: Tuple[Any, Mapping[str, Any], Any], replay: Optional[int], strategy: str, ambiguous: bool,
-              hw: Optional[int]) -> Placement:
-        return matched_placement(self.every, node[0], node[1], node[2], replay, strategy, ambiguous, hw)
-
     def __getitem__(self, index: int) -> Placement:
-        try:
-            r = self.row[index] if index >= 0 else -1
-        except (IndexError, TypeError):
-            r = -1
-        if r < 0:
-            p = self.kept.get(index)
-            if p is None:
-                raise KeyError(index)
-            return p
-        none = self._NONE
-        replay, hw, how = self.replay[r], self.hw[r], self.how[r]
-        return self._make(self.nodes[self.node[r]], None if replay == none else replay, STRATEGIES[how & 7],
-                          how >= 8, None if hw == none else hw)
+        p = self.get(index, _MISSING)
+        if p is _MISSING:
+            raise KeyError(index)
+        return p
 
     def lane_and_args(self, index: int) -> Tuple[Any, Mapping[str, Any]]:
         """The lane of ``index``'s placement and args holding at least its node's (among them
