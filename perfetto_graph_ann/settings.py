@@ -19,7 +19,7 @@ from typing import Callable, Dict, Optional, Tuple, Union
 
 from .errors import SettingError
 
-__all__ = ["ALLOW_DOWNLOAD", "count_or_off", "environment", "FALSE_WORDS", "Getenv", "getenv", "markdown_table",
+__all__ = ["ALLOW_DOWNLOAD", "count_or_off", "DETACH_CUPTI_MS", "environment", "FALSE_WORDS", "Getenv", "getenv", "markdown_table",
            "MARKERS_FROM", "NO_EXTENSION", "NODE", "NODE_WATCH", "OFF_WORDS", "parse_switch", "PROGRESS", "PURE_PYTHON", "raw",
            "RAY_ADDRESS", "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL",
            "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES", "WARM_CUPTI"]
@@ -42,7 +42,7 @@ class Setting:
     """One environment variable: its name, the kind of value, the default and what it does."""
 
     name: str  #: the variable's name
-    kind: str  #: ``switch``, ``path``, ``count or off``, ``address`` or ``JSON``
+    kind: str  #: ``switch``, ``path``, ``count or off``, ``milliseconds or off``, ``address`` or ``JSON``
     default: Value  #: the value when unset or empty (None: nothing, the next source decides)
     meaning: str  #: one sentence for the README's table (Markdown)
     aliases: Tuple[str, ...] = ()  #: deprecated names still read, after :attr:`name`
@@ -87,8 +87,13 @@ NODE_WATCH = Setting(
     "edge); `0`: ask the driver at every edge")
 WARM_CUPTI = Setting(
     "PERFETTO_GRAPH_ANN_WARM_CUPTI", "switch", True,
-    "under `instrument()` / `run`: when the process initialises CUDA, subscribe to CUPTI and unsubscribe "
+    "under `instrument(modules=...)` / `run --modules`: when the process initialises CUDA, subscribe to CUPTI and unsubscribe "
     "once in a background thread, so that its first capture does not pay CUPTI's initialisation (~20 ms)")
+DETACH_CUPTI_MS = Setting(
+    "PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "milliseconds or off", 1000,
+    "CUPTI initialised by this package (node watch, warm-up, calibration) is detached (`cuptiFinalize`) once "
+    "no capture or calibration has used it for this long and no profiler started: an initialised CUPTI makes "
+    "every graph replay's launch cost several times more host time; `off`: keep it attached")
 RUN = Setting(
     "PERFETTO_GRAPH_ANN_RUN", "JSON", None,
     "set by `perfetto-graph-ann run` for the program and every Python process it starts: instrument it "
@@ -100,7 +105,7 @@ RAY_ADDRESS = Setting(
 #: Every setting, in the README's order.
 SETTINGS: Tuple[Setting, ...] = (
     TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
-    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, RUN, RAY_ADDRESS,
+    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, RUN, RAY_ADDRESS,
 )
 
 
@@ -147,7 +152,7 @@ def text(setting: Setting, env: Optional[Getenv] = None) -> Optional[str]:
 
 
 def count_or_off(setting: Setting, env: Optional[Getenv] = None) -> Optional[int]:
-    """The value of a ``count or off`` setting: an integer >= 0, None for :data:`OFF_WORDS`
+    """The value of a ``count or off`` (or ``milliseconds or off``) setting: an integer >= 0, None for :data:`OFF_WORDS`
     (any case), the default when unset or blank; anything else is a :class:`SettingError`."""
     name, value = raw(setting, env)
     word = (value or "").strip().lower()
@@ -160,7 +165,8 @@ def count_or_off(setting: Setting, env: Optional[Getenv] = None) -> Optional[int
     except ValueError:
         count = -1
     if count < 0:
-        raise SettingError(f"{name}={value!r}: expected a node count (>= 0) or 'off'")
+        unit = "a number of milliseconds" if setting.kind.startswith("milliseconds") else "a node count"
+        raise SettingError(f"{name}={value!r}: expected {unit} (>= 0) or 'off'")
     return count
 
 

@@ -94,6 +94,13 @@ def node_watch_not_yielded(monkeypatch):
 
     monkeypatch.setattr(nodewatch.WATCH, "yielded", False)
     monkeypatch.setattr(nodewatch.WATCH, "warmed", False)
+    monkeypatch.setattr(nodewatch.WATCH, "attached", False)
+    monkeypatch.setattr(nodewatch.WATCH, "_detach_fns", None)
+    # no detach timer outlives a test (its fake CUPTI's callbacks are gone after it): tests of
+    # the detach turn it on themselves
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "off")
+    yield
+    nodewatch.WATCH._cancel_timer()
 
 
 @pytest.fixture

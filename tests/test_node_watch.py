@@ -8,6 +8,7 @@ path fall back to the driver; a count that disagrees with the driver's at the en
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -193,12 +194,12 @@ def cuda_initialised(queued: list) -> None:
 
 
 def test_cupti_is_initialised_when_cuda_starts_not_in_the_first_capture(capture_path, fresh, cuda_start):
-    """Under ``instrument()``, CUDA's initialisation subscribes and unsubscribes once in a
-    background thread (CUPTI's first subscription, ~20 ms on the H200, left the first capture);
-    nothing stays subscribed, and captures subscribe as before."""
+    """Under ``instrument(modules=...)``, CUDA's initialisation subscribes and unsubscribes once
+    in a background thread (CUPTI's first subscription, ~20 ms on the H200, left the first
+    capture); nothing stays subscribed, and captures subscribe as before."""
     torch = sys.modules["torch"]
-    pga.instrument()
-    pga.instrument()
+    pga.instrument(modules=True)
+    pga.instrument(modules=True)
     assert cuda_start == [inst._cuda_ready] and fresh.subscriptions == 0  # once; nothing before CUDA starts
     cuda_initialised(cuda_start)
     warmed = compiled(capture_path)  # the pure-Python path never subscribes
@@ -216,8 +217,10 @@ def test_cupti_is_initialised_when_cuda_starts_not_in_the_first_capture(capture_
     assert {n.kernel: dict(n.annotation) for r in REGISTRY.records() for n in r.nodes} == {"k": {"name": "s"}}
 
 
-@pytest.mark.parametrize("why", ["setting", "node watch off", "profiler", "refused", "uninstrumented"])
+@pytest.mark.parametrize("why", ["setting", "node watch off", "profiler", "refused", "uninstrumented", "no module scopes"])
 def test_no_warm_up_where_it_is_not_wanted_or_cupti_refuses(capture_path, fresh, cuda_start, monkeypatch, why):
+    """Nor without module scopes: a capture may open no scope at all, and an initialised CUPTI
+    costs the process's captures and graph launches more."""
     if why == "setting":
         monkeypatch.setenv("PERFETTO_GRAPH_ANN_WARM_CUPTI", "0")
     elif why == "node watch off":
@@ -226,7 +229,7 @@ def test_no_warm_up_where_it_is_not_wanted_or_cupti_refuses(capture_path, fresh,
         nodewatch.WATCH.yield_to_profiler()
     elif why == "refused":
         fresh.subscribe_rc = MULTIPLE_SUBSCRIBERS
-    pga.instrument()
+    pga.instrument(modules=why != "no module scopes")
     if why == "uninstrumented":
         pga.uninstrument()
     cuda_initialised(cuda_start)
@@ -251,7 +254,7 @@ def test_a_profiler_starting_during_the_warm_up_waits_for_cupti_to_be_free(captu
         go.wait(10)
         return rc
     fresh._c_subscribe = SUBSCRIBE(slow_subscribe)
-    pga.instrument()
+    pga.instrument(modules=True)
     t = cuda_start[0]()
     assert inside.wait(10)
     profiler = threading.Thread(target=lambda: (nodewatch.WATCH.yield_to_profiler(), seen.append(fresh.subscribed)))
@@ -386,3 +389,131 @@ def test_the_profiler_hook_yields_before_torch_prepares(monkeypatch):
 def no_subscription_left():
     yield
     assert nodewatch.WATCH.users == 0, "a test left the node watch subscribed"
+
+
+# ---- detaching CUPTI once this package is done with it -------------------------------------
+
+def _until(cond, timeout: float = 10.0) -> bool:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return cond()
+
+
+def _scoped_capture(torch, cuda, name: str = "s"):
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        with pga.mark_kernels(name):
+            cuda.launch(FAKE_TORCH_STREAM, "k")
+    g.replay()
+    return g
+
+
+def test_cupti_is_detached_at_an_api_exit_site_once_captures_go_idle(capture_path, fresh, monkeypatch):
+    """An initialised CUPTI slows every graph launch of the process (probe_cupti_launch.py): what
+    the node watch initialised is finalized from a driver API exit call site once no capture has
+    used it for the delay; a later capture initialises it again and is annotated as before."""
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "30")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    graphs = [_scoped_capture(torch, fresh)]
+    assert fresh.initialised and nodewatch.WATCH.attached and fresh.finalizes == 0  # not at once
+    assert _until(lambda: fresh.finalizes == 1)
+    assert not fresh.initialised and fresh.subscribed is None and fresh.enabled == set()
+    assert fresh.api_calls == 1  # the call whose exit site finalized
+    assert not nodewatch.WATCH.attached and nodewatch.WATCH.detaches >= 1
+    graphs.append(_scoped_capture(torch, fresh, "again"))
+    assert fresh.subscriptions == 3  # the watch, the detach's callback, the watch again
+    assert [dict(n.annotation) for r in REGISTRY.records() for n in r.nodes] == [{"name": "s"}, {"name": "again"}]
+    assert _until(lambda: fresh.finalizes == 2)
+
+
+def _attached_by_a_capture(torch, cuda) -> None:
+    """A scoped capture initialised CUPTI; the detach functions are known; nothing detached."""
+    _scoped_capture(torch, cuda)
+    assert cuda.initialised and nodewatch.WATCH.attached
+
+
+@pytest.mark.parametrize("why", ["capture in flight", "calibration", "profiler took it", "profiler active",
+                                 "not ours", "no exit site", "someone subscribed"])
+def test_no_detach_while_cupti_is_in_use_or_not_ours(capture_path, fresh, monkeypatch, why):
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    watch = nodewatch.WATCH
+    if why == "not ours":  # a capture without scopes never initialised CUPTI: nothing to detach
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fresh.launch(FAKE_TORCH_STREAM, "k")
+        assert not watch.detach() and fresh.subscriptions == 0 and fresh.api_calls == 0
+        return
+    _attached_by_a_capture(torch, fresh)
+    if why == "capture in flight":
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            with pga.mark_kernels("s"):
+                fresh.launch(FAKE_TORCH_STREAM, "k")
+                assert not watch.detach() and fresh.finalizes == 0
+        assert watch.detach() and fresh.finalizes == 1  # once it ended
+        return
+    if why == "calibration":
+        with watch.using():
+            assert not watch.detach()
+        assert watch.detach() and fresh.finalizes == 1
+        return
+    if why == "profiler took it":
+        watch.yield_to_profiler()
+    elif why == "profiler active":
+        monkeypatch.setattr(watch, "profiler_active", lambda: True)
+    elif why == "no exit site":
+        fresh.exit_sites = False
+    elif why == "someone subscribed":
+        fresh.subscribe_rc = MULTIPLE_SUBSCRIBERS
+    assert not watch.detach()
+    assert fresh.finalizes == 0 and fresh.initialised and fresh.subscribed is None and fresh.enabled == set()
+    if why == "no exit site":
+        assert watch.detach_refused == -2 and not watch.attached  # not retried
+    if why == "someone subscribed":
+        assert watch.detach_refused == MULTIPLE_SUBSCRIBERS
+
+
+def test_the_detach_waits_for_the_delay_after_the_last_use_and_can_be_turned_off(capture_path, fresh, monkeypatch):
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    _attached_by_a_capture(torch, fresh)  # the setting is off (conftest): no timer
+    assert nodewatch.WATCH._timer is None
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "60000")
+    _scoped_capture(torch, fresh)
+    assert nodewatch.WATCH._timer is not None and fresh.finalizes == 0
+    nodewatch.WATCH.yield_to_profiler()  # a profiler takes CUPTI: no detach, ever
+    assert nodewatch.WATCH._timer is None
+
+
+def test_a_calibration_session_holds_off_the_detach(capture_path, fresh, monkeypatch):
+    """Calibration's activity session initialises CUPTI too: marked ours, and no detach runs
+    while it is open."""
+    from perfetto_graph_ann.capture import calibration
+
+    if not compiled(capture_path):
+        pytest.skip("no detach on the pure-Python path")
+    seen = []
+
+    @contextlib.contextmanager
+    def session(collected, exec_id):
+        seen.append((nodewatch.WATCH.attached, nodewatch.WATCH.detach()))
+        collected.append(calibration.ActivityRecord(5, 7, 100, 200, "kernel"))
+        yield
+
+    fresh.watchable = True
+    nodewatch.WATCH._detach_fns = fresh.cupti_detach_functions()
+    calibration.calibrate_replay(lambda: None, lambda: None, 0, session=session, is_profiling=lambda: False)
+    assert seen == [(True, False)] and nodewatch.WATCH.attached

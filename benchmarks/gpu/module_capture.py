@@ -114,9 +114,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out")
-    ap.add_argument("--arm", choices=("plain", "instrumented", "modules", "modules_cold"),
+    ap.add_argument("--arm", choices=ONE_ARMS,
                     help="fresh-process mode: only this arm, --captures times, in this process (JSON line)")
     ap.add_argument("--captures", type=int, default=4)
+    ap.add_argument("--batches", type=int, nargs="+",
+                    help="fresh-process mode: one graph per batch size, in this order, into one pool (as a "
+                         "serving runner captures; overrides --captures and --batch)")
     ap.add_argument("--gc-off", action="store_true", help="fresh-process mode: the GC off during the captures")
     args = ap.parse_args()
     if args.arm:
@@ -169,31 +172,51 @@ def main() -> None:
             json.dump(dict(rep, raw=secs), f, indent=1)
 
 
+#: fresh-process arms: ``plain_cupti`` is a plain process that initialises CUPTI as the warm-up
+#: does (subscribe and unsubscribe once CUDA started, nothing else): what CUPTI alone costs captures;
+#: ``*_cold``: the instrumentation with ``PERFETTO_GRAPH_ANN_WARM_CUPTI=0``
+ONE_ARMS = ("plain", "plain_cupti", "instrumented", "instrumented_cold", "modules", "modules_cold")
+
+
+def _cupti_only() -> bool:
+    """Initialise CUPTI in this uninstrumented process the way ``instrument()``'s warm-up does."""
+    from perfetto_graph_ann.capture import backends
+
+    backend = backends.active()
+    fns = backend.node_watch_functions() if backend is not None else None
+    return fns is not None and nodewatch.WATCH.warm_up(fns)
+
+
 def one_arm(args) -> None:
     """One arm in this process, as a program would see it: the instrumentation installed before
     the model is built (``perfetto-graph-ann run`` installs it at interpreter start), then
-    ``--captures`` captures of one pool; prints each capture's time (the first pays what a
-    process pays once: CUPTI's first subscription, the module paths, cold caches)."""
-    if args.arm == "modules_cold":  # CUPTI initialised by the first capture, as before session 16
+    ``--captures`` captures of one pool (or one per ``--batches`` size); prints each capture's
+    time (the first pays what a process pays once: CUPTI's first subscription, the module paths,
+    cold caches)."""
+    if args.arm.endswith("_cold"):  # CUPTI initialised by the first capture, as before session 16
         os.environ["PERFETTO_GRAPH_ANN_WARM_CUPTI"] = "0"
-    if args.arm != "plain":
+    if not args.arm.startswith("plain"):
         pga.instrument(modules=args.arm.startswith("modules"), calibrate=False)
     model = Decoder(decoder_weights(args.layers))
-    x = torch.randn(args.batch, 128, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
-    x = x.to(torch.bfloat16)
-    times, pool = [], None
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    if args.arm == "plain_cupti" and not _cupti_only():
+        raise SystemExit("plain_cupti: CUPTI could not be initialised")
+    batches = args.batches or [args.batch] * args.captures
+    xs = {b: torch.randn(b, 128, 1024, device="cuda", generator=gen).to(torch.bfloat16) for b in sorted(set(batches))}
+    times, pool, graphs = [], None, []
     with torch.no_grad():
-        warmup(lambda: model(x))
+        for b in batches:
+            warmup(lambda: model(xs[b]))
         if args.gc_off:
             gc.collect()
             gc.disable()
-        for _ in range(args.captures):
-            t, g, _ = capture_once(model, x, pool)
+        for b in batches:
+            t, g, _ = capture_once(model, xs[b], pool)
             pool = g.pool() if pool is None else pool
+            graphs.append(g)
             times.append(t * 1e3)
-    from perfetto_graph_ann.capture import nodewatch
 
-    print(json.dumps({"arm": args.arm, "capture_ms": times, "cupti_warmed": nodewatch.WATCH.warmed}))
+    print(json.dumps({"arm": args.arm, "batches": batches, "capture_ms": times, "cupti_warmed": nodewatch.WATCH.warmed}))
 
 
 if __name__ == "__main__":

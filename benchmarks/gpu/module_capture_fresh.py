@@ -8,9 +8,12 @@ alternates between rounds. Reported per arm: the median of each process's first 
 its later ones and of all its captures together, and their ratios to the plain arm's of the
 same round (medians over rounds, with a 95% bootstrap interval of the median ratio).
 ``modules_cold``: module scopes with CUPTI initialised by the first capture
-(``PERFETTO_GRAPH_ANN_WARM_CUPTI=0``: the code before session 16).
+(``PERFETTO_GRAPH_ANN_WARM_CUPTI=0``: the code before session 16); ``plain_cupti``: a plain
+process that initialises CUPTI as the warm-up does (what CUPTI alone costs its captures);
+``--batches``: one graph per batch size into one pool, as a serving runner captures.
 
-    python benchmarks/gpu/module_capture_fresh.py --rounds 20 [--captures 4] [--out FILE]
+    python benchmarks/gpu/module_capture_fresh.py --rounds 20 [--captures 4 | --batches 16 8 4 2 1]
+        [--arms plain modules ...] [--out FILE]
 """
 from __future__ import annotations
 
@@ -26,9 +29,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARMS = ("plain", "instrumented", "modules", "modules_cold")
 
 
-def run_arm(arm: str, captures: int) -> dict:
+def run_arm(arm: str, captures: int, batches: list = None) -> dict:
+    extra = ["--batches", *map(str, batches)] if batches else []
     cp = subprocess.run([sys.executable, os.path.join(HERE, "module_capture.py"), "--arm", arm,
-                         "--captures", str(captures)], capture_output=True, text=True, timeout=300)
+                         "--captures", str(captures), *extra], capture_output=True, text=True, timeout=300)
     if cp.returncode != 0:
         raise SystemExit(f"{arm}: exit {cp.returncode}\n{cp.stderr[-2000:]}")
     return json.loads(cp.stdout.strip().splitlines()[-1])
@@ -45,25 +49,33 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--captures", type=int, default=4)
+    ap.add_argument("--batches", type=int, nargs="+", help="one graph per batch size, in this order")
+    ap.add_argument("--arms", nargs="+", default=list(ARMS),
+                    help="arms to run (plain first; also plain_cupti, instrumented_cold)")
     ap.add_argument("--out", help="also write the report (raw times included) to this JSON file")
     args = ap.parse_args()
-    got = {a: [] for a in ARMS}
-    warmed = {a: [] for a in ARMS}
+    arms = tuple(["plain"] + [a for a in args.arms if a != "plain"])
+    got = {a: [] for a in arms}
+    warmed = {a: [] for a in arms}
     for r in range(args.rounds):
-        for arm in (ARMS if r % 2 == 0 else ARMS[::-1]):
-            one = run_arm(arm, args.captures)
+        for arm in (arms if r % 2 == 0 else arms[::-1]):
+            one = run_arm(arm, args.captures, args.batches)
             got[arm].append(one["capture_ms"])
             warmed[arm].append(one.get("cupti_warmed"))
     med = statistics.median
     parts = {"first": {a: [t[0] for t in v] for a, v in got.items()},
              "later": {a: [med(t[1:]) for t in v] for a, v in got.items()},
              "process_total": {a: [sum(t) for t in v] for a, v in got.items()}}
-    rep = {"rounds": args.rounds, "captures_per_process": args.captures}
+    rep = {"rounds": args.rounds, "captures_per_process": len(args.batches or []) or args.captures,
+           "batches": args.batches}
     for part, by_arm in parts.items():
         rep[f"{part}_ms"] = {a: round(med(v), 3) for a, v in by_arm.items()}
-        ratios = {a: [x / p for x, p in zip(by_arm[a], by_arm["plain"])] for a in ARMS[1:]}
+        ratios = {a: [x / p for x, p in zip(by_arm[a], by_arm["plain"])] for a in arms[1:]}
         rep[f"{part}_ratio"] = {a: round(med(v), 4) for a, v in ratios.items()}
         rep[f"{part}_ratio_95"] = {a: interval(v) for a, v in ratios.items()}
+    n = len(got["plain"][0])
+    rep["per_capture_ratio"] = {a: [round(med([t[i] / p[i] for t, p in zip(got[a], got["plain"])]), 4) for i in range(n)]
+                                for a in arms[1:]}
     rep["cupti_warmed"] = {a: sum(bool(w) for w in v) for a, v in warmed.items()}
     rep["raw_ms"] = got
     print(json.dumps({k: v for k, v in rep.items() if k != "raw_ms"}, indent=1))

@@ -18,6 +18,9 @@
 typedef int (*subscribe_fn)(void **subscriber, void *callback, void *userdata);
 typedef int (*enable_fn)(uint32_t enable, void *subscriber, int domain, int cbid);
 typedef int (*unsubscribe_fn)(void *subscriber);
+typedef int (*enable_domain_fn)(uint32_t enable, void *subscriber, int domain);
+typedef int (*finalize_fn)(void);
+typedef int (*trigger_fn)(void **out);
 
 #define NW_SLOTS 64
 
@@ -123,6 +126,95 @@ watch_unsubscribe(PyObject *mod, PyObject *arg)
     return PyLong_FromLong(rc);
 }
 
+/* Detaching CUPTI (cuptiFinalize) the way its documentation recommends: from the exit call site
+ * of a driver API call, reached through a callback subscribed for the driver API domain. The
+ * first API exit after arming, on whichever thread, finalizes; the others return at once. */
+static finalize_fn detach_finalize = NULL;
+static _Atomic int detach_armed = 0;
+static _Atomic int detach_rc = 0;
+static _Atomic int detach_done = 0;
+
+static void
+detach_callback(void *userdata, int domain, int cbid, const void *data)
+{
+    (void)userdata;
+    (void)domain;
+    (void)cbid;
+    /* CUpti_CallbackData begins with its CUpti_ApiCallbackSite: 0 enter, 1 exit */
+    if (data == NULL || *(const int *)data != 1)
+        return;
+    int armed = 1;
+    if (!atomic_compare_exchange_strong(&detach_armed, &armed, 0))
+        return;
+    atomic_store(&detach_rc, detach_finalize());
+    atomic_store(&detach_done, 1);
+}
+
+PyDoc_STRVAR(watch_detach_doc,
+"watch_detach(subscribe, enable_domain, unsubscribe, finalize, trigger, domain) -> int\n\n"
+"Detach CUPTI from the process: cuptiSubscribe a callback, cuptiEnableDomain(1, ..., ``domain``)\n"
+"(the driver API's), then call ``trigger`` (a driver function taking one out pointer, e.g.\n"
+"cuCtxGetCurrent): the first API exit call site then calls cuptiFinalize, which ends every\n"
+"subscription and CUPTI's state. Returns cuptiFinalize's result (0: detached), the result that\n"
+"refused the subscription or the domain, or -2 when no API exit reached the callback (then the\n"
+"callback is unsubscribed and CUPTI stays attached). The counting callback must not be subscribed.");
+
+static PyObject *
+watch_detach(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "watch_detach(subscribe, enable_domain, unsubscribe, finalize, trigger, domain)");
+        return NULL;
+    }
+    subscribe_fn sub = (subscribe_fn)fp_as_pointer(args[0]);
+    enable_domain_fn en = (enable_domain_fn)fp_as_pointer(args[1]);
+    unsubscribe_fn unsub = (unsubscribe_fn)fp_as_pointer(args[2]);
+    finalize_fn fin = (finalize_fn)fp_as_pointer(args[3]);
+    trigger_fn trig = (trigger_fn)fp_as_pointer(args[4]);
+    int domain = (int)PyLong_AsLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (sub == NULL || en == NULL || unsub == NULL || fin == NULL || trig == NULL) {
+        PyErr_SetString(PyExc_ValueError, "watch_detach(): a function address is NULL");
+        return NULL;
+    }
+    if (subscriber != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "watch_detach(): the counting callback is subscribed");
+        return NULL;
+    }
+    void *s = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    detach_finalize = fin;
+    atomic_store(&detach_done, 0);
+    rc = sub(&s, (void *)detach_callback, NULL);
+    if (rc == 0 && s == NULL)
+        rc = -1;
+    if (rc == 0) {
+        atomic_store(&detach_armed, 1);
+        rc = en(1, s, domain);
+        if (rc == 0) {
+            void *out = NULL;
+            trig(&out);
+        }
+        int armed = 1;
+        if (atomic_compare_exchange_strong(&detach_armed, &armed, 0)) {
+            /* nothing finalized: leave CUPTI as it was */
+            if (rc == 0) {
+                en(0, s, domain);
+                rc = -2;
+            }
+            unsub(s);
+        } else {
+            while (!atomic_load(&detach_done)) /* another thread's exit call site is finalizing */
+                ;
+            rc = atomic_load(&detach_rc);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 PyDoc_STRVAR(watch_add_doc,
 "watch_add(graph, base) -> int: count ``graph``'s node creations from ``base`` on; the slot,\n"
 "or -1 when every slot is taken.");
@@ -201,6 +293,7 @@ watch_subscribed(PyObject *mod, PyObject *unused)
 static PyMethodDef watch_methods[] = {
     {"watch_subscribe", (PyCFunction)(void (*)(void))watch_subscribe, METH_FASTCALL, watch_subscribe_doc},
     {"watch_unsubscribe", (PyCFunction)watch_unsubscribe, METH_O, watch_unsubscribe_doc},
+    {"watch_detach", (PyCFunction)(void (*)(void))watch_detach, METH_FASTCALL, watch_detach_doc},
     {"watch_add", (PyCFunction)(void (*)(void))watch_add, METH_FASTCALL, watch_add_doc},
     {"watch_remove", (PyCFunction)watch_remove, METH_O, watch_remove_doc},
     {"watch_count", (PyCFunction)watch_count, METH_O, watch_count_doc},

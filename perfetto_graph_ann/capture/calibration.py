@@ -151,6 +151,8 @@ def profiler_active() -> bool:
     return bool(getattr(getattr(getattr(torch, "autograd", None), "profiler", None), "_is_profiler_enabled", False))
 
 
+WATCH.profiler_active = profiler_active  # never detach CUPTI from under a profiler
+
 _CUPTI: Optional[Tuple[Any, Dict[int, str], List[Any]]] = None
 
 
@@ -240,6 +242,7 @@ def calibrate_replay(
         synchronize()
         with contextlib.ExitStack() as stack:
             t1 = time.perf_counter()
+            stack.enter_context(WATCH.using())  # no detach meanwhile; one may follow
             try:
                 stack.enter_context(session(collected, exec_id))
             except Exception as e:

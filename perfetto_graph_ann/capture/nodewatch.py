@@ -18,29 +18,51 @@ which gives the same positions, and then the callback unsubscribes. Where CUPTI 
 profiler ran already, another tool is attached), or with ``PERFETTO_GRAPH_ANN_NODE_WATCH=0``,
 edges ask the driver as before. The session checks the count against the driver's at the
 capture's end and refuses the scopes when they differ.
+
+An initialised CUPTI stays in the process after the last unsubscription, and it makes every graph
+launch cost several times more host time (2.6 -> 15 us a replay of a 64-kernel graph on the H200,
+``benchmarks/gpu/probe_cupti_launch.py``). So CUPTI that this package initialised (the warm-up, a
+subscription, a calibration's activity session) is detached again with ``cuptiFinalize`` once
+nothing of ours has used it for ``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` (:meth:`NodeWatch.idle`),
+from a driver API exit call site as CUPTI's documentation recommends (``watch_detach`` in C);
+never once a profiler took CUPTI, while one is active, or while a capture or calibration uses it.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from typing import Callable, Dict, Optional, Tuple
+import time
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
 from .. import settings
 from . import fastpath
 
-__all__ = ["GRAPHNODE_CREATED", "NodeWatch", "RESOURCE_DOMAIN", "WATCH", "enabled_from_env"]
+__all__ = ["detach_delay_from_env", "DetachFunctions", "DRIVER_API_DOMAIN", "GRAPHNODE_CREATED", "NodeWatch",
+           "RESOURCE_DOMAIN", "WATCH", "enabled_from_env"]
 
 #: ``CUPTI_CB_DOMAIN_RESOURCE`` and ``CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`` (cupti_callbacks.h)
 RESOURCE_DOMAIN = 3
 GRAPHNODE_CREATED = 13
 
+#: ``CUPTI_CB_DOMAIN_DRIVER_API``: the detach runs at one of its exit call sites
+DRIVER_API_DOMAIN = 1
+
 #: (cuptiSubscribe, cuptiEnableCallback, cuptiUnsubscribe) addresses, from the backend
 Functions = Tuple[int, int, int]
+#: (cuptiSubscribe, cuptiEnableDomain, cuptiUnsubscribe, cuptiFinalize, cuCtxGetCurrent) addresses
+DetachFunctions = Tuple[int, int, int, int, int]
 
 
 def enabled_from_env() -> bool:
     """``PERFETTO_GRAPH_ANN_NODE_WATCH`` (a switch; default on)."""
     return settings.switch(settings.NODE_WATCH, fastpath.getenv)
+
+
+def detach_delay_from_env() -> Optional[float]:
+    """``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` in seconds; None: never detach."""
+    ms = settings.count_or_off(settings.DETACH_CUPTI_MS, fastpath.getenv)
+    return None if ms is None else ms / 1000.0
 
 
 class NodeWatch:
@@ -58,6 +80,16 @@ class NodeWatch:
         self.yielded = False
         #: CUPTI initialised by :meth:`warm_up` (its first subscription done, off the capture)
         self.warmed = False
+        #: CUPTI initialised by this package and not detached since
+        self.attached = False
+        self.detaches = 0  #: times :meth:`detach` detached CUPTI
+        self.detach_refused: Optional[int] = None  #: the result of the last detach that failed
+        #: True while a profiler may be using CUPTI (set by :mod:`.calibration`: it knows torch's)
+        self.profiler_active: Callable[[], bool] = lambda: False
+        self._busy = 0  # calibration activity sessions in progress (:meth:`using`)
+        self._last_use = 0.0  # time.monotonic() of the last use by this package
+        self._detach_fns: Optional[DetachFunctions] = None
+        self._timer: Optional[threading.Timer] = None
 
     def acquire(self, functions: Functions, give_up: Callable[[], None]) -> Optional[int]:
         """Subscribe if no capture holds the subscription yet. A token for :meth:`release`, or
@@ -76,6 +108,8 @@ class NodeWatch:
                     self.refused = rc
                     return None
                 self._functions = functions
+                self.attached = True
+            self._last_use = time.monotonic()
             token = next(self._tokens)
             self._holders[token] = give_up
             return token
@@ -96,7 +130,8 @@ class NodeWatch:
             if rc != 0:
                 self.refused = rc
                 return False
-            self.warmed = True
+            self.warmed = self.attached = True
+            self._last_use = time.monotonic()
             return True
 
     def release(self, token: int) -> None:
@@ -105,6 +140,7 @@ class NodeWatch:
         with self._lock:
             if self._holders.pop(token, None) is None:
                 return
+            self._last_use = time.monotonic()
             if not self._holders and fast is not None and self._functions is not None:
                 fast.watch_unsubscribe(self._functions[2])
                 self._functions = None
@@ -115,12 +151,80 @@ class NodeWatch:
         with self._lock:
             self.yielded = True
             give_ups = list(self._holders.values())
+            self._cancel_timer()
         for give_up in give_ups:
             give_up()
 
     @property
     def users(self) -> int:
         return len(self._holders)
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[None]:
+        """Held around a calibration's CUPTI activity session: it initialises CUPTI where nothing
+        did, and no detach may run while it is open."""
+        with self._lock:
+            self._busy += 1
+            self.attached = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._last_use = time.monotonic()
+            self.idle()
+
+    def idle(self, functions: Optional[DetachFunctions] = None) -> None:
+        """A capture or calibration of ours is done with CUPTI: detach it (:meth:`detach`) once
+        nothing used it for the configured delay. ``functions``: the backend's
+        ``cupti_detach_functions()`` (kept for later calls that give none)."""
+        delay = detach_delay_from_env()
+        with self._lock:
+            if functions is not None:
+                self._detach_fns = functions
+            if delay is None or self._detach_fns is None or not self.attached or self.yielded:
+                return
+            self._start_timer(delay)
+
+    def _start_timer(self, delay: float) -> None:
+        self._cancel_timer()
+        self._timer = threading.Timer(delay, self._on_timer, (delay,))
+        self._timer.daemon = True
+        self._timer.name = "perfetto-graph-ann-detach-cupti"
+        self._timer.start()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self, delay: float) -> None:
+        with self._lock:
+            self._timer = None
+            left = self._last_use + delay - time.monotonic()
+            if left > 0 and not self._holders and not self._busy:
+                self._start_timer(left)
+                return
+        self.detach()
+
+    def detach(self) -> bool:
+        """Detach CUPTI now where this package initialised it and nothing uses it: no capture
+        holds the watch, no calibration runs, no profiler took CUPTI or is active. True when
+        detached (a later subscription initialises it again, ~11 ms on the H200)."""
+        fast = fastpath.module()
+        with self._lock:
+            fns = self._detach_fns
+            if fast is None or fns is None or not self.attached or self.yielded or self._holders \
+                    or self._busy or self.profiler_active():
+                return False
+            rc = fast.watch_detach(*fns, DRIVER_API_DOMAIN)
+            if rc != 0:
+                self.detach_refused = rc
+                self.attached = False  # not ours to retry: someone else holds CUPTI, or no exit site came
+                return False
+            self.attached = self.warmed = False
+            self.detaches += 1
+            return True
 
 
 WATCH = NodeWatch()

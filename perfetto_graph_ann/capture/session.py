@@ -271,6 +271,7 @@ class CaptureSession:
         if self.graph is None:
             return
         watched = self.stop_watch()
+        nodewatch.WATCH.idle(self.backend.cupti_detach_functions())
         if watched is not None:
             n = self.backend.node_count(self.graph)
             if n != watched:

@@ -40,6 +40,12 @@ ENABLE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes
 UNSUBSCRIBE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 #: void CUpti_CallbackFunc(void *userdata, CUpti_CallbackDomain, CUpti_CallbackId, const void *cbdata)
 CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+#: CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain)
+ENABLE_DOMAIN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int)
+#: CUptiResult cuptiFinalize(void)
+FINALIZE = ctypes.CFUNCTYPE(ctypes.c_int)
+#: CUresult cuCtxGetCurrent(CUcontext *)
+CTX_GET_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
 #: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
 MULTIPLE_SUBSCRIBERS = 39
 #: CUgraphNodeType values of the node types the fakes make
@@ -97,6 +103,15 @@ class FakeCuda(CaptureBackend):
         self._c_subscribe = SUBSCRIBE(self._cupti_subscribe)
         self._c_enable = ENABLE(self._cupti_enable)
         self._c_unsubscribe = UNSUBSCRIBE(self._cupti_unsubscribe)
+        # CUPTI's lifetime, for the detach (NodeWatch.detach): initialised by a subscription,
+        # detached by cuptiFinalize, which the driver API exit call site of cuCtxGetCurrent runs
+        self.initialised = False  # CUPTI attached to the process
+        self.finalizes = 0  # cuptiFinalize calls
+        self.exit_sites = True  # False: cuCtxGetCurrent issues no API callback (the detach cannot run)
+        self.api_calls = 0  # cuCtxGetCurrent calls
+        self._c_enable_domain = ENABLE_DOMAIN(self._cupti_enable_domain)
+        self._c_finalize = FINALIZE(self._cupti_finalize)
+        self._c_ctx_get_current = CTX_GET_CURRENT(self._cu_ctx_get_current)
 
     # driver side ----------------------------------------------------------------
     def begin_capture(self, stream: int) -> int:
@@ -137,7 +152,28 @@ class FakeCuda(CaptureBackend):
             return MULTIPLE_SUBSCRIBERS
         self.subscribed = CALLBACK(callback)
         self.subscriptions += 1
+        self.initialised = True
         out[0] = 0x5B5
+        return 0
+
+    def _cupti_enable_domain(self, enable, subscriber, domain) -> int:
+        if subscriber != 0x5B5 or self.subscribed is None:
+            return 1
+        (self.enabled.add if enable else self.enabled.discard)((domain, None))
+        return 0
+
+    def _cupti_finalize(self) -> int:
+        self.subscribed, self.enabled, self.initialised = None, set(), False
+        self.finalizes += 1
+        return 0
+
+    def _cu_ctx_get_current(self, out) -> int:
+        """A driver API call: its exit call site reaches a subscriber of the driver API domain."""
+        self.api_calls += 1
+        out[0] = 0xC7
+        if self.exit_sites and self.subscribed is not None and (1, None) in self.enabled:
+            site = ctypes.c_int(1)  # CUpti_CallbackData.callbackSite: CUPTI_API_EXIT
+            self.subscribed(None, 1, 14, ctypes.addressof(site))
         return 0
 
     def _cupti_enable(self, enable, subscriber, domain, cbid) -> int:
@@ -158,6 +194,12 @@ class FakeCuda(CaptureBackend):
             return None
         return tuple(ctypes.cast(f, ctypes.c_void_p).value
                      for f in (self._c_subscribe, self._c_enable, self._c_unsubscribe))
+
+    def cupti_detach_functions(self):
+        if not self.watchable:
+            return None
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (
+            self._c_subscribe, self._c_enable_domain, self._c_unsubscribe, self._c_finalize, self._c_ctx_get_current))
 
     def end_capture(self, stream: int) -> int:
         g = self.capturing.pop(stream)

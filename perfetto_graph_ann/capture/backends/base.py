@@ -57,6 +57,13 @@ class CaptureBackend:
         graph is captured (:mod:`..nodewatch`), and scope edges ask the driver nothing."""
         return None
 
+    def cupti_detach_functions(self) -> Optional[Tuple[int, int, int, int, int]]:
+        """Addresses of ``cuptiSubscribe``, ``cuptiEnableDomain``, ``cuptiUnsubscribe``,
+        ``cuptiFinalize`` and a driver call taking one out pointer (``cuCtxGetCurrent``), or None:
+        what :meth:`..nodewatch.NodeWatch.detach` needs to detach CUPTI from the process at a
+        driver API exit call site (an initialised CUPTI slows every graph launch)."""
+        return None
+
     def add_marker(self, graph: int) -> Optional[int]:
         """Add an empty node to ``graph`` (under capture); its local id, or None if unsupported.
 

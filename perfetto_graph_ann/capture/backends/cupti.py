@@ -46,12 +46,22 @@ class CuptiBackend(CudaGraphBackend):
                 _address(self._lib.cuptiUnsubscribe))
         except AttributeError:
             self._watch_addrs = None
+        try:
+            self._detach_addrs: Optional[Tuple[int, int, int, int, int]] = (
+                _address(self._lib.cuptiSubscribe), _address(self._lib.cuptiEnableDomain),
+                _address(self._lib.cuptiUnsubscribe), _address(self._lib.cuptiFinalize),
+                _address(self._cu.cuCtxGetCurrent))
+        except AttributeError:
+            self._detach_addrs = None
 
     def marker_functions(self) -> Optional[Tuple[int, int]]:
         return self._marker_addrs
 
     def node_watch_functions(self) -> Optional[Tuple[int, int, int]]:
         return self._watch_addrs
+
+    def cupti_detach_functions(self) -> Optional[Tuple[int, int, int, int, int]]:
+        return self._detach_addrs
 
     def _node_id(self, node: Any) -> int:
         return _out(self._lib.cuptiGetGraphNodeId, node, ctypes.c_uint64, "cuptiGetGraphNodeId")
