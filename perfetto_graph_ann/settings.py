@@ -87,11 +87,11 @@ NODE_WATCH = Setting(
     "edge); `0`: ask the driver at every edge")
 WARM_CUPTI = Setting(
     "PERFETTO_GRAPH_ANN_WARM_CUPTI", "switch", True,
-    "under `instrument(modules=...)` / `run --modules`: when the process initialises CUDA, subscribe to CUPTI and unsubscribe "
+    "under `instrument()` / `run`: when the process initialises CUDA, subscribe to CUPTI and unsubscribe "
     "once in a background thread, so that its first capture does not pay CUPTI's initialisation (~20 ms)")
 DETACH_CUPTI_MS = Setting(
     "PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "milliseconds or off", 1000,
-    "CUPTI initialised by this package (node watch, warm-up, calibration) is detached (`cuptiFinalize`) once "
+    "CUPTI initialised by this package (warm-up, node watch, graph ids, calibration) is detached (`cuptiFinalize`) once "
     "no capture or calibration has used it for this long and no profiler started: an initialised CUPTI makes "
     "every graph replay's launch cost several times more host time; `off`: keep it attached")
 RUN = Setting(

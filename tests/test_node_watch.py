@@ -194,12 +194,12 @@ def cuda_initialised(queued: list) -> None:
 
 
 def test_cupti_is_initialised_when_cuda_starts_not_in_the_first_capture(capture_path, fresh, cuda_start):
-    """Under ``instrument(modules=...)``, CUDA's initialisation subscribes and unsubscribes once
-    in a background thread (CUPTI's first subscription, ~20 ms on the H200, left the first
-    capture); nothing stays subscribed, and captures subscribe as before."""
+    """Under ``instrument()``, CUDA's initialisation subscribes and unsubscribes once in a
+    background thread (CUPTI's first subscription, ~20 ms on the H200, left the first capture);
+    nothing stays subscribed, and captures subscribe as before."""
     torch = sys.modules["torch"]
-    pga.instrument(modules=True)
-    pga.instrument(modules=True)
+    pga.instrument()
+    pga.instrument()
     assert cuda_start == [inst._cuda_ready] and fresh.subscriptions == 0  # once; nothing before CUDA starts
     cuda_initialised(cuda_start)
     warmed = compiled(capture_path)  # the pure-Python path never subscribes
@@ -217,10 +217,8 @@ def test_cupti_is_initialised_when_cuda_starts_not_in_the_first_capture(capture_
     assert {n.kernel: dict(n.annotation) for r in REGISTRY.records() for n in r.nodes} == {"k": {"name": "s"}}
 
 
-@pytest.mark.parametrize("why", ["setting", "node watch off", "profiler", "refused", "uninstrumented", "no module scopes"])
+@pytest.mark.parametrize("why", ["setting", "node watch off", "profiler", "refused", "uninstrumented"])
 def test_no_warm_up_where_it_is_not_wanted_or_cupti_refuses(capture_path, fresh, cuda_start, monkeypatch, why):
-    """Nor without module scopes: a capture may open no scope at all, and an initialised CUPTI
-    costs the process's captures and graph launches more."""
     if why == "setting":
         monkeypatch.setenv("PERFETTO_GRAPH_ANN_WARM_CUPTI", "0")
     elif why == "node watch off":
@@ -229,7 +227,7 @@ def test_no_warm_up_where_it_is_not_wanted_or_cupti_refuses(capture_path, fresh,
         nodewatch.WATCH.yield_to_profiler()
     elif why == "refused":
         fresh.subscribe_rc = MULTIPLE_SUBSCRIBERS
-    pga.instrument(modules=why != "no module scopes")
+    pga.instrument()
     if why == "uninstrumented":
         pga.uninstrument()
     cuda_initialised(cuda_start)
@@ -254,7 +252,7 @@ def test_a_profiler_starting_during_the_warm_up_waits_for_cupti_to_be_free(captu
         go.wait(10)
         return rc
     fresh._c_subscribe = SUBSCRIBE(slow_subscribe)
-    pga.instrument(modules=True)
+    pga.instrument()
     t = cuda_start[0]()
     assert inside.wait(10)
     profiler = threading.Thread(target=lambda: (nodewatch.WATCH.yield_to_profiler(), seen.append(fresh.subscribed)))
@@ -448,11 +446,12 @@ def test_no_detach_while_cupti_is_in_use_or_not_ours(capture_path, fresh, monkey
     torch = sys.modules["torch"]
     pga.instrument()
     watch = nodewatch.WATCH
-    if why == "not ours":  # a capture without scopes never initialised CUPTI: nothing to detach
+    if why == "not ours":  # a backend whose ids do not come from CUPTI, and no scope: nothing to detach
+        fresh.cupti_detach_functions = lambda: None
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             fresh.launch(FAKE_TORCH_STREAM, "k")
-        assert not watch.detach() and fresh.subscriptions == 0 and fresh.api_calls == 0
+        assert not watch.attached and not watch.detach() and fresh.subscriptions == 0 and fresh.api_calls == 0
         return
     _attached_by_a_capture(torch, fresh)
     if why == "capture in flight":
@@ -517,3 +516,20 @@ def test_a_calibration_session_holds_off_the_detach(capture_path, fresh, monkeyp
     nodewatch.WATCH._detach_fns = fresh.cupti_detach_functions()
     calibration.calibrate_replay(lambda: None, lambda: None, 0, session=session, is_profiling=lambda: False)
     assert seen == [(True, False)] and nodewatch.WATCH.attached
+
+
+def test_a_capture_without_scopes_on_the_cupti_backend_is_detached_too(capture_path, fresh, monkeypatch):
+    """The cupti backend reads the graph's ids from CUPTI at the capture's end, which initialises
+    it even when no scope subscribed: that capture counts as ours to detach."""
+    if not compiled(capture_path):
+        pytest.skip("no detach on the pure-Python path")
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "20")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    fresh.initialised = True  # as the id calls leave it
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fresh.launch(FAKE_TORCH_STREAM, "k")
+    assert nodewatch.WATCH.attached and fresh.subscriptions == 0
+    assert _until(lambda: fresh.finalizes == 1)
+    assert not fresh.initialised and not nodewatch.WATCH.attached

@@ -187,15 +187,15 @@ def _torch_ready() -> None:
 def _cuda_ready() -> Optional[threading.Thread]:
     """The process initialised CUDA: initialise CUPTI now, in a background thread (its first
     subscription, ~20 ms on the H200, would otherwise fall in the first capture; a process
-    initialising CUDA under ``instrument()`` is about to capture). Only with module scopes, whose
-    captures surely open scopes: an initialised CUPTI costs every capture and graph launch of the
-    process more (:mod:`.nodewatch`), which a capture without scopes must not pay. The thread, or
-    None where it is not wanted (no module scopes, ``PERFETTO_GRAPH_ANN_WARM_CUPTI=0`` or
-    ``..._NODE_WATCH=0``, uninstrumented)."""
+    initialising CUDA under ``instrument()`` is about to capture; with the cupti backend even a
+    capture without scopes initialises it, by asking CUPTI its graph's ids). What the captures
+    are done with is detached later (:meth:`.nodewatch.NodeWatch.idle`). The thread, or None
+    where it is not wanted (``PERFETTO_GRAPH_ANN_WARM_CUPTI=0`` or ``..._NODE_WATCH=0``,
+    uninstrumented)."""
     from . import fastpath, nodewatch
 
     try:  # inside torch's CUDA initialisation: never raise there
-        if _config is None or _config.modules is None or not nodewatch.enabled_from_env() or \
+        if _config is None or not nodewatch.enabled_from_env() or \
                 not settings.switch(settings.WARM_CUPTI, fastpath.getenv):
             return None
         t = threading.Thread(target=_warm_cupti, name="perfetto-graph-ann-warm-cupti", daemon=True)

@@ -22,7 +22,7 @@ capture's end and refuses the scopes when they differ.
 An initialised CUPTI stays in the process after the last unsubscription, and it makes every graph
 launch cost several times more host time (2.6 -> 15 us a replay of a 64-kernel graph on the H200,
 ``benchmarks/gpu/probe_cupti_launch.py``). So CUPTI that this package initialised (the warm-up, a
-subscription, a calibration's activity session) is detached again with ``cuptiFinalize`` once
+subscription, the cupti backend's id calls, a calibration's activity session) is detached again with ``cuptiFinalize`` once
 nothing of ours has used it for ``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` (:meth:`NodeWatch.idle`),
 from a driver API exit call site as CUPTI's documentation recommends (``watch_detach`` in C);
 never once a profiler took CUPTI, while one is active, or while a capture or calibration uses it.
@@ -177,11 +177,14 @@ class NodeWatch:
     def idle(self, functions: Optional[DetachFunctions] = None) -> None:
         """A capture or calibration of ours is done with CUPTI: detach it (:meth:`detach`) once
         nothing used it for the configured delay. ``functions``: the backend's
-        ``cupti_detach_functions()`` (kept for later calls that give none)."""
+        ``cupti_detach_functions()``, given at a capture's end by a backend that reads its ids
+        from CUPTI, which initialises it (kept for later calls that give none)."""
         delay = detach_delay_from_env()
         with self._lock:
             if functions is not None:
                 self._detach_fns = functions
+                self.attached = True
+                self._last_use = time.monotonic()
             if delay is None or self._detach_fns is None or not self.attached or self.yielded:
                 return
             self._start_timer(delay)

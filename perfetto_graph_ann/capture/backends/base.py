@@ -61,7 +61,8 @@ class CaptureBackend:
         """Addresses of ``cuptiSubscribe``, ``cuptiEnableDomain``, ``cuptiUnsubscribe``,
         ``cuptiFinalize`` and a driver call taking one out pointer (``cuCtxGetCurrent``), or None:
         what :meth:`..nodewatch.NodeWatch.detach` needs to detach CUPTI from the process at a
-        driver API exit call site (an initialised CUPTI slows every graph launch)."""
+        driver API exit call site (an initialised CUPTI slows every graph launch). A backend
+        that gives them reads ids from CUPTI, so its captures initialise CUPTI."""
         return None
 
     def add_marker(self, graph: int) -> Optional[int]:
