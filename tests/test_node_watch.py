@@ -533,3 +533,17 @@ def test_a_capture_without_scopes_on_the_cupti_backend_is_detached_too(capture_p
     assert nodewatch.WATCH.attached and fresh.subscriptions == 0
     assert _until(lambda: fresh.finalizes == 1)
     assert not fresh.initialised and not nodewatch.WATCH.attached
+
+
+def test_no_detach_starts_once_the_interpreter_exits(capture_path, fresh, monkeypatch):
+    if not compiled(capture_path):
+        pytest.skip("no detach on the pure-Python path")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    _attached_by_a_capture(torch, fresh)
+    monkeypatch.setattr(nodewatch.WATCH, "_closing", False)
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "60000")
+    nodewatch.WATCH.idle()
+    assert nodewatch.WATCH._timer is not None
+    nodewatch.WATCH.close()  # what atexit runs
+    assert nodewatch.WATCH._timer is None and not nodewatch.WATCH.detach() and fresh.finalizes == 0

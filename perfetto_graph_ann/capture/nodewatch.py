@@ -29,6 +29,7 @@ never once a profiler took CUPTI, while one is active, or while a capture or cal
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import threading
@@ -90,6 +91,7 @@ class NodeWatch:
         self._last_use = 0.0  # time.monotonic() of the last use by this package
         self._detach_fns: Optional[DetachFunctions] = None
         self._timer: Optional[threading.Timer] = None
+        self._closing = False  # the interpreter exits: no detach starts any more
 
     def acquire(self, functions: Functions, give_up: Callable[[], None]) -> Optional[int]:
         """Subscribe if no capture holds the subscription yet. A token for :meth:`release`, or
@@ -185,9 +187,16 @@ class NodeWatch:
                 self._detach_fns = functions
                 self.attached = True
                 self._last_use = time.monotonic()
-            if delay is None or self._detach_fns is None or not self.attached or self.yielded:
+            if delay is None or self._detach_fns is None or not self.attached or self.yielded or self._closing:
                 return
             self._start_timer(delay)
+
+    def close(self) -> None:
+        """At the interpreter's exit: no detach starts, and one in flight is waited for (under
+        the lock), so that none runs while the process tears CUDA down."""
+        with self._lock:
+            self._closing = True
+            self._cancel_timer()
 
     def _start_timer(self, delay: float) -> None:
         self._cancel_timer()
@@ -218,7 +227,7 @@ class NodeWatch:
         with self._lock:
             fns = self._detach_fns
             if fast is None or fns is None or not self.attached or self.yielded or self._holders \
-                    or self._busy or self.profiler_active():
+                    or self._busy or self._closing or self.profiler_active():
                 return False
             rc = fast.watch_detach(*fns, DRIVER_API_DOMAIN)
             if rc != 0:
@@ -231,3 +240,4 @@ class NodeWatch:
 
 
 WATCH = NodeWatch()
+atexit.register(WATCH.close)
