@@ -15,8 +15,12 @@ order each round (the same code; only the process's instrumentation differs):
 
 The statistic is the median over rounds of each capture's time divided by the plain capture of
 the same round ("pairs", BENCHMARKS.md "capture", session 11). Outputs must be bitwise equal.
+Arms share one process, so CUPTI, once an instrumented arm initialised it, also taxes the plain
+arm (~8%: BENCHMARKS.md, "what an initialised CUPTI costs a process"); ``--plain-detached``
+detaches CUPTI before every plain capture and initialises it again before the others (both
+untimed), so the plain arm is what a process that never initialised CUPTI captures.
 
-    python benchmarks/gpu/module_capture.py --rounds 40 [--out FILE]
+    python benchmarks/gpu/module_capture.py --rounds 40 [--plain-detached] [--out FILE]
 """
 from __future__ import annotations
 
@@ -121,12 +125,18 @@ def main() -> None:
                     help="fresh-process mode: one graph per batch size, in this order, into one pool (as a "
                          "serving runner captures; overrides --captures and --batch)")
     ap.add_argument("--gc-off", action="store_true", help="fresh-process mode: the GC off during the captures")
+    ap.add_argument("--plain-detached", action="store_true",
+                    help="CUPTI detached before every plain capture and initialised again (untimed) before "
+                         "every other arm's: the plain arm as in a process that never initialised CUPTI")
     args = ap.parse_args()
     if args.arm:
         return one_arm(args)
+    if args.plain_detached:
+        os.environ["PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS"] = "off"  # this script detaches, no timer
     model = Decoder(decoder_weights(args.layers))
     x = torch.randn(args.batch, 128, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
     x = x.to(torch.bfloat16)
+    cupti_state = _CuptiState() if args.plain_detached else None
     with torch.no_grad():
         warmup(lambda: model(x))
         arms = ("plain", "instrumented", "modules", "modules_driver")
@@ -137,6 +147,8 @@ def main() -> None:
         for r in range(args.rounds):
             outs = {}
             for arm in (arms if r % 2 == 0 else arms[::-1]):
+                if cupti_state is not None:
+                    cupti_state.set(arm != "plain")
                 if arm == "plain":
                     t, g, out = capture_once(model, x, pool)
                 else:
@@ -165,11 +177,49 @@ def main() -> None:
            "ratio_pairs_median": {a: med(v) for a, v in ratios.items()},
            "ratio_of_medians": {a: med(secs[a]) / med(secs["plain"]) for a in arms[1:]},
            "outputs_bitwise_equal_after_replay": all(equal), "scoped_nodes": scoped,
-           "node_watch_refused": nodewatch.WATCH.refused}
+           "node_watch_refused": nodewatch.WATCH.refused,
+           "plain_detached": None if cupti_state is None else cupti_state.report()}
     print(json.dumps(rep, indent=1))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(rep, raw=secs), f, indent=1)
+
+
+class _CuptiState:
+    """CUPTI initialised (the warm-up's subscribe + unsubscribe) or detached (``cuptiFinalize`` at
+    an API exit call site), switched between captures, untimed."""
+
+    def __init__(self) -> None:
+        from perfetto_graph_ann.capture import backends
+
+        backend = backends.active()
+        self.fast = fastpath.module()
+        self.watch_fns = backend.node_watch_functions()
+        self.detach_fns = backend.cupti_detach_functions()
+        if self.fast is None or self.watch_fns is None or self.detach_fns is None:
+            raise SystemExit("--plain-detached needs the compiled path and the cupti backend")
+        self.on = None
+        self.inits, self.detaches, self.failed = 0, 0, []
+
+    def set(self, on: bool) -> None:
+        torch.cuda.synchronize()
+        if on and self.on is not True:
+            rc = self.fast.watch_subscribe(self.watch_fns[0], self.watch_fns[1], nodewatch.RESOURCE_DOMAIN,
+                                           nodewatch.GRAPHNODE_CREATED)
+            self.fast.watch_unsubscribe(self.watch_fns[2])
+            self.inits += 1
+            if rc:
+                self.failed.append(("init", rc))
+        elif not on and self.on is not False:
+            rc = self.fast.watch_detach(*self.detach_fns, nodewatch.DRIVER_API_DOMAIN)
+            self.detaches += 1
+            if rc:
+                self.failed.append(("detach", rc))
+        nodewatch.WATCH.attached = nodewatch.WATCH.warmed = on
+        self.on = on
+
+    def report(self) -> dict:
+        return {"inits": self.inits, "detaches": self.detaches, "failed": self.failed}
 
 
 #: fresh-process arms: ``plain_cupti`` is a plain process that initialises CUPTI as the warm-up
