@@ -547,3 +547,13 @@ def test_no_detach_starts_once_the_interpreter_exits(capture_path, fresh, monkey
     assert nodewatch.WATCH._timer is not None
     nodewatch.WATCH.close()  # what atexit runs
     assert nodewatch.WATCH._timer is None and not nodewatch.WATCH.detach() and fresh.finalizes == 0
+
+
+def test_watch_detach_refuses_bad_arguments():
+    fast = fastpath.module()
+    if fast is None:
+        pytest.skip("the compiled path is not built")
+    with pytest.raises(TypeError, match="watch_detach"):
+        fast.watch_detach(1, 2, 3)
+    with pytest.raises(ValueError, match=r"watch_detach\(\): a function address is NULL"):
+        fast.watch_detach(1, 2, None, 4, 5, 1)

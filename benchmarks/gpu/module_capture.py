@@ -186,35 +186,25 @@ def main() -> None:
 
 
 class _CuptiState:
-    """CUPTI initialised (the warm-up's subscribe + unsubscribe) or detached (``cuptiFinalize`` at
-    an API exit call site), switched between captures, untimed."""
+    """CUPTI initialised or detached between captures, untimed (``probe_util.CuptiSwitch``)."""
 
     def __init__(self) -> None:
-        from perfetto_graph_ann.capture import backends
+        from probe_util import CuptiSwitch
 
-        backend = backends.active()
-        self.fast = fastpath.module()
-        self.watch_fns = backend.node_watch_functions()
-        self.detach_fns = backend.cupti_detach_functions()
-        if self.fast is None or self.watch_fns is None or self.detach_fns is None:
-            raise SystemExit("--plain-detached needs the compiled path and the cupti backend")
+        self.switch = CuptiSwitch()
         self.on = None
         self.inits, self.detaches, self.failed = 0, 0, []
 
     def set(self, on: bool) -> None:
         torch.cuda.synchronize()
         if on and self.on is not True:
-            rc = self.fast.watch_subscribe(self.watch_fns[0], self.watch_fns[1], nodewatch.RESOURCE_DOMAIN,
-                                           nodewatch.GRAPHNODE_CREATED)
-            self.fast.watch_unsubscribe(self.watch_fns[2])
-            self.inits += 1
-            if rc:
-                self.failed.append(("init", rc))
+            rc, self.inits = self.switch.init(), self.inits + 1
         elif not on and self.on is not False:
-            rc = self.fast.watch_detach(*self.detach_fns, nodewatch.DRIVER_API_DOMAIN)
-            self.detaches += 1
-            if rc:
-                self.failed.append(("detach", rc))
+            rc, self.detaches = self.switch.detach(), self.detaches + 1
+        else:
+            rc = 0
+        if rc:
+            self.failed.append(("init" if on else "detach", rc))
         nodewatch.WATCH.attached = nodewatch.WATCH.warmed = on
         self.on = on
 

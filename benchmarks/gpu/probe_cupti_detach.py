@@ -3,7 +3,8 @@ initialising it again cost? (issue 31: CUPTI's lasting cost on every capture of 
 
 One process, single-threaded: the 36-layer decoder captured plain ``--captures`` times in each
 phase: ``none`` (CUPTI never initialised), ``init`` (after a subscribe + unsubscribe, what the
-node watch's warm-up does), ``detached`` (after ``cuptiFinalize``), then ``init`` and
+node watch's warm-up does), ``detached`` (after ``cuptiFinalize``, at an API exit call site as
+``NodeWatch.detach`` runs it; session 17's first runs called it directly), then ``init`` and
 ``detached`` again. Times the init and finalize calls. Then torch.profiler profiles one replay and
 an eager matmul: does Kineto still record GPU kernels after our detach? Prints JSON.
 
@@ -12,7 +13,6 @@ an eager matmul: does Kineto still record GPU kernels after our detach? Prints J
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -34,11 +34,9 @@ def main() -> None:
     ap.add_argument("--captures", type=int, default=8)
     args = ap.parse_args()
     torch.cuda.init()
-    from perfetto_graph_ann.capture import backends, fastpath, nodewatch
-    from perfetto_graph_ann.capture.libcupti import find_libcupti
+    from probe_util import CuptiSwitch
 
-    fast, fns = fastpath.module(), backends.active().node_watch_functions()
-    lib = ctypes.CDLL(find_libcupti())
+    cupti = CuptiSwitch()
     model = Decoder(decoder_weights(36))
     x = torch.randn(16, 128, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1)).to(torch.bfloat16)
     rep: dict = {"phases": [], "calls_ms": []}
@@ -61,26 +59,21 @@ def main() -> None:
         rep["calls_ms"].append({"call": name, "ms": round((time.perf_counter() - t) * 1e3, 3), "rc": rc})
         return rc
 
-    def init() -> int:
-        rc = fast.watch_subscribe(fns[0], fns[1], nodewatch.RESOURCE_DOMAIN, nodewatch.GRAPHNODE_CREATED)
-        fast.watch_unsubscribe(fns[2])
-        return rc
-
     with torch.no_grad():
         warmup(lambda: model(x))
     phase("first")  # a process's first captures pay once, whatever CUPTI does
     phase("none")
-    call("init", init)
+    call("init", cupti.init)
     phase("init")
-    call("finalize", lambda: lib.cuptiFinalize())
+    call("finalize", cupti.detach)
     phase("detached")
-    call("init again", init)
+    call("init again", cupti.init)
     phase("init again")
-    call("finalize again", lambda: lib.cuptiFinalize())
+    call("finalize again", cupti.detach)
     phase("detached again")
-    call("init third", init)
+    call("init third", cupti.init)
     phase("init third")
-    call("finalize third", lambda: lib.cuptiFinalize())
+    call("finalize third", cupti.detach)
     phase("detached third")
     # Kineto after our detach
     g = keep[-1]

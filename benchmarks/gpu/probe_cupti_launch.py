@@ -4,7 +4,8 @@ nothing observable beyond that capture cost")
 
 One process, single-threaded, phases alternating: ``none`` (CUPTI never initialised), ``init``
 (after one subscribe + unsubscribe: the node watch's warm-up), ``detached`` (after
-``cuptiFinalize``), twice. Per phase: host time per eager launch (``x.add_(1)`` on a tiny
+``cuptiFinalize`` at an API exit call site, as ``NodeWatch.detach`` runs it; session 17's
+first runs called it directly), twice. Per phase: host time per eager launch (``x.add_(1)`` on a tiny
 tensor, ``--launches`` of them, medians of 5 blocks), per replay of a 64-kernel graph, and per
 replay of the 36-layer decoder's graph (``module_capture.py``'s, batch 16, 828 kernels): host
 time of the launch (``replay_us``) and wall time until the GPU is done (``decoder_replay_ms``).
@@ -14,7 +15,6 @@ time of the launch (``replay_us``) and wall time until the GPU is done (``decode
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -35,11 +35,9 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=20000)
     args = ap.parse_args()
     torch.cuda.init()
-    from perfetto_graph_ann.capture import backends, fastpath, nodewatch
-    from perfetto_graph_ann.capture.libcupti import find_libcupti
+    from probe_util import CuptiSwitch
 
-    fast, fns = fastpath.module(), backends.active().node_watch_functions()
-    lib = ctypes.CDLL(find_libcupti())
+    cupti = CuptiSwitch()
     x = torch.zeros(16, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -85,16 +83,11 @@ def main() -> None:
                     "replay_us": per_op_us(g.replay, 400), "decoder_replay_us": per_op_us(gd.replay, 20),
                     "decoder_replay_ms": wall_ms()})
 
-    def init():
-        rc = fast.watch_subscribe(fns[0], fns[1], nodewatch.RESOURCE_DOMAIN, nodewatch.GRAPHNODE_CREATED)
-        fast.watch_unsubscribe(fns[2])
-        return rc
-
     phase("none")
     for i in range(2):
-        assert init() == 0
+        assert cupti.init() == 0
         phase("init")
-        assert lib.cuptiFinalize() == 0
+        assert cupti.detach() == 0
         phase("detached")
     print(json.dumps(rep, indent=1))
 

@@ -27,6 +27,23 @@ fp_as_pointer(PyObject *o)
     return PyLong_AsVoidPtr(o);
 }
 
+/* args[0..n) as function addresses into out; 0, or -1 with an exception set when one does not
+ * convert or is NULL (a ValueError naming ``who``). */
+static inline int
+fp_functions(PyObject *const *args, Py_ssize_t n, void **out, const char *who)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = fp_as_pointer(args[i]);
+        if (PyErr_Occurred())
+            return -1;
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_ValueError, "%s(): a function address is NULL", who);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* _errors.c: the exception type of driver failures (CaptureError once set_error ran) */
 PyObject *fp_error_type(void);                                 /* borrowed reference */
 void fp_set_error_type(PyObject *cls);

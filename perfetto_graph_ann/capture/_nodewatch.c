@@ -73,16 +73,15 @@ watch_subscribe(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "watch_subscribe(subscribe, enable, domain, cbid)");
         return NULL;
     }
-    subscribe_fn sub = (subscribe_fn)fp_as_pointer(args[0]);
-    enable_fn en = (enable_fn)fp_as_pointer(args[1]);
+    void *fns[2];
+    if (fp_functions(args, 2, fns, "watch_subscribe") < 0)
+        return NULL;
+    subscribe_fn sub = (subscribe_fn)fns[0];
+    enable_fn en = (enable_fn)fns[1];
     int domain = (int)PyLong_AsLong(args[2]);
     int cbid = (int)PyLong_AsLong(args[3]);
     if (PyErr_Occurred())
         return NULL;
-    if (sub == NULL || en == NULL) {
-        PyErr_SetString(PyExc_ValueError, "watch_subscribe(): a function address is NULL");
-        return NULL;
-    }
     if (subscriber != NULL)
         return PyLong_FromLong(0);
     want_cbid = cbid;
@@ -166,18 +165,17 @@ watch_detach(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "watch_detach(subscribe, enable_domain, unsubscribe, finalize, trigger, domain)");
         return NULL;
     }
-    subscribe_fn sub = (subscribe_fn)fp_as_pointer(args[0]);
-    enable_domain_fn en = (enable_domain_fn)fp_as_pointer(args[1]);
-    unsubscribe_fn unsub = (unsubscribe_fn)fp_as_pointer(args[2]);
-    finalize_fn fin = (finalize_fn)fp_as_pointer(args[3]);
-    trigger_fn trig = (trigger_fn)fp_as_pointer(args[4]);
+    void *fns[5];
+    if (fp_functions(args, 5, fns, "watch_detach") < 0)
+        return NULL;
+    subscribe_fn sub = (subscribe_fn)fns[0];
+    enable_domain_fn en = (enable_domain_fn)fns[1];
+    unsubscribe_fn unsub = (unsubscribe_fn)fns[2];
+    finalize_fn fin = (finalize_fn)fns[3];
+    trigger_fn trig = (trigger_fn)fns[4];
     int domain = (int)PyLong_AsLong(args[5]);
     if (PyErr_Occurred())
         return NULL;
-    if (sub == NULL || en == NULL || unsub == NULL || fin == NULL || trig == NULL) {
-        PyErr_SetString(PyExc_ValueError, "watch_detach(): a function address is NULL");
-        return NULL;
-    }
     if (subscriber != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "watch_detach(): the counting callback is subscribed");
         return NULL;
