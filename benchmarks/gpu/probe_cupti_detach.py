@@ -63,18 +63,11 @@ def main() -> None:
         warmup(lambda: model(x))
     phase("first")  # a process's first captures pay once, whatever CUPTI does
     phase("none")
-    call("init", cupti.init)
-    phase("init")
-    call("finalize", cupti.detach)
-    phase("detached")
-    call("init again", cupti.init)
-    phase("init again")
-    call("finalize again", cupti.detach)
-    phase("detached again")
-    call("init third", cupti.init)
-    phase("init third")
-    call("finalize third", cupti.detach)
-    phase("detached third")
+    for time_ in ("", " again", " third"):
+        call("init" + time_, cupti.init)
+        phase("init" + time_)
+        call("finalize" + time_, cupti.detach)
+        phase("detached" + time_)
     # Kineto after our detach
     g = keep[-1]
     a = torch.randn(512, 512, device="cuda")
