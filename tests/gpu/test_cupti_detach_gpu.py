@@ -138,3 +138,4 @@ def test_cupti_is_detached_after_captures_and_calibration(results):
                                "capture_path": fastpath.describe()}
     assert len(kernels) >= 64, "torch.profiler recorded no GPU work after the detach"
     assert max(detached_us, plain_after_us, after_cal_us, bare_us) < 2.0 * none_us, results
+
