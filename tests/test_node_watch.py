@@ -557,3 +557,13 @@ def test_watch_detach_refuses_bad_arguments():
         fast.watch_detach(1, 2, 3)
     with pytest.raises(ValueError, match=r"watch_detach\(\): a function address is NULL"):
         fast.watch_detach(1, 2, None, 4, 5, 1)
+
+
+def test_the_detach_is_off_unless_asked_for(capture_path, fresh, monkeypatch):
+    if not compiled(capture_path):
+        pytest.skip("no detach on the pure-Python path")
+    monkeypatch.delenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    _attached_by_a_capture(torch, fresh)
+    assert nodewatch.detach_delay_from_env() is None and nodewatch.WATCH._timer is None

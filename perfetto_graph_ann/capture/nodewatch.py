@@ -21,11 +21,16 @@ capture's end and refuses the scopes when they differ.
 
 An initialised CUPTI stays in the process after the last unsubscription, and it makes every graph
 launch cost several times more host time (2.6 -> 15 us a replay of a 64-kernel graph on the H200,
-``benchmarks/gpu/probe_cupti_launch.py``). So CUPTI that this package initialised (the warm-up, a
-subscription, the cupti backend's id calls, a calibration's activity session) is detached again with ``cuptiFinalize`` once
-nothing of ours has used it for ``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` (:meth:`NodeWatch.idle`),
-from a driver API exit call site as CUPTI's documentation recommends (``watch_detach`` in C);
-never once a profiler took CUPTI, while one is active, or while a capture or calibration uses it.
+``benchmarks/gpu/probe_cupti_launch.py``). So, where ``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` is set
+(opt-in), CUPTI that this package initialised (the warm-up, a subscription, the cupti backend's id
+calls, a calibration's activity session) is detached again with ``cuptiFinalize`` once nothing of
+ours has used it for that long (:meth:`NodeWatch.idle`), from a driver API exit call site as
+CUPTI's documentation recommends (``watch_detach`` in C); never once a profiler took CUPTI, while
+one is active, or while a capture or calibration uses it. Not by default: it was checked on driver
+13.0 only (three detach / re-initialise cycles a process with graphs alive, torch.profiler after),
+torch turns Kineto's own CUPTI teardown off under CUDA graphs after crashes of the re-initialisation
+on CUDA 11 and 12, and whether graph ids taken before a detach stay valid after it is not yet
+checked on a GPU (tests/gpu/test_cupti_ids_gpu.py).
 """
 from __future__ import annotations
 
