@@ -567,3 +567,18 @@ def test_the_detach_is_off_unless_asked_for(capture_path, fresh, monkeypatch):
     pga.instrument()
     _attached_by_a_capture(torch, fresh)
     assert nodewatch.detach_delay_from_env() is None and nodewatch.WATCH._timer is None
+
+
+def test_a_timer_replaced_after_it_fired_does_nothing(capture_path, fresh, monkeypatch):
+    """A timer that fired while another thread replaced it (a capture ended meanwhile) leaves the
+    detach to its replacement."""
+    if not compiled(capture_path):
+        pytest.skip("no detach on the pure-Python path")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    _attached_by_a_capture(torch, fresh)
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "60000")
+    nodewatch.WATCH.idle()
+    newer = nodewatch.WATCH._timer
+    nodewatch.WATCH._on_timer(0.0)  # called from this thread: not the current timer
+    assert nodewatch.WATCH._timer is newer and fresh.finalizes == 0

@@ -217,6 +217,8 @@ class NodeWatch:
 
     def _on_timer(self, delay: float) -> None:
         with self._lock:
+            if self._timer is not threading.current_thread():  # replaced or cancelled after it fired
+                return
             self._timer = None
             left = self._last_use + delay - time.monotonic()
             if left > 0 and not self._holders and not self._busy:
