@@ -337,7 +337,8 @@ def test_run_refuses_bad_settings_before_the_program_starts(tmp_path, args, msg)
 
 @pytest.mark.parametrize("var,value", [("PERFETTO_GRAPH_ANN_WARM_CUPTI", "sometimes"),
                                        ("PERFETTO_GRAPH_ANN_NODE_WATCH", "maybe"),
-                                       ("PERFETTO_GRAPH_ANN_MARKERS_FROM", "-3")])
+                                       ("PERFETTO_GRAPH_ANN_MARKERS_FROM", "-3"),
+                                       ("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "soon")])
 def test_run_refuses_a_bad_capture_setting_before_the_program_starts(tmp_path, var, value):
     marker = tmp_path / "ran"
     env = dict(os.environ, PYTHONPATH=str(REPO), **{var: value})
