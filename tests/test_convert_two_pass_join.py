@@ -277,6 +277,14 @@ def test_compact_placements_are_the_dict_placements():
         assert isinstance(b.placements, CompactPlacements) and type(a.placements) is dict
         assert list(a.placements.items()) == list(b.placements.items()) and len(a.placements) == len(b.placements)
         assert a.report == b.report and a.lane_names == b.lane_names and a.ranges == b.ranges
+        for i, p in a.placements.items():  # the writer's lookups without making the placement
+            assert b.placements.lane_of(i) == (p.lane, bool(p.args))
+            into = {"stream": 1, "join": "x", "z": 2}
+            b.placements.merge_args(i, into)
+            want = {"stream": 1, "join": "x", "z": 2}
+            want.update(p.args)
+            assert list(into.items()) == list(want.items())
+        assert b.placements.lane_of(-1) is None and b.placements.lane_of(len(trace.events) + 5) is None
         first = next(iter(a.placements))
         assert first in b.placements and -1 not in b.placements and len(trace.events) + 5 not in b.placements
         assert b.placements.get(len(trace.events) + 5) is None and b.placements.get("x", 3) == 3
@@ -341,6 +349,10 @@ def test_columns_beyond_int32_are_kept_whole():
         for i, replay, hw in cases:
             assert p[i] == matched_placement(every, *node, replay, "calibrated", i == 3, hw)
             assert p[i].lane == (7 if every or hw is None else hw)
+            assert p.lane_of(i) == (p[i].lane, True)
+            into: dict = {}
+            p.merge_args(i, into)
+            assert list(into.items()) == list(p[i].args.items())
         assert list(p) == [0, 1, 2, 3, 4] and 5 not in p and len(p) == 5
 
 

@@ -151,8 +151,49 @@ class CompactPlacements(Mapping[int, Placement]):
                 lane = hw
         return lane, base
 
+    def lane_of(self, index: int) -> Optional[Tuple[Any, bool]]:
+        """(lane, whether its args are not empty) of ``index``'s placement, None where it has
+        none: what the writer's plan asks of every GPU event, without making a row's
+        :class:`Placement` (a row's args always hold ``join``)."""
+        r = self.row[index] if 0 <= index < len(self.row) else -1
+        if r < 0:
+            p = self.get(index)
+            return None if p is None else (p.lane, bool(p.args))
+        if not self.every:
+            hw = self.hw[r]
+            if hw != self._NONE:
+                return hw, True
+        return self.nodes[self.node[r]][0], True
+
+    def merge_args(self, index: int, into: Dict[str, Any]) -> None:
+        """``into.update(self[index].args)`` (nothing where ``index`` has no placement), a row's
+        args written straight into ``into`` without making its placement: the same keys in
+        the same order with the same values (:func:`matched_placement`'s)."""
+        r = self.row[index] if 0 <= index < len(self.row) else -1
+        if r < 0:
+            p = self.get(index)
+            if p is not None:
+                into.update(p.args)
+            return
+        none = self._NONE
+        lane, base, _ = self.nodes[self.node[r]]
+        into.update(base)
+        replay = self.replay[r]
+        if replay != none:
+            into["replay"] = replay
+        how = self.how[r]
+        into["join"] = STRATEGIES[how & 7]
+        if how >= 8:
+            into["join_ambiguous"] = True
+        hw = self.hw[r]
+        if self.every:
+            if hw != none:
+                into["original_stream"] = hw
+        else:
+            into["annotated_stream"] = lane
+
     def get(self, index: int, default: Any = None) -> Any:  # type: ignore[override]
-        # __getitem__'s work in one frame: the writer asks twice for every placed event
+        # __getitem__'s work in one frame
         try:
             r = self.row[index] if index >= 0 else -1
         except (IndexError, TypeError):

@@ -122,6 +122,10 @@ class Plan:
     #: light (the two-pass read): the flows' correlation lookups, then the packet loop
     source: Any = None
 
+    def __post_init__(self) -> None:
+        #: ``placements.merge_args`` of a :class:`~...join.model.CompactPlacements`, else None
+        self._merge_args = getattr(self.placements, "merge_args", None)
+
     def args_of(self, i: int) -> Mapping[str, Any]:
         """The args written for event ``i`` when they are not its own as they are: the join's
         placement args and the lane as ``stream`` (GPU work placed by the join or on a lane
@@ -132,9 +136,13 @@ class Plan:
         lane = self.rewrite.get(i)
         if lane is not None:
             args = dict(args)
-            p = self.placements.get(i)
-            if p is not None:
-                args.update(p.args)
+            merge = self._merge_args
+            if merge is not None:  # a CompactPlacements: its rows' args written in, no placement made
+                merge(i, args)
+            else:
+                p = self.placements.get(i)
+                if p is not None:
+                    args.update(p.args)
             args["stream"] = lane
             d = self.device_of.get(i)
             if d is not None:
@@ -229,6 +237,8 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
     """Every timed event's home and span; counters."""
     kinds, gpu_pids, placements, by_home = plan.kinds, plan.gpu_pids, plan.placements, plan.by_home
     rewrite, device_of, flow_indices = plan.rewrite, plan.device_of, plan.flow_indices
+    # a CompactPlacements' (lane, args not empty) without making a row's placement
+    lane_of = getattr(placements, "lane_of", None)
     # the append of the by_home array of each (pid, tid) / (device, lane) seen, so most events
     # find theirs in one lookup
     cpu_spans: Dict[Tuple, Any] = {}
@@ -260,14 +270,21 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
         spans = None
         pid = e.pid
         if type(pid) is int and pid in gpu_pids:
-            p = placements.get(i)
+            if lane_of is not None:
+                p = lane_of(i)
+                placed_args = p is not None and p[1]
+            else:
+                p = placements.get(i)
+                placed_args = p is not None and bool(p.args)
+                if p is not None:
+                    p = (p.lane,)
             a = e.args
             device = a.get("device")
             stream_arg = a.get("stream")
             if type(device) is not int:
                 device = device_of[i] = e.device  # written as the device arg if the args are rewritten
                 stream_arg = None  # forces that rewrite (GPU work); the lane is the same: e.stream
-            lane = p.lane if p is not None else stream_arg if type(stream_arg) is int else e.stream
+            lane = p[0] if p is not None else stream_arg if type(stream_arg) is int else e.stream
             if device is not None and lane is not None:
                 spans = gpu_spans.get((device, lane))
                 if spans is None:
@@ -277,7 +294,7 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
                 # GPU work event on a lane, whatever its phase, carries the lane's device and
                 # stream: the lane track's merge key tells SQL so (tracks.lane_merge_key)
                 if cats[e.cat] in GPU_WORK_CATEGORIES and (
-                        (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane):
+                        placed_args or type(stream_arg) is not int or stream_arg != lane):
                     rewrite[i] = lane
                     if kinds[i] == SLICE:
                         kinds[i] = SLICE_REWRITTEN
