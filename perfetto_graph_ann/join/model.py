@@ -87,6 +87,7 @@ class CompactPlacements(Mapping[int, Placement]):
     change its args. Iterates in the order the placements were added, as the dict does."""
 
     _NONE = -(1 << 31)  # no replay index / no hardware stream
+    HOW = _HOW  #: strategy -> its code in ``how`` (+ 8: ambiguous)
 
     def __init__(self, events: int, every: bool) -> None:
         self.every = every  #: graph_lanes "all": the annotated lane, the stream kept as original_stream
