@@ -395,3 +395,37 @@ def test_merge_reads_each_rank_in_two_passes(gz, tmp_path, monkeypatch):
         outs.append(out.read_bytes())
     assert scanned == [True, True, False]
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("two_pass", [False, True], ids=["in memory", "two-pass"])
+@pytest.mark.parametrize("kw", [dict(), dict(batch=7, sort_window_bytes=300), dict(batch=1, own_sequence_min=10**9)],
+                         ids=["default", "small batches", "one sequence"])
+def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, tmp_path, monkeypatch):
+    """``_encode.stream_records`` (the packet loop's usual records in C) against the loop in
+    Python, the rest of the compiled path on in both: the same bytes, batches (so the
+    sorting-window marks) cut at the same packets, on a joined decoder trace with its slice
+    ends, rewritten kernels, launches' flows and projected ranges."""
+    from perfetto_graph_ann.write.perfetto import fast_encoder
+    from perfetto_graph_ann.write.pftrace import ConvertConfig as Config
+
+    if fast_encoder.stream_records is None:
+        pytest.skip("the writer's compiled hot path (_encode) is not built or turned off")
+    src, ann = _decoder(tmp_path, replays=3)
+    calls = []
+    real = fast_encoder.stream_records
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    writer_config = Config.writer_config
+    monkeypatch.setattr(Config, "writer_config", lambda self: dataclasses.replace(writer_config(self), **kw))
+    out = {}
+    for name, fn in (("c", counted), ("python", None)):
+        monkeypatch.setattr(fast_encoder, "stream_records", fn)
+        for lanes in ("none", "all"):
+            path = tmp_path / f"{name}_{lanes}.pftrace"
+            _convert(src, path, [ann], two_pass, graph_lanes=lanes)
+            out[name, lanes] = path.read_bytes()
+    assert calls
+    assert out["c", "none"] == out["python", "none"] and out["c", "all"] == out["python", "all"]

@@ -568,7 +568,7 @@ put_flows(unsigned char *w, PyObject *ids, unsigned char tag0, unsigned char tag
  * The caller counts the template hit and checks that nothing interned is pending.
  */
 static PyObject *
-event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+event_packet_impl(PyObject *const *a)
 {
     piece pieces[MAX_SLOTS * 2 + 4];
     unsigned char fbuf[MAX_FLOWS * 10];
@@ -577,10 +577,6 @@ event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     PyObject *heads, *whole, *seq, *args, *key, *parts, *ck, *tpl;
     Py_ssize_t fn = 0, w;
 
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "event_packet takes 11 arguments");
-        return NULL;
-    }
     heads = a[0]; whole = a[1]; seq = a[2]; args = a[7];
     if (!PyDict_CheckExact(heads) || !PyBytes_CheckExact(seq) || as_delta(a[3], &ts) < 0)
         Py_RETURN_NONE;
@@ -639,6 +635,368 @@ event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return frame_packet(ts, seq, pieces, n);
 }
 
+static PyObject *
+event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "event_packet takes 11 arguments");
+        return NULL;
+    }
+    return event_packet_impl(a);
+}
+
+/* slice_end's packet for a delta already an int64; None where it is not below 128 bytes. */
+static PyObject *
+end_bytes(uint64_t ts, PyObject *tail)
+{
+    Py_ssize_t p = 1 + varint_size(ts) + PyBytes_GET_SIZE(tail);
+    PyObject *out;
+    unsigned char *w;
+    if (p >= 128)
+        Py_RETURN_NONE;
+    out = PyBytes_FromStringAndSize(NULL, 2 + p);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    *w++ = 0x0a;
+    *w++ = (unsigned char)p;
+    *w++ = 0x40;
+    w += put_varint(w, ts);
+    memcpy(w, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
+    return out;
+}
+
+/* Attribute names read by stream_records (interned at import). */
+static PyObject *int_one, *s_interner, *s_pending, *s_heads, *s_whole, *s_seq, *s_whole_hits, *s_cat, *s_name, *s_args;
+
+/* A list item that is an exact int in [0, limit): its value, else -1 (no error set). */
+static Py_ssize_t
+small_index(PyObject *o, Py_ssize_t limit)
+{
+    Py_ssize_t v;
+    if (!PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsSsize_t(o);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v < limit ? v : -1;
+}
+
+/* An exact int in int64 into *out; -1 (no error set) where it is not. */
+static int
+as_int64(PyObject *o, long long *out)
+{
+    int overflow = 0;
+    long long v;
+    if (!PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* FastEncoder.event's first branch for encoder enc: its packet from event_packet when nothing
+ * interned is pending (the hit counted as event() counts it), else None (new reference). */
+static PyObject *
+encoder_event(PyObject *enc, PyObject *const *rest)
+{
+    PyObject *a[11], *interner, *pending, *packet;
+    int busy;
+    interner = PyObject_GetAttr(enc, s_interner);
+    if (interner == NULL)
+        return NULL;
+    pending = PyObject_GetAttr(interner, s_pending);
+    Py_DECREF(interner);
+    if (pending == NULL)
+        return NULL;
+    busy = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    if (busy < 0)
+        return NULL;
+    if (busy)
+        Py_RETURN_NONE;
+    a[0] = PyObject_GetAttr(enc, s_heads);
+    a[1] = a[0] ? PyObject_GetAttr(enc, s_whole) : NULL;
+    a[2] = a[1] ? PyObject_GetAttr(enc, s_seq) : NULL;
+    if (a[2] == NULL) {
+        Py_XDECREF(a[0]);
+        Py_XDECREF(a[1]);
+        return NULL;
+    }
+    memcpy(a + 3, rest, 8 * sizeof(PyObject *));
+    packet = event_packet_impl(a);
+    Py_DECREF(a[0]);
+    Py_DECREF(a[1]);
+    Py_DECREF(a[2]);
+    if (packet != NULL && packet != Py_None) {
+        int has = PyObject_IsTrue(rest[4]);  /* the args */
+        if (has < 0) {
+            Py_DECREF(packet);
+            return NULL;
+        }
+        if (has) {
+            PyObject *hits = PyObject_GetAttr(enc, s_whole_hits), *more;
+            if (hits == NULL) {
+                Py_DECREF(packet);
+                return NULL;
+            }
+            more = PyNumber_Add(hits, int_one);
+            Py_DECREF(hits);
+            if (more == NULL || PyObject_SetAttr(enc, s_whole_hits, more) < 0) {
+                Py_XDECREF(more);
+                Py_DECREF(packet);
+                return NULL;
+            }
+            Py_DECREF(more);
+        }
+    }
+    return packet;
+}
+
+/* Record and plan kinds as plan.py numbers them, and the packet types (packets.py); emit.py
+ * uses stream_records only where its constants are these. */
+#define R_END 0
+#define R_BEGIN 1
+#define K_SLICE 1
+#define K_SLICE_REWRITTEN 2
+#define K_INSTANT 3
+#define T_SLICE_BEGIN 1
+#define T_INSTANT 3
+
+/*
+ * stream_records(ts, kinds, keys, uuids, start, plan_kinds, base, seq_of, prevs, tails, encoders,
+ *                events, outgoing, term_one, term_more, args_of, begins, batch, step) -> int
+ *
+ * emit._stream's packet loop for its usual records, from record start of the chunk (the four
+ * lists ts, kinds, keys, uuids; events: the plan's list, or a two-pass batch's dict): a slice end from its track's cached tail (end_bytes), and an
+ * input event's begin or instant (its own args for a SLICE, args_of(i) for a rewritten slice or
+ * an instant) through FastEncoder.event's compiled case (encoder_event), else the sequence's
+ * begins[q] (FastEncoder.event) with the very arguments the Python loop passes. Terminating
+ * flows: term_one (a FlowEnds' int32 column, or None) then term_more (a dict). Each packet is
+ * appended to batch and prevs[q] set as the loop does. Returns the index of the first record
+ * it leaves to Python (untouched: a sequence's first packet, a counter, a projected range, an
+ * end without a cached tail, values off the common path), or the next one right after a packet
+ * that fills the batch to step (the caller writes it), or len(ts) at the end.
+ */
+static PyObject *
+stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    PyObject *ts_l, *kinds_l, *keys_l, *uuids_l, *seq_of, *prevs, *tails, *encoders, *events, *outgoing;
+    PyObject *term_more, *args_of, *begins, *batch, *no_flows;
+    Py_buffer pk = {0}, one = {0};
+    Py_ssize_t k, n, start, base, step, nk, none = 0, result = -1;
+    const signed char *pkv;
+    const int32_t *onev = NULL;
+
+    if (nargs != 19) {
+        PyErr_SetString(PyExc_TypeError, "stream_records takes 19 arguments");
+        return NULL;
+    }
+    ts_l = a[0]; kinds_l = a[1]; keys_l = a[2]; uuids_l = a[3];
+    seq_of = a[7]; prevs = a[8]; tails = a[9]; encoders = a[10]; events = a[11]; outgoing = a[12];
+    term_more = a[14]; args_of = a[15]; begins = a[16]; batch = a[17];
+    start = PyLong_AsSsize_t(a[4]);
+    base = PyLong_AsSsize_t(a[6]);
+    step = PyLong_AsSsize_t(a[18]);
+    if ((start == -1 || base == -1 || step == -1) && PyErr_Occurred())
+        return NULL;
+    if (!PyList_CheckExact(ts_l) || !PyList_CheckExact(kinds_l) || !PyList_CheckExact(keys_l)
+            || !PyList_CheckExact(uuids_l) || !PyList_CheckExact(seq_of) || !PyList_CheckExact(prevs)
+            || !PyList_CheckExact(tails) || !PyList_CheckExact(encoders) || !PyList_CheckExact(begins)
+            || !PyList_CheckExact(batch) || !(PyDict_CheckExact(events) || PyList_CheckExact(events))
+            || !PyDict_CheckExact(outgoing)
+            || !PyDict_CheckExact(term_more)) {
+        PyErr_SetString(PyExc_TypeError, "stream_records: unexpected argument types");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(ts_l);
+    if (PyList_GET_SIZE(kinds_l) != n || PyList_GET_SIZE(keys_l) != n || PyList_GET_SIZE(uuids_l) != n
+            || PyList_GET_SIZE(tails) != PyList_GET_SIZE(encoders)
+            || PyList_GET_SIZE(begins) != PyList_GET_SIZE(encoders)) {
+        PyErr_SetString(PyExc_ValueError, "stream_records: lists of different lengths");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(a[5], &pk, PyBUF_SIMPLE) < 0)
+        return NULL;
+    pkv = (const signed char *)pk.buf;
+    nk = pk.len;
+    if (a[13] != Py_None) {
+        if (PyObject_GetBuffer(a[13], &one, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&pk);
+            return NULL;
+        }
+        onev = (const int32_t *)one.buf;
+        none = one.len / 4;
+    }
+    no_flows = PyTuple_New(0);
+    if (no_flows == NULL)
+        goto done;
+    for (k = start < 0 ? 0 : start; k < n; k++) {
+        PyObject *uuid = PyList_GET_ITEM(uuids_l, k), *ts_o = PyList_GET_ITEM(ts_l, k);
+        PyObject *i_o = PyList_GET_ITEM(keys_l, k), *prev_o, *packet, *delta_o;
+        Py_ssize_t u = small_index(uuid, PyList_GET_SIZE(seq_of)), q, i;
+        long long ts, prev, kind;
+        if (u < 0)
+            break;
+        q = small_index(PyList_GET_ITEM(seq_of, u), PyList_GET_SIZE(encoders));
+        if (q < 0)
+            break;
+        prev_o = PyList_GET_ITEM(prevs, q);
+        if (prev_o == Py_None || as_int64(ts_o, &ts) < 0 || as_int64(prev_o, &prev) < 0
+                || as_int64(PyList_GET_ITEM(kinds_l, k), &kind) < 0)
+            break;
+        i = small_index(i_o, nk);
+        if (i < 0)
+            break;
+        if (kind == R_END) {
+            PyObject *tail, *td = PyList_GET_ITEM(tails, q);
+            if (pkv[i] == K_INSTANT)
+                continue;  /* instants have no end packet */
+            if (!PyDict_CheckExact(td))
+                break;
+            tail = PyDict_GetItemWithError(td, uuid);
+            if (tail == NULL) {
+                if (PyErr_Occurred())
+                    goto done;
+                break;
+            }
+            if (!PyBytes_CheckExact(tail))
+                break;
+            packet = end_bytes((uint64_t)(ts - prev), tail);
+            if (packet == NULL)
+                goto done;
+            if (packet == Py_None) {
+                Py_DECREF(packet);
+                break;
+            }
+        } else if (kind == R_BEGIN && i < base) {
+            PyObject *e, *args, *cat, *name, *out, *term, *rest[8], *enc;
+            int pki = pkv[i], type;
+            if (pki != K_SLICE && pki != K_SLICE_REWRITTEN && pki != K_INSTANT)
+                break;
+            if (PyList_CheckExact(events)) {  /* the in-memory read's list of events */
+                if (i >= PyList_GET_SIZE(events))
+                    break;
+                e = PyList_GET_ITEM(events, i);
+            } else {  /* a two-pass read's batch: index -> event */
+                e = PyDict_GetItemWithError(events, i_o);
+                if (e == NULL) {
+                    if (PyErr_Occurred())
+                        goto done;
+                    break;
+                }
+            }
+            Py_INCREF(e);
+            cat = PyObject_GetAttr(e, s_cat);
+            name = cat ? PyObject_GetAttr(e, s_name) : NULL;
+            if (name == NULL) {
+                Py_XDECREF(cat);
+                Py_DECREF(e);
+                goto done;
+            }
+            if (pki == K_SLICE) {
+                args = PyObject_GetAttr(e, s_args);
+                type = T_SLICE_BEGIN;
+            } else {
+                args = PyObject_CallOneArg(args_of, i_o);
+                type = pki == K_INSTANT ? T_INSTANT : T_SLICE_BEGIN;
+            }
+            Py_DECREF(e);
+            if (args == NULL) {
+                Py_DECREF(cat);
+                Py_DECREF(name);
+                goto done;
+            }
+            out = PyDict_GetItemWithError(outgoing, i_o);
+            if (out == NULL && PyErr_Occurred()) {
+                Py_DECREF(cat);
+                Py_DECREF(name);
+                Py_DECREF(args);
+                goto done;
+            }
+            out = out ? out : no_flows;
+            Py_INCREF(out);
+            term = NULL;
+            if (onev != NULL && i < none && onev[i] != 0) {
+                PyObject *v = PyLong_FromLong(onev[i]);
+                term = v ? PyTuple_Pack(1, v) : NULL;
+                Py_XDECREF(v);
+                if (term == NULL) {
+                    Py_DECREF(cat);
+                    Py_DECREF(name);
+                    Py_DECREF(args);
+                    Py_DECREF(out);
+                    goto done;
+                }
+            } else {
+                term = PyDict_GetItemWithError(term_more, i_o);
+                if (term == NULL && PyErr_Occurred()) {
+                    Py_DECREF(cat);
+                    Py_DECREF(name);
+                    Py_DECREF(args);
+                    Py_DECREF(out);
+                    goto done;
+                }
+                term = term ? term : no_flows;
+                Py_INCREF(term);
+            }
+            delta_o = PyLong_FromLongLong(ts - prev);
+            if (delta_o == NULL) {
+                Py_DECREF(cat);
+                Py_DECREF(name);
+                Py_DECREF(args);
+                Py_DECREF(out);
+                Py_DECREF(term);
+                goto done;
+            }
+            rest[0] = delta_o; rest[1] = uuid; rest[2] = cat; rest[3] = name; rest[4] = args;
+            rest[5] = out; rest[6] = term;
+            rest[7] = type == T_INSTANT ? PyLong_FromLong(T_INSTANT) : PyLong_FromLong(T_SLICE_BEGIN);
+            enc = PyList_GET_ITEM(encoders, q);
+            packet = rest[7] ? encoder_event(enc, rest) : NULL;
+            if (packet == Py_None) {
+                Py_DECREF(packet);
+                packet = PyObject_Vectorcall(PyList_GET_ITEM(begins, q), rest, 8, NULL);
+            }
+            Py_DECREF(delta_o);
+            Py_XDECREF(rest[7]);
+            Py_DECREF(cat);
+            Py_DECREF(name);
+            Py_DECREF(args);
+            Py_DECREF(out);
+            Py_DECREF(term);
+            if (packet == NULL)
+                goto done;
+        } else {
+            break;
+        }
+        if (PyList_Append(batch, packet) < 0) {
+            Py_DECREF(packet);
+            goto done;
+        }
+        Py_DECREF(packet);
+        Py_INCREF(ts_o);
+        PyList_SetItem(prevs, q, ts_o);  /* steals ts_o; the previous time released */
+        if (PyList_GET_SIZE(batch) >= step) {
+            k++;
+            break;
+        }
+    }
+    result = k;
+done:
+    Py_XDECREF(no_flows);
+    PyBuffer_Release(&pk);
+    if (onev != NULL)
+        PyBuffer_Release(&one);
+    return result < 0 ? NULL : PyLong_FromSsize_t(result);
+}
+
 static PyMethodDef methods[] = {
     {"template_packet", (PyCFunction)(void (*)(void))template_packet, METH_FASTCALL,
      "A slice begin packet from a whole-args template hit, or None (build it in Python)."},
@@ -648,6 +1006,8 @@ static PyMethodDef methods[] = {
      "The whole-args template cache's key of an event's args, or None (use the JSON key)."},
     {"slice_end", (PyCFunction)(void (*)(void))slice_end, METH_FASTCALL,
      "A slice end packet, or None (build it in Python)."},
+    {"stream_records", (PyCFunction)(void (*)(void))stream_records, METH_FASTCALL,
+     "emit._stream's usual records (slice ends, input events' begins); the first record left to Python."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -659,5 +1019,18 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC
 PyInit__encode(void)
 {
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_interner, "interner");
+    INTERN(s_pending, "pending");
+    INTERN(s_heads, "_heads");
+    INTERN(s_whole, "_whole");
+    INTERN(s_seq, "_seq");
+    INTERN(s_whole_hits, "_whole_hits");
+    INTERN(s_cat, "cat");
+    INTERN(s_name, "name");
+    INTERN(s_args, "args");
+#undef INTERN
+    if ((int_one = PyLong_FromLong(1)) == NULL)
+        return NULL;
     return PyModule_Create(&moduledef);
 }

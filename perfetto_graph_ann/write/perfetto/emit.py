@@ -9,15 +9,16 @@ message.
 from __future__ import annotations
 
 import sys
+from array import array
 from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
 from ...formats import START, Completeness, end_record
 from . import fast_encoder
 from .fast_encoder import FastEncoder
-from .flows import FlowPlan
+from .flows import FlowEnds, FlowPlan
 from .interning import Interner
 from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start, sort_window_mark
-from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, Plan, Records
+from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, SLICE_REWRITTEN, Plan, Records
 from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
 
@@ -157,7 +158,10 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
             prevs: List[Optional[int]]) -> None:
     """The packet loop over a chunk of records (:meth:`.plan.Records.chunks`): one packet per
     record, timestamps as deltas on each sequence (``prevs``: each sequence's previous packet
-    time, carried from chunk to chunk); ``values``: the counter records' values."""
+    time, carried from chunk to chunk); ``values``: the counter records' values. With the
+    compiled hot path, its usual records (slice ends, input events' begins) go through
+    ``_encode.stream_records`` (the same packets: it calls the encoders as this loop does), the
+    others through this loop."""
     kinds, events, ranges, base, args_of = plan.kinds, plan.events, plan.ranges, plan.base, plan.args_of
     outgoing, terminating = flows.outgoing, flows.terminating
     begins = [enc.event for enc in encoders]
@@ -169,7 +173,24 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
     batch, step = sink.batch, sink.step
     append = batch.append
     no_flows: Tuple[int, ...] = ()
-    for ts, kind, i, uuid in zip(*chunk):
+    fast, args = _compiled_loop(plan, flows, encoders, end_packet)
+    if fast is not None:
+        args = [*chunk, 0, args[0], args[1], seq_of, prevs, tails, *args[2:], args_of, begins, batch, step]
+    ts_l, kind_l, key_l, uuid_l = chunk
+    k, n = 0, len(ts_l)
+    while k < n:
+        if fast is not None:
+            args[4] = k
+            j = fast(*args)
+            if j > k:  # records k..j-1 written; it stops right after one that fills the batch
+                k = j
+                if len(batch) >= step:
+                    sink.step_done()
+                    continue
+                if k >= n:
+                    break
+        ts, kind, i, uuid = ts_l[k], kind_l[k], key_l[k], uuid_l[k]
+        k += 1
         q = seq_of[uuid]
         prev = prevs[q]
         if prev is None:  # first packet of a track's own sequence: its defaults and clock first
@@ -203,3 +224,31 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
         prevs[q] = ts  # incremental clock: each packet carries the delta to its sequence's previous one
         if len(batch) >= step:
             sink.step_done()
+
+
+#: The numbers ``_encode.stream_records`` has built in (plan.py's kinds, packets.py's types).
+_C_CONSTANTS = (END, BEGIN, SLICE, SLICE_REWRITTEN, INSTANT, TYPE_SLICE_BEGIN, TYPE_INSTANT) == (0, 1, 1, 2, 3, 1, 3)
+
+
+def _compiled_loop(plan: Plan, flows: FlowPlan, encoders: Sequence[Any],
+                   end_packet: Any) -> Tuple[Any, List[Any]]:
+    """``_encode.stream_records`` and the arguments it takes from the plan, flows and encoders
+    (kinds, base, encoders, events, outgoing, the flow ends' column and dict), or (None, [])
+    where the loop stays in Python: not built or turned off (the encoder's compiled cases
+    too), another encoder, or containers other than the ones it reads."""
+    fast = fast_encoder.stream_records
+    if fast is None or end_packet is None or fast_encoder.event_packet is None or not _C_CONSTANTS:
+        return None, []
+    kinds, events, terminating = plan.kinds, plan.events, flows.terminating
+    if not (type(kinds) is array and kinds.typecode == "b" and type(events) in (list, dict)
+            and type(flows.outgoing) is dict and all(type(enc) is FastEncoder for enc in encoders)):
+        return None, []
+    if type(terminating) is FlowEnds and terminating.one.itemsize == 4:
+        one, more = terminating.one, terminating.more
+    elif type(terminating) is dict:
+        one, more = None, terminating
+    else:
+        return None, []
+    if type(more) is not dict:
+        return None, []
+    return fast, [kinds, plan.base, list(encoders), events, flows.outgoing, one, more]
