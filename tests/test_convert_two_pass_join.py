@@ -397,25 +397,40 @@ def test_merge_reads_each_rank_in_two_passes(gz, tmp_path, monkeypatch):
     assert outs[0] == outs[1]
 
 
+def _odd_trace(tmp_path):
+    doc, evs = _odd_joined_events()
+    evs.append(dict(evs[-1], ph="B", dur=None, name=evs[-2]["name"]))  # a slice of another phase: "ph" kept
+    src = tmp_path / "odd.json"
+    src.write_bytes(_kineto_multiline(evs, head={k: v for k, v in doc.items() if k != "traceEvents"}))
+    return src, save_annotations(tmp_path / "odd.annotations.json", decoder_annotations(1))
+
+
 @pytest.mark.parametrize("two_pass", [False, True], ids=["in memory", "two-pass"])
 @pytest.mark.parametrize("kw", [dict(), dict(batch=7, sort_window_bytes=300), dict(batch=1, own_sequence_min=10**9)],
                          ids=["default", "small batches", "one sequence"])
-def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, tmp_path, monkeypatch):
-    """``_encode.stream_records`` (the packet loop's usual records in C) against the loop in
-    Python, the rest of the compiled path on in both: the same bytes, batches (so the
-    sorting-window marks) cut at the same packets, on a joined decoder trace with its slice
-    ends, rewritten kernels, launches' flows and projected ranges."""
+@pytest.mark.parametrize("trace", ["decoder", "odd", "two_branch", "seed_block_annotated"])
+def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, trace, tmp_path, monkeypatch):
+    """``_encode.stream_records`` (the packet loop's usual records in C, rewritten slices' args
+    made there as ``Plan.args_of`` makes them) against the loop in Python, the rest of the
+    compiled path on in both: the same bytes, batches (so the sorting-window marks) cut at the
+    same packets, on joined traces with slice ends, rewritten kernels (compact and dict
+    placements, placements kept whole, odd events), launches' flows and projected ranges."""
     from perfetto_graph_ann.write.perfetto import fast_encoder
     from perfetto_graph_ann.write.pftrace import ConvertConfig as Config
 
     if fast_encoder.stream_records is None:
         pytest.skip("the writer's compiled hot path (_encode) is not built or turned off")
-    src, ann = _decoder(tmp_path, replays=3)
+    if trace == "decoder":
+        src, ann = _decoder(tmp_path, replays=3)
+    elif trace == "odd":
+        src, ann = _odd_trace(tmp_path)
+    else:
+        src, ann = _plain(tmp_path, trace), fixture_capture(trace)
     calls = []
     real = fast_encoder.stream_records
 
     def counted(*args):
-        calls.append(1)
+        calls.append(args[-1] is not None)
         return real(*args)
 
     writer_config = Config.writer_config
@@ -425,7 +440,7 @@ def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, tm
         monkeypatch.setattr(fast_encoder, "stream_records", fn)
         for lanes in ("none", "all"):
             path = tmp_path / f"{name}_{lanes}.pftrace"
-            _convert(src, path, [ann], two_pass, graph_lanes=lanes)
+            _convert(src, path, [ann], two_pass, graph_lanes=lanes, force=True)
             out[name, lanes] = path.read_bytes()
-    assert calls
+    assert calls and all(calls)  # the rewritten args made in C
     assert out["c", "none"] == out["python", "none"] and out["c", "all"] == out["python", "all"]

@@ -152,6 +152,12 @@ class CompactPlacements(Mapping[int, Placement]):
                 lane = hw
         return lane, base
 
+    def columns(self) -> Tuple[Any, ...]:
+        """What the writer's compiled loop reads to make a row's args as :meth:`merge_args`
+        does (``write/perfetto/_encode.c``): the int32 columns row, node, replay and hw (-2^31:
+        none), how, the nodes, the placements kept whole, ``every`` and the strategies."""
+        return (self.row, self.node, self.replay, self.hw, self.how, self.nodes, self.kept, self.every, STRATEGIES)
+
     def lane_of(self, index: int) -> Optional[Tuple[Any, bool]]:
         """(lane, whether its args are not empty) of ``index``'s placement, None where it has
         none: what the writer's plan asks of every GPU event, without making a row's

@@ -759,6 +759,254 @@ encoder_event(PyObject *enc, PyObject *const *rest)
     return packet;
 }
 
+/* Plan.args_of's inputs for a rewritten slice (see rewritten_args), read from the tuple rw:
+ * (lanes, other, device_of, placements) with placements a dict of Placement, or
+ * (lanes, other, device_of, row, node, replay, hw, how, nodes, kept, every, strategies): a
+ * CompactPlacements' columns (join/model.py). lanes and the int columns are int32 buffers,
+ * how a bytes buffer; -2^31 marks no lane / no row value. */
+typedef struct {
+    Py_buffer bufs[6];
+    int nbufs;
+    const int32_t *lanes, *row, *node, *replay, *hw;
+    const unsigned char *how;
+    Py_ssize_t nlanes, nrow, ncol;
+    PyObject *other, *device_of, *placements, *nodes, *kept, *strategies;
+    int compact, every;
+} rewrite_ctx;
+
+#define NO_VALUE INT32_MIN
+
+static PyObject *s_replay, *s_join, *s_join_ambiguous, *s_original_stream, *s_annotated_stream, *s_stream,
+    *s_device, *s_ph;
+
+static void
+rw_release(rewrite_ctx *c)
+{
+    int k;
+    for (k = 0; k < c->nbufs; k++)
+        PyBuffer_Release(&c->bufs[k]);
+    c->nbufs = 0;
+}
+
+static int
+rw_buffer(rewrite_ctx *c, PyObject *o, Py_ssize_t itemsize, Py_ssize_t *n)
+{
+    Py_buffer *b = &c->bufs[c->nbufs];
+    if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) < 0)
+        return -1;
+    c->nbufs++;
+    *n = b->len / itemsize;
+    return 0;
+}
+
+/* 1: c filled from rw; 0: rw is None (args_of for every rewritten slice); -1: error. */
+static int
+rw_init(rewrite_ctx *c, PyObject *rw)
+{
+    Py_ssize_t n, size;
+    memset(c, 0, sizeof(*c));
+    if (rw == Py_None)
+        return 0;
+    size = PyTuple_CheckExact(rw) ? PyTuple_GET_SIZE(rw) : -1;
+    if (size != 4 && size != 12) {
+        PyErr_SetString(PyExc_TypeError, "stream_records: rw is not a rewrite tuple");
+        return -1;
+    }
+    c->other = PyTuple_GET_ITEM(rw, 1);
+    c->device_of = PyTuple_GET_ITEM(rw, 2);
+    if (!PyDict_CheckExact(c->other) || !PyDict_CheckExact(c->device_of))
+        goto bad;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 0), 4, &c->nlanes) < 0)
+        return -1;
+    c->lanes = (const int32_t *)c->bufs[0].buf;
+    if (size == 4) {
+        c->placements = PyTuple_GET_ITEM(rw, 3);
+        if (!PyDict_CheckExact(c->placements))
+            goto bad;
+        return 1;
+    }
+    c->compact = 1;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 3), 4, &c->nrow) < 0
+            || rw_buffer(c, PyTuple_GET_ITEM(rw, 4), 4, &c->ncol) < 0)
+        goto fail;
+    c->row = (const int32_t *)c->bufs[1].buf;
+    c->node = (const int32_t *)c->bufs[2].buf;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 5), 4, &n) < 0 || n != c->ncol)
+        goto fail_size;
+    c->replay = (const int32_t *)c->bufs[3].buf;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 6), 4, &n) < 0 || n != c->ncol)
+        goto fail_size;
+    c->hw = (const int32_t *)c->bufs[4].buf;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 7), 1, &n) < 0 || n != c->ncol)
+        goto fail_size;
+    c->how = (const unsigned char *)c->bufs[5].buf;
+    c->nodes = PyTuple_GET_ITEM(rw, 8);
+    c->kept = PyTuple_GET_ITEM(rw, 9);
+    c->every = PyObject_IsTrue(PyTuple_GET_ITEM(rw, 10));
+    c->strategies = PyTuple_GET_ITEM(rw, 11);
+    if (c->every < 0)
+        goto fail;
+    if (!PyList_CheckExact(c->nodes) || !PyDict_CheckExact(c->kept) || !PyTuple_CheckExact(c->strategies)
+            || PyTuple_GET_SIZE(c->strategies) < 1)
+        goto bad;
+    return 1;
+fail_size:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "stream_records: placement columns of different lengths");
+    goto fail;
+bad:
+    PyErr_SetString(PyExc_TypeError, "stream_records: unexpected rewrite containers");
+fail:
+    rw_release(c);
+    return -1;
+}
+
+static int
+set_int(PyObject *d, PyObject *key, long v)
+{
+    PyObject *o = PyLong_FromLong(v);
+    int r;
+    if (o == NULL)
+        return -1;
+    r = PyDict_SetItem(d, key, o);
+    Py_DECREF(o);
+    return r;
+}
+
+/* Plan.args_of(i) for event e: a new reference, NULL on error, or None (a new reference) where
+ * something is off the usual path (a placement kept whole, args that are not a dict, a phase
+ * that is not a str): the caller then calls args_of itself. */
+static PyObject *
+rewritten_args(rewrite_ctx *c, PyObject *e, Py_ssize_t i, PyObject *i_o)
+{
+    PyObject *args, *lane = NULL, *ph;
+    int copied = 0;
+    args = PyObject_GetAttr(e, s_args);
+    if (args == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(args))
+        goto python;
+    if (i < c->nlanes && c->lanes[i] != NO_VALUE) {
+        lane = PyLong_FromLong(c->lanes[i]);
+        if (lane == NULL)
+            goto fail;
+    } else {
+        lane = PyDict_GetItemWithError(c->other, i_o);
+        if (lane == NULL && PyErr_Occurred())
+            goto fail;
+        if (lane == Py_None)
+            lane = NULL;
+        Py_XINCREF(lane);
+    }
+    if (lane != NULL) {
+        PyObject *copy = PyDict_Copy(args), *d;
+        if (copy == NULL)
+            goto fail;
+        Py_SETREF(args, copy);
+        copied = 1;
+        if (c->compact) {
+            Py_ssize_t r = i < c->nrow ? c->row[i] : -1;
+            if (r >= c->ncol)
+                goto python;
+            if (r < 0) {
+                int kept = PyDict_Contains(c->kept, i_o);
+                if (kept < 0)
+                    goto fail;
+                if (kept)
+                    goto python;
+            } else {
+                PyObject *triple, *base, *strategy;
+                Py_ssize_t nd = c->node[r], how = c->how[r];
+                if (nd < 0 || nd >= PyList_GET_SIZE(c->nodes) || (how & 7) >= PyTuple_GET_SIZE(c->strategies))
+                    goto python;
+                triple = PyList_GET_ITEM(c->nodes, nd);
+                if (!PyTuple_CheckExact(triple) || PyTuple_GET_SIZE(triple) != 3)
+                    goto python;
+                base = PyTuple_GET_ITEM(triple, 1);
+                if (!PyDict_CheckExact(base))
+                    goto python;
+                strategy = PyTuple_GET_ITEM(c->strategies, how & 7);
+                if (PyDict_Update(args, base) < 0
+                        || (c->replay[r] != NO_VALUE && set_int(args, s_replay, c->replay[r]) < 0)
+                        || PyDict_SetItem(args, s_join, strategy) < 0
+                        || (how >= 8 && PyDict_SetItem(args, s_join_ambiguous, Py_True) < 0))
+                    goto fail;
+                if (c->every) {
+                    if (c->hw[r] != NO_VALUE && set_int(args, s_original_stream, c->hw[r]) < 0)
+                        goto fail;
+                } else if (PyDict_SetItem(args, s_annotated_stream, PyTuple_GET_ITEM(triple, 0)) < 0) {
+                    goto fail;
+                }
+            }
+        } else {
+            PyObject *p = PyDict_GetItemWithError(c->placements, i_o);
+            if (p == NULL && PyErr_Occurred())
+                goto fail;
+            if (p != NULL) {
+                PyObject *pa = PyObject_GetAttr(p, s_args);
+                int r;
+                if (pa == NULL)
+                    goto fail;
+                if (!PyDict_CheckExact(pa)) {
+                    Py_DECREF(pa);
+                    goto python;
+                }
+                r = PyDict_Update(args, pa);
+                Py_DECREF(pa);
+                if (r < 0)
+                    goto fail;
+            }
+        }
+        if (PyDict_SetItem(args, s_stream, lane) < 0)
+            goto fail;
+        d = PyDict_GetItemWithError(c->device_of, i_o);
+        if (d == NULL && PyErr_Occurred())
+            goto fail;
+        if (d != NULL && d != Py_None && PyDict_SetItem(args, s_device, d) < 0)
+            goto fail;
+    }
+    ph = PyObject_GetAttr(e, s_ph);
+    if (ph == NULL)
+        goto fail;
+    if (!PyUnicode_CheckExact(ph)) {
+        Py_DECREF(ph);
+        goto python;
+    }
+    if (PyUnicode_CompareWithASCIIString(ph, "X") != 0 && PyUnicode_CompareWithASCIIString(ph, "i") != 0
+            && PyUnicode_CompareWithASCIIString(ph, "I") != 0) {
+        int has = PyDict_Contains(args, s_ph);
+        if (has < 0) {
+            Py_DECREF(ph);
+            goto fail;
+        }
+        if (!has) {
+            if (!copied) {
+                PyObject *copy = PyDict_Copy(args);
+                if (copy == NULL) {
+                    Py_DECREF(ph);
+                    goto fail;
+                }
+                Py_SETREF(args, copy);
+            }
+            if (PyDict_SetItem(args, s_ph, ph) < 0) {
+                Py_DECREF(ph);
+                goto fail;
+            }
+        }
+    }
+    Py_DECREF(ph);
+    Py_XDECREF(lane);
+    return args;
+python:
+    Py_XDECREF(lane);
+    Py_DECREF(args);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(lane);
+    Py_DECREF(args);
+    return NULL;
+}
+
 /* Record and plan kinds as plan.py numbers them, and the packet types (packets.py); emit.py
  * uses stream_records only where its constants are these. */
 #define R_END 0
@@ -771,7 +1019,7 @@ encoder_event(PyObject *enc, PyObject *const *rest)
 
 /*
  * stream_records(ts, kinds, keys, uuids, start, plan_kinds, base, seq_of, prevs, tails, encoders,
- *                events, outgoing, term_one, term_more, args_of, begins, batch, step) -> int
+ *                events, outgoing, term_one, term_more, args_of, begins, batch, step, rw) -> int
  *
  * emit._stream's packet loop for its usual records, from record start of the chunk (the four
  * lists ts, kinds, keys, uuids; events: the plan's list, or a two-pass batch's dict): a slice end from its track's cached tail (end_bytes), and an
@@ -780,6 +1028,8 @@ encoder_event(PyObject *enc, PyObject *const *rest)
  * begins[q] (FastEncoder.event) with the very arguments the Python loop passes. Terminating
  * flows: term_one (a FlowEnds' int32 column, or None) then term_more (a dict). Each packet is
  * appended to batch and prevs[q] set as the loop does. Returns the index of the first record
+ * rw: what Plan.args_of reads (rewrite_ctx), so a rewritten slice's args are made here as it
+ * makes them (None: args_of is called). Returns the index of the first record
  * it leaves to Python (untouched: a sequence's first packet, a counter, a projected range, an
  * end without a cached tail, values off the common path), or the next one right after a packet
  * that fills the batch to step (the caller writes it), or len(ts) at the end.
@@ -793,9 +1043,11 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_ssize_t k, n, start, base, step, nk, none = 0, result = -1;
     const signed char *pkv;
     const int32_t *onev = NULL;
+    rewrite_ctx rw;
+    int have_rw;
 
-    if (nargs != 19) {
-        PyErr_SetString(PyExc_TypeError, "stream_records takes 19 arguments");
+    if (nargs != 20) {
+        PyErr_SetString(PyExc_TypeError, "stream_records takes 20 arguments");
         return NULL;
     }
     ts_l = a[0]; kinds_l = a[1]; keys_l = a[2]; uuids_l = a[3];
@@ -822,13 +1074,19 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "stream_records: lists of different lengths");
         return NULL;
     }
-    if (PyObject_GetBuffer(a[5], &pk, PyBUF_SIMPLE) < 0)
+    have_rw = rw_init(&rw, a[19]);
+    if (have_rw < 0)
         return NULL;
+    if (PyObject_GetBuffer(a[5], &pk, PyBUF_SIMPLE) < 0) {
+        rw_release(&rw);
+        return NULL;
+    }
     pkv = (const signed char *)pk.buf;
     nk = pk.len;
     if (a[13] != Py_None) {
         if (PyObject_GetBuffer(a[13], &one, PyBUF_SIMPLE) < 0) {
             PyBuffer_Release(&pk);
+            rw_release(&rw);
             return NULL;
         }
         onev = (const int32_t *)one.buf;
@@ -904,7 +1162,11 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                 args = PyObject_GetAttr(e, s_args);
                 type = T_SLICE_BEGIN;
             } else {
-                args = PyObject_CallOneArg(args_of, i_o);
+                args = have_rw ? rewritten_args(&rw, e, i, i_o) : Py_NewRef(Py_None);
+                if (args == Py_None) {
+                    Py_DECREF(args);
+                    args = PyObject_CallOneArg(args_of, i_o);
+                }
                 type = pki == K_INSTANT ? T_INSTANT : T_SLICE_BEGIN;
             }
             Py_DECREF(e);
@@ -991,6 +1253,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     result = k;
 done:
     Py_XDECREF(no_flows);
+    rw_release(&rw);
     PyBuffer_Release(&pk);
     if (onev != NULL)
         PyBuffer_Release(&one);
@@ -1029,6 +1292,14 @@ PyInit__encode(void)
     INTERN(s_cat, "cat");
     INTERN(s_name, "name");
     INTERN(s_args, "args");
+    INTERN(s_replay, "replay");
+    INTERN(s_join, "join");
+    INTERN(s_join_ambiguous, "join_ambiguous");
+    INTERN(s_original_stream, "original_stream");
+    INTERN(s_annotated_stream, "annotated_stream");
+    INTERN(s_stream, "stream");
+    INTERN(s_device, "device");
+    INTERN(s_ph, "ph");
 #undef INTERN
     if ((int_one = PyLong_FromLong(1)) == NULL)
         return NULL;

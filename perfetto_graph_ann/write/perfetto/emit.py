@@ -18,7 +18,7 @@ from .fast_encoder import FastEncoder
 from .flows import FlowEnds, FlowPlan
 from .interning import Interner
 from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start, sort_window_mark
-from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, SLICE_REWRITTEN, Plan, Records
+from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, SLICE_REWRITTEN, Plan, Records, _Lanes
 from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
 
@@ -175,7 +175,8 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
     no_flows: Tuple[int, ...] = ()
     fast, args = _compiled_loop(plan, flows, encoders, end_packet)
     if fast is not None:
-        args = [*chunk, 0, args[0], args[1], seq_of, prevs, tails, *args[2:], args_of, begins, batch, step]
+        args = [*chunk, 0, args[0], args[1], seq_of, prevs, tails, *args[2:], args_of, begins, batch, step,
+                _rewrite_columns(plan)]
     ts_l, kind_l, key_l, uuid_l = chunk
     k, n = 0, len(ts_l)
     while k < n:
@@ -226,6 +227,31 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
             sink.step_done()
 
 
+def _rewrite_columns(plan: Plan) -> Optional[Tuple[Any, ...]]:
+    """What ``_encode.stream_records`` reads to make a rewritten slice's args as
+    :meth:`.plan.Plan.args_of` does: (lanes, lanes beyond int32, device_of, placements) with
+    the placements a dict, or their columns (a :class:`~...join.model.CompactPlacements`:
+    ``columns()``); None (it calls ``args_of``) for anything else."""
+    rewrite, placements, device_of = plan.rewrite, plan.placements, plan.device_of
+    if type(rewrite) is not _Lanes or type(device_of) is not dict or rewrite._NONE != _NO_VALUE:
+        return None
+    lanes, other = rewrite.columns()
+    if lanes.itemsize != 4 or type(other) is not dict:
+        return None
+    if type(placements) is dict:
+        return lanes, other, device_of, placements
+    columns = getattr(placements, "columns", None)
+    if columns is None or getattr(placements, "_NONE", None) != _NO_VALUE:
+        return None
+    row, node, replay, hw, how, nodes, kept, every, strategies = columns()
+    if (any(type(c) is not array or c.itemsize != 4 for c in (row, node, replay, hw)) or type(how) is not bytearray
+            or type(nodes) is not list or type(kept) is not dict or type(strategies) is not tuple):
+        return None
+    return lanes, other, device_of, row, node, replay, hw, how, nodes, kept, bool(every), strategies
+
+
+#: "no value" in the int32 columns ``_encode.stream_records`` reads
+_NO_VALUE = -(1 << 31)
 #: The numbers ``_encode.stream_records`` has built in (plan.py's kinds, packets.py's types).
 _C_CONSTANTS = (END, BEGIN, SLICE, SLICE_REWRITTEN, INSTANT, TYPE_SLICE_BEGIN, TYPE_INSTANT) == (0, 1, 1, 2, 3, 1, 3)
 

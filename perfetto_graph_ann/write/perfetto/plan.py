@@ -91,6 +91,10 @@ class _Lanes:
     def __contains__(self, i: int) -> bool:
         return self.get(i) is not None
 
+    def columns(self) -> Tuple["array[int]", Dict[int, Any]]:
+        """The int32 lanes (-2^31: none) and the lanes beyond int32, for the writer's compiled loop."""
+        return self.lanes, self.other
+
     def __len__(self) -> int:
         return len(self.lanes) - self.lanes.count(self._NONE) + len(self.other)
 
