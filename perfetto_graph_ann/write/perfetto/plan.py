@@ -243,10 +243,15 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
     rewrite, device_of, flow_indices = plan.rewrite, plan.device_of, plan.flow_indices
     # a CompactPlacements' (lane, args not empty) without making a row's placement
     lane_of = getattr(placements, "lane_of", None)
-    # the append of the by_home array of each (pid, tid) / (device, lane) seen, so most events
-    # find theirs in one lookup
+    # a _Lanes' column written directly for an int32 lane (its __setitem__'s rule)
+    lanes = rewrite.lanes if type(rewrite) is _Lanes else None
+    n_lanes = len(lanes) if lanes is not None else 0
+    no_lane = _Lanes._NONE
+    # the extend of the by_home array of each (pid, tid) / (device, lane) seen, so most events
+    # find theirs in one lookup (the last GPU lane's without any)
     cpu_spans: Dict[Tuple, Any] = {}
     gpu_spans: Dict[Tuple, Any] = {}
+    last_device = last_lane = last_spans = None
     n_slices = n_instants = 0
     for e in plan.events:
         i = e.index
@@ -265,11 +270,11 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
             continue
         dur = e.dur_ns
         if dur is None or (ph != "X" and ph in ("i", "I", "M", "n", "R", "B", "E")):  # X first: the usual case
-            kinds[i] = INSTANT
+            kind = INSTANT
             dur = 0
             n_instants += 1
         else:
-            kinds[i] = SLICE if ph == "X" else SLICE_REWRITTEN  # another phase: kept as the "ph" arg
+            kind = SLICE if ph == "X" else SLICE_REWRITTEN  # another phase: kept as the "ph" arg
             n_slices += 1
         spans = None
         pid = e.pid
@@ -290,26 +295,33 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
                 stream_arg = None  # forces that rewrite (GPU work); the lane is the same: e.stream
             lane = p[0] if p is not None else stream_arg if type(stream_arg) is int else e.stream
             if device is not None and lane is not None:
-                spans = gpu_spans.get((device, lane))
-                if spans is None:
-                    spans = gpu_spans[(device, lane)] = by_home.setdefault(("gpu", device, lane), array("q")).append
+                if device == last_device and lane == last_lane:  # equal keys: the same dict entry
+                    spans = last_spans
+                else:
+                    spans = gpu_spans.get((device, lane))
+                    if spans is None:
+                        spans = gpu_spans[(device, lane)] = by_home.setdefault(("gpu", device, lane),
+                                                                              array("q")).extend
+                    last_device, last_lane, last_spans = device, lane, spans
                 # unchanged args are written as they are (no copy): no placement args and
                 # already the lane as an int stream arg (True == 1, so check the type). Every
                 # GPU work event on a lane, whatever its phase, carries the lane's device and
                 # stream: the lane track's merge key tells SQL so (tracks.lane_merge_key)
                 if cats[e.cat] in GPU_WORK_CATEGORIES and (
                         placed_args or type(stream_arg) is not int or stream_arg != lane):
-                    rewrite[i] = lane
-                    if kinds[i] == SLICE:
-                        kinds[i] = SLICE_REWRITTEN
+                    if type(lane) is int and no_lane < lane < 1 << 31 and i < n_lanes:
+                        lanes[i] = lane
+                    else:
+                        rewrite[i] = lane
+                    if kind == SLICE:
+                        kind = SLICE_REWRITTEN
+        kinds[i] = kind
         if spans is None:
             key = (pid, e.tid)
             spans = cpu_spans.get(key)
             if spans is None:
-                spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), array("q")).append
-        spans(ts)
-        spans(-dur)
-        spans(i)
+                spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), array("q")).extend
+        spans((ts, -dur, i))
     stats.slices += n_slices
     stats.instants += n_instants
 
