@@ -300,15 +300,29 @@ def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict
     shared = {i: m.shared_by for i, m in matches.items() if m.shared_by}
     graphs_on: Dict[Tuple[int, int], set] = {}
     lanes: Dict[Tuple[int, int], Any] = {}  # (device, lane) -> lane, in first-seen order
-    # a compact row's lane and node args without making its placement (they hold the graph id)
-    lane_and_args = placements.lane_and_args if isinstance(placements, CompactPlacements) else None
+    # a compact row's lane and node args without making its placement (they hold the graph id):
+    # CompactPlacements.lane_and_args's work inline, the call for anything but a row
+    compact = isinstance(placements, CompactPlacements)
+    if compact:
+        lane_and_args, row, node, nodes, hw_col = (placements.lane_and_args, placements.row, placements.node,
+                                                    placements.nodes, placements.hw)
+        rows, every, none = len(row), placements.every, CompactPlacements._NONE
     for r in replays:
         for e in r.events:
-            if lane_and_args is None:
+            if not compact:
                 p = placements[e.index]
                 lane, pa = p.lane, p.args
             else:
-                lane, pa = lane_and_args(e.index)
+                i = e.index
+                at = row[i] if 0 <= i < rows else -1
+                if at < 0:
+                    lane, pa = lane_and_args(i)
+                else:
+                    lane, pa, _ = nodes[node[at]]
+                    if not every:
+                        hw = hw_col[at]
+                        if hw != none:
+                            lane = hw
             d = e.args.get("device")
             if type(d) is not int:
                 d = e.device
