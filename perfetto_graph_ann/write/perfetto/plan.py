@@ -22,6 +22,7 @@ import dataclasses
 from array import array
 from functools import partial
 from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, MutableSequence, Optional, Sequence, Set, Tuple
 
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
@@ -53,6 +54,7 @@ Record = Tuple[int, int, Any, int]
 #: Spans sorted, or records read out, at a time (their Python ints live only this long).
 _CHUNK = 1 << 16
 _GPU_TRACK_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
+_CAT = attrgetter("cat")
 _HOME_ORDER = {"gpu": 0, "replays": 1, "scope": 2, "thread": 3, "wide_thread": 4, "named": 5}
 
 
@@ -216,6 +218,8 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
     stream a graph replays on, so on a stream whose work all moved to other lanes it is
     noise. The pftrace follows the same rule as the annotated Chrome JSON."""
     kinds, placements, gpu_pids = plan.kinds, plan.placements, plan.gpu_pids
+    if not any(cats[c] == "gpu_user_annotation" for c in set(map(_CAT, plan.events))):
+        return 0  # the usual graphed trace: no user annotation (one pass over the events' categories)
     gpu_work = []
     held = []
     for e in plan.events:
