@@ -444,3 +444,25 @@ def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, tr
             out[name, lanes] = path.read_bytes()
     assert calls and all(calls)  # the rewritten args made in C
     assert out["c", "none"] == out["python", "none"] and out["c", "all"] == out["python", "all"]
+
+
+def test_replay_signatures_of_shared_args_are_the_per_event_ones(tmp_path, monkeypatch):
+    """The scanned events of a replay share args dicts: ``replay_signatures`` then computes each
+    (cat, name, args object) once; the same signatures as the per-event loop, and the same as
+    the whole read's (whose args are one dict an event: the per-event loop)."""
+    from perfetto_graph_ann.join import match
+    from perfetto_graph_ann.join.replays import gpu_work_and_replays
+
+    src, _ = _decoder(tmp_path, replays=3, layers=4)
+    scanned = scan_trace(str(src), join=True)
+    whole = kineto.read_trace(str(src))
+    got = {}
+    memo = []
+    real = match._memo_signatures
+    monkeypatch.setattr(match, "_memo_signatures", lambda *a: memo.append(1) or real(*a))
+    for name, trace, sample in (("memo", scanned, 32), ("loop", scanned, 1 << 30), ("whole", whole, 32)):
+        monkeypatch.setattr(match, "_SAMPLE", sample)
+        _, replays = gpu_work_and_replays(trace)
+        assert replays
+        got[name] = [match.replay_signatures(r) for r in replays]
+    assert got["memo"] == got["loop"] == got["whole"] and len(memo) == 3  # the memo on the scanned replays only
