@@ -406,18 +406,24 @@ def _odd_trace(tmp_path):
 
 
 @pytest.mark.parametrize("two_pass", [False, True], ids=["in memory", "two-pass"])
-@pytest.mark.parametrize("kw", [dict(), dict(batch=7, sort_window_bytes=300), dict(batch=1, own_sequence_min=10**9)],
-                         ids=["default", "small batches", "one sequence"])
+@pytest.mark.parametrize("kw", [dict(), dict(batch=7, sort_window_bytes=300), dict(batch=1, own_sequence_min=10**9),
+                                dict(list_args="typed", keep_args=frozenset({"scope path", "correlation", "grid"})),
+                                dict(cache_limit=4)],
+                         ids=["default", "small batches", "one sequence", "typed, some args kept", "small caches"])
 @pytest.mark.parametrize("trace", ["decoder", "odd", "two_branch", "seed_block_annotated"])
 def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, trace, tmp_path, monkeypatch):
     """``_encode.stream_records`` (the packet loop's usual records in C, rewritten slices' args
-    made there as ``Plan.args_of`` makes them) against the loop in Python, the rest of the
+    made there as ``Plan.args_of`` makes them, scope ranges whose args are cached) against the
+    loop in Python, the rest of the
     compiled path on in both: the same bytes, batches (so the sorting-window marks) cut at the
     same packets, on joined traces with slice ends, rewritten kernels (compact and dict
     placements, placements kept whole, odd events), launches' flows and projected ranges."""
-    from perfetto_graph_ann.write.perfetto import fast_encoder
+    from perfetto_graph_ann.write.perfetto import fast_args, fast_encoder
     from perfetto_graph_ann.write.pftrace import ConvertConfig as Config
 
+    kw = dict(kw)
+    if "cache_limit" in kw:  # per-key caches off after a few values: scope ranges' ints encoded in C
+        monkeypatch.setattr(fast_args.FastArgs, "KEY_CACHE_LIMIT", kw.pop("cache_limit"))
     if fast_encoder.stream_records is None:
         pytest.skip("the writer's compiled hot path (_encode) is not built or turned off")
     if trace == "decoder":

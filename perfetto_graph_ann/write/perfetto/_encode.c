@@ -122,13 +122,23 @@ add_bytes(piece *pieces, int *n, PyObject *b)
 static Py_ssize_t
 piece_size(const piece *p)
 {
+    if (p->slot == 2)
+        return 3 + p->size + varint_size(p->value);
     return p->slot ? 2 + p->size + varint_size(p->value) : p->size;
 }
 
 static unsigned char *
 put_piece(unsigned char *w, const piece *p)
 {
-    if (p->slot) {
+    if (p->slot == 2) {  /* an int annotation from its name's prefix: FastArgs._one's uncached int */
+        Py_ssize_t vs = varint_size(p->value);
+        *w++ = 0x22;
+        *w++ = (unsigned char)(p->size + 1 + vs);
+        memcpy(w, p->data, p->size);
+        w += p->size;
+        *w++ = 0x20;
+        w += put_varint(w, p->value);
+    } else if (p->slot) {
         Py_ssize_t vs = varint_size(p->value);
         *w++ = 0x22;
         *w++ = (unsigned char)(p->size + vs);
@@ -667,7 +677,7 @@ end_bytes(uint64_t ts, PyObject *tail)
 }
 
 /* Attribute names read by stream_records (interned at import). */
-static PyObject *int_one, *s_interner, *s_pending, *s_heads, *s_whole, *s_seq, *s_whole_hits, *s_cat, *s_name, *s_args;
+static PyObject *int_one, *s_keys, *s_kind, *s_category, *s_interner, *s_pending, *s_heads, *s_whole, *s_seq, *s_whole_hits, *s_cat, *s_name, *s_args;
 
 /* A list item that is an exact int in [0, limit): its value, else -1 (no error set). */
 static Py_ssize_t
@@ -1017,9 +1027,126 @@ fail:
 #define T_SLICE_BEGIN 1
 #define T_INSTANT 3
 
+/* FastArgs._one(k, v) where it needs nothing new: the key seen (its [prefix, cache, as text]),
+ * and the value's bytes cached, or an int in [0, 2^63) under a key whose cache is off. Adds
+ * the piece (none for a key left out); -1 where Python is to encode it (first sight, a miss,
+ * any other value), with no error set; -2 on error. */
+static int
+cached_arg(piece *pieces, int *n, PyObject *keys, PyObject *k, PyObject *v)
+{
+    PyObject *ks, *prefix, *cache, *b;
+    ks = PyDict_GetItemWithError(keys, k);
+    if (ks == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    if (!PyList_CheckExact(ks) || PyList_GET_SIZE(ks) != 3)
+        return -1;
+    prefix = PyList_GET_ITEM(ks, 0);
+    if (prefix == Py_None)
+        return 0;  /* a key not kept: written as nothing */
+    if (!PyBytes_CheckExact(prefix) || *n >= MAX_SLOTS * 2 + 1)
+        return -1;
+    cache = PyList_GET_ITEM(ks, 1);
+    if (cache == Py_None) {
+        uint64_t value;
+        if (as_id(v, &value) < 0 || PyBytes_GET_SIZE(prefix) + 1 + varint_size(value) >= 128)
+            return -1;
+        pieces[*n].data = PyBytes_AS_STRING(prefix);
+        pieces[*n].size = PyBytes_GET_SIZE(prefix);
+        pieces[*n].slot = 2;
+        pieces[*n].value = value;
+        (*n)++;
+        return 0;
+    }
+    if (!PyDict_CheckExact(cache) || !(PyLong_CheckExact(v) || PyUnicode_CheckExact(v)))
+        return -1;
+    b = PyDict_GetItemWithError(cache, v);
+    if (b == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    return add_bytes(pieces, n, b) < 0 ? -1 : 0;
+}
+
+/* FastEncoder.event(ts, track, cat, name, args, (), (), cacheable=False)'s packet where every
+ * arg is cached (cached_arg) and the head is: a projected scope range. None (a new reference)
+ * where Python is to build it, NULL on error. */
+static PyObject *
+uncached_event(PyObject *enc, PyObject *ts_o, PyObject *track, PyObject *cat, PyObject *name, PyObject *args)
+{
+    piece pieces[MAX_SLOTS * 2 + 4];
+    int n = 0, busy, r = 0;
+    uint64_t ts;
+    Py_ssize_t pos = 0;
+    PyObject *interner, *pending, *heads, *keys = NULL, *seq = NULL, *key, *parts, *k, *v, *out = NULL;
+    static PyObject *slice_begin = NULL;
+
+    if (as_delta(ts_o, &ts) < 0 || !PyDict_CheckExact(args))
+        Py_RETURN_NONE;
+    interner = PyObject_GetAttr(enc, s_interner);
+    if (interner == NULL)
+        return NULL;
+    pending = PyObject_GetAttr(interner, s_pending);
+    Py_DECREF(interner);
+    if (pending == NULL)
+        return NULL;
+    busy = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    if (busy < 0)
+        return NULL;
+    if (busy)
+        Py_RETURN_NONE;
+    if (slice_begin == NULL && (slice_begin = PyLong_FromLong(T_SLICE_BEGIN)) == NULL)
+        return NULL;
+    heads = PyObject_GetAttr(enc, s_heads);
+    if (heads == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(heads)) {
+        Py_DECREF(heads);
+        Py_RETURN_NONE;
+    }
+    key = PyTuple_Pack(4, cat, name, track, slice_begin);
+    if (key == NULL) {
+        Py_DECREF(heads);
+        return NULL;
+    }
+    parts = PyDict_GetItemWithError(heads, key);
+    Py_DECREF(key);
+    if (parts == NULL || !PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 3) {
+        Py_DECREF(heads);
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(parts);
+    Py_DECREF(heads);
+    keys = PyObject_GetAttr(enc, s_keys);
+    seq = keys ? PyObject_GetAttr(enc, s_seq) : NULL;
+    if (seq == NULL)
+        goto done;
+    if (!PyDict_CheckExact(keys) || !PyBytes_CheckExact(seq) || add_bytes(pieces, &n, PyList_GET_ITEM(parts, 0)) < 0)
+        goto python;
+    while (PyDict_Next(args, &pos, &k, &v)) {
+        r = cached_arg(pieces, &n, keys, k, v);
+        if (r == -2)
+            goto done;
+        if (r < 0)
+            goto python;
+    }
+    if (add_bytes(pieces, &n, PyList_GET_ITEM(parts, 1)) < 0)
+        goto python;
+    out = frame_packet(ts, seq, pieces, n);
+    goto done;
+python:
+    out = Py_NewRef(Py_None);
+done:
+    Py_DECREF(parts);
+    Py_XDECREF(keys);
+    Py_XDECREF(seq);
+    return out;
+}
+
+
 /*
  * stream_records(ts, kinds, keys, uuids, start, plan_kinds, base, seq_of, prevs, tails, encoders,
- *                events, outgoing, term_one, term_more, args_of, begins, batch, step, rw) -> int
+ *                events, outgoing, term_one, term_more, args_of, begins, batch, step, rw, ranges) -> int
  *
  * emit._stream's packet loop for its usual records, from record start of the chunk (the four
  * lists ts, kinds, keys, uuids; events: the plan's list, or a two-pass batch's dict): a slice end from its track's cached tail (end_bytes), and an
@@ -1029,7 +1156,8 @@ fail:
  * flows: term_one (a FlowEnds' int32 column, or None) then term_more (a dict). Each packet is
  * appended to batch and prevs[q] set as the loop does. Returns the index of the first record
  * rw: what Plan.args_of reads (rewrite_ctx), so a rewritten slice's args are made here as it
- * makes them (None: args_of is called). Returns the index of the first record
+ * makes them (None: args_of is called). ranges: the plan's projected ranges (a list, or None):
+ * a scope range's begin where every arg is cached (uncached_event). Returns the index of the first record
  * it leaves to Python (untouched: a sequence's first packet, a counter, a projected range, an
  * end without a cached tail, values off the common path), or the next one right after a packet
  * that fills the batch to step (the caller writes it), or len(ts) at the end.
@@ -1038,7 +1166,7 @@ static PyObject *
 stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
     PyObject *ts_l, *kinds_l, *keys_l, *uuids_l, *seq_of, *prevs, *tails, *encoders, *events, *outgoing;
-    PyObject *term_more, *args_of, *begins, *batch, *no_flows;
+    PyObject *term_more, *args_of, *begins, *batch, *no_flows, *ranges;
     Py_buffer pk = {0}, one = {0};
     Py_ssize_t k, n, start, base, step, nk, none = 0, result = -1;
     const signed char *pkv;
@@ -1046,8 +1174,13 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     rewrite_ctx rw;
     int have_rw;
 
-    if (nargs != 20) {
-        PyErr_SetString(PyExc_TypeError, "stream_records takes 20 arguments");
+    if (nargs != 21) {
+        PyErr_SetString(PyExc_TypeError, "stream_records takes 21 arguments");
+        return NULL;
+    }
+    ranges = a[20];
+    if (ranges != Py_None && !PyList_CheckExact(ranges)) {
+        PyErr_SetString(PyExc_TypeError, "stream_records: ranges is not a list");
         return NULL;
     }
     ts_l = a[0]; kinds_l = a[1]; keys_l = a[2]; uuids_l = a[3];
@@ -1235,6 +1368,44 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             Py_DECREF(term);
             if (packet == NULL)
                 goto done;
+        } else if (kind == R_BEGIN && ranges != Py_None && i - base < PyList_GET_SIZE(ranges)) {
+            /* a projected range: a scope's through uncached_event; a replay's (its name not
+             * interned: event_named) and anything uncached left to Python */
+            PyObject *r = PyList_GET_ITEM(ranges, i - base), *rk, *cat, *name, *args;
+            int replay;
+            Py_INCREF(r);
+            rk = PyObject_GetAttr(r, s_kind);
+            if (rk == NULL) {
+                Py_DECREF(r);
+                goto done;
+            }
+            replay = !PyUnicode_CheckExact(rk) || PyUnicode_CompareWithASCIIString(rk, "replay") == 0;
+            Py_DECREF(rk);
+            if (replay) {
+                Py_DECREF(r);
+                break;
+            }
+            cat = PyObject_GetAttr(r, s_category);
+            name = cat ? PyObject_GetAttr(r, s_name) : NULL;
+            args = name ? PyObject_GetAttr(r, s_args) : NULL;
+            Py_DECREF(r);
+            if (args == NULL) {
+                Py_XDECREF(cat);
+                Py_XDECREF(name);
+                goto done;
+            }
+            delta_o = PyLong_FromLongLong(ts - prev);
+            packet = delta_o ? uncached_event(PyList_GET_ITEM(encoders, q), delta_o, uuid, cat, name, args) : NULL;
+            Py_XDECREF(delta_o);
+            Py_DECREF(cat);
+            Py_DECREF(name);
+            Py_DECREF(args);
+            if (packet == NULL)
+                goto done;
+            if (packet == Py_None) {
+                Py_DECREF(packet);
+                break;
+            }
         } else {
             break;
         }
@@ -1292,6 +1463,9 @@ PyInit__encode(void)
     INTERN(s_cat, "cat");
     INTERN(s_name, "name");
     INTERN(s_args, "args");
+    INTERN(s_keys, "_keys");
+    INTERN(s_kind, "kind");
+    INTERN(s_category, "category");
     INTERN(s_replay, "replay");
     INTERN(s_join, "join");
     INTERN(s_join_ambiguous, "join_ambiguous");

@@ -176,7 +176,7 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
     fast, args = _compiled_loop(plan, flows, encoders, end_packet)
     if fast is not None:
         args = [*chunk, 0, args[0], args[1], seq_of, prevs, tails, *args[2:], args_of, begins, batch, step,
-                _rewrite_columns(plan)]
+                _rewrite_columns(plan), ranges if type(ranges) is list else None]
     ts_l, kind_l, key_l, uuid_l = chunk
     k, n = 0, len(ts_l)
     while k < n:
