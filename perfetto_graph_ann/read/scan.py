@@ -405,7 +405,8 @@ class _Scan:
                 text.decode("utf-8")
             except UnicodeDecodeError:
                 raise TraceFormatError(path, "not valid JSON in traceEvents (invalid UTF-8)") from None
-        return decode_events(text, path, start, self.decoder)
+        # no extra dicts (bp, s): keep drops them (M / C events are decoded again whole)
+        return decode_events(text, path, start, self.decoder, extras=False)
 
     def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
         raws = _raw_list.decode(text)
