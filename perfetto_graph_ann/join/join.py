@@ -191,23 +191,36 @@ def _place(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[
                               CompactPlacements(compact, every))
     placements = {}
     get = matches.get
+    origins: Dict[Any, Any] = {}  # node key -> its module origin (None: none); _count's work inline
+    matched, by_origin = report.matched, report.module_origins
+    ambiguous = 0
     for r in replays:
         index = replay_index.get(r.correlation)
         for e in r.events:
             m = get(e.index)
             if m is None or m.shared_by:
                 placements[e.index] = placement(e, m, index if m else None, graph_lanes, cache, default_stream)
+                _count(report, m)
             else:
                 node = m.node
-                hit = cache.get(node.key)
+                key = node.key
+                hit = cache.get(key)
                 if hit is None:
-                    hit = cache[node.key] = (annotated_lane(m, default_stream), node_args(node, True))
+                    hit = cache[key] = (annotated_lane(m, default_stream), node_args(node, True))
                 hw = e.args.get("stream")
                 if type(hw) is not int:
                     hw = e.stream
                 placements[e.index] = matched_placement(every, hit[0], hit[1], node.annotation, index, m.strategy,
                                                         m.ambiguous, hw)
-            _count(report, m)
+                matched[m.strategy] += 1
+                if m.ambiguous:
+                    ambiguous += 1
+                origin = origins.get(key, origins)
+                if origin is origins:
+                    origin = origins[key] = node.annotation.get(MODULE_ORIGIN)
+                if origin is not None:
+                    by_origin[origin] = by_origin.get(origin, 0) + 1
+    report.ambiguous += ambiguous
     return placements
 
 
