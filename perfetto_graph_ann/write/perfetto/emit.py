@@ -173,16 +173,17 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
     batch, step = sink.batch, sink.step
     append = batch.append
     no_flows: Tuple[int, ...] = ()
-    fast, args = _compiled_loop(plan, flows, encoders, end_packet)
+    fast = _compiled_loop(plan, flows, encoders, end_packet)
     if fast is not None:
-        args = [*chunk, 0, args[0], args[1], seq_of, prevs, tails, *args[2:], args_of, begins, batch, step,
-                _rewrite_columns(plan), ranges if type(ranges) is list else None]
+        fast_args = [*chunk, 0, kinds, base, seq_of, prevs, tails, list(encoders), events, outgoing,
+                     *_flow_ends(terminating), args_of, begins, batch, step, _rewrite_columns(plan),
+                     ranges if type(ranges) is list else None]  # stream_records' arguments, in its order
     ts_l, kind_l, key_l, uuid_l = chunk
     k, n = 0, len(ts_l)
     while k < n:
         if fast is not None:
-            args[4] = k
-            j = fast(*args)
+            fast_args[4] = k  # the record to start from
+            j = fast(*fast_args)
             if j > k:  # records k..j-1 written; it stops right after one that fills the batch
                 k = j
                 if len(batch) >= step:
@@ -256,25 +257,24 @@ _NO_VALUE = -(1 << 31)
 _C_CONSTANTS = (END, BEGIN, SLICE, SLICE_REWRITTEN, INSTANT, TYPE_SLICE_BEGIN, TYPE_INSTANT) == (0, 1, 1, 2, 3, 1, 3)
 
 
-def _compiled_loop(plan: Plan, flows: FlowPlan, encoders: Sequence[Any],
-                   end_packet: Any) -> Tuple[Any, List[Any]]:
-    """``_encode.stream_records`` and the arguments it takes from the plan, flows and encoders
-    (kinds, base, encoders, events, outgoing, the flow ends' column and dict), or (None, [])
-    where the loop stays in Python: not built or turned off (the encoder's compiled cases
-    too), another encoder, or containers other than the ones it reads."""
+def _compiled_loop(plan: Plan, flows: FlowPlan, encoders: Sequence[Any], end_packet: Any) -> Any:
+    """``_encode.stream_records``, or None where the loop stays in Python: not built or turned
+    off (the encoder's compiled cases too), another encoder, or containers other than the ones
+    it reads (a byte array of kinds, the events a list or a two-pass batch's dict, dicts of
+    outgoing flows and flow ends or a :class:`.flows.FlowEnds`)."""
     fast = fast_encoder.stream_records
     if fast is None or end_packet is None or fast_encoder.event_packet is None or not _C_CONSTANTS:
-        return None, []
-    kinds, events, terminating = plan.kinds, plan.events, flows.terminating
-    if not (type(kinds) is array and kinds.typecode == "b" and type(events) in (list, dict)
+        return None
+    kinds, terminating = plan.kinds, flows.terminating
+    if not (type(kinds) is array and kinds.typecode == "b" and type(plan.events) in (list, dict)
             and type(flows.outgoing) is dict and all(type(enc) is FastEncoder for enc in encoders)):
-        return None, []
-    if type(terminating) is FlowEnds and terminating.one.itemsize == 4:
-        one, more = terminating.one, terminating.more
-    elif type(terminating) is dict:
-        one, more = None, terminating
-    else:
-        return None, []
-    if type(more) is not dict:
-        return None, []
-    return fast, [kinds, plan.base, list(encoders), events, flows.outgoing, one, more]
+        return None
+    if not ((type(terminating) is FlowEnds and terminating.one.itemsize == 4 and type(terminating.more) is dict)
+            or type(terminating) is dict):
+        return None
+    return fast
+
+
+def _flow_ends(terminating: Any) -> Tuple[Any, Dict[int, Any]]:
+    """(the int32 column of a :class:`.flows.FlowEnds`, or None; the dict of the other ends)."""
+    return (terminating.one, terminating.more) if type(terminating) is FlowEnds else (None, terminating)
