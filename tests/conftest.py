@@ -82,6 +82,7 @@ def writer_path(request, monkeypatch):
         monkeypatch.setattr(fast_encoder, "template_packet", None)
         monkeypatch.setattr(fast_encoder, "end_packet", None)
         monkeypatch.setattr(fast_encoder, "event_packet", None)
+        monkeypatch.setattr(fast_encoder, "stream_records", None)
         monkeypatch.setattr(fast_args, "args_key", None)
     return request.param
 

@@ -277,6 +277,14 @@ def test_compact_placements_are_the_dict_placements():
         assert isinstance(b.placements, CompactPlacements) and type(a.placements) is dict
         assert list(a.placements.items()) == list(b.placements.items()) and len(a.placements) == len(b.placements)
         assert a.report == b.report and a.lane_names == b.lane_names and a.ranges == b.ranges
+        for i, p in a.placements.items():  # the writer's lookups without making the placement
+            assert b.placements.lane_of(i) == (p.lane, bool(p.args))
+            into = {"stream": 1, "join": "x", "z": 2}
+            b.placements.merge_args(i, into)
+            want = {"stream": 1, "join": "x", "z": 2}
+            want.update(p.args)
+            assert list(into.items()) == list(want.items())
+        assert b.placements.lane_of(-1) is None and b.placements.lane_of(len(trace.events) + 5) is None
         first = next(iter(a.placements))
         assert first in b.placements and -1 not in b.placements and len(trace.events) + 5 not in b.placements
         assert b.placements.get(len(trace.events) + 5) is None and b.placements.get("x", 3) == 3
@@ -341,6 +349,10 @@ def test_columns_beyond_int32_are_kept_whole():
         for i, replay, hw in cases:
             assert p[i] == matched_placement(every, *node, replay, "calibrated", i == 3, hw)
             assert p[i].lane == (7 if every or hw is None else hw)
+            assert p.lane_of(i) == (p[i].lane, True)
+            into: dict = {}
+            p.merge_args(i, into)
+            assert list(into.items()) == list(p[i].args.items())
         assert list(p) == [0, 1, 2, 3, 4] and 5 not in p and len(p) == 5
 
 
@@ -383,3 +395,80 @@ def test_merge_reads_each_rank_in_two_passes(gz, tmp_path, monkeypatch):
         outs.append(out.read_bytes())
     assert scanned == [True, True, False]
     assert outs[0] == outs[1]
+
+
+def _odd_trace(tmp_path):
+    doc, evs = _odd_joined_events()
+    evs.append(dict(evs[-1], ph="B", dur=None, name=evs[-2]["name"]))  # a slice of another phase: "ph" kept
+    src = tmp_path / "odd.json"
+    src.write_bytes(_kineto_multiline(evs, head={k: v for k, v in doc.items() if k != "traceEvents"}))
+    return src, save_annotations(tmp_path / "odd.annotations.json", decoder_annotations(1))
+
+
+@pytest.mark.parametrize("two_pass", [False, True], ids=["in memory", "two-pass"])
+@pytest.mark.parametrize("kw", [dict(), dict(batch=7, sort_window_bytes=300), dict(batch=1, own_sequence_min=10**9),
+                                dict(list_args="typed", keep_args=frozenset({"scope path", "correlation", "grid"})),
+                                dict(cache_limit=4)],
+                         ids=["default", "small batches", "one sequence", "typed, some args kept", "small caches"])
+@pytest.mark.parametrize("trace", ["decoder", "odd", "two_branch", "seed_block_annotated"])
+def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, trace, tmp_path, monkeypatch):
+    """``_encode.stream_records`` (the packet loop's usual records in C, rewritten slices' args
+    made there as ``Plan.args_of`` makes them, scope ranges whose args are cached) against the
+    loop in Python, the rest of the
+    compiled path on in both: the same bytes, batches (so the sorting-window marks) cut at the
+    same packets, on joined traces with slice ends, rewritten kernels (compact and dict
+    placements, placements kept whole, odd events), launches' flows and projected ranges."""
+    from perfetto_graph_ann.write.perfetto import fast_args, fast_encoder
+    from perfetto_graph_ann.write.pftrace import ConvertConfig as Config
+
+    kw = dict(kw)
+    if "cache_limit" in kw:  # per-key caches off after a few values: scope ranges' ints encoded in C
+        monkeypatch.setattr(fast_args.FastArgs, "KEY_CACHE_LIMIT", kw.pop("cache_limit"))
+    if fast_encoder.stream_records is None:
+        pytest.skip("the writer's compiled hot path (_encode) is not built or turned off")
+    if trace == "decoder":
+        src, ann = _decoder(tmp_path, replays=3)
+    elif trace == "odd":
+        src, ann = _odd_trace(tmp_path)
+    else:
+        src, ann = _plain(tmp_path, trace), fixture_capture(trace)
+    calls = []
+    real = fast_encoder.stream_records
+
+    def counted(*args):
+        calls.append(args[-1] is not None)
+        return real(*args)
+
+    writer_config = Config.writer_config
+    monkeypatch.setattr(Config, "writer_config", lambda self: dataclasses.replace(writer_config(self), **kw))
+    out = {}
+    for name, fn in (("c", counted), ("python", None)):
+        monkeypatch.setattr(fast_encoder, "stream_records", fn)
+        for lanes in ("none", "all"):
+            path = tmp_path / f"{name}_{lanes}.pftrace"
+            _convert(src, path, [ann], two_pass, graph_lanes=lanes, force=True)
+            out[name, lanes] = path.read_bytes()
+    assert calls and all(calls)  # the rewritten args made in C
+    assert out["c", "none"] == out["python", "none"] and out["c", "all"] == out["python", "all"]
+
+
+def test_replay_signatures_of_shared_args_are_the_per_event_ones(tmp_path, monkeypatch):
+    """The scanned events of a replay share args dicts: ``replay_signatures`` then computes each
+    (cat, name, args object) once; the same signatures as the per-event loop, and the same as
+    the whole read's (whose args are one dict an event: the per-event loop)."""
+    from perfetto_graph_ann.join import match
+    from perfetto_graph_ann.join.replays import gpu_work_and_replays
+
+    src, _ = _decoder(tmp_path, replays=3, layers=4)
+    scanned = scan_trace(str(src), join=True)
+    whole = kineto.read_trace(str(src))
+    got = {}
+    memo = []
+    real = match._memo_signatures
+    monkeypatch.setattr(match, "_memo_signatures", lambda *a: memo.append(1) or real(*a))
+    for name, trace, sample in (("memo", scanned, 32), ("loop", scanned, 1 << 30), ("whole", whole, 32)):
+        monkeypatch.setattr(match, "_SAMPLE", sample)
+        _, replays = gpu_work_and_replays(trace)
+        assert replays
+        got[name] = [match.replay_signatures(r) for r in replays]
+    assert got["memo"] == got["loop"] == got["whole"] and len(memo) == 3  # the memo on the scanned replays only

@@ -191,23 +191,36 @@ def _place(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[
                               CompactPlacements(compact, every))
     placements = {}
     get = matches.get
+    origins: Dict[Any, Any] = {}  # node key -> its module origin (None: none); _count's work inline
+    matched, by_origin = report.matched, report.module_origins
+    ambiguous = 0
     for r in replays:
         index = replay_index.get(r.correlation)
         for e in r.events:
             m = get(e.index)
             if m is None or m.shared_by:
                 placements[e.index] = placement(e, m, index if m else None, graph_lanes, cache, default_stream)
+                _count(report, m)
             else:
                 node = m.node
-                hit = cache.get(node.key)
+                key = node.key
+                hit = cache.get(key)
                 if hit is None:
-                    hit = cache[node.key] = (annotated_lane(m, default_stream), node_args(node, True))
+                    hit = cache[key] = (annotated_lane(m, default_stream), node_args(node, True))
                 hw = e.args.get("stream")
                 if type(hw) is not int:
                     hw = e.stream
                 placements[e.index] = matched_placement(every, hit[0], hit[1], node.annotation, index, m.strategy,
                                                         m.ambiguous, hw)
-            _count(report, m)
+                matched[m.strategy] += 1
+                if m.ambiguous:
+                    ambiguous += 1
+                origin = origins.get(key, origins)
+                if origin is origins:
+                    origin = origins[key] = node.annotation.get(MODULE_ORIGIN)
+                if origin is not None:
+                    by_origin[origin] = by_origin.get(origin, 0) + 1
+    report.ambiguous += ambiguous
     return placements
 
 
@@ -226,30 +239,68 @@ def _count(report: JoinReport, m: Optional[Match]) -> None:
 def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_index: Dict[int, int], graph_lanes: str,
                    default_stream: int, cache: Dict, report: JoinReport, placements: CompactPlacements) -> Any:
     """:func:`_place` into ``placements``: the same placements and counts, the usual ones as a
-    row of columns each."""
+    row of columns each (:meth:`CompactPlacements.add`'s work and :func:`_count`'s inline: one
+    frame for a trace's millions of graphed events)."""
     get = matches.get
-    add = placements.add
-    nodes: Dict[Any, Tuple[Any, Mapping[str, Any], Any]] = {}  # node key -> (lane, args, annotation)
+    # node key -> (node's index in placements.nodes, its module origin or None)
+    nodes: Dict[Any, Tuple[int, Any]] = {}
+    row, kept, node_ids, node_list = placements.row, placements.kept, placements.node_ids, placements.nodes
+    add_node, add_replay = placements.node.append, placements.replay.append
+    add_hw, add_how, add_order = placements.hw.append, placements.how.append, placements.order.append
+    none, size = CompactPlacements._NONE, len(row)
+    top = 1 << 31
+    how_of = CompactPlacements.HOW
+    rows = len(placements.node)
+    matched = report.matched
+    origins = report.module_origins
+    ambiguous = 0
     for r in replays:
         index = replay_index.get(r.correlation)
+        replay_col = none if index is None else index
+        small_replay = index is None or none < index < top
         for e in r.events:
-            m = get(e.index)
+            i = e.index
+            m = get(i)
             if m is None or m.shared_by:
-                placements.put(e.index, placement(e, m, index if m else None, graph_lanes, cache, default_stream))
+                placements.put(i, placement(e, m, index if m else None, graph_lanes, cache, default_stream))
+                _count(report, m)
+                continue
+            node = m.node
+            key = node.key
+            hit = nodes.get(key)
+            if hit is None:
+                lane_args = cache.get(key)
+                if lane_args is None:
+                    lane_args = cache[key] = (annotated_lane(m, default_stream), node_args(node, True))
+                triple = (lane_args[0], lane_args[1], node.annotation)
+                n = node_ids.get(key)
+                if n is None:
+                    n = node_ids[key] = len(node_list)
+                    node_list.append(triple)
+                hit = nodes[key] = (n, node.annotation.get(MODULE_ORIGIN), triple)
+            hw = e.args.get("stream")
+            if type(hw) is not int:
+                hw = e.stream
+            strategy = m.strategy
+            if small_replay and (hw is None or none < hw < top) and 0 <= i < size:
+                if row[i] < 0 and i not in kept:  # not yet placed
+                    add_order(i)
+                row[i] = rows
+                rows += 1
+                add_node(hit[0])
+                add_replay(replay_col)
+                add_hw(none if hw is None else hw)
+                add_how(how_of[strategy] + (8 if m.ambiguous else 0))
             else:
-                node = m.node
-                key = node.key
-                triple = nodes.get(key)
-                if triple is None:
-                    hit = cache.get(key)
-                    if hit is None:
-                        hit = cache[key] = (annotated_lane(m, default_stream), node_args(node, True))
-                    triple = nodes[key] = (hit[0], hit[1], node.annotation)
-                hw = e.args.get("stream")
-                if type(hw) is not int:
-                    hw = e.stream
-                add(e.index, key, triple, index, m.strategy, m.ambiguous, hw)
-            _count(report, m)
+                placements.add(i, key, hit[2], index, strategy, m.ambiguous, hw)
+                rows = len(placements.node)
+            matched[strategy] += 1
+            if m.ambiguous:
+                ambiguous += 1
+            origin = hit[1]
+            if origin is not None:
+                origins[origin] = origins.get(origin, 0) + 1
+    report.ambiguous += ambiguous
     return placements
 
 
@@ -262,15 +313,29 @@ def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict
     shared = {i: m.shared_by for i, m in matches.items() if m.shared_by}
     graphs_on: Dict[Tuple[int, int], set] = {}
     lanes: Dict[Tuple[int, int], Any] = {}  # (device, lane) -> lane, in first-seen order
-    # a compact row's lane and node args without making its placement (they hold the graph id)
-    lane_and_args = placements.lane_and_args if isinstance(placements, CompactPlacements) else None
+    # a compact row's lane and node args without making its placement (they hold the graph id):
+    # CompactPlacements.lane_and_args's work inline, the call for anything but a row
+    compact = isinstance(placements, CompactPlacements)
+    if compact:
+        lane_and_args, row, node, nodes, hw_col = (placements.lane_and_args, placements.row, placements.node,
+                                                    placements.nodes, placements.hw)
+        rows, every, none = len(row), placements.every, CompactPlacements._NONE
     for r in replays:
         for e in r.events:
-            if lane_and_args is None:
+            if not compact:
                 p = placements[e.index]
                 lane, pa = p.lane, p.args
             else:
-                lane, pa = lane_and_args(e.index)
+                i = e.index
+                at = row[i] if 0 <= i < rows else -1
+                if at < 0:
+                    lane, pa = lane_and_args(i)
+                else:
+                    lane, pa, _ = nodes[node[at]]
+                    if not every:
+                        hw = hw_col[at]
+                        if hw != none:
+                            lane = hw
             d = e.args.get("device")
             if type(d) is not int:
                 d = e.device

@@ -87,6 +87,7 @@ class CompactPlacements(Mapping[int, Placement]):
     change its args. Iterates in the order the placements were added, as the dict does."""
 
     _NONE = -(1 << 31)  # no replay index / no hardware stream
+    HOW = _HOW  #: strategy -> its code in ``how`` (+ 8: ambiguous)
 
     def __init__(self, events: int, every: bool) -> None:
         self.every = every  #: graph_lanes "all": the annotated lane, the stream kept as original_stream
@@ -151,8 +152,55 @@ class CompactPlacements(Mapping[int, Placement]):
                 lane = hw
         return lane, base
 
+    def columns(self) -> Tuple[Any, ...]:
+        """What the writer's compiled loop reads to make a row's args as :meth:`merge_args`
+        does (``write/perfetto/_encode.c``): the int32 columns row, node, replay and hw (-2^31:
+        none), how, the nodes, the placements kept whole, ``every`` and the strategies."""
+        return (self.row, self.node, self.replay, self.hw, self.how, self.nodes, self.kept, self.every, STRATEGIES)
+
+    def lane_of(self, index: int) -> Optional[Tuple[Any, bool]]:
+        """(lane, whether its args are not empty) of ``index``'s placement, None where it has
+        none: what the writer's plan asks of every GPU event, without making a row's
+        :class:`Placement` (a row's args always hold ``join``)."""
+        r = self.row[index] if 0 <= index < len(self.row) else -1
+        if r < 0:
+            p = self.get(index)
+            return None if p is None else (p.lane, bool(p.args))
+        if not self.every:
+            hw = self.hw[r]
+            if hw != self._NONE:
+                return hw, True
+        return self.nodes[self.node[r]][0], True
+
+    def merge_args(self, index: int, into: Dict[str, Any]) -> None:
+        """``into.update(self[index].args)`` (nothing where ``index`` has no placement), a row's
+        args written straight into ``into`` without making its placement: the same keys in
+        the same order with the same values (:func:`matched_placement`'s)."""
+        r = self.row[index] if 0 <= index < len(self.row) else -1
+        if r < 0:
+            p = self.get(index)
+            if p is not None:
+                into.update(p.args)
+            return
+        none = self._NONE
+        lane, base, _ = self.nodes[self.node[r]]
+        into.update(base)
+        replay = self.replay[r]
+        if replay != none:
+            into["replay"] = replay
+        how = self.how[r]
+        into["join"] = STRATEGIES[how & 7]
+        if how >= 8:
+            into["join_ambiguous"] = True
+        hw = self.hw[r]
+        if self.every:
+            if hw != none:
+                into["original_stream"] = hw
+        else:
+            into["annotated_stream"] = lane
+
     def get(self, index: int, default: Any = None) -> Any:  # type: ignore[override]
-        # __getitem__'s work in one frame: the writer asks twice for every placed event
+        # __getitem__'s work in one frame
         try:
             r = self.row[index] if index >= 0 else -1
         except (IndexError, TypeError):

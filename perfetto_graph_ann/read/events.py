@@ -80,12 +80,14 @@ _DIGITS_AS_D = bytes.maketrans(_DIGITS, b"d" * 10)
 _SIXTEEN_DIGITS = b"d" * 16
 
 
-def decode_events(raw: bytes, path: Optional[str], start: int = 0, decoder: Any = None) -> List[TraceEvent]:
+def decode_events(raw: bytes, path: Optional[str], start: int = 0, decoder: Any = None,
+                  extras: bool = True) -> List[TraceEvent]:
     """The events of the ``traceEvents`` array text ``raw``; ``path`` only names the file in
     errors. ``start``: the index of the first (``raw`` holds a run of the array's events).
     ``decoder``: the typed path's (default: :class:`_KinetoEvent`'s; ``read.scan`` gives one
-    whose args keep only what the writer's plan reads)."""
-    events = _from_typed(raw, path, start=start, decoder=decoder or _typed_decoder)
+    whose args keep only what the writer's plan reads). ``extras=False``: the typed path
+    leaves ``extra`` None (``read.scan``'s light events, which drop it)."""
+    events = _from_typed(raw, path, start=start, decoder=decoder or _typed_decoder, extras=extras)
     return events if events is not None else _from_generic(raw, path, start)
 
 
@@ -141,7 +143,7 @@ def _number(value: Any, index: int, key: str, name: str, path: Optional[str]) ->
 
 
 def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True, start: int = 0,
-                decoder: Any = _typed_decoder) -> Optional[List[TraceEvent]]:
+                decoder: Any = _typed_decoder, extras: bool = True) -> Optional[List[TraceEvent]]:
     """The typed path; None when the typed decode refuses the array or a time is not a number.
 
     ``bulk=False`` converts every time per event (:func:`_exact_times`): the reference the
@@ -162,7 +164,23 @@ def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True, start: int =
         if times is None:
             return None
         ts_all, dur_all = times
-    return _finish(events, ts_all, dur_all, path, start)
+    return _finish(events, ts_all, dur_all, path, start) if extras else _finish_light(events, ts_all, dur_all, path,
+                                                                                       start)
+
+
+def _finish_light(events: List[Any], ts_all: Sequence[Optional[int]], dur_all: Sequence[Optional[int]],
+                  path: Optional[str], start: int = 0) -> List[TraceEvent]:
+    """:func:`_finish` with ``extra`` None (no dict of ``bp`` / ``s`` made)."""
+    cls = TraceEvent
+    for i, e, ts_ns, dur_ns in zip(range(start, start + len(events)), events, ts_all, dur_all):
+        if (ts_ns is None or dur_ns is None) and e.ph == "X":  # raises: a complete event needs both
+            _event_times(i, e.ph, e.name, _decimal(e.ts_ns), _decimal(e.dur_ns), path)
+        e.index = i
+        e.ts_ns = ts_ns
+        e.dur_ns = dur_ns
+        e.extra = None
+        e.__class__ = cls
+    return events
 
 
 def _finish(events: List[Any], ts_all: Sequence[Optional[int]], dur_all: Sequence[Optional[int]],

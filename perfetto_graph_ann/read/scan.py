@@ -109,6 +109,7 @@ _GZ_CHUNK = 4 << 20
 _GZ_PIECE = 1 << 16
 _GZ_CACHE = 8
 _ARGS = object()  # light args' keys in the memo start with this
+_NO_TYPE = type(_NO_ARG)
 
 
 class EventSource:
@@ -404,7 +405,8 @@ class _Scan:
                 text.decode("utf-8")
             except UnicodeDecodeError:
                 raise TraceFormatError(path, "not valid JSON in traceEvents (invalid UTF-8)") from None
-        return decode_events(text, path, start, self.decoder)
+        # no extra dicts (bp, s): keep drops them (M / C events are decoded again whole)
+        return decode_events(text, path, start, self.decoder, extras=False)
 
     def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
         raws = _raw_list.decode(text)
@@ -435,6 +437,11 @@ class _Scan:
         get = memo.get
         join = self.join
         joined = self.joined
+        join_args = self._join_args
+        none_key = (_ARGS, _NO_TYPE, _NO_ARG, _NO_TYPE, _NO_ARG)  # no device, no stream (a flow event's)
+        none = get(none_key)
+        if none is None:
+            none = _light_args(_NO_ARG, _NO_ARG, memo, none_key)
         last = None  # the previous event's time: a flow event's is its slice's, one int object for both
         for e in run:
             ts = e.ts_ns
@@ -460,7 +467,7 @@ class _Scan:
                 name = e.name
                 if gpu or name in GRAPH_LAUNCH_NAMES:  # what the join reads: name and its args
                     e.name = intern(name, name)
-                    e.args = self._join_args(e.args)
+                    e.args = join_args(e.args)
                     continue
             e.name = ""
             a = e.args
@@ -468,6 +475,9 @@ class _Scan:
             if type(a) is light_type:
                 d = a.device
                 s = a.stream
+                if d is _NO_ARG and s is _NO_ARG:  # the usual flow event
+                    e.args = none
+                    continue
             else:  # the generic path's
                 d = a.get("device", _NO_ARG)
                 s = a.get("stream", _NO_ARG)
@@ -489,10 +499,20 @@ class _Scan:
         memo = self.join_memo
         key: Any = None
         if gid is _NO_ARG and gnid is _NO_ARG:  # graph ids: one node each, nothing to share
-            # the types too (1, 1.0 and True are equal keys); a list or dict value: not shared
-            key = (type(d), d, type(s), s, type(c), c,
-                   tuple(g) if type(g) is list else g, tuple(map(type, g)) if type(g) is list else type(g),
-                   tuple(b) if type(b) is list else b, tuple(map(type, b)) if type(b) is list else type(b))
+            # the types too (1, 1.0 and True are equal keys); a list or dict value: not shared.
+            # Kineto's usual args (int device, stream and correlation, grid and block of three
+            # ints) in a key of their own shape (12 items: never equal to the general one's 10)
+            if (type(g) is list and type(b) is list and len(g) == 3 and len(b) == 3 and type(d) is int
+                    and type(s) is int and type(c) is int):
+                g0, g1, g2 = g
+                b0, b1, b2 = b
+                if (type(g0) is int and type(g1) is int and type(g2) is int and type(b0) is int and type(b1) is int
+                        and type(b2) is int):
+                    key = (d, s, c, g0, g1, g2, b0, b1, b2, None, None, None)
+            if key is None:
+                key = (type(d), d, type(s), s, type(c), c,
+                       tuple(g) if type(g) is list else g, tuple(map(type, g)) if type(g) is list else type(g),
+                       tuple(b) if type(b) is list else b, tuple(map(type, b)) if type(b) is list else type(b))
             try:
                 hit = memo.get(key)
             except TypeError:

@@ -122,13 +122,23 @@ add_bytes(piece *pieces, int *n, PyObject *b)
 static Py_ssize_t
 piece_size(const piece *p)
 {
+    if (p->slot == 2)
+        return 3 + p->size + varint_size(p->value);
     return p->slot ? 2 + p->size + varint_size(p->value) : p->size;
 }
 
 static unsigned char *
 put_piece(unsigned char *w, const piece *p)
 {
-    if (p->slot) {
+    if (p->slot == 2) {  /* an int annotation from its name's prefix: FastArgs._one's uncached int */
+        Py_ssize_t vs = varint_size(p->value);
+        *w++ = 0x22;
+        *w++ = (unsigned char)(p->size + 1 + vs);
+        memcpy(w, p->data, p->size);
+        w += p->size;
+        *w++ = 0x20;
+        w += put_varint(w, p->value);
+    } else if (p->slot) {
         Py_ssize_t vs = varint_size(p->value);
         *w++ = 0x22;
         *w++ = (unsigned char)(p->size + vs);
@@ -568,7 +578,7 @@ put_flows(unsigned char *w, PyObject *ids, unsigned char tag0, unsigned char tag
  * The caller counts the template hit and checks that nothing interned is pending.
  */
 static PyObject *
-event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+event_packet_impl(PyObject *const *a)
 {
     piece pieces[MAX_SLOTS * 2 + 4];
     unsigned char fbuf[MAX_FLOWS * 10];
@@ -577,10 +587,6 @@ event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     PyObject *heads, *whole, *seq, *args, *key, *parts, *ck, *tpl;
     Py_ssize_t fn = 0, w;
 
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "event_packet takes 11 arguments");
-        return NULL;
-    }
     heads = a[0]; whole = a[1]; seq = a[2]; args = a[7];
     if (!PyDict_CheckExact(heads) || !PyBytes_CheckExact(seq) || as_delta(a[3], &ts) < 0)
         Py_RETURN_NONE;
@@ -639,6 +645,792 @@ event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return frame_packet(ts, seq, pieces, n);
 }
 
+static PyObject *
+event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "event_packet takes 11 arguments");
+        return NULL;
+    }
+    return event_packet_impl(a);
+}
+
+/* slice_end's packet for a delta already an int64; None where it is not below 128 bytes. */
+static PyObject *
+end_bytes(uint64_t ts, PyObject *tail)
+{
+    Py_ssize_t p = 1 + varint_size(ts) + PyBytes_GET_SIZE(tail);
+    PyObject *out;
+    unsigned char *w;
+    if (p >= 128)
+        Py_RETURN_NONE;
+    out = PyBytes_FromStringAndSize(NULL, 2 + p);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    *w++ = 0x0a;
+    *w++ = (unsigned char)p;
+    *w++ = 0x40;
+    w += put_varint(w, ts);
+    memcpy(w, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
+    return out;
+}
+
+/* Attribute names read by stream_records (interned at import). */
+static PyObject *int_one, *s_keys, *s_kind, *s_category, *s_interner, *s_pending, *s_heads, *s_whole, *s_seq, *s_whole_hits, *s_cat, *s_name, *s_args;
+
+/* A list item that is an exact int in [0, limit): its value, else -1 (no error set). */
+static Py_ssize_t
+small_index(PyObject *o, Py_ssize_t limit)
+{
+    Py_ssize_t v;
+    if (!PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsSsize_t(o);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v < limit ? v : -1;
+}
+
+/* An exact int in int64 into *out; -1 (no error set) where it is not. */
+static int
+as_int64(PyObject *o, long long *out)
+{
+    int overflow = 0;
+    long long v;
+    if (!PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* FastEncoder.event's first branch for encoder enc: its packet from event_packet when nothing
+ * interned is pending (the hit counted as event() counts it), else None (new reference). */
+static PyObject *
+encoder_event(PyObject *enc, PyObject *const *rest)
+{
+    PyObject *a[11], *interner, *pending, *packet;
+    int busy;
+    interner = PyObject_GetAttr(enc, s_interner);
+    if (interner == NULL)
+        return NULL;
+    pending = PyObject_GetAttr(interner, s_pending);
+    Py_DECREF(interner);
+    if (pending == NULL)
+        return NULL;
+    busy = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    if (busy < 0)
+        return NULL;
+    if (busy)
+        Py_RETURN_NONE;
+    a[0] = PyObject_GetAttr(enc, s_heads);
+    a[1] = a[0] ? PyObject_GetAttr(enc, s_whole) : NULL;
+    a[2] = a[1] ? PyObject_GetAttr(enc, s_seq) : NULL;
+    if (a[2] == NULL) {
+        Py_XDECREF(a[0]);
+        Py_XDECREF(a[1]);
+        return NULL;
+    }
+    memcpy(a + 3, rest, 8 * sizeof(PyObject *));
+    packet = event_packet_impl(a);
+    Py_DECREF(a[0]);
+    Py_DECREF(a[1]);
+    Py_DECREF(a[2]);
+    if (packet != NULL && packet != Py_None) {
+        int has = PyObject_IsTrue(rest[4]);  /* the args */
+        if (has < 0) {
+            Py_DECREF(packet);
+            return NULL;
+        }
+        if (has) {
+            PyObject *hits = PyObject_GetAttr(enc, s_whole_hits), *more;
+            if (hits == NULL) {
+                Py_DECREF(packet);
+                return NULL;
+            }
+            more = PyNumber_Add(hits, int_one);
+            Py_DECREF(hits);
+            if (more == NULL || PyObject_SetAttr(enc, s_whole_hits, more) < 0) {
+                Py_XDECREF(more);
+                Py_DECREF(packet);
+                return NULL;
+            }
+            Py_DECREF(more);
+        }
+    }
+    return packet;
+}
+
+/* Plan.args_of's inputs for a rewritten slice (see rewritten_args), read from the tuple rw:
+ * (lanes, other, device_of, placements) with placements a dict of Placement, or
+ * (lanes, other, device_of, row, node, replay, hw, how, nodes, kept, every, strategies): a
+ * CompactPlacements' columns (join/model.py). lanes and the int columns are int32 buffers,
+ * how a bytes buffer; -2^31 marks no lane / no row value. */
+typedef struct {
+    Py_buffer bufs[6];
+    int nbufs;
+    const int32_t *lanes, *row, *node, *replay, *hw;
+    const unsigned char *how;
+    Py_ssize_t nlanes, nrow, ncol;
+    PyObject *other, *device_of, *placements, *nodes, *kept, *strategies;
+    int compact, every;
+} rewrite_ctx;
+
+#define NO_VALUE INT32_MIN
+
+static PyObject *s_replay, *s_join, *s_join_ambiguous, *s_original_stream, *s_annotated_stream, *s_stream,
+    *s_device, *s_ph;
+
+static void
+rw_release(rewrite_ctx *c)
+{
+    int k;
+    for (k = 0; k < c->nbufs; k++)
+        PyBuffer_Release(&c->bufs[k]);
+    c->nbufs = 0;
+}
+
+static int
+rw_buffer(rewrite_ctx *c, PyObject *o, Py_ssize_t itemsize, Py_ssize_t *n)
+{
+    Py_buffer *b = &c->bufs[c->nbufs];
+    if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) < 0)
+        return -1;
+    c->nbufs++;
+    *n = b->len / itemsize;
+    return 0;
+}
+
+/* 1: c filled from rw; 0: rw is None (args_of for every rewritten slice); -1: error. */
+static int
+rw_init(rewrite_ctx *c, PyObject *rw)
+{
+    Py_ssize_t n, size;
+    memset(c, 0, sizeof(*c));
+    if (rw == Py_None)
+        return 0;
+    size = PyTuple_CheckExact(rw) ? PyTuple_GET_SIZE(rw) : -1;
+    if (size != 4 && size != 12) {
+        PyErr_SetString(PyExc_TypeError, "stream_records: rw is not a rewrite tuple");
+        return -1;
+    }
+    c->other = PyTuple_GET_ITEM(rw, 1);
+    c->device_of = PyTuple_GET_ITEM(rw, 2);
+    if (!PyDict_CheckExact(c->other) || !PyDict_CheckExact(c->device_of))
+        goto bad;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 0), 4, &c->nlanes) < 0)
+        return -1;
+    c->lanes = (const int32_t *)c->bufs[0].buf;
+    if (size == 4) {
+        c->placements = PyTuple_GET_ITEM(rw, 3);
+        if (!PyDict_CheckExact(c->placements))
+            goto bad;
+        return 1;
+    }
+    c->compact = 1;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 3), 4, &c->nrow) < 0
+            || rw_buffer(c, PyTuple_GET_ITEM(rw, 4), 4, &c->ncol) < 0)
+        goto fail;
+    c->row = (const int32_t *)c->bufs[1].buf;
+    c->node = (const int32_t *)c->bufs[2].buf;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 5), 4, &n) < 0 || n != c->ncol)
+        goto fail_size;
+    c->replay = (const int32_t *)c->bufs[3].buf;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 6), 4, &n) < 0 || n != c->ncol)
+        goto fail_size;
+    c->hw = (const int32_t *)c->bufs[4].buf;
+    if (rw_buffer(c, PyTuple_GET_ITEM(rw, 7), 1, &n) < 0 || n != c->ncol)
+        goto fail_size;
+    c->how = (const unsigned char *)c->bufs[5].buf;
+    c->nodes = PyTuple_GET_ITEM(rw, 8);
+    c->kept = PyTuple_GET_ITEM(rw, 9);
+    c->every = PyObject_IsTrue(PyTuple_GET_ITEM(rw, 10));
+    c->strategies = PyTuple_GET_ITEM(rw, 11);
+    if (c->every < 0)
+        goto fail;
+    if (!PyList_CheckExact(c->nodes) || !PyDict_CheckExact(c->kept) || !PyTuple_CheckExact(c->strategies)
+            || PyTuple_GET_SIZE(c->strategies) < 1)
+        goto bad;
+    return 1;
+fail_size:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "stream_records: placement columns of different lengths");
+    goto fail;
+bad:
+    PyErr_SetString(PyExc_TypeError, "stream_records: unexpected rewrite containers");
+fail:
+    rw_release(c);
+    return -1;
+}
+
+static int
+set_int(PyObject *d, PyObject *key, long v)
+{
+    PyObject *o = PyLong_FromLong(v);
+    int r;
+    if (o == NULL)
+        return -1;
+    r = PyDict_SetItem(d, key, o);
+    Py_DECREF(o);
+    return r;
+}
+
+/* Plan.args_of(i) for event e: a new reference, NULL on error, or None (a new reference) where
+ * something is off the usual path (a placement kept whole, args that are not a dict, a phase
+ * that is not a str): the caller then calls args_of itself. */
+static PyObject *
+rewritten_args(rewrite_ctx *c, PyObject *e, Py_ssize_t i, PyObject *i_o)
+{
+    PyObject *args, *lane = NULL, *ph;
+    int copied = 0;
+    args = PyObject_GetAttr(e, s_args);
+    if (args == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(args))
+        goto python;
+    if (i < c->nlanes && c->lanes[i] != NO_VALUE) {
+        lane = PyLong_FromLong(c->lanes[i]);
+        if (lane == NULL)
+            goto fail;
+    } else {
+        lane = PyDict_GetItemWithError(c->other, i_o);
+        if (lane == NULL && PyErr_Occurred())
+            goto fail;
+        if (lane == Py_None)
+            lane = NULL;
+        Py_XINCREF(lane);
+    }
+    if (lane != NULL) {
+        PyObject *copy = PyDict_Copy(args), *d;
+        if (copy == NULL)
+            goto fail;
+        Py_SETREF(args, copy);
+        copied = 1;
+        if (c->compact) {
+            Py_ssize_t r = i < c->nrow ? c->row[i] : -1;
+            if (r >= c->ncol)
+                goto python;
+            if (r < 0) {
+                int kept = PyDict_Contains(c->kept, i_o);
+                if (kept < 0)
+                    goto fail;
+                if (kept)
+                    goto python;
+            } else {
+                PyObject *triple, *base, *strategy;
+                Py_ssize_t nd = c->node[r], how = c->how[r];
+                if (nd < 0 || nd >= PyList_GET_SIZE(c->nodes) || (how & 7) >= PyTuple_GET_SIZE(c->strategies))
+                    goto python;
+                triple = PyList_GET_ITEM(c->nodes, nd);
+                if (!PyTuple_CheckExact(triple) || PyTuple_GET_SIZE(triple) != 3)
+                    goto python;
+                base = PyTuple_GET_ITEM(triple, 1);
+                if (!PyDict_CheckExact(base))
+                    goto python;
+                strategy = PyTuple_GET_ITEM(c->strategies, how & 7);
+                if (PyDict_Update(args, base) < 0
+                        || (c->replay[r] != NO_VALUE && set_int(args, s_replay, c->replay[r]) < 0)
+                        || PyDict_SetItem(args, s_join, strategy) < 0
+                        || (how >= 8 && PyDict_SetItem(args, s_join_ambiguous, Py_True) < 0))
+                    goto fail;
+                if (c->every) {
+                    if (c->hw[r] != NO_VALUE && set_int(args, s_original_stream, c->hw[r]) < 0)
+                        goto fail;
+                } else if (PyDict_SetItem(args, s_annotated_stream, PyTuple_GET_ITEM(triple, 0)) < 0) {
+                    goto fail;
+                }
+            }
+        } else {
+            PyObject *p = PyDict_GetItemWithError(c->placements, i_o);
+            if (p == NULL && PyErr_Occurred())
+                goto fail;
+            if (p != NULL) {
+                PyObject *pa = PyObject_GetAttr(p, s_args);
+                int r;
+                if (pa == NULL)
+                    goto fail;
+                if (!PyDict_CheckExact(pa)) {
+                    Py_DECREF(pa);
+                    goto python;
+                }
+                r = PyDict_Update(args, pa);
+                Py_DECREF(pa);
+                if (r < 0)
+                    goto fail;
+            }
+        }
+        if (PyDict_SetItem(args, s_stream, lane) < 0)
+            goto fail;
+        d = PyDict_GetItemWithError(c->device_of, i_o);
+        if (d == NULL && PyErr_Occurred())
+            goto fail;
+        if (d != NULL && d != Py_None && PyDict_SetItem(args, s_device, d) < 0)
+            goto fail;
+    }
+    ph = PyObject_GetAttr(e, s_ph);
+    if (ph == NULL)
+        goto fail;
+    if (!PyUnicode_CheckExact(ph)) {
+        Py_DECREF(ph);
+        goto python;
+    }
+    if (PyUnicode_CompareWithASCIIString(ph, "X") != 0 && PyUnicode_CompareWithASCIIString(ph, "i") != 0
+            && PyUnicode_CompareWithASCIIString(ph, "I") != 0) {
+        int has = PyDict_Contains(args, s_ph);
+        if (has < 0) {
+            Py_DECREF(ph);
+            goto fail;
+        }
+        if (!has) {
+            if (!copied) {
+                PyObject *copy = PyDict_Copy(args);
+                if (copy == NULL) {
+                    Py_DECREF(ph);
+                    goto fail;
+                }
+                Py_SETREF(args, copy);
+            }
+            if (PyDict_SetItem(args, s_ph, ph) < 0) {
+                Py_DECREF(ph);
+                goto fail;
+            }
+        }
+    }
+    Py_DECREF(ph);
+    Py_XDECREF(lane);
+    return args;
+python:
+    Py_XDECREF(lane);
+    Py_DECREF(args);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(lane);
+    Py_DECREF(args);
+    return NULL;
+}
+
+/* Record and plan kinds as plan.py numbers them, and the packet types (packets.py); emit.py
+ * uses stream_records only where its constants are these. */
+#define R_END 0
+#define R_BEGIN 1
+#define K_SLICE 1
+#define K_SLICE_REWRITTEN 2
+#define K_INSTANT 3
+#define T_SLICE_BEGIN 1
+#define T_INSTANT 3
+
+/* FastArgs._one(k, v) where it needs nothing new: the key seen (its [prefix, cache, as text]),
+ * and the value's bytes cached, or an int in [0, 2^63) under a key whose cache is off. Adds
+ * the piece (none for a key left out); -1 where Python is to encode it (first sight, a miss,
+ * any other value), with no error set; -2 on error. */
+static int
+cached_arg(piece *pieces, int *n, PyObject *keys, PyObject *k, PyObject *v)
+{
+    PyObject *ks, *prefix, *cache, *b;
+    ks = PyDict_GetItemWithError(keys, k);
+    if (ks == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    if (!PyList_CheckExact(ks) || PyList_GET_SIZE(ks) != 3)
+        return -1;
+    prefix = PyList_GET_ITEM(ks, 0);
+    if (prefix == Py_None)
+        return 0;  /* a key not kept: written as nothing */
+    if (!PyBytes_CheckExact(prefix) || *n >= MAX_SLOTS * 2 + 1)
+        return -1;
+    cache = PyList_GET_ITEM(ks, 1);
+    if (cache == Py_None) {
+        uint64_t value;
+        if (as_id(v, &value) < 0 || PyBytes_GET_SIZE(prefix) + 1 + varint_size(value) >= 128)
+            return -1;
+        pieces[*n].data = PyBytes_AS_STRING(prefix);
+        pieces[*n].size = PyBytes_GET_SIZE(prefix);
+        pieces[*n].slot = 2;
+        pieces[*n].value = value;
+        (*n)++;
+        return 0;
+    }
+    if (!PyDict_CheckExact(cache) || !(PyLong_CheckExact(v) || PyUnicode_CheckExact(v)))
+        return -1;
+    b = PyDict_GetItemWithError(cache, v);
+    if (b == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    return add_bytes(pieces, n, b) < 0 ? -1 : 0;
+}
+
+/* FastEncoder.event(ts, track, cat, name, args, (), (), cacheable=False)'s packet where every
+ * arg is cached (cached_arg) and the head is: a projected scope range. None (a new reference)
+ * where Python is to build it, NULL on error. */
+static PyObject *
+uncached_event(PyObject *enc, PyObject *ts_o, PyObject *track, PyObject *cat, PyObject *name, PyObject *args)
+{
+    piece pieces[MAX_SLOTS * 2 + 4];
+    int n = 0, busy, r = 0;
+    uint64_t ts;
+    Py_ssize_t pos = 0;
+    PyObject *interner, *pending, *heads, *keys = NULL, *seq = NULL, *key, *parts, *k, *v, *out = NULL;
+    static PyObject *slice_begin = NULL;
+
+    if (as_delta(ts_o, &ts) < 0 || !PyDict_CheckExact(args))
+        Py_RETURN_NONE;
+    interner = PyObject_GetAttr(enc, s_interner);
+    if (interner == NULL)
+        return NULL;
+    pending = PyObject_GetAttr(interner, s_pending);
+    Py_DECREF(interner);
+    if (pending == NULL)
+        return NULL;
+    busy = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    if (busy < 0)
+        return NULL;
+    if (busy)
+        Py_RETURN_NONE;
+    if (slice_begin == NULL && (slice_begin = PyLong_FromLong(T_SLICE_BEGIN)) == NULL)
+        return NULL;
+    heads = PyObject_GetAttr(enc, s_heads);
+    if (heads == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(heads)) {
+        Py_DECREF(heads);
+        Py_RETURN_NONE;
+    }
+    key = PyTuple_Pack(4, cat, name, track, slice_begin);
+    if (key == NULL) {
+        Py_DECREF(heads);
+        return NULL;
+    }
+    parts = PyDict_GetItemWithError(heads, key);
+    Py_DECREF(key);
+    if (parts == NULL || !PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 3) {
+        Py_DECREF(heads);
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(parts);
+    Py_DECREF(heads);
+    keys = PyObject_GetAttr(enc, s_keys);
+    seq = keys ? PyObject_GetAttr(enc, s_seq) : NULL;
+    if (seq == NULL)
+        goto done;
+    if (!PyDict_CheckExact(keys) || !PyBytes_CheckExact(seq) || add_bytes(pieces, &n, PyList_GET_ITEM(parts, 0)) < 0)
+        goto python;
+    while (PyDict_Next(args, &pos, &k, &v)) {
+        r = cached_arg(pieces, &n, keys, k, v);
+        if (r == -2)
+            goto done;
+        if (r < 0)
+            goto python;
+    }
+    if (add_bytes(pieces, &n, PyList_GET_ITEM(parts, 1)) < 0)
+        goto python;
+    out = frame_packet(ts, seq, pieces, n);
+    goto done;
+python:
+    out = Py_NewRef(Py_None);
+done:
+    Py_DECREF(parts);
+    Py_XDECREF(keys);
+    Py_XDECREF(seq);
+    return out;
+}
+
+
+/*
+ * stream_records(ts, kinds, keys, uuids, start, plan_kinds, base, seq_of, prevs, tails, encoders,
+ *                events, outgoing, term_one, term_more, args_of, begins, batch, step, rw, ranges) -> int
+ *
+ * emit._stream's packet loop for its usual records, from record start of the chunk (the four
+ * lists ts, kinds, keys, uuids; events: the plan's list, or a two-pass batch's dict): a slice end from its track's cached tail (end_bytes), and an
+ * input event's begin or instant (its own args for a SLICE, args_of(i) for a rewritten slice or
+ * an instant) through FastEncoder.event's compiled case (encoder_event), else the sequence's
+ * begins[q] (FastEncoder.event) with the very arguments the Python loop passes. Terminating
+ * flows: term_one (a FlowEnds' int32 column, or None) then term_more (a dict). Each packet is
+ * appended to batch and prevs[q] set as the loop does. Returns the index of the first record
+ * rw: what Plan.args_of reads (rewrite_ctx), so a rewritten slice's args are made here as it
+ * makes them (None: args_of is called). ranges: the plan's projected ranges (a list, or None):
+ * a scope range's begin where every arg is cached (uncached_event). Returns the index of the first record
+ * it leaves to Python (untouched: a sequence's first packet, a counter, a projected range, an
+ * end without a cached tail, values off the common path), or the next one right after a packet
+ * that fills the batch to step (the caller writes it), or len(ts) at the end.
+ */
+static PyObject *
+stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    PyObject *ts_l, *kinds_l, *keys_l, *uuids_l, *seq_of, *prevs, *tails, *encoders, *events, *outgoing;
+    PyObject *term_more, *args_of, *begins, *batch, *no_flows, *ranges;
+    Py_buffer pk = {0}, one = {0};
+    Py_ssize_t k, n, start, base, step, nk, none = 0, result = -1;
+    const signed char *pkv;
+    const int32_t *onev = NULL;
+    rewrite_ctx rw;
+    int have_rw;
+
+    if (nargs != 21) {
+        PyErr_SetString(PyExc_TypeError, "stream_records takes 21 arguments");
+        return NULL;
+    }
+    ranges = a[20];
+    if (ranges != Py_None && !PyList_CheckExact(ranges)) {
+        PyErr_SetString(PyExc_TypeError, "stream_records: ranges is not a list");
+        return NULL;
+    }
+    ts_l = a[0]; kinds_l = a[1]; keys_l = a[2]; uuids_l = a[3];
+    seq_of = a[7]; prevs = a[8]; tails = a[9]; encoders = a[10]; events = a[11]; outgoing = a[12];
+    term_more = a[14]; args_of = a[15]; begins = a[16]; batch = a[17];
+    start = PyLong_AsSsize_t(a[4]);
+    base = PyLong_AsSsize_t(a[6]);
+    step = PyLong_AsSsize_t(a[18]);
+    if ((start == -1 || base == -1 || step == -1) && PyErr_Occurred())
+        return NULL;
+    if (!PyList_CheckExact(ts_l) || !PyList_CheckExact(kinds_l) || !PyList_CheckExact(keys_l)
+            || !PyList_CheckExact(uuids_l) || !PyList_CheckExact(seq_of) || !PyList_CheckExact(prevs)
+            || !PyList_CheckExact(tails) || !PyList_CheckExact(encoders) || !PyList_CheckExact(begins)
+            || !PyList_CheckExact(batch) || !(PyDict_CheckExact(events) || PyList_CheckExact(events))
+            || !PyDict_CheckExact(outgoing)
+            || !PyDict_CheckExact(term_more)) {
+        PyErr_SetString(PyExc_TypeError, "stream_records: unexpected argument types");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(ts_l);
+    if (PyList_GET_SIZE(kinds_l) != n || PyList_GET_SIZE(keys_l) != n || PyList_GET_SIZE(uuids_l) != n
+            || PyList_GET_SIZE(tails) != PyList_GET_SIZE(encoders)
+            || PyList_GET_SIZE(begins) != PyList_GET_SIZE(encoders)) {
+        PyErr_SetString(PyExc_ValueError, "stream_records: lists of different lengths");
+        return NULL;
+    }
+    have_rw = rw_init(&rw, a[19]);
+    if (have_rw < 0)
+        return NULL;
+    if (PyObject_GetBuffer(a[5], &pk, PyBUF_SIMPLE) < 0) {
+        rw_release(&rw);
+        return NULL;
+    }
+    pkv = (const signed char *)pk.buf;
+    nk = pk.len;
+    if (a[13] != Py_None) {
+        if (PyObject_GetBuffer(a[13], &one, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&pk);
+            rw_release(&rw);
+            return NULL;
+        }
+        onev = (const int32_t *)one.buf;
+        none = one.len / 4;
+    }
+    no_flows = PyTuple_New(0);
+    if (no_flows == NULL)
+        goto done;
+    for (k = start < 0 ? 0 : start; k < n; k++) {
+        PyObject *uuid = PyList_GET_ITEM(uuids_l, k), *ts_o = PyList_GET_ITEM(ts_l, k);
+        PyObject *i_o = PyList_GET_ITEM(keys_l, k), *prev_o, *packet, *delta_o;
+        Py_ssize_t u = small_index(uuid, PyList_GET_SIZE(seq_of)), q, i;
+        long long ts, prev, kind;
+        if (u < 0)
+            break;
+        q = small_index(PyList_GET_ITEM(seq_of, u), PyList_GET_SIZE(encoders));
+        if (q < 0)
+            break;
+        prev_o = PyList_GET_ITEM(prevs, q);
+        if (prev_o == Py_None || as_int64(ts_o, &ts) < 0 || as_int64(prev_o, &prev) < 0
+                || as_int64(PyList_GET_ITEM(kinds_l, k), &kind) < 0)
+            break;
+        i = small_index(i_o, nk);
+        if (i < 0)
+            break;
+        if (kind == R_END) {
+            PyObject *tail, *td = PyList_GET_ITEM(tails, q);
+            if (pkv[i] == K_INSTANT)
+                continue;  /* instants have no end packet */
+            if (!PyDict_CheckExact(td))
+                break;
+            tail = PyDict_GetItemWithError(td, uuid);
+            if (tail == NULL) {
+                if (PyErr_Occurred())
+                    goto done;
+                break;
+            }
+            if (!PyBytes_CheckExact(tail))
+                break;
+            packet = end_bytes((uint64_t)(ts - prev), tail);
+            if (packet == NULL)
+                goto done;
+            if (packet == Py_None) {
+                Py_DECREF(packet);
+                break;
+            }
+        } else if (kind == R_BEGIN && i < base) {
+            PyObject *e, *args, *cat, *name, *out, *term, *rest[8], *enc;
+            int pki = pkv[i], type;
+            if (pki != K_SLICE && pki != K_SLICE_REWRITTEN && pki != K_INSTANT)
+                break;
+            if (PyList_CheckExact(events)) {  /* the in-memory read's list of events */
+                if (i >= PyList_GET_SIZE(events))
+                    break;
+                e = PyList_GET_ITEM(events, i);
+            } else {  /* a two-pass read's batch: index -> event */
+                e = PyDict_GetItemWithError(events, i_o);
+                if (e == NULL) {
+                    if (PyErr_Occurred())
+                        goto done;
+                    break;
+                }
+            }
+            Py_INCREF(e);
+            cat = PyObject_GetAttr(e, s_cat);
+            name = cat ? PyObject_GetAttr(e, s_name) : NULL;
+            if (name == NULL) {
+                Py_XDECREF(cat);
+                Py_DECREF(e);
+                goto done;
+            }
+            if (pki == K_SLICE) {
+                args = PyObject_GetAttr(e, s_args);
+                type = T_SLICE_BEGIN;
+            } else {
+                args = have_rw ? rewritten_args(&rw, e, i, i_o) : Py_NewRef(Py_None);
+                if (args == Py_None) {
+                    Py_DECREF(args);
+                    args = PyObject_CallOneArg(args_of, i_o);
+                }
+                type = pki == K_INSTANT ? T_INSTANT : T_SLICE_BEGIN;
+            }
+            Py_DECREF(e);
+            if (args == NULL) {
+                Py_DECREF(cat);
+                Py_DECREF(name);
+                goto done;
+            }
+            out = PyDict_GetItemWithError(outgoing, i_o);
+            if (out == NULL && PyErr_Occurred()) {
+                Py_DECREF(cat);
+                Py_DECREF(name);
+                Py_DECREF(args);
+                goto done;
+            }
+            out = out ? out : no_flows;
+            Py_INCREF(out);
+            term = NULL;
+            if (onev != NULL && i < none && onev[i] != 0) {
+                PyObject *v = PyLong_FromLong(onev[i]);
+                term = v ? PyTuple_Pack(1, v) : NULL;
+                Py_XDECREF(v);
+                if (term == NULL) {
+                    Py_DECREF(cat);
+                    Py_DECREF(name);
+                    Py_DECREF(args);
+                    Py_DECREF(out);
+                    goto done;
+                }
+            } else {
+                term = PyDict_GetItemWithError(term_more, i_o);
+                if (term == NULL && PyErr_Occurred()) {
+                    Py_DECREF(cat);
+                    Py_DECREF(name);
+                    Py_DECREF(args);
+                    Py_DECREF(out);
+                    goto done;
+                }
+                term = term ? term : no_flows;
+                Py_INCREF(term);
+            }
+            delta_o = PyLong_FromLongLong(ts - prev);
+            if (delta_o == NULL) {
+                Py_DECREF(cat);
+                Py_DECREF(name);
+                Py_DECREF(args);
+                Py_DECREF(out);
+                Py_DECREF(term);
+                goto done;
+            }
+            rest[0] = delta_o; rest[1] = uuid; rest[2] = cat; rest[3] = name; rest[4] = args;
+            rest[5] = out; rest[6] = term;
+            rest[7] = type == T_INSTANT ? PyLong_FromLong(T_INSTANT) : PyLong_FromLong(T_SLICE_BEGIN);
+            enc = PyList_GET_ITEM(encoders, q);
+            packet = rest[7] ? encoder_event(enc, rest) : NULL;
+            if (packet == Py_None) {
+                Py_DECREF(packet);
+                packet = PyObject_Vectorcall(PyList_GET_ITEM(begins, q), rest, 8, NULL);
+            }
+            Py_DECREF(delta_o);
+            Py_XDECREF(rest[7]);
+            Py_DECREF(cat);
+            Py_DECREF(name);
+            Py_DECREF(args);
+            Py_DECREF(out);
+            Py_DECREF(term);
+            if (packet == NULL)
+                goto done;
+        } else if (kind == R_BEGIN && ranges != Py_None && i - base < PyList_GET_SIZE(ranges)) {
+            /* a projected range: a scope's through uncached_event; a replay's (its name not
+             * interned: event_named) and anything uncached left to Python */
+            PyObject *r = PyList_GET_ITEM(ranges, i - base), *rk, *cat, *name, *args;
+            int replay;
+            Py_INCREF(r);
+            rk = PyObject_GetAttr(r, s_kind);
+            if (rk == NULL) {
+                Py_DECREF(r);
+                goto done;
+            }
+            replay = !PyUnicode_CheckExact(rk) || PyUnicode_CompareWithASCIIString(rk, "replay") == 0;
+            Py_DECREF(rk);
+            if (replay) {
+                Py_DECREF(r);
+                break;
+            }
+            cat = PyObject_GetAttr(r, s_category);
+            name = cat ? PyObject_GetAttr(r, s_name) : NULL;
+            args = name ? PyObject_GetAttr(r, s_args) : NULL;
+            Py_DECREF(r);
+            if (args == NULL) {
+                Py_XDECREF(cat);
+                Py_XDECREF(name);
+                goto done;
+            }
+            delta_o = PyLong_FromLongLong(ts - prev);
+            packet = delta_o ? uncached_event(PyList_GET_ITEM(encoders, q), delta_o, uuid, cat, name, args) : NULL;
+            Py_XDECREF(delta_o);
+            Py_DECREF(cat);
+            Py_DECREF(name);
+            Py_DECREF(args);
+            if (packet == NULL)
+                goto done;
+            if (packet == Py_None) {
+                Py_DECREF(packet);
+                break;
+            }
+        } else {
+            break;
+        }
+        if (PyList_Append(batch, packet) < 0) {
+            Py_DECREF(packet);
+            goto done;
+        }
+        Py_DECREF(packet);
+        Py_INCREF(ts_o);
+        PyList_SetItem(prevs, q, ts_o);  /* steals ts_o; the previous time released */
+        if (PyList_GET_SIZE(batch) >= step) {
+            k++;
+            break;
+        }
+    }
+    result = k;
+done:
+    Py_XDECREF(no_flows);
+    rw_release(&rw);
+    PyBuffer_Release(&pk);
+    if (onev != NULL)
+        PyBuffer_Release(&one);
+    return result < 0 ? NULL : PyLong_FromSsize_t(result);
+}
+
 static PyMethodDef methods[] = {
     {"template_packet", (PyCFunction)(void (*)(void))template_packet, METH_FASTCALL,
      "A slice begin packet from a whole-args template hit, or None (build it in Python)."},
@@ -648,6 +1440,8 @@ static PyMethodDef methods[] = {
      "The whole-args template cache's key of an event's args, or None (use the JSON key)."},
     {"slice_end", (PyCFunction)(void (*)(void))slice_end, METH_FASTCALL,
      "A slice end packet, or None (build it in Python)."},
+    {"stream_records", (PyCFunction)(void (*)(void))stream_records, METH_FASTCALL,
+     "emit._stream's usual records (slice ends, input events' begins); the first record left to Python."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -659,5 +1453,29 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC
 PyInit__encode(void)
 {
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_interner, "interner");
+    INTERN(s_pending, "pending");
+    INTERN(s_heads, "_heads");
+    INTERN(s_whole, "_whole");
+    INTERN(s_seq, "_seq");
+    INTERN(s_whole_hits, "_whole_hits");
+    INTERN(s_cat, "cat");
+    INTERN(s_name, "name");
+    INTERN(s_args, "args");
+    INTERN(s_keys, "_keys");
+    INTERN(s_kind, "kind");
+    INTERN(s_category, "category");
+    INTERN(s_replay, "replay");
+    INTERN(s_join, "join");
+    INTERN(s_join_ambiguous, "join_ambiguous");
+    INTERN(s_original_stream, "original_stream");
+    INTERN(s_annotated_stream, "annotated_stream");
+    INTERN(s_stream, "stream");
+    INTERN(s_device, "device");
+    INTERN(s_ph, "ph");
+#undef INTERN
+    if ((int_one = PyLong_FromLong(1)) == NULL)
+        return NULL;
     return PyModule_Create(&moduledef);
 }

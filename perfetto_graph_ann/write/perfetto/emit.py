@@ -9,15 +9,16 @@ message.
 from __future__ import annotations
 
 import sys
+from array import array
 from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
 from ...formats import START, Completeness, end_record
 from . import fast_encoder
 from .fast_encoder import FastEncoder
-from .flows import FlowPlan
+from .flows import FlowEnds, FlowPlan
 from .interning import Interner
 from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start, sort_window_mark
-from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, Plan, Records
+from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, SLICE_REWRITTEN, Plan, Records, _Lanes
 from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
 
@@ -157,7 +158,10 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
             prevs: List[Optional[int]]) -> None:
     """The packet loop over a chunk of records (:meth:`.plan.Records.chunks`): one packet per
     record, timestamps as deltas on each sequence (``prevs``: each sequence's previous packet
-    time, carried from chunk to chunk); ``values``: the counter records' values."""
+    time, carried from chunk to chunk); ``values``: the counter records' values. With the
+    compiled hot path, its usual records (slice ends, input events' begins) go through
+    ``_encode.stream_records`` (the same packets: it calls the encoders as this loop does), the
+    others through this loop."""
     kinds, events, ranges, base, args_of = plan.kinds, plan.events, plan.ranges, plan.base, plan.args_of
     outgoing, terminating = flows.outgoing, flows.terminating
     begins = [enc.event for enc in encoders]
@@ -169,7 +173,26 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
     batch, step = sink.batch, sink.step
     append = batch.append
     no_flows: Tuple[int, ...] = ()
-    for ts, kind, i, uuid in zip(*chunk):
+    fast = _compiled_loop(plan, flows, encoders, end_packet)
+    if fast is not None:
+        fast_args = [*chunk, 0, kinds, base, seq_of, prevs, tails, list(encoders), events, outgoing,
+                     *_flow_ends(terminating), args_of, begins, batch, step, _rewrite_columns(plan),
+                     ranges if type(ranges) is list else None]  # stream_records' arguments, in its order
+    ts_l, kind_l, key_l, uuid_l = chunk
+    k, n = 0, len(ts_l)
+    while k < n:
+        if fast is not None:
+            fast_args[4] = k  # the record to start from
+            j = fast(*fast_args)
+            if j > k:  # records k..j-1 written; it stops right after one that fills the batch
+                k = j
+                if len(batch) >= step:
+                    sink.step_done()
+                    continue
+                if k >= n:
+                    break
+        ts, kind, i, uuid = ts_l[k], kind_l[k], key_l[k], uuid_l[k]
+        k += 1
         q = seq_of[uuid]
         prev = prevs[q]
         if prev is None:  # first packet of a track's own sequence: its defaults and clock first
@@ -203,3 +226,55 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
         prevs[q] = ts  # incremental clock: each packet carries the delta to its sequence's previous one
         if len(batch) >= step:
             sink.step_done()
+
+
+def _rewrite_columns(plan: Plan) -> Optional[Tuple[Any, ...]]:
+    """What ``_encode.stream_records`` reads to make a rewritten slice's args as
+    :meth:`.plan.Plan.args_of` does: (lanes, lanes beyond int32, device_of, placements) with
+    the placements a dict, or their columns (a :class:`~...join.model.CompactPlacements`:
+    ``columns()``); None (it calls ``args_of``) for anything else."""
+    rewrite, placements, device_of = plan.rewrite, plan.placements, plan.device_of
+    if type(rewrite) is not _Lanes or type(device_of) is not dict or rewrite._NONE != _NO_VALUE:
+        return None
+    lanes, other = rewrite.columns()
+    if lanes.itemsize != 4 or type(other) is not dict:
+        return None
+    if type(placements) is dict:
+        return lanes, other, device_of, placements
+    columns = getattr(placements, "columns", None)
+    if columns is None or getattr(placements, "_NONE", None) != _NO_VALUE:
+        return None
+    row, node, replay, hw, how, nodes, kept, every, strategies = columns()
+    if (any(type(c) is not array or c.itemsize != 4 for c in (row, node, replay, hw)) or type(how) is not bytearray
+            or type(nodes) is not list or type(kept) is not dict or type(strategies) is not tuple):
+        return None
+    return lanes, other, device_of, row, node, replay, hw, how, nodes, kept, bool(every), strategies
+
+
+#: "no value" in the int32 columns ``_encode.stream_records`` reads
+_NO_VALUE = -(1 << 31)
+#: The numbers ``_encode.stream_records`` has built in (plan.py's kinds, packets.py's types).
+_C_CONSTANTS = (END, BEGIN, SLICE, SLICE_REWRITTEN, INSTANT, TYPE_SLICE_BEGIN, TYPE_INSTANT) == (0, 1, 1, 2, 3, 1, 3)
+
+
+def _compiled_loop(plan: Plan, flows: FlowPlan, encoders: Sequence[Any], end_packet: Any) -> Any:
+    """``_encode.stream_records``, or None where the loop stays in Python: not built or turned
+    off (the encoder's compiled cases too), another encoder, or containers other than the ones
+    it reads (a byte array of kinds, the events a list or a two-pass batch's dict, dicts of
+    outgoing flows and flow ends or a :class:`.flows.FlowEnds`)."""
+    fast = fast_encoder.stream_records
+    if fast is None or end_packet is None or fast_encoder.event_packet is None or not _C_CONSTANTS:
+        return None
+    kinds, terminating = plan.kinds, flows.terminating
+    if not (type(kinds) is array and kinds.typecode == "b" and type(plan.events) in (list, dict)
+            and type(flows.outgoing) is dict and all(type(enc) is FastEncoder for enc in encoders)):
+        return None
+    if not ((type(terminating) is FlowEnds and terminating.one.itemsize == 4 and type(terminating.more) is dict)
+            or type(terminating) is dict):
+        return None
+    return fast
+
+
+def _flow_ends(terminating: Any) -> Tuple[Any, Dict[int, Any]]:
+    """(the int32 column of a :class:`.flows.FlowEnds`, or None; the dict of the other ends)."""
+    return (terminating.one, terminating.more) if type(terminating) is FlowEnds else (None, terminating)

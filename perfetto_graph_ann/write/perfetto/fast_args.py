@@ -26,12 +26,12 @@ _json_key = msgspec.json.encode
 
 try:  # the writer's compiled hot path (_encode.c, built with the capture's by hatch_build.py)
     from ._encode import args_key as _args_key, event_packet as _event_packet, slice_end as _slice_end
-    from ._encode import template_packet as _template_packet
+    from ._encode import stream_records as _stream_records, template_packet as _template_packet
 except ImportError:
     _COMPILED: Dict[str, Callable[..., Any]] = {}
 else:
     _COMPILED = {"args_key": _args_key, "event_packet": _event_packet, "slice_end": _slice_end,
-                 "template_packet": _template_packet}
+                 "stream_records": _stream_records, "template_packet": _template_packet}
 #: whether the compiled hot path was built (and imports here)
 BUILT = bool(_COMPILED)
 _ON = BUILT and not settings.switch(settings.PURE_PYTHON)

@@ -15,7 +15,7 @@ from .interning import CATEGORIES, NAMES, Interner
 from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase
 from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
 
-__all__ = ["end_packet", "event_packet", "FastEncoder", "template_packet"]
+__all__ = ["end_packet", "event_packet", "FastEncoder", "stream_records", "template_packet"]
 
 _VARYING_ORDER = tuple(sorted(VARYING_KEYS))
 
@@ -28,6 +28,9 @@ template_packet = compiled("template_packet")
 #: ``end_packet(ts, tail)``: a slice end from its track's :attr:`FastEncoder.end_tails` bytes
 #: (the writer's loop calls it directly), or None
 end_packet = compiled("slice_end")
+#: the packet loop's usual records in one call (``emit._stream``; see ``_encode.c``), or None:
+#: the loop runs in Python. Used only where :data:`event_packet` and :data:`end_packet` are.
+stream_records = compiled("stream_records")
 
 
 class FastEncoder(FastArgs, EncoderBase):

@@ -22,6 +22,8 @@ __all__ = ["FlowEnds", "FlowPlan", "plan_flows", "SliceStarts"]
 
 #: Flow events looked up at a time (:meth:`SliceStarts.bounds`).
 _CHUNK = 1 << 16
+#: Flow ids a :class:`FlowEnds` column holds are below this (int32).
+_ONE_MAX = 1 << 31
 
 
 class SliceStarts:
@@ -57,7 +59,7 @@ class FlowEnds:
 
     def __setitem__(self, i: int, ids: Sequence[int]) -> None:
         if 0 <= i < len(self.one):
-            if len(ids) == 1 and type(ids[0]) is int and 0 < ids[0] < 1 << 31:
+            if len(ids) == 1 and type(ids[0]) is int and 0 < ids[0] < _ONE_MAX:
                 self.one[i] = ids[0]
                 self.more.pop(i, None)
                 return
@@ -146,6 +148,10 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
                 t.append(target.index)
     plan.unbound = unbound
     outgoing, terminating = plan.outgoing, plan.terminating
+    # a FlowEnds' column written directly where a target's first flow goes into it (its
+    # __setitem__'s rule: an id in [1, 2^31) and nothing held for the target yet)
+    one, more = (terminating.one, terminating.more) if type(terminating) is FlowEnds else (None, None)
+    size = len(one) if one is not None else 0
     next_id = 1
     for key, tgts in targets.items():
         src = sources.get(key)
@@ -159,8 +165,11 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
             if t == src:
                 continue
             out.append(next_id)
-            term = terminating.get(t)  # a tuple: most targets (a kernel) end one flow; 32 bytes less than a list
-            terminating[t] = (next_id,) if term is None else term + (next_id,)
+            if 0 <= t < size and not one[t] and next_id < _ONE_MAX and t not in more:
+                one[t] = next_id
+            else:
+                term = terminating.get(t)  # a tuple: most targets (a kernel) end one flow; 32 bytes less than a list
+                terminating[t] = (next_id,) if term is None else term + (next_id,)
             next_id += 1
         if not out:
             del outgoing[src]

@@ -22,6 +22,7 @@ import dataclasses
 from array import array
 from functools import partial
 from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, MutableSequence, Optional, Sequence, Set, Tuple
 
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
@@ -53,6 +54,7 @@ Record = Tuple[int, int, Any, int]
 #: Spans sorted, or records read out, at a time (their Python ints live only this long).
 _CHUNK = 1 << 16
 _GPU_TRACK_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
+_CAT = attrgetter("cat")
 _HOME_ORDER = {"gpu": 0, "replays": 1, "scope": 2, "thread": 3, "wide_thread": 4, "named": 5}
 
 
@@ -91,6 +93,10 @@ class _Lanes:
     def __contains__(self, i: int) -> bool:
         return self.get(i) is not None
 
+    def columns(self) -> Tuple["array[int]", Dict[int, Any]]:
+        """The int32 lanes (-2^31: none) and the lanes beyond int32, for the writer's compiled loop."""
+        return self.lanes, self.other
+
     def __len__(self) -> int:
         return len(self.lanes) - self.lanes.count(self._NONE) + len(self.other)
 
@@ -122,6 +128,10 @@ class Plan:
     #: light (the two-pass read): the flows' correlation lookups, then the packet loop
     source: Any = None
 
+    def __post_init__(self) -> None:
+        #: ``placements.merge_args`` of a :class:`~...join.model.CompactPlacements`, else None
+        self._merge_args = getattr(self.placements, "merge_args", None)
+
     def args_of(self, i: int) -> Mapping[str, Any]:
         """The args written for event ``i`` when they are not its own as they are: the join's
         placement args and the lane as ``stream`` (GPU work placed by the join or on a lane
@@ -132,9 +142,13 @@ class Plan:
         lane = self.rewrite.get(i)
         if lane is not None:
             args = dict(args)
-            p = self.placements.get(i)
-            if p is not None:
-                args.update(p.args)
+            merge = self._merge_args
+            if merge is not None:  # a CompactPlacements: its rows' args written in, no placement made
+                merge(i, args)
+            else:
+                p = self.placements.get(i)
+                if p is not None:
+                    args.update(p.args)
             args["stream"] = lane
             d = self.device_of.get(i)
             if d is not None:
@@ -204,6 +218,8 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
     stream a graph replays on, so on a stream whose work all moved to other lanes it is
     noise. The pftrace follows the same rule as the annotated Chrome JSON."""
     kinds, placements, gpu_pids = plan.kinds, plan.placements, plan.gpu_pids
+    if not any(cats[c] == "gpu_user_annotation" for c in set(map(_CAT, plan.events))):
+        return 0  # the usual graphed trace: no user annotation (one pass over the events' categories)
     gpu_work = []
     held = []
     for e in plan.events:
@@ -229,10 +245,17 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
     """Every timed event's home and span; counters."""
     kinds, gpu_pids, placements, by_home = plan.kinds, plan.gpu_pids, plan.placements, plan.by_home
     rewrite, device_of, flow_indices = plan.rewrite, plan.device_of, plan.flow_indices
-    # the append of the by_home array of each (pid, tid) / (device, lane) seen, so most events
-    # find theirs in one lookup
+    # a CompactPlacements' (lane, args not empty) without making a row's placement
+    lane_of = getattr(placements, "lane_of", None)
+    # a _Lanes' column written directly for an int32 lane (its __setitem__'s rule)
+    lanes = rewrite.lanes if type(rewrite) is _Lanes else None
+    n_lanes = len(lanes) if lanes is not None else 0
+    no_lane = _Lanes._NONE
+    # the extend of the by_home array of each (pid, tid) / (device, lane) seen, so most events
+    # find theirs in one lookup (the last GPU lane's without any)
     cpu_spans: Dict[Tuple, Any] = {}
     gpu_spans: Dict[Tuple, Any] = {}
+    last_device = last_lane = last_spans = None
     n_slices = n_instants = 0
     for e in plan.events:
         i = e.index
@@ -251,44 +274,58 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
             continue
         dur = e.dur_ns
         if dur is None or (ph != "X" and ph in ("i", "I", "M", "n", "R", "B", "E")):  # X first: the usual case
-            kinds[i] = INSTANT
+            kind = INSTANT
             dur = 0
             n_instants += 1
         else:
-            kinds[i] = SLICE if ph == "X" else SLICE_REWRITTEN  # another phase: kept as the "ph" arg
+            kind = SLICE if ph == "X" else SLICE_REWRITTEN  # another phase: kept as the "ph" arg
             n_slices += 1
         spans = None
         pid = e.pid
         if type(pid) is int and pid in gpu_pids:
-            p = placements.get(i)
+            if lane_of is not None:
+                p = lane_of(i)
+                placed_args = p is not None and p[1]
+            else:
+                p = placements.get(i)
+                placed_args = p is not None and bool(p.args)
+                if p is not None:
+                    p = (p.lane,)
             a = e.args
             device = a.get("device")
             stream_arg = a.get("stream")
             if type(device) is not int:
                 device = device_of[i] = e.device  # written as the device arg if the args are rewritten
                 stream_arg = None  # forces that rewrite (GPU work); the lane is the same: e.stream
-            lane = p.lane if p is not None else stream_arg if type(stream_arg) is int else e.stream
+            lane = p[0] if p is not None else stream_arg if type(stream_arg) is int else e.stream
             if device is not None and lane is not None:
-                spans = gpu_spans.get((device, lane))
-                if spans is None:
-                    spans = gpu_spans[(device, lane)] = by_home.setdefault(("gpu", device, lane), array("q")).append
+                if device == last_device and lane == last_lane:  # equal keys: the same dict entry
+                    spans = last_spans
+                else:
+                    spans = gpu_spans.get((device, lane))
+                    if spans is None:
+                        spans = gpu_spans[(device, lane)] = by_home.setdefault(("gpu", device, lane),
+                                                                              array("q")).extend
+                    last_device, last_lane, last_spans = device, lane, spans
                 # unchanged args are written as they are (no copy): no placement args and
                 # already the lane as an int stream arg (True == 1, so check the type). Every
                 # GPU work event on a lane, whatever its phase, carries the lane's device and
                 # stream: the lane track's merge key tells SQL so (tracks.lane_merge_key)
                 if cats[e.cat] in GPU_WORK_CATEGORIES and (
-                        (p is not None and p.args) or type(stream_arg) is not int or stream_arg != lane):
-                    rewrite[i] = lane
-                    if kinds[i] == SLICE:
-                        kinds[i] = SLICE_REWRITTEN
+                        placed_args or type(stream_arg) is not int or stream_arg != lane):
+                    if type(lane) is int and no_lane < lane < 1 << 31 and i < n_lanes:
+                        lanes[i] = lane
+                    else:
+                        rewrite[i] = lane
+                    if kind == SLICE:
+                        kind = SLICE_REWRITTEN
+        kinds[i] = kind
         if spans is None:
             key = (pid, e.tid)
             spans = cpu_spans.get(key)
             if spans is None:
-                spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), array("q")).append
-        spans(ts)
-        spans(-dur)
-        spans(i)
+                spans = cpu_spans[key] = by_home.setdefault(tracks.cpu_home(pid, e.tid), array("q")).extend
+        spans((ts, -dur, i))
     stats.slices += n_slices
     stats.instants += n_instants
 
