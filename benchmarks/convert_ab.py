@@ -49,11 +49,20 @@ FIELDS = ("index", "ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "args",
 
 
 def load_base(rev: str, into: Path):
-    """Import the package as of ``rev`` under the name :data:`BASE_NAME`."""
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "perfetto_graph_ann"],
-                         check=True, capture_output=True).stdout
+    """Import the package as of ``rev`` under the name :data:`BASE_NAME`, with its C extensions
+    built from its own sources where it has a ``hatch_build.py`` (``git archive`` carries no
+    built extension: without this the base would run its pure-Python paths)."""
+    paths = ["perfetto_graph_ann"]
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:hatch_build.py"]).returncode == 0:
+        paths.append("hatch_build.py")
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(into, filter="data")
+    if "hatch_build.py" in paths:
+        built = subprocess.run([sys.executable, str(into / "hatch_build.py")], cwd=into, capture_output=True, text=True)
+        if built.returncode != 0:
+            print(f"base {rev}: its C extensions did not build, it runs pure Python:\n{built.stderr[-500:]}",
+                  file=sys.stderr)
     (into / "perfetto_graph_ann").rename(into / BASE_NAME)
     sys.path.insert(0, str(into))
     return importlib.import_module(BASE_NAME)

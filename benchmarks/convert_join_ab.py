@@ -9,7 +9,8 @@ Per round and side: ``pipeline.convert.convert_file(trace, out.pftrace, [annotat
 the two-pass read (the default, what the CLI runs), wall and CPU time (``process_time``),
 and ``json.loads`` of the file's bytes (read included) once per round as the yardstick.
 Checks that both sides write the same bytes. Prints load average before and after, best and
-median per side, and the ratios. The base side runs its own code only: a revision without
+median per side, and the ratios. The base side runs its own code only, its C extensions built from its
+own sources (``convert_ab.load_base``): a revision without
 ``write/perfetto/_encode.c`` writes with the pure-Python encoder.
 """
 from __future__ import annotations
