@@ -67,25 +67,30 @@ def replay_signatures(replay: Replay) -> Dict[int, Tuple]:
             _memo_signatures(events, sigs, types)
             return sigs
         for e in events:
-            t = types.get(e.cat)
-            if t is None:
-                t = types[e.cat] = EVENT_NODE_TYPE.get(e.category, "other")
-            a = e.args
-            g, b = a.get("grid"), a.get("block")
-            # dim3_arg's rule, inline for what Kineto writes (three ints)
-            if type(g) is list and len(g) == 3 and type(g[0]) is int and type(g[1]) is int and type(g[2]) is int:
-                g = (g[0], g[1], g[2])
-            else:
-                g = dim3_arg(e, "grid")
-            if type(b) is list and len(b) == 3 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int:
-                b = (b[0], b[1], b[2])
-            else:
-                b = dim3_arg(e, "block")
-            sig = (t, base_name(e.name) if t == "kernel" else None, g, b)
+            sig = _loose(e, types)
             sigs[e.index] = _shared(sig, sig)  # a replay's signatures are its graph's: one tuple each
         if len(_SHARED) > _SHARED_MAX:
             _SHARED.clear()
     return sigs
+
+
+def _loose(e: TraceEvent, types: Dict[str, str]) -> Tuple:
+    """``signature(e, strict=False)``, with ``dim3_arg``'s rule inline for what Kineto writes
+    (three ints) and the node type of each cat kept in ``types``."""
+    t = types.get(e.cat)
+    if t is None:
+        t = types[e.cat] = EVENT_NODE_TYPE.get(e.category, "other")
+    a = e.args
+    g, b = a.get("grid"), a.get("block")
+    if type(g) is list and len(g) == 3 and type(g[0]) is int and type(g[1]) is int and type(g[2]) is int:
+        g = (g[0], g[1], g[2])
+    else:
+        g = dim3_arg(e, "grid")
+    if type(b) is list and len(b) == 3 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int:
+        b = (b[0], b[1], b[2])
+    else:
+        b = dim3_arg(e, "block")
+    return (t, base_name(e.name) if t == "kernel" else None, g, b)
 
 
 def _memo_signatures(events: Sequence[TraceEvent], sigs: Dict[int, Tuple], types: Dict[str, str]) -> None:
@@ -93,23 +98,10 @@ def _memo_signatures(events: Sequence[TraceEvent], sigs: Dict[int, Tuple], types
     object) computed once (the args outlive the loop, so their ids stay theirs)."""
     memo: Dict[Tuple, Tuple] = {}
     for e in events:
-        a = e.args
-        key = (e.cat, e.name, id(a))
+        key = (e.cat, e.name, id(e.args))
         sig = memo.get(key)
         if sig is None:
-            t = types.get(e.cat)
-            if t is None:
-                t = types[e.cat] = EVENT_NODE_TYPE.get(e.category, "other")
-            g, b = a.get("grid"), a.get("block")
-            if type(g) is list and len(g) == 3 and type(g[0]) is int and type(g[1]) is int and type(g[2]) is int:
-                g = (g[0], g[1], g[2])
-            else:
-                g = dim3_arg(e, "grid")
-            if type(b) is list and len(b) == 3 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int:
-                b = (b[0], b[1], b[2])
-            else:
-                b = dim3_arg(e, "block")
-            sig = (t, base_name(e.name) if t == "kernel" else None, g, b)
+            sig = _loose(e, types)
             sig = memo[key] = _shared(sig, sig)
         sigs[e.index] = sig
     if len(_SHARED) > _SHARED_MAX:

@@ -35,10 +35,9 @@ varint_size(uint64_t v)
     return n;
 }
 
-/* A timestamp delta as fast_encoder's varint writes it: a negative int64 as its 64-bit two's
- * complement. -1 (no exception set): outside int64, left to Python. */
+/* An exact int in int64 into *out; -1 (no error set) where it is not. */
 static int
-as_delta(PyObject *o, uint64_t *out)
+as_int64(PyObject *o, long long *out)
 {
     int overflow = 0;
     long long v;
@@ -49,6 +48,18 @@ as_delta(PyObject *o, uint64_t *out)
         PyErr_Clear();
         return -1;
     }
+    *out = v;
+    return 0;
+}
+
+/* A timestamp delta as fast_encoder's varint writes it: a negative int64 as its 64-bit two's
+ * complement. -1 (no exception set): outside int64, left to Python. */
+static int
+as_delta(PyObject *o, uint64_t *out)
+{
+    long long v;
+    if (as_int64(o, &v) < 0)
+        return -1;
     *out = (uint64_t)v;
     return 0;
 }
@@ -249,6 +260,27 @@ template_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return frame_packet(ts, seq, pieces, n);
 }
 
+/* slice_end's packet (below) for a delta already an int64; None where it is not below 128 bytes. */
+static PyObject *
+end_bytes(uint64_t ts, PyObject *tail)
+{
+    Py_ssize_t p = 1 + varint_size(ts) + PyBytes_GET_SIZE(tail);
+    PyObject *out;
+    unsigned char *w;
+    if (p >= 128)
+        Py_RETURN_NONE;
+    out = PyBytes_FromStringAndSize(NULL, 2 + p);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    *w++ = 0x0a;
+    *w++ = (unsigned char)p;
+    *w++ = 0x40;
+    w += put_varint(w, ts);
+    memcpy(w, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
+    return out;
+}
+
 /*
  * slice_end(ts, tail) -> bytes or None
  *
@@ -260,9 +292,6 @@ static PyObject *
 slice_end(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
     uint64_t ts;
-    Py_ssize_t p;
-    PyObject *out;
-    unsigned char *w;
 
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "slice_end takes 2 arguments");
@@ -270,19 +299,7 @@ slice_end(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     }
     if (as_delta(a[0], &ts) < 0 || !PyBytes_CheckExact(a[1]))
         Py_RETURN_NONE;
-    p = 1 + varint_size(ts) + PyBytes_GET_SIZE(a[1]);
-    if (p >= 128)
-        Py_RETURN_NONE;
-    out = PyBytes_FromStringAndSize(NULL, 2 + p);
-    if (out == NULL)
-        return NULL;
-    w = (unsigned char *)PyBytes_AS_STRING(out);
-    *w++ = 0x0a;
-    *w++ = (unsigned char)p;
-    *w++ = 0x40;
-    w += put_varint(w, ts);
-    memcpy(w, PyBytes_AS_STRING(a[1]), PyBytes_GET_SIZE(a[1]));
-    return out;
+    return end_bytes(ts, a[1]);
 }
 
 /* A growing byte buffer for args_key. */
@@ -655,27 +672,6 @@ event_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return event_packet_impl(a);
 }
 
-/* slice_end's packet for a delta already an int64; None where it is not below 128 bytes. */
-static PyObject *
-end_bytes(uint64_t ts, PyObject *tail)
-{
-    Py_ssize_t p = 1 + varint_size(ts) + PyBytes_GET_SIZE(tail);
-    PyObject *out;
-    unsigned char *w;
-    if (p >= 128)
-        Py_RETURN_NONE;
-    out = PyBytes_FromStringAndSize(NULL, 2 + p);
-    if (out == NULL)
-        return NULL;
-    w = (unsigned char *)PyBytes_AS_STRING(out);
-    *w++ = 0x0a;
-    *w++ = (unsigned char)p;
-    *w++ = 0x40;
-    w += put_varint(w, ts);
-    memcpy(w, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
-    return out;
-}
-
 /* Attribute names read by stream_records (interned at import). */
 static PyObject *int_one, *s_keys, *s_kind, *s_category, *s_interner, *s_pending, *s_heads, *s_whole, *s_seq, *s_whole_hits, *s_cat, *s_name, *s_args;
 
@@ -694,21 +690,22 @@ small_index(PyObject *o, Py_ssize_t limit)
     return v < limit ? v : -1;
 }
 
-/* An exact int in int64 into *out; -1 (no error set) where it is not. */
+/* 1 when encoder enc's interner has entries pending (a packet must carry them: the Python
+ * path writes it), 0 when not, -1 with an exception set. */
 static int
-as_int64(PyObject *o, long long *out)
+interner_pending(PyObject *enc)
 {
-    int overflow = 0;
-    long long v;
-    if (!PyLong_CheckExact(o))
+    PyObject *interner = PyObject_GetAttr(enc, s_interner), *pending;
+    int busy;
+    if (interner == NULL)
         return -1;
-    v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow || (v == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
+    pending = PyObject_GetAttr(interner, s_pending);
+    Py_DECREF(interner);
+    if (pending == NULL)
         return -1;
-    }
-    *out = v;
-    return 0;
+    busy = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    return busy;
 }
 
 /* FastEncoder.event's first branch for encoder enc: its packet from event_packet when nothing
@@ -716,17 +713,9 @@ as_int64(PyObject *o, long long *out)
 static PyObject *
 encoder_event(PyObject *enc, PyObject *const *rest)
 {
-    PyObject *a[11], *interner, *pending, *packet;
+    PyObject *a[11], *packet;
     int busy;
-    interner = PyObject_GetAttr(enc, s_interner);
-    if (interner == NULL)
-        return NULL;
-    pending = PyObject_GetAttr(interner, s_pending);
-    Py_DECREF(interner);
-    if (pending == NULL)
-        return NULL;
-    busy = PyObject_IsTrue(pending);
-    Py_DECREF(pending);
+    busy = interner_pending(enc);
     if (busy < 0)
         return NULL;
     if (busy)
@@ -1075,20 +1064,12 @@ uncached_event(PyObject *enc, PyObject *ts_o, PyObject *track, PyObject *cat, Py
     int n = 0, busy, r = 0;
     uint64_t ts;
     Py_ssize_t pos = 0;
-    PyObject *interner, *pending, *heads, *keys = NULL, *seq = NULL, *key, *parts, *k, *v, *out = NULL;
+    PyObject *heads, *keys = NULL, *seq = NULL, *key, *parts, *k, *v, *out = NULL;
     static PyObject *slice_begin = NULL;
 
     if (as_delta(ts_o, &ts) < 0 || !PyDict_CheckExact(args))
         Py_RETURN_NONE;
-    interner = PyObject_GetAttr(enc, s_interner);
-    if (interner == NULL)
-        return NULL;
-    pending = PyObject_GetAttr(interner, s_pending);
-    Py_DECREF(interner);
-    if (pending == NULL)
-        return NULL;
-    busy = PyObject_IsTrue(pending);
-    Py_DECREF(pending);
+    busy = interner_pending(enc);
     if (busy < 0)
         return NULL;
     if (busy)
