@@ -582,3 +582,21 @@ def test_a_timer_replaced_after_it_fired_does_nothing(capture_path, fresh, monke
     newer = nodewatch.WATCH._timer
     nodewatch.WATCH._on_timer(0.0)  # called from this thread: not the current timer
     assert nodewatch.WATCH._timer is newer and fresh.finalizes == 0
+
+
+def test_an_id_read_after_a_detach_counts_as_a_use(capture_path, fresh, monkeypatch):
+    """An executable graph's id read lazily (its first replay, or export) asks CUPTI again, which
+    initialises it again after a detach: that use is ours, so a detach follows it too."""
+    if not compiled(capture_path):
+        pytest.skip("no detach on the pure-Python path")
+    torch = sys.modules["torch"]
+    pga.instrument(calibrate=False)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        with pga.mark_kernels("s"):
+            fresh.launch(FAKE_TORCH_STREAM, "k")
+    assert nodewatch.WATCH.detach() and not nodewatch.WATCH.attached
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "60000")
+    g.replay()  # binds the executable graph; its id is read with the record
+    assert [n.kernel for r in REGISTRY.records() for n in r.nodes] == ["k"]
+    assert nodewatch.WATCH.attached and nodewatch.WATCH._timer is not None

@@ -316,6 +316,7 @@ class CaptureSession:
     def _read_table(self, graph: int) -> None:
         self._raw_edges = self._read_edges(graph)  # the same graph's handles as its table's
         self._set_table(self.backend.node_infos(graph))
+        nodewatch.WATCH.idle(self.backend.cupti_detach_functions())  # its ids may have initialised CUPTI
 
     def _set_table(self, nodes: List[NodeInfo]) -> None:
         if len({n.local_id for n in nodes}) != len(nodes):
@@ -417,6 +418,7 @@ class CaptureSession:
             with self._table_lock:
                 if self._exec_id is None and self._exec_handle is not None:
                     self._exec_id = self.backend.exec_id(self._exec_handle)
+                    nodewatch.WATCH.idle(self.backend.cupti_detach_functions())  # as _read_table's ids
                 eid = self._exec_id
         return eid
 
