@@ -50,25 +50,33 @@ _new = object.__new__
 _MISSING = object()  # CompactPlacements.get's default for __getitem__
 
 
+def _matched_args(into: Dict[str, Any], every: bool, lane: Any, base: Mapping[str, Any], replay: Optional[int],
+                  strategy: str, ambiguous: bool, hw: Optional[int]) -> None:
+    """A matched placement's args (:func:`matched_placement`'s), written into ``into``: the
+    node's, then the replay, how it was matched and the other stream of the two."""
+    into.update(base)
+    if replay is not None:
+        into["replay"] = replay
+    into["join"] = strategy
+    if ambiguous:
+        into["join_ambiguous"] = True
+    if every:
+        if hw is not None:
+            into["original_stream"] = hw
+    else:
+        into["annotated_stream"] = lane
+
+
 def matched_placement(every: bool, lane: Any, base: Mapping[str, Any], annotation: Any, replay: Optional[int],
                       strategy: str, ambiguous: bool, hw: Optional[int]) -> Placement:
     """The placement of an event matched to a node of a known graph (the join's usual case):
     the node's annotated ``lane`` and args ``base``, the event's ``replay`` index, how it was
     matched, and the hardware stream ``hw`` it ran on. ``every`` (graph_lanes "all"): drawn on
     the annotated lane with ``original_stream``, else on ``hw`` with ``annotated_stream``."""
-    args = dict(base)
-    if replay is not None:
-        args["replay"] = replay
-    args["join"] = strategy
-    if ambiguous:
-        args["join_ambiguous"] = True
-    if every:
-        if hw is not None:
-            args["original_stream"] = hw
-    else:
-        args["annotated_stream"] = lane
-        if hw is not None:
-            lane = hw
+    args: Dict[str, Any] = {}
+    _matched_args(args, every, lane, base, replay, strategy, ambiguous, hw)
+    if not every and hw is not None:
+        lane = hw
     # Placement(lane, args, annotation) without the frozen dataclass's __init__ (made once an
     # event by the join, and each time one is asked for from a CompactPlacements)
     p = _new(Placement)
@@ -184,20 +192,9 @@ class CompactPlacements(Mapping[int, Placement]):
             return
         none = self._NONE
         lane, base, _ = self.nodes[self.node[r]]
-        into.update(base)
-        replay = self.replay[r]
-        if replay != none:
-            into["replay"] = replay
-        how = self.how[r]
-        into["join"] = STRATEGIES[how & 7]
-        if how >= 8:
-            into["join_ambiguous"] = True
-        hw = self.hw[r]
-        if self.every:
-            if hw != none:
-                into["original_stream"] = hw
-        else:
-            into["annotated_stream"] = lane
+        replay, hw, how = self.replay[r], self.hw[r], self.how[r]
+        _matched_args(into, self.every, lane, base, None if replay == none else replay, STRATEGIES[how & 7], how >= 8,
+                      None if hw == none else hw)
 
     def get(self, index: int, default: Any = None) -> Any:  # type: ignore[override]
         # __getitem__'s work in one frame
