@@ -472,3 +472,27 @@ def test_replay_signatures_of_shared_args_are_the_per_event_ones(tmp_path, monke
         assert replays
         got[name] = [match.replay_signatures(r) for r in replays]
     assert got["memo"] == got["loop"] == got["whole"] and len(memo) == 3  # the memo on the scanned replays only
+
+
+def test_the_compiled_packet_loop_refuses_lists_of_other_lengths(tmp_path, monkeypatch):
+    """``stream_records`` indexes ``prevs``, ``tails`` and ``begins`` by sequence: a list shorter
+    than the encoders' is a ValueError, never a read past its end."""
+    from perfetto_graph_ann.write.perfetto import fast_encoder
+
+    if fast_encoder.stream_records is None:
+        pytest.skip("the writer's compiled hot path (_encode) is not built or turned off")
+    src, ann = _decoder(tmp_path, replays=1, layers=2)
+    real, refused = fast_encoder.stream_records, []
+
+    def short_lists(*args):
+        for at in (8, 9, 16):  # prevs, tails, begins
+            bad = list(args)
+            bad[at] = bad[at][:0]
+            with pytest.raises(ValueError, match="lists of different lengths"):
+                real(*bad)
+            refused.append(at)
+        return real(*args)
+
+    monkeypatch.setattr(fast_encoder, "stream_records", short_lists)
+    _convert(src, tmp_path / "out.pftrace", [ann], True, graph_lanes="all", force=True)
+    assert refused[:3] == [8, 9, 16]

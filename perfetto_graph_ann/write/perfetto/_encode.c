@@ -7,6 +7,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
@@ -91,7 +92,8 @@ typedef struct {
     uint64_t value;
 } piece;
 
-/* The template's pieces in order; -1 when any is off the inline path (Python then fills). */
+/* The template's pieces in order; -1 when any is off the inline path (Python then fills), -2
+ * with an exception set when reading args failed. */
 static int
 add_slot(piece *pieces, int *n, PyObject *key, PyObject *head, PyObject *args)
 {
@@ -101,10 +103,8 @@ add_slot(piece *pieces, int *n, PyObject *key, PyObject *head, PyObject *args)
     if (*n >= MAX_SLOTS * 2 + 1 || !PyBytes_CheckExact(head))
         return -1;
     value = PyDict_GetItemWithError(args, key);
-    if (value == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
+    if (value == NULL)
+        return PyErr_Occurred() ? -2 : -1;
     if (as_id(value, &v) < 0)
         return -1;
     body = PyBytes_GET_SIZE(head) + varint_size(v);
@@ -163,19 +163,20 @@ put_piece(unsigned char *w, const piece *p)
     return w;
 }
 
-/* A whole-args template's pieces (see template_packet); -1: off the inline path. */
+/* A whole-args template's pieces (see template_packet); -1: off the inline path, -2: an error
+ * set (add_slot's). */
 static int
 add_template(piece *pieces, int *np, PyObject *tpl, PyObject *args)
 {
-    int i;
+    int i, r;
     if (PyBytes_CheckExact(tpl))
         return add_bytes(pieces, np, tpl);
     if (PyTuple_CheckExact(tpl) && PyTuple_GET_SIZE(tpl) == 4) {
-        if (add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 0)) < 0
-                || add_slot(pieces, np, PyTuple_GET_ITEM(tpl, 1), PyTuple_GET_ITEM(tpl, 2), args) < 0
-                || add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 3)) < 0)
+        if (add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 0)) < 0)
             return -1;
-        return 0;
+        if ((r = add_slot(pieces, np, PyTuple_GET_ITEM(tpl, 1), PyTuple_GET_ITEM(tpl, 2), args)) < 0)
+            return r;
+        return add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 3)) < 0 ? -1 : 0;
     }
     if (!PyList_CheckExact(tpl))
         return -1;
@@ -185,8 +186,8 @@ add_template(piece *pieces, int *np, PyObject *tpl, PyObject *args)
             if (add_bytes(pieces, np, part) < 0)
                 return -1;
         } else if (PyTuple_CheckExact(part) && PyTuple_GET_SIZE(part) == 2) {
-            if (add_slot(pieces, np, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1), args) < 0)
-                return -1;
+            if ((r = add_slot(pieces, np, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1), args)) < 0)
+                return r;
         } else {
             return -1;
         }
@@ -241,7 +242,7 @@ static PyObject *
 template_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
     piece pieces[MAX_SLOTS * 2 + 4];
-    int n = 0;
+    int n = 0, r;
     uint64_t ts;
     PyObject *seq, *head, *tpl, *args, *tail, *flows;
 
@@ -253,7 +254,10 @@ template_packet(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (as_delta(a[0], &ts) < 0 || !PyDict_CheckExact(args) || !PyBytes_CheckExact(seq)
             || add_bytes(pieces, &n, head) < 0)
         Py_RETURN_NONE;
-    if (add_template(pieces, &n, tpl, args) < 0)
+    r = add_template(pieces, &n, tpl, args);
+    if (r == -2)
+        return NULL;
+    if (r < 0)
         Py_RETURN_NONE;
     if (add_bytes(pieces, &n, tail) < 0 || add_bytes(pieces, &n, flows) < 0)
         Py_RETURN_NONE;
@@ -415,8 +419,14 @@ is_blank(blanks *bl, PyObject *k)
 static inline int
 kb_str(keybuf *b, PyObject *s)
 {
-    int kind = PyUnicode_KIND(s);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind;
+    Py_ssize_t n;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0)  /* a legacy string made ready (3.10, 3.11) */
+        return -1;
+#endif
+    kind = PyUnicode_KIND(s);
+    n = PyUnicode_GET_LENGTH(s);
     if (kb_reserve(b, 11 + n * kind) < 0)
         return -1;
     b->data[b->size] = (char)('0' + kind);
@@ -599,7 +609,7 @@ event_packet_impl(PyObject *const *a)
 {
     piece pieces[MAX_SLOTS * 2 + 4];
     unsigned char fbuf[MAX_FLOWS * 10];
-    int n = 0, flows = 0;
+    int n = 0, flows = 0, r;
     uint64_t ts;
     PyObject *heads, *whole, *seq, *args, *key, *parts, *ck, *tpl;
     Py_ssize_t fn = 0, w;
@@ -647,7 +657,10 @@ event_packet_impl(PyObject *const *a)
                     return NULL;
                 Py_RETURN_NONE;
             }
-            if (add_template(pieces, &n, tpl, args) < 0)
+            r = add_template(pieces, &n, tpl, args);
+            if (r == -2)
+                return NULL;
+            if (r < 0)
                 Py_RETURN_NONE;
         }
     }
@@ -1135,9 +1148,9 @@ done:
  * an instant) through FastEncoder.event's compiled case (encoder_event), else the sequence's
  * begins[q] (FastEncoder.event) with the very arguments the Python loop passes. Terminating
  * flows: term_one (a FlowEnds' int32 column, or None) then term_more (a dict). Each packet is
- * appended to batch and prevs[q] set as the loop does. Returns the index of the first record
- * rw: what Plan.args_of reads (rewrite_ctx), so a rewritten slice's args are made here as it
- * makes them (None: args_of is called). ranges: the plan's projected ranges (a list, or None):
+ * appended to batch and prevs[q] set as the loop does. rw: what Plan.args_of reads
+ * (rewrite_ctx), so a rewritten slice's args are made here as it makes them (None: args_of is
+ * called). ranges: the plan's projected ranges (a list, or None):
  * a scope range's begin where every arg is cached (uncached_event). Returns the index of the first record
  * it leaves to Python (untouched: a sequence's first packet, a counter, a projected range, an
  * end without a cached tail, values off the common path), or the next one right after a packet
@@ -1184,6 +1197,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     n = PyList_GET_SIZE(ts_l);
     if (PyList_GET_SIZE(kinds_l) != n || PyList_GET_SIZE(keys_l) != n || PyList_GET_SIZE(uuids_l) != n
             || PyList_GET_SIZE(tails) != PyList_GET_SIZE(encoders)
+            || PyList_GET_SIZE(prevs) != PyList_GET_SIZE(encoders)
             || PyList_GET_SIZE(begins) != PyList_GET_SIZE(encoders)) {
         PyErr_SetString(PyExc_ValueError, "stream_records: lists of different lengths");
         return NULL;
@@ -1213,7 +1227,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         PyObject *uuid = PyList_GET_ITEM(uuids_l, k), *ts_o = PyList_GET_ITEM(ts_l, k);
         PyObject *i_o = PyList_GET_ITEM(keys_l, k), *prev_o, *packet, *delta_o;
         Py_ssize_t u = small_index(uuid, PyList_GET_SIZE(seq_of)), q, i;
-        long long ts, prev, kind;
+        long long ts, prev, kind, delta;
         if (u < 0)
             break;
         q = small_index(PyList_GET_ITEM(seq_of, u), PyList_GET_SIZE(encoders));
@@ -1223,6 +1237,10 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         if (prev_o == Py_None || as_int64(ts_o, &ts) < 0 || as_int64(prev_o, &prev) < 0
                 || as_int64(PyList_GET_ITEM(kinds_l, k), &kind) < 0)
             break;
+        /* the delta as Python computes it; outside int64 (2^63 ns apart): left to Python */
+        if ((prev > 0 && ts < LLONG_MIN + prev) || (prev < 0 && ts > LLONG_MAX + prev))
+            break;
+        delta = ts - prev;
         i = small_index(i_o, nk);
         if (i < 0)
             break;
@@ -1240,7 +1258,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             }
             if (!PyBytes_CheckExact(tail))
                 break;
-            packet = end_bytes((uint64_t)(ts - prev), tail);
+            packet = end_bytes((uint64_t)delta, tail);
             if (packet == NULL)
                 goto done;
             if (packet == Py_None) {
@@ -1322,7 +1340,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                 term = term ? term : no_flows;
                 Py_INCREF(term);
             }
-            delta_o = PyLong_FromLongLong(ts - prev);
+            delta_o = PyLong_FromLongLong(delta);
             if (delta_o == NULL) {
                 Py_DECREF(cat);
                 Py_DECREF(name);
@@ -1375,7 +1393,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                 Py_XDECREF(name);
                 goto done;
             }
-            delta_o = PyLong_FromLongLong(ts - prev);
+            delta_o = PyLong_FromLongLong(delta);
             packet = delta_o ? uncached_event(PyList_GET_ITEM(encoders, q), delta_o, uuid, cat, name, args) : NULL;
             Py_XDECREF(delta_o);
             Py_DECREF(cat);
