@@ -332,13 +332,17 @@ def test_compiled_whole_args_key_tells_apart_what_json_does(a, b, blank):
 
 def test_event_with_many_flows_or_odd_ids_gives_the_reference_bytes():
     """The compiled ``event_packet`` leaves to Python what it does not take (more than 8 flow
-    ids, an args mapping that is not a dict): the same bytes either way."""
+    ids, an args mapping that is not a dict, an array of other items than
+    int64): the same bytes either way, outgoing ids an ``array('q')`` as flows.py keeps them."""
     import types
 
     fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
     args = {"device": 0, "correlation": 5, "grid": [1, 2, 3]}
+    from array import array
+
     cases = [((), ()), (tuple(range(9)), (7,)), ((1, 2), tuple(range(8))), ([3, 4], [5]),
-             (((1 << 64) - 1,), (0,))]
+             (((1 << 64) - 1,), (0,)),
+             (array("q", [3, 4]), [5]), (array("q", range(9)), ()), (array("i", [6]), ())]
     for _ in range(3):  # first sight, then the cached head and template
         for flows, terms in cases:
             for a in (args, types.MappingProxyType(args), {}, None):

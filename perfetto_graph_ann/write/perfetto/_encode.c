@@ -562,6 +562,41 @@ args_key(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 
 #define MAX_FLOWS 8
 
+/* put_flows for an array('q') of ids (flows.py's outgoing ids), read through the buffer
+ * protocol; -1 (no error set) for anything else or a negative id (Python then writes it). */
+static Py_ssize_t
+put_flow_array(unsigned char *w, PyObject *ids, unsigned char tag0, unsigned char tag1, int *count)
+{
+    Py_buffer b;
+    const long long *v;
+    Py_ssize_t i, n;
+    unsigned char *start = w;
+    int j;
+    if (!PyObject_CheckBuffer(ids) || PyObject_GetBuffer(ids, &b, PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    n = b.len / 8;
+    if (b.itemsize != 8 || b.format == NULL || strcmp(b.format, "q") != 0 || *count + n > MAX_FLOWS) {
+        PyBuffer_Release(&b);
+        return -1;
+    }
+    v = (const long long *)b.buf;
+    for (i = 0; i < n; i++) {
+        if (v[i] < 0) {
+            PyBuffer_Release(&b);
+            return -1;
+        }
+        *w++ = tag0;
+        *w++ = tag1;
+        for (j = 0; j < 8; j++)
+            *w++ = (unsigned char)((unsigned long long)v[i] >> (8 * j));
+    }
+    PyBuffer_Release(&b);
+    *count += (int)n;
+    return w - start;
+}
+
 /* Flow ids as FastEncoder writes them (tag, then the id as fixed64) into w; the bytes
  * written, or -1 (more than MAX_FLOWS, or an id that is not an int in [0, 2^64): Python). */
 static Py_ssize_t
@@ -570,7 +605,7 @@ put_flows(unsigned char *w, PyObject *ids, unsigned char tag0, unsigned char tag
     Py_ssize_t i, n;
     unsigned char *start = w;
     if (!PyTuple_CheckExact(ids) && !PyList_CheckExact(ids))
-        return -1;
+        return put_flow_array(w, ids, tag0, tag1, count);
     n = PySequence_Fast_GET_SIZE(ids);
     if (*count + n > MAX_FLOWS)
         return -1;
