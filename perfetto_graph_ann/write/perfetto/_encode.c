@@ -69,16 +69,9 @@ as_delta(PyObject *o, uint64_t *out)
 static int
 as_id(PyObject *o, uint64_t *out)
 {
-    int overflow = 0;
     long long v;
-    if (o == NULL || !PyLong_CheckExact(o))
+    if (as_int64(o, &v) < 0 || v < 0)
         return -1;
-    v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow || v < 0) {
-        if (v == -1 && PyErr_Occurred())
-            PyErr_Clear();
-        return -1;
-    }
     *out = (uint64_t)v;
     return 0;
 }
