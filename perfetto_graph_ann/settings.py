@@ -91,10 +91,11 @@ WARM_CUPTI = Setting(
     "once in a background thread, so that its first capture does not pay CUPTI's initialisation (~20 ms)")
 DETACH_CUPTI_MS = Setting(
     "PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "milliseconds or off", None,
-    "opt-in: detach CUPTI that this package initialised (warm-up, node watch, graph ids, calibration) with "
+    "detach CUPTI that this package initialised (warm-up, node watch, graph ids, calibration) with "
     "`cuptiFinalize` once no capture or calibration used it for this long and no profiler started; an "
-    "initialised CUPTI makes every graph launch cost several times more host time. Off by default: checked "
-    "on driver 13.0 only, and torch reports crashes of CUPTI re-initialisation with CUDA graphs on CUDA 11 / 12")
+    "initialised CUPTI makes every graph launch cost several times more host time. Unset: 1000 on CUDA "
+    "drivers from 13.0 (checked there), off on older ones (torch reports crashes of CUPTI re-initialisation "
+    "with CUDA graphs on CUDA 11 / 12)")
 RUN = Setting(
     "PERFETTO_GRAPH_ANN_RUN", "JSON", None,
     "set by `perfetto-graph-ann run` for the program and every Python process it starts: instrument it "

@@ -497,6 +497,33 @@ def test_the_detach_waits_for_the_delay_after_the_last_use_and_can_be_turned_off
     assert nodewatch.WATCH._timer is None
 
 
+@pytest.mark.parametrize("value, driver, expected", [
+    (None, 13000, nodewatch.DEFAULT_DETACH_S),  # unset: on from driver 13.0, where it was checked
+    ("  ", 13020, nodewatch.DEFAULT_DETACH_S),  # blank is unset
+    (None, 12080, None),  # CUDA 12 driver: off (re-initialisation crashes reported there)
+    (None, None, None),  # no driver found: off
+    ("off", 13000, None),
+    ("250", 12080, 0.25),  # set: the value, whatever the driver
+    ("0", 13000, 0.0),
+])
+def test_the_detach_delay_default_follows_the_driver(monkeypatch, value, driver, expected):
+    if value is None:
+        monkeypatch.delenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", raising=False)
+    else:
+        monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", value)
+    assert nodewatch.detach_delay_from_env(lambda: driver) == expected
+
+
+def test_the_detach_delay_default_asks_the_process_driver(monkeypatch):
+    from perfetto_graph_ann.capture import identity
+
+    monkeypatch.delenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", raising=False)
+    monkeypatch.setattr(identity, "_driver", {"v": ("580.159.04", 13000)})
+    assert nodewatch.detach_delay_from_env() == nodewatch.DEFAULT_DETACH_S
+    monkeypatch.setattr(identity, "_driver", {"v": ("550.54.15", 12040)})
+    assert nodewatch.detach_delay_from_env() is None
+
+
 def test_a_calibration_session_holds_off_the_detach(capture_path, fresh, monkeypatch):
     """Calibration's activity session initialises CUPTI too: marked ours, and no detach runs
     while it is open."""

@@ -18,7 +18,7 @@ from typing import Dict, Optional, Tuple
 
 from ..annotations.model import CaptureIdentity
 
-__all__ = ["capture_identity", "process_identity"]
+__all__ = ["capture_identity", "cuda_driver_version", "process_identity"]
 
 
 def _process_start_ns(pid: int) -> Optional[int]:
@@ -109,6 +109,11 @@ def _driver_versions() -> Tuple[Optional[str], Optional[int]]:
         if "v" not in _driver:
             _driver["v"] = (_nvml_driver_version(), _cuda_driver_version())
         return _driver["v"]
+
+
+def cuda_driver_version() -> Optional[int]:
+    """``cuDriverGetVersion`` (e.g. 13000), read once a process; None without a CUDA driver."""
+    return _driver_versions()[1]
 
 
 def capture_identity() -> CaptureIdentity:

@@ -21,16 +21,16 @@ capture's end and refuses the scopes when they differ.
 
 An initialised CUPTI stays in the process after the last unsubscription, and it makes every graph
 launch cost several times more host time (2.6 -> 15 us a replay of a 64-kernel graph on the H200,
-``benchmarks/gpu/probe_cupti_launch.py``). So, where ``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` is set
-(opt-in), CUPTI that this package initialised (the warm-up, a subscription, the cupti backend's id
-calls, a calibration's activity session) is detached again with ``cuptiFinalize`` once nothing of
-ours has used it for that long (:meth:`NodeWatch.idle`), from a driver API exit call site as
-CUPTI's documentation recommends (``watch_detach`` in C); never once a profiler took CUPTI, while
-one is active, or while a capture or calibration uses it. Not by default: it was checked on driver
-13.0 only (three detach / re-initialise cycles a process with graphs alive, torch.profiler after),
-torch turns Kineto's own CUPTI teardown off under CUDA graphs after crashes of the re-initialisation
-on CUDA 11 and 12, and whether graph ids taken before a detach stay valid after it is not yet
-checked on a GPU (tests/gpu/test_cupti_ids_gpu.py).
+``benchmarks/gpu/probe_cupti_launch.py``). So CUPTI that this package initialised (the warm-up, a
+subscription, the cupti backend's id calls, a calibration's activity session) is detached again with
+``cuptiFinalize`` once nothing of ours has used it for ``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS``
+(:meth:`NodeWatch.idle`), from a driver API exit call site as CUPTI's documentation recommends
+(``watch_detach`` in C); never once a profiler took CUPTI, while one is active, or while a capture
+or calibration uses it. Unset, the delay is 1 s on CUDA drivers from 13.0, where it was checked on
+the H200 (detach / re-initialise cycles with graphs alive; graph and node ids taken before a
+detach still name the same nodes after it: tests/gpu/test_cupti_ids_gpu.py; torch.profiler
+records after it), and off on older drivers: torch turns Kineto's own CUPTI teardown off under
+CUDA graphs after crashes of the re-initialisation on CUDA 11 and 12.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from typing import Callable, Dict, Iterator, Optional, Tuple
 from .. import settings
 from . import fastpath
 
-__all__ = ["detach_delay_from_env", "DetachFunctions", "DRIVER_API_DOMAIN", "GRAPHNODE_CREATED", "NodeWatch",
+__all__ = ["DEFAULT_DETACH_S", "DETACH_FROM_DRIVER", "detach_delay_from_env", "DetachFunctions", "DRIVER_API_DOMAIN", "GRAPHNODE_CREATED", "NodeWatch",
            "RESOURCE_DOMAIN", "WATCH", "enabled_from_env"]
 
 #: ``CUPTI_CB_DOMAIN_RESOURCE`` and ``CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`` (cupti_callbacks.h)
@@ -65,8 +65,25 @@ def enabled_from_env() -> bool:
     return settings.switch(settings.NODE_WATCH, fastpath.getenv)
 
 
-def detach_delay_from_env() -> Optional[float]:
-    """``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` in seconds; None: never detach."""
+#: The detach delay when ``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` is unset, on drivers from
+#: :data:`DETACH_FROM_DRIVER`: long enough that a runner capturing one graph per batch size
+#: keeps CUPTI across its captures.
+DEFAULT_DETACH_S = 1.0
+#: ``cuDriverGetVersion`` from which the detach is on by default: 13.0 is where it was checked
+#: (H200, driver 580: detach / re-initialise cycles with graphs alive, graph and node ids kept,
+#: torch.profiler after it); torch reports crashes of CUPTI re-initialisation on CUDA 11 and 12.
+DETACH_FROM_DRIVER = 13000
+
+
+def detach_delay_from_env(driver: Optional[Callable[[], Optional[int]]] = None) -> Optional[float]:
+    """``PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS`` in seconds; None: never detach. Unset: 1 s on CUDA
+    drivers from 13.0 (``driver()``, default: the process's ``cuDriverGetVersion``), else never."""
+    value = settings.raw(settings.DETACH_CUPTI_MS, fastpath.getenv)[1]
+    if value is None or not value.strip():
+        if driver is None:
+            from .identity import cuda_driver_version as driver
+        version = driver()
+        return DEFAULT_DETACH_S if version is not None and version >= DETACH_FROM_DRIVER else None
     ms = settings.count_or_off(settings.DETACH_CUPTI_MS, fastpath.getenv)
     return None if ms is None else ms / 1000.0
 

@@ -75,6 +75,10 @@ def wait_detached(before: int) -> bool:
 
 def test_cupti_is_detached_after_captures_and_calibration(results):
     assert not torch.cuda.is_initialized(), "run this file in its own process, before anything uses CUDA"
+    os.environ.pop("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", None)
+    default = nodewatch.detach_delay_from_env()  # unset: on from driver 13.0 (the H200's 580 is 13.0)
+    results["cupti_detach_default_s"] = default
+    assert default == nodewatch.DEFAULT_DETACH_S, default
     os.environ["PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS"] = str(DELAY_MS)
     model = Model()
     x = torch.zeros(16, device="cuda")
