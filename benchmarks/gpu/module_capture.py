@@ -18,9 +18,20 @@ the same round ("pairs", BENCHMARKS.md "capture", session 11). Outputs must be b
 Arms share one process, so CUPTI, once an instrumented arm initialised it, also taxes the plain
 arm (~8%: BENCHMARKS.md, "what an initialised CUPTI costs a process"); ``--plain-detached``
 detaches CUPTI before every plain capture and initialises it again before the others (both
-untimed), so the plain arm is what a process that never initialised CUPTI captures.
+untimed), so the plain arm is what a process that never initialised CUPTI captures, and adds
+two plain arms that split what an instrumented capture pays into CUPTI's part and ours:
 
-    python benchmarks/gpu/module_capture.py --rounds 40 [--plain-detached] [--out FILE]
+- ``plain_cupti``: plain, CUPTI initialised (nothing subscribed: what the warm-up or a capture's
+  id calls leave);
+- ``plain_watch``: plain, with the node watch subscribed around it (CUPTI's node-created
+  callback counting every node, as under module scopes; no scope, no annotation).
+
+``--settle``: an untimed plain capture right before every timed one (after any CUPTI switch), so
+that no arm pays for its place in the round: without it the first capture of a round (after the
+previous round's replays) and the first after CUPTI is initialised again each took ~0.7-1.5 ms
+more (session 18), as much as the differences measured.
+
+    python benchmarks/gpu/module_capture.py --rounds 40 [--plain-detached] [--settle] [--out FILE]
 """
 from __future__ import annotations
 
@@ -128,6 +139,8 @@ def main() -> None:
     ap.add_argument("--plain-detached", action="store_true",
                     help="CUPTI detached before every plain capture and initialised again (untimed) before "
                          "every other arm's: the plain arm as in a process that never initialised CUPTI")
+    ap.add_argument("--settle", action="store_true",
+                    help="an untimed plain capture before every timed one (no arm pays for its place in the round)")
     args = ap.parse_args()
     if args.arm:
         return one_arm(args)
@@ -140,6 +153,8 @@ def main() -> None:
     with torch.no_grad():
         warmup(lambda: model(x))
         arms = ("plain", "instrumented", "modules", "modules_driver")
+        if cupti_state is not None:
+            arms += ("plain_cupti", "plain_watch")
         secs = {a: [] for a in arms}
         ratios = {a: [] for a in arms[1:]}
         equal, scoped = [], None
@@ -149,8 +164,12 @@ def main() -> None:
             for arm in (arms if r % 2 == 0 else arms[::-1]):
                 if cupti_state is not None:
                     cupti_state.set(arm != "plain")
-                if arm == "plain":
+                if args.settle:
+                    capture_once(model, x, pool)
+                if arm in ("plain", "plain_cupti"):
                     t, g, out = capture_once(model, x, pool)
+                elif arm == "plain_watch":
+                    t, g, out = cupti_state.watched(lambda: capture_once(model, x, pool))
                 else:
                     os.environ["PERFETTO_GRAPH_ANN_NODE_WATCH"] = "0" if arm == "modules_driver" else "1"
                     with pga.instrument(modules=arm.startswith("modules"), calibrate=False):
@@ -178,7 +197,7 @@ def main() -> None:
            "ratio_of_medians": {a: med(secs[a]) / med(secs["plain"]) for a in arms[1:]},
            "outputs_bitwise_equal_after_replay": all(equal), "scoped_nodes": scoped,
            "node_watch_refused": nodewatch.WATCH.refused,
-           "plain_detached": None if cupti_state is None else cupti_state.report()}
+           "plain_detached": None if cupti_state is None else cupti_state.report(), "settle": args.settle}
     print(json.dumps(rep, indent=1))
     if args.out:
         with open(args.out, "w") as f:
@@ -207,6 +226,19 @@ class _CuptiState:
             self.failed.append(("init" if on else "detach", rc))
         nodewatch.WATCH.attached = nodewatch.WATCH.warmed = on
         self.on = on
+
+    def watched(self, capture):
+        """``capture()`` with the node watch subscribed around it (subscribed untimed before;
+        CUPTI initialised already), as a capture with module scopes holds it."""
+        fns = self.switch.watch_fns
+        token = nodewatch.WATCH.acquire(fns, lambda: None)
+        if token is None:
+            self.failed.append(("watch", nodewatch.WATCH.refused))
+        try:
+            return capture()
+        finally:
+            if token is not None:
+                nodewatch.WATCH.release(token)
 
     def report(self) -> dict:
         return {"inits": self.inits, "detaches": self.detaches, "failed": self.failed}

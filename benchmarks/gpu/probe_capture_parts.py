@@ -82,6 +82,9 @@ def main() -> None:
     ap.add_argument("--arms", default="plain,inst,wrap,full,full_nowatch",
                     help="comma-separated; an arm ending in _gcoff runs its capture with the GC disabled")
     ap.add_argument("--micro", type=int, default=0, help="also: N empty leaf modules in one capture, us a call")
+    ap.add_argument("--micro-launch", type=int, default=0,
+                    help="also: N leaf modules that launch one kernel each, in one capture, us a call")
+    ap.add_argument("--micro-only", action="store_true", help="only the micro measurements")
     args = ap.parse_args()
     model = Decoder(decoder_weights(36))
     x = torch.randn(16, 128, 1024, device="cuda").to(torch.bfloat16)
@@ -94,7 +97,7 @@ def main() -> None:
     med = statistics.median
     with torch.no_grad():
         warmup(lambda: model(x))
-        for r in range(args.rounds):
+        for r in range(0 if args.micro_only else args.rounds):
             outs = []
             for arm in (arms if r % 2 == 0 else arms[::-1]):
                 base, gc_off = arm.replace("_gcoff", ""), arm.endswith("_gcoff")
@@ -114,15 +117,19 @@ def main() -> None:
             torch.cuda.synchronize()
             equal = equal and all(torch.equal(outs[0][1], o) for _, o in outs[1:])
             del keep[:-len(arms)]
-    plain = [t[0] for t in got[arms[0]]]
-    rep = {"backend": backend, "rounds": args.rounds, "outputs_bitwise_equal": equal,
-           "pairs": {a: round(med([t[0] / p for t, p in zip(v, plain)]), 4) for a, v in got.items()},
-           "ms": {a: {part: round(med(t[i] for t in v) * 1e3, 3) for i, part in
-                      enumerate(("total", "begin", "body", "end"), 0)} for a, v in got.items()},
-           "steps_ms": {a: {k: round(med(t[4].get(k, 0.0) for t in v) * 1e3, 3)
-                            for k in sorted({k for t in v for k in t[4]})} for a, v in got.items()}}
+    rep = {"backend": backend, "rounds": args.rounds}
+    if not args.micro_only:
+        plain = [t[0] for t in got[arms[0]]]
+        rep = {"backend": backend, "rounds": args.rounds, "outputs_bitwise_equal": equal,
+               "pairs": {a: round(med([t[0] / p for t, p in zip(v, plain)]), 4) for a, v in got.items()},
+               "ms": {a: {part: round(med(t[i] for t in v) * 1e3, 3) for i, part in
+                          enumerate(("total", "begin", "body", "end"), 0)} for a, v in got.items()},
+               "steps_ms": {a: {k: round(med(t[4].get(k, 0.0) for t in v) * 1e3, 3)
+                                for k in sorted({k for t in v for k in t[4]})} for a, v in got.items()}}
     if args.micro:
         rep["micro_us_a_call"] = micro(args.micro, args.rounds, configs)
+    if args.micro_launch:
+        rep["micro_launch_us_a_call"] = micro(args.micro_launch, args.rounds, configs, LaunchLeaf)
     print(json.dumps(rep, indent=1), flush=True)
 
 
@@ -131,10 +138,15 @@ class Leaf(torch.nn.Module):
         return h
 
 
+class LaunchLeaf(torch.nn.Module):
+    def forward(self, h):
+        return h.add_(1)
+
+
 class Many(torch.nn.Module):
-    def __init__(self, n):
+    def __init__(self, n, leaf=Leaf):
         super().__init__()
-        self.leaves = torch.nn.ModuleList(Leaf() for _ in range(n))
+        self.leaves = torch.nn.ModuleList(leaf() for _ in range(n))
 
     def forward(self, h):
         for leaf in self.leaves:
@@ -142,10 +154,11 @@ class Many(torch.nn.Module):
         return h
 
 
-def micro(n, rounds, configs):
-    """N module calls that launch nothing, inside a capture of one kernel: the wrapper's and a
-    scope's own cost a call, with no torch work between them."""
-    model, x = Many(n), torch.zeros(8, device="cuda")
+def micro(n, rounds, configs, leaf=Leaf):
+    """N module calls that launch nothing (``leaf=LaunchLeaf``: one kernel each), inside a
+    capture of one kernel: the wrapper's and a scope's own cost a call, with no other torch
+    work between them."""
+    model, x = Many(n, leaf).cuda(), torch.zeros(8, device="cuda")
     times = {a: [] for a in ("plain", "wrap", "full")}
     with torch.no_grad():
         for r in range(rounds):
