@@ -2,7 +2,8 @@
 
 The 36-layer module decoder of ``module_capture.py`` captured in alternating arms (``plain``,
 ``inst``: ``instrument()``, ``wrap``: module scopes that scope nothing, ``full``: every module
-call scoped, ``full_nowatch``: the same with ``PERFETTO_GRAPH_ANN_NODE_WATCH=0``). Per capture
+call scoped, ``full_nowatch``: the same with ``PERFETTO_GRAPH_ANN_NODE_WATCH=0``, ``depth2`` /
+``depth3``: scopes down to that depth only (the layers are at depth 2): 37 / 109 of the 325 calls). Per capture
 it times the three parts seen from outside (``torch.cuda.graph`` entry, the captured forward,
 exit + synchronize) and, inside, the package's own steps (each ``_Capture`` step, the session's
 start and ``finish_capture``, the node table read, the module hooks' start and end): what is
@@ -52,6 +53,11 @@ def install_timers():
         timed(api._Capture, name, f"capture.{name}")
     timed(session.CaptureSession, "start", "session.start")
     timed(session.CaptureSession, "finish_capture", "session.finish_capture")
+    timed(session.CaptureSession, "_start_watch", "session._start_watch")
+    timed(session.CaptureSession, "stop_watch", "session.stop_watch")
+    from perfetto_graph_ann.capture import nodewatch
+    timed(nodewatch.WATCH, "acquire", "nodewatch.acquire")
+    timed(nodewatch.WATCH, "release", "nodewatch.release")
     timed(modules.HOOKS, "capture_started", "modules.capture_started")
     timed(modules.HOOKS, "capture_ended", "modules.capture_ended")
     backend = backends.active()
@@ -85,13 +91,16 @@ def main() -> None:
     ap.add_argument("--micro-launch", type=int, default=0,
                     help="also: N leaf modules that launch one kernel each, in one capture, us a call")
     ap.add_argument("--micro-only", action="store_true", help="only the micro measurements")
+    ap.add_argument("--settle", action="store_true",
+                    help="an untimed plain capture before every timed one (as module_capture.py --settle)")
     args = ap.parse_args()
     model = Decoder(decoder_weights(36))
     x = torch.randn(16, 128, 1024, device="cuda").to(torch.bfloat16)
     backend = install_timers()
     arms = args.arms.split(",")
     configs = {"inst": None, "wrap": pga.ModuleScopes(exclude=("*",)), "full": pga.ModuleScopes(),
-               "full_nowatch": pga.ModuleScopes()}
+               "full_nowatch": pga.ModuleScopes(), "depth2": pga.ModuleScopes(max_depth=2),
+               "depth3": pga.ModuleScopes(max_depth=3)}
     got = {a: [] for a in arms}
     keep, pool, equal = [], None, True
     med = statistics.median
@@ -102,6 +111,8 @@ def main() -> None:
             for arm in (arms if r % 2 == 0 else arms[::-1]):
                 base, gc_off = arm.replace("_gcoff", ""), arm.endswith("_gcoff")
                 os.environ["PERFETTO_GRAPH_ANN_NODE_WATCH"] = "0" if base == "full_nowatch" else "1"
+                if args.settle:
+                    capture(model, x, pool)
                 if base == "plain":
                     t, g, out = capture(model, x, pool, gc_off)
                 else:
