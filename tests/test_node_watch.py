@@ -524,6 +524,24 @@ def test_the_detach_delay_default_asks_the_process_driver(monkeypatch):
     assert nodewatch.detach_delay_from_env() is None
 
 
+def test_the_detach_default_reads_the_driver_version_without_nvml(monkeypatch):
+    """Asked at a capture's end: cuDriverGetVersion only, once; NVML's initialisation (slow) is
+    left to the capture identity, which then reuses the version read."""
+    from perfetto_graph_ann.capture import identity
+
+    calls = []
+    monkeypatch.delenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", raising=False)
+    monkeypatch.setattr(identity, "_driver", {})
+    monkeypatch.setattr(identity, "_api", {})
+    monkeypatch.setattr(identity, "_cuda_driver_version", lambda: calls.append("api") or 13000)
+    monkeypatch.setattr(identity, "_nvml_driver_version", lambda: pytest.fail("NVML asked at a capture's end"))
+    assert nodewatch.detach_delay_from_env() == nodewatch.DEFAULT_DETACH_S
+    assert nodewatch.detach_delay_from_env() == nodewatch.DEFAULT_DETACH_S
+    assert calls == ["api"]
+    monkeypatch.setattr(identity, "_nvml_driver_version", lambda: "580.159.04")
+    assert identity._driver_versions() == ("580.159.04", 13000) and calls == ["api"]
+
+
 def test_a_calibration_session_holds_off_the_detach(capture_path, fresh, monkeypatch):
     """Calibration's activity session initialises CUPTI too: marked ours, and no detach runs
     while it is open."""

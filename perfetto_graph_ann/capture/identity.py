@@ -104,16 +104,27 @@ _cached: Dict[int, CaptureIdentity] = {}  # pid -> identity with devices (a fork
 _driver: Dict[str, Tuple[Optional[str], Optional[int]]] = {}  # "v" -> (release, CUDA driver API version)
 
 
+_api: Dict[str, Optional[int]] = {}  # "api" -> CUDA driver API version, read alone
+
+
 def _driver_versions() -> Tuple[Optional[str], Optional[int]]:
     with _lock:
         if "v" not in _driver:
-            _driver["v"] = (_nvml_driver_version(), _cuda_driver_version())
+            api = _api["api"] if "api" in _api else _cuda_driver_version()
+            _driver["v"] = (_nvml_driver_version(), api)
         return _driver["v"]
 
 
 def cuda_driver_version() -> Optional[int]:
-    """``cuDriverGetVersion`` (e.g. 13000), read once a process; None without a CUDA driver."""
-    return _driver_versions()[1]
+    """``cuDriverGetVersion`` (e.g. 13000), read once a process; None without a CUDA driver.
+    Asked at a capture's end (the CUPTI detach's default): only the driver library, no NVML,
+    whose initialisation :func:`capture_identity` pays later, off the capture."""
+    with _lock:
+        if "v" in _driver:
+            return _driver["v"][1]
+        if "api" not in _api:
+            _api["api"] = _cuda_driver_version()
+        return _api["api"]
 
 
 def capture_identity() -> CaptureIdentity:
