@@ -438,7 +438,7 @@ def _attached_by_a_capture(torch, cuda) -> None:
     assert cuda.initialised and nodewatch.WATCH.attached
 
 
-@pytest.mark.parametrize("why", ["capture in flight", "calibration", "profiler took it", "profiler active",
+@pytest.mark.parametrize("why", ["capture in flight", "scope-less capture in flight", "failed capture", "calibration", "profiler took it", "profiler active",
                                  "not ours", "no exit site", "someone subscribed"])
 def test_no_detach_while_cupti_is_in_use_or_not_ours(capture_path, fresh, monkeypatch, why):
     if not compiled(capture_path):
@@ -461,6 +461,21 @@ def test_no_detach_while_cupti_is_in_use_or_not_ours(capture_path, fresh, monkey
                 fresh.launch(FAKE_TORCH_STREAM, "k")
                 assert not watch.detach() and fresh.finalizes == 0
         assert watch.detach() and fresh.finalizes == 1  # once it ended
+        return
+    if why == "scope-less capture in flight":  # no subscription held, yet its ids ask CUPTI at its end
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fresh.launch(FAKE_TORCH_STREAM, "k")
+            assert not watch.detach() and fresh.finalizes == 0
+        assert watch.detach() and fresh.finalizes == 1
+        return
+    if why == "failed capture":  # a body that raised releases its hold too
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match="boom"):
+            with torch.cuda.graph(g):
+                assert not watch.detach()
+                raise RuntimeError("boom")
+        assert watch._busy == 0 and watch.detach() and fresh.finalizes == 1
         return
     if why == "calibration":
         with watch.using():

@@ -25,6 +25,7 @@ from . import backends, collectives, replay_log, torch_native
 from . import compiled as _compiled
 from . import modules as _modules
 from .modules import ModuleScopes
+from . import nodewatch as _nodewatch
 from . import session as _session
 from .calibration import KINETO, CalibrationDeferred, calibrate_replay
 from .registry import REGISTRY
@@ -159,6 +160,7 @@ class _Capture:
         self._modules = False
         self._compiled = False
         self._failed: Optional[BaseException] = None
+        self._held = False  # holds off the CUPTI detach (nodewatch.WATCH.hold) while capturing
 
     def prepare(self) -> bool:
         """Before capture_begin: everything that does not need the capture. False: not annotated."""
@@ -177,6 +179,8 @@ class _Capture:
         """Right after capture_begin, on the capturing stream."""
         sess = self.session
         REGISTRY.backend = sess.backend.name
+        _nodewatch.WATCH.hold()  # released in ending(), whatever happens
+        self._held = True
         sess.start(stream)
         _session.push(sess)
         if self.options.modules is not None or _modules.NAMES.marked:
@@ -204,6 +208,7 @@ class _Capture:
         finally:
             sess.stop_watch()
             _session.pop(sess)
+            self.unhold()
             if self._modules:
                 _modules.HOOKS.capture_ended()
                 self._modules = False
@@ -213,6 +218,12 @@ class _Capture:
             if self._installed:
                 collectives.uninstall()
                 self._installed = False
+
+    def unhold(self) -> None:
+        """Let the CUPTI detach run again (once; :meth:`started` held it off)."""
+        if self._held:
+            self._held = False
+            _nodewatch.WATCH.unhold()
 
     def ended(self, body_failed: bool) -> None:
         """After capture_end: rekey to the executable graph (or say why not)."""
@@ -260,6 +271,7 @@ def _hooked_capture_begin(orig_begin: Callable, orig_end: Callable) -> Callable:
         try:
             cap.started(int(torch.cuda.current_stream().cuda_stream))
         except Exception as e:
+            cap.unhold()
             if cap.session is not None:
                 cap.session.stop_watch()
                 if _session.current() is cap.session:

@@ -198,6 +198,20 @@ class NodeWatch:
                 self._last_use = time.monotonic()
             self.idle()
 
+    def hold(self) -> None:
+        """A capture of ours runs: no detach until :meth:`unhold`. A capture that opens no scope
+        holds no subscription, yet its marker ids and the graph's ids at its end ask CUPTI; a
+        detach under it would finalize CUPTI in the middle of the capture's driver calls."""
+        with self._lock:
+            self._busy += 1
+
+    def unhold(self) -> None:
+        """The capture :meth:`hold` was called for ended (annotated or not): the delay starts again."""
+        with self._lock:
+            self._busy = max(0, self._busy - 1)
+            self._last_use = time.monotonic()
+        self.idle()
+
     def idle(self, functions: Optional[DetachFunctions] = None) -> None:
         """A capture or calibration of ours is done with CUPTI: detach it (:meth:`detach`) once
         nothing used it for the configured delay. ``functions``: the backend's
