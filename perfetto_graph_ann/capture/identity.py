@@ -102,9 +102,7 @@ def _torch_devices(torch) -> Tuple[Dict[int, str], Dict[int, str]]:
 _lock = threading.Lock()
 _cached: Dict[int, CaptureIdentity] = {}  # pid -> identity with devices (a forked child gets its own)
 _driver: Dict[str, Tuple[Optional[str], Optional[int]]] = {}  # "v" -> (release, CUDA driver API version)
-
-
-_api: Dict[str, Optional[int]] = {}  # "api" -> CUDA driver API version, read alone
+_api: Dict[str, Optional[int]] = {}  # "api" -> CUDA driver API version, read alone (cuda_driver_version)
 
 
 def _driver_versions() -> Tuple[Optional[str], Optional[int]]:

@@ -44,8 +44,8 @@ from typing import Callable, Dict, Iterator, Optional, Tuple
 from .. import settings
 from . import fastpath
 
-__all__ = ["DEFAULT_DETACH_S", "DETACH_FROM_DRIVER", "detach_delay_from_env", "DetachFunctions", "DRIVER_API_DOMAIN", "GRAPHNODE_CREATED", "NodeWatch",
-           "RESOURCE_DOMAIN", "WATCH", "enabled_from_env"]
+__all__ = ["DEFAULT_DETACH_S", "DETACH_FROM_DRIVER", "detach_delay_from_env", "DetachFunctions", "DRIVER_API_DOMAIN",
+           "GRAPHNODE_CREATED", "NodeWatch", "RESOURCE_DOMAIN", "WATCH", "enabled_from_env"]
 
 #: ``CUPTI_CB_DOMAIN_RESOURCE`` and ``CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED`` (cupti_callbacks.h)
 RESOURCE_DOMAIN = 3
