@@ -60,8 +60,9 @@ def _on_path() -> Optional[str]:
 def _apt_install() -> str:
     """Install Debian's chromium package; returns '' on success, else the reason."""
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    steps = (["apt-get", "update"],
-             ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-liberation"])
+    wait = ["-o", f"DPkg::Lock::Timeout={APT_TIMEOUT_S // 2}"]  # another apt run (the image's own) holds the lock
+    steps = (["apt-get", *wait, "update"],
+             ["apt-get", *wait, "install", "-y", "--no-install-recommends", "chromium", "fonts-liberation"])
     for cmd in steps:
         try:
             r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
