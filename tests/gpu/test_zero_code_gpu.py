@@ -28,10 +28,12 @@ REPO = HERE.parents[1]
 RUNNER = HERE / "zero_code_runner.py"
 
 
-def run_instrumented(out: Path, mode: str, *extra: str) -> subprocess.CompletedProcess:
+def run_instrumented(out: Path, mode: str, *extra: str, runner: Path = RUNNER,
+                     runner_args: tuple = ()) -> subprocess.CompletedProcess:
+    """``perfetto-graph-ann run [extra] --out OUT -- python RUNNER OUT MODE [runner_args]``."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "perfetto_graph_ann", "run", *extra, "--out", str(out), "--",
-           sys.executable, str(RUNNER), str(out), mode]
+           sys.executable, str(runner), str(out), mode, *runner_args]
     cp = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400)
     assert cp.returncode == 0, cp.stderr[-3000:]
     return cp
@@ -64,9 +66,9 @@ def kernel_kinds(trace, layout, kind) -> collections.Counter:
     return out
 
 
-def test_runner_in_a_child_process_module_paths_equal_the_eager_truth(tmp_path, results):
-    out = tmp_path / "o"
-    run_instrumented(out, "runner", "--modules")
+def runner_against_truth(out: Path) -> tuple:
+    """The runner's replays (``order.json``) joined, each compared with the eager truth of its
+    batch size: (summary dict, mismatches, the annotations)."""
     truth = {int(k): v for k, v in json.loads((out / "truth.json").read_text()).items()}
     order = json.loads((out / "order.json").read_text())
     trace, layout, ann = joined(out, "runner")
@@ -83,7 +85,14 @@ def test_runner_in_a_child_process_module_paths_equal_the_eager_truth(tmp_path, 
             mismatches.append({"bs": bs, "diff": {k: v for k, v in list(diff.items())[:4]}})
     res["replays"] = len(launches)
     res["mismatches"] = mismatches[:3]
-    res["paths"] = sorted(truth[1])[:12]
+    res["paths"] = sorted(truth[min(truth)])[:12]
+    return res, mismatches, ann
+
+
+def test_runner_in_a_child_process_module_paths_equal_the_eager_truth(tmp_path, results):
+    out = tmp_path / "o"
+    run_instrumented(out, "runner", "--modules")
+    res, mismatches, ann = runner_against_truth(out)
     results["zero_code_runner"] = res
     print("zero_code_runner", json.dumps(res)[:4000])
     assert len(ann.graphs) == 3 and not mismatches
@@ -105,8 +114,18 @@ def test_reduce_overhead_module_paths_from_inductor(tmp_path, results):
         run_instrumented(out, "compile", "--modules")
     finally:
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    res, wrong, kinds, ann = compiled_against_truth(out)
+    results["zero_code_compile"] = res
+    print("zero_code_compile", json.dumps(res)[:4000])
+    assert ann.graphs and not wrong
+    assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
+
+
+def compiled_against_truth(out: Path, batch: str = "2") -> tuple:
+    """The compiled run's replays joined and checked against the eager truth of ``batch``:
+    (summary dict, wrong labels, kernels by module origin, the annotations)."""
     trace, layout, ann = joined(out, "compile")
-    truth = {k: v for k, v in json.loads((out / "truth.json").read_text())["2"].items()}
+    truth = {k: v for k, v in json.loads((out / "truth.json").read_text())[batch].items()}
     got = per_replay_modules(trace, layout)
     kinds = kernel_kinds(trace, layout, lambda a: a.get("module origin", "none"))
     res = {"graphs": len(ann.graphs), "replays": len(got), "kernels": dict(kinds),
@@ -124,10 +143,7 @@ def test_reduce_overhead_module_paths_from_inductor(tmp_path, results):
                 wrong.append({"path": path, "got": names[:3], "truth": (truth.get(path) or [])[:3]})
     res["wrong"] = wrong[:5]
     res["linear_paths"] = sorted({p for m in got.values() for p in m if p.rsplit(".", 1)[-1] in LINEARS})
-    results["zero_code_compile"] = res
-    print("zero_code_compile", json.dumps(res)[:4000])
-    assert ann.graphs and not wrong
-    assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
+    return res, wrong, kinds, ann
 
 
 def test_make_graphed_callables_training_step(tmp_path, results):

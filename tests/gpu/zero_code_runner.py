@@ -97,15 +97,21 @@ class Decoder(nn.Module):
         return self.norm(x)
 
 
+def decoder_input(bs, seq):
+    """The decoder's input for one batch size: hidden states (the model has no embedding)."""
+    return torch.randn(bs, seq, D, device="cuda")
+
+
 class Runner:
     """SGLang-style: torch.cuda.graph(g, pool=...) per batch size, static inputs."""
 
-    def __init__(self, model, batches, seq=16):
+    def __init__(self, model, batches, seq=16, make_input=None):
         self.model, self.graphs, self.inputs = model, {}, {}
+        make_input = make_input or decoder_input
         pool = None
         s = torch.cuda.Stream()
         for bs in sorted(batches, reverse=True):
-            x = torch.randn(bs, seq, D, device="cuda")
+            x = make_input(bs, seq)
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
                 for _ in range(2):
@@ -125,9 +131,11 @@ def trace_name(out, tag):
     return os.path.join(out, f"{socket.gethostname()}_{os.getpid()}.{tag}.pt.trace.json")
 
 
-def eager_truth(model, batches, out, seq=16):
+def eager_truth(model, batches, out, seq=16, make_input=None):
     """Eager profile with record_function(<path>) around every module call -> per batch size, the
-    innermost path each kernel was launched under (from the trace: launch time within the range)."""
+    innermost path each kernel was launched under (from the trace: launch time within the range).
+    ``make_input(bs, seq)``: the model's input (default: the decoder's hidden states)."""
+    make_input = make_input or decoder_input
     names = {m: n or type(m).__name__ for n, m in model.named_modules()}
     stack = []
 
@@ -142,7 +150,7 @@ def eager_truth(model, batches, out, seq=16):
     hs = [m.register_forward_pre_hook(pre) for m in names] + [m.register_forward_hook(post) for m in names]
     truth = {}
     for bs in batches:
-        x = torch.randn(bs, seq, D, device="cuda")
+        x = make_input(bs, seq)
         model(x)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

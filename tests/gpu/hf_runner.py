@@ -1,0 +1,93 @@
+"""Held-out models for zero code (issue 31): Hugging Face ``transformers``' own Llama, Qwen2 and
+GPT-2 (random weights, bf16, SDPA attention), code this package was never tuned to. Like
+``zero_code_runner.py`` it never imports perfetto_graph_ann; run it under
+``perfetto-graph-ann run`` (``test_hf_models_gpu.py`` does).
+
+    python hf_runner.py OUT MODE MODEL     MODE: runner | compile    MODEL: llama | qwen2 | gpt2
+
+``runner``: one CUDA graph per batch size sharing a pool (zero_code_runner's ``Runner``, the
+SGLang / vLLM pattern), replayed under the program's own torch.profiler in a shuffled order;
+``compile``: ``torch.compile(model, mode="reduce-overhead")``. Both write the eager truth
+(``truth.json``: per batch size and module path, the kernel names launched under that innermost
+module) as zero_code_runner does, and the torch.profiler trace by torch's handler names.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zero_code_runner import Runner, eager_truth, trace_name  # noqa: E402
+
+VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, SEQ = 4096, 512, 1408, 4, 8, 2, 16
+
+
+def build(name: str) -> torch.nn.Module:
+    """A small random-weight model of ``transformers``' class for ``name``, on the GPU, bf16."""
+    import transformers as tf
+
+    common = dict(vocab_size=VOCAB, use_cache=False)
+    if name == "llama":
+        cfg = tf.LlamaConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                             num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=256,
+                             **common)
+    elif name == "qwen2":
+        cfg = tf.Qwen2Config(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                             num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=256,
+                             **common)
+    elif name == "gpt2":
+        cfg = tf.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=256, bos_token_id=0,
+                            eos_token_id=0, **common)
+    else:
+        raise SystemExit(f"unknown model {name!r}: llama, qwen2 or gpt2")
+    model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    return model.to("cuda", torch.bfloat16).eval()
+
+
+def token_input(bs: int, seq: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (bs, seq), device="cuda")
+
+
+def main() -> None:
+    out, mode, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    torch.manual_seed(0)
+    model = build(name)
+    batches = [1, 2, 4]
+    with torch.no_grad():
+        if mode == "runner":
+            truth = eager_truth(model, batches, out, seq=SEQ, make_input=token_input)
+            json.dump(truth, open(os.path.join(out, "truth.json"), "w"))
+            runner = Runner(model, batches, seq=SEQ, make_input=token_input)
+            for bs in batches:
+                runner.replay(bs)  # the first replay outside the profiler: calibration
+            torch.cuda.synchronize()
+            order = [4, 1, 2, 4, 2, 1]
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for bs in order:
+                    runner.replay(bs)
+                torch.cuda.synchronize()
+            prof.export_chrome_trace(trace_name(out, "runner"))
+            json.dump(order, open(os.path.join(out, "order.json"), "w"))
+        elif mode == "compile":
+            cm = torch.compile(model, mode="reduce-overhead")
+            x = token_input(2, SEQ)
+            for _ in range(4):
+                cm(x)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(3):
+                    cm(x)
+                torch.cuda.synchronize()
+            prof.export_chrome_trace(trace_name(out, "compile"))
+            truth = eager_truth(model, [2], out, seq=SEQ, make_input=token_input)
+            json.dump(truth, open(os.path.join(out, "truth.json"), "w"))
+        else:
+            raise SystemExit(f"unknown mode {mode!r}: runner or compile")
+
+
+if __name__ == "__main__":
+    main()
