@@ -26,28 +26,119 @@ def E(stack, exact=True):
     return P.Item("extern", None, stack, exact)
 
 
-@pytest.mark.parametrize("raw, path", [
-    ("L['self'].layers[0].mlp", "layers.0.mlp"),
-    ("L['self'].layers.0.mlp", "layers.0.mlp"),
-    ("L['self']._modules['layers']._modules['0']", "layers.0"),
-    ("L['model'].blocks[\"x\"]", "blocks.x"),
-    ("G['net'].fc", "fc"),
-    ("L['self']", None),  # the root itself: no path
+@pytest.mark.parametrize("key, want", [("140392907244240", 140392907244240), ("77@2", 77), ("L__self___layers_0", None),
+                                       ("@1", None), (3, None), ("", None)])
+def test_dynamo_module_keys(key, want):
+    assert P.module_key_id(key) == want
+
+
+@pytest.mark.parametrize("raw, rel", [
+    ("L['self'].layers[0].mlp", ("layers", "0", "mlp")),
+    ("L['self'].layers.0.mlp", ("layers", "0", "mlp")),
+    ("L['self']._modules['layers']._modules['0']", ("layers", "0")),
+    ("L['args'][0].model.layers[0]", ("model", "layers", "0")),  # a decorated forward: wrapper(*args)
+    ("L['model'].blocks[\"x\"]", ("blocks", "x")),
+    ("G['net'].fc", ("fc",)),
+    ("L['self']", ()),  # the frame's local itself
     ("getattr(L['self'], 'x')", None),  # a form not read: unknown, never guessed
     ("layers.0", None),
 ])
-def test_dynamo_paths_are_read_or_refused(raw, path):
-    assert P.normalize_path(raw) == path
+def test_dynamo_source_text_relative_to_the_frame(raw, rel):
+    assert P.frame_relative(raw) == rel
 
 
-def test_module_stack_and_common_ancestor():
-    meta = {"a": ("L['self'].layers[0]", type("Block", (), {})), "b": ("L['self'].layers[0].attn", "m.Attention")}
-    assert P.module_stack(meta) == (("layers.0", "Block"), ("layers.0.attn", "Attention"))
-    assert P.module_stack({}) == ()
-    assert P.module_stack({"a": ("nonsense", "X")}) is None
+def test_module_stack_names_each_module_by_its_key_and_common_ancestor():
+    named = {"1": ("layers.0", "Block", 2), "2": ("layers.0.attn", "Attention", 3), "3": ("Net", "Net", 0),
+             "4": ("m.layers.0", "Block", 2)}
+    meta = {"1": ("L['self'].layers[0]", type("Block", (), {})), "2@1": ("L['args'][0].layers[0].attn", "m.Attention")}
+    resolve = lambda key: named.get(key.split("@")[0])  # noqa: E731
+    assert P.module_stack(meta, resolve) == (("layers.0", "Block"), ("layers.0.attn", "Attention"))
+    assert P.module_stack({}, resolve) == ()
+    assert P.module_stack({"3": ("L['self']", "Net")}, resolve) == (("Net", "Net"),)  # the root's own call
+    assert P.module_stack({"4": ("L['self'].layers[0]", "Block")}, resolve) == (("m.layers.0", "Block"),)  # a prefix
+    # a module this package has not named, another class than the named module's, or a frame that is
+    # not the root's (a submodule's, after a graph break: its code also runs for its siblings): unknown
+    assert P.module_stack({"5": ("L['self'].layers[0]", "Block")}, resolve) is None
+    assert P.module_stack({"1": ("L['self'].layers[0]", "Attention")}, resolve) is None
+    assert P.module_stack({"2": ("L['self'].attn", "Attention")}, resolve) is None
+    assert P.module_stack({"2": ("L['self'].layers[1].attn", "Attention")}, resolve) is None
+    assert P.module_stack({"1": "nonsense"}, resolve) is None
     assert P.common_stack([ATTN, ATTN]) == (ATTN, True)
     assert P.common_stack([ATTN, MLP]) == ((("layers.0", "Block"),), False)
     assert P.common_stack([ATTN, None]) == ((), False)  # an origin of unknown module: the root
+
+
+def test_compiled_module_paths_name_the_module_itself_never_dynamos_frame_text():
+    """Real dynamo (CPU), backends that only read the FX graphs. In a forward decorated with
+    ``wrapper(*args)`` dynamo's source text is relative to ``L['args'][0]``: the paths must be the
+    model's own (``named_modules``). After a graph break inside a layer, the layer's frame is
+    compiled once and run for every layer: its kernels get no path. A module under no compiled
+    root gets none either."""
+    torch = pytest.importorskip("torch")
+    import functools
+
+    from perfetto_graph_ann.capture.modules import NAMES
+
+    class Inner(torch.nn.Module):
+        def __init__(self, brk):
+            super().__init__()
+            self.brk, self.a, self.b = brk, torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            x = self.a(x)
+            if self.brk:
+                torch._dynamo.graph_break()
+            return self.b(x)
+
+    def decorated(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return wrapper
+
+    class Outer(torch.nn.Module):
+        def __init__(self, brk):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Inner(brk), Inner(brk)])
+            self.head = torch.nn.Linear(4, 4)
+
+        @decorated
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    def reader(seen):
+        def backend(gm, inputs):
+            resolve = C._resolver()
+            for node in gm.graph.nodes:
+                raw = node.meta.get("nn_module_stack")
+                if raw:
+                    seen.append((tuple(v[0] for v in raw.values()), P.module_stack(raw, resolve)))
+            return gm.forward
+        return backend
+
+    whole, broken, strays = [], [], []
+    assert C.install_roots()
+    try:
+        torch._dynamo.reset()
+        model, model_gb, stray = Outer(False), Outer(True), torch.nn.Linear(4, 4)
+        with torch.no_grad():
+            torch.compile(model, backend=reader(whole))(torch.randn(2, 4))
+            torch.compile(model_gb, backend=reader(broken))(torch.randn(2, 4))
+            torch.compile(lambda x: stray(x), backend=reader(strays))(torch.randn(2, 4))
+    finally:
+        C.uninstall_roots()
+        torch._dynamo.reset()
+    assert whole and all(src.startswith("L['args'][0]") for srcs, _ in whole for src in srcs)
+    want = {"head": (("head", "Linear"),)}
+    want.update({f"layers.{i}.{n}": ((f"layers.{i}", "Inner"), (f"layers.{i}.{n}", "Linear")) for i in (0, 1) for n in "ab"})
+    assert {stack[-1][0] for _, stack in whole} == set(want)
+    assert all(stack == want[stack[-1][0]] for _, stack in whole)
+    layer_frames = [stack for srcs, stack in broken if srcs[0] in ("L['self'].a", "L['self'].b")]
+    assert layer_frames and all(stack is None for stack in layer_frames)
+    assert all(stack is None or stack == (("head", "Linear"),) for _, stack in broken)
+    assert strays and all(stack is None for _, stack in strays) and NAMES.path(stray) is None
 
 
 def test_alignment_labels_anchors_and_the_nodes_of_extern_calls():
@@ -232,7 +323,7 @@ def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, mo
                 x = layer(x)
             return x
 
-    assert C.install()
+    assert C.install() and C.install_roots()
     try:
         torch._dynamo.reset()
         net = torch.compile(Net())
@@ -240,6 +331,7 @@ def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, mo
         recs = list(C.CODEGEN.by_code.values())[-2:]
     finally:
         C.uninstall()
+        C.uninstall_roots()
         torch._dynamo.reset()
     fwd, bwd = sorted(recs, key=lambda r: r.backward)
     assert not fwd.backward and bwd.backward

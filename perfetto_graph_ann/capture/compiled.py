@@ -1,7 +1,13 @@
 """Module paths inside ``torch.compile``d code: inductor's launches recorded while it writes a
 graph's code, and the captures of that code aligned with them (:mod:`.compiled_paths`).
 
-Two parts, both installed by ``instrument(modules=...)``:
+Three parts, all installed by ``instrument(modules=...)``:
+
+- **Which model was compiled** (``install_roots()``, once torch.compile's classes are imported):
+  a model given to ``torch.compile`` (or compiled in place) becomes a module root of
+  :data:`.modules.NAMES`. Dynamo keys each FX node's module stack by the module's ``id``; a
+  kernel's path is the name of that very module, never read from dynamo's source text (which
+  is relative to whatever frame was compiled: :func:`.compiled_paths.module_stack`).
 
 - **While inductor generates code** (``install()``, once, class-level wraps of inductor's
   ``PythonWrapperCodegen.generate_kernel_call`` / ``writeline``, ``Scheduler.codegen_extern_call``,
@@ -33,8 +39,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import compiled_paths as paths
 from .compiled_paths import Item, Recorded
 from .marks import mark_kernels
+from .modules import NAMES
 
-__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "install", "uninstall"]
+__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "install", "install_roots", "uninstall",
+           "uninstall_roots"]
 
 #: The field of the scopes around watched extern calls (dropped once the table is read).
 EXTERN = "compiled extern call"
@@ -90,11 +98,14 @@ class _Codegen:
             rec[wid] = []
             rec["order"].append(wid)
             rec["names"][wid] = getattr(wrapper, "subgraph_name", None) or "call"
+        resolve = rec.get("resolve")
+        if resolve is None:
+            resolve = rec["resolve"] = _resolver()
         last = getattr(self._local, "stack_of", None)  # a node's "other" lines: its stack once
         if last is not None and last[0] is node and node is not None:
             stack, exact = last[1]
         else:
-            stack, exact = _node_stack(node)
+            stack, exact = _node_stack(node, resolve)
             self._local.stack_of = (node, (stack, exact))
         call = None
         if kind == "extern" and node:
@@ -186,7 +197,19 @@ class _Codegen:
         return __init__
 
 
-def _node_stack(nodes: Optional[Sequence[Any]]) -> Tuple[paths.Stack, bool]:
+def _resolver() -> paths.Resolve:
+    """Dynamo's module keys -> the modules' paths as this package names them (:data:`.modules.NAMES`:
+    models given to ``mark_modules`` or ``torch.compile``, roots of earlier captures), read once per
+    graph lowered; a module it has not named is unknown."""
+    named = NAMES.by_id()
+
+    def resolve(key: str) -> Optional[Tuple[str, str, int]]:
+        i = paths.module_key_id(key)
+        return None if i is None else named.get(i)
+    return resolve
+
+
+def _node_stack(nodes: Optional[Sequence[Any]], resolve: paths.Resolve) -> Tuple[paths.Stack, bool]:
     """The deepest module common to scheduler nodes' FX origins, and whether all agree."""
     if not nodes:
         return (), False
@@ -205,7 +228,7 @@ def _node_stack(nodes: Optional[Sequence[Any]]) -> Tuple[paths.Stack, bool]:
         raw = meta.get("nn_module_stack")
         if raw is None:
             raw = meta.get("fwd_nn_module_stack")
-        stacks.append(paths.module_stack(raw))
+        stacks.append(paths.module_stack(raw, resolve))
     if not stacks:
         return (), False
     return paths.common_stack(stacks)
@@ -312,6 +335,53 @@ def install() -> bool:
         return True
 
 
+_ROOT_WRAPS: List[Tuple[Any, str]] = []
+
+
+def install_roots() -> bool:
+    """Name every model given to ``torch.compile`` (an ``OptimizedModule``'s ``_orig_mod``) or
+    compiled in place (``nn.Module.compile``) as a module root (:data:`.modules.NAMES`), so
+    that its compiled code's kernels can be given paths from it. Class-level wraps that only
+    read; once. False where torch's classes are not as expected (no compiled paths then)."""
+    with _lock:
+        if _ROOT_WRAPS:
+            return True
+        try:
+            from torch import nn
+            from torch._dynamo.eval_frame import OptimizedModule
+
+            init, compile_ = OptimizedModule.__dict__["__init__"], nn.Module.__dict__["compile"]
+            if not (callable(init) and callable(compile_)):
+                raise AttributeError("OptimizedModule.__init__ / nn.Module.compile")
+        except Exception as e:
+            CODEGEN.failed = f"torch.compile's module classes are not as expected ({e}): compiled code gets no module paths"
+            return False
+
+        def __init__(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            _add_root(getattr(self, "_orig_mod", None))
+
+        def compile(self, *args, **kwargs):
+            _add_root(self)
+            return compile_(self, *args, **kwargs)
+
+        for cls, name, orig, new in ((OptimizedModule, "__init__", init, __init__), (nn.Module, "compile", compile_,
+                                                                                     compile)):
+            new.__wrapped__, new.__name__, new.__qualname__ = orig, name, getattr(orig, "__qualname__", name)
+            new.__doc__ = orig.__doc__
+            setattr(cls, name, new)
+            _ROOT_WRAPS.append((cls, name))
+        return True
+
+
+def _add_root(module: Any) -> None:
+    try:
+        if module is not None and hasattr(module, "named_modules"):
+            NAMES.add_root(module)
+    except Exception:  # never break the program's compile
+        pass
+
+
 def uninstall() -> None:
     """Put inductor's functions back (tests)."""
     with _lock:
@@ -322,6 +392,16 @@ def uninstall() -> None:
             if getattr(fn, "__wrapped__", None) is not None:
                 setattr(cls, name, fn.__wrapped__)
         CODEGEN.installed = False
+
+
+def uninstall_roots() -> None:
+    """Put ``torch.compile``'s module classes back (tests)."""
+    with _lock:
+        for cls, name in _ROOT_WRAPS:
+            fn = cls.__dict__.get(name)
+            if getattr(fn, "__wrapped__", None) is not None:
+                setattr(cls, name, fn.__wrapped__)
+        _ROOT_WRAPS.clear()
 
 
 class Regions:

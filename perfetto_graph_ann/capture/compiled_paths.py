@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..annotations.model import MODULE_ORIGIN
 
 __all__ = ["COMMON", "EXACT", "Item", "ORIGINS", "Recorded", "UNKNOWN", "WATCHED_CALLS", "agree", "align",
-           "common_stack", "derive_scopes", "module_stack", "normalize_path", "region_fields"]
+           "common_stack", "derive_scopes", "frame_relative", "module_key_id", "module_stack", "region_fields"]
 
 #: One module call level: (qualified path, class name).
 Frame = Tuple[str, str]
@@ -47,52 +47,71 @@ ORIGINS = (EXACT, COMMON, UNKNOWN)
 #: Node types that are GPU work (labelled); the others (empty, event nodes) are passed over.
 _WORK = frozenset({"kernel", "memcpy", "memset"})
 
-_ROOT = re.compile(r"""^(?:[LG]\[(?:'[^']*'|"[^"]*")\]|self)""")
-_PART = re.compile(r"""\.(\w+)|\[(?:'([^']*)'|"([^"]*)"|(\d+))\]|\._modules\[(?:'([^']*)'|"([^"]*)")\]""")
+#: A module as this package names it, from dynamo's key for the module (:func:`module_stack`):
+#: (path, class name, depth below its root); None where the module is not one it has named.
+Resolve = Callable[[str], Optional[Tuple[str, str, int]]]
+
+_LOCAL = re.compile(r"""^(?:[LG]\[(?:'[^']*'|"[^"]*")\]|self)(?:\[(?:\d+|'[^']*'|"[^"]*")\])*""")
+_PART = re.compile(r"""\.(\w+)|\[(?:'([^']*)'|"([^"]*)"|(\d+))\]""")
 
 
-def normalize_path(raw: str) -> Optional[str]:
-    """Dynamo's module path (``L['self'].layers[0].mlp``, ``L['self']._modules['layers']``,
-    ``L['self'].layers.0``) -> the ``named_modules()`` path (``layers.0.mlp``); None where it
-    cannot be read. The root (the compiled function's ``self`` or first local) is dropped."""
-    m = _ROOT.match(raw)
+def module_key_id(key: Any) -> Optional[int]:
+    """The ``id()`` of the module dynamo keys an ``nn_module_stack`` entry by (``"<id>"``, or
+    ``"<id>@<n>"`` for its n-th later call in one graph); None for a key of another form (a
+    specialized module's attribute name)."""
+    if not isinstance(key, str):
+        return None
+    head = key.split("@", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def frame_relative(raw: str) -> Optional[Tuple[str, ...]]:
+    """Dynamo's source text for a module (``L['self'].layers[0].mlp``, ``L['args'][0].model``,
+    ``L['self']._modules['layers']``) -> the attribute path from the compiled frame's local
+    (``("layers", "0", "mlp")``; ``()`` for the local itself); None where it cannot be read."""
+    m = _LOCAL.match(raw)
     if m is None:
         return None
-    rest, parts = raw[m.end():], []
+    rest = re.sub(r"""\._(?:modules|parameters|buffers)\[(['"])([^'"\]]+)\1\]""", r".\2", raw[m.end():])
+    parts = []
     while rest:
-        if rest.startswith("._modules["):
-            p = re.match(r"""\._modules\[(?:'([^']*)'|"([^"]*)")\]""", rest)
-            if p is None:
-                return None
-            parts.append(p.group(1) if p.group(1) is not None else p.group(2))
-            rest = rest[p.end():]
-            continue
         p = _PART.match(rest)
-        if p is None or p.start() != 0:
+        if p is None:
             return None
         parts.append(next(g for g in p.groups() if g is not None))
         rest = rest[p.end():]
-    return ".".join(parts) if parts else None
+    return tuple(parts)
 
 
-def module_stack(meta_stack: Optional[Mapping[str, Any]]) -> Optional[Stack]:
-    """An FX node's ``nn_module_stack`` (key -> (path, class) outermost first) as a :data:`Stack`;
-    None where a path cannot be read (the node is then of unknown module)."""
+def module_stack(meta_stack: Optional[Mapping[str, Any]], resolve: Resolve) -> Optional[Stack]:
+    """An FX node's ``nn_module_stack`` (key -> (source, class) outermost first) as a
+    :data:`Stack`, each module named by ``resolve(key)``; None where one is not known (the node
+    is then of unknown module).
+
+    Dynamo keys each entry by the module itself; the recorded class must be the named module's.
+    Its source text is relative to the compiled frame's local, which is the model's root only
+    if the module lies exactly that deep below the root: after a graph break inside a
+    submodule, the frame is that submodule's (``L['self'].a``), and dynamo runs the code it
+    compiled for one instance for its siblings too (every layer), so a path from the module
+    it saw would name the wrong layer. Such a stack is unknown. A decorated forward
+    (``wrapper(*args)``: ``L['args'][0].model``) is the root's frame, and is read."""
     if not meta_stack:
         return ()
     out: List[Frame] = []
-    for value in meta_stack.values():
+    for key, value in meta_stack.items():
         try:
             raw, cls = value[0], value[1]
         except (TypeError, IndexError, KeyError):
             return None
-        path = normalize_path(raw) if isinstance(raw, str) else None
-        if path is None:
-            return None
         name = cls if isinstance(cls, str) else getattr(cls, "__name__", None)
-        if not isinstance(name, str):
+        named = resolve(key)
+        rel = frame_relative(raw) if isinstance(raw, str) else None
+        if named is None or rel is None or not isinstance(name, str) or name.rsplit(".", 1)[-1] != named[1]:
             return None
-        out.append((path, name.rsplit(".", 1)[-1]))
+        path, cls_name, depth = named
+        if len(rel) != depth or (depth and tuple(path.split(".")[-depth:]) != rel):
+            return None
+        out.append((path, cls_name))
     return tuple(out)
 
 

@@ -178,10 +178,11 @@ def _torch_ready() -> None:
         lazy_call(_cuda_ready)
     cfg = _config
     if cfg is not None and cfg.modules is not None:
-        if "torch._inductor.compile_fx" in sys.modules:
-            _inductor_ready()
-        else:
-            _AfterImport.watch("torch._inductor.compile_fx", _inductor_ready)
+        for name, ready in (("torch._dynamo.eval_frame", _dynamo_ready), ("torch._inductor.compile_fx", _inductor_ready)):
+            if name in sys.modules:
+                ready()
+            else:
+                _AfterImport.watch(name, ready)
 
 
 def _cuda_ready() -> Optional[threading.Thread]:
@@ -215,6 +216,15 @@ def _warm_cupti() -> None:
             nodewatch.WATCH.warm_up(fns)
     except Exception:  # the first capture initialises it instead
         pass
+
+
+def _dynamo_ready() -> None:
+    """torch.compile's classes are imported: models given to it become module roots (their
+    compiled kernels' paths are named from them)."""
+    from . import compiled
+
+    if _config is not None and _config.modules is not None and not compiled.install_roots():
+        warnings.warn(f"perfetto_graph_ann: {compiled.CODEGEN.failed}", RuntimeWarning, stacklevel=2)
 
 
 def _inductor_ready() -> None:

@@ -10,9 +10,10 @@ scopes nest inside or around them, and the backward kernels of a module's autogr
 its path with ``autograd_phase: backward`` (``mark_kernels``' backward tagging).
 
 Paths: a model given to :func:`mark_modules` names its modules as ``named_modules()`` does
-(with an optional prefix); otherwise the outermost module called during a capture is taken as
-the root and its submodules are named from it (the root itself by its class name, the path
-people see in ``print(model)``). A module reached under no known root is named by its class.
+(with an optional prefix); otherwise the outermost module called during a capture, or a model
+given to ``torch.compile`` (:mod:`.compiled`), is taken as a root and its submodules are named
+from it (the root itself by its class name, the path people see in ``print(model)``). A module
+reached under no known root is named by its class.
 :class:`ModuleScopes` limits the depth and filters by path or class (``fnmatch`` patterns).
 """
 from __future__ import annotations
@@ -94,6 +95,13 @@ class _Names:
             return self._paths.get(module)
         except TypeError:
             return None
+
+    def by_id(self) -> Dict[int, Tuple[str, str, int]]:
+        """``id(module) -> (path, class name, depth)`` of every module named now (dynamo keys the
+        module stacks of compiled code by ``id``: :mod:`.compiled`). The modules are alive, so
+        their ids are theirs alone while the module looked up is alive."""
+        with self._lock:
+            return {id(m): (e[0], type(m).__name__, e[1]) for m, e in list(self._paths.items())}
 
 
 NAMES = _Names()

@@ -9,7 +9,8 @@ GPT-2 (random weights, bf16, SDPA attention), code this package was never tuned 
 SGLang / vLLM pattern), replayed under the program's own torch.profiler in a shuffled order;
 ``compile``: ``torch.compile(model, mode="reduce-overhead")``. Both write the eager truth
 (``truth.json``: per batch size and module path, the kernel names launched under that innermost
-module) as zero_code_runner does, and the torch.profiler trace by torch's handler names.
+module) as zero_code_runner does, down the code path a capture takes (:func:`capture_path_truth`),
+and the torch.profiler trace by torch's handler names.
 """
 from __future__ import annotations
 
@@ -52,6 +53,20 @@ def token_input(bs: int, seq: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (bs, seq), device="cuda")
 
 
+def capture_path_truth(model: torch.nn.Module, batches, out: str) -> dict:
+    """zero_code_runner's eager truth, run down the path the model takes in a capture.
+
+    transformers asks ``is_cuda_stream_capturing()`` (and dynamo's state) to choose its code:
+    while a stream captures, or dynamo traces, it builds the attention mask as a tensor instead
+    of leaving it to SDPA's ``is_causal`` (seen on the H200: 10 kernels under ``model`` eagerly,
+    31 in the graph). The truth must launch what the graph holds, so it runs with that question
+    answered "yes"."""
+    from unittest import mock
+
+    with mock.patch("transformers.utils.import_utils.is_cuda_stream_capturing", return_value=True):
+        return eager_truth(model, batches, out, seq=SEQ, make_input=token_input)
+
+
 def main() -> None:
     out, mode, name = sys.argv[1], sys.argv[2], sys.argv[3]
     torch.manual_seed(0)
@@ -59,7 +74,7 @@ def main() -> None:
     batches = [1, 2, 4]
     with torch.no_grad():
         if mode == "runner":
-            truth = eager_truth(model, batches, out, seq=SEQ, make_input=token_input)
+            truth = capture_path_truth(model, batches, out)
             json.dump(truth, open(os.path.join(out, "truth.json"), "w"))
             runner = Runner(model, batches, seq=SEQ, make_input=token_input)
             for bs in batches:
@@ -83,7 +98,7 @@ def main() -> None:
                     cm(x)
                 torch.cuda.synchronize()
             prof.export_chrome_trace(trace_name(out, "compile"))
-            truth = eager_truth(model, [2], out, seq=SEQ, make_input=token_input)
+            truth = capture_path_truth(model, [2], out)
             json.dump(truth, open(os.path.join(out, "truth.json"), "w"))
         else:
             raise SystemExit(f"unknown mode {mode!r}: runner or compile")
