@@ -41,15 +41,16 @@ def test_hf_runner_module_paths_equal_the_eager_truth(tmp_path, results, model):
     assert len(ann.graphs) == 3 and not mismatches
 
 
-def test_hf_llama_reduce_overhead_module_paths(tmp_path, results):
+@pytest.mark.parametrize("model", ["llama", "qwen2", "gpt2"])
+def test_hf_reduce_overhead_module_paths(tmp_path, results, model):
     out = tmp_path / "o"
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")  # a cache hit records nothing
     try:
-        run_instrumented(out, "compile", "--modules", runner=RUNNER, runner_args=("llama",))
+        run_instrumented(out, "compile", "--modules", runner=RUNNER, runner_args=(model,))
     finally:
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
     res, wrong, kinds, ann = compiled_against_truth(out)
-    results["hf_compile_llama"] = res
-    print("hf_compile_llama", json.dumps(res)[:4000])
+    results[f"hf_compile_{model}"] = res
+    print(f"hf_compile_{model}", json.dumps(res)[:4000])
     assert ann.graphs and not wrong
     assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
