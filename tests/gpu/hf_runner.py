@@ -3,11 +3,14 @@ GPT-2 (random weights, bf16, SDPA attention), code this package was never tuned 
 ``zero_code_runner.py`` it never imports perfetto_graph_ann; run it under
 ``perfetto-graph-ann run`` (``test_hf_models_gpu.py`` does).
 
-    python hf_runner.py OUT MODE MODEL     MODE: runner | compile    MODEL: llama | qwen2 | gpt2
+    python hf_runner.py OUT MODE MODEL     MODE: runner | compile | graphed_callables
+                                           MODEL: llama | qwen2 | gpt2
 
 ``runner``: one CUDA graph per batch size sharing a pool (zero_code_runner's ``Runner``, the
 SGLang / vLLM pattern), replayed under the program's own torch.profiler in a shuffled order;
-``compile``: ``torch.compile(model, mode="reduce-overhead")``. Both write the eager truth
+``compile``: ``torch.compile(model, mode="reduce-overhead")``;
+``graphed_callables``: a training step through ``make_graphed_callables`` (:func:`train_step`).
+The first two write the eager truth
 (``truth.json``: per batch size and module path, the kernel names launched under that innermost
 module) as zero_code_runner does, down the code path a capture takes (:func:`capture_path_truth`),
 and the torch.profiler trace by torch's handler names.
@@ -100,8 +103,41 @@ def main() -> None:
             prof.export_chrome_trace(trace_name(out, "compile"))
             truth = capture_path_truth(model, [2], out)
             json.dump(truth, open(os.path.join(out, "truth.json"), "w"))
-        else:
-            raise SystemExit(f"unknown mode {mode!r}: runner or compile")
+        elif mode != "graphed_callables":
+            raise SystemExit(f"unknown mode {mode!r}: runner, compile or graphed_callables")
+    if mode == "graphed_callables":
+        train_step(model, out)
+
+
+class Logits(torch.nn.Module):
+    """The model's logits alone: ``make_graphed_callables`` takes tensors out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids).logits
+
+
+def train_step(model: torch.nn.Module, out: str) -> None:
+    """A training step whose forward and backward are CUDA graphs (``make_graphed_callables``),
+    profiled over two steps; ``names.json``: every module path of the graphed module."""
+    net = Logits(model).train()
+    json.dump([n or type(net).__name__ for n, _ in net.named_modules()], open(os.path.join(out, "names.json"), "w"))
+    x = token_input(2, SEQ)
+    gm = torch.cuda.make_graphed_callables(net, (x,))
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(2):
+        gm(x).float().pow(2).mean().backward()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            gm(x).float().pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(trace_name(out, "graphed"))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_zero_code_gpu import compiled_against_truth, run_instrumented, runner_against_truth
+from test_zero_code_gpu import compiled_against_truth, joined, kernel_kinds, run_instrumented, runner_against_truth
 
 pytestmark = pytest.mark.gpu
 
@@ -54,3 +54,20 @@ def test_hf_reduce_overhead_module_paths(tmp_path, results, model):
     print(f"hf_compile_{model}", json.dumps(res)[:4000])
     assert ann.graphs and not wrong
     assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
+
+
+def test_hf_llama_training_step_through_make_graphed_callables(tmp_path, results):
+    """Forward and backward graphs of a training step: both phases labelled, and every module
+    path a kernel got is one of the model's own (``names.json``), forward or backward."""
+    out = tmp_path / "o"
+    run_instrumented(out, "graphed_callables", "--modules", runner=RUNNER, runner_args=("llama",))
+    trace, layout, ann = joined(out, "graphed")
+    names = set(json.loads((out / "names.json").read_text()))
+    phases = kernel_kinds(trace, layout, lambda a: a.get("autograd_phase", "forward") if "module" in a
+                          else "unlabelled")
+    paths = kernel_kinds(trace, layout, lambda a: a.get("module"))
+    res = {"graphs": len(ann.graphs), "kernels": dict(phases), "report": layout.report.replay_graphs,
+           "paths": len(paths), "foreign": sorted(p for p in paths if p is not None and p not in names)[:5]}
+    results["hf_graphed_callables_llama"] = res
+    print("hf_graphed_callables_llama", json.dumps(res))
+    assert len(ann.graphs) == 2 and phases["forward"] and phases["backward"] and not res["foreign"]
