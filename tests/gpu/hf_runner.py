@@ -22,10 +22,9 @@ import os
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zero_code_runner import Runner, eager_truth, trace_name  # noqa: E402
+from zero_code_runner import eager_truth, profile_compiled, profile_runner, profile_training  # noqa: E402
 
 VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, SEQ = 4096, 512, 1408, 4, 8, 2, 16
 
@@ -77,32 +76,10 @@ def main() -> None:
     batches = [1, 2, 4]
     with torch.no_grad():
         if mode == "runner":
-            truth = capture_path_truth(model, batches, out)
-            json.dump(truth, open(os.path.join(out, "truth.json"), "w"))
-            runner = Runner(model, batches, seq=SEQ, make_input=token_input)
-            for bs in batches:
-                runner.replay(bs)  # the first replay outside the profiler: calibration
-            torch.cuda.synchronize()
-            order = [4, 1, 2, 4, 2, 1]
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for bs in order:
-                    runner.replay(bs)
-                torch.cuda.synchronize()
-            prof.export_chrome_trace(trace_name(out, "runner"))
-            json.dump(order, open(os.path.join(out, "order.json"), "w"))
+            profile_runner(model, batches, out, lambda bs: capture_path_truth(model, bs, out), seq=SEQ,
+                           make_input=token_input)
         elif mode == "compile":
-            cm = torch.compile(model, mode="reduce-overhead")
-            x = token_input(2, SEQ)
-            for _ in range(4):
-                cm(x)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for _ in range(3):
-                    cm(x)
-                torch.cuda.synchronize()
-            prof.export_chrome_trace(trace_name(out, "compile"))
-            truth = capture_path_truth(model, [2], out)
-            json.dump(truth, open(os.path.join(out, "truth.json"), "w"))
+            profile_compiled(model, token_input(2, SEQ), out, lambda bs: capture_path_truth(model, bs, out))
         elif mode != "graphed_callables":
             raise SystemExit(f"unknown mode {mode!r}: runner, compile or graphed_callables")
     if mode == "graphed_callables":
@@ -125,19 +102,7 @@ def train_step(model: torch.nn.Module, out: str) -> None:
     profiled over two steps; ``names.json``: every module path of the graphed module."""
     net = Logits(model).train()
     json.dump([n or type(net).__name__ for n, _ in net.named_modules()], open(os.path.join(out, "names.json"), "w"))
-    x = token_input(2, SEQ)
-    gm = torch.cuda.make_graphed_callables(net, (x,))
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    for _ in range(2):
-        gm(x).float().pow(2).mean().backward()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(2):
-            gm(x).float().pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-        torch.cuda.synchronize()
-    prof.export_chrome_trace(trace_name(out, "graphed"))
+    profile_training(net, token_input(2, SEQ), out, loss=lambda y: y.float().pow(2).mean())
 
 
 if __name__ == "__main__":

@@ -179,6 +179,57 @@ def eager_truth(model, batches, out, seq=16, make_input=None):
     return truth
 
 
+def profile_runner(model, batches, out, truth, seq=16, make_input=None):
+    """``runner`` mode: ``truth(batches)`` saved, one graph per batch size captured by
+    :class:`Runner`, each replayed once (the calibration), then all in a shuffled order under
+    the program's own torch.profiler (the order saved)."""
+    json.dump(truth(batches), open(os.path.join(out, "truth.json"), "w"))
+    runner = Runner(model, batches, seq=seq, make_input=make_input)
+    for bs in batches:
+        runner.replay(bs)  # the first replay outside the profiler: calibration
+    torch.cuda.synchronize()
+    order = [4, 1, 2, 4, 2, 1]
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for bs in order:
+            runner.replay(bs)
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(trace_name(out, "runner"))
+    json.dump(order, open(os.path.join(out, "order.json"), "w"))
+
+
+def profile_compiled(model, x, out, truth):
+    """``compile`` mode: ``torch.compile(model, mode="reduce-overhead")`` warmed up on ``x``,
+    three calls profiled, then ``truth([batch of x])`` saved."""
+    cm = torch.compile(model, mode="reduce-overhead")
+    for _ in range(4):
+        cm(x)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            cm(x)
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(trace_name(out, "compile"))
+    json.dump(truth([x.shape[0]]), open(os.path.join(out, "truth.json"), "w"))
+
+
+def profile_training(model, x, out, loss=lambda y: y.sum()):
+    """``graphed_callables`` mode: ``model``'s forward and backward graphed by
+    ``make_graphed_callables`` on ``x``; two steps of ``loss(model(x))`` and SGD, then two
+    profiled."""
+    gm = torch.cuda.make_graphed_callables(model, (x,))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for _ in range(2):
+        loss(gm(x)).backward()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            loss(gm(x)).backward()
+            opt.step()
+            opt.zero_grad()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(trace_name(out, "graphed"))
+
+
 def main():
     out, mode = sys.argv[1], sys.argv[2]
     torch.manual_seed(0)
@@ -186,30 +237,9 @@ def main():
     batches = [1, 2, 4]
     with torch.no_grad():
         if mode == "runner":
-            json.dump(eager_truth(model, batches, out), open(os.path.join(out, "truth.json"), "w"))
-            runner = Runner(model, batches)
-            for bs in batches:
-                runner.replay(bs)  # the first replay outside the profiler: calibration
-            torch.cuda.synchronize()
-            order = [4, 1, 2, 4, 2, 1]
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for bs in order:
-                    runner.replay(bs)
-                torch.cuda.synchronize()
-            prof.export_chrome_trace(trace_name(out, "runner"))
-            json.dump(order, open(os.path.join(out, "order.json"), "w"))
+            profile_runner(model, batches, out, lambda bs: eager_truth(model, bs, out))
         elif mode == "compile":
-            cm = torch.compile(model, mode="reduce-overhead")
-            x = torch.randn(2, 16, D, device="cuda")
-            for _ in range(4):
-                cm(x)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for _ in range(3):
-                    cm(x)
-                torch.cuda.synchronize()
-            prof.export_chrome_trace(trace_name(out, "compile"))
-            json.dump(eager_truth(model, [2], out), open(os.path.join(out, "truth.json"), "w"))
+            profile_compiled(model, decoder_input(2, 16), out, lambda bs: eager_truth(model, bs, out))
         elif mode == "cost":
             res = {}
             for bs in batches:
@@ -230,19 +260,7 @@ def main():
             print(json.dumps(res))
     if mode == "graphed_callables":
         model.train()
-        x = torch.randn(2, 16, D, device="cuda", requires_grad=True)
-        gm = torch.cuda.make_graphed_callables(model, (x,))
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        for _ in range(2):
-            gm(x).sum().backward()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(2):
-                gm(x).sum().backward()
-                opt.step()
-                opt.zero_grad()
-            torch.cuda.synchronize()
-        prof.export_chrome_trace(trace_name(out, "graphed"))
+        profile_training(model, torch.randn(2, 16, D, device="cuda", requires_grad=True), out)
 
 
 if __name__ == "__main__":
