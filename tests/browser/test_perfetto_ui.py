@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -40,6 +41,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200), pytest.mark.xdist_
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 APT_TIMEOUT_S = 900
+APT_RETRY_S = 5
 #: Flags that work in containers without a display, GPU, sandbox or network.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -58,19 +60,34 @@ def _on_path() -> Optional[str]:
 
 
 def _apt_install() -> str:
-    """Install Debian's chromium package; returns '' on success, else the reason."""
+    """Install Debian's chromium package; returns '' on success, else the reason.
+
+    Another apt run (the image's own, or another test session's) may hold apt's locks: a step
+    refused for a lock is tried again every few seconds until ``APT_TIMEOUT_S`` has passed
+    (``DPkg::Lock::Timeout`` waits for dpkg's lock only, not for ``apt-get update``'s lists
+    lock), and it is done as soon as a Chromium is on PATH (that other run installed it)."""
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    wait = ["-o", f"DPkg::Lock::Timeout={APT_TIMEOUT_S // 2}"]  # another apt run (the image's own) holds the lock
+    wait = ["-o", f"DPkg::Lock::Timeout={APT_TIMEOUT_S // 2}"]
     steps = (["apt-get", *wait, "update"],
              ["apt-get", *wait, "install", "-y", "--no-install-recommends", "chromium", "fonts-liberation"])
+    deadline = time.monotonic() + APT_TIMEOUT_S
     for cmd in steps:
-        try:
-            r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                               timeout=APT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return f"{' '.join(cmd)} ran past {APT_TIMEOUT_S} s"
-        if r.returncode != 0:
-            return f"{' '.join(cmd)} exited {r.returncode}: {(r.stderr or r.stdout)[-800:]}"
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return f"{' '.join(cmd)}: apt's locks still held after {APT_TIMEOUT_S} s"
+            try:
+                r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                   timeout=left)
+            except subprocess.TimeoutExpired:
+                return f"{' '.join(cmd)} ran past {APT_TIMEOUT_S} s"
+            if r.returncode == 0:
+                break
+            if "Could not get lock" not in (r.stderr or "") + (r.stdout or ""):
+                return f"{' '.join(cmd)} exited {r.returncode}: {(r.stderr or r.stdout)[-800:]}"
+            if _on_path():
+                return ""
+            time.sleep(APT_RETRY_S)
     return ""
 
 
