@@ -77,7 +77,7 @@ def test_compiled_module_paths_name_the_module_itself_never_dynamos_frame_text()
     torch = pytest.importorskip("torch")
     import functools
 
-    from perfetto_graph_ann.capture.modules import NAMES
+    from perfetto_graph_ann.capture.modules import COMPILED_ROOTS, NAMES
 
     class Inner(torch.nn.Module):
         def __init__(self, brk):
@@ -139,6 +139,7 @@ def test_compiled_module_paths_name_the_module_itself_never_dynamos_frame_text()
     assert layer_frames and all(stack is None for stack in layer_frames)
     assert all(stack is None or stack == (("head", "Linear"),) for _, stack in broken)
     assert strays and all(stack is None for _, stack in strays) and NAMES.path(stray) is None
+    assert COMPILED_ROOTS.path(model.layers[1].b) == ("layers.1.b", 3, None) and NAMES.path(model) is None
 
 
 def test_alignment_labels_anchors_and_the_nodes_of_extern_calls():

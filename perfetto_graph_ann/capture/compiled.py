@@ -4,10 +4,11 @@ graph's code, and the captures of that code aligned with them (:mod:`.compiled_p
 Three parts, all installed by ``instrument(modules=...)``:
 
 - **Which model was compiled** (``install_roots()``, once torch.compile's classes are imported):
-  a model given to ``torch.compile`` (or compiled in place) becomes a module root of
-  :data:`.modules.NAMES`. Dynamo keys each FX node's module stack by the module's ``id``; a
-  kernel's path is the name of that very module, never read from dynamo's source text (which
-  is relative to whatever frame was compiled: :func:`.compiled_paths.module_stack`).
+  a model given to ``torch.compile`` (or compiled in place) becomes a root of
+  :data:`.modules.COMPILED_ROOTS` (names for compiled code only; :data:`.modules.NAMES` wins).
+  Dynamo keys each FX node's module stack by the module's ``id``; a kernel's path is the name
+  of that very module, never read from dynamo's source text (which is relative to whatever
+  frame was compiled: :func:`.compiled_paths.module_stack`).
 
 - **While inductor generates code** (``install()``, once, class-level wraps of inductor's
   ``PythonWrapperCodegen.generate_kernel_call`` / ``writeline``, ``Scheduler.codegen_extern_call``,
@@ -39,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import compiled_paths as paths
 from .compiled_paths import Item, Recorded
 from .marks import mark_kernels
-from .modules import NAMES
+from .modules import COMPILED_ROOTS, NAMES
 
 __all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "install", "install_roots", "uninstall",
            "uninstall_roots"]
@@ -199,9 +200,11 @@ class _Codegen:
 
 def _resolver() -> paths.Resolve:
     """Dynamo's module keys -> the modules' paths as this package names them (:data:`.modules.NAMES`:
-    models given to ``mark_modules`` or ``torch.compile``, roots of earlier captures), read once per
-    graph lowered; a module it has not named is unknown."""
-    named = NAMES.by_id()
+    models given to ``mark_modules``, roots of earlier captures; else :data:`.modules.COMPILED_ROOTS`:
+    models given to ``torch.compile``), read once per graph lowered; a module it has not named is
+    unknown."""
+    named = COMPILED_ROOTS.by_id()
+    named.update(NAMES.by_id())
 
     def resolve(key: str) -> Optional[Tuple[str, str, int]]:
         i = paths.module_key_id(key)
@@ -340,7 +343,7 @@ _ROOT_WRAPS: List[Tuple[Any, str]] = []
 
 def install_roots() -> bool:
     """Name every model given to ``torch.compile`` (an ``OptimizedModule``'s ``_orig_mod``) or
-    compiled in place (``nn.Module.compile``) as a module root (:data:`.modules.NAMES`), so
+    compiled in place (``nn.Module.compile``) as a root of :data:`.modules.COMPILED_ROOTS`, so
     that its compiled code's kernels can be given paths from it. Class-level wraps that only
     read; once. False where torch's classes are not as expected (no compiled paths then)."""
     with _lock:
@@ -377,7 +380,7 @@ def install_roots() -> bool:
 def _add_root(module: Any) -> None:
     try:
         if module is not None and hasattr(module, "named_modules"):
-            NAMES.add_root(module)
+            COMPILED_ROOTS.add_root(module)
     except Exception:  # never break the program's compile
         pass
 

@@ -10,10 +10,11 @@ scopes nest inside or around them, and the backward kernels of a module's autogr
 its path with ``autograd_phase: backward`` (``mark_kernels``' backward tagging).
 
 Paths: a model given to :func:`mark_modules` names its modules as ``named_modules()`` does
-(with an optional prefix); otherwise the outermost module called during a capture, or a model
-given to ``torch.compile`` (:mod:`.compiled`), is taken as a root and its submodules are named
-from it (the root itself by its class name, the path people see in ``print(model)``). A module
-reached under no known root is named by its class.
+(with an optional prefix); otherwise the outermost module called during a capture is taken as
+the root and its submodules are named from it (the root itself by its class name, the path
+people see in ``print(model)``). A module reached under no known root is named by its class.
+Compiled code is named the same way, and from a model given to ``torch.compile`` where none of
+these names it (:data:`COMPILED_ROOTS`).
 :class:`ModuleScopes` limits the depth and filters by path or class (``fnmatch`` patterns).
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from . import fastpath
 from . import session as _session
 from .marks import mark_kernels
 
-__all__ = ["HOOKS", "mark_modules", "ModuleHooks", "ModuleScopes", "NAMES", "wrapped_attribute"]
+__all__ = ["COMPILED_ROOTS", "HOOKS", "mark_modules", "ModuleHooks", "ModuleScopes", "NAMES", "wrapped_attribute"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +106,10 @@ class _Names:
 
 
 NAMES = _Names()
+#: Models given to ``torch.compile`` (:func:`.compiled.install_roots`), named for the paths of
+#: their compiled kernels only: module hooks never read it, so compiling one layer of a model
+#: does not rename what a capture of the whole model calls.
+COMPILED_ROOTS = _Names()
 
 
 def mark_modules(model: Any, prefix: str = "", max_depth: Optional[int] = None, include: Sequence[str] = (),
