@@ -385,25 +385,27 @@ def _add_root(module: Any) -> None:
         pass
 
 
+def _unwrap(wrapped: Sequence[Tuple[Any, str]]) -> None:
+    """Put back what each (class, attribute) wrapped (its ``__wrapped__``); the caller holds ``_lock``."""
+    for cls, name in wrapped:
+        fn = cls.__dict__.get(name)
+        if getattr(fn, "__wrapped__", None) is not None:
+            setattr(cls, name, fn.__wrapped__)
+
+
 def uninstall() -> None:
     """Put inductor's functions back (tests)."""
     with _lock:
         if not CODEGEN.installed:
             return
-        for cls, name in _INSTALLED:
-            fn = cls.__dict__.get(name)
-            if getattr(fn, "__wrapped__", None) is not None:
-                setattr(cls, name, fn.__wrapped__)
+        _unwrap(_INSTALLED)
         CODEGEN.installed = False
 
 
 def uninstall_roots() -> None:
     """Put ``torch.compile``'s module classes back (tests)."""
     with _lock:
-        for cls, name in _ROOT_WRAPS:
-            fn = cls.__dict__.get(name)
-            if getattr(fn, "__wrapped__", None) is not None:
-                setattr(cls, name, fn.__wrapped__)
+        _unwrap(_ROOT_WRAPS)
         _ROOT_WRAPS.clear()
 
 
