@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from test_zero_code_gpu import compiled_against_truth, joined, kernel_kinds, run_instrumented, runner_against_truth
+from test_zero_code_gpu import (compiled_against_truth, joined, kernel_kinds, run_instrumented, runner_against_truth,
+                                unlabelled_names)
 
 pytestmark = pytest.mark.gpu
 
@@ -67,7 +68,8 @@ def test_hf_llama_training_step_through_make_graphed_callables(tmp_path, results
                           else "unlabelled")
     paths = kernel_kinds(trace, layout, lambda a: a.get("module"))
     res = {"graphs": len(ann.graphs), "kernels": dict(phases), "report": layout.report.replay_graphs,
-           "paths": len(paths), "foreign": sorted(p for p in paths if p is not None and p not in names)[:5]}
+           "paths": len(paths), "foreign": sorted(p for p in paths if p is not None and p not in names)[:5],
+           "unlabelled": unlabelled_names(trace, layout)}
     results["hf_graphed_callables_llama"] = res
     print("hf_graphed_callables_llama", json.dumps(res))
     assert len(ann.graphs) == 2 and phases["forward"] and phases["backward"] and not res["foreign"]

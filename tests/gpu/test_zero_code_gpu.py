@@ -66,6 +66,18 @@ def kernel_kinds(trace, layout, kind) -> collections.Counter:
     return out
 
 
+def unlabelled_names(trace, layout, top: int = 8) -> dict:
+    """The graphed kernels no module path was given to, by graph and kernel name (the ``top``
+    most frequent of each graph): what a training step leaves unlabelled, for the results."""
+    per = collections.defaultdict(collections.Counter)
+    for e in trace.events:
+        if e.is_gpu_work and e.category == "kernel" and e.index in layout.placements:
+            a = layout.placements[e.index].args
+            if "module" not in a:
+                per[str(a.get("graph id", "?"))][e.name[:60]] += 1
+    return {g: c.most_common(top) for g, c in per.items()}
+
+
 def runner_against_truth(out: Path) -> tuple:
     """The runner's replays (``order.json``) joined, each compared with the eager truth of its
     batch size: (summary dict, mismatches, the annotations)."""
@@ -152,7 +164,8 @@ def test_make_graphed_callables_training_step(tmp_path, results):
     trace, layout, ann = joined(out, "graphed")
     phases = kernel_kinds(trace, layout, lambda a: a.get("autograd_phase", "forward") if "module" in a
                           else "unlabelled")
-    res = {"graphs": len(ann.graphs), "kernels": dict(phases), "report": layout.report.replay_graphs}
+    res = {"graphs": len(ann.graphs), "kernels": dict(phases), "report": layout.report.replay_graphs,
+           "unlabelled": unlabelled_names(trace, layout)}
     results["zero_code_graphed_callables"] = res
     print("zero_code_graphed_callables", json.dumps(res))
     assert len(ann.graphs) == 2 and phases["forward"] and phases["backward"]
