@@ -31,7 +31,13 @@ that no arm pays for its place in the round: without it the first capture of a r
 previous round's replays) and the first after CUPTI is initialised again each took ~0.7-1.5 ms
 more (session 18), as much as the differences measured.
 
-    python benchmarks/gpu/module_capture.py --rounds 40 [--plain-detached] [--settle] [--out FILE]
+``--model hf-llama``: the same arms on ``transformers``' own ``LlamaForCausalLM`` (random
+weights, bf16, SDPA, 36 layers of hidden 1024, batch 16, 128 tokens; 13 module calls a layer,
+473 in all), a decoder as people run it rather than written for this benchmark (needs
+``transformers``: carry its wheels, tests/gpu/RESULTS.md).
+
+    python benchmarks/gpu/module_capture.py --rounds 40 [--plain-detached] [--settle] [--model toy|hf-llama]
+                                            [--out FILE]
 """
 from __future__ import annotations
 
@@ -113,6 +119,36 @@ class Decoder(torch.nn.Module):
         return h
 
 
+def hf_llama(layers: int, batch: int):
+    """``transformers``' LlamaForCausalLM, random weights, and its input: (forward, input, module
+    calls a forward)."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers, num_attention_heads=16,
+                         num_key_value_heads=4, vocab_size=32000, max_position_embeddings=512, use_cache=False)
+    model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(0, cfg.vocab_size, (batch, 128), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(1))
+    calls = []
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, a: calls.append(m))
+    with torch.no_grad():
+        model(ids)
+    hook.remove()
+    return (lambda t: model(t).logits), ids, len(calls)
+
+
+def toy(layers: int, batch: int):
+    """The decoder above (tests/gpu/blocks.py's weights) and its input: (forward, input, module
+    calls a forward)."""
+    model = Decoder(decoder_weights(layers))
+    x = torch.randn(batch, 128, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+    return model, x.to(torch.bfloat16), 1 + 9 * layers
+
+
+MODELS = {"toy": toy, "hf-llama": hf_llama}
+
+
 def capture_once(model, x, pool):
     g = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
@@ -129,6 +165,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out")
+    ap.add_argument("--model", choices=sorted(MODELS), default="toy")
     ap.add_argument("--arm", choices=ONE_ARMS,
                     help="fresh-process mode: only this arm, --captures times, in this process (JSON line)")
     ap.add_argument("--captures", type=int, default=4)
@@ -143,12 +180,12 @@ def main() -> None:
                     help="an untimed plain capture before every timed one (no arm pays for its place in the round)")
     args = ap.parse_args()
     if args.arm:
+        if args.model != "toy":
+            raise SystemExit("--arm runs the toy decoder only")
         return one_arm(args)
     if args.plain_detached:
         os.environ["PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS"] = "off"  # this script detaches, no timer
-    model = Decoder(decoder_weights(args.layers))
-    x = torch.randn(args.batch, 128, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
-    x = x.to(torch.bfloat16)
+    model, x, calls = MODELS[args.model](args.layers, args.batch)
     cupti_state = _CuptiState() if args.plain_detached else None
     with torch.no_grad():
         warmup(lambda: model(x))
@@ -190,8 +227,8 @@ def main() -> None:
             del outs
     med = statistics.median
     rep = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "capture_path": fastpath.describe(),
-           "layers": args.layers, "batch": args.batch, "rounds": args.rounds,
-           "module_calls_per_forward": 1 + 9 * args.layers,
+           "model": args.model, "layers": args.layers, "batch": args.batch, "rounds": args.rounds,
+           "module_calls_per_forward": calls,
            "capture_ms_median": {a: med(v) * 1e3 for a, v in secs.items()},
            "ratio_pairs_median": {a: med(v) for a, v in ratios.items()},
            "ratio_of_medians": {a: med(secs[a]) / med(secs["plain"]) for a in arms[1:]},
