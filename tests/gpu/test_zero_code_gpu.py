@@ -39,6 +39,18 @@ def run_instrumented(out: Path, mode: str, *extra: str, runner: Path = RUNNER,
     return cp
 
 
+def run_with_fresh_inductor(tmp_path: Path, mode: str, *extra: str, **kw) -> Path:
+    """``run_instrumented`` into ``tmp_path / "o"`` with an empty inductor cache (a cache hit
+    generates no code, so nothing would be recorded); returns the output folder."""
+    out = tmp_path / "o"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
+    try:
+        run_instrumented(out, mode, *extra, **kw)
+    finally:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    return out
+
+
 def joined(out: Path, tag: str):
     (trace_path,) = glob.glob(str(out / f"*.{tag}.pt.trace.json"))
     worker = os.path.basename(trace_path).split(".", 1)[0]
@@ -120,12 +132,7 @@ def test_reduce_overhead_module_paths_from_inductor(tmp_path, results):
     calls the same mm), and a Linear's path holds exactly its GEMMs. (A kernel fusing one layer's
     residual add with the next layer's norm has no layer: their common ancestor is the model;
     adjacent extern calls, q/k/v, share their common module.)"""
-    out = tmp_path / "o"
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")  # a cache hit records nothing
-    try:
-        run_instrumented(out, "compile", "--modules")
-    finally:
-        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    out = run_with_fresh_inductor(tmp_path, "compile", "--modules")
     res, wrong, kinds, ann = compiled_against_truth(out)
     results["zero_code_compile"] = res
     print("zero_code_compile", json.dumps(res)[:4000])
@@ -133,17 +140,26 @@ def test_reduce_overhead_module_paths_from_inductor(tmp_path, results):
     assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
 
 
-def compiled_against_truth(out: Path, batch: str = "2") -> tuple:
-    """The compiled run's replays joined and checked against the eager truth of ``batch``:
-    (summary dict, wrong labels, kernels by module origin, the annotations)."""
-    trace, layout, ann = joined(out, "compile")
-    truth = {k: v for k, v in json.loads((out / "truth.json").read_text())[batch].items()}
+def compiled_against_truth(out: Path, batch: str = "2", tag: str = "compile") -> tuple:
+    """The compiled run's replays joined and checked against the eager truth of ``batch`` (tag
+    ``runner``: of each replay's batch size, from ``order.json``): (summary dict, wrong labels,
+    kernels by module origin, the annotations)."""
+    trace, layout, ann = joined(out, tag)
+    truths = json.loads((out / "truth.json").read_text())
     got = per_replay_modules(trace, layout)
+    batch_of = collections.defaultdict(lambda: batch)
+    if tag == "runner":
+        launches = sorted((e.ts_ns, e.correlation) for e in trace.events if e.name == "cudaGraphLaunch" and e.ph == "X")
+        order = json.loads((out / "order.json").read_text())
+        assert len(launches) == len(order)
+        batch_of.update({corr: str(bs) for (_, corr), bs in zip(launches, order)})
     kinds = kernel_kinds(trace, layout, lambda a: a.get("module origin", "none"))
     res = {"graphs": len(ann.graphs), "replays": len(got), "kernels": dict(kinds),
-           "origins": layout.report.module_origins, "paths": sorted({p for m in got.values() for p in m})[:40]}
+           "origins": layout.report.module_origins, "paths": sorted({p for m in got.values() for p in m})[:40],
+           "report": {k: v for k, v in layout.report.as_dict().items() if k in ("matched", "unmatched", "ambiguous")}}
     wrong = []
     for corr, mods in got.items():
+        truth = truths[batch_of[corr]]
         for path, names in mods.items():
             leaf = path.rsplit(".", 1)[-1]
             gemms = collections.Counter(n for n in names if not n.startswith("triton"))
@@ -156,6 +172,19 @@ def compiled_against_truth(out: Path, batch: str = "2") -> tuple:
     res["wrong"] = wrong[:5]
     res["linear_paths"] = sorted({p for m in got.values() for p in m if p.rsplit(".", 1)[-1] in LINEARS})
     return res, wrong, kinds, ann
+
+
+def test_runner_capturing_compiled_code(tmp_path, results):
+    """SGLang's and vLLM's way with torch.compile: the model compiled without inductor's CUDA
+    graphs, captured by the framework's own runner (one graph per batch size, one pool).
+    Compiled graphs run inside a capture: kernels get module paths from what inductor recorded
+    (or the compiled region's name), none contradicting the eager truth of their batch size."""
+    out = run_with_fresh_inductor(tmp_path, "runner_compiled", "--modules")
+    res, wrong, kinds, ann = compiled_against_truth(out, tag="runner")
+    results["zero_code_runner_compiled"] = res
+    print("zero_code_runner_compiled", json.dumps(res)[:4000])
+    assert len(ann.graphs) == 3 and not wrong
+    assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
 
 
 def test_make_graphed_callables_training_step(tmp_path, results):

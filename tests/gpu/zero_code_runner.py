@@ -3,7 +3,7 @@
 own torch.profiler, and an eager reference profile where every module call is wrapped in
 ``record_function(<module path>)``. Run it under ``perfetto-graph-ann run`` (the test does).
 
-    python zero_code_runner.py OUT MODE     MODE: runner | compile | graphed_callables | cost
+    python zero_code_runner.py OUT MODE     MODE: runner | runner_compiled | compile | graphed_callables | cost
 
 Writes into OUT: torch.profiler traces named ``<host>_<pid>.<tag>.pt.trace.json`` (torch's
 handler names) and ``truth.json`` (the eager reference: per batch size and module path, the
@@ -212,6 +212,13 @@ def profile_compiled(model, x, out, truth):
     json.dump(truth([x.shape[0]]), open(os.path.join(out, "truth.json"), "w"))
 
 
+def compiled_for_runner(model):
+    """``runner_compiled`` mode's model: compiled without inductor's CUDA graphs, for a runner to
+    capture itself, as SGLang (``--enable-torch-compile``) and vLLM (its piecewise backend) do;
+    one compiled graph per batch size (``dynamic=False``)."""
+    return torch.compile(model, dynamic=False)
+
+
 def profile_training(model, x, out, loss=lambda y: y.sum()):
     """``graphed_callables`` mode: ``model``'s forward and backward graphed by
     ``make_graphed_callables`` on ``x``; two steps of ``loss(model(x))`` and SGD, then two
@@ -238,6 +245,8 @@ def main():
     with torch.no_grad():
         if mode == "runner":
             profile_runner(model, batches, out, lambda bs: eager_truth(model, bs, out))
+        elif mode == "runner_compiled":
+            profile_runner(compiled_for_runner(model), batches, out, lambda bs: eager_truth(model, bs, out))
         elif mode == "compile":
             profile_compiled(model, decoder_input(2, 16), out, lambda bs: eager_truth(model, bs, out))
         elif mode == "cost":
