@@ -787,3 +787,83 @@ def test_models_given_to_torch_compile_name_their_modules(tmp_path, how):
         assert got == [None, ["1.0", 2, None], ["Sequential", 0, None], ["Linear", 0, None], None, None]
     else:
         assert got == [None] * 6
+
+
+def test_a_model_wrapped_by_torch_compile_keeps_its_own_paths():
+    """``torch.compile(model)`` wraps it in an ``OptimizedModule`` whose ``named_modules`` add an
+    ``_orig_mod`` step: paths are the model's own, the wrapper and its model share one name
+    (and depth), whether the wrapper is the root or a submodule."""
+    torch = pytest.importorskip("torch")
+    inner = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    wrapped = torch.compile(inner, backend="eager")  # nothing compiles before a call
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), wrapped)
+    names = mods._Names()
+    names.add_root(model)
+    assert names.path(wrapped) == names.path(inner) == ("1", 1, None)
+    assert names.path(inner[1]) == ("1.1", 2, None)
+    as_root = mods._Names()
+    as_root.add_root(wrapped, prefix="model")
+    assert as_root.path(wrapped) == as_root.path(inner) == ("model", 0, None)
+    assert as_root.path(inner[0]) == ("model.0", 1, None)
+    bare = mods._Names()
+    bare.add_root(wrapped)
+    assert bare.path(wrapped) == bare.path(inner) == ("Sequential", 0, None)
+    assert mods.compiled_model(wrapped) is inner and mods.compiled_model(inner) is inner
+    plain, unwrapped = mods._Names(), torch.nn.Sequential(torch.nn.Sequential(torch.nn.ReLU()))
+    plain.add_root(unwrapped)  # no wrapper: paths unchanged
+    assert sorted(e[0] for e in plain.by_id().values()) == ["0", "0.0", "Sequential"]
+
+
+def test_a_runner_capturing_a_compiled_model_gets_the_models_own_scopes(monkeypatch, capture_path):
+    """SGLang's and vLLM's way: the runner captures ``torch.compile(model)`` itself. The
+    outermost module called is the ``OptimizedModule`` (the real class; dynamo disabled, so
+    nothing compiles under the fake CUDA): it opens no scope of its own, and the model's modules
+    get the model's paths, never an ``_orig_mod`` step."""
+    torch = pytest.importorskip("torch")
+    from torch._dynamo.eval_frame import DisableContext, OptimizedModule
+
+    from support.capture_fakes import FakeCuda, fake_torch
+
+    from perfetto_graph_ann.capture import backends
+
+    cuda = FakeCuda()
+    fakes = fake_torch(cuda).cuda
+    for name in ("graph", "CUDAGraph", "current_device", "current_stream", "synchronize",
+                 "is_current_stream_capturing"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fakes, name))
+    monkeypatch.setattr(api, "INSTRUMENTED", None)
+    monkeypatch.setattr(inst, "_config", None)
+    monkeypatch.setattr(mods, "NAMES", mods._Names())
+
+    class Proj(torch.nn.Module):
+        def forward(self, h):
+            cuda.launch(FAKE_TORCH_STREAM, "k_proj")
+            return h * 2
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = Proj()
+
+        def forward(self, h):
+            return self.proj(h)
+
+    model = torch.nn.Sequential(Block(), Block())
+    compiled = OptimizedModule(model, DisableContext())
+    try:
+        with backends.use(cuda), torch.no_grad():
+            pga.instrument(modules=True)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = compiled(torch.ones(2))
+            g.replay()
+    finally:
+        inst.uninstrument()
+    try:
+        assert torch.equal(out, torch.full((2,), 4.0))
+        assert [n.annotation.get("module") for r in REGISTRY.records() for n in r.nodes] == ["0.proj", "1.proj"]
+        assert scopes_of("k_proj") == [["Sequential", "0", "0.proj"], ["Sequential", "1", "1.proj"]]
+        classes = {s.fields.get("module_class") for r in REGISTRY.records() for s in r.scopes or ()}
+        assert classes == {"Sequential", "Block", "Proj"}
+    finally:
+        REGISTRY.clear()

@@ -14,7 +14,9 @@ Paths: a model given to :func:`mark_modules` names its modules as ``named_module
 the root and its submodules are named from it (the root itself by its class name, the path
 people see in ``print(model)``). A module reached under no known root is named by its class.
 Compiled code is named the same way, and from a model given to ``torch.compile`` where none of
-these names it (:data:`COMPILED_ROOTS`).
+these names it (:data:`COMPILED_ROOTS`). A model wrapped by ``torch.compile`` (an
+``OptimizedModule``, as SGLang and vLLM runners capture it) keeps its own paths: the wrapper
+shares its model's name and opens no scope of its own, and ``_orig_mod`` is in no path.
 :class:`ModuleScopes` limits the depth and filters by path or class (``fnmatch`` patterns).
 """
 from __future__ import annotations
@@ -31,7 +33,8 @@ from . import fastpath
 from . import session as _session
 from .marks import mark_kernels
 
-__all__ = ["COMPILED_ROOTS", "HOOKS", "mark_modules", "ModuleHooks", "ModuleScopes", "NAMES", "wrapped_attribute"]
+__all__ = ["COMPILED_ROOTS", "compiled_model", "HOOKS", "is_compiled_wrapper", "mark_modules", "ModuleHooks",
+           "ModuleScopes", "NAMES", "wrapped_attribute"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +81,17 @@ class _Names:
         self.generation = 0  #: bumped whenever names change (a prepared scope from before is stale)
 
     def add_root(self, root: Any, prefix: str = "", config: Optional[ModuleScopes] = None) -> None:
+        """Name ``root`` and its submodules by their paths (``named_modules(prefix=prefix)``),
+        a model compiled with ``torch.compile`` by its own paths: an ``OptimizedModule`` and
+        the model it wraps share one name, and ``_orig_mod`` never appears in a path."""
         with self._lock:
             self.generation += 1
-            for name, mod in root.named_modules(prefix=prefix):
-                entry = (name or type(mod).__name__, name.count(".") + (1 if name else 0) - prefix.count(".")
-                         - (1 if prefix else 0), config)
+            by_name: Dict[str, Any] = {}
+            for raw, mod in root.named_modules(prefix=prefix):
+                by_name[raw] = mod
+                name = _model_path(raw, by_name)
+                entry = (name or type(compiled_model(mod)).__name__, name.count(".") + (1 if name else 0)
+                         - prefix.count(".") - (1 if prefix else 0), config)
                 try:
                     if config is not None or mod not in self._paths:
                         self._paths[mod] = entry
@@ -103,6 +112,31 @@ class _Names:
         their ids are theirs alone while the module looked up is alive."""
         with self._lock:
             return {id(m): (e[0], type(m).__name__, e[1]) for m, e in list(self._paths.items())}
+
+
+def compiled_model(module: Any) -> Any:
+    """The model ``torch.compile`` wrapped in ``module`` (an ``OptimizedModule``), else ``module``."""
+    while is_compiled_wrapper(module):
+        module = module._orig_mod
+    return module
+
+
+def is_compiled_wrapper(module: Any) -> bool:
+    """Whether ``module`` is ``torch.compile``'s ``OptimizedModule`` (looked up only where
+    dynamo was imported: no import here)."""
+    cls = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
+    return cls is not None and isinstance(module, cls) and hasattr(module, "_orig_mod")
+
+
+def _model_path(raw: str, by_name: Dict[str, Any]) -> str:
+    """``raw`` (a ``named_modules`` path) without the ``_orig_mod`` step below each
+    ``OptimizedModule``: the path in the model as its author wrote it."""
+    if "_orig_mod" not in raw:
+        return raw
+    parts = raw.split(".")
+    kept = [p for i, p in enumerate(parts)
+            if not (p == "_orig_mod" and is_compiled_wrapper(by_name.get(".".join(parts[:i]), None)))]
+    return ".".join(kept)
 
 
 NAMES = _Names()
@@ -254,7 +288,8 @@ class ModuleHooks:
         path, depth, marked = known if known is not None else (cls, 0, None)
         wanted = marked or config  # mark_modules' own settings win for its model
         scope = None
-        if wanted is not None and wanted.wants(path, cls, depth):
+        # torch.compile's wrapper calls its model, whose own call opens the scope of that name
+        if wanted is not None and wanted.wants(path, cls, depth) and not is_compiled_wrapper(module):
             scope = ({"name": path, "module": path, "module_class": cls}, wanted.backward)
         key, prepared = id(module), self._prepared
         try:
