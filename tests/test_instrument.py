@@ -672,16 +672,13 @@ def test_module_scopes_on_a_module_class_without_call_impl(fresh, monkeypatch, c
     assert annotations_by_kernel()["k_leaf"]["module"] == "leaf"
 
 
-def test_module_scopes_on_real_torch_modules(monkeypatch, capture_path):
-    """torch's own ``nn.Module`` (CPU build) under the fake CUDA backend: ``_call_impl`` is the
-    attribute wrapped, ``__call__`` stays torch's during the capture, and nested module calls
-    with keyword arguments become scopes named by path."""
+@pytest.fixture
+def real_torch(monkeypatch):
+    """torch's own ``nn.Module`` (CPU build) with ``torch.cuda`` on the fake CUDA backend:
+    ``(torch, fake cuda)``; module names start afresh."""
     torch = pytest.importorskip("torch")
     from support.capture_fakes import FakeCuda, fake_torch
 
-    from perfetto_graph_ann.capture import backends
-
-    assert mods.wrapped_attribute(torch.nn.Module) == "_call_impl"
     cuda = FakeCuda()
     fakes = fake_torch(cuda).cuda
     for name in ("graph", "CUDAGraph", "current_device", "current_stream", "synchronize",
@@ -690,8 +687,14 @@ def test_module_scopes_on_real_torch_modules(monkeypatch, capture_path):
     monkeypatch.setattr(api, "INSTRUMENTED", None)
     monkeypatch.setattr(inst, "_config", None)
     monkeypatch.setattr(mods, "NAMES", mods._Names())
+    return torch, cuda
+
+
+def two_blocks(torch, cuda, seen: List[bool]):
+    """``Sequential(Block(), Block())``, each block calling its ``proj`` (one kernel, ``k_proj``)
+    with a keyword argument; ``seen`` gets, per ``proj`` call, whether ``nn.Module.__call__``
+    is torch's own then."""
     call = torch.nn.Module.__dict__["__call__"]
-    seen = []
 
     class Proj(torch.nn.Module):
         def forward(self, h, *, scale=1):
@@ -707,16 +710,34 @@ def test_module_scopes_on_real_torch_modules(monkeypatch, capture_path):
         def forward(self, h):
             return self.proj(h, scale=2)
 
-    model = torch.nn.Sequential(Block(), Block())
+    return torch.nn.Sequential(Block(), Block())
+
+
+def captured_with_module_scopes(torch, cuda, fn):
+    """``fn(torch.ones(2))`` captured and replayed under ``instrument(modules=True)``: (its
+    output, the graph: the registry keeps a graph's record while the graph lives)."""
+    from perfetto_graph_ann.capture import backends
+
     try:
         with backends.use(cuda), torch.no_grad():
             pga.instrument(modules=True)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                out = model(torch.ones(2))
+                out = fn(torch.ones(2))
             g.replay()
     finally:
         inst.uninstrument()
+    return out, g
+
+
+def test_module_scopes_on_real_torch_modules(capture_path, real_torch):
+    """torch's own ``nn.Module`` (CPU build) under the fake CUDA backend: ``_call_impl`` is the
+    attribute wrapped, ``__call__`` stays torch's during the capture, and nested module calls
+    with keyword arguments become scopes named by path."""
+    torch, cuda = real_torch
+    assert mods.wrapped_attribute(torch.nn.Module) == "_call_impl"
+    seen: List[bool] = []
+    out, _graph = captured_with_module_scopes(torch, cuda, two_blocks(torch, cuda, seen))
     try:
         assert torch.equal(out, torch.full((2,), 4.0)) and seen == [True, True]
         assert torch.nn.Module.__dict__["_call_impl"] is mods.HOOKS._orig or mods.HOOKS._orig is None
@@ -814,51 +835,16 @@ def test_a_model_wrapped_by_torch_compile_keeps_its_own_paths():
     assert sorted(e[0] for e in plain.by_id().values()) == ["0", "0.0", "Sequential"]
 
 
-def test_a_runner_capturing_a_compiled_model_gets_the_models_own_scopes(monkeypatch, capture_path):
+def test_a_runner_capturing_a_compiled_model_gets_the_models_own_scopes(capture_path, real_torch):
     """SGLang's and vLLM's way: the runner captures ``torch.compile(model)`` itself. The
     outermost module called is the ``OptimizedModule`` (the real class; dynamo disabled, so
     nothing compiles under the fake CUDA): it opens no scope of its own, and the model's modules
     get the model's paths, never an ``_orig_mod`` step."""
-    torch = pytest.importorskip("torch")
+    torch, cuda = real_torch
     from torch._dynamo.eval_frame import DisableContext, OptimizedModule
 
-    from support.capture_fakes import FakeCuda, fake_torch
-
-    from perfetto_graph_ann.capture import backends
-
-    cuda = FakeCuda()
-    fakes = fake_torch(cuda).cuda
-    for name in ("graph", "CUDAGraph", "current_device", "current_stream", "synchronize",
-                 "is_current_stream_capturing"):
-        monkeypatch.setattr(torch.cuda, name, getattr(fakes, name))
-    monkeypatch.setattr(api, "INSTRUMENTED", None)
-    monkeypatch.setattr(inst, "_config", None)
-    monkeypatch.setattr(mods, "NAMES", mods._Names())
-
-    class Proj(torch.nn.Module):
-        def forward(self, h):
-            cuda.launch(FAKE_TORCH_STREAM, "k_proj")
-            return h * 2
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = Proj()
-
-        def forward(self, h):
-            return self.proj(h)
-
-    model = torch.nn.Sequential(Block(), Block())
-    compiled = OptimizedModule(model, DisableContext())
-    try:
-        with backends.use(cuda), torch.no_grad():
-            pga.instrument(modules=True)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                out = compiled(torch.ones(2))
-            g.replay()
-    finally:
-        inst.uninstrument()
+    compiled = OptimizedModule(two_blocks(torch, cuda, []), DisableContext())
+    out, _graph = captured_with_module_scopes(torch, cuda, compiled)
     try:
         assert torch.equal(out, torch.full((2,), 4.0))
         assert [n.annotation.get("module") for r in REGISTRY.records() for n in r.nodes] == ["0.proj", "1.proj"]
