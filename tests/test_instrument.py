@@ -853,3 +853,46 @@ def test_a_runner_capturing_a_compiled_model_gets_the_models_own_scopes(capture_
         assert classes == {"Sequential", "Block", "Proj"}
     finally:
         REGISTRY.clear()
+
+
+def test_module_calls_inside_compiled_code_never_make_dynamo_compile_at_capture(capture_path, real_torch):
+    """A compiled model (``torch.compile``, eager backend on the CPU) whose submodule call runs
+    outside its graph (a graph break: the runner's capture calls the submodule from dynamo's
+    resumed code) is captured after its warm-up: dynamo compiles nothing during the capture
+    (it would otherwise compile the module wrapper's frame as a new graph, the program's
+    capture then running code it never ran), and the scopes carry the model's paths."""
+    torch, cuda = real_torch
+    from torch._dynamo.utils import counters
+
+    @torch._dynamo.disable
+    def launch(name):  # the fake driver launches only into a capture
+        if torch.cuda.is_current_stream_capturing():
+            cuda.launch(FAKE_TORCH_STREAM, name)
+
+    class Proj(torch.nn.Module):
+        def forward(self, h):
+            launch("k_proj")
+            return h * 2
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = Proj()
+
+        def forward(self, h):
+            return self.proj(h + 1)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(torch.nn.Sequential(Block(), Block()), backend="eager", dynamic=False)
+    try:
+        with torch.no_grad():
+            for _ in range(2):  # warm-up: every frame compiled now, as a runner does before capturing
+                compiled(torch.ones(2))
+        before = dict(counters["stats"])
+        out, _graph = captured_with_module_scopes(torch, cuda, compiled)
+        assert dict(counters["stats"]) == before  # nothing compiled during the capture
+        assert torch.equal(out, torch.full((2,), 10.0))
+        assert [n.annotation.get("module") for r in REGISTRY.records() for n in r.nodes] == ["0.proj", "1.proj"]
+    finally:
+        REGISTRY.clear()
+        torch._dynamo.reset()

@@ -238,18 +238,22 @@ class ModuleHooks:
         prepared, opened, prepare = self._prepared, self._open, self._prepare
         grad, node, current, ident, mark = self._grad, self._node, _session.current, threading.get_ident, mark_kernels
         slocal = _session._local
+        dynamo = _Dynamo.loaded()
+        if dynamo is not None:  # inside a compiled model's call our bookkeeping must stay ours
+            prepare, current = dynamo.outside(prepare), dynamo.outside(current)
 
-        def __call__(module, *args, **kwargs):
+        def enter(module: Any) -> Any:
+            """``(the thread's open list, the scope item)``, or None: no scope (call ``orig``)."""
             entry = prepared.get(id(module))
             if entry is None or entry[0]() is not module:
                 entry = prepare(module)
             scope = entry[1]
             if scope is None:
-                return orig(module, *args, **kwargs)
+                return None
             sst = getattr(slocal, "stack", None)  # _session.current(), the thread's own first
             sess = sst[-1] if sst else current()
             if sess is None:  # another thread's eager call while a capture runs elsewhere
-                return orig(module, *args, **kwargs)
+                return None
             st = opened.get(ident())
             if st is None:
                 st = opened.setdefault(ident(), [])
@@ -260,16 +264,30 @@ class ModuleHooks:
                 rec = sess.recorder
                 item = (rec, rec.open(scope[0]))
             st.append(item)
+            return st, item
+
+        def leave(st: List[Any], item: Any) -> None:
+            if st and st[-1] is item:
+                st.pop()
+                _close(item)
+            elif item in st:  # closed out of order (a generator, a thread switch)
+                st.remove(item)
+                _close(item)
+
+        if dynamo is not None:
+            enter, leave = dynamo.outside(enter), dynamo.outside(leave)
+
+        def __call__(module, *args, **kwargs):
+            opened_item = enter(module)
+            if opened_item is None:
+                return orig(module, *args, **kwargs)
             try:
                 return orig(module, *args, **kwargs)
             finally:
-                if st and st[-1] is item:
-                    st.pop()
-                    _close(item)
-                elif item in st:  # closed out of order (a generator, a thread switch)
-                    st.remove(item)
-                    _close(item)
+                leave(*opened_item)
         __call__.__wrapped__ = orig
+        if dynamo is not None:
+            dynamo.skip(__call__)
         fast = fastpath.module()
         if fast is not None and hasattr(fast, "ModuleCall"):  # the common case in C, the rest in __call__
             return fast.ModuleCall(orig, prepared, prepare, opened, slocal, current, grad, node, __call__)
@@ -316,6 +334,43 @@ def wrapped_attribute(cls: Any) -> str:
     if impl is not None and code is not None and "_call_impl" in code.co_names:
         return "_call_impl"
     return "__call__"
+
+
+class _Dynamo:
+    """Keeping torch.compile's frame evaluation off our own code.
+
+    A module call inside a compiled model's call (a runner capturing ``torch.compile(model)``;
+    a graph break calling a submodule) runs the module wrapper while dynamo evaluates frames:
+    dynamo would compile the wrapper's frame as a new graph (a compile in the middle of the
+    program's capture, a graph the program never ran) and trace our bookkeeping. So the
+    wrapper's own frame is skipped (``skip_code``: the model's frames it calls are compiled and
+    cached as always) and the bookkeeping runs under ``torch._dynamo.disable``. Only where the
+    program already imported dynamo: nothing is imported here."""
+
+    def __init__(self, disable: Any, skip_code: Any) -> None:
+        self._disable, self._skip_code = disable, skip_code
+
+    @classmethod
+    def loaded(cls) -> "Optional[_Dynamo]":
+        dynamo, frames = sys.modules.get("torch._dynamo"), sys.modules.get("torch._dynamo.eval_frame")
+        disable, skip_code = getattr(dynamo, "disable", None), getattr(frames, "skip_code", None)
+        if disable is None or skip_code is None:
+            return None
+        return cls(disable, skip_code)
+
+    def outside(self, fn: Any) -> Any:
+        """``fn`` run with dynamo's frame evaluation off (``fn`` itself where dynamo refuses)."""
+        try:
+            return self._disable(fn, recursive=True)
+        except Exception:
+            return fn
+
+    def skip(self, fn: Any) -> None:
+        """Dynamo never compiles ``fn``'s own frame (the frames it calls are evaluated as ever)."""
+        try:
+            self._skip_code(fn.__code__)
+        except Exception:
+            pass
 
 
 def _close(item: Any) -> None:
