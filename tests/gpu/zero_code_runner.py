@@ -133,7 +133,8 @@ def trace_name(out, tag):
 
 def eager_truth(model, batches, out, seq=16, make_input=None):
     """Eager profile with record_function(<path>) around every module call -> per batch size, the
-    innermost path each kernel was launched under (from the trace: launch time within the range).
+    innermost path each kernel was launched under (from the trace: launch time within the range);
+    ``root.json``: the root's path (its class name: no other path starts with it).
     ``make_input(bs, seq)``: the model's input (default: the decoder's hidden states)."""
     make_input = make_input or decoder_input
     names = {m: n or type(m).__name__ for n, m in model.named_modules()}
@@ -176,6 +177,7 @@ def eager_truth(model, batches, out, seq=16, make_input=None):
         truth[bs] = {k: sorted(v) for k, v in per.items()}
     for h in hs:
         h.remove()
+    json.dump(type(model).__name__, open(os.path.join(out, "root.json"), "w"))  # the root's path
     return truth
 
 
