@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from test_zero_code_gpu import (compiled_against_truth, joined, kernel_kinds, run_instrumented, run_with_fresh_inductor,
-                                runner_against_truth, unlabelled_names)
+from test_zero_code_gpu import (compiled_run_is_right, joined, kernel_kinds, run_instrumented, runner_against_truth,
+                                unlabelled_names)
 
 pytestmark = pytest.mark.gpu
 
@@ -43,23 +43,14 @@ def test_hf_runner_module_paths_equal_the_eager_truth(tmp_path, results, model):
 
 @pytest.mark.parametrize("model", ["llama", "qwen2", "gpt2"])
 def test_hf_reduce_overhead_module_paths(tmp_path, results, model):
-    out = run_with_fresh_inductor(tmp_path, "compile", "--modules", runner=RUNNER, runner_args=(model,))
-    res, wrong, kinds, ann = compiled_against_truth(out)
-    results[f"hf_compile_{model}"] = res
-    print(f"hf_compile_{model}", json.dumps(res)[:4000])
-    assert ann.graphs and not wrong
-    assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
+    compiled_run_is_right(tmp_path, results, f"hf_compile_{model}", "compile", runner=RUNNER, runner_args=(model,))
 
 
 def test_hf_llama_runner_capturing_compiled_code(tmp_path, results):
     """Llama compiled without inductor's CUDA graphs and captured by the runner (SGLang's and
     vLLM's way): no kernel's path contradicts the eager truth of its batch size."""
-    out = run_with_fresh_inductor(tmp_path, "runner_compiled", "--modules", runner=RUNNER, runner_args=("llama",))
-    res, wrong, kinds, ann = compiled_against_truth(out, tag="runner")
-    results["hf_runner_compiled_llama"] = res
-    print("hf_runner_compiled_llama", json.dumps(res)[:4000])
-    assert len(ann.graphs) == 3 and not wrong
-    assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
+    compiled_run_is_right(tmp_path, results, "hf_runner_compiled_llama", "runner_compiled", graphs=3, runner=RUNNER,
+                          runner_args=("llama",))
 
 
 def test_hf_llama_training_step_through_make_graphed_callables(tmp_path, results):

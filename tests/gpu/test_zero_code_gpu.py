@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -132,11 +133,20 @@ def test_reduce_overhead_module_paths_from_inductor(tmp_path, results):
     calls the same mm), and a Linear's path holds exactly its GEMMs. (A kernel fusing one layer's
     residual add with the next layer's norm has no layer: their common ancestor is the model;
     adjacent extern calls, q/k/v, share their common module.)"""
-    out = run_with_fresh_inductor(tmp_path, "compile", "--modules")
-    res, wrong, kinds, ann = compiled_against_truth(out)
-    results["zero_code_compile"] = res
-    print("zero_code_compile", json.dumps(res)[:4000])
-    assert ann.graphs and not wrong
+    compiled_run_is_right(tmp_path, results, "zero_code_compile", "compile")
+
+
+def compiled_run_is_right(tmp_path: Path, results: dict, key: str, mode: str, graphs: Optional[int] = None,
+                          **kw) -> None:
+    """Run ``mode`` (``compile``: the trace tag ``compile``; ``runner_compiled``: ``runner``)
+    with a fresh inductor cache and check it with :func:`compiled_against_truth`: graphs
+    annotated (``graphs`` of them where given), no label wrong, and more kernels with a module
+    path (exact or common ancestor) than with the region's name only. ``kw``: run_instrumented's."""
+    out = run_with_fresh_inductor(tmp_path, mode, "--modules", **kw)
+    res, wrong, kinds, ann = compiled_against_truth(out, tag="runner" if mode == "runner_compiled" else "compile")
+    results[key] = res
+    print(key, json.dumps(res)[:4000])
+    assert (len(ann.graphs) == graphs if graphs is not None else ann.graphs) and not wrong
     assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
 
 
@@ -182,12 +192,7 @@ def test_runner_capturing_compiled_code(tmp_path, results):
     graphs, captured by the framework's own runner (one graph per batch size, one pool).
     Compiled graphs run inside a capture: kernels get module paths from what inductor recorded
     (or the compiled region's name), none contradicting the eager truth of their batch size."""
-    out = run_with_fresh_inductor(tmp_path, "runner_compiled", "--modules")
-    res, wrong, kinds, ann = compiled_against_truth(out, tag="runner")
-    results["zero_code_runner_compiled"] = res
-    print("zero_code_runner_compiled", json.dumps(res)[:4000])
-    assert len(ann.graphs) == 3 and not wrong
-    assert kinds["exact"] + kinds["common ancestor"] > kinds["unknown"]
+    compiled_run_is_right(tmp_path, results, "zero_code_runner_compiled", "runner_compiled", graphs=3)
 
 
 def test_make_graphed_callables_training_step(tmp_path, results):
