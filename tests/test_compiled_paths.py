@@ -40,6 +40,10 @@ def test_dynamo_module_keys(key, want):
     ("L['model'].blocks[\"x\"]", ("blocks", "x")),
     ("G['net'].fc", ("fc",)),
     ("L['self']", ()),  # the frame's local itself
+    # a compiled bound method behind a decorator's closure (torch.no_grad()(model.forward)): from its object
+    ("L['fn'].__closure__[1].cell_contents.__self__.model.layers.0", ("model", "layers", "0")),
+    ("L['func'].__self__", ()),
+    ("L['fn'].__closure__[0].cell_contents.fc", ("fc",)),  # a closure cell: from its contents
     ("getattr(L['self'], 'x')", None),  # a form not read: unknown, never guessed
     ("layers.0", None),
 ])
@@ -140,6 +144,75 @@ def test_compiled_module_paths_name_the_module_itself_never_dynamos_frame_text()
     assert all(stack is None or stack == (("head", "Linear"),) for _, stack in broken)
     assert strays and all(stack is None for _, stack in strays) and NAMES.path(stray) is None
     assert COMPILED_ROOTS.path(model.layers[1].b) == ("layers.1.b", 3, None) and NAMES.path(model) is None
+
+
+def test_compiled_bound_methods_name_their_model_as_framework_runners_compile_it():
+    """Real dynamo (CPU), backends that only read the FX graphs. SGLang compiles
+    ``torch.no_grad()(model.forward)`` and vLLM ``self.forward``: the model whose method is
+    compiled is the root its kernels' paths are named from, as for ``torch.compile(model)``.
+    A method of a module named below a root (one layer of a named model) is a frame below
+    the root: no path; a plain function's modules stay unnamed."""
+    torch = pytest.importorskip("torch")
+    import functools
+
+    from perfetto_graph_ann.capture.modules import COMPILED_ROOTS
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.relu(self.a(x))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Block(), Block()])
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    def reader(seen):
+        def backend(gm, inputs):
+            resolve = C._resolver()
+            seen.extend(P.module_stack(n.meta["nn_module_stack"], resolve) for n in gm.graph.nodes
+                        if n.op == "call_function" and n.meta.get("nn_module_stack"))
+            return gm.forward
+        return backend
+
+    want = [(("layers.0", "Block"), ("layers.0.a", "Linear")), (("layers.0", "Block"),),
+            (("layers.1", "Block"), ("layers.1.a", "Linear")), (("layers.1", "Block"),), (("head", "Linear"),)]
+    x = torch.randn(2, 4)
+    runs = {}
+    assert C.install_roots()
+    try:
+        for label, make in (("method", lambda m: m.forward), ("no_grad(method)", lambda m: torch.no_grad()(m.forward)),
+                            ("partial", lambda m: functools.partial(m.forward)), ("function", lambda m: lambda x: m(x))):
+            torch._dynamo.reset()
+            model = Net()
+            runs[label] = (model, [])
+            torch.compile(make(model), backend=reader(runs[label][1]))(x)
+        torch._dynamo.reset()
+        layer_of_named = runs["method"][0].layers[1]
+        below = []
+        torch.compile(layer_of_named.forward, backend=reader(below))(x)
+    finally:
+        C.uninstall_roots()
+        torch._dynamo.reset()
+    for label in ("method", "no_grad(method)", "partial"):
+        model, seen = runs[label]
+        assert seen == want, label
+        assert COMPILED_ROOTS.path(model) == ("Net", 0, None) and COMPILED_ROOTS.path(model.layers[1].a) == ("layers.1.a", 3, None)
+    model, seen = runs["function"]
+    assert seen and all(stack is None for stack in seen) and COMPILED_ROOTS.path(model) is None
+    assert below and all(stack is None for stack in below)
+    assert C.bound_module(lambda: None, torch.nn.Module) is None and C.bound_module(model, torch.nn.Module) is None
+    from torch._dynamo.eval_frame import _TorchDynamoContext
+    assert not hasattr(_TorchDynamoContext.__dict__["__call__"], "__wrapped__")  # put back
 
 
 def test_alignment_labels_anchors_and_the_nodes_of_extern_calls():

@@ -4,7 +4,8 @@ graph's code, and the captures of that code aligned with them (:mod:`.compiled_p
 Three parts, all installed by ``instrument(modules=...)``:
 
 - **Which model was compiled** (``install_roots()``, once torch.compile's classes are imported):
-  a model given to ``torch.compile`` (or compiled in place) becomes a root of
+  a model given to ``torch.compile`` (or compiled in place, or whose bound method is compiled,
+  as SGLang's and vLLM's runners do) becomes a root of
   :data:`.modules.COMPILED_ROOTS` (names for compiled code only; :data:`.modules.NAMES` wins).
   Dynamo keys each FX node's module stack by the module's ``id``; a kernel's path is the name
   of that very module, never read from dynamo's source text (which is relative to whatever
@@ -29,6 +30,7 @@ stands back (the kernels keep the region's name) rather than guess; no error rea
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -42,7 +44,7 @@ from .compiled_paths import Item, Recorded
 from .marks import mark_kernels
 from .modules import COMPILED_ROOTS, NAMES
 
-__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "install", "install_roots", "uninstall",
+__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "bound_module", "install", "install_roots", "uninstall",
            "uninstall_roots"]
 
 #: The field of the scopes around watched extern calls (dropped once the table is read).
@@ -342,20 +344,24 @@ _ROOT_WRAPS: List[Tuple[Any, str]] = []
 
 
 def install_roots() -> bool:
-    """Name every model given to ``torch.compile`` (an ``OptimizedModule``'s ``_orig_mod``) or
-    compiled in place (``nn.Module.compile``) as a root of :data:`.modules.COMPILED_ROOTS`, so
-    that its compiled code's kernels can be given paths from it. Class-level wraps that only
-    read; once. False where torch's classes are not as expected (no compiled paths then)."""
+    """Name every model given to ``torch.compile`` as a root of :data:`.modules.COMPILED_ROOTS`,
+    so that its compiled code's kernels can be given paths from it: a model itself (an
+    ``OptimizedModule``'s ``_orig_mod``), a model compiled in place (``nn.Module.compile``), and
+    the model whose bound method is compiled (``torch.compile(model.forward)``, also through
+    decorators that keep ``__wrapped__``, as ``torch.no_grad()(model.forward)``: what SGLang's
+    and vLLM's runners compile). Class-level wraps that only read; once. False where torch's
+    classes are not as expected (no compiled paths then)."""
     with _lock:
         if _ROOT_WRAPS:
             return True
         try:
             from torch import nn
-            from torch._dynamo.eval_frame import OptimizedModule
+            from torch._dynamo.eval_frame import OptimizedModule, _TorchDynamoContext
 
             init, compile_ = OptimizedModule.__dict__["__init__"], nn.Module.__dict__["compile"]
-            if not (callable(init) and callable(compile_)):
-                raise AttributeError("OptimizedModule.__init__ / nn.Module.compile")
+            wrap_fn = _TorchDynamoContext.__dict__["__call__"]
+            if not (callable(init) and callable(compile_) and callable(wrap_fn)):
+                raise AttributeError("OptimizedModule.__init__ / nn.Module.compile / _TorchDynamoContext.__call__")
         except Exception as e:
             CODEGEN.failed = f"torch.compile's module classes are not as expected ({e}): compiled code gets no module paths"
             return False
@@ -368,13 +374,36 @@ def install_roots() -> bool:
             _add_root(self)
             return compile_(self, *args, **kwargs)
 
-        for cls, name, orig, new in ((OptimizedModule, "__init__", init, __init__), (nn.Module, "compile", compile_,
-                                                                                     compile)):
+        def __call__(self, fn, *args, **kwargs):
+            _add_root(bound_module(fn, nn.Module))
+            return wrap_fn(self, fn, *args, **kwargs)
+
+        for cls, name, orig, new in ((OptimizedModule, "__init__", init, __init__),
+                                     (nn.Module, "compile", compile_, compile),
+                                     (_TorchDynamoContext, "__call__", wrap_fn, __call__)):
             new.__wrapped__, new.__name__, new.__qualname__ = orig, name, getattr(orig, "__qualname__", name)
             new.__doc__ = orig.__doc__
             setattr(cls, name, new)
             _ROOT_WRAPS.append((cls, name))
         return True
+
+
+def bound_module(fn: Any, module_type: type) -> Any:
+    """The ``module_type`` instance whose bound method ``fn`` is, looked for through the
+    ``__wrapped__`` chain decorators keep (``functools.wraps``) and ``functools.partial``;
+    None for anything else (a module itself, a plain function)."""
+    for _ in range(16):
+        try:
+            owner = getattr(fn, "__self__", None)
+            if isinstance(fn, types.MethodType) and isinstance(owner, module_type):
+                return owner
+            nxt = fn.func if isinstance(fn, functools.partial) else getattr(fn, "__wrapped__", None)
+        except Exception:
+            return None
+        if nxt is None or nxt is fn:
+            return None
+        fn = nxt
+    return None
 
 
 def _add_root(module: Any) -> None:

@@ -52,6 +52,8 @@ _WORK = frozenset({"kernel", "memcpy", "memset"})
 Resolve = Callable[[str], Optional[Tuple[str, str, int]]]
 
 _LOCAL = re.compile(r"""^(?:[LG]\[(?:'[^']*'|"[^"]*")\]|self)(?:\[(?:\d+|'[^']*'|"[^"]*")\])*""")
+#: Steps of a source text from a bound method or a closure cell to the object it holds.
+_BOUND_STEPS = frozenset({"__self__", "cell_contents"})
 _PART = re.compile(r"""\.(\w+)|\[(?:'([^']*)'|"([^"]*)"|(\d+))\]""")
 
 
@@ -68,7 +70,12 @@ def module_key_id(key: Any) -> Optional[int]:
 def frame_relative(raw: str) -> Optional[Tuple[str, ...]]:
     """Dynamo's source text for a module (``L['self'].layers[0].mlp``, ``L['args'][0].model``,
     ``L['self']._modules['layers']``) -> the attribute path from the compiled frame's local
-    (``("layers", "0", "mlp")``; ``()`` for the local itself); None where it cannot be read."""
+    (``("layers", "0", "mlp")``; ``()`` for the local itself); None where it cannot be read.
+
+    A compiled bound method reached through a decorator's closure
+    (``L['fn'].__closure__[1].cell_contents.__self__.model``: ``torch.no_grad()(model.forward)``)
+    is read from the object it is bound to, and a closure cell from its contents: the path
+    starts after the last ``__self__`` or ``cell_contents`` step."""
     m = _LOCAL.match(raw)
     if m is None:
         return None
@@ -80,7 +87,8 @@ def frame_relative(raw: str) -> Optional[Tuple[str, ...]]:
             return None
         parts.append(next(g for g in p.groups() if g is not None))
         rest = rest[p.end():]
-    return tuple(parts)
+    cut = max((i + 1 for i, part in enumerate(parts) if part in _BOUND_STEPS), default=0)
+    return tuple(parts[cut:])
 
 
 def module_stack(meta_stack: Optional[Mapping[str, Any]], resolve: Resolve) -> Optional[Stack]:

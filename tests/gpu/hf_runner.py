@@ -3,13 +3,17 @@ GPT-2 (random weights, bf16, SDPA attention), code this package was never tuned 
 ``zero_code_runner.py`` it never imports perfetto_graph_ann; run it under
 ``perfetto-graph-ann run`` (``test_hf_models_gpu.py`` does).
 
-    python hf_runner.py OUT MODE MODEL     MODE: runner | runner_compiled | compile | graphed_callables
+    python hf_runner.py OUT MODE MODEL     MODE: runner | runner_compiled | runner_compiled_forward |
+                                                 runner_piecewise | compile | graphed_callables
                                            MODEL: llama | qwen2 | gpt2
 
 ``runner``: one CUDA graph per batch size sharing a pool (zero_code_runner's ``Runner``, the
 SGLang / vLLM pattern), replayed under the program's own torch.profiler in a shuffled order;
 ``runner_compiled``: the same runner capturing ``torch.compile(model)`` (no inductor CUDA graphs:
 SGLang's and vLLM's way with torch.compile);
+``runner_compiled_forward``: the runner calling ``torch.compile(torch.no_grad()(model.forward))``
+(SGLang's own call); ``runner_piecewise``: ``model.forward`` compiled with a backend that
+captures inside the compiled call (vLLM's piecewise way; zero_code_runner's ``PiecewiseRunner``);
 ``compile``: ``torch.compile(model, mode="reduce-overhead")``;
 ``graphed_callables``: a training step through ``make_graphed_callables`` (:func:`train_step`).
 The first two write the eager truth
@@ -26,8 +30,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zero_code_runner import (compiled_for_runner, eager_truth, profile_compiled, profile_runner,  # noqa: E402
-                              profile_training)
+from zero_code_runner import eager_truth, profile_compiled, profile_training, runner_mode  # noqa: E402
 
 VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, SEQ = 4096, 512, 1408, 4, 8, 2, 16
 
@@ -78,16 +81,14 @@ def main() -> None:
     model = build(name)
     batches = [1, 2, 4]
     with torch.no_grad():
-        if mode == "runner":
-            profile_runner(model, batches, out, lambda bs: capture_path_truth(model, bs, out), seq=SEQ,
-                           make_input=token_input)
-        elif mode == "runner_compiled":
-            profile_runner(compiled_for_runner(model), batches, out, lambda bs: capture_path_truth(model, bs, out),
-                           seq=SEQ, make_input=token_input)
+        if runner_mode(model, mode, batches, out, lambda bs: capture_path_truth(model, bs, out), seq=SEQ,
+                       make_input=token_input):
+            pass
         elif mode == "compile":
             profile_compiled(model, token_input(2, SEQ), out, lambda bs: capture_path_truth(model, bs, out))
         elif mode != "graphed_callables":
-            raise SystemExit(f"unknown mode {mode!r}: runner, runner_compiled, compile or graphed_callables")
+            raise SystemExit(f"unknown mode {mode!r}: runner, runner_compiled, runner_compiled_forward, "
+                             "runner_piecewise, compile or graphed_callables")
     if mode == "graphed_callables":
         train_step(model, out)
 

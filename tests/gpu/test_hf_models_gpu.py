@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from test_zero_code_gpu import (compiled_run_is_right, joined, kernel_kinds, run_instrumented, runner_against_truth,
+from test_zero_code_gpu import (COMPILED_RUNNER_MODES, compiled_run_is_right, joined, kernel_kinds, run_instrumented, runner_against_truth,
                                 unlabelled_names)
 
 pytestmark = pytest.mark.gpu
@@ -46,11 +46,12 @@ def test_hf_reduce_overhead_module_paths(tmp_path, results, model):
     compiled_run_is_right(tmp_path, results, f"hf_compile_{model}", "compile", runner=RUNNER, runner_args=(model,))
 
 
-def test_hf_llama_runner_capturing_compiled_code(tmp_path, results):
-    """Llama compiled without inductor's CUDA graphs and captured by the runner (SGLang's and
-    vLLM's way): no kernel's path contradicts the eager truth of its batch size."""
-    compiled_run_is_right(tmp_path, results, "hf_runner_compiled_llama", "runner_compiled", graphs=3, runner=RUNNER,
-                          runner_args=("llama",))
+@pytest.mark.parametrize("mode", COMPILED_RUNNER_MODES)
+def test_hf_llama_runner_capturing_compiled_code(tmp_path, results, mode):
+    """Llama compiled without inductor's CUDA graphs and captured by the framework (SGLang's and
+    vLLM's ways): no kernel's path contradicts the eager truth of its batch size."""
+    key = "hf_runner_compiled_llama" if mode == "runner_compiled" else f"hf_{mode}_llama"
+    compiled_run_is_right(tmp_path, results, key, mode, graphs=3, runner=RUNNER, runner_args=("llama",))
 
 
 def test_hf_llama_training_step_through_make_graphed_callables(tmp_path, results):

@@ -138,12 +138,12 @@ def test_reduce_overhead_module_paths_from_inductor(tmp_path, results):
 
 def compiled_run_is_right(tmp_path: Path, results: dict, key: str, mode: str, graphs: Optional[int] = None,
                           **kw) -> None:
-    """Run ``mode`` (``compile``: the trace tag ``compile``; ``runner_compiled``: ``runner``)
+    """Run ``mode`` (``compile``: the trace tag ``compile``; the runner modes: ``runner``)
     with a fresh inductor cache and check it with :func:`compiled_against_truth`: graphs
     annotated (``graphs`` of them where given), no label wrong, and more kernels with a module
     path (exact or common ancestor) than with the region's name only. ``kw``: run_instrumented's."""
     out = run_with_fresh_inductor(tmp_path, mode, "--modules", **kw)
-    res, wrong, kinds, ann = compiled_against_truth(out, tag="runner" if mode == "runner_compiled" else "compile")
+    res, wrong, kinds, ann = compiled_against_truth(out, tag="runner" if mode.startswith("runner") else "compile")
     results[key] = res
     print(key, json.dumps(res)[:4000])
     assert (len(ann.graphs) == graphs if graphs is not None else ann.graphs) and not wrong
@@ -187,12 +187,20 @@ def compiled_against_truth(out: Path, batch: str = "2", tag: str = "compile") ->
     return res, wrong, kinds, ann
 
 
-def test_runner_capturing_compiled_code(tmp_path, results):
-    """SGLang's and vLLM's way with torch.compile: the model compiled without inductor's CUDA
-    graphs, captured by the framework's own runner (one graph per batch size, one pool).
-    Compiled graphs run inside a capture: kernels get module paths from what inductor recorded
-    (or the compiled region's name), none contradicting the eager truth of their batch size."""
-    compiled_run_is_right(tmp_path, results, "zero_code_runner_compiled", "runner_compiled", graphs=3)
+#: Frameworks' ways of capturing compiled code (zero_code_runner's modes): the runner capturing
+#: ``torch.compile(model)``; SGLang's own call, ``torch.compile(torch.no_grad()(model.forward))``
+#: called by the runner (no module call wraps the model); vLLM's piecewise way, the capture
+#: made by the torch.compile backend inside the compiled call.
+COMPILED_RUNNER_MODES = ["runner_compiled", "runner_compiled_forward", "runner_piecewise"]
+
+
+@pytest.mark.parametrize("mode", COMPILED_RUNNER_MODES)
+def test_runner_capturing_compiled_code(tmp_path, results, mode):
+    """SGLang's and vLLM's ways with torch.compile: the model compiled without inductor's CUDA
+    graphs, captured by the framework (one graph per batch size, one pool). Compiled graphs
+    run inside a capture: kernels get module paths from what inductor recorded (or the
+    compiled region's name), none contradicting the eager truth of their batch size."""
+    compiled_run_is_right(tmp_path, results, f"zero_code_{mode}", mode, graphs=3)
 
 
 def test_make_graphed_callables_training_step(tmp_path, results):

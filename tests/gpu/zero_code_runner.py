@@ -3,7 +3,8 @@
 own torch.profiler, and an eager reference profile where every module call is wrapped in
 ``record_function(<module path>)``. Run it under ``perfetto-graph-ann run`` (the test does).
 
-    python zero_code_runner.py OUT MODE     MODE: runner | runner_compiled | compile | graphed_callables | cost
+    python zero_code_runner.py OUT MODE     MODE: runner | runner_compiled | runner_compiled_forward |
+                                            runner_piecewise | compile | graphed_callables | cost
 
 Writes into OUT: torch.profiler traces named ``<host>_<pid>.<tag>.pt.trace.json`` (torch's
 handler names) and ``truth.json`` (the eager reference: per batch size and module path, the
@@ -127,6 +128,53 @@ class Runner:
         self.graphs[bs].replay()
 
 
+class PiecewiseRunner:
+    """vLLM's way (its piecewise backend and ``CUDAGraphWrapper``): the model's bound ``forward``
+    compiled with a backend that runs inductor's code and captures it itself, inside the
+    compiled call, on the third call of each input shape (two warm-up calls before); later calls
+    replay it. The capture begins inside compiled code, after the model's call began."""
+
+    def __init__(self, model, batches, seq=16, make_input=None):
+        make_input = make_input or decoder_input
+        self.fn, self.inputs = torch.compile(model.forward, backend=piecewise_backend(), dynamic=False), {}
+        for bs in sorted(batches, reverse=True):
+            x = make_input(bs, seq)
+            for _ in range(3):
+                self.out = self.fn(x)
+            self.inputs[bs] = x
+
+    def replay(self, bs):
+        self.fn(self.inputs[bs])
+
+
+def piecewise_backend():
+    """A torch.compile backend: inductor's code (no inductor CUDA graphs), captured on its third
+    call into a CUDA graph of one shared pool and replayed afterwards (static inputs: the
+    runner's per batch size, and the parameters)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    pool = [None]
+
+    def backend(gm, example_inputs):
+        compiled, state = compile_fx(gm, example_inputs), {"calls": 0}
+
+        def run(*args):
+            if "graph" in state:
+                state["graph"].replay()
+                return state["out"]
+            state["calls"] += 1
+            if state["calls"] <= 2:
+                return compiled(*args)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool[0]):
+                out = compiled(*args)
+            pool[0] = g.pool()
+            state.update(graph=g, out=out)
+            return out
+        return run
+    return backend
+
+
 def trace_name(out, tag):
     return os.path.join(out, f"{socket.gethostname()}_{os.getpid()}.{tag}.pt.trace.json")
 
@@ -181,12 +229,12 @@ def eager_truth(model, batches, out, seq=16, make_input=None):
     return truth
 
 
-def profile_runner(model, batches, out, truth, seq=16, make_input=None):
+def profile_runner(model, batches, out, truth, seq=16, make_input=None, runner_cls=Runner):
     """``runner`` mode: ``truth(batches)`` saved, one graph per batch size captured by
-    :class:`Runner`, each replayed once (the calibration), then all in a shuffled order under
-    the program's own torch.profiler (the order saved)."""
+    ``runner_cls`` (:class:`Runner`), each replayed once (the calibration), then all in a
+    shuffled order under the program's own torch.profiler (the order saved)."""
     json.dump(truth(batches), open(os.path.join(out, "truth.json"), "w"))
-    runner = Runner(model, batches, seq=seq, make_input=make_input)
+    runner = runner_cls(model, batches, seq=seq, make_input=make_input)
     for bs in batches:
         runner.replay(bs)  # the first replay outside the profiler: calibration
     torch.cuda.synchronize()
@@ -221,6 +269,30 @@ def compiled_for_runner(model):
     return torch.compile(model, dynamic=False)
 
 
+def compiled_forward_for_runner(model):
+    """``runner_compiled_forward`` mode: SGLang's own call (``patch_model`` under
+    ``--enable-torch-compile``): the model's bound ``forward`` under ``torch.no_grad()``,
+    compiled without inductor's CUDA graphs; the runner calls it, so no module call wraps the
+    model itself."""
+    return torch.compile(torch.no_grad()(model.forward), dynamic=False)
+
+
+def runner_mode(model, mode, batches, out, truth, **kw) -> bool:
+    """Run one of the runner modes (``runner``, ``runner_compiled``, ``runner_compiled_forward``,
+    ``runner_piecewise``) with :func:`profile_runner`; False for another mode."""
+    if mode == "runner":
+        profile_runner(model, batches, out, truth, **kw)
+    elif mode == "runner_compiled":
+        profile_runner(compiled_for_runner(model), batches, out, truth, **kw)
+    elif mode == "runner_compiled_forward":
+        profile_runner(compiled_forward_for_runner(model), batches, out, truth, **kw)
+    elif mode == "runner_piecewise":
+        profile_runner(model, batches, out, truth, runner_cls=PiecewiseRunner, **kw)
+    else:
+        return False
+    return True
+
+
 def profile_training(model, x, out, loss=lambda y: y.sum()):
     """``graphed_callables`` mode: ``model``'s forward and backward graphed by
     ``make_graphed_callables`` on ``x``; two steps of ``loss(model(x))`` and SGD, then two
@@ -245,10 +317,8 @@ def main():
     model = Decoder().cuda().eval()
     batches = [1, 2, 4]
     with torch.no_grad():
-        if mode == "runner":
-            profile_runner(model, batches, out, lambda bs: eager_truth(model, bs, out))
-        elif mode == "runner_compiled":
-            profile_runner(compiled_for_runner(model), batches, out, lambda bs: eager_truth(model, bs, out))
+        if runner_mode(model, mode, batches, out, lambda bs: eager_truth(model, bs, out)):
+            pass
         elif mode == "compile":
             profile_compiled(model, decoder_input(2, 16), out, lambda bs: eager_truth(model, bs, out))
         elif mode == "cost":
