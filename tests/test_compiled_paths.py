@@ -362,6 +362,37 @@ def test_a_capture_that_does_not_follow_the_recorded_code_keeps_the_region_name_
     assert k["triton_norm_0"].annotation == P.region_fields("torch.compile [0/0]")
 
 
+def test_compiled_code_not_generated_while_watched_is_said_once_and_never_raises(monkeypatch):
+    """A compiled graph that runs in a capture with nothing recorded of its code (inductor
+    loaded it from its cache) keeps the region's name; the process is told why once, at the
+    capture's end, and ``-W error`` never turns that into the program's exception."""
+    import contextlib
+    import types
+    import warnings
+
+    from perfetto_graph_ann.capture import session as _session
+
+    sess = types.SimpleNamespace(compiled=C.Regions())
+    monkeypatch.setattr(_session, "current", lambda: sess)
+    monkeypatch.setattr(C, "mark_kernels", lambda fields: contextlib.nullcontext())
+    monkeypatch.setattr(C.CODEGEN, "unrecorded", 0)
+    monkeypatch.setattr(C.CODEGEN, "warned", False)
+    call = C._inside_capture(lambda self, x: x + 1)
+    graph = object()  # a CompiledFxGraph inductor never generated here: not in OUTPUTS
+    assert call(graph, 1) == 2 and C.CODEGEN.unrecorded == 1
+    assert sess.compiled.regions == [(P.region_fields("torch.compile"), "torch.compile", ())]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        C._warn_unrecorded()
+        C._warn_unrecorded()
+    assert [str(w.message) for w in seen] == [C.UNRECORDED_WARNING] and "--fresh-compile" in C.UNRECORDED_WARNING
+    monkeypatch.setattr(C.CODEGEN, "warned", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        C._warn_unrecorded()  # raises nothing
+    assert C.CODEGEN.warned
+
+
 def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, monkeypatch):
     """A real inductor compile on CPU: each ``mm`` of the two-layer MLP is recorded with its
     Linear's path, forward and backward, in launch order; CPU kernels (generated outside the

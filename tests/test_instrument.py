@@ -322,6 +322,7 @@ def test_run_keeps_the_programs_exit_code_and_own_sitecustomize(tmp_path):
 
 @pytest.mark.parametrize("args,msg", [
     (["--include", "x", "--"], "need --modules"),
+    (["--fresh-compile", "--"], "need --modules"),
     (["--modules", "--max-depth", "-1", "--"], "max_depth"),
     (["--out", "blocker/sub", "--"], "cannot create the output folder"),
     (["--"], "no command to run"),
@@ -474,6 +475,25 @@ def test_run_never_puts_a_site_packages_on_the_programs_path(tmp_path):
 
     assert parts[:2] == [SITE_DIR, "/x"]
     assert all(not run_cmd.is_site_dir(p) for p in parts)
+
+
+def test_run_fresh_compile_turns_compile_caches_off_in_the_program_only(tmp_path):
+    """``--fresh-compile``: inductor's and vLLM's caches of compiled code off in the program's
+    environment (a value the user set wins); without it neither is set."""
+    import argparse
+
+    from perfetto_graph_ann.cli import run as run_cmd
+
+    def env_of(fresh, environ):
+        args = argparse.Namespace(out=str(tmp_path / "o"), modules=True, max_depth=None, include=[], exclude=[],
+                                  no_calibrate=False, no_collectives=False, fresh_compile=fresh)
+        return run_cmd.build_env(args, environ=environ)
+
+    assert run_cmd.FRESH_COMPILE == ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "VLLM_DISABLE_COMPILE_CACHE")
+    env = env_of(True, {})
+    assert env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1" and env["VLLM_DISABLE_COMPILE_CACHE"] == "1"
+    assert env_of(True, {"VLLM_DISABLE_COMPILE_CACHE": "0"})["VLLM_DISABLE_COMPILE_CACHE"] == "0"
+    assert not set(run_cmd.FRESH_COMPILE) & set(env_of(False, {}))
 
 
 class Raising(FakeModule):

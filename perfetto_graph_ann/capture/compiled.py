@@ -36,6 +36,7 @@ import re
 import sys
 import threading
 import types
+import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -44,7 +45,7 @@ from .compiled_paths import Item, Recorded
 from .marks import mark_kernels
 from .modules import COMPILED_ROOTS, NAMES
 
-__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "bound_module", "install", "install_roots", "uninstall",
+__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "UNRECORDED_WARNING", "bound_module", "install", "install_roots", "uninstall",
            "uninstall_roots"]
 
 #: The field of the scopes around watched extern calls (dropped once the table is read).
@@ -79,6 +80,9 @@ class _Codegen:
         self.by_code: "weakref.WeakKeyDictionary[Any, Recorded]" = weakref.WeakKeyDictionary()
         self.installed = False
         self.failed: Optional[str] = None
+        #: compiled graphs run in a capture with nothing recorded of their code (cache hits)
+        self.unrecorded = 0
+        self.warned = False
 
     def _inside(self) -> int:
         return getattr(self._local, "inside", 0)
@@ -505,6 +509,7 @@ class _Runtime:
             whole = _enclosing(code)
             if whole is not None:
                 regions.regions.append((None,) + whole)
+                CODEGEN.unrecorded += not whole[1]
             if self._users == 0 and orig is not None:
                 self._orig = orig
                 oc.CompiledFxGraph.__call__ = _inside_capture(orig)
@@ -512,6 +517,7 @@ class _Runtime:
             self._users += 1
 
     def capture_ended(self) -> None:
+        _warn_unrecorded()
         with self._lock:
             if self._users == 0:
                 return
@@ -524,6 +530,25 @@ class _Runtime:
                 for ns, name, fn in self._externs:
                     setattr(ns, name, fn)
                 self._externs = []
+
+
+#: What a capture of compiled code whose generation was not seen is told, once a process.
+UNRECORDED_WARNING = (
+    "perfetto_graph_ann: a torch.compile graph ran inside a CUDA graph capture, but its code was not generated "
+    "while instrumented (inductor loaded it from its cache, or it was compiled before instrument()): its kernels "
+    "keep the compiled region's name and get no module path. For module paths compile afresh: "
+    "`perfetto-graph-ann run --modules --fresh-compile` (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1).")
+
+
+def _warn_unrecorded() -> None:
+    """Say once why compiled kernels got the region's name only; never raises (``-W error``
+    must not turn it into the program's exception)."""
+    if CODEGEN.unrecorded and not CODEGEN.warned:
+        CODEGEN.warned = True
+        try:
+            warnings.warn(UNRECORDED_WARNING, RuntimeWarning, stacklevel=2)
+        except Exception:
+            pass
 
 
 def _watch_externs() -> List[Tuple[Any, str, Any]]:
@@ -601,6 +626,7 @@ def _inside_capture(orig: Callable) -> Callable:
         if regions is None:
             return orig(self, *args, **kwargs)
         region, cands = found if found is not None else ("torch.compile", ())
+        CODEGEN.unrecorded += not cands
         if len(cands) > 1:
             cands = cands[:1]  # the whole call: every partition in order
         fields = paths.region_fields(region)

@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 
-__all__ = ["build_env", "is_site_dir", "register", "run"]
+__all__ = ["FRESH_COMPILE", "build_env", "is_site_dir", "register", "run"]
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -39,6 +39,10 @@ def register(sub) -> argparse.ArgumentParser:
                    help="with --modules: scope only modules whose path or class matches (fnmatch; repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                    help="with --modules: never scope modules whose path or class matches (repeatable)")
+    p.add_argument("--fresh-compile", action="store_true",
+                   help="with --modules: compile afresh rather than load compiled code from caches "
+                   "(TORCHINDUCTOR_FORCE_DISABLE_CACHES=1, VLLM_DISABLE_COMPILE_CACHE=1 unless set): module "
+                   "paths of torch.compile'd kernels come from code generated while instrumented")
     p.add_argument("--no-calibrate", action="store_true", help="no calibration replays are recorded")
     p.add_argument("--no-collectives", action="store_true", help="leave torch.distributed unwrapped")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND",
@@ -56,8 +60,9 @@ def build_env(args: argparse.Namespace, environ=None) -> dict:
     from ..capture.modules import ModuleScopes
     from ..errors import InputError
 
-    if (args.max_depth is not None or args.include or args.exclude) and not args.modules:
-        raise InputError(None, "--max-depth, --include and --exclude need --modules")
+    if (args.max_depth is not None or args.include or args.exclude or getattr(args, "fresh_compile", False)) \
+            and not args.modules:
+        raise InputError(None, "--max-depth, --include, --exclude and --fresh-compile need --modules")
     if args.modules:
         ModuleScopes(args.max_depth, tuple(args.include), tuple(args.exclude))  # checks them
     out = check_out_dir(args.out)
@@ -72,7 +77,15 @@ def build_env(args: argparse.Namespace, environ=None) -> dict:
         paths.append(pkg_root)  # a checkout: the package must import in the program too
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env[settings.RUN.name] = cfg.to_env()
+    if getattr(args, "fresh_compile", False):
+        for name in FRESH_COMPILE:
+            env.setdefault(name, "1")
     return env
+
+
+#: Set by ``--fresh-compile`` (where unset): inductor's caches off, and vLLM's cache of compiled
+#: graphs, so that compiled code is generated, and recorded, in the program.
+FRESH_COMPILE = ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "VLLM_DISABLE_COMPILE_CACHE")
 
 
 def is_site_dir(path: str, site_dirs=None) -> bool:
