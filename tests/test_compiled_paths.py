@@ -381,6 +381,9 @@ def test_compiled_code_not_generated_while_watched_is_said_once_and_never_raises
     graph = object()  # a CompiledFxGraph inductor never generated here: not in OUTPUTS
     assert call(graph, 1) == 2 and C.CODEGEN.unrecorded == 1
     assert sess.compiled.regions == [(P.region_fields("torch.compile"), "torch.compile", ())]
+    generated = type("Out", (), {})()  # generated while watched, nothing recorded (no GPU launch): not counted
+    C.OUTPUTS.set(generated, "torch.compile [0/0]", ())
+    assert call(generated, 2) == 3 and C.CODEGEN.unrecorded == 1
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         C._warn_unrecorded()

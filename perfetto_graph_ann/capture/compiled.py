@@ -80,7 +80,7 @@ class _Codegen:
         self.by_code: "weakref.WeakKeyDictionary[Any, Recorded]" = weakref.WeakKeyDictionary()
         self.installed = False
         self.failed: Optional[str] = None
-        #: compiled graphs run in a capture with nothing recorded of their code (cache hits)
+        #: compiled graphs run in a capture that were not generated while watched (cache hits)
         self.unrecorded = 0
         self.warned = False
 
@@ -509,7 +509,6 @@ class _Runtime:
             whole = _enclosing(code)
             if whole is not None:
                 regions.regions.append((None,) + whole)
-                CODEGEN.unrecorded += not whole[1]
             if self._users == 0 and orig is not None:
                 self._orig = orig
                 oc.CompiledFxGraph.__call__ = _inside_capture(orig)
@@ -606,7 +605,8 @@ def _enclosing(call_code: Any) -> Optional[Tuple[str, Tuple[Recorded, ...]]]:
                         break
             if code is call_code:
                 found = OUTPUTS.get(local.get("self"))
-                if found is None:
+                if found is None:  # not generated while watched (loaded from a cache)
+                    CODEGEN.unrecorded += 1
                     return "torch.compile", ()
                 region, cands = found
                 if exact is not None and exact in cands:
@@ -626,7 +626,7 @@ def _inside_capture(orig: Callable) -> Callable:
         if regions is None:
             return orig(self, *args, **kwargs)
         region, cands = found if found is not None else ("torch.compile", ())
-        CODEGEN.unrecorded += not cands
+        CODEGEN.unrecorded += found is None  # not generated while watched (loaded from a cache)
         if len(cands) > 1:
             cands = cands[:1]  # the whole call: every partition in order
         fields = paths.region_fields(region)

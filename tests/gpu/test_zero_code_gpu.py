@@ -203,6 +203,32 @@ def test_runner_capturing_compiled_code(tmp_path, results, mode):
     compiled_run_is_right(tmp_path, results, f"zero_code_{mode}", mode, graphs=3)
 
 
+def test_compiled_code_from_inductors_cache_is_said_and_fresh_compile_names_it(tmp_path, results):
+    """The same runner_compiled program three times with one inductor cache: the first run
+    generates (and records) the code; the second loads it from the cache, so its compiled
+    kernels keep the region's name only and the program is warned once; the third, under
+    ``run --fresh-compile``, generates it again and gets module paths."""
+    from perfetto_graph_ann.capture.compiled import UNRECORDED_WARNING
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
+    try:
+        runs = {name: run_instrumented(tmp_path / name, "runner_compiled", "--modules", *extra)
+                for name, extra in (("first", ()), ("hit", ()), ("fresh", ("--fresh-compile",)))}
+    finally:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    said = {name: cp.stderr.count(UNRECORDED_WARNING.split(":", 1)[1].strip()[:60]) for name, cp in runs.items()}
+    kinds = {}
+    for name in runs:
+        trace, layout, _ = joined(tmp_path / name, "runner")
+        kinds[name] = dict(kernel_kinds(trace, layout, lambda a: a.get("module origin", "none")))
+    results["zero_code_inductor_cache"] = {"warned": said, "kinds": kinds}
+    print("zero_code_inductor_cache", json.dumps(results["zero_code_inductor_cache"]))
+    assert said == {"first": 0, "hit": 1, "fresh": 0}
+    assert set(kinds["hit"]) == {"unknown"}
+    for name in ("first", "fresh"):
+        assert kinds[name].get("exact", 0) + kinds[name].get("common ancestor", 0) > kinds[name].get("unknown", 0)
+
+
 def test_make_graphed_callables_training_step(tmp_path, results):
     out = tmp_path / "o"
     run_instrumented(out, "graphed_callables", "--modules")
