@@ -224,7 +224,7 @@ def test_compiled_code_from_inductors_cache_is_said_and_fresh_compile_names_it(t
     results["zero_code_inductor_cache"] = {"warned": said, "kinds": kinds}
     print("zero_code_inductor_cache", json.dumps(results["zero_code_inductor_cache"]))
     assert said == {"first": 0, "hit": 1, "fresh": 0}
-    assert set(kinds["hit"]) == {"unknown"}
+    assert kinds["hit"].get("unknown", 0) and not kinds["hit"].get("exact") and not kinds["hit"].get("common ancestor")
     for name in ("first", "fresh"):
         assert kinds[name].get("exact", 0) + kinds[name].get("common ancestor", 0) > kinds[name].get("unknown", 0)
 
