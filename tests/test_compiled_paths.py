@@ -72,6 +72,34 @@ def test_module_stack_names_each_module_by_its_key_and_common_ancestor():
     assert P.common_stack([ATTN, None]) == ((), False)  # an origin of unknown module: the root
 
 
+def _stack_reader(seen):
+    """A dynamo backend that only reads: each FX node's (source texts, op, module stack as named now)."""
+    def backend(gm, inputs):
+        resolve = C._resolver()
+        for node in gm.graph.nodes:
+            raw = node.meta.get("nn_module_stack")
+            if raw:
+                seen.append((tuple(v[0] for v in raw.values()), node.op, P.module_stack(raw, resolve)))
+        return gm.forward
+    return backend
+
+
+def _layered(torch, layer, forward_decorator=lambda fn: fn):
+    """A model class: ``layers`` (a ModuleList of two ``layer()``) then ``head`` (Linear)."""
+    class Outer(torch.nn.Module):
+        def __init__(self, *args):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([layer(*args), layer(*args)])
+            self.head = torch.nn.Linear(4, 4)
+
+        @forward_decorator
+        def forward(self, x):
+            for block in self.layers:
+                x = block(x)
+            return self.head(x)
+    return Outer
+
+
 def test_compiled_module_paths_name_the_module_itself_never_dynamos_frame_text():
     """Real dynamo (CPU), backends that only read the FX graphs. In a forward decorated with
     ``wrapper(*args)`` dynamo's source text is relative to ``L['args'][0]``: the paths must be the
@@ -100,27 +128,8 @@ def test_compiled_module_paths_name_the_module_itself_never_dynamos_frame_text()
             return fn(*args, **kwargs)
         return wrapper
 
-    class Outer(torch.nn.Module):
-        def __init__(self, brk):
-            super().__init__()
-            self.layers = torch.nn.ModuleList([Inner(brk), Inner(brk)])
-            self.head = torch.nn.Linear(4, 4)
-
-        @decorated
-        def forward(self, x):
-            for layer in self.layers:
-                x = layer(x)
-            return self.head(x)
-
-    def reader(seen):
-        def backend(gm, inputs):
-            resolve = C._resolver()
-            for node in gm.graph.nodes:
-                raw = node.meta.get("nn_module_stack")
-                if raw:
-                    seen.append((tuple(v[0] for v in raw.values()), P.module_stack(raw, resolve)))
-            return gm.forward
-        return backend
+    Outer = _layered(torch, Inner, decorated)
+    reader = _stack_reader
 
     whole, broken, strays = [], [], []
     assert C.install_roots()
@@ -134,6 +143,7 @@ def test_compiled_module_paths_name_the_module_itself_never_dynamos_frame_text()
     finally:
         C.uninstall_roots()
         torch._dynamo.reset()
+    whole, broken, strays = ([(srcs, stack) for srcs, _, stack in got] for got in (whole, broken, strays))
     assert whole and all(src.startswith("L['args'][0]") for srcs, _ in whole for src in srcs)
     want = {"head": (("head", "Linear"),)}
     want.update({f"layers.{i}.{n}": ((f"layers.{i}", "Inner"), (f"layers.{i}.{n}", "Linear")) for i in (0, 1) for n in "ab"})
@@ -165,24 +175,10 @@ def test_compiled_bound_methods_name_their_model_as_framework_runners_compile_it
         def forward(self, x):
             return torch.relu(self.a(x))
 
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = torch.nn.ModuleList([Block(), Block()])
-            self.head = torch.nn.Linear(4, 2)
+    Net = _layered(torch, Block)
 
-        def forward(self, x):
-            for layer in self.layers:
-                x = layer(x)
-            return self.head(x)
-
-    def reader(seen):
-        def backend(gm, inputs):
-            resolve = C._resolver()
-            seen.extend(P.module_stack(n.meta["nn_module_stack"], resolve) for n in gm.graph.nodes
-                        if n.op == "call_function" and n.meta.get("nn_module_stack"))
-            return gm.forward
-        return backend
+    def stacks(entries):
+        return [stack for _, op, stack in entries if op == "call_function"]
 
     want = [(("layers.0", "Block"), ("layers.0.a", "Linear")), (("layers.0", "Block"),),
             (("layers.1", "Block"), ("layers.1.a", "Linear")), (("layers.1", "Block"),), (("head", "Linear"),)]
@@ -195,21 +191,21 @@ def test_compiled_bound_methods_name_their_model_as_framework_runners_compile_it
             torch._dynamo.reset()
             model = Net()
             runs[label] = (model, [])
-            torch.compile(make(model), backend=reader(runs[label][1]))(x)
+            torch.compile(make(model), backend=_stack_reader(runs[label][1]))(x)
         torch._dynamo.reset()
         layer_of_named = runs["method"][0].layers[1]
         below = []
-        torch.compile(layer_of_named.forward, backend=reader(below))(x)
+        torch.compile(layer_of_named.forward, backend=_stack_reader(below))(x)
     finally:
         C.uninstall_roots()
         torch._dynamo.reset()
     for label in ("method", "no_grad(method)", "partial"):
         model, seen = runs[label]
-        assert seen == want, label
-        assert COMPILED_ROOTS.path(model) == ("Net", 0, None) and COMPILED_ROOTS.path(model.layers[1].a) == ("layers.1.a", 3, None)
+        assert stacks(seen) == want, label
+        assert COMPILED_ROOTS.path(model) == ("Outer", 0, None) and COMPILED_ROOTS.path(model.layers[1].a) == ("layers.1.a", 3, None)
     model, seen = runs["function"]
-    assert seen and all(stack is None for stack in seen) and COMPILED_ROOTS.path(model) is None
-    assert below and all(stack is None for stack in below)
+    assert stacks(seen) and all(stack is None for stack in stacks(seen)) and COMPILED_ROOTS.path(model) is None
+    assert stacks(below) and all(stack is None for stack in stacks(below))
     assert C.bound_module(lambda: None, torch.nn.Module) is None and C.bound_module(model, torch.nn.Module) is None
     from torch._dynamo.eval_frame import _TorchDynamoContext
     assert not hasattr(_TorchDynamoContext.__dict__["__call__"], "__wrapped__")  # put back
