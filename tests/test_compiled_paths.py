@@ -211,6 +211,52 @@ def test_compiled_bound_methods_name_their_model_as_framework_runners_compile_it
     assert not hasattr(_TorchDynamoContext.__dict__["__call__"], "__wrapped__")  # put back
 
 
+def test_a_forward_compiled_by_its_decorator_names_its_module_from_the_frame():
+    """``@torch.compile`` on a module's ``forward`` compiles a plain function: the module whose
+    frame dynamo compiles (its first argument, read from dynamo's record of the frame) is the
+    root its kernels' paths are named from, unless something named it already; a frame whose
+    first argument is no module names nothing."""
+    torch = pytest.importorskip("torch")
+    from perfetto_graph_ann.capture.modules import COMPILED_ROOTS
+
+    seen = []
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+
+        @torch.compile(backend=_stack_reader(seen))
+        def forward(self, x):
+            return torch.relu(self.a(x))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b = Block()
+
+        def forward(self, x):
+            return self.b(x)
+
+    assert C.install_roots()
+    try:
+        torch._dynamo.reset()
+        alone = Block()
+        alone(torch.randn(2, 4))
+        stacks = [stack for _, op, stack in seen if op == "call_function"]
+        assert stacks == [(("a", "Linear"),)] and COMPILED_ROOTS.path(alone) == ("Block", 0, None)
+        seen.clear()
+        net = Net()
+        COMPILED_ROOTS.add_root(net)  # named first, as torch.compile(net) would: its block is below the root
+        torch._dynamo.reset()
+        net(torch.randn(2, 4))
+        stacks = [stack for _, op, stack in seen if op == "call_function"]
+        assert stacks and all(stack is None for stack in stacks) and COMPILED_ROOTS.path(net.b) == ("b", 1, None)
+    finally:
+        C.uninstall_roots()
+        torch._dynamo.reset()
+
+
 def test_alignment_labels_anchors_and_the_nodes_of_extern_calls():
     rec = P.Recorded((K("triton_norm_0", ATTN), E(O_PROJ), K("triton_add_1", MLP, exact=False),
                       E(MLP), E(ATTN)))

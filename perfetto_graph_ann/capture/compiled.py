@@ -207,8 +207,9 @@ class _Codegen:
 def _resolver() -> paths.Resolve:
     """Dynamo's module keys -> the modules' paths as this package names them (:data:`.modules.NAMES`:
     models given to ``mark_modules``, roots of earlier captures; else :data:`.modules.COMPILED_ROOTS`:
-    models given to ``torch.compile``), read once per graph lowered; a module it has not named is
-    unknown."""
+    models given to ``torch.compile``, and the module whose frame is being compiled), read once
+    per graph lowered; a module it has not named is unknown."""
+    _name_frame_module()
     named = COMPILED_ROOTS.by_id()
     named.update(NAMES.by_id())
 
@@ -216,6 +217,26 @@ def _resolver() -> paths.Resolve:
         i = paths.module_key_id(key)
         return None if i is None else named.get(i)
     return resolve
+
+
+def _name_frame_module() -> None:
+    """Name the module whose frame dynamo is compiling (the frame's first argument, a method's
+    ``self``) as a root of :data:`.modules.COMPILED_ROOTS` where nothing named it yet: a
+    ``forward`` decorated with ``@torch.compile``, or a model's method compiled any way not
+    seen at ``torch.compile``. Read from dynamo's own record of the frame's locals while it
+    compiles (a frame's ``f_locals`` is never read); nothing where that is not available (a
+    backward graph compiled later)."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        from torch.nn import Module
+
+        tx = InstructionTranslator.current_tx()
+        code = tx.f_code
+        first = tx.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+    except Exception:
+        return
+    if isinstance(first, Module) and COMPILED_ROOTS.path(first) is None and NAMES.path(first) is None:
+        _add_root(first)
 
 
 def _node_stack(nodes: Optional[Sequence[Any]], resolve: paths.Resolve) -> Tuple[paths.Stack, bool]:

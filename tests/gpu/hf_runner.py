@@ -4,7 +4,8 @@ GPT-2 (random weights, bf16, SDPA attention), code this package was never tuned 
 ``perfetto-graph-ann run`` (``test_hf_models_gpu.py`` does).
 
     python hf_runner.py OUT MODE MODEL     MODE: runner | runner_compiled | runner_compiled_forward |
-                                                 runner_piecewise | compile | graphed_callables
+                                                 runner_piecewise | runner_decorated | compile |
+                                                 graphed_callables
                                            MODEL: llama | qwen2 | gpt2
 
 ``runner``: one CUDA graph per batch size sharing a pool (zero_code_runner's ``Runner``, the
@@ -14,6 +15,8 @@ SGLang's and vLLM's way with torch.compile);
 ``runner_compiled_forward``: the runner calling ``torch.compile(torch.no_grad()(model.forward))``
 (SGLang's own call); ``runner_piecewise``: ``model.forward`` compiled with a backend that
 captures inside the compiled call (vLLM's piecewise way; zero_code_runner's ``PiecewiseRunner``);
+``runner_decorated``: the model class's ``forward`` compiled as ``@torch.compile`` would
+(zero_code_runner's ``DecoratedRunner``);
 ``compile``: ``torch.compile(model, mode="reduce-overhead")``;
 ``graphed_callables``: a training step through ``make_graphed_callables`` (:func:`train_step`).
 The first two write the eager truth
@@ -88,7 +91,7 @@ def main() -> None:
             profile_compiled(model, token_input(2, SEQ), out, lambda bs: capture_path_truth(model, bs, out))
         elif mode != "graphed_callables":
             raise SystemExit(f"unknown mode {mode!r}: runner, runner_compiled, runner_compiled_forward, "
-                             "runner_piecewise, compile or graphed_callables")
+                             "runner_piecewise, runner_decorated, compile or graphed_callables")
     if mode == "graphed_callables":
         train_step(model, out)
 

@@ -190,8 +190,9 @@ def compiled_against_truth(out: Path, batch: str = "2", tag: str = "compile") ->
 #: Frameworks' ways of capturing compiled code (zero_code_runner's modes): the runner capturing
 #: ``torch.compile(model)``; SGLang's own call, ``torch.compile(torch.no_grad()(model.forward))``
 #: called by the runner (no module call wraps the model); vLLM's piecewise way, the capture
-#: made by the torch.compile backend inside the compiled call.
-COMPILED_RUNNER_MODES = ["runner_compiled", "runner_compiled_forward", "runner_piecewise"]
+#: made by the torch.compile backend inside the compiled call; a forward compiled by its
+#: ``@torch.compile`` decorator (a plain function: the model known from dynamo's frame only).
+COMPILED_RUNNER_MODES = ["runner_compiled", "runner_compiled_forward", "runner_piecewise", "runner_decorated"]
 
 
 @pytest.mark.parametrize("mode", COMPILED_RUNNER_MODES)

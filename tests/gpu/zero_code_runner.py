@@ -4,7 +4,8 @@ own torch.profiler, and an eager reference profile where every module call is wr
 ``record_function(<module path>)``. Run it under ``perfetto-graph-ann run`` (the test does).
 
     python zero_code_runner.py OUT MODE     MODE: runner | runner_compiled | runner_compiled_forward |
-                                            runner_piecewise | compile | graphed_callables | cost
+                                            runner_piecewise | runner_decorated | compile |
+                                            graphed_callables | cost
 
 Writes into OUT: torch.profiler traces named ``<host>_<pid>.<tag>.pt.trace.json`` (torch's
 handler names) and ``truth.json`` (the eager reference: per batch size and module path, the
@@ -147,6 +148,17 @@ class PiecewiseRunner:
         self.fn(self.inputs[bs])
 
 
+class DecoratedRunner(Runner):
+    """A program that decorated its model's ``forward`` with ``@torch.compile`` (done here to
+    the class, after the eager truth): a plain function is compiled, and the model is known
+    only from the frame dynamo compiles; :class:`Runner` captures ``model(x)``."""
+
+    def __init__(self, model, *args, **kwargs):
+        cls = type(model)
+        cls.forward = torch.compile(cls.forward, dynamic=False)
+        super().__init__(model, *args, **kwargs)
+
+
 def piecewise_backend():
     """A torch.compile backend: inductor's code (no inductor CUDA graphs), captured on its third
     call into a CUDA graph of one shared pool and replayed afterwards (static inputs: the
@@ -279,7 +291,7 @@ def compiled_forward_for_runner(model):
 
 def runner_mode(model, mode, batches, out, truth, **kw) -> bool:
     """Run one of the runner modes (``runner``, ``runner_compiled``, ``runner_compiled_forward``,
-    ``runner_piecewise``) with :func:`profile_runner`; False for another mode."""
+    ``runner_piecewise``, ``runner_decorated``) with :func:`profile_runner`; False for another mode."""
     if mode == "runner":
         profile_runner(model, batches, out, truth, **kw)
     elif mode == "runner_compiled":
@@ -288,6 +300,8 @@ def runner_mode(model, mode, batches, out, truth, **kw) -> bool:
         profile_runner(compiled_forward_for_runner(model), batches, out, truth, **kw)
     elif mode == "runner_piecewise":
         profile_runner(model, batches, out, truth, runner_cls=PiecewiseRunner, **kw)
+    elif mode == "runner_decorated":
+        profile_runner(model, batches, out, truth, runner_cls=DecoratedRunner, **kw)
     else:
         return False
     return True
