@@ -246,6 +246,28 @@ def test_a_forward_compiled_by_its_decorator_names_its_module_from_the_frame():
         stacks = [stack for _, op, stack in seen if op == "call_function"]
         assert stacks == [(("a", "Linear"),)] and COMPILED_ROOTS.path(alone) == ("Block", 0, None)
         seen.clear()
+
+        def wrapped(fn):
+            def wrapper(*args, **kwargs):  # transformers' decorators: self is args[0]
+                return fn(*args, **kwargs)
+            return wrapper
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(4, 4)
+
+            @torch.compile(backend=_stack_reader(seen))
+            @wrapped
+            def forward(self, x):
+                return torch.relu(self.a(x))
+
+        torch._dynamo.reset()
+        w = Wrapped()
+        w(torch.randn(2, 4))
+        stacks = [stack for _, op, stack in seen if op == "call_function"]
+        assert stacks == [(("a", "Linear"),)] and COMPILED_ROOTS.path(w) == ("Wrapped", 0, None)
+        seen.clear()
         net = Net()
         COMPILED_ROOTS.add_root(net)  # named first, as torch.compile(net) would: its block is below the root
         torch._dynamo.reset()

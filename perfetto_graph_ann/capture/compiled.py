@@ -31,6 +31,7 @@ stands back (the kernels keep the region's name) rather than guess; no error rea
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 import sys
@@ -224,15 +225,20 @@ def _name_frame_module() -> None:
     ``self``) as a root of :data:`.modules.COMPILED_ROOTS` where nothing named it yet: a
     ``forward`` decorated with ``@torch.compile``, or a model's method compiled any way not
     seen at ``torch.compile``. Read from dynamo's own record of the frame's locals while it
-    compiles (a frame's ``f_locals`` is never read); nothing where that is not available (a
-    backward graph compiled later)."""
+    compiles (a frame's ``f_locals`` is never read), ``args[0]`` for a ``wrapper(*args)``
+    decorator's frame; nothing where that is not available (a backward graph compiled later)."""
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
         from torch.nn import Module
 
         tx = InstructionTranslator.current_tx()
         code = tx.f_code
-        first = tx.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+        if code.co_argcount:
+            first = tx.f_locals.get(code.co_varnames[0])
+        elif code.co_flags & inspect.CO_VARARGS:  # wrapper(*args): a decorated forward's self is args[0]
+            first = (tx.f_locals.get(code.co_varnames[code.co_kwonlyargcount]) or (None,))[0]
+        else:
+            return
     except Exception:
         return
     if isinstance(first, Module) and COMPILED_ROOTS.path(first) is None and NAMES.path(first) is None:
