@@ -213,66 +213,54 @@ def test_compiled_bound_methods_name_their_model_as_framework_runners_compile_it
 
 def test_a_forward_compiled_by_its_decorator_names_its_module_from_the_frame():
     """``@torch.compile`` on a module's ``forward`` compiles a plain function: the module whose
-    frame dynamo compiles (its first argument, read from dynamo's record of the frame) is the
-    root its kernels' paths are named from, unless something named it already; a frame whose
-    first argument is no module names nothing."""
+    frame dynamo compiles (its first argument, or ``args[0]`` of a ``wrapper(*args)``
+    decorator, read from dynamo's record of the frame) is the root its kernels' paths are
+    named from, unless something named it already; a frame whose first argument is no module
+    names nothing."""
     torch = pytest.importorskip("torch")
     from perfetto_graph_ann.capture.modules import COMPILED_ROOTS
 
     seen = []
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = torch.nn.Linear(4, 4)
+    def wrapped(fn):
+        def wrapper(*args, **kwargs):  # transformers' decorators: self is args[0]
+            return fn(*args, **kwargs)
+        return wrapper
 
-        @torch.compile(backend=_stack_reader(seen))
-        def forward(self, x):
-            return torch.relu(self.a(x))
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.b = Block()
-
-        def forward(self, x):
-            return self.b(x)
-
-    assert C.install_roots()
-    try:
-        torch._dynamo.reset()
-        alone = Block()
-        alone(torch.randn(2, 4))
-        stacks = [stack for _, op, stack in seen if op == "call_function"]
-        assert stacks == [(("a", "Linear"),)] and COMPILED_ROOTS.path(alone) == ("Block", 0, None)
-        seen.clear()
-
-        def wrapped(fn):
-            def wrapper(*args, **kwargs):  # transformers' decorators: self is args[0]
-                return fn(*args, **kwargs)
-            return wrapper
-
-        class Wrapped(torch.nn.Module):
+    def block(decorate=lambda fn: fn):
+        class Block(torch.nn.Module):
             def __init__(self):
                 super().__init__()
                 self.a = torch.nn.Linear(4, 4)
 
             @torch.compile(backend=_stack_reader(seen))
-            @wrapped
+            @decorate
             def forward(self, x):
                 return torch.relu(self.a(x))
+        return Block
 
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b = block()()
+
+        def forward(self, x):
+            return self.b(x)
+
+    def stacks_of(model):
         torch._dynamo.reset()
-        w = Wrapped()
-        w(torch.randn(2, 4))
-        stacks = [stack for _, op, stack in seen if op == "call_function"]
-        assert stacks == [(("a", "Linear"),)] and COMPILED_ROOTS.path(w) == ("Wrapped", 0, None)
+        model(torch.randn(2, 4))
+        out = [stack for _, op, stack in seen if op == "call_function"]
         seen.clear()
-        net = Net()
+        return out
+
+    assert C.install_roots()
+    try:
+        alone, w, net = block()(), block(wrapped)(), Net()
+        assert stacks_of(alone) == [(("a", "Linear"),)] and COMPILED_ROOTS.path(alone) == ("Block", 0, None)
+        assert stacks_of(w) == [(("a", "Linear"),)] and COMPILED_ROOTS.path(w) == ("Block", 0, None)
         COMPILED_ROOTS.add_root(net)  # named first, as torch.compile(net) would: its block is below the root
-        torch._dynamo.reset()
-        net(torch.randn(2, 4))
-        stacks = [stack for _, op, stack in seen if op == "call_function"]
+        stacks = stacks_of(net)
         assert stacks and all(stack is None for stack in stacks) and COMPILED_ROOTS.path(net.b) == ("b", 1, None)
     finally:
         C.uninstall_roots()
