@@ -207,8 +207,24 @@ def test_compiled_bound_methods_name_their_model_as_framework_runners_compile_it
     assert stacks(seen) and all(stack is None for stack in stacks(seen)) and COMPILED_ROOTS.path(model) is None
     assert stacks(below) and all(stack is None for stack in stacks(below))
     assert C.bound_module(lambda: None, torch.nn.Module) is None and C.bound_module(model, torch.nn.Module) is None
-    from torch._dynamo.eval_frame import _TorchDynamoContext
-    assert not hasattr(_TorchDynamoContext.__dict__["__call__"], "__wrapped__")  # put back
+    from torch._dynamo import eval_frame
+    assert not hasattr(eval_frame._TorchDynamoContext.__dict__["__call__"], "__wrapped__")  # put back
+
+
+def test_a_torch_without_the_compile_entry_still_names_compiled_models(monkeypatch):
+    """Where ``_TorchDynamoContext.__call__`` is not as expected (a later torch), the bound
+    method naming stands back and the other roots (``OptimizedModule``, ``nn.Module.compile``)
+    are still installed."""
+    pytest.importorskip("torch")
+    from torch._dynamo import eval_frame
+
+    monkeypatch.delattr(eval_frame, "_TorchDynamoContext")
+    assert C.install_roots()
+    try:
+        assert [(cls.__name__, name) for cls, name in C._ROOT_WRAPS] == [("OptimizedModule", "__init__"),
+                                                                      ("Module", "compile")]
+    finally:
+        C.uninstall_roots()
 
 
 def test_a_forward_compiled_by_its_decorator_names_its_module_from_the_frame():

@@ -387,15 +387,19 @@ def install_roots() -> bool:
             return True
         try:
             from torch import nn
-            from torch._dynamo.eval_frame import OptimizedModule, _TorchDynamoContext
+            from torch._dynamo import eval_frame
 
-            init, compile_ = OptimizedModule.__dict__["__init__"], nn.Module.__dict__["compile"]
-            wrap_fn = _TorchDynamoContext.__dict__["__call__"]
-            if not (callable(init) and callable(compile_) and callable(wrap_fn)):
-                raise AttributeError("OptimizedModule.__init__ / nn.Module.compile / _TorchDynamoContext.__call__")
+            init = eval_frame.OptimizedModule.__dict__["__init__"]
+            compile_ = nn.Module.__dict__["compile"]
+            if not (callable(init) and callable(compile_)):
+                raise AttributeError("OptimizedModule.__init__ / nn.Module.compile")
         except Exception as e:
             CODEGEN.failed = f"torch.compile's module classes are not as expected ({e}): compiled code gets no module paths"
             return False
+        # compiled bound methods (SGLang's and vLLM's calls): where this entry is not as expected,
+        # the other roots still are
+        context = getattr(eval_frame, "_TorchDynamoContext", None)
+        wrap_fn = getattr(context, "__dict__", {}).get("__call__")
 
         def __init__(self, *args, **kwargs):
             init(self, *args, **kwargs)
@@ -409,9 +413,10 @@ def install_roots() -> bool:
             _add_root(bound_module(fn, nn.Module))
             return wrap_fn(self, fn, *args, **kwargs)
 
-        for cls, name, orig, new in ((OptimizedModule, "__init__", init, __init__),
-                                     (nn.Module, "compile", compile_, compile),
-                                     (_TorchDynamoContext, "__call__", wrap_fn, __call__)):
+        wraps = [(eval_frame.OptimizedModule, "__init__", init, __init__), (nn.Module, "compile", compile_, compile)]
+        if callable(wrap_fn):
+            wraps.append((context, "__call__", wrap_fn, __call__))
+        for cls, name, orig, new in wraps:
             new.__wrapped__, new.__name__, new.__qualname__ = orig, name, getattr(orig, "__qualname__", name)
             new.__doc__ = orig.__doc__
             setattr(cls, name, new)
