@@ -44,6 +44,7 @@ def test_dynamo_module_keys(key, want):
     ("L['fn'].__closure__[1].cell_contents.__self__.model.layers.0", ("model", "layers", "0")),
     ("L['func'].__self__", ()),
     ("L['fn'].__closure__[0].cell_contents.fc", ("fc",)),  # a closure cell: from its contents
+    ("L['self'].run.__self__.fc", ("run", "__self__", "fc")),  # not leading: an attribute path (refused by depth)
     ("getattr(L['self'], 'x')", None),  # a form not read: unknown, never guessed
     ("layers.0", None),
 ])

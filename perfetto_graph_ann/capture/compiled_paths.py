@@ -54,6 +54,7 @@ Resolve = Callable[[str], Optional[Tuple[str, str, int]]]
 _LOCAL = re.compile(r"""^(?:[LG]\[(?:'[^']*'|"[^"]*")\]|self)(?:\[(?:\d+|'[^']*'|"[^"]*")\])*""")
 #: Steps of a source text from a bound method or a closure cell to the object it holds.
 _BOUND_STEPS = frozenset({"__self__", "cell_contents"})
+_REACH_STEPS = _BOUND_STEPS | {"__closure__", "__wrapped__", "__func__", "func"}  # func: functools.partial
 _PART = re.compile(r"""\.(\w+)|\[(?:'([^']*)'|"([^"]*)"|(\d+))\]""")
 
 
@@ -75,7 +76,9 @@ def frame_relative(raw: str) -> Optional[Tuple[str, ...]]:
     A compiled bound method reached through a decorator's closure
     (``L['fn'].__closure__[1].cell_contents.__self__.model``: ``torch.no_grad()(model.forward)``)
     is read from the object it is bound to, and a closure cell from its contents: the path
-    starts after the last ``__self__`` or ``cell_contents`` step."""
+    starts after the last ``__self__`` or ``cell_contents`` step of the text's leading run of
+    such steps (a step of that kind further on is read as an attribute, so the depth check
+    refuses it)."""
     m = _LOCAL.match(raw)
     if m is None:
         return None
@@ -87,7 +90,12 @@ def frame_relative(raw: str) -> Optional[Tuple[str, ...]]:
             return None
         parts.append(next(g for g in p.groups() if g is not None))
         rest = rest[p.end():]
-    cut = max((i + 1 for i, part in enumerate(parts) if part in _BOUND_STEPS), default=0)
+    cut = 0
+    for i, part in enumerate(parts):  # only a leading run of closure / bound-method steps
+        if part not in _REACH_STEPS and not part.isdigit():
+            break
+        if part in _BOUND_STEPS:
+            cut = i + 1
     return tuple(parts[cut:])
 
 
