@@ -46,8 +46,8 @@ from .compiled_paths import Item, Recorded
 from .marks import mark_kernels
 from .modules import COMPILED_ROOTS, NAMES
 
-__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "UNRECORDED_WARNING", "bound_module", "install", "install_roots", "uninstall",
-           "uninstall_roots"]
+__all__ = ["CODEGEN", "EXTERN", "OUTPUTS", "RUNTIME", "Regions", "UNRECORDED_WARNING", "bound_module", "install",
+           "install_roots", "uninstall", "uninstall_roots"]
 
 #: The field of the scopes around watched extern calls (dropped once the table is read).
 EXTERN = "compiled extern call"

@@ -17,6 +17,10 @@ import sys
 
 __all__ = ["FRESH_COMPILE", "build_env", "is_site_dir", "register", "run"]
 
+#: Set by ``--fresh-compile`` (where unset): inductor's caches off, and vLLM's cache of compiled
+#: graphs, so that compiled code is generated, and recorded, in the program.
+FRESH_COMPILE = ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "VLLM_DISABLE_COMPILE_CACHE")
+
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -60,8 +64,8 @@ def build_env(args: argparse.Namespace, environ=None) -> dict:
     from ..capture.modules import ModuleScopes
     from ..errors import InputError
 
-    if (args.max_depth is not None or args.include or args.exclude or getattr(args, "fresh_compile", False)) \
-            and not args.modules:
+    fresh = getattr(args, "fresh_compile", False)  # a Namespace built by a caller may lack it
+    if (args.max_depth is not None or args.include or args.exclude or fresh) and not args.modules:
         raise InputError(None, "--max-depth, --include, --exclude and --fresh-compile need --modules")
     if args.modules:
         ModuleScopes(args.max_depth, tuple(args.include), tuple(args.exclude))  # checks them
@@ -77,15 +81,11 @@ def build_env(args: argparse.Namespace, environ=None) -> dict:
         paths.append(pkg_root)  # a checkout: the package must import in the program too
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env[settings.RUN.name] = cfg.to_env()
-    if getattr(args, "fresh_compile", False):
+    if fresh:
         for name in FRESH_COMPILE:
             env.setdefault(name, "1")
     return env
 
-
-#: Set by ``--fresh-compile`` (where unset): inductor's caches off, and vLLM's cache of compiled
-#: graphs, so that compiled code is generated, and recorded, in the program.
-FRESH_COMPILE = ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "VLLM_DISABLE_COMPILE_CACHE")
 
 
 def is_site_dir(path: str, site_dirs=None) -> bool:
