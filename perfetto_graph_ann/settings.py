@@ -19,10 +19,11 @@ from typing import Callable, Dict, Optional, Tuple, Union
 
 from .errors import SettingError
 
-__all__ = ["ALLOW_DOWNLOAD", "count_or_off", "DETACH_CUPTI_MS", "environment", "FALSE_WORDS", "Getenv", "getenv", "markdown_table",
-           "MARKERS_FROM", "NO_EXTENSION", "NODE", "NODE_WATCH", "OFF_WORDS", "parse_switch", "PROGRESS", "PURE_PYTHON", "raw",
-           "RAY_ADDRESS", "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL",
-           "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES", "WARM_CUPTI"]
+__all__ = ["ALLOW_DOWNLOAD", "COMPILE_RECORDS", "count_or_off", "DETACH_CUPTI_MS", "environment", "FALSE_WORDS",
+           "Getenv", "getenv", "INDUCTOR_CACHE_DIR", "markdown_table", "MARKERS_FROM", "NO_EXTENSION", "NODE",
+           "NODE_WATCH", "OFF_WORDS", "parse_switch", "path_or_off", "PROGRESS", "PURE_PYTHON", "raw", "RAY_ADDRESS",
+           "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL", "TRUE_WORDS",
+           "UI_DIR", "Value", "VERIFY_SCOPES", "WARM_CUPTI"]
 
 #: Reads one variable of the process environment (the default reader; the capture passes
 #: its compiled ``getenv``, which sees the same values).
@@ -103,11 +104,21 @@ RUN = Setting(
 RAY_ADDRESS = Setting(
     "RAY_ADDRESS", "address", None,
     "Ray's own variable: the cluster `fleet --ray` / `executor=\"ray\"` joins when no address is given")
+COMPILE_RECORDS = Setting(
+    "PERFETTO_GRAPH_ANN_COMPILE_RECORDS", "path or off", None,
+    "under module scopes: the folder where the launches of each graph inductor generates are kept with their "
+    "modules, so that the same graph loaded later from inductor's cache gets the same module paths; `off`: "
+    "keep none. Unset: `perfetto_graph_ann/` in inductor's cache folder")
+INDUCTOR_CACHE_DIR = Setting(
+    "TORCHINDUCTOR_CACHE_DIR", "path", None,
+    "inductor's own variable: its cache folder (read, never set, to place compile records beside it; unset: "
+    "inductor's default)")
 
 #: Every setting, in the README's order.
 SETTINGS: Tuple[Setting, ...] = (
     TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
-    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, RUN, RAY_ADDRESS,
+    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, RUN, RAY_ADDRESS, COMPILE_RECORDS,
+    INDUCTOR_CACHE_DIR,
 )
 
 
@@ -151,6 +162,15 @@ def switch(setting: Setting, env: Optional[Getenv] = None) -> bool:
 def text(setting: Setting, env: Optional[Getenv] = None) -> Optional[str]:
     """The value of a ``path`` or ``address`` setting as given, or None when unset or empty."""
     return raw(setting, env)[1]
+
+
+def path_or_off(setting: Setting, env: Optional[Getenv] = None) -> Tuple[bool, Optional[str]]:
+    """The value of a ``path or off`` setting: ``(True, None)`` for :data:`OFF_WORDS` (any case),
+    else ``(False, path)`` (None: unset or blank, the caller's default applies)."""
+    value = raw(setting, env)[1]
+    if value is not None and value.strip().lower() in OFF_WORDS:
+        return True, None
+    return False, value if value and value.strip() else None
 
 
 def count_or_off(setting: Setting, env: Optional[Getenv] = None) -> Optional[int]:

@@ -465,23 +465,27 @@ def test_compiled_code_not_generated_while_watched_is_said_once_and_never_raises
     assert C.CODEGEN.warned
 
 
-def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, monkeypatch):
-    """A real inductor compile on CPU: each ``mm`` of the two-layer MLP is recorded with its
-    Linear's path, forward and backward, in launch order; CPU kernels (generated outside the
-    GPU scheduling) have no origin rather than a guessed one."""
+def _inductor_in(tmp_path, monkeypatch, caches: bool = False):
+    """torch with inductor's cache, precompiled headers and compile records under ``tmp_path``
+    (caches off unless ``caches``)."""
     torch = pytest.importorskip("torch")
     import tempfile
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # inductor's precompiled headers: default dir
-    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    if not caches:
+        monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    monkeypatch.delenv("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", raising=False)
     import torch._inductor.compile_fx  # noqa: F401
     from torch._inductor import codecache
 
     for name, sub in (("_HEADER_DIR", "headers"), ("_HEADER_LOCK_DIR", "headers/locks")):
         if hasattr(codecache, name):  # set when codecache was first imported, maybe by another test
             monkeypatch.setattr(codecache, name, str(tmp_path / sub))
+    return torch
 
+
+def _two_block_net(torch):
     class Block(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -500,17 +504,32 @@ def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, mo
                 x = layer(x)
             return x
 
+    return Net
+
+
+def _compiled_step(torch, model):
+    """Compile ``model`` (dynamo reset first), run one forward and backward; the launch
+    sequences recorded or recovered meanwhile, forward first (code loaded again from the same
+    file compares equal to the first load's: the table is emptied first)."""
+    C.CODEGEN.by_code.clear()
+    torch._dynamo.reset()
+    net = torch.compile(model)
+    net(torch.randn(4, 16, requires_grad=True)).sum().backward()
+    return sorted(C.CODEGEN.by_code.values(), key=lambda r: r.backward)
+
+
+def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, monkeypatch):
+    """A real inductor compile on CPU: each ``mm`` of the two-layer MLP is recorded with its
+    Linear's path, forward and backward, in launch order; CPU kernels (generated outside the
+    GPU scheduling) have no origin rather than a guessed one."""
+    torch = _inductor_in(tmp_path, monkeypatch)
     assert C.install() and C.install_roots()
     try:
-        torch._dynamo.reset()
-        net = torch.compile(Net())
-        net(torch.randn(4, 16, requires_grad=True)).sum().backward()
-        recs = list(C.CODEGEN.by_code.values())[-2:]
+        fwd, bwd = _compiled_step(torch, _two_block_net(torch)())
     finally:
         C.uninstall()
         C.uninstall_roots()
         torch._dynamo.reset()
-    fwd, bwd = sorted(recs, key=lambda r: r.backward)
     assert not fwd.backward and bwd.backward
     externs = [i.stack[-1][0] for i in fwd.items if i.kind == "extern"]
     assert externs == ["layers.0.fc1", "layers.0.fc2", "layers.1.fc1", "layers.1.fc2"]
@@ -520,6 +539,38 @@ def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, mo
     assert len(named) >= 4 and set(named) <= set(externs) | {"layers.0", "layers.1"}
     assert {"layers.0.fc2", "layers.1.fc2"} <= set(named)
     assert all(i.stack == () and not i.exact for i in fwd.items + bwd.items if i.kind == "kernel")
+
+
+def test_a_graph_loaded_from_inductors_cache_gets_the_launches_its_compile_record_kept(tmp_path, monkeypatch):
+    """A warm start: the second compile of the same model (a new instance, dynamo reset) loads
+    both graphs from inductor's caches, generating nothing; their compile records give each
+    launch the very module its first compile recorded, named from the new instance. A model
+    whose modules differ finds no record, and records can be turned off."""
+    torch = _inductor_in(tmp_path, monkeypatch, caches=True)
+    from torch._dynamo.utils import counters
+
+    folder = tmp_path / "inductor" / "perfetto_graph_ann"
+    Net = _two_block_net(torch)
+    assert C.install() and C.install_roots()
+    try:
+        first = _compiled_step(torch, Net())
+        kept = sorted(p.name for p in folder.iterdir())
+        recovered, hits = C.CODEGEN.recovered, counters["aot_autograd"]["autograd_cache_hit"]
+        again = _compiled_step(torch, Net())
+        assert counters["aot_autograd"]["autograd_cache_hit"] == hits + 1  # loaded, not generated
+        assert C.CODEGEN.recovered == recovered + 2
+        assert sorted(p.name for p in folder.iterdir()) == kept  # nothing new written
+        monkeypatch.setenv("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", "off")
+        off = _compiled_step(torch, Net())
+    finally:
+        C.uninstall()
+        C.uninstall_roots()
+        torch._dynamo.reset()
+    assert len(kept) == 2 and [r.backward for r in first] == [False, True]
+    assert again == first  # every launch: kind, kernel name, module path, exactness, extern callable
+    assert [i.stack[-1][0] for i in again[0].items if i.kind == "extern"] == [
+        "layers.0.fc1", "layers.0.fc2", "layers.1.fc1", "layers.1.fc2"]
+    assert off == [] and C.CODEGEN.recovered == recovered + 2  # off: the cache hit recovers nothing
 
 
 def test_the_join_counts_compiled_kernels_by_how_their_module_is_known():

@@ -16,8 +16,12 @@ Three parts, all installed by ``instrument(modules=...)``:
   ``GraphLowering.compile_to_module`` and ``CompiledFxGraph.__init__``): every kernel launch,
   extern call and possibly-launching wrapper line is recorded with the module of the FX nodes it
   computes, per wrapper function (the graph's ``call`` and each partition). Nothing is changed in
-  what inductor writes; the wraps only read their arguments. A graph loaded from inductor's
-  caches was never generated here, so its kernels get the compiled region's name only.
+  what inductor writes; the wraps only read their arguments. Each graph's launches are also
+  kept on disk as a compile record (:mod:`.compile_records`), portable between processes.
+- **When inductor loads a graph from its cache** (``CompiledFxGraph.after_deserialization``):
+  the graph was never generated here; its compile record, where one was kept, gives its
+  launches, their origins named in this process. Without one its kernels get the compiled
+  region's name only (and the process is warned once).
 - **While a graph is captured** (``capture_started`` / ``capture_ended``): a capture that
   began inside a compiled graph's call (``mode="reduce-overhead"``: cudagraph trees capture
   one wrapper function each) is that graph's region as a whole; a compiled graph called inside
@@ -39,8 +43,10 @@ import threading
 import types
 import warnings
 import weakref
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from . import compile_records as records
 from . import compiled_paths as paths
 from .compiled_paths import Item, Recorded
 from .marks import mark_kernels
@@ -84,6 +90,8 @@ class _Codegen:
         #: compiled graphs run in a capture that were not generated while watched (cache hits)
         self.unrecorded = 0
         self.warned = False
+        #: compiled graphs loaded from inductor's cache whose launches a compile record gave
+        self.recovered = 0
 
     def _inside(self) -> int:
         return getattr(self._local, "inside", 0)
@@ -98,7 +106,7 @@ class _Codegen:
         rec = self.graphs.get(graph)
         if rec is None:
             try:
-                rec = self.graphs[graph] = {"order": [], "items": [], "names": {}}
+                rec = self.graphs[graph] = {"order": [], "items": [], "names": {}, "launches": []}
             except TypeError:
                 return
         wid = id(wrapper)
@@ -111,16 +119,19 @@ class _Codegen:
             resolve = rec["resolve"] = _resolver()
         last = getattr(self._local, "stack_of", None)  # a node's "other" lines: its stack once
         if last is not None and last[0] is node and node is not None:
-            stack, exact = last[1]
+            origins, named = last[1]
         else:
-            stack, exact = _node_stack(node, resolve)
-            self._local.stack_of = (node, (stack, exact))
+            origins, keys = _origins(node)
+            named = records.stack_of(records.Launch(kind, None, None, origins), keys, resolve)
+            self._local.stack_of = (node, (origins, named))
         call = None
         if kind == "extern" and node:
             call = getattr(getattr(node[0], "node", None), "python_kernel_name", None)
-        item = Item(kind, name, stack, exact, call if isinstance(call, str) else None)
+            call = call if isinstance(call, str) else None
+        item = Item(kind, name, named.stack, named.exact, call)
         rec[wid].append(item)
         rec["items"].append(item)
+        rec["launches"].append((rec["order"].index(wid), records.Launch(kind, name, call, origins)))
 
     def _node(self) -> Any:
         """The scheduler nodes whose code is being generated now (None: not known)."""
@@ -200,9 +211,24 @@ class _Codegen:
                     if len(cands) > 1:
                         cands = (Recorded(tuple(rec["items"]), backward),) + cands
                 OUTPUTS.set(out, region, cands)
+                if rec is not None:
+                    _keep_record(out, rec, backward)
             except Exception:
                 pass
         return __init__
+
+    def loaded(self, orig: Callable) -> Callable:
+        """``CompiledFxGraph.after_deserialization``: a graph loaded from inductor's cache gets
+        the launches its compile record kept (:func:`_recover`)."""
+        def after_deserialization(out, *args, **kwargs):
+            result = orig(out, *args, **kwargs)
+            try:
+                if OUTPUTS.get(out) is None and _recover(out):
+                    self.recovered += 1
+            except Exception:
+                pass
+            return result
+        return after_deserialization
 
 
 def _resolver() -> paths.Resolve:
@@ -245,10 +271,12 @@ def _name_frame_module() -> None:
         _add_root(first)
 
 
-def _node_stack(nodes: Optional[Sequence[Any]], resolve: paths.Resolve) -> Tuple[paths.Stack, bool]:
-    """The deepest module common to scheduler nodes' FX origins, and whether all agree."""
+def _origins(nodes: Optional[Sequence[Any]]) -> Tuple[Optional[Tuple[records.Origin, ...]], Dict[str, str]]:
+    """The module stacks of scheduler nodes' FX origins, as dynamo wrote them (views left out
+    where anything else is there), and dynamo's key for each source text in them; ``(None,
+    {})`` where none is known."""
     if not nodes:
-        return (), False
+        return None, {}
     origins: List[Any] = []
     try:
         for node in nodes:
@@ -256,18 +284,125 @@ def _node_stack(nodes: Optional[Sequence[Any]], resolve: paths.Resolve) -> Tuple
                 ir = getattr(sn, "node", None)
                 origins.extend(getattr(ir, "origins", ()) or ())
     except Exception:
-        return (), False
+        return None, {}
     computing = [o for o in origins if not _is_view(o)]
-    stacks = []
+    metas = []
     for o in computing or origins:
         meta = getattr(o, "meta", {}) or {}
         raw = meta.get("nn_module_stack")
-        if raw is None:
-            raw = meta.get("fwd_nn_module_stack")
-        stacks.append(paths.module_stack(raw, resolve))
-    if not stacks:
-        return (), False
-    return paths.common_stack(stacks)
+        metas.append(meta.get("fwd_nn_module_stack") if raw is None else raw)
+    if not metas:
+        return None, {}
+    return tuple(records.origin_of(m) for m in metas), records.keys_of(metas)
+
+
+def _traced_nodes() -> Optional[List[Any]]:
+    """The nodes of the FX graph dynamo traced and is compiling now; None outside a compile (a
+    backward graph compiled at its first run)."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return list(InstructionTranslator.current_tx().output.graph.nodes)
+    except Exception:
+        return None
+
+
+def _compile_id() -> Any:
+    try:
+        import torch._guards as guards
+
+        return guards.CompileContext.current_compile_id()
+    except Exception:
+        return None
+
+
+#: compile id -> the fingerprint of the graph dynamo traced for it: a backward graph that AOT
+#: autograd compiles at its first run (outside dynamo's compile, in the forward's compile id)
+#: is recorded under its forward's traced graph, as it is found when both load from a cache.
+_FINGERPRINTS: "OrderedDict[Any, str]" = OrderedDict()
+_FINGERPRINTS_KEPT = 4096
+
+
+def _fingerprint(nodes: Optional[List[Any]]) -> Optional[str]:
+    """The traced graph's fingerprint (:func:`.compile_records.graph_fingerprint`), else the one
+    of the forward graph compiled under the same compile id."""
+    cid = _compile_id()
+    if nodes is None:
+        return _FINGERPRINTS.get(str(cid)) if cid is not None else None
+    fingerprint = records.graph_fingerprint(nodes)
+    if cid is not None and fingerprint is not None:
+        _FINGERPRINTS[str(cid)] = fingerprint
+        _FINGERPRINTS.move_to_end(str(cid))
+        while len(_FINGERPRINTS) > _FINGERPRINTS_KEPT:
+            _FINGERPRINTS.popitem(last=False)
+    return fingerprint
+
+
+def _record_path(out: Any, nodes: Optional[List[Any]]) -> Optional[str]:
+    """Where the compile record of the compiled graph ``out`` traced as ``nodes`` is; None
+    where records are off or it has no such place."""
+    source = getattr(out, "source_code", None)
+    if not isinstance(source, str):
+        return None
+    fingerprint = _fingerprint(nodes)
+    folder = records.directory(_inductor_cache)
+    if fingerprint is None or folder is None:
+        return None
+    return records.record_path(folder, source, fingerprint)
+
+
+def _inductor_cache() -> str:
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return default_cache_dir()
+
+
+def _keep_record(out: Any, rec: Dict[Any, Any], backward: bool) -> None:
+    """Write the compile record of a graph inductor has just generated (once per code and
+    traced graph); nothing where it cannot be placed or written."""
+    path = _record_path(out, _traced_nodes())
+    if path is None or os.path.exists(path):
+        return
+    try:
+        records.save(path, backward, [rec["names"][w] for w in rec["order"]], rec["launches"])
+    except Exception:
+        pass
+
+
+def _recover(out: Any) -> bool:
+    """Give a compiled graph loaded from inductor's cache the launches of its compile record,
+    its origins named in this process (the modules of the graph dynamo has just traced);
+    False where there is no usable record."""
+    nodes = _traced_nodes()
+    path = _record_path(out, nodes)
+    found = records.load(path) if path is not None else None
+    if found is None or nodes is None:
+        return False
+    backward, names, launches = found
+    keys = records.keys_of(getattr(n, "meta", {}).get("nn_module_stack") for n in nodes)
+    resolve = _resolver()
+    items = [(fi, records.stack_of(ln, keys, resolve)) for fi, ln in launches]
+    per = [Recorded(tuple(it for fi, it in items if fi == k), backward) for k in range(len(names))]
+    for name, recorded in zip(names, per):
+        code = getattr(_wrapper_function(out, name), "__code__", None)
+        if code is not None:
+            CODEGEN.by_code[code] = recorded
+    cands = tuple(per)
+    if len(cands) > 1:
+        cands = (Recorded(tuple(it for _, it in items), backward),) + cands
+    OUTPUTS.set(out, _region_name(None, None) + (" backward" if backward else ""), cands)
+    return True
+
+
+def _wrapper_function(out: Any, name: str) -> Any:
+    """The loaded code's wrapper function ``name`` (``call``, a partition): an attribute of
+    the object whose method ``call`` is, else a global of ``call``'s module."""
+    call = getattr(out, "current_callable", None)
+    owner = getattr(call, "__self__", None)
+    fn = getattr(owner, name, None) if owner is not None else None
+    if fn is None:
+        fn = (getattr(call, "__globals__", None) or {}).get(name)
+    return fn
 
 
 #: aten ops that compute nothing (a view, a reshape of one): an FX node of one is in a kernel's
@@ -299,13 +434,8 @@ def _quiet(line: Any) -> bool:
 def _region_name(given: Optional[str], graph: Any) -> str:
     name = given
     if not name:
-        try:
-            import torch._guards as guards
-
-            cid = guards.CompileContext.current_compile_id()
-            name = f"torch.compile [{cid}]" if cid is not None else None
-        except Exception:
-            name = None
+        cid = _compile_id()
+        name = f"torch.compile [{cid}]" if cid is not None else None
     name = name or "torch.compile"
     return name + (" backward" if getattr(graph, "is_backward", False) else "")
 
@@ -357,6 +487,8 @@ def install() -> bool:
             for cls, name, _ in targets:
                 if not callable(cls.__dict__.get(name)):
                     raise AttributeError(f"{cls.__name__}.{name}")
+            if callable(oc.CompiledFxGraph.__dict__.get("after_deserialization")):  # cache hits: optional
+                targets.append((oc.CompiledFxGraph, "after_deserialization", CODEGEN.loaded))
         except Exception as e:
             CODEGEN.failed = f"inductor's code generation is not as expected ({e}): compiled code gets no module paths"
             return False
@@ -566,9 +698,10 @@ class _Runtime:
 #: What a capture of compiled code whose generation was not seen is told, once a process.
 UNRECORDED_WARNING = (
     "perfetto_graph_ann: a torch.compile graph ran inside a CUDA graph capture, but its code was not generated "
-    "while instrumented (inductor loaded it from its cache, or it was compiled before instrument()): its kernels "
-    "keep the compiled region's name and get no module path. For module paths compile afresh: "
-    "`perfetto-graph-ann run --modules --fresh-compile` (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1).")
+    "while instrumented and no compile record of it was found (inductor loaded it from a cache filled without "
+    "module scopes, or it was compiled before instrument()): its kernels keep the compiled region's name and get "
+    "no module path. For module paths compile afresh once: `perfetto-graph-ann run --modules --fresh-compile` "
+    "(TORCHINDUCTOR_FORCE_DISABLE_CACHES=1); its records then serve later runs that load from the cache.")
 
 
 def _warn_unrecorded() -> None:

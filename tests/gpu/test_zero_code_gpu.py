@@ -204,30 +204,58 @@ def test_runner_capturing_compiled_code(tmp_path, results, mode):
     compiled_run_is_right(tmp_path, results, f"zero_code_{mode}", mode, graphs=3)
 
 
-def test_compiled_code_from_inductors_cache_is_said_and_fresh_compile_names_it(tmp_path, results):
-    """The same runner_compiled program three times with one inductor cache: the first run
-    generates (and records) the code; the second loads it from the cache, so its compiled
-    kernels keep the region's name only and the program is warned once; the third, under
-    ``run --fresh-compile``, generates it again and gets module paths."""
+def labels_in_order(trace, layout) -> list:
+    """Every graphed kernel's (name, module path, module origin), in start order."""
+    return [(e.name, layout.placements[e.index].args.get("module", ""),
+             layout.placements[e.index].args.get("module origin", "none"))
+            for e in sorted(trace.events, key=lambda e: (e.ts_ns, e.index))
+            if e.is_gpu_work and e.category == "kernel" and e.index in layout.placements]
+
+
+def test_compiled_code_from_inductors_cache_gets_its_compile_records_paths(tmp_path, results):
+    """The same runner_compiled program four times with one inductor cache:
+
+    - ``filled``: the cache filled with compile records off (as a run without module scopes, or
+      before this package kept records, fills it);
+    - ``unrecorded``: the code loaded from the cache, no record of it: the compiled kernels keep
+      the region's name only and the program is warned once;
+    - ``fresh``: ``run --fresh-compile`` generates the code again (and keeps its records);
+    - ``hit``: loaded from the cache again, its records found: every kernel gets the very label
+      the fresh compile gave it, in order, and no warning; checked against the eager truth too."""
     from perfetto_graph_ann.capture.compiled import UNRECORDED_WARNING
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
+    runs = {}
     try:
-        runs = {name: run_instrumented(tmp_path / name, "runner_compiled", "--modules", *extra)
-                for name, extra in (("first", ()), ("hit", ()), ("fresh", ("--fresh-compile",)))}
+        for name, extra, records in (("filled", (), "off"), ("unrecorded", (), None),
+                                     ("fresh", ("--fresh-compile",), None), ("hit", (), None)):
+            if records:
+                os.environ["PERFETTO_GRAPH_ANN_COMPILE_RECORDS"] = records
+            try:
+                runs[name] = run_instrumented(tmp_path / name, "runner_compiled", "--modules", *extra)
+            finally:
+                os.environ.pop("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", None)
     finally:
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
     said = {name: cp.stderr.count(UNRECORDED_WARNING.split(":", 1)[1].strip()[:60]) for name, cp in runs.items()}
-    kinds = {}
+    kinds, labels = {}, {}
     for name in runs:
         trace, layout, _ = joined(tmp_path / name, "runner")
         kinds[name] = dict(kernel_kinds(trace, layout, lambda a: a.get("module origin", "none")))
-    results["zero_code_inductor_cache"] = {"warned": said, "kinds": kinds}
+        labels[name] = labels_in_order(trace, layout)
+    res, wrong, hit_kinds, _ = compiled_against_truth(tmp_path / "hit", tag="runner")
+    same = sum(a == b for a, b in zip(labels["hit"], labels["fresh"]))
+    records = sorted(os.listdir(tmp_path / "inductor" / "perfetto_graph_ann"))
+    results["zero_code_inductor_cache"] = {"warned": said, "kinds": kinds, "hit_equal_to_fresh": same,
+                                           "kernels": len(labels["hit"]), "records": len(records),
+                                           "hit_wrong": wrong[:5]}
     print("zero_code_inductor_cache", json.dumps(results["zero_code_inductor_cache"]))
-    assert said == {"first": 0, "hit": 1, "fresh": 0}
-    assert kinds["hit"].get("unknown", 0) and not kinds["hit"].get("exact") and not kinds["hit"].get("common ancestor")
-    for name in ("first", "fresh"):
-        assert kinds[name].get("exact", 0) + kinds[name].get("common ancestor", 0) > kinds[name].get("unknown", 0)
+    assert said == {"filled": 0, "unrecorded": 1, "fresh": 0, "hit": 0}
+    u = kinds["unrecorded"]
+    assert u.get("unknown", 0) and not u.get("exact") and not u.get("common ancestor")
+    assert kinds["filled"] == kinds["fresh"]  # records off changes nothing of a generating run's labels
+    assert labels["hit"] == labels["fresh"] and not wrong
+    assert hit_kinds["exact"] + hit_kinds["common ancestor"] > hit_kinds["unknown"]
 
 
 def test_make_graphed_callables_training_step(tmp_path, results):
