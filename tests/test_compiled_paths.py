@@ -542,32 +542,44 @@ def test_inductor_codegen_is_recorded_with_each_extern_calls_module(tmp_path, mo
 
 
 def test_a_graph_loaded_from_inductors_cache_gets_the_launches_its_compile_record_kept(tmp_path, monkeypatch):
-    """A warm start: the second compile of the same model (a new instance, dynamo reset) loads
-    both graphs from inductor's caches, generating nothing; their compile records give each
-    launch the very module its first compile recorded, named from the new instance. A model
-    whose modules differ finds no record, and records can be turned off."""
+    """A warm start: a later compile of the same model (a new instance, dynamo reset) loads both
+    graphs from inductor's caches, generating nothing; their compile records give each launch
+    the very module its first compile recorded, named from the new instance. Without a record
+    (a cache filled before) nothing is recovered; a compile with inductor's caches off (``run
+    --fresh-compile``: inductor then points its cache folder at a temporary one) keeps its
+    records where they are found later; records can be turned off."""
     torch = _inductor_in(tmp_path, monkeypatch, caches=True)
     from torch._dynamo.utils import counters
 
     folder = tmp_path / "inductor" / "perfetto_graph_ann"
     Net = _two_block_net(torch)
+    hits = lambda: counters["aot_autograd"]["autograd_cache_hit"]  # noqa: E731
     assert C.install() and C.install_roots()
     try:
         first = _compiled_step(torch, Net())
         kept = sorted(p.name for p in folder.iterdir())
-        recovered, hits = C.CODEGEN.recovered, counters["aot_autograd"]["autograd_cache_hit"]
+        for p in folder.iterdir():
+            p.unlink()
+        recovered, hit = C.CODEGEN.recovered, hits()
+        unrecorded = _compiled_step(torch, Net())
+        assert hits() == hit + 1 and C.CODEGEN.recovered == recovered  # loaded, nothing to recover
+        with monkeypatch.context() as m:  # as inductor does with its caches off: a temporary cache folder
+            m.setattr(torch._inductor.config, "force_disable_caches", True)
+            m.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))
+            fresh = _compiled_step(torch, Net())
+        assert sorted(p.name for p in folder.iterdir()) == kept  # the same records, in the same place
         again = _compiled_step(torch, Net())
-        assert counters["aot_autograd"]["autograd_cache_hit"] == hits + 1  # loaded, not generated
-        assert C.CODEGEN.recovered == recovered + 2
-        assert sorted(p.name for p in folder.iterdir()) == kept  # nothing new written
-        monkeypatch.setenv("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", "off")
+        assert hits() == hit + 2 and C.CODEGEN.recovered == recovered + 2
+        monkeypatch.setenv("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", "off")  # read when installed
+        C.uninstall()
+        assert C.install() and C.CODEGEN.records_dir is None
         off = _compiled_step(torch, Net())
     finally:
         C.uninstall()
         C.uninstall_roots()
         torch._dynamo.reset()
-    assert len(kept) == 2 and [r.backward for r in first] == [False, True]
-    assert again == first  # every launch: kind, kernel name, module path, exactness, extern callable
+    assert len(kept) == 2 and [r.backward for r in first] == [False, True] and unrecorded == []
+    assert fresh == first and again == first  # every launch: kind, kernel name, path, exactness, extern callable
     assert [i.stack[-1][0] for i in again[0].items if i.kind == "extern"] == [
         "layers.0.fc1", "layers.0.fc2", "layers.1.fc1", "layers.1.fc2"]
     assert off == [] and C.CODEGEN.recovered == recovered + 2  # off: the cache hit recovers nothing

@@ -140,8 +140,11 @@ def directory(default_cache: Any = None) -> Optional[str]:
 
 
 def record_path(folder: str, source_code: str, fingerprint: str) -> str:
-    """The record of the generated code ``source_code`` lowered from a graph of ``fingerprint``."""
-    h = hashlib.sha256(source_code.encode("utf-8", "surrogatepass"))
+    """The record of the generated code ``source_code`` lowered from a graph of ``fingerprint``.
+    Comment lines are not part of the key: inductor's name the files of its cache (``# kernel
+    path: ...``), which lie elsewhere when its caches are off or moved, for the same code."""
+    code = "\n".join(line for line in source_code.splitlines() if not line.lstrip().startswith("#"))
+    h = hashlib.sha256(code.encode("utf-8", "surrogatepass"))
     h.update(b"\0" + fingerprint.encode())
     return os.path.join(folder, h.hexdigest() + ".json")
 

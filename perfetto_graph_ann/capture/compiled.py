@@ -92,6 +92,10 @@ class _Codegen:
         self.warned = False
         #: compiled graphs loaded from inductor's cache whose launches a compile record gave
         self.recovered = 0
+        #: where compile records go (None: off), fixed at install: inductor points
+        #: TORCHINDUCTOR_CACHE_DIR at a temporary folder while its caches are off, and frameworks
+        #: (vLLM) at their own; a record is found by its content, wherever the cache is
+        self.records_dir: Optional[str] = None
 
     def _inside(self) -> int:
         return getattr(self._local, "inside", 0)
@@ -345,7 +349,7 @@ def _record_path(out: Any, nodes: Optional[List[Any]]) -> Optional[str]:
     if not isinstance(source, str):
         return None
     fingerprint = _fingerprint(nodes)
-    folder = records.directory(_inductor_cache)
+    folder = CODEGEN.records_dir
     if fingerprint is None or folder is None:
         return None
     return records.record_path(folder, source, fingerprint)
@@ -493,6 +497,7 @@ def install() -> bool:
             CODEGEN.failed = f"inductor's code generation is not as expected ({e}): compiled code gets no module paths"
             return False
         _INSTALLED[:] = [(cls, name) for cls, name, _ in targets]
+        CODEGEN.records_dir = records.directory(_inductor_cache)
         for cls, name, wrap in targets:
             orig = cls.__dict__[name]
             new = wrap(orig)
