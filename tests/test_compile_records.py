@@ -15,9 +15,12 @@ from perfetto_graph_ann.capture.compiled_paths import Item
 BLOCK, LINEAR = "Block", "Linear"
 
 
+_IDS: dict = {}
+
+
 def stack(*frames):
     """An ``nn_module_stack`` as dynamo writes it: key (the module's id) -> (source text, class)."""
-    return {str(1000 + hash(src) % 1000): (src, cls) for src, cls in frames}
+    return {_IDS.setdefault(src, str(1000 + len(_IDS))): (src, cls) for src, cls in frames}
 
 
 def node(name, *frames, op="call_function"):
@@ -69,6 +72,12 @@ def test_the_fingerprint_tells_apart_graphs_that_differ_only_in_which_module_com
     # the same code with its cache's files elsewhere (inductor's caches off or moved): one record
     assert (R.record_path("/r", "# kernel path: /tmp/a/x.py\nk = 1\n  # c\n", "f")
             == R.record_path("/r", "# kernel path: /tmp/b/x.py\nk = 1\n", "f"))
+    meta = "m = {'num_load': 2, 'force_disable_caches': %s, 'spill_threshold': 16}"
+    assert R.record_path("/r", meta % "True", "f") == R.record_path("/r", meta % "False", "f")
+    assert R.record_path("/r", meta % "True", "f") != R.record_path("/r", meta.replace("2", "3") % "True", "f")
+    # placeholders renamed while AOT autograd looks the graph up in its cache: the same graph
+    renamed = [node("p_0", op="placeholder")] + graph(FC1, FC2)[1:]
+    assert R.graph_fingerprint(renamed) == R.graph_fingerprint(graph(FC1, FC2))
     assert R.graph_fingerprint([object()]) is None  # a node without op / name: no record
 
 

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import settings
@@ -108,13 +109,15 @@ def stack_of(launch: Launch, keys: Mapping[str, str], resolve: Resolve) -> Item:
 
 def graph_fingerprint(nodes: Iterable[Any]) -> Optional[str]:
     """A hash of a traced FX graph's structure: each node's op, name and module stack (source
-    texts and class names) in order; None where a node cannot be read."""
+    texts and class names) in order; None where a node cannot be read. Placeholders' names are
+    left out: AOT autograd renames them (``p_0``, ...) while it looks the graph up in its cache."""
     h = hashlib.sha256()
     try:
         for n in nodes:
             meta = getattr(n, "meta", None) or {}
             origin = origin_of(meta.get("nn_module_stack"))
-            h.update(json.dumps([n.op, n.name, origin]).encode())
+            op = n.op
+            h.update(json.dumps([op, "" if op == "placeholder" else n.name, origin]).encode())
             h.update(b"\n")
     except Exception:
         return None
@@ -139,11 +142,18 @@ def directory(default_cache: Any = None) -> Optional[str]:
     return os.path.join(os.path.abspath(cache), "perfetto_graph_ann") if cache else None
 
 
+#: What inductor writes into its code that says where its caches are or whether they are on,
+#: not what the code launches (the H200: ``inductor_meta`` of each Triton kernel).
+_CACHE_SETTINGS = re.compile(r"""['"]force_disable_caches['"]: *(?:True|False),? *""")
+
+
 def record_path(folder: str, source_code: str, fingerprint: str) -> str:
     """The record of the generated code ``source_code`` lowered from a graph of ``fingerprint``.
-    Comment lines are not part of the key: inductor's name the files of its cache (``# kernel
-    path: ...``), which lie elsewhere when its caches are off or moved, for the same code."""
+    Not part of the key: comment lines (inductor's name the files of its cache, ``# kernel path:
+    ...``, which lie elsewhere when its caches are off or moved) and the caches' switch in each
+    kernel's ``inductor_meta`` (on in a warm start, off in ``run --fresh-compile``)."""
     code = "\n".join(line for line in source_code.splitlines() if not line.lstrip().startswith("#"))
+    code = _CACHE_SETTINGS.sub("", code)
     h = hashlib.sha256(code.encode("utf-8", "surrogatepass"))
     h.update(b"\0" + fingerprint.encode())
     return os.path.join(folder, h.hexdigest() + ".json")
