@@ -465,6 +465,34 @@ def test_compiled_code_not_generated_while_watched_is_said_once_and_never_raises
     assert C.CODEGEN.warned
 
 
+def test_inside_cudagraph_trees_capture_the_warning_waits_for_the_profiler(monkeypatch):
+    """cudagraph trees capture inside ``warnings.catch_warnings(record=True)``, which would
+    swallow the warning: a capture begun inside a compiled call defers it to the next
+    profiler's prepare (or the process's exit), said once."""
+    import warnings
+
+    from perfetto_graph_ann.capture.calibration import KINETO
+
+    monkeypatch.setattr(C.CODEGEN, "unrecorded", 1)
+    monkeypatch.setattr(C.CODEGEN, "warned", False)
+    monkeypatch.setattr(C.CODEGEN, "pending", False)
+    monkeypatch.setattr(KINETO, "on_prepare", [])
+    exits = []
+    monkeypatch.setattr(C.atexit, "register", exits.append)
+    regions = C.Regions()
+    regions.regions.append((None, "torch.compile", ()))  # the whole capture: cudagraph trees'
+    with warnings.catch_warnings(record=True) as swallowed:  # as cudagraph trees' capture
+        warnings.simplefilter("always")
+        C.RUNTIME.capture_ended(type("S", (), {"compiled": regions})())
+        C.RUNTIME.capture_ended(type("S", (), {"compiled": regions})())
+    assert swallowed == [] and C.CODEGEN.pending and len(KINETO.on_prepare) == 1 and len(exits) == 1
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        KINETO._said()  # a profiler prepared
+        exits[0]()  # the process's exit: already said
+    assert [str(w.message) for w in seen] == [C.UNRECORDED_WARNING] and KINETO.on_prepare == []
+
+
 def _inductor_in(tmp_path, monkeypatch, caches: bool = False):
     """torch with inductor's cache, precompiled headers and compile records under ``tmp_path``
     (caches off unless ``caches``)."""

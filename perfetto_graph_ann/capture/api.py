@@ -213,7 +213,7 @@ class _Capture:
                 _modules.HOOKS.capture_ended()
                 self._modules = False
             if self._compiled:
-                _compiled.RUNTIME.capture_ended()
+                _compiled.RUNTIME.capture_ended(sess)
                 self._compiled = False
             if self._installed:
                 collectives.uninstall()

@@ -86,6 +86,8 @@ class _KinetoWatch:
         self.prepared = 0
         self.installed = False
         self._lock = threading.Lock()
+        #: called (and forgotten) when a profiler is next prepared: what must be said before it
+        self.on_prepare: List[Callable[[], None]] = []
 
     def install(self) -> None:
         if self.installed:
@@ -105,12 +107,14 @@ class _KinetoWatch:
             log, clock = REPLAY_LOG, time.perf_counter_ns
 
             def _prepare_profiler(*a: Any, **k: Any) -> Any:
+                self._said()
                 self.prepared += 1
                 log.prepared()
                 WATCH.yield_to_profiler()  # CUPTI must be free when the profiler subscribes
                 return prep(*a, **k)
 
             def _enable_profiler(*a: Any, **k: Any) -> Any:
+                self._said()
                 WATCH.yield_to_profiler()
                 if not log.recording:
                     log.prepared()
@@ -131,6 +135,14 @@ class _KinetoWatch:
             tap._prepare_profiler, tap._disable_profiler = _prepare_profiler, _disable_profiler
             if enable is not None:
                 tap._enable_profiler = _enable_profiler
+
+
+    def _said(self) -> None:
+        while self.on_prepare:
+            try:
+                self.on_prepare.pop(0)()
+            except Exception:
+                pass
 
 
 KINETO = _KinetoWatch()

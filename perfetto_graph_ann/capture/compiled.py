@@ -34,6 +34,7 @@ stands back (the kernels keep the region's name) rather than guess; no error rea
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import os
@@ -90,6 +91,7 @@ class _Codegen:
         #: compiled graphs run in a capture that were not generated while watched (cache hits)
         self.unrecorded = 0
         self.warned = False
+        self.pending = False  #: the warning deferred (a capture that records warnings)
         #: compiled graphs loaded from inductor's cache whose launches a compile record gave
         self.recovered = 0
         #: where compile records go (None: off), fixed at install: inductor points
@@ -684,8 +686,11 @@ class _Runtime:
                 self._externs = _watch_externs()
             self._users += 1
 
-    def capture_ended(self) -> None:
-        _warn_unrecorded()
+    def capture_ended(self, session: Any = None) -> None:
+        regions = getattr(session, "compiled", None)
+        # a capture begun inside a compiled call is cudagraph trees', which records (swallows)
+        # the warnings raised meanwhile: said later
+        _warn_unrecorded(later=any(fields is None for fields, _, _ in getattr(regions, "regions", ())))
         with self._lock:
             if self._users == 0:
                 return
@@ -709,15 +714,34 @@ UNRECORDED_WARNING = (
     "(TORCHINDUCTOR_FORCE_DISABLE_CACHES=1); its records then serve later runs that load from the cache.")
 
 
-def _warn_unrecorded() -> None:
+def _warn_unrecorded(later: bool = False) -> None:
     """Say once why compiled kernels got the region's name only; never raises (``-W error``
-    must not turn it into the program's exception)."""
-    if CODEGEN.unrecorded and not CODEGEN.warned:
-        CODEGEN.warned = True
-        try:
-            warnings.warn(UNRECORDED_WARNING, RuntimeWarning, stacklevel=2)
-        except Exception:
-            pass
+    must not turn it into the program's exception). ``later``: inside a capture whose warnings
+    are recorded, not shown (cudagraph trees'): said when a profiler is prepared, or at exit."""
+    if not CODEGEN.unrecorded or CODEGEN.warned:
+        return
+    if later:
+        if not CODEGEN.pending:
+            CODEGEN.pending = True
+            try:
+                from .calibration import KINETO
+
+                KINETO.on_prepare.append(_warn_pending)
+                atexit.register(_warn_pending)
+            except Exception:
+                pass
+        return
+    CODEGEN.warned = True
+    try:
+        warnings.warn(UNRECORDED_WARNING, RuntimeWarning, stacklevel=2)
+    except Exception:
+        pass
+
+
+def _warn_pending() -> None:
+    if CODEGEN.pending:
+        CODEGEN.pending = False
+        _warn_unrecorded()
 
 
 def _watch_externs() -> List[Tuple[Any, str, Any]]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from test_zero_code_gpu import (COMPILED_RUNNER_MODES, compiled_run_is_right, joined, kernel_kinds, run_instrumented, runner_against_truth,
-                                unlabelled_names)
+from test_zero_code_gpu import (COMPILED_RUNNER_MODES, cache_runs_are_right, compiled_run_is_right, joined, kernel_kinds,
+                                run_instrumented, runner_against_truth, unlabelled_names)
 
 pytestmark = pytest.mark.gpu
 
@@ -52,6 +52,13 @@ def test_hf_llama_runner_capturing_compiled_code(tmp_path, results, mode):
     vLLM's ways): no kernel's path contradicts the eager truth of its batch size."""
     key = "hf_runner_compiled_llama" if mode == "runner_compiled" else f"hf_{mode}_llama"
     compiled_run_is_right(tmp_path, results, key, mode, graphs=3, runner=RUNNER, runner_args=("llama",))
+
+
+def test_hf_llama_warm_start_from_inductors_cache(tmp_path, results):
+    """SGLang's call on Llama, four runs with one inductor cache (a warm start finds the compile
+    records: :func:`test_zero_code_gpu.cache_runs_are_right`)."""
+    cache_runs_are_right(tmp_path, results, "hf_llama_inductor_cache", "runner_compiled_forward", runner=RUNNER,
+                         runner_args=("llama",))
 
 
 def test_hf_llama_training_step_through_make_graphed_callables(tmp_path, results):

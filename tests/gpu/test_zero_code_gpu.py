@@ -212,8 +212,8 @@ def labels_in_order(trace, layout) -> list:
             if e.is_gpu_work and e.category == "kernel" and e.index in layout.placements]
 
 
-def test_compiled_code_from_inductors_cache_gets_its_compile_records_paths(tmp_path, results):
-    """The same runner_compiled program four times with one inductor cache:
+def cache_runs_are_right(tmp_path: Path, results: dict, key: str, mode: str, **kw) -> None:
+    """The same compiled runner program (``mode``) four times with one inductor cache:
 
     - ``filled``: the cache filled with compile records off (as a run without module scopes, or
       before this package kept records, fills it);
@@ -221,7 +221,9 @@ def test_compiled_code_from_inductors_cache_gets_its_compile_records_paths(tmp_p
       the region's name only and the program is warned once;
     - ``fresh``: ``run --fresh-compile`` generates the code again (and keeps its records);
     - ``hit``: loaded from the cache again, its records found: every kernel gets the very label
-      the fresh compile gave it, in order, and no warning; checked against the eager truth too."""
+      the fresh compile gave it, in order, and no warning; checked against the eager truth too.
+
+    ``kw``: run_instrumented's (another runner)."""
     from perfetto_graph_ann.capture.compiled import UNRECORDED_WARNING
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
@@ -232,30 +234,38 @@ def test_compiled_code_from_inductors_cache_gets_its_compile_records_paths(tmp_p
             if records:
                 os.environ["PERFETTO_GRAPH_ANN_COMPILE_RECORDS"] = records
             try:
-                runs[name] = run_instrumented(tmp_path / name, "runner_compiled", "--modules", *extra)
+                runs[name] = run_instrumented(tmp_path / name, mode, "--modules", *extra, **kw)
             finally:
                 os.environ.pop("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", None)
     finally:
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
     said = {name: cp.stderr.count(UNRECORDED_WARNING.split(":", 1)[1].strip()[:60]) for name, cp in runs.items()}
+    tag = "runner" if mode.startswith("runner") else "compile"
     kinds, labels = {}, {}
     for name in runs:
-        trace, layout, _ = joined(tmp_path / name, "runner")
+        trace, layout, _ = joined(tmp_path / name, tag)
         kinds[name] = dict(kernel_kinds(trace, layout, lambda a: a.get("module origin", "none")))
         labels[name] = labels_in_order(trace, layout)
-    res, wrong, hit_kinds, _ = compiled_against_truth(tmp_path / "hit", tag="runner")
+    res, wrong, hit_kinds, _ = compiled_against_truth(tmp_path / "hit", tag=tag)
     same = sum(a == b for a, b in zip(labels["hit"], labels["fresh"]))
     records = sorted(os.listdir(tmp_path / "inductor" / "perfetto_graph_ann"))
-    results["zero_code_inductor_cache"] = {"warned": said, "kinds": kinds, "hit_equal_to_fresh": same,
-                                           "kernels": len(labels["hit"]), "records": len(records),
-                                           "hit_wrong": wrong[:5]}
-    print("zero_code_inductor_cache", json.dumps(results["zero_code_inductor_cache"]))
+    results[key] = {"warned": said, "kinds": kinds, "hit_equal_to_fresh": same, "kernels": len(labels["hit"]),
+                    "records": len(records), "hit_wrong": wrong[:5]}
+    print(key, json.dumps(results[key]))
     assert said == {"filled": 0, "unrecorded": 1, "fresh": 0, "hit": 0}
     u = kinds["unrecorded"]
     assert u.get("unknown", 0) and not u.get("exact") and not u.get("common ancestor")
     assert kinds["filled"] == kinds["fresh"]  # records off changes nothing of a generating run's labels
     assert labels["hit"] == labels["fresh"] and not wrong
     assert hit_kinds["exact"] + hit_kinds["common ancestor"] > hit_kinds["unknown"]
+
+
+@pytest.mark.parametrize("mode", ["runner_compiled", "runner_piecewise", "compile"])
+def test_compiled_code_from_inductors_cache_gets_its_compile_records_paths(tmp_path, results, mode):
+    """A warm start: runners capturing compiled code (SGLang's, vLLM's ways) and
+    ``mode="reduce-overhead"`` (``compile``: cudagraph trees capture inside the compiled call)."""
+    cache_runs_are_right(tmp_path, results, "zero_code_inductor_cache" + ("" if mode == "runner_compiled" else
+                                                                           f"_{mode}"), mode)
 
 
 def test_make_graphed_callables_training_step(tmp_path, results):
