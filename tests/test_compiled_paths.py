@@ -598,6 +598,11 @@ def test_a_graph_loaded_from_inductors_cache_gets_the_launches_its_compile_recor
         assert sorted(p.name for p in folder.iterdir()) == kept  # the same records, in the same place
         again = _compiled_step(torch, Net())
         assert hits() == hit + 2 and C.CODEGEN.recovered == recovered + 2
+        with monkeypatch.context() as m:  # inductor's own cache alone: the backward loads at its first run
+            m.setattr(torch._functorch.config, "enable_autograd_cache", False)
+            fx_hits = counters["inductor"]["fxgraph_cache_hit"]
+            lazy = _compiled_step(torch, Net())
+        assert counters["inductor"]["fxgraph_cache_hit"] == fx_hits + 2 and C.CODEGEN.recovered == recovered + 4
         monkeypatch.setenv("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", "off")  # read when installed
         C.uninstall()
         assert C.install() and C.CODEGEN.records_dir is None
@@ -607,10 +612,10 @@ def test_a_graph_loaded_from_inductors_cache_gets_the_launches_its_compile_recor
         C.uninstall_roots()
         torch._dynamo.reset()
     assert len(kept) == 2 and [r.backward for r in first] == [False, True] and unrecorded == []
-    assert fresh == first and again == first  # every launch: kind, kernel name, path, exactness, extern callable
+    assert fresh == first and again == first and lazy == first  # every launch: kind, kernel name, path, exactness, extern callable
     assert [i.stack[-1][0] for i in again[0].items if i.kind == "extern"] == [
         "layers.0.fc1", "layers.0.fc2", "layers.1.fc1", "layers.1.fc2"]
-    assert off == [] and C.CODEGEN.recovered == recovered + 2  # off: the cache hit recovers nothing
+    assert off == [] and C.CODEGEN.recovered == recovered + 4  # off: the cache hit recovers nothing
 
 
 def test_the_join_counts_compiled_kernels_by_how_their_module_is_known():

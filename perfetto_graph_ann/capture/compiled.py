@@ -302,17 +302,6 @@ def _origins(nodes: Optional[Sequence[Any]]) -> Tuple[Optional[Tuple[records.Ori
     return tuple(records.origin_of(m) for m in metas), records.keys_of(metas)
 
 
-def _traced_nodes() -> Optional[List[Any]]:
-    """The nodes of the FX graph dynamo traced and is compiling now; None outside a compile (a
-    backward graph compiled at its first run)."""
-    try:
-        from torch._dynamo.symbolic_convert import InstructionTranslator
-
-        return list(InstructionTranslator.current_tx().output.graph.nodes)
-    except Exception:
-        return None
-
-
 def _compile_id() -> Any:
     try:
         import torch._guards as guards
@@ -322,39 +311,46 @@ def _compile_id() -> Any:
         return None
 
 
-#: compile id -> the fingerprint of the graph dynamo traced for it: a backward graph that AOT
-#: autograd compiles at its first run (outside dynamo's compile, in the forward's compile id)
-#: is recorded under its forward's traced graph, as it is found when both load from a cache.
-_FINGERPRINTS: "OrderedDict[Any, str]" = OrderedDict()
-_FINGERPRINTS_KEPT = 4096
+#: A traced graph as a compile record needs it: (fingerprint, source text -> dynamo's key).
+Traced = Tuple[str, Dict[str, str]]
+#: compile id -> the graph dynamo traced for it: a backward graph that AOT autograd compiles or
+#: loads at its first run (outside dynamo's compile, in the forward's compile id) goes with
+#: its forward's traced graph, as both are found when they load from a cache together.
+_TRACED: "OrderedDict[str, Traced]" = OrderedDict()
+_TRACED_KEPT = 1024
 
 
-def _fingerprint(nodes: Optional[List[Any]]) -> Optional[str]:
-    """The traced graph's fingerprint (:func:`.compile_records.graph_fingerprint`), else the one
-    of the forward graph compiled under the same compile id."""
+def _traced_graph() -> Optional[Traced]:
+    """The graph dynamo traced and is compiling now (``InstructionTranslator.current_tx()``),
+    else the one traced under the same compile id; None where neither is known."""
     cid = _compile_id()
-    if nodes is None:
-        return _FINGERPRINTS.get(str(cid)) if cid is not None else None
+    cid = None if cid is None else str(cid)
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        nodes = list(InstructionTranslator.current_tx().output.graph.nodes)
+    except Exception:
+        return _TRACED.get(cid) if cid is not None else None
     fingerprint = records.graph_fingerprint(nodes)
-    if cid is not None and fingerprint is not None:
-        _FINGERPRINTS[str(cid)] = fingerprint
-        _FINGERPRINTS.move_to_end(str(cid))
-        while len(_FINGERPRINTS) > _FINGERPRINTS_KEPT:
-            _FINGERPRINTS.popitem(last=False)
-    return fingerprint
+    if fingerprint is None:
+        return None
+    traced = (fingerprint, records.keys_of(getattr(n, "meta", {}).get("nn_module_stack") for n in nodes))
+    if cid is not None:
+        _TRACED[cid] = traced
+        _TRACED.move_to_end(cid)
+        while len(_TRACED) > _TRACED_KEPT:
+            _TRACED.popitem(last=False)
+    return traced
 
 
-def _record_path(out: Any, nodes: Optional[List[Any]]) -> Optional[str]:
-    """Where the compile record of the compiled graph ``out`` traced as ``nodes`` is; None
+def _record_path(out: Any, traced: Optional[Traced]) -> Optional[str]:
+    """Where the compile record of the compiled graph ``out`` lowered from ``traced`` is; None
     where records are off or it has no such place."""
     source = getattr(out, "source_code", None)
-    if not isinstance(source, str):
-        return None
-    fingerprint = _fingerprint(nodes)
     folder = CODEGEN.records_dir
-    if fingerprint is None or folder is None:
+    if traced is None or folder is None or not isinstance(source, str):
         return None
-    return records.record_path(folder, source, fingerprint)
+    return records.record_path(folder, source, traced[0])
 
 
 def _inductor_cache() -> str:
@@ -366,7 +362,7 @@ def _inductor_cache() -> str:
 def _keep_record(out: Any, rec: Dict[Any, Any], backward: bool) -> None:
     """Write the compile record of a graph inductor has just generated (once per code and
     traced graph); nothing where it cannot be placed or written."""
-    path = _record_path(out, _traced_nodes())
+    path = _record_path(out, _traced_graph())
     if path is None or os.path.exists(path):
         return
     try:
@@ -379,13 +375,13 @@ def _recover(out: Any) -> bool:
     """Give a compiled graph loaded from inductor's cache the launches of its compile record,
     its origins named in this process (the modules of the graph dynamo has just traced);
     False where there is no usable record."""
-    nodes = _traced_nodes()
-    path = _record_path(out, nodes)
+    traced = _traced_graph()
+    path = _record_path(out, traced)
     found = records.load(path) if path is not None else None
-    if found is None or nodes is None:
+    if found is None or traced is None:
         return False
     backward, names, launches = found
-    keys = records.keys_of(getattr(n, "meta", {}).get("nn_module_stack") for n in nodes)
+    keys = traced[1]
     resolve = _resolver()
     items = [(fi, records.stack_of(ln, keys, resolve)) for fi, ln in launches]
     per = [Recorded(tuple(it for fi, it in items if fi == k), backward) for k in range(len(names))]
