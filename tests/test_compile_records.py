@@ -75,6 +75,11 @@ def test_the_fingerprint_tells_apart_graphs_that_differ_only_in_which_module_com
     meta = "m = {'num_load': 2, 'force_disable_caches': %s, 'spill_threshold': 16}"
     assert R.record_path("/r", meta % "True", "f") == R.record_path("/r", meta % "False", "f")
     assert R.record_path("/r", meta % "True", "f") != R.record_path("/r", meta.replace("2", "3") % "True", "f")
+    # the same code and graph recorded by other recording logic (another version of this package)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(R, "_producer", lambda: "another")
+        other = R.record_path("/r", "code", "f")
+    assert other != R.record_path("/r", "code", "f") and len(R._producer()) == 64
     # placeholders renamed while AOT autograd looks the graph up in its cache: the same graph
     renamed = [node("p_0", op="placeholder")] + graph(FC1, FC2)[1:]
     assert R.graph_fingerprint(renamed) == R.graph_fingerprint(graph(FC1, FC2))

@@ -10,16 +10,18 @@ graph is loaded again, every source text is looked up among the module stacks of
 dynamo has just traced, giving the module objects of this process, which are then named as a
 fresh compile names them (:func:`.compiled_paths.module_stack`: the same root and depth checks).
 
-A record is found by a hash of the generated code and of the traced graph's structure (each
-FX node's name and module stack in order, :func:`graph_fingerprint`): inductor's code names no
-module, so two models that differ only in which module computes what can lower to the same
-code, and only the structure tells their records apart. A record that is missing, unreadable,
-of another format, or names a source text the traced graph lacks is not used: the kernels keep
-the compiled region's name.
+A record is found by a hash of the generated code, of the traced graph's structure (each FX
+node's name and module stack in order, :func:`graph_fingerprint`) and of the recording code
+itself (another version of this package records otherwise: its records are not found).
+Inductor's code names no module, so two models that differ only in which module computes what
+can lower to the same code, and only the structure tells their records apart. A record that
+is missing, unreadable or of another format is not used (the kernels keep the compiled
+region's name); an origin whose source text the traced graph lacks is of unknown module.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -155,8 +157,26 @@ def record_path(folder: str, source_code: str, fingerprint: str) -> str:
     code = "\n".join(line for line in source_code.splitlines() if not line.lstrip().startswith("#"))
     code = _CACHE_SETTINGS.sub("", code)
     h = hashlib.sha256(code.encode("utf-8", "surrogatepass"))
-    h.update(b"\0" + fingerprint.encode())
+    h.update(b"\0" + fingerprint.encode() + b"\0" + _producer().encode())
     return os.path.join(folder, h.hexdigest() + ".json")
+
+
+@functools.lru_cache(maxsize=None)
+def _producer() -> str:
+    """What recorded the launches: a hash of the code that decides them (this module,
+    :mod:`.compiled`, :mod:`.compiled_paths`), so a record made by other recording logic (another
+    version of this package) is never found; the package's version where the files cannot be read."""
+    from .._version import __version__
+
+    h = hashlib.sha256(f"{FORMAT} {VERSION} {__version__}".encode())
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        for name in ("compile_records.py", "compiled.py", "compiled_paths.py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(f.read())
+    except OSError:
+        pass
+    return h.hexdigest()
 
 
 def save(path: str, backward: bool, names: Sequence[str], launches: Sequence[Tuple[int, Launch]]) -> None:
