@@ -45,8 +45,9 @@ def register(sub) -> argparse.ArgumentParser:
                    help="with --modules: never scope modules whose path or class matches (repeatable)")
     p.add_argument("--fresh-compile", action="store_true",
                    help="with --modules: compile afresh rather than load compiled code from caches "
-                   "(TORCHINDUCTOR_FORCE_DISABLE_CACHES=1, VLLM_DISABLE_COMPILE_CACHE=1 unless set): module "
-                   "paths of torch.compile'd kernels come from code generated while instrumented")
+                   "(TORCHINDUCTOR_FORCE_DISABLE_CACHES=1, VLLM_DISABLE_COMPILE_CACHE=1 unless set), once "
+                   "for a cache filled without module scopes: the compile records it leaves give later warm "
+                   "starts the module paths of torch.compile'd kernels")
     p.add_argument("--no-calibrate", action="store_true", help="no calibration replays are recorded")
     p.add_argument("--no-collectives", action="store_true", help="leave torch.distributed unwrapped")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND",
