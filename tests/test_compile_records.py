@@ -91,7 +91,13 @@ def test_records_round_trip_and_a_damaged_one_is_not_used(tmp_path):
                 (1, R.Launch("kernel", "triton_0", None, (R.origin_of(stack(L0, FC2)), ()))),
                 (0, R.Launch("other", None, None, None))]
     path = str(tmp_path / "sub" / "rec.json")
-    R.save(path, True, ["call", "partition_0"], launches)
+    import signal
+
+    swapped = []
+    with pytest.MonkeyPatch.context() as m:  # written inside the program's compile: its SIGTERM handler stays
+        m.setattr(signal, "signal", lambda *a: swapped.append(a))
+        R.save(path, True, ["call", "partition_0"], launches)
+    assert swapped == []
     assert R.load(path) == (True, ["call", "partition_0"], launches)
     assert os.listdir(tmp_path / "sub") == ["rec.json"]  # written whole, no temporary left
     doc = json.loads(open(path).read())

@@ -195,7 +195,8 @@ def save(path: str, backward: bool, names: Sequence[str], launches: Sequence[Tup
     doc = {"format": FORMAT, "version": VERSION, "backward": bool(backward), "functions": list(names),
            "stacks": [[list(f) for f in s] for s in stacks], "launches": rows}
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode(), compress=False)
+    # the program's SIGTERM handler stays its own (this runs inside its compile)
+    atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode(), compress=False, sigterm=False)
 
 
 def _str_or_none(v: Any) -> bool:

@@ -45,10 +45,13 @@ def _sigterm_as_exception() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = None) -> Iterator[IO]:
+def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = None,
+                 sigterm: bool = True) -> Iterator[IO]:
     """Open a temporary file next to ``path``; on success fsync and rename it into place.
 
-    ``compress``: gzip the stream; ``None`` means "if the name ends in .gz".
+    ``compress``: gzip the stream; ``None`` means "if the name ends in .gz". ``sigterm``: turn
+    SIGTERM into ``SystemExit`` meanwhile (main thread), so that the temporary file is removed;
+    off for a write inside a program that must keep its own handler (a compile record).
     Raises :class:`OutputError` naming ``path`` for disk full, permissions, missing folder.
     """
     path = os.fspath(path)
@@ -64,7 +67,7 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
     _apply_normal_mode(fd, path)
     raw = os.fdopen(fd, "wb")
     try:
-        with _sigterm_as_exception():
+        with _sigterm_as_exception() if sigterm else contextlib.nullcontext():
             gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else None
             binary = gz or raw
             text = io.TextIOWrapper(binary, encoding="utf-8") if "b" not in mode else None
@@ -139,9 +142,9 @@ def refuse_input_as_output(output: Optional[PathLike], inputs: Sequence[Optional
                                       "there would replace it: choose another output path")
 
 
-def atomic_write_bytes(path: PathLike, data: bytes, compress: Optional[bool] = None) -> None:
+def atomic_write_bytes(path: PathLike, data: bytes, compress: Optional[bool] = None, sigterm: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
-    with atomic_write(path, "wb", compress=compress) as f:
+    with atomic_write(path, "wb", compress=compress, sigterm=sigterm) as f:
         f.write(data)
 
 
