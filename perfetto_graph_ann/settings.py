@@ -107,8 +107,9 @@ RAY_ADDRESS = Setting(
 COMPILE_RECORDS = Setting(
     "PERFETTO_GRAPH_ANN_COMPILE_RECORDS", "path or off", None,
     "under module scopes: the folder where the launches of each graph inductor generates are kept with their "
-    "modules, so that the same graph loaded later from inductor's cache gets the same module paths; `off`: "
-    "keep none. Unset: `perfetto_graph_ann/` in inductor's cache folder")
+    "modules, so that the same graph loaded later from inductor's cache gets the same module paths (a folder "
+    "that cannot be made or written is refused at start); `off`: keep none. Unset: `perfetto_graph_ann/` in "
+    "inductor's cache folder")
 INDUCTOR_CACHE_DIR = Setting(
     "TORCHINDUCTOR_CACHE_DIR", "path", None,
     "inductor's own variable: its cache folder (read, never set, to place compile records beside it; unset: "

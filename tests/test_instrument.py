@@ -22,6 +22,7 @@ from support.engine_support import requires_portable as requires_portable_engine
 import perfetto_graph_ann as pga
 from perfetto_graph_ann.capture import api, instrument as inst, modules as mods
 from perfetto_graph_ann.capture.registry import REGISTRY
+from perfetto_graph_ann.errors import OutputError
 
 pytestmark = pytest.mark.usefixtures("capture_path")
 
@@ -348,6 +349,30 @@ def test_run_refuses_a_bad_capture_setting_before_the_program_starts(tmp_path, v
                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert cp.returncode == 2 and var in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
     assert not marker.exists()
+
+
+def test_a_compile_records_folder_that_cannot_be_written_is_refused_at_start(tmp_path, monkeypatch):
+    """Under module scopes (``run --modules``, ``instrument(modules=True)``) a compile records
+    folder given that cannot be made is refused before the program runs, naming the variable;
+    without module scopes no record is kept, so it is not looked at."""
+    (tmp_path / "blocker").write_text("a file")
+    bad = str(tmp_path / "blocker" / "records")
+    marker = tmp_path / "ran"
+    env = dict(os.environ, PYTHONPATH=str(REPO), PERFETTO_GRAPH_ANN_COMPILE_RECORDS=bad)
+    prog = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"]
+    for extra, code in ((["--modules"], 2), ([], 0)):
+        cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "run", *extra, "--out", str(tmp_path / "o"),
+                             "--", *prog], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+        assert cp.returncode == code and marker.exists() == (code == 0), cp.stderr
+        if code:
+            assert "PERFETTO_GRAPH_ANN_COMPILE_RECORDS" in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", bad)
+    with pytest.raises(OutputError, match="PERFETTO_GRAPH_ANN_COMPILE_RECORDS: cannot create"):
+        pga.instrument(modules=True)
+    assert inst.current() is None
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", str(tmp_path / "records"))
+    inst.check_settings(modules=True)  # made, writable
+    assert (tmp_path / "records").is_dir()
 
 
 def test_sidecar_saved_beside_traces_is_found_by_convert(tmp_path):

@@ -98,7 +98,7 @@ def instrument(modules: Union[bool, ModuleScopes, None] = False, calibrate: bool
         modules = None
     elif not isinstance(modules, ModuleScopes):
         raise TypeError(f"instrument(modules=) takes a bool or a ModuleScopes, got {type(modules).__name__}")
-    check_settings()
+    check_settings(modules=modules is not None)
     if out is not None:
         out = check_out_dir(out)
     cfg = InstrumentConfig(modules, calibrate, annotate_collectives, out)
@@ -117,10 +117,12 @@ def current() -> Optional[InstrumentConfig]:
     return _config
 
 
-def check_settings(env: "Optional[settings.Getenv]" = None) -> None:
+def check_settings(env: "Optional[settings.Getenv]" = None, modules: bool = False) -> None:
     """Read the capture's settings from ``env`` (default: the process environment) once, so
     that a bad value is a :class:`~..errors.SettingError` before the program runs, not in its
-    first capture or at its CUDA initialisation."""
+    first capture or at its CUDA initialisation. With ``modules``, a compile records folder
+    given (``PERFETTO_GRAPH_ANN_COMPILE_RECORDS``) must be one that can be written
+    (:class:`~..errors.OutputError` otherwise; it is made if missing)."""
     from . import fastpath
 
     read = env or fastpath.getenv
@@ -128,6 +130,12 @@ def check_settings(env: "Optional[settings.Getenv]" = None) -> None:
         settings.switch(s, read)
     for s in (settings.MARKERS_FROM, settings.DETACH_CUPTI_MS):
         settings.count_or_off(s, read)
+    off, records = settings.path_or_off(settings.COMPILE_RECORDS, read)
+    if modules and records and not off:
+        try:
+            check_out_dir(records)
+        except OutputError as e:
+            raise OutputError(e.path, f"{settings.COMPILE_RECORDS.name}: {e.problem}") from None
 
 
 def check_out_dir(out: str) -> str:

@@ -75,7 +75,7 @@ def build_env(args: argparse.Namespace, environ=None) -> dict:
                     exclude=tuple(args.exclude), calibrate=not args.no_calibrate,
                     annotate_collectives=not args.no_collectives)
     env = settings.environment() if environ is None else dict(environ)
-    check_settings(env.get)
+    check_settings(env.get, modules=bool(args.modules))
     paths = [SITE_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != SITE_DIR]
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if pkg_root not in paths and not is_site_dir(pkg_root):
