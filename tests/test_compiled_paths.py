@@ -591,15 +591,16 @@ def test_a_graph_loaded_from_inductors_cache_gets_the_launches_its_compile_recor
         recovered, hit = C.CODEGEN.recovered, hits()
         unrecorded = _compiled_step(torch, Net())
         assert hits() == hit + 1 and C.CODEGEN.recovered == recovered  # loaded, nothing to recover
-        with monkeypatch.context() as m:  # as inductor does with its caches off: a temporary cache folder
-            m.setattr(torch._inductor.config, "force_disable_caches", True)
+        # as inductor does with its caches off: a temporary cache folder (torch's config
+        # modules are patched with their own patch(): monkeypatch's undo deletes the entry)
+        with torch._inductor.config.patch(force_disable_caches=True), monkeypatch.context() as m:
             m.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))
             fresh = _compiled_step(torch, Net())
         assert sorted(p.name for p in folder.iterdir()) == kept  # the same records, in the same place
         again = _compiled_step(torch, Net())
         assert hits() == hit + 2 and C.CODEGEN.recovered == recovered + 2
-        with monkeypatch.context() as m:  # inductor's own cache alone: the backward loads at its first run
-            m.setattr(torch._functorch.config, "enable_autograd_cache", False)
+        # inductor's cache alone (AOT autograd's off): the backward loads at its first run
+        with torch._functorch.config.patch(enable_autograd_cache=False):
             fx_hits = counters["inductor"]["fxgraph_cache_hit"]
             lazy = _compiled_step(torch, Net())
         assert counters["inductor"]["fxgraph_cache_hit"] == fx_hits + 2 and C.CODEGEN.recovered == recovered + 4
