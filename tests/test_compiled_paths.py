@@ -619,6 +619,46 @@ def test_a_graph_loaded_from_inductors_cache_gets_the_launches_its_compile_recor
     assert off == [] and C.CODEGEN.recovered == recovered + 4  # off: the cache hit recovers nothing
 
 
+_WARM_START = """
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from test_compiled_paths import _two_block_net
+from perfetto_graph_ann.capture import compiled as C
+
+assert C.install() and C.install_roots()
+net = torch.compile(_two_block_net(torch)())
+net(torch.randn(4, 16, requires_grad=True)).sum().backward()
+recs = sorted(C.CODEGEN.by_code.values(), key=lambda r: r.backward)
+print(json.dumps({"recovered": C.CODEGEN.recovered, "records": [repr(r) for r in recs]}))
+"""
+
+
+def test_a_warm_start_in_another_process_gets_the_cold_starts_launches(tmp_path):
+    """Two processes with one inductor cache and different hash seeds: the second loads both
+    graphs from the cache and gets, from the first's compile records, its very launches."""
+    pytest.importorskip("torch")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), TMPDIR=str(tmp_path))
+    env.pop("PERFETTO_GRAPH_ANN_COMPILE_RECORDS", None)
+    env.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
+    runs = []
+    for seed in ("1", "2"):
+        cp = subprocess.run([sys.executable, "-c", _WARM_START, os.path.dirname(os.path.abspath(__file__))],
+                            capture_output=True, text=True, cwd=tmp_path, env=dict(env, PYTHONHASHSEED=seed),
+                            timeout=300)
+        assert cp.returncode == 0, cp.stderr[-3000:]
+        runs.append(json.loads(cp.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["recovered"] == 0 and warm["recovered"] == 2
+    assert len(cold["records"]) == 2 and warm["records"] == cold["records"]
+    assert "layers.1.fc2" in cold["records"][0]
+
+
 def test_the_join_counts_compiled_kernels_by_how_their_module_is_known():
     import dataclasses
 
