@@ -37,7 +37,7 @@ def graph(first, second):
             node("output", op="output")]
 
 
-def resolver(root_depth=0):
+def resolver():
     """Names modules as a process that named ``L['self']`` the root would: by the id in the key."""
     names = {}
     for frames in (stack(L0), stack(L0, FC1), stack(L0, FC2)):

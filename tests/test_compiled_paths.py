@@ -488,7 +488,7 @@ def test_inside_cudagraph_trees_capture_the_warning_waits_for_the_profiler(monke
     assert swallowed == [] and C.CODEGEN.pending and len(KINETO.on_prepare) == 1 and len(exits) == 1
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        KINETO._said()  # a profiler prepared
+        KINETO._run_on_prepare()  # a profiler prepared
         exits[0]()  # the process's exit: already said
     assert [str(w.message) for w in seen] == [C.UNRECORDED_WARNING] and KINETO.on_prepare == []
 
@@ -613,7 +613,7 @@ def test_a_graph_loaded_from_inductors_cache_gets_the_launches_its_compile_recor
         C.uninstall_roots()
         torch._dynamo.reset()
     assert len(kept) == 2 and [r.backward for r in first] == [False, True] and unrecorded == []
-    assert fresh == first and again == first and lazy == first  # every launch: kind, kernel name, path, exactness, extern callable
+    assert fresh == first and again == first and lazy == first  # every launch, every field
     assert [i.stack[-1][0] for i in again[0].items if i.kind == "extern"] == [
         "layers.0.fc1", "layers.0.fc2", "layers.1.fc1", "layers.1.fc2"]
     assert off == [] and C.CODEGEN.recovered == recovered + 4  # off: the cache hit recovers nothing

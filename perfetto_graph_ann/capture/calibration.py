@@ -107,14 +107,14 @@ class _KinetoWatch:
             log, clock = REPLAY_LOG, time.perf_counter_ns
 
             def _prepare_profiler(*a: Any, **k: Any) -> Any:
-                self._said()
+                self._run_on_prepare()
                 self.prepared += 1
                 log.prepared()
                 WATCH.yield_to_profiler()  # CUPTI must be free when the profiler subscribes
                 return prep(*a, **k)
 
             def _enable_profiler(*a: Any, **k: Any) -> Any:
-                self._said()
+                self._run_on_prepare()
                 WATCH.yield_to_profiler()
                 if not log.recording:
                     log.prepared()
@@ -136,8 +136,7 @@ class _KinetoWatch:
             if enable is not None:
                 tap._enable_profiler = _enable_profiler
 
-
-    def _said(self) -> None:
+    def _run_on_prepare(self) -> None:
         while self.on_prepare:
             try:
                 self.on_prepare.pop(0)()

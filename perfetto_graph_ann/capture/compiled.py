@@ -318,6 +318,9 @@ Traced = Tuple[str, Dict[str, str]]
 #: its forward's traced graph, as both are found when they load from a cache together.
 _TRACED: "OrderedDict[str, Traced]" = OrderedDict()
 _TRACED_KEPT = 1024
+#: the last traced graph read: (compile id, weak reference to the FX graph, node count, Traced);
+#: the pieces of one graph (vLLM's piecewise split), a forward and its backward read it once
+_LAST_TRACED: List[Any] = [None, None, -1, None]
 
 
 def _traced_graph() -> Optional[Traced]:
@@ -328,9 +331,13 @@ def _traced_graph() -> Optional[Traced]:
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
-        nodes = list(InstructionTranslator.current_tx().output.graph.nodes)
+        graph = InstructionTranslator.current_tx().output.graph
+        nodes = list(graph.nodes)
     except Exception:
         return _TRACED.get(cid) if cid is not None else None
+    last_cid, last_ref, last_len, last = _LAST_TRACED
+    if last is not None and last_cid == cid and last_len == len(nodes) and last_ref is not None and last_ref() is graph:
+        return last
     fingerprint = records.graph_fingerprint(nodes)
     if fingerprint is None:
         return None
@@ -340,6 +347,10 @@ def _traced_graph() -> Optional[Traced]:
         _TRACED.move_to_end(cid)
         while len(_TRACED) > _TRACED_KEPT:
             _TRACED.popitem(last=False)
+    try:
+        _LAST_TRACED[:] = [cid, weakref.ref(graph), len(nodes), traced]
+    except TypeError:  # an FX graph without weak references: read each time
+        pass
     return traced
 
 
