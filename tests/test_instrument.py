@@ -169,6 +169,7 @@ class FakeModule(_Module):
 
     def __init__(self, hooks, kernel=None, **children):
         self._hooks, self._kernel, self._children = hooks, kernel, children
+        self._modules = children  # where torch keeps submodules: the owner lookup reads it
         self.cuda = None
 
     def named_modules(self, prefix=""):
@@ -208,11 +209,13 @@ def nn(fresh, monkeypatch):
 ORIGINAL_CALLS = {k: _Module.__dict__[k] for k in ("__call__", "_call_impl")}
 
 
+def layer(hooks):
+    return FakeModule(hooks, None, self_attn=Attention(hooks, "k_attn", o_proj=Linear(hooks, "k_o")),
+                      mlp=Linear(hooks, "k_mlp"))
+
+
 def decoder(hooks):
-    def layer():
-        return FakeModule(hooks, None, self_attn=Attention(hooks, "k_attn", o_proj=Linear(hooks, "k_o")),
-                          mlp=Linear(hooks, "k_mlp"))
-    return FakeModule(hooks, "k_embed", layers=FakeModule(hooks, None, **{"0": layer(), "1": layer()}))
+    return FakeModule(hooks, "k_embed", layers=FakeModule(hooks, None, **{"0": layer(hooks), "1": layer(hooks)}))
 
 
 def scopes_of(kind_kernel: str) -> List[str]:
@@ -246,6 +249,36 @@ def test_module_calls_become_nested_scopes_named_by_path(nn, fresh):
     assert scopes_of("k_o")[1] == ["FakeModule", "layers", "layers.1", "layers.1.self_attn",
                                    "layers.1.self_attn.o_proj"]
     assert ann["k_tail"] == {"name": "tail"}
+
+
+def test_a_runner_calling_forward_itself_gets_the_models_own_paths(nn, fresh):
+    """SGLang's runner calls ``model.forward(...)``: no call of the model itself, so the first
+    module called is a submodule. Its paths are still those of the model that holds it (found
+    through its owners), so two layers called one after the other never share a path; a module
+    held by two models stays a root of its own (which of them it belongs to is unknown)."""
+    torch = sys.modules["torch"]
+    model = decoder(nn)
+    pga.instrument(modules=True)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        model.forward()  # k_embed in no module; layers called first, its owner the model
+    assert scopes_of("k_o")[1] == ["layers", "layers.1", "layers.1.self_attn", "layers.1.self_attn.o_proj"]
+    assert scopes_of("k_embed") == [[]]
+
+    flat = FakeModule(nn, None, **{"0": layer(nn), "1": layer(nn)})
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2):
+        flat.forward()  # a model whose forward loops over its layers, called by the runner
+    assert [s for s in scopes_of("k_o") if s[0] != "layers"] == [
+        ["0", "0.self_attn", "0.self_attn.o_proj"], ["1", "1.self_attn", "1.self_attn.o_proj"]]
+
+    shared = layer(nn)
+    held = [FakeModule(nn, None, a=shared), FakeModule(nn, None, b=shared)]  # two owners
+    g3 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g3):
+        shared()
+    assert ["FakeModule", "self_attn", "self_attn.o_proj"] in scopes_of("k_o")
+    assert len(held) == 2
 
 
 @pytest.mark.parametrize("cfg,want", [

@@ -29,12 +29,12 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import InputError
-from . import fastpath
+from . import fastpath, owners
 from . import session as _session
 from .marks import mark_kernels
 
-__all__ = ["COMPILED_ROOTS", "compiled_model", "HOOKS", "is_compiled_wrapper", "mark_modules", "ModuleHooks",
-           "ModuleScopes", "NAMES", "wrapped_attribute"]
+__all__ = ["COMPILED_ROOTS", "compiled_model", "HOOKS", "is_compiled_wrapper", "mark_modules", "model_of",
+           "ModuleHooks", "ModuleScopes", "NAMES", "wrapped_attribute"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +119,15 @@ def compiled_model(module: Any) -> Any:
     while is_compiled_wrapper(module):
         module = module._orig_mod
     return module
+
+
+def model_of(module: Any) -> Any:
+    """The outermost model that holds ``module`` as a submodule (:func:`.owners.outermost`), else
+    ``module``: a runner calling ``model.forward(...)`` calls the inner model first, and its
+    paths are named from the model all the same."""
+    cls = getattr(sys.modules.get("torch.nn"), "Module", None)
+    found = owners.outermost(module, cls) if cls is not None and issubclass(type(module), cls) else None
+    return module if found is None else found[0]
 
 
 def is_compiled_wrapper(module: Any) -> bool:
@@ -300,8 +309,11 @@ class ModuleHooks:
         known = NAMES.path(module)
         if known is None and current_depth(self._open) == 0 and config is not None and \
                 _session.current() is not None:  # the outermost module of this capture: a root
-            NAMES.add_root(module)
+            NAMES.add_root(model_of(module))
             known = NAMES.path(module)
+            if known is None:
+                NAMES.add_root(module)
+                known = NAMES.path(module)
         cls = type(module).__name__
         path, depth, marked = known if known is not None else (cls, 0, None)
         wanted = marked or config  # mark_modules' own settings win for its model

@@ -41,6 +41,19 @@ def test_hf_runner_module_paths_equal_the_eager_truth(tmp_path, results, model):
     assert len(ann.graphs) == 3 and not mismatches
 
 
+@pytest.mark.parametrize("model", ["llama", "gpt2"])
+def test_hf_runner_calling_forward_itself_gets_the_models_paths(tmp_path, results, model):
+    """SGLang's way without torch.compile: ``model.forward(...)`` captured, so the inner model is
+    the first module called; the paths are still the whole model's (``model.layers.0...``,
+    ``transformer.h.0...``)."""
+    out = tmp_path / "o"
+    run_instrumented(out, "runner_forward", "--modules", runner=RUNNER, runner_args=(model,))
+    res, mismatches, ann = runner_against_truth(out, root_called=False)
+    results[f"hf_runner_forward_{model}"] = res
+    print(f"hf_runner_forward_{model}", json.dumps(res)[:4000])
+    assert len(ann.graphs) == 3 and not mismatches
+
+
 @pytest.mark.parametrize("model", ["llama", "qwen2", "gpt2"])
 def test_hf_reduce_overhead_module_paths(tmp_path, results, model):
     compiled_run_is_right(tmp_path, results, f"hf_compile_{model}", "compile", runner=RUNNER, runner_args=(model,))

@@ -91,10 +91,17 @@ def unlabelled_names(trace, layout, top: int = 8) -> dict:
     return {g: c.most_common(top) for g, c in per.items()}
 
 
-def runner_against_truth(out: Path) -> tuple:
+def runner_against_truth(out: Path, root_called: bool = True) -> tuple:
     """The runner's replays (``order.json``) joined, each compared with the eager truth of its
-    batch size: (summary dict, mismatches, the annotations)."""
+    batch size: (summary dict, mismatches, the annotations). ``root_called=False``: the runner
+    called ``model.forward`` itself, so no scope of the model's own opens and the kernels its
+    forward launches outside any submodule are in no module ("")."""
     truth = {int(k): v for k, v in json.loads((out / "truth.json").read_text()).items()}
+    if not root_called:
+        root = json.loads((out / "root.json").read_text())
+        for per in truth.values():
+            if root in per:
+                per[""] = sorted(per.get("", []) + per.pop(root))
     order = json.loads((out / "order.json").read_text())
     trace, layout, ann = joined(out, "runner")
     got = per_replay_modules(trace, layout)
@@ -120,6 +127,18 @@ def test_runner_in_a_child_process_module_paths_equal_the_eager_truth(tmp_path, 
     res, mismatches, ann = runner_against_truth(out)
     results["zero_code_runner"] = res
     print("zero_code_runner", json.dumps(res)[:4000])
+    assert len(ann.graphs) == 3 and not mismatches
+
+
+def test_runner_calling_forward_itself_gets_the_models_paths(tmp_path, results):
+    """SGLang's runner without torch.compile calls ``model.forward(...)``: the first module
+    called is a layer, yet the paths are the model's (``layers.0.self_attn.q_proj``), from the
+    module's owners."""
+    out = tmp_path / "o"
+    run_instrumented(out, "runner_forward", "--modules")
+    res, mismatches, ann = runner_against_truth(out, root_called=False)
+    results["zero_code_runner_forward"] = res
+    print("zero_code_runner_forward", json.dumps(res)[:4000])
     assert len(ann.graphs) == 3 and not mismatches
 
 

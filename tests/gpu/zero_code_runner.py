@@ -3,7 +3,7 @@
 own torch.profiler, and an eager reference profile where every module call is wrapped in
 ``record_function(<module path>)``. Run it under ``perfetto-graph-ann run`` (the test does).
 
-    python zero_code_runner.py OUT MODE     MODE: runner | runner_compiled | runner_compiled_forward |
+    python zero_code_runner.py OUT MODE     MODE: runner | runner_forward | runner_compiled | runner_compiled_forward |
                                             runner_piecewise | runner_decorated | compile |
                                             graphed_callables | cost
 
@@ -290,10 +290,12 @@ def compiled_forward_for_runner(model):
 
 
 def runner_mode(model, mode, batches, out, truth, **kw) -> bool:
-    """Run one of the runner modes (``runner``, ``runner_compiled``, ``runner_compiled_forward``,
+    """Run one of the runner modes (``runner``, ``runner_forward``, ``runner_compiled``, ``runner_compiled_forward``,
     ``runner_piecewise``, ``runner_decorated``) with :func:`profile_runner`; False for another mode."""
     if mode == "runner":
         profile_runner(model, batches, out, truth, **kw)
+    elif mode == "runner_forward":  # SGLang's runner without torch.compile: model.forward(...) called itself
+        profile_runner(model.forward, batches, out, truth, **kw)
     elif mode == "runner_compiled":
         profile_runner(compiled_for_runner(model), batches, out, truth, **kw)
     elif mode == "runner_compiled_forward":
