@@ -10,9 +10,10 @@ scopes nest inside or around them, and the backward kernels of a module's autogr
 its path with ``autograd_phase: backward`` (``mark_kernels``' backward tagging).
 
 Paths: a model given to :func:`mark_modules` names its modules as ``named_modules()`` does
-(with an optional prefix); otherwise the outermost module called during a capture is taken as
-the root and its submodules are named from it (the root itself by its class name, the path
-people see in ``print(model)``). A module reached under no known root is named by its class.
+(with an optional prefix); otherwise the model holding the outermost module called during a
+capture (:func:`model_of`: a runner calling ``model.forward`` calls the inner model first) is
+taken as the root and its submodules are named from it (the root itself by its class name, the
+path people see in ``print(model)``). A module reached under no known root is named by its class.
 Compiled code is named the same way, and from a model given to ``torch.compile`` where none of
 these names it (:data:`COMPILED_ROOTS`). A model wrapped by ``torch.compile`` (an
 ``OptimizedModule``, as SGLang and vLLM runners capture it) keeps its own paths: the wrapper
