@@ -273,12 +273,29 @@ def test_a_runner_calling_forward_itself_gets_the_models_own_paths(nn, fresh):
         ["0", "0.self_attn", "0.self_attn.o_proj"], ["1", "1.self_attn", "1.self_attn.o_proj"]]
 
     shared = layer(nn)
-    held = [FakeModule(nn, None, a=shared), FakeModule(nn, None, b=shared)]  # two owners
+    held = [FakeModule(nn, None, a=shared), FakeModule(nn, None, b=shared)]  # two owners: which one is unknown
     g3 = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g3):
-        shared()
+        held[0].forward()
     assert ["FakeModule", "self_attn", "self_attn.o_proj"] in scopes_of("k_o")
-    assert len(held) == 2
+
+    owned = layer(nn)
+    holder = FakeModule(nn, None, x=owned)
+    REGISTRY.clear()
+    g4 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g4):
+        _Runner(owned).capture()  # called by code that is no module's: the module as called is the root
+    assert scopes_of("k_o") == [["FakeModule", "self_attn", "self_attn.o_proj"]] and holder is not None
+
+
+class _Runner:
+    """A graph runner (no module) calling a module that a model holds."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def capture(self):
+        self.module()
 
 
 @pytest.mark.parametrize("cfg,want", [
@@ -822,6 +839,20 @@ def test_module_scopes_on_real_torch_modules(capture_path, real_torch):
         assert "ModuleCall" not in type(torch.nn.Module.__dict__["_call_impl"]).__name__
         paths = [n.annotation.get("module") for r in REGISTRY.records() for n in r.nodes]
         assert paths == ["0.proj", "1.proj"]
+    finally:
+        REGISTRY.clear()
+
+
+def test_real_torch_modules_called_by_their_models_forward_get_the_models_paths(capture_path, real_torch):
+    """torch's own ``Sequential.forward`` called by the runner (``model.forward(x)``, SGLang's
+    way): each block is the outermost module called, and its paths are the model's, on both
+    capture paths (the C module call and the Python one)."""
+    torch, cuda = real_torch
+    model = two_blocks(torch, cuda, [])
+    out, _graph = captured_with_module_scopes(torch, cuda, model.forward)
+    try:
+        assert torch.equal(out, torch.full((2,), 4.0))
+        assert scopes_of("k_proj") == [["0", "0.proj"], ["1", "1.proj"]]
     finally:
         REGISTRY.clear()
 

@@ -15,7 +15,7 @@ stops below an ambiguity (a module registered in two models keeps the paths belo
 only types, identities and ``str`` keys, so no code of the program runs, and keeps no reference
 once it returns. The pass costs ~70 ns an object of the process on the CPU machine (~0.2 s in a
 process of 3 million objects: BENCHMARKS.md), so it runs once per root, when a capture first
-meets an unnamed module.
+meets an unnamed module called from a method of a module class (``modules.model_of``).
 """
 from __future__ import annotations
 
