@@ -254,8 +254,9 @@ def test_module_calls_become_nested_scopes_named_by_path(nn, fresh):
 def test_a_runner_calling_forward_itself_gets_the_models_own_paths(nn, fresh):
     """SGLang's runner calls ``model.forward(...)``: no call of the model itself, so the first
     module called is a submodule. Its paths are still those of the model that holds it (found
-    through its owners), so two layers called one after the other never share a path; a module
-    held by two models stays a root of its own (which of them it belongs to is unknown)."""
+    through its owners), so two layers called one after the other never share a path, nor do
+    layers captured one by one (``make_graphed_callables`` of each); a module held by two
+    models stays a root of its own (which of them it belongs to is unknown)."""
     torch = sys.modules["torch"]
     model = decoder(nn)
     pga.instrument(modules=True)
@@ -279,13 +280,14 @@ def test_a_runner_calling_forward_itself_gets_the_models_own_paths(nn, fresh):
         held[0].forward()
     assert ["FakeModule", "self_attn", "self_attn.o_proj"] in scopes_of("k_o")
 
-    owned = layer(nn)
-    holder = FakeModule(nn, None, x=owned)
+    graphed = FakeModule(nn, None, **{"0": layer(nn), "1": layer(nn)})
     REGISTRY.clear()
-    g4 = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g4):
-        _Runner(owned).capture()  # called by code that is no module's: the module as called is the root
-    assert scopes_of("k_o") == [["FakeModule", "self_attn", "self_attn.o_proj"]] and holder is not None
+    kept = []  # a graph's record lives as long as the graph
+    for name in ("0", "1"):  # make_graphed_callables of each layer: a graph per layer, called by torch's code
+        kept.append(torch.cuda.CUDAGraph())
+        with torch.cuda.graph(kept[-1]):
+            _Runner(graphed._children[name]).capture()
+    assert scopes_of("k_o") == [["0", "0.self_attn", "0.self_attn.o_proj"], ["1", "1.self_attn", "1.self_attn.o_proj"]]
 
 
 class _Runner:

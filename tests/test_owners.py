@@ -39,6 +39,21 @@ def test_a_module_is_found_in_the_outermost_model_that_holds_it_at_its_named_mod
     assert outermost(lm, nn.Module) is None
 
 
+def test_a_model_nothing_holds_costs_one_scan_of_its_referrers(monkeypatch):
+    from perfetto_graph_ann.capture import owners
+
+    lm = CausalLM()
+    holder = type("Runner", (), {})()
+    holder.model = lm  # a dict of modules only: it could be a _modules, so the pass runs and finds no owner
+    assert outermost(lm, nn.Module) is None
+    del holder
+
+    def no_pass(module_type):
+        raise AssertionError("the pass over the objects ran")
+    monkeypatch.setattr(owners, "_holders", no_pass)
+    assert outermost(lm, nn.Module) is None  # no dict of modules refers to lm: the first scan decides
+
+
 def test_two_owners_stop_the_walk_below_them_and_nothing_is_kept():
     lm = CausalLM()
     other = nn.Sequential(lm.model)  # lm.model is held by lm and by other

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import os
 import sys
 import threading
 import weakref
@@ -35,7 +34,7 @@ from . import fastpath, owners
 from . import session as _session
 from .marks import mark_kernels
 
-__all__ = ["calling_frame", "COMPILED_ROOTS", "compiled_model", "HOOKS", "is_compiled_wrapper", "mark_modules", "model_of",
+__all__ = ["COMPILED_ROOTS", "compiled_model", "HOOKS", "is_compiled_wrapper", "mark_modules", "model_of",
            "ModuleHooks", "ModuleScopes", "NAMES", "wrapped_attribute"]
 
 
@@ -123,62 +122,16 @@ def compiled_model(module: Any) -> Any:
     return module
 
 
-def model_of(module: Any, caller: Any = None) -> Any:
+def model_of(module: Any) -> Any:
     """The outermost model that holds ``module`` as a submodule (:func:`.owners.outermost`), else
-    ``module``: a runner calling ``model.forward(...)`` calls the inner model first, and its
-    paths are named from the model all the same. ``caller``: the frame that called ``module``;
-    where it is no method of a module class (a runner calling ``model(x)``), ``module`` is
-    taken as it is, without the lookup's pass over the process's objects."""
+    ``module``: a runner calling ``model.forward(...)`` calls the inner model first, and
+    ``make_graphed_callables`` of one layer captures that layer; their paths are named from the
+    model all the same."""
     cls = getattr(sys.modules.get("torch.nn"), "Module", None)
     if cls is None or not issubclass(type(module), cls):
         return module
-    if caller is not None and not _may_be_module_method(caller, cls):
-        return module
     found = owners.outermost(module, cls)
     return module if found is None else found[0]
-
-
-def calling_frame(module_type: Any) -> Any:
-    """The first frame up the stack that is neither this package's, nor ``module_type``'s own
-    call (``nn.Module.__call__`` and what it calls), nor dynamo's wrappers: the code that
-    called the module."""
-    calls = {getattr(module_type.__dict__.get(k), "__code__", None) for k in ("__call__", "_wrapped_call_impl",
-                                                                             "_call_impl")}
-    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep]
-    dynamo = getattr(sys.modules.get("torch._dynamo"), "__file__", None)
-    if dynamo:
-        dirs.append(os.path.dirname(dynamo) + os.sep)
-    skip = tuple(dirs)
-    f = sys._getframe(1)
-    while f is not None and (f.f_code in calls or f.f_code.co_filename.startswith(skip)):
-        f = f.f_back
-    return f
-
-
-def _caller() -> Any:
-    cls = getattr(sys.modules.get("torch.nn"), "Module", None)
-    return None if cls is None else calling_frame(cls)
-
-
-def _may_be_module_method(frame: Any, module_type: Any) -> bool:
-    """Whether ``frame`` may run a method of a module class (False where it surely does not: a
-    function whose first argument is not ``self``, or a method of a class that is no module).
-    Reads the frame's code and its module's globals, never its locals."""
-    code = frame.f_code
-    if not code.co_argcount or code.co_varnames[0] != "self":
-        return False
-    qual = getattr(code, "co_qualname", None)  # Python >= 3.11
-    if qual is None or "<locals>" in qual:
-        return True
-    parts = qual.split(".")[:-1]
-    if not parts:
-        return False
-    obj = frame.f_globals.get(parts[0])
-    for part in parts[1:]:
-        obj = obj.__dict__.get(part) if issubclass(type(obj), type) else None
-    if not issubclass(type(obj), type):
-        return True  # not found where it was defined: it may be one
-    return issubclass(obj, module_type)
 
 
 def is_compiled_wrapper(module: Any) -> bool:
@@ -360,7 +313,7 @@ class ModuleHooks:
         known = NAMES.path(module)
         if known is None and current_depth(self._open) == 0 and config is not None and \
                 _session.current() is not None:  # the outermost module of this capture: a root
-            NAMES.add_root(model_of(module, _caller()))
+            NAMES.add_root(model_of(module))
             known = NAMES.path(module)
             if known is None:
                 NAMES.add_root(module)

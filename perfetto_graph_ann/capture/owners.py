@@ -13,9 +13,10 @@ A module's owner is the module whose ``_modules`` holds it (``Module.__setattr__
 collector's objects, in one pass. The walk goes up while each module has exactly one owner and
 stops below an ambiguity (a module registered in two models keeps the paths below it). It reads
 only types, identities and ``str`` keys, so no code of the program runs, and keeps no reference
-once it returns. The pass costs ~70 ns an object of the process on the CPU machine (~0.2 s in a
-process of 3 million objects: BENCHMARKS.md), so it runs once per root, when a capture first
-meets an unnamed module called from a method of a module class (``modules.model_of``).
+once it returns. A scan of the module's referrers comes first: a model nothing holds costs that
+scan only (~25 ns an object of the process on the CPU machine), a held one the pass too (~70 ns
+an object more: ~0.3 s in all in a process of 3 million objects; BENCHMARKS.md). Either runs
+once per root, when a capture first meets an unnamed module.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ MAX_LEVELS = 64
 def outermost(module: Any, module_type: Any) -> Optional[Tuple[Any, str]]:
     """``(the outermost model holding module, module's path in it)``, or None where no module
     holds ``module`` (or more than one does). ``module_type``: ``torch.nn.Module``."""
+    if not _may_be_held(module, module_type):
+        return None
     holders = _holders(module_type)
     top, path = module, ""
     for _ in range(MAX_LEVELS):
@@ -40,6 +43,23 @@ def outermost(module: Any, module_type: Any) -> Optional[Tuple[Any, str]]:
         top, name = found[0]
         path = f"{name}.{path}" if path else name
     return (top, path) if top is not module else None
+
+
+def _may_be_held(module: Any, module_type: Any) -> bool:
+    """Whether some dict that refers to ``module`` could be a module's ``_modules`` (every value
+    a module or None): never False for a held module. One scan of the collector's objects, a
+    third of :func:`_holders`' pass, so a model that nothing holds (a runner's ``model(x)``)
+    costs that much only."""
+    for ref in gc.get_referrers(module):
+        if issubclass(type(ref), dict):
+            try:
+                values = list(dict.values(ref))
+            except RuntimeError:
+                return True
+            if any(v is module for v in values) and all(v is None or issubclass(type(v), module_type)
+                                                        for v in values):
+                return True
+    return False
 
 
 def _holders(module_type: Any) -> Dict[int, List[Tuple[Any, str]]]:
