@@ -212,6 +212,57 @@ def test_compiled_bound_methods_name_their_model_as_framework_runners_compile_it
     assert not hasattr(eval_frame._TorchDynamoContext.__dict__["__call__"], "__wrapped__")  # put back
 
 
+def test_an_eager_capture_through_forward_names_the_model_a_compile_of_its_forward_reads(monkeypatch):
+    """SGLang with torch.compile captures its largest batch sizes eagerly (the runner calling
+    ``model.forward``, so the inner model is the first module called) and compiles
+    ``no_grad(model.forward)`` for the others. The names the eager capture made are the ones the
+    compile resolves (:data:`NAMES` wins): named from the whole model (the inner model's owner),
+    they are the compiled frame's paths; named from the inner model, as before the owners were
+    looked up, every stack is refused (its depth is not the frame's)."""
+    torch = pytest.importorskip("torch")
+    from perfetto_graph_ann.capture import modules as mods
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.relu(self.a(x))
+
+    Net = _layered(torch, Block)
+
+    class CausalLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = Net()
+
+        def forward(self, x):
+            return self.model(x)
+
+    x = torch.randn(2, 4)
+    got = {}
+    assert C.install_roots()
+    try:
+        for label, root in (("owner", mods.model_of), ("inner", lambda inner: inner)):
+            names = mods._Names()
+            monkeypatch.setattr(mods, "NAMES", names)
+            monkeypatch.setattr(C, "NAMES", names)
+            torch._dynamo.reset()
+            lm = CausalLM()
+            names.add_root(root(lm.model))  # what the eager capture's first module call named
+            seen = []
+            torch.compile(torch.no_grad()(lm.forward), backend=_stack_reader(seen))(x)
+            got[label] = [stack for _, op, stack in seen if op == "call_function"]
+    finally:
+        C.uninstall_roots()
+        torch._dynamo.reset()
+    assert got["owner"] and got["owner"][0] == (("model", "Outer"), ("model.layers.0", "Block"),
+                                                ("model.layers.0.a", "Linear"))
+    assert got["owner"][-1] == (("model", "Outer"), ("model.head", "Linear"))
+    assert got["inner"] and all(stack is None for stack in got["inner"])
+
+
 def test_a_torch_without_the_compile_entry_still_names_compiled_models(monkeypatch):
     """Where ``_TorchDynamoContext.__call__`` is not as expected (a later torch), the bound
     method naming stands back and the other roots (``OptimizedModule``, ``nn.Module.compile``)
