@@ -280,6 +280,17 @@ def test_a_runner_calling_forward_itself_gets_the_models_own_paths(nn, fresh):
         held[0].forward()
     assert ["FakeModule", "self_attn", "self_attn.o_proj"] in scopes_of("k_o")
 
+    class Broken(FakeModule):  # an owner whose named_modules raises: the module is its own root
+        def named_modules(self, prefix=""):
+            raise RuntimeError("broken")
+    lone = layer(nn)
+    broken = Broken(nn, None, y=lone)
+    REGISTRY.clear()
+    g4 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g4):
+        _Runner(lone).capture()
+    assert scopes_of("k_o") == [["FakeModule", "self_attn", "self_attn.o_proj"]] and broken is not None
+
     graphed = FakeModule(nn, None, **{"0": layer(nn), "1": layer(nn)})
     REGISTRY.clear()
     kept = []  # a graph's record lives as long as the graph

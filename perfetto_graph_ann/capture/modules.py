@@ -313,7 +313,10 @@ class ModuleHooks:
         known = NAMES.path(module)
         if known is None and current_depth(self._open) == 0 and config is not None and \
                 _session.current() is not None:  # the outermost module of this capture: a root
-            NAMES.add_root(model_of(module))
+            try:  # an owner's named_modules is the program's code: a failure there names from the module
+                NAMES.add_root(model_of(module))
+            except Exception:
+                pass
             known = NAMES.path(module)
             if known is None:
                 NAMES.add_root(module)
