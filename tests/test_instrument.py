@@ -301,6 +301,30 @@ def test_a_runner_calling_forward_itself_gets_the_models_own_paths(nn, fresh):
     assert scopes_of("k_o") == [["0", "0.self_attn", "0.self_attn.o_proj"], ["1", "1.self_attn", "1.self_attn.o_proj"]]
 
 
+def test_with_the_heap_frozen_as_sglang_captures_the_model_is_found_on_the_stack(nn, fresh):
+    """SGLang freezes the garbage collector's heap while it captures (``gc.freeze``): its model
+    is then in no list of the collector. The model whose ``forward`` the runner called is found
+    on the stack (its frame's ``self``, Python >= 3.12); before 3.12 the first module called is
+    the root, as it was before owners were looked up (a path below the model, never a wrong one)."""
+    import gc
+
+    torch = sys.modules["torch"]
+    model = decoder(nn)
+    pga.instrument(modules=True)
+    g = torch.cuda.CUDAGraph()
+    gc.collect()
+    gc.freeze()
+    try:
+        with torch.cuda.graph(g):
+            model.forward()
+    finally:
+        gc.unfreeze()
+    if sys.version_info >= (3, 12):
+        assert scopes_of("k_o")[1] == ["layers", "layers.1", "layers.1.self_attn", "layers.1.self_attn.o_proj"]
+    else:
+        assert scopes_of("k_o")[1] == ["FakeModule", "1", "1.self_attn", "1.self_attn.o_proj"]
+
+
 class _Runner:
     """A graph runner (no module) calling a module that a model holds."""
 

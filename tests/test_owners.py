@@ -3,11 +3,12 @@ its path there, as ``named_modules()`` of that model gives it."""
 from __future__ import annotations
 
 import gc
+import sys
 
 import pytest
 
 from perfetto_graph_ann.capture.modules import _Names, model_of
-from perfetto_graph_ann.capture.owners import outermost
+from perfetto_graph_ann.capture.owners import on_stack, outermost, shared
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -74,3 +75,34 @@ def test_a_compiled_wrapper_is_an_owner_like_any_other():
     names = _Names()  # what module scopes name from it: the model's own paths, no _orig_mod step
     names.add_root(model_of(lm.model))
     assert names.path(lm.model)[:2] == ("model", 1) and names.path(lm.model.layers[1])[:2] == ("model.layers.1", 3)
+
+
+def test_a_module_held_by_two_models_is_shared_on_the_way_down_from_either():
+    lm = CausalLM()
+    assert not shared(lm.model.layers[0], lm, nn.Module)
+    other = nn.Sequential(lm.model)  # lm.model is held by lm and by other
+    assert shared(lm.model.layers[0], lm, nn.Module) and shared(lm.model, lm, nn.Module)
+    assert not shared(lm.lm_head, lm, nn.Module)
+    del other
+
+
+class _Caller(nn.Module):
+    """A model whose method calls a submodule's lookup, as its forward would call the submodule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = Inner()
+
+    def look(self, module):
+        return on_stack(module, nn.Module)
+
+
+def test_the_model_whose_method_is_running_is_found_on_the_stack():
+    caller = _Caller()
+    found = caller.look(caller.model.layers[1])
+    if sys.version_info >= (3, 12):  # its frame's self, read with PyFrame_GetVar
+        assert found is caller
+    else:
+        assert found is caller.model.layers[1]
+    stranger = _Caller()
+    assert stranger.look(caller.model) is caller.model  # a model on the stack that does not hold it

@@ -130,8 +130,11 @@ def model_of(module: Any) -> Any:
     cls = getattr(sys.modules.get("torch.nn"), "Module", None)
     if cls is None or not issubclass(type(module), cls):
         return module
-    found = owners.outermost(module, cls)
-    return module if found is None else found[0]
+    top = owners.on_stack(module, cls)
+    if top is not module and owners.shared(module, top, cls):  # which model holds it depends on the call
+        top = module
+    found = owners.outermost(top, cls)
+    return top if found is None else found[0]
 
 
 def is_compiled_wrapper(module: Any) -> bool:

@@ -1,4 +1,5 @@
-"""The model a module belongs to: the modules that registered it, up to the outermost.
+"""The model a module belongs to: the modules that registered it, up to the outermost; the
+modules on the call stack that hold it.
 
 Module scopes name a capture's modules from the outermost one *called*. A runner that calls
 ``model.forward(...)`` itself (SGLang's graph runner does) never calls the model: the first
@@ -7,6 +8,10 @@ of which would be a root of its own, and a model whose ``forward`` loops over it
 give every layer the same paths. :func:`outermost` finds the model such a module belongs to,
 so paths are those of ``named_modules()`` on the model the program holds
 (``model.layers.17.self_attn``) however the runner reaches it.
+
+:func:`on_stack` looks at the calling thread's frames first (Python >= 3.12): a runner calling
+``model.forward`` has the model's ``forward`` on the stack. :func:`outermost` then looks for
+owners off the stack (``make_graphed_callables`` of one layer has none on it).
 
 A module's owner is the module whose ``_modules`` holds it (``Module.__setattr__`` and
 ``register_module`` put it there). The modules of the process are found among the garbage
@@ -21,12 +26,82 @@ once per root, when a capture first meets an unnamed module.
 from __future__ import annotations
 
 import gc
-from typing import Any, Dict, List, Optional, Tuple
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["outermost"]
+__all__ = ["on_stack", "outermost", "shared"]
 
 #: the most levels walked up (a model nested deeper than this is named from that level)
 MAX_LEVELS = 64
+#: the most frames :func:`on_stack` looks at
+MAX_FRAMES = 512
+
+
+def on_stack(module: Any, module_type: Any) -> Any:
+    """The outermost module on the calling thread's stack (a frame's ``self``) that holds
+    ``module`` among its submodules, else ``module``.
+
+    What a runner calling ``model.forward(...)`` leaves on the stack: the model's ``forward``,
+    whose ``self`` is the model. This finds it where the garbage collector cannot:
+    SGLang freezes its heap while it captures (``gc.freeze``), and frozen objects are in no
+    list of the collector. One local is read, ``self``, through ``PyFrame_GetVar`` (Python >=
+    3.12), which makes no dict of the frame's locals: ``f_locals`` would (before 3.13), and
+    keep every local of the program's frame alive until the frame ends, moving where its
+    tensors are freed during the capture. On Python < 3.12, ``module``."""
+    get = _frame_var()
+    if get is None:
+        return module
+    top, seen = module, {id(module)}
+    f: Any = sys._getframe(1)
+    for _ in range(MAX_FRAMES):
+        if f is None:
+            break
+        code = f.f_code
+        if "self" in code.co_varnames or "self" in code.co_cellvars:
+            try:
+                s = get(f, "self")
+            except Exception:  # unbound at this point of the frame
+                s = None
+            if s is not None and id(s) not in seen and issubclass(type(s), module_type):
+                seen.add(id(s))
+                if _contains(s, top):
+                    top = s
+        f = f.f_back
+    return top
+
+
+_GETVAR: List[Any] = []
+
+
+def _frame_var() -> Optional[Callable[[Any, str], Any]]:
+    """``PyFrame_GetVar`` (a function object of our own: the program's ``ctypes.pythonapi`` is
+    left as it is), or None before Python 3.12."""
+    if not _GETVAR:
+        fn = None
+        if sys.version_info >= (3, 12):
+            try:
+                import ctypes
+
+                fn = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.py_object)(
+                    ("PyFrame_GetVar", ctypes.pythonapi))
+            except Exception:
+                fn = None
+        _GETVAR.append(fn)
+    return _GETVAR[0]
+
+
+def _contains(model: Any, module: Any) -> bool:
+    """Whether ``module`` is among ``model``'s submodules (through the ``_modules`` dicts)."""
+    todo, seen = [model], {id(model)}
+    while todo:
+        items = _submodules(todo.pop())
+        for _, v in items or ():
+            if v is module:
+                return True
+            if v is not None and id(v) not in seen:
+                seen.add(id(v))
+                todo.append(v)
+    return False
 
 
 def outermost(module: Any, module_type: Any) -> Optional[Tuple[Any, str]]:
@@ -45,21 +120,56 @@ def outermost(module: Any, module_type: Any) -> Optional[Tuple[Any, str]]:
     return (top, path) if top is not module else None
 
 
+def shared(module: Any, model: Any, module_type: Any) -> bool:
+    """Whether a module on the way from ``model`` (which holds ``module``) down to ``module`` may
+    be held by another model too (two dicts that could be ``_modules`` refer to it): its path
+    then depends on which model called it. Objects the collector does not list (a frozen heap)
+    are not seen."""
+    return any(_holder_dicts(m, module_type) > 1 for m in _chain(model, module)[1:])
+
+
+def _chain(model: Any, module: Any) -> List[Any]:
+    """The modules from ``model`` down to ``module`` (through the ``_modules`` dicts)."""
+    parent: Dict[int, Any] = {id(model): None}
+    todo = [model]
+    while todo:
+        m = todo.pop()
+        for _, v in _submodules(m) or ():
+            if v is None or id(v) in parent:
+                continue
+            parent[id(v)] = m
+            if v is module:
+                out = [v]
+                while parent[id(out[-1])] is not None:
+                    out.append(parent[id(out[-1])])
+                return out[::-1]
+            todo.append(v)
+    return [model]
+
+
 def _may_be_held(module: Any, module_type: Any) -> bool:
-    """Whether some dict that refers to ``module`` could be a module's ``_modules`` (every value
-    a module or None): never False for a held module. One scan of the collector's objects, a
-    third of :func:`_holders`' pass, so a model that nothing holds (a runner's ``model(x)``)
-    costs that much only."""
+    """Whether some dict that refers to ``module`` could be a module's ``_modules``: never False
+    for a held module. One scan of the collector's objects, a third of :func:`_holders`' pass,
+    so a model that nothing holds (a runner's ``model(x)``) costs that much only."""
+    return _holder_dicts(module, module_type, first=True) > 0
+
+
+def _holder_dicts(module: Any, module_type: Any, first: bool = False) -> int:
+    """How many dicts that refer to ``module`` could be a module's ``_modules`` (every value a
+    module or None); with ``first``, 1 at the first one."""
+    n = 0
     for ref in gc.get_referrers(module):
         if issubclass(type(ref), dict):
             try:
                 values = list(dict.values(ref))
             except RuntimeError:
-                return True
+                values = [module]
             if any(v is module for v in values) and all(v is None or issubclass(type(v), module_type)
                                                         for v in values):
-                return True
-    return False
+                n += 1
+                if first:
+                    break
+    return n
 
 
 def _holders(module_type: Any) -> Dict[int, List[Tuple[Any, str]]]:
