@@ -101,6 +101,18 @@ def _layered(torch, layer, forward_decorator=lambda fn: fn):
     return Outer
 
 
+def _linear_block(torch):
+    """A module class: ``a`` (Linear 4 -> 4), then a ReLU."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.relu(self.a(x))
+    return Block
+
+
 def test_compiled_module_paths_name_the_module_itself_never_dynamos_frame_text():
     """Real dynamo (CPU), backends that only read the FX graphs. In a forward decorated with
     ``wrapper(*args)`` dynamo's source text is relative to ``L['args'][0]``: the paths must be the
@@ -168,15 +180,7 @@ def test_compiled_bound_methods_name_their_model_as_framework_runners_compile_it
 
     from perfetto_graph_ann.capture.modules import COMPILED_ROOTS
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = torch.nn.Linear(4, 4)
-
-        def forward(self, x):
-            return torch.relu(self.a(x))
-
-    Net = _layered(torch, Block)
+    Net = _layered(torch, _linear_block(torch))
 
     def stacks(entries):
         return [stack for _, op, stack in entries if op == "call_function"]
@@ -222,15 +226,7 @@ def test_an_eager_capture_through_forward_names_the_model_a_compile_of_its_forwa
     torch = pytest.importorskip("torch")
     from perfetto_graph_ann.capture import modules as mods
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = torch.nn.Linear(4, 4)
-
-        def forward(self, x):
-            return torch.relu(self.a(x))
-
-    Net = _layered(torch, Block)
+    Net = _layered(torch, _linear_block(torch))
 
     class CausalLM(torch.nn.Module):
         def __init__(self):
