@@ -3,7 +3,8 @@ GPT-2 (random weights, bf16, SDPA attention), code this package was never tuned 
 ``zero_code_runner.py`` it never imports perfetto_graph_ann; run it under
 ``perfetto-graph-ann run`` (``test_hf_models_gpu.py`` does).
 
-    python hf_runner.py OUT MODE MODEL     MODE: runner | runner_forward | runner_compiled | runner_compiled_forward |
+    python hf_runner.py OUT MODE MODEL     MODE: runner | runner_forward | runner_forward_frozen | runner_compiled |
+                                                 runner_compiled_forward |
                                                  runner_piecewise | runner_decorated | compile |
                                                  graphed_callables
                                            MODEL: llama | qwen2 | gpt2
@@ -90,7 +91,8 @@ def main() -> None:
         elif mode == "compile":
             profile_compiled(model, token_input(2, SEQ), out, lambda bs: capture_path_truth(model, bs, out))
         elif mode != "graphed_callables":
-            raise SystemExit(f"unknown mode {mode!r}: runner, runner_forward, runner_compiled, runner_compiled_forward, "
+            raise SystemExit(f"unknown mode {mode!r}: runner, runner_forward, runner_forward_frozen, runner_compiled, "
+                             "runner_compiled_forward, "
                              "runner_piecewise, runner_decorated, compile or graphed_callables")
     if mode == "graphed_callables":
         train_step(model, out)

@@ -3,7 +3,8 @@
 own torch.profiler, and an eager reference profile where every module call is wrapped in
 ``record_function(<module path>)``. Run it under ``perfetto-graph-ann run`` (the test does).
 
-    python zero_code_runner.py OUT MODE     MODE: runner | runner_forward | runner_compiled | runner_compiled_forward |
+    python zero_code_runner.py OUT MODE     MODE: runner | runner_forward | runner_forward_frozen | runner_compiled |
+                                            runner_compiled_forward |
                                             runner_piecewise | runner_decorated | compile |
                                             graphed_callables | cost
 
@@ -13,6 +14,7 @@ kernel names launched under that innermost module). ``cost`` prints capture time
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -127,6 +129,19 @@ class Runner:
 
     def replay(self, bs):
         self.graphs[bs].replay()
+
+
+class FrozenRunner(Runner):
+    """SGLang's capture (``freeze_gc``, its default): ``gc.collect()`` then ``gc.freeze()`` around
+    the captures, ``gc.unfreeze()`` after; frozen objects are in none of the collector's lists."""
+
+    def __init__(self, *args, **kwargs):
+        gc.collect()
+        gc.freeze()
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            gc.unfreeze()
 
 
 class PiecewiseRunner:
@@ -290,12 +305,15 @@ def compiled_forward_for_runner(model):
 
 
 def runner_mode(model, mode, batches, out, truth, **kw) -> bool:
-    """Run one of the runner modes (``runner``, ``runner_forward``, ``runner_compiled``, ``runner_compiled_forward``,
+    """Run one of the runner modes (``runner``, ``runner_forward``, ``runner_forward_frozen``, ``runner_compiled``,
+    ``runner_compiled_forward``,
     ``runner_piecewise``, ``runner_decorated``) with :func:`profile_runner`; False for another mode."""
     if mode == "runner":
         profile_runner(model, batches, out, truth, **kw)
     elif mode == "runner_forward":  # SGLang's runner without torch.compile: model.forward(...) called itself
         profile_runner(model.forward, batches, out, truth, **kw)
+    elif mode == "runner_forward_frozen":  # the same with the heap frozen while capturing, as SGLang does
+        profile_runner(model.forward, batches, out, truth, runner_cls=FrozenRunner, **kw)
     elif mode == "runner_compiled":
         profile_runner(compiled_for_runner(model), batches, out, truth, **kw)
     elif mode == "runner_compiled_forward":
