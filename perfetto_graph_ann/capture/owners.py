@@ -92,16 +92,7 @@ def _frame_var() -> Optional[Callable[[Any, str], Any]]:
 
 def _contains(model: Any, module: Any) -> bool:
     """Whether ``module`` is among ``model``'s submodules (through the ``_modules`` dicts)."""
-    todo, seen = [model], {id(model)}
-    while todo:
-        items = _submodules(todo.pop())
-        for _, v in items or ():
-            if v is module:
-                return True
-            if v is not None and id(v) not in seen:
-                seen.add(id(v))
-                todo.append(v)
-    return False
+    return _chain(model, module)[-1] is module
 
 
 def outermost(module: Any, module_type: Any) -> Optional[Tuple[Any, str]]:
@@ -129,7 +120,8 @@ def shared(module: Any, model: Any, module_type: Any) -> bool:
 
 
 def _chain(model: Any, module: Any) -> List[Any]:
-    """The modules from ``model`` down to ``module`` (through the ``_modules`` dicts)."""
+    """The modules from ``model`` down to ``module`` (through the ``_modules`` dicts); ``[model]``
+    where ``module`` is not among them."""
     parent: Dict[int, Any] = {id(model): None}
     todo = [model]
     while todo:
