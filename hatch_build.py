@@ -1,14 +1,15 @@
 """Build hook: compiles the optional capture fast path, ``perfetto_graph_ann/capture/_fastpath.c``
-(with ``_recorder.c``, ``_marks.c``, ``_replays.c`` and ``_errors.c``), and the writer's
-packet hot path, ``perfetto_graph_ann/write/perfetto/_encode.c``.
+(with ``_recorder.c``, ``_marks.c``, ``_replays.c`` and ``_errors.c``), the writer's
+packet hot path, ``perfetto_graph_ann/write/perfetto/_encode.c``, and the reader's first-pass
+loop, ``perfetto_graph_ann/read/_scan.c``.
 
 Where a C compiler and Python's headers are found, the wheel gets the extension (and a
 platform tag); where not, the build goes on with a warning and the package captures with
-its pure-Python path (same behaviour, more capture overhead: BENCHMARKS.md) and writes with
-the pure-Python encoder (the same bytes, slower). An editable
+its pure-Python path (same behaviour, more capture overhead: BENCHMARKS.md), writes with
+the pure-Python encoder (the same bytes, slower) and scans with the Python loop (the same events). An editable
 install compiles it next to the source, as ``build_ext --inplace`` would.
 
-``PERFETTO_GRAPH_ANN_NO_EXTENSION=1`` skips both. ``python hatch_build.py`` compiles them in
+``PERFETTO_GRAPH_ANN_NO_EXTENSION=1`` skips all three. ``python hatch_build.py`` compiles them in
 place for the running interpreter (e.g. a cp312 build to carry to the GPU machine).
 """
 from __future__ import annotations
@@ -35,7 +36,9 @@ SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_recorder.c", f"{PACKAG
            f"{PACKAGE_DIR}/_errors.c")
 WRITER_DIR = "perfetto_graph_ann/write/perfetto"
 #: (package folder, module name, translation units) of each extension
-EXTENSIONS = ((PACKAGE_DIR, "_fastpath", SOURCES), (WRITER_DIR, "_encode", (f"{WRITER_DIR}/_encode.c",)))
+READER_DIR = "perfetto_graph_ann/read"
+EXTENSIONS = ((PACKAGE_DIR, "_fastpath", SOURCES), (WRITER_DIR, "_encode", (f"{WRITER_DIR}/_encode.c",)),
+              (READER_DIR, "_scan", (f"{READER_DIR}/_scan.c",)))
 
 
 def _settings() -> Any:
@@ -83,7 +86,7 @@ def compile_extension(out_path: str, root: str = ROOT, sources: Tuple[str, ...] 
 
 
 class CustomBuildHook(BuildHookInterface):
-    """Adds the compiled ``_fastpath`` and ``_encode`` to wheels (standard and editable) when they build."""
+    """Adds the compiled ``_fastpath``, ``_encode`` and ``_scan`` to wheels (standard and editable) when they build."""
 
     def initialize(self, version: str, build_data: Dict[str, Any]) -> None:
         self._tmp: Optional[str] = None

@@ -452,6 +452,54 @@ def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, tr
     assert out["c", "none"] == out["python", "none"] and out["c", "all"] == out["python", "all"]
 
 
+def _kept(events):
+    """Every field of each light event, and which earlier event's args object each one shares
+    (the first pass shares one dict among events with the same light args)."""
+    import msgspec
+
+    first = {}
+    return [(msgspec.structs.astuple(e), first.setdefault(id(e.args), k)) for k, e in enumerate(events)]
+
+
+@pytest.mark.parametrize("join", [True, False], ids=["join", "plain"])
+@pytest.mark.parametrize("trace", ["odd", "odd light args", "two_branch", "seed_block_annotated"])
+def test_the_compiled_first_pass_loop_keeps_the_python_loops_events(join, trace, tmp_path, monkeypatch):
+    """``_scan.keep_loop`` (the first pass's per-event loop in C) against the loop in Python: the
+    same light events, field for field and type for type, sharing the same args objects, on
+    traces whose events leave the C loop's usual path for Python's (the generic decode's dict
+    args, unhashable and non-int values, graph ids, old category spellings, launches by
+    another name, metadata and counters)."""
+    monkeypatch.setattr(kineto, "STREAM_BLOCK", 4096)  # many runs: the memos carried between them
+    if scan.KEEP_LOOP is None:
+        pytest.skip("the reader's compiled loop (_scan) is not built or turned off")
+    if trace == "odd":
+        src, _ = _odd_trace(tmp_path)
+    elif trace == "odd light args":
+        doc, evs = _odd_joined_events()
+        runtime = next(e for e in evs if e.get("cat") == "cuda_runtime")
+        evs.extend([dict(runtime, args={"device": [0], "stream": 7}), dict(runtime, args={"device": 0.0, "stream": True}),
+                    dict(runtime, args={"device": {"x": 1}}), dict(runtime, args={"stream": 7}),
+                    dict(runtime, args=None), dict(runtime, args={"device": 0, "stream": 7, "other": [1, {"y": 2}]})])
+        evs.append({"ph": "C", "cat": "cuda_runtime", "name": "counter", "pid": 1, "tid": 1, "ts": 5.0,
+                    "args": {"device": 1, "value": 2}})
+        src = tmp_path / "light.json"
+        src.write_bytes(_kineto_multiline(evs, head={k: v for k, v in doc.items() if k != "traceEvents"}))
+    else:
+        src = _plain(tmp_path, trace)
+    calls = []
+    real = scan.KEEP_LOOP
+    kept = {}
+    for name, loop in (("c", lambda run, ctx: calls.append(len(run)) or real(run, ctx)), ("python", None)):
+        monkeypatch.setattr(scan, "KEEP_LOOP", loop)
+        scanned = scan_trace(str(src), join=join)
+        assert scanned is not None
+        scanned.source.close()
+        kept[name] = _kept(scanned.events)
+    assert len(calls) > 1 and sum(calls) == len(kept["c"])
+    assert kept["c"] == kept["python"]
+    assert [type(v) for t, _ in kept["c"] for v in t] == [type(v) for t, _ in kept["python"] for v in t]
+
+
 def test_replay_signatures_of_shared_args_are_the_per_event_ones(tmp_path, monkeypatch):
     """The scanned events of a replay share args dicts: ``replay_signatures`` then computes each
     (cat, name, args object) once; the same signatures as the per-event loop, and the same as

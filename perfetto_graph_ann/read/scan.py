@@ -27,15 +27,23 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import msgspec
 
-from .. import formats
+from .. import formats, settings
 from ..errors import TraceFormatError
 from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
 from .model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["EventSource", "GzipEventSource", "ScannedTrace", "scan_trace"]
+__all__ = ["EventSource", "GzipEventSource", "KEEP_LOOP", "ScannedTrace", "scan_trace"]
 
 _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
+
+try:  # the first pass's loop in C (_scan.c, built by hatch_build.py): the same events kept
+    from ._scan import keep_loop as _compiled_keep_loop
+except ImportError:
+    _compiled_keep_loop = None
+#: :meth:`_Scan.keep`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
+#: was set at import (the Python loop then keeps the same events)
+KEEP_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_keep_loop
 
 
 class _DevStream(msgspec.Struct, gc=False):
@@ -390,6 +398,7 @@ class _Scan:
         self.joined: Dict[str, bool] = {}  # cat as written -> GPU work
         self.join_memo: Dict[Any, Any] = {}
         self.gunzipped: Optional[_Gunzip] = None
+        self.keep_loop = KEEP_LOOP  #: the compiled loop, or None: the Python loop
 
     def gunzip(self, raw: Any) -> "_Gunzip":
         """The file object a gzip file's text is read from (keeping where to start again)."""
@@ -433,15 +442,19 @@ class _Scan:
                 e.index = run[k].index
                 run[k] = e
         memo = self.memo
+        none_key = (_ARGS, _NO_TYPE, _NO_ARG, _NO_TYPE, _NO_ARG)  # no device, no stream (a flow event's)
+        none = memo.get(none_key)
+        if none is None:
+            none = _light_args(_NO_ARG, _NO_ARG, memo, none_key)
+        if self.keep_loop is not None:
+            self.keep_loop(run, (memo, none, light_type, _ARGS, _NO_ARG, self.join, self.joined, self.join_memo,
+                                 GRAPH_LAUNCH_NAMES, self._gpu_category, self._join_args, self._light))
+            return run
         intern = memo.setdefault  # one dict: str and int keys never compare equal (pid / tid are never bool)
-        get = memo.get
         join = self.join
         joined = self.joined
         join_args = self._join_args
-        none_key = (_ARGS, _NO_TYPE, _NO_ARG, _NO_TYPE, _NO_ARG)  # no device, no stream (a flow event's)
-        none = get(none_key)
-        if none is None:
-            none = _light_args(_NO_ARG, _NO_ARG, memo, none_key)
+        light_of = self._light
         last = None  # the previous event's time: a flow event's is its slice's, one int object for both
         for e in run:
             ts = e.ts_ns
@@ -462,8 +475,7 @@ class _Scan:
             if join and ph == "X":
                 gpu = joined.get(cat)
                 if gpu is None:
-                    c = cat.lower()
-                    gpu = joined[cat] = CATEGORY_ALIASES.get(c, c) in GPU_WORK_CATEGORIES
+                    gpu = self._gpu_category(cat)
                 name = e.name
                 if gpu or name in GRAPH_LAUNCH_NAMES:  # what the join reads: name and its args
                     e.name = intern(name, name)
@@ -471,23 +483,34 @@ class _Scan:
                     continue
             e.name = ""
             a = e.args
-            # shared light args (an empty dict per event without args, too, as decoded)
-            if type(a) is light_type:
-                d = a.device
-                s = a.stream
-                if d is _NO_ARG and s is _NO_ARG:  # the usual flow event
-                    e.args = none
-                    continue
-            else:  # the generic path's
-                d = a.get("device", _NO_ARG)
-                s = a.get("stream", _NO_ARG)
-            key = (_ARGS, type(d), d, type(s), s)  # the type too: 1, 1.0 and True are equal keys
-            try:
-                light = get(key)
-            except TypeError:  # a list or dict value: not shared
-                light = key = None
-            e.args = light if light is not None else _light_args(d, s, memo, key)
+            if type(a) is light_type and a.device is _NO_ARG and a.stream is _NO_ARG:  # the usual flow event
+                e.args = none
+            else:
+                e.args = light_of(a)
         return run
+
+    def _gpu_category(self, cat: str) -> bool:
+        """Whether events of the category ``cat`` (as written) are GPU work; remembered."""
+        c = cat.lower()
+        gpu = self.joined[cat] = CATEGORY_ALIASES.get(c, c) in GPU_WORK_CATEGORIES
+        return gpu
+
+    def _light(self, a: Any) -> Dict[str, Any]:
+        """The light args of an event's decoded args ``a``: shared by the events that have the
+        same device and stream (an empty dict per event without args, too, as decoded)."""
+        if type(a) is self.args_type:
+            d = a.device
+            s = a.stream
+        else:  # the generic path's
+            d = a.get("device", _NO_ARG)
+            s = a.get("stream", _NO_ARG)
+        key = (_ARGS, type(d), d, type(s), s)  # the type too: 1, 1.0 and True are equal keys
+        memo = self.memo
+        try:
+            light = memo.get(key)
+        except TypeError:  # a list or dict value: not shared
+            light = key = None
+        return light if light is not None else _light_args(d, s, memo, key)
 
     def _join_args(self, a: Any) -> Dict[str, Any]:
         """The args the join reads of a GPU work event or graph launch (the keys present, as

@@ -1,0 +1,366 @@
+/*
+ * The first pass's per-event loop in C (perfetto_graph_ann.read._scan): what scan._Scan.keep
+ * does to each decoded event of a run, for the usual events; every other case is handed to the
+ * Python callables in the context, which do what the Python loop does. An accelerator only:
+ * scan.py runs the same loop in Python where this is not built or is turned off
+ * (PERFETTO_GRAPH_ANN_PURE_PYTHON), and the two keep the same events (tests/test_scan_keep.py).
+ * Compiled by hatch_build.py.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* An event's fields the loop reads or writes, and those of its light args, by index. */
+enum { E_TS, E_CAT, E_PID, E_TID, E_PH, E_EXTRA, E_NAME, E_ARGS, E_SIZE };
+enum { A_DEVICE, A_STREAM, A_CORRELATION, A_GRID, A_BLOCK, A_GRAPH_ID, A_GRAPH_NODE_ID, A_SIZE };
+static PyObject *event_names[E_SIZE], *args_names[A_SIZE];
+static PyObject *s_empty;
+
+/* Where a type's fields are (msgspec structs keep them in slots, as member descriptors): read and
+ * written there directly, as the interpreter's specialised attribute access does; any other
+ * object, or a field not in a slot, through getattr / setattr. */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offset[8];
+} Fields;
+
+/* The slot offsets of ``names`` (n at most 8) in ``type``, -1 for a name that is not an object slot. */
+static int
+fields_of(PyTypeObject *type, PyObject *const *names, int n, Fields *out)
+{
+    int k;
+    out->type = type;
+    for (k = 0; k < n; k++) {
+        PyObject *d = PyObject_GetAttr((PyObject *)type, names[k]);
+        out->offset[k] = -1;
+        if (d == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return -1;
+            PyErr_Clear();
+            continue;
+        }
+        if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if ((m->type == T_OBJECT_EX || m->type == T_OBJECT) && !(m->flags & READONLY))
+                out->offset[k] = m->offset;
+        }
+        Py_DECREF(d);
+    }
+    return 0;
+}
+
+/* o.<names[k]>: a new reference, or NULL with an exception. */
+static inline PyObject *
+get_field(PyObject *o, const Fields *f, PyObject *const *names, int k)
+{
+    if (Py_TYPE(o) == f->type && f->offset[k] >= 0) {
+        PyObject *v = *(PyObject **)((char *)o + f->offset[k]);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(o, names[k]);
+}
+
+/* o.<names[k]> = v; 0, or -1 with an exception. */
+static inline int
+set_field(PyObject *o, const Fields *f, PyObject *const *names, int k, PyObject *v)
+{
+    if (Py_TYPE(o) == f->type && f->offset[k] >= 0) {
+        PyObject **slot = (PyObject **)((char *)o + f->offset[k]);
+        PyObject *old = *slot;
+        *slot = Py_NewRef(v);
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(o, names[k], v);
+}
+
+/* The context's items, in scan._Scan._keep_context's order. */
+enum {
+    C_MEMO, C_NONE, C_LIGHT_TYPE, C_ARGS, C_NO_ARG, C_JOIN, C_JOINED, C_JOIN_MEMO, C_LAUNCH_NAMES,
+    C_GPU_OF, C_JOIN_ARGS, C_LIGHT_OF, C_SIZE
+};
+
+/* The loop's state for one run: its context's items, and where the events' and args' fields are. */
+typedef struct {
+    PyObject *ctx[C_SIZE];
+    Fields ev, args;
+} Loop;
+
+#define GET_E(L, e, k) get_field((e), &(L)->ev, event_names, (k))
+#define SET_E(L, e, k, v) set_field((e), &(L)->ev, event_names, (k), (v))
+#define GET_A(L, a, k) get_field((a), &(L)->args, args_names, (k))
+
+/* e.<k> = memo.setdefault(v, v) where v is e.<k>; *out (borrowed, as kept by the memo) if asked. 0 or -1. */
+static int
+intern_field(Loop *L, PyObject *e, int k, PyObject **out)
+{
+    PyObject *v = GET_E(L, e, k);
+    PyObject *kept;
+    if (v == NULL)
+        return -1;
+    kept = PyDict_SetDefault(L->ctx[C_MEMO], v, v); /* borrowed */
+    Py_DECREF(v);
+    if (kept == NULL)
+        return -1;
+    if (out != NULL)
+        *out = kept;
+    return SET_E(L, e, k, kept);
+}
+
+/* A one-character str equal to c. */
+static inline int
+is_char(PyObject *s, Py_UCS4 c)
+{
+    return PyUnicode_Check(s) && PyUnicode_GET_LENGTH(s) == 1 && PyUnicode_READ_CHAR(s, 0) == c;
+}
+
+/* Kineto's usual join args (graph ids absent; int device, stream and correlation; grid and block
+ * lists of three ints) found in the join memo under scan._Scan._join_args' key: a new reference, or
+ * NULL with no exception (left to Python) or with one. */
+static PyObject *
+join_hit(Loop *L, PyObject *a)
+{
+    PyObject *v[A_SIZE] = {NULL};
+    PyObject *key = NULL, *hit = NULL, *no_arg = L->ctx[C_NO_ARG];
+    int k;
+    if (Py_TYPE(a) != (PyTypeObject *)L->ctx[C_LIGHT_TYPE])
+        return NULL;
+    for (k = 0; k < A_SIZE; k++) {
+        v[k] = GET_A(L, a, k);
+        if (v[k] == NULL)
+            goto done;
+    }
+    if (v[A_GRAPH_ID] != no_arg || v[A_GRAPH_NODE_ID] != no_arg || !PyLong_CheckExact(v[A_DEVICE]) ||
+        !PyLong_CheckExact(v[A_STREAM]) || !PyLong_CheckExact(v[A_CORRELATION]) || !PyList_CheckExact(v[A_GRID]) ||
+        !PyList_CheckExact(v[A_BLOCK]) || PyList_GET_SIZE(v[A_GRID]) != 3 || PyList_GET_SIZE(v[A_BLOCK]) != 3)
+        goto done;
+    key = PyTuple_New(12);
+    if (key == NULL)
+        goto done;
+    for (k = 0; k < 3; k++) {
+        PyObject *g = PyList_GET_ITEM(v[A_GRID], k), *b = PyList_GET_ITEM(v[A_BLOCK], k);
+        if (!PyLong_CheckExact(g) || !PyLong_CheckExact(b))
+            goto done;
+        PyTuple_SET_ITEM(key, 3 + k, Py_NewRef(g));
+        PyTuple_SET_ITEM(key, 6 + k, Py_NewRef(b));
+        PyTuple_SET_ITEM(key, k, Py_NewRef(v[k])); /* device, stream, correlation */
+        PyTuple_SET_ITEM(key, 9 + k, Py_NewRef(Py_None));
+    }
+    hit = PyDict_GetItemWithError(L->ctx[C_JOIN_MEMO], key);
+    Py_XINCREF(hit);
+done:
+    Py_XDECREF(key);
+    for (k = 0; k < A_SIZE; k++)
+        Py_XDECREF(v[k]);
+    return hit;
+}
+
+/* The light args of a non-joined event's args ``a``: the shared ``none`` where it has neither device
+ * nor stream, the memo's where its key is there, else light_of(a). A new reference, or NULL. */
+static PyObject *
+light_args(Loop *L, PyObject *a)
+{
+    PyObject *d = NULL, *s = NULL, *key = NULL, *out = NULL, **ctx = L->ctx;
+    if (Py_TYPE(a) != (PyTypeObject *)ctx[C_LIGHT_TYPE])
+        return PyObject_CallOneArg(ctx[C_LIGHT_OF], a);
+    d = GET_A(L, a, A_DEVICE);
+    if (d == NULL)
+        return NULL;
+    s = GET_A(L, a, A_STREAM);
+    if (s == NULL)
+        goto done;
+    if (d == ctx[C_NO_ARG] && s == ctx[C_NO_ARG]) { /* the usual flow event */
+        out = Py_NewRef(ctx[C_NONE]);
+        goto done;
+    }
+    key = PyTuple_Pack(5, ctx[C_ARGS], (PyObject *)Py_TYPE(d), d, (PyObject *)Py_TYPE(s), s);
+    if (key == NULL)
+        goto done;
+    out = PyDict_GetItemWithError(ctx[C_MEMO], key);
+    if (out != NULL) {
+        Py_INCREF(out);
+        goto done;
+    }
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) /* TypeError: a list or dict value, Python's case */
+            goto done;
+        PyErr_Clear();
+    }
+    out = PyObject_CallOneArg(ctx[C_LIGHT_OF], a);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(s);
+    Py_XDECREF(d);
+    return out;
+}
+
+/* A joined X event: GPU work or a graph launch keeps its name and the join's args. 1 if kept so,
+ * 0 if not, -1 with an exception. */
+static int
+keep_joined(Loop *L, PyObject *e, PyObject *cat)
+{
+    PyObject **ctx = L->ctx;
+    PyObject *gpu = PyDict_GetItemWithError(ctx[C_JOINED], cat); /* borrowed */
+    PyObject *name, *kept, *a, *args;
+    int is_gpu, rc;
+    if (gpu == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        gpu = PyObject_CallOneArg(ctx[C_GPU_OF], cat);
+        if (gpu == NULL)
+            return -1;
+        is_gpu = PyObject_IsTrue(gpu);
+        Py_DECREF(gpu);
+    } else {
+        is_gpu = PyObject_IsTrue(gpu);
+    }
+    if (is_gpu < 0)
+        return -1;
+    name = GET_E(L, e, E_NAME);
+    if (name == NULL)
+        return -1;
+    if (!is_gpu) {
+        rc = PySequence_Contains(ctx[C_LAUNCH_NAMES], name);
+        if (rc <= 0) {
+            Py_DECREF(name);
+            return rc;
+        }
+    }
+    kept = PyDict_SetDefault(ctx[C_MEMO], name, name); /* borrowed */
+    rc = kept == NULL ? -1 : SET_E(L, e, E_NAME, kept);
+    Py_DECREF(name);
+    if (rc < 0)
+        return -1;
+    a = GET_E(L, e, E_ARGS);
+    if (a == NULL)
+        return -1;
+    args = join_hit(L, a);
+    if (args == NULL && !PyErr_Occurred())
+        args = PyObject_CallOneArg(ctx[C_JOIN_ARGS], a);
+    Py_DECREF(a);
+    if (args == NULL)
+        return -1;
+    rc = SET_E(L, e, E_ARGS, args);
+    Py_DECREF(args);
+    return rc < 0 ? -1 : 1;
+}
+
+/* One event of the run; ``last``: the previous event's time (a new reference), replaced. 0 or -1. */
+static int
+keep_one(Loop *L, PyObject *e, int join, PyObject **last)
+{
+    PyObject *ts, *cat, *ph, *a, *light;
+    int eq, rc;
+    /* a flow event's time is its slice's: one int object for both */
+    ts = GET_E(L, e, E_TS);
+    if (ts == NULL)
+        return -1;
+    eq = ts == *last ? 1 : PyObject_RichCompareBool(ts, *last, Py_EQ);
+    if (eq < 0) {
+        Py_DECREF(ts);
+        return -1;
+    }
+    if (eq) {
+        Py_DECREF(ts);
+        if (SET_E(L, e, E_TS, *last) < 0)
+            return -1;
+    } else {
+        Py_SETREF(*last, ts);
+    }
+    if (intern_field(L, e, E_CAT, &cat) < 0 || intern_field(L, e, E_PID, NULL) < 0 ||
+        intern_field(L, e, E_TID, NULL) < 0 || intern_field(L, e, E_PH, &ph) < 0)
+        return -1;
+    if (is_char(ph, 'M') || is_char(ph, 'C')) /* the tracks and counters read their names and args */
+        return 0;
+    if (SET_E(L, e, E_EXTRA, Py_None) < 0)
+        return -1;
+    if (join && is_char(ph, 'X')) {
+        rc = keep_joined(L, e, cat);
+        if (rc != 0)
+            return rc < 0 ? -1 : 0;
+    }
+    if (SET_E(L, e, E_NAME, s_empty) < 0)
+        return -1;
+    a = GET_E(L, e, E_ARGS);
+    if (a == NULL)
+        return -1;
+    light = light_args(L, a);
+    Py_DECREF(a);
+    if (light == NULL)
+        return -1;
+    rc = SET_E(L, e, E_ARGS, light);
+    Py_DECREF(light);
+    return rc;
+}
+
+/* keep_loop(run, context): scan._Scan.keep's loop over the decoded events of ``run``, in place. */
+static PyObject *
+keep_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Loop L;
+    PyObject *run, *last;
+    Py_ssize_t i, n;
+    int k, join;
+    (void)self;
+    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) ||
+        PyTuple_GET_SIZE(argv[1]) != C_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "keep_loop(run: list, context: tuple)");
+        return NULL;
+    }
+    run = argv[0];
+    for (k = 0; k < C_SIZE; k++)
+        L.ctx[k] = PyTuple_GET_ITEM(argv[1], k);
+    if (!PyDict_CheckExact(L.ctx[C_MEMO]) || !PyDict_CheckExact(L.ctx[C_JOINED]) ||
+        !PyDict_CheckExact(L.ctx[C_JOIN_MEMO]) || !PyType_Check(L.ctx[C_LIGHT_TYPE])) {
+        PyErr_SetString(PyExc_TypeError, "keep_loop: a context of the wrong shape");
+        return NULL;
+    }
+    join = PyObject_IsTrue(L.ctx[C_JOIN]);
+    if (join < 0)
+        return NULL;
+    n = PyList_GET_SIZE(run);
+    if (n == 0)
+        Py_RETURN_NONE;
+    if (fields_of(Py_TYPE(PyList_GET_ITEM(run, 0)), event_names, E_SIZE, &L.ev) < 0 ||
+        fields_of((PyTypeObject *)L.ctx[C_LIGHT_TYPE], args_names, A_SIZE, &L.args) < 0)
+        return NULL;
+    last = Py_NewRef(Py_None);
+    for (i = 0; i < n; i++) {
+        if (keep_one(&L, PyList_GET_ITEM(run, i), join, &last) < 0) {
+            Py_DECREF(last);
+            return NULL;
+        }
+    }
+    Py_DECREF(last);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"keep_loop", (PyCFunction)(void (*)(void))keep_loop, METH_FASTCALL,
+     "keep_loop(run, context): the first pass's loop over a run's decoded events (scan._Scan.keep)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_scan", "The first pass's per-event loop (scan._Scan.keep) in C.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__scan(void)
+{
+    static const char *events[E_SIZE] = {"ts_ns", "cat", "pid", "tid", "ph", "extra", "name", "args"};
+    static const char *args[A_SIZE] = {"device", "stream", "correlation", "grid", "block", "graph_id",
+                                       "graph_node_id"};
+    int k;
+    for (k = 0; k < E_SIZE; k++)
+        if (event_names[k] == NULL && (event_names[k] = PyUnicode_InternFromString(events[k])) == NULL)
+            return NULL;
+    for (k = 0; k < A_SIZE; k++)
+        if (args_names[k] == NULL && (args_names[k] = PyUnicode_InternFromString(args[k])) == NULL)
+            return NULL;
+    if (s_empty == NULL && (s_empty = PyUnicode_InternFromString("")) == NULL)
+        return NULL;
+    return PyModule_Create(&moduledef);
+}
