@@ -1,4 +1,4 @@
-"""Benchmark (issue 33): the first pass's per-event loop in C (``read/_scan.c``) against the loop in Python.
+"""Benchmark (issue 33): the first pass's per-event work in C (``read/_scan.c``) against Python's.
 
     python benchmarks/scan_keep.py [--size 100M] [--rounds 8] [--dir /tmp/bench33k] [--keep]
 
@@ -6,7 +6,7 @@ On ``benchmarks/decoder_synth.py``'s decoder trace of ``--size`` (as ``convert_j
 writes it: Kineto's times, replays added until the size is reached), one process runs the first pass (``scan_trace``) with the
 compiled loop and with the Python loop, alternating, with and without the join's args kept.
 Times are CPU seconds (``process_time``): of ``_Scan.keep`` alone (the loop and what it does
-before it: the run's offsets, metadata decoded whole) and of the whole first pass. Medians and
+before it: the run's offsets, ``event_spans`` in C on the compiled side, metadata decoded whole) and of the whole first pass. Medians and
 bests over ``--rounds``; the kept events are compared (every field, the same args objects shared).
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/bench33k")
     ap.add_argument("--keep", action="store_true", help="keep the trace")
     args = ap.parse_args()
-    compiled = scan.KEEP_LOOP
+    compiled, spans = scan.KEEP_LOOP, scan.EVENT_SPANS
     if compiled is None:
         sys.exit("the reader's compiled loop (_scan) is not built or is turned off")
     out = Path(args.dir)
@@ -71,8 +71,8 @@ def main() -> None:
         same = True
         for _ in range(args.rounds):
             kept = {}
-            for arm, loop in (("C", compiled), ("Python", None)):
-                scan.KEEP_LOOP = loop
+            for arm, loop, span in (("C", compiled, spans), ("Python", None, None)):
+                scan.KEEP_LOOP, scan.EVENT_SPANS = loop, span
                 keep_s[0] = 0.0
                 t = time.process_time()
                 scanned = scan.scan_trace(str(trace), join=join)

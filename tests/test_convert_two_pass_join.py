@@ -487,17 +487,45 @@ def test_the_compiled_first_pass_loop_keeps_the_python_loops_events(join, trace,
     else:
         src = _plain(tmp_path, trace)
     calls = []
-    real = scan.KEEP_LOOP
+    real, spans = scan.KEEP_LOOP, scan.EVENT_SPANS
     kept = {}
-    for name, loop in (("c", lambda run, ctx: calls.append(len(run)) or real(run, ctx)), ("python", None)):
+    offsets = {}
+    for name, loop, span in (("c", lambda run, ctx: calls.append(len(run)) or real(run, ctx),
+                              lambda *a: calls.append(0) or spans(*a)), ("python", None, None)):
         monkeypatch.setattr(scan, "KEEP_LOOP", loop)
+        monkeypatch.setattr(scan, "EVENT_SPANS", span)
         scanned = scan_trace(str(src), join=join)
         assert scanned is not None
         scanned.source.close()
         kept[name] = _kept(scanned.events)
-    assert len(calls) > 1 and sum(calls) == len(kept["c"])
+        offsets[name] = scanned.source.offsets.tolist()
+    runs = [n for n in calls if n]
+    assert len(runs) > 1 and sum(runs) == len(kept["c"]) and calls.count(0) == len(runs)
     assert kept["c"] == kept["python"]
     assert [type(v) for t, _ in kept["c"] for v in t] == [type(v) for t, _ in kept["python"] for v in t]
+    assert offsets["c"] == offsets["python"] and len(offsets["c"]) == len(kept["c"]) + 1
+
+
+@pytest.mark.skipif(scan.EVENT_SPANS is None, reason="the reader's compiled loop (_scan) is not built or turned off")
+@pytest.mark.parametrize("text,n,want", [
+    (b'[{"a": 1}, {"b": "}{\\"\\\\"}  ,\n {"c": [{"d": "]"}]}]', 3, ([1, 11, 31], 50)),
+    (b' [\n{}\n]', 1, ([3], 5)),
+    (b'[{"a": 1}]', 2, None), (b'[{"a": 1}, {"b": 2}]', 1, None), (b'[1, {"a": 1}]', 2, None),
+    (b'{"a": 1}', 1, None), (b'[{"a": "}', 1, None), (b'[]', 0, None)])
+def test_compiled_event_spans(text, n, want):
+    """``_scan.event_spans``: each object's start (strings, escapes and nesting skipped) and the
+    last one's end, shifted by ``at``; None for anything but an array of exactly ``n`` objects."""
+    from array import array
+
+    got = scan.EVENT_SPANS(text, n, 100)
+    if want is None:
+        assert got is None
+        return
+    starts = array("q")
+    starts.frombytes(got[0])
+    assert (starts.tolist(), got[1]) == ([s + 100 for s in want[0]], want[1] + 100)
+    raws = scan._raw_list.decode(text)
+    assert [text[s:s + len(r)] for s, r in zip(want[0], raws)] == [bytes(r) for r in raws]
 
 
 def test_replay_signatures_of_shared_args_are_the_per_event_ones(tmp_path, monkeypatch):

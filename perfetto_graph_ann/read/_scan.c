@@ -336,7 +336,85 @@ keep_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     Py_RETURN_NONE;
 }
 
+/* JSON's white space. */
+static inline int
+is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* event_spans(text, n, at): where each of the ``n`` objects of the JSON array ``text`` starts
+ * (bytes of n native int64) and where the last one ends, both plus ``at``: what scan._Scan.keep
+ * finds from the run decoded as List[msgspec.Raw]. ``text`` was decoded whole already, so it is valid JSON; None
+ * where it is not an array of exactly n objects (the caller then finds them from Raw). */
+static PyObject *
+event_spans(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    const char *p;
+    Py_ssize_t size, n, i = 0, at = 0, last_end = 0;
+    long long base;
+    PyObject *out;
+    long long *spans;
+    (void)self;
+    if (argc != 3 || !PyBytes_CheckExact(argv[0]) || !PyLong_CheckExact(argv[1]) || !PyLong_CheckExact(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "event_spans(text: bytes, n: int, at: int)");
+        return NULL;
+    }
+    n = PyLong_AsSsize_t(argv[1]);
+    if (n < 1)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    base = PyLong_AsLongLong(argv[2]);
+    if (base == -1 && PyErr_Occurred())
+        return NULL;
+    p = PyBytes_AS_STRING(argv[0]);
+    size = PyBytes_GET_SIZE(argv[0]);
+    out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(long long));
+    if (out == NULL)
+        return NULL;
+    spans = (long long *)PyBytes_AS_STRING(out);
+    while (at < size && is_space(p[at]))
+        at++;
+    if (at >= size || p[at++] != '[')
+        goto unsure;
+    for (;;) {
+        Py_ssize_t depth = 0;
+        while (at < size && (is_space(p[at]) || (i > 0 && p[at] == ',')))
+            at++;
+        if (at >= size)
+            goto unsure;
+        if (p[at] == ']')
+            break;
+        if (p[at] != '{' || i == n)
+            goto unsure;
+        spans[i++] = base + at;
+        for (; at < size; at++) {  /* to the object's closing brace, strings skipped */
+            char c = p[at];
+            if (c == '"') {
+                for (at++; at < size && p[at] != '"'; at++)
+                    if (p[at] == '\\')
+                        at++;
+            } else if (c == '{' || c == '[') {
+                depth++;
+            } else if (c == '}' || c == ']') {
+                if (--depth == 0)
+                    break;
+            }
+        }
+        if (at >= size)
+            goto unsure;
+        last_end = ++at;
+    }
+    if (i != n)
+        goto unsure;
+    return Py_BuildValue("(NL)", out, base + (long long)last_end);
+unsure:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"event_spans", (PyCFunction)(void (*)(void))event_spans, METH_FASTCALL,
+     "event_spans(text, n, at): each object's start in the JSON array text (int64 bytes) and the last one's end, plus at"},
     {"keep_loop", (PyCFunction)(void (*)(void))keep_loop, METH_FASTCALL,
      "keep_loop(run, context): the first pass's loop over a run's decoded events (scan._Scan.keep)"},
     {NULL, NULL, 0, NULL},

@@ -33,17 +33,19 @@ from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
 from .model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["EventSource", "GzipEventSource", "KEEP_LOOP", "ScannedTrace", "scan_trace"]
+__all__ = ["EventSource", "EVENT_SPANS", "GzipEventSource", "KEEP_LOOP", "ScannedTrace", "scan_trace"]
 
 _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
 
 try:  # the first pass's loop in C (_scan.c, built by hatch_build.py): the same events kept
-    from ._scan import keep_loop as _compiled_keep_loop
+    from ._scan import event_spans as _event_spans, keep_loop as _compiled_keep_loop
 except ImportError:
-    _compiled_keep_loop = None
+    _compiled_keep_loop = _event_spans = None
 #: :meth:`_Scan.keep`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
 #: was set at import (the Python loop then keeps the same events)
 KEEP_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_keep_loop
+#: the events' offsets in a run's text found in C (with :data:`KEEP_LOOP`), or None
+EVENT_SPANS = None if KEEP_LOOP is None else _event_spans
 
 
 class _DevStream(msgspec.Struct, gc=False):
@@ -399,6 +401,7 @@ class _Scan:
         self.join_memo: Dict[Any, Any] = {}
         self.gunzipped: Optional[_Gunzip] = None
         self.keep_loop = KEEP_LOOP  #: the compiled loop, or None: the Python loop
+        self.event_spans = EVENT_SPANS  #: the compiled offsets, or None: from the run decoded as Raw
 
     def gunzip(self, raw: Any) -> "_Gunzip":
         """The file object a gzip file's text is read from (keeping where to start again)."""
@@ -418,24 +421,35 @@ class _Scan:
         return decode_events(text, path, start, self.decoder, extras=False)
 
     def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
-        raws = _raw_list.decode(text)
-        lens = [len(r) for r in raws]
-        find = text.find
-        pos = 0
-        starts = []
-        for n in lens:  # between two events only spaces and a comma: the next "{" starts the next
-            pos = find(b"{", pos)
-            starts.append(pos)
-            pos += n
-        self.offsets.extend([at + p for p in starts])
-        if starts:
-            self.end = at + starts[-1] + lens[-1]
+        spans = self.event_spans(text, len(run), at) if self.event_spans is not None and run else None
+        if spans is not None:
+            self.offsets.frombytes(spans[0])
+            self.end = spans[1]
+            starts = lens = None
+        else:
+            raws = _raw_list.decode(text)
+            lens = [len(r) for r in raws]
+            find = text.find
+            pos = 0
+            starts = []
+            for n in lens:  # between two events only spaces and a comma: the next "{" starts the next
+                pos = find(b"{", pos)
+                starts.append(pos)
+                pos += n
+            self.offsets.extend([at + p for p in starts])
+            if starts:
+                self.end = at + starts[-1] + lens[-1]
         light_type = self.args_type
         whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is light_type]
         if whole:  # the tracks and counters read these events' names and args: decoded whole
+            if starts is None:
+                offsets, first = self.offsets, len(self.offsets) - len(run)
+                ends = [offsets[first + k + 1] if k + 1 < len(run) else self.end for k in whole]
+                pieces = [text[offsets[first + k] - at:e - at].rstrip(_SEPARATOR) for k, e in zip(whole, ends)]
+            else:
+                pieces = [text[starts[k]:starts[k] + lens[k]] for k in whole]
             try:
-                again = decode_events(b"[" + b",".join([text[starts[k]:starts[k] + lens[k]] for k in whole]) + b"]",
-                                      None)
+                again = decode_events(b"[" + b",".join(pieces) + b"]", None)
             except TraceFormatError:
                 raise _Unsure from None
             for k, e in zip(whole, again):
