@@ -511,7 +511,7 @@ def test_the_compiled_first_pass_loop_keeps_the_python_loops_events(join, trace,
     (b'[{"a": 1}, {"b": "}{\\"\\\\"}  ,\n {"c": [{"d": "]"}]}]', 3, ([1, 11, 31], 50)),
     (b' [\n{}\n]', 1, ([3], 5)),
     (b'[{"a": 1}]', 2, None), (b'[{"a": 1}, {"b": 2}]', 1, None), (b'[1, {"a": 1}]', 2, None),
-    (b'{"a": 1}', 1, None), (b'[{"a": "}', 1, None), (b'[]', 0, None)])
+    (b'{"a": 1}', 1, None), (b'[{"a": "}', 1, None), (b'[]', 0, None), (bytearray(b'[{}]'), 1, None)])
 def test_compiled_event_spans(text, n, want):
     """``_scan.event_spans``: each object's start (strings, escapes and nesting skipped) and the
     last one's end, shifted by ``at``; None for anything but an array of exactly ``n`` objects."""

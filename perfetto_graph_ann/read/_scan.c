@@ -356,10 +356,12 @@ event_spans(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     PyObject *out;
     long long *spans;
     (void)self;
-    if (argc != 3 || !PyBytes_CheckExact(argv[0]) || !PyLong_CheckExact(argv[1]) || !PyLong_CheckExact(argv[2])) {
+    if (argc != 3 || !PyLong_CheckExact(argv[1]) || !PyLong_CheckExact(argv[2])) {
         PyErr_SetString(PyExc_TypeError, "event_spans(text: bytes, n: int, at: int)");
         return NULL;
     }
+    if (!PyBytes_CheckExact(argv[0]))
+        Py_RETURN_NONE;
     n = PyLong_AsSsize_t(argv[1]);
     if (n < 1)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
