@@ -1,9 +1,10 @@
 /*
- * The first pass's per-event loop in C (perfetto_graph_ann.read._scan): what scan._Scan.keep
- * does to each decoded event of a run, for the usual events; every other case is handed to the
- * Python callables in the context, which do what the Python loop does. An accelerator only:
- * scan.py runs the same loop in Python where this is not built or is turned off
- * (PERFETTO_GRAPH_ANN_PURE_PYTHON), and the two keep the same events (tests/test_scan_keep.py).
+ * The first pass's per-event work in C (perfetto_graph_ann.read._scan): what scan._Scan.keep
+ * does to each decoded event of a run, for the usual events (keep_loop; every other case is
+ * handed to the Python callables in the context, which do what the Python loop does), and where
+ * each event of a run starts (event_spans). An accelerator only: scan.py does the same in Python
+ * where this is not built or is turned off (PERFETTO_GRAPH_ANN_PURE_PYTHON), and the two keep the
+ * same events and offsets (tests/test_convert_two_pass_join.py).
  * Compiled by hatch_build.py.
  */
 #define PY_SSIZE_T_CLEAN
@@ -75,7 +76,7 @@ set_field(PyObject *o, const Fields *f, PyObject *const *names, int k, PyObject 
     return PyObject_SetAttr(o, names[k], v);
 }
 
-/* The context's items, in scan._Scan._keep_context's order. */
+/* The context's items, in the order scan._Scan.keep passes them. */
 enum {
     C_MEMO, C_NONE, C_LIGHT_TYPE, C_ARGS, C_NO_ARG, C_JOIN, C_JOINED, C_JOIN_MEMO, C_LAUNCH_NAMES,
     C_GPU_OF, C_JOIN_ARGS, C_LIGHT_OF, C_SIZE

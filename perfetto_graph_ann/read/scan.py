@@ -422,32 +422,19 @@ class _Scan:
 
     def keep(self, run: List[TraceEvent], text: bytes, at: int) -> List[TraceEvent]:
         spans = self.event_spans(text, len(run), at) if self.event_spans is not None and run else None
+        if spans is None:
+            spans = _raw_spans(text, at)
+        first = len(self.offsets)
         if spans is not None:
             self.offsets.frombytes(spans[0])
             self.end = spans[1]
-            starts = lens = None
-        else:
-            raws = _raw_list.decode(text)
-            lens = [len(r) for r in raws]
-            find = text.find
-            pos = 0
-            starts = []
-            for n in lens:  # between two events only spaces and a comma: the next "{" starts the next
-                pos = find(b"{", pos)
-                starts.append(pos)
-                pos += n
-            self.offsets.extend([at + p for p in starts])
-            if starts:
-                self.end = at + starts[-1] + lens[-1]
         light_type = self.args_type
         whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is light_type]
         if whole:  # the tracks and counters read these events' names and args: decoded whole
-            if starts is None:
-                offsets, first = self.offsets, len(self.offsets) - len(run)
-                ends = [offsets[first + k + 1] if k + 1 < len(run) else self.end for k in whole]
-                pieces = [text[offsets[first + k] - at:e - at].rstrip(_SEPARATOR) for k, e in zip(whole, ends)]
-            else:
-                pieces = [text[starts[k]:starts[k] + lens[k]] for k in whole]
+            # an event's text runs to the next one's start, less the separator (spaces and a comma)
+            offsets, n = self.offsets, len(run)
+            pieces = [text[offsets[first + k] - at:(offsets[first + k + 1] if k + 1 < n else self.end) - at]
+                      .rstrip(_SEPARATOR) for k in whole]
             try:
                 again = decode_events(b"[" + b",".join(pieces) + b"]", None)
             except TraceFormatError:
@@ -576,6 +563,23 @@ class _Scan:
                 memo.clear()
             memo[key] = out
         return out
+
+
+def _raw_spans(text: bytes, at: int) -> Optional[Tuple[bytes, int]]:
+    """Where each event of the run ``text`` (a JSON array, decoded already) starts and where the
+    last one ends, both plus ``at``, found from the run decoded as ``List[msgspec.Raw]``: what
+    ``_scan.event_spans`` answers (the starts as native int64 bytes); None for an empty run."""
+    raws = _raw_list.decode(text)
+    if not raws:
+        return None
+    find = text.find
+    pos = 0
+    starts = array("q")
+    for r in raws:  # between two events only spaces and a comma: the next "{" starts the next
+        pos = find(b"{", pos)
+        starts.append(at + pos)
+        pos += len(r)
+    return starts.tobytes(), at + pos
 
 
 def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any]:
