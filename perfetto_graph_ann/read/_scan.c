@@ -7,74 +7,13 @@
  * same events and offsets (tests/test_convert_two_pass_join.py).
  * Compiled by hatch_build.py.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_slots.h"
 
 /* An event's fields the loop reads or writes, and those of its light args, by index. */
 enum { E_TS, E_CAT, E_PID, E_TID, E_PH, E_EXTRA, E_NAME, E_ARGS, E_SIZE };
 enum { A_DEVICE, A_STREAM, A_CORRELATION, A_GRID, A_BLOCK, A_GRAPH_ID, A_GRAPH_NODE_ID, A_SIZE };
 static PyObject *event_names[E_SIZE], *args_names[A_SIZE];
 static PyObject *s_empty;
-
-/* Where a type's fields are (msgspec structs keep them in slots, as member descriptors): read and
- * written there directly, as the interpreter's specialised attribute access does; any other
- * object, or a field not in a slot, through getattr / setattr. */
-typedef struct {
-    PyTypeObject *type;
-    Py_ssize_t offset[8];
-} Fields;
-
-/* The slot offsets of ``names`` (n at most 8) in ``type``, -1 for a name that is not an object slot. */
-static int
-fields_of(PyTypeObject *type, PyObject *const *names, int n, Fields *out)
-{
-    int k;
-    out->type = type;
-    for (k = 0; k < n; k++) {
-        PyObject *d = PyObject_GetAttr((PyObject *)type, names[k]);
-        out->offset[k] = -1;
-        if (d == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-                return -1;
-            PyErr_Clear();
-            continue;
-        }
-        if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-            if ((m->type == T_OBJECT_EX || m->type == T_OBJECT) && !(m->flags & READONLY))
-                out->offset[k] = m->offset;
-        }
-        Py_DECREF(d);
-    }
-    return 0;
-}
-
-/* o.<names[k]>: a new reference, or NULL with an exception. */
-static inline PyObject *
-get_field(PyObject *o, const Fields *f, PyObject *const *names, int k)
-{
-    if (Py_TYPE(o) == f->type && f->offset[k] >= 0) {
-        PyObject *v = *(PyObject **)((char *)o + f->offset[k]);
-        if (v != NULL)
-            return Py_NewRef(v);
-    }
-    return PyObject_GetAttr(o, names[k]);
-}
-
-/* o.<names[k]> = v; 0, or -1 with an exception. */
-static inline int
-set_field(PyObject *o, const Fields *f, PyObject *const *names, int k, PyObject *v)
-{
-    if (Py_TYPE(o) == f->type && f->offset[k] >= 0) {
-        PyObject **slot = (PyObject **)((char *)o + f->offset[k]);
-        PyObject *old = *slot;
-        *slot = Py_NewRef(v);
-        Py_XDECREF(old);
-        return 0;
-    }
-    return PyObject_SetAttr(o, names[k], v);
-}
 
 /* The context's items, in the order scan._Scan.keep passes them. */
 enum {
@@ -107,13 +46,6 @@ intern_field(Loop *L, PyObject *e, int k, PyObject **out)
     if (out != NULL)
         *out = kept;
     return SET_E(L, e, k, kept);
-}
-
-/* A one-character str equal to c. */
-static inline int
-is_char(PyObject *s, Py_UCS4 c)
-{
-    return PyUnicode_Check(s) && PyUnicode_GET_LENGTH(s) == 1 && PyUnicode_READ_CHAR(s, 0) == c;
 }
 
 /* Kineto's usual join args (graph ids absent; int device, stream and correlation; grid and block
@@ -434,13 +366,8 @@ PyInit__scan(void)
     static const char *events[E_SIZE] = {"ts_ns", "cat", "pid", "tid", "ph", "extra", "name", "args"};
     static const char *args[A_SIZE] = {"device", "stream", "correlation", "grid", "block", "graph_id",
                                        "graph_node_id"};
-    int k;
-    for (k = 0; k < E_SIZE; k++)
-        if (event_names[k] == NULL && (event_names[k] = PyUnicode_InternFromString(events[k])) == NULL)
-            return NULL;
-    for (k = 0; k < A_SIZE; k++)
-        if (args_names[k] == NULL && (args_names[k] = PyUnicode_InternFromString(args[k])) == NULL)
-            return NULL;
+    if (intern_names(events, E_SIZE, event_names) < 0 || intern_names(args, A_SIZE, args_names) < 0)
+        return NULL;
     if (s_empty == NULL && (s_empty = PyUnicode_InternFromString("")) == NULL)
         return NULL;
     return PyModule_Create(&moduledef);

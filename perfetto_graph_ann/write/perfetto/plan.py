@@ -25,6 +25,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, MutableSequence, Optional, Sequence, Set, Tuple
 
+from ... import settings
 from ...read.model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, KinetoTrace, TraceEvent
 from . import overlap
 from .flows import FlowPlan, SliceStarts, plan_flows
@@ -34,8 +35,16 @@ if TYPE_CHECKING:  # annotation only: importing the join package costs time on e
     from ...join.model import LaneLayout
     from .config import WriteStats
 
-__all__ = ["BEGIN", "bind_flows", "COUNTER", "DROPPED", "END", "INSTANT", "order_records", "Plan", "plan_events",
-           "Record", "Records", "SKIP", "SLICE", "SLICE_REWRITTEN", "Span", "TRACK_METADATA"]
+__all__ = ["BEGIN", "bind_flows", "COUNTER", "DROPPED", "END", "INSTANT", "order_records", "PLACE_LOOP", "Plan",
+           "plan_events", "Record", "Records", "SKIP", "SLICE", "SLICE_REWRITTEN", "Span", "TRACK_METADATA"]
+
+try:  # the plan's per-event loop in C (_plan.c, built by hatch_build.py): the same plan
+    from ._plan import place_loop as _compiled_place_loop
+except ImportError:
+    _compiled_place_loop = None
+#: :func:`_place`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
+#: was set at import (the Python loop then makes the same plan)
+PLACE_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_place_loop
 
 #: Record kinds (the second item of a record). An END record's index is its slice's; a
 #: COUNTER record carries the counter's value in place of an index.
@@ -243,6 +252,9 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
 
 def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories) -> None:
     """Every timed event's home and span; counters."""
+    if PLACE_LOOP is not None and type(plan.events) is list:
+        _place_compiled(plan, tracks, stats, cats)
+        return
     kinds, gpu_pids, placements, by_home = plan.kinds, plan.gpu_pids, plan.placements, plan.by_home
     rewrite, device_of, flow_indices = plan.rewrite, plan.device_of, plan.flow_indices
     # a CompactPlacements' (lane, args not empty) without making a row's placement
@@ -328,6 +340,37 @@ def _place(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories)
         spans((ts, -dur, i))
     stats.slices += n_slices
     stats.instants += n_instants
+
+
+def _place_compiled(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Categories) -> None:
+    """:func:`_place` by :data:`PLACE_LOOP`: the same plan. A :class:`~...join.model.CompactPlacements`'
+    rows are read from its columns; any other placement through the callable the Python loop uses."""
+    placements, rewrite = plan.placements, plan.rewrite
+    columns = getattr(placements, "columns", None)
+    lane_of = getattr(placements, "lane_of", None)
+    if columns is not None and lane_of is not None:
+        row, node, _, hw, _, nodes, kept, every, _ = columns()
+        placed = lane_of
+    else:
+        row = node = hw = None
+        nodes, kept, every = [], {}, False
+
+        def placed(i: int) -> Optional[Tuple[Any, bool]]:
+            p = placements.get(i)
+            return None if p is None else (p.lane, bool(p.args))
+        if not placements:
+            placed = None  # type: ignore[assignment]
+    gpu_pids, records = plan.gpu_pids, plan.counter_records
+
+    def counters(e: TraceEvent) -> None:
+        _counters(e, tracks, gpu_pids, records, stats)
+    slices, instants, untimed = PLACE_LOOP(plan.events, (  # type: ignore[misc]  # _plan.c's order
+        plan.kinds, gpu_pids, row, node, hw, nodes, every, kept, placed,
+        rewrite.lanes if type(rewrite) is _Lanes else None, rewrite, plan.device_of, plan.flow_indices, plan.by_home,
+        partial(array, "q"), tracks.cpu_home, cats, GPU_WORK_CATEGORIES, counters))
+    stats.slices += slices
+    stats.instants += instants
+    stats.untimed += untimed
 
 
 def _flow_starts(plan: Plan, flow_ts: "array[int]") -> SliceStarts:

@@ -1,0 +1,563 @@
+/*
+ * The writer's plan loop in C (perfetto_graph_ann.write.perfetto._plan): plan._place's walk over
+ * every event (its kind, its home and its span, the GPU work whose args are rewritten), for the
+ * usual events; the rest goes to the Python callables in the context, which do what the Python
+ * loop does (counters, placements kept whole or not in the join's columns, a CPU home met for the
+ * first time, a device or stream not in the args). An accelerator only: plan.py runs the same
+ * loop in Python where this is not built or is turned off (PERFETTO_GRAPH_ANN_PURE_PYTHON), and
+ * the two make the same plan (tests/test_plan_loop.py).
+ * Compiled by hatch_build.py.
+ */
+#include "../../read/_slots.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The event fields the loop reads, by index. */
+enum { E_INDEX, E_PH, E_ID, E_TS, E_DUR, E_PID, E_TID, E_CAT, E_ARGS, E_SIZE };
+static PyObject *event_names[E_SIZE];
+static PyObject *s_device, *s_stream, *s_lane, *s_args, *s_get, *s_frombytes;
+
+/* plan.py's kinds. */
+enum { SLICE = 1, SLICE_REWRITTEN = 2, INSTANT = 3 };
+
+/* The context's items, in the order plan._place passes them. */
+enum {
+    P_KINDS, P_GPU_PIDS, P_ROW, P_NODE, P_HW, P_NODES, P_EVERY, P_KEPT, P_PLACED, P_LANES, P_REWRITE, P_DEVICE_OF,
+    P_FLOWS, P_BY_HOME, P_NEW_SPANS, P_CPU_HOME, P_CATS, P_GPU_WORK, P_COUNTERS, P_SIZE
+};
+
+#define NO_LANE INT32_MIN
+
+/* The spans of one home, (ts, -dur, index) after one another, appended to its array at the end. */
+typedef struct {
+    long long *v;
+    Py_ssize_t n, cap;
+} Spans;
+
+typedef struct {
+    PyObject **ctx;
+    Fields ev;
+    Py_buffer kinds, row, node, hw, lanes; /* obj NULL: not given */
+    PyObject *homes;                        /* list of the homes' arrays, by home number */
+    PyObject *home_of;                      /* dict: home -> its number */
+    PyObject *gpu_of, *cpu_of;              /* dicts: (device, lane), (pid, tid) -> home number */
+    Spans *spans;
+    Py_ssize_t n_homes;
+    int every; /* the placements' ``every`` (a row's lane is its node's, never its hardware stream) */
+    long long slices, instants, untimed;
+} Place;
+
+#define GET(P, e, k) get_field((e), &(P)->ev, event_names, (k))
+
+static int
+take_buffer(PyObject *o, Py_buffer *b, const char *format, int writable)
+{
+    b->obj = NULL;
+    if (o == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(o, b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if (b->format == NULL || strcmp(b->format, format) != 0 || b->ndim != 1) {
+        PyBuffer_Release(b);
+        b->obj = NULL;
+        PyErr_Format(PyExc_TypeError, "place_loop: an array of '%s' expected", format);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+place_release(Place *P)
+{
+    Py_ssize_t k;
+    Py_buffer *bufs[5] = {&P->kinds, &P->row, &P->node, &P->hw, &P->lanes};
+    for (k = 0; k < 5; k++)
+        if (bufs[k]->obj != NULL)
+            PyBuffer_Release(bufs[k]);
+    for (k = 0; k < P->n_homes; k++)
+        PyMem_Free(P->spans[k].v);
+    PyMem_Free(P->spans);
+    Py_XDECREF(P->homes);
+    Py_XDECREF(P->home_of);
+    Py_XDECREF(P->gpu_of);
+    Py_XDECREF(P->cpu_of);
+}
+
+/* The number of ``home``'s spans (its array made by by_home.setdefault on first sight); -1 on error. */
+static Py_ssize_t
+home_number(Place *P, PyObject *home)
+{
+    PyObject *got = PyDict_GetItemWithError(P->home_of, home), *arr, *fresh, *num;
+    Py_ssize_t k;
+    if (got != NULL)
+        return PyLong_AsSsize_t(got);
+    if (PyErr_Occurred())
+        return -1;
+    fresh = PyObject_CallNoArgs(P->ctx[P_NEW_SPANS]);
+    if (fresh == NULL)
+        return -1;
+    arr = PyDict_SetDefault(P->ctx[P_BY_HOME], home, fresh); /* borrowed */
+    Py_DECREF(fresh);
+    if (arr == NULL || PyList_Append(P->homes, arr) < 0)
+        return -1;
+    k = P->n_homes;
+    if (PyMem_Resize(P->spans, Spans, k + 1) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    P->spans[k].v = NULL;
+    P->spans[k].n = P->spans[k].cap = 0;
+    P->n_homes = k + 1;
+    num = PyLong_FromSsize_t(k);
+    if (num == NULL || PyDict_SetItem(P->home_of, home, num) < 0) {
+        Py_XDECREF(num);
+        return -1;
+    }
+    Py_DECREF(num);
+    return k;
+}
+
+/* The number of ``home``, cached under ``key`` in ``cache``; -1 on error. */
+static Py_ssize_t
+cached_home(Place *P, PyObject *cache, PyObject *key, PyObject *home)
+{
+    Py_ssize_t k;
+    PyObject *num;
+    k = home_number(P, home);
+    if (k < 0)
+        return -1;
+    num = PyLong_FromSsize_t(k);
+    if (num == NULL || PyDict_SetItem(cache, key, num) < 0) {
+        Py_XDECREF(num);
+        return -1;
+    }
+    Py_DECREF(num);
+    return k;
+}
+
+static int
+add_span(Place *P, Py_ssize_t home, long long ts, long long dur, Py_ssize_t i)
+{
+    Spans *s = &P->spans[home];
+    if (s->n + 3 > s->cap) {
+        Py_ssize_t cap = s->cap ? s->cap * 2 : 48;
+        if (PyMem_Resize(s->v, long long, cap) == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->cap = cap;
+    }
+    s->v[s->n++] = ts;
+    s->v[s->n++] = -dur;
+    s->v[s->n++] = (long long)i;
+    return 0;
+}
+
+/* a.get(key) as a new reference (None where absent); NULL on error. */
+static PyObject *
+arg_of(PyObject *a, PyObject *key)
+{
+    if (PyDict_CheckExact(a)) {
+        PyObject *v = PyDict_GetItemWithError(a, key);
+        if (v == NULL)
+            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        return Py_NewRef(v);
+    }
+    return PyObject_CallMethodOneArg(a, s_get, key);
+}
+
+/* An int32 column's item. */
+static inline int32_t
+col(const Py_buffer *b, Py_ssize_t r)
+{
+    return ((const int32_t *)b->buf)[r];
+}
+
+/* The join's placement of event i as (lane: new reference, placed args: 0/1) in *lane, *placed;
+ * *lane NULL where it has none. 0, or -1 with an exception. */
+static int
+placement(Place *P, Py_ssize_t i, PyObject *i_o, PyObject **lane, int *placed)
+{
+    PyObject **ctx = P->ctx;
+    *lane = NULL;
+    *placed = 0;
+    if (P->row.obj != NULL) { /* CompactPlacements.lane_of's work */
+        Py_ssize_t rows = P->row.len / 4;
+        int32_t r = i < rows ? col(&P->row, i) : -1;
+        if (r >= 0) {
+            int32_t hw;
+            PyObject *triple;
+            if (r >= P->node.len / 4 || r >= P->hw.len / 4) {
+                PyErr_SetString(PyExc_IndexError, "place_loop: a placement row beyond its columns");
+                return -1;
+            }
+            *placed = 1;
+            hw = col(&P->hw, r);
+            if (!P->every && hw != NO_LANE) {
+                *lane = PyLong_FromLong(hw);
+                return *lane == NULL ? -1 : 0;
+            }
+            triple = PySequence_GetItem(ctx[P_NODES], col(&P->node, r));
+            if (triple == NULL)
+                return -1;
+            *lane = PySequence_GetItem(triple, 0);
+            Py_DECREF(triple);
+            return *lane == NULL ? -1 : 0;
+        }
+        if (PyDict_CheckExact(ctx[P_KEPT])) { /* kept whole: its lane and whether its args are not empty */
+            PyObject *p = PyDict_GetItemWithError(ctx[P_KEPT], i_o), *a;
+            if (p == NULL)
+                return PyErr_Occurred() ? -1 : 0;
+            a = PyObject_GetAttr(p, s_args);
+            if (a == NULL)
+                return -1;
+            *placed = PyObject_IsTrue(a);
+            Py_DECREF(a);
+            if (*placed < 0)
+                return -1;
+            *lane = PyObject_GetAttr(p, s_lane);
+            return *lane == NULL ? -1 : 0;
+        }
+    }
+    if (ctx[P_PLACED] != Py_None) { /* placed(i) -> None or (lane, placed args) */
+        PyObject *got = PyObject_CallOneArg(ctx[P_PLACED], i_o);
+        if (got == NULL)
+            return -1;
+        if (got != Py_None) {
+            if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2) {
+                Py_DECREF(got);
+                PyErr_SetString(PyExc_TypeError, "place_loop: placed(i) must answer None or (lane, placed args)");
+                return -1;
+            }
+            *lane = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+            *placed = PyObject_IsTrue(PyTuple_GET_ITEM(got, 1));
+        }
+        Py_DECREF(got);
+        return *placed < 0 ? -1 : 0;
+    }
+    return 0;
+}
+
+/* 1 when o is an int (not a bool) that fits a C long long, with its value in *v. */
+static inline int
+small_int(PyObject *o, long long *v)
+{
+    int overflow;
+    if (!PyLong_CheckExact(o))
+        return 0;
+    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* The GPU side of one event on a GPU pid: its home number in *home (-1: none, the CPU rule then),
+ * and *kind updated where its args are rewritten. 0, or -1 with an exception. */
+static int
+place_gpu(Place *P, PyObject *e, Py_ssize_t i, PyObject *i_o, int *kind, Py_ssize_t *home, PyObject **last_key,
+          Py_ssize_t *last_home)
+{
+    PyObject **ctx = P->ctx;
+    PyObject *lane = NULL, *a = NULL, *device = NULL, *stream_arg = NULL, *key = NULL, *cat = NULL, *c = NULL;
+    int placed, rc = -1, rewrite;
+    *home = -1;
+    if (placement(P, i, i_o, &lane, &placed) < 0)
+        return -1;
+    a = GET(P, e, E_ARGS);
+    if (a == NULL)
+        goto done;
+    device = arg_of(a, s_device);
+    if (device == NULL)
+        goto done;
+    stream_arg = arg_of(a, s_stream);
+    if (stream_arg == NULL)
+        goto done;
+    if (!PyLong_CheckExact(device)) { /* the pid's device, written as the device arg if the args are rewritten */
+        Py_SETREF(device, PyObject_GetAttr(e, s_device));
+        if (device == NULL || PyDict_SetItem(ctx[P_DEVICE_OF], i_o, device) < 0)
+            goto done;
+        Py_SETREF(stream_arg, Py_NewRef(Py_None)); /* forces that rewrite (GPU work); the lane is e.stream */
+    }
+    if (lane == NULL) {
+        lane = PyLong_CheckExact(stream_arg) ? Py_NewRef(stream_arg) : PyObject_GetAttr(e, s_stream);
+        if (lane == NULL)
+            goto done;
+    }
+    if (device == Py_None || lane == Py_None) {
+        rc = 0;
+        goto done;
+    }
+    if (*last_key != NULL) { /* the previous GPU event's (device, lane): equal keys, the same home */
+        int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(*last_key, 0), device, Py_EQ);
+        if (same > 0)
+            same = PyObject_RichCompareBool(PyTuple_GET_ITEM(*last_key, 1), lane, Py_EQ);
+        if (same < 0)
+            goto done;
+        if (same)
+            *home = *last_home;
+    }
+    if (*home < 0) {
+        PyObject *num, *full;
+        key = PyTuple_Pack(2, device, lane);
+        if (key == NULL)
+            goto done;
+        num = PyDict_GetItemWithError(P->gpu_of, key);
+        if (num != NULL) {
+            *home = PyLong_AsSsize_t(num);
+        } else {
+            static PyObject *s_gpu = NULL;
+            if (PyErr_Occurred())
+                goto done;
+            if (s_gpu == NULL && (s_gpu = PyUnicode_InternFromString("gpu")) == NULL)
+                goto done;
+            full = PyTuple_Pack(3, s_gpu, device, lane);
+            if (full == NULL)
+                goto done;
+            *home = cached_home(P, P->gpu_of, key, full);
+            Py_DECREF(full);
+        }
+        if (*home < 0)
+            goto done;
+        Py_XSETREF(*last_key, Py_NewRef(key));
+        *last_home = *home;
+    }
+    /* GPU work whose args change: placement args, or not already its lane as an int stream arg */
+    cat = GET(P, e, E_CAT);
+    if (cat == NULL)
+        goto done;
+    c = PyDict_GetItemWithError(ctx[P_CATS], cat);
+    if (c != NULL)
+        Py_INCREF(c);
+    else if (PyErr_Occurred() || (c = PyObject_GetItem(ctx[P_CATS], cat)) == NULL)
+        goto done;
+    rewrite = PySet_Contains(ctx[P_GPU_WORK], c);
+    if (rewrite > 0 && !placed && PyLong_CheckExact(stream_arg))
+        rewrite = PyObject_RichCompareBool(stream_arg, lane, Py_NE);
+    if (rewrite < 0)
+        goto done;
+    if (rewrite) {
+        long long v;
+        if (P->lanes.obj != NULL && small_int(lane, &v) && v > NO_LANE && v < ((long long)1 << 31) &&
+            i < P->lanes.len / 4) {
+            ((int32_t *)P->lanes.buf)[i] = (int32_t)v;
+        } else if (PyObject_SetItem(ctx[P_REWRITE], i_o, lane) < 0) {
+            goto done;
+        }
+        if (*kind == SLICE)
+            *kind = SLICE_REWRITTEN;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(c);
+    Py_XDECREF(cat);
+    Py_XDECREF(key);
+    Py_XDECREF(stream_arg);
+    Py_XDECREF(device);
+    Py_XDECREF(a);
+    Py_XDECREF(lane);
+    return rc;
+}
+
+/* One event. 0, or -1 with an exception. */
+static int
+place_one(Place *P, PyObject *e, PyObject **last_key, Py_ssize_t *last_home)
+{
+    PyObject **ctx = P->ctx;
+    PyObject *i_o = NULL, *ph = NULL, *v = NULL, *pid = NULL;
+    Py_ssize_t i, home = -1;
+    long long ts, dur;
+    int kind, rc = -1, k;
+    signed char *kinds = (signed char *)P->kinds.buf;
+    i_o = GET(P, e, E_INDEX);
+    if (i_o == NULL)
+        return -1;
+    i = PyLong_AsSsize_t(i_o);
+    if (i == -1 && PyErr_Occurred())
+        goto done;
+    if (i < 0 || i >= P->kinds.len) {
+        PyErr_SetString(PyExc_IndexError, "place_loop: an event index beyond the plan's kinds");
+        goto done;
+    }
+    if (kinds[i] < 0) { /* TRACK_METADATA, DROPPED */
+        rc = 0;
+        goto done;
+    }
+    ph = GET(P, e, E_PH);
+    if (ph == NULL)
+        goto done;
+    if (is_char(ph, 's') || is_char(ph, 't') || is_char(ph, 'f')) {
+        v = GET(P, e, E_ID);
+        if (v == NULL)
+            goto done;
+        if (v != Py_None) {
+            rc = PyList_Append(ctx[P_FLOWS], i_o);
+            goto done;
+        }
+        Py_CLEAR(v);
+    }
+    v = GET(P, e, E_TS);
+    if (v == NULL)
+        goto done;
+    if (v == Py_None) {
+        P->untimed++;
+        rc = 0;
+        goto done;
+    }
+    if (is_char(ph, 'C')) {
+        PyObject *r = PyObject_CallOneArg(ctx[P_COUNTERS], e);
+        Py_XDECREF(r);
+        rc = r == NULL ? -1 : 0;
+        goto done;
+    }
+    ts = PyLong_AsLongLong(v);
+    if (ts == -1 && PyErr_Occurred())
+        goto done;
+    Py_SETREF(v, GET(P, e, E_DUR));
+    if (v == NULL)
+        goto done;
+    if (v == Py_None || (!is_char(ph, 'X') && (is_char(ph, 'i') || is_char(ph, 'I') || is_char(ph, 'M') ||
+                                               is_char(ph, 'n') || is_char(ph, 'R') || is_char(ph, 'B') ||
+                                               is_char(ph, 'E')))) {
+        kind = INSTANT;
+        dur = 0;
+        P->instants++;
+    } else {
+        dur = PyLong_AsLongLong(v);
+        if (dur == -1 && PyErr_Occurred())
+            goto done;
+        if (dur == LLONG_MIN) {
+            PyErr_SetString(PyExc_OverflowError, "place_loop: a duration out of range");
+            goto done;
+        }
+        kind = is_char(ph, 'X') ? SLICE : SLICE_REWRITTEN; /* another phase: kept as the "ph" arg */
+        P->slices++;
+    }
+    pid = GET(P, e, E_PID);
+    if (pid == NULL)
+        goto done;
+    if (PyLong_CheckExact(pid)) {
+        k = PySet_Contains(ctx[P_GPU_PIDS], pid);
+        if (k < 0 || (k && place_gpu(P, e, i, i_o, &kind, &home, last_key, last_home) < 0))
+            goto done;
+    }
+    kinds[i] = (signed char)kind;
+    if (home < 0) {
+        PyObject *tid = GET(P, e, E_TID), *key, *num;
+        if (tid == NULL)
+            goto done;
+        key = PyTuple_Pack(2, pid, tid);
+        if (key == NULL) {
+            Py_DECREF(tid);
+            goto done;
+        }
+        num = PyDict_GetItemWithError(P->cpu_of, key);
+        if (num != NULL) {
+            home = PyLong_AsSsize_t(num);
+        } else if (!PyErr_Occurred()) {
+            PyObject *h = PyObject_CallFunctionObjArgs(ctx[P_CPU_HOME], pid, tid, NULL);
+            if (h != NULL) {
+                home = cached_home(P, P->cpu_of, key, h);
+                Py_DECREF(h);
+            }
+        }
+        Py_DECREF(key);
+        Py_DECREF(tid);
+        if (home < 0)
+            goto done;
+    }
+    rc = add_span(P, home, ts, dur, i);
+done:
+    Py_XDECREF(pid);
+    Py_XDECREF(v);
+    Py_XDECREF(ph);
+    Py_XDECREF(i_o);
+    return rc;
+}
+
+/* place_loop(events, context) -> (slices, instants, untimed): plan._place's loop over ``events``. */
+static PyObject *
+place_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Place P;
+    PyObject *events, **ctx, *last_key = NULL, *out = NULL;
+    Py_ssize_t n, j, k;
+    Py_ssize_t last_home = -1;
+    (void)self;
+    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) ||
+        PyTuple_GET_SIZE(argv[1]) != P_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "place_loop(events: list, context: tuple)");
+        return NULL;
+    }
+    memset(&P, 0, sizeof P);
+    events = argv[0];
+    ctx = P.ctx = &PyTuple_GET_ITEM(argv[1], 0);
+    if (!PyDict_Check(ctx[P_BY_HOME]) || !PyDict_Check(ctx[P_DEVICE_OF]) || !PyList_CheckExact(ctx[P_FLOWS]) ||
+        !PyAnySet_Check(ctx[P_GPU_PIDS]) || !PyAnySet_Check(ctx[P_GPU_WORK]) || !PyDict_Check(ctx[P_CATS]) ||
+        (ctx[P_ROW] != Py_None && (ctx[P_NODE] == Py_None || ctx[P_HW] == Py_None))) {
+        PyErr_SetString(PyExc_TypeError, "place_loop: a context of the wrong shape");
+        return NULL;
+    }
+    if (take_buffer(ctx[P_KINDS], &P.kinds, "b", 1) < 0 || P.kinds.obj == NULL ||
+        take_buffer(ctx[P_ROW], &P.row, "i", 0) < 0 || take_buffer(ctx[P_NODE], &P.node, "i", 0) < 0 ||
+        take_buffer(ctx[P_HW], &P.hw, "i", 0) < 0 || take_buffer(ctx[P_LANES], &P.lanes, "i", 1) < 0)
+        goto done;
+    if ((P.homes = PyList_New(0)) == NULL || (P.home_of = PyDict_New()) == NULL || (P.gpu_of = PyDict_New()) == NULL ||
+        (P.cpu_of = PyDict_New()) == NULL)
+        goto done;
+    if ((P.every = PyObject_IsTrue(ctx[P_EVERY])) < 0)
+        goto done;
+    n = PyList_GET_SIZE(events);
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(events, 0)), event_names, E_SIZE, &P.ev) < 0)
+        goto done;
+    for (j = 0; j < n; j++)
+        if (place_one(&P, PyList_GET_ITEM(events, j), &last_key, &last_home) < 0)
+            goto done;
+    for (k = 0; k < P.n_homes; k++) { /* each home's spans, in event order */
+        PyObject *view, *r;
+        if (P.spans[k].n == 0)
+            continue;
+        view = PyMemoryView_FromMemory((char *)P.spans[k].v, P.spans[k].n * (Py_ssize_t)sizeof(long long),
+                                       PyBUF_READ);
+        if (view == NULL)
+            goto done;
+        r = PyObject_CallMethodOneArg(PyList_GET_ITEM(P.homes, k), s_frombytes, view);
+        Py_DECREF(view);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    out = Py_BuildValue("(LLL)", P.slices, P.instants, P.untimed);
+done:
+    Py_XDECREF(last_key);
+    place_release(&P);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"place_loop", (PyCFunction)(void (*)(void))place_loop, METH_FASTCALL,
+     "place_loop(events, context) -> (slices, instants, untimed): the writer's plan loop (plan._place)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_plan", "The writer's plan loop (plan._place) in C.", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__plan(void)
+{
+    static const char *events[E_SIZE] = {"index", "ph", "id", "ts_ns", "dur_ns", "pid", "tid", "cat", "args"};
+    static const char *names[6] = {"device", "stream", "lane", "args", "get", "frombytes"};
+    PyObject **out[6] = {&s_device, &s_stream, &s_lane, &s_args, &s_get, &s_frombytes};
+    int k;
+    if (intern_names(events, E_SIZE, event_names) < 0)
+        return NULL;
+    for (k = 0; k < 6; k++)
+        if (*out[k] == NULL && (*out[k] = PyUnicode_InternFromString(names[k])) == NULL)
+            return NULL;
+    return PyModule_Create(&moduledef);
+}
