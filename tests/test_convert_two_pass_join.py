@@ -20,6 +20,7 @@ from perfetto_graph_ann.annotations.files import save_annotations
 from perfetto_graph_ann.errors import AnnotationMismatchError, LaneOptionError, TraceFormatError
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.pipeline.convert import ConvertConfig, convert_file
+from perfetto_graph_ann.read import events as events_mod
 from perfetto_graph_ann.read import kineto, scan
 from perfetto_graph_ann.read.scan import scan_trace
 from perfetto_graph_ann.write.pftrace import write_pftrace
@@ -487,13 +488,16 @@ def test_the_compiled_first_pass_loop_keeps_the_python_loops_events(join, trace,
     else:
         src = _plain(tmp_path, trace)
     calls = []
-    real, spans = scan.KEEP_LOOP, scan.EVENT_SPANS
+    real, spans, whole, finish = scan.KEEP_LOOP, scan.EVENT_SPANS, scan.WHOLE_EVENTS, events_mod.FINISH_LIGHT
+    assert whole is not None and finish is not None
     kept = {}
     offsets = {}
     for name, loop, span in (("c", lambda run, ctx: calls.append(len(run)) or real(run, ctx),
                               lambda *a: calls.append(0) or spans(*a)), ("python", None, None)):
         monkeypatch.setattr(scan, "KEEP_LOOP", loop)
         monkeypatch.setattr(scan, "EVENT_SPANS", span)
+        monkeypatch.setattr(scan, "WHOLE_EVENTS", whole if loop else None)
+        monkeypatch.setattr(events_mod, "FINISH_LIGHT", finish if loop else None)
         scanned = scan_trace(str(src), join=join)
         assert scanned is not None
         scanned.source.close()
@@ -504,6 +508,41 @@ def test_the_compiled_first_pass_loop_keeps_the_python_loops_events(join, trace,
     assert kept["c"] == kept["python"]
     assert [type(v) for t, _ in kept["c"] for v in t] == [type(v) for t, _ in kept["python"] for v in t]
     assert offsets["c"] == offsets["python"] and len(offsets["c"]) == len(kept["c"]) + 1
+
+
+@pytest.mark.skipif(events_mod.FINISH_LIGHT is None, reason="the reader's compiled loop (_scan) is not built or turned off")
+@pytest.mark.parametrize("times,done", [
+    (['"ts": 0.000, "dur": 1.500', '"ts": 123456789012345.678, "dur": 0.001', '"ph": "i", "ts": 7.250'], True),
+    (['"ts": 1.000, "dur": 2.000', '"ph": "i", "ts": 3.000'], True),
+    (['"ts": 1.000, "dur": 2.000', '"ts": 3, "dur": 1.000'], False),  # an int time
+    (['"ts": 1.0000, "dur": 2.000'], False), (['"ts": 1.00, "dur": 2.000'], False), (['"ts": 1e3, "dur": 2.000'], False),
+    (['"ts": 1234567890123456.000, "dur": 1.000'], False),  # 16 integer digits
+    (['"ts": -1.000, "dur": 1.000'], False), (['"ts": 1.000, "dur": 1.000', '"ph": "X", "ts": 2.000'], False),
+    ([], True)])
+def test_compiled_finish_light(times, done):
+    """``_scan.finish_light``: a run of Kineto-format times gets the Python path's indices, times,
+    ``extra`` and class, type for type; any other run is left untouched (None), and the Python
+    path then reads it (or refuses it) as before."""
+    import msgspec
+
+    bodies = [t if '"ph"' in t else '"ph": "X", ' + t for t in times]
+    text = ("[" + ",".join("{" + b + ', "name": "k", "args": {}}' for b in bodies) + "]").encode()
+    decoder = scan._light_decoder
+    got = decoder.decode(text)
+    before = [msgspec.structs.astuple(e) for e in got]
+    answer = events_mod.FINISH_LIGHT(got, 40, events_mod.TraceEvent)
+    assert (answer is True) == done and (answer is None) != done
+    if not done:
+        assert [msgspec.structs.astuple(e) for e in got] == before and all(type(e) is not events_mod.TraceEvent
+                                                                         for e in got)
+        return
+    raw = decoder.decode(text)
+    want = events_mod._finish_light(raw, events_mod._bulk_ns([e.ts_ns for e in raw]),
+                                    events_mod._bulk_ns([e.dur_ns for e in raw]), None, 40)
+    assert [(type(e), msgspec.structs.astuple(e)) for e in got] == [(type(e), msgspec.structs.astuple(e)) for e in want]
+    assert all(type(v) is int for e in got for v in (e.index, e.ts_ns))
+    if got:  # a run of two types: left to Python
+        assert events_mod.FINISH_LIGHT([*decoder.decode(text), got[0]], 0, events_mod.TraceEvent) is None
 
 
 @pytest.mark.skipif(scan.EVENT_SPANS is None, reason="the reader's compiled loop (_scan) is not built or turned off")

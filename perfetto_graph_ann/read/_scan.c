@@ -14,6 +14,9 @@ enum { E_TS, E_CAT, E_PID, E_TID, E_PH, E_EXTRA, E_NAME, E_ARGS, E_SIZE };
 enum { A_DEVICE, A_STREAM, A_CORRELATION, A_GRID, A_BLOCK, A_GRAPH_ID, A_GRAPH_NODE_ID, A_SIZE };
 static PyObject *event_names[E_SIZE], *args_names[A_SIZE];
 static PyObject *s_empty;
+/* The fields finish_light writes, by index. */
+enum { F_INDEX, F_TS, F_DUR, F_EXTRA, F_PH, F_ARGS, F_SIZE };
+static PyObject *finish_names[F_SIZE], *s_class;
 
 /* The context's items, in the order scan._Scan.keep passes them. */
 enum {
@@ -347,7 +350,189 @@ unsure:
     Py_RETURN_NONE;
 }
 
+/* A time as Kineto writes it, 1 to 15 digits, a point and exactly 3 decimals (events.py's
+ * _KINETO_TIMES), in the msgspec.Raw ``raw``: its ns in *ns and 1; 0 for any other text or object. */
+static int
+kineto_ns(PyObject *raw, long long *ns)
+{
+    Py_buffer b;
+    const char *p;
+    Py_ssize_t k, n;
+    long long v = 0;
+    int ok = 0;
+    if (PyObject_GetBuffer(raw, &b, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    p = (const char *)b.buf;
+    n = b.len;
+    if (n >= 5 && n <= 19 && p[n - 4] == '.') {
+        ok = 1;
+        for (k = 0; k < n && ok; k++) {
+            if (k == n - 4)
+                continue;
+            if (p[k] < '0' || p[k] > '9')
+                ok = 0;
+            else
+                v = v * 10 + (p[k] - '0');
+        }
+    }
+    PyBuffer_Release(&b);
+    *ns = v;
+    return ok;
+}
+
+/* finish_light(events, start, cls): events.py's _bulk_ns and _finish_light on a run decoded by the
+ * typed path, where every time is written as Kineto writes it and every complete event has both:
+ * each event's index (from start), its times as int ns, extra None and its class made cls; True.
+ * None, with nothing changed, for any other run (the Python path then gives the times or the error). */
+static PyObject *
+finish_light(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject *events, *cls, *src = NULL;
+    Py_ssize_t n, k, start;
+    long long *times = NULL;
+    unsigned char *has = NULL;
+    Fields f;
+    PyObject *out = NULL;
+    (void)self;
+    if (argc != 3 || !PyList_CheckExact(argv[0]) || !PyLong_CheckExact(argv[1]) || !PyType_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "finish_light(events: list, start: int, cls: type)");
+        return NULL;
+    }
+    events = argv[0];
+    cls = argv[2];
+    start = PyLong_AsSsize_t(argv[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    n = PyList_GET_SIZE(events);
+    if (n == 0)
+        Py_RETURN_TRUE;
+    src = (PyObject *)Py_TYPE(PyList_GET_ITEM(events, 0));
+    if (fields_of((PyTypeObject *)src, finish_names, F_SIZE, &f) < 0)
+        return NULL;
+    for (k = 0; k < F_SIZE; k++)
+        if (f.offset[k] < 0)
+            Py_RETURN_NONE;
+    times = PyMem_Malloc(2 * n * sizeof(long long));
+    has = PyMem_Malloc(2 * n);
+    if (times == NULL || has == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (k = 0; k < n; k++) { /* every time read first: a run left to Python is left unchanged */
+        PyObject *e = PyList_GET_ITEM(events, k), *ts, *dur, *ph;
+        if ((PyObject *)Py_TYPE(e) != src)
+            goto python;
+        ts = *(PyObject **)((char *)e + f.offset[F_TS]);
+        dur = *(PyObject **)((char *)e + f.offset[F_DUR]);
+        ph = *(PyObject **)((char *)e + f.offset[F_PH]);
+        if (ts == NULL || dur == NULL || ph == NULL)
+            goto python;
+        has[2 * k] = ts != Py_None;
+        has[2 * k + 1] = dur != Py_None;
+        if ((has[2 * k] && !kineto_ns(ts, &times[2 * k])) || (has[2 * k + 1] && !kineto_ns(dur, &times[2 * k + 1])))
+            goto python;
+        if ((!has[2 * k] || !has[2 * k + 1]) && is_char(ph, 'X')) /* a complete event needs both: Python's error */
+            goto python;
+    }
+    for (k = 0; k < n; k++) {
+        PyObject *e = PyList_GET_ITEM(events, k), *v;
+        int rc, j;
+        for (j = 0; j < 2; j++) {
+            if (has[2 * k + j]) {
+                v = PyLong_FromLongLong(times[2 * k + j]);
+                if (v == NULL)
+                    goto done;
+            } else {
+                v = Py_NewRef(Py_None);
+            }
+            rc = set_field(e, &f, finish_names, j == 0 ? F_TS : F_DUR, v);
+            Py_DECREF(v);
+            if (rc < 0)
+                goto done;
+        }
+        v = PyLong_FromSsize_t(start + k);
+        if (v == NULL)
+            goto done;
+        rc = set_field(e, &f, finish_names, F_INDEX, v);
+        Py_DECREF(v);
+        if (rc < 0 || set_field(e, &f, finish_names, F_EXTRA, Py_None) < 0)
+            goto done;
+        if (k == 0) { /* the first through __class__'s checks (the layouts agree); the rest the same way, directly */
+            if (PyObject_SetAttr(e, s_class, cls) < 0)
+                goto done;
+        } else if ((PyObject *)Py_TYPE(e) == src) {
+            Py_INCREF(cls);
+            Py_SET_TYPE(e, (PyTypeObject *)cls);
+            Py_DECREF(src);
+        }
+    }
+    out = Py_NewRef(Py_True);
+    goto done;
+python:
+    out = Py_NewRef(Py_None);
+done:
+    PyMem_Free(times);
+    PyMem_Free(has);
+    return out;
+}
+
+/* whole_events(run, light_type): the positions of the run's metadata and counter events whose args
+ * are light_type (scan._Scan.keep decodes them again whole). */
+static PyObject *
+whole_events(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject *run, *out;
+    Py_ssize_t n, k;
+    Fields f;
+    (void)self;
+    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyType_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "whole_events(run: list, light_type: type)");
+        return NULL;
+    }
+    run = argv[0];
+    n = PyList_GET_SIZE(run);
+    out = PyList_New(0);
+    if (out == NULL || n == 0)
+        return out;
+    if (fields_of(Py_TYPE(PyList_GET_ITEM(run, 0)), finish_names, F_SIZE, &f) < 0)
+        goto error;
+    for (k = 0; k < n; k++) {
+        PyObject *e = PyList_GET_ITEM(run, k), *ph, *a;
+        int whole;
+        ph = get_field(e, &f, finish_names, F_PH);
+        if (ph == NULL)
+            goto error;
+        whole = is_char(ph, 'M') || is_char(ph, 'C');
+        Py_DECREF(ph);
+        if (!whole)
+            continue;
+        a = get_field(e, &f, finish_names, F_ARGS);
+        if (a == NULL)
+            goto error;
+        whole = (PyObject *)Py_TYPE(a) == argv[1];
+        Py_DECREF(a);
+        if (whole) {
+            PyObject *pos = PyLong_FromSsize_t(k);
+            if (pos == NULL || PyList_Append(out, pos) < 0) {
+                Py_XDECREF(pos);
+                goto error;
+            }
+            Py_DECREF(pos);
+        }
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"finish_light", (PyCFunction)(void (*)(void))finish_light, METH_FASTCALL,
+     "finish_light(events, start, cls): a run's Kineto times, indices and class set (True), or None (Python's path)"},
+    {"whole_events", (PyCFunction)(void (*)(void))whole_events, METH_FASTCALL,
+     "whole_events(run, light_type): the positions of the metadata and counter events with light args"},
     {"event_spans", (PyCFunction)(void (*)(void))event_spans, METH_FASTCALL,
      "event_spans(text, n, at): each object's start in the JSON array text (int64 bytes) and the last one's end, plus at"},
     {"keep_loop", (PyCFunction)(void (*)(void))keep_loop, METH_FASTCALL,
@@ -366,7 +551,11 @@ PyInit__scan(void)
     static const char *events[E_SIZE] = {"ts_ns", "cat", "pid", "tid", "ph", "extra", "name", "args"};
     static const char *args[A_SIZE] = {"device", "stream", "correlation", "grid", "block", "graph_id",
                                        "graph_node_id"};
-    if (intern_names(events, E_SIZE, event_names) < 0 || intern_names(args, A_SIZE, args_names) < 0)
+    static const char *finish[F_SIZE] = {"index", "ts_ns", "dur_ns", "extra", "ph", "args"};
+    if (intern_names(events, E_SIZE, event_names) < 0 || intern_names(args, A_SIZE, args_names) < 0 ||
+        intern_names(finish, F_SIZE, finish_names) < 0)
+        return NULL;
+    if (s_class == NULL && (s_class = PyUnicode_InternFromString("__class__")) == NULL)
         return NULL;
     if (s_empty == NULL && (s_empty = PyUnicode_InternFromString("")) == NULL)
         return NULL;

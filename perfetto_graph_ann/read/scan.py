@@ -33,19 +33,21 @@ from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
 from .model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["EventSource", "EVENT_SPANS", "GzipEventSource", "KEEP_LOOP", "ScannedTrace", "scan_trace"]
+__all__ = ["EventSource", "EVENT_SPANS", "GzipEventSource", "KEEP_LOOP", "ScannedTrace", "scan_trace", "WHOLE_EVENTS"]
 
 _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
 
 try:  # the first pass's loop in C (_scan.c, built by hatch_build.py): the same events kept
-    from ._scan import event_spans as _event_spans, keep_loop as _compiled_keep_loop
+    from ._scan import event_spans as _event_spans, keep_loop as _compiled_keep_loop, whole_events as _whole_events
 except ImportError:
-    _compiled_keep_loop = _event_spans = None
+    _compiled_keep_loop = _event_spans = _whole_events = None
 #: :meth:`_Scan.keep`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
 #: was set at import (the Python loop then keeps the same events)
 KEEP_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_keep_loop
 #: the events' offsets in a run's text found in C (with :data:`KEEP_LOOP`), or None
 EVENT_SPANS = None if KEEP_LOOP is None else _event_spans
+#: the positions of a run's events decoded again whole, found in C (with :data:`KEEP_LOOP`), or None
+WHOLE_EVENTS = None if KEEP_LOOP is None else _whole_events
 
 
 class _DevStream(msgspec.Struct, gc=False):
@@ -402,6 +404,7 @@ class _Scan:
         self.gunzipped: Optional[_Gunzip] = None
         self.keep_loop = KEEP_LOOP  #: the compiled loop, or None: the Python loop
         self.event_spans = EVENT_SPANS  #: the compiled offsets, or None: from the run decoded as Raw
+        self.whole_events = WHOLE_EVENTS  #: the compiled search for M / C events, or None: Python's
 
     def gunzip(self, raw: Any) -> "_Gunzip":
         """The file object a gzip file's text is read from (keeping where to start again)."""
@@ -429,7 +432,10 @@ class _Scan:
             self.offsets.frombytes(spans[0])
             self.end = spans[1]
         light_type = self.args_type
-        whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is light_type]
+        if self.whole_events is not None:
+            whole = self.whole_events(run, light_type)
+        else:
+            whole = [k for k, e in enumerate(run) if (e.ph == "M" or e.ph == "C") and type(e.args) is light_type]
         if whole:  # the tracks and counters read these events' names and args: decoded whole
             # an event's text runs to the next one's start, less the separator (spaces and a comma)
             offsets, n = self.offsets, len(run)
