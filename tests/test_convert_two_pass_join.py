@@ -510,6 +510,36 @@ def test_the_compiled_first_pass_loop_keeps_the_python_loops_events(join, trace,
     assert offsets["c"] == offsets["python"] and len(offsets["c"]) == len(kept["c"]) + 1
 
 
+@pytest.mark.skipif(scan.GATHER is None, reason="the reader's compiled loop (_scan) is not built or turned off")
+@pytest.mark.parametrize("trace", ["odd", "seed_block_annotated"])
+def test_the_second_pass_reads_the_same_events_with_the_compiled_gather(trace, tmp_path, monkeypatch):
+    """``_scan.span_of`` / ``gather`` (a batch's span and its events' texts joined in C) against the
+    Python slices: the same events for batches in file order, shuffled, repeated and far apart
+    (the sorted runs' path, Python's in both), and the same IndexError beyond the offsets."""
+    import random
+
+    import msgspec
+
+    src = _odd_trace(tmp_path)[0] if trace == "odd" else _plain(tmp_path, trace)
+    scanned = scan_trace(str(src), join=True)
+    source = scanned.source
+    n = len(source)
+    rng = random.Random(25)
+    batches = [list(range(n)), rng.sample(range(n), n // 2), [3, 3, 1], [n - 1], [0, n - 1]]
+    got = {}
+    for name, gather in (("c", scan.GATHER), ("python", None)):
+        monkeypatch.setattr(scan, "GATHER", gather)
+        monkeypatch.setattr(scan, "_SPAN", 1 << 23)
+        got[name] = [{i: msgspec.structs.astuple(e) for i, e in source.fetch(b).items()} for b in batches]
+        monkeypatch.setattr(scan, "_SPAN", 64)  # every batch but one-event ones read in sorted runs
+        got[name].append({i: msgspec.structs.astuple(e) for i, e in source.fetch(batches[1]).items()})
+        for bad in ([n], [0, n + 5]):
+            with pytest.raises(IndexError):
+                source.fetch(bad)
+    source.close()
+    assert got["c"] == got["python"] and len(got["c"][0]) == n
+
+
 @pytest.mark.skipif(events_mod.FINISH_LIGHT is None, reason="the reader's compiled loop (_scan) is not built or turned off")
 @pytest.mark.parametrize("times,done", [
     (['"ts": 0.000, "dur": 1.500', '"ts": 123456789012345.678, "dur": 0.001', '"ph": "i", "ts": 7.250'], True),

@@ -9,6 +9,9 @@
  */
 #include "_slots.h"
 
+#include <limits.h>
+#include <string.h>
+
 /* An event's fields the loop reads or writes, and those of its light args, by index. */
 enum { E_TS, E_CAT, E_PID, E_TID, E_PH, E_EXTRA, E_NAME, E_ARGS, E_SIZE };
 enum { A_DEVICE, A_STREAM, A_CORRELATION, A_GRID, A_BLOCK, A_GRAPH_ID, A_GRAPH_NODE_ID, A_SIZE };
@@ -528,7 +531,133 @@ error:
     return NULL;
 }
 
+/* The int64 items of ``offsets`` (an array('q')) at positions i and i + 1 of each index i in the list
+ * ``indices``, checked: 0, or -1 with an exception. */
+static int
+offsets_at(const Py_buffer *b, PyObject *indices, Py_ssize_t k, long long *start, long long *end)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(indices, k)), n = b->len / (Py_ssize_t)sizeof(long long);
+    if (i == -1 && PyErr_Occurred())
+        return -1;
+    if (i < 0 || i + 1 >= n) {
+        PyErr_SetString(PyExc_IndexError, "an event index beyond the scanned offsets");
+        return -1;
+    }
+    *start = ((const long long *)b->buf)[i];
+    *end = ((const long long *)b->buf)[i + 1];
+    return 0;
+}
+
+static int
+offsets_buffer(PyObject *offsets, Py_buffer *b)
+{
+    if (PyObject_GetBuffer(offsets, b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (b->format == NULL || strcmp(b->format, "q") != 0) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_TypeError, "offsets must be an array('q')");
+        return -1;
+    }
+    return 0;
+}
+
+/* span_of(offsets, indices) -> (lo, hi): where the first of the events ``indices`` starts and the
+ * last ends in the file (scan.EventSource.fetch's min and max). */
+static PyObject *
+span_of(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Py_buffer b;
+    Py_ssize_t k, n;
+    long long lo = LLONG_MAX, hi = LLONG_MIN, start, end;
+    (void)self;
+    if (argc != 2 || !PyList_CheckExact(argv[1]) || PyList_GET_SIZE(argv[1]) == 0) {
+        PyErr_SetString(PyExc_TypeError, "span_of(offsets: array, indices: non-empty list)");
+        return NULL;
+    }
+    if (offsets_buffer(argv[0], &b) < 0)
+        return NULL;
+    n = PyList_GET_SIZE(argv[1]);
+    for (k = 0; k < n; k++) {
+        if (offsets_at(&b, argv[1], k, &start, &end) < 0) {
+            PyBuffer_Release(&b);
+            return NULL;
+        }
+        if (start < lo)
+            lo = start;
+        if (end > hi)
+            hi = end;
+    }
+    PyBuffer_Release(&b);
+    return Py_BuildValue("(LL)", lo, hi);
+}
+
+/* gather(block, lo, offsets, indices) -> bytes: the JSON array of the events ``indices`` whose texts
+ * lie in ``block`` (the file's bytes from ``lo``), each event's text up to the next one's start less
+ * the separator (spaces and commas), joined by commas: scan.EventSource.fetch's pieces, joined. */
+static PyObject *
+gather(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Py_buffer b, blk;
+    Py_ssize_t k, n, size = 2, at = 0;
+    long long lo, start, end;
+    PyObject *out = NULL;
+    char *w;
+    (void)self;
+    if (argc != 4 || !PyLong_CheckExact(argv[1]) || !PyList_CheckExact(argv[3])) {
+        PyErr_SetString(PyExc_TypeError, "gather(block: bytes, lo: int, offsets: array, indices: list)");
+        return NULL;
+    }
+    lo = PyLong_AsLongLong(argv[1]);
+    if (lo == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(argv[0], &blk, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (offsets_buffer(argv[2], &b) < 0) {
+        PyBuffer_Release(&blk);
+        return NULL;
+    }
+    n = PyList_GET_SIZE(argv[3]);
+    for (k = 0; k < n; k++) { /* the size first, every span checked against the block */
+        if (offsets_at(&b, argv[3], k, &start, &end) < 0)
+            goto done;
+        if (start < lo || end < start || end - lo > blk.len) {
+            PyErr_SetString(PyExc_ValueError, "gather: an event outside the block");
+            goto done;
+        }
+        size += (Py_ssize_t)(end - start) + 1;
+    }
+    out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        goto done;
+    w = PyBytes_AS_STRING(out);
+    w[at++] = '[';
+    for (k = 0; k < n; k++) {
+        const char *p;
+        Py_ssize_t len;
+        offsets_at(&b, argv[3], k, &start, &end);
+        p = (const char *)blk.buf + (start - lo);
+        len = (Py_ssize_t)(end - start);
+        while (len > 0 && (is_space(p[len - 1]) || p[len - 1] == ','))
+            len--;
+        if (k > 0)
+            w[at++] = ',';
+        memcpy(w + at, p, len);
+        at += len;
+    }
+    w[at++] = ']';
+    if (_PyBytes_Resize(&out, at) < 0)
+        out = NULL;
+done:
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&blk);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"span_of", (PyCFunction)(void (*)(void))span_of, METH_FASTCALL,
+     "span_of(offsets, indices) -> (lo, hi): where the events start and end in the file"},
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
+     "gather(block, lo, offsets, indices) -> bytes: the events' texts in block as one JSON array"},
     {"finish_light", (PyCFunction)(void (*)(void))finish_light, METH_FASTCALL,
      "finish_light(events, start, cls): a run's Kineto times, indices and class set (True), or None (Python's path)"},
     {"whole_events", (PyCFunction)(void (*)(void))whole_events, METH_FASTCALL,

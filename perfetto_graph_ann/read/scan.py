@@ -33,14 +33,16 @@ from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
 from .model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["EventSource", "EVENT_SPANS", "GzipEventSource", "KEEP_LOOP", "ScannedTrace", "scan_trace", "WHOLE_EVENTS"]
+__all__ = ["EventSource", "EVENT_SPANS", "GATHER", "GzipEventSource", "KEEP_LOOP", "ScannedTrace", "scan_trace",
+           "WHOLE_EVENTS"]
 
 _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
 
 try:  # the first pass's loop in C (_scan.c, built by hatch_build.py): the same events kept
-    from ._scan import event_spans as _event_spans, keep_loop as _compiled_keep_loop, whole_events as _whole_events
+    from ._scan import event_spans as _event_spans, gather as _gather, keep_loop as _compiled_keep_loop
+    from ._scan import span_of as _span_of, whole_events as _whole_events
 except ImportError:
-    _compiled_keep_loop = _event_spans = _whole_events = None
+    _compiled_keep_loop = _event_spans = _whole_events = _gather = _span_of = None
 #: :meth:`_Scan.keep`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
 #: was set at import (the Python loop then keeps the same events)
 KEEP_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_keep_loop
@@ -48,6 +50,9 @@ KEEP_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_keep_lo
 EVENT_SPANS = None if KEEP_LOOP is None else _event_spans
 #: the positions of a run's events decoded again whole, found in C (with :data:`KEEP_LOOP`), or None
 WHOLE_EVENTS = None if KEEP_LOOP is None else _whole_events
+#: the second pass's batch text, its span and its events' texts joined, made in C (with
+#: :data:`KEEP_LOOP`; ``(span_of, gather)``), or None: made in Python
+GATHER = None if KEEP_LOOP is None else (_span_of, _gather)
 
 
 class _DevStream(msgspec.Struct, gc=False):
@@ -171,14 +176,20 @@ class EventSource:
         self.open()
         # an event's text runs to the next one's start, less the separator (spaces and a comma)
         offsets, fd = self.offsets, self._fd
-        offs = list(map(offsets.__getitem__, indices))
-        ends = [offsets[i + 1] for i in indices]
-        lo = min(offs)
-        hi = max(ends)
+        compiled = GATHER if type(indices) is list else None
+        if compiled is not None:
+            lo, hi = compiled[0](offsets, indices)
+        else:
+            offs = list(map(offsets.__getitem__, indices))
+            ends = [offsets[i + 1] for i in indices]
+            lo = min(offs)
+            hi = max(ends)
         if hi - lo <= _SPAN:  # the usual batch: its events near each other, one read
             block = os.pread(fd, hi - lo, lo)
             if len(block) != hi - lo:
                 raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+            if compiled is not None:
+                return self._decode_text(compiled[1](block, lo, offsets, indices), indices)
             return self._decode([block[o - lo:e - lo].rstrip(_SEPARATOR) for o, e in zip(offs, ends)], indices)
         order = sorted(indices, key=offsets.__getitem__)
         pieces: List[bytes] = []
@@ -213,7 +224,10 @@ class EventSource:
 
     def _decode(self, pieces: List[bytes], order: Sequence[int]) -> Dict[int, Any]:
         """The events whose texts are ``pieces`` by index (``order``: their indices)."""
-        text = b"[" + b",".join(pieces) + b"]"
+        return self._decode_text(b"[" + b",".join(pieces) + b"]", order)
+
+    def _decode_text(self, text: bytes, order: Sequence[int]) -> Dict[int, Any]:
+        """The events of the JSON array ``text`` by index (``order``: their indices)."""
         try:  # what the packets read (ph, cat, name, args) as decode_events gives it
             events = _packet_decoder.decode(text)
         except (msgspec.ValidationError, RecursionError):
