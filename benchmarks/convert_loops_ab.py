@@ -8,8 +8,9 @@ record, as ``convert_join_scale.py`` writes it), one process converts it (two pa
 
 * ``on``: every compiled loop there is, the ones below included;
 * ``off``: the loops compiled in session 25 turned off, the Python loops running instead:
-  the writer's plan loop (``plan.PLACE_LOOP``), a light run's times and class
-  (``events.FINISH_LIGHT``) and the search for the events decoded whole (``scan.WHOLE_EVENTS``).
+  the writer's plan loop (``plan.PLACE_LOOP``), a run's times, extras and class
+  (``events.FINISH_LIGHT``), the search for the events decoded whole (``scan.WHOLE_EVENTS``) and
+  the second pass's batch text (``scan.GATHER``).
 
 CPU seconds (``process_time``) of the convert, and of its first pass (``scan_trace``) and its
 plan (``plan_events``) alone; ``json.loads`` of the file's bytes (read included) is timed in the
@@ -41,7 +42,7 @@ from perfetto_graph_ann.read import events, scan  # noqa: E402
 from perfetto_graph_ann.write.perfetto import plan, writer  # noqa: E402
 
 #: (module, name) of each loop session 25 compiled
-_SWITCHES = ((plan, "PLACE_LOOP"), (events, "FINISH_LIGHT"), (scan, "WHOLE_EVENTS"))
+_SWITCHES = ((plan, "PLACE_LOOP"), (events, "FINISH_LIGHT"), (scan, "WHOLE_EVENTS"), (scan, "GATHER"))
 
 
 def _timed(module, name: str, into: dict, key: str) -> None:

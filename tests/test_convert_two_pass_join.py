@@ -541,38 +541,44 @@ def test_the_second_pass_reads_the_same_events_with_the_compiled_gather(trace, t
 
 
 @pytest.mark.skipif(events_mod.FINISH_LIGHT is None, reason="the reader's compiled loop (_scan) is not built or turned off")
+@pytest.mark.parametrize("extras", [False, True], ids=["light", "whole"])
 @pytest.mark.parametrize("times,done", [
     (['"ts": 0.000, "dur": 1.500', '"ts": 123456789012345.678, "dur": 0.001', '"ph": "i", "ts": 7.250'], True),
-    (['"ts": 1.000, "dur": 2.000', '"ph": "i", "ts": 3.000'], True),
+    (['"ts": 1.000, "dur": 2.000', '"ph": "f", "ts": 3.000, "bp": "e", "id": 4', '"ph": "t", "ts": 3.000, "s": "p"',
+      '"ph": "i", "ts": 3.000, "s": "g", "bp": "x"'], True),
     (['"ts": 1.000, "dur": 2.000', '"ts": 3, "dur": 1.000'], False),  # an int time
     (['"ts": 1.0000, "dur": 2.000'], False), (['"ts": 1.00, "dur": 2.000'], False), (['"ts": 1e3, "dur": 2.000'], False),
     (['"ts": 1234567890123456.000, "dur": 1.000'], False),  # 16 integer digits
     (['"ts": -1.000, "dur": 1.000'], False), (['"ts": 1.000, "dur": 1.000', '"ph": "X", "ts": 2.000'], False),
     ([], True)])
-def test_compiled_finish_light(times, done):
+def test_compiled_finish(times, done, extras):
     """``_scan.finish_light``: a run of Kineto-format times gets the Python path's indices, times,
-    ``extra`` and class, type for type; any other run is left untouched (None), and the Python
-    path then reads it (or refuses it) as before."""
+    ``extra`` (None for a light run, else the dict of its ``bp`` and ``s``) and class, type for
+    type; any other run is left untouched (None), and the Python path then reads it (or refuses
+    it) as before."""
     import msgspec
 
     bodies = [t if '"ph"' in t else '"ph": "X", ' + t for t in times]
     text = ("[" + ",".join("{" + b + ', "name": "k", "args": {}}' for b in bodies) + "]").encode()
-    decoder = scan._light_decoder
+    decoder = events_mod._typed_decoder if extras else scan._light_decoder
     got = decoder.decode(text)
     before = [msgspec.structs.astuple(e) for e in got]
-    answer = events_mod.FINISH_LIGHT(got, 40, events_mod.TraceEvent)
+    answer = events_mod.FINISH_LIGHT(got, 40, events_mod.TraceEvent, extras)
     assert (answer is True) == done and (answer is None) != done
     if not done:
         assert [msgspec.structs.astuple(e) for e in got] == before and all(type(e) is not events_mod.TraceEvent
                                                                          for e in got)
         return
     raw = decoder.decode(text)
-    want = events_mod._finish_light(raw, events_mod._bulk_ns([e.ts_ns for e in raw]),
-                                    events_mod._bulk_ns([e.dur_ns for e in raw]), None, 40)
+    finish = events_mod._finish if extras else events_mod._finish_light
+    want = finish(raw, events_mod._bulk_ns([e.ts_ns for e in raw]), events_mod._bulk_ns([e.dur_ns for e in raw]), None,
+                  40)
     assert [(type(e), msgspec.structs.astuple(e)) for e in got] == [(type(e), msgspec.structs.astuple(e)) for e in want]
     assert all(type(v) is int for e in got for v in (e.index, e.ts_ns))
     if got:  # a run of two types: left to Python
-        assert events_mod.FINISH_LIGHT([*decoder.decode(text), got[0]], 0, events_mod.TraceEvent) is None
+        assert events_mod.FINISH_LIGHT([*decoder.decode(text), got[0]], 0, events_mod.TraceEvent, extras) is None
+    if extras and len(got) == 4:  # the run with "s" and "bp"
+        assert [e.extra for e in got] == [None, {"bp": "e"}, {"s": "p"}, {"bp": "x", "s": "g"}]
 
 
 @pytest.mark.skipif(scan.EVENT_SPANS is None, reason="the reader's compiled loop (_scan) is not built or turned off")

@@ -385,10 +385,31 @@ kineto_ns(PyObject *raw, long long *ns)
     return ok;
 }
 
-/* finish_light(events, start, cls): events.py's _bulk_ns and _finish_light on a run decoded by the
- * typed path, where every time is written as Kineto writes it and every complete event has both:
- * each event's index (from start), its times as int ns, extra None and its class made cls; True.
- * None, with nothing changed, for any other run (the Python path then gives the times or the error). */
+/* The dict events.py's _finish makes of an event's "s" (sv) and "bp" (bp), NULL for none: a new
+ * reference, or NULL with an exception. */
+static PyObject *
+extra_of(PyObject *sv, PyObject *bp, int *failed)
+{
+    PyObject *d;
+    *failed = 0;
+    if (sv == Py_None && bp == Py_None)
+        return NULL;
+    d = PyDict_New();
+    if (d == NULL || (bp != Py_None && PyDict_SetItemString(d, "bp", bp) < 0) ||
+        (sv != Py_None && PyDict_SetItemString(d, "s", sv) < 0)) {
+        Py_XDECREF(d);
+        *failed = 1;
+        return NULL;
+    }
+    return d;
+}
+
+/* finish_light(events, start, cls, extras): events.py's _bulk_ns and _finish_light (extras false)
+ * or _finish (extras true) on a run decoded by the typed path, where every time is written as
+ * Kineto writes it and every complete event has both: each event's index (from start), its times
+ * as int ns, its extra (None, or with extras the dict of its "bp" and "s") and its class made cls;
+ * True. None, with nothing changed, for any other run (the Python path then gives the times or the
+ * error). */
 static PyObject *
 finish_light(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
@@ -399,12 +420,16 @@ finish_light(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     Fields f;
     PyObject *out = NULL;
     (void)self;
-    if (argc != 3 || !PyList_CheckExact(argv[0]) || !PyLong_CheckExact(argv[1]) || !PyType_Check(argv[2])) {
-        PyErr_SetString(PyExc_TypeError, "finish_light(events: list, start: int, cls: type)");
+    int extras;
+    if (argc != 4 || !PyList_CheckExact(argv[0]) || !PyLong_CheckExact(argv[1]) || !PyType_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "finish_light(events: list, start: int, cls: type, extras: bool)");
         return NULL;
     }
     events = argv[0];
     cls = argv[2];
+    extras = PyObject_IsTrue(argv[3]);
+    if (extras < 0)
+        return NULL;
     start = PyLong_AsSsize_t(argv[1]);
     if (start == -1 && PyErr_Occurred())
         return NULL;
@@ -455,12 +480,26 @@ finish_light(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
             if (rc < 0)
                 goto done;
         }
+        if (extras) { /* the JSON's "s" and "bp", held in index and extra (events._KinetoEvent) */
+            PyObject *sv = *(PyObject **)((char *)e + f.offset[F_INDEX]);
+            PyObject *bp = *(PyObject **)((char *)e + f.offset[F_EXTRA]);
+            int failed;
+            PyObject *d = extra_of(sv, bp, &failed);
+            if (failed)
+                goto done;
+            rc = set_field(e, &f, finish_names, F_EXTRA, d != NULL ? d : Py_None);
+            Py_XDECREF(d);
+            if (rc < 0)
+                goto done;
+        } else if (set_field(e, &f, finish_names, F_EXTRA, Py_None) < 0) {
+            goto done;
+        }
         v = PyLong_FromSsize_t(start + k);
         if (v == NULL)
             goto done;
         rc = set_field(e, &f, finish_names, F_INDEX, v);
         Py_DECREF(v);
-        if (rc < 0 || set_field(e, &f, finish_names, F_EXTRA, Py_None) < 0)
+        if (rc < 0)
             goto done;
         if (k == 0) { /* the first through __class__'s checks (the layouts agree); the rest the same way, directly */
             if (PyObject_SetAttr(e, s_class, cls) < 0)
@@ -659,7 +698,7 @@ static PyMethodDef methods[] = {
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
      "gather(block, lo, offsets, indices) -> bytes: the events' texts in block as one JSON array"},
     {"finish_light", (PyCFunction)(void (*)(void))finish_light, METH_FASTCALL,
-     "finish_light(events, start, cls): a run's Kineto times, indices and class set (True), or None (Python's path)"},
+     "finish_light(events, start, cls, extras): a run's Kineto times, indices, extras and class set (True), or None"},
     {"whole_events", (PyCFunction)(void (*)(void))whole_events, METH_FASTCALL,
      "whole_events(run, light_type): the positions of the metadata and counter events with light args"},
     {"event_spans", (PyCFunction)(void (*)(void))event_spans, METH_FASTCALL,

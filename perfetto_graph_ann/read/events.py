@@ -28,12 +28,12 @@ from .. import settings
 from ..errors import TraceFormatError
 from .model import TraceEvent
 
-try:  # a light run's times, indices and class in C (_scan.c, built by hatch_build.py): the same events
+try:  # a run's times, indices, extras and class in C (_scan.c, built by hatch_build.py): the same events
     from ._scan import finish_light as _compiled_finish_light
 except ImportError:
     _compiled_finish_light = None
-#: :func:`_bulk_ns` and :func:`_finish_light` of a light run in one C call (None where it leaves the
-#: run to them), or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import
+#: :func:`_bulk_ns` and :func:`_finish` (:func:`_finish_light`) of a run in one C call (None where it
+#: leaves the run to them), or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import
 FINISH_LIGHT = None if settings.switch(settings.PURE_PYTHON) else _compiled_finish_light
 
 __all__ = ["decode_events", "FINISH_LIGHT", "us_to_ns"]
@@ -164,8 +164,8 @@ def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True, start: int =
         return None
     except msgspec.DecodeError as e:
         raise TraceFormatError(path, f"not valid JSON in traceEvents ({_msg(e)})") from None
-    if not extras and bulk and FINISH_LIGHT is not None and FINISH_LIGHT(events, start, TraceEvent):
-        return events  # every time Kineto's: _bulk_ns and _finish_light's work done in C
+    if bulk and FINISH_LIGHT is not None and FINISH_LIGHT(events, start, TraceEvent, extras):
+        return events  # every time Kineto's: _bulk_ns and _finish's (_finish_light's) work done in C
     # No list of the times outlives this: each Raw is then freed while _finish replaces it,
     # which is faster than freeing them all at the end.
     ts_all = _bulk_ns([e.ts_ns for e in events]) if bulk else None
