@@ -1,16 +1,18 @@
 """Build hook: compiles the optional capture fast path, ``perfetto_graph_ann/capture/_fastpath.c``
 (with ``_recorder.c``, ``_marks.c``, ``_replays.c`` and ``_errors.c``), the writer's
 packet hot path, ``perfetto_graph_ann/write/perfetto/_encode.c``, its plan loop,
-``perfetto_graph_ann/write/perfetto/_plan.c``, and the reader's first-pass loop,
-``perfetto_graph_ann/read/_scan.c`` (the last two share ``perfetto_graph_ann/read/_slots.h``).
+``perfetto_graph_ann/write/perfetto/_plan.c``, the reader's first-pass loop,
+``perfetto_graph_ann/read/_scan.c``, and the join's per-replay loops, ``perfetto_graph_ann/join/_rows.c``
+(the last three share ``perfetto_graph_ann/read/_slots.h``).
 
 Where a C compiler and Python's headers are found, the wheel gets the extension (and a
 platform tag); where not, the build goes on with a warning and the package captures with
 its pure-Python path (same behaviour, more capture overhead: BENCHMARKS.md), writes with
-the pure-Python encoder and plan loop (the same bytes, slower) and scans with the Python loop (the same events). An editable
+the pure-Python encoder and plan loop (the same bytes, slower), scans with the Python loop (the same events)
+and joins with the Python loops (the same placements). An editable
 install compiles it next to the source, as ``build_ext --inplace`` would.
 
-``PERFETTO_GRAPH_ANN_NO_EXTENSION=1`` skips all four. ``python hatch_build.py`` compiles them in
+``PERFETTO_GRAPH_ANN_NO_EXTENSION=1`` skips them all. ``python hatch_build.py`` compiles them in
 place for the running interpreter (e.g. a cp312 build to carry to the GPU machine).
 """
 from __future__ import annotations
@@ -38,8 +40,10 @@ SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_recorder.c", f"{PACKAG
 WRITER_DIR = "perfetto_graph_ann/write/perfetto"
 #: (package folder, module name, translation units) of each extension
 READER_DIR = "perfetto_graph_ann/read"
+JOIN_DIR = "perfetto_graph_ann/join"
 EXTENSIONS = ((PACKAGE_DIR, "_fastpath", SOURCES), (WRITER_DIR, "_encode", (f"{WRITER_DIR}/_encode.c",)),
-              (WRITER_DIR, "_plan", (f"{WRITER_DIR}/_plan.c",)), (READER_DIR, "_scan", (f"{READER_DIR}/_scan.c",)))
+              (WRITER_DIR, "_plan", (f"{WRITER_DIR}/_plan.c",)), (READER_DIR, "_scan", (f"{READER_DIR}/_scan.c",)),
+              (JOIN_DIR, "_rows", (f"{JOIN_DIR}/_rows.c",)))
 
 
 def _settings() -> Any:
@@ -87,7 +91,7 @@ def compile_extension(out_path: str, root: str = ROOT, sources: Tuple[str, ...] 
 
 
 class CustomBuildHook(BuildHookInterface):
-    """Adds the compiled ``_fastpath``, ``_encode``, ``_plan`` and ``_scan`` to wheels (standard and editable) when they build."""
+    """Adds the compiled ``_fastpath``, ``_encode``, ``_plan``, ``_scan`` and ``_rows`` to wheels (standard and editable) when they build."""
 
     def initialize(self, version: str, build_data: Dict[str, Any]) -> None:
         self._tmp: Optional[str] = None

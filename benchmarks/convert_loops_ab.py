@@ -10,7 +10,8 @@ record, as ``convert_join_scale.py`` writes it), one process converts it (two pa
 * ``off``: the loops compiled in session 25 turned off, the Python loops running instead:
   the writer's plan loop (``plan.PLACE_LOOP``), a run's times, extras and class
   (``events.FINISH_LIGHT``), the search for the events decoded whole (``scan.WHOLE_EVENTS``) and
-  the second pass's batch text (``scan.GATHER``).
+  the second pass's batch text (``scan.GATHER``), and the join's loops over a replay's events
+  (``join.ROW_LOOPS``).
 
 CPU seconds (``process_time``) of the convert, and of its first pass (``scan_trace``) and its
 plan (``plan_events``) alone; ``json.loads`` of the file's bytes (read included) is timed in the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import os
 import platform
@@ -41,8 +43,11 @@ from perfetto_graph_ann.pipeline.convert import convert_file  # noqa: E402
 from perfetto_graph_ann.read import events, scan  # noqa: E402
 from perfetto_graph_ann.write.perfetto import plan, writer  # noqa: E402
 
+join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the package exports the function by that name
+
 #: (module, name) of each loop session 25 compiled
-_SWITCHES = ((plan, "PLACE_LOOP"), (events, "FINISH_LIGHT"), (scan, "WHOLE_EVENTS"), (scan, "GATHER"))
+_SWITCHES = ((plan, "PLACE_LOOP"), (events, "FINISH_LIGHT"), (scan, "WHOLE_EVENTS"), (scan, "GATHER"),
+             (join_mod, "ROW_LOOPS"))
 
 
 def _timed(module, name: str, into: dict, key: str) -> None:

@@ -117,13 +117,14 @@ def test_wheel_ships_sql_protos_demo_data_and_engine_host(tmp_path):
     encode = f"perfetto_graph_ann/write/perfetto/_encode{sysconfig.get_config_var('EXT_SUFFIX')}"  # the writer's
     scan = f"perfetto_graph_ann/read/_scan{sysconfig.get_config_var('EXT_SUFFIX')}"  # the reader's
     plan = f"perfetto_graph_ann/write/perfetto/_plan{sysconfig.get_config_var('EXT_SUFFIX')}"  # the writer's plan loop
+    rows = f"perfetto_graph_ann/join/_rows{sysconfig.get_config_var('EXT_SUFFIX')}"  # the join's per-replay loops
     if _can_compile():
-        assert ext in names and encode in names and scan in names and plan in names and \
+        assert ext in names and encode in names and scan in names and plan in names and rows in names and \
             not wheel.name.endswith("-none-any.whl"), (wheel.name, sorted(names))
     sources = {f"perfetto_graph_ann/capture/{n}" for n in ("_fastpath.c", "_recorder.c", "_marks.c", "_replays.c", "_errors.c",
                                                              "_fastpath.h")}
     sources |= {"perfetto_graph_ann/write/perfetto/_encode.c", "perfetto_graph_ann/write/perfetto/_plan.c",
-                "perfetto_graph_ann/read/_scan.c", "perfetto_graph_ann/read/_slots.h"}
+                "perfetto_graph_ann/read/_scan.c", "perfetto_graph_ann/read/_slots.h", "perfetto_graph_ann/join/_rows.c"}
     assert sources <= names  # every translation unit and the header ship with the source
 
 

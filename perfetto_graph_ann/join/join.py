@@ -17,6 +17,7 @@ import dataclasses
 from collections import Counter
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .. import settings
 from ..annotations.model import MODULE_ORIGIN, AnnotationSet
 from ..errors import AnnotationMismatchError
 from ..read.model import KinetoTrace, TraceEvent
@@ -33,6 +34,14 @@ from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATE
 from .replays import Replay, gpu_work_and_replays
 from .structural import match_structural
 
+try:  # the per-replay loops in C (_rows.c, built by hatch_build.py): the same placements and lane names
+    from ._rows import lane_keys as _compiled_lane_keys, place_rows as _compiled_place_rows
+except ImportError:
+    _compiled_place_rows = _compiled_lane_keys = None
+#: :func:`_place_compact`'s and :func:`_lane_names`' loops over a replay's events in C, or None where
+#: they are not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loops then)
+ROW_LOOPS = None if settings.switch(settings.PURE_PYTHON) or _compiled_place_rows is None else (
+    _compiled_place_rows, _compiled_lane_keys)
 
 IN_MEMORY = "(annotations in memory)"
 
@@ -254,10 +263,36 @@ def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_inde
     matched = report.matched
     origins = report.module_origins
     ambiguous = 0
+
+    def hit_of(m: Match) -> Tuple[int, Any, Tuple]:
+        """A node met first: its number in ``placements.nodes``, its module origin, its (lane, args, annotation)."""
+        node = m.node
+        key = node.key
+        lane_args = cache.get(key)
+        if lane_args is None:
+            lane_args = cache[key] = (annotated_lane(m, default_stream), node_args(node, True))
+        triple = (lane_args[0], lane_args[1], node.annotation)
+        n = node_ids.get(key)
+        if n is None:
+            n = node_ids[key] = len(node_list)
+            node_list.append(triple)
+        hit = nodes[key] = (n, node.annotation.get(MODULE_ORIGIN), triple)
+        return hit
+
     for r in replays:
         index = replay_index.get(r.correlation)
         replay_col = none if index is None else index
         small_replay = index is None or none < index < top
+        if ROW_LOOPS is not None and type(r.events) is list:
+            def slow(e: TraceEvent, m: Optional[Match], index: Optional[int] = index) -> None:
+                placements.put(e.index, placement(e, m, index if m else None, graph_lanes, cache, default_stream))
+                _count(report, m)
+            ambiguous += ROW_LOOPS[0](r.events, (  # _rows.c's order
+                matches, nodes, row, kept, placements.order, placements.node, placements.replay, placements.hw,
+                placements.how, how_of, matched, origins, replay_col, small_replay, index, slow, hit_of,
+                placements.add))
+            continue
+        rows = len(placements.node)  # the compiled loop may have added rows to an earlier replay
         for e in r.events:
             i = e.index
             m = get(i)
@@ -269,15 +304,7 @@ def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_inde
             key = node.key
             hit = nodes.get(key)
             if hit is None:
-                lane_args = cache.get(key)
-                if lane_args is None:
-                    lane_args = cache[key] = (annotated_lane(m, default_stream), node_args(node, True))
-                triple = (lane_args[0], lane_args[1], node.annotation)
-                n = node_ids.get(key)
-                if n is None:
-                    n = node_ids[key] = len(node_list)
-                    node_list.append(triple)
-                hit = nodes[key] = (n, node.annotation.get(MODULE_ORIGIN), triple)
+                hit = hit_of(m)
             hw = e.args.get("stream")
             if type(hw) is not int:
                 hw = e.stream
@@ -321,6 +348,9 @@ def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict
                                                     placements.nodes, placements.hw)
         rows, every, none = len(row), placements.every, CompactPlacements._NONE
     for r in replays:
+        if compact and ROW_LOOPS is not None and type(r.events) is list:
+            ROW_LOOPS[1](r.events, (row, node, hw_col, nodes, every, lane_and_args, shared, lanes, graphs_on))
+            continue
         for e in r.events:
             if not compact:
                 p = placements[e.index]

@@ -587,19 +587,6 @@ offsets_at(const Py_buffer *b, PyObject *indices, Py_ssize_t k, long long *start
     return 0;
 }
 
-static int
-offsets_buffer(PyObject *offsets, Py_buffer *b)
-{
-    if (PyObject_GetBuffer(offsets, b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
-        return -1;
-    if (b->format == NULL || strcmp(b->format, "q") != 0) {
-        PyBuffer_Release(b);
-        PyErr_SetString(PyExc_TypeError, "offsets must be an array('q')");
-        return -1;
-    }
-    return 0;
-}
-
 /* span_of(offsets, indices) -> (lo, hi): where the first of the events ``indices`` starts and the
  * last ends in the file (scan.EventSource.fetch's min and max). */
 static PyObject *
@@ -613,7 +600,7 @@ span_of(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         PyErr_SetString(PyExc_TypeError, "span_of(offsets: array, indices: non-empty list)");
         return NULL;
     }
-    if (offsets_buffer(argv[0], &b) < 0)
+    if (take_buffer(argv[0], &b, "q", 0) < 0)
         return NULL;
     n = PyList_GET_SIZE(argv[1]);
     for (k = 0; k < n; k++) {
@@ -651,7 +638,7 @@ gather(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         return NULL;
     if (PyObject_GetBuffer(argv[0], &blk, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (offsets_buffer(argv[2], &b) < 0) {
+    if (take_buffer(argv[2], &b, "q", 0) < 0) {
         PyBuffer_Release(&blk);
         return NULL;
     }

@@ -1,6 +1,7 @@
 /*
- * Reading and writing the fields of the events' msgspec structs from C: shared by the reader's
- * first-pass loop (read/_scan.c) and the writer's plan loop (write/perfetto/_plan.c).
+ * Reading and writing the fields of the events' msgspec structs from C, and the few helpers the
+ * compiled loops share: the reader's (read/_scan.c), the writer's plan loop
+ * (write/perfetto/_plan.c) and the join's (join/_rows.c).
  *
  * msgspec structs keep their fields in slots, as member descriptors: a field is read and written
  * there directly, as the interpreter's specialised attribute access does; any other object, or a
@@ -12,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <string.h>
 
 #define FIELDS_MAX 12
 
@@ -93,6 +95,38 @@ static inline int
 is_char(PyObject *s, Py_UCS4 c)
 {
     return PyUnicode_Check(s) && PyUnicode_GET_LENGTH(s) == 1 && PyUnicode_READ_CHAR(s, 0) == c;
+}
+
+/* The one-dimensional C-contiguous buffer of ``o``, an array of ``format`` items (writable when
+ * asked), in *b; None gives b->obj NULL. 0, or -1 with an exception. */
+static inline int
+take_buffer(PyObject *o, Py_buffer *b, const char *format, int writable)
+{
+    b->obj = NULL;
+    if (o == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(o, b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if (b->format == NULL || strcmp(b->format, format) != 0 || b->ndim != 1) {
+        PyBuffer_Release(b);
+        b->obj = NULL;
+        PyErr_Format(PyExc_TypeError, "an array of '%s' expected", format);
+        return -1;
+    }
+    return 0;
+}
+
+/* a.get(key) as a new reference (None where absent): an event's arg. NULL on error. */
+static inline PyObject *
+arg_of(PyObject *a, PyObject *key)
+{
+    if (PyDict_CheckExact(a)) {
+        PyObject *v = PyDict_GetItemWithError(a, key);
+        if (v == NULL)
+            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        return Py_NewRef(v);
+    }
+    return PyObject_CallMethod(a, "get", "O", key);
 }
 
 #endif

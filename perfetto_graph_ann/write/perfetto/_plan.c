@@ -12,7 +12,6 @@
 
 #include <limits.h>
 #include <stdint.h>
-#include <string.h>
 
 /* The event fields the loop reads, by index. */
 enum { E_INDEX, E_PH, E_ID, E_TS, E_DUR, E_PID, E_TID, E_CAT, E_ARGS, E_SIZE };
@@ -50,23 +49,6 @@ typedef struct {
 } Place;
 
 #define GET(P, e, k) get_field((e), &(P)->ev, event_names, (k))
-
-static int
-take_buffer(PyObject *o, Py_buffer *b, const char *format, int writable)
-{
-    b->obj = NULL;
-    if (o == Py_None)
-        return 0;
-    if (PyObject_GetBuffer(o, b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    if (b->format == NULL || strcmp(b->format, format) != 0 || b->ndim != 1) {
-        PyBuffer_Release(b);
-        b->obj = NULL;
-        PyErr_Format(PyExc_TypeError, "place_loop: an array of '%s' expected", format);
-        return -1;
-    }
-    return 0;
-}
 
 static void
 place_release(Place *P)
@@ -153,19 +135,6 @@ add_span(Place *P, Py_ssize_t home, long long ts, long long dur, Py_ssize_t i)
     s->v[s->n++] = -dur;
     s->v[s->n++] = (long long)i;
     return 0;
-}
-
-/* a.get(key) as a new reference (None where absent); NULL on error. */
-static PyObject *
-arg_of(PyObject *a, PyObject *key)
-{
-    if (PyDict_CheckExact(a)) {
-        PyObject *v = PyDict_GetItemWithError(a, key);
-        if (v == NULL)
-            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-        return Py_NewRef(v);
-    }
-    return PyObject_CallMethodOneArg(a, s_get, key);
 }
 
 /* An int32 column's item. */

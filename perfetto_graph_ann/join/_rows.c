@@ -1,0 +1,521 @@
+/*
+ * The join's per-event loops over a replay in C (perfetto_graph_ann.join._rows), for placements
+ * held in a CompactPlacements' columns: place_rows is join._place_compact's inner loop (each
+ * matched event a row of the columns, the report's counts), lane_keys is join._lane_names' (each
+ * event's (device, lane) and the graphs on it). The rest goes to the Python callables in the
+ * context, which do what the Python loops do (an event left unmatched or shared by several graphs,
+ * a node met for the first time, a row beyond the int32 columns, a placement kept whole, a device
+ * or stream not in the args). An accelerator only: join.py runs the same loops in Python where this
+ * is not built or is turned off (PERFETTO_GRAPH_ANN_PURE_PYTHON), and the two give the same
+ * placements, counts and lane names (tests/test_join_rows.py).
+ * Compiled by hatch_build.py.
+ */
+#include "../read/_slots.h"
+
+#include <stdint.h>
+
+enum { E_INDEX, E_ARGS, E_SIZE };
+static PyObject *event_names[E_SIZE];
+static PyObject *s_shared_by, *s_node, *s_key, *s_strategy, *s_ambiguous, *s_stream, *s_device, *s_graph_id,
+    *s_frombytes, *int_zero, *int_one;
+
+#define NO_VALUE INT32_MIN
+
+/* A growing buffer of fixed-size items, appended to an array at a flush. */
+typedef struct {
+    char *v;
+    Py_ssize_t n, cap, item;
+} Column;
+
+static int
+col_push(Column *c, const void *item)
+{
+    if (c->n == c->cap) {
+        Py_ssize_t cap = c->cap ? c->cap * 2 : 1024;
+        char *v = PyMem_Realloc(c->v, cap * c->item);
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->v = v;
+        c->cap = cap;
+    }
+    memcpy(c->v + c->n * c->item, item, c->item);
+    c->n++;
+    return 0;
+}
+
+/* The buffered items appended to arr (a bytearray, else arr.frombytes); emptied. 0, or -1 with an
+ * exception. */
+static int
+col_flush(Column *c, PyObject *arr)
+{
+    PyObject *view, *r;
+    if (c->n == 0)
+        return 0;
+    if (PyByteArray_CheckExact(arr)) {
+        Py_ssize_t size = PyByteArray_GET_SIZE(arr);
+        if (PyByteArray_Resize(arr, size + c->n * c->item) < 0)
+            return -1;
+        memcpy(PyByteArray_AS_STRING(arr) + size, c->v, c->n * c->item);
+        c->n = 0;
+        return 0;
+    }
+    view = PyMemoryView_FromMemory(c->v, c->n * c->item, PyBUF_READ);
+    if (view == NULL)
+        return -1;
+    r = PyObject_CallMethodOneArg(arr, s_frombytes, view);
+    Py_DECREF(view);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    c->n = 0;
+    return 0;
+}
+
+/* The event's int arg ``key`` (an exact int), else its property of the same name (TraceEvent.stream
+ * / .device): a new reference, NULL on error. */
+static PyObject *
+int_arg_or_property(PyObject *e, PyObject *a, PyObject *key)
+{
+    PyObject *v = arg_of(a, key);
+    if (v == NULL || PyLong_CheckExact(v))
+        return v;
+    Py_DECREF(v);
+    return PyObject_GetAttr(e, key);
+}
+
+/* 1 when o is an int strictly between INT32_MIN and 2^31 (its value in *v), else 0. */
+static int
+int32_of(PyObject *o, int32_t *v)
+{
+    int overflow;
+    long long x;
+    if (!PyLong_Check(o))
+        return 0;
+    x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (x <= NO_VALUE || x >= ((long long)1 << 31))
+        return 0;
+    *v = (int32_t)x;
+    return 1;
+}
+
+/* d[key] += 1 (d[key] as the dict gives it: a missing key is the dict's error). */
+static int
+count_in(PyObject *d, PyObject *key)
+{
+    PyObject *v = PyDict_CheckExact(d) ? Py_XNewRef(PyDict_GetItemWithError(d, key)) : NULL;
+    PyObject *one;
+    int rc;
+    if (v == NULL && (PyErr_Occurred() || (v = PyObject_GetItem(d, key)) == NULL))
+        return -1;
+    one = PyNumber_Add(v, int_one);
+    Py_DECREF(v);
+    if (one == NULL)
+        return -1;
+    rc = PyObject_SetItem(d, key, one);
+    Py_DECREF(one);
+    return rc;
+}
+
+/* place_rows' context, in join._place_compact's order. */
+enum {
+    R_MATCHES, R_NODES, R_ROW, R_KEPT, R_ORDER, R_NODE, R_REPLAY, R_HW, R_HOW, R_HOW_OF, R_MATCHED, R_ORIGINS,
+    R_REPLAY_COL, R_SMALL, R_INDEX, R_SLOW, R_HIT_OF, R_ADD, R_SIZE
+};
+
+typedef struct {
+    PyObject **ctx;
+    Fields ev;
+    Py_buffer row;
+    Column order, node, replay, hw, how; /* the columns' items: int64, int32 (three), a byte */
+    Py_ssize_t rows; /* rows written: the node column's length and what is buffered */
+    int32_t replay_col;
+    int small;
+    long long ambiguous;
+} Rows;
+
+static int
+rows_flush(Rows *R)
+{
+    PyObject **ctx = R->ctx;
+    return col_flush(&R->order, ctx[R_ORDER]) < 0 || col_flush(&R->node, ctx[R_NODE]) < 0 ||
+                   col_flush(&R->replay, ctx[R_REPLAY]) < 0 || col_flush(&R->hw, ctx[R_HW]) < 0 ||
+                   col_flush(&R->how, ctx[R_HOW]) < 0
+               ? -1
+               : 0;
+}
+
+/* Call fn(args...) with the buffered rows flushed first (it may append to the columns), and the
+ * row count read again after it. 0, or -1 with an exception. */
+static int
+rows_call(Rows *R, PyObject *fn, PyObject *const *args, Py_ssize_t n)
+{
+    PyObject *r;
+    Py_ssize_t len;
+    if (rows_flush(R) < 0)
+        return -1;
+    r = PyObject_Vectorcall(fn, args, n, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    len = PyObject_Length(R->ctx[R_NODE]);
+    if (len < 0)
+        return -1;
+    R->rows = len;
+    return 0;
+}
+
+/* One event of the replay. 0, or -1 with an exception. */
+static int
+place_one(Rows *R, PyObject *e)
+{
+    PyObject **ctx = R->ctx;
+    PyObject *i_o = NULL, *m, *v = NULL, *node = NULL, *key = NULL, *hit = NULL, *a = NULL, *hw = NULL,
+             *strategy = NULL, *how = NULL;
+    Py_ssize_t i;
+    int rc = -1, amb, shared = 0;
+    int32_t hw32 = NO_VALUE;
+    i_o = get_field(e, &R->ev, event_names, E_INDEX);
+    if (i_o == NULL)
+        return -1;
+    m = PyDict_GetItemWithError(ctx[R_MATCHES], i_o); /* borrowed */
+    if (m == NULL && PyErr_Occurred())
+        goto done;
+    if (m != NULL) {
+        v = PyObject_GetAttr(m, s_shared_by);
+        if (v == NULL || (shared = PyObject_IsTrue(v)) < 0)
+            goto done;
+        Py_CLEAR(v);
+    }
+    if (m == NULL || shared) { /* unmatched, or shared by several graphs: placement()'s rule */
+        PyObject *args[2] = {e, m != NULL ? m : Py_None};
+        rc = rows_call(R, ctx[R_SLOW], args, 2);
+        goto done;
+    }
+    i = PyLong_AsSsize_t(i_o);
+    if (i == -1 && PyErr_Occurred())
+        goto done;
+    if ((node = PyObject_GetAttr(m, s_node)) == NULL || (key = PyObject_GetAttr(node, s_key)) == NULL)
+        goto done;
+    hit = Py_XNewRef(PyDict_GetItemWithError(ctx[R_NODES], key));
+    if (hit == NULL) {
+        if (PyErr_Occurred() || (hit = PyObject_CallOneArg(ctx[R_HIT_OF], m)) == NULL)
+            goto done;
+    }
+    if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 3) {
+        PyErr_SetString(PyExc_TypeError, "place_rows: a node's entry must be (number, origin, triple)");
+        goto done;
+    }
+    if ((a = get_field(e, &R->ev, event_names, E_ARGS)) == NULL ||
+        (hw = int_arg_or_property(e, a, s_stream)) == NULL || (strategy = PyObject_GetAttr(m, s_strategy)) == NULL ||
+        (v = PyObject_GetAttr(m, s_ambiguous)) == NULL || (amb = PyObject_IsTrue(v)) < 0)
+        goto done;
+    if (R->small && (hw == Py_None || int32_of(hw, &hw32)) && i >= 0 && i < R->row.len / 4) {
+        int32_t *row = (int32_t *)R->row.buf, n32;
+        unsigned char how8;
+        long long i64 = i;
+        long code;
+        int kept = 0;
+        if (row[i] < 0 && (kept = PyDict_Contains(ctx[R_KEPT], i_o)) < 0)
+            goto done;
+        if (row[i] < 0 && !kept && col_push(&R->order, &i64) < 0)
+            goto done;
+        if (R->rows >= INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "place_rows: more rows than an int32 column holds");
+            goto done;
+        }
+        n32 = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(hit, 0));
+        if (n32 == -1 && PyErr_Occurred())
+            goto done;
+        how = PyObject_GetItem(ctx[R_HOW_OF], strategy);
+        if (how == NULL || ((code = PyLong_AsLong(how)) == -1 && PyErr_Occurred()))
+            goto done;
+        how8 = (unsigned char)(code + (amb ? 8 : 0));
+        row[i] = (int32_t)R->rows++;
+        if (col_push(&R->node, &n32) < 0 || col_push(&R->replay, &R->replay_col) < 0 ||
+            col_push(&R->hw, &hw32) < 0 || col_push(&R->how, &how8) < 0)
+            goto done;
+    } else {
+        PyObject *args[7] = {i_o, key, PyTuple_GET_ITEM(hit, 2), ctx[R_INDEX], strategy, v, hw};
+        if (rows_call(R, ctx[R_ADD], args, 7) < 0)
+            goto done;
+    }
+    if (count_in(ctx[R_MATCHED], strategy) < 0)
+        goto done;
+    R->ambiguous += amb;
+    if (PyTuple_GET_ITEM(hit, 1) != Py_None && count_in(ctx[R_ORIGINS], PyTuple_GET_ITEM(hit, 1)) < 0) {
+        /* origins.get(origin, 0) + 1: a first origin counts from 0 */
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            goto done;
+        PyErr_Clear();
+        if (PyObject_SetItem(ctx[R_ORIGINS], PyTuple_GET_ITEM(hit, 1), int_one) < 0)
+            goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(how);
+    Py_XDECREF(v);
+    Py_XDECREF(strategy);
+    Py_XDECREF(hw);
+    Py_XDECREF(a);
+    Py_XDECREF(hit);
+    Py_XDECREF(key);
+    Py_XDECREF(node);
+    Py_XDECREF(i_o);
+    return rc;
+}
+
+/* place_rows(events, context) -> ambiguous: join._place_compact's loop over one replay's events. */
+static PyObject *
+place_rows(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Rows R;
+    PyObject *events, *out = NULL;
+    Py_ssize_t n, j, len;
+    long replay_col;
+    (void)self;
+    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) ||
+        PyTuple_GET_SIZE(argv[1]) != R_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "place_rows(events: list, context: tuple)");
+        return NULL;
+    }
+    memset(&R, 0, sizeof R);
+    R.ctx = &PyTuple_GET_ITEM(argv[1], 0);
+    if (!PyDict_CheckExact(R.ctx[R_MATCHES]) || !PyDict_CheckExact(R.ctx[R_NODES]) || !PyDict_Check(R.ctx[R_KEPT])) {
+        PyErr_SetString(PyExc_TypeError, "place_rows: a context of the wrong shape");
+        return NULL;
+    }
+    R.order.item = 8;
+    R.node.item = R.replay.item = R.hw.item = 4;
+    R.how.item = 1; /* a bytearray: a byte a row */
+    replay_col = PyLong_AsLong(R.ctx[R_REPLAY_COL]);
+    if (replay_col == -1 && PyErr_Occurred())
+        return NULL;
+    R.replay_col = (int32_t)replay_col;
+    if ((R.small = PyObject_IsTrue(R.ctx[R_SMALL])) < 0 || (len = PyObject_Length(R.ctx[R_NODE])) < 0)
+        return NULL;
+    R.rows = len;
+    if (take_buffer(R.ctx[R_ROW], &R.row, "i", 1) < 0)
+        return NULL;
+    events = argv[0];
+    n = PyList_GET_SIZE(events);
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(events, 0)), event_names, E_SIZE, &R.ev) < 0)
+        goto done;
+    for (j = 0; j < n; j++)
+        if (place_one(&R, PyList_GET_ITEM(events, j)) < 0)
+            goto done;
+    PyBuffer_Release(&R.row);
+    R.row.obj = NULL;
+    if (rows_flush(&R) < 0)
+        goto done;
+    out = PyLong_FromLongLong(R.ambiguous);
+done:
+    if (R.row.obj != NULL)
+        PyBuffer_Release(&R.row);
+    PyMem_Free(R.order.v);
+    PyMem_Free(R.node.v);
+    PyMem_Free(R.replay.v);
+    PyMem_Free(R.hw.v);
+    PyMem_Free(R.how.v);
+    return out;
+}
+
+/* lane_keys' context, in join._lane_names' order. */
+enum { L_ROW, L_NODE, L_HW, L_NODES, L_EVERY, L_LANE_AND_ARGS, L_SHARED, L_LANES, L_GRAPHS_ON, L_SIZE };
+
+/* lane_keys(events, context): join._lane_names' loop over one replay's events: each event's
+ * (device, lane) in first-seen order in ``lanes`` (key -> lane), the graphs on it in ``graphs_on``
+ * (key -> set of graph ids). */
+static PyObject *
+lane_keys(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject **ctx, *events;
+    Py_buffer row = {0}, node = {0}, hw = {0};
+    Fields ev;
+    Py_ssize_t n, j, rows;
+    int every;
+    PyObject *out = NULL;
+    (void)self;
+    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) ||
+        PyTuple_GET_SIZE(argv[1]) != L_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "lane_keys(events: list, context: tuple)");
+        return NULL;
+    }
+    ctx = &PyTuple_GET_ITEM(argv[1], 0);
+    if (!PyDict_CheckExact(ctx[L_LANES]) || !PyDict_CheckExact(ctx[L_GRAPHS_ON]) || !PyDict_Check(ctx[L_SHARED])) {
+        PyErr_SetString(PyExc_TypeError, "lane_keys: a context of the wrong shape");
+        return NULL;
+    }
+    if ((every = PyObject_IsTrue(ctx[L_EVERY])) < 0)
+        return NULL;
+    if (take_buffer(ctx[L_ROW], &row, "i", 0) < 0)
+        return NULL;
+    if (take_buffer(ctx[L_NODE], &node, "i", 0) < 0)
+        goto done;
+    if (take_buffer(ctx[L_HW], &hw, "i", 0) < 0)
+        goto done;
+    rows = row.len / 4;
+    events = argv[0];
+    n = PyList_GET_SIZE(events);
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(events, 0)), event_names, E_SIZE, &ev) < 0)
+        goto done;
+    for (j = 0; j < n; j++) {
+        PyObject *e = PyList_GET_ITEM(events, j), *i_o, *lane = NULL, *pa = NULL, *a = NULL, *d = NULL, *key = NULL,
+                 *ids = NULL;
+        Py_ssize_t i;
+        int32_t at;
+        int ok = 0, has;
+        i_o = get_field(e, &ev, event_names, E_INDEX);
+        if (i_o == NULL)
+            goto done;
+        i = PyLong_AsSsize_t(i_o);
+        if (i == -1 && PyErr_Occurred()) {
+            Py_DECREF(i_o);
+            goto done;
+        }
+        at = (i >= 0 && i < rows) ? ((const int32_t *)row.buf)[i] : -1;
+        if (at < 0) { /* kept whole (or no row): CompactPlacements.lane_and_args */
+            PyObject *got = PyObject_CallOneArg(ctx[L_LANE_AND_ARGS], i_o);
+            if (got == NULL)
+                goto next;
+            if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2) {
+                Py_DECREF(got);
+                PyErr_SetString(PyExc_TypeError, "lane_keys: lane_and_args must answer (lane, args)");
+                goto next;
+            }
+            lane = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+            pa = Py_NewRef(PyTuple_GET_ITEM(got, 1));
+            Py_DECREF(got);
+        } else {
+            PyObject *triple;
+            if (at >= node.len / 4 || at >= hw.len / 4) {
+                PyErr_SetString(PyExc_IndexError, "lane_keys: a placement row beyond its columns");
+                goto next;
+            }
+            triple = PySequence_GetItem(ctx[L_NODES], ((const int32_t *)node.buf)[at]);
+            if (triple == NULL)
+                goto next;
+            if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3) {
+                Py_DECREF(triple);
+                PyErr_SetString(PyExc_TypeError, "lane_keys: a node must be (lane, args, annotation)");
+                goto next;
+            }
+            lane = Py_NewRef(PyTuple_GET_ITEM(triple, 0));
+            pa = Py_NewRef(PyTuple_GET_ITEM(triple, 1));
+            Py_DECREF(triple);
+            if (!every && ((const int32_t *)hw.buf)[at] != NO_VALUE) {
+                Py_SETREF(lane, PyLong_FromLong(((const int32_t *)hw.buf)[at]));
+                if (lane == NULL)
+                    goto next;
+            }
+        }
+        if ((a = get_field(e, &ev, event_names, E_ARGS)) == NULL || (d = int_arg_or_property(e, a, s_device)) == NULL)
+            goto next;
+        key = PyTuple_Pack(2, d != Py_None ? d : int_zero, lane);
+        if (key == NULL || PyDict_SetDefault(ctx[L_LANES], key, lane) == NULL)
+            goto next;
+        if (PyDict_CheckExact(pa)) {
+            PyObject *gid = PyDict_GetItemWithError(pa, s_graph_id);
+            if (gid == NULL && PyErr_Occurred())
+                goto next;
+            if (gid != NULL)
+                ids = PyTuple_Pack(1, gid);
+        } else if ((has = PySequence_Contains(pa, s_graph_id)) < 0) {
+            goto next;
+        } else if (has) {
+            PyObject *gid = PyObject_GetItem(pa, s_graph_id);
+            if (gid == NULL)
+                goto next;
+            ids = PyTuple_Pack(1, gid);
+            Py_DECREF(gid);
+        }
+        if (ids == NULL) {
+            if (PyErr_Occurred())
+                goto next;
+            ids = Py_XNewRef(PyDict_GetItemWithError(ctx[L_SHARED], i_o));
+            if (ids == NULL && PyErr_Occurred())
+                goto next;
+            if (ids != NULL && !PyTuple_Check(ids)) {
+                Py_SETREF(ids, PySequence_Tuple(ids));
+                if (ids == NULL)
+                    goto next;
+            }
+        }
+        if (ids != NULL && lane != Py_None && (has = PyObject_IsTrue(ids)) != 0) {
+            PyObject *on;
+            if (has < 0)
+                goto next;
+            on = PyDict_GetItemWithError(ctx[L_GRAPHS_ON], key);
+            if (on == NULL) {
+                if (PyErr_Occurred() || (on = PySet_New(NULL)) == NULL)
+                    goto next;
+                if (PyDict_SetItem(ctx[L_GRAPHS_ON], key, on) < 0) {
+                    Py_DECREF(on);
+                    goto next;
+                }
+                Py_DECREF(on);
+            }
+            for (has = 0; has < PyTuple_GET_SIZE(ids); has++)
+                if (PySet_Add(on, PyTuple_GET_ITEM(ids, has)) < 0)
+                    goto next;
+        }
+        ok = 1;
+    next:
+        Py_XDECREF(ids);
+        Py_XDECREF(key);
+        Py_XDECREF(d);
+        Py_XDECREF(a);
+        Py_XDECREF(pa);
+        Py_XDECREF(lane);
+        Py_DECREF(i_o);
+        if (!ok)
+            goto done;
+    }
+    out = Py_NewRef(Py_None);
+done:
+    if (row.obj != NULL)
+        PyBuffer_Release(&row);
+    if (node.obj != NULL)
+        PyBuffer_Release(&node);
+    if (hw.obj != NULL)
+        PyBuffer_Release(&hw);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"place_rows", (PyCFunction)(void (*)(void))place_rows, METH_FASTCALL,
+     "place_rows(events, context) -> ambiguous: join._place_compact's loop over one replay's events"},
+    {"lane_keys", (PyCFunction)(void (*)(void))lane_keys, METH_FASTCALL,
+     "lane_keys(events, context): join._lane_names' loop over one replay's events"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_rows", "The join's per-event loops over a replay (join._place_compact, _lane_names) in C.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__rows(void)
+{
+    static const char *events[E_SIZE] = {"index", "args"};
+    static const char *names[9] = {"shared_by", "node", "key", "strategy", "ambiguous", "stream", "device",
+                                   "graph id", "frombytes"};
+    PyObject **out[9] = {&s_shared_by, &s_node, &s_key, &s_strategy, &s_ambiguous, &s_stream, &s_device, &s_graph_id,
+                         &s_frombytes};
+    int k;
+    if (intern_names(events, E_SIZE, event_names) < 0)
+        return NULL;
+    for (k = 0; k < 9; k++)
+        if (*out[k] == NULL && (*out[k] = PyUnicode_InternFromString(names[k])) == NULL)
+            return NULL;
+    if ((int_zero == NULL && (int_zero = PyLong_FromLong(0)) == NULL) ||
+        (int_one == NULL && (int_one = PyLong_FromLong(1)) == NULL))
+        return NULL;
+    return PyModule_Create(&moduledef);
+}

@@ -1,0 +1,102 @@
+"""The join's per-replay loops in C (``join/_rows.c``, ``join.ROW_LOOPS``) against the loops in
+Python (``join._place_compact``, ``join._lane_names``): the same placements (columns, rows kept
+whole and their order), report and lane names, on fixtures under both lane options, the decoder
+with and without its replay record, events made odd where the join looks, replays shared by
+twin graphs (placements with candidates), eager kernels among cut replays, and replay numbers
+beyond the int32 columns. The digest and two-pass tests check the bytes with the loops on."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import pytest
+
+from conftest import fixture_capture, fixture_trace
+from perfetto_graph_ann.annotations.files import load_annotations
+from perfetto_graph_ann.join import join
+from perfetto_graph_ann.join.model import CompactPlacements
+from perfetto_graph_ann.read import kineto
+from support import scope_synth
+from support.join_expect import strip_calibration
+from test_convert_two_pass_join import _decoder, _odd_trace
+from test_replay_record import SEQ, twins, write_trace
+
+join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the package exports the function by that name
+pytestmark = pytest.mark.skipif(join_mod.ROW_LOOPS is None,
+                                reason="the join's compiled loops (_rows) are not built or turned off")
+
+
+def _layout_state(trace, ann, lanes, loops, monkeypatch, **kw):
+    monkeypatch.setattr(join_mod, "ROW_LOOPS", loops)
+    layout = join(trace, ann, graph_lanes=lanes, compact=True, **kw)
+    p = layout.placements
+    assert isinstance(p, CompactPlacements)
+    return dict(columns=[bytes(c) if isinstance(c, (bytearray, bytes)) else c.tolist() if hasattr(c, "tolist") else c
+                         for c in (p.row, p.node, p.replay, p.hw, p.how, p.order)],
+                nodes=p.nodes, kept=dict(p.kept), placements=dict(p), report=dataclasses.asdict(layout.report),
+                lane_names=layout.lane_names, ranges=layout.ranges)
+
+
+def _same(trace, ann, monkeypatch, lanes=("none", "all"), **kw):
+    real = join_mod._compiled_place_rows, join_mod._compiled_lane_keys
+    calls = []
+    loops = (lambda *a: calls.append("rows") or real[0](*a), lambda *a: calls.append("lanes") or real[1](*a))
+    got = {}
+    for lane in lanes:
+        got[lane] = _layout_state(trace, ann, lane, loops, monkeypatch, **kw)
+        want = _layout_state(trace, ann, lane, None, monkeypatch, **kw)
+        assert got[lane] == want
+    assert "rows" in calls and ("lanes" in calls or "all" not in lanes)
+    return got
+
+
+@pytest.mark.parametrize("name", ["seed_block_annotated", "two_branch"])
+def test_fixtures(name, monkeypatch):
+    trace = kineto.read_trace(fixture_trace(name))
+    got = _same(trace, load_annotations(fixture_capture(name)), monkeypatch)
+    assert got["all"]["lane_names"] and got["all"]["placements"]
+
+
+def test_structural_ambiguous(monkeypatch):
+    """The two-branch graph without its calibration: identical GEMMs matched structurally, ambiguous."""
+    trace = kineto.read_trace(fixture_trace("two_branch"))
+    got = _same(trace, strip_calibration(load_annotations(fixture_capture("two_branch"))), monkeypatch)
+    assert got["all"]["report"]["ambiguous"] == 10
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["calibrated", "replay record"])
+def test_decoder(record, tmp_path, monkeypatch):
+    src, ann = _decoder(tmp_path, replays=3, layers=2, record=record)
+    _same(kineto.read_trace(str(src)), load_annotations(ann), monkeypatch)
+
+
+def test_odd_events(tmp_path, monkeypatch):
+    src, ann = _odd_trace(tmp_path)
+    got = _same(kineto.read_trace(str(src)), load_annotations(ann), monkeypatch, force=True)
+    assert got["all"]["kept"]  # events placed by placement()'s rule (unmatched or odd)
+
+
+def test_twins_shared_by_candidates(tmp_path, monkeypatch):
+    write_trace(tmp_path / "t.json", SEQ)
+    got = _same(kineto.read_trace(str(tmp_path / "t.json")), twins(same_names=True), monkeypatch)
+    assert any("graph candidates" in p.args for p in got["none"]["placements"].values())
+
+
+def test_eager_kernels_among_cut_replays(tmp_path, monkeypatch):
+    launches = [scope_synth.Launch(g, start) for g, start in ((0, 0), (1, 30_000), (0, 90_000), (1, 95_000),
+                                                               (0, 400_000))]
+    src = tmp_path / "t.json"
+    scope_synth.write_schedule(src, launches, layers=2, strategy="calibrated", eager=9, window=(-45_000, 420_000))
+    _same(kineto.read_trace(str(src)), scope_synth.annotations(2, "calibrated"), monkeypatch)
+
+
+def test_replay_numbers_beyond_int32(tmp_path, monkeypatch):
+    """A replay number that the int32 column cannot hold: its events' placements are made whole
+    (``CompactPlacements.add``) between rows of the compiled loop, which flushes its rows first."""
+    real = join_mod._replay_indices
+    monkeypatch.setattr(join_mod, "_replay_indices",
+                        lambda replays, graphs: {c: (i + (1 << 40) if k % 2 else i)
+                                                 for k, (c, i) in enumerate(real(replays, graphs).items())})
+    src, ann = _decoder(tmp_path, replays=4, layers=2)
+    got = _same(kineto.read_trace(str(src)), load_annotations(ann), monkeypatch)
+    assert got["none"]["kept"] and any(p.args.get("replay", 0) >= 1 << 40 for p in got["none"]["kept"].values())
