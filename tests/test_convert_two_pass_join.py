@@ -585,6 +585,7 @@ def test_compiled_finish(times, done, extras):
 @pytest.mark.parametrize("text,n,want", [
     (b'[{"a": 1}, {"b": "}{\\"\\\\"}  ,\n {"c": [{"d": "]"}]}]', 3, ([1, 11, 31], 50)),
     (b' [\n{}\n]', 1, ([3], 5)),
+    (b'[{"a": "\\\\\\"}"}, {"b": "\\\\"}]', 2, ([1, 17], 28)),  # three backslashes and a quote; two
     (b'[{"a": 1}]', 2, None), (b'[{"a": 1}, {"b": 2}]', 1, None), (b'[1, {"a": 1}]', 2, None),
     (b'{"a": 1}', 1, None), (b'[{"a": "}', 1, None), (b'[]', 0, None), (bytearray(b'[{}]'), 1, None)])
 def test_compiled_event_spans(text, n, want):

@@ -330,10 +330,22 @@ event_spans(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         spans[i++] = base + at;
         for (; at < size; at++) {  /* to the object's closing brace, strings skipped */
             char c = p[at];
-            if (c == '"') {
-                for (at++; at < size && p[at] != '"'; at++)
-                    if (p[at] == '\\')
-                        at++;
+            if (c == '"') { /* to the closing quote: the next one after an even run of backslashes */
+                for (;;) {
+                    const char *q = memchr(p + at + 1, '"', (size_t)(size - at - 1));
+                    Py_ssize_t back;
+                    if (q == NULL) {
+                        at = size;
+                        break;
+                    }
+                    at = q - p;
+                    for (back = at - 1; p[back] == '\\'; back--) /* the opening quote stops it */
+                        ;
+                    if ((at - 1 - back) % 2 == 0)
+                        break;
+                }
+                if (at >= size)
+                    break;
             } else if (c == '{' || c == '[') {
                 depth++;
             } else if (c == '}' || c == ']') {
