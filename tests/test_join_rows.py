@@ -1,6 +1,7 @@
-"""The join's per-replay loops in C (``join/_rows.c``, ``join.ROW_LOOPS``) against the loops in
-Python (``join._place_compact``, ``join._lane_names``): the same placements (columns, rows kept
-whole and their order), report and lane names, on fixtures under both lane options, the decoder
+"""The join's per-replay loops in C (``join/_rows.c``: ``join.ROW_LOOPS``, ``projection.LOOPS``)
+against the loops in Python (``join._place_compact``, ``join._lane_names``,
+``projection._collect_work``, ``projection.busy_ns``): the same placements (columns, rows kept
+whole and their order), report, lane names and projected ranges, on fixtures under both lane options, the decoder
 with and without its replay record, events made odd where the join looks, replays shared by
 twin graphs (placements with candidates), eager kernels among cut replays, and replay numbers
 beyond the int32 columns. The digest and two-pass tests check the bytes with the loops on."""
@@ -10,10 +11,12 @@ import dataclasses
 import importlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import fixture_capture, fixture_trace
 from perfetto_graph_ann.annotations.files import load_annotations
-from perfetto_graph_ann.join import join
+from perfetto_graph_ann.join import join, projection
 from perfetto_graph_ann.join.model import CompactPlacements
 from perfetto_graph_ann.read import kineto
 from support import scope_synth
@@ -22,12 +25,14 @@ from test_convert_two_pass_join import _decoder, _odd_trace
 from test_replay_record import SEQ, twins, write_trace
 
 join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the package exports the function by that name
-pytestmark = pytest.mark.skipif(join_mod.ROW_LOOPS is None,
+PROJECTION_LOOPS = projection.LOOPS
+pytestmark = pytest.mark.skipif(join_mod.ROW_LOOPS is None or PROJECTION_LOOPS is None,
                                 reason="the join's compiled loops (_rows) are not built or turned off")
 
 
 def _layout_state(trace, ann, lanes, loops, monkeypatch, **kw):
     monkeypatch.setattr(join_mod, "ROW_LOOPS", loops)
+    monkeypatch.setattr(projection, "LOOPS", None if loops is None else PROJECTION_LOOPS)
     layout = join(trace, ann, graph_lanes=lanes, compact=True, **kw)
     p = layout.placements
     assert isinstance(p, CompactPlacements)
@@ -100,3 +105,25 @@ def test_replay_numbers_beyond_int32(tmp_path, monkeypatch):
     src, ann = _decoder(tmp_path, replays=4, layers=2)
     got = _same(kineto.read_trace(str(src)), load_annotations(ann), monkeypatch)
     assert got["none"]["kept"] and any(p.args.get("replay", 0) >= 1 << 40 for p in got["none"]["kept"].values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20)), max_size=30), st.sampled_from(["ints", "odd"]))
+def test_busy_ns(raw, kind):
+    """``busy_ns`` in C against the Python loop: the same length of the union of sorted intervals;
+    what it does not take (floats, ints beyond int64, not a list) is left to the loop."""
+    ivs = sorted((s, s + d) for s, d in raw)
+    if kind == "odd" and ivs:
+        ivs[-1] = (float(ivs[-1][0]), ivs[-1][1] + (1 << 70))
+    want = _python_busy(ivs)
+    assert PROJECTION_LOOPS[1](ivs) in (None if kind == "odd" and ivs else want,)
+    assert projection.busy_ns(ivs) == want and projection.busy_ns(tuple(ivs)) == want
+
+
+def _python_busy(ivs):
+    saved = projection.LOOPS
+    projection.LOOPS = None
+    try:
+        return projection.busy_ns(ivs)
+    finally:
+        projection.LOOPS = saved

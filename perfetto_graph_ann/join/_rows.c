@@ -2,7 +2,8 @@
  * The join's per-event loops over a replay in C (perfetto_graph_ann.join._rows), for placements
  * held in a CompactPlacements' columns: place_rows is join._place_compact's inner loop (each
  * matched event a row of the columns, the report's counts), lane_keys is join._lane_names' (each
- * event's (device, lane) and the graphs on it). The rest goes to the Python callables in the
+ * event's (device, lane) and the graphs on it), collect_work is projection._collect_work's (each
+ * timed event's interval, per scope instance too) and busy_ns projection.busy_ns. The rest goes to the Python callables in the
  * context, which do what the Python loops do (an event left unmatched or shared by several graphs,
  * a node met for the first time, a row beyond the int32 columns, a placement kept whole, a device
  * or stream not in the args). An accelerator only: join.py runs the same loops in Python where this
@@ -487,7 +488,153 @@ done:
     return out;
 }
 
+enum { W_INTERVALS, W_PER_SCOPE, W_AMBIGUOUS, W_SEEN, W_SIZE };
+enum { T_INDEX, T_TS, T_DUR, T_SIZE };
+static PyObject *timed_names[T_SIZE];
+
+/* collect_work(timed, matches, per_node, (intervals, per_scope, ambiguous, seen)) -> matched:
+ * projection._collect_work's loop over a replay's timed events: each event's (start, end) in
+ * intervals and in the list of each scope instance around its node, the ambiguous ones, the node
+ * keys matched; how many are matched. */
+static PyObject *
+collect_work(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject *timed, *matches, *per_node, **w;
+    Fields ev;
+    Py_ssize_t n, j;
+    long long matched = 0;
+    (void)self;
+    if (argc != 4 || !PyList_CheckExact(argv[0]) || !PyDict_Check(argv[1]) || !PyDict_Check(argv[2]) ||
+        !PyTuple_CheckExact(argv[3]) || PyTuple_GET_SIZE(argv[3]) != W_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "collect_work(timed: list, matches: dict, per_node: dict, work: tuple)");
+        return NULL;
+    }
+    timed = argv[0];
+    matches = argv[1];
+    per_node = argv[2];
+    w = &PyTuple_GET_ITEM(argv[3], 0);
+    if (!PyList_CheckExact(w[W_INTERVALS]) || !PyDict_CheckExact(w[W_PER_SCOPE]) || !PyList_CheckExact(w[W_AMBIGUOUS]) ||
+        !PySet_Check(w[W_SEEN])) {
+        PyErr_SetString(PyExc_TypeError, "collect_work: a work of the wrong shape");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(timed);
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(timed, 0)), timed_names, T_SIZE, &ev) < 0)
+        return NULL;
+    for (j = 0; j < n; j++) {
+        PyObject *e = PyList_GET_ITEM(timed, j), *t0 = NULL, *dur = NULL, *end = NULL, *iv = NULL, *i_o = NULL,
+                 *m, *node = NULL, *key = NULL, *amb = NULL, *iids = NULL;
+        int ok = 0, truth;
+        Py_ssize_t k;
+        if ((t0 = get_field(e, &ev, timed_names, T_TS)) == NULL || (dur = get_field(e, &ev, timed_names, T_DUR)) == NULL)
+            goto next;
+        truth = dur == Py_None ? 0 : PyObject_IsTrue(dur); /* e.dur_ns or 0 */
+        if (truth < 0)
+            goto next;
+        end = PyNumber_Add(t0, truth ? dur : int_zero);
+        if (end == NULL || (iv = PyTuple_Pack(2, t0, end)) == NULL || PyList_Append(w[W_INTERVALS], iv) < 0)
+            goto next;
+        if ((i_o = get_field(e, &ev, timed_names, T_INDEX)) == NULL)
+            goto next;
+        m = PyDict_GetItemWithError(matches, i_o); /* borrowed */
+        if (m == NULL) {
+            ok = !PyErr_Occurred();
+            goto next;
+        }
+        matched++;
+        if ((node = PyObject_GetAttr(m, s_node)) == NULL || (key = PyObject_GetAttr(node, s_key)) == NULL ||
+            PySet_Add(w[W_SEEN], key) < 0 || (amb = PyObject_GetAttr(m, s_ambiguous)) == NULL ||
+            (truth = PyObject_IsTrue(amb)) < 0 || (truth && PyList_Append(w[W_AMBIGUOUS], e) < 0))
+            goto next;
+        iids = Py_XNewRef(PyDict_GetItemWithError(per_node, key));
+        if (iids == NULL) {
+            ok = !PyErr_Occurred();
+            goto next;
+        }
+        if (!PyTuple_Check(iids)) {
+            Py_SETREF(iids, PySequence_Tuple(iids));
+            if (iids == NULL)
+                goto next;
+        }
+        for (k = 0; k < PyTuple_GET_SIZE(iids); k++) {
+            PyObject *iid = PyTuple_GET_ITEM(iids, k), *lst = PyDict_GetItemWithError(w[W_PER_SCOPE], iid);
+            if (lst != NULL) {
+                if (PyList_Append(lst, iv) < 0)
+                    goto next;
+            } else {
+                int rc;
+                if (PyErr_Occurred() || (lst = PyList_New(1)) == NULL)
+                    goto next;
+                PyList_SET_ITEM(lst, 0, Py_NewRef(iv));
+                rc = PyDict_SetItem(w[W_PER_SCOPE], iid, lst);
+                Py_DECREF(lst);
+                if (rc < 0)
+                    goto next;
+            }
+        }
+        ok = 1;
+    next:
+        Py_XDECREF(iids);
+        Py_XDECREF(amb);
+        Py_XDECREF(key);
+        Py_XDECREF(node);
+        Py_XDECREF(i_o);
+        Py_XDECREF(iv);
+        Py_XDECREF(end);
+        Py_XDECREF(dur);
+        Py_XDECREF(t0);
+        if (!ok)
+            return NULL;
+    }
+    return PyLong_FromLongLong(matched);
+}
+
+/* busy_ns(intervals) -> int: projection.busy_ns for a list of (start, end) tuples of ints within
+ * int64 given sorted by start; None for anything else (the Python loop then). */
+static PyObject *
+busy_ns(PyObject *self, PyObject *arg)
+{
+    Py_ssize_t n, j;
+    long long total = 0, cur_s = 0, cur_e = 0;
+    int have = 0;
+    (void)self;
+    if (!PyList_CheckExact(arg))
+        Py_RETURN_NONE;
+    n = PyList_GET_SIZE(arg);
+    for (j = 0; j < n; j++) {
+        PyObject *iv = PyList_GET_ITEM(arg, j);
+        long long s, e;
+        int o1, o2;
+        if (!PyTuple_CheckExact(iv) || PyTuple_GET_SIZE(iv) != 2 || !PyLong_CheckExact(PyTuple_GET_ITEM(iv, 0)) ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(iv, 1)))
+            Py_RETURN_NONE;
+        s = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(iv, 0), &o1);
+        e = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(iv, 1), &o2);
+        if (o1 || o2 || ((s == -1 || e == -1) && PyErr_Occurred())) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (!have || s > cur_e) {
+            if (have && __builtin_sub_overflow(cur_e, cur_s, &cur_e))
+                Py_RETURN_NONE;
+            if (have && __builtin_add_overflow(total, cur_e, &total))
+                Py_RETURN_NONE;
+            cur_s = s;
+            cur_e = e;
+            have = 1;
+        } else if (e > cur_e) {
+            cur_e = e;
+        }
+    }
+    if (have && (__builtin_sub_overflow(cur_e, cur_s, &cur_e) || __builtin_add_overflow(total, cur_e, &total)))
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(total);
+}
+
 static PyMethodDef methods[] = {
+    {"collect_work", (PyCFunction)(void (*)(void))collect_work, METH_FASTCALL,
+     "collect_work(timed, matches, per_node, work) -> matched: projection._collect_work's loop"},
+    {"busy_ns", (PyCFunction)busy_ns, METH_O, "busy_ns(intervals): the union's length, or None (Python's loop)"},
     {"place_rows", (PyCFunction)(void (*)(void))place_rows, METH_FASTCALL,
      "place_rows(events, context) -> ambiguous: join._place_compact's loop over one replay's events"},
     {"lane_keys", (PyCFunction)(void (*)(void))lane_keys, METH_FASTCALL,
@@ -496,7 +643,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "_rows", "The join's per-event loops over a replay (join._place_compact, _lane_names) in C.",
+    PyModuleDef_HEAD_INIT, "_rows",
+    "The join's per-event loops over a replay (join._place_compact, _lane_names, projection._collect_work) in C.",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
@@ -509,7 +657,8 @@ PyInit__rows(void)
     PyObject **out[9] = {&s_shared_by, &s_node, &s_key, &s_strategy, &s_ambiguous, &s_stream, &s_device, &s_graph_id,
                          &s_frombytes};
     int k;
-    if (intern_names(events, E_SIZE, event_names) < 0)
+    static const char *timed[T_SIZE] = {"index", "ts_ns", "dur_ns"};
+    if (intern_names(events, E_SIZE, event_names) < 0 || intern_names(timed, T_SIZE, timed_names) < 0)
         return NULL;
     for (k = 0; k < 9; k++)
         if (*out[k] == NULL && (*out[k] = PyUnicode_InternFromString(names[k])) == NULL)

@@ -27,6 +27,7 @@ from bisect import bisect_right
 from operator import itemgetter
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, AnnotationSet
 from ..annotations.scope_instances import graph_scopes, path_of, scope_label
 from .match import Match, signature
@@ -36,6 +37,15 @@ from .replays import Replay
 __all__ = ["busy_ns", "GpuRange", "project", "REASON_GRAPH_GUESS", "REASON_NO_LAUNCH", "REASON_PARTIAL",
            "REASON_SCOPE_GUESS", "REPLAY", "REPLAY_CATEGORY", "REPLAYS_TRACK", "SCOPE", "SCOPE_CATEGORY",
            "SCOPES_TRACK"]
+
+try:  # the projection's per-event loop and busy_ns in C (_rows.c, built by hatch_build.py): the same ranges
+    from ._rows import busy_ns as _compiled_busy_ns, collect_work as _compiled_collect_work
+except ImportError:
+    _compiled_collect_work = _compiled_busy_ns = None
+#: (:func:`_collect_work`'s loop, :func:`busy_ns`) in C, or None where they are not built or
+#: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loops then)
+LOOPS = None if settings.switch(settings.PURE_PYTHON) or _compiled_collect_work is None else (
+    _compiled_collect_work, _compiled_busy_ns)
 
 _end = itemgetter(1)
 
@@ -78,6 +88,10 @@ class GpuRange(NamedTuple):
 
 def busy_ns(intervals: List[Tuple[int, int]]) -> int:
     """Length of the union of ``(start, end)`` intervals, given sorted by start."""
+    if LOOPS is not None:
+        got = LOOPS[1](intervals)
+        if got is not None:  # else not a list of int pairs within int64: the loop below
+            return got
     total = 0
     cur_s = cur_e = None
     for s, e in intervals:
@@ -237,6 +251,9 @@ def _collect_work(timed: Sequence[Any], matches: Mapping[int, Match],
                   per_node: Mapping[Any, Tuple[int, ...]]) -> _ReplayWork:
     """Phase 1 of a replay: one pass over its timed events (the hot loop of the projection)."""
     work = _ReplayWork()
+    if LOOPS is not None and type(timed) is list and type(matches) is dict and type(per_node) is dict:
+        work.matched = LOOPS[0](timed, matches, per_node, (work.intervals, work.per_scope, work.ambiguous, work.seen))
+        return work
     add_iv = work.intervals.append
     acc = work.per_scope
     get_acc = acc.get
