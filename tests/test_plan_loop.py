@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from array import array
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import fixture_capture, fixture_trace
 from perfetto_graph_ann.join.model import CompactPlacements, LaneLayout, Placement, mutable_placement
@@ -18,6 +21,7 @@ from perfetto_graph_ann.pipeline.joined import read_and_join
 from perfetto_graph_ann.read import kineto
 from perfetto_graph_ann.read.scan import scan_trace
 from perfetto_graph_ann.write.perfetto import plan as plan_mod
+from perfetto_graph_ann.write.perfetto import overlap
 from perfetto_graph_ann.write.perfetto.config import WriteStats
 from perfetto_graph_ann.write.perfetto.tracks import TrackTable
 from test_convert_two_pass_join import _decoder, _odd_trace
@@ -154,3 +158,23 @@ def test_two_pass_light_events(join, tmp_path, monkeypatch):
         scanned.source.close()
         layout = read_and_join(scanned, [ann], graph_lanes="all", force=True).layout if join else None
         _same_plan(scanned, layout, monkeypatch)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 25)), max_size=80))
+def test_compiled_assign_is_overlap_assign(raw):
+    """``_plan.assign_sorted`` (a home's sorted spans read from their int64 array) against
+    ``overlap.assign``: the same tracks, uuids asked in the same order, the same records; nested,
+    overlapping (spills), equal starts and zero durations included."""
+    flat = array("q")
+    for i, (ts, dur) in enumerate(raw):
+        flat.extend((ts, -dur, 3 * i))
+    asked = {"c": [], "python": []}
+
+    def uuid(name):
+        return lambda t: asked[name].append(t) or 100 + t
+    got = plan_mod._compiled_assign(plan_mod._sorted_array(flat), uuid("c"), overlap.TrackRecords)
+    want = overlap.assign(plan_mod._sorted_spans(flat), uuid("python"))
+    assert asked["c"] == asked["python"]
+    assert [(t.uuid, t.ts.tolist(), t.codes.tolist()) for t in got] == \
+        [(t.uuid, t.ts.tolist(), t.codes.tolist()) for t in want]

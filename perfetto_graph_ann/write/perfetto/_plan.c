@@ -506,7 +506,163 @@ done:
     return out;
 }
 
+/* A growing int64 vector. */
+typedef struct {
+    long long *v;
+    Py_ssize_t n, cap;
+} I64s;
+
+static int
+i64_push(I64s *x, long long a, long long b)
+{
+    if (x->n + 2 > x->cap) {
+        Py_ssize_t cap = x->cap ? x->cap * 2 : 64;
+        if (PyMem_Resize(x->v, long long, cap) == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        x->cap = cap;
+    }
+    x->v[x->n++] = a;
+    x->v[x->n++] = b;
+    return 0;
+}
+
+/* One nesting track of assign_sorted: its open slices (end, end's code) and its records (ts, code). */
+typedef struct {
+    I64s open, recs;
+    PyObject *uuid;
+} Track;
+
+/* The open slices of track t that end by ts, ended (their records written), innermost first. */
+static int
+close_until(Track *t, long long ts)
+{
+    while (t->open.n > 0 && t->open.v[t->open.n - 2] <= ts) {
+        t->open.n -= 2;
+        if (i64_push(&t->recs, t->open.v[t->open.n], t->open.v[t->open.n + 1]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The column ``k`` (0: ts, 1: code) of a track's records as an array('q') filled in place. */
+static int
+fill_column(PyObject *arr, const Track *t, int k)
+{
+    PyObject *bytes, *r;
+    Py_ssize_t j, n = t->recs.n / 2;
+    long long *w;
+    bytes = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(long long));
+    if (bytes == NULL)
+        return -1;
+    w = (long long *)PyBytes_AS_STRING(bytes);
+    for (j = 0; j < n; j++)
+        w[j] = t->recs.v[2 * j + k];
+    r = PyObject_CallMethodOneArg(arr, s_frombytes, bytes);
+    Py_DECREF(bytes);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* assign_sorted(spans, track_uuid, records_type) -> list: overlap.assign for spans given as sorted
+ * (ts, -dur, key) int64 triples in one buffer: the same tracks, uuids asked in the same order, the
+ * same records (records_type(uuid) objects whose ts and codes arrays are filled). */
+static PyObject *
+assign_sorted(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Py_buffer b;
+    const long long *sp;
+    Py_ssize_t n, j, k, ntracks = 0;
+    Track *tracks = NULL;
+    PyObject *out = NULL;
+    (void)self;
+    if (argc != 3) {
+        PyErr_SetString(PyExc_TypeError, "assign_sorted(spans, track_uuid, records_type)");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(argv[0], &b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (b.itemsize != 8 || b.format == NULL || (strcmp(b.format, "q") != 0 && strcmp(b.format, "l") != 0 &&
+                                                strcmp(b.format, "<q") != 0 && strcmp(b.format, "<l") != 0) ||
+        (b.len / 8) % 3 != 0) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_TypeError, "assign_sorted: spans must be int64 triples");
+        return NULL;
+    }
+    sp = (const long long *)b.buf;
+    n = b.len / 24;
+    for (j = 0; j < n; j++) {
+        long long ts = sp[3 * j], end, code;
+        Py_ssize_t placed = -1;
+        if (__builtin_sub_overflow(ts, sp[3 * j + 1], &end) || __builtin_mul_overflow(sp[3 * j + 2], 2, &code)) {
+            PyErr_SetString(PyExc_OverflowError, "assign_sorted: a span out of range");
+            goto done;
+        }
+        for (k = 0; k < ntracks; k++) { /* the first track whose open slices all enclose it */
+            Track *t = &tracks[k];
+            if (close_until(t, ts) < 0)
+                goto done;
+            if (t->open.n == 0 || end <= t->open.v[t->open.n - 2]) {
+                placed = k;
+                break;
+            }
+        }
+        if (placed < 0) {
+            PyObject *num = PyLong_FromSsize_t(ntracks), *uuid;
+            if (num == NULL)
+                goto done;
+            uuid = PyObject_CallOneArg(argv[1], num);
+            Py_DECREF(num);
+            if (uuid == NULL)
+                goto done;
+            if (PyMem_Resize(tracks, Track, ntracks + 1) == NULL) {
+                Py_DECREF(uuid);
+                PyErr_NoMemory();
+                goto done;
+            }
+            memset(&tracks[ntracks], 0, sizeof(Track));
+            tracks[ntracks].uuid = uuid;
+            placed = ntracks++;
+        }
+        if (i64_push(&tracks[placed].open, end, code) < 0 || i64_push(&tracks[placed].recs, ts, code + 1) < 0)
+            goto done;
+    }
+    for (k = 0; k < ntracks; k++)
+        if (close_until(&tracks[k], LLONG_MAX) < 0)
+            goto done;
+    out = PyList_New(ntracks);
+    if (out == NULL)
+        goto done;
+    for (k = 0; k < ntracks; k++) {
+        PyObject *rec = PyObject_CallOneArg(argv[2], tracks[k].uuid), *ts_arr = NULL, *codes = NULL;
+        int rc = -1;
+        if (rec != NULL && (ts_arr = PyObject_GetAttrString(rec, "ts")) != NULL &&
+            (codes = PyObject_GetAttrString(rec, "codes")) != NULL)
+            rc = fill_column(ts_arr, &tracks[k], 0) < 0 || fill_column(codes, &tracks[k], 1) < 0 ? -1 : 0;
+        Py_XDECREF(ts_arr);
+        Py_XDECREF(codes);
+        if (rc < 0) {
+            Py_XDECREF(rec);
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, k, rec);
+    }
+done:
+    for (k = 0; k < ntracks; k++) {
+        PyMem_Free(tracks[k].open.v);
+        PyMem_Free(tracks[k].recs.v);
+        Py_XDECREF(tracks[k].uuid);
+    }
+    PyMem_Free(tracks);
+    PyBuffer_Release(&b);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"assign_sorted", (PyCFunction)(void (*)(void))assign_sorted, METH_FASTCALL,
+     "assign_sorted(spans, track_uuid, records_type): overlap.assign of sorted int64 (ts, -dur, key) triples"},
     {"place_loop", (PyCFunction)(void (*)(void))place_loop, METH_FASTCALL,
      "place_loop(events, context) -> (slices, instants, untimed): the writer's plan loop (plan._place)"},
     {NULL, NULL, 0, NULL},

@@ -35,16 +35,18 @@ if TYPE_CHECKING:  # annotation only: importing the join package costs time on e
     from ...join.model import LaneLayout
     from .config import WriteStats
 
-__all__ = ["BEGIN", "bind_flows", "COUNTER", "DROPPED", "END", "INSTANT", "order_records", "PLACE_LOOP", "Plan",
-           "plan_events", "Record", "Records", "SKIP", "SLICE", "SLICE_REWRITTEN", "Span", "TRACK_METADATA"]
+__all__ = ["ASSIGN", "BEGIN", "bind_flows", "COUNTER", "DROPPED", "END", "INSTANT", "order_records", "PLACE_LOOP",
+           "Plan", "plan_events", "Record", "Records", "SKIP", "SLICE", "SLICE_REWRITTEN", "Span", "TRACK_METADATA"]
 
 try:  # the plan's per-event loop in C (_plan.c, built by hatch_build.py): the same plan
-    from ._plan import place_loop as _compiled_place_loop
+    from ._plan import assign_sorted as _compiled_assign, place_loop as _compiled_place_loop
 except ImportError:
-    _compiled_place_loop = None
+    _compiled_place_loop = _compiled_assign = None
 #: :func:`_place`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
 #: was set at import (the Python loop then makes the same plan)
 PLACE_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_place_loop
+#: :func:`.overlap.assign` of a home's sorted spans in C (with :data:`PLACE_LOOP`), or None
+ASSIGN = None if PLACE_LOOP is None else _compiled_assign
 
 #: Record kinds (the second item of a record). An END record's index is its slice's; a
 #: COUNTER record carries the counter's value in place of an index.
@@ -485,9 +487,15 @@ def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[Re
     assigned: List[overlap.TrackRecords] = []
     range_parents: Optional[Dict[int, int]] = None  # slice key of a range -> that of its parent range
     for home in sorted(plan.by_home, key=_home_order):
+        new_track = partial(tracks.track, home)
+        if ASSIGN is not None and home[0] not in _RANGE_HOMES:  # the sorted spans read as they are, in C
+            flat = _sorted_array(plan.by_home[home])
+            plan.by_home[home] = array("q")
+            assigned.extend(ASSIGN(flat, new_track, overlap.TrackRecords))
+            del flat
+            continue
         spans = _sorted_spans(plan.by_home[home])  # (ts, -dur, index): start, longest first, file order
         plan.by_home[home] = array("q")  # done with once sorted: its memory goes to the records
-        new_track = partial(tracks.track, home)
         if home[0] in _RANGE_HOMES:  # the projection: ranges nest by scope, not by time alone
             if range_parents is None:
                 base = plan.base
@@ -539,6 +547,21 @@ def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[Re
 def _sorted_spans(flat: "array[int]") -> Iterator[Span]:
     """The spans of one home (``Plan.by_home``) in (ts, -dur, index) order, made tuples
     :data:`_CHUNK` at a time."""
+    spans, order = _span_order(flat)
+
+    def chunk(at: int) -> Iterator[Span]:
+        return zip(*spans[order[at:at + _CHUNK]].T.tolist())
+    return chain.from_iterable(map(chunk, range(0, len(order), _CHUNK)))
+
+
+def _sorted_array(flat: "array[int]") -> Any:
+    """The spans of one home in (ts, -dur, index) order, as one C-contiguous (n, 3) int64 array."""
+    spans, order = _span_order(flat)
+    return spans[order]
+
+
+def _span_order(flat: "array[int]") -> Tuple[Any, Any]:
+    """The spans of one home as an (n, 3) int64 array, and the order that sorts them."""
     import numpy as np
 
     spans = np.frombuffer(flat, np.int64).reshape(-1, 3)
@@ -555,10 +578,7 @@ def _sorted_spans(flat: "array[int]") -> Iterator[Span]:
         sub = order[at]
         order[at] = sub[np.lexsort((spans[sub, 1], ts[at]))]
     del ts, tie
-
-    def chunk(at: int) -> Iterator[Span]:
-        return zip(*spans[order[at:at + _CHUNK]].T.tolist())
-    return chain.from_iterable(map(chunk, range(0, len(order), _CHUNK)))
+    return spans, order
 
 
 _RANGE_HOMES = ("replays", "scope")
