@@ -250,19 +250,51 @@ def test_shared_join_args_are_bounded(tmp_path, monkeypatch):
     _same(src, [ann], tmp_path)
 
 
-@pytest.mark.parametrize("edge_flows", [False, True])
-def test_recorded_edges_critical_path_args_and_flows(edge_flows, tmp_path):
-    """The critical path changes placements' args after they are made (kept whole by the compact
-    placements): the same bytes, with and without the dependency flows."""
+def _edges_sidecar(tmp_path):
+    """The two-branch capture with recorded edges (the critical path is computed from them)."""
     from perfetto_graph_ann.annotations.files import load_annotations
     from perfetto_graph_ann.annotations.model import GraphEdge
 
     ann = load_annotations(str(fixture_capture("two_branch")))
     g = dataclasses.replace(ann.graphs[0], edges=(GraphEdge(0, 2), GraphEdge(1, 2)))
-    sidecar = save_annotations(tmp_path / "edges.annotations.json", dataclasses.replace(ann, graphs=(g,)))
+    return save_annotations(tmp_path / "edges.annotations.json", dataclasses.replace(ann, graphs=(g,)))
+
+
+@pytest.mark.parametrize("edge_flows", [False, True])
+def test_recorded_edges_critical_path_args_and_flows(edge_flows, tmp_path):
+    """The critical path adds placements' args after they are made (a compact placement's in its
+    ``path`` column, no placement kept whole for it): the same bytes, with and without the
+    dependency flows."""
+    sidecar = _edges_sidecar(tmp_path)
     for lanes in ("none", "all"):
         done = _same(_plain(tmp_path, "two_branch"), [sidecar], tmp_path, graph_lanes=lanes, edge_flows=edge_flows)
         assert done.layout.report.critical_paths and (bool(done.layout.edge_flows) == edge_flows)
+
+
+def test_compact_critical_path_column_is_the_dict_placements_args(tmp_path):
+    """Recorded edges: the compact placements keep each row's critical path arg in their ``path``
+    column (none kept whole for it), and give the same placements, args and writer lookups as
+    the dict path, the arg last."""
+    from perfetto_graph_ann.annotations.files import load_annotations
+    from perfetto_graph_ann.join.model import PATH_ARG, SLACK_ARG, CompactPlacements
+
+    trace = kineto.read_trace(fixture_trace("two_branch"))
+    ann = load_annotations(str(_edges_sidecar(tmp_path)))
+    for lanes in ("none", "all"):
+        a, b = join(trace, ann, lanes), join(trace, ann, lanes, compact=True)
+        assert isinstance(b.placements, CompactPlacements) and b.placements.path is not None
+        assert not b.placements.kept and a.report == b.report
+        assert list(a.placements.items()) == list(b.placements.items())
+        marked = [i for i, p in a.placements.items() if PATH_ARG in p.args or SLACK_ARG in p.args]
+        assert marked and all(list(a.placements[i].args)[-1] in (PATH_ARG, SLACK_ARG) for i in marked)
+        assert any(PATH_ARG in a.placements[i].args for i in marked) and any(
+            SLACK_ARG in a.placements[i].args for i in marked)
+        for i, p in a.placements.items():
+            into = {"stream": 1}
+            b.placements.merge_args(i, into)
+            assert list(into.items()) == list({"stream": 1, **p.args}.items())
+        b.placements.pin(marked[0])  # kept whole from here: its arg goes with it
+        assert b.placements[marked[0]] == a.placements[marked[0]] and marked[0] in b.placements.kept
 
 
 def test_compact_placements_are_the_dict_placements():
@@ -411,7 +443,7 @@ def _odd_trace(tmp_path):
                                 dict(list_args="typed", keep_args=frozenset({"scope path", "correlation", "grid"})),
                                 dict(cache_limit=4)],
                          ids=["default", "small batches", "one sequence", "typed, some args kept", "small caches"])
-@pytest.mark.parametrize("trace", ["decoder", "odd", "two_branch", "seed_block_annotated"])
+@pytest.mark.parametrize("trace", ["decoder", "odd", "two_branch", "seed_block_annotated", "edges"])
 def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, trace, tmp_path, monkeypatch):
     """``_encode.stream_records`` (the packet loop's usual records in C, rewritten slices' args
     made there as ``Plan.args_of`` makes them, scope ranges whose args are cached) against the
@@ -431,6 +463,8 @@ def test_the_compiled_packet_loop_writes_the_python_loops_bytes(two_pass, kw, tr
         src, ann = _decoder(tmp_path, replays=3)
     elif trace == "odd":
         src, ann = _odd_trace(tmp_path)
+    elif trace == "edges":  # recorded edges: every kernel gets its critical path arg (compact: the path column)
+        src, ann = _plain(tmp_path, "two_branch"), _edges_sidecar(tmp_path)
     else:
         src, ann = _plain(tmp_path, trace), fixture_capture(trace)
     calls = []

@@ -550,6 +550,33 @@ def test_path_and_slack_agree_with_a_re_simulation(dag):
             assert s == 0
 
 
+@given(_dags(), st.integers(0, 3), st.booleans(), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_compiled_path_and_slack_is_the_python_computation(dag, squash, no_launch, stream_order):
+    """``critical_path.PATH_AND_SLACK`` (``join/_rows.c``) against the Python loops: the same path,
+    releases and slack, on random DAGs with times squashed into ties (equal ends and starts: the
+    index breaks them), without a launch time, and in stream order."""
+    if cp.PATH_AND_SLACK is None:
+        pytest.skip("the join's compiled loops (_rows) are not built or turned off")
+    n, edges, dur, lag = dag
+    start, end = _simulate(n, edges, dur, lag, 1_000)
+    if squash:  # coarse times: many ties
+        start, end = [s // (10 * squash) for s in start], [e // (10 * squash) for e in end]
+    g = GraphRecord(EX, tuple(NodeRecord((EX << 32) | k, "kernel") for k in range(n)),
+                    edges=tuple(GraphEdge(a, b) for a, b in edges))
+    wp, rank = cp.work_predecessors(g)
+    items = [cp.Item(900 - 3 * k, start[k], end[k], k % 2, k) for k in range(n)]
+    launch = None if no_launch else 0
+    got = {}
+    for name, fn in (("c", cp.PATH_AND_SLACK), ("python", None)):
+        saved, cp.PATH_AND_SLACK = cp.PATH_AND_SLACK, fn
+        try:
+            got[name] = cp.stream_order_path(items, launch) if stream_order else cp.edges_path(items, wp, rank, launch)
+        finally:
+            cp.PATH_AND_SLACK = saved
+    assert got["c"] == got["python"]
+
+
 # ---- SQL stream order against the Python module, with overlapping kernels on a stream --------
 
 @requires_portable

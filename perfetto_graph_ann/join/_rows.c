@@ -13,6 +13,8 @@
  */
 #include "../read/_slots.h"
 
+#include <stdlib.h>
+
 #include <stdint.h>
 
 enum { E_INDEX, E_ARGS, E_SIZE };
@@ -631,7 +633,273 @@ busy_ns(PyObject *self, PyObject *arg)
     return PyLong_FromLongLong(total);
 }
 
+/* The int64 values of a sequence of ints into out (n of them); 0, or 1 where one is not an int
+ * within int64 (no error set), or -1 with an exception. */
+static int
+int64s(PyObject *seq, Py_ssize_t n, long long *out)
+{
+    PyObject *fast = PySequence_Fast(seq, "a sequence of ints");
+    Py_ssize_t j;
+    int rc = 0;
+    if (fast == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != n) {
+        Py_DECREF(fast);
+        return 1;
+    }
+    for (j = 0; j < n && rc == 0; j++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(fast, j);
+        int overflow;
+        if (!PyLong_CheckExact(v)) {
+            rc = 1;
+            break;
+        }
+        out[j] = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (out[j] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            rc = 1;
+        }
+    }
+    Py_DECREF(fast);
+    return rc;
+}
+
+typedef struct {
+    const long long *starts, *ends, *index, *rank;
+} Times;
+
+/* critical_path's later(a, b): the later-ending position (ties: the earlier start, the lower index). */
+static inline Py_ssize_t
+later(const Times *t, Py_ssize_t a, Py_ssize_t b)
+{
+    if (t->ends[a] != t->ends[b])
+        return t->ends[a] > t->ends[b] ? a : b;
+    if (t->starts[a] != t->starts[b])
+        return t->starts[a] < t->starts[b] ? a : b;
+    return t->index[a] <= t->index[b] ? a : b;
+}
+
+static const Times *sort_times; /* the slack order's keys (qsort has no context argument) */
+
+static int
+by_end_rank_desc(const void *x, const void *y)
+{
+    Py_ssize_t a = *(const Py_ssize_t *)x, b = *(const Py_ssize_t *)y;
+    const Times *t = sort_times;
+    if (t->ends[a] != t->ends[b])
+        return t->ends[a] > t->ends[b] ? -1 : 1;
+    if (t->rank[a] != t->rank[b])
+        return t->rank[a] > t->rank[b] ? -1 : 1;
+    return a < b ? -1 : (a > b); /* sorted(reverse=True) keeps equal keys in their order */
+}
+
+/* path_and_slack(starts, ends, indices, preds, rank, start) -> (chain, releases, slack):
+ * critical_path.critical_path's computation over n items given as int lists (preds: per item a
+ * tuple of positions of its predecessors): the path's positions first to last with each one's
+ * release, and every item's slack in ns. None where an input is not ints within int64 or the
+ * chain does not end (Python's loop then). */
+static PyObject *
+path_and_slack(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Py_ssize_t n, i, j, k, sink, cur, steps, *gstart = NULL, *gating = NULL, ng = 0, *order = NULL, *sstart = NULL,
+                                               *succ = NULL, *chain = NULL, nchain = 0;
+    long long *buf = NULL, start, *release = NULL, *slack = NULL, *rel = NULL;
+    unsigned char *has_release = NULL;
+    PyObject *preds, *out = NULL, *fast = NULL;
+    Times t;
+    int rc;
+    (void)self;
+    if (argc != 6 || !PyList_CheckExact(argv[0])) {
+        PyErr_SetString(PyExc_TypeError, "path_and_slack(starts, ends, indices, preds, rank, start)");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(argv[0]);
+    if (n == 0 || !PyLong_CheckExact(argv[5]))
+        Py_RETURN_NONE;
+    start = PyLong_AsLongLong(argv[5]);
+    if (start == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    buf = PyMem_Malloc(4 * n * sizeof(long long));
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    t.starts = buf;
+    t.ends = buf + n;
+    t.index = buf + 2 * n;
+    t.rank = buf + 3 * n;
+    for (k = 0; k < 4; k++) {
+        rc = int64s(argv[k == 3 ? 4 : k], n, buf + k * n);
+        if (rc != 0) {
+            PyMem_Free(buf);
+            if (rc < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    preds = argv[3];
+    fast = PySequence_Fast(preds, "preds");
+    if (fast == NULL || PySequence_Fast_GET_SIZE(fast) != n)
+        goto python;
+    gstart = PyMem_Malloc((n + 1) * sizeof(Py_ssize_t));
+    if (gstart == NULL)
+        goto nomem;
+    for (i = 0; i < n; i++) { /* gating predecessors: those ending no later than the item, in order */
+        PyObject *pi = PySequence_Fast_GET_ITEM(fast, i);
+        Py_ssize_t m;
+        if (!PyTuple_CheckExact(pi))
+            goto python;
+        m = PyTuple_GET_SIZE(pi);
+        if (PyMem_Resize(gating, Py_ssize_t, ng + m + 1) == NULL)
+            goto nomem;
+        gstart[i] = ng;
+        for (j = 0; j < m; j++) {
+            PyObject *po = PyTuple_GET_ITEM(pi, j);
+            Py_ssize_t p;
+            if (!PyLong_CheckExact(po))
+                goto python;
+            p = PyLong_AsSsize_t(po);
+            if (p < 0 || p >= n) {
+                PyErr_Clear();
+                goto python;
+            }
+            if (t.ends[p] <= t.ends[i])
+                gating[ng++] = p;
+        }
+    }
+    gstart[n] = ng;
+    sink = 0;
+    for (i = 1; i < n; i++)
+        sink = later(&t, sink, i);
+    chain = PyMem_Malloc(n * sizeof(Py_ssize_t));
+    rel = PyMem_Malloc(n * sizeof(long long));
+    if (chain == NULL || rel == NULL)
+        goto nomem;
+    for (cur = sink, steps = 0;; steps++) {
+        Py_ssize_t p;
+        if (steps >= n)
+            goto python; /* not a chain (predecessors that loop): Python's loop */
+        chain[nchain] = cur;
+        if (gstart[cur] == gstart[cur + 1]) {
+            rel[nchain++] = start;
+            break;
+        }
+        p = gating[gstart[cur]];
+        for (j = gstart[cur] + 1; j < gstart[cur + 1]; j++)
+            p = later(&t, p, gating[j]);
+        rel[nchain++] = t.ends[p];
+        cur = p;
+    }
+    release = PyMem_Malloc(n * sizeof(long long));
+    has_release = PyMem_Calloc(n, 1);
+    slack = PyMem_Malloc(n * sizeof(long long));
+    order = PyMem_Malloc(n * sizeof(Py_ssize_t));
+    sstart = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    succ = PyMem_Malloc((ng + 1) * sizeof(Py_ssize_t));
+    if (release == NULL || has_release == NULL || slack == NULL || order == NULL || sstart == NULL || succ == NULL)
+        goto nomem;
+    for (i = 0; i < n; i++) {
+        for (j = gstart[i]; j < gstart[i + 1]; j++) {
+            Py_ssize_t p = gating[j];
+            if (!has_release[i] || t.ends[p] > release[i])
+                release[i] = t.ends[p];
+            has_release[i] = 1;
+            sstart[p + 1]++;
+        }
+    }
+    for (i = 0; i < n; i++) /* successors of each item, by item (counting sort: i ascending within each) */
+        sstart[i + 1] += sstart[i];
+    {
+        Py_ssize_t *fill = PyMem_Malloc((n + 1) * sizeof(Py_ssize_t));
+        if (fill == NULL)
+            goto nomem;
+        memcpy(fill, sstart, (n + 1) * sizeof(Py_ssize_t));
+        for (i = 0; i < n; i++)
+            for (j = gstart[i]; j < gstart[i + 1]; j++)
+                succ[fill[gating[j]]++] = i;
+        PyMem_Free(fill);
+    }
+    for (i = 0; i < n; i++)
+        order[i] = i;
+    sort_times = &t;
+    qsort(order, (size_t)n, sizeof(Py_ssize_t), by_end_rank_desc);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t x = order[k];
+        if (sstart[x] == sstart[x + 1]) {
+            slack[x] = t.ends[sink] - t.ends[x];
+        } else {
+            long long best = 0;
+            for (j = sstart[x]; j < sstart[x + 1]; j++) {
+                Py_ssize_t y = succ[j];
+                long long v = release[y] - t.ends[x] + slack[y];
+                if (j == sstart[x] || v < best)
+                    best = v;
+            }
+            slack[x] = best;
+        }
+    }
+    {
+        PyObject *c = PyList_New(nchain), *r = PyList_New(nchain), *sl = PyList_New(n);
+        if (c == NULL || r == NULL || sl == NULL) {
+            Py_XDECREF(c);
+            Py_XDECREF(r);
+            Py_XDECREF(sl);
+            goto done;
+        }
+        for (k = 0; k < nchain; k++) { /* first to last */
+            PyObject *a = PyLong_FromSsize_t(chain[nchain - 1 - k]), *b = PyLong_FromLongLong(rel[nchain - 1 - k]);
+            if (a == NULL || b == NULL) {
+                Py_XDECREF(a);
+                Py_XDECREF(b);
+                Py_DECREF(c);
+                Py_DECREF(r);
+                Py_DECREF(sl);
+                goto done;
+            }
+            PyList_SET_ITEM(c, k, a);
+            PyList_SET_ITEM(r, k, b);
+        }
+        for (i = 0; i < n; i++) {
+            PyObject *v = PyLong_FromLongLong(slack[i]);
+            if (v == NULL) {
+                Py_DECREF(c);
+                Py_DECREF(r);
+                Py_DECREF(sl);
+                goto done;
+            }
+            PyList_SET_ITEM(sl, i, v);
+        }
+        out = PyTuple_Pack(3, c, r, sl);
+        Py_DECREF(c);
+        Py_DECREF(r);
+        Py_DECREF(sl);
+    }
+    goto done;
+nomem:
+    PyErr_NoMemory();
+    goto done;
+python:
+    if (!PyErr_Occurred())
+        out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(fast);
+    PyMem_Free(buf);
+    PyMem_Free(gstart);
+    PyMem_Free(gating);
+    PyMem_Free(chain);
+    PyMem_Free(rel);
+    PyMem_Free(release);
+    PyMem_Free(has_release);
+    PyMem_Free(slack);
+    PyMem_Free(order);
+    PyMem_Free(sstart);
+    PyMem_Free(succ);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"path_and_slack", (PyCFunction)(void (*)(void))path_and_slack, METH_FASTCALL,
+     "path_and_slack(starts, ends, indices, preds, rank, start): critical_path's chain, releases and slack"},
     {"collect_work", (PyCFunction)(void (*)(void))collect_work, METH_FASTCALL,
      "collect_work(timed, matches, per_node, work) -> matched: projection._collect_work's loop"},
     {"busy_ns", (PyCFunction)busy_ns, METH_O, "busy_ns(intervals): the union's length, or None (Python's loop)"},

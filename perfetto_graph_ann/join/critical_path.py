@@ -32,12 +32,21 @@ from __future__ import annotations
 import heapq
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord
-from .model import mutable_placement
+from .model import PATH_ARG, SLACK_ARG, set_path_arg
 
-__all__ = ["CriticalPath", "CycleError", "EDGE_FLOWS_MAX", "Item", "PATH_ARG", "PathItem", "SLACK_ARG", "SOURCE_EDGES",
-           "SOURCE_STREAM", "annotate_replays", "critical_path", "edges_path", "replay_edges", "stream_order_path",
-           "work_predecessors"]
+__all__ = ["CriticalPath", "CycleError", "EDGE_FLOWS_MAX", "Item", "PATH_AND_SLACK", "PATH_ARG", "PathItem", "SLACK_ARG",
+           "SOURCE_EDGES", "SOURCE_STREAM", "annotate_replays", "critical_path", "edges_path", "replay_edges",
+           "stream_order_path", "work_predecessors"]
+
+try:  # the path and slack of one replay in C (join/_rows.c, built by hatch_build.py): the same path
+    from ._rows import path_and_slack as _compiled_path_and_slack
+except ImportError:
+    _compiled_path_and_slack = None
+#: :func:`critical_path`'s computation in C, or None where it is not built or
+#: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loops then)
+PATH_AND_SLACK = None if settings.switch(settings.PURE_PYTHON) else _compiled_path_and_slack
 
 #: ``edges_source`` of a path computed on the graph's recorded dependency edges
 SOURCE_EDGES = "edges"
@@ -132,10 +141,18 @@ def critical_path(items: Sequence[Item], preds: Sequence[Sequence[int]], rank: S
     if not n:
         return None
     ends = [it.end for it in items]
-    # gating predecessors: those that end no later than the item
-    gating = [[p for p in preds[i] if ends[p] <= ends[i]] for i in range(n)]
     first = min(it.start for it in items)
     start = first if start_ns is None else start_ns
+    if PATH_AND_SLACK is not None:  # the same computation in C (None: inputs it does not take)
+        got = PATH_AND_SLACK([it.start for it in items], ends, [it.index for it in items], preds, rank, start)
+        if got is not None:
+            positions, releases, slacks = got
+            path = tuple(PathItem(items[i].index, items[i].start, ends[i], ends[i] - max(items[i].start, rel),
+                                  max(0, items[i].start - rel)) for i, rel in zip(positions, releases))
+            return CriticalPath(source, start, ends[positions[-1]], path,
+                                {it.index: v for it, v in zip(items, slacks)})
+    # gating predecessors: those that end no later than the item
+    gating = [[p for p in preds[i] if ends[p] <= ends[i]] for i in range(n)]
 
     def later(a: int, b: int) -> int:  # the later-ending of two positions (ties: earlier start, lower index)
         ka, kb = ends[a], ends[b]
@@ -214,10 +231,6 @@ def replay_edges(items: Sequence[Item], work_preds: Mapping[int, Tuple[int, ...]
     return [(by_node[p], it.index) for it in items for p in work_preds.get(it.node, ()) if p in by_node]
 
 
-#: arg on every GPU work slice on a replay's critical path (edges recorded)
-PATH_ARG = "critical path"
-#: arg on every other GPU work slice of such a replay: its slack in ns
-SLACK_ARG = "critical path slack ns"
 #: Most dependency flows one trace gets (``join(edge_flows=True)``); above it none are written
 #: and the report says so. Measured (BENCHMARKS.md, "critical path"): 1.01M flows made the
 #: .pftrace 20% larger and loaded as fast as without them; the cap is just above the largest
@@ -278,12 +291,10 @@ def annotate_replays(replays: Sequence[Any], matches: Mapping[int, Any], replay_
             counts[REASON_AMBIGUOUS] = counts.get(REASON_AMBIGUOUS, 0) + 1
             continue
         on_path = {it.index for it in cp.items}
+        slack = cp.slack
         for it in items:
-            args = mutable_placement(placements, it.index).args
-            if it.index in on_path:
-                args[PATH_ARG] = True
-            else:
-                args[SLACK_ARG] = cp.slack[it.index]
+            i = it.index
+            set_path_arg(placements, i, i in on_path, slack[i])
         counts[SOURCE_EDGES] = counts.get(SOURCE_EDGES, 0) + 1
         if edge_flows:
             flows.extend(replay_edges(items, wp[0]))

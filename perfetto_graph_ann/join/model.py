@@ -10,8 +10,8 @@ from array import array
 from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
 __all__ = ["CALIBRATED", "CompactPlacements", "DEFAULT_GRAPH_LANE", "EXACT", "EXACT_IDS", "JoinReport", "KERNELS",
-           "lane_key", "LaneLayout", "matched_placement", "mutable_placement", "Placement", "RECORDED", "STRATEGIES",
-           "STRUCTURAL", "UNANNOTATED"]
+           "lane_key", "LaneLayout", "matched_placement", "mutable_placement", "PATH_ARG", "Placement", "RECORDED",
+           "set_path_arg", "SLACK_ARG", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
 
 #: Join strategies, best first.
 EXACT = "exact"
@@ -48,6 +48,10 @@ class Placement:
 
 _new = object.__new__
 _MISSING = object()  # CompactPlacements.get's default for __getitem__
+#: arg on every GPU work slice on a replay's critical path (edges recorded; ``critical_path``)
+PATH_ARG = "critical path"
+#: arg on every other GPU work slice of such a replay: its slack in ns
+SLACK_ARG = "critical path slack ns"
 
 
 def _matched_args(into: Dict[str, Any], every: bool, lane: Any, base: Mapping[str, Any], replay: Optional[int],
@@ -108,6 +112,9 @@ class CompactPlacements(Mapping[int, Placement]):
         self.replay = array("i")
         self.hw = array("i")
         self.how = bytearray()  # strategy index, + 8: ambiguous
+        #: per row, its critical path arg (:meth:`set_path`): -2 none, -1 on the path, else its
+        #: slack in ns; None until a row gets one (a graph without recorded edges: never)
+        self.path: Optional["array[int]"] = None
 
     def put(self, index: int, p: Placement) -> None:
         """Keep ``p`` as it is."""
@@ -160,11 +167,46 @@ class CompactPlacements(Mapping[int, Placement]):
                 lane = hw
         return lane, base
 
+    _PATH_NONE, _ON_PATH = -2, -1
+
+    def set_path(self, index: int, on_path: bool, slack: int) -> None:
+        """The critical path arg of ``index``'s placement: :data:`PATH_ARG` True where
+        ``on_path``, else :data:`SLACK_ARG` ``slack`` (ns, >= 0), added after its other args.
+        A row keeps it in the ``path`` column (no placement made); a placement kept whole in
+        its args."""
+        r = self.row[index] if 0 <= index < len(self.row) else -1
+        if r < 0 or (not on_path and not (type(slack) is int and 0 <= slack < 1 << 63)):
+            args = self.pin(index).args  # type: ignore[attr-defined]
+            if on_path:
+                args[PATH_ARG] = True
+            else:
+                args[SLACK_ARG] = slack
+            return
+        path = self.path
+        if path is None or len(path) < len(self.node):
+            grow = len(self.node) - (0 if path is None else len(path))
+            if path is None:
+                path = self.path = array("q")
+            path.extend(array("q", [self._PATH_NONE]) * grow)
+        path[r] = self._ON_PATH if on_path else slack
+
+    def _path_arg(self, r: int, into: Dict[str, Any]) -> None:
+        """Row ``r``'s critical path arg written into ``into`` (none where it has none)."""
+        path = self.path
+        if path is not None and r < len(path):
+            v = path[r]
+            if v == self._ON_PATH:
+                into[PATH_ARG] = True
+            elif v != self._PATH_NONE:
+                into[SLACK_ARG] = v
+
     def columns(self) -> Tuple[Any, ...]:
         """What the writer's compiled loop reads to make a row's args as :meth:`merge_args`
         does (``write/perfetto/_encode.c``): the int32 columns row, node, replay and hw (-2^31:
-        none), how, the nodes, the placements kept whole, ``every`` and the strategies."""
-        return (self.row, self.node, self.replay, self.hw, self.how, self.nodes, self.kept, self.every, STRATEGIES)
+        none), how, the nodes, the placements kept whole, ``every``, the strategies and the
+        critical path column (``path``: None, or int64, -2 none, -1 on the path, else the slack)."""
+        return (self.row, self.node, self.replay, self.hw, self.how, self.nodes, self.kept, self.every, STRATEGIES,
+                self.path)
 
     def lane_of(self, index: int) -> Optional[Tuple[Any, bool]]:
         """(lane, whether its args are not empty) of ``index``'s placement, None where it has
@@ -195,6 +237,8 @@ class CompactPlacements(Mapping[int, Placement]):
         replay, hw, how = self.replay[r], self.hw[r], self.how[r]
         _matched_args(into, self.every, lane, base, None if replay == none else replay, STRATEGIES[how & 7], how >= 8,
                       None if hw == none else hw)
+        if self.path is not None:
+            self._path_arg(r, into)
 
     def get(self, index: int, default: Any = None) -> Any:  # type: ignore[override]
         # __getitem__'s work in one frame
@@ -210,8 +254,11 @@ class CompactPlacements(Mapping[int, Placement]):
         none = self._NONE
         replay, hw, how = self.replay[r], self.hw[r], self.how[r]
         lane, base, annotation = self.nodes[self.node[r]]
-        return matched_placement(self.every, lane, base, annotation, None if replay == none else replay,
-                                 STRATEGIES[how & 7], how >= 8, None if hw == none else hw)
+        p = matched_placement(self.every, lane, base, annotation, None if replay == none else replay,
+                              STRATEGIES[how & 7], how >= 8, None if hw == none else hw)
+        if self.path is not None:
+            self._path_arg(r, p.args)  # type: ignore[arg-type]
+        return p
 
     def __contains__(self, index: object) -> bool:
         if index in self.kept:
@@ -231,6 +278,17 @@ class CompactPlacements(Mapping[int, Placement]):
 
     def __len__(self) -> int:
         return len(self.order)
+
+
+def set_path_arg(placements: Mapping[int, Placement], index: int, on_path: bool, slack: int) -> None:
+    """``index``'s placement gets :data:`PATH_ARG` True (``on_path``) or :data:`SLACK_ARG`
+    ``slack``: a :class:`CompactPlacements` row in its ``path`` column, any other in its args."""
+    if isinstance(placements, CompactPlacements):
+        placements.set_path(index, on_path, slack)
+    elif on_path:
+        placements[index].args[PATH_ARG] = True  # type: ignore[index]
+    else:
+        placements[index].args[SLACK_ARG] = slack  # type: ignore[index]
 
 
 def mutable_placement(placements: Mapping[int, Placement], index: int) -> Placement:

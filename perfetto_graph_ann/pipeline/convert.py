@@ -90,9 +90,9 @@ def join_files(trace: KinetoTrace, paths: Sequence[str], graph_lanes: Optional[s
 def write_joined(trace: KinetoTrace, out: str, annotations: AnnotationSet, graph_lanes: str = "none",
                  default_stream: int = 7, force: bool = False) -> "LaneLayout":
     """Join a read trace with ``annotations`` and write it to ``out`` (Chrome JSON for a JSON
-    name, else ``.pftrace``), atomically; returns the layout."""
+    name, else ``.pftrace``, its placements then held in columns), atomically; returns the layout."""
     layout = read_and_join(trace, annotations, graph_lanes=graph_lanes, default_stream=default_stream,
-                           force=force).layout
+                           force=force, compact=not is_json_name(out)).layout
     _write(trace, out, layout, ConvertConfig())
     return layout
 

@@ -63,7 +63,7 @@ def read_and_join(trace: Union[PathLike, KinetoTrace],
                   graph_lanes: Optional[str] = None, default_stream: Optional[int] = None, force: bool = False,
                   default: str = "all", projection: bool = True, progress: "Optional[Progress]" = None,
                   suffix: str = "", on_join: "Optional[Callable[[LaneLayout], Any]]" = None,
-                  edge_flows: bool = False) -> Joined:
+                  edge_flows: bool = False, compact: Optional[bool] = None) -> Joined:
     """Read ``trace`` (a path; an already read trace is used as it is) and join it with
     ``annotations``.
 
@@ -85,6 +85,9 @@ def read_and_join(trace: Union[PathLike, KinetoTrace],
         on_join: told the layout as soon as the join is done (e.g. to print its summary).
         edge_flows: the replays' dependency edges (recorded at capture, sidecar version 4)
             as flows between their GPU work (see :func:`~perfetto_graph_ann.join.join`).
+        compact: the placements held in columns (:class:`~perfetto_graph_ann.join.model.CompactPlacements`,
+            read-only but through ``mutable_placement``), as the ``.pftrace`` writer reads them
+            fastest; None: where the trace was read in two passes (it is written from its offsets).
 
     Returns:
         :class:`Joined`: the trace, its layout (None without annotations) and the annotations.
@@ -118,9 +121,10 @@ def read_and_join(trace: Union[PathLike, KinetoTrace],
             annotations = merge_annotation_sets(sources)
         lanes = resolve_graph_lanes(graph_lanes, annotations, files or (), default=default, trace=path)
         stream = DEFAULT_GRAPH_LANE if default_stream is None else default_stream
-        # a trace read in two passes (read.scan) is written from its offsets: its placements held compact too
+        if compact is None:  # a trace read in two passes (read.scan) is written from its offsets: compact too
+            compact = getattr(trace, "source", None) is not None
         layout = join(trace, annotations, graph_lanes=lanes, default_stream=stream, force=force, sources=sources,
-                      projection=projection, edge_flows=edge_flows, compact=getattr(trace, "source", None) is not None)
+                      projection=projection, edge_flows=edge_flows, compact=compact)
     if on_join is not None:
         on_join(layout)
     return Joined(trace, layout, annotations)

@@ -801,15 +801,17 @@ encoder_event(PyObject *enc, PyObject *const *rest)
 
 /* Plan.args_of's inputs for a rewritten slice (see rewritten_args), read from the tuple rw:
  * (lanes, other, device_of, placements) with placements a dict of Placement, or
- * (lanes, other, device_of, row, node, replay, hw, how, nodes, kept, every, strategies): a
+ * (lanes, other, device_of, row, node, replay, hw, how, nodes, kept, every, strategies, path): a
  * CompactPlacements' columns (join/model.py). lanes and the int columns are int32 buffers,
- * how a bytes buffer; -2^31 marks no lane / no row value. */
+ * how a bytes buffer, path None or an int64 buffer (-2: none, -1: on the critical path, else the
+ * slack); -2^31 marks no lane / no row value. */
 typedef struct {
-    Py_buffer bufs[6];
+    Py_buffer bufs[7];
     int nbufs;
     const int32_t *lanes, *row, *node, *replay, *hw;
     const unsigned char *how;
-    Py_ssize_t nlanes, nrow, ncol;
+    const long long *path;
+    Py_ssize_t nlanes, nrow, ncol, npath;
     PyObject *other, *device_of, *placements, *nodes, *kept, *strategies;
     int compact, every;
 } rewrite_ctx;
@@ -817,7 +819,7 @@ typedef struct {
 #define NO_VALUE INT32_MIN
 
 static PyObject *s_replay, *s_join, *s_join_ambiguous, *s_original_stream, *s_annotated_stream, *s_stream,
-    *s_device, *s_ph;
+    *s_device, *s_ph, *s_path_arg, *s_slack_arg;
 
 static void
 rw_release(rewrite_ctx *c)
@@ -848,7 +850,7 @@ rw_init(rewrite_ctx *c, PyObject *rw)
     if (rw == Py_None)
         return 0;
     size = PyTuple_CheckExact(rw) ? PyTuple_GET_SIZE(rw) : -1;
-    if (size != 4 && size != 12) {
+    if (size != 4 && size != 13) {
         PyErr_SetString(PyExc_TypeError, "stream_records: rw is not a rewrite tuple");
         return -1;
     }
@@ -886,6 +888,11 @@ rw_init(rewrite_ctx *c, PyObject *rw)
     c->strategies = PyTuple_GET_ITEM(rw, 11);
     if (c->every < 0)
         goto fail;
+    if (PyTuple_GET_ITEM(rw, 12) != Py_None) {
+        if (rw_buffer(c, PyTuple_GET_ITEM(rw, 12), 8, &c->npath) < 0)
+            goto fail;
+        c->path = (const long long *)c->bufs[6].buf;
+    }
     if (!PyList_CheckExact(c->nodes) || !PyDict_CheckExact(c->kept) || !PyTuple_CheckExact(c->strategies)
             || PyTuple_GET_SIZE(c->strategies) < 1)
         goto bad;
@@ -905,6 +912,18 @@ static int
 set_int(PyObject *d, PyObject *key, long v)
 {
     PyObject *o = PyLong_FromLong(v);
+    int r;
+    if (o == NULL)
+        return -1;
+    r = PyDict_SetItem(d, key, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static int
+set_int64(PyObject *d, PyObject *key, long long v)
+{
+    PyObject *o = PyLong_FromLongLong(v);
     int r;
     if (o == NULL)
         return -1;
@@ -976,6 +995,13 @@ rewritten_args(rewrite_ctx *c, PyObject *e, Py_ssize_t i, PyObject *i_o)
                         goto fail;
                 } else if (PyDict_SetItem(args, s_annotated_stream, PyTuple_GET_ITEM(triple, 0)) < 0) {
                     goto fail;
+                }
+                if (c->path != NULL && r < c->npath && c->path[r] != -2) { /* the critical path arg, last */
+                    long long v = c->path[r];
+                    if (v < -1)
+                        goto python;
+                    if ((v == -1 ? PyDict_SetItem(args, s_path_arg, Py_True) : set_int64(args, s_slack_arg, v)) < 0)
+                        goto fail;
                 }
             }
         } else {
@@ -1501,6 +1527,8 @@ PyInit__encode(void)
     INTERN(s_stream, "stream");
     INTERN(s_device, "device");
     INTERN(s_ph, "ph");
+    INTERN(s_path_arg, "critical path");
+    INTERN(s_slack_arg, "critical path slack ns");
 #undef INTERN
     if ((int_one = PyLong_FromLong(1)) == NULL)
         return NULL;

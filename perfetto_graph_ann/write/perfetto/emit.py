@@ -244,11 +244,12 @@ def _rewrite_columns(plan: Plan) -> Optional[Tuple[Any, ...]]:
     columns = getattr(placements, "columns", None)
     if columns is None or getattr(placements, "_NONE", None) != _NO_VALUE:
         return None
-    row, node, replay, hw, how, nodes, kept, every, strategies = columns()
+    row, node, replay, hw, how, nodes, kept, every, strategies, path = columns()
     if (any(type(c) is not array or c.itemsize != 4 for c in (row, node, replay, hw)) or type(how) is not bytearray
-            or type(nodes) is not list or type(kept) is not dict or type(strategies) is not tuple):
+            or type(nodes) is not list or type(kept) is not dict or type(strategies) is not tuple
+            or (path is not None and (type(path) is not array or path.itemsize != 8))):
         return None
-    return lanes, other, device_of, row, node, replay, hw, how, nodes, kept, bool(every), strategies
+    return lanes, other, device_of, row, node, replay, hw, how, nodes, kept, bool(every), strategies, path
 
 
 #: "no value" in the int32 columns ``_encode.stream_records`` reads

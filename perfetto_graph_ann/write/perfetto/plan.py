@@ -351,7 +351,7 @@ def _place_compiled(plan: Plan, tracks: TrackTable, stats: WriteStats, cats: _Ca
     columns = getattr(placements, "columns", None)
     lane_of = getattr(placements, "lane_of", None)
     if columns is not None and lane_of is not None:
-        row, node, _, hw, _, nodes, kept, every, _ = columns()
+        row, node, _, hw, _, nodes, kept, every, _, _ = columns()
         placed = lane_of
     else:
         row = node = hw = None
