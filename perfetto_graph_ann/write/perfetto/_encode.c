@@ -909,18 +909,6 @@ fail:
 }
 
 static int
-set_int(PyObject *d, PyObject *key, long v)
-{
-    PyObject *o = PyLong_FromLong(v);
-    int r;
-    if (o == NULL)
-        return -1;
-    r = PyDict_SetItem(d, key, o);
-    Py_DECREF(o);
-    return r;
-}
-
-static int
 set_int64(PyObject *d, PyObject *key, long long v)
 {
     PyObject *o = PyLong_FromLongLong(v);
@@ -986,12 +974,12 @@ rewritten_args(rewrite_ctx *c, PyObject *e, Py_ssize_t i, PyObject *i_o)
                     goto python;
                 strategy = PyTuple_GET_ITEM(c->strategies, how & 7);
                 if (PyDict_Update(args, base) < 0
-                        || (c->replay[r] != NO_VALUE && set_int(args, s_replay, c->replay[r]) < 0)
+                        || (c->replay[r] != NO_VALUE && set_int64(args, s_replay, c->replay[r]) < 0)
                         || PyDict_SetItem(args, s_join, strategy) < 0
                         || (how >= 8 && PyDict_SetItem(args, s_join_ambiguous, Py_True) < 0))
                     goto fail;
                 if (c->every) {
-                    if (c->hw[r] != NO_VALUE && set_int(args, s_original_stream, c->hw[r]) < 0)
+                    if (c->hw[r] != NO_VALUE && set_int64(args, s_original_stream, c->hw[r]) < 0)
                         goto fail;
                 } else if (PyDict_SetItem(args, s_annotated_stream, PyTuple_GET_ITEM(triple, 0)) < 0) {
                     goto fail;
