@@ -127,3 +127,32 @@ def _python_busy(ivs):
         return projection.busy_ns(ivs)
     finally:
         projection.LOOPS = saved
+
+
+@pytest.mark.parametrize("trace", ["odd", "two_branch", "decoder"])
+def test_compiled_signatures_are_the_python_loops(trace, tmp_path, monkeypatch):
+    """``match.LOOSE`` (``replay_signatures``' loop in C) against ``match._loose``: the same
+    signature per event, the same shared tuples, on grids and blocks that are not three ints,
+    args the typed decode refused, memcpy / memset and unknown categories."""
+    from perfetto_graph_ann.join import match
+    from perfetto_graph_ann.join.replays import gpu_work_and_replays
+
+    if match.LOOSE is None:
+        pytest.skip("the join's compiled loops (_rows) are not built or turned off")
+    if trace == "odd":
+        src = _odd_trace(tmp_path)[0]
+    elif trace == "decoder":
+        src = _decoder(tmp_path, replays=2, layers=2)[0]
+    else:
+        src = fixture_trace(trace)
+    got = {}
+    real = match.LOOSE
+    for name, loop in (("c", real), ("python", None)):
+        monkeypatch.setattr(match, "LOOSE", loop)
+        _, replays = gpu_work_and_replays(kineto.read_trace(str(src)))  # the in-memory read: an args dict an event
+        assert replays
+        got[name] = [match.replay_signatures(r) for r in replays]
+    assert got["c"] == got["python"]
+    assert all(a[i] is b[i] for ra, rb in zip(got["c"], got["python"]) for a, b in [(ra, rb)] for i in a)
+    if trace == "odd":
+        assert any(s[2] is None or s[3] is None for r in got["c"] for s in r.values())

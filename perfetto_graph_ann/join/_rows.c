@@ -897,7 +897,106 @@ done:
     return out;
 }
 
+/* A list of three exact ints as a tuple (a new reference), else NULL with no exception. */
+static PyObject *
+dim3_fast(PyObject *v)
+{
+    if (!PyList_CheckExact(v) || PyList_GET_SIZE(v) != 3 || !PyLong_CheckExact(PyList_GET_ITEM(v, 0)) ||
+        !PyLong_CheckExact(PyList_GET_ITEM(v, 1)) || !PyLong_CheckExact(PyList_GET_ITEM(v, 2)))
+        return NULL;
+    return PyTuple_Pack(3, PyList_GET_ITEM(v, 0), PyList_GET_ITEM(v, 1), PyList_GET_ITEM(v, 2));
+}
+
+enum { S_SIGS, S_TYPES, S_SHARED, S_TYPE_OF, S_BASE_NAME, S_DIM3, S_SIZE };
+enum { G_INDEX, G_CAT, G_NAME, G_ARGS, G_SIZE };
+static PyObject *sig_names[G_SIZE], *s_grid, *s_block, *s_kernel;
+
+/* loose_signatures(events, (sigs, types, shared, type_of, base_name, dim3)): match.replay_signatures'
+ * loop over a replay's events (match._loose): sigs[e.index] = shared.setdefault(sig, sig) with sig
+ * (node type, base name of a kernel, grid, block); a category met first goes to type_of(e), a grid
+ * or block other than three ints to dim3(e, key). */
+static PyObject *
+loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject **ctx;
+    Fields ev;
+    Py_ssize_t n, j;
+    (void)self;
+    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) ||
+        PyTuple_GET_SIZE(argv[1]) != S_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "loose_signatures(events: list, context: tuple)");
+        return NULL;
+    }
+    ctx = &PyTuple_GET_ITEM(argv[1], 0);
+    if (!PyDict_CheckExact(ctx[S_SIGS]) || !PyDict_CheckExact(ctx[S_TYPES]) || !PyDict_CheckExact(ctx[S_SHARED])) {
+        PyErr_SetString(PyExc_TypeError, "loose_signatures: a context of the wrong shape");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(argv[0]);
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(argv[0], 0)), sig_names, G_SIZE, &ev) < 0)
+        return NULL;
+    for (j = 0; j < n; j++) {
+        PyObject *e = PyList_GET_ITEM(argv[0], j), *cat = NULL, *t = NULL, *a = NULL, *dims[2] = {NULL, NULL},
+                 *name = NULL, *sig = NULL, *i_o = NULL, *kept;
+        int ok = 0, k, kernel;
+        if ((cat = get_field(e, &ev, sig_names, G_CAT)) == NULL)
+            goto next;
+        t = Py_XNewRef(PyDict_GetItemWithError(ctx[S_TYPES], cat));
+        if (t == NULL) {
+            if (PyErr_Occurred() || (t = PyObject_CallOneArg(ctx[S_TYPE_OF], e)) == NULL ||
+                PyDict_SetItem(ctx[S_TYPES], cat, t) < 0)
+                goto next;
+        }
+        if ((a = get_field(e, &ev, sig_names, G_ARGS)) == NULL)
+            goto next;
+        for (k = 0; k < 2; k++) {
+            PyObject *key = k == 0 ? s_grid : s_block, *v = arg_of(a, key);
+            if (v == NULL)
+                goto next;
+            dims[k] = dim3_fast(v);
+            Py_DECREF(v);
+            if (dims[k] == NULL) {
+                if (PyErr_Occurred() || (dims[k] = PyObject_CallFunctionObjArgs(ctx[S_DIM3], e, key, NULL)) == NULL)
+                    goto next;
+            }
+        }
+        kernel = PyObject_RichCompareBool(t, s_kernel, Py_EQ);
+        if (kernel < 0)
+            goto next;
+        if (kernel) {
+            PyObject *raw = get_field(e, &ev, sig_names, G_NAME);
+            if (raw == NULL)
+                goto next;
+            name = PyObject_CallOneArg(ctx[S_BASE_NAME], raw);
+            Py_DECREF(raw);
+            if (name == NULL)
+                goto next;
+        } else {
+            name = Py_NewRef(Py_None);
+        }
+        if ((sig = PyTuple_Pack(4, t, name, dims[0], dims[1])) == NULL ||
+            (kept = PyDict_SetDefault(ctx[S_SHARED], sig, sig)) == NULL ||
+            (i_o = get_field(e, &ev, sig_names, G_INDEX)) == NULL || PyDict_SetItem(ctx[S_SIGS], i_o, kept) < 0)
+            goto next;
+        ok = 1;
+    next:
+        Py_XDECREF(i_o);
+        Py_XDECREF(sig);
+        Py_XDECREF(name);
+        Py_XDECREF(dims[0]);
+        Py_XDECREF(dims[1]);
+        Py_XDECREF(a);
+        Py_XDECREF(t);
+        Py_XDECREF(cat);
+        if (!ok)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"loose_signatures", (PyCFunction)(void (*)(void))loose_signatures, METH_FASTCALL,
+     "loose_signatures(events, context): match.replay_signatures' loop (match._loose) over a replay's events"},
     {"path_and_slack", (PyCFunction)(void (*)(void))path_and_slack, METH_FASTCALL,
      "path_and_slack(starts, ends, indices, preds, rank, start): critical_path's chain, releases and slack"},
     {"collect_work", (PyCFunction)(void (*)(void))collect_work, METH_FASTCALL,
@@ -926,8 +1025,15 @@ PyInit__rows(void)
                          &s_frombytes};
     int k;
     static const char *timed[T_SIZE] = {"index", "ts_ns", "dur_ns"};
-    if (intern_names(events, E_SIZE, event_names) < 0 || intern_names(timed, T_SIZE, timed_names) < 0)
+    static const char *sig[G_SIZE] = {"index", "cat", "name", "args"};
+    static const char *more[3] = {"grid", "block", "kernel"};
+    PyObject **more_out[3] = {&s_grid, &s_block, &s_kernel};
+    if (intern_names(events, E_SIZE, event_names) < 0 || intern_names(timed, T_SIZE, timed_names) < 0 ||
+        intern_names(sig, G_SIZE, sig_names) < 0)
         return NULL;
+    for (k = 0; k < 3; k++)
+        if (*more_out[k] == NULL && (*more_out[k] = PyUnicode_InternFromString(more[k])) == NULL)
+            return NULL;
     for (k = 0; k < 9; k++)
         if (*out[k] == NULL && (*out[k] = PyUnicode_InternFromString(names[k])) == NULL)
             return NULL;

@@ -5,15 +5,24 @@ import dataclasses
 from collections import Counter
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
+from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..read.model import TraceEvent
 from .names import base_name, full_name
 from .replays import EVENT_NODE_TYPE, Replay, dim3_arg, node_type_of
 
-__all__ = ["best_graph", "compatible_signatures", "device_ok", "GraphFit", "Match", "replay_signatures", "signature",
-           "T"]
+__all__ = ["best_graph", "compatible_signatures", "device_ok", "GraphFit", "LOOSE", "Match", "replay_signatures",
+           "signature", "T"]
 
 T = TypeVar("T")
+
+try:  # replay_signatures' loop in C (join/_rows.c, built by hatch_build.py): the same signatures
+    from ._rows import loose_signatures as _compiled_loose
+except ImportError:
+    _compiled_loose = None
+#: :func:`replay_signatures`' per-event loop in C, or None where it is not built or
+#: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loop then)
+LOOSE = None if settings.switch(settings.PURE_PYTHON) else _compiled_loose
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,12 +75,20 @@ def replay_signatures(replay: Replay) -> Dict[int, Tuple]:
         if len(head) == _SAMPLE and len({id(e.args) for e in head}) <= _SAMPLE // 2:
             _memo_signatures(events, sigs, types)
             return sigs
-        for e in events:
-            sig = _loose(e, types)
-            sigs[e.index] = _shared(sig, sig)  # a replay's signatures are its graph's: one tuple each
+        if LOOSE is not None and type(events) is list:  # the same loop in C
+            LOOSE(events, (sigs, types, _SHARED, _type_of, base_name, dim3_arg))
+        else:
+            for e in events:
+                sig = _loose(e, types)
+                sigs[e.index] = _shared(sig, sig)  # a replay's signatures are its graph's: one tuple each
         if len(_SHARED) > _SHARED_MAX:
             _SHARED.clear()
     return sigs
+
+
+def _type_of(e: TraceEvent) -> str:
+    """The node type of an event's category (``_loose``'s rule, for the compiled loop)."""
+    return EVENT_NODE_TYPE.get(e.category, "other")
 
 
 def _loose(e: TraceEvent, types: Dict[str, str]) -> Tuple:
