@@ -72,8 +72,8 @@ PROGRESS = Setting(
     aliases=("PGA_PROGRESS",))
 PURE_PYTHON = Setting(
     "PERFETTO_GRAPH_ANN_PURE_PYTHON", "switch", False,
-    "capture (and write .pftrace, and scan traces) with the pure-Python paths even where the compiled ones are built "
-    "(read at import)")
+    "capture (and write .pftrace, scan and join traces) with the pure-Python paths even where the compiled ones are "
+    "built (read at import)")
 NO_EXTENSION = Setting(
     "PERFETTO_GRAPH_ANN_NO_EXTENSION", "switch", False,
     "at build / install time: do not compile the capture fast path, the writer's nor the reader's (`hatch_build.py`)")
