@@ -156,3 +156,32 @@ def test_compiled_signatures_are_the_python_loops(trace, tmp_path, monkeypatch):
     assert all(a[i] is b[i] for ra, rb in zip(got["c"], got["python"]) for a, b in [(ra, rb)] for i in a)
     if trace == "odd":
         assert any(s[2] is None or s[3] is None for r in got["c"] for s in r.values())
+
+
+@pytest.mark.parametrize("trace", ["odd", "two_branch", "seed_block_annotated", "decoder"])
+def test_compiled_grouping_is_the_python_pass(trace, tmp_path, monkeypatch):
+    """``replays.GROUP_WORK`` (``gpu_work_and_replays``' pass in C) against the Python pass: the
+    same GPU work count and the same replays (launch, events in order), with driver launches, a
+    launch name on another category, old category spellings, graph ids on work without a launch,
+    correlations that are not ints."""
+    from perfetto_graph_ann.join import replays as replays_mod
+
+    if replays_mod.GROUP_WORK is None:
+        pytest.skip("the join's compiled loops (_rows) are not built or turned off")
+    if trace == "odd":
+        src = _odd_trace(tmp_path)[0]
+    elif trace == "decoder":
+        src = _decoder(tmp_path, replays=2, layers=2)[0]
+    else:
+        src = fixture_trace(trace)
+    events = kineto.read_trace(str(src))
+    launch = next(e for e in events.events if e.ph == "X" and e.name in replays_mod.GRAPH_LAUNCH_NAMES
+                  and e.correlation is not None)
+    events.events.append(launch.replace(index=len(events.events), ts_ns=launch.ts_ns + 5))  # the first one counts
+    got = {}
+    for name, fn in (("c", replays_mod.GROUP_WORK), ("python", None)):
+        monkeypatch.setattr(replays_mod, "GROUP_WORK", fn)
+        total, found = replays_mod.gpu_work_and_replays(events)
+        got[name] = (total, [(r.correlation, None if r.launch is None else r.launch.index, [e.index for e in r.events])
+                             for r in found])
+    assert got["c"] == got["python"] and got["c"][0] and got["c"][1]

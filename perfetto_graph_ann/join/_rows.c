@@ -994,7 +994,115 @@ loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     Py_RETURN_NONE;
 }
 
+enum { K_PH, K_NAME, K_CAT, K_ARGS, K_SIZE };
+static PyObject *work_names[K_SIZE], *s_correlation, *s_graph_node_id;
+
+/* group_work(events, (launch_names, is_work, gpu_work_of, launches, work, graph_ids)) -> total:
+ * replays.gpu_work_and_replays' pass over a trace's events: graph launches by correlation (the
+ * first of each), GPU work grouped by correlation in file order, the correlations with graph ids;
+ * the number of GPU work events. A category met first goes to gpu_work_of(e) (kept in is_work). */
+static PyObject *
+group_work(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject **ctx;
+    Fields ev;
+    Py_ssize_t n, j;
+    long long total = 0;
+    (void)self;
+    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) || PyTuple_GET_SIZE(argv[1]) != 6) {
+        PyErr_SetString(PyExc_TypeError, "group_work(events: list, context: tuple)");
+        return NULL;
+    }
+    ctx = &PyTuple_GET_ITEM(argv[1], 0);
+    if (!PyDict_CheckExact(ctx[1]) || !PyDict_CheckExact(ctx[3]) || !PyDict_CheckExact(ctx[4]) || !PySet_Check(ctx[5])) {
+        PyErr_SetString(PyExc_TypeError, "group_work: a context of the wrong shape");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(argv[0]);
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(argv[0], 0)), work_names, K_SIZE, &ev) < 0)
+        return NULL;
+    for (j = 0; j < n; j++) {
+        PyObject *e = PyList_GET_ITEM(argv[0], j), *ph = NULL, *name = NULL, *cat = NULL, *w = NULL, *a = NULL,
+                 *c = NULL;
+        int ok = 0, truth;
+        if ((ph = get_field(e, &ev, work_names, K_PH)) == NULL)
+            goto next;
+        if (!is_char(ph, 'X')) { /* both a launch and GPU work are complete events */
+            ok = 1;
+            goto next;
+        }
+        if ((name = get_field(e, &ev, work_names, K_NAME)) == NULL || (truth = PySequence_Contains(ctx[0], name)) < 0)
+            goto next;
+        if (truth) { /* a graph launch: the first of its correlation */
+            PyObject *lc = PyObject_GetAttr(e, s_correlation);
+            if (lc == NULL)
+                goto next;
+            if (lc != Py_None && PyDict_SetDefault(ctx[3], lc, e) == NULL) {
+                Py_DECREF(lc);
+                goto next;
+            }
+            Py_DECREF(lc);
+        }
+        if ((cat = get_field(e, &ev, work_names, K_CAT)) == NULL)
+            goto next;
+        w = Py_XNewRef(PyDict_GetItemWithError(ctx[1], cat));
+        if (w == NULL) {
+            if (PyErr_Occurred() || (w = PyObject_CallOneArg(ctx[2], e)) == NULL || PyDict_SetItem(ctx[1], cat, w) < 0)
+                goto next;
+        }
+        if ((truth = PyObject_IsTrue(w)) <= 0) {
+            ok = truth == 0;
+            goto next;
+        }
+        total++;
+        if ((a = get_field(e, &ev, work_names, K_ARGS)) == NULL || (c = arg_of(a, s_correlation)) == NULL)
+            goto next;
+        if (!PyLong_CheckExact(c)) {
+            Py_SETREF(c, PyObject_GetAttr(e, s_correlation));
+            if (c == NULL)
+                goto next;
+            if (c == Py_None) {
+                ok = 1;
+                goto next;
+            }
+        }
+        {
+            PyObject *lst = PyDict_GetItemWithError(ctx[4], c);
+            int has;
+            if (lst == NULL) {
+                if (PyErr_Occurred() || (lst = PyList_New(0)) == NULL)
+                    goto next;
+                if (PyDict_SetItem(ctx[4], c, lst) < 0) {
+                    Py_DECREF(lst);
+                    goto next;
+                }
+                Py_DECREF(lst);
+            }
+            if (PyList_Append(lst, e) < 0)
+                goto next;
+            has = PySequence_Contains(a, s_graph_node_id);
+            if (has == 0)
+                has = PySequence_Contains(a, s_graph_id);
+            if (has < 0 || (has && PySet_Add(ctx[5], c) < 0))
+                goto next;
+        }
+        ok = 1;
+    next:
+        Py_XDECREF(c);
+        Py_XDECREF(a);
+        Py_XDECREF(w);
+        Py_XDECREF(cat);
+        Py_XDECREF(name);
+        Py_XDECREF(ph);
+        if (!ok)
+            return NULL;
+    }
+    return PyLong_FromLongLong(total);
+}
+
 static PyMethodDef methods[] = {
+    {"group_work", (PyCFunction)(void (*)(void))group_work, METH_FASTCALL,
+     "group_work(events, context) -> total: replays.gpu_work_and_replays' pass over a trace's events"},
     {"loose_signatures", (PyCFunction)(void (*)(void))loose_signatures, METH_FASTCALL,
      "loose_signatures(events, context): match.replay_signatures' loop (match._loose) over a replay's events"},
     {"path_and_slack", (PyCFunction)(void (*)(void))path_and_slack, METH_FASTCALL,
@@ -1026,10 +1134,14 @@ PyInit__rows(void)
     int k;
     static const char *timed[T_SIZE] = {"index", "ts_ns", "dur_ns"};
     static const char *sig[G_SIZE] = {"index", "cat", "name", "args"};
+    static const char *work[K_SIZE] = {"ph", "name", "cat", "args"};
     static const char *more[3] = {"grid", "block", "kernel"};
     PyObject **more_out[3] = {&s_grid, &s_block, &s_kernel};
     if (intern_names(events, E_SIZE, event_names) < 0 || intern_names(timed, T_SIZE, timed_names) < 0 ||
-        intern_names(sig, G_SIZE, sig_names) < 0)
+        intern_names(sig, G_SIZE, sig_names) < 0 || intern_names(work, K_SIZE, work_names) < 0)
+        return NULL;
+    if ((s_correlation == NULL && (s_correlation = PyUnicode_InternFromString("correlation")) == NULL) ||
+        (s_graph_node_id == NULL && (s_graph_node_id = PyUnicode_InternFromString("graph node id")) == NULL))
         return NULL;
     for (k = 0; k < 3; k++)
         if (*more_out[k] == NULL && (*more_out[k] = PyUnicode_InternFromString(more[k])) == NULL)

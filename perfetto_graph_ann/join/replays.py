@@ -10,9 +10,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
+from .. import settings
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "int_arg", "node_type_of", "Replay"]
+__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "GROUP_WORK", "int_arg",
+           "node_type_of", "Replay"]
+
+try:  # gpu_work_and_replays' pass over the events in C (join/_rows.c, built by hatch_build.py)
+    from ._rows import group_work as _compiled_group_work
+except ImportError:
+    _compiled_group_work = None
+#: :func:`gpu_work_and_replays`' pass over a trace's events in C, or None where it is not built or
+#: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loop then)
+GROUP_WORK = None if settings.switch(settings.PURE_PYTHON) else _compiled_group_work
 
 #: Kineto category -> capture node type
 EVENT_NODE_TYPE = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -88,6 +98,11 @@ class Replay:
         return out
 
 
+def _is_gpu_work(e: TraceEvent) -> bool:
+    """``TraceEvent.is_gpu_work`` (its category's test), for the compiled pass."""
+    return e.is_gpu_work
+
+
 def find_replays(trace: KinetoTrace) -> List[Replay]:
     """Every replay in the trace, in launch order (launch ts, then correlation)."""
     return gpu_work_and_replays(trace)[1]
@@ -102,7 +117,11 @@ def gpu_work_and_replays(trace: KinetoTrace) -> Tuple[int, List[Replay]]:
     launch_names = GRAPH_LAUNCH_NAMES
     is_work: Dict[str, bool] = {}  # cat as written -> TraceEvent.is_gpu_work's category test
     total = 0
-    for e in trace.events:
+    events = trace.events
+    if GROUP_WORK is not None and type(events) is list:  # the same pass in C
+        total = GROUP_WORK(events, (launch_names, is_work, _is_gpu_work, launches, work, graph_ids))
+        events = ()
+    for e in events:
         if e.ph != "X":  # both a launch and GPU work are complete events
             continue
         if e.name in launch_names:
