@@ -139,12 +139,7 @@ def test_compiled_signatures_are_the_python_loops(trace, tmp_path, monkeypatch):
 
     if match.LOOSE is None:
         pytest.skip("the join's compiled loops (_rows) are not built or turned off")
-    if trace == "odd":
-        src = _odd_trace(tmp_path)[0]
-    elif trace == "decoder":
-        src = _decoder(tmp_path, replays=2, layers=2)[0]
-    else:
-        src = fixture_trace(trace)
+    src = _source(trace, tmp_path)
     got = {}
     real = match.LOOSE
     for name, loop in (("c", real), ("python", None)):
@@ -168,12 +163,7 @@ def test_compiled_grouping_is_the_python_pass(trace, tmp_path, monkeypatch):
 
     if replays_mod.GROUP_WORK is None:
         pytest.skip("the join's compiled loops (_rows) are not built or turned off")
-    if trace == "odd":
-        src = _odd_trace(tmp_path)[0]
-    elif trace == "decoder":
-        src = _decoder(tmp_path, replays=2, layers=2)[0]
-    else:
-        src = fixture_trace(trace)
+    src = _source(trace, tmp_path)
     events = kineto.read_trace(str(src))
     launch = next(e for e in events.events if e.ph == "X" and e.name in replays_mod.GRAPH_LAUNCH_NAMES
                   and e.correlation is not None)
@@ -185,3 +175,12 @@ def test_compiled_grouping_is_the_python_pass(trace, tmp_path, monkeypatch):
         got[name] = (total, [(r.correlation, None if r.launch is None else r.launch.index, [e.index for e in r.events])
                              for r in found])
     assert got["c"] == got["python"] and got["c"][0] and got["c"][1]
+
+
+def _source(trace, tmp_path):
+    """The trace file of a test case: the odd events, the decoder, or a fixture by name."""
+    if trace == "odd":
+        return _odd_trace(tmp_path)[0]
+    if trace == "decoder":
+        return _decoder(tmp_path, replays=2, layers=2)[0]
+    return fixture_trace(trace)
