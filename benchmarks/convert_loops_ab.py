@@ -9,7 +9,7 @@ record, as ``convert_join_scale.py`` writes it), one process converts it (two pa
 * ``on``: every compiled loop there is, the ones below included;
 * ``off``: the loops compiled in session 25 turned off, the Python loops running instead:
   the writer's plan loop (``plan.PLACE_LOOP``), a run's times, extras and class
-  (``events.FINISH_LIGHT``), the search for the events decoded whole (``scan.WHOLE_EVENTS``) and
+  (``events.FINISH_RUN``), the search for the events decoded whole (``scan.WHOLE_EVENTS``) and
   the second pass's batch text (``scan.GATHER``), and the join's loops over a replay's events
   (``join.ROW_LOOPS``).
 
@@ -46,7 +46,7 @@ from perfetto_graph_ann.write.perfetto import plan, writer  # noqa: E402
 join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the package exports the function by that name
 
 #: (module, name) of each loop session 25 compiled
-_SWITCHES = ((plan, "PLACE_LOOP"), (events, "FINISH_LIGHT"), (scan, "WHOLE_EVENTS"), (scan, "GATHER"),
+_SWITCHES = ((plan, "PLACE_LOOP"), (events, "FINISH_RUN"), (scan, "WHOLE_EVENTS"), (scan, "GATHER"),
              (join_mod, "ROW_LOOPS"))
 
 

@@ -10,7 +10,7 @@ path as ``pga.export`` does there). Arms, alternating each round:
 
 * ``on``: every compiled loop, and the join's placements held in columns (``write_joined``);
 * ``off``: the loops compiled in session 25 off (``plan.PLACE_LOOP``, ``plan.ASSIGN``,
-  ``events.FINISH_LIGHT``, ``join.ROW_LOOPS``, ``projection.LOOPS``,
+  ``events.FINISH_RUN``, ``join.ROW_LOOPS``, ``projection.LOOPS``,
   ``critical_path.PATH_AND_SLACK``, ``match.LOOSE``) and the placements a dict, as before.
 
 Wall seconds of ``parse_trace_bytes`` + ``write_joined``; ``json.loads`` of the same bytes in
@@ -42,7 +42,7 @@ from perfetto_graph_ann.read.kineto import parse_trace_bytes  # noqa: E402
 from perfetto_graph_ann.write.perfetto import plan  # noqa: E402
 
 join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the package exports the function by that name
-_SWITCHES = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_LIGHT"), (join_mod, "ROW_LOOPS"),
+_SWITCHES = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), (join_mod, "ROW_LOOPS"),
              (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
 
 

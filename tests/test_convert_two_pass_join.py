@@ -522,7 +522,7 @@ def test_the_compiled_first_pass_loop_keeps_the_python_loops_events(join, trace,
     else:
         src = _plain(tmp_path, trace)
     calls = []
-    real, spans, whole, finish = scan.KEEP_LOOP, scan.EVENT_SPANS, scan.WHOLE_EVENTS, events_mod.FINISH_LIGHT
+    real, spans, whole, finish = scan.KEEP_LOOP, scan.EVENT_SPANS, scan.WHOLE_EVENTS, events_mod.FINISH_RUN
     assert whole is not None and finish is not None
     kept = {}
     offsets = {}
@@ -531,7 +531,7 @@ def test_the_compiled_first_pass_loop_keeps_the_python_loops_events(join, trace,
         monkeypatch.setattr(scan, "KEEP_LOOP", loop)
         monkeypatch.setattr(scan, "EVENT_SPANS", span)
         monkeypatch.setattr(scan, "WHOLE_EVENTS", whole if loop else None)
-        monkeypatch.setattr(events_mod, "FINISH_LIGHT", finish if loop else None)
+        monkeypatch.setattr(events_mod, "FINISH_RUN", finish if loop else None)
         scanned = scan_trace(str(src), join=join)
         assert scanned is not None
         scanned.source.close()
@@ -574,7 +574,7 @@ def test_the_second_pass_reads_the_same_events_with_the_compiled_gather(trace, t
     assert got["c"] == got["python"] and len(got["c"][0]) == n
 
 
-@pytest.mark.skipif(events_mod.FINISH_LIGHT is None, reason="the reader's compiled loop (_scan) is not built or turned off")
+@pytest.mark.skipif(events_mod.FINISH_RUN is None, reason="the reader's compiled loop (_scan) is not built or turned off")
 @pytest.mark.parametrize("extras", [False, True], ids=["light", "whole"])
 @pytest.mark.parametrize("times,done", [
     (['"ts": 0.000, "dur": 1.500', '"ts": 123456789012345.678, "dur": 0.001', '"ph": "i", "ts": 7.250'], True),
@@ -586,7 +586,7 @@ def test_the_second_pass_reads_the_same_events_with_the_compiled_gather(trace, t
     (['"ts": -1.000, "dur": 1.000'], False), (['"ts": 1.000, "dur": 1.000', '"ph": "X", "ts": 2.000'], False),
     ([], True)])
 def test_compiled_finish(times, done, extras):
-    """``_scan.finish_light``: a run of Kineto-format times gets the Python path's indices, times,
+    """``_scan.finish_run``: a run of Kineto-format times gets the Python path's indices, times,
     ``extra`` (None for a light run, else the dict of its ``bp`` and ``s``) and class, type for
     type; any other run is left untouched (None), and the Python path then reads it (or refuses
     it) as before."""
@@ -597,7 +597,7 @@ def test_compiled_finish(times, done, extras):
     decoder = events_mod._typed_decoder if extras else scan._light_decoder
     got = decoder.decode(text)
     before = [msgspec.structs.astuple(e) for e in got]
-    answer = events_mod.FINISH_LIGHT(got, 40, events_mod.TraceEvent, extras)
+    answer = events_mod.FINISH_RUN(got, 40, events_mod.TraceEvent, extras)
     assert (answer is True) == done and (answer is None) != done
     if not done:
         assert [msgspec.structs.astuple(e) for e in got] == before and all(type(e) is not events_mod.TraceEvent
@@ -610,7 +610,7 @@ def test_compiled_finish(times, done, extras):
     assert [(type(e), msgspec.structs.astuple(e)) for e in got] == [(type(e), msgspec.structs.astuple(e)) for e in want]
     assert all(type(v) is int for e in got for v in (e.index, e.ts_ns))
     if got:  # a run of two types: left to Python
-        assert events_mod.FINISH_LIGHT([*decoder.decode(text), got[0]], 0, events_mod.TraceEvent, extras) is None
+        assert events_mod.FINISH_RUN([*decoder.decode(text), got[0]], 0, events_mod.TraceEvent, extras) is None
     if extras and len(got) == 4:  # the run with "s" and "bp"
         assert [e.extra for e in got] == [None, {"bp": "e"}, {"s": "p"}, {"bp": "x", "s": "g"}]
 

@@ -20,7 +20,7 @@
 enum { E_INDEX, E_ARGS, E_SIZE };
 static PyObject *event_names[E_SIZE];
 static PyObject *s_shared_by, *s_node, *s_key, *s_strategy, *s_ambiguous, *s_stream, *s_device, *s_graph_id,
-    *s_frombytes, *int_zero, *int_one;
+    *int_zero, *int_one;
 
 #define NO_VALUE INT32_MIN
 
@@ -53,25 +53,8 @@ col_push(Column *c, const void *item)
 static int
 col_flush(Column *c, PyObject *arr)
 {
-    PyObject *view, *r;
-    if (c->n == 0)
-        return 0;
-    if (PyByteArray_CheckExact(arr)) {
-        Py_ssize_t size = PyByteArray_GET_SIZE(arr);
-        if (PyByteArray_Resize(arr, size + c->n * c->item) < 0)
-            return -1;
-        memcpy(PyByteArray_AS_STRING(arr) + size, c->v, c->n * c->item);
-        c->n = 0;
-        return 0;
-    }
-    view = PyMemoryView_FromMemory(c->v, c->n * c->item, PyBUF_READ);
-    if (view == NULL)
+    if (append_raw(arr, c->v, c->n * c->item) < 0)
         return -1;
-    r = PyObject_CallMethodOneArg(arr, s_frombytes, view);
-    Py_DECREF(view);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
     c->n = 0;
     return 0;
 }
@@ -92,16 +75,8 @@ int_arg_or_property(PyObject *e, PyObject *a, PyObject *key)
 static int
 int32_of(PyObject *o, int32_t *v)
 {
-    int overflow;
     long long x;
-    if (!PyLong_Check(o))
-        return 0;
-    x = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow || (x == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    if (x <= NO_VALUE || x >= ((long long)1 << 31))
+    if (!int64_of(o, &x) || x <= NO_VALUE || x >= ((long long)1 << 31))
         return 0;
     *v = (int32_t)x;
     return 1;
@@ -1127,10 +1102,9 @@ PyMODINIT_FUNC
 PyInit__rows(void)
 {
     static const char *events[E_SIZE] = {"index", "args"};
-    static const char *names[9] = {"shared_by", "node", "key", "strategy", "ambiguous", "stream", "device",
-                                   "graph id", "frombytes"};
-    PyObject **out[9] = {&s_shared_by, &s_node, &s_key, &s_strategy, &s_ambiguous, &s_stream, &s_device, &s_graph_id,
-                         &s_frombytes};
+    static const char *names[8] = {"shared_by", "node", "key", "strategy", "ambiguous", "stream", "device",
+                                   "graph id"};
+    PyObject **out[8] = {&s_shared_by, &s_node, &s_key, &s_strategy, &s_ambiguous, &s_stream, &s_device, &s_graph_id};
     int k;
     static const char *timed[T_SIZE] = {"index", "ts_ns", "dur_ns"};
     static const char *sig[G_SIZE] = {"index", "cat", "name", "args"};
@@ -1146,7 +1120,7 @@ PyInit__rows(void)
     for (k = 0; k < 3; k++)
         if (*more_out[k] == NULL && (*more_out[k] = PyUnicode_InternFromString(more[k])) == NULL)
             return NULL;
-    for (k = 0; k < 9; k++)
+    for (k = 0; k < 8; k++)
         if (*out[k] == NULL && (*out[k] = PyUnicode_InternFromString(names[k])) == NULL)
             return NULL;
     if ((int_zero == NULL && (int_zero = PyLong_FromLong(0)) == NULL) ||

@@ -17,7 +17,7 @@ enum { E_TS, E_CAT, E_PID, E_TID, E_PH, E_EXTRA, E_NAME, E_ARGS, E_SIZE };
 enum { A_DEVICE, A_STREAM, A_CORRELATION, A_GRID, A_BLOCK, A_GRAPH_ID, A_GRAPH_NODE_ID, A_SIZE };
 static PyObject *event_names[E_SIZE], *args_names[A_SIZE];
 static PyObject *s_empty;
-/* The fields finish_light writes, by index. */
+/* The fields finish_run writes, by index. */
 enum { F_INDEX, F_TS, F_DUR, F_EXTRA, F_PH, F_ARGS, F_SIZE };
 static PyObject *finish_names[F_SIZE], *s_class;
 
@@ -416,14 +416,14 @@ extra_of(PyObject *sv, PyObject *bp, int *failed)
     return d;
 }
 
-/* finish_light(events, start, cls, extras): events.py's _bulk_ns and _finish_light (extras false)
+/* finish_run(events, start, cls, extras): events.py's _bulk_ns and _finish_light (extras false)
  * or _finish (extras true) on a run decoded by the typed path, where every time is written as
  * Kineto writes it and every complete event has both: each event's index (from start), its times
  * as int ns, its extra (None, or with extras the dict of its "bp" and "s") and its class made cls;
  * True. None, with nothing changed, for any other run (the Python path then gives the times or the
  * error). */
 static PyObject *
-finish_light(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+finish_run(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
     PyObject *events, *cls, *src = NULL;
     Py_ssize_t n, k, start;
@@ -434,7 +434,7 @@ finish_light(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     (void)self;
     int extras;
     if (argc != 4 || !PyList_CheckExact(argv[0]) || !PyLong_CheckExact(argv[1]) || !PyType_Check(argv[2])) {
-        PyErr_SetString(PyExc_TypeError, "finish_light(events: list, start: int, cls: type, extras: bool)");
+        PyErr_SetString(PyExc_TypeError, "finish_run(events: list, start: int, cls: type, extras: bool)");
         return NULL;
     }
     events = argv[0];
@@ -696,8 +696,8 @@ static PyMethodDef methods[] = {
      "span_of(offsets, indices) -> (lo, hi): where the events start and end in the file"},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
      "gather(block, lo, offsets, indices) -> bytes: the events' texts in block as one JSON array"},
-    {"finish_light", (PyCFunction)(void (*)(void))finish_light, METH_FASTCALL,
-     "finish_light(events, start, cls, extras): a run's Kineto times, indices, extras and class set (True), or None"},
+    {"finish_run", (PyCFunction)(void (*)(void))finish_run, METH_FASTCALL,
+     "finish_run(events, start, cls, extras): a run's Kineto times, indices, extras and class set (True), or None"},
     {"whole_events", (PyCFunction)(void (*)(void))whole_events, METH_FASTCALL,
      "whole_events(run, light_type): the positions of the metadata and counter events with light args"},
     {"event_spans", (PyCFunction)(void (*)(void))event_spans, METH_FASTCALL,

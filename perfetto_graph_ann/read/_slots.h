@@ -129,4 +129,43 @@ arg_of(PyObject *a, PyObject *key)
     return PyObject_CallMethod(a, "get", "O", key);
 }
 
+/* 1 when o is an int within a C long long (its value in *v), else 0 with no exception set. */
+static inline int
+int64_of(PyObject *o, long long *v)
+{
+    int overflow;
+    if (!PyLong_Check(o))
+        return 0;
+    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* The n bytes at buf appended to arr: a bytearray grown in place, else arr.frombytes (an array).
+ * 0, or -1 with an exception. */
+static inline int
+append_raw(PyObject *arr, const void *buf, Py_ssize_t n)
+{
+    PyObject *view, *r;
+    if (n == 0)
+        return 0;
+    if (PyByteArray_CheckExact(arr)) {
+        Py_ssize_t size = PyByteArray_GET_SIZE(arr);
+        if (PyByteArray_Resize(arr, size + n) < 0)
+            return -1;
+        memcpy(PyByteArray_AS_STRING(arr) + size, buf, (size_t)n);
+        return 0;
+    }
+    view = PyMemoryView_FromMemory((char *)buf, n, PyBUF_READ);
+    if (view == NULL)
+        return -1;
+    r = PyObject_CallMethod(arr, "frombytes", "O", view);
+    Py_DECREF(view);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 #endif

@@ -29,14 +29,14 @@ from ..errors import TraceFormatError
 from .model import TraceEvent
 
 try:  # a run's times, indices, extras and class in C (_scan.c, built by hatch_build.py): the same events
-    from ._scan import finish_light as _compiled_finish_light
+    from ._scan import finish_run as _compiled_finish_run
 except ImportError:
-    _compiled_finish_light = None
+    _compiled_finish_run = None
 #: :func:`_bulk_ns` and :func:`_finish` (:func:`_finish_light`) of a run in one C call (None where it
 #: leaves the run to them), or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import
-FINISH_LIGHT = None if settings.switch(settings.PURE_PYTHON) else _compiled_finish_light
+FINISH_RUN = None if settings.switch(settings.PURE_PYTHON) else _compiled_finish_run
 
-__all__ = ["decode_events", "FINISH_LIGHT", "us_to_ns"]
+__all__ = ["decode_events", "FINISH_RUN", "us_to_ns"]
 
 #: Times and ts + dur must fit the trace processor's int64 nanoseconds.
 _MAX_NS = 1 << 63
@@ -164,7 +164,7 @@ def _from_typed(raw: bytes, path: Optional[str], bulk: bool = True, start: int =
         return None
     except msgspec.DecodeError as e:
         raise TraceFormatError(path, f"not valid JSON in traceEvents ({_msg(e)})") from None
-    if bulk and FINISH_LIGHT is not None and FINISH_LIGHT(events, start, TraceEvent, extras):
+    if bulk and FINISH_RUN is not None and FINISH_RUN(events, start, TraceEvent, extras):
         return events  # every time Kineto's: _bulk_ns and _finish's (_finish_light's) work done in C
     # No list of the times outlives this: each Raw is then freed while _finish replaces it,
     # which is faster than freeing them all at the end.

@@ -16,7 +16,7 @@
 /* The event fields the loop reads, by index. */
 enum { E_INDEX, E_PH, E_ID, E_TS, E_DUR, E_PID, E_TID, E_CAT, E_ARGS, E_SIZE };
 static PyObject *event_names[E_SIZE];
-static PyObject *s_device, *s_stream, *s_lane, *s_args, *s_get, *s_frombytes;
+static PyObject *s_device, *s_stream, *s_lane, *s_args;
 
 /* plan.py's kinds. */
 enum { SLICE = 1, SLICE_REWRITTEN = 2, INSTANT = 3 };
@@ -209,21 +209,6 @@ placement(Place *P, Py_ssize_t i, PyObject *i_o, PyObject **lane, int *placed)
     return 0;
 }
 
-/* 1 when o is an int (not a bool) that fits a C long long, with its value in *v. */
-static inline int
-small_int(PyObject *o, long long *v)
-{
-    int overflow;
-    if (!PyLong_CheckExact(o))
-        return 0;
-    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow || (*v == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
 /* The GPU side of one event on a GPU pid: its home number in *home (-1: none, the CPU rule then),
  * and *kind updated where its args are rewritten. 0, or -1 with an exception. */
 static int
@@ -310,7 +295,7 @@ place_gpu(Place *P, PyObject *e, Py_ssize_t i, PyObject *i_o, int *kind, Py_ssiz
         goto done;
     if (rewrite) {
         long long v;
-        if (P->lanes.obj != NULL && small_int(lane, &v) && v > NO_LANE && v < ((long long)1 << 31) &&
+        if (P->lanes.obj != NULL && PyLong_CheckExact(lane) && int64_of(lane, &v) && v > NO_LANE && v < ((long long)1 << 31) &&
             i < P->lanes.len / 4) {
             ((int32_t *)P->lanes.buf)[i] = (int32_t)v;
         } else if (PyObject_SetItem(ctx[P_REWRITE], i_o, lane) < 0) {
@@ -485,20 +470,9 @@ place_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     for (j = 0; j < n; j++)
         if (place_one(&P, PyList_GET_ITEM(events, j), &last_key, &last_home) < 0)
             goto done;
-    for (k = 0; k < P.n_homes; k++) { /* each home's spans, in event order */
-        PyObject *view, *r;
-        if (P.spans[k].n == 0)
-            continue;
-        view = PyMemoryView_FromMemory((char *)P.spans[k].v, P.spans[k].n * (Py_ssize_t)sizeof(long long),
-                                       PyBUF_READ);
-        if (view == NULL)
+    for (k = 0; k < P.n_homes; k++) /* each home's spans, in event order */
+        if (append_raw(PyList_GET_ITEM(P.homes, k), P.spans[k].v, P.spans[k].n * (Py_ssize_t)sizeof(long long)) < 0)
             goto done;
-        r = PyObject_CallMethodOneArg(PyList_GET_ITEM(P.homes, k), s_frombytes, view);
-        Py_DECREF(view);
-        if (r == NULL)
-            goto done;
-        Py_DECREF(r);
-    }
     out = Py_BuildValue("(LLL)", P.slices, P.instants, P.untimed);
 done:
     Py_XDECREF(last_key);
@@ -546,23 +520,22 @@ close_until(Track *t, long long ts)
     return 0;
 }
 
-/* The column ``k`` (0: ts, 1: code) of a track's records as an array('q') filled in place. */
+/* The column ``k`` (0: ts, 1: code) of a track's records appended to the array('q') arr. */
 static int
 fill_column(PyObject *arr, const Track *t, int k)
 {
-    PyObject *bytes, *r;
     Py_ssize_t j, n = t->recs.n / 2;
-    long long *w;
-    bytes = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(long long));
-    if (bytes == NULL)
+    long long *w = PyMem_Malloc((n ? n : 1) * sizeof(long long));
+    int rc;
+    if (w == NULL) {
+        PyErr_NoMemory();
         return -1;
-    w = (long long *)PyBytes_AS_STRING(bytes);
+    }
     for (j = 0; j < n; j++)
         w[j] = t->recs.v[2 * j + k];
-    r = PyObject_CallMethodOneArg(arr, s_frombytes, bytes);
-    Py_DECREF(bytes);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
+    rc = append_raw(arr, w, n * (Py_ssize_t)sizeof(long long));
+    PyMem_Free(w);
+    return rc;
 }
 
 /* assign_sorted(spans, track_uuid, records_type) -> list: overlap.assign for spans given as sorted
@@ -676,12 +649,12 @@ PyMODINIT_FUNC
 PyInit__plan(void)
 {
     static const char *events[E_SIZE] = {"index", "ph", "id", "ts_ns", "dur_ns", "pid", "tid", "cat", "args"};
-    static const char *names[6] = {"device", "stream", "lane", "args", "get", "frombytes"};
-    PyObject **out[6] = {&s_device, &s_stream, &s_lane, &s_args, &s_get, &s_frombytes};
+    static const char *names[4] = {"device", "stream", "lane", "args"};
+    PyObject **out[4] = {&s_device, &s_stream, &s_lane, &s_args};
     int k;
     if (intern_names(events, E_SIZE, event_names) < 0)
         return NULL;
-    for (k = 0; k < 6; k++)
+    for (k = 0; k < 4; k++)
         if (*out[k] == NULL && (*out[k] = PyUnicode_InternFromString(names[k])) == NULL)
             return NULL;
     return PyModule_Create(&moduledef);
