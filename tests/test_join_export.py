@@ -135,3 +135,37 @@ def test_export_keeps_the_raw_chrome_json_too(tmp_path):
     assert not (tmp_path / "y.pftrace").exists() and not (tmp_path / "y.txt").exists()
     with pytest.raises(ValueError, match="already saved"):
         export(str(fixture_trace("two_branch")), tmp_path / "z.pftrace", annotations=ann, keep_json=tmp_path / "z.json")
+
+
+@pytest.mark.parametrize("was_enabled", [True, False])
+@pytest.mark.parametrize("fails", [False, True])
+def test_export_pauses_the_collector_and_restores_it(tmp_path, monkeypatch, was_enabled, fails):
+    """The read, the join and the writer run with the cyclic collector paused (it would walk the
+    caller's heap for their allocations), and the caller's setting is back afterwards, after an
+    error too."""
+    import gc
+
+    from perfetto_graph_ann.capture import export as export_mod
+
+    seen = []
+    real = export_mod.write_joined
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        if fails:
+            raise OutputError(str(tmp_path / "x.pftrace"), "refused (test)")
+        return real(*a, **k)
+
+    monkeypatch.setattr(export_mod, "write_joined", spy)
+    name = "seed_block_annotated"
+    (gc.enable if was_enabled else gc.disable)()
+    try:
+        if fails:
+            with pytest.raises(OutputError, match="refused"):
+                export(FakeProfiler(name), tmp_path / "x.pftrace", annotations=read_capture_record(fixture_capture(name)))
+        else:
+            export(FakeProfiler(name), tmp_path / "x.pftrace", annotations=read_capture_record(fixture_capture(name)))
+        assert gc.isenabled() is was_enabled
+    finally:
+        gc.enable()
+    assert seen == [False]

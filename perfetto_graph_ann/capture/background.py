@@ -180,15 +180,18 @@ def _run(job: Dict[str, Any]) -> tuple:
     from ..errors import TraceFormatError
     from ..pipeline.convert import write_joined
     from ..read.kineto import read_trace
+    from ..write.pftrace import paused_gc
 
     try:
         ann = dataclasses.replace(load_annotations(job["annotations"]), source=job["source"])
-        try:
-            trace = read_trace(job["src"])
-        except TraceFormatError as e:
-            raise TraceFormatError(job["label"], e.problem) from None
-        trace.path = job["label"]  # what errors (the join's refusals) call it
-        layout = write_joined(trace, job["out"], ann, job["graph_lanes"], job["default_stream"], job["force"])
+        with paused_gc():  # see pipeline.convert
+            try:
+                trace = read_trace(job["src"])
+            except TraceFormatError as e:
+                raise TraceFormatError(job["label"], e.problem) from None
+            trace.path = job["label"]  # what errors (the join's refusals) call it
+            layout = write_joined(trace, job["out"], ann, job["graph_lanes"], job["default_stream"], job["force"])
+            del trace
         return True, layout.report
     except GraphAnnError as e:
         return False, e

@@ -24,6 +24,7 @@ from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
 from ..pipeline.convert import write_joined
 from ..util.atomic import atomic_write_bytes
+from ..write.pftrace import paused_gc
 
 if TYPE_CHECKING:
     from .background import ExportHandle
@@ -137,20 +138,28 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
     if background:
         return _export_background(prof, out, ann, graph_lanes, default_stream, force, keep_json)
     if isinstance(prof, (str, bytes, os.PathLike)):
-        from ..read.kineto import read_trace
         from ..util.atomic import refuse_input_as_output
 
         if keep_json is not None:
             raise ValueError("keep_json applies to a live profiler: the trace given is already saved")
         refuse_input_as_output(out, [os.fsdecode(prof)])
-        trace = read_trace(os.fsdecode(prof))
+        data: Union[bytes, str] = os.fsdecode(prof)
     else:
         data = chrome_trace_bytes(prof)
         if keep_json is not None:
             keep_chrome_json(data, keep_json, out)
-        trace = parse_trace_bytes(data, "torch.profiler trace")
+    with paused_gc():  # the caller's heap is not walked for each of the join's and the writer's allocations
+        if isinstance(data, str):
+            from ..read.kineto import read_trace
+
+            trace = read_trace(data)
+        else:
+            trace = parse_trace_bytes(data, "torch.profiler trace")
         del data
-    return write_joined(trace, out, ann, graph_lanes, default_stream, force)
+        try:
+            return write_joined(trace, out, ann, graph_lanes, default_stream, force)
+        finally:
+            del trace  # freed while the collector is paused
 
 
 def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, default_stream: int, force: bool,
