@@ -658,3 +658,85 @@ def test_driver_edge_record_decoding():
     assert decode(None, (3, frm, to, data)) == [(0x10, 0x20, 0, 0), (0x11, 0x21, 1, 2), (0x12, (1 << 64) - 8, 0, 0)]
     assert decode(None, (3, frm, to, None)) == [(0x10, 0x20, 0, 0), (0x11, 0x21, 0, 0), (0x12, (1 << 64) - 8, 0, 0)]
     assert decode(None, (0, None, None, None)) == []
+
+
+# ---- annotate_replays' compiled work on a replay (REPLAY_PATH) against its Python loop -----
+
+_ODDITIES = ("none", "unmatched", "ambiguous", "untimed", "node twice", "not work", "no dur", "no launch ts",
+             "shuffled", "str ts")
+
+
+@given(_dags(), st.sampled_from(_ODDITIES), st.integers(0, 1 << 16), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_compiled_replay_path_is_annotate_replays_python_loop(dag, oddity, seed, compact):
+    """``critical_path.REPLAY_PATH`` (``join/_rows.c``) against ``annotate_replays``' Python loop
+    on one replay of a random DAG (with an empty node, not GPU work, in the graph): the same
+    path and slack args on every event (in a dict of placements and in a CompactPlacements'
+    column), the same counts, the same error, with each way a replay can be refused."""
+    import random
+
+    from perfetto_graph_ann.join.match import Match
+    from perfetto_graph_ann.join.model import CompactPlacements, Placement
+    from perfetto_graph_ann.join.replays import Replay
+    from perfetto_graph_ann.read.model import TraceEvent
+
+    if cp.REPLAY_PATH is None:
+        pytest.skip("the join's compiled loops (_rows) are not built or turned off")
+    rnd = random.Random(seed)
+    n, edges, dur, lag = dag
+    start, end = _simulate(n, edges, dur, lag, 1_000)
+    nodes = [NodeRecord((EX << 32) | k, "kernel") for k in range(n)] + [NodeRecord((EX << 32) | n, "empty")]
+    g = GraphRecord(EX, tuple(nodes), edges=tuple(GraphEdge(a, b) for a, b in edges) + (GraphEdge(n, 0),))
+    events = [TraceEvent(10 + k, "X", "kernel", f"k{k}", 0, 7, start[k], end[k] - start[k], {"stream": 7})
+              for k in range(n)]
+    matches = {e.index: Match(nodes[k], "calibrated") for k, e in enumerate(events)}
+    launch = TraceEvent(5, "X", "cuda_runtime", "cudaGraphLaunch", 0, 1, 500, 10, {"correlation": 1})
+    j = rnd.randrange(n)
+    if oddity == "unmatched":
+        del matches[events[j].index]
+    elif oddity == "ambiguous":
+        matches[events[j].index] = Match(nodes[j], "structural", ambiguous=True)
+    elif oddity == "untimed":
+        events[j] = events[j].replace(ts_ns=None)
+    elif oddity == "node twice" and n > 1:
+        matches[events[j].index] = Match(nodes[(j + 1) % n], "calibrated")
+    elif oddity == "not work":
+        matches[events[j].index] = Match(nodes[n], "calibrated")
+    elif oddity == "no dur":
+        events[j] = events[j].replace(dur_ns=None)
+    elif oddity == "no launch ts":
+        launch = launch.replace(ts_ns=None)
+    elif oddity == "shuffled":
+        rnd.shuffle(events)
+    elif oddity == "str ts":
+        events[j] = events[j].replace(ts_ns="12")
+    replay = Replay(1, launch, events)
+    ranges = [type("R", (), {"kind": "replay", "launch": launch.index, "args": {"graph id": EX}})()]
+    got = {}
+    for name, fn in (("c", cp.REPLAY_PATH), ("python", None)):
+        if compact:
+            placements = CompactPlacements(len(events) + 20, True)
+            for e in events:
+                placements.put(e.index, Placement(7, {"graph id": EX}))
+        else:
+            placements = {e.index: Placement(7, {"graph id": EX}) for e in events}
+        counts: Dict[str, int] = {}
+        saved, cp.REPLAY_PATH = cp.REPLAY_PATH, fn
+        try:
+            try:
+                cp.annotate_replays([replay], matches, {1: EX}, ranges, {EX: g}, placements, counts)
+                outcome = None
+            except Exception as e:  # noqa: BLE001: the same error from both
+                outcome = type(e)
+        finally:
+            cp.REPLAY_PATH = saved
+        got[name] = (outcome, counts, {i: dict(p.args) for i, p in placements.items()})
+    assert got["c"] == got["python"]
+    if oddity in ("none", "no dur", "no launch ts", "shuffled"):
+        assert got["c"][1] == {cp.SOURCE_EDGES: 1}
+        wp, rank = cp.work_predecessors(g)
+        assert cp.REPLAY_PATH(events, matches, wp, rank, launch.ts_ns) not in (None, False)  # C did it
+    if oddity in ("unmatched", "ambiguous", "untimed", "not work") or (oddity == "node twice" and n > 1):
+        assert got["c"][1] == {cp.REASON_AMBIGUOUS: 1}
+    if oddity == "str ts":
+        assert got["c"][0] is TypeError

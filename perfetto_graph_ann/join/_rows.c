@@ -668,6 +668,93 @@ by_end_rank_desc(const void *x, const void *y)
     return a < b ? -1 : (a > b); /* sorted(reverse=True) keeps equal keys in their order */
 }
 
+/* The path over n items (t: their times, indices and ranks; item i's gating predecessors, those
+ * ending no later than it, at gating[gstart[i]..gstart[i + 1])): critical_path.critical_path's
+ * computation. The chain's positions last to first, each with its release, in chain and rel
+ * (*nchain of them), every item's slack in slack. 0; 1 where the chain does not end (predecessors
+ * that loop: Python's loop then); -1 with an exception. */
+static int
+path_core(const Times *t, Py_ssize_t n, const Py_ssize_t *gstart, const Py_ssize_t *gating, long long start,
+          Py_ssize_t *chain, long long *rel, Py_ssize_t *nchain, long long *slack)
+{
+    Py_ssize_t i, j, k, sink, cur, steps, ng = gstart[n], *order = NULL, *sstart = NULL, *succ = NULL, *fill = NULL;
+    long long *release = NULL;
+    unsigned char *has_release = NULL;
+    int rc = -1;
+    sink = 0;
+    for (i = 1; i < n; i++)
+        sink = later(t, sink, i);
+    *nchain = 0;
+    for (cur = sink, steps = 0;; steps++) {
+        Py_ssize_t p;
+        if (steps >= n)
+            return 1;
+        chain[*nchain] = cur;
+        if (gstart[cur] == gstart[cur + 1]) {
+            rel[(*nchain)++] = start;
+            break;
+        }
+        p = gating[gstart[cur]];
+        for (j = gstart[cur] + 1; j < gstart[cur + 1]; j++)
+            p = later(t, p, gating[j]);
+        rel[(*nchain)++] = t->ends[p];
+        cur = p;
+    }
+    release = PyMem_Malloc(n * sizeof(long long));
+    has_release = PyMem_Calloc(n, 1);
+    order = PyMem_Malloc(n * sizeof(Py_ssize_t));
+    sstart = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    succ = PyMem_Malloc((ng + 1) * sizeof(Py_ssize_t));
+    fill = PyMem_Malloc((n + 1) * sizeof(Py_ssize_t));
+    if (release == NULL || has_release == NULL || order == NULL || sstart == NULL || succ == NULL || fill == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        for (j = gstart[i]; j < gstart[i + 1]; j++) {
+            Py_ssize_t p = gating[j];
+            if (!has_release[i] || t->ends[p] > release[i])
+                release[i] = t->ends[p];
+            has_release[i] = 1;
+            sstart[p + 1]++;
+        }
+    }
+    for (i = 0; i < n; i++) /* successors of each item, by item (counting sort: i ascending within each) */
+        sstart[i + 1] += sstart[i];
+    memcpy(fill, sstart, (n + 1) * sizeof(Py_ssize_t));
+    for (i = 0; i < n; i++)
+        for (j = gstart[i]; j < gstart[i + 1]; j++)
+            succ[fill[gating[j]]++] = i;
+    for (i = 0; i < n; i++)
+        order[i] = i;
+    sort_times = t;
+    qsort(order, (size_t)n, sizeof(Py_ssize_t), by_end_rank_desc);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t x = order[k];
+        if (sstart[x] == sstart[x + 1]) {
+            slack[x] = t->ends[sink] - t->ends[x];
+        } else {
+            long long best = 0;
+            for (j = sstart[x]; j < sstart[x + 1]; j++) {
+                Py_ssize_t y = succ[j];
+                long long v = release[y] - t->ends[x] + slack[y];
+                if (j == sstart[x] || v < best)
+                    best = v;
+            }
+            slack[x] = best;
+        }
+    }
+    rc = 0;
+done:
+    PyMem_Free(release);
+    PyMem_Free(has_release);
+    PyMem_Free(order);
+    PyMem_Free(sstart);
+    PyMem_Free(succ);
+    PyMem_Free(fill);
+    return rc;
+}
+
 /* path_and_slack(starts, ends, indices, preds, rank, start) -> (chain, releases, slack):
  * critical_path.critical_path's computation over n items given as int lists (preds: per item a
  * tuple of positions of its predecessors): the path's positions first to last with each one's
@@ -676,10 +763,8 @@ by_end_rank_desc(const void *x, const void *y)
 static PyObject *
 path_and_slack(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
-    Py_ssize_t n, i, j, k, sink, cur, steps, *gstart = NULL, *gating = NULL, ng = 0, *order = NULL, *sstart = NULL,
-                                               *succ = NULL, *chain = NULL, nchain = 0;
-    long long *buf = NULL, start, *release = NULL, *slack = NULL, *rel = NULL;
-    unsigned char *has_release = NULL;
+    Py_ssize_t n, i, j, k, *gstart = NULL, *gating = NULL, ng = 0, *chain = NULL, nchain = 0;
+    long long *buf = NULL, start, *slack = NULL, *rel = NULL;
     PyObject *preds, *out = NULL, *fast = NULL;
     Times t;
     int rc;
@@ -743,76 +828,16 @@ path_and_slack(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         }
     }
     gstart[n] = ng;
-    sink = 0;
-    for (i = 1; i < n; i++)
-        sink = later(&t, sink, i);
     chain = PyMem_Malloc(n * sizeof(Py_ssize_t));
     rel = PyMem_Malloc(n * sizeof(long long));
-    if (chain == NULL || rel == NULL)
-        goto nomem;
-    for (cur = sink, steps = 0;; steps++) {
-        Py_ssize_t p;
-        if (steps >= n)
-            goto python; /* not a chain (predecessors that loop): Python's loop */
-        chain[nchain] = cur;
-        if (gstart[cur] == gstart[cur + 1]) {
-            rel[nchain++] = start;
-            break;
-        }
-        p = gating[gstart[cur]];
-        for (j = gstart[cur] + 1; j < gstart[cur + 1]; j++)
-            p = later(&t, p, gating[j]);
-        rel[nchain++] = t.ends[p];
-        cur = p;
-    }
-    release = PyMem_Malloc(n * sizeof(long long));
-    has_release = PyMem_Calloc(n, 1);
     slack = PyMem_Malloc(n * sizeof(long long));
-    order = PyMem_Malloc(n * sizeof(Py_ssize_t));
-    sstart = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
-    succ = PyMem_Malloc((ng + 1) * sizeof(Py_ssize_t));
-    if (release == NULL || has_release == NULL || slack == NULL || order == NULL || sstart == NULL || succ == NULL)
+    if (chain == NULL || rel == NULL || slack == NULL)
         goto nomem;
-    for (i = 0; i < n; i++) {
-        for (j = gstart[i]; j < gstart[i + 1]; j++) {
-            Py_ssize_t p = gating[j];
-            if (!has_release[i] || t.ends[p] > release[i])
-                release[i] = t.ends[p];
-            has_release[i] = 1;
-            sstart[p + 1]++;
-        }
-    }
-    for (i = 0; i < n; i++) /* successors of each item, by item (counting sort: i ascending within each) */
-        sstart[i + 1] += sstart[i];
-    {
-        Py_ssize_t *fill = PyMem_Malloc((n + 1) * sizeof(Py_ssize_t));
-        if (fill == NULL)
-            goto nomem;
-        memcpy(fill, sstart, (n + 1) * sizeof(Py_ssize_t));
-        for (i = 0; i < n; i++)
-            for (j = gstart[i]; j < gstart[i + 1]; j++)
-                succ[fill[gating[j]]++] = i;
-        PyMem_Free(fill);
-    }
-    for (i = 0; i < n; i++)
-        order[i] = i;
-    sort_times = &t;
-    qsort(order, (size_t)n, sizeof(Py_ssize_t), by_end_rank_desc);
-    for (k = 0; k < n; k++) {
-        Py_ssize_t x = order[k];
-        if (sstart[x] == sstart[x + 1]) {
-            slack[x] = t.ends[sink] - t.ends[x];
-        } else {
-            long long best = 0;
-            for (j = sstart[x]; j < sstart[x + 1]; j++) {
-                Py_ssize_t y = succ[j];
-                long long v = release[y] - t.ends[x] + slack[y];
-                if (j == sstart[x] || v < best)
-                    best = v;
-            }
-            slack[x] = best;
-        }
-    }
+    rc = path_core(&t, n, gstart, gating, start, chain, rel, &nchain, slack);
+    if (rc < 0)
+        goto done;
+    if (rc > 0)
+        goto python;
     {
         PyObject *c = PyList_New(nchain), *r = PyList_New(nchain), *sl = PyList_New(n);
         if (c == NULL || r == NULL || sl == NULL) {
@@ -863,12 +888,228 @@ done:
     PyMem_Free(gating);
     PyMem_Free(chain);
     PyMem_Free(rel);
-    PyMem_Free(release);
-    PyMem_Free(has_release);
     PyMem_Free(slack);
-    PyMem_Free(order);
-    PyMem_Free(sstart);
-    PyMem_Free(succ);
+    return out;
+}
+
+enum { RP_PYTHON = 1, RP_AMBIGUOUS = 2 };
+
+/* replay_path's first loop, one event: its index, times and node's local id (a new reference in
+ * *local) as critical_path.annotate_replays makes its Item. 0; RP_AMBIGUOUS (no match, a guess,
+ * no time, no node); RP_PYTHON (a value of another type); -1 with an exception. */
+static int
+path_item(PyObject *e, const Fields *ev, PyObject *matches, long long *index, long long *ts, long long *end,
+          PyObject **local)
+{
+    PyObject *i_o, *m, *v = NULL, *node = NULL;
+    long long dur = 0, key;
+    int rc = RP_PYTHON, truth;
+    if ((i_o = get_field(e, ev, timed_names, T_INDEX)) == NULL)
+        return -1;
+    m = PyDict_GetItemWithError(matches, i_o); /* borrowed: matches holds it */
+    if (m == NULL) {
+        rc = PyErr_Occurred() ? -1 : RP_AMBIGUOUS;
+        goto done;
+    }
+    if (!int64_of(i_o, index))
+        goto done;
+    if ((v = PyObject_GetAttr(m, s_ambiguous)) == NULL || (truth = PyObject_IsTrue(v)) < 0) {
+        rc = -1;
+        goto done;
+    }
+    Py_CLEAR(v);
+    if (truth) {
+        rc = RP_AMBIGUOUS;
+        goto done;
+    }
+    if ((v = get_field(e, ev, timed_names, T_TS)) == NULL) {
+        rc = -1;
+        goto done;
+    }
+    if (v == Py_None) {
+        rc = RP_AMBIGUOUS;
+        goto done;
+    }
+    if (!int64_of(v, ts))
+        goto done;
+    Py_CLEAR(v);
+    if ((v = get_field(e, ev, timed_names, T_DUR)) == NULL) {
+        rc = -1;
+        goto done;
+    }
+    if (v != Py_None && !int64_of(v, &dur))
+        goto done;
+    if (__builtin_add_overflow(*ts, dur, end))
+        goto done;
+    Py_CLEAR(v);
+    if ((node = PyObject_GetAttr(m, s_node)) == NULL || (v = PyObject_GetAttr(node, s_key)) == NULL) {
+        rc = -1;
+        goto done;
+    }
+    if (!int64_of(v, &key) || key < 0) /* NodeRecord.local_id: the key's low 32 bits */
+        goto done;
+    if ((*local = PyLong_FromLongLong(key & 0xFFFFFFFFLL)) == NULL) {
+        rc = -1;
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(i_o);
+    Py_XDECREF(v);
+    Py_XDECREF(node);
+    return rc;
+}
+
+/* replay_path(events, matches, work_preds, rank, start_ns) -> (indices, values) | False | None:
+ * critical_path.annotate_replays' work on one replay with recorded edges, for edges_path: each
+ * event's item (critical_path.Item: its match's node, not ambiguous, a time), the predecessors
+ * among them, the path and every slack. indices: the events' trace indices in order, values: -1
+ * on the path, else the slack in ns (both int64 bytes). False: the replay's events cannot be told
+ * apart (annotate_replays' ambiguous: a missing or ambiguous match, an untimed event, a node
+ * missing, seen twice or not GPU work of the graph). None: Python's loop (another type, a chain
+ * that does not end). */
+static PyObject *
+replay_path(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject *events, *matches, *wp, *rankd, *pos = NULL, **local = NULL, *out = NULL;
+    Py_ssize_t n, j, k, *gstart = NULL, *gating = NULL, ng = 0, *chain = NULL, nchain = 0;
+    long long *buf = NULL, *slack = NULL, *rel = NULL, start;
+    Fields ev;
+    Times t;
+    int rc = RP_PYTHON;
+    (void)self;
+    if (argc != 5) {
+        PyErr_SetString(PyExc_TypeError, "replay_path(events, matches, work_preds, rank, start_ns)");
+        return NULL;
+    }
+    events = argv[0];
+    matches = argv[1];
+    wp = argv[2];
+    rankd = argv[3];
+    if (!PyList_CheckExact(events) || !PyDict_CheckExact(matches) || !PyDict_CheckExact(wp) ||
+        !PyDict_CheckExact(rankd) || (argv[4] != Py_None && !PyLong_CheckExact(argv[4])))
+        Py_RETURN_NONE;
+    n = PyList_GET_SIZE(events);
+    if (n == 0)
+        Py_RETURN_FALSE;
+    buf = PyMem_Malloc(4 * n * sizeof(long long));
+    local = PyMem_Calloc(n, sizeof(PyObject *));
+    gstart = PyMem_Malloc((n + 1) * sizeof(Py_ssize_t));
+    if (buf == NULL || local == NULL || gstart == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    t.starts = buf;
+    t.ends = buf + n;
+    t.index = buf + 2 * n;
+    t.rank = buf + 3 * n;
+    if (fields_of(Py_TYPE(PyList_GET_ITEM(events, 0)), timed_names, T_SIZE, &ev) < 0)
+        goto done;
+    for (j = 0; j < n; j++) { /* annotate_replays' items */
+        rc = path_item(PyList_GET_ITEM(events, j), &ev, matches, buf + 2 * n + j, buf + j, buf + n + j, &local[j]);
+        if (rc != 0)
+            goto done;
+    }
+    rc = -1;
+    if ((pos = PyDict_New()) == NULL)
+        goto done;
+    for (j = 0; j < n; j++) { /* edges_path's checks: each node once, GPU work of the graph */
+        PyObject *pj, *r;
+        int seen = PyDict_Contains(pos, local[j]), work;
+        if (seen < 0 || (!seen && (work = PyDict_Contains(wp, local[j])) < 0))
+            goto done;
+        if (seen || !work) {
+            rc = RP_AMBIGUOUS;
+            goto done;
+        }
+        if ((pj = PyLong_FromSsize_t(j)) == NULL)
+            goto done;
+        k = PyDict_SetItem(pos, local[j], pj);
+        Py_DECREF(pj);
+        if (k < 0)
+            goto done;
+        r = PyDict_GetItemWithError(rankd, local[j]);
+        if (r == NULL && PyErr_Occurred())
+            goto done;
+        if (r == NULL || !int64_of(r, buf + 3 * n + j)) {
+            rc = RP_PYTHON;
+            goto done;
+        }
+    }
+    for (j = 0; j < n; j++) { /* each item's gating predecessors, in the order the graph gives them */
+        PyObject *preds = PyDict_GetItemWithError(wp, local[j]);
+        Py_ssize_t m, q;
+        if (preds == NULL || !PyTuple_CheckExact(preds)) {
+            rc = PyErr_Occurred() ? -1 : RP_PYTHON;
+            goto done;
+        }
+        m = PyTuple_GET_SIZE(preds);
+        if (PyMem_Resize(gating, Py_ssize_t, ng + m + 1) == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        gstart[j] = ng;
+        for (q = 0; q < m; q++) {
+            PyObject *po = PyDict_GetItemWithError(pos, PyTuple_GET_ITEM(preds, q));
+            Py_ssize_t p;
+            if (po == NULL) {
+                if (PyErr_Occurred())
+                    goto done;
+                continue;
+            }
+            p = PyLong_AsSsize_t(po);
+            if (t.ends[p] <= t.ends[j])
+                gating[ng++] = p;
+        }
+    }
+    gstart[n] = ng;
+    if (argv[4] == Py_None) {
+        start = t.starts[0];
+        for (j = 1; j < n; j++)
+            if (t.starts[j] < start)
+                start = t.starts[j];
+    } else if (!int64_of(argv[4], &start)) {
+        rc = RP_PYTHON;
+        goto done;
+    }
+    chain = PyMem_Malloc(n * sizeof(Py_ssize_t));
+    rel = PyMem_Malloc(n * sizeof(long long));
+    slack = PyMem_Malloc(n * sizeof(long long));
+    if (chain == NULL || rel == NULL || slack == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    rc = path_core(&t, n, gstart, gating, start, chain, rel, &nchain, slack);
+    if (rc != 0)
+        goto done;
+    for (k = 0; k < nchain; k++)
+        slack[chain[k]] = -1;
+    {
+        PyObject *a = PyBytes_FromStringAndSize((const char *)t.index, n * sizeof(long long));
+        PyObject *b = a == NULL ? NULL : PyBytes_FromStringAndSize((const char *)slack, n * sizeof(long long));
+        if (b != NULL)
+            out = PyTuple_Pack(2, a, b);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+done:
+    if (out == NULL && !PyErr_Occurred()) {
+        if (rc == RP_AMBIGUOUS)
+            out = Py_NewRef(Py_False);
+        else if (rc != -1)
+            out = Py_NewRef(Py_None);
+    }
+    if (local != NULL)
+        for (j = 0; j < n; j++)
+            Py_XDECREF(local[j]);
+    Py_XDECREF(pos);
+    PyMem_Free(local);
+    PyMem_Free(buf);
+    PyMem_Free(gstart);
+    PyMem_Free(gating);
+    PyMem_Free(chain);
+    PyMem_Free(rel);
+    PyMem_Free(slack);
     return out;
 }
 
@@ -1080,6 +1321,8 @@ static PyMethodDef methods[] = {
      "group_work(events, context) -> total: replays.gpu_work_and_replays' pass over a trace's events"},
     {"loose_signatures", (PyCFunction)(void (*)(void))loose_signatures, METH_FASTCALL,
      "loose_signatures(events, context): match.replay_signatures' loop (match._loose) over a replay's events"},
+    {"replay_path", (PyCFunction)(void (*)(void))replay_path, METH_FASTCALL,
+     "replay_path(events, matches, work_preds, rank, start_ns): annotate_replays' work on one replay"},
     {"path_and_slack", (PyCFunction)(void (*)(void))path_and_slack, METH_FASTCALL,
      "path_and_slack(starts, ends, indices, preds, rank, start): critical_path's chain, releases and slack"},
     {"collect_work", (PyCFunction)(void (*)(void))collect_work, METH_FASTCALL,

@@ -30,23 +30,29 @@ Wait and host nodes leave no event in a profile: their time is in the waits.
 from __future__ import annotations
 
 import heapq
+from array import array
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord
-from .model import PATH_ARG, SLACK_ARG, set_path_arg
+from .model import PATH_ARG, SLACK_ARG, set_path_arg, set_path_args
 
-__all__ = ["CriticalPath", "CycleError", "EDGE_FLOWS_MAX", "Item", "PATH_AND_SLACK", "PATH_ARG", "PathItem", "SLACK_ARG",
+__all__ = ["CriticalPath", "CycleError", "EDGE_FLOWS_MAX", "Item", "PATH_AND_SLACK", "PATH_ARG", "PathItem", "REPLAY_PATH",
+           "SLACK_ARG",
            "SOURCE_EDGES", "SOURCE_STREAM", "annotate_replays", "critical_path", "edges_path", "replay_edges",
            "stream_order_path", "work_predecessors"]
 
 try:  # the path and slack of one replay in C (join/_rows.c, built by hatch_build.py): the same path
     from ._rows import path_and_slack as _compiled_path_and_slack
+    from ._rows import replay_path as _compiled_replay_path
 except ImportError:
-    _compiled_path_and_slack = None
+    _compiled_path_and_slack = _compiled_replay_path = None
 #: :func:`critical_path`'s computation in C, or None where it is not built or
 #: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loops then)
 PATH_AND_SLACK = None if settings.switch(settings.PURE_PYTHON) else _compiled_path_and_slack
+#: :func:`annotate_replays`' work on one replay in C (its items, :func:`edges_path` and the args'
+#: values in columns), or None as :data:`PATH_AND_SLACK`
+REPLAY_PATH = None if settings.switch(settings.PURE_PYTHON) else _compiled_replay_path
 
 #: ``edges_source`` of a path computed on the graph's recorded dependency edges
 SOURCE_EDGES = "edges"
@@ -275,6 +281,14 @@ def annotate_replays(replays: Sequence[Any], matches: Mapping[int, Any], replay_
         if wp is None:
             counts[REASON_CYCLE] = counts.get(REASON_CYCLE, 0) + 1
             continue
+        if REPLAY_PATH is not None and not edge_flows:
+            got = REPLAY_PATH(r.events, matches, wp[0], wp[1], r.launch.ts_ns)
+            if got is not None:  # else: inputs it does not take, Python's loop below
+                key = SOURCE_EDGES if got else REASON_AMBIGUOUS
+                counts[key] = counts.get(key, 0) + 1
+                if got:
+                    set_path_args(placements, array("q", got[0]), array("q", got[1]))
+                continue
         items = []
         for e in r.events:
             m = matches.get(e.index)

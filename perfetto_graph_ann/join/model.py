@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["CALIBRATED", "CompactPlacements", "DEFAULT_GRAPH_LANE", "EXACT", "EXACT_IDS", "JoinReport", "KERNELS",
            "lane_key", "LaneLayout", "matched_placement", "mutable_placement", "PATH_ARG", "Placement", "RECORDED",
-           "set_path_arg", "SLACK_ARG", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
+           "set_path_arg", "set_path_args", "SLACK_ARG", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
 
 #: Join strategies, best first.
 EXACT = "exact"
@@ -190,6 +190,24 @@ class CompactPlacements(Mapping[int, Placement]):
             path.extend(array("q", [self._PATH_NONE]) * grow)
         path[r] = self._ON_PATH if on_path else slack
 
+    def set_paths(self, indices: Sequence[int], values: Sequence[int]) -> None:
+        """:meth:`set_path` for many: ``values[k]`` -1 where ``indices[k]`` is on the path,
+        else its slack."""
+        path = self.path
+        if path is None or len(path) < len(self.node):
+            grow = len(self.node) - (0 if path is None else len(path))
+            if path is None:
+                path = self.path = array("q")
+            path.extend(array("q", [self._PATH_NONE]) * grow)
+        row = self.row
+        rows = len(row)
+        for i, v in zip(indices, values):
+            r = row[i] if 0 <= i < rows else -1
+            if r < 0 or v < self._ON_PATH:
+                self.set_path(i, v == self._ON_PATH, v)
+            else:
+                path[r] = v
+
     def _path_arg(self, r: int, into: Dict[str, Any]) -> None:
         """Row ``r``'s critical path arg written into ``into`` (none where it has none)."""
         path = self.path
@@ -289,6 +307,16 @@ def set_path_arg(placements: Mapping[int, Placement], index: int, on_path: bool,
         placements[index].args[PATH_ARG] = True  # type: ignore[index]
     else:
         placements[index].args[SLACK_ARG] = slack  # type: ignore[index]
+
+
+def set_path_args(placements: Mapping[int, Placement], indices: Sequence[int], values: Sequence[int]) -> None:
+    """:func:`set_path_arg` for many events: ``values[k]`` -1 where ``indices[k]`` is on the
+    path, else its slack."""
+    if isinstance(placements, CompactPlacements):
+        placements.set_paths(indices, values)
+        return
+    for i, v in zip(indices, values):
+        set_path_arg(placements, i, v == -1, v)
 
 
 def mutable_placement(placements: Mapping[int, Placement], index: int) -> Placement:
