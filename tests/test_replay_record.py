@@ -493,3 +493,30 @@ def test_a_window_without_the_traces_threads_is_not_its_window(tmp_path):
     layout = join(trace, twins(replays=(eager, window([recorded(SEQ, 1)], SEQ))))
     assert labels(layout, trace) == truth_labels(truth)
     assert layout.report.replay_graphs == {RECORDED: 3}
+
+
+def test_the_traces_pids_are_found_once_per_join(tmp_path, monkeypatch):
+    """The identity check and the launch identities both need the pids that launched graphs (a
+    pass over every event): the join finds them once, and the labels are those of a join that
+    finds them for each."""
+    from perfetto_graph_ann.annotations.model import CaptureIdentity
+    from perfetto_graph_ann.join import identity, launches
+
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    ann = dataclasses.replace(twins(calibrated=[5], replays=(window([recorded(SEQ, 1)], SEQ),)),
+                              capture=CaptureIdentity(pid=PID, device_names={0: "NVIDIA H200"}))
+    calls = []
+    real = identity.trace_pids
+
+    def counted(t):
+        calls.append(t)
+        return real(t)
+
+    monkeypatch.setattr(identity, "trace_pids", counted)
+    monkeypatch.setattr(launches, "trace_pids", counted)
+    layout = join(trace, ann)
+    assert len(calls) == 1
+    assert labels(layout, trace) == truth_labels(truth)
+    assert layout.report.replay_graphs == {RECORDED: 3}
+    assert list(layout.report.identity_checked.values()) == [["pid", "device names"]]

@@ -51,10 +51,11 @@ def trace_device_names(trace: KinetoTrace) -> Dict[int, str]:
     return out
 
 
-def differences(identity: CaptureIdentity, trace: KinetoTrace) -> List[str]:
-    """What the identity and the trace disagree on, one readable item per field; [] when they agree."""
+def differences(identity: CaptureIdentity, trace: KinetoTrace, pids: Optional[Set[int]] = None) -> List[str]:
+    """What the identity and the trace disagree on, one readable item per field; [] when they
+    agree. ``pids``: :func:`trace_pids` where the caller has it (a pass over every event)."""
     out: List[str] = []
-    pids = trace_pids(trace)
+    pids = trace_pids(trace) if pids is None else pids
     if identity.pid is not None and pids and identity.pid not in pids:
         shown = ", ".join(map(str, sorted(pids)))
         out.append(f"pid: annotations {identity.pid}, trace {shown}")
@@ -68,12 +69,14 @@ def differences(identity: CaptureIdentity, trace: KinetoTrace) -> List[str]:
     return out
 
 
-def compared_fields(identity: Optional[CaptureIdentity], trace: KinetoTrace) -> List[str]:
-    """The fields :func:`differences` could compare for this pair (both sides record them)."""
+def compared_fields(identity: Optional[CaptureIdentity], trace: KinetoTrace,
+                    pids: Optional[Set[int]] = None) -> List[str]:
+    """The fields :func:`differences` could compare for this pair (both sides record them);
+    ``pids`` as there."""
     if identity is None:
         return []
     fields = []
-    if identity.pid is not None and trace_pids(trace):
+    if identity.pid is not None and (trace_pids(trace) if pids is None else pids):
         fields.append("pid")
     if set(identity.device_names) & set(trace_device_names(trace)):
         fields.append("device names")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .. import settings
 from ..annotations.model import MODULE_ORIGIN, AnnotationSet
@@ -50,7 +50,11 @@ def _name(s: AnnotationSet) -> str:
     return s.source or IN_MEMORY
 
 
-def _check_identities(trace: KinetoTrace, sources: Sequence[AnnotationSet], force: bool, report: JoinReport) -> None:
+def _check_identities(trace: KinetoTrace, sources: Sequence[AnnotationSet], force: bool,
+                      report: JoinReport) -> Optional[Set[int]]:
+    """Refuse annotations of another process (unless ``force``); returns the trace's pids where
+    it needed them (None: not asked), for the launch identities."""
+    pids: Optional[Set[int]] = None
     for src in sources:
         if not src.graphs:
             continue
@@ -58,9 +62,11 @@ def _check_identities(trace: KinetoTrace, sources: Sequence[AnnotationSet], forc
         if src.capture is None:
             report.identity_missing.append(name)
             continue
-        diffs = identity.differences(src.capture, trace)
+        if pids is None:
+            pids = identity.trace_pids(trace)
+        diffs = identity.differences(src.capture, trace, pids)
         if not diffs:
-            report.identity_checked[name] = identity.compared_fields(src.capture, trace)
+            report.identity_checked[name] = identity.compared_fields(src.capture, trace, pids)
         elif force:
             report.identity_overridden[name] = diffs
         else:
@@ -69,6 +75,7 @@ def _check_identities(trace: KinetoTrace, sources: Sequence[AnnotationSet], forc
                 f"these annotations were captured by another process than the one that recorded {trace.path} "
                 f"({'; '.join(diffs)}): their graph ids name other graphs. Pass --force-annotations (CLI) "
                 "or force=True (Python) to join them anyway", diffs)
+    return pids
 
 
 def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Sequence[AnnotationSet],
@@ -143,10 +150,10 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     default_stream = check_default_stream(default_stream, annotations, files, trace.path)
     report = JoinReport()
     report.annotation_files = [s.source for s in sources if s.source]
-    _check_identities(trace, sources, force, report)
+    pids = _check_identities(trace, sources, force, report)
     report.total, replays = gpu_work_and_replays(trace)
     report.graphed = sum(len(r.events) for r in replays)
-    attribution = _Attribution(trace, replays, annotations, report)
+    attribution = _Attribution(trace, replays, annotations, report, pids)
     for r in replays:
         attribution.join_replay(r)
         r.signatures = None  # asked for by this replay's join alone
@@ -397,7 +404,8 @@ class _Attribution:
     without a graph id); a replay the record names as a graph without annotations keeps none.
     """
 
-    def __init__(self, trace: KinetoTrace, replays: List[Replay], annotations: AnnotationSet, report: JoinReport):
+    def __init__(self, trace: KinetoTrace, replays: List[Replay], annotations: AnnotationSet, report: JoinReport,
+                 pids: Optional[Set[int]] = None):
         self.annotations, self.report = annotations, report
         self.nodes_by_key = annotations.nodes_by_key()
         self.by_id = {g.exec_id: g for g in annotations.graphs}
@@ -410,7 +418,7 @@ class _Attribution:
         self._shapes: Dict[int, frozenset] = {}  # replay correlation -> the shape of all its GPU work
         if annotations.replays is not None:
             by_corr = {r.correlation: r for r in replays}
-            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(by_corr.get(corr), g))
+            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(by_corr.get(corr), g), pids)
             self.launched = ids.graphs
             report.replay_record = True
             report.replay_record_problems = ids.problems

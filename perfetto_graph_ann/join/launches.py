@@ -22,7 +22,7 @@ else ``pthread_self`` as a 32-bit int (:func:`kineto_tids`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..annotations.model import UNANNOTATED_GRAPH, ReplayThread, ReplayWindow
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
@@ -127,19 +127,21 @@ def _fit_window(w: ReplayWindow, per_tid: Mapping[int, List[TraceEvent]], base_n
 
 
 def launch_identities(trace: KinetoTrace, windows: Iterable[ReplayWindow],
-                      fits_graph: Callable[[int, int], bool] = lambda corr, graph: True) -> LaunchIdentities:
+                      fits_graph: Callable[[int, int], bool] = lambda corr, graph: True,
+                      pids: Optional[Set[int]] = None) -> LaunchIdentities:
     """Candidates per launch correlation from the record's windows of this trace's process.
 
     ``fits_graph(correlation, exec id)``: whether the launch's GPU work could be that graph's
     (the join passes a check of the kernels against annotated graphs). Windows of other
     processes, or whose span does not hold the trace's launches, are not used; where several
-    windows fit, a launch's candidates are the union of theirs.
+    windows fit, a launch's candidates are the union of theirs. ``pids``: :func:`trace_pids`
+    where the caller has it.
     """
     per_tid = _launches(trace)
     res = LaunchIdentities()
     if not per_tid:
         return res
-    pids = trace_pids(trace)
+    pids = trace_pids(trace) if pids is None else pids
     base = trace.base_time_ns
     times = [base + e.ts_ns for evs in per_tid.values() for e in evs if e.ts_ns is not None] if base else []
     lo, hi = (min(times), max(times)) if times else (None, None)
