@@ -62,24 +62,27 @@ def trace_bytes(kernels: int) -> bytes:
 
 
 def phases(data: bytes, ann, tmp: str, graph_lanes: str = "none") -> dict:
-    """export's phases, timed one by one as export runs them."""
-    from perfetto_graph_ann.join import join
+    """export's phases, timed one by one as export runs them: the collector paused, the join's
+    placements in columns for a .pftrace (``write_joined``)."""
     from perfetto_graph_ann.pipeline.convert import _write
+    from perfetto_graph_ann.pipeline.joined import read_and_join
     from perfetto_graph_ann.read.kineto import parse_trace_bytes
-    from perfetto_graph_ann.write.pftrace import ConvertConfig
+    from perfetto_graph_ann.write.pftrace import ConvertConfig, paused_gc
 
     out = {}
-    t = time.perf_counter()
-    trace = parse_trace_bytes(data, "torch.profiler trace")
-    out["parse"] = time.perf_counter() - t
-    t = time.perf_counter()
-    layout = join(trace, ann, graph_lanes=graph_lanes)
-    out["join"] = time.perf_counter() - t
-    t = time.perf_counter()
-    _write(trace, os.path.join(tmp, "phases.pftrace"), layout, ConvertConfig())
-    out["write"] = time.perf_counter() - t
-    out["events"] = len(trace.events)
-    out["kernels"] = layout.report.total
+    with paused_gc():
+        t = time.perf_counter()
+        trace = parse_trace_bytes(data, "torch.profiler trace")
+        out["parse"] = time.perf_counter() - t
+        t = time.perf_counter()
+        layout = read_and_join(trace, ann, graph_lanes=graph_lanes, compact=True).layout
+        out["join"] = time.perf_counter() - t
+        t = time.perf_counter()
+        _write(trace, os.path.join(tmp, "phases.pftrace"), layout, ConvertConfig())
+        out["write"] = time.perf_counter() - t
+        out["events"] = len(trace.events)
+        out["kernels"] = layout.report.total
+        del trace, layout
     return out
 
 
