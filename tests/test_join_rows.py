@@ -171,10 +171,14 @@ def test_compiled_grouping_is_the_python_pass(trace, tmp_path, monkeypatch):
     got = {}
     for name, fn in (("c", replays_mod.GROUP_WORK), ("python", None)):
         monkeypatch.setattr(replays_mod, "GROUP_WORK", fn)
-        total, found = replays_mod.gpu_work_and_replays(events)
+        every: list = []
+        total, found = replays_mod.gpu_work_and_replays(events, every)
+        assert replays_mod.gpu_work_and_replays(events)[0] == total  # without the launches asked for
         got[name] = (total, [(r.correlation, None if r.launch is None else r.launch.index, [e.index for e in r.events])
-                             for r in found])
+                             for r in found], [e.index for e in every])
     assert got["c"] == got["python"] and got["c"][0] and got["c"][1]
+    # every launch, in file order, whatever its correlation: counted here from the events
+    assert got["c"][2] == [e.index for e in events.events if e.ph == "X" and e.name in replays_mod.GRAPH_LAUNCH_NAMES]
 
 
 def _source(trace, tmp_path):

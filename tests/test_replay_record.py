@@ -509,9 +509,9 @@ def test_the_traces_pids_are_found_once_per_join(tmp_path, monkeypatch):
     calls = []
     real = identity.trace_pids
 
-    def counted(t):
+    def counted(t, *rest):
         calls.append(t)
-        return real(t)
+        return real(t, *rest)
 
     monkeypatch.setattr(identity, "trace_pids", counted)
     monkeypatch.setattr(launches, "trace_pids", counted)

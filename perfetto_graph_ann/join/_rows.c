@@ -1213,10 +1213,11 @@ loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 enum { K_PH, K_NAME, K_CAT, K_ARGS, K_SIZE };
 static PyObject *work_names[K_SIZE], *s_correlation, *s_graph_node_id;
 
-/* group_work(events, (launch_names, is_work, gpu_work_of, launches, work, graph_ids)) -> total:
- * replays.gpu_work_and_replays' pass over a trace's events: graph launches by correlation (the
- * first of each), GPU work grouped by correlation in file order, the correlations with graph ids;
- * the number of GPU work events. A category met first goes to gpu_work_of(e) (kept in is_work). */
+/* group_work(events, (launch_names, is_work, gpu_work_of, launches, work, graph_ids, every_launch))
+ * -> total: replays.gpu_work_and_replays' pass over a trace's events: graph launches by
+ * correlation (the first of each), GPU work grouped by correlation in file order, the correlations
+ * with graph ids; every graph launch in file order appended to every_launch (None: not asked); the
+ * number of GPU work events. A category met first goes to gpu_work_of(e) (kept in is_work). */
 static PyObject *
 group_work(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
@@ -1225,12 +1226,13 @@ group_work(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     Py_ssize_t n, j;
     long long total = 0;
     (void)self;
-    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) || PyTuple_GET_SIZE(argv[1]) != 6) {
+    if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) || PyTuple_GET_SIZE(argv[1]) != 7) {
         PyErr_SetString(PyExc_TypeError, "group_work(events: list, context: tuple)");
         return NULL;
     }
     ctx = &PyTuple_GET_ITEM(argv[1], 0);
-    if (!PyDict_CheckExact(ctx[1]) || !PyDict_CheckExact(ctx[3]) || !PyDict_CheckExact(ctx[4]) || !PySet_Check(ctx[5])) {
+    if (!PyDict_CheckExact(ctx[1]) || !PyDict_CheckExact(ctx[3]) || !PyDict_CheckExact(ctx[4]) || !PySet_Check(ctx[5]) ||
+        (ctx[6] != Py_None && !PyList_CheckExact(ctx[6]))) {
         PyErr_SetString(PyExc_TypeError, "group_work: a context of the wrong shape");
         return NULL;
     }
@@ -1250,8 +1252,10 @@ group_work(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         if ((name = get_field(e, &ev, work_names, K_NAME)) == NULL || (truth = PySequence_Contains(ctx[0], name)) < 0)
             goto next;
         if (truth) { /* a graph launch: the first of its correlation */
-            PyObject *lc = PyObject_GetAttr(e, s_correlation);
-            if (lc == NULL)
+            PyObject *lc;
+            if (ctx[6] != Py_None && PyList_Append(ctx[6], e) < 0)
+                goto next;
+            if ((lc = PyObject_GetAttr(e, s_correlation)) == NULL)
                 goto next;
             if (lc != Py_None && PyDict_SetDefault(ctx[3], lc, e) == NULL) {
                 Py_DECREF(lc);

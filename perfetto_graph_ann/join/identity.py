@@ -12,10 +12,10 @@ time or device UUID, so those are not compared):
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from ..annotations.model import CaptureIdentity
-from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace
+from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
 __all__ = ["compared_fields", "differences", "trace_device_names", "trace_pids"]
 
@@ -27,10 +27,12 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def trace_pids(trace: KinetoTrace) -> Set[int]:
-    """The pids that launched graphs in ``trace`` (else that made CUDA runtime / driver calls)."""
+def trace_pids(trace: KinetoTrace, launches: Optional[Sequence[TraceEvent]] = None) -> Set[int]:
+    """The pids that launched graphs in ``trace`` (else that made CUDA runtime / driver calls).
+    ``launches``: the trace's graph launch events where the caller has them (a pass over every
+    event saved: :func:`~.replays.gpu_work_and_replays`' ``every_launch``)."""
     launch: Set[int] = set()
-    for e in trace.events:  # launches first: a name lookup, no category to normalise per event
+    for e in trace.events if launches is None else launches:  # launches first: a name lookup, no category to normalise
         if e.ph == "X" and e.name in GRAPH_LAUNCH_NAMES and _is_int(e.pid):
             launch.add(e.pid)
     if launch:

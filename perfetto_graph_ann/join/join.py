@@ -50,10 +50,11 @@ def _name(s: AnnotationSet) -> str:
     return s.source or IN_MEMORY
 
 
-def _check_identities(trace: KinetoTrace, sources: Sequence[AnnotationSet], force: bool,
-                      report: JoinReport) -> Optional[Set[int]]:
+def _check_identities(trace: KinetoTrace, sources: Sequence[AnnotationSet], force: bool, report: JoinReport,
+                      every_launch: Sequence[TraceEvent]) -> Optional[Set[int]]:
     """Refuse annotations of another process (unless ``force``); returns the trace's pids where
-    it needed them (None: not asked), for the launch identities."""
+    it needed them (None: not asked), for the launch identities. ``every_launch``: the trace's
+    graph launch events."""
     pids: Optional[Set[int]] = None
     for src in sources:
         if not src.graphs:
@@ -63,7 +64,7 @@ def _check_identities(trace: KinetoTrace, sources: Sequence[AnnotationSet], forc
             report.identity_missing.append(name)
             continue
         if pids is None:
-            pids = identity.trace_pids(trace)
+            pids = identity.trace_pids(trace, every_launch)
         diffs = identity.differences(src.capture, trace, pids)
         if not diffs:
             report.identity_checked[name] = identity.compared_fields(src.capture, trace, pids)
@@ -150,10 +151,11 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     default_stream = check_default_stream(default_stream, annotations, files, trace.path)
     report = JoinReport()
     report.annotation_files = [s.source for s in sources if s.source]
-    pids = _check_identities(trace, sources, force, report)
-    report.total, replays = gpu_work_and_replays(trace)
+    every_launch: List[TraceEvent] = []
+    report.total, replays = gpu_work_and_replays(trace, every_launch)
+    pids = _check_identities(trace, sources, force, report, every_launch)
     report.graphed = sum(len(r.events) for r in replays)
-    attribution = _Attribution(trace, replays, annotations, report, pids)
+    attribution = _Attribution(trace, replays, annotations, report, pids, every_launch)
     for r in replays:
         attribution.join_replay(r)
         r.signatures = None  # asked for by this replay's join alone
@@ -405,7 +407,7 @@ class _Attribution:
     """
 
     def __init__(self, trace: KinetoTrace, replays: List[Replay], annotations: AnnotationSet, report: JoinReport,
-                 pids: Optional[Set[int]] = None):
+                 pids: Optional[Set[int]] = None, every_launch: Optional[Sequence[TraceEvent]] = None):
         self.annotations, self.report = annotations, report
         self.nodes_by_key = annotations.nodes_by_key()
         self.by_id = {g.exec_id: g for g in annotations.graphs}
@@ -418,7 +420,8 @@ class _Attribution:
         self._shapes: Dict[int, frozenset] = {}  # replay correlation -> the shape of all its GPU work
         if annotations.replays is not None:
             by_corr = {r.correlation: r for r in replays}
-            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(by_corr.get(corr), g), pids)
+            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(by_corr.get(corr), g), pids,
+                                   every_launch)
             self.launched = ids.graphs
             report.replay_record = True
             report.replay_record_problems = ids.problems

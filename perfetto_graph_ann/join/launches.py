@@ -48,11 +48,12 @@ class LaunchIdentities:
     problems: List[str] = dataclasses.field(default_factory=list)
 
 
-def _launches(trace: KinetoTrace) -> Dict[int, List[TraceEvent]]:
+def _launches(trace: KinetoTrace, every_launch: Optional[Sequence[TraceEvent]] = None) -> Dict[int, List[TraceEvent]]:
     """tid -> graph launch events in start order. Runtime spellings only where a thread has
-    both (a driver launch inside a runtime launch is the same replay)."""
+    both (a driver launch inside a runtime launch is the same replay). ``every_launch``: the
+    trace's launch events, where the caller has them (else every event is looked at)."""
     per_tid: Dict[int, List[TraceEvent]] = {}
-    for e in trace.events:
+    for e in trace.events if every_launch is None else every_launch:
         if e.ph == "X" and e.name in GRAPH_LAUNCH_NAMES and e.correlation is not None and isinstance(e.tid, int):
             per_tid.setdefault(e.tid, []).append(e)
     for tid, evs in per_tid.items():
@@ -128,20 +129,21 @@ def _fit_window(w: ReplayWindow, per_tid: Mapping[int, List[TraceEvent]], base_n
 
 def launch_identities(trace: KinetoTrace, windows: Iterable[ReplayWindow],
                       fits_graph: Callable[[int, int], bool] = lambda corr, graph: True,
-                      pids: Optional[Set[int]] = None) -> LaunchIdentities:
+                      pids: Optional[Set[int]] = None,
+                      every_launch: Optional[Sequence[TraceEvent]] = None) -> LaunchIdentities:
     """Candidates per launch correlation from the record's windows of this trace's process.
 
     ``fits_graph(correlation, exec id)``: whether the launch's GPU work could be that graph's
     (the join passes a check of the kernels against annotated graphs). Windows of other
     processes, or whose span does not hold the trace's launches, are not used; where several
-    windows fit, a launch's candidates are the union of theirs. ``pids``: :func:`trace_pids`
-    where the caller has it.
+    windows fit, a launch's candidates are the union of theirs. ``pids``: :func:`trace_pids`,
+    ``every_launch``: the trace's graph launch events, where the caller has them.
     """
-    per_tid = _launches(trace)
+    per_tid = _launches(trace, every_launch)
     res = LaunchIdentities()
     if not per_tid:
         return res
-    pids = trace_pids(trace) if pids is None else pids
+    pids = trace_pids(trace, every_launch) if pids is None else pids
     base = trace.base_time_ns
     times = [base + e.ts_ns for evs in per_tid.values() for e in evs if e.ts_ns is not None] if base else []
     lo, hi = (min(times), max(times)) if times else (None, None)

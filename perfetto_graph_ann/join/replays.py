@@ -108,8 +108,11 @@ def find_replays(trace: KinetoTrace) -> List[Replay]:
     return gpu_work_and_replays(trace)[1]
 
 
-def gpu_work_and_replays(trace: KinetoTrace) -> Tuple[int, List[Replay]]:
-    """(how many GPU work events the trace has, :func:`find_replays`' replays): one pass."""
+def gpu_work_and_replays(trace: KinetoTrace,
+                         every_launch: Optional[List[TraceEvent]] = None) -> Tuple[int, List[Replay]]:
+    """(how many GPU work events the trace has, :func:`find_replays`' replays): one pass, which
+    also appends every graph launch event (``ph`` X, a launch name) in file order to
+    ``every_launch`` when given (the launch identities and the identity check need them)."""
     launches: Dict[int, TraceEvent] = {}
     # one pass: launches, and GPU work by correlation (file order), then the groups that are replays
     work: Dict[int, List[TraceEvent]] = {}
@@ -119,12 +122,14 @@ def gpu_work_and_replays(trace: KinetoTrace) -> Tuple[int, List[Replay]]:
     total = 0
     events = trace.events
     if GROUP_WORK is not None and type(events) is list:  # the same pass in C
-        total = GROUP_WORK(events, (launch_names, is_work, _is_gpu_work, launches, work, graph_ids))
+        total = GROUP_WORK(events, (launch_names, is_work, _is_gpu_work, launches, work, graph_ids, every_launch))
         events = ()
     for e in events:
         if e.ph != "X":  # both a launch and GPU work are complete events
             continue
         if e.name in launch_names:
+            if every_launch is not None:
+                every_launch.append(e)
             c = e.correlation
             if c is not None and c not in launches:
                 launches[c] = e
