@@ -178,3 +178,71 @@ def test_compiled_assign_is_overlap_assign(raw):
     assert asked["c"] == asked["python"]
     assert [(t.uuid, t.ts.tolist(), t.codes.tolist()) for t in got] == \
         [(t.uuid, t.ts.tolist(), t.codes.tolist()) for t in want]
+
+
+def _flow_trace(tmp_path):
+    """Flow events of every kind the binding meets: a launch to kernels, a flow end at a time where
+    two slices of its thread start (the one with its correlation wins), one where none of its
+    thread does, a second category (its ids keyed apart), an end without a start, a start on a
+    slice that is also a target (no self flow), a flow event without ts, a ``t`` step."""
+    cpu = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11, "tid": 12, "dur": 3.0}
+    k = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "dur": 1.0}
+    evs = [
+        dict(cpu, ts=1.0, args={"correlation": 1}),
+        dict(k, ts=5.0, args={"device": 0, "stream": 7, "correlation": 1}),
+        dict(k, ts=6.0, args={"device": 0, "stream": 7, "correlation": 1}),
+        dict(k, ts=7.0, args={"device": 0, "stream": 7, "correlation": 2}),  # two start at 7.0 on stream 7
+        dict(k, ts=7.0, args={"device": 0, "stream": 7, "correlation": 3}),
+        dict(k, ts=7.0, tid=8, args={"device": 0, "stream": 8, "correlation": 3}),  # another thread, same time
+        dict(cpu, ts=2.0, tid=13, args={"correlation": 3}),
+        dict(cpu, ts=2.0, tid=13, dur=1.0, args={"correlation": 4}),  # nested, same start
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "pid": 11, "tid": 12, "ts": 1.0, "id": 1},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 5.0, "id": 1, "bp": "e"},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 6.0, "id": 1, "bp": "e"},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "pid": 11, "tid": 13, "ts": 2.0, "id": 3},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 7.0, "id": 3, "bp": "e"},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 9, "ts": 7.0, "id": 3, "bp": "e"},  # no slice
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 8.5, "id": 3, "bp": "e"},  # none then
+        {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "pid": 11, "tid": 12, "ts": 1.0, "id": 1},
+        {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "pid": 11, "tid": 13, "ts": 2.0, "id": 1, "bp": "e"},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 6.0, "id": 99, "bp": "e"},  # no start
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 5.0, "id": 5},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 5.0, "id": 5, "bp": "e"},  # itself
+        {"ph": "t", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 6.0, "id": 1},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "id": 1, "bp": "e"},  # no ts
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 8, "ts": 5.0, "id": 1, "bp": "e"},  # one slice
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 7, "ts": 6.0, "id": 1, "bp": "e"},  # starts then,
+    ]  # on other threads
+    src = tmp_path / "flows.json"
+    src.write_text(json.dumps({"traceEvents": evs}))
+    return kineto.read_trace(str(src))
+
+
+@pytest.mark.parametrize("case", ["odd flows", "seed_block_graph", "decoder"])
+@pytest.mark.parametrize("size", [False, True])
+def test_compiled_flow_binding_is_the_python_loop(case, size, tmp_path, monkeypatch):
+    """``flows.BIND_FLOW_EVENTS`` (``_plan.bind_flow_events``) against ``plan_flows``' Python loop:
+    the same flows out of each source, the same ends, counts of flows, unbound events and ends
+    without a start."""
+    from perfetto_graph_ann.write.perfetto import flows as flows_mod
+
+    if flows_mod.BIND_FLOW_EVENTS is None:
+        pytest.skip("the writer's compiled loops (_plan) are not built or turned off")
+    if case == "odd flows":
+        trace = _flow_trace(tmp_path)
+    elif case == "decoder":
+        trace = kineto.read_trace(str(_decoder(tmp_path, replays=2, layers=2)[0]))
+    else:
+        trace = kineto.read_trace(fixture_trace(case))
+    plan = plan_mod.plan_events(trace, None, TrackTable(trace), WriteStats())
+    got = {}
+    for name, fn in (("c", flows_mod.BIND_FLOW_EVENTS), ("python", None)):
+        calls = []
+        monkeypatch.setattr(flows_mod, "BIND_FLOW_EVENTS", fn and (lambda *a: calls.append(1) or fn(*a)))
+        fp = flows_mod.plan_flows(plan.events, plan.flow_indices, plan.starts, size=plan.base if size else 0)
+        ends = {i: tuple(fp.terminating[i]) for i in range(plan.base) if i in fp.terminating}
+        got[name] = ({k: v.tolist() for k, v in fp.outgoing.items()}, ends, fp.count, fp.unbound, fp.without_start)
+        assert bool(calls) == (fn is not None)
+    assert got["c"] == got["python"] and got["c"][2]
+    if case == "odd flows":
+        assert got["c"][3] == 4 and got["c"][4] == 1  # unbound: tid 9, 8.5, tid 8, pid 1; without start: id 99

@@ -633,7 +633,160 @@ done:
     return out;
 }
 
+/* bind_flow_events(part, lo, hi, slices, sources, targets, state, pick): flows.plan_flows' binding
+ * loop over a chunk of flow events (part[k], the slices starting at its time slices[lo[k]:hi[k]]):
+ * each bound to the one slice there on its thread, else to what pick(fe, lo, hi) answers (None:
+ * unbound; the Python rule for several slices at once), then a flow start's target index kept per
+ * key (the first one) in sources and a flow end's appended to targets[key]. The key is the flow
+ * id, with its category where that is not the first flow event's (state[0], set here; state[1]:
+ * the unbound count, added to). None, or NULL with an exception. */
+static PyObject *
+bind_flow_events(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject *part, *lo, *hi, *slices, *sources, *targets, *state, *pick;
+    Py_ssize_t n, k, nslices;
+    long long unbound = 0;
+    Fields ev, sl;
+    int have_sl = 0;
+    (void)self;
+    if (argc != 8 || !PyList_CheckExact(argv[0]) || !PyList_CheckExact(argv[1]) || !PyList_CheckExact(argv[2]) ||
+        !PyList_CheckExact(argv[3]) || !PyDict_CheckExact(argv[4]) || !PyDict_CheckExact(argv[5]) ||
+        !PyList_CheckExact(argv[6]) || PyList_GET_SIZE(argv[6]) != 2) {
+        PyErr_SetString(PyExc_TypeError, "bind_flow_events(part, lo, hi, slices, sources, targets, state, pick)");
+        return NULL;
+    }
+    part = argv[0]; lo = argv[1]; hi = argv[2]; slices = argv[3];
+    sources = argv[4]; targets = argv[5]; state = argv[6]; pick = argv[7];
+    n = PyList_GET_SIZE(part);
+    nslices = PyList_GET_SIZE(slices);
+    if (PyList_GET_SIZE(lo) != n || PyList_GET_SIZE(hi) != n) {
+        PyErr_SetString(PyExc_ValueError, "bind_flow_events: bounds of another length");
+        return NULL;
+    }
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(part, 0)), event_names, E_SIZE, &ev) < 0)
+        return NULL;
+    for (k = 0; k < n; k++) {
+        PyObject *fe = PyList_GET_ITEM(part, k), *ts = NULL, *cat = NULL, *id = NULL, *ph = NULL, *target = NULL,
+                 *key = NULL, *index = NULL, *main_cat;
+        Py_ssize_t a, b;
+        int ok = 0, same;
+        a = PyLong_AsSsize_t(PyList_GET_ITEM(lo, k));
+        b = PyLong_AsSsize_t(PyList_GET_ITEM(hi, k));
+        if ((a == -1 || b == -1) && PyErr_Occurred())
+            return NULL;
+        if ((ts = get_field(fe, &ev, event_names, E_TS)) == NULL)
+            return NULL;
+        if (ts == Py_None) {
+            Py_DECREF(ts);
+            continue;
+        }
+        Py_DECREF(ts);
+        if ((cat = get_field(fe, &ev, event_names, E_CAT)) == NULL)
+            return NULL;
+        main_cat = PyList_GET_ITEM(state, 0);
+        if (main_cat == Py_None) {
+            PyList_SetItem(state, 0, Py_NewRef(cat));
+            main_cat = cat;
+        }
+        if (b - a == 1 && a >= 0 && a < nslices) {
+            PyObject *c = PyList_GET_ITEM(slices, a), *x = NULL, *y = NULL;
+            int eq = 0;
+            if (!have_sl || Py_TYPE(c) != sl.type) {
+                if (fields_of(Py_TYPE(c), event_names, E_SIZE, &sl) < 0)
+                    goto next;
+                have_sl = 1;
+            }
+            if ((x = get_field(c, &sl, event_names, E_PID)) == NULL || (y = get_field(fe, &ev, event_names, E_PID)) == NULL)
+                goto pids;
+            if ((eq = PyObject_RichCompareBool(x, y, Py_EQ)) < 0)
+                goto pids;
+            if (eq) {
+                Py_SETREF(x, get_field(c, &sl, event_names, E_TID));
+                Py_SETREF(y, x == NULL ? NULL : get_field(fe, &ev, event_names, E_TID));
+                if (y == NULL || (eq = PyObject_RichCompareBool(x, y, Py_EQ)) < 0) {
+                    eq = -1;
+                    goto pids;
+                }
+            }
+        pids:
+            Py_XDECREF(x);
+            Py_XDECREF(y);
+            if (eq < 0 || (eq == 0 && PyErr_Occurred()))
+                goto next;
+            if (!eq) {
+                unbound++;
+                ok = 1;
+                goto next;
+            }
+            target = Py_NewRef(c);
+        } else {
+            PyObject *args[3];
+            args[0] = fe;
+            args[1] = PyList_GET_ITEM(lo, k);
+            args[2] = PyList_GET_ITEM(hi, k);
+            if ((target = PyObject_Vectorcall(pick, args, 3, NULL)) == NULL)
+                goto next;
+            if (target == Py_None) {
+                unbound++;
+                ok = 1;
+                goto next;
+            }
+        }
+        if ((id = get_field(fe, &ev, event_names, E_ID)) == NULL || (ph = get_field(fe, &ev, event_names, E_PH)) == NULL)
+            goto next;
+        if ((same = PyObject_RichCompareBool(cat, main_cat, Py_EQ)) < 0)
+            goto next;
+        key = same ? Py_NewRef(id) : PyTuple_Pack(2, cat, id);
+        if (key == NULL || (index = PyObject_GetAttr(target, event_names[E_INDEX])) == NULL)
+            goto next;
+        if (PyUnicode_Check(ph) && PyUnicode_GET_LENGTH(ph) == 1 && PyUnicode_READ_CHAR(ph, 0) == 's') {
+            if (PyDict_SetDefault(sources, key, index) == NULL)
+                goto next;
+        } else {
+            PyObject *t = PyDict_GetItemWithError(targets, key);
+            if (t == NULL) {
+                PyObject *l;
+                if (PyErr_Occurred() || (l = PyList_New(1)) == NULL)
+                    goto next;
+                PyList_SET_ITEM(l, 0, Py_NewRef(index));
+                if (PyDict_SetItem(targets, key, l) < 0) {
+                    Py_DECREF(l);
+                    goto next;
+                }
+                Py_DECREF(l);
+            } else if (!PyList_CheckExact(t) || PyList_Append(t, index) < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "bind_flow_events: targets holds something else than lists");
+                goto next;
+            }
+        }
+        ok = 1;
+    next:
+        Py_XDECREF(cat);
+        Py_XDECREF(target);
+        Py_XDECREF(id);
+        Py_XDECREF(ph);
+        Py_XDECREF(key);
+        Py_XDECREF(index);
+        if (!ok)
+            return NULL;
+    }
+    if (unbound) {
+        PyObject *was = PyList_GET_ITEM(state, 1), *more = PyLong_FromLongLong(unbound), *sum;
+        if (more == NULL)
+            return NULL;
+        sum = PyNumber_Add(was, more);
+        Py_DECREF(more);
+        if (sum == NULL)
+            return NULL;
+        PyList_SetItem(state, 1, sum);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"bind_flow_events", (PyCFunction)(void (*)(void))bind_flow_events, METH_FASTCALL,
+     "bind_flow_events(part, lo, hi, slices, sources, targets, state, pick): flows.plan_flows' binding loop"},
     {"assign_sorted", (PyCFunction)(void (*)(void))assign_sorted, METH_FASTCALL,
      "assign_sorted(spans, track_uuid, records_type): overlap.assign of sorted int64 (ts, -dur, key) triples"},
     {"place_loop", (PyCFunction)(void (*)(void))place_loop, METH_FASTCALL,

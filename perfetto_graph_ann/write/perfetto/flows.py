@@ -16,9 +16,18 @@ from array import array
 from itertools import chain
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ... import settings
 from ...read.model import TraceEvent
 
-__all__ = ["FlowEnds", "FlowPlan", "plan_flows", "SliceStarts"]
+__all__ = ["BIND_FLOW_EVENTS", "FlowEnds", "FlowPlan", "plan_flows", "SliceStarts"]
+
+try:  # the binding loop in C (_plan.c, built by hatch_build.py): the same sources and targets
+    from ._plan import bind_flow_events as _compiled_bind
+except ImportError:
+    _compiled_bind = None
+#: :func:`plan_flows`' binding loop in C, or None where it is not built or
+#: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loop then)
+BIND_FLOW_EVENTS = None if settings.switch(settings.PURE_PYTHON) else _compiled_bind
 
 #: Flow events looked up at a time (:meth:`SliceStarts.bounds`).
 _CHUNK = 1 << 16
@@ -116,6 +125,21 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
     main_cat = None
     unbound = 0
     slices = starts.events
+
+    def bind_many(fe: TraceEvent, lo: int, hi: int) -> Optional[TraceEvent]:
+        """The slice a flow event binds to where not exactly one starts at its time."""
+        pid, tid = fe.pid, fe.tid
+        c = [x for x in slices[lo:hi] if x.pid == pid and x.tid == tid]
+        if not c:
+            return None
+        return c[0] if len(c) == 1 else _pick(c, fe.id, whole)
+
+    if BIND_FLOW_EVENTS is not None and type(slices) is list:
+        state: List[Any] = [None, 0]  # the first flow event's category, the unbound count
+        for part, lo_l, hi_l in _chunks(events, flow_indices, starts):
+            BIND_FLOW_EVENTS(part, lo_l, hi_l, slices, sources, targets, state, bind_many)
+        unbound = state[1]
+        flow_indices = ()  # bound: the loop below has nothing to do
     for fe, lo, hi in _looked_up(events, flow_indices, starts):
         if fe.ts_ns is None:
             continue
@@ -129,12 +153,10 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
                 unbound += 1
                 continue
         else:
-            pid, tid = fe.pid, fe.tid
-            c = [x for x in slices[lo:hi] if x.pid == pid and x.tid == tid]
-            if not c:
+            target = bind_many(fe, lo, hi)
+            if target is None:
                 unbound += 1
                 continue
-            target = c[0] if len(c) == 1 else _pick(c, fe.id, whole)
         cat = fe.cat
         key = fe.id if cat == main_cat else (cat, fe.id)
         if fe.ph == "s":
@@ -177,15 +199,20 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
     return plan
 
 
-def _looked_up(events: Sequence[TraceEvent], flow_indices: Sequence[int],
-               starts: SliceStarts) -> Iterator[Tuple[TraceEvent, int, int]]:
-    """Each flow event with the bounds of the slices starting at its time (``starts.bounds``),
-    looked up :data:`_CHUNK` at a time."""
-    def chunk(at: int) -> Iterator[Tuple[TraceEvent, int, int]]:
+def _chunks(events: Sequence[TraceEvent], flow_indices: Sequence[int],
+            starts: SliceStarts) -> Iterator[Tuple[List[TraceEvent], List[int], List[int]]]:
+    """The flow events :data:`_CHUNK` at a time, with the bounds of the slices starting at
+    each one's time (``starts.bounds``)."""
+    for at in range(0, len(flow_indices), _CHUNK):
         part = [events[i] for i in flow_indices[at:at + _CHUNK]]
         lo, hi = starts.bounds([fe.ts_ns for fe in part])
-        return zip(part, lo, hi)
-    return chain.from_iterable(map(chunk, range(0, len(flow_indices), _CHUNK)))
+        yield part, lo, hi
+
+
+def _looked_up(events: Sequence[TraceEvent], flow_indices: Sequence[int],
+               starts: SliceStarts) -> Iterator[Tuple[TraceEvent, int, int]]:
+    """Each flow event with the bounds of the slices starting at its time (:func:`_chunks`)."""
+    return chain.from_iterable(zip(*c) for c in _chunks(events, flow_indices, starts))
 
 
 def _pick(cands: List[TraceEvent], flow_id: object,
