@@ -188,3 +188,81 @@ def _source(trace, tmp_path):
     if trace == "decoder":
         return _decoder(tmp_path, replays=2, layers=2)[0]
     return fixture_trace(trace)
+
+
+_CAL_ODDITIES = ("none", "cut", "extra", "bool stream", "no stream", "no grid", "other name", "pending", "kernels only",
+                 "huge stream", "uncalibrated stream")
+
+
+@given(st.integers(1, 12), st.integers(1, 3), st.sampled_from(_CAL_ODDITIES), st.integers(0, 1 << 16))
+@settings(max_examples=200, deadline=None)
+def test_compiled_calibrated_rows_are_the_python_loop(n, streams, oddity, seed):
+    """``calibrated.CALIBRATED_ROWS`` (``_rows.calibrated_rows``) against ``match_calibrated``'s
+    Python loop on one replay of a calibrated graph (kernels and a memset over a few streams):
+    the same matches and graph, with a stream cut or grown (not trusted), a bool or missing
+    stream arg (the tid's), a signature compatible but not equal (no grid) or not compatible (another
+    name), only some events pending, a graph counting kernels alone, a stream beyond int64."""
+    import random
+
+    from perfetto_graph_ann.annotations.model import GraphRecord, NodeRecord
+    from perfetto_graph_ann.join import calibrated
+    from perfetto_graph_ann.join.replays import Replay
+    from perfetto_graph_ann.read.model import TraceEvent
+
+    if calibrated.CALIBRATED_ROWS is None:
+        pytest.skip("the join's compiled loops (_rows) are not built or turned off")
+    rnd = random.Random(seed)
+    ex = 5
+    kinds = ["kernel"] * n if oddity == "kernels only" else [rnd.choice(["kernel", "kernel", "memset"]) for _ in range(n)]
+    stream_of = [7 + rnd.randrange(streams) for _ in range(n)]
+    ordinal, nodes, events = {}, [], []
+    for k in range(n):
+        s = stream_of[k]
+        o = ordinal[s] = ordinal.get(s, -1) + 1
+        cat = "kernel" if kinds[k] == "kernel" else "gpu_memset"
+        name = f"k{k}" if kinds[k] == "kernel" else "Memset"
+        nodes.append(NodeRecord((ex << 32) | k, kinds[k], name if kinds[k] == "kernel" else None,
+                                (4, 1, 1) if kinds[k] == "kernel" else None, (32, 1, 1) if kinds[k] == "kernel" else None,
+                                {"name": f"n{k}"}, stream=s, ordinal=o))
+        args = {"device": 0, "stream": s, "correlation": 1}
+        if kinds[k] == "kernel":
+            args.update(grid=[4, 1, 1], block=[32, 1, 1])
+        events.append(TraceEvent(100 + k, "X", cat, name, 0, s, 1000 + 10 * k, 5, args))
+    if oddity == "kernels only":  # the calibration counted kernels alone: a memset in the trace is skipped
+        events.insert(rnd.randrange(n + 1), TraceEvent(99, "X", "gpu_memset", "Memset", 0, 7, 999, 1,
+                                                       {"device": 0, "stream": 7, "correlation": 1}))
+    j = rnd.randrange(len(events))
+    e = events[j]
+    if oddity == "cut":
+        del events[j]
+    elif oddity == "extra":
+        events.append(e.replace(index=500, ts_ns=5000))
+    elif oddity == "bool stream":
+        events[j] = e.replace(args={**e.args, "stream": True})
+    elif oddity == "no stream":
+        events[j] = e.replace(args={k: v for k, v in e.args.items() if k != "stream"})
+    elif oddity == "no grid" and e.cat == "kernel":
+        events[j] = e.replace(args={k: v for k, v in e.args.items() if k != "grid"})
+    elif oddity == "other name" and e.cat == "kernel":
+        events[j] = e.replace(name="other")
+    elif oddity == "huge stream":
+        events[j] = e.replace(args={**e.args, "stream": 1 << 70}, tid=1 << 70)
+    elif oddity == "uncalibrated stream":
+        events[j] = e.replace(args={**e.args, "stream": 99}, tid=99)
+    g = GraphRecord(ex, tuple(nodes))
+    pending = [x.index for x in events if oddity != "pending" or rnd.random() < 0.5]
+    got = {}
+    for name, fn in (("c", calibrated.CALIBRATED_ROWS), ("python", None)):
+        calls = []
+        saved = calibrated.CALIBRATED_ROWS
+        calibrated.CALIBRATED_ROWS = fn and (lambda *a: calls.append(fn(*a)) or calls[-1])
+        try:
+            found, chosen = calibrated.match_calibrated(Replay(1, None, list(events)), [g], pending)
+        finally:
+            calibrated.CALIBRATED_ROWS = saved
+        got[name] = ({i: (m.node.key, m.strategy, m.ambiguous) for i, m in found.items()}, chosen)
+        if fn is not None and oddity != "huge stream":
+            assert calls and calls[0] is not None  # C did it
+    assert got["c"] == got["python"]
+    if oddity == "none":
+        assert len(got["c"][0]) == n

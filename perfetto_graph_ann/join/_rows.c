@@ -20,7 +20,7 @@
 enum { E_INDEX, E_ARGS, E_SIZE };
 static PyObject *event_names[E_SIZE];
 static PyObject *s_shared_by, *s_node, *s_key, *s_strategy, *s_ambiguous, *s_stream, *s_device, *s_graph_id,
-    *int_zero, *int_one;
+    *s_category, *int_zero, *int_one;
 
 #define NO_VALUE INT32_MIN
 
@@ -1320,7 +1320,191 @@ group_work(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     return PyLong_FromLongLong(total);
 }
 
+/* One event's place on its stream, for calibrated_rows. */
+typedef struct {
+    PyObject *index; /* a new reference */
+    long long stream, ordinal;
+} Place;
+
+/* calibrated_rows(events, kernels_only, table, expected, pending, signatures, compatible) -> found:
+ * calibrated.match_calibrated's match_graph over one replay: each event's (stream, ordinal on it)
+ * as Replay.ordinals counts them (kernels alone where kernels_only), the streams whose count is
+ * the calibration's (expected) trusted, and each pending event of a trusted stream whose place is
+ * in the table, with a signature equal or compatible (compatible(sig, node's)) to the node's,
+ * found[index] = the table's match. None where an input is of another type (Python's loop). */
+static PyObject *
+calibrated_rows(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject *events, *table, *expected, *pending, *sigs, *compatible, *found = NULL;
+    Place *places = NULL;
+    long long *streams = NULL, *counts = NULL;
+    unsigned char *trusted = NULL;
+    Py_ssize_t n, j, np = 0, ns = 0, q;
+    int kernels_only, python = 0;
+    Fields ev;
+    (void)self;
+    if (argc != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "calibrated_rows(events, kernels_only, table, expected, pending, signatures, compatible)");
+        return NULL;
+    }
+    events = argv[0];
+    table = argv[2];
+    expected = argv[3];
+    pending = argv[4];
+    sigs = argv[5];
+    compatible = argv[6];
+    if (!PyList_CheckExact(events) || !PyDict_CheckExact(table) || !PyDict_Check(expected) ||
+        !PyAnySet_CheckExact(pending) || !PyDict_CheckExact(sigs))
+        Py_RETURN_NONE;
+    if ((kernels_only = PyObject_IsTrue(argv[1])) < 0)
+        return NULL;
+    n = PyList_GET_SIZE(events);
+    places = PyMem_Calloc(n + 1, sizeof(Place));
+    streams = PyMem_Malloc((n + 1) * sizeof(long long));
+    counts = PyMem_Calloc(n + 1, sizeof(long long));
+    if (places == NULL || streams == NULL || counts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(events, 0)), work_names, K_SIZE, &ev) < 0)
+        goto done;
+    for (j = 0; j < n; j++) { /* Replay.ordinals */
+        PyObject *e = PyList_GET_ITEM(events, j), *a, *s;
+        long long sv;
+        if (kernels_only) {
+            PyObject *cat = get_field(e, &ev, work_names, K_CAT);
+            int is_kernel;
+            if (cat == NULL)
+                goto done;
+            is_kernel = PyUnicode_Check(cat) && PyUnicode_CompareWithASCIIString(cat, "kernel") == 0;
+            Py_DECREF(cat);
+            if (!is_kernel) {
+                PyObject *c = PyObject_GetAttr(e, s_category);
+                if (c == NULL)
+                    goto done;
+                is_kernel = PyUnicode_Check(c) && PyUnicode_CompareWithASCIIString(c, "kernel") == 0;
+                Py_DECREF(c);
+                if (!is_kernel)
+                    continue;
+            }
+        }
+        if ((a = get_field(e, &ev, work_names, K_ARGS)) == NULL)
+            goto done;
+        s = arg_of(a, s_stream);
+        Py_DECREF(a);
+        if (s == NULL)
+            goto done;
+        if (!PyLong_CheckExact(s)) { /* else the property's rule (a bool, the tid) */
+            Py_SETREF(s, PyObject_GetAttr(e, s_stream));
+            if (s == NULL)
+                goto done;
+            if (s == Py_None) {
+                Py_DECREF(s);
+                continue;
+            }
+        }
+        if (!PyLong_CheckExact(s) || !int64_of(s, &sv)) {
+            Py_DECREF(s);
+            python = 1;
+            goto done;
+        }
+        Py_DECREF(s);
+        for (q = 0; q < ns && streams[q] != sv; q++)
+            ;
+        if (q == ns)
+            streams[ns++] = sv;
+        places[np].stream = q;
+        places[np].ordinal = counts[q]++;
+        if ((places[np].index = PyObject_GetAttr(e, timed_names[T_INDEX])) == NULL)
+            goto done;
+        np++;
+    }
+    if ((trusted = PyMem_Calloc(ns + 1, 1)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (q = 0; q < ns; q++) { /* the streams counted as the calibration did */
+        PyObject *key = PyLong_FromLongLong(streams[q]), *want;
+        long long w;
+        if (key == NULL)
+            goto done;
+        want = PyDict_GetItemWithError(expected, key);
+        Py_DECREF(key);
+        if (want == NULL && PyErr_Occurred())
+            goto done;
+        if (want != NULL) {
+            if (!PyLong_CheckExact(want) || !int64_of(want, &w)) {
+                python = 1;
+                goto done;
+            }
+            trusted[q] = w == counts[q];
+        }
+    }
+    if ((found = PyDict_New()) == NULL)
+        goto done;
+    for (j = 0; j < np; j++) {
+        Place *p = &places[j];
+        PyObject *pos, *hit, *sig;
+        int in, same;
+        if (!trusted[p->stream])
+            continue;
+        if ((in = PySet_Contains(pending, p->index)) < 0)
+            goto fail;
+        if (!in)
+            continue;
+        pos = Py_BuildValue("(LL)", streams[p->stream], p->ordinal);
+        if (pos == NULL)
+            goto fail;
+        hit = PyDict_GetItemWithError(table, pos);
+        Py_DECREF(pos);
+        if (hit == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            continue;
+        }
+        if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 3) {
+            python = 1;
+            goto fail;
+        }
+        sig = PyDict_GetItemWithError(sigs, p->index);
+        if (sig == NULL) {
+            if (!PyErr_Occurred())
+                python = 1;
+            goto fail;
+        }
+        if ((same = PyObject_RichCompareBool(sig, PyTuple_GET_ITEM(hit, 1), Py_EQ)) < 0)
+            goto fail;
+        if (!same) {
+            PyObject *r = PyObject_CallFunctionObjArgs(compatible, sig, PyTuple_GET_ITEM(hit, 1), NULL);
+            if (r == NULL || (same = PyObject_IsTrue(r)) < 0) {
+                Py_XDECREF(r);
+                goto fail;
+            }
+            Py_DECREF(r);
+        }
+        if (same && PyDict_SetItem(found, p->index, PyTuple_GET_ITEM(hit, 2)) < 0)
+            goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(found);
+done:
+    if (places != NULL)
+        for (j = 0; j < np; j++)
+            Py_XDECREF(places[j].index);
+    PyMem_Free(places);
+    PyMem_Free(streams);
+    PyMem_Free(counts);
+    PyMem_Free(trusted);
+    if (found == NULL && python && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return found;
+}
+
 static PyMethodDef methods[] = {
+    {"calibrated_rows", (PyCFunction)(void (*)(void))calibrated_rows, METH_FASTCALL,
+     "calibrated_rows(events, kernels_only, table, expected, pending, signatures, compatible): match_graph's loop"},
     {"group_work", (PyCFunction)(void (*)(void))group_work, METH_FASTCALL,
      "group_work(events, context) -> total: replays.gpu_work_and_replays' pass over a trace's events"},
     {"loose_signatures", (PyCFunction)(void (*)(void))loose_signatures, METH_FASTCALL,
@@ -1349,9 +1533,10 @@ PyMODINIT_FUNC
 PyInit__rows(void)
 {
     static const char *events[E_SIZE] = {"index", "args"};
-    static const char *names[8] = {"shared_by", "node", "key", "strategy", "ambiguous", "stream", "device",
-                                   "graph id"};
-    PyObject **out[8] = {&s_shared_by, &s_node, &s_key, &s_strategy, &s_ambiguous, &s_stream, &s_device, &s_graph_id};
+    static const char *names[9] = {"shared_by", "node", "key", "strategy", "ambiguous", "stream", "device",
+                                   "graph id", "category"};
+    PyObject **out[9] = {&s_shared_by, &s_node, &s_key, &s_strategy, &s_ambiguous, &s_stream, &s_device, &s_graph_id,
+                         &s_category};
     int k;
     static const char *timed[T_SIZE] = {"index", "ts_ns", "dur_ns"};
     static const char *sig[G_SIZE] = {"index", "cat", "name", "args"};
@@ -1367,7 +1552,7 @@ PyInit__rows(void)
     for (k = 0; k < 3; k++)
         if (*more_out[k] == NULL && (*more_out[k] = PyUnicode_InternFromString(more[k])) == NULL)
             return NULL;
-    for (k = 0; k < 8; k++)
+    for (k = 0; k < 9; k++)
         if (*out[k] == NULL && (*out[k] = PyUnicode_InternFromString(names[k])) == NULL)
             return NULL;
     if ((int_zero == NULL && (int_zero = PyLong_FromLong(0)) == NULL) ||

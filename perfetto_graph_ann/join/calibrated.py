@@ -15,12 +15,21 @@ import weakref
 from collections import Counter
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
+from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import CALIBRATED
 from .match import Match, best_graph, compatible_signatures, replay_signatures, signature
 from .replays import Replay
 
-__all__ = ["match_calibrated"]
+__all__ = ["CALIBRATED_ROWS", "match_calibrated"]
+
+try:  # a replay's calibrated matching in C (join/_rows.c, built by hatch_build.py): the same matches
+    from ._rows import calibrated_rows as _compiled_rows
+except ImportError:
+    _compiled_rows = None
+#: :func:`match_calibrated`'s loop over a replay in C, or None where it is not built or
+#: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loop then)
+CALIBRATED_ROWS = None if settings.switch(settings.PURE_PYTHON) else _compiled_rows
 
 _SIG_CACHE: Dict[Tuple[int, Optional[str], Optional[tuple], Optional[tuple]], Tuple] = {}
 
@@ -66,6 +75,11 @@ def match_calibrated(replay: Replay, graphs: Iterable[GraphRecord], pending: Seq
             return found
         ev_sig = replay_signatures(replay)
         table, kernels_only, expected_per_stream = _table(g)
+        if CALIBRATED_ROWS is not None:
+            got = CALIBRATED_ROWS(replay.events, kernels_only, table, expected_per_stream, pending_set, ev_sig,
+                                  compatible_signatures)
+            if got is not None:  # else: inputs it does not take, the loop below
+                return got
         ordinals = replay.ordinals(kernels_only)
         seen_per_stream = Counter(stream for stream, _ in ordinals.values())
         trusted = {st for st, n in seen_per_stream.items() if n == expected_per_stream[st]}
