@@ -1,24 +1,29 @@
 """Benchmark (issue 33, second target): what ``pga.export`` does after torch's JSON (parse, join,
-write), with session 25's compiled loops on against off, in one process, on a real H200 trace.
+write), with the compiled loops on against off, in one process, on a real H200 trace.
 
-    python benchmarks/export_loops_ab.py TRACE.json.gz ANNOTATIONS.json [--rounds 4]
+    python benchmarks/export_loops_ab.py TRACE.json.gz ANNOTATIONS.json [--rounds 4] [--arms on off26 off]
 
 The trace and its annotations are recorded on the GPU machine by
 ``benchmarks/gpu/record_export_trace.py`` (the 36-layer decoder of ``export_pace.py``, its
 replay record and recorded edges, so the join runs the launch identities and the critical
 path as ``pga.export`` does there). Arms, alternating each round:
 
-* ``on``: every compiled loop, and the join's placements held in columns (``write_joined``);
-* ``off``: the loops compiled in session 25 off (``plan.PLACE_LOOP``, ``plan.ASSIGN``,
+* ``on``: every compiled loop, the join's placements held in columns (``write_joined``), the
+  cyclic collector paused as ``pga.export`` pauses it;
+* ``off26``: session 26's changes off: the collector on (as export ran before),
+  ``critical_path.REPLAY_PATH``, ``flows.BIND_FLOW_EVENTS`` and ``calibrated.CALIBRATED_ROWS``
+  off (the join's single pass for the launches cannot be turned off);
+* ``off``: besides, the loops compiled in session 25 off (``plan.PLACE_LOOP``, ``plan.ASSIGN``,
   ``events.FINISH_RUN``, ``join.ROW_LOOPS``, ``projection.LOOPS``,
-  ``critical_path.PATH_AND_SLACK``, ``match.LOOSE``) and the placements a dict, as before.
+  ``critical_path.PATH_AND_SLACK``, ``match.LOOSE``) and the placements a dict.
 
 Wall seconds of ``parse_trace_bytes`` + ``write_joined``; ``json.loads`` of the same bytes in
-the same rounds. Medians; the two arms' outputs compared byte for byte.
+the same rounds (the collector on). Medians; every arm's output compared byte for byte.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gzip
 import importlib
@@ -35,15 +40,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from perfetto_graph_ann.annotations.files import load_annotations  # noqa: E402
-from perfetto_graph_ann.join import critical_path, match, projection  # noqa: E402
+from perfetto_graph_ann.join import calibrated, critical_path, match, projection  # noqa: E402
 from perfetto_graph_ann.pipeline import convert  # noqa: E402
 from perfetto_graph_ann.read import events  # noqa: E402
 from perfetto_graph_ann.read.kineto import parse_trace_bytes  # noqa: E402
-from perfetto_graph_ann.write.perfetto import plan  # noqa: E402
+from perfetto_graph_ann.write.perfetto import flows, plan  # noqa: E402
+from perfetto_graph_ann.write.pftrace import paused_gc  # noqa: E402
 
 join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the package exports the function by that name
-_SWITCHES = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), (join_mod, "ROW_LOOPS"),
-             (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
+_SWITCHES_25 = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), (join_mod, "ROW_LOOPS"),
+                (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
+_SWITCHES_26 = ((critical_path, "REPLAY_PATH"), (flows, "BIND_FLOW_EVENTS"), (calibrated, "CALIBRATED_ROWS"))
+#: arm -> (the switches it turns off, the collector paused, the placements in columns)
+_ARMS = {"on": ((), True, True), "off26": (_SWITCHES_26, False, True),
+         "off": (_SWITCHES_26 + _SWITCHES_25, False, False)}
 
 
 def main() -> None:
@@ -51,16 +61,17 @@ def main() -> None:
     ap.add_argument("trace")
     ap.add_argument("annotations")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--arms", nargs="+", default=["on", "off26", "off"], choices=list(_ARMS))
     args = ap.parse_args()
     opener = gzip.open if args.trace.endswith(".gz") else open
     with opener(args.trace, "rb") as f:
         data = f.read()
     ann = load_annotations(args.annotations)
-    compiled = {k: getattr(*k) for k in _SWITCHES}
+    compiled = {k: getattr(*k) for k in _SWITCHES_25 + _SWITCHES_26}
     if any(v is None for v in compiled.values()):
         sys.exit("the compiled loops are not built or are turned off")
     real = convert.read_and_join
-    times: dict = {"json.loads": [], "on": [], "off": []}
+    times: dict = {k: [] for k in ["json.loads", *args.arms]}
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}; "
           f"{len(data) / 1e6:.0f} MB of JSON")
@@ -71,19 +82,20 @@ def main() -> None:
             json.loads(data)
             times["json.loads"].append(time.perf_counter() - t)
             out = {}
-            for arm in ("on", "off"):
+            for arm in args.arms:
+                off, paused, compact = _ARMS[arm]
                 for (m, n), fn in compiled.items():
-                    setattr(m, n, fn if arm == "on" else None)
-                convert.read_and_join = real if arm == "on" else (
-                    lambda *a, **k: real(*a, **{**k, "compact": False}))
+                    setattr(m, n, None if (m, n) in off else fn)
+                convert.read_and_join = real if compact else (lambda *a, **k: real(*a, **{**k, "compact": False}))
                 dst = os.path.join(tmp, f"{arm}.pftrace")
                 t = time.perf_counter()
-                trace = parse_trace_bytes(data, "torch.profiler trace")
-                layout = convert.write_joined(trace, dst, ann, "all")
+                with paused_gc() if paused else contextlib.nullcontext():
+                    trace = parse_trace_bytes(data, "torch.profiler trace")
+                    layout = convert.write_joined(trace, dst, ann, "all")
+                    del trace, layout
                 times[arm].append(time.perf_counter() - t)
                 out[arm] = Path(dst).read_bytes()
-                del trace, layout
-            same = same and out["on"] == out["off"]
+            same = same and len(set(out.values())) == 1
     for (m, n), fn in compiled.items():
         setattr(m, n, fn)
     convert.read_and_join = real
@@ -91,10 +103,11 @@ def main() -> None:
     print(f"load after {os.getloadavg()[0]:.2f}")
     print("| arm | median s | best s | / `json.loads` | same bytes |")
     print("| --- | ---: | ---: | ---: | --- |")
-    for k in ("json.loads", "on", "off"):
+    for k in times:
         print(f"| {k} | {med[k]:.3f} | {min(times[k]):.3f} | {med[k] / med['json.loads']:.2f}x | "
               f"{'' if k == 'json.loads' else 'yes' if same else 'NO'} |")
-    print(f"| on / off | {med['on'] / med['off']:.2f}x | | | |")
+    for k in args.arms[1:]:
+        print(f"| {args.arms[0]} / {k} | {med[args.arms[0]] / med[k]:.2f}x | | | |")
 
 
 if __name__ == "__main__":
