@@ -1231,7 +1231,8 @@ group_work(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         return NULL;
     }
     ctx = &PyTuple_GET_ITEM(argv[1], 0);
-    if (!PyDict_CheckExact(ctx[1]) || !PyDict_CheckExact(ctx[3]) || !PyDict_CheckExact(ctx[4]) || !PySet_Check(ctx[5]) ||
+    if (!PyDict_CheckExact(ctx[1]) || !PyDict_CheckExact(ctx[3]) || !PyDict_CheckExact(ctx[4]) ||
+        !PySet_Check(ctx[5]) ||
         (ctx[6] != Py_None && !PyList_CheckExact(ctx[6]))) {
         PyErr_SetString(PyExc_TypeError, "group_work: a context of the wrong shape");
         return NULL;

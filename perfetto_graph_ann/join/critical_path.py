@@ -37,8 +37,8 @@ from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord
 from .model import PATH_ARG, SLACK_ARG, set_path_arg, set_path_args
 
-__all__ = ["CriticalPath", "CycleError", "EDGE_FLOWS_MAX", "Item", "PATH_AND_SLACK", "PATH_ARG", "PathItem", "REPLAY_PATH",
-           "SLACK_ARG",
+__all__ = ["CriticalPath", "CycleError", "EDGE_FLOWS_MAX", "Item", "PATH_AND_SLACK", "PATH_ARG", "PathItem",
+           "REPLAY_PATH", "SLACK_ARG",
            "SOURCE_EDGES", "SOURCE_STREAM", "annotate_replays", "critical_path", "edges_path", "replay_edges",
            "stream_order_path", "work_predecessors"]
 

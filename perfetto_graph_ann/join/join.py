@@ -420,8 +420,8 @@ class _Attribution:
         self._shapes: Dict[int, frozenset] = {}  # replay correlation -> the shape of all its GPU work
         if annotations.replays is not None:
             by_corr = {r.correlation: r for r in replays}
-            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(by_corr.get(corr), g), pids,
-                                   every_launch)
+            ids = launch_identities(trace, annotations.replays, lambda corr, g: self._may_be(by_corr.get(corr), g),
+                                    pids, every_launch)
             self.launched = ids.graphs
             report.replay_record = True
             report.replay_record_problems = ids.problems

@@ -696,7 +696,8 @@ bind_flow_events(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
                     goto next;
                 have_sl = 1;
             }
-            if ((x = get_field(c, &sl, event_names, E_PID)) == NULL || (y = get_field(fe, &ev, event_names, E_PID)) == NULL)
+            if ((x = get_field(c, &sl, event_names, E_PID)) == NULL ||
+                (y = get_field(fe, &ev, event_names, E_PID)) == NULL)
                 goto pids;
             if ((eq = PyObject_RichCompareBool(x, y, Py_EQ)) < 0)
                 goto pids;
@@ -732,7 +733,8 @@ bind_flow_events(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
                 goto next;
             }
         }
-        if ((id = get_field(fe, &ev, event_names, E_ID)) == NULL || (ph = get_field(fe, &ev, event_names, E_PH)) == NULL)
+        if ((id = get_field(fe, &ev, event_names, E_ID)) == NULL ||
+            (ph = get_field(fe, &ev, event_names, E_PH)) == NULL)
             goto next;
         if ((same = PyObject_RichCompareBool(cat, main_cat, Py_EQ)) < 0)
             goto next;
