@@ -520,3 +520,41 @@ def test_the_traces_pids_are_found_once_per_join(tmp_path, monkeypatch):
     assert labels(layout, trace) == truth_labels(truth)
     assert layout.report.replay_graphs == {RECORDED: 3}
     assert list(layout.report.identity_checked.values()) == [["pid", "device names"]]
+
+
+def _previous_profile(gap_ns: int, graph: int = 9) -> ReplayWindow:
+    """The window of a profile taken just before SEQ's (a quick export between the two, short
+    profiler cycles): the same thread replayed ``graph`` three times, its calls ``gap_ns``
+    before SEQ's launches, the window ending ~``gap_ns`` before the first of them."""
+    th = recorded(SEQ, 1)
+    th = dataclasses.replace(th, graphs=(graph,) * 3, starts_ns=tuple(s - gap_ns for s in th.starts_ns))
+    first = launch_wall(SEQ[0])
+    return ReplayWindow(PID, first - gap_ns - 1_000_000, first - gap_ns + 3_000_000, (th,))
+
+
+@pytest.mark.parametrize("graph", [9, 5], ids=["a graph no longer annotated", "an annotated graph"])
+def test_the_window_of_a_profile_just_before_is_not_this_traces(tmp_path, graph):
+    """Seen on the H200 (session 26): two profiles 20 ms apart, the first one's graph freed since
+    (no longer annotated). Its window fits the second trace's launches within the time slack, and
+    its unknown graph made every replay of the second trace unidentified. The window that holds
+    the launches is the trace's; the one whose span ends 20 ms before them is left out."""
+    truth = write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    right = window([recorded(SEQ, 1)], SEQ)
+    for order in ((_previous_profile(20_000_000, graph), right), (right, _previous_profile(20_000_000, graph))):
+        layout = join(trace, twins(replays=order))
+        assert labels(layout, trace) == truth_labels(truth)
+        assert layout.report.replay_graphs == {RECORDED: 3} and not layout.report.unidentified_replays
+
+
+def test_windows_the_clocks_cannot_tell_apart_leave_the_replays_unknown(tmp_path):
+    """Where no window holds the launches within 1 ms (clocks further apart) or the other one is
+    closer than 10 ms, neither is chosen: a launch they disagree on stays unidentified."""
+    write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    right = window([recorded(SEQ, 1)], SEQ)
+    shifted = dataclasses.replace(right, start_ns=right.start_ns + 5_000_000, stop_ns=right.stop_ns + 5_000_000)
+    for windows in ((_previous_profile(20_000_000), shifted), (_previous_profile(4_000_000), right)):
+        layout = join(trace, twins(replays=windows))
+        assert not any(name for names in labels(layout, trace).values() for name in names)
+        assert sum(layout.report.unidentified_replays.values()) == 3

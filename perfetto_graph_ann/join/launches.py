@@ -34,6 +34,13 @@ TIME_SLACK_NS = 50_000_000
 #: How far (ns) outside a window's start and stop the trace's launches may lie and still be its
 #: (the H200 showed the two clocks microseconds apart; profiler windows are seconds apart).
 WINDOW_SLACK_NS = 250_000_000
+#: Where several windows fit one trace (profiler windows a few ms apart: short cycles, a quick
+#: export between two profiles), the one holding the trace's launches within this (ns; the two
+#: clocks are microseconds apart) is the trace's, and windows whose span misses a launch by more
+#: than :data:`WINDOW_APART_NS` are not: they are left out. Windows in between stay (their
+#: candidates join, so a launch they disagree on stays unknown).
+WINDOW_HOLDS_NS = 1_000_000
+WINDOW_APART_NS = 10_000_000
 
 #: launch correlation -> the graphs it may have launched (one: known)
 Candidates = Dict[int, FrozenSet[int]]
@@ -136,7 +143,8 @@ def launch_identities(trace: KinetoTrace, windows: Iterable[ReplayWindow],
     ``fits_graph(correlation, exec id)``: whether the launch's GPU work could be that graph's
     (the join passes a check of the kernels against annotated graphs). Windows of other
     processes, or whose span does not hold the trace's launches, are not used; where several
-    windows fit, a launch's candidates are the union of theirs. ``pids``: :func:`trace_pids`,
+    windows fit, one that holds them (:data:`WINDOW_HOLDS_NS`) leaves out those that miss them
+    (:data:`WINDOW_APART_NS`), and a launch's candidates are the union of the rest's. ``pids``: :func:`trace_pids`,
     ``every_launch``: the trace's graph launch events, where the caller has them.
     """
     per_tid = _launches(trace, every_launch)
@@ -147,8 +155,7 @@ def launch_identities(trace: KinetoTrace, windows: Iterable[ReplayWindow],
     base = trace.base_time_ns
     times = [base + e.ts_ns for evs in per_tid.values() for e in evs if e.ts_ns is not None] if base else []
     lo, hi = (min(times), max(times)) if times else (None, None)
-    fitting: List[Candidates] = []
-    problems: List[str] = []
+    found: List[Tuple[Candidates, List[str], Optional[int]]] = []  # (candidates, problems, ns the span misses by)
     for w in windows:
         if w.pid is not None and pids and w.pid not in pids:
             continue
@@ -156,8 +163,11 @@ def launch_identities(trace: KinetoTrace, windows: Iterable[ReplayWindow],
             continue
         got, why = _fit_window(w, per_tid, base, fits_graph)
         if got is not None:
-            fitting.append(got)
-            problems.extend(why)
+            found.append((got, why, None if lo is None else max(0, w.start_ns - lo, hi - w.stop_ns)))
+    if len(found) > 1 and all(m is not None for _, _, m in found) and min(m for _, _, m in found) <= WINDOW_HOLDS_NS:
+        found = [f for f in found if f[2] <= WINDOW_APART_NS]  # the windows of other profiles, just before or after
+    fitting = [got for got, _, _ in found]
+    problems = [p for _, why, _ in found for p in why]
     if not fitting:
         res.problems.append("no profiler window of the replay record fits this trace's graph launches: "
                             "graphs are told apart by their kernels alone")
