@@ -1072,9 +1072,10 @@ fail:
 #define T_INSTANT 3
 
 /* FastArgs._one(k, v) where it needs nothing new: the key seen (its [prefix, cache, as text]),
- * and the value's bytes cached, or an int in [0, 2^63) under a key whose cache is off. Adds
- * the piece (none for a key left out); -1 where Python is to encode it (first sight, a miss,
- * any other value), with no error set; -2 on error. */
+ * and the value's bytes cached, or an int in [0, 2^63) (encoded here: the bytes _one makes
+ * whether or not its cache holds them; the cache is not filled). Adds the piece (none for a key
+ * left out); -1 where Python is to encode it (first sight, a string not cached, any other
+ * value), with no error set; -2 on error. */
 static int
 cached_arg(piece *pieces, int *n, PyObject *keys, PyObject *k, PyObject *v)
 {
@@ -1090,7 +1091,18 @@ cached_arg(piece *pieces, int *n, PyObject *keys, PyObject *k, PyObject *v)
     if (!PyBytes_CheckExact(prefix) || *n >= MAX_SLOTS * 2 + 1)
         return -1;
     cache = PyList_GET_ITEM(ks, 1);
-    if (cache == Py_None) {
+    if (cache != Py_None) {
+        if (!PyDict_CheckExact(cache) || !(PyLong_CheckExact(v) || PyUnicode_CheckExact(v)))
+            return -1;
+        b = PyDict_GetItemWithError(cache, v);
+        if (b != NULL)
+            return add_bytes(pieces, n, b) < 0 ? -1 : 0;
+        if (PyErr_Occurred())
+            return -2;
+        if (!PyLong_CheckExact(v))
+            return -1;  /* a string not cached: Python (it may intern it) */
+    }
+    {  /* an int: its annotation from the name's prefix, the bytes _one makes with or without its cache */
         uint64_t value;
         if (as_id(v, &value) < 0 || PyBytes_GET_SIZE(prefix) + 1 + varint_size(value) >= 128)
             return -1;
@@ -1101,16 +1113,10 @@ cached_arg(piece *pieces, int *n, PyObject *keys, PyObject *k, PyObject *v)
         (*n)++;
         return 0;
     }
-    if (!PyDict_CheckExact(cache) || !(PyLong_CheckExact(v) || PyUnicode_CheckExact(v)))
-        return -1;
-    b = PyDict_GetItemWithError(cache, v);
-    if (b == NULL)
-        return PyErr_Occurred() ? -2 : -1;
-    return add_bytes(pieces, n, b) < 0 ? -1 : 0;
 }
 
 /* FastEncoder.event(ts, track, cat, name, args, (), (), cacheable=False)'s packet where every
- * arg is cached (cached_arg) and the head is: a projected scope range. None (a new reference)
+ * arg is cached or an int (cached_arg) and the head is: a projected scope range. None (a new reference)
  * where Python is to build it, NULL on error. */
 static PyObject *
 uncached_event(PyObject *enc, PyObject *ts_o, PyObject *track, PyObject *cat, PyObject *name, PyObject *args)
