@@ -1,6 +1,8 @@
 """The hand-written packet encoder against the perfetto.protos reference, byte for byte."""
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -277,15 +279,22 @@ def test_compiled_end_packet_equals_slice_end():
 
 
 def test_compiled_template_packet_leaves_odd_values_to_python():
-    """``template_packet`` answers None (the Python fill runs) for a slot value that is not an
-    int in [0, 2^63) and for args that are not a dict; otherwise the reference bytes."""
+    """``template_packet`` answers None (the Python fill runs) for a slot value that is neither
+    an int in [0, 2^63) nor a float, and for args that are not a dict; otherwise the reference
+    bytes (a float slot, a memset's bandwidth: the double after the name, as ``_one`` writes it)."""
     from perfetto_graph_ann.write.perfetto import fast_encoder
 
     if fast_encoder.template_packet is None:
         pytest.skip("the pure-Python path")
     tpl = (b"\x22\x04\x08\x01\x20\x00", "correlation", b"\x08\x02\x20", b"")
-    for v in (-1, 1 << 63, True, 1.0, "1", None):
+    for v in (-1, 1 << 63, True, "1", None):
         assert fast_encoder.template_packet(3, b"\x50\x02", b"", tpl, {"correlation": v}, b"", b"") is None, v
+    for v in (1.0, -0.0, 1e300, float("nan"), float("inf")):
+        body = b"\x08\x02\x29" + struct.pack("<d", v)
+        te = tpl[0] + b"\x22" + bytes((len(body),)) + body  # the head and tail given empty
+        p = b"\x40\x03" + b"\x50\x02" + b"\x5a" + bytes((len(te),)) + te + b"\x68\x02"  # ts, the sequence
+        assert fast_encoder.template_packet(3, b"\x50\x02", b"", tpl, {"correlation": v}, b"", b"") == \
+            b"\x0a" + bytes((len(p),)) + p, v
     assert fast_encoder.template_packet(3, b"\x50\x02", b"", tpl, {}, b"", b"") is None
     assert fast_encoder.template_packet(3, b"\x50\x02", b"", [(1, 2, 3)], {"correlation": 1}, b"", b"") is None
     fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
@@ -293,6 +302,9 @@ def test_compiled_template_packet_leaves_odd_values_to_python():
         args = {"device": 0, "correlation": corr, "graph node id": corr, "replay": 3}
         for ts in (0, 127, 128, 1 << 40):
             assert fast.event(ts, 3, "kernel", "k", args, (), (4,)) == ref.event(ts, 3, "kernel", "k", args, (), (4,))
+    for bw in (1.5, 2.25, float("nan"), 1.5, 3):  # a memset's bandwidth: a slot, filled in C from the second on
+        args = {"device": 0, "bytes": 64, "memory bandwidth (GB/s)": bw, "correlation": 9}
+        assert fast.event(5, 3, "gpu_memset", "Memset", args) == ref.event(5, 3, "gpu_memset", "Memset", args)
 
 
 small_values = st.recursive(

@@ -63,10 +63,11 @@ MAX_INTERNED_STRING = 64
 INT64_MIN = -(1 << 63)
 UINT64_END = 1 << 64
 json_args = msgspec.json.Encoder(decimal_format="number").encode
-#: Per-event ids that make otherwise identical args differ: CUPTI / profiler counters, and
-#: the join's per-node and per-replay numbers (a graphed kernel's args differ by those alone).
+#: Per-event values that make otherwise identical args differ: CUPTI / profiler counters, the
+#: join's per-node and per-replay numbers (a graphed kernel's args differ by those alone), and
+#: Kineto's per-event measure of a memcpy / memset (its bandwidth, a float).
 VARYING_KEYS = frozenset({"correlation", "External id", "Ev Idx", "Record function id", "Python id", "Python parent id",
-                          "graph node id", "replay"})
+                          "graph node id", "replay", "memory bandwidth (GB/s)"})
 
 
 def frame(payload: bytes) -> bytes:
