@@ -182,23 +182,22 @@ class CompactPlacements(Mapping[int, Placement]):
             else:
                 args[SLACK_ARG] = slack
             return
+        self._path_column()[r] = self._ON_PATH if on_path else slack
+
+    def _path_column(self) -> "array[int]":
+        """The ``path`` column, made (every row none) or grown to the rows there are."""
         path = self.path
         if path is None or len(path) < len(self.node):
             grow = len(self.node) - (0 if path is None else len(path))
             if path is None:
                 path = self.path = array("q")
             path.extend(array("q", [self._PATH_NONE]) * grow)
-        path[r] = self._ON_PATH if on_path else slack
+        return path
 
     def set_paths(self, indices: Sequence[int], values: Sequence[int]) -> None:
         """:meth:`set_path` for many: ``values[k]`` -1 where ``indices[k]`` is on the path,
         else its slack."""
-        path = self.path
-        if path is None or len(path) < len(self.node):
-            grow = len(self.node) - (0 if path is None else len(path))
-            if path is None:
-                path = self.path = array("q")
-            path.extend(array("q", [self._PATH_NONE]) * grow)
+        path = self._path_column()
         row = self.row
         rows = len(row)
         for i, v in zip(indices, values):
