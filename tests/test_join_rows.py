@@ -266,3 +266,14 @@ def test_compiled_calibrated_rows_are_the_python_loop(n, streams, oddity, seed):
     assert got["c"] == got["python"]
     if oddity == "none":
         assert len(got["c"][0]) == n
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=12))
+def test_replay_events_by_start_with_untimed_ones(times):
+    """``replays._by_start`` (the key made in C) orders a replay's events as the rule does: by
+    start, an untimed one as if at 0, then file index."""
+    from perfetto_graph_ann.join.replays import _by_start
+    from perfetto_graph_ann.read.model import TraceEvent
+
+    events = [TraceEvent(20 - k, "X", "kernel", "k", 0, 7, t, 1) for k, t in enumerate(times)]
+    assert _by_start(events) == sorted(events, key=lambda e: (e.ts_ns or 0, e.index))

@@ -8,6 +8,7 @@ the trace (window cut) still form a replay keyed by their correlation.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Dict, List, Optional, Tuple
 
 from .. import settings
@@ -103,6 +104,18 @@ def _is_gpu_work(e: TraceEvent) -> bool:
     return e.is_gpu_work
 
 
+_START_AND_INDEX = operator.attrgetter("ts_ns", "index")
+
+
+def _by_start(events: List[TraceEvent]) -> List[TraceEvent]:
+    """``events`` by (start, file index), an untimed one as if at 0: the key made in C, and the
+    key with the rule for None only where an event has no time (None and an int do not compare)."""
+    try:
+        return sorted(events, key=_START_AND_INDEX)
+    except TypeError:
+        return sorted(events, key=lambda e: (e.ts_ns or 0, e.index))
+
+
 def find_replays(trace: KinetoTrace) -> List[Replay]:
     """Every replay in the trace, in launch order (launch ts, then correlation)."""
     return gpu_work_and_replays(trace)[1]
@@ -157,6 +170,6 @@ def gpu_work_and_replays(trace: KinetoTrace,
             if c not in graph_ids:
                 continue
             evs = [e for e in evs if "graph node id" in e.args or "graph id" in e.args]  # no launch: those alone
-        replays.append(Replay(c, launches.get(c), sorted(evs, key=lambda e: (e.ts_ns or 0, e.index))))
+        replays.append(Replay(c, launches.get(c), _by_start(evs)))
     replays.sort(key=lambda r: (r.start_ns, r.correlation))
     return total, replays
