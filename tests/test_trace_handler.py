@@ -132,3 +132,25 @@ def test_keep_json_gzip_and_a_broken_cycle_named_by_its_step(tmp_path):
     left = os.listdir(bad)
     assert len(left) == 1 and left[0].startswith("w.") and left[0].endswith(".json")
     assert (bad / left[0]).read_text().startswith('{"traceEvents": [{"ph": "X"')
+
+
+def test_blocking_handler_pauses_the_collector_and_restores_it(tmp_path, monkeypatch):
+    """Without ``background`` the handler reads, joins and writes in the caller's process with
+    the cyclic collector paused (as ``pga.export``), and the caller's setting is back after."""
+    import gc
+
+    from perfetto_graph_ann.capture import handler as handler_mod
+
+    seen = []
+    real = handler_mod.write_joined
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(handler_mod, "write_joined", spy)
+    handler = pga.trace_handler(str(tmp_path / "traces"), worker_name="w", background=False)
+    assert gc.isenabled()
+    _profile(handler)
+    assert seen == [False, False] and gc.isenabled()
+    assert len(os.listdir(tmp_path / "traces")) == 2
