@@ -85,6 +85,17 @@ typedef struct {
     uint64_t value;     /* slot 3: the double's bits */
 } piece;
 
+/* A slot piece: the head's bytes (a name's prefix and its value's tag) and the value. */
+static inline void
+put_slot(piece *pieces, int *n, PyObject *head, int slot, uint64_t value)
+{
+    pieces[*n].data = PyBytes_AS_STRING(head);
+    pieces[*n].size = PyBytes_GET_SIZE(head);
+    pieces[*n].slot = slot;
+    pieces[*n].value = value;
+    (*n)++;
+}
+
 /* The template's pieces in order; -1 when any is off the inline path (Python then fills), -2
  * with an exception set when reading args failed. */
 static int
@@ -101,11 +112,7 @@ add_slot(piece *pieces, int *n, PyObject *key, PyObject *head, PyObject *args)
     if (PyFloat_CheckExact(value) && PyBytes_GET_SIZE(head) >= 1 && PyBytes_GET_SIZE(head) + 8 < 128) {
         double x = PyFloat_AS_DOUBLE(value);  /* a per-event measure (a memset's bandwidth) */
         memcpy(&v, &x, sizeof v);
-        pieces[*n].data = PyBytes_AS_STRING(head);
-        pieces[*n].size = PyBytes_GET_SIZE(head);
-        pieces[*n].slot = 3;
-        pieces[*n].value = v;
-        (*n)++;
+        put_slot(pieces, n, head, 3, v);
         return 0;
     }
     if (as_id(value, &v) < 0)
@@ -113,11 +120,7 @@ add_slot(piece *pieces, int *n, PyObject *key, PyObject *head, PyObject *args)
     body = PyBytes_GET_SIZE(head) + varint_size(v);
     if (body >= 128)  /* the Python fill writes this length as one byte: leave it the odd case */
         return -1;
-    pieces[*n].data = PyBytes_AS_STRING(head);
-    pieces[*n].size = PyBytes_GET_SIZE(head);
-    pieces[*n].slot = 1;
-    pieces[*n].value = v;
-    (*n)++;
+    put_slot(pieces, n, head, 1, v);
     return 0;
 }
 
@@ -1127,11 +1130,7 @@ cached_arg(piece *pieces, int *n, PyObject *keys, PyObject *k, PyObject *v)
         uint64_t value;
         if (as_id(v, &value) < 0 || PyBytes_GET_SIZE(prefix) + 1 + varint_size(value) >= 128)
             return -1;
-        pieces[*n].data = PyBytes_AS_STRING(prefix);
-        pieces[*n].size = PyBytes_GET_SIZE(prefix);
-        pieces[*n].slot = 2;
-        pieces[*n].value = value;
-        (*n)++;
+        put_slot(pieces, n, prefix, 2, value);
         return 0;
     }
 }
