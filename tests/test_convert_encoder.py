@@ -359,3 +359,17 @@ def test_event_with_many_flows_or_odd_ids_gives_the_reference_bytes():
         for flows, terms in cases:
             for a in (args, types.MappingProxyType(args), {}, None):
                 assert fast.event(300, 3, "kernel", "k", a, flows, terms) == ref.event(300, 3, "kernel", "k", a, flows, terms)
+
+
+def test_a_kernels_critical_path_slack_is_a_template_slot():
+    """Off the critical path a graphed kernel's args differ every replay by their slack: it is
+    one of the varying keys, so its node's template is made once (before: once a replay, each a
+    miss encoded in Python), and the bytes stay the reference's."""
+    from perfetto_graph_ann.join.model import SLACK_ARG
+
+    fast, ref = FastEncoder(Interner()), ProtosEncoder(Interner())
+    for k, slack in enumerate([0, 1234, 99, 1 << 40, 7, 1234]):
+        args = {"device": 0, "stream": 7, "correlation": 100 + k, "name": "mlp", "graph node id": 5, "replay": k,
+                "join": "calibrated", SLACK_ARG: slack}
+        assert fast.event(10 * k, 3, "kernel", "k", args, (), (4,)) == ref.event(10 * k, 3, "kernel", "k", args, (), (4,))
+    assert fast._whole_misses == 1

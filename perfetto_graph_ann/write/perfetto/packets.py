@@ -33,6 +33,7 @@ from typing import AbstractSet, Any, List, Mapping, Optional, Sequence
 import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from ...join.model import SLACK_ARG
 from .wire import varint
 
 __all__ = ["BUILTIN_CLOCK_BOOTTIME", "BUILTIN_CLOCK_REALTIME", "descriptor_packet", "EncoderBase", "frame",
@@ -64,10 +65,11 @@ INT64_MIN = -(1 << 63)
 UINT64_END = 1 << 64
 json_args = msgspec.json.Encoder(decimal_format="number").encode
 #: Per-event values that make otherwise identical args differ: CUPTI / profiler counters, the
-#: join's per-node and per-replay numbers (a graphed kernel's args differ by those alone), and
+#: join's per-node and per-replay numbers (a graphed kernel's args differ by those alone, and by
+#: its critical path slack where the graph's edges are recorded: it differs every replay), and
 #: Kineto's per-event measure of a memcpy / memset (its bandwidth, a float).
 VARYING_KEYS = frozenset({"correlation", "External id", "Ev Idx", "Record function id", "Python id", "Python parent id",
-                          "graph node id", "replay", "memory bandwidth (GB/s)"})
+                          "graph node id", "replay", SLACK_ARG, "memory bandwidth (GB/s)"})
 
 
 def frame(payload: bytes) -> bytes:
