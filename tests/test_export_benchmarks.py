@@ -93,3 +93,18 @@ def test_export_background_benchmark_runs(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "| handler bg wait |" in out and "| export bg done |" in out
     assert os.listdir(tmp_path) == []
+
+
+def test_slack_slot_benchmark_runs_and_both_arms_write_the_same_bytes(tmp_path, monkeypatch, capsys):
+    """``benchmarks/export_slack_slot.py`` at a few replays: its synthetic trace joins every
+    replay's critical path, the two arms give the same bytes, and the writer's keys are put back."""
+    from perfetto_graph_ann.write.perfetto import fast_args, fast_encoder
+
+    before = (fast_args.VARYING_KEYS, fast_encoder.VARYING_KEYS, fast_encoder._VARYING_ORDER)
+    bench = _load(ROOT / "benchmarks" / "export_slack_slot.py", "bench_slack_slot")
+    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))  # its outputs under tmp_path
+    monkeypatch.setattr(sys, "argv", ["export_slack_slot.py", "--replays", "40", "--rounds", "1"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| slot |" in out and "| key |" in out and "NO" not in out
+    assert (fast_args.VARYING_KEYS, fast_encoder.VARYING_KEYS, fast_encoder._VARYING_ORDER) == before
