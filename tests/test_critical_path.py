@@ -666,13 +666,14 @@ _ODDITIES = ("none", "unmatched", "ambiguous", "untimed", "node twice", "not wor
              "shuffled", "str ts")
 
 
-@given(_dags(), st.sampled_from(_ODDITIES), st.integers(0, 1 << 16), st.booleans())
+@given(_dags(), st.sampled_from(_ODDITIES), st.integers(0, 1 << 16), st.booleans(), st.booleans())
 @settings(max_examples=300, deadline=None)
-def test_compiled_replay_path_is_annotate_replays_python_loop(dag, oddity, seed, compact):
+def test_compiled_replay_path_is_annotate_replays_python_loop(dag, oddity, seed, compact, edge_flows):
     """``critical_path.REPLAY_PATH`` (``join/_rows.c``) against ``annotate_replays``' Python loop
     on one replay of a random DAG (with an empty node, not GPU work, in the graph): the same
     path and slack args on every event (in a dict of placements and in a CompactPlacements'
-    column), the same counts, the same error, with each way a replay can be refused."""
+    column), the same counts and dependency flows, the same error, with each way a replay can
+    be refused."""
     import random
 
     from perfetto_graph_ann.join.match import Match
@@ -724,16 +725,18 @@ def test_compiled_replay_path_is_annotate_replays_python_loop(dag, oddity, seed,
         saved, cp.REPLAY_PATH = cp.REPLAY_PATH, fn
         try:
             try:
-                cp.annotate_replays([replay], matches, {1: EX}, ranges, {EX: g}, placements, counts)
+                flows = cp.annotate_replays([replay], matches, {1: EX}, ranges, {EX: g}, placements, counts,
+                                            edge_flows=edge_flows)
                 outcome = None
             except Exception as e:  # noqa: BLE001: the same error from both
-                outcome = type(e)
+                outcome, flows = type(e), None
         finally:
             cp.REPLAY_PATH = saved
-        got[name] = (outcome, counts, {i: dict(p.args) for i, p in placements.items()})
+        got[name] = (outcome, counts, {i: dict(p.args) for i, p in placements.items()}, flows)
     assert got["c"] == got["python"]
     if oddity in ("none", "no dur", "no launch ts", "shuffled"):
         assert got["c"][1] == {cp.SOURCE_EDGES: 1}
+        assert not edge_flows or len(got["c"][3]) == len(edges)  # every edge between two kernels
         wp, rank = cp.work_predecessors(g)
         assert cp.REPLAY_PATH(events, matches, wp, rank, launch.ts_ns) not in (None, False)  # C did it
     if oddity in ("unmatched", "ambiguous", "untimed", "not work") or (oddity == "node twice" and n > 1):

@@ -960,11 +960,11 @@ done:
     return rc;
 }
 
-/* replay_path(events, matches, work_preds, rank, start_ns) -> (indices, values) | False | None:
+/* replay_path(events, matches, work_preds, rank, start_ns) -> (indices, values, nodes) | False | None:
  * critical_path.annotate_replays' work on one replay with recorded edges, for edges_path: each
  * event's item (critical_path.Item: its match's node, not ambiguous, a time), the predecessors
  * among them, the path and every slack. indices: the events' trace indices in order, values: -1
- * on the path, else the slack in ns (both int64 bytes). False: the replay's events cannot be told
+ * on the path, else the slack in ns, nodes: their nodes' local ids (int64 bytes each). False: the replay's events cannot be told
  * apart (annotate_replays' ambiguous: a missing or ambiguous match, an untimed event, a node
  * missing, seen twice or not GPU work of the graph). None: Python's loop (another type, a chain
  * that does not end). */
@@ -1084,13 +1084,17 @@ replay_path(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         goto done;
     for (k = 0; k < nchain; k++)
         slack[chain[k]] = -1;
+    for (j = 0; j < n; j++) /* the nodes' local ids, over the starts no longer needed */
+        buf[j] = PyLong_AsLongLong(local[j]);
     {
         PyObject *a = PyBytes_FromStringAndSize((const char *)t.index, n * sizeof(long long));
         PyObject *b = a == NULL ? NULL : PyBytes_FromStringAndSize((const char *)slack, n * sizeof(long long));
-        if (b != NULL)
-            out = PyTuple_Pack(2, a, b);
+        PyObject *c = b == NULL ? NULL : PyBytes_FromStringAndSize((const char *)buf, n * sizeof(long long));
+        if (c != NULL)
+            out = PyTuple_Pack(3, a, b, c);
         Py_XDECREF(a);
         Py_XDECREF(b);
+        Py_XDECREF(c);
     }
 done:
     if (out == NULL && !PyErr_Occurred()) {

@@ -237,6 +237,13 @@ def replay_edges(items: Sequence[Item], work_preds: Mapping[int, Tuple[int, ...]
     return [(by_node[p], it.index) for it in items for p in work_preds.get(it.node, ()) if p in by_node]
 
 
+def _edges_of(indices: Sequence[int], nodes: Sequence[int],
+              work_preds: Mapping[int, Tuple[int, ...]]) -> List[Tuple[int, int]]:
+    """:func:`replay_edges` of a replay's events given as their trace indices and nodes, in order."""
+    by_node = dict(zip(nodes, indices))
+    return [(by_node[p], i) for i, n in zip(indices, nodes) for p in work_preds.get(n, ()) if p in by_node]
+
+
 #: Most dependency flows one trace gets (``join(edge_flows=True)``); above it none are written
 #: and the report says so. Measured (BENCHMARKS.md, "critical path"): 1.01M flows made the
 #: .pftrace 20% larger and loaded as fast as without them; the cap is just above the largest
@@ -281,13 +288,16 @@ def annotate_replays(replays: Sequence[Any], matches: Mapping[int, Any], replay_
         if wp is None:
             counts[REASON_CYCLE] = counts.get(REASON_CYCLE, 0) + 1
             continue
-        if REPLAY_PATH is not None and not edge_flows:
+        if REPLAY_PATH is not None:
             got = REPLAY_PATH(r.events, matches, wp[0], wp[1], r.launch.ts_ns)
             if got is not None:  # else: inputs it does not take, Python's loop below
                 key = SOURCE_EDGES if got else REASON_AMBIGUOUS
                 counts[key] = counts.get(key, 0) + 1
                 if got:
-                    set_path_args(placements, array("q", got[0]), array("q", got[1]))
+                    indices = array("q", got[0])
+                    set_path_args(placements, indices, array("q", got[1]))
+                    if edge_flows:
+                        flows.extend(_edges_of(indices, array("q", got[2]), wp[0]))
                 continue
         items = []
         for e in r.events:
