@@ -127,8 +127,9 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     print("| arm | median s | best s | template misses | same bytes |")
     print("| --- | ---: | ---: | ---: | --- |")
+    same = "yes" if out["slot"] == out["key"] else "NO"
     for k in ("slot", "key"):
-        print(f"| {k} | {med[k]:.3f} | {min(times[k]):.3f} | {misses[k]:,} | {'yes' if out['slot'] == out['key'] else 'NO'} |")
+        print(f"| {k} | {med[k]:.3f} | {min(times[k]):.3f} | {misses[k]:,} | {same} |")
     print(f"| slot / key | {med['slot'] / med['key']:.2f}x | | | |")
 
 

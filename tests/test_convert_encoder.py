@@ -371,5 +371,6 @@ def test_a_kernels_critical_path_slack_is_a_template_slot():
     for k, slack in enumerate([0, 1234, 99, 1 << 40, 7, 1234]):
         args = {"device": 0, "stream": 7, "correlation": 100 + k, "name": "mlp", "graph node id": 5, "replay": k,
                 "join": "calibrated", SLACK_ARG: slack}
-        assert fast.event(10 * k, 3, "kernel", "k", args, (), (4,)) == ref.event(10 * k, 3, "kernel", "k", args, (), (4,))
+        ts = 10 * k
+        assert fast.event(ts, 3, "kernel", "k", args, (), (4,)) == ref.event(ts, 3, "kernel", "k", args, (), (4,))
     assert fast._whole_misses == 1

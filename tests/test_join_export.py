@@ -158,13 +158,14 @@ def test_export_pauses_the_collector_and_restores_it(tmp_path, monkeypatch, was_
 
     monkeypatch.setattr(export_mod, "write_joined", spy)
     name = "seed_block_annotated"
+    ann = read_capture_record(fixture_capture(name))
     (gc.enable if was_enabled else gc.disable)()
     try:
         if fails:
             with pytest.raises(OutputError, match="refused"):
-                export(FakeProfiler(name), tmp_path / "x.pftrace", annotations=read_capture_record(fixture_capture(name)))
+                export(FakeProfiler(name), tmp_path / "x.pftrace", annotations=ann)
         else:
-            export(FakeProfiler(name), tmp_path / "x.pftrace", annotations=read_capture_record(fixture_capture(name)))
+            export(FakeProfiler(name), tmp_path / "x.pftrace", annotations=ann)
         assert gc.isenabled() is was_enabled
     finally:
         gc.enable()

@@ -213,7 +213,8 @@ def test_compiled_calibrated_rows_are_the_python_loop(n, streams, oddity, seed):
         pytest.skip("the join's compiled loops (_rows) are not built or turned off")
     rnd = random.Random(seed)
     ex = 5
-    kinds = ["kernel"] * n if oddity == "kernels only" else [rnd.choice(["kernel", "kernel", "memset"]) for _ in range(n)]
+    kinds = ["kernel"] * n if oddity == "kernels only" else [rnd.choice(["kernel", "kernel", "memset"])
+                                                              for _ in range(n)]
     stream_of = [7 + rnd.randrange(streams) for _ in range(n)]
     ordinal, nodes, events = {}, [], []
     for k in range(n):
@@ -221,9 +222,9 @@ def test_compiled_calibrated_rows_are_the_python_loop(n, streams, oddity, seed):
         o = ordinal[s] = ordinal.get(s, -1) + 1
         cat = "kernel" if kinds[k] == "kernel" else "gpu_memset"
         name = f"k{k}" if kinds[k] == "kernel" else "Memset"
-        nodes.append(NodeRecord((ex << 32) | k, kinds[k], name if kinds[k] == "kernel" else None,
-                                (4, 1, 1) if kinds[k] == "kernel" else None, (32, 1, 1) if kinds[k] == "kernel" else None,
-                                {"name": f"n{k}"}, stream=s, ordinal=o))
+        kernel = kinds[k] == "kernel"
+        nodes.append(NodeRecord((ex << 32) | k, kinds[k], name if kernel else None, (4, 1, 1) if kernel else None,
+                                (32, 1, 1) if kernel else None, {"name": f"n{k}"}, stream=s, ordinal=o))
         args = {"device": 0, "stream": s, "correlation": 1}
         if kinds[k] == "kernel":
             args.update(grid=[4, 1, 1], block=[32, 1, 1])

@@ -964,10 +964,10 @@ done:
  * critical_path.annotate_replays' work on one replay with recorded edges, for edges_path: each
  * event's item (critical_path.Item: its match's node, not ambiguous, a time), the predecessors
  * among them, the path and every slack. indices: the events' trace indices in order, values: -1
- * on the path, else the slack in ns, nodes: their nodes' local ids (int64 bytes each). False: the replay's events cannot be told
- * apart (annotate_replays' ambiguous: a missing or ambiguous match, an untimed event, a node
- * missing, seen twice or not GPU work of the graph). None: Python's loop (another type, a chain
- * that does not end). */
+ * on the path, else the slack in ns, nodes: their nodes' local ids (int64 bytes each). False:
+ * the replay's events cannot be told apart (annotate_replays' ambiguous: a missing or ambiguous
+ * match, an untimed event, a node missing, seen twice or not GPU work of the graph). None:
+ * Python's loop (another type, a chain that does not end). */
 static PyObject *
 replay_path(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {

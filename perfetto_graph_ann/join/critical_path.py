@@ -233,8 +233,7 @@ def edges_path(items: Sequence[Item], work_preds: Mapping[int, Tuple[int, ...]],
 def replay_edges(items: Sequence[Item], work_preds: Mapping[int, Tuple[int, ...]]) -> List[Tuple[int, int]]:
     """The replay's dependencies as (trace index of the predecessor, trace index of the
     dependent), contracted to its GPU work: what the timeline draws as flows."""
-    by_node = {it.node: it.index for it in items}
-    return [(by_node[p], it.index) for it in items for p in work_preds.get(it.node, ()) if p in by_node]
+    return _edges_of([it.index for it in items], [it.node for it in items], work_preds)
 
 
 def _edges_of(indices: Sequence[int], nodes: Sequence[int],
