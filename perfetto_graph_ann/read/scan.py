@@ -213,6 +213,23 @@ class EventSource:
             k = j
         return self._decode(pieces, order)
 
+    def fetch_texts(self, indices: List[int], decode: List[int]) -> Optional[Tuple[Dict[int, Any], bytes, int]]:
+        """The texts of the events ``indices`` (a list) read in one block, those of ``decode``
+        (some of them) decoded as :meth:`fetch` decodes them: (index -> event, the block, the
+        file offset of its first byte; an event's text runs from its offset to the next one's,
+        less the separator). None where they are not near each other: :meth:`fetch` them."""
+        if not indices or GATHER is None:
+            return None
+        self.open()
+        offsets = self.offsets
+        lo, hi = GATHER[0](offsets, indices)
+        if hi - lo > _SPAN:
+            return None
+        block = os.pread(self._fd, hi - lo, lo)
+        if len(block) != hi - lo:
+            raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+        return (self._decode_text(GATHER[1](block, lo, offsets, decode), decode) if decode else {}), block, lo
+
     def _whole_read_error(self) -> None:
         """An event the first pass took does not decode whole: the whole-file read's error
         (the first pass skips the args it does not keep, so a fault inside them shows here),
@@ -371,6 +388,10 @@ class GzipEventSource(EventSource):
             lo = start + len(text)
             k += 1
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def fetch_texts(self, indices: List[int], decode: List[int]) -> None:
+        """None: a gzip file's events are :meth:`fetch` ed (their texts are not one block of the file)."""
+        return None
 
     def fetch(self, indices: Sequence[int]) -> Dict[int, Any]:
         """As :meth:`EventSource.fetch`: each event's text taken from the decompressed texts,

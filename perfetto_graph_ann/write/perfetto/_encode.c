@@ -1207,8 +1207,818 @@ done:
 
 
 /*
+ * A rewritten slice's packet straight from its JSON text (a two-pass read's second pass).
+ *
+ * A graph replay's kernel repeats the text of the same kernel in every other replay but for
+ * its times and its ids (VARYING_KEYS: its launch's correlation, ...). Its packet is made
+ * once the usual way (the event decoded, its args rewritten, the whole-args template found);
+ * the text with those ids blanked, together with everything else the packet depends on (the
+ * sequence, the track, the kind, and the rewrite: lane, placement row's node, strategy,
+ * replay and critical path kinds, hardware stream, device), keys that packet's constant
+ * parts and where each of its template slots takes its value: an id read from the text, the
+ * replay or the critical path slack from the placement's columns, or the node's own value (its
+ * graph node id: the node is part of the key). Later events whose key
+ * is the same are framed from those parts with their own ids, never decoded: the same bytes,
+ * since a text decodes to the same values wherever it is, the encoder's iids never change
+ * and every cached part is a function of what the key holds. Anything off the usual path
+ * (escapes in a key, an id that is not a plain integer below 2^63, a name repeated, a value
+ * that would not be one varint) is decoded and made as before.
+ */
+
+#define MAX_TEXT_VARS 8
+#define MAX_TEXT_NAMES 16
+#define TX_REPLAY 100
+#define TX_SLACK 101
+#define TX_CONST 102
+#define TX_SOURCE 9  /* a slot's source: its code, then (TX_CONST) its value, 8 bytes */
+#define TX_ID_WORDS 13
+#define TX_CACHE_LIMIT (1 << 16)
+
+typedef struct {
+    int on;
+    const char *block;          /* the batch's bytes */
+    Py_ssize_t nblock;
+    long long lo;               /* the file offset of block[0] */
+    Py_buffer offs;             /* every event's text offset (the first pass's int64 array) */
+    const long long *off;
+    Py_ssize_t noff;
+    PyObject *cache;            /* text key (bytes) -> entry (see tx_store) */
+    PyObject *decode_one;       /* index -> the event decoded (a miss) */
+    PyObject *names;            /* the varying keys (a tuple of str) */
+    const char *name[MAX_TEXT_NAMES];
+    Py_ssize_t nname[MAX_TEXT_NAMES];
+    int nnames;
+} text_ctx;
+
+typedef struct {
+    const char *ph, *cat, *name, *args;
+    Py_ssize_t nph, ncat, nname, nargs;
+    int nv;                              /* varying ids found in args, in text order */
+    const char *vat[MAX_TEXT_VARS];      /* each one's digits */
+    Py_ssize_t vlen[MAX_TEXT_VARS];
+    int vkey[MAX_TEXT_VARS];             /* its key's index in names */
+    uint64_t vval[MAX_TEXT_VARS];
+} text_event;
+
+static void
+tx_release(text_ctx *t)
+{
+    if (t->off != NULL)
+        PyBuffer_Release(&t->offs);
+    t->off = NULL;
+    t->on = 0;
+}
+
+/* 1: t filled from texts (block, lo, offsets, cache, decode_one, names); 0: texts is None; -1: error. */
+static int
+tx_init(text_ctx *t, PyObject *texts)
+{
+    PyObject *block, *lo;
+    int k;
+    memset(t, 0, sizeof(*t));
+    if (texts == Py_None)
+        return 0;
+    if (!PyTuple_CheckExact(texts) || PyTuple_GET_SIZE(texts) != 6) {
+        PyErr_SetString(PyExc_TypeError, "stream_records: texts is not a (block, lo, offsets, cache, decode, names) tuple");
+        return -1;
+    }
+    block = PyTuple_GET_ITEM(texts, 0);
+    lo = PyTuple_GET_ITEM(texts, 1);
+    t->cache = PyTuple_GET_ITEM(texts, 3);
+    t->decode_one = PyTuple_GET_ITEM(texts, 4);
+    t->names = PyTuple_GET_ITEM(texts, 5);
+    if (!PyBytes_CheckExact(block) || as_int64(lo, &t->lo) < 0 || !PyDict_CheckExact(t->cache)
+            || !PyCallable_Check(t->decode_one) || !PyTuple_CheckExact(t->names)
+            || PyTuple_GET_SIZE(t->names) > MAX_TEXT_NAMES) {
+        PyErr_SetString(PyExc_TypeError, "stream_records: unexpected texts");
+        return -1;
+    }
+    for (k = 0; k < PyTuple_GET_SIZE(t->names); k++) {
+        PyObject *s = PyTuple_GET_ITEM(t->names, k);
+        if (!PyUnicode_CheckExact(s) || !PyUnicode_IS_ASCII(s)) {
+            PyErr_SetString(PyExc_TypeError, "stream_records: the varying keys are not ASCII str");
+            return -1;
+        }
+        t->name[k] = (const char *)PyUnicode_DATA(s);
+        t->nname[k] = PyUnicode_GET_LENGTH(s);
+    }
+    t->nnames = (int)PyTuple_GET_SIZE(t->names);
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(texts, 2), &t->offs, PyBUF_FORMAT) < 0)
+        return -1;
+    if (t->offs.itemsize != 8 || t->offs.format == NULL || strcmp(t->offs.format, "q") != 0) {
+        PyBuffer_Release(&t->offs);
+        PyErr_SetString(PyExc_TypeError, "stream_records: the offsets are not an int64 array");
+        return -1;
+    }
+    t->off = (const long long *)t->offs.buf;
+    t->noff = t->offs.len / 8;
+    t->block = PyBytes_AS_STRING(block);
+    t->nblock = PyBytes_GET_SIZE(block);
+    t->on = 1;
+    return 1;
+}
+
+static inline const char *
+tx_ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* Past the string opened at p ('"'), or NULL; *esc set where it holds a backslash. */
+static const char *
+tx_string(const char *p, const char *e, int *esc)
+{
+    for (p++; p < e; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"')
+            return p + 1;
+        if (c == '\\') {
+            *esc = 1;
+            p++;
+        } else if (c < 0x20) {
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static const char *tx_value(const char *p, const char *e, int depth);
+
+/* Past the object or array opened at p, or NULL. */
+static const char *
+tx_container(const char *p, const char *e, int depth)
+{
+    char close = *p == '{' ? '}' : ']';
+    int obj = *p == '{', esc = 0;
+    if (depth > 32)
+        return NULL;
+    p = tx_ws(p + 1, e);
+    if (p < e && *p == close)
+        return p + 1;
+    for (;;) {
+        if (obj) {
+            if (p >= e || *p != '"' || (p = tx_string(p, e, &esc)) == NULL)
+                return NULL;
+            p = tx_ws(p, e);
+            if (p >= e || *p != ':')
+                return NULL;
+            p = tx_ws(p + 1, e);
+        }
+        if ((p = tx_value(p, e, depth + 1)) == NULL)
+            return NULL;
+        p = tx_ws(p, e);
+        if (p >= e)
+            return NULL;
+        if (*p == ',') {
+            p = tx_ws(p + 1, e);
+            continue;
+        }
+        return *p == close ? p + 1 : NULL;
+    }
+}
+
+/* Past the value at p (the text was read whole by the first pass), or NULL. */
+static const char *
+tx_value(const char *p, const char *e, int depth)
+{
+    const char *s = p;
+    int esc = 0;
+    if (p >= e)
+        return NULL;
+    if (*p == '"')
+        return tx_string(p, e, &esc);
+    if (*p == '{' || *p == '[')
+        return tx_container(p, e, depth);
+    while (p < e && ((*p >= '0' && *p <= '9') || *p == '-' || *p == '+' || *p == '.' || (*p >= 'a' && *p <= 'z')
+                     || *p == 'E'))
+        p++;
+    return p > s ? p : NULL;
+}
+
+/* A JSON integer in [0, 2^63) at p (the value whole: what follows is no part of a number). */
+static int
+tx_uint(const char *p, const char *e, const char **end, uint64_t *v)
+{
+    const char *s = p;
+    uint64_t x = 0;
+    if (p >= e || *p < '0' || *p > '9' || (*p == '0' && p + 1 < e && p[1] >= '0' && p[1] <= '9'))
+        return -1;
+    for (; p < e && *p >= '0' && *p <= '9'; p++) {
+        if (p - s >= 19)
+            return -1;
+        x = x * 10 + (uint64_t)(*p - '0');
+    }
+    if (p < e && (*p == '.' || *p == 'e' || *p == 'E' || *p == '-' || *p == '+' || (*p >= 'a' && *p <= 'z')))
+        return -1;
+    if (x >= (UINT64_C(1) << 63))
+        return -1;
+    *end = p;
+    *v = x;
+    return 0;
+}
+
+/* The index of key k (n bytes, no escape) among the varying keys, or -1. */
+static int
+tx_name(const text_ctx *t, const char *k, Py_ssize_t n)
+{
+    int j;
+    for (j = 0; j < t->nnames; j++)
+        if (t->nname[j] == n && memcmp(t->name[j], k, (size_t)n) == 0)
+            return j;
+    return -1;
+}
+
+/* The args object at p: its varying ids (each a plain integer, each key once) into ev; past it or NULL. */
+static const char *
+tx_args(const text_ctx *t, const char *p, const char *e, text_event *ev)
+{
+    p = tx_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return p + 1;
+    for (;;) {
+        const char *k;
+        int esc = 0, j, m;
+        if (p >= e || *p != '"')
+            return NULL;
+        k = p + 1;
+        if ((p = tx_string(p, e, &esc)) == NULL || esc)
+            return NULL;  /* an escaped key could spell a varying one */
+        j = tx_name(t, k, p - 1 - k);
+        p = tx_ws(p, e);
+        if (p >= e || *p != ':')
+            return NULL;
+        p = tx_ws(p + 1, e);
+        if (j >= 0) {
+            const char *d = p;
+            if (ev->nv >= MAX_TEXT_VARS || tx_uint(p, e, &p, &ev->vval[ev->nv]) < 0)
+                return NULL;
+            for (m = 0; m < ev->nv; m++)
+                if (ev->vkey[m] == j)
+                    return NULL;  /* a key twice: the decode keeps the last */
+            ev->vat[ev->nv] = d;
+            ev->vlen[ev->nv] = p - d;
+            ev->vkey[ev->nv] = j;
+            ev->nv++;
+        } else if ((p = tx_value(p, e, 2)) == NULL) {
+            return NULL;
+        }
+        p = tx_ws(p, e);
+        if (p >= e)
+            return NULL;
+        if (*p == ',') {
+            p = tx_ws(p + 1, e);
+            continue;
+        }
+        return *p == '}' ? p + 1 : NULL;
+    }
+}
+
+/* The event text [p, e): its ph, cat, name (strings) and args (an object), each once; 0 or -1. */
+static int
+tx_event(const text_ctx *t, const char *p, const char *e, text_event *ev)
+{
+    memset(ev, 0, sizeof(*ev));
+    p = tx_ws(p, e);
+    if (p >= e || *p != '{')
+        return -1;
+    p = tx_ws(p + 1, e);
+    for (;;) {
+        const char *k, *v, **at = NULL;
+        Py_ssize_t nk, *len = NULL;
+        int esc = 0;
+        if (p >= e || *p != '"')
+            return -1;
+        k = p + 1;
+        if ((p = tx_string(p, e, &esc)) == NULL || esc)
+            return -1;
+        nk = p - 1 - k;
+        p = tx_ws(p, e);
+        if (p >= e || *p != ':')
+            return -1;
+        v = p = tx_ws(p + 1, e);
+        if (nk == 4 && memcmp(k, "args", 4) == 0) {
+            if (ev->args != NULL || p >= e || *p != '{' || (p = tx_args(t, p, e, ev)) == NULL)
+                return -1;
+            ev->args = v;
+            ev->nargs = p - v;
+        } else {
+            if ((p = tx_value(p, e, 1)) == NULL)
+                return -1;
+            if (nk == 2 && memcmp(k, "ph", 2) == 0) {
+                at = &ev->ph;
+                len = &ev->nph;
+            } else if (nk == 3 && memcmp(k, "cat", 3) == 0) {
+                at = &ev->cat;
+                len = &ev->ncat;
+            } else if (nk == 4 && memcmp(k, "name", 4) == 0) {
+                at = &ev->name;
+                len = &ev->nname;
+            }
+            if (at != NULL) {
+                if (*at != NULL || *v != '"')
+                    return -1;
+                *at = v;
+                *len = p - v;
+            }
+        }
+        p = tx_ws(p, e);
+        if (p >= e)
+            return -1;
+        if (*p == ',') {
+            p = tx_ws(p + 1, e);
+            continue;
+        }
+        if (*p != '}')
+            return -1;
+        p = tx_ws(p + 1, e);
+        return p == e && ev->ph && ev->cat && ev->name && ev->args ? 0 : -1;
+    }
+}
+
+/* The cache key: the identity words, then ph, cat, name and the args text with each id's
+ * digits replaced by byte 1 (0 between them: neither is ever raw in JSON text). */
+static PyObject *
+tx_key(const text_event *ev, const long long *id)
+{
+    Py_ssize_t size = TX_ID_WORDS * 8 + ev->nph + ev->ncat + ev->nname + ev->nargs + 3, at = 0;
+    PyObject *key;
+    char *w;
+    const char *r;
+    int j;
+    for (j = 0; j < ev->nv; j++)
+        size -= ev->vlen[j] - 1;
+    key = PyBytes_FromStringAndSize(NULL, size);
+    if (key == NULL)
+        return NULL;
+    w = PyBytes_AS_STRING(key);
+    memcpy(w, id, TX_ID_WORDS * 8);
+    w += TX_ID_WORDS * 8;
+    memcpy(w, ev->ph, (size_t)ev->nph);
+    w += ev->nph;
+    *w++ = 0;
+    memcpy(w, ev->cat, (size_t)ev->ncat);
+    w += ev->ncat;
+    *w++ = 0;
+    memcpy(w, ev->name, (size_t)ev->nname);
+    w += ev->nname;
+    *w++ = 0;
+    r = ev->args;
+    for (j = 0; j < ev->nv; j++) {
+        at = ev->vat[j] - r;
+        memcpy(w, r, (size_t)at);
+        w += at;
+        *w++ = 1;
+        r = ev->vat[j] + ev->vlen[j];
+    }
+    at = ev->args + ev->nargs - r;
+    memcpy(w, r, (size_t)at);
+    return key;
+}
+
+/* What a rewritten slice's packet depends on besides its text and its slots' values (see
+ * rewritten_args), as TX_ID_WORDS words; *row: its placement row (-1: none). 0, -1 where its
+ * args are left to Plan.args_of (off the text path), -2 on error. */
+static int
+tx_identity(rewrite_ctx *c, Py_ssize_t i, PyObject *i_o, long long q, long long track, int kind, long long *id,
+            Py_ssize_t *row)
+{
+    PyObject *l, *d;
+    memset(id, 0, TX_ID_WORDS * 8);
+    *row = -1;
+    if (!c->compact)
+        return -1;
+    id[0] = q;
+    id[1] = track;
+    id[2] = kind;
+    if (i < c->nlanes && c->lanes[i] != NO_VALUE) {
+        id[3] = 1;
+        id[4] = c->lanes[i];
+    } else {
+        l = PyDict_GetItemWithError(c->other, i_o);
+        if (l == NULL && PyErr_Occurred())
+            return -2;
+        if (l != NULL && l != Py_None) {
+            if (as_int64(l, &id[4]) < 0)
+                return -1;
+            id[3] = 2;
+        }
+    }
+    if (id[3] == 0)
+        return 0;  /* no lane: the event's own args (rewritten_args) */
+    {
+        Py_ssize_t r = i < c->nrow ? c->row[i] : -1;
+        if (r >= c->ncol)
+            return -1;
+        if (r < 0) {
+            int kept = PyDict_Contains(c->kept, i_o);
+            if (kept < 0)
+                return -2;
+            if (kept)
+                return -1;
+        } else {
+            PyObject *triple;
+            Py_ssize_t nd = c->node[r];
+            if (nd < 0 || nd >= PyList_GET_SIZE(c->nodes) || (c->how[r] & 7) >= PyTuple_GET_SIZE(c->strategies))
+                return -1;
+            triple = PyList_GET_ITEM(c->nodes, nd);
+            if (!PyTuple_CheckExact(triple) || PyTuple_GET_SIZE(triple) != 3
+                    || !PyDict_CheckExact(PyTuple_GET_ITEM(triple, 1)))
+                return -1;
+            id[5] = 1;
+            id[6] = nd;
+            id[7] = c->how[r];
+            id[8] = c->replay[r] != NO_VALUE;
+            id[9] = c->every ? (c->hw[r] == NO_VALUE ? (long long)1 << 40 : c->hw[r]) : -1;
+            if (c->path != NULL && r < c->npath && c->path[r] != -2) {
+                if (c->path[r] < -1)
+                    return -1;
+                id[10] = c->path[r] == -1 ? 1 : 2;
+            }
+            *row = r;
+        }
+    }
+    d = PyDict_GetItemWithError(c->device_of, i_o);
+    if (d == NULL && PyErr_Occurred())
+        return -2;
+    if (d != NULL && d != Py_None) {
+        if (as_int64(d, &id[12]) < 0)
+            return -1;
+        id[11] = 1;
+    }
+    return 0;
+}
+
+/* The text of event i in the batch: [*p, *e) less the separators after it; -1 where not there. */
+static int
+tx_span(const text_ctx *t, Py_ssize_t i, const char **p, const char **e)
+{
+    long long a, b;
+    if (i < 0 || i + 1 >= t->noff)
+        return -1;
+    a = t->off[i] - t->lo;
+    b = t->off[i + 1] - t->lo;
+    if (a < 0 || b > t->nblock || a >= b)
+        return -1;
+    while (b > a && (t->block[b - 1] == ' ' || t->block[b - 1] == '\t' || t->block[b - 1] == '\n'
+                     || t->block[b - 1] == '\r' || t->block[b - 1] == ','))
+        b--;
+    *p = t->block + a;
+    *e = t->block + b;
+    return 0;
+}
+
+/* Flow ids after the template (event_packet_impl's), a kernel's one flow end read from its
+ * int32 column (0: none, then term_more); -1 where Python is to write them. */
+static Py_ssize_t
+tx_flows(unsigned char *fbuf, PyObject *out, int32_t one, PyObject *more)
+{
+    int flows = 0, j;
+    Py_ssize_t fn = 0, w;
+    if (out != NULL) {
+        if ((w = put_flows(fbuf, out, 0xf9, 0x02, &flows)) < 0)
+            return -1;
+        fn = w;
+    }
+    if (one > 0) {
+        if (flows + 1 > MAX_FLOWS)
+            return -1;
+        fbuf[fn++] = 0x81;
+        fbuf[fn++] = 0x03;
+        for (j = 0; j < 8; j++)
+            fbuf[fn++] = (unsigned char)((uint64_t)one >> (8 * j));
+    } else if (more != NULL) {
+        if ((w = put_flows(fbuf + fn, more, 0x81, 0x03, &flows)) < 0)
+            return -1;
+        fn += w;
+    }
+    return fn;
+}
+
+/* A slot's value for a hit: code (tx_store's) read from the placement's columns or the text;
+ * -1 where it is off the inline path. */
+static int
+tx_value_of(const rewrite_ctx *c, Py_ssize_t r, const text_event *ev, const unsigned char *src, uint64_t *v)
+{
+    int code = src[0];
+    if (code == TX_CONST) {
+        memcpy(v, src + 1, 8);
+    } else if (code == TX_REPLAY) {
+        if (r < 0 || c->replay[r] == NO_VALUE || c->replay[r] < 0)
+            return -1;
+        *v = (uint64_t)c->replay[r];
+    } else if (code == TX_SLACK) {
+        if (r < 0 || c->path == NULL || r >= c->npath || c->path[r] < 0)
+            return -1;
+        *v = (uint64_t)c->path[r];
+    } else {
+        if (code >= ev->nv)
+            return -1;
+        *v = ev->vval[code];
+    }
+    return 0;
+}
+
+/* add_slot's piece with the value its source code gives (*s: the next code). */
+static int
+tx_slot(piece *pieces, int *n, PyObject *head, const rewrite_ctx *c, Py_ssize_t r, const text_event *ev,
+        const unsigned char *code, Py_ssize_t ncode, int *s)
+{
+    uint64_t v;
+    if ((*s + 1) * TX_SOURCE > ncode || *n >= MAX_SLOTS * 2 + 1 || !PyBytes_CheckExact(head)
+            || tx_value_of(c, r, ev, code + *s * TX_SOURCE, &v) < 0)
+        return -1;
+    (*s)++;
+    if (PyBytes_GET_SIZE(head) + varint_size(v) >= 128)
+        return -1;
+    put_slot(pieces, n, head, 1, v);
+    return 0;
+}
+
+/* The packet of a cache hit (entry: parts0, parts1, tpl or None, sources, seq, counts a hit):
+ * event_packet_impl's pieces, each slot's value from its source; None where a value is off
+ * the inline path. */
+static PyObject *
+tx_frame(const rewrite_ctx *c, Py_ssize_t r, const text_event *ev, PyObject *entry, uint64_t ts,
+         const unsigned char *fbuf, Py_ssize_t fn)
+{
+    piece pieces[MAX_SLOTS * 2 + 4];
+    int n = 0, s = 0, k;
+    PyObject *tpl = PyTuple_GET_ITEM(entry, 2), *src = PyTuple_GET_ITEM(entry, 3);
+    const unsigned char *code = (const unsigned char *)PyBytes_AS_STRING(src);
+    Py_ssize_t ncode = PyBytes_GET_SIZE(src);
+
+    if (add_bytes(pieces, &n, PyTuple_GET_ITEM(entry, 0)) < 0)
+        Py_RETURN_NONE;
+    if (PyBytes_CheckExact(tpl)) {
+        if (add_bytes(pieces, &n, tpl) < 0)
+            Py_RETURN_NONE;
+    } else if (PyTuple_CheckExact(tpl)) {  /* (run before, key, head, run after) */
+        if (add_bytes(pieces, &n, PyTuple_GET_ITEM(tpl, 0)) < 0
+                || tx_slot(pieces, &n, PyTuple_GET_ITEM(tpl, 2), c, r, ev, code, ncode, &s) < 0
+                || add_bytes(pieces, &n, PyTuple_GET_ITEM(tpl, 3)) < 0)
+            Py_RETURN_NONE;
+    } else if (PyList_CheckExact(tpl)) {
+        for (k = 0; k < PyList_GET_SIZE(tpl); k++) {
+            PyObject *part = PyList_GET_ITEM(tpl, k);
+            if (PyBytes_CheckExact(part)) {
+                if (add_bytes(pieces, &n, part) < 0)
+                    Py_RETURN_NONE;
+            } else if (!PyTuple_CheckExact(part) || PyTuple_GET_SIZE(part) != 2
+                       || tx_slot(pieces, &n, PyTuple_GET_ITEM(part, 1), c, r, ev, code, ncode, &s) < 0) {
+                Py_RETURN_NONE;
+            }
+        }
+    } else if (tpl != Py_None) {
+        Py_RETURN_NONE;
+    }
+    if (add_bytes(pieces, &n, PyTuple_GET_ITEM(entry, 1)) < 0)
+        Py_RETURN_NONE;
+    if (fn) {
+        pieces[n].data = (const char *)fbuf;
+        pieces[n].size = fn;
+        pieces[n].slot = 0;
+        n++;
+    }
+    return frame_packet(ts, PyTuple_GET_ITEM(entry, 4), pieces, n);
+}
+
+/* Counts a whole-args template hit on encoder enc (FastEncoder.event's count). */
+static int
+tx_count_hit(PyObject *enc)
+{
+    PyObject *hits = PyObject_GetAttr(enc, s_whole_hits), *more;
+    if (hits == NULL)
+        return -1;
+    more = PyNumber_Add(hits, int_one);
+    Py_DECREF(hits);
+    if (more == NULL)
+        return -1;
+    if (PyObject_SetAttr(enc, s_whole_hits, more) < 0) {
+        Py_DECREF(more);
+        return -1;
+    }
+    Py_DECREF(more);
+    return 0;
+}
+
+/*
+ * Stores the entry for key once event e's packet is made (its head and whole-args template are
+ * then in encoder enc's caches): the head's parts for (cat, name, track, kind), the template of
+ * its rewritten args (found as event_packet_impl finds it) and where each slot's value comes
+ * from: the placement's replay or slack where the rewrite set them, else the id of that key in
+ * the text (a slot any other part set, or whose value is not the one its source gives, stores
+ * nothing). 0, or -1 with an error set.
+ */
+static int
+tx_store(text_ctx *t, rewrite_ctx *c, Py_ssize_t r, const text_event *ev, PyObject *key, PyObject *enc,
+         PyObject *cat, PyObject *name, PyObject *track, PyObject *kind, PyObject *args)
+{
+    PyObject *heads = NULL, *whole = NULL, *seq = NULL, *hk, *parts, *tpl = Py_None, *ck = NULL, *entry, *src;
+    PyObject *base = NULL;
+    unsigned char code[MAX_SLOTS * TX_SOURCE];
+    int ns = 0, k, result = -1, counts;
+    if (PyDict_GET_SIZE(t->cache) >= TX_CACHE_LIMIT)
+        PyDict_Clear(t->cache);
+    heads = PyObject_GetAttr(enc, s_heads);
+    whole = heads ? PyObject_GetAttr(enc, s_whole) : NULL;
+    seq = whole ? PyObject_GetAttr(enc, s_seq) : NULL;
+    if (seq == NULL)
+        goto done;
+    if (!PyDict_CheckExact(heads) || !PyBytes_CheckExact(seq) || !PyDict_CheckExact(args))
+        goto skip;
+    hk = PyTuple_Pack(4, cat, name, track, kind);
+    if (hk == NULL)
+        goto done;
+    parts = PyDict_GetItemWithError(heads, hk);
+    Py_DECREF(hk);
+    if (parts == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        goto skip;
+    }
+    if (!PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 3 || !PyBytes_CheckExact(PyList_GET_ITEM(parts, 0))
+            || !PyBytes_CheckExact(PyList_GET_ITEM(parts, 1)))
+        goto skip;
+    counts = PyDict_GET_SIZE(args) > 0;
+    if (counts) {
+        if (!PyDict_CheckExact(whole))
+            goto skip;
+        ck = make_args_key(args, PyList_GET_ITEM(parts, 2));
+        if (ck == NULL)
+            goto done;
+        if (ck == Py_None)
+            goto skip;
+        tpl = PyDict_GetItemWithError(whole, ck);
+        if (tpl == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            goto skip;
+        }
+        if (r >= 0)
+            base = PyTuple_GET_ITEM(PyList_GET_ITEM(c->nodes, c->node[r]), 1);
+        if (!PyBytes_CheckExact(tpl)) {
+            PyObject *slots[MAX_SLOTS];
+            int nslots = 0;
+            if (PyTuple_CheckExact(tpl) && PyTuple_GET_SIZE(tpl) == 4) {
+                if (!PyBytes_CheckExact(PyTuple_GET_ITEM(tpl, 0)) || !PyBytes_CheckExact(PyTuple_GET_ITEM(tpl, 2))
+                        || !PyBytes_CheckExact(PyTuple_GET_ITEM(tpl, 3)))
+                    goto skip;
+                slots[nslots++] = PyTuple_GET_ITEM(tpl, 1);
+            } else if (PyList_CheckExact(tpl)) {
+                for (k = 0; k < PyList_GET_SIZE(tpl); k++) {
+                    PyObject *part = PyList_GET_ITEM(tpl, k);
+                    if (PyBytes_CheckExact(part))
+                        continue;
+                    if (!PyTuple_CheckExact(part) || PyTuple_GET_SIZE(part) != 2
+                            || !PyBytes_CheckExact(PyTuple_GET_ITEM(part, 1)) || nslots >= MAX_SLOTS)
+                        goto skip;
+                    slots[nslots++] = PyTuple_GET_ITEM(part, 0);
+                }
+                if (PyList_GET_SIZE(tpl) > MAX_SLOTS * 2 + 1)
+                    goto skip;
+            } else {
+                goto skip;
+            }
+            for (k = 0; k < nslots; k++) {
+                PyObject *sk = slots[k], *have, *from_base;
+                long long want, v;
+                int j, found = -1;
+                if (!PyUnicode_CheckExact(sk))
+                    goto skip;
+                have = PyDict_GetItemWithError(args, sk);
+                if (have == NULL) {
+                    if (PyErr_Occurred())
+                        goto done;
+                    goto skip;
+                }
+                if (as_int64(have, &v) < 0 || v < 0)
+                    goto skip;
+                memset(code + ns * TX_SOURCE, 0, TX_SOURCE);
+                if (r >= 0 && PyUnicode_Compare(sk, s_replay) == 0 && c->replay[r] != NO_VALUE) {
+                    code[ns++ * TX_SOURCE] = TX_REPLAY;
+                    want = c->replay[r];
+                } else if (r >= 0 && PyUnicode_Compare(sk, s_slack_arg) == 0 && c->path != NULL && r < c->npath
+                           && c->path[r] >= 0) {
+                    code[ns++ * TX_SOURCE] = TX_SLACK;
+                    want = c->path[r];
+                } else if (base != NULL && (from_base = PyDict_GetItemWithError(base, sk)) != NULL) {
+                    /* the node's value (the node is part of the key): a constant */
+                    if (as_int64(from_base, &want) < 0 || want < 0)
+                        goto skip;
+                    code[ns * TX_SOURCE] = TX_CONST;
+                    memcpy(code + ns * TX_SOURCE + 1, &want, 8);
+                    ns++;
+                } else {
+                    if (PyErr_Occurred())
+                        goto done;
+                    for (j = 0; j < ev->nv; j++) {
+                        PyObject *nm = PyTuple_GET_ITEM(t->names, ev->vkey[j]);
+                        int eq = PyUnicode_Compare(sk, nm);
+                        if (eq == -1 && PyErr_Occurred())
+                            goto done;
+                        if (eq == 0) {
+                            found = j;
+                            break;
+                        }
+                    }
+                    if (found < 0)
+                        goto skip;
+                    code[ns++ * TX_SOURCE] = (unsigned char)found;
+                    want = (long long)ev->vval[found];
+                }
+                if (v != want)
+                    goto skip;
+            }
+        }
+    }
+    src = PyBytes_FromStringAndSize((const char *)code, (Py_ssize_t)ns * TX_SOURCE);
+    if (src == NULL)
+        goto done;
+    entry = PyTuple_Pack(6, PyList_GET_ITEM(parts, 0), PyList_GET_ITEM(parts, 1), tpl, src, seq,
+                         counts ? Py_True : Py_False);
+    Py_DECREF(src);
+    if (entry == NULL)
+        goto done;
+    k = PyDict_SetItem(t->cache, key, entry);
+    Py_DECREF(entry);
+    if (k < 0)
+        goto done;
+skip:
+    result = 0;
+done:
+    Py_XDECREF(ck);
+    Py_XDECREF(heads);
+    Py_XDECREF(whole);
+    Py_XDECREF(seq);
+    return result;
+}
+
+/* A rewritten slice's packet from its text where the cache holds its key (new reference), None
+ * where it does not or where something is off the text path, NULL on error. *key: its key (a
+ * new reference) where the event is on the text path (the caller stores the entry once its
+ * packet is made), else NULL; ev and *row: its parsed text and placement row. */
+static PyObject *
+tx_record(text_ctx *t, rewrite_ctx *c, PyObject *enc, long long q, Py_ssize_t i, PyObject *i_o, PyObject *uuid,
+          int pki, uint64_t ts, PyObject *outgoing, const int32_t *onev, Py_ssize_t none, PyObject *term_more,
+          PyObject **key, text_event *ev, Py_ssize_t *row)
+{
+    const char *p, *e;
+    long long id[TX_ID_WORDS], track;
+    int r, busy;
+    PyObject *entry, *packet, *out, *more = NULL;
+    unsigned char fbuf[MAX_FLOWS * 10];
+    Py_ssize_t fn;
+    int32_t one = 0;
+
+    *key = NULL;
+    if (tx_span(t, i, &p, &e) < 0 || tx_event(t, p, e, ev) < 0 || as_int64(uuid, &track) < 0)
+        Py_RETURN_NONE;
+    r = tx_identity(c, i, i_o, q, track, pki, id, row);
+    if (r == -2)
+        return NULL;
+    if (r < 0)
+        Py_RETURN_NONE;
+    *key = tx_key(ev, id);
+    if (*key == NULL)
+        return NULL;
+    entry = PyDict_GetItemWithError(t->cache, *key);
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    busy = interner_pending(enc);
+    if (busy < 0)
+        return NULL;
+    if (busy)
+        Py_RETURN_NONE;
+    out = PyDict_GetItemWithError(outgoing, i_o);
+    if (out == NULL && PyErr_Occurred())
+        return NULL;
+    if (onev != NULL && i < none && onev[i] != 0) {
+        one = onev[i];
+    } else {
+        more = PyDict_GetItemWithError(term_more, i_o);
+        if (more == NULL && PyErr_Occurred())
+            return NULL;
+    }
+    fn = tx_flows(fbuf, out, one, more);
+    if (fn < 0)
+        Py_RETURN_NONE;
+    Py_INCREF(entry);
+    packet = tx_frame(c, *row, ev, entry, ts, fbuf, fn);
+    if (packet != NULL && packet != Py_None && PyTuple_GET_ITEM(entry, 5) == Py_True && tx_count_hit(enc) < 0)
+        Py_CLEAR(packet);
+    Py_DECREF(entry);
+    return packet;
+}
+
+/*
  * stream_records(ts, kinds, keys, uuids, start, plan_kinds, base, seq_of, prevs, tails, encoders,
- *                events, outgoing, term_one, term_more, args_of, begins, batch, step, rw, ranges) -> int
+ *                events, outgoing, term_one, term_more, args_of, begins, batch, step, rw, ranges,
+ *                texts) -> int
  *
  * emit._stream's packet loop for its usual records, from record start of the chunk (the four
  * lists ts, kinds, keys, uuids; events: the plan's list, or a two-pass batch's dict): a slice end from its track's cached tail (end_bytes), and an
@@ -1222,7 +2032,10 @@ done:
  * a scope range's begin where every arg is cached (uncached_event). Returns the index of the first record
  * it leaves to Python (untouched: a sequence's first packet, a counter, a projected range, an
  * end without a cached tail, values off the common path), or the next one right after a packet
- * that fills the batch to step (the caller writes it), or len(ts) at the end.
+ * that fills the batch to step (the caller writes it), or len(ts) at the end. texts: None, or
+ * (block, lo, offsets, cache, decode_one, varying keys) where the two-pass batch in events
+ * leaves its rewritten slices undecoded: each is framed from its text (tx_record), or decoded
+ * by decode_one(i) into events and made as before (its cache entry then stored: tx_store).
  */
 static PyObject *
 stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
@@ -1234,10 +2047,14 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     const signed char *pkv;
     const int32_t *onev = NULL;
     rewrite_ctx rw;
+    text_ctx tx;
+    text_event txev;
+    Py_ssize_t txrow = -1;
+    PyObject *txkey = NULL;
     int have_rw;
 
-    if (nargs != 21) {
-        PyErr_SetString(PyExc_TypeError, "stream_records takes 21 arguments");
+    if (nargs != 22) {
+        PyErr_SetString(PyExc_TypeError, "stream_records takes 22 arguments");
         return NULL;
     }
     ranges = a[20];
@@ -1273,7 +2090,12 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     have_rw = rw_init(&rw, a[19]);
     if (have_rw < 0)
         return NULL;
+    if (tx_init(&tx, a[21]) < 0) {
+        rw_release(&rw);
+        return NULL;
+    }
     if (PyObject_GetBuffer(a[5], &pk, PyBUF_SIMPLE) < 0) {
+        tx_release(&tx);
         rw_release(&rw);
         return NULL;
     }
@@ -1282,6 +2104,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (a[13] != Py_None) {
         if (PyObject_GetBuffer(a[13], &one, PyBUF_SIMPLE) < 0) {
             PyBuffer_Release(&pk);
+            tx_release(&tx);
             rw_release(&rw);
             return NULL;
         }
@@ -1296,6 +2119,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         PyObject *i_o = PyList_GET_ITEM(keys_l, k), *prev_o, *packet, *delta_o;
         Py_ssize_t u = small_index(uuid, PyList_GET_SIZE(seq_of)), q, i;
         long long ts, prev, kind, delta;
+        Py_CLEAR(txkey);
         if (u < 0)
             break;
         q = small_index(PyList_GET_ITEM(seq_of, u), PyList_GET_SIZE(encoders));
@@ -1338,6 +2162,28 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             int pki = pkv[i], type;
             if (pki != K_SLICE && pki != K_SLICE_REWRITTEN && pki != K_INSTANT)
                 break;
+            if (tx.on && pki != K_SLICE && have_rw && PyDict_CheckExact(events)) {
+                e = PyDict_GetItemWithError(events, i_o);
+                if (e == NULL) {  /* left undecoded: its packet from its text, else decoded now */
+                    if (PyErr_Occurred())
+                        goto done;
+                    packet = tx_record(&tx, &rw, PyList_GET_ITEM(encoders, q), q, i, i_o, uuid, pki, (uint64_t)delta,
+                                       outgoing, onev, none, term_more, &txkey, &txev, &txrow);
+                    if (packet == NULL)
+                        goto done;
+                    if (packet != Py_None)
+                        goto have_packet;
+                    Py_DECREF(packet);
+                    e = PyObject_CallOneArg(tx.decode_one, i_o);
+                    if (e == NULL)
+                        goto done;
+                    if (PyDict_SetItem(events, i_o, e) < 0) {
+                        Py_DECREF(e);
+                        goto done;
+                    }
+                    Py_DECREF(e);
+                }
+            }
             if (PyList_CheckExact(events)) {  /* the in-memory read's list of events */
                 if (i >= PyList_GET_SIZE(events))
                     break;
@@ -1426,6 +2272,11 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                 Py_DECREF(packet);
                 packet = PyObject_Vectorcall(PyList_GET_ITEM(begins, q), rest, 8, NULL);
             }
+            /* the head and template this event's packet was made from (by either path) are
+             * in the encoder's caches now: stored for the next text with its key */
+            if (packet != NULL && txkey != NULL
+                    && tx_store(&tx, &rw, txrow, &txev, txkey, enc, cat, name, uuid, rest[7], args) < 0)
+                Py_CLEAR(packet);
             Py_DECREF(delta_o);
             Py_XDECREF(rest[7]);
             Py_DECREF(cat);
@@ -1476,6 +2327,7 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         } else {
             break;
         }
+have_packet:
         if (PyList_Append(batch, packet) < 0) {
             Py_DECREF(packet);
             goto done;
@@ -1490,7 +2342,9 @@ stream_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     }
     result = k;
 done:
+    Py_XDECREF(txkey);
     Py_XDECREF(no_flows);
+    tx_release(&tx);
     rw_release(&rw);
     PyBuffer_Release(&pk);
     if (onev != NULL)

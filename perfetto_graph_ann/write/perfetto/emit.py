@@ -17,7 +17,8 @@ from . import fast_encoder
 from .fast_encoder import FastEncoder
 from .flows import FlowEnds, FlowPlan
 from .interning import Interner
-from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, descriptor_packet, sequence_start, sort_window_mark
+from .packets import (SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, VARYING_KEYS, descriptor_packet, sequence_start,
+                      sort_window_mark)
 from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, SLICE_REWRITTEN, Plan, Records, _Lanes
 from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
@@ -25,7 +26,7 @@ from .tracks import TrackTable
 if TYPE_CHECKING:
     from .config import WriterConfig, WriteStats
 
-__all__ = ["ENCODERS", "MAX_OWN_SEQUENCES", "own_sequences", "SORT_WINDOW_MARK_PACKETS", "write_packets"]
+__all__ = ["ENCODERS", "MAX_OWN_SEQUENCES", "own_sequences", "SORT_WINDOW_MARK_PACKETS", "TEXT_EVENTS", "write_packets"]
 
 #: ``WriterConfig.encoder`` -> the encoder class (one instance per packet sequence).
 ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}
@@ -33,6 +34,13 @@ ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}
 MAX_OWN_SEQUENCES = 126
 #: Packets in one :func:`.packets.sort_window_mark`.
 SORT_WINDOW_MARK_PACKETS = 3
+#: A two-pass read's rewritten slices (a graph replay's kernels) framed from their JSON text in
+#: the second pass, the ones whose blanked text and rewrite were met before (``_encode.c``'s
+#: ``tx_record``), or None: each decoded, then encoded (the same bytes). None where the packet
+#: loop is not compiled; tests turn it off to compare.
+TEXT_EVENTS: Optional[bool] = True if fast_encoder.stream_records is not None else None
+#: The keys whose values a text's cache key leaves out (``tx_record``: read from the text).
+_TEXT_IDS = tuple(sorted(VARYING_KEYS))
 
 
 def own_sequences(packets_per_track: Dict[int, int], minimum: int) -> List[int]:
@@ -140,11 +148,22 @@ def _stream_read_again(records: Records, plan: Plan, flows: FlowPlan, encoders: 
     """The packet loop of a two-pass read: each batch's events decoded again from the file
     (:meth:`...read.scan.EventSource.fetch`, one call per batch) just before they are encoded."""
     source, base = plan.source, plan.base
+    texts = _text_state(plan, source)
     try:
         for chunk in records.chunks(sink.step):
             _, kinds, keys, _ = chunk
-            plan.events = source.fetch([i for kind, i in zip(kinds, keys) if kind == BEGIN and i < base])
-            _stream(chunk, records.values, plan, flows, encoders, seq_of, base_time_ns, sink, prevs)
+            wanted = [i for kind, i in zip(kinds, keys) if kind == BEGIN and i < base]
+            got = None
+            if texts is not None:  # the rewritten slices' texts, the others decoded
+                plan_kinds = plan.kinds
+                got = source.fetch_texts(wanted, [i for i in wanted if plan_kinds[i] == SLICE])
+            if got is None:
+                plan.events = source.fetch(wanted)
+                text = None
+            else:
+                plan.events, block, lo = got
+                text = (block, lo, *texts)
+            _stream(chunk, records.values, plan, flows, encoders, seq_of, base_time_ns, sink, prevs, text)
     except BaseException:
         source.close(check=False)
         raise
@@ -153,15 +172,29 @@ def _stream_read_again(records: Records, plan: Plan, flows: FlowPlan, encoders: 
     source.close()  # raises if the file changed meanwhile: the output is then discarded
 
 
+def _text_state(plan: Plan, source: Any) -> Optional[Tuple[Any, ...]]:
+    """What ``_encode.stream_records`` needs besides a batch's block to frame rewritten slices
+    from their texts: (the first pass's offsets, the cache, decode one event by index, the
+    keys read from the text), or None where it does not apply (:data:`TEXT_EVENTS` off, a
+    gzip file, placements not in columns)."""
+    if not TEXT_EVENTS or fast_encoder.stream_records is None or getattr(source, "fetch_texts", None) is None:
+        return None
+    if type(plan.kinds) is not array or len(_rewrite_columns(plan) or ()) != 13:
+        return None
+    return source.offsets, {}, lambda i: source.fetch([i])[i], _TEXT_IDS
+
+
 def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Sequence[Any], plan: Plan,
             flows: FlowPlan, encoders: Sequence[Any], seq_of: List[int], base_time_ns: int, sink: _Sink,
-            prevs: List[Optional[int]]) -> None:
+            prevs: List[Optional[int]], text: Optional[Tuple[Any, ...]] = None) -> None:
     """The packet loop over a chunk of records (:meth:`.plan.Records.chunks`): one packet per
     record, timestamps as deltas on each sequence (``prevs``: each sequence's previous packet
     time, carried from chunk to chunk); ``values``: the counter records' values. With the
     compiled hot path, its usual records (slice ends, input events' begins) go through
     ``_encode.stream_records`` (the same packets: it calls the encoders as this loop does), the
-    others through this loop."""
+    others through this loop. ``text``: where a two-pass batch left its rewritten slices
+    undecoded (:func:`_text_state`; the compiled loop frames them from their texts, this loop
+    decodes each one it meets)."""
     kinds, events, ranges, base, args_of = plan.kinds, plan.events, plan.ranges, plan.base, plan.args_of
     outgoing, terminating = flows.outgoing, flows.terminating
     begins = [enc.event for enc in encoders]
@@ -177,7 +210,7 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
     if fast is not None:
         fast_args = [*chunk, 0, kinds, base, seq_of, prevs, tails, list(encoders), events, outgoing,
                      *_flow_ends(terminating), args_of, begins, batch, step, _rewrite_columns(plan),
-                     ranges if type(ranges) is list else None]  # stream_records' arguments, in its order
+                     ranges if type(ranges) is list else None, text]  # stream_records' arguments, in its order
     ts_l, kind_l, key_l, uuid_l = chunk
     k, n = 0, len(ts_l)
     while k < n:
@@ -193,6 +226,8 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
                     break
         ts, kind, i, uuid = ts_l[k], kind_l[k], key_l[k], uuid_l[k]
         k += 1
+        if text is not None and kind == BEGIN and i < base and i not in events:
+            events[i] = text[4](i)  # left undecoded for the compiled loop
         q = seq_of[uuid]
         prev = prevs[q]
         if prev is None:  # first packet of a track's own sequence: its defaults and clock first
