@@ -1,15 +1,21 @@
-"""Benchmark (issue 33, second target): what ``pga.export`` does after torch's JSON (parse, join,
+"""Benchmark (issue 33, second target): what ``pga.export`` does after torch's JSON (read, join,
 write), with the compiled loops on against off, in one process, on a real H200 trace.
 
-    python benchmarks/export_loops_ab.py TRACE.json.gz ANNOTATIONS.json [--rounds 4] [--arms on off26 off]
+    python benchmarks/export_loops_ab.py TRACE.json.gz ANNOTATIONS.json [--rounds 4] [--arms on bytes26 decoded]
 
 The trace and its annotations are recorded on the GPU machine by
 ``benchmarks/gpu/record_export_trace.py`` (the 36-layer decoder of ``export_pace.py``, its
 replay record and recorded edges, so the join runs the launch identities and the critical
-path as ``pga.export`` does there). Arms, alternating each round:
+path as ``pga.export`` does there). The JSON is written to a temporary file first (untimed:
+torch writes it there). Arms, alternating each round:
 
-* ``on``: every compiled loop, the join's placements held in columns (``write_joined``), the
-  cyclic collector paused as ``pga.export`` pauses it;
+* ``on``: as ``pga.export`` runs since session 27: the file's bytes read back (kept on the
+  profile), then ``convert.write_joined_file``: two passes over the file, a graph replay's
+  kernels framed from their text in the second (``emit.TEXT_EVENTS``), every compiled loop,
+  the join's placements held in columns, the cyclic collector paused;
+* ``decoded``: the same with ``emit.TEXT_EVENTS`` off (every event of the second pass decoded);
+* ``bytes26``: as ``pga.export`` ran in session 26: the bytes read back, parsed in memory
+  (``parse_trace_bytes``) and written (``write_joined``), the collector paused;
 * ``off26``: session 26's changes off: the collector on (as export ran before),
   ``critical_path.REPLAY_PATH``, ``flows.BIND_FLOW_EVENTS`` and ``calibrated.CALIBRATED_ROWS``
   off (the join's single pass for the launches cannot be turned off);
@@ -17,8 +23,9 @@ path as ``pga.export`` does there). Arms, alternating each round:
   ``events.FINISH_RUN``, ``join.ROW_LOOPS``, ``projection.LOOPS``,
   ``critical_path.PATH_AND_SLACK``, ``match.LOOSE``) and the placements a dict.
 
-Wall seconds of ``parse_trace_bytes`` + ``write_joined``; ``json.loads`` of the same bytes in
-the same rounds (the collector on). Medians; every arm's output compared byte for byte.
+Wall seconds of each arm (the read back included); ``json.loads`` of the same bytes in the same
+rounds (the collector on). Medians; every arm's output compared byte for byte. ``off26`` and
+``off`` take the bytes path.
 """
 from __future__ import annotations
 
@@ -40,20 +47,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from perfetto_graph_ann.annotations.files import load_annotations  # noqa: E402
+from perfetto_graph_ann.pipeline.convert import write_joined_file  # noqa: E402
 from perfetto_graph_ann.join import calibrated, critical_path, match, projection  # noqa: E402
 from perfetto_graph_ann.pipeline import convert  # noqa: E402
 from perfetto_graph_ann.read import events  # noqa: E402
 from perfetto_graph_ann.read.kineto import parse_trace_bytes  # noqa: E402
-from perfetto_graph_ann.write.perfetto import flows, plan  # noqa: E402
+from perfetto_graph_ann.write.perfetto import emit, flows, plan  # noqa: E402
 from perfetto_graph_ann.write.pftrace import paused_gc  # noqa: E402
 
 join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the package exports the function by that name
 _SWITCHES_25 = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), (join_mod, "ROW_LOOPS"),
                 (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
 _SWITCHES_26 = ((critical_path, "REPLAY_PATH"), (flows, "BIND_FLOW_EVENTS"), (calibrated, "CALIBRATED_ROWS"))
-#: arm -> (the switches it turns off, the collector paused, the placements in columns)
-_ARMS = {"on": ((), True, True), "off26": (_SWITCHES_26, False, True),
-         "off": (_SWITCHES_26 + _SWITCHES_25, False, False)}
+#: arm -> (the switches it turns off, the collector paused, the placements in columns, how it reads)
+_ARMS = {"on": ((), True, True, "file"), "decoded": ((), True, True, "file decoded"),
+         "bytes26": ((), True, True, "bytes"), "off26": (_SWITCHES_26, False, True, "bytes"),
+         "off": (_SWITCHES_26 + _SWITCHES_25, False, False, "bytes")}
 
 
 def main() -> None:
@@ -61,7 +70,7 @@ def main() -> None:
     ap.add_argument("trace")
     ap.add_argument("annotations")
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--arms", nargs="+", default=["on", "off26", "off"], choices=list(_ARMS))
+    ap.add_argument("--arms", nargs="+", default=["on", "bytes26", "decoded"], choices=list(_ARMS))
     args = ap.parse_args()
     opener = gzip.open if args.trace.endswith(".gz") else open
     with opener(args.trace, "rb") as f:
@@ -76,29 +85,40 @@ def main() -> None:
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}; "
           f"{len(data) / 1e6:.0f} MB of JSON")
     same = True
+    text_events = emit.TEXT_EVENTS
     with tempfile.TemporaryDirectory(prefix="pga-export-ab-") as tmp:
+        src = os.path.join(tmp, "trace.json")
+        Path(src).write_bytes(data)
         for _ in range(args.rounds):
             t = time.perf_counter()
             json.loads(data)
             times["json.loads"].append(time.perf_counter() - t)
             out = {}
             for arm in args.arms:
-                off, paused, compact = _ARMS[arm]
+                off, paused, compact, how = _ARMS[arm]
                 for (m, n), fn in compiled.items():
                     setattr(m, n, None if (m, n) in off else fn)
                 convert.read_and_join = real if compact else (lambda *a, **k: real(*a, **{**k, "compact": False}))
+                emit.TEXT_EVENTS = None if how == "file decoded" else text_events
                 dst = os.path.join(tmp, f"{arm}.pftrace")
                 t = time.perf_counter()
-                with paused_gc() if paused else contextlib.nullcontext():
-                    trace = parse_trace_bytes(data, "torch.profiler trace")
-                    layout = convert.write_joined(trace, dst, ann, "all")
-                    del trace, layout
+                with open(src, "rb") as f:
+                    kept = f.read()  # what export keeps on the profile
+                if how.startswith("file"):
+                    write_joined_file(src, dst, ann, "all", label="torch.profiler trace")
+                else:
+                    with paused_gc() if paused else contextlib.nullcontext():
+                        trace = parse_trace_bytes(kept, "torch.profiler trace")
+                        layout = convert.write_joined(trace, dst, ann, "all")
+                        del trace, layout
+                del kept
                 times[arm].append(time.perf_counter() - t)
                 out[arm] = Path(dst).read_bytes()
             same = same and len(set(out.values())) == 1
     for (m, n), fn in compiled.items():
         setattr(m, n, fn)
     convert.read_and_join = real
+    emit.TEXT_EVENTS = text_events
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"load after {os.getloadavg()[0]:.2f}")
     print("| arm | median s | best s | / `json.loads` | same bytes |")

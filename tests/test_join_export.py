@@ -145,10 +145,10 @@ def test_export_pauses_the_collector_and_restores_it(tmp_path, monkeypatch, was_
     error too."""
     import gc
 
-    from perfetto_graph_ann.capture import export as export_mod
+    from perfetto_graph_ann.pipeline import convert as convert_mod
 
     seen = []
-    real = export_mod.write_joined
+    real = convert_mod.write_joined  # what export's write_joined_file calls once the trace is read
 
     def spy(*a, **k):
         seen.append(gc.isenabled())
@@ -156,7 +156,7 @@ def test_export_pauses_the_collector_and_restores_it(tmp_path, monkeypatch, was_
             raise OutputError(str(tmp_path / "x.pftrace"), "refused (test)")
         return real(*a, **k)
 
-    monkeypatch.setattr(export_mod, "write_joined", spy)
+    monkeypatch.setattr(convert_mod, "write_joined", spy)
     name = "seed_block_annotated"
     ann = read_capture_record(fixture_capture(name))
     (gc.enable if was_enabled else gc.disable)()

@@ -139,16 +139,16 @@ def test_blocking_handler_pauses_the_collector_and_restores_it(tmp_path, monkeyp
     the cyclic collector paused (as ``pga.export``), and the caller's setting is back after."""
     import gc
 
-    from perfetto_graph_ann.capture import handler as handler_mod
+    from perfetto_graph_ann.pipeline import convert as convert_mod
 
     seen = []
-    real = handler_mod.write_joined
+    real = convert_mod.write_joined  # what the handler's write_joined_file calls once the trace is read
 
     def spy(*a, **k):
         seen.append(gc.isenabled())
         return real(*a, **k)
 
-    monkeypatch.setattr(handler_mod, "write_joined", spy)
+    monkeypatch.setattr(convert_mod, "write_joined", spy)
     handler = pga.trace_handler(str(tmp_path / "traces"), worker_name="w", background=False)
     assert gc.isenabled()
     _profile(handler)

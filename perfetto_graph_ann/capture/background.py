@@ -177,21 +177,12 @@ def _run(job: Dict[str, Any]) -> tuple:
     import dataclasses
 
     from ..annotations.files import load_annotations
-    from ..errors import TraceFormatError
-    from ..pipeline.convert import write_joined
-    from ..read.kineto import read_trace
-    from ..write.pftrace import paused_gc
+    from ..pipeline.convert import write_joined_file
 
     try:
         ann = dataclasses.replace(load_annotations(job["annotations"]), source=job["source"])
-        with paused_gc():  # see pipeline.convert
-            try:
-                trace = read_trace(job["src"])
-            except TraceFormatError as e:
-                raise TraceFormatError(job["label"], e.problem) from None
-            trace.path = job["label"]  # what errors (the join's refusals) call it
-            layout = write_joined(trace, job["out"], ann, job["graph_lanes"], job["default_stream"], job["force"])
-            del trace
+        layout = write_joined_file(job["src"], job["out"], ann, job["graph_lanes"], job["default_stream"],
+                                      job["force"], job["label"])
         return True, layout.report
     except GraphAnnError as e:
         return False, e

@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Optional, Union
 from ..annotations.model import AnnotationSet
 from ..errors import InputError, OutputError, PathLike
 from ..join.model import LaneLayout
-from ..pipeline.convert import write_joined
+from ..pipeline.convert import write_joined_file
 from ..util.atomic import atomic_write_bytes
-from ..write.pftrace import paused_gc
 
 if TYPE_CHECKING:
     from .background import ExportHandle
@@ -131,8 +130,6 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
             written, unless ``force``.
         InputError: a profile torch already saved (it saves a trace only once).
     """
-    from ..read.kineto import parse_trace_bytes
-
     out = _checked_output(out)
     ann = _annotations(annotations)
     if background:
@@ -142,24 +139,27 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
 
         if keep_json is not None:
             raise ValueError("keep_json applies to a live profiler: the trace given is already saved")
-        refuse_input_as_output(out, [os.fsdecode(prof)])
-        data: Union[bytes, str] = os.fsdecode(prof)
-    else:
-        data = chrome_trace_bytes(prof)
+        src = os.fsdecode(prof)
+        refuse_input_as_output(out, [src])
+        return write_joined_file(src, out, ann, graph_lanes, default_stream, force)
+    with tempfile.TemporaryDirectory(prefix=".pga-export-") as tmp:
+        src = os.path.join(tmp, "trace.json")
+        data = getattr(prof, _CACHE_ATTR, None)
+        if data is None:  # torch writes it where it is read; its bytes kept on prof for later calls
+            export_chrome_trace_to(prof, src)
+            with open(src, "rb") as f:
+                data = f.read()
+            try:
+                setattr(prof, _CACHE_ATTR, data)
+            except AttributeError:  # an object that takes no new attributes: no cache
+                pass
+        else:
+            atomic_write_bytes(src, data)
         if keep_json is not None:
             keep_chrome_json(data, keep_json, out)
-    with paused_gc():  # the caller's heap is not walked for each of the join's and the writer's allocations
-        if isinstance(data, str):
-            from ..read.kineto import read_trace
-
-            trace = read_trace(data)
-        else:
-            trace = parse_trace_bytes(data, "torch.profiler trace")
         del data
-        try:
-            return write_joined(trace, out, ann, graph_lanes, default_stream, force)
-        finally:
-            del trace  # freed while the collector is paused
+        return write_joined_file(src, out, ann, graph_lanes, default_stream, force, "torch.profiler trace")
+
 
 
 def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, default_stream: int, force: bool,

@@ -25,8 +25,7 @@ import time
 from typing import Any, Callable, List, Optional
 
 from ..errors import OutputError
-from ..pipeline.convert import write_joined
-from ..write.pftrace import paused_gc
+from ..pipeline.convert import write_joined_file
 from .background import ExportHandle, report_error, start
 from .export import AnnotationsArg, _annotations, export_chrome_trace_to, keep_chrome_json
 
@@ -104,9 +103,6 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     def handler_fn(prof) -> str:
         import tempfile
 
-        from ..errors import TraceFormatError
-        from ..read.kineto import read_trace
-
         try:
             os.makedirs(dir_name, exist_ok=True)
         except OSError as e:
@@ -132,17 +128,11 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
             return out
-        with paused_gc():  # the caller's heap is not walked for each of the reader's, join's and writer's allocations
-            with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=dir_name) as tmp:
-                src = _export_to(prof, tmp, dir_name, name, out, keep_json, use_gzip)
-                try:
-                    trace = read_trace(src)
-                except TraceFormatError as e:
-                    raise TraceFormatError(label, e.problem) from None
-                trace.path = label  # what errors (the join's refusals) call it
+        with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=dir_name) as tmp:
+            src = _export_to(prof, tmp, dir_name, name, out, keep_json, use_gzip)
             ann = fixed if fixed is not None else _annotations(None)
-            write_joined(trace, out, ann, graph_lanes)  # the join decides None (join.lanes.decide_graph_lanes)
-            del trace
+            # the join decides None (join.lanes.decide_graph_lanes)
+            write_joined_file(src, out, ann, graph_lanes, label=label)
         written.append(out)
         return out
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..util.progress import Progress
 
 __all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Converted", "join_files",
-           "read_and_join", "read_for_writing", "resolve_graph_lanes", "write_joined"]
+           "read_and_join", "read_for_writing", "resolve_graph_lanes", "write_joined", "write_joined_file"]
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
@@ -96,6 +96,32 @@ def write_joined(trace: KinetoTrace, out: str, annotations: AnnotationSet, graph
     _write(trace, out, layout, ConvertConfig())
     return layout
 
+
+def write_joined_file(src: str, out: str, ann: AnnotationSet, graph_lanes: Optional[str] = "none",
+                      default_stream: int = 7, force: bool = False, label: Optional[str] = None) -> "LaneLayout":
+    """The profile's Chrome JSON at ``src`` joined with ``ann`` and written to ``out``, with the
+    cyclic collector paused (the caller's heap is not walked for each of the reader's, the
+    join's and the writer's allocations). A ``.pftrace`` reads ``src`` in two passes
+    (:func:`~.joined.read_for_writing`: light events for the join, each event read
+    again while it is written, a graph replay's kernels framed from their text), Chrome JSON in
+    memory. ``label``: what errors call the trace (a temporary file's name means nothing to
+    the caller), else ``src``. ``export``, ``trace_handler`` and the background worker read
+    torch's JSON through it."""
+    from ..errors import TraceFormatError
+
+    with paused_gc():
+        try:
+            trace = read_for_writing(src, not is_json_name(out), join=True)
+        except TraceFormatError as e:
+            raise TraceFormatError(label or src, e.problem) from None
+        if label is not None:
+            trace.path = label  # what the join's refusals call it
+        try:
+            return write_joined(trace, out, ann, graph_lanes, default_stream, force)
+        except TraceFormatError as e:  # the second pass's (the file changed meanwhile)
+            raise TraceFormatError(label or src, e.problem) from None
+        finally:
+            del trace  # freed while the collector is paused
 
 @dataclasses.dataclass
 class Converted:
