@@ -688,23 +688,26 @@ def _text_variants(text: bytes) -> bytes:
     """The decoder trace with kernels after the first replay written otherwise, each a text the
     second pass's text path must not take as the same kernel's earlier text: keys escaped or
     twice, ids that are not plain integers below 2^63, names escaped, spacing, nested keys named
-    like the event's own, more ids. The same events once decoded (the join is unchanged)."""
+    like the event's own, more ids, ids that are doubles (a memset's bandwidth: each replay its
+    own). The same events once decoded (the join is unchanged)."""
     import re
 
     lines = text.split(b"\n")
     first = last = None
-    k = 0
+    k = replay = 0
     for n, line in enumerate(lines):
         m = re.search(rb'"cat": "kernel".*"correlation": (\d+)', line)
         if m is None:
             continue
         first = first if first is not None else m.group(1)
         k = k + 1 if m.group(1) == last else 0  # the kernel's place in its replay: one variant per node
+        replay += k == 0
         last = m.group(1)
         if m.group(1) == first:
             continue  # the first replay: the texts the others are met against
         head, sep, args = line.partition(b'"args": {')
-        variant = k % 12
+        variant = k % 16
+        corr = int(m.group(1))
         if variant == 0:
             args = args.replace(b'"correlation"', b'"correl\\u0061tion"')
         elif variant == 1:
@@ -715,8 +718,8 @@ def _text_variants(text: bytes) -> bytes:
             args = b'"Ev Idx": -3, ' + args
         elif variant == 4:
             args = b'"Ev Idx": 1e3, ' + args
-        elif variant == 5:
-            args = b'"Ev Idx": 17, ' + args  # one more id read from the text
+        elif variant == 5:  # one more id read from the text, an int or a double of one value by turns
+            args = (b'"Ev Idx": 17, ' if replay % 2 else b'"Ev Idx": 17.0, ') + args
         elif variant == 6:
             head = head.replace(b'"name": "void ', b'"name": "\\u0076oid ')
         elif variant == 7:
@@ -727,21 +730,31 @@ def _text_variants(text: bytes) -> bytes:
             args = b'"Ev Idx": 012, ' + args if False else b'"Ev Idx": 0, ' + args
         elif variant == 10:
             args = args.replace(b'"grid": [', b'"grid":\t[ ')
-        else:
+        elif variant == 11:
             args = b'"note": "a \\"quoted\\" \\\\ text, \\"correlation\\": 1", ' + args
+        elif variant == 12:
+            args = b'"memory bandwidth (GB/s)": %d.25, ' % corr + args
+        elif variant == 13:
+            args = b'"Ev Idx": -0.0, ' + args
+        elif variant == 14:
+            args = b'"Ev Idx": %de-5, ' % corr + args
+        else:
+            args = b'"Ev Idx": 2.5E+%d, ' % (corr % 9) + args
         lines[n] = head + sep + args
     assert k > 24
     return b"\n".join(lines)
 
 
+@pytest.mark.parametrize("span", [None, 2048], ids=["one block", "texts read apart"])
 @pytest.mark.parametrize("variants", [False, True], ids=["plain", "text variants"])
 @pytest.mark.parametrize("trace", ["decoder", "odd", "two_branch", "seed_block_annotated", "edges"])
-def test_rewritten_slices_from_their_texts_are_the_decoded_bytes(trace, variants, tmp_path, monkeypatch):
+def test_rewritten_slices_from_their_texts_are_the_decoded_bytes(trace, variants, span, tmp_path, monkeypatch):
     """The second pass frames a replayed kernel from its JSON text where its blanked text and
     rewrite were met before (``emit.TEXT_EVENTS``; ``_encode.c``'s ``tx_record``): the bytes of
     decoding every event (the text path off), on joined traces with replays, critical path
-    slack, odd events, and texts written otherwise; and the path is taken (the kernels after
-    the first replay are not decoded again)."""
+    slack, odd events, and texts written otherwise; batches in one block, and batches whose
+    events lie apart in the file (each text read as ``fetch`` reads it); and the path is taken
+    (the kernels after the first replay are not decoded again)."""
     from perfetto_graph_ann.write.perfetto import emit, fast_encoder
 
     if fast_encoder.stream_records is None or emit.TEXT_EVENTS is None:
@@ -754,6 +767,8 @@ def test_rewritten_slices_from_their_texts_are_the_decoded_bytes(trace, variants
         src, ann = _plain(tmp_path, "two_branch"), _edges_sidecar(tmp_path)
     else:
         src, ann = _plain(tmp_path, trace), fixture_capture(trace)
+    if span is not None:
+        monkeypatch.setattr(scan, "_SPAN", span)
     if variants:
         if trace != "decoder":
             pytest.skip("the variants are written on the decoder's texts")
@@ -766,7 +781,7 @@ def test_rewritten_slices_from_their_texts_are_the_decoded_bytes(trace, variants
         if state is None:
             return None
         offsets, cache, decode_one, ids = state
-        return offsets, cache, lambda i: decoded.append(i) or decode_one(i), ids
+        return offsets, cache, lambda i, text=None: decoded.append(i) or decode_one(i, text), ids
 
     monkeypatch.setattr(emit, "_text_state", counted_state)
     out = {}
@@ -780,6 +795,35 @@ def test_rewritten_slices_from_their_texts_are_the_decoded_bytes(trace, variants
     assert out["text", "none"] == out["decoded", "none"] and out["text", "all"] == out["decoded", "all"]
     if trace == "decoder":  # 4 replays of 46 kernels, twice: the first replay decoded, the others framed
         rewritten = 2 * 4 * 46  # decoded every one with the path off (a sequence's first packets: in Python)
-        # with variants: the second replay's texts are new, and 20 of 46 each replay never framed
-        # (variants 0-4: an escaped or repeated key, ids that are not plain integers below 2^63)
-        assert len(decoded) <= (2 * (2 * 46 + 2 * 20) + 8 if variants else 2 * 46 + 8), len(decoded)
+        # with variants: the second replay's texts are new, and 15 of 46 each replay never framed
+        # (variants 0-4: an escaped or repeated key, ids that are no int or double that decodes inline)
+        assert len(decoded) <= (2 * (2 * 46 + 2 * 15) + 8 if variants else 2 * 46 + 8), len(decoded)
+
+
+def test_a_json_doubles_text_decodes_as_float_of_it():
+    """The text path reads an id that is a double (a memset's bandwidth) with CPython's
+    ``float()`` parsing (``PyOS_string_to_double``) where the decoded path has msgspec's: both
+    correctly rounded, so the same double for every number text, which this checks on literals
+    of every shape (long mantissas, exponents near the limits, halfway cases)."""
+    import math
+    import struct
+
+    import msgspec
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    number = st.from_regex(r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,30})?([eE][+-]?[0-9]{1,3})?", fullmatch=True)
+
+    @settings(max_examples=800, deadline=None)
+    @given(number)
+    def check(text):
+        want = float(text)
+        if not math.isfinite(want) or ("." not in text and "e" not in text.lower()):
+            return  # the text path reads only finite doubles (an int literal decodes to an int)
+        got = msgspec.json.decode(text.encode())
+        assert type(got) is float and struct.pack("<d", got) == struct.pack("<d", want), text
+
+    check()
+    for text in ("2.2250738585072011e-308", "4.9406564584124654e-324", "1.7976931348623157e308", "-0.0",
+                 "9007199254740993.0", "0.1", "123456789012345678901234567890.5e-10"):
+        check.hypothesis.inner_test(text)

@@ -192,10 +192,15 @@ class EventSource:
                 return self._decode_text(compiled[1](block, lo, offsets, indices), indices)
             return self._decode([block[o - lo:e - lo].rstrip(_SEPARATOR) for o, e in zip(offs, ends)], indices)
         order = sorted(indices, key=offsets.__getitem__)
+        return self._decode(self._pieces(order), order)
+
+    def _pieces(self, order: List[int]) -> List[bytes]:
+        """The texts of the events ``order`` (sorted by offset), runs of nearby ones read together."""
+        offsets, fd = self.offsets, self._fd
         pieces: List[bytes] = []
         k = 0
         n = len(order)
-        while k < n:  # runs of nearby events read together
+        while k < n:
             start = offsets[order[k]]
             end = offsets[order[k] + 1]
             j = k + 1
@@ -211,24 +216,31 @@ class EventSource:
             for i in order[k:j]:
                 pieces.append(block[offsets[i] - start:offsets[i + 1] - start].rstrip(_SEPARATOR))
             k = j
-        return self._decode(pieces, order)
+        return pieces
 
-    def fetch_texts(self, indices: List[int], decode: List[int]) -> Optional[Tuple[Dict[int, Any], bytes, int]]:
-        """The texts of the events ``indices`` (a list) read in one block, those of ``decode``
-        (some of them) decoded as :meth:`fetch` decodes them: (index -> event, the block, the
-        file offset of its first byte; an event's text runs from its offset to the next one's,
-        less the separator). None where they are not near each other: :meth:`fetch` them."""
+    def fetch_texts(self, indices: List[int], decode: List[int]) -> Optional[Tuple[Dict[int, Any], Any, int]]:
+        """The texts of the events ``indices`` (a list), those of ``decode`` (some of them)
+        decoded as :meth:`fetch` decodes them: (index -> event, texts, offset). Where the events
+        lie within one block: the block and the file offset of its first byte (an event's text
+        runs from its offset to the next one's, less the separator); else index -> text, each
+        read as :meth:`fetch` reads it, and 0. None where the compiled gather is not built."""
         if not indices or GATHER is None:
             return None
         self.open()
         offsets = self.offsets
         lo, hi = GATHER[0](offsets, indices)
-        if hi - lo > _SPAN:
-            return None
+        if hi - lo > _SPAN:  # several places of the file (the CPU's events and the GPU's)
+            order = sorted(indices, key=offsets.__getitem__)
+            texts = dict(zip(order, self._pieces(order)))
+            return (self._decode([texts[i] for i in decode], decode) if decode else {}), texts, 0
         block = os.pread(self._fd, hi - lo, lo)
         if len(block) != hi - lo:
             raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
         return (self._decode_text(GATHER[1](block, lo, offsets, decode), decode) if decode else {}), block, lo
+
+    def decode_one(self, i: int, text: Optional[bytes] = None) -> Any:
+        """Event ``i`` decoded as :meth:`fetch` decodes it, from its ``text`` where given."""
+        return self.fetch([i])[i] if text is None else self._decode([text], [i])[i]
 
     def _whole_read_error(self) -> None:
         """An event the first pass took does not decode whole: the whole-file read's error
@@ -390,7 +402,7 @@ class GzipEventSource(EventSource):
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def fetch_texts(self, indices: List[int], decode: List[int]) -> None:
-        """None: a gzip file's events are :meth:`fetch` ed (their texts are not one block of the file)."""
+        """None: a gzip file's events are :meth:`fetch` ed (their texts are not blocks of the file)."""
         return None
 
     def fetch(self, indices: Sequence[int]) -> Dict[int, Any]:

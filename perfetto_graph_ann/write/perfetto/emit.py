@@ -181,7 +181,7 @@ def _text_state(plan: Plan, source: Any) -> Optional[Tuple[Any, ...]]:
         return None
     if type(plan.kinds) is not array or len(_rewrite_columns(plan) or ()) != 13:
         return None
-    return source.offsets, {}, lambda i: source.fetch([i])[i], _TEXT_IDS
+    return source.offsets, {}, source.decode_one, _TEXT_IDS
 
 
 def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Sequence[Any], plan: Plan,
