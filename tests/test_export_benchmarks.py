@@ -108,3 +108,35 @@ def test_slack_slot_benchmark_runs_and_both_arms_write_the_same_bytes(tmp_path, 
     out = capsys.readouterr().out
     assert "| slot |" in out and "| key |" in out and "NO" not in out
     assert (fast_args.VARYING_KEYS, fast_encoder.VARYING_KEYS, fast_encoder._VARYING_ORDER) == before
+
+
+def test_text_path_benchmarks_run_and_their_arms_write_the_same_bytes(tmp_path, monkeypatch, capsys):
+    """``benchmarks/convert_text_ab.py`` and ``benchmarks/export_loops_ab.py`` on a small decoder
+    trace: every arm writes the same bytes, and the text path's switch is put back."""
+    import tempfile
+
+    from perfetto_graph_ann.annotations.files import save_annotations
+    from perfetto_graph_ann.write.perfetto import emit
+
+    if emit.TEXT_EVENTS is None:
+        pytest.skip("the compiled packet loop (_encode) is not built or turned off")
+    bench = _load(ROOT / "benchmarks" / "convert_text_ab.py", "bench_convert_text_ab")
+    monkeypatch.setattr(sys, "argv", ["convert_text_ab.py", "--size", "3M", "--rounds", "2",
+                                      "--dir", str(tmp_path / "text")])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| on / off |" in out and "| on |" in out and "NO" not in out and emit.TEXT_EVENTS is True
+    assert not (tmp_path / "text").exists()  # removed without --keep
+
+    from benchmarks.decoder_synth import decoder_annotations, write_decoder_trace
+
+    launches: list = []
+    trace = tmp_path / "t.json"
+    write_decoder_trace(str(trace), 6, launches=launches, kineto_times=True)
+    ann = save_annotations(tmp_path / "t.annotations.json", decoder_annotations(record=launches))
+    bench = _load(ROOT / "benchmarks" / "export_loops_ab.py", "bench_export_loops_ab")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its temporary folder under tmp_path
+    monkeypatch.setattr(sys, "argv", ["export_loops_ab.py", str(trace), str(ann), "--rounds", "1"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| on / bytes26 |" in out and "| decoded |" in out and "NO" not in out and emit.TEXT_EVENTS is True
