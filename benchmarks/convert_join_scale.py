@@ -50,6 +50,23 @@ print(json.dumps({'s': time.perf_counter() - t, 'rss': hwm()}))
 _PER_REPLAY = 576_000
 
 
+def decoder_files(out: Path, size: str) -> "tuple[Path, Path]":
+    """The decoder trace of about ``size`` (Kineto's times) and its annotations with the replay
+    record, written into ``out`` as this benchmark writes them; prints the machine's line."""
+    from benchmarks.decoder_synth import decoder_annotations, write_decoder_trace
+    from perfetto_graph_ann.annotations.files import save_annotations
+
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / f"decoder_{size}.json"
+    launches: list = []
+    write_decoder_trace(str(trace), max(1, size_arg(size) // _PER_REPLAY), launches=launches, kineto_times=True)
+    ann = save_annotations(out / f"decoder_{size}.annotations.json", decoder_annotations(record=launches))
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}; "
+          f"{trace.stat().st_size / 1e6:.0f} MB")
+    return trace, Path(ann)
+
+
 
 
 

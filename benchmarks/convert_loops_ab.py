@@ -21,11 +21,9 @@ outputs of the two arms are compared byte for byte.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -35,10 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.convert_join_scale import _PER_REPLAY  # noqa: E402
-from benchmarks.decoder_synth import decoder_annotations, write_decoder_trace  # noqa: E402
-from benchmarks.proc import size_arg  # noqa: E402
-from perfetto_graph_ann.annotations.files import save_annotations  # noqa: E402
+from benchmarks.convert_join_scale import decoder_files  # noqa: E402
 from perfetto_graph_ann.pipeline.convert import convert_file  # noqa: E402
 from perfetto_graph_ann.read import events, scan  # noqa: E402
 from perfetto_graph_ann.write.perfetto import plan, writer  # noqa: E402
@@ -73,14 +68,7 @@ def main() -> None:
     if any(v is None for v in compiled.values()):
         sys.exit("the compiled loops (_plan, _scan) are not built or are turned off")
     out = Path(args.dir)
-    out.mkdir(parents=True, exist_ok=True)
-    trace = out / f"decoder_{args.size}.json"
-    launches: list = []
-    write_decoder_trace(str(trace), max(1, size_arg(args.size) // _PER_REPLAY), launches=launches, kineto_times=True)
-    ann = save_annotations(out / f"decoder_{args.size}.annotations.json", decoder_annotations(record=launches))
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}; "
-          f"{trace.stat().st_size / 1e6:.0f} MB")
+    trace, ann = decoder_files(out, args.size)
     parts = {"scan": 0.0, "plan": 0.0}
     _timed(scan, "scan_trace", parts, "scan")  # read_for_writing imports it at each call
     _timed(writer, "plan_events", parts, "plan")

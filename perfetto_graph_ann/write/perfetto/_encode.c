@@ -180,10 +180,20 @@ put_piece(unsigned char *w, const piece *p)
     return w;
 }
 
-/* A whole-args template's pieces (see template_packet); -1: off the inline path, -2: an error
- * set (add_slot's). */
+/* A slot's piece for (key, head) from ctx: add_slot's (ctx: the args dict), or a text hit's
+ * (tx_slot). 0, -1 off the inline path, -2 with an error set. */
+typedef int (*slot_fn)(piece *pieces, int *n, PyObject *key, PyObject *head, void *ctx);
+
 static int
-add_template(piece *pieces, int *np, PyObject *tpl, PyObject *args)
+args_slot(piece *pieces, int *n, PyObject *key, PyObject *head, void *args)
+{
+    return add_slot(pieces, n, key, head, (PyObject *)args);
+}
+
+/* A whole-args template's pieces (see template_packet), each slot's from slot(ctx); -1: off
+ * the inline path, -2: an error set (the slot's). */
+static int
+add_template_with(piece *pieces, int *np, PyObject *tpl, slot_fn slot, void *ctx)
 {
     int i, r;
     if (PyBytes_CheckExact(tpl))
@@ -191,7 +201,7 @@ add_template(piece *pieces, int *np, PyObject *tpl, PyObject *args)
     if (PyTuple_CheckExact(tpl) && PyTuple_GET_SIZE(tpl) == 4) {
         if (add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 0)) < 0)
             return -1;
-        if ((r = add_slot(pieces, np, PyTuple_GET_ITEM(tpl, 1), PyTuple_GET_ITEM(tpl, 2), args)) < 0)
+        if ((r = slot(pieces, np, PyTuple_GET_ITEM(tpl, 1), PyTuple_GET_ITEM(tpl, 2), ctx)) < 0)
             return r;
         return add_bytes(pieces, np, PyTuple_GET_ITEM(tpl, 3)) < 0 ? -1 : 0;
     }
@@ -203,11 +213,32 @@ add_template(piece *pieces, int *np, PyObject *tpl, PyObject *args)
             if (add_bytes(pieces, np, part) < 0)
                 return -1;
         } else if (PyTuple_CheckExact(part) && PyTuple_GET_SIZE(part) == 2) {
-            if ((r = add_slot(pieces, np, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1), args)) < 0)
+            if ((r = slot(pieces, np, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1), ctx)) < 0)
                 return r;
         } else {
             return -1;
         }
+    }
+    return 0;
+}
+
+static int
+add_template(piece *pieces, int *np, PyObject *tpl, PyObject *args)
+{
+    return add_template_with(pieces, np, tpl, args_slot, args);
+}
+
+/* The pieces after the template: the head's tail, then the flows' bytes (fn of fbuf) if any. */
+static int
+add_tail(piece *pieces, int *n, PyObject *tail, const unsigned char *fbuf, Py_ssize_t fn)
+{
+    if (add_bytes(pieces, n, tail) < 0)
+        return -1;
+    if (fn) {
+        pieces[*n].data = (const char *)fbuf;
+        pieces[*n].size = fn;
+        pieces[*n].slot = 0;
+        (*n)++;
     }
     return 0;
 }
@@ -716,14 +747,8 @@ event_packet_impl(PyObject *const *a)
                 Py_RETURN_NONE;
         }
     }
-    if (add_bytes(pieces, &n, PyList_GET_ITEM(parts, 1)) < 0)
+    if (add_tail(pieces, &n, PyList_GET_ITEM(parts, 1), fbuf, fn) < 0)
         Py_RETURN_NONE;
-    if (fn) {
-        pieces[n].data = (const char *)fbuf;
-        pieces[n].size = fn;
-        pieces[n].slot = 0;
-        n++;
-    }
     return frame_packet(ts, seq, pieces, n);
 }
 
@@ -1355,6 +1380,24 @@ tx_string(const char *p, const char *e, int *esc)
 
 static const char *tx_value(const char *p, const char *e, int depth);
 
+/* After a member or an item: 1 (*p past the comma and spaces) where another follows, 0 (*p past
+ * close) where the object or array ends, -1 for anything else. */
+static int
+tx_next(const char **p, const char *e, char close)
+{
+    const char *q = tx_ws(*p, e);
+    if (q >= e)
+        return -1;
+    if (*q == ',') {
+        *p = tx_ws(q + 1, e);
+        return 1;
+    }
+    if (*q != close)
+        return -1;
+    *p = q + 1;
+    return 0;
+}
+
 /* Past the object or array opened at p, or NULL. */
 static const char *
 tx_container(const char *p, const char *e, int depth)
@@ -1377,14 +1420,14 @@ tx_container(const char *p, const char *e, int depth)
         }
         if ((p = tx_value(p, e, depth + 1)) == NULL)
             return NULL;
-        p = tx_ws(p, e);
-        if (p >= e)
-            return NULL;
-        if (*p == ',') {
-            p = tx_ws(p + 1, e);
+        switch (tx_next(&p, e, close)) {
+        case 1:
             continue;
+        case 0:
+            return p;
+        default:
+            return NULL;
         }
-        return *p == close ? p + 1 : NULL;
     }
 }
 
@@ -1528,14 +1571,14 @@ tx_args(const text_ctx *t, const char *p, const char *e, text_event *ev)
         } else if ((p = tx_value(p, e, 2)) == NULL) {
             return NULL;
         }
-        p = tx_ws(p, e);
-        if (p >= e)
-            return NULL;
-        if (*p == ',') {
-            p = tx_ws(p + 1, e);
+        switch (tx_next(&p, e, '}')) {
+        case 1:
             continue;
+        case 0:
+            return p;
+        default:
+            return NULL;
         }
-        return *p == '}' ? p + 1 : NULL;
     }
 }
 
@@ -1587,17 +1630,14 @@ tx_event(const text_ctx *t, const char *p, const char *e, text_event *ev)
                 *len = p - v;
             }
         }
-        p = tx_ws(p, e);
-        if (p >= e)
-            return -1;
-        if (*p == ',') {
-            p = tx_ws(p + 1, e);
+        switch (tx_next(&p, e, '}')) {
+        case 1:
             continue;
-        }
-        if (*p != '}')
+        case 0:
+            return tx_ws(p, e) == e && ev->ph && ev->cat && ev->name && ev->args ? 0 : -1;
+        default:
             return -1;
-        p = tx_ws(p + 1, e);
-        return p == e && ev->ph && ev->cat && ev->name && ev->args ? 0 : -1;
+        }
     }
 }
 
@@ -1641,6 +1681,22 @@ tx_key(const text_event *ev, const long long *id)
     return key;
 }
 
+/* d[key] into id[0] (tag, where d holds a value other than None) and id[1] (the value): 0, -1
+ * where that value is not an int64, -2 on error. */
+static int
+tx_dict_int(PyObject *d, PyObject *key, long long tag, long long *id)
+{
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL)
+        return PyErr_Occurred() ? -2 : 0;
+    if (v == Py_None)
+        return 0;
+    if (as_int64(v, &id[1]) < 0)
+        return -1;
+    id[0] = tag;
+    return 0;
+}
+
 /* What a rewritten slice's packet depends on besides its text and its slots' values (see
  * rewritten_args), as TX_ID_WORDS words; *row: its placement row (-1: none). 0, -1 where its
  * args are left to Plan.args_of (off the text path), -2 on error. */
@@ -1648,7 +1704,7 @@ static int
 tx_identity(rewrite_ctx *c, Py_ssize_t i, PyObject *i_o, long long q, long long track, int kind, long long *id,
             Py_ssize_t *row)
 {
-    PyObject *l, *d;
+    int got;
     memset(id, 0, TX_ID_WORDS * 8);
     *row = -1;
     if (!c->compact)
@@ -1659,15 +1715,8 @@ tx_identity(rewrite_ctx *c, Py_ssize_t i, PyObject *i_o, long long q, long long 
     if (i < c->nlanes && c->lanes[i] != NO_VALUE) {
         id[3] = 1;
         id[4] = c->lanes[i];
-    } else {
-        l = PyDict_GetItemWithError(c->other, i_o);
-        if (l == NULL && PyErr_Occurred())
-            return -2;
-        if (l != NULL && l != Py_None) {
-            if (as_int64(l, &id[4]) < 0)
-                return -1;
-            id[3] = 2;
-        }
+    } else if ((got = tx_dict_int(c->other, i_o, 2, id + 3)) < 0) {
+        return got;
     }
     if (id[3] == 0)
         return 0;  /* no lane: the event's own args (rewritten_args) */
@@ -1703,15 +1752,7 @@ tx_identity(rewrite_ctx *c, Py_ssize_t i, PyObject *i_o, long long q, long long 
             *row = r;
         }
     }
-    d = PyDict_GetItemWithError(c->device_of, i_o);
-    if (d == NULL && PyErr_Occurred())
-        return -2;
-    if (d != NULL && d != Py_None) {
-        if (as_int64(d, &id[12]) < 0)
-            return -1;
-        id[11] = 1;
-    }
-    return 0;
+    return tx_dict_int(c->device_of, i_o, 1, id + 11);
 }
 
 /* The text of event i in the batch: [*p, *e) less the separators after it; -1 where not there. */
@@ -1800,17 +1841,29 @@ tx_value_of(const rewrite_ctx *c, Py_ssize_t r, const text_event *ev, const unsi
     return 0;
 }
 
-/* add_slot's piece with the value its source code gives (*s: the next code). */
+/* A text hit's slot values: each slot's source (tx_store's codes), in the template's order. */
+typedef struct {
+    const rewrite_ctx *c;
+    Py_ssize_t r;
+    const text_event *ev;
+    const unsigned char *code;
+    Py_ssize_t ncode;
+    int s;  /* the next slot */
+} tx_slots;
+
+/* add_slot's piece (a slot_fn) with the value the next source gives (key unused: the sources
+ * are in the template's order). */
 static int
-tx_slot(piece *pieces, int *n, PyObject *head, const rewrite_ctx *c, Py_ssize_t r, const text_event *ev,
-        const unsigned char *code, Py_ssize_t ncode, int *s)
+tx_slot(piece *pieces, int *n, PyObject *key, PyObject *head, void *ctx)
 {
+    tx_slots *x = (tx_slots *)ctx;
     uint64_t v;
     int is_float;
-    if ((*s + 1) * TX_SOURCE > ncode || *n >= MAX_SLOTS * 2 + 1 || !PyBytes_CheckExact(head)
-            || tx_value_of(c, r, ev, code + *s * TX_SOURCE, &v, &is_float) < 0)
+    (void)key;
+    if ((x->s + 1) * TX_SOURCE > x->ncode || *n >= MAX_SLOTS * 2 + 1 || !PyBytes_CheckExact(head)
+            || tx_value_of(x->c, x->r, x->ev, x->code + x->s * TX_SOURCE, &v, &is_float) < 0)
         return -1;
-    (*s)++;
+    x->s++;
     if (is_float) {  /* add_slot's double: a per-event measure (a memset's bandwidth) */
         if (PyBytes_GET_SIZE(head) < 1 || PyBytes_GET_SIZE(head) + 8 >= 128)
             return -1;
@@ -1831,43 +1884,14 @@ tx_frame(const rewrite_ctx *c, Py_ssize_t r, const text_event *ev, PyObject *ent
          const unsigned char *fbuf, Py_ssize_t fn)
 {
     piece pieces[MAX_SLOTS * 2 + 4];
-    int n = 0, s = 0, k;
+    int n = 0;
     PyObject *tpl = PyTuple_GET_ITEM(entry, 2), *src = PyTuple_GET_ITEM(entry, 3);
-    const unsigned char *code = (const unsigned char *)PyBytes_AS_STRING(src);
-    Py_ssize_t ncode = PyBytes_GET_SIZE(src);
+    tx_slots x = {c, r, ev, (const unsigned char *)PyBytes_AS_STRING(src), PyBytes_GET_SIZE(src), 0};
 
-    if (add_bytes(pieces, &n, PyTuple_GET_ITEM(entry, 0)) < 0)
+    if (add_bytes(pieces, &n, PyTuple_GET_ITEM(entry, 0)) < 0
+            || (tpl != Py_None && add_template_with(pieces, &n, tpl, tx_slot, &x) < 0)
+            || add_tail(pieces, &n, PyTuple_GET_ITEM(entry, 1), fbuf, fn) < 0)
         Py_RETURN_NONE;
-    if (PyBytes_CheckExact(tpl)) {
-        if (add_bytes(pieces, &n, tpl) < 0)
-            Py_RETURN_NONE;
-    } else if (PyTuple_CheckExact(tpl)) {  /* (run before, key, head, run after) */
-        if (add_bytes(pieces, &n, PyTuple_GET_ITEM(tpl, 0)) < 0
-                || tx_slot(pieces, &n, PyTuple_GET_ITEM(tpl, 2), c, r, ev, code, ncode, &s) < 0
-                || add_bytes(pieces, &n, PyTuple_GET_ITEM(tpl, 3)) < 0)
-            Py_RETURN_NONE;
-    } else if (PyList_CheckExact(tpl)) {
-        for (k = 0; k < PyList_GET_SIZE(tpl); k++) {
-            PyObject *part = PyList_GET_ITEM(tpl, k);
-            if (PyBytes_CheckExact(part)) {
-                if (add_bytes(pieces, &n, part) < 0)
-                    Py_RETURN_NONE;
-            } else if (!PyTuple_CheckExact(part) || PyTuple_GET_SIZE(part) != 2
-                       || tx_slot(pieces, &n, PyTuple_GET_ITEM(part, 1), c, r, ev, code, ncode, &s) < 0) {
-                Py_RETURN_NONE;
-            }
-        }
-    } else if (tpl != Py_None) {
-        Py_RETURN_NONE;
-    }
-    if (add_bytes(pieces, &n, PyTuple_GET_ITEM(entry, 1)) < 0)
-        Py_RETURN_NONE;
-    if (fn) {
-        pieces[n].data = (const char *)fbuf;
-        pieces[n].size = fn;
-        pieces[n].slot = 0;
-        n++;
-    }
     return frame_packet(ts, PyTuple_GET_ITEM(entry, 4), pieces, n);
 }
 
