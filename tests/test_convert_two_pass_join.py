@@ -827,3 +827,72 @@ def test_a_json_doubles_text_decodes_as_float_of_it():
     for text in ("2.2250738585072011e-308", "4.9406564584124654e-324", "1.7976931348623157e308", "-0.0",
                  "9007199254740993.0", "0.1", "123456789012345678901234567890.5e-10"):
         check.hypothesis.inner_test(text)
+
+
+def _rewritten_texts(text: bytes, seed: int) -> bytes:
+    """The decoder trace with each kernel after the first replay written at random otherwise,
+    the same event once decoded: its args reordered, its spacing changed, its doubles in
+    another notation of the same value, a character of its name escaped."""
+    import random
+    import re
+
+    rnd = random.Random(seed)
+    lines = text.split(b"\n")
+    first = None
+    for n, line in enumerate(lines):
+        m = re.search(rb'"cat": "kernel".*"correlation": (\d+)', line)
+        if m is None:
+            continue
+        first = first if first is not None else m.group(1)
+        if m.group(1) == first or rnd.random() < 0.3:
+            continue
+        head, sep, rest = line.partition(b'"args": ')
+        end = rest.rindex(b"}")  # the event's own closing brace
+        args = json.loads(rest[:end])
+        items = list(args.items())
+        if rnd.random() < 0.5:
+            rnd.shuffle(items)
+        parts = []
+        for k, v in items:
+            if type(v) is float and rnd.random() < 0.7:
+                value = rnd.choice(["%r", "%.17g", "%.16e", "%.20E"]) % v
+                if float(value) != v:
+                    value = repr(v)
+            else:
+                value = json.dumps(v, separators=rnd.choice([(",", ":"), (", ", ": "), (" ,\t", " :  ")]))
+            parts.append(json.dumps(k) + rnd.choice([":", ": ", " :\n "]) + value)
+        new_args = "{" + rnd.choice([",", ", ", " ,\r\n"]).join(parts) + rnd.choice(["", " "]) + "}"
+        if rnd.random() < 0.3:
+            name_at = head.index(b'"name": "') + 9
+            at = name_at + rnd.randrange(0, 20)
+            head = head[:at] + b"\\u%04x" % head[at] + head[at + 1:]
+        lines[n] = head + sep + new_args.encode() + rest[end:]
+    return b"\n".join(lines)
+
+
+def test_kernels_written_otherwise_at_random_give_the_decoded_bytes(tmp_path, monkeypatch):
+    """Random rewritings of the kernels' texts (each the same event once decoded): the text path
+    writes the decoded path's bytes, whatever mix of texts met before and new ones it sees."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from perfetto_graph_ann.write.perfetto import emit, fast_encoder
+
+    if fast_encoder.stream_records is None or emit.TEXT_EVENTS is None:
+        pytest.skip("the writer's compiled hot path (_encode) is not built or turned off")
+    src, ann = _decoder(tmp_path, replays=5)
+    base = src.read_bytes()
+
+    @settings(max_examples=12, deadline=None)
+    @given(st.integers(0, 2**32 - 1))
+    def check(seed):
+        src.write_bytes(_rewritten_texts(base, seed))
+        out = {}
+        for arm in ("text", "decoded"):
+            monkeypatch.setattr(emit, "TEXT_EVENTS", True if arm == "text" else None)
+            path = tmp_path / f"random_{arm}.pftrace"
+            _convert(src, path, [ann], True, graph_lanes="all", force=True)
+            out[arm] = path.read_bytes()
+        assert out["text"] == out["decoded"]
+
+    check()
