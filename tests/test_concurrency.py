@@ -244,3 +244,38 @@ def test_two_engine_sessions_in_two_processes_at_once(tmp_path):
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert out.split() == ["n", str(x_counts_by_cat(n)["kernel"])]
+
+
+@pytest.mark.parametrize("was_on", [True, False])
+def test_paused_gc_in_many_threads_puts_the_collector_back(was_on):
+    """Conversions in threads pause the collector together: whatever the interleaving (nested
+    pauses too), it is back to the caller's setting once the last one ends. Each thread taking
+    its own snapshot could read the others' pause and leave it off."""
+    import gc
+    import threading
+
+    from perfetto_graph_ann.write.pftrace import paused_gc
+
+    start = threading.Barrier(8)
+    seen_on = []
+
+    def work():
+        start.wait()
+        for k in range(3000):
+            with paused_gc():
+                seen_on.append(gc.isenabled())
+                if k % 7 == 0:
+                    with paused_gc():
+                        pass
+
+    (gc.enable if was_on else gc.disable)()
+    try:
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert gc.isenabled() is was_on
+        assert not any(seen_on)  # paused inside every one
+    finally:
+        gc.enable()
