@@ -9,13 +9,14 @@ replay record and recorded edges, so the join runs the launch identities and the
 path as ``pga.export`` does there). The JSON is written to a temporary file first (untimed:
 torch writes it there). Arms, alternating each round:
 
-* ``on``: as ``pga.export`` runs since session 27: the file's bytes read back (kept on the
-  profile), then ``convert.write_joined_file``: two passes over the file, a graph replay's
-  kernels framed from their text in the second (``emit.TEXT_EVENTS``), every compiled loop,
-  the join's placements held in columns, the cyclic collector paused;
+* ``on``: as ``pga.export`` runs since session 27: ``convert.write_joined_file`` on the file
+  torch wrote (kept for the profile's later calls, not read back): two passes over it, a graph
+  replay's kernels framed from their text in the second (``emit.TEXT_EVENTS``), every compiled
+  loop, the join's placements held in columns, the cyclic collector paused;
 * ``decoded``: the same with ``emit.TEXT_EVENTS`` off (every event of the second pass decoded);
-* ``bytes26``: as ``pga.export`` ran in session 26: the bytes read back, parsed in memory
-  (``parse_trace_bytes``) and written (``write_joined``), the collector paused;
+* ``bytes26``: as ``pga.export`` ran in session 26: the bytes read back (they were kept on
+  the profile), parsed in memory (``parse_trace_bytes``) and written (``write_joined``), the
+  collector paused;
 * ``off26``: session 26's changes off: the collector on (as export ran before),
   ``critical_path.REPLAY_PATH``, ``flows.BIND_FLOW_EVENTS`` and ``calibrated.CALIBRATED_ROWS``
   off (the join's single pass for the launches cannot be turned off);
@@ -23,8 +24,8 @@ torch writes it there). Arms, alternating each round:
   ``events.FINISH_RUN``, ``join.ROW_LOOPS``, ``projection.LOOPS``,
   ``critical_path.PATH_AND_SLACK``, ``match.LOOSE``) and the placements a dict.
 
-Wall seconds of each arm (the read back included); ``json.loads`` of the same bytes in the same
-rounds (the collector on). Medians; every arm's output compared byte for byte. ``off26`` and
+Wall seconds of each arm (``bytes26``'s read back included); ``json.loads`` of the same bytes in
+the same rounds (the collector on). Medians; every arm's output compared byte for byte. ``off26`` and
 ``off`` take the bytes path.
 """
 from __future__ import annotations
@@ -102,16 +103,16 @@ def main() -> None:
                 emit.TEXT_EVENTS = None if how == "file decoded" else text_events
                 dst = os.path.join(tmp, f"{arm}.pftrace")
                 t = time.perf_counter()
-                with open(src, "rb") as f:
-                    kept = f.read()  # what export keeps on the profile
                 if how.startswith("file"):
                     write_joined_file(src, dst, ann, "all", label="torch.profiler trace")
                 else:
+                    with open(src, "rb") as f:
+                        kept = f.read()  # what session 26's export kept on the profile
                     with paused_gc() if paused else contextlib.nullcontext():
                         trace = parse_trace_bytes(kept, "torch.profiler trace")
                         layout = convert.write_joined(trace, dst, ann, "all")
                         del trace, layout
-                del kept
+                    del kept
                 times[arm].append(time.perf_counter() - t)
                 out[arm] = Path(dst).read_bytes()
             same = same and len(set(out.values())) == 1

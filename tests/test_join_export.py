@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import shutil
 from collections import Counter
@@ -170,3 +171,91 @@ def test_export_pauses_the_collector_and_restores_it(tmp_path, monkeypatch, was_
     finally:
         gc.enable()
     assert seen == [False]
+
+
+def test_a_profiles_trace_is_kept_as_a_file_while_the_profiler_lives(tmp_path, monkeypatch):
+    """torch's export runs once per profile; its JSON stays in a private temporary folder (not
+    as bytes in the caller's memory) for later exports, and is removed with the profiler
+    object. A background export reads its own link or copy, so it outlives the profiler."""
+    import gc
+    import tempfile
+
+    from perfetto_graph_ann.capture import export as export_mod
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "sys_tmp"))
+    (tmp_path / "sys_tmp").mkdir()
+    name = "two_branch"
+    ann = read_capture_record(fixture_capture(name))
+    prof = FakeProfiler(name)
+    export(prof, tmp_path / "a.pftrace", annotations=ann)
+    kept = getattr(prof, export_mod._CACHE_ATTR)
+    assert type(kept) is export_mod._Kept and os.path.isfile(kept.path)
+    folder = os.path.dirname(kept.path)
+    handle = export(prof, tmp_path / "b.pftrace", annotations=ann, background=True)
+    export(prof, tmp_path / "c.pftrace", annotations=ann, keep_json=tmp_path / "raw.json")
+    assert len(prof.calls) == 1 and os.path.isfile(kept.path)  # kept_json copied, not moved
+    with gzip.open(fixture_trace(name), "rb") as f:
+        assert (tmp_path / "raw.json").read_bytes() == f.read()
+    del prof, kept
+    gc.collect()
+    assert not os.path.exists(folder)  # removed with the profiler object
+    handle.result()
+    assert (tmp_path / "a.pftrace").read_bytes() == (tmp_path / "b.pftrace").read_bytes() \
+        == (tmp_path / "c.pftrace").read_bytes()
+    assert os.listdir(tmp_path / "sys_tmp") == []
+
+
+class _NoAttributes:
+    """A profiler object that takes neither weak references nor new attributes."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, name):
+        self.inner = FakeProfiler(name)
+
+    def export_chrome_trace(self, path):
+        self.inner.export_chrome_trace(path)
+
+
+class _NoWeakref(_NoAttributes):
+    """One that takes the cache's attribute but no weak reference."""
+
+    __slots__ = ("_pga_chrome_trace",)
+
+
+@pytest.mark.parametrize("cls", [_NoWeakref, _NoAttributes])
+def test_profiler_objects_without_weak_references_or_attributes(cls, tmp_path, monkeypatch):
+    """Without weak references the bytes are kept on the object as before; without new
+    attributes nothing is kept, the file is removed after the call, and a second export says
+    torch saves a trace only once."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "sys_tmp"))
+    (tmp_path / "sys_tmp").mkdir()
+    name = "two_branch"
+    ann = read_capture_record(fixture_capture(name))
+    prof = cls(name)
+    export(prof, tmp_path / "a.pftrace", annotations=ann)
+    assert os.listdir(tmp_path / "sys_tmp") == []  # nothing left in the temporary folder
+    if cls is _NoWeakref:
+        export(prof, tmp_path / "b.pftrace", annotations=ann)
+        assert (tmp_path / "a.pftrace").read_bytes() == (tmp_path / "b.pftrace").read_bytes()
+        assert type(prof._pga_chrome_trace) is bytes
+    else:
+        with pytest.raises(GraphAnnError, match="already saved"):
+            export(prof, tmp_path / "b.pftrace", annotations=ann)
+
+
+def test_a_kept_trace_removed_by_something_else_is_said(tmp_path, monkeypatch):
+    import shutil as sh
+
+    from perfetto_graph_ann.capture import export as export_mod
+
+    name = "two_branch"
+    ann = read_capture_record(fixture_capture(name))
+    prof = FakeProfiler(name)
+    export(prof, tmp_path / "a.pftrace", annotations=ann)
+    sh.rmtree(os.path.dirname(getattr(prof, export_mod._CACHE_ATTR).path))
+    with pytest.raises(GraphAnnError, match="is gone"):
+        export(prof, tmp_path / "b.pftrace", annotations=ann)
+    assert not (tmp_path / "b.pftrace").exists()

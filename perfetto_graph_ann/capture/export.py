@@ -44,26 +44,83 @@ def _annotations(annotations: AnnotationsArg) -> AnnotationSet:
     return load_annotations(annotations)
 
 
-#: Attribute on the profiler object holding its Chrome trace once exported.
+#: Attribute on the profiler object holding its Chrome trace once exported: a :class:`_Kept`
+#: file, or the bytes where the object takes no weak reference.
 _CACHE_ATTR = "_pga_chrome_trace"
 
 
+class _Kept:
+    """A profile's Chrome JSON in a private temporary folder, removed when the profiler object
+    is collected (or at interpreter exit): kept on disk, not as bytes in the caller's memory."""
+
+    __slots__ = ("path", "finalizer")
+
+    def __init__(self, path: str, finalizer: "weakref.finalize") -> None:
+        self.path, self.finalizer = path, finalizer
+
+
+def _kept_trace(prof) -> "tuple[Union[str, bytes], Optional[str]]":
+    """``prof``'s Chrome JSON, torch's export run once for the profile (torch saves a trace
+    only once): (the path of a file kept while ``prof`` lives, or its bytes where ``prof``
+    takes no weak reference; a folder the caller removes when done, where nothing could be
+    kept on ``prof``, else None)."""
+    import shutil
+    import weakref
+
+    kept = getattr(prof, _CACHE_ATTR, None)
+    if type(kept) is _Kept:
+        if not os.path.isfile(kept.path):
+            raise InputError(None, f"this profile's Chrome trace, kept at {kept.path} by an earlier export, is "
+                                   "gone (removed by something else) and torch saves a trace only once: profile "
+                                   "again, or keep it with export(..., keep_json=PATH) next time")
+        return kept.path, None
+    if type(kept) is bytes:
+        return kept, None
+    tmp = tempfile.mkdtemp(prefix=".pga-profile-")
+    path = os.path.join(tmp, "trace.json")
+    try:
+        export_chrome_trace_to(prof, path)
+        try:
+            finalizer = weakref.finalize(prof, shutil.rmtree, tmp, True)
+        except TypeError:  # no weak reference: its bytes, kept on it where it takes attributes
+            with open(path, "rb") as f:
+                data = f.read()
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                setattr(prof, _CACHE_ATTR, data)
+            except AttributeError:
+                pass
+            return data, None
+        try:
+            setattr(prof, _CACHE_ATTR, _Kept(path, finalizer))
+        except AttributeError:  # takes no new attributes: the file is the caller's, this once
+            finalizer.detach()
+            return path, tmp
+        return path, None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def chrome_trace_bytes(prof) -> bytes:
-    """The profiler's own Chrome trace (JSON bytes), exported once and kept on ``prof``.
+    """The profiler's own Chrome trace (JSON bytes), exported once for the profile.
 
     torch.profiler saves a trace only once (a second ``export_chrome_trace`` raises
     "Trace is already saved"), so every :func:`export` of the same profile, and callers
-    who want the raw trace too, share this one copy.
+    who want the raw trace too, share this one copy: a file kept while ``prof`` lives
+    (:func:`_kept_trace`), read here.
     """
-    data = getattr(prof, _CACHE_ATTR, None)
-    if data is not None:
-        return data
-    data = export_chrome_trace_bytes(prof)
+    import shutil
+
+    kept, own = _kept_trace(prof)
+    if type(kept) is bytes:
+        return kept
     try:
-        setattr(prof, _CACHE_ATTR, data)
-    except AttributeError:  # an object that takes no new attributes: no cache
-        pass
-    return data
+        with open(kept, "rb") as f:
+            return f.read()
+    finally:
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
 
 
 def export_chrome_trace_bytes(prof, tmp_dir: Optional[str] = None) -> bytes:
@@ -143,22 +200,35 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         refuse_input_as_output(out, [src])
         return write_joined_file(src, out, ann, graph_lanes, default_stream, force)
     with tempfile.TemporaryDirectory(prefix=".pga-export-") as tmp:
-        src = os.path.join(tmp, "trace.json")
-        data = getattr(prof, _CACHE_ATTR, None)
-        if data is None:  # torch writes it where it is read; its bytes kept on prof for later calls
-            export_chrome_trace_to(prof, src)
-            with open(src, "rb") as f:
-                data = f.read()
-            try:
-                setattr(prof, _CACHE_ATTR, data)
-            except AttributeError:  # an object that takes no new attributes: no cache
-                pass
-        else:
-            atomic_write_bytes(src, data)
-        if keep_json is not None:
-            keep_chrome_json(data, keep_json, out)
-        del data
+        src = _profile_json(prof, os.path.join(tmp, "trace.json"), keep_json, out, link=False)
         return write_joined_file(src, out, ann, graph_lanes, default_stream, force, "torch.profiler trace")
+
+
+def _profile_json(prof, dst: str, keep_json: Optional[PathLike], out: str, link: bool) -> str:
+    """The path of ``prof``'s Chrome JSON for one conversion: the kept file itself
+    (:func:`_kept_trace`), or with ``link`` (a background worker, which may outlive the
+    profiler object) ``dst`` hard-linked or copied from it; the bytes written to ``dst`` where
+    they were kept as bytes. ``keep_json`` is kept first, a copy (the profile's only copy
+    stays even if the conversion fails)."""
+    import shutil
+
+    kept, own = _kept_trace(prof)
+    try:
+        if keep_json is not None:
+            keep_chrome_json(kept, keep_json, out, move=False)
+        if type(kept) is bytes:
+            atomic_write_bytes(dst, kept)
+            return dst
+        if not link and own is None:
+            return kept
+        try:
+            os.link(kept, dst)
+        except OSError:  # another file system, or no hard links there
+            shutil.copyfile(kept, dst)
+        return dst
+    finally:
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
 
 
 
@@ -187,22 +257,8 @@ def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, def
                 raise ValueError("keep_json applies to a live profiler: the trace given is already saved")
             src = label
             refuse_input_as_output(out, [src])
-        else:
-            src = os.path.join(tmp, "trace.json")
-            data = getattr(prof, _CACHE_ATTR, None)
-            if data is None:  # torch writes it where the worker reads it; kept on prof as export() keeps it
-                export_chrome_trace_to(prof, src)
-                with open(src, "rb") as f:
-                    data = f.read()
-                try:
-                    setattr(prof, _CACHE_ATTR, data)
-                except AttributeError:
-                    pass
-            else:
-                atomic_write_bytes(src, data)
-            if keep_json is not None:
-                keep_chrome_json(data, keep_json, out)
-            del data
+        else:  # the worker reads its own link or copy: it may outlive the profiler object
+            src = _profile_json(prof, os.path.join(tmp, "trace.json"), keep_json, out, link=True)
         return start(src, ann, out, graph_lanes, default_stream, force, label, tmp)
     except BaseException:
         import shutil
@@ -211,11 +267,11 @@ def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, def
         raise
 
 
-def keep_chrome_json(data: "bytes | str", path: PathLike, out: PathLike) -> str:
+def keep_chrome_json(data: "bytes | str", path: PathLike, out: PathLike, move: bool = True) -> str:
     """Keep the profiler's Chrome trace at ``path`` (gzipped for a ``.gz`` name), atomically:
     ``data`` its bytes, or the temporary file torch wrote them to, on the same file system
-    (renamed into place when no gzip is asked: no copy). ``path`` must not be ``out``.
-    Returns the path."""
+    (with ``move``, renamed into place when no gzip is asked: no copy; else copied, the file
+    left where it is). ``path`` must not be ``out``. Returns the path."""
     from ..formats import is_gzip_name, is_json_name
     from ..util.atomic import atomic_write_bytes
 
@@ -225,7 +281,7 @@ def keep_chrome_json(data: "bytes | str", path: PathLike, out: PathLike) -> str:
     if not is_json_name(path):
         raise OutputError(path, "keep_json is a Chrome JSON trace: give it a .json or .json.gz name")
     if isinstance(data, str):
-        if not is_gzip_name(path):
+        if not is_gzip_name(path) and move:
             try:
                 os.replace(data, path)
                 return path
