@@ -10,10 +10,12 @@ path as ``pga.export`` does there). The JSON is written to a temporary file firs
 torch writes it there). Arms, alternating each round:
 
 * ``on``: as ``pga.export`` runs since session 27: ``convert.write_joined_file`` on the file
-  torch wrote (kept for the profile's later calls, not read back): two passes over it, a graph
-  replay's kernels framed from their text in the second (``emit.TEXT_EVENTS``), every compiled
-  loop, the join's placements held in columns, the cyclic collector paused;
-* ``decoded``: the same with ``emit.TEXT_EVENTS`` off (every event of the second pass decoded);
+  torch wrote (kept for the profile's later calls, not read back): in memory below
+  ``convert.TWO_PASS_MIN_BYTES`` (256 MB), else in two passes; every compiled loop, the join's
+  placements held in columns, the cyclic collector paused;
+* ``two-pass``: the same, two passes whatever the size, a graph replay's kernels framed from
+  their text in the second (``emit.TEXT_EVENTS``);
+* ``decoded``: two passes with ``emit.TEXT_EVENTS`` off (every event of the second pass decoded);
 * ``bytes26``: as ``pga.export`` ran in session 26: the bytes read back (they were kept on
   the profile), parsed in memory (``parse_trace_bytes``) and written (``write_joined``), the
   collector paused;
@@ -61,7 +63,8 @@ _SWITCHES_25 = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), 
                 (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
 _SWITCHES_26 = ((critical_path, "REPLAY_PATH"), (flows, "BIND_FLOW_EVENTS"), (calibrated, "CALIBRATED_ROWS"))
 #: arm -> (the switches it turns off, the collector paused, the placements in columns, how it reads)
-_ARMS = {"on": ((), True, True, "file"), "decoded": ((), True, True, "file decoded"),
+_ARMS = {"on": ((), True, True, "file"), "two-pass": ((), True, True, "file two-pass"),
+         "decoded": ((), True, True, "file decoded"),
          "bytes26": ((), True, True, "bytes"), "off26": (_SWITCHES_26, False, True, "bytes"),
          "off": (_SWITCHES_26 + _SWITCHES_25, False, False, "bytes")}
 
@@ -71,7 +74,7 @@ def main() -> None:
     ap.add_argument("trace")
     ap.add_argument("annotations")
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--arms", nargs="+", default=["on", "bytes26", "decoded"], choices=list(_ARMS))
+    ap.add_argument("--arms", nargs="+", default=["on", "two-pass", "bytes26", "decoded"], choices=list(_ARMS))
     args = ap.parse_args()
     opener = gzip.open if args.trace.endswith(".gz") else open
     with opener(args.trace, "rb") as f:
@@ -86,7 +89,7 @@ def main() -> None:
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}; "
           f"{len(data) / 1e6:.0f} MB of JSON")
     same = True
-    text_events = emit.TEXT_EVENTS
+    text_events, min_bytes = emit.TEXT_EVENTS, convert.TWO_PASS_MIN_BYTES
     with tempfile.TemporaryDirectory(prefix="pga-export-ab-") as tmp:
         src = os.path.join(tmp, "trace.json")
         Path(src).write_bytes(data)
@@ -101,6 +104,7 @@ def main() -> None:
                     setattr(m, n, None if (m, n) in off else fn)
                 convert.read_and_join = real if compact else (lambda *a, **k: real(*a, **{**k, "compact": False}))
                 emit.TEXT_EVENTS = None if how == "file decoded" else text_events
+                convert.TWO_PASS_MIN_BYTES = min_bytes if how == "file" else 0
                 dst = os.path.join(tmp, f"{arm}.pftrace")
                 t = time.perf_counter()
                 if how.startswith("file"):
@@ -119,7 +123,7 @@ def main() -> None:
     for (m, n), fn in compiled.items():
         setattr(m, n, fn)
     convert.read_and_join = real
-    emit.TEXT_EVENTS = text_events
+    emit.TEXT_EVENTS, convert.TWO_PASS_MIN_BYTES = text_events, min_bytes
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"load after {os.getloadavg()[0]:.2f}")
     print("| arm | median s | best s | / `json.loads` | same bytes |")

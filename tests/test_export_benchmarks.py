@@ -139,4 +139,4 @@ def test_text_path_benchmarks_run_and_their_arms_write_the_same_bytes(tmp_path, 
     monkeypatch.setattr(sys, "argv", ["export_loops_ab.py", str(trace), str(ann), "--rounds", "1"])
     bench.main()
     out = capsys.readouterr().out
-    assert "| on / bytes26 |" in out and "| decoded |" in out and "NO" not in out and emit.TEXT_EVENTS is True
+    assert "| on / bytes26 |" in out and "| two-pass |" in out and "NO" not in out and emit.TEXT_EVENTS is True

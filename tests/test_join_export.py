@@ -259,3 +259,29 @@ def test_a_kept_trace_removed_by_something_else_is_said(tmp_path, monkeypatch):
     with pytest.raises(GraphAnnError, match="is gone"):
         export(prof, tmp_path / "b.pftrace", annotations=ann)
     assert not (tmp_path / "b.pftrace").exists()
+
+
+@pytest.mark.parametrize("name", ["two_branch", "seed_block_annotated"])
+def test_export_reads_a_large_profile_in_two_passes_with_the_same_bytes(name, tmp_path, monkeypatch):
+    """``write_joined_file`` (export, trace_handler, the background worker) reads a profile in
+    memory below ``TWO_PASS_MIN_BYTES`` and in two passes from it on (a gzip file: 8x its size),
+    the same bytes either way."""
+    from perfetto_graph_ann.pipeline import convert
+
+    plain = tmp_path / "p.json"
+    plain.write_bytes(gzip.decompress(fixture_trace(name).read_bytes()))
+    ann = read_capture_record(fixture_capture(name))
+    assert convert._json_bytes(str(fixture_trace(name))) == 8 * os.path.getsize(fixture_trace(name))
+    assert convert._json_bytes(str(plain)) == os.path.getsize(plain)
+    assert convert._json_bytes(str(tmp_path / "missing.json")) == 0
+    seen = []
+    real = convert.read_for_writing
+    monkeypatch.setattr(convert, "read_for_writing",
+                        lambda src, two_pass, join=False: seen.append(two_pass) or real(src, two_pass, join=join))
+    out = {}
+    for limit in (convert.TWO_PASS_MIN_BYTES, 0):
+        monkeypatch.setattr(convert, "TWO_PASS_MIN_BYTES", limit)
+        dst = tmp_path / f"{limit}.pftrace"
+        convert.write_joined_file(str(plain), str(dst), ann, "all", label="torch.profiler trace")
+        out[limit] = dst.read_bytes()
+    assert seen == [False, True] and len(set(out.values())) == 1

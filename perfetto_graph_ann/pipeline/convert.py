@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from ..util.progress import Progress
 
 __all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Converted", "join_files",
-           "read_and_join", "read_for_writing", "resolve_graph_lanes", "write_joined", "write_joined_file"]
+           "read_and_join", "read_for_writing", "resolve_graph_lanes", "TWO_PASS_MIN_BYTES", "write_joined",
+           "write_joined_file"]
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
@@ -97,21 +98,44 @@ def write_joined(trace: KinetoTrace, out: str, annotations: AnnotationSet, graph
     return layout
 
 
+#: A profile's JSON at least this large (a gzip file: 8x its size, an estimate) is read in two
+#: passes by :func:`write_joined_file` (memory bounded: light events, each event read again
+#: while it is written); a smaller one in memory (one read, one decode; on the H200 host that
+#: runs ``pga.export``, 4-18% faster than two passes on the 75 MB decoder profile, where this
+#: machine found it 10% slower: BENCHMARKS.md, session 27). Its peak is ~5x the JSON.
+TWO_PASS_MIN_BYTES = 256 << 20
+
+
+def _json_bytes(src: str) -> int:
+    """The size of the JSON text at ``src`` (a gzip file's estimated as 8x its size); 0 where
+    it cannot be read (the reader then says why)."""
+    from ..formats import is_gzip
+
+    try:
+        size = os.path.getsize(src)
+        with open(src, "rb") as f:
+            return size * 8 if is_gzip(f.read(2)) else size
+    except OSError:
+        return 0
+
+
 def write_joined_file(src: str, out: str, ann: AnnotationSet, graph_lanes: Optional[str] = "none",
                       default_stream: int = 7, force: bool = False, label: Optional[str] = None) -> "LaneLayout":
     """The profile's Chrome JSON at ``src`` joined with ``ann`` and written to ``out``, with the
     cyclic collector paused (the caller's heap is not walked for each of the reader's, the
-    join's and the writer's allocations). A ``.pftrace`` reads ``src`` in two passes
+    join's and the writer's allocations). A ``.pftrace`` of a profile of
+    :data:`TWO_PASS_MIN_BYTES` or more reads ``src`` in two passes
     (:func:`~.joined.read_for_writing`: light events for the join, each event read
-    again while it is written, a graph replay's kernels framed from their text), Chrome JSON in
-    memory. ``label``: what errors call the trace (a temporary file's name means nothing to
+    again while it is written, a graph replay's kernels framed from their text), anything else
+    in memory. ``label``: what errors call the trace (a temporary file's name means nothing to
     the caller), else ``src``. ``export``, ``trace_handler`` and the background worker read
     torch's JSON through it."""
     from ..errors import TraceFormatError
 
     with paused_gc():
         try:
-            trace = read_for_writing(src, not is_json_name(out), join=True)
+            two_pass = not is_json_name(out) and _json_bytes(src) >= TWO_PASS_MIN_BYTES
+            trace = read_for_writing(src, two_pass, join=True)
         except TraceFormatError as e:
             raise TraceFormatError(label or src, e.problem) from None
         if label is not None:
