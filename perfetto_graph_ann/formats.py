@@ -90,6 +90,19 @@ def is_gzip(data: bytes) -> bool:
     return data[:2] == GZIP_MAGIC
 
 
+def is_gzip_file(path: PathLike) -> bool:
+    """Whether the regular file at ``path`` is gzip (its first bytes); False for anything that
+    cannot be read so (a pipe cannot be read twice, a missing file: its reader says why)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return is_gzip(f.read(2))
+    except OSError:
+        return False
+
+
 def gunzip(data: bytes, path: Optional[PathLike], error: Type[PathError] = InputError) -> bytes:
     """``data`` decompressed when it is gzip, else ``data`` itself; a truncated or corrupt
     stream raises ``error(path, ...)``."""
@@ -375,7 +388,7 @@ def strip_marks(data: bytes) -> Tuple[bytes, Optional[Completeness]]:
 __all__: Tuple[str, ...] = (
     "GZIP_MAGIC", "UTF8_BOM", "SIDECAR_MAGIC", "JSON_SUFFIXES", "PROTO_TRACE_SUFFIXES", "TRACE_SUFFIXES",
     "SIDECAR_SUFFIXES", "is_json_name", "is_gzip_name", "is_proto_trace_name", "is_trace_name",
-    "is_sidecar_name", "trace_stem", "is_gzip", "gunzip", "read_bytes", "is_sidecar_bytes",
+    "is_sidecar_name", "trace_stem", "is_gzip", "is_gzip_file", "gunzip", "read_bytes", "is_sidecar_bytes",
     "strip_bom", "annotation_form", "is_capture_record", "looks_like_json", "is_json_trace", "is_pftrace_bytes",
     "START", "START_SIZE", "END_SIZE", "Completeness", "end_record", "parse_end_record", "strip_marks",
     "is_other_json", "sniff_trace", "run_sidecar", "RUN_SIDECAR_SUFFIX",

@@ -174,3 +174,12 @@ def test_formats_is_ground_floor():
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
             assert (node.module or "").split(".")[0] in ("errors", "util"), ast.dump(node)
+
+
+def test_is_gzip_file_reads_a_regular_files_first_bytes(tmp_path):
+    (tmp_path / "a.json.gz").write_bytes(gzip.compress(b"{}"))
+    (tmp_path / "b.json").write_bytes(b"{}")
+    (tmp_path / "named.json").write_bytes(gzip.compress(b"{}"))  # content decides, not the name
+    assert formats.is_gzip_file(tmp_path / "a.json.gz") and formats.is_gzip_file(str(tmp_path / "named.json"))
+    assert not formats.is_gzip_file(tmp_path / "b.json")
+    assert not formats.is_gzip_file(tmp_path / "missing.json") and not formats.is_gzip_file(tmp_path)

@@ -173,17 +173,25 @@ def test_export_pauses_the_collector_and_restores_it(tmp_path, monkeypatch, was_
     assert seen == [False]
 
 
-def test_a_profiles_trace_is_kept_as_a_file_while_the_profiler_lives(tmp_path, monkeypatch):
+@pytest.fixture
+def sys_tmp(tmp_path, monkeypatch):
+    """The system's temporary folder for the test: an empty folder under tmp_path."""
+    import tempfile
+
+    folder = tmp_path / "sys_tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_a_profiles_trace_is_kept_as_a_file_while_the_profiler_lives(tmp_path, sys_tmp):
     """torch's export runs once per profile; its JSON stays in a private temporary folder (not
     as bytes in the caller's memory) for later exports, and is removed with the profiler
     object. A background export reads its own link or copy, so it outlives the profiler."""
     import gc
-    import tempfile
 
     from perfetto_graph_ann.capture import export as export_mod
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "sys_tmp"))
-    (tmp_path / "sys_tmp").mkdir()
     name = "two_branch"
     ann = read_capture_record(fixture_capture(name))
     prof = FakeProfiler(name)
@@ -202,7 +210,7 @@ def test_a_profiles_trace_is_kept_as_a_file_while_the_profiler_lives(tmp_path, m
     handle.result()
     assert (tmp_path / "a.pftrace").read_bytes() == (tmp_path / "b.pftrace").read_bytes() \
         == (tmp_path / "c.pftrace").read_bytes()
-    assert os.listdir(tmp_path / "sys_tmp") == []
+    assert os.listdir(sys_tmp) == []
 
 
 class _NoAttributes:
@@ -224,19 +232,15 @@ class _NoWeakref(_NoAttributes):
 
 
 @pytest.mark.parametrize("cls", [_NoWeakref, _NoAttributes])
-def test_profiler_objects_without_weak_references_or_attributes(cls, tmp_path, monkeypatch):
+def test_profiler_objects_without_weak_references_or_attributes(cls, tmp_path, sys_tmp):
     """Without weak references the bytes are kept on the object as before; without new
     attributes nothing is kept, the file is removed after the call, and a second export says
     torch saves a trace only once."""
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "sys_tmp"))
-    (tmp_path / "sys_tmp").mkdir()
     name = "two_branch"
     ann = read_capture_record(fixture_capture(name))
     prof = cls(name)
     export(prof, tmp_path / "a.pftrace", annotations=ann)
-    assert os.listdir(tmp_path / "sys_tmp") == []  # nothing left in the temporary folder
+    assert os.listdir(sys_tmp) == []  # nothing left in the temporary folder
     if cls is _NoWeakref:
         export(prof, tmp_path / "b.pftrace", annotations=ann)
         assert (tmp_path / "a.pftrace").read_bytes() == (tmp_path / "b.pftrace").read_bytes()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 from ..annotations.model import AnnotationSet
 from ..errors import PathLike
 from ..read.model import KinetoTrace
-from ..formats import is_json_name
+from ..formats import is_gzip_file, is_json_name
 from ..util.progress import phase
 from ..write.pftrace import ConvertConfig, WriteStats, check_protobuf_output, paused_gc, write_pftrace
 from .joined import check_lane_options, read_and_join, read_for_writing, resolve_graph_lanes  # noqa: F401 (re-exported)
@@ -109,14 +109,11 @@ TWO_PASS_MIN_BYTES = 256 << 20
 def _json_bytes(src: str) -> int:
     """The size of the JSON text at ``src`` (a gzip file's estimated as 8x its size); 0 where
     it cannot be read (the reader then says why)."""
-    from ..formats import is_gzip
-
     try:
         size = os.path.getsize(src)
-        with open(src, "rb") as f:
-            return size * 8 if is_gzip(f.read(2)) else size
     except OSError:
         return 0
+    return size * 8 if is_gzip_file(src) else size
 
 
 def write_joined_file(src: str, out: str, ann: AnnotationSet, graph_lanes: Optional[str] = "none",

@@ -39,7 +39,7 @@ def read_trace(path: PathLike) -> KinetoTrace:
     if trace is not None:
         return trace
     data = formats.read_bytes(spath, TraceFormatError, "trace file")
-    return parse_trace_bytes(data, spath, gzipped=_gzipped(spath))
+    return parse_trace_bytes(data, spath, gzipped=formats.is_gzip_file(spath))
 
 
 #: Bytes read (after gunzip) per block of the streaming read: the text held besides the
@@ -166,18 +166,6 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
     except TraceFormatError:
         return None
     return KinetoTrace(path=path, events=events, metadata=metadata)
-
-
-def _gzipped(path: str) -> bool:
-    """Whether the file at ``path`` is gzip (its first bytes), so byte offsets in errors say
-    they count the decompressed text."""
-    if not os.path.isfile(path):  # a pipe cannot be read twice
-        return False
-    try:
-        with open(path, "rb") as f:
-            return formats.is_gzip(f.read(2))
-    except OSError:
-        return False
 
 
 def parse_trace_bytes(data: bytes, path: Optional[str] = None, gzipped: bool = False) -> KinetoTrace:
