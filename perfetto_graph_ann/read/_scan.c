@@ -691,6 +691,887 @@ done:
     return out;
 }
 
+/* ---- fast_run: a run's usual events read straight from their text ----
+ *
+ * What decode (the light typed decoder), finish_run and keep_loop make of a run, for runs whose
+ * every event is written as Kineto writes the usual ones: made from the text without msgspec's
+ * objects for the keys the first pass drops. It accepts only text that is valid JSON and that the
+ * typed decode reads (a strict subset: plain keys and strings, integers, Kineto's times, args
+ * whose decoded keys hold integers or lists of three); for any other run it answers None with no
+ * event made, and the caller decodes the run as before (which also words every error). Tokens
+ * (phases, categories, names, pids, tids) are found by their text in a table of the memo's objects
+ * (tokens()), so an event makes no str of its own. */
+
+#include <stdint.h>
+
+#define TOKENS_CAPSULE "perfetto_graph_ann.read._scan.tokens"
+
+typedef struct {
+    uint64_t hash;
+    PyObject *key;   /* bytes: a kind byte, then the token's text */
+    PyObject *value; /* the memo's object */
+} TokEntry;
+
+typedef struct {
+    TokEntry *slots;
+    size_t cap, used;
+} TokTable;
+
+static void
+tokens_free(PyObject *capsule)
+{
+    TokTable *t = PyCapsule_GetPointer(capsule, TOKENS_CAPSULE);
+    size_t i;
+    if (t == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    for (i = 0; i < t->cap; i++) {
+        Py_XDECREF(t->slots[i].key);
+        Py_XDECREF(t->slots[i].value);
+    }
+    PyMem_Free(t->slots);
+    PyMem_Free(t);
+}
+
+/* tokens(): an empty table for fast_run (held by the caller with the memo it is of). */
+static PyObject *
+tokens(PyObject *self, PyObject *unused)
+{
+    TokTable *t;
+    PyObject *capsule;
+    (void)self;
+    (void)unused;
+    t = PyMem_Calloc(1, sizeof(TokTable));
+    if (t == NULL)
+        return PyErr_NoMemory();
+    t->cap = 1024;
+    t->slots = PyMem_Calloc(t->cap, sizeof(TokEntry));
+    if (t->slots == NULL) {
+        PyMem_Free(t);
+        return PyErr_NoMemory();
+    }
+    capsule = PyCapsule_New(t, TOKENS_CAPSULE, tokens_free);
+    if (capsule == NULL) {
+        PyMem_Free(t->slots);
+        PyMem_Free(t);
+    }
+    return capsule;
+}
+
+static inline uint64_t
+tok_hash(char kind, const char *s, Py_ssize_t n)
+{
+    uint64_t h = UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)n ^ ((uint64_t)(unsigned char)kind << 56), w;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * UINT64_C(0xFF51AFD7ED558CCD);
+        h ^= h >> 32;
+    }
+    w = 0;
+    memcpy(&w, s + i, (size_t)(n - i));
+    h = (h ^ w) * UINT64_C(0xC4CEB9FE1A85EC53);
+    return h ^ (h >> 29);
+}
+
+static int
+tokens_grow(TokTable *t)
+{
+    size_t cap = t->cap * 2, i;
+    TokEntry *slots = PyMem_Calloc(cap, sizeof(TokEntry));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < t->cap; i++) {
+        size_t j;
+        if (t->slots[i].key == NULL)
+            continue;
+        for (j = t->slots[i].hash & (cap - 1); slots[j].key != NULL; j = (j + 1) & (cap - 1))
+            ;
+        slots[j] = t->slots[i];
+    }
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->cap = cap;
+    return 0;
+}
+
+/* The memo's object for the token ``s[0:n]`` of ``kind`` ('s': a str of that text, 'i': the int
+ * ``v``), as memo.setdefault(obj, obj) keeps it: borrowed (the table holds it), or NULL with an
+ * exception. */
+static PyObject *
+tok_get(TokTable *t, PyObject *memo, char kind, const char *s, Py_ssize_t n, long long v)
+{
+    uint64_t h = tok_hash(kind, s, n);
+    size_t mask = t->cap - 1, i = h & mask;
+    PyObject *obj, *kept, *key;
+    for (; t->slots[i].key != NULL; i = (i + 1) & mask) {
+        const char *k = PyBytes_AS_STRING(t->slots[i].key);
+        if (t->slots[i].hash == h && PyBytes_GET_SIZE(t->slots[i].key) == n + 1 && k[0] == kind &&
+            memcmp(k + 1, s, (size_t)n) == 0)
+            return t->slots[i].value;
+    }
+    obj = kind == 'i' ? PyLong_FromLongLong(v) : PyUnicode_DecodeUTF8(s, n, "strict");
+    if (obj == NULL)
+        return NULL;
+    kept = PyDict_SetDefault(memo, obj, obj);
+    Py_DECREF(obj);
+    if (kept == NULL)
+        return NULL;
+    key = PyBytes_FromStringAndSize(NULL, n + 1);
+    if (key == NULL)
+        return NULL;
+    PyBytes_AS_STRING(key)[0] = kind;
+    memcpy(PyBytes_AS_STRING(key) + 1, s, (size_t)n);
+    if ((t->used + 1) * 2 > t->cap) {
+        if (tokens_grow(t) < 0) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        mask = t->cap - 1;
+        for (i = h & mask; t->slots[i].key != NULL; i = (i + 1) & mask)
+            ;
+    }
+    t->slots[i].hash = h;
+    t->slots[i].key = key;
+    t->slots[i].value = Py_NewRef(kept);
+    t->used++;
+    return kept;
+}
+
+/* The strict JSON readers: each returns the position past what it read, or NULL where the text is
+ * not what it reads (then the run is left to the decoder). */
+
+static inline const char *
+j_ws(const char *p, const char *e)
+{
+    while (p < e && is_space(*p))
+        p++;
+    return p;
+}
+
+/* A string opened at p, of ASCII characters (other bytes: the decoder's, which checks their UTF-8).
+ * ``plain``: no escapes; otherwise the one-character escapes (not \u). Eight bytes at a time where
+ * none of them ends the string, escapes or is out of range. */
+static const char *
+j_string(const char *p, const char *e, int plain)
+{
+    const uint64_t ones = UINT64_C(0x0101010101010101), highs = ones << 7;
+    for (p++;;) {
+        unsigned char c;
+        while (e - p >= 8) {
+            uint64_t w, q, b;
+            memcpy(&w, p, 8);
+            q = w ^ (ones * '"');
+            b = w ^ (ones * '\\');
+            if ((((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w) & highs)
+                break;
+            p += 8;
+        }
+        if (p >= e)
+            return NULL;
+        c = (unsigned char)*p;
+        if (c == '"')
+            return p + 1;
+        if (c < 0x20 || c >= 0x80)
+            return NULL;
+        if (c == '\\') {
+            if (plain || p + 1 >= e || p[1] == '\0' || strchr("\"\\/bfnrt", p[1]) == NULL)
+                return NULL;
+            p++;
+        }
+        p++;
+    }
+}
+
+static inline int
+j_digit(const char *p, const char *e)
+{
+    return p < e && *p >= '0' && *p <= '9';
+}
+
+/* An integer of at most 18 digits (no fraction, no exponent): *v. */
+static const char *
+j_int(const char *p, const char *e, long long *v)
+{
+    long long x = 0;
+    int neg = 0;
+    const char *s;
+    if (p < e && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    s = p;
+    if (!j_digit(p, e))
+        return NULL;
+    if (*p == '0') {
+        p++;
+    } else {
+        for (; j_digit(p, e); p++) {
+            if (p - s >= 18)
+                return NULL;
+            x = x * 10 + (*p - '0');
+        }
+    }
+    if (j_digit(p, e) || (p < e && (*p == '.' || *p == 'e' || *p == 'E')))
+        return NULL;
+    *v = neg ? -x : x;
+    return p;
+}
+
+/* A number without an exponent, of at most 20 characters. */
+static const char *
+j_number(const char *p, const char *e)
+{
+    const char *s = p;
+    if (p < e && *p == '-')
+        p++;
+    if (!j_digit(p, e))
+        return NULL;
+    if (*p == '0')
+        p++;
+    else
+        while (j_digit(p, e))
+            p++;
+    if (p < e && *p == '.') {
+        p++;
+        if (!j_digit(p, e))
+            return NULL;
+        while (j_digit(p, e))
+            p++;
+    }
+    if (j_digit(p, e) || (p < e && (*p == 'e' || *p == 'E')) || p - s > 20)
+        return NULL;
+    return p;
+}
+
+/* Any value, read to its end and dropped (nesting at most 16 deep). */
+static const char *
+j_skip(const char *p, const char *e, int depth)
+{
+    char close;
+    int obj;
+    if (p >= e)
+        return NULL;
+    switch (*p) {
+    case '"':
+        return j_string(p, e, 0);
+    case 't':
+        return e - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f':
+        return e - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n':
+        return e - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    case '{':
+    case '[':
+        break;
+    default:
+        return j_number(p, e);
+    }
+    if (depth >= 16)
+        return NULL;
+    obj = *p == '{';
+    close = obj ? '}' : ']';
+    p = j_ws(p + 1, e);
+    if (p < e && *p == close)
+        return p + 1;
+    for (;;) {
+        if (obj) {
+            if (p >= e || *p != '"' || (p = j_string(p, e, 0)) == NULL)
+                return NULL;
+            p = j_ws(p, e);
+            if (p >= e || *p != ':')
+                return NULL;
+            p = j_ws(p + 1, e);
+        }
+        if ((p = j_skip(p, e, depth + 1)) == NULL)
+            return NULL;
+        p = j_ws(p, e);
+        if (p >= e)
+            return NULL;
+        if (*p == close)
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = j_ws(p + 1, e);
+    }
+}
+
+/* A time as Kineto writes it (events.py's _KINETO_TIMES: 1 to 15 digits, a point, 3 decimals): *ns. */
+static const char *
+j_time(const char *p, const char *e, long long *ns)
+{
+    const char *s = p;
+    long long v = 0;
+    for (; j_digit(p, e); p++) {
+        if (p - s >= 15)
+            return NULL;
+        v = v * 10 + (*p - '0');
+    }
+    if (p == s || (p - s > 1 && *s == '0') || e - p < 4 || p[0] != '.' || !j_digit(p + 1, e) ||
+        !j_digit(p + 2, e) || !j_digit(p + 3, e))
+        return NULL;
+    v = v * 1000 + (p[1] - '0') * 100 + (p[2] - '0') * 10 + (p[3] - '0');
+    p += 4;
+    if (j_digit(p, e) || (p < e && (*p == 'e' || *p == 'E')))
+        return NULL;
+    *ns = v;
+    return p;
+}
+
+/* An event's keys the typed decode knows (events._KinetoEvent), by bit. */
+enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ARGS, K_ID, K_BP, K_S };
+
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+} Tok;
+
+/* What fast_run reads of one event. */
+typedef struct {
+    unsigned seen, aseen; /* the event's keys (K_ bits) and its args' decoded keys (A_ bits) met */
+    Tok ph, cat, name, pid_s, tid_s, id_s;
+    int pid_int, tid_int, id_kind; /* id_kind: 0 none or null, 1 an int, 2 a str */
+    long long pid, tid, id, ts, dur;
+    long long a[A_SIZE]; /* the ints of the args' decoded keys (grid and block below) */
+    long long grid[3], block[3];
+} FastEv;
+
+static int
+top_key(const char *s, Py_ssize_t n)
+{
+#define IS(lit) (memcmp(s, lit, n) == 0)
+    switch (n) {
+    case 1:
+        return s[0] == 's' ? K_S : -1;
+    case 2:
+        return IS("ph") ? K_PH : IS("ts") ? K_TS : IS("id") ? K_ID : IS("bp") ? K_BP : -1;
+    case 3:
+        return IS("cat") ? K_CAT : IS("pid") ? K_PID : IS("tid") ? K_TID : IS("dur") ? K_DUR : -1;
+    case 4:
+        return IS("name") ? K_NAME : IS("args") ? K_ARGS : -1;
+    default:
+        return -1;
+    }
+}
+
+/* The args key ``s[0:n]`` as an A_ index where the light args type decodes it (device and stream;
+ * with the join all seven), else -1. */
+static int
+args_key(const char *s, Py_ssize_t n, int join)
+{
+    switch (n) {
+    case 6:
+        return IS("device") ? A_DEVICE : IS("stream") ? A_STREAM : -1;
+    case 11:
+        return join && IS("correlation") ? A_CORRELATION : -1;
+    case 4:
+        return join && IS("grid") ? A_GRID : -1;
+    case 5:
+        return join && IS("block") ? A_BLOCK : -1;
+    case 8:
+        return join && IS("graph id") ? A_GRAPH_ID : -1;
+    case 13:
+        return join && IS("graph node id") ? A_GRAPH_NODE_ID : -1;
+    default:
+        return -1;
+    }
+#undef IS
+}
+
+/* A list of exactly three integers. */
+static const char *
+j_three(const char *p, const char *e, long long *out)
+{
+    int k;
+    if (p >= e || *p != '[')
+        return NULL;
+    for (k = 0; k < 3; k++) {
+        p = j_ws(p + 1, e);
+        if ((p = j_int(p, e, &out[k])) == NULL)
+            return NULL;
+        p = j_ws(p, e);
+        if (p >= e || *p != (k < 2 ? ',' : ']'))
+            return NULL;
+    }
+    return p + 1;
+}
+
+static const char *
+j_args(const char *p, const char *e, FastEv *ev, int join)
+{
+    if (p >= e || *p != '{')
+        return NULL;
+    p = j_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return p + 1;
+    for (;;) {
+        const char *k = p;
+        int a;
+        if (p >= e || *p != '"' || (p = j_string(p, e, 1)) == NULL)
+            return NULL;
+        a = args_key(k + 1, p - k - 2, join);
+        p = j_ws(p, e);
+        if (p >= e || *p != ':')
+            return NULL;
+        p = j_ws(p + 1, e);
+        if (a < 0) {
+            p = j_skip(p, e, 1);
+        } else {
+            if (ev->aseen & (1u << a))
+                return NULL;
+            ev->aseen |= 1u << a;
+            if (a == A_GRID || a == A_BLOCK)
+                p = j_three(p, e, a == A_GRID ? ev->grid : ev->block);
+            else
+                p = j_int(p, e, &ev->a[a]);
+        }
+        if (p == NULL)
+            return NULL;
+        p = j_ws(p, e);
+        if (p >= e)
+            return NULL;
+        if (*p == '}')
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = j_ws(p + 1, e);
+    }
+}
+
+/* A plain string's token: past it, *t its text. */
+static const char *
+j_tok(const char *p, const char *e, Tok *t)
+{
+    const char *q;
+    if (p >= e || *p != '"' || (q = j_string(p, e, 1)) == NULL)
+        return NULL;
+    t->s = p + 1;
+    t->n = q - p - 2;
+    return q;
+}
+
+/* An event's object opened at p. */
+static const char *
+j_event(const char *p, const char *e, FastEv *ev, int join)
+{
+    memset(ev, 0, sizeof *ev);
+    p = j_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return NULL; /* no ph: the decoder's refusal */
+    for (;;) {
+        const char *k = p;
+        int key;
+        if (p >= e || *p != '"' || (p = j_string(p, e, 1)) == NULL)
+            return NULL;
+        key = top_key(k + 1, p - k - 2);
+        if (key < 0 || (ev->seen & (1u << key)))
+            return NULL;
+        ev->seen |= 1u << key;
+        p = j_ws(p, e);
+        if (p >= e || *p != ':')
+            return NULL;
+        p = j_ws(p + 1, e);
+        switch (key) {
+        case K_PH:
+            p = j_tok(p, e, &ev->ph);
+            break;
+        case K_CAT:
+            p = j_tok(p, e, &ev->cat);
+            break;
+        case K_NAME:
+            p = j_tok(p, e, &ev->name);
+            break;
+        case K_PID:
+        case K_TID: {
+            Tok *t = key == K_PID ? &ev->pid_s : &ev->tid_s;
+            if (p < e && *p == '"') {
+                p = j_tok(p, e, t);
+            } else {
+                t->s = p;
+                p = j_int(p, e, key == K_PID ? &ev->pid : &ev->tid);
+                if (p != NULL) {
+                    t->n = p - t->s;
+                    *(key == K_PID ? &ev->pid_int : &ev->tid_int) = 1;
+                }
+            }
+            break;
+        }
+        case K_TS:
+        case K_DUR:
+            p = j_time(p, e, key == K_TS ? &ev->ts : &ev->dur);
+            break;
+        case K_ARGS:
+            p = j_args(p, e, ev, join);
+            break;
+        case K_ID:
+            if (p < e && *p == '"') {
+                p = j_tok(p, e, &ev->id_s);
+                ev->id_kind = 2;
+            } else if (p < e && *p == 'n') {
+                p = e - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+            } else {
+                p = j_int(p, e, &ev->id);
+                ev->id_kind = 1;
+            }
+            break;
+        default: /* bp, s: a str or null, dropped */
+            if (p < e && *p == 'n')
+                p = e - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+            else
+                p = p < e && *p == '"' ? j_string(p, e, 1) : NULL;
+        }
+        if (p == NULL)
+            return NULL;
+        p = j_ws(p, e);
+        if (p >= e)
+            return NULL;
+        if (*p == '}')
+            break;
+        if (*p != ',')
+            return NULL;
+        p = j_ws(p + 1, e);
+    }
+    if (!(ev->seen & (1u << K_PH)) || (ev->ph.n == 1 && (ev->ph.s[0] == 'M' || ev->ph.s[0] == 'C')))
+        return NULL; /* the tracks and counters read these events whole: the decoder's */
+    if (ev->ph.n == 1 && ev->ph.s[0] == 'X' && (ev->seen & ((1u << K_TS) | (1u << K_DUR))) !=
+                                                   ((1u << K_TS) | (1u << K_DUR)))
+        return NULL;
+    return p + 1;
+}
+
+/* The context and tables of one fast_run. */
+typedef struct {
+    PyObject **ctx;
+    TokTable *tok;
+    Py_ssize_t join_limit;
+    PyObject *no_type; /* type(the absent marker) */
+} Fast;
+
+/* An int arg's (A_ index) value: a new reference (the absent marker where absent). */
+static PyObject *
+arg_value(const Fast *F, const FastEv *ev, int a)
+{
+    if (!(ev->aseen & (1u << a)))
+        return Py_NewRef(F->ctx[C_NO_ARG]);
+    return PyLong_FromLongLong(ev->a[a]);
+}
+
+/* A list of three ints: a new reference. */
+static PyObject *
+list3(const long long *v)
+{
+    PyObject *l = PyList_New(3);
+    int k;
+    if (l == NULL)
+        return NULL;
+    for (k = 0; k < 3; k++) {
+        PyObject *x = PyLong_FromLongLong(v[k]);
+        if (x == NULL) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, k, x);
+    }
+    return l;
+}
+
+/* The light args (scan._Scan._light, keep_loop's light_args) of an event: a new reference. */
+static PyObject *
+fast_light(const Fast *F, const FastEv *ev)
+{
+    PyObject *d, *s, *key, *out;
+    if (!(ev->aseen & ((1u << A_DEVICE) | (1u << A_STREAM))))
+        return Py_NewRef(F->ctx[C_NONE]);
+    d = arg_value(F, ev, A_DEVICE);
+    s = arg_value(F, ev, A_STREAM);
+    key = d && s ? PyTuple_Pack(5, F->ctx[C_ARGS], (PyObject *)Py_TYPE(d), d, (PyObject *)Py_TYPE(s), s) : NULL;
+    out = key ? PyDict_GetItemWithError(F->ctx[C_MEMO], key) : NULL;
+    if (out != NULL) {
+        Py_INCREF(out);
+    } else if (key != NULL && !PyErr_Occurred() && (out = PyDict_New()) != NULL) { /* scan._light_args */
+        if (((ev->aseen & (1u << A_DEVICE)) && PyDict_SetItemString(out, "device", d) < 0) ||
+            ((ev->aseen & (1u << A_STREAM)) && PyDict_SetItemString(out, "stream", s) < 0) ||
+            PyDict_SetItem(F->ctx[C_MEMO], key, out) < 0)
+            Py_CLEAR(out);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(d);
+    Py_XDECREF(s);
+    return out;
+}
+
+/* An arg of the join's key (scan._Scan._join_args' general key): its value and its type, or for a
+ * list its items' tuple and their types' tuple; 0 or -1. */
+static int
+key_pair(const Fast *F, const FastEv *ev, int a, PyObject *key, Py_ssize_t at)
+{
+    PyObject *v, *t;
+    if (!(ev->aseen & (1u << a))) {
+        v = Py_NewRef(F->ctx[C_NO_ARG]);
+        t = Py_NewRef(F->no_type);
+    } else if (a == A_GRID || a == A_BLOCK) {
+        const long long *x = a == A_GRID ? ev->grid : ev->block;
+        int k;
+        v = PyTuple_New(3);
+        t = PyTuple_New(3);
+        for (k = 0; v && t && k < 3; k++) {
+            PyObject *item = PyLong_FromLongLong(x[k]);
+            if (item == NULL)
+                break;
+            PyTuple_SET_ITEM(v, k, item);
+            PyTuple_SET_ITEM(t, k, Py_NewRef((PyObject *)&PyLong_Type));
+        }
+        if (v == NULL || t == NULL || k < 3) {
+            Py_XDECREF(v);
+            Py_XDECREF(t);
+            return -1;
+        }
+    } else {
+        v = PyLong_FromLongLong(ev->a[a]);
+        t = Py_NewRef((PyObject *)&PyLong_Type);
+        if (v == NULL) {
+            Py_DECREF(t);
+            return -1;
+        }
+    }
+    PyTuple_SET_ITEM(key, at, v);
+    PyTuple_SET_ITEM(key, at + 1, t);
+    return 0;
+}
+
+/* The join's args (scan._Scan._join_args) of a GPU work event or graph launch: a new reference. */
+static PyObject *
+fast_join_args(const Fast *F, const FastEv *ev)
+{
+    static const char *const keys[A_SIZE] = {"device", "stream", "correlation", "grid", "block", "graph id",
+                                             "graph node id"};
+    const unsigned usual = (1u << A_DEVICE) | (1u << A_STREAM) | (1u << A_CORRELATION) | (1u << A_GRID) |
+                           (1u << A_BLOCK);
+    PyObject *key = NULL, *out, *memo = F->ctx[C_JOIN_MEMO];
+    int k;
+    if (!(ev->aseen & ((1u << A_GRAPH_ID) | (1u << A_GRAPH_NODE_ID)))) { /* shared: found by its key */
+        if (ev->aseen == usual) {
+            key = PyTuple_New(12);
+            for (k = 0; key && k < 3; k++) {
+                PyObject *g = PyLong_FromLongLong(ev->grid[k]), *b = PyLong_FromLongLong(ev->block[k]);
+                PyObject *x = PyLong_FromLongLong(ev->a[k]); /* device, stream, correlation */
+                PyTuple_SET_ITEM(key, 3 + k, g);
+                PyTuple_SET_ITEM(key, 6 + k, b);
+                PyTuple_SET_ITEM(key, k, x);
+                PyTuple_SET_ITEM(key, 9 + k, Py_NewRef(Py_None));
+                if (g == NULL || b == NULL || x == NULL)
+                    Py_CLEAR(key);
+            }
+        } else {
+            key = PyTuple_New(10);
+            for (k = 0; key && k < 5; k++)
+                if (key_pair(F, ev, k, key, 2 * k) < 0)
+                    Py_CLEAR(key);
+        }
+        if (key == NULL)
+            return NULL;
+        out = PyDict_GetItemWithError(memo, key);
+        if (out != NULL || PyErr_Occurred()) {
+            Py_DECREF(key);
+            Py_XINCREF(out);
+            return out;
+        }
+    }
+    out = PyDict_New();
+    for (k = 0; out && k < A_SIZE; k++) {
+        PyObject *v;
+        if (!(ev->aseen & (1u << k)))
+            continue;
+        v = k == A_GRID ? list3(ev->grid) : k == A_BLOCK ? list3(ev->block) : PyLong_FromLongLong(ev->a[k]);
+        if (v == NULL || PyDict_SetItemString(out, keys[k], v) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    if (out != NULL && key != NULL) {
+        if (PyDict_GET_SIZE(memo) >= F->join_limit)
+            PyDict_Clear(memo);
+        if (PyDict_SetItem(memo, key, out) < 0)
+            Py_CLEAR(out);
+    }
+    Py_XDECREF(key);
+    return out;
+}
+
+/* A str or int token of the memo (borrowed); "" where absent. */
+static PyObject *
+fast_token(const Fast *F, const Tok *t, int is_int, long long v)
+{
+    return tok_get(F->tok, F->ctx[C_MEMO], is_int ? 'i' : 's', t->s ? t->s : "", t->n, v);
+}
+
+/* The event made of ``ev``, as keep_loop leaves it: a new reference. */
+static PyObject *
+fast_make(const Fast *F, const FastEv *ev, PyObject *cls, Py_ssize_t index, PyObject **last, long long *last_ts)
+{
+    PyObject *f[11] = {NULL}; /* TraceEvent's fields, in order (scan.py checks them) */
+    PyObject *out = NULL, *name = s_empty, *args = NULL;
+    int k, join = F->ctx[C_JOIN] == Py_True;
+    if ((f[1] = fast_token(F, &ev->ph, 0, 0)) == NULL || (f[2] = fast_token(F, &ev->cat, 0, 0)) == NULL ||
+        (f[4] = fast_token(F, &ev->pid_s, ev->pid_int, ev->pid)) == NULL ||
+        (f[5] = fast_token(F, &ev->tid_s, ev->tid_int, ev->tid)) == NULL)
+        return NULL;
+    for (k = 1; k < 6; k++)
+        if (k != 3)
+            Py_INCREF(f[k]);
+    if (join && ev->ph.n == 1 && ev->ph.s[0] == 'X') { /* keep_joined */
+        PyObject *gpu = PyDict_GetItemWithError(F->ctx[C_JOINED], f[2]), *nm;
+        int is_gpu, kept;
+        if (gpu == NULL) {
+            if (PyErr_Occurred() || (gpu = PyObject_CallOneArg(F->ctx[C_GPU_OF], f[2])) == NULL)
+                goto done;
+            is_gpu = PyObject_IsTrue(gpu);
+            Py_DECREF(gpu);
+        } else {
+            is_gpu = PyObject_IsTrue(gpu);
+        }
+        if (is_gpu < 0 || (nm = fast_token(F, &ev->name, 0, 0)) == NULL)
+            goto done;
+        kept = is_gpu ? 1 : PySequence_Contains(F->ctx[C_LAUNCH_NAMES], nm);
+        if (kept < 0)
+            goto done;
+        if (kept) {
+            name = nm;
+            if ((args = fast_join_args(F, ev)) == NULL)
+                goto done;
+        }
+    }
+    if (args == NULL && (args = fast_light(F, ev)) == NULL)
+        goto done;
+    f[3] = Py_NewRef(name);
+    f[8] = args;
+    args = NULL;
+    if (!(ev->seen & (1u << K_TS))) {
+        f[6] = Py_NewRef(Py_None);
+    } else if (*last != NULL && *last != Py_None && *last_ts == ev->ts) { /* one int object for equal times */
+        f[6] = Py_NewRef(*last);
+    } else if ((f[6] = PyLong_FromLongLong(ev->ts)) == NULL) {
+        goto done;
+    }
+    Py_XSETREF(*last, Py_NewRef(f[6]));
+    *last_ts = ev->ts;
+    f[7] = ev->seen & (1u << K_DUR) ? PyLong_FromLongLong(ev->dur) : Py_NewRef(Py_None);
+    f[9] = ev->id_kind == 1 ? PyLong_FromLongLong(ev->id)
+           : ev->id_kind == 2 ? PyUnicode_DecodeUTF8(ev->id_s.s, ev->id_s.n, "strict") : Py_NewRef(Py_None);
+    f[0] = PyLong_FromSsize_t(index);
+    f[10] = Py_NewRef(Py_None);
+    if (f[0] == NULL || f[7] == NULL || f[9] == NULL)
+        goto done;
+    out = PyObject_Vectorcall(cls, f, 11, NULL);
+done:
+    for (k = 0; k < 11; k++)
+        Py_XDECREF(f[k]);
+    return out;
+}
+
+/* fast_run(buf, end, start, at, context, cls, join_limit, tokens): the events of a run as the first
+ * pass keeps them (decode, finish_run and keep_loop in one), with the offsets keep appends, for runs
+ * whose every event this reads. ``buf[:end]``: the run's events, the items of a JSON array without its
+ * brackets; ``at``: where buf starts in the file's text; ``start``: the trace's index of the first.
+ * (events, starts as int64 bytes, end of the last event), starts and end in the file's text; None for
+ * any other run (nothing made: the caller decodes it). ``context``: keep_loop's. */
+static PyObject *
+fast_run(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Fast F;
+    Py_buffer buf;
+    PyObject *events = NULL, *starts = NULL, *out = NULL, *last = NULL;
+    const char *text, *p, *e, *end = NULL;
+    long long base, last_ts = 0, *sp = NULL;
+    Py_ssize_t start, size, n = 0, cap = 256;
+    (void)self;
+    if (argc != 8 || !PyLong_CheckExact(argv[1]) || !PyLong_CheckExact(argv[2]) || !PyLong_CheckExact(argv[3]) ||
+        !PyTuple_CheckExact(argv[4]) || PyTuple_GET_SIZE(argv[4]) != C_SIZE || !PyType_Check(argv[5]) ||
+        !PyLong_CheckExact(argv[6]) || !PyCapsule_IsValid(argv[7], TOKENS_CAPSULE)) {
+        PyErr_SetString(PyExc_TypeError, "fast_run(buf, end: int, start: int, at: int, context: tuple, cls: type, "
+                                         "join_limit: int, tokens)");
+        return NULL;
+    }
+    F.ctx = &PyTuple_GET_ITEM(argv[4], 0);
+    if (!PyDict_CheckExact(F.ctx[C_MEMO]) || !PyDict_CheckExact(F.ctx[C_JOINED]) ||
+        !PyDict_CheckExact(F.ctx[C_JOIN_MEMO])) {
+        PyErr_SetString(PyExc_TypeError, "fast_run: a context of the wrong shape");
+        return NULL;
+    }
+    F.tok = PyCapsule_GetPointer(argv[7], TOKENS_CAPSULE);
+    F.no_type = (PyObject *)Py_TYPE(F.ctx[C_NO_ARG]);
+    size = PyLong_AsSsize_t(argv[1]);
+    start = PyLong_AsSsize_t(argv[2]);
+    base = PyLong_AsLongLong(argv[3]);
+    F.join_limit = PyLong_AsSsize_t(argv[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(argv[0], &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (size < 0 || size > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "fast_run: end beyond the buffer");
+        return NULL;
+    }
+    text = (const char *)buf.buf;
+    e = text + size;
+    p = j_ws(text, e);
+    if (p >= e || *p != '{') /* empty, or not objects */
+        goto none;
+    sp = PyMem_Malloc((size_t)cap * sizeof(long long));
+    events = PyList_New(0);
+    if (sp == NULL || events == NULL) {
+        if (sp == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (;;) {
+        FastEv ev;
+        PyObject *o;
+        const char *q;
+        if (p >= e || *p != '{' || (q = j_event(p, e, &ev, F.ctx[C_JOIN] == Py_True)) == NULL)
+            goto none;
+        if (n == cap) {
+            long long *more = PyMem_Realloc(sp, (size_t)(cap *= 2) * sizeof(long long));
+            if (more == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            sp = more;
+        }
+        sp[n] = base + (p - text);
+        o = fast_make(&F, &ev, argv[5], start + n, &last, &last_ts);
+        if (o == NULL || PyList_Append(events, o) < 0) {
+            Py_XDECREF(o);
+            goto done;
+        }
+        Py_DECREF(o);
+        n++;
+        end = q;
+        p = j_ws(q, e);
+        if (p >= e)
+            break;
+        if (*p != ',')
+            goto none;
+        p = j_ws(p + 1, e);
+    }
+    starts = PyBytes_FromStringAndSize((const char *)sp, n * (Py_ssize_t)sizeof(long long));
+    if (starts != NULL)
+        out = Py_BuildValue("(OOL)", events, starts, base + (long long)(end - text));
+    goto done;
+none:
+    out = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&buf);
+    PyMem_Free(sp);
+    Py_XDECREF(events);
+    Py_XDECREF(starts);
+    Py_XDECREF(last);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"span_of", (PyCFunction)(void (*)(void))span_of, METH_FASTCALL,
      "span_of(offsets, indices) -> (lo, hi): where the events start and end in the file"},
@@ -702,6 +1583,9 @@ static PyMethodDef methods[] = {
      "whole_events(run, light_type): the positions of the metadata and counter events with light args"},
     {"event_spans", (PyCFunction)(void (*)(void))event_spans, METH_FASTCALL,
      "event_spans(text, n, at): each object's start in the JSON array text (int64 bytes) and the last one's end, plus at"},
+    {"fast_run", (PyCFunction)(void (*)(void))fast_run, METH_FASTCALL,
+     "fast_run(buf, end, start, at, context, cls, join_limit, tokens): a run's events kept from their text, or None"},
+    {"tokens", tokens, METH_NOARGS, "tokens(): an empty token table for fast_run"},
     {"keep_loop", (PyCFunction)(void (*)(void))keep_loop, METH_FASTCALL,
      "keep_loop(run, context): the first pass's loop over a run's decoded events (scan._Scan.keep)"},
     {NULL, NULL, 0, NULL},

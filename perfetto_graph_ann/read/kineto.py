@@ -69,13 +69,14 @@ def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int 
             cut = buf.rfind(b"},", 0, cut)
         if cut < 0:
             return 0
-        text = b"[" + buf[:cut + 1] + b"]"
         try:
-            run = decode_events(text, path, len(events)) if scan is None else scan.decode(text, path, len(events))
+            if scan is None:
+                events += decode_events(b"[" + buf[:cut + 1] + b"]", path, len(events))
+            else:
+                events += scan.read_run(buf, cut + 1, path, len(events), at)
         except TraceFormatError:
             end = cut
             continue
-        events += run if scan is None else scan.keep(run, text, at - 1)
         return cut + 2
     return -1
 
@@ -91,11 +92,10 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
     inside a string). The text after the array (Kineto's short ``traceName``) is checked and
     decoded with the text before it as :func:`_split_top` does; anything else returns None.
 
-    ``scan`` (:mod:`.scan`'s first pass): each run is decoded by ``scan.decode(text, path,
-    start)`` (refusing what :func:`.events.decode_events` refuses) and its events go through
-    ``scan.keep(run, text, offset)`` (``text``: the run as decoded, whose byte 0 is at
-    ``offset`` in the file's text), which returns what is kept of them; ``scan.gunzip(raw)``
-    gives the file object a gzip file's text is read from.
+    ``scan`` (:mod:`.scan`'s first pass): each run is read by ``scan.read_run(buf, end, path,
+    start, offset)`` (refusing what :func:`.events.decode_events` refuses; ``buf[:end]``: the
+    run's events, ``buf`` starting at ``offset`` in the file's text), which returns what is
+    kept of them; ``scan.gunzip(raw)`` gives the file object a gzip file's text is read from.
     """
     import gzip
     import zlib
@@ -152,9 +152,10 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
     if last < 0 or buf[last] not in b"}" or b"\\" in tail or _EVENTS_KEY in tail:
         return None
     try:
-        text = b"[" + buf[:end] + b"]"
-        run = decode_events(text, path, len(events)) if scan is None else scan.decode(text, path, len(events))
-        events += run if scan is None else scan.keep(run, text, at - 1)
+        if scan is None:
+            events += decode_events(b"[" + buf[:end] + b"]", path, len(events))
+        else:
+            events += scan.read_run(buf, end, path, len(events), at)
         top = _top_decoder.decode(head + b"null" + tail)
     except (msgspec.DecodeError, RecursionError, TraceFormatError):
         return None

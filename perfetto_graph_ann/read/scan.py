@@ -40,9 +40,9 @@ _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
 
 try:  # the first pass's loop in C (_scan.c, built by hatch_build.py): the same events kept
     from ._scan import event_spans as _event_spans, gather as _gather, keep_loop as _compiled_keep_loop
-    from ._scan import span_of as _span_of, whole_events as _whole_events
+    from ._scan import fast_run as _fast_run, span_of as _span_of, tokens as _tokens, whole_events as _whole_events
 except ImportError:
-    _compiled_keep_loop = _event_spans = _whole_events = _gather = _span_of = None
+    _compiled_keep_loop = _event_spans = _whole_events = _gather = _span_of = _fast_run = _tokens = None
 #: :meth:`_Scan.keep`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
 #: was set at import (the Python loop then keeps the same events)
 KEEP_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_keep_loop
@@ -50,6 +50,10 @@ KEEP_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_keep_lo
 EVENT_SPANS = None if KEEP_LOOP is None else _event_spans
 #: the positions of a run's events decoded again whole, found in C (with :data:`KEEP_LOOP`), or None
 WHOLE_EVENTS = None if KEEP_LOOP is None else _whole_events
+#: a run's usual events kept straight from their text in C, or None (with :data:`KEEP_LOOP`): what
+#: :meth:`_Scan.decode` and :meth:`_Scan.keep` make of a run whose every event it reads (``_scan.c``,
+#: ``fast_run``), the run left to them otherwise
+FAST_RUN = None if KEEP_LOOP is None else _fast_run
 #: the second pass's batch text, its span and its events' texts joined, made in C (with
 #: :data:`KEEP_LOOP`; ``(span_of, gather)``), or None: made in Python
 GATHER = None if KEEP_LOOP is None else (_span_of, _gather)
@@ -105,6 +109,9 @@ assert _LightEvent.__basicsize__ == TraceEvent.__basicsize__
 assert _LightJoinEvent.__struct_fields__ == TraceEvent.__struct_fields__
 assert _LightJoinEvent.__struct_encode_fields__ == _KinetoEvent.__struct_encode_fields__
 assert _LightJoinEvent.__basicsize__ == TraceEvent.__basicsize__
+# _scan.fast_run makes the events with their fields in this order
+assert TraceEvent.__struct_fields__ == ("index", "ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "args", "id",
+                                        "extra")
 _light_decoder = msgspec.json.Decoder(List[_LightEvent])
 _light_join_decoder = msgspec.json.Decoder(List[_LightJoinEvent])
 #: The join's args as kept (key as written, attribute of :class:`_JoinArgs`), in this order.
@@ -452,11 +459,28 @@ class _Scan:
         self.keep_loop = KEEP_LOOP  #: the compiled loop, or None: the Python loop
         self.event_spans = EVENT_SPANS  #: the compiled offsets, or None: from the run decoded as Raw
         self.whole_events = WHOLE_EVENTS  #: the compiled search for M / C events, or None: Python's
+        self.fast_run = FAST_RUN  #: the compiled reading of a run of usual events, or None: decode and keep
+        self.tokens = _tokens() if FAST_RUN is not None else None  # fast_run's table of the memo's tokens
 
     def gunzip(self, raw: Any) -> "_Gunzip":
         """The file object a gzip file's text is read from (keeping where to start again)."""
         self.gunzipped = _Gunzip(raw)
         return self.gunzipped
+
+    def read_run(self, buf: Any, end: int, path: str, start: int, at: int) -> List[TraceEvent]:
+        """The events kept of a run: ``buf[:end]`` holds its events (the items of a JSON array,
+        without its brackets), ``buf`` starts at ``at`` in the file's text and the run's first
+        event is the trace's ``start``. :meth:`keep` of :meth:`decode`, or the same events made
+        straight from the text (:data:`FAST_RUN`) where every event of the run is one it reads.
+        Refuses what :meth:`decode` refuses."""
+        if self.fast_run is not None:
+            got = self.fast_run(buf, end, start, at, self._context(), TraceEvent, _JOIN_MEMO, self.tokens)
+            if got is not None:
+                run, starts, self.end = got
+                self.offsets.frombytes(starts)
+                return run
+        text = b"[" + buf[:end] + b"]"
+        return self.keep(self.decode(text, path, start), text, at - 1)
 
     def decode(self, text: bytes, path: str, start: int) -> List[TraceEvent]:
         """The run ``text`` decoded as :func:`.events.decode_events` decodes it, refusing what it
@@ -495,15 +519,11 @@ class _Scan:
             for k, e in zip(whole, again):
                 e.index = run[k].index
                 run[k] = e
-        memo = self.memo
-        none_key = (_ARGS, _NO_TYPE, _NO_ARG, _NO_TYPE, _NO_ARG)  # no device, no stream (a flow event's)
-        none = memo.get(none_key)
-        if none is None:
-            none = _light_args(_NO_ARG, _NO_ARG, memo, none_key)
         if self.keep_loop is not None:
-            self.keep_loop(run, (memo, none, light_type, _ARGS, _NO_ARG, self.join, self.joined, self.join_memo,
-                                 GRAPH_LAUNCH_NAMES, self._gpu_category, self._join_args, self._light))
+            self.keep_loop(run, self._context())
             return run
+        memo = self.memo
+        none = self._none()
         intern = memo.setdefault  # one dict: str and int keys never compare equal (pid / tid are never bool)
         join = self.join
         joined = self.joined
@@ -542,6 +562,17 @@ class _Scan:
             else:
                 e.args = light_of(a)
         return run
+
+    def _none(self) -> Dict[str, Any]:
+        """The light args of the events with neither device nor stream (a flow event's), shared."""
+        none_key = (_ARGS, _NO_TYPE, _NO_ARG, _NO_TYPE, _NO_ARG)
+        none = self.memo.get(none_key)
+        return none if none is not None else _light_args(_NO_ARG, _NO_ARG, self.memo, none_key)
+
+    def _context(self) -> Tuple[Any, ...]:
+        """What the compiled loops (``keep_loop``, ``fast_run``) read and update, in their order."""
+        return (self.memo, self._none(), self.args_type, _ARGS, _NO_ARG, self.join, self.joined, self.join_memo,
+                GRAPH_LAUNCH_NAMES, self._gpu_category, self._join_args, self._light)
 
     def _gpu_category(self, cat: str) -> bool:
         """Whether events of the category ``cat`` (as written) are GPU work; remembered."""
