@@ -177,7 +177,10 @@ def test_fast_run_reads_the_usual_events(join):
     b'{"ph": "X", "ts": 1.000, "dur": 1.000, "cat": "kernel", "args": {"grid": [1, 2]}}',
     b'{"ph": "X", "ts": 1.000, "dur": 1.000, "cat": "kernel", "args": {"device": 0.0}}',
     b'{"ph": "X", "ts": 1.000, "dur": 1.000, "cat": "kernel", "args": {"device": 0, "device": 1}}',
-    b'{"ph": "f", "args": {"x": 1e5}}',  # an exponent
+    b'{"ph": "f", "args": {"x": 1e}}',  # not JSON
+    b'{"ph": "f", "args": {"x": 1.e5}}',
+    b'{"ph": "f", "args": {"x": -}}',
+    b'{"ph": "f", "args": {"x": 01}}',
     b'{"ph": "f", "args": {"x": "\\u00e9"}}',  # a \\u escape
     b'{"ph": "f", "args": {"x": [1, 2,]}}',  # not JSON
     b'{"ph": "f", "args": {"x": tru}}',
@@ -200,7 +203,8 @@ _STRINGS = ['"X"', '"f"', '"s"', '"i"', '"M"', '"kernel"', '"cuda_runtime"', '"g
 _INTS = ["0", "7", "-1", "-0", str(2 ** 40), str(2 ** 62), str(2 ** 70), "00"]
 _TIMES = ["1.000", "0.500", "123456789012345.123", "1234567890123456.123", "1.5", "1", "-1.000", "1.0001",
           "01.000", "1e3", '"1.000"', "null", "0.000"]
-_NUMBERS = _INTS + ["15.515152", "1e-05", "1.5E+3", "-0.5", "0.", ".5", "1.0" + "0" * 30]
+_NUMBERS = _INTS + ["15.515152", "1e-05", "1.5E+3", "-0.5", "0.", ".5", "1.0" + "0" * 30, "1e999", "1e", "2E-", "-",
+                    "0.0035714285714285713", "3.5714285714285713e-05"]
 _LEAVES = _STRINGS + _NUMBERS + ["true", "false", "null", "tru"]
 _KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s", "zz", "p\\u0068"]
 _ARG_KEYS = ["device", "stream", "correlation", "grid", "block", "graph id", "graph node id", "queued",
@@ -226,7 +230,7 @@ def _value(key):
 
 _USUAL_ARGS = {"device": ["0", "1"], "stream": ["7", "0"], "correlation": ["8", "9", "123456"],
                "grid": ["[2048, 1, 1]", "[1, 1, 1]"], "block": ["[128, 1, 1]"], "graph id": ["3"],
-               "graph node id": ["12884901889"], "queued": ["0"], "blocks per SM": ["15.515152", "0.5"],
+               "graph node id": ["12884901889"], "queued": ["0"], "blocks per SM": ["15.515152", "0.5", "3.5714285714285713e-05", "1e999"],
                "Input Dims": ["[[4, 8], []]"], "x": ['"a b"', "true", "null", '{"y": [1, "z"]}']}
 
 

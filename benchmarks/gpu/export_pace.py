@@ -15,6 +15,7 @@ its own), exported as:
 * ``pga background``: ``pga.export(..., background=True)``: the caller's wait (torch's export,
   the annotations saved, the conversion process started), its ``export_chrome_trace`` inside,
   and the time until ``result()`` returns (the file whole);
+* ``pga two-pass`` (``--two-pass``): ``pga`` with the two-pass read whatever the JSON's size;
 * ``handler background``: ``pga.trace_handler(dir)(prof)`` (background, its default) as torch
   calls it at a cycle's end: the caller's wait, then until ``handler.wait()`` returns.
 
@@ -71,6 +72,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--out", default=None, help="folder for the exported files (default: a temporary one)")
+    ap.add_argument("--two-pass", action="store_true",
+                    help="an arm more: pga.export with the two-pass read whatever the JSON's size "
+                         "(convert.TWO_PASS_MIN_BYTES 0)")
     args = ap.parse_args()
     import torch
 
@@ -108,6 +112,19 @@ def main() -> int:
                 row["pga_inner_torch_s"] = inner[0]
                 row["kernels"] = layout.report.total
                 row["unmatched"] = layout.report.unmatched
+                if args.two_pass:
+                    from perfetto_graph_ann.pipeline import convert as convert_mod
+
+                    prof = _profile(torch, g, n)
+                    inner = _timed_method(prof)
+                    saved, convert_mod.TWO_PASS_MIN_BYTES = convert_mod.TWO_PASS_MIN_BYTES, 0
+                    try:
+                        t = time.perf_counter()
+                        pga.export(prof, os.path.join(out, f"two_pass_{n}_{r}.pftrace"), graph_lanes="all")
+                        row["pga_two_pass_s"] = time.perf_counter() - t
+                    finally:
+                        convert_mod.TWO_PASS_MIN_BYTES = saved
+                    row["pga_two_pass_over_inner_torch"] = row["pga_two_pass_s"] / inner[0]
                 prof = _profile(torch, g, n)
                 t = time.perf_counter()
                 pga.export(prof, os.path.join(out, f"kept_{n}_{r}.pftrace"), graph_lanes="all",
@@ -153,6 +170,9 @@ def main() -> int:
         print(f"| {n} | {rs[0]['kernels']:,} | {med('json_mb'):.1f} | {med('torch_s'):.3f} | {med('pga_s'):.3f} | "
               f"{med('pga_over_torch'):.2f}x | {med('pga_over_inner_torch'):.2f}x | {med('pga_keep_json_s'):.3f} | "
               f"{med('phase_parse_s'):.3f} | {med('phase_join_s'):.3f} | {med('phase_write_s'):.3f} |")
+        if args.two_pass:
+            print(f"|   two-pass read: pga.export {med('pga_two_pass_s'):.3f} s, "
+                  f"{med('pga_two_pass_over_inner_torch'):.2f}x (same profile) |")
     print("\n| replays | torch s | background: caller waits s | ratio | ratio (same profile) | file whole after s | "
           "handler: caller waits s | ratio (same profile) | file whole after s |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

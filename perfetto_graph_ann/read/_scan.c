@@ -921,11 +921,10 @@ j_int(const char *p, const char *e, long long *v)
     return p;
 }
 
-/* A number without an exponent, of at most 20 characters. */
+/* A number (JSON's grammar: msgspec skips any, whatever its size). */
 static const char *
 j_number(const char *p, const char *e)
 {
-    const char *s = p;
     if (p < e && *p == '-')
         p++;
     if (!j_digit(p, e))
@@ -942,9 +941,16 @@ j_number(const char *p, const char *e)
         while (j_digit(p, e))
             p++;
     }
-    if (j_digit(p, e) || (p < e && (*p == 'e' || *p == 'E')) || p - s > 20)
-        return NULL;
-    return p;
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < e && (*p == '+' || *p == '-'))
+            p++;
+        if (!j_digit(p, e))
+            return NULL;
+        while (j_digit(p, e))
+            p++;
+    }
+    return j_digit(p, e) ? NULL : p;
 }
 
 /* Any value, read to its end and dropped (nesting at most 16 deep). */
