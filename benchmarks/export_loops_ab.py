@@ -11,7 +11,7 @@ torch writes it there). Arms, alternating each round:
 
 * ``on``: as ``pga.export`` runs since session 27: ``convert.write_joined_file`` on the file
   torch wrote (kept for the profile's later calls, not read back): in memory below
-  ``convert.TWO_PASS_MIN_BYTES`` (256 MB), else in two passes; every compiled loop, the join's
+  ``convert.TWO_PASS_MIN_BYTES`` (256 MB in session 27, 4 MB since session 28), else in two passes; every compiled loop, the join's
   placements held in columns, the cyclic collector paused;
 * ``two-pass``: the same, two passes whatever the size, a graph replay's kernels framed from
   their text in the second (``emit.TEXT_EVENTS``);

@@ -100,10 +100,12 @@ def write_joined(trace: KinetoTrace, out: str, annotations: AnnotationSet, graph
 
 #: A profile's JSON at least this large (a gzip file: 8x its size, an estimate) is read in two
 #: passes by :func:`write_joined_file` (memory bounded: light events, each event read again
-#: while it is written); a smaller one in memory (one read, one decode; on the H200 host that
-#: runs ``pga.export``, 4-18% faster than two passes on the 75 MB decoder profile, where this
-#: machine found it 10% slower: BENCHMARKS.md, session 27). Its peak is ~5x the JSON.
-TWO_PASS_MIN_BYTES = 256 << 20
+#: while it is written); a smaller one in memory (one read, one decode, ~5x the JSON at peak).
+#: Since the first pass reads a run's usual events from their text (``read.scan.FAST_RUN``), two
+#: passes are faster from a few MB on, on the H200 host that runs ``pga.export`` as on this
+#: machine (0.83x in memory on the 75 MB decoder profile; 0.63x on a 15 MB trace here, the same
+#: at 2 MB: BENCHMARKS.md, session 28).
+TWO_PASS_MIN_BYTES = 4 << 20
 
 
 def _json_bytes(src: str) -> int:
