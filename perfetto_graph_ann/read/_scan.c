@@ -703,6 +703,9 @@ done:
  * (tokens()), so an event makes no str of its own. */
 
 #include <stdint.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define TOKENS_CAPSULE "perfetto_graph_ann.read._scan.tokens"
 
@@ -852,24 +855,39 @@ j_ws(const char *p, const char *e)
     return p;
 }
 
+/* Whether the 16 bytes at p hold none that ends a string, escapes or is out of ASCII's printable
+ * range (SSE2, on every x86-64; elsewhere two 8-byte words); then the string goes on past them. */
+static inline int
+j_plain16(const char *p)
+{
+#if defined(__SSE2__)
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i stop = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+    /* bytes below 0x20 or from 0x80: signed, below 0x20 */
+    stop = _mm_or_si128(stop, _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return _mm_movemask_epi8(stop) == 0;
+#else
+    const uint64_t ones = UINT64_C(0x0101010101010101), highs = ones << 7;
+    uint64_t w[2], z = 0;
+    int k;
+    memcpy(w, p, 16);
+    for (k = 0; k < 2; k++) {
+        uint64_t q = w[k] ^ (ones * '"'), b = w[k] ^ (ones * '\\');
+        z |= ((q - ones) & ~q) | ((b - ones) & ~b) | ((w[k] - ones * 0x20) & ~w[k]) | w[k];
+    }
+    return (z & highs) == 0;
+#endif
+}
+
 /* A string opened at p, of ASCII characters (other bytes: the decoder's, which checks their UTF-8).
- * ``plain``: no escapes; otherwise the one-character escapes (not \u). Eight bytes at a time where
- * none of them ends the string, escapes or is out of range. */
+ * ``plain``: no escapes; otherwise the one-character escapes (not \u). */
 static const char *
 j_string(const char *p, const char *e, int plain)
 {
-    const uint64_t ones = UINT64_C(0x0101010101010101), highs = ones << 7;
     for (p++;;) {
         unsigned char c;
-        while (e - p >= 8) {
-            uint64_t w, q, b;
-            memcpy(&w, p, 8);
-            q = w ^ (ones * '"');
-            b = w ^ (ones * '\\');
-            if ((((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w) & highs)
-                break;
-            p += 8;
-        }
+        while (e - p >= 16 && j_plain16(p))
+            p += 16;
         if (p >= e)
             return NULL;
         c = (unsigned char)*p;
