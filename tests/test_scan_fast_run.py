@@ -285,3 +285,27 @@ def test_fast_run_answers_only_as_the_decoder_reads(events, sep, join, as_bytear
     if got is not None:
         assert slow[0] == "ok"
     assert _read(buf, join, True) == slow
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(sizes=st.lists(st.integers(1, 50), min_size=1, max_size=40), picks=st.data(), gap=st.integers(0, 60))
+def test_runs_of_reads_what_the_python_pieces_read(sizes, picks, gap):
+    """``_scan.runs_of`` (the file's pieces a batch of far-apart events is read in: the text path's
+    reads) against the grouping ``EventSource._pieces`` makes in Python: events sorted by offset,
+    nearby ones (at most ``gap`` bytes apart) read together, each event whole in its piece."""
+    from array import array
+
+    offsets = array("q", [0])
+    for n in sizes:
+        offsets.append(offsets[-1] + n)
+    indices = picks.draw(st.lists(st.integers(0, len(sizes) - 1), min_size=1))
+    order = sorted(indices, key=offsets.__getitem__)
+    want = []
+    for i in order:
+        if want and offsets[i] - want[-1][1] <= gap:
+            want[-1] = (want[-1][0], max(want[-1][1], offsets[i + 1]))
+        else:
+            want.append((offsets[i], offsets[i + 1]))
+    assert scan.GATHER[2](offsets, indices, gap) == want
+    with pytest.raises(IndexError):
+        scan.GATHER[2](offsets, indices + [len(sizes)], gap)

@@ -629,6 +629,66 @@ span_of(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     return Py_BuildValue("(LL)", lo, hi);
 }
 
+typedef struct {
+    long long start, end;
+} Span;
+
+static int
+span_cmp(const void *a, const void *b)
+{
+    long long x = ((const Span *)a)->start, y = ((const Span *)b)->start;
+    return (x > y) - (x < y);
+}
+
+/* runs_of(offsets, indices, gap) -> [(start, end), ...]: the file's pieces to read for the events
+ * ``indices`` (each from its offset to the next one's), in file order, merged where less than ``gap``
+ * bytes lie between them: scan.EventSource._pieces' reads. */
+static PyObject *
+runs_of(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Py_buffer b;
+    Py_ssize_t k, n;
+    long long gap;
+    Span *sp;
+    PyObject *out = NULL;
+    (void)self;
+    if (argc != 3 || !PyList_CheckExact(argv[1]) || PyList_GET_SIZE(argv[1]) == 0 || !PyLong_CheckExact(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "runs_of(offsets: array, indices: non-empty list, gap: int)");
+        return NULL;
+    }
+    gap = PyLong_AsLongLong(argv[2]);
+    if (gap == -1 && PyErr_Occurred())
+        return NULL;
+    if (take_buffer(argv[0], &b, "q", 0) < 0)
+        return NULL;
+    n = PyList_GET_SIZE(argv[1]);
+    sp = PyMem_Malloc((size_t)n * sizeof(Span));
+    if (sp == NULL) {
+        PyBuffer_Release(&b);
+        return PyErr_NoMemory();
+    }
+    for (k = 0; k < n; k++)
+        if (offsets_at(&b, argv[1], k, &sp[k].start, &sp[k].end) < 0)
+            goto done;
+    qsort(sp, (size_t)n, sizeof(Span), span_cmp);
+    out = PyList_New(0);
+    for (k = 0; out != NULL && k < n;) {
+        long long start = sp[k].start, end = sp[k].end;
+        PyObject *run;
+        for (k++; k < n && sp[k].start - end <= gap; k++)
+            if (sp[k].end > end)
+                end = sp[k].end;
+        run = Py_BuildValue("(LL)", start, end);
+        if (run == NULL || PyList_Append(out, run) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(run);
+    }
+done:
+    PyMem_Free(sp);
+    PyBuffer_Release(&b);
+    return out;
+}
+
 /* gather(block, lo, offsets, indices) -> bytes: the JSON array of the events ``indices`` whose texts
  * lie in ``block`` (the file's bytes from ``lo``), each event's text up to the next one's start less
  * the separator (spaces and commas), joined by commas: scan.EventSource.fetch's pieces, joined. */
@@ -1599,6 +1659,8 @@ done:
 static PyMethodDef methods[] = {
     {"span_of", (PyCFunction)(void (*)(void))span_of, METH_FASTCALL,
      "span_of(offsets, indices) -> (lo, hi): where the events start and end in the file"},
+    {"runs_of", (PyCFunction)(void (*)(void))runs_of, METH_FASTCALL,
+     "runs_of(offsets, indices, gap) -> [(start, end)]: the file's pieces holding the events, nearby ones merged"},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
      "gather(block, lo, offsets, indices) -> bytes: the events' texts in block as one JSON array"},
     {"finish_run", (PyCFunction)(void (*)(void))finish_run, METH_FASTCALL,

@@ -40,9 +40,10 @@ _raw_list = msgspec.json.Decoder(List[msgspec.Raw])
 
 try:  # the first pass's loop in C (_scan.c, built by hatch_build.py): the same events kept
     from ._scan import event_spans as _event_spans, gather as _gather, keep_loop as _compiled_keep_loop
-    from ._scan import fast_run as _fast_run, span_of as _span_of, tokens as _tokens, whole_events as _whole_events
+    from ._scan import fast_run as _fast_run, runs_of as _runs_of, span_of as _span_of, tokens as _tokens
+    from ._scan import whole_events as _whole_events
 except ImportError:
-    _compiled_keep_loop = _event_spans = _whole_events = _gather = _span_of = _fast_run = _tokens = None
+    _compiled_keep_loop = _event_spans = _whole_events = _gather = _span_of = _fast_run = _tokens = _runs_of = None
 #: :meth:`_Scan.keep`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
 #: was set at import (the Python loop then keeps the same events)
 KEEP_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_keep_loop
@@ -55,8 +56,8 @@ WHOLE_EVENTS = None if KEEP_LOOP is None else _whole_events
 #: ``fast_run``), the run left to them otherwise
 FAST_RUN = None if KEEP_LOOP is None else _fast_run
 #: the second pass's batch text, its span and its events' texts joined, made in C (with
-#: :data:`KEEP_LOOP`; ``(span_of, gather)``), or None: made in Python
-GATHER = None if KEEP_LOOP is None else (_span_of, _gather)
+#: :data:`KEEP_LOOP`; ``(span_of, gather, runs_of)``), or None: made in Python
+GATHER = None if KEEP_LOOP is None else (_span_of, _gather, _runs_of)
 
 
 class _DevStream(msgspec.Struct, gc=False):
@@ -123,6 +124,10 @@ _JOIN_MEMO = 1 << 16
 _GAP = 1 << 16
 #: The most bytes one batch's events may span to be read in one piece, unsorted.
 _SPAN = 1 << 23
+#: A file at most this large is read whole, once, by the second pass and held while it runs (its
+#: batches' reads would read much of it several times over: 4x on the 75 MB H200 profile); a
+#: larger one a batch at a time, memory bounded.
+WHOLE_READ_MAX = 256 << 20
 _NO_ARG = msgspec.UNSET  # an arg absent
 _SEPARATOR = b" \t\n\r,"  # what lies between two events' texts
 #: gzip input: text between two places where decompression can start again (the first pass
@@ -139,12 +144,15 @@ _NO_TYPE = type(_NO_ARG)
 class EventSource:
     """The events of a scanned file by index: each decoded again from its bytes."""
 
+    whole_read_max = WHOLE_READ_MAX  #: the largest file held whole while open (the texts are the file's bytes)
+
     def __init__(self, path: str, offsets: "array[int]", size: int, mtime_ns: int) -> None:
         self.path = path
         self.offsets = offsets
         self._stat = (size, mtime_ns)
         self._file: Any = None
         self._fd: Any = None
+        self._whole: Optional[bytes] = None  # the file's bytes (WHOLE_READ_MAX), while open
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -160,6 +168,12 @@ class EventSource:
             if (st.st_size, st.st_mtime_ns) != self._stat:
                 f.close()
                 raise TraceFormatError(self.path, "the file changed while it was being converted")
+            if st.st_size <= self.whole_read_max:
+                self._whole = f.readall()
+                if len(self._whole) != st.st_size:
+                    f.close()
+                    self._whole = None
+                    raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
             self._file = f
             self._fd = f.fileno()
 
@@ -169,7 +183,7 @@ class EventSource:
         if self._file is not None:
             st = os.fstat(self._file.fileno())
             self._file.close()
-            self._file = self._fd = None
+            self._file = self._fd = self._whole = None
             if check and (st.st_size, st.st_mtime_ns) != self._stat:
                 raise TraceFormatError(self.path, "the file changed while it was being converted")
 
@@ -191,15 +205,23 @@ class EventSource:
             ends = [offsets[i + 1] for i in indices]
             lo = min(offs)
             hi = max(ends)
-        if hi - lo <= _SPAN:  # the usual batch: its events near each other, one read
-            block = os.pread(fd, hi - lo, lo)
-            if len(block) != hi - lo:
-                raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+        if hi - lo <= _SPAN or self._whole is not None:  # the usual batch: its events near each other, one read
+            block, lo = self._block(lo, hi)
             if compiled is not None:
                 return self._decode_text(compiled[1](block, lo, offsets, indices), indices)
             return self._decode([block[o - lo:e - lo].rstrip(_SEPARATOR) for o, e in zip(offs, ends)], indices)
         order = sorted(indices, key=offsets.__getitem__)
         return self._decode(self._pieces(order), order)
+
+    def _block(self, lo: int, hi: int) -> Tuple[bytes, int]:
+        """The file's bytes from ``lo`` to ``hi``, or more (the whole file where it is held),
+        and the file offset of the first."""
+        if self._whole is not None:
+            return self._whole, 0
+        block = os.pread(self._fd, hi - lo, lo)
+        if len(block) != hi - lo:
+            raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+        return block, lo
 
     def _pieces(self, order: List[int]) -> List[bytes]:
         """The texts of the events ``order`` (sorted by offset), runs of nearby ones read together."""
@@ -225,24 +247,34 @@ class EventSource:
             k = j
         return pieces
 
-    def fetch_texts(self, indices: List[int], decode: List[int]) -> Optional[Tuple[Dict[int, Any], Any, int]]:
+    def fetch_texts(self, indices: List[int], decode: List[int]) -> Optional[Tuple[Dict[int, Any], Any, Any]]:
         """The texts of the events ``indices`` (a list), those of ``decode`` (some of them)
         decoded as :meth:`fetch` decodes them: (index -> event, texts, offset). Where the events
         lie within one block: the block and the file offset of its first byte (an event's text
-        runs from its offset to the next one's, less the separator); else index -> text, each
-        read as :meth:`fetch` reads it, and 0. None where the compiled gather is not built."""
+        runs from its offset to the next one's, less the separator); else the pieces of the
+        file that hold them (nearby events read together, as :meth:`fetch` reads them), in file
+        order, and the list of their offsets. None where the compiled gather is not built."""
         if not indices or GATHER is None:
             return None
         self.open()
         offsets = self.offsets
         lo, hi = GATHER[0](offsets, indices)
-        if hi - lo > _SPAN:  # several places of the file (the CPU's events and the GPU's)
-            order = sorted(indices, key=offsets.__getitem__)
-            texts = dict(zip(order, self._pieces(order)))
-            return (self._decode([texts[i] for i in decode], decode) if decode else {}), texts, 0
-        block = os.pread(self._fd, hi - lo, lo)
-        if len(block) != hi - lo:
-            raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+        if hi - lo > _SPAN and self._whole is None:  # several places of the file (the CPU's events and the GPU's)
+            los, pieces = [], []
+            for start, end in GATHER[2](offsets, indices, _GAP):
+                block = os.pread(self._fd, end - start, start)
+                if len(block) != end - start:
+                    raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+                los.append(start)
+                pieces.append(block)
+            if not decode:
+                return {}, pieces, los
+            texts = []
+            for i in decode:
+                k = bisect_right(los, offsets[i]) - 1
+                texts.append(pieces[k][offsets[i] - los[k]:offsets[i + 1] - los[k]].rstrip(_SEPARATOR))
+            return self._decode(texts, decode), pieces, los
+        block, lo = self._block(lo, hi)
         return (self._decode_text(GATHER[1](block, lo, offsets, decode), decode) if decode else {}), block, lo
 
     def decode_one(self, i: int, text: Optional[bytes] = None) -> Any:
@@ -349,6 +381,8 @@ class GzipEventSource(EventSource):
     """The events of a scanned gzip file by index: each one's text decompressed again from the
     nearest place the first pass kept (:class:`_Gunzip`), a few texts between two such places
     kept decompressed while the second pass reads them."""
+
+    whole_read_max = -1  # its texts are the decompressed text's, read as fetch reads them
 
     def __init__(self, path: str, offsets: "array[int]", size: int, mtime_ns: int,
                  points: List[Tuple[int, int, Any]], total: int) -> None:

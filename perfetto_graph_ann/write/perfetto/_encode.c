@@ -1261,10 +1261,13 @@ done:
 
 typedef struct {
     int on;
-    PyObject *texts;            /* index -> the event's text (bytes), or NULL: block, lo, off */
     const char *block;          /* the batch's bytes */
     Py_ssize_t nblock;
     long long lo;               /* the file offset of block[0] */
+    Py_ssize_t nruns;           /* > 0: the batch's bytes in pieces of the file (runs), in file order: */
+    const char **run;           /* each one's bytes, */
+    Py_ssize_t *nrun;           /* its length */
+    long long *runlo;           /* and its file offset */
     Py_buffer offs;             /* every event's text offset (the first pass's int64 array) */
     const long long *off;
     Py_ssize_t noff;
@@ -1292,12 +1295,20 @@ tx_release(text_ctx *t)
 {
     if (t->off != NULL)
         PyBuffer_Release(&t->offs);
+    PyMem_Free((void *)t->run);
+    PyMem_Free(t->nrun);
+    PyMem_Free(t->runlo);
+    t->run = NULL;
+    t->nrun = NULL;
+    t->runlo = NULL;
+    t->nruns = 0;
     t->off = NULL;
     t->on = 0;
 }
 
 /* 1: t filled from texts (block, lo, offsets, cache, decode_one, names), block the batch's
- * bytes or a dict index -> an event's text; 0: texts is None; -1: error. */
+ * bytes (lo: their file offset) or a list of pieces of the file in file order (lo: the list of
+ * their offsets); 0: texts is None; -1: error. */
 static int
 tx_init(text_ctx *t, PyObject *texts)
 {
@@ -1315,7 +1326,8 @@ tx_init(text_ctx *t, PyObject *texts)
     t->cache = PyTuple_GET_ITEM(texts, 3);
     t->decode_one = PyTuple_GET_ITEM(texts, 4);
     t->names = PyTuple_GET_ITEM(texts, 5);
-    if (!(PyBytes_CheckExact(block) || PyDict_CheckExact(block)) || as_int64(lo, &t->lo) < 0
+    if (!(PyBytes_CheckExact(block) || PyList_CheckExact(block))
+            || (!PyList_CheckExact(block) && as_int64(lo, &t->lo) < 0)
             || !PyDict_CheckExact(t->cache)
             || !PyCallable_Check(t->decode_one) || !PyTuple_CheckExact(t->names)
             || PyTuple_GET_SIZE(t->names) > MAX_TEXT_NAMES) {
@@ -1332,11 +1344,6 @@ tx_init(text_ctx *t, PyObject *texts)
         t->nname[k] = PyUnicode_GET_LENGTH(s);
     }
     t->nnames = (int)PyTuple_GET_SIZE(t->names);
-    if (PyDict_CheckExact(block)) {
-        t->texts = block;
-        t->on = 1;
-        return 1;
-    }
     if (PyObject_GetBuffer(PyTuple_GET_ITEM(texts, 2), &t->offs, PyBUF_FORMAT) < 0)
         return -1;
     if (t->offs.itemsize != 8 || t->offs.format == NULL || strcmp(t->offs.format, "q") != 0) {
@@ -1346,6 +1353,36 @@ tx_init(text_ctx *t, PyObject *texts)
     }
     t->off = (const long long *)t->offs.buf;
     t->noff = t->offs.len / 8;
+    if (PyList_CheckExact(block)) {
+        Py_ssize_t n = PyList_GET_SIZE(block);
+        if (n == 0 || !PyList_CheckExact(lo) || PyList_GET_SIZE(lo) != n) {
+            tx_release(t);
+            PyErr_SetString(PyExc_TypeError, "stream_records: pieces without their offsets");
+            return -1;
+        }
+        t->run = PyMem_Malloc((size_t)n * sizeof(char *));
+        t->nrun = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+        t->runlo = PyMem_Malloc((size_t)n * sizeof(long long));
+        t->nruns = n;
+        if (t->run == NULL || t->nrun == NULL || t->runlo == NULL) {
+            tx_release(t);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (k = 0; k < n; k++) {
+            PyObject *piece = PyList_GET_ITEM(block, k);
+            if (!PyBytes_CheckExact(piece) || as_int64(PyList_GET_ITEM(lo, k), &t->runlo[k]) < 0
+                    || (k > 0 && t->runlo[k] < t->runlo[k - 1] + t->nrun[k - 1])) {
+                tx_release(t);
+                PyErr_SetString(PyExc_TypeError, "stream_records: pieces not bytes in file order");
+                return -1;
+            }
+            t->run[k] = PyBytes_AS_STRING(piece);
+            t->nrun[k] = PyBytes_GET_SIZE(piece);
+        }
+        t->on = 1;
+        return 1;
+    }
     t->block = PyBytes_AS_STRING(block);
     t->nblock = PyBytes_GET_SIZE(block);
     t->on = 1;
@@ -1757,33 +1794,34 @@ tx_identity(rewrite_ctx *c, Py_ssize_t i, PyObject *i_o, long long q, long long 
 
 /* The text of event i in the batch: [*p, *e) less the separators after it; -1 where not there. */
 static int
-tx_span(const text_ctx *t, Py_ssize_t i, PyObject *i_o, const char **p, const char **e)
+tx_span(const text_ctx *t, Py_ssize_t i, const char **p, const char **e)
 {
-    long long a, b;
-    if (t->texts != NULL) {
-        PyObject *s = PyDict_GetItemWithError(t->texts, i_o);
-        if (s == NULL) {
-            if (PyErr_Occurred())
-                return -2;
-            return -1;
-        }
-        if (!PyBytes_CheckExact(s))
-            return -1;
-        *p = PyBytes_AS_STRING(s);
-        *e = *p + PyBytes_GET_SIZE(s);
-        return 0;
-    }
+    long long a, b, lo = t->lo, nblock = t->nblock;
+    const char *block = t->block;
     if (i < 0 || i + 1 >= t->noff)
         return -1;
-    a = t->off[i] - t->lo;
-    b = t->off[i + 1] - t->lo;
-    if (a < 0 || b > t->nblock || a >= b)
+    if (t->nruns > 0) { /* the last piece starting at or before the event */
+        Py_ssize_t l = 0, h = t->nruns;
+        while (h - l > 1) {
+            Py_ssize_t m = (l + h) / 2;
+            if (t->runlo[m] <= t->off[i])
+                l = m;
+            else
+                h = m;
+        }
+        block = t->run[l];
+        nblock = t->nrun[l];
+        lo = t->runlo[l];
+    }
+    a = t->off[i] - lo;
+    b = t->off[i + 1] - lo;
+    if (a < 0 || b > nblock || a >= b)
         return -1;
-    while (b > a && (t->block[b - 1] == ' ' || t->block[b - 1] == '\t' || t->block[b - 1] == '\n'
-                     || t->block[b - 1] == '\r' || t->block[b - 1] == ','))
+    while (b > a && (block[b - 1] == ' ' || block[b - 1] == '\t' || block[b - 1] == '\n'
+                     || block[b - 1] == '\r' || block[b - 1] == ','))
         b--;
-    *p = t->block + a;
-    *e = t->block + b;
+    *p = block + a;
+    *e = block + b;
     return 0;
 }
 
@@ -2082,9 +2120,7 @@ tx_decode(const text_ctx *t, Py_ssize_t i, PyObject *i_o)
 {
     const char *p, *e;
     PyObject *text, *out;
-    int r = tx_span(t, i, i_o, &p, &e);
-    if (r == -2)
-        return NULL;
+    int r = tx_span(t, i, &p, &e);
     text = r < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize(p, e - p);
     if (text == NULL)
         return NULL;
@@ -2111,9 +2147,7 @@ tx_record(text_ctx *t, rewrite_ctx *c, PyObject *enc, long long q, Py_ssize_t i,
     int32_t one = 0;
 
     *key = NULL;
-    r = tx_span(t, i, i_o, &p, &e);
-    if (r == -2)
-        return NULL;
+    r = tx_span(t, i, &p, &e);
     if (r < 0 || tx_event(t, p, e, ev) < 0 || as_int64(uuid, &track) < 0)
         Py_RETURN_NONE;
     r = tx_identity(c, i, i_o, q, track, pki, id, row);
