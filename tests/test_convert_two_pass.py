@@ -84,11 +84,9 @@ def _odd_events(n: int):
 
 @pytest.mark.parametrize("layout", ["kineto", "one line", "tabs"])
 @pytest.mark.parametrize("block", [97, 4096, 1 << 20])
-@pytest.mark.parametrize("reads", ["the file held whole", "one per batch", "sorted, by neighbours"])
+@pytest.mark.parametrize("reads", ["one per batch", "sorted, by neighbours"])
 def test_many_runs_and_layouts_give_the_in_memory_bytes(layout, block, reads, tmp_path, monkeypatch):
     monkeypatch.setattr(kineto, "STREAM_BLOCK", block)
-    if reads != "the file held whole":  # a file beyond scan.WHOLE_READ_MAX: read a batch at a time
-        monkeypatch.setattr(scan.EventSource, "whole_read_max", -1)
     if reads == "sorted, by neighbours":  # the second pass's other way of reading a batch: nearby events together
         monkeypatch.setattr(scan, "_SPAN", 0)
         monkeypatch.setattr(scan, "_GAP", 300)

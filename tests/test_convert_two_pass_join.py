@@ -558,7 +558,6 @@ def test_the_second_pass_reads_the_same_events_with_the_compiled_gather(trace, t
     src = _odd_trace(tmp_path)[0] if trace == "odd" else _plain(tmp_path, trace)
     scanned = scan_trace(str(src), join=True)
     source = scanned.source
-    monkeypatch.setattr(scan.EventSource, "whole_read_max", -1)  # each batch read (a file beyond WHOLE_READ_MAX)
     n = len(source)
     rng = random.Random(25)
     batches = [list(range(n)), rng.sample(range(n), n // 2), [3, 3, 1], [n - 1], [0, n - 1]]
@@ -747,7 +746,7 @@ def _text_variants(text: bytes) -> bytes:
     return b"\n".join(lines)
 
 
-@pytest.mark.parametrize("span", [None, 0, 2048], ids=["the file held whole", "one block", "texts read apart"])
+@pytest.mark.parametrize("span", [None, 2048], ids=["one block", "texts read apart"])
 @pytest.mark.parametrize("trace,variants", [("decoder", False), ("decoder", True), ("odd", False),
                                             ("two_branch", False), ("seed_block_annotated", False),
                                             ("edges", False)],
@@ -771,11 +770,9 @@ def test_rewritten_slices_from_their_texts_are_the_decoded_bytes(trace, variants
         src, ann = _plain(tmp_path, "two_branch"), _edges_sidecar(tmp_path)
     else:
         src, ann = _plain(tmp_path, trace), fixture_capture(trace)
-    if span is not None:  # a file beyond scan.WHOLE_READ_MAX: each batch read, in one block or in pieces
-        monkeypatch.setattr(scan.EventSource, "whole_read_max", -1)
-        monkeypatch.setattr(scan, "_SPAN", span or 1 << 23)
-        if span:  # pieces as small as the file's layout allows: a kernel, its flow between it and the next
-            monkeypatch.setattr(scan, "_GAP", 16)
+    if span is not None:  # the pieces as small as the file's layout allows: a kernel, its flow between it and the next
+        monkeypatch.setattr(scan, "_SPAN", span)
+        monkeypatch.setattr(scan, "_GAP", 16)
     if variants:  # written on the decoder's texts
         src.write_bytes(_text_variants(src.read_bytes()))
     decoded = []

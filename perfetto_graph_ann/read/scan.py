@@ -124,10 +124,6 @@ _JOIN_MEMO = 1 << 16
 _GAP = 1 << 16
 #: The most bytes one batch's events may span to be read in one piece, unsorted.
 _SPAN = 1 << 23
-#: A file at most this large is read whole, once, by the second pass and held while it runs (its
-#: batches' reads would read much of it several times over: 4x on the 75 MB H200 profile); a
-#: larger one a batch at a time, memory bounded.
-WHOLE_READ_MAX = 256 << 20
 _NO_ARG = msgspec.UNSET  # an arg absent
 _SEPARATOR = b" \t\n\r,"  # what lies between two events' texts
 #: gzip input: text between two places where decompression can start again (the first pass
@@ -144,15 +140,12 @@ _NO_TYPE = type(_NO_ARG)
 class EventSource:
     """The events of a scanned file by index: each decoded again from its bytes."""
 
-    whole_read_max = WHOLE_READ_MAX  #: the largest file held whole while open (the texts are the file's bytes)
-
     def __init__(self, path: str, offsets: "array[int]", size: int, mtime_ns: int) -> None:
         self.path = path
         self.offsets = offsets
         self._stat = (size, mtime_ns)
         self._file: Any = None
         self._fd: Any = None
-        self._whole: Optional[bytes] = None  # the file's bytes (WHOLE_READ_MAX), while open
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -168,12 +161,6 @@ class EventSource:
             if (st.st_size, st.st_mtime_ns) != self._stat:
                 f.close()
                 raise TraceFormatError(self.path, "the file changed while it was being converted")
-            if st.st_size <= self.whole_read_max:
-                self._whole = f.readall()
-                if len(self._whole) != st.st_size:
-                    f.close()
-                    self._whole = None
-                    raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
             self._file = f
             self._fd = f.fileno()
 
@@ -183,7 +170,7 @@ class EventSource:
         if self._file is not None:
             st = os.fstat(self._file.fileno())
             self._file.close()
-            self._file = self._fd = self._whole = None
+            self._file = self._fd = None
             if check and (st.st_size, st.st_mtime_ns) != self._stat:
                 raise TraceFormatError(self.path, "the file changed while it was being converted")
 
@@ -196,7 +183,7 @@ class EventSource:
             return {}
         self.open()
         # an event's text runs to the next one's start, less the separator (spaces and a comma)
-        offsets, fd = self.offsets, self._fd
+        offsets = self.offsets
         compiled = GATHER if type(indices) is list else None
         if compiled is not None:
             lo, hi = compiled[0](offsets, indices)
@@ -205,27 +192,24 @@ class EventSource:
             ends = [offsets[i + 1] for i in indices]
             lo = min(offs)
             hi = max(ends)
-        if hi - lo <= _SPAN or self._whole is not None:  # the usual batch: its events near each other, one read
-            block, lo = self._block(lo, hi)
+        if hi - lo <= _SPAN:  # the usual batch: its events near each other, one read
+            block = self._read(lo, hi)
             if compiled is not None:
                 return self._decode_text(compiled[1](block, lo, offsets, indices), indices)
             return self._decode([block[o - lo:e - lo].rstrip(_SEPARATOR) for o, e in zip(offs, ends)], indices)
         order = sorted(indices, key=offsets.__getitem__)
         return self._decode(self._pieces(order), order)
 
-    def _block(self, lo: int, hi: int) -> Tuple[bytes, int]:
-        """The file's bytes from ``lo`` to ``hi``, or more (the whole file where it is held),
-        and the file offset of the first."""
-        if self._whole is not None:
-            return self._whole, 0
+    def _read(self, lo: int, hi: int) -> bytes:
+        """The file's bytes from ``lo`` to ``hi``."""
         block = os.pread(self._fd, hi - lo, lo)
         if len(block) != hi - lo:
             raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
-        return block, lo
+        return block
 
     def _pieces(self, order: List[int]) -> List[bytes]:
         """The texts of the events ``order`` (sorted by offset), runs of nearby ones read together."""
-        offsets, fd = self.offsets, self._fd
+        offsets = self.offsets
         pieces: List[bytes] = []
         k = 0
         n = len(order)
@@ -239,9 +223,7 @@ class EventSource:
                     break
                 end = max(end, offsets[order[j] + 1])
                 j += 1
-            block = os.pread(fd, end - start, start)
-            if len(block) != end - start:
-                raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
+            block = self._read(start, end)
             for i in order[k:j]:
                 pieces.append(block[offsets[i] - start:offsets[i + 1] - start].rstrip(_SEPARATOR))
             k = j
@@ -259,14 +241,11 @@ class EventSource:
         self.open()
         offsets = self.offsets
         lo, hi = GATHER[0](offsets, indices)
-        if hi - lo > _SPAN and self._whole is None:  # several places of the file (the CPU's events and the GPU's)
+        if hi - lo > _SPAN:  # several places of the file (the CPU's events and the GPU's)
             los, pieces = [], []
             for start, end in GATHER[2](offsets, indices, _GAP):
-                block = os.pread(self._fd, end - start, start)
-                if len(block) != end - start:
-                    raise TraceFormatError(self.path, "the file changed while it was being converted (shorter)")
                 los.append(start)
-                pieces.append(block)
+                pieces.append(self._read(start, end))
             if not decode:
                 return {}, pieces, los
             texts = []
@@ -274,7 +253,7 @@ class EventSource:
                 k = bisect_right(los, offsets[i]) - 1
                 texts.append(pieces[k][offsets[i] - los[k]:offsets[i + 1] - los[k]].rstrip(_SEPARATOR))
             return self._decode(texts, decode), pieces, los
-        block, lo = self._block(lo, hi)
+        block = self._read(lo, hi)
         return (self._decode_text(GATHER[1](block, lo, offsets, decode), decode) if decode else {}), block, lo
 
     def decode_one(self, i: int, text: Optional[bytes] = None) -> Any:
@@ -381,8 +360,6 @@ class GzipEventSource(EventSource):
     """The events of a scanned gzip file by index: each one's text decompressed again from the
     nearest place the first pass kept (:class:`_Gunzip`), a few texts between two such places
     kept decompressed while the second pass reads them."""
-
-    whole_read_max = -1  # its texts are the decompressed text's, read as fetch reads them
 
     def __init__(self, path: str, offsets: "array[int]", size: int, mtime_ns: int,
                  points: List[Tuple[int, int, Any]], total: int) -> None:
