@@ -970,6 +970,25 @@ j_digit(const char *p, const char *e)
     return p < e && *p >= '0' && *p <= '9';
 }
 
+/* After a member or an item: 1 (*p past the comma and spaces) where another follows, 0 (*p past
+ * ``close``) where the object or array ends, -1 for anything else. */
+static int
+j_next(const char **p, const char *e, char close)
+{
+    const char *q = j_ws(*p, e);
+    if (q >= e || (*q != ',' && *q != close))
+        return -1;
+    *p = *q == ',' ? j_ws(q + 1, e) : q + 1;
+    return *q == ',';
+}
+
+/* null. */
+static inline const char *
+j_null(const char *p, const char *e)
+{
+    return e - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+}
+
 /* An integer of at most 18 digits (no fraction, no exponent): *v. */
 static const char *
 j_int(const char *p, const char *e, long long *v)
@@ -1047,7 +1066,7 @@ j_skip(const char *p, const char *e, int depth)
     case 'f':
         return e - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
     case 'n':
-        return e - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+        return j_null(p, e);
     case '{':
     case '[':
         break;
@@ -1072,14 +1091,14 @@ j_skip(const char *p, const char *e, int depth)
         }
         if ((p = j_skip(p, e, depth + 1)) == NULL)
             return NULL;
-        p = j_ws(p, e);
-        if (p >= e)
+        switch (j_next(&p, e, close)) {
+        case 1:
+            continue;
+        case 0:
+            return p;
+        default:
             return NULL;
-        if (*p == close)
-            return p + 1;
-        if (*p != ',')
-            return NULL;
-        p = j_ws(p + 1, e);
+        }
     }
 }
 
@@ -1214,14 +1233,14 @@ j_args(const char *p, const char *e, FastEv *ev, int join)
         }
         if (p == NULL)
             return NULL;
-        p = j_ws(p, e);
-        if (p >= e)
+        switch (j_next(&p, e, '}')) {
+        case 1:
+            continue;
+        case 0:
+            return p;
+        default:
             return NULL;
-        if (*p == '}')
-            return p + 1;
-        if (*p != ',')
-            return NULL;
-        p = j_ws(p + 1, e);
+        }
     }
 }
 
@@ -1247,7 +1266,7 @@ j_event(const char *p, const char *e, FastEv *ev, int join)
         return NULL; /* no ph: the decoder's refusal */
     for (;;) {
         const char *k = p;
-        int key;
+        int key, more;
         if (p >= e || *p != '"' || (p = j_string(p, e, 1)) == NULL)
             return NULL;
         key = top_key(k + 1, p - k - 2);
@@ -1295,7 +1314,7 @@ j_event(const char *p, const char *e, FastEv *ev, int join)
                 p = j_tok(p, e, &ev->id_s);
                 ev->id_kind = 2;
             } else if (p < e && *p == 'n') {
-                p = e - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+                p = j_null(p, e);
             } else {
                 p = j_int(p, e, &ev->id);
                 ev->id_kind = 1;
@@ -1303,27 +1322,24 @@ j_event(const char *p, const char *e, FastEv *ev, int join)
             break;
         default: /* bp, s: a str or null, dropped */
             if (p < e && *p == 'n')
-                p = e - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+                p = j_null(p, e);
             else
                 p = p < e && *p == '"' ? j_string(p, e, 1) : NULL;
         }
         if (p == NULL)
             return NULL;
-        p = j_ws(p, e);
-        if (p >= e)
+        more = j_next(&p, e, '}');
+        if (more < 0)
             return NULL;
-        if (*p == '}')
+        if (more == 0)
             break;
-        if (*p != ',')
-            return NULL;
-        p = j_ws(p + 1, e);
     }
     if (!(ev->seen & (1u << K_PH)) || (ev->ph.n == 1 && (ev->ph.s[0] == 'M' || ev->ph.s[0] == 'C')))
         return NULL; /* the tracks and counters read these events whole: the decoder's */
     if (ev->ph.n == 1 && ev->ph.s[0] == 'X' && (ev->seen & ((1u << K_TS) | (1u << K_DUR))) !=
                                                    ((1u << K_TS) | (1u << K_DUR)))
         return NULL;
-    return p + 1;
+    return p;
 }
 
 /* The context and tables of one fast_run. */
