@@ -982,6 +982,20 @@ j_next(const char **p, const char *e, char close)
     return *q == ',';
 }
 
+/* A member's key opened at p (``plain``: no escapes), then its colon: past them (the value), *k
+ * and *n the key's text. */
+static const char *
+j_key(const char *p, const char *e, int plain, const char **k, Py_ssize_t *n)
+{
+    const char *q;
+    if (p >= e || *p != '"' || (q = j_string(p, e, plain)) == NULL)
+        return NULL;
+    *k = p + 1;
+    *n = q - p - 2;
+    q = j_ws(q, e);
+    return q < e && *q == ':' ? j_ws(q + 1, e) : NULL;
+}
+
 /* null. */
 static inline const char *
 j_null(const char *p, const char *e)
@@ -1081,24 +1095,15 @@ j_skip(const char *p, const char *e, int depth)
     if (p < e && *p == close)
         return p + 1;
     for (;;) {
-        if (obj) {
-            if (p >= e || *p != '"' || (p = j_string(p, e, 0)) == NULL)
-                return NULL;
-            p = j_ws(p, e);
-            if (p >= e || *p != ':')
-                return NULL;
-            p = j_ws(p + 1, e);
-        }
-        if ((p = j_skip(p, e, depth + 1)) == NULL)
+        const char *k;
+        Py_ssize_t n;
+        int more;
+        if (obj && (p = j_key(p, e, 0, &k, &n)) == NULL)
             return NULL;
-        switch (j_next(&p, e, close)) {
-        case 1:
-            continue;
-        case 0:
+        if ((p = j_skip(p, e, depth + 1)) == NULL || (more = j_next(&p, e, close)) < 0)
+            return NULL;
+        if (more == 0)
             return p;
-        default:
-            return NULL;
-        }
     }
 }
 
@@ -1211,15 +1216,12 @@ j_args(const char *p, const char *e, FastEv *ev, int join)
     if (p < e && *p == '}')
         return p + 1;
     for (;;) {
-        const char *k = p;
-        int a;
-        if (p >= e || *p != '"' || (p = j_string(p, e, 1)) == NULL)
+        const char *k;
+        Py_ssize_t n;
+        int a, more;
+        if ((p = j_key(p, e, 1, &k, &n)) == NULL)
             return NULL;
-        a = args_key(k + 1, p - k - 2, join);
-        p = j_ws(p, e);
-        if (p >= e || *p != ':')
-            return NULL;
-        p = j_ws(p + 1, e);
+        a = args_key(k, n, join);
         if (a < 0) {
             p = j_skip(p, e, 1);
         } else {
@@ -1231,16 +1233,10 @@ j_args(const char *p, const char *e, FastEv *ev, int join)
             else
                 p = j_int(p, e, &ev->a[a]);
         }
-        if (p == NULL)
+        if (p == NULL || (more = j_next(&p, e, '}')) < 0)
             return NULL;
-        switch (j_next(&p, e, '}')) {
-        case 1:
-            continue;
-        case 0:
+        if (more == 0)
             return p;
-        default:
-            return NULL;
-        }
     }
 }
 
@@ -1265,18 +1261,15 @@ j_event(const char *p, const char *e, FastEv *ev, int join)
     if (p < e && *p == '}')
         return NULL; /* no ph: the decoder's refusal */
     for (;;) {
-        const char *k = p;
+        const char *k;
+        Py_ssize_t n;
         int key, more;
-        if (p >= e || *p != '"' || (p = j_string(p, e, 1)) == NULL)
+        if ((p = j_key(p, e, 1, &k, &n)) == NULL)
             return NULL;
-        key = top_key(k + 1, p - k - 2);
+        key = top_key(k, n);
         if (key < 0 || (ev->seen & (1u << key)))
             return NULL;
         ev->seen |= 1u << key;
-        p = j_ws(p, e);
-        if (p >= e || *p != ':')
-            return NULL;
-        p = j_ws(p + 1, e);
         switch (key) {
         case K_PH:
             p = j_tok(p, e, &ev->ph);
@@ -1326,10 +1319,7 @@ j_event(const char *p, const char *e, FastEv *ev, int join)
             else
                 p = p < e && *p == '"' ? j_string(p, e, 1) : NULL;
         }
-        if (p == NULL)
-            return NULL;
-        more = j_next(&p, e, '}');
-        if (more < 0)
+        if (p == NULL || (more = j_next(&p, e, '}')) < 0)
             return NULL;
         if (more == 0)
             break;
