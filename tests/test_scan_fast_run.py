@@ -159,6 +159,10 @@ def test_fast_run_reads_the_usual_events(join):
     b'{"ph": "f", "ts": 1.000}, ',  # a comma with nothing after it
     b'{"ph": "f", "ts": 1.000} {"ph": "f"}',  # no comma
     b'{"ph": "f", "ph": "s", "ts": 1.000}',  # a key twice
+    b'{"ph" "f", "ts": 1.000}',  # no colon
+    b'{"ph": "f", "ts"; 1.000}',
+    b'{"ph": "f", "args": {"device" 0}}',
+    b'{"ph": "f", "args": {"x": {"y" 1}}}',
     b'{"ph": "f", "ts": 1.0}',  # not Kineto's time
     b'{"ph": "f", "ts": 01.000}',  # not JSON
     b'{"ph": "f", "ts": 1.000e3}',
