@@ -26,9 +26,13 @@ pytestmark = pytest.mark.skipif(scan.FAST_RUN is None, reason="the reader's comp
 
 
 def _scanned(src, join, fast, monkeypatch):
-    """The first pass over ``src`` with fast_run on or off: (kept events, offsets, runs it answered)."""
+    """The first pass over ``src`` with fast_run on or off: (kept events, offsets, runs it answered,
+    the memo's keys: what it interned)."""
     answered = []
     real = scan.FAST_RUN
+    made = []
+    real_scan = scan._Scan
+    monkeypatch.setattr(scan, "_Scan", lambda join=False: made.append(real_scan(join)) or made[-1])
 
     def counted(*a):
         got = real(*a)
@@ -39,7 +43,8 @@ def _scanned(src, join, fast, monkeypatch):
     scanned = scan.scan_trace(str(src), join=join)
     assert scanned is not None
     scanned.source.close()
-    return _kept(scanned.events), scanned.source.offsets.tolist(), answered
+    monkeypatch.setattr(scan, "_Scan", real_scan)
+    return _kept(scanned.events), scanned.source.offsets.tolist(), answered, set(made[0].memo)
 
 
 def _fixture_json(tmp_path, name):
@@ -90,14 +95,15 @@ def test_fast_run_keeps_the_decoded_runs_events(join, trace, tmp_path, monkeypat
         src = _fixture_json(tmp_path, "two_branch")
     else:
         src = _kineto_lines(tmp_path, trace, 6)
-    fast, fast_offsets, answered = _scanned(src, join, True, monkeypatch)
-    slow, slow_offsets, none = _scanned(src, join, False, monkeypatch)
+    fast, fast_offsets, answered, fast_memo = _scanned(src, join, True, monkeypatch)
+    slow, slow_offsets, none, slow_memo = _scanned(src, join, False, monkeypatch)
     assert not none and answered
     if not trace.startswith("odd"):  # the usual events' runs read from their text (the metadata's not)
         assert sum(answered) >= (len(answered) // 2 if trace.endswith("multiline") else len(answered) - 2)
     assert fast == slow
     assert [type(v) for t, _ in fast for v in t] == [type(v) for t, _ in slow for v in t]
     assert fast_offsets == slow_offsets
+    assert fast_memo == slow_memo  # the same tokens interned: no name of an event the first pass drops
 
 
 def _body(events, sep):

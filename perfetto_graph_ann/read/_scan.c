@@ -1332,13 +1332,58 @@ j_event(const char *p, const char *e, FastEv *ev, int join)
     return p;
 }
 
+#define LAUNCH_NAMES_MAX 8
+
 /* The context and tables of one fast_run. */
 typedef struct {
     PyObject **ctx;
     TokTable *tok;
     Py_ssize_t join_limit;
     PyObject *no_type; /* type(the absent marker) */
+    int nlaunch;       /* the graph launches' names as text (-1: more, or not ASCII str: asked of the set) */
+    const char *launch[LAUNCH_NAMES_MAX];
+    Py_ssize_t nlaunch_len[LAUNCH_NAMES_MAX];
 } Fast;
+
+/* F's launch names from the context's collection of str. 0, or -1 with an exception. */
+static int
+launch_names(Fast *F)
+{
+    PyObject *it = PyObject_GetIter(F->ctx[C_LAUNCH_NAMES]), *s;
+    F->nlaunch = 0;
+    if (it == NULL)
+        return -1;
+    while ((s = PyIter_Next(it)) != NULL) {
+        if (F->nlaunch >= 0 && F->nlaunch < LAUNCH_NAMES_MAX && PyUnicode_CheckExact(s) && PyUnicode_IS_ASCII(s)) {
+            F->launch[F->nlaunch] = (const char *)PyUnicode_DATA(s); /* the collection holds the str */
+            F->nlaunch_len[F->nlaunch++] = PyUnicode_GET_LENGTH(s);
+        } else {
+            F->nlaunch = -1;
+        }
+        Py_DECREF(s);
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* Whether the name ``t`` is a graph launch's (1, 0, or -1 with an exception): its text compared
+ * with theirs, no str made for the names of events the first pass drops. */
+static int
+is_launch(const Fast *F, const Tok *t)
+{
+    PyObject *nm;
+    int k;
+    if (F->nlaunch >= 0) {
+        for (k = 0; k < F->nlaunch; k++)
+            if (F->nlaunch_len[k] == t->n && memcmp(F->launch[k], t->s ? t->s : "", (size_t)t->n) == 0)
+                return 1;
+        return 0;
+    }
+    nm = PyUnicode_DecodeUTF8(t->s ? t->s : "", t->n, "strict");
+    k = nm ? PySequence_Contains(F->ctx[C_LAUNCH_NAMES], nm) : -1;
+    Py_XDECREF(nm);
+    return k;
+}
 
 /* An int arg's (A_ index) value: a new reference (the absent marker where absent). */
 static PyObject *
@@ -1512,7 +1557,7 @@ fast_make(const Fast *F, const FastEv *ev, PyObject *cls, Py_ssize_t index, PyOb
         if (k != 3)
             Py_INCREF(f[k]);
     if (join && ev->ph.n == 1 && ev->ph.s[0] == 'X') { /* keep_joined */
-        PyObject *gpu = PyDict_GetItemWithError(F->ctx[C_JOINED], f[2]), *nm;
+        PyObject *gpu = PyDict_GetItemWithError(F->ctx[C_JOINED], f[2]);
         int is_gpu, kept;
         if (gpu == NULL) {
             if (PyErr_Occurred() || (gpu = PyObject_CallOneArg(F->ctx[C_GPU_OF], f[2])) == NULL)
@@ -1522,14 +1567,11 @@ fast_make(const Fast *F, const FastEv *ev, PyObject *cls, Py_ssize_t index, PyOb
         } else {
             is_gpu = PyObject_IsTrue(gpu);
         }
-        if (is_gpu < 0 || (nm = fast_token(F, &ev->name, 0, 0)) == NULL)
-            goto done;
-        kept = is_gpu ? 1 : PySequence_Contains(F->ctx[C_LAUNCH_NAMES], nm);
+        kept = is_gpu ? is_gpu : is_launch(F, &ev->name);
         if (kept < 0)
             goto done;
-        if (kept) {
-            name = nm;
-            if ((args = fast_join_args(F, ev)) == NULL)
+        if (kept) { /* what the join reads: its name (interned, as keep_joined does) and its args */
+            if ((name = fast_token(F, &ev->name, 0, 0)) == NULL || (args = fast_join_args(F, ev)) == NULL)
                 goto done;
         }
     }
@@ -1592,6 +1634,8 @@ fast_run(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     F.tok = PyCapsule_GetPointer(argv[7], TOKENS_CAPSULE);
     F.no_type = (PyObject *)Py_TYPE(F.ctx[C_NO_ARG]);
+    if (launch_names(&F) < 0)
+        return NULL;
     size = PyLong_AsSsize_t(argv[1]);
     start = PyLong_AsSsize_t(argv[2]);
     base = PyLong_AsLongLong(argv[3]);
