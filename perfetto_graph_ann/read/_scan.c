@@ -941,7 +941,7 @@ j_plain16(const char *p)
 
 /* A string opened at p, of ASCII characters (other bytes: the decoder's, which checks their UTF-8).
  * ``plain``: no escapes; otherwise the one-character escapes (not \u). */
-static const char *
+static inline const char *
 j_string(const char *p, const char *e, int plain)
 {
     for (p++;;) {
@@ -972,7 +972,7 @@ j_digit(const char *p, const char *e)
 
 /* After a member or an item: 1 (*p past the comma and spaces) where another follows, 0 (*p past
  * ``close``) where the object or array ends, -1 for anything else. */
-static int
+static inline int
 j_next(const char **p, const char *e, char close)
 {
     const char *q = j_ws(*p, e);
@@ -984,7 +984,7 @@ j_next(const char **p, const char *e, char close)
 
 /* A member's key opened at p (``plain``: no escapes), then its colon: past them (the value), *k
  * and *n the key's text. */
-static const char *
+static inline const char *
 j_key(const char *p, const char *e, int plain, const char **k, Py_ssize_t *n)
 {
     const char *q;
