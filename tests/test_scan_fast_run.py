@@ -319,3 +319,19 @@ def test_runs_of_reads_what_the_python_pieces_read(sizes, picks, gap):
     assert scan.GATHER[2](offsets, indices, gap) == want
     with pytest.raises(IndexError):
         scan.GATHER[2](offsets, indices + [len(sizes)], gap)
+
+
+@pytest.mark.parametrize("event", [_MEMSET, _LAUNCH, _KERNEL, _FLOW, _CPU], ids=["memset", "launch", "kernel", "flow",
+                                                                                "cpu op"])
+def test_a_run_it_reads_shares_the_args_a_decoded_run_made(event):
+    """One first pass, a run decoded then a run read by fast_run, with the same event: the second
+    event's args are the first's object (the memos' keys are the decoded path's, for the join's
+    general key, its usual one and the light args alike)."""
+    body = _body([event], "")
+    sc = scan._Scan(True)
+    sc.fast_run = None
+    first = sc.read_run(body, len(body), "t.json", 0, 0)
+    sc.fast_run = scan.FAST_RUN
+    second = sc.read_run(body, len(body), "t.json", 1, len(body))
+    assert second[0].index == 1 and second[0].args == first[0].args
+    assert second[0].args is first[0].args

@@ -1438,8 +1438,9 @@ fast_light(const Fast *F, const FastEv *ev)
     return out;
 }
 
-/* An arg of the join's key (scan._Scan._join_args' general key): its value and its type, or for a
- * list its items' tuple and their types' tuple; 0 or -1. */
+/* An arg of the join's key (scan._Scan._join_args' general key), in its order: for device, stream and
+ * correlation its type then its value; for grid and block the value then its type, or for a list its
+ * items' tuple then their types' tuple; 0 or -1. */
 static int
 key_pair(const Fast *F, const FastEv *ev, int a, PyObject *key, Py_ssize_t at)
 {
@@ -1472,8 +1473,13 @@ key_pair(const Fast *F, const FastEv *ev, int a, PyObject *key, Py_ssize_t at)
             return -1;
         }
     }
-    PyTuple_SET_ITEM(key, at, v);
-    PyTuple_SET_ITEM(key, at + 1, t);
+    if (a == A_GRID || a == A_BLOCK) {
+        PyTuple_SET_ITEM(key, at, v);
+        PyTuple_SET_ITEM(key, at + 1, t);
+    } else {
+        PyTuple_SET_ITEM(key, at, t);
+        PyTuple_SET_ITEM(key, at + 1, v);
+    }
     return 0;
 }
 
