@@ -106,6 +106,34 @@ def test_fast_run_keeps_the_decoded_runs_events(join, trace, tmp_path, monkeypat
     assert fast_memo == slow_memo  # the same tokens interned: no name of an event the first pass drops
 
 
+def test_runs_it_leaves_in_a_row_are_decoded_without_asking_it(tmp_path, monkeypatch):
+    """A stretch of runs each holding an event fast_run does not read (an escaped name) is decoded
+    without asking it each time (it is asked again after 0, 1, 3, 7 ... runs); once its runs read
+    again it reads them; the events are the decoded ones either way."""
+    monkeypatch.setattr(kineto, "STREAM_BLOCK", 2048)
+    odd = _CPU.replace('"aten::mm"', '"aten::\\u006dm"')
+    events = [odd if k % 8 == 0 else _FLOW for k in range(800)] + [_KERNEL, _FLOW] * 300
+    src = tmp_path / "t.json"
+    src.write_text('{"traceEvents": [\n' + ",\n".join(events) + "\n]}")
+    runs = []
+    real_read = scan._Scan.read_run
+
+    def read_run(self, buf, end, *a):
+        runs.append(b"u006dm" in bytes(buf[:end]))  # an escaped name in this run
+        return real_read(self, buf, end, *a)
+
+    monkeypatch.setattr(scan._Scan, "read_run", read_run)
+    fast, fast_offsets, answered, _ = _scanned(src, True, True, monkeypatch)
+    odd_runs, asked_in_odd = runs.count(True), answered.index(True)
+    runs.clear()
+    slow, slow_offsets, _, _ = _scanned(src, True, False, monkeypatch)
+    assert fast == slow and fast_offsets == slow_offsets
+    assert odd_runs > 40 and 4 <= asked_in_odd <= 8  # asked after 0, 1, 3, 7, 15 ... runs, not each time
+    assert not any(runs[odd_runs + 1:])  # the usual runs after the stretch
+    assert answered[asked_in_odd:] == [True] * (len(answered) - asked_in_odd)  # all read once asked again
+    assert len(answered) < len(runs) - 30
+
+
 def _body(events, sep):
     return sep.join(events).encode()
 
