@@ -65,7 +65,7 @@ def main() -> None:
             scanned = scan.scan_trace(str(trace), join=True)
             times[arm].append(time.perf_counter() - t)
             if r == 0:
-                kept[arm] = ([e for e in scanned.events], scanned.source.offsets.tolist(), list(answered))
+                kept[arm] = (list(scanned.events), scanned.source.offsets.tolist(), list(answered))
             del scanned
     scan.FAST_RUN = real
     same = kept["on"][:2] == kept["off"][:2]
