@@ -19,6 +19,8 @@ torch writes it there). Arms, alternating each round:
 * ``bytes26``: as ``pga.export`` ran in session 26: the bytes read back (they were kept on
   the profile), parsed in memory (``parse_trace_bytes``) and written (``write_joined``), the
   collector paused;
+* ``off29``: session 29's changes off: the plan's first walk in Python (``plan.KINDS_LOOP``)
+  and a batch read in one piece within 8 MiB (``scan._SPAN``, 1 MiB since session 29);
 * ``off26``: session 26's changes off: the collector on (as export ran before),
   ``critical_path.REPLAY_PATH``, ``flows.BIND_FLOW_EVENTS`` and ``calibrated.CALIBRATED_ROWS``
   off (the join's single pass for the launches cannot be turned off);
@@ -53,7 +55,7 @@ from perfetto_graph_ann.annotations.files import load_annotations  # noqa: E402
 from perfetto_graph_ann.pipeline.convert import write_joined_file  # noqa: E402
 from perfetto_graph_ann.join import calibrated, critical_path, match, projection  # noqa: E402
 from perfetto_graph_ann.pipeline import convert  # noqa: E402
-from perfetto_graph_ann.read import events  # noqa: E402
+from perfetto_graph_ann.read import events, scan  # noqa: E402
 from perfetto_graph_ann.read.kineto import parse_trace_bytes  # noqa: E402
 from perfetto_graph_ann.write.perfetto import emit, flows, plan  # noqa: E402
 from perfetto_graph_ann.write.pftrace import paused_gc  # noqa: E402
@@ -62,9 +64,11 @@ join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the packag
 _SWITCHES_25 = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), (join_mod, "ROW_LOOPS"),
                 (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
 _SWITCHES_26 = ((critical_path, "REPLAY_PATH"), (flows, "BIND_FLOW_EVENTS"), (calibrated, "CALIBRATED_ROWS"))
+_SWITCHES_29 = ((plan, "KINDS_LOOP"),)
+_SPAN_28 = 1 << 23  #: scan._SPAN before session 29
 #: arm -> (the switches it turns off, the collector paused, the placements in columns, how it reads)
 _ARMS = {"on": ((), True, True, "file"), "two-pass": ((), True, True, "file two-pass"),
-         "decoded": ((), True, True, "file decoded"),
+         "decoded": ((), True, True, "file decoded"), "off29": (_SWITCHES_29, True, True, "file span28"),
          "bytes26": ((), True, True, "bytes"), "off26": (_SWITCHES_26, False, True, "bytes"),
          "off": (_SWITCHES_26 + _SWITCHES_25, False, False, "bytes")}
 
@@ -80,7 +84,7 @@ def main() -> None:
     with opener(args.trace, "rb") as f:
         data = f.read()
     ann = load_annotations(args.annotations)
-    compiled = {k: getattr(*k) for k in _SWITCHES_25 + _SWITCHES_26}
+    compiled = {k: getattr(*k) for k in _SWITCHES_25 + _SWITCHES_26 + _SWITCHES_29}
     if any(v is None for v in compiled.values()):
         sys.exit("the compiled loops are not built or are turned off")
     real = convert.read_and_join
@@ -89,7 +93,7 @@ def main() -> None:
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}; "
           f"{len(data) / 1e6:.0f} MB of JSON")
     same = True
-    text_events, min_bytes = emit.TEXT_EVENTS, convert.TWO_PASS_MIN_BYTES
+    text_events, min_bytes, span = emit.TEXT_EVENTS, convert.TWO_PASS_MIN_BYTES, scan._SPAN
     with tempfile.TemporaryDirectory(prefix="pga-export-ab-") as tmp:
         src = os.path.join(tmp, "trace.json")
         Path(src).write_bytes(data)
@@ -104,7 +108,8 @@ def main() -> None:
                     setattr(m, n, None if (m, n) in off else fn)
                 convert.read_and_join = real if compact else (lambda *a, **k: real(*a, **{**k, "compact": False}))
                 emit.TEXT_EVENTS = None if how == "file decoded" else text_events
-                convert.TWO_PASS_MIN_BYTES = min_bytes if how == "file" else 0
+                convert.TWO_PASS_MIN_BYTES = min_bytes if how in ("file", "file span28") else 0
+                scan._SPAN = _SPAN_28 if how == "file span28" else span
                 dst = os.path.join(tmp, f"{arm}.pftrace")
                 t = time.perf_counter()
                 if how.startswith("file"):
@@ -123,7 +128,7 @@ def main() -> None:
     for (m, n), fn in compiled.items():
         setattr(m, n, fn)
     convert.read_and_join = real
-    emit.TEXT_EVENTS, convert.TWO_PASS_MIN_BYTES = text_events, min_bytes
+    emit.TEXT_EVENTS, convert.TWO_PASS_MIN_BYTES, scan._SPAN = text_events, min_bytes, span
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"load after {os.getloadavg()[0]:.2f}")
     print("| arm | median s | best s | / `json.loads` | same bytes |")

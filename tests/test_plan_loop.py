@@ -30,15 +30,17 @@ pytestmark = pytest.mark.skipif(plan_mod.PLACE_LOOP is None,
                                 reason="the writer's compiled plan loop (_plan) is not built or turned off")
 
 
-def _state(trace, layout, loop, monkeypatch):
-    """Everything ``plan_events`` decides, with ``loop`` as the plan loop (None: Python's)."""
+def _state(trace, layout, loop, monkeypatch, kinds_loop=None):
+    """Everything ``plan_events`` decides, with ``loop`` as the plan loop and ``kinds_loop`` as its
+    first walk (None: Python's)."""
     monkeypatch.setattr(plan_mod, "PLACE_LOOP", loop)
+    monkeypatch.setattr(plan_mod, "KINDS_LOOP", kinds_loop)
     stats = WriteStats(events=len(trace.events))
     tracks = TrackTable(trace, layout.lane_names if layout is not None else None)
     plan = plan_mod.plan_events(trace, layout, tracks, stats)
     rewrite = plan.rewrite
     lanes = (rewrite.lanes.tolist(), rewrite.other) if isinstance(rewrite, plan_mod._Lanes) else dict(rewrite)
-    return dict(kinds=plan.kinds.tolist(), homes=list(plan.by_home), spans={h: a.tolist() for h, a in plan.by_home.items()},
+    return dict(gpu_pids=sorted(plan.gpu_pids, key=repr), kinds=plan.kinds.tolist(), homes=list(plan.by_home), spans={h: a.tolist() for h, a in plan.by_home.items()},
                 rewrite=lanes, device_of=dict(plan.device_of), flows=list(plan.flow_indices),
                 counters=list(plan.counter_records), stats=dataclasses.asdict(stats),
                 starts=(plan.starts.ts.tolist() if len(plan.starts) else [], [e.index for e in plan.starts.events]),
@@ -47,10 +49,11 @@ def _state(trace, layout, loop, monkeypatch):
 
 def _same_plan(trace, layout, monkeypatch):
     calls = []
-    real = plan_mod._compiled_place_loop
-    got = _state(trace, layout, lambda *a: calls.append(1) or real(*a), monkeypatch)
+    real, real_kinds = plan_mod._compiled_place_loop, plan_mod._compiled_kinds_loop
+    got = _state(trace, layout, lambda *a: calls.append(1) or real(*a), monkeypatch,
+                 lambda *a: calls.append(0) or real_kinds(*a))
     want = _state(trace, layout, None, monkeypatch)
-    assert calls == [1]
+    assert calls == [0, 1]
     assert got == want
     return got
 
@@ -88,6 +91,11 @@ def _odd_gpu_trace(tmp_path):
         {"ph": "s", "cat": "ac2g", "name": "ac2g", "pid": 11, "tid": 12, "ts": 9.0, "id": 1},
         {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 10.0, "id": 1, "bp": "e"},
         {"ph": "t", "cat": "ac2g", "name": "no id", "pid": 11, "tid": 12, "ts": 9.5},
+        {"ph": "s", "cat": "ac2g", "name": "untimed", "pid": 11, "tid": 12, "ts": None, "id": 5},
+        dict(k, ts=32.0, cat="gpu_user_annotation", pid=3, name="user annotation on a pid of its own"),
+        dict(cpu, ph="M", name="process_name", pid=3, ts=None, dur=None, args={"name": "after the events"}),
+        dict(k, ts=34.0, cat="KERNEL", pid=4),  # its pid a GPU's by the category's normalised spelling only
+        dict(cpu, ts=35.0), {"ph": "t", "cat": "ac2g", "name": "a step", "pid": 11, "tid": 12, "ts": 35.0, "id": 6},
         dict(k, ts=31.0, args={"device": 0, "stream": 7, "correlation": 2}),
         dict(k, ts=31.0, args={"device": 0, "stream": 7, "correlation": 3}),  # a tie
     ]
@@ -101,6 +109,7 @@ def _odd_gpu_trace(tmp_path):
     trace = kineto.read_trace(str(src))
     # a bool pid equal to the GPU's is not a GPU pid (the reader refuses one; a trace built in code may hold it)
     trace.events.append(trace.events[1].replace(index=len(trace.events), pid=False))
+    trace.events.append(trace.events[1].replace(index=len(trace.events), pid=True))  # no GPU pid 1
     placements = {1: Placement(62, {"layer": 1, "graph id": 2}), 4: Placement(1 << 35, {"x": 1}),
                   5: Placement(7, {}), 7: Placement(None, {"y": 2}), 8: Placement(5, {"z": 3}),
                   30: Placement(63, {})}

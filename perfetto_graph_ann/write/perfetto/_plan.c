@@ -480,6 +480,91 @@ done:
     return out;
 }
 
+/* kinds_loop(events, cats, gpu_categories, flow_ts) -> (gpu_pids, metadata): plan_events' first walk
+ * over ``events``: the int pids of the complete events whose category (normalised by ``cats``, a
+ * dict that makes a missing one) is in ``gpu_categories``, the times of the timed flow events
+ * appended to the array('q') ``flow_ts``, and the metadata events in order (read by the tracks). */
+static PyObject *
+kinds_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject *events, *cats, *gpu_cats, *pids = NULL, *metadata = NULL, *out = NULL;
+    Fields ev;
+    Py_ssize_t n, j, nts = 0, cap = 0;
+    long long *ts = NULL;
+    (void)self;
+    if (argc != 4 || !PyList_CheckExact(argv[0]) || !PyDict_Check(argv[1]) || !PyAnySet_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "kinds_loop(events: list, cats: dict, gpu_categories: set, flow_ts)");
+        return NULL;
+    }
+    events = argv[0]; cats = argv[1]; gpu_cats = argv[2];
+    n = PyList_GET_SIZE(events);
+    if ((pids = PySet_New(NULL)) == NULL || (metadata = PyList_New(0)) == NULL)
+        goto done;
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(events, 0)), event_names, E_SIZE, &ev) < 0)
+        goto done;
+    for (j = 0; j < n; j++) {
+        PyObject *e = PyList_GET_ITEM(events, j), *ph, *v;
+        Py_UCS4 c;
+        int rc = 0;
+        if ((ph = get_field(e, &ev, event_names, E_PH)) == NULL)
+            goto done;
+        c = PyUnicode_Check(ph) && PyUnicode_GET_LENGTH(ph) == 1 ? PyUnicode_READ_CHAR(ph, 0) : 0;
+        Py_DECREF(ph);
+        if (c == 'X') {
+            PyObject *pid, *cat, *norm;
+            if ((pid = get_field(e, &ev, event_names, E_PID)) == NULL)
+                goto done;
+            if (PyLong_CheckExact(pid)) {
+                if ((cat = get_field(e, &ev, event_names, E_CAT)) == NULL) {
+                    Py_DECREF(pid);
+                    goto done;
+                }
+                norm = PyDict_GetItemWithError(cats, cat);
+                if (norm != NULL)
+                    Py_INCREF(norm);
+                else if (!PyErr_Occurred())
+                    norm = PyObject_GetItem(cats, cat);
+                Py_DECREF(cat);
+                rc = norm == NULL ? -1 : PySet_Contains(gpu_cats, norm);
+                Py_XDECREF(norm);
+                if (rc > 0)
+                    rc = PySet_Add(pids, pid);
+            }
+            Py_DECREF(pid);
+        } else if (c == 's' || c == 'f' || c == 't') {
+            if ((v = get_field(e, &ev, event_names, E_TS)) == NULL)
+                goto done;
+            if (v != Py_None) {
+                long long t = PyLong_AsLongLong(v);
+                if (t == -1 && PyErr_Occurred())
+                    rc = -1;
+                else if (nts == cap) {
+                    cap = cap ? cap * 2 : 1024;
+                    if (PyMem_Resize(ts, long long, cap) == NULL) {
+                        PyErr_NoMemory();
+                        rc = -1;
+                    }
+                }
+                if (rc == 0)
+                    ts[nts++] = t;
+            }
+            Py_DECREF(v);
+        } else if (c == 'M') {
+            rc = PyList_Append(metadata, e);
+        }
+        if (rc < 0)
+            goto done;
+    }
+    if (append_raw(argv[3], ts, nts * (Py_ssize_t)sizeof(long long)) < 0)
+        goto done;
+    out = PyTuple_Pack(2, pids, metadata);
+done:
+    PyMem_Free(ts);
+    Py_XDECREF(pids);
+    Py_XDECREF(metadata);
+    return out;
+}
+
 /* A growing int64 vector. */
 typedef struct {
     long long *v;
@@ -791,6 +876,8 @@ static PyMethodDef methods[] = {
      "bind_flow_events(part, lo, hi, slices, sources, targets, state, pick): flows.plan_flows' binding loop"},
     {"assign_sorted", (PyCFunction)(void (*)(void))assign_sorted, METH_FASTCALL,
      "assign_sorted(spans, track_uuid, records_type): overlap.assign of sorted int64 (ts, -dur, key) triples"},
+    {"kinds_loop", (PyCFunction)(void (*)(void))kinds_loop, METH_FASTCALL,
+     "kinds_loop(events, cats, gpu_categories, flow_ts) -> (gpu_pids, metadata): plan_events' first walk"},
     {"place_loop", (PyCFunction)(void (*)(void))place_loop, METH_FASTCALL,
      "place_loop(events, context) -> (slices, instants, untimed): the writer's plan loop (plan._place)"},
     {NULL, NULL, 0, NULL},

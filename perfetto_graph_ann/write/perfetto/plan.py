@@ -35,18 +35,23 @@ if TYPE_CHECKING:  # annotation only: importing the join package costs time on e
     from ...join.model import LaneLayout
     from .config import WriteStats
 
-__all__ = ["ASSIGN", "BEGIN", "bind_flows", "COUNTER", "DROPPED", "END", "INSTANT", "order_records", "PLACE_LOOP",
+__all__ = ["ASSIGN", "BEGIN", "bind_flows", "COUNTER", "DROPPED", "END", "INSTANT", "KINDS_LOOP", "order_records",
+           "PLACE_LOOP",
            "Plan", "plan_events", "Record", "Records", "SKIP", "SLICE", "SLICE_REWRITTEN", "Span", "TRACK_METADATA"]
 
 try:  # the plan's per-event loop in C (_plan.c, built by hatch_build.py): the same plan
-    from ._plan import assign_sorted as _compiled_assign, place_loop as _compiled_place_loop
+    from ._plan import assign_sorted as _compiled_assign, kinds_loop as _compiled_kinds_loop
+    from ._plan import place_loop as _compiled_place_loop
 except ImportError:
-    _compiled_place_loop = _compiled_assign = None
+    _compiled_place_loop = _compiled_assign = _compiled_kinds_loop = None
 #: :func:`_place`'s loop in C, or None where it is not built or ``PERFETTO_GRAPH_ANN_PURE_PYTHON``
 #: was set at import (the Python loop then makes the same plan)
 PLACE_LOOP = None if settings.switch(settings.PURE_PYTHON) else _compiled_place_loop
 #: :func:`.overlap.assign` of a home's sorted spans in C (with :data:`PLACE_LOOP`), or None
 ASSIGN = None if PLACE_LOOP is None else _compiled_assign
+#: :func:`plan_events`' first walk (GPU pids, flow times, metadata events) in C (with
+#: :data:`PLACE_LOOP`), or None
+KINDS_LOOP = None if PLACE_LOOP is None else _compiled_kinds_loop
 
 #: Record kinds (the second item of a record). An END record's index is its slice's; a
 #: COUNTER record carries the counter's value in place of an index.
@@ -176,18 +181,25 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     events = trace.events
     cats = _Categories()
     kinds: MutableSequence[int] = array("b", bytes(len(events)))  # SKIP each; a byte an event, not a list slot
-    gpu_pids = set()
     flow_ts = array("q")  # the flow events' times: the only slice starts the flow binding looks up
-    for e in events:
-        ph = e.ph
-        if ph == "X":
-            if type(e.pid) is int and cats[e.cat] in _GPU_TRACK_CATEGORIES:
-                gpu_pids.add(e.pid)
-        elif (ph == "s" or ph == "f" or ph == "t") and e.ts_ns is not None:
-            flow_ts.append(e.ts_ns)
-        elif ph == "M" and tracks.consume_metadata(e):
-            stats.metadata += 1
-            kinds[e.index] = TRACK_METADATA
+    if KINDS_LOOP is not None and type(events) is list:
+        gpu_pids, metadata = KINDS_LOOP(events, cats, _GPU_TRACK_CATEGORIES, flow_ts)
+        for e in metadata:
+            if tracks.consume_metadata(e):
+                stats.metadata += 1
+                kinds[e.index] = TRACK_METADATA
+    else:
+        gpu_pids = set()
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                if type(e.pid) is int and cats[e.cat] in _GPU_TRACK_CATEGORIES:
+                    gpu_pids.add(e.pid)
+            elif (ph == "s" or ph == "f" or ph == "t") and e.ts_ns is not None:
+                flow_ts.append(e.ts_ns)
+            elif ph == "M" and tracks.consume_metadata(e):
+                stats.metadata += 1
+                kinds[e.index] = TRACK_METADATA
     tracks.gpu_pids = gpu_pids
     plan = Plan(events, layout.placements if layout is not None else {}, kinds, gpu_pids, base=len(events))
     if layout is not None:  # most GPU work is rewritten: a lane an event (4 bytes), not a dict entry
