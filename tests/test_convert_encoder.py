@@ -354,7 +354,10 @@ def test_event_with_many_flows_or_odd_ids_gives_the_reference_bytes():
 
     cases = [((), ()), (tuple(range(9)), (7,)), ((1, 2), tuple(range(8))), ([3, 4], [5]),
              (((1 << 64) - 1,), (0,)),
-             (array("q", [3, 4]), [5]), (array("q", range(9)), ()), (array("i", [6]), ())]
+             (array("q", [3, 4]), [5]), (array("q", range(9)), ()), (array("i", [6]), ()),
+             # a launch's flows to its graph's kernels: laid out at once from 16 (wire.fixed64_fields)
+             (tuple(range(1 << 40, (1 << 40) + 16)), tuple(range(17))), (array("q", range(756)), ()),
+             ([(1 << 64) - 1, 0] * 9, list(range(255, 271)))]
     for _ in range(3):  # first sight, then the cached head and template
         for flows, terms in cases:
             for a in (args, types.MappingProxyType(args), {}, None):
@@ -374,3 +377,26 @@ def test_a_kernels_critical_path_slack_is_a_template_slot():
         ts = 10 * k
         assert fast.event(ts, 3, "kernel", "k", args, (), (4,)) == ref.event(ts, 3, "kernel", "k", args, (), (4,))
     assert fast._whole_misses == 1
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 756])
+def test_fixed64_fields_lays_out_each_value_as_its_own_field(n):
+    """``wire.fixed64_fields`` against one packed field per value (the layout it replaces from 16
+    values), at the ends of fixed64's range; a value it cannot hold raises ``struct.error`` as
+    packing it alone does, a list, a tuple or an ``array('q')`` alike."""
+    import struct
+    from array import array
+
+    from perfetto_graph_ann.write.perfetto.wire import fixed64_fields
+
+    values = [(i * 0x9E3779B97F4A7C15) % (1 << 64) for i in range(n)]
+    values[-1] = (1 << 64) - 1
+    for tag in (b"\xf9\x02", b"\x81\x03"):
+        want = b"".join(tag + struct.pack("<Q", v) for v in values)
+        assert fixed64_fields(tag, values) == want
+        assert fixed64_fields(tag, tuple(values)) == want
+    assert fixed64_fields(b"\xf9\x02", array("q", range(n))) == b"".join(b"\xf9\x02" + struct.pack("<Q", v)
+                                                                          for v in range(n))
+    for bad in (-1, 1 << 64):
+        with pytest.raises(struct.error):
+            fixed64_fields(b"\xf9\x02", [0] * (n - 1) + [bad])

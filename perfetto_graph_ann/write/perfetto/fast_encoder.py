@@ -13,7 +13,7 @@ from typing import AbstractSet, Any, Dict, Mapping, Optional, Sequence, Tuple
 from .fast_args import FastArgs, compiled, whole_args_key
 from .interning import CATEGORIES, NAMES, Interner
 from .packets import INT64_MIN, SEQUENCE_ID, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase
-from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, _pack_fixed64, small_varint, utf8, varint
+from .wire import _ONE_BYTE, _TWO_BYTES, _pack_double, fixed64_fields, small_varint, utf8, varint
 
 __all__ = ["end_packet", "event_packet", "FastEncoder", "stream_records", "template_packet"]
 
@@ -77,11 +77,9 @@ class FastEncoder(FastArgs, EncoderBase):
             head_tail = self._begin_parts[key] = (head, tail)
         te = head_tail[0] + self._annotations(args) + head_tail[1] if args else head_tail[0] + head_tail[1]
         if flow_ids:
-            te += (b"\xf9\x02" + _pack_fixed64(flow_ids[0]) if len(flow_ids) == 1
-                   else b"".join([b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids]))
-        if terminating_flow_ids:  # a kernel's one launch: no list to build
-            te += (b"\x81\x03" + _pack_fixed64(terminating_flow_ids[0]) if len(terminating_flow_ids) == 1
-                   else b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids]))
+            te += fixed64_fields(b"\xf9\x02", flow_ids)
+        if terminating_flow_ids:
+            te += fixed64_fields(b"\x81\x03", terminating_flow_ids)
         n = len(te)
         p = b"".join((b"\x40", _ONE_BYTE[ts] if 0 <= ts < 128 else varint(ts), self._seq, b"\x5a",
                       _ONE_BYTE[n] if n < 128 else varint(n), te,
@@ -114,14 +112,9 @@ class FastEncoder(FastArgs, EncoderBase):
             interner = self.interner
             cat_iid = interner.iid(CATEGORIES, cat) if cat else 0
             parts = self._heads[key] = self._head_tail(cat_iid, kind, interner.iid(NAMES, name), track)
-        if flow_ids:
-            fb = (b"\xf9\x02" + _pack_fixed64(flow_ids[0]) if len(flow_ids) == 1
-                  else b"".join([b"\xf9\x02" + _pack_fixed64(f) for f in flow_ids]))
-        else:
-            fb = b""
-        if terminating_flow_ids:  # a kernel's one launch: no list to build
-            fb += (b"\x81\x03" + _pack_fixed64(terminating_flow_ids[0]) if len(terminating_flow_ids) == 1
-                   else b"".join([b"\x81\x03" + _pack_fixed64(f) for f in terminating_flow_ids]))
+        fb = fixed64_fields(b"\xf9\x02", flow_ids) if flow_ids else b""
+        if terminating_flow_ids:
+            fb += fixed64_fields(b"\x81\x03", terminating_flow_ids)
         if not args:
             te = parts[0] + parts[1] + fb
         elif not cacheable:
@@ -183,10 +176,10 @@ class FastEncoder(FastArgs, EncoderBase):
             te += b"".join([one(k, v) for k, v in args.items()])
         n = utf8(name)
         te += b"\x48\x01" + self._track(track) + b"\xba\x01" + varint(len(n)) + n
-        for f in flow_ids:
-            te += b"\xf9\x02" + _pack_fixed64(f)
-        for f in terminating_flow_ids:
-            te += b"\x81\x03" + _pack_fixed64(f)
+        if flow_ids:
+            te += fixed64_fields(b"\xf9\x02", flow_ids)
+        if terminating_flow_ids:
+            te += fixed64_fields(b"\x81\x03", terminating_flow_ids)
         p = b"".join((b"\x40", varint(ts), self._seq, b"\x5a", varint(len(te)), te,
                       self._interned() if self.interner.pending else b"", b"\x68\x02"))
         return b"\x0a" + varint(len(p)) + p

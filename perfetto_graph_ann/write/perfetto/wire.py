@@ -7,11 +7,13 @@ tests compare the two byte for byte.
 from __future__ import annotations
 
 import struct
-from typing import Dict
+import sys
+from array import array
+from typing import Dict, Sequence
 
 from ...formats import varint as _plain_varint
 
-__all__ = ["field_bytes", "small_varint", "utf8", "varint"]
+__all__ = ["field_bytes", "fixed64_fields", "small_varint", "utf8", "varint"]
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
@@ -55,6 +57,27 @@ def small_varint(value: int) -> bytes:
 def field_bytes(field: int, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2): tag, length, payload."""
     return varint((field << 3) | 2) + varint(len(payload)) + payload
+
+
+def fixed64_fields(tag: bytes, values: Sequence[int]) -> bytes:
+    """Each of ``values`` as a fixed64 field of the two-byte ``tag``, one after another (a
+    launch's flows to its graph's kernels: hundreds). Many are laid out at once, not a
+    packed field per value; values a fixed64 cannot hold raise as ``struct`` does."""
+    n = len(values)
+    if n == 1:
+        return tag + _pack_fixed64(values[0])
+    if n < 16 or sys.byteorder != "little":
+        return b"".join([tag + _pack_fixed64(v) for v in values])
+    try:
+        words = array("Q", values).tobytes()
+    except (OverflowError, TypeError):
+        return b"".join([tag + _pack_fixed64(v) for v in values])  # struct's error for the bad one
+    out = bytearray(10 * n)
+    out[0::10] = tag[:1] * n
+    out[1::10] = tag[1:2] * n
+    for k in range(8):
+        out[2 + k::10] = words[k::8]
+    return bytes(out)
 
 
 def utf8(text: str) -> bytes:
