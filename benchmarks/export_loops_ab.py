@@ -19,8 +19,10 @@ torch writes it there). Arms, alternating each round:
 * ``bytes26``: as ``pga.export`` ran in session 26: the bytes read back (they were kept on
   the profile), parsed in memory (``parse_trace_bytes``) and written (``write_joined``), the
   collector paused;
-* ``off29``: session 29's changes off: the plan's first walk in Python (``plan.KINDS_LOOP``)
-  and a batch read in one piece within 8 MiB (``scan._SPAN``, 1 MiB since session 29);
+* ``off29``: session 29's changes off: the plan's first walk in Python (``plan.KINDS_LOOP``),
+  a batch read in one piece within 8 MiB (``scan._SPAN``, 1 MiB since session 29) and a
+  replay's signatures by the Python memo (``match.LOOSE`` off: what a two-pass read used
+  before the compiled loop took the memo);
 * ``off26``: session 26's changes off: the collector on (as export ran before),
   ``critical_path.REPLAY_PATH``, ``flows.BIND_FLOW_EVENTS`` and ``calibrated.CALIBRATED_ROWS``
   off (the join's single pass for the launches cannot be turned off);
@@ -64,7 +66,7 @@ join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the packag
 _SWITCHES_25 = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), (join_mod, "ROW_LOOPS"),
                 (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
 _SWITCHES_26 = ((critical_path, "REPLAY_PATH"), (flows, "BIND_FLOW_EVENTS"), (calibrated, "CALIBRATED_ROWS"))
-_SWITCHES_29 = ((plan, "KINDS_LOOP"),)
+_SWITCHES_29 = ((plan, "KINDS_LOOP"), (match, "LOOSE"))
 _SPAN_28 = 1 << 23  #: scan._SPAN before session 29
 #: arm -> (the switches it turns off, the collector paused, the placements in columns, how it reads)
 _ARMS = {"on": ((), True, True, "file"), "two-pass": ((), True, True, "file two-pass"),

@@ -651,14 +651,27 @@ def test_replay_signatures_of_shared_args_are_the_per_event_ones(tmp_path, monke
     whole = kineto.read_trace(str(src))
     got = {}
     memo = []
-    real = match._memo_signatures
+    real, compiled, real_base = match._memo_signatures, match.LOOSE, match.base_name
     monkeypatch.setattr(match, "_memo_signatures", lambda *a: memo.append(1) or real(*a))
-    for name, trace, sample in (("memo", scanned, 32), ("loop", scanned, 1 << 30), ("whole", whole, 32)):
+    named = []
+    monkeypatch.setattr(match, "base_name", lambda name: named.append(name) or real_base(name))
+    arms = [("memo", scanned, 32, None), ("loop", scanned, 1 << 30, None), ("whole", whole, 32, None)]
+    if compiled is not None:  # its memo by the objects: each kernel's base name asked once a replay
+        arms += [("c", scanned, 32, compiled), ("c whole", whole, 32, compiled)]
+    for name, trace, sample, loose in arms:
         monkeypatch.setattr(match, "_SAMPLE", sample)
+        monkeypatch.setattr(match, "LOOSE", loose)
         _, replays = gpu_work_and_replays(trace)
         assert replays
+        del named[:]
         got[name] = [match.replay_signatures(r) for r in replays]
-    assert got["memo"] == got["loop"] == got["whole"] and len(memo) == 3  # the memo on the scanned replays only
+        if name in ("memo", "c"):  # one base name a replay's distinct kernel objects, not one a kernel
+            kernels = [(k, e) for k, r in enumerate(replays) for e in r.events if got[name][k][e.index][0] == "kernel"]
+            distinct = {(k, e.cat, e.name, id(e.args)) for k, e in kernels}
+            assert len(named) == len(distinct) < len(kernels)
+    assert len({repr(v) for v in got.values()}) == 1 and len(memo) == 3  # the Python memo on the scanned replays only
+    if compiled is not None:
+        assert all(got["c"][k][i] is got["memo"][k][i] for k in range(len(got["c"])) for i in got["c"][k])
 
 
 def test_the_compiled_packet_loop_refuses_lists_of_other_lengths(tmp_path, monkeypatch):

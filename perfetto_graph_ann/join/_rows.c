@@ -1131,16 +1131,35 @@ enum { S_SIGS, S_TYPES, S_SHARED, S_TYPE_OF, S_BASE_NAME, S_DIM3, S_SIZE };
 enum { G_INDEX, G_CAT, G_NAME, G_ARGS, G_SIZE };
 static PyObject *sig_names[G_SIZE], *s_grid, *s_block, *s_kernel;
 
+/* One signature made in a loose_signatures call, by the objects it was made from. */
+typedef struct {
+    PyObject *cat, *name, *args; /* borrowed: the events hold them for the call */
+    PyObject *sig;               /* borrowed: shared and sigs hold it */
+} SigMemo;
+
+static inline size_t
+sig_slot(PyObject *cat, PyObject *name, PyObject *args, size_t mask)
+{
+    uint64_t h = (uint64_t)(uintptr_t)cat * 0x9E3779B97F4A7C15ull;
+    h ^= ((uint64_t)(uintptr_t)name >> 4) * 0xC2B2AE3D27D4EB4Full;
+    h ^= ((uint64_t)(uintptr_t)args >> 4) * 0x165667B19E3779F9ull;
+    return (size_t)(h ^ (h >> 29)) & mask;
+}
+
 /* loose_signatures(events, (sigs, types, shared, type_of, base_name, dim3)): match.replay_signatures'
  * loop over a replay's events (match._loose): sigs[e.index] = shared.setdefault(sig, sig) with sig
  * (node type, base name of a kernel, grid, block); a category met first goes to type_of(e), a grid
- * or block other than three ints to dim3(e, key). */
+ * or block other than three ints to dim3(e, key). The events of a two-pass read share their cat,
+ * name and args objects across a replay's repeats of one kernel: a signature is made once per
+ * (cat, name, args) objects (match._memo_signatures' rule, by identity), found again by them. */
 static PyObject *
 loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
     PyObject **ctx;
     Fields ev;
     Py_ssize_t n, j;
+    SigMemo *memo = NULL;
+    size_t mask = 0;
     (void)self;
     if (argc != 2 || !PyList_CheckExact(argv[0]) || !PyTuple_CheckExact(argv[1]) ||
         PyTuple_GET_SIZE(argv[1]) != S_SIZE) {
@@ -1155,20 +1174,37 @@ loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     n = PyList_GET_SIZE(argv[0]);
     if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(argv[0], 0)), sig_names, G_SIZE, &ev) < 0)
         return NULL;
+    if (n > 0) {
+        size_t cap = 16;
+        while (cap < (size_t)n * 2)
+            cap <<= 1;
+        if ((memo = PyMem_Calloc(cap, sizeof(SigMemo))) == NULL)
+            return PyErr_NoMemory();
+        mask = cap - 1;
+    }
     for (j = 0; j < n; j++) {
         PyObject *e = PyList_GET_ITEM(argv[0], j), *cat = NULL, *t = NULL, *a = NULL, *dims[2] = {NULL, NULL},
-                 *name = NULL, *sig = NULL, *i_o = NULL, *kept;
+                 *name = NULL, *sig = NULL, *i_o = NULL, *kept, *raw = NULL;
+        SigMemo *m = NULL;
         int ok = 0, k, kernel;
-        if ((cat = get_field(e, &ev, sig_names, G_CAT)) == NULL)
+        if ((cat = get_field(e, &ev, sig_names, G_CAT)) == NULL || (raw = get_field(e, &ev, sig_names, G_NAME)) == NULL ||
+            (a = get_field(e, &ev, sig_names, G_ARGS)) == NULL)
             goto next;
+        for (m = &memo[sig_slot(cat, raw, a, mask)]; m->sig != NULL; m = m == &memo[mask] ? memo : m + 1)
+            if (m->cat == cat && m->name == raw && m->args == a)
+                break;
+        if (m->sig != NULL) {
+            if ((i_o = get_field(e, &ev, sig_names, G_INDEX)) == NULL || PyDict_SetItem(ctx[S_SIGS], i_o, m->sig) < 0)
+                goto next;
+            ok = 1;
+            goto next;
+        }
         t = Py_XNewRef(PyDict_GetItemWithError(ctx[S_TYPES], cat));
         if (t == NULL) {
             if (PyErr_Occurred() || (t = PyObject_CallOneArg(ctx[S_TYPE_OF], e)) == NULL ||
                 PyDict_SetItem(ctx[S_TYPES], cat, t) < 0)
                 goto next;
         }
-        if ((a = get_field(e, &ev, sig_names, G_ARGS)) == NULL)
-            goto next;
         for (k = 0; k < 2; k++) {
             PyObject *key = k == 0 ? s_grid : s_block, *v = arg_of(a, key);
             if (v == NULL)
@@ -1184,12 +1220,7 @@ loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         if (kernel < 0)
             goto next;
         if (kernel) {
-            PyObject *raw = get_field(e, &ev, sig_names, G_NAME);
-            if (raw == NULL)
-                goto next;
-            name = PyObject_CallOneArg(ctx[S_BASE_NAME], raw);
-            Py_DECREF(raw);
-            if (name == NULL)
+            if ((name = PyObject_CallOneArg(ctx[S_BASE_NAME], raw)) == NULL)
                 goto next;
         } else {
             name = Py_NewRef(Py_None);
@@ -1198,19 +1229,27 @@ loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
             (kept = PyDict_SetDefault(ctx[S_SHARED], sig, sig)) == NULL ||
             (i_o = get_field(e, &ev, sig_names, G_INDEX)) == NULL || PyDict_SetItem(ctx[S_SIGS], i_o, kept) < 0)
             goto next;
+        m->cat = cat;
+        m->name = raw;
+        m->args = a;
+        m->sig = kept;
         ok = 1;
     next:
         Py_XDECREF(i_o);
         Py_XDECREF(sig);
         Py_XDECREF(name);
+        Py_XDECREF(raw);
         Py_XDECREF(dims[0]);
         Py_XDECREF(dims[1]);
         Py_XDECREF(a);
         Py_XDECREF(t);
         Py_XDECREF(cat);
-        if (!ok)
+        if (!ok) {
+            PyMem_Free(memo);
             return NULL;
+        }
     }
+    PyMem_Free(memo);
     Py_RETURN_NONE;
 }
 

@@ -69,14 +69,13 @@ def replay_signatures(replay: Replay) -> Dict[int, Tuple]:
         sigs = replay.signatures = {}
         types: Dict[str, str] = {}  # cat as written -> node type
         events = replay.events
-        # the two-pass read gives a replay's events with the same join args one dict
-        # (read.scan): there an event's signature is known from its cat, name and args object
-        head = events[:_SAMPLE]
-        if len(head) == _SAMPLE and len({id(e.args) for e in head}) <= _SAMPLE // 2:
+        if LOOSE is not None and type(events) is list:  # the same loop in C, _memo_signatures' memo in it
+            LOOSE(events, (sigs, types, _SHARED, _type_of, base_name, dim3_arg))
+        elif len(head := events[:_SAMPLE]) == _SAMPLE and len({id(e.args) for e in head}) <= _SAMPLE // 2:
+            # the two-pass read gives a replay's events with the same join args one dict
+            # (read.scan): there an event's signature is known from its cat, name and args object
             _memo_signatures(events, sigs, types)
             return sigs
-        if LOOSE is not None and type(events) is list:  # the same loop in C
-            LOOSE(events, (sigs, types, _SHARED, _type_of, base_name, dim3_arg))
         else:
             for e in events:
                 sig = _loose(e, types)
