@@ -1256,6 +1256,44 @@ loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 enum { K_PH, K_NAME, K_CAT, K_ARGS, K_SIZE };
 static PyObject *work_names[K_SIZE], *s_correlation, *s_graph_node_id;
 
+/* in_start_order(events) -> bool: whether ``events`` are already in replays._by_start's order, by
+ * (ts_ns, index) with every time and index an int of 64 bits; False where an event has no time or
+ * another one (the sort decides). A graph replay's events, grouped in file order, mostly are. */
+static PyObject *
+in_start_order(PyObject *self, PyObject *events)
+{
+    Fields ev;
+    Py_ssize_t n, j;
+    long long ts0 = 0, i0 = 0;
+    (void)self;
+    if (!PyList_CheckExact(events)) {
+        PyErr_SetString(PyExc_TypeError, "in_start_order(events: list)");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(events);
+    if (n > 0 && fields_of(Py_TYPE(PyList_GET_ITEM(events, 0)), timed_names, T_SIZE, &ev) < 0)
+        return NULL;
+    for (j = 0; j < n; j++) {
+        PyObject *e = PyList_GET_ITEM(events, j), *ts, *i_o;
+        long long t, i;
+        int ok;
+        if ((ts = get_field(e, &ev, timed_names, T_TS)) == NULL)
+            return NULL;
+        if ((i_o = get_field(e, &ev, timed_names, T_INDEX)) == NULL) {
+            Py_DECREF(ts);
+            return NULL;
+        }
+        ok = int64_of(ts, &t) && int64_of(i_o, &i);
+        Py_DECREF(ts);
+        Py_DECREF(i_o);
+        if (!ok || (j > 0 && (t < ts0 || (t == ts0 && i < i0))))
+            Py_RETURN_FALSE;
+        ts0 = t;
+        i0 = i;
+    }
+    Py_RETURN_TRUE;
+}
+
 /* group_work(events, (launch_names, is_work, gpu_work_of, launches, work, graph_ids, every_launch))
  * -> total: replays.gpu_work_and_replays' pass over a trace's events: graph launches by
  * correlation (the first of each), GPU work grouped by correlation in file order, the correlations
@@ -1549,6 +1587,8 @@ done:
 static PyMethodDef methods[] = {
     {"calibrated_rows", (PyCFunction)(void (*)(void))calibrated_rows, METH_FASTCALL,
      "calibrated_rows(events, kernels_only, table, expected, pending, signatures, compatible): match_graph's loop"},
+    {"in_start_order", (PyCFunction)in_start_order, METH_O,
+     "in_start_order(events) -> bool: whether events are already by (ts_ns, index) (replays._by_start)"},
     {"group_work", (PyCFunction)(void (*)(void))group_work, METH_FASTCALL,
      "group_work(events, context) -> total: replays.gpu_work_and_replays' pass over a trace's events"},
     {"loose_signatures", (PyCFunction)(void (*)(void))loose_signatures, METH_FASTCALL,

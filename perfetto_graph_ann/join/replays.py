@@ -14,16 +14,19 @@ from typing import Dict, List, Optional, Tuple
 from .. import settings
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "GROUP_WORK", "int_arg",
+__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "GROUP_WORK", "IN_START_ORDER", "int_arg",
            "node_type_of", "Replay"]
 
 try:  # gpu_work_and_replays' pass over the events in C (join/_rows.c, built by hatch_build.py)
-    from ._rows import group_work as _compiled_group_work
+    from ._rows import group_work as _compiled_group_work, in_start_order as _compiled_in_start_order
 except ImportError:
-    _compiled_group_work = None
+    _compiled_group_work = _compiled_in_start_order = None
 #: :func:`gpu_work_and_replays`' pass over a trace's events in C, or None where it is not built or
 #: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loop then)
 GROUP_WORK = None if settings.switch(settings.PURE_PYTHON) else _compiled_group_work
+#: Whether a list of events is already in :func:`_by_start`'s order (then it is not sorted), in C
+#: with :data:`GROUP_WORK`, or None
+IN_START_ORDER = None if GROUP_WORK is None else _compiled_in_start_order
 
 #: Kineto category -> capture node type
 EVENT_NODE_TYPE = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -109,7 +112,10 @@ _START_AND_INDEX = operator.attrgetter("ts_ns", "index")
 
 def _by_start(events: List[TraceEvent]) -> List[TraceEvent]:
     """``events`` by (start, file index), an untimed one as if at 0: the key made in C, and the
-    key with the rule for None only where an event has no time (None and an int do not compare)."""
+    key with the rule for None only where an event has no time (None and an int do not compare).
+    A replay's events, grouped in file order, are mostly in that order already: returned as they are."""
+    if IN_START_ORDER is not None and type(events) is list and IN_START_ORDER(events):
+        return events
     try:
         return sorted(events, key=_START_AND_INDEX)
     except TypeError:
