@@ -22,7 +22,9 @@ torch writes it there). Arms, alternating each round:
 * ``off29``: session 29's changes off: the plan's first walk in Python (``plan.KINDS_LOOP``),
   a batch read in one piece within 8 MiB (``scan._SPAN``, 1 MiB since session 29) and a
   replay's signatures by the Python memo (``match.LOOSE`` off: what a two-pass read used
-  before the compiled loop took the memo);
+  before the compiled loop took the memo), every replay's events sorted
+  (``replays.IN_START_ORDER`` off) and the critical path's rows set in Python
+  (``model.PATH_ROWS`` off);
 * ``off26``: session 26's changes off: the collector on (as export ran before),
   ``critical_path.REPLAY_PATH``, ``flows.BIND_FLOW_EVENTS`` and ``calibrated.CALIBRATED_ROWS``
   off (the join's single pass for the launches cannot be turned off);
@@ -56,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 from perfetto_graph_ann.annotations.files import load_annotations  # noqa: E402
 from perfetto_graph_ann.pipeline.convert import write_joined_file  # noqa: E402
 from perfetto_graph_ann.join import calibrated, critical_path, match, projection  # noqa: E402
+from perfetto_graph_ann.join import model as join_model, replays as replays_mod  # noqa: E402
 from perfetto_graph_ann.pipeline import convert  # noqa: E402
 from perfetto_graph_ann.read import events, scan  # noqa: E402
 from perfetto_graph_ann.read.kineto import parse_trace_bytes  # noqa: E402
@@ -66,7 +69,7 @@ join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the packag
 _SWITCHES_25 = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), (join_mod, "ROW_LOOPS"),
                 (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
 _SWITCHES_26 = ((critical_path, "REPLAY_PATH"), (flows, "BIND_FLOW_EVENTS"), (calibrated, "CALIBRATED_ROWS"))
-_SWITCHES_29 = ((plan, "KINDS_LOOP"), (match, "LOOSE"))
+_SWITCHES_29 = ((plan, "KINDS_LOOP"), (match, "LOOSE"), (replays_mod, "IN_START_ORDER"), (join_model, "PATH_ROWS"))
 _SPAN_28 = 1 << 23  #: scan._SPAN before session 29
 #: arm -> (the switches it turns off, the collector paused, the placements in columns, how it reads)
 _ARMS = {"on": ((), True, True, "file"), "two-pass": ((), True, True, "file two-pass"),

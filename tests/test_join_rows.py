@@ -306,3 +306,45 @@ def test_events_already_in_start_order_are_returned_as_the_sort_would_put_them(k
     ordered = sorted(events, key=lambda e: (e.ts_ns or 0, e.index))
     if all(type(e.ts_ns) is int and abs(e.ts_ns) < 1 << 63 for e in events):
         assert saved(ordered) is True  # an ordered list of int64 keys is told ordered
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(st.integers(-2, 12), st.sampled_from([-1, 0, 7, 1 << 40, -5, -2])), max_size=16),
+       st.sets(st.integers(0, 9), max_size=4))
+def test_path_rows_set_in_c_are_set_paths_python_loop(pairs, pinned):
+    """``model.PATH_ROWS`` (``CompactPlacements.set_paths``' loop in C) against the Python loop:
+    the same path column and args of the placements kept whole, for rows on the path, slacks,
+    values only a kept placement holds (a negative slack), events kept whole before or made so
+    by the loop (then a later value of the same event goes to its args), indices of events
+    without a placement (the same error, the work before it done)."""
+    from array import array
+
+    from perfetto_graph_ann.join import model
+    from perfetto_graph_ann.join.model import CompactPlacements, Placement
+
+    if model.PATH_ROWS is None:
+        pytest.skip("the join's compiled loops (_rows) are not built or turned off")
+    indices, values = array("q", [i for i, _ in pairs]), array("q", [v for _, v in pairs])
+    got = {}
+    saved = model.PATH_ROWS
+    for name, fn in (("c", saved), ("python", None)):
+        p = CompactPlacements(12, True)
+        for i in range(10):  # rows, but event 9 kept whole from the start
+            if i == 9:
+                p.put(i, Placement(7, {"graph id": 3, "layer": 0}))
+            else:
+                p.add(i, ("node", i % 3), (7, {"graph id": 3, "layer": i % 3}, None), 4, "calibrated", False, None)
+        for i in pinned:
+            p.pin(i)
+        assert sum(r >= 0 for r in p.row) == 9 - len(pinned - {9})
+        model.PATH_ROWS = fn
+        try:
+            p.set_paths(indices, values)
+            error = None
+        except Exception as e:  # noqa: BLE001: the same error from both
+            error = type(e)
+        finally:
+            model.PATH_ROWS = saved
+        got[name] = (error, None if p.path is None else p.path.tolist(), {i: dict(q.args) for i, q in p.kept.items()},
+                     p.row.tolist())
+    assert got["c"] == got["python"]

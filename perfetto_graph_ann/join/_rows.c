@@ -1256,6 +1256,51 @@ loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 enum { K_PH, K_NAME, K_CAT, K_ARGS, K_SIZE };
 static PyObject *work_names[K_SIZE], *s_correlation, *s_graph_node_id;
 
+/* set_path_rows(path, row, indices, values, on_path, start) -> stop: CompactPlacements.set_paths' loop
+ * over int64 arrays from position ``start``: path[row[i]] = v for each (i, v) in order whose row is
+ * one (row[i] >= 0, within path) and whose v is on_path (-1) or a slack (>= 0); it stops at the first
+ * other one and returns its position (set_path's, then the loop again after it), n at the end. */
+static PyObject *
+set_path_rows(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    Py_buffer b[4] = {{0}};
+    static const char *formats[4] = {"q", "i", "q", "q"};
+    long long on_path, start;
+    Py_ssize_t n = 0, k = 0, rows, paths, j;
+    PyObject *out = NULL;
+    (void)self;
+    if (argc != 6 || !int64_of(argv[4], &on_path) || !int64_of(argv[5], &start)) {
+        PyErr_SetString(PyExc_TypeError, "set_path_rows(path, row, indices, values, on_path: int, start: int)");
+        return NULL;
+    }
+    for (j = 0; j < 4; j++)
+        if (take_buffer(argv[j], &b[j], formats[j], j == 0) < 0 || b[j].obj == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "set_path_rows: arrays expected");
+            goto done;
+        }
+    n = b[2].len / 8;
+    if (b[3].len / 8 != n || start < 0) {
+        PyErr_SetString(PyExc_ValueError, "set_path_rows: indices and values of other lengths");
+        goto done;
+    }
+    paths = b[0].len / 8;
+    rows = b[1].len / 4;
+    for (k = (Py_ssize_t)start; k < n; k++) {
+        long long i = ((const long long *)b[2].buf)[k], v = ((const long long *)b[3].buf)[k];
+        int32_t r = i >= 0 && i < rows ? ((const int32_t *)b[1].buf)[i] : -1;
+        if (r < 0 || r >= paths || v < on_path)
+            break;
+        ((long long *)b[0].buf)[r] = v;
+    }
+    out = PyLong_FromSsize_t(k);
+done:
+    for (j = 0; j < 4; j++)
+        if (b[j].obj != NULL)
+            PyBuffer_Release(&b[j]);
+    return out;
+}
+
 /* in_start_order(events) -> bool: whether ``events`` are already in replays._by_start's order, by
  * (ts_ns, index) with every time and index an int of 64 bits; False where an event has no time or
  * another one (the sort decides). A graph replay's events, grouped in file order, mostly are. */
@@ -1587,6 +1632,8 @@ done:
 static PyMethodDef methods[] = {
     {"calibrated_rows", (PyCFunction)(void (*)(void))calibrated_rows, METH_FASTCALL,
      "calibrated_rows(events, kernels_only, table, expected, pending, signatures, compatible): match_graph's loop"},
+    {"set_path_rows", (PyCFunction)(void (*)(void))set_path_rows, METH_FASTCALL,
+     "set_path_rows(path, row, indices, values, on_path, start) -> stop: CompactPlacements.set_paths' loop"},
     {"in_start_order", (PyCFunction)in_start_order, METH_O,
      "in_start_order(events) -> bool: whether events are already by (ts_ns, index) (replays._by_start)"},
     {"group_work", (PyCFunction)(void (*)(void))group_work, METH_FASTCALL,

@@ -9,9 +9,19 @@ import dataclasses
 from array import array
 from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from .. import settings
+
 __all__ = ["CALIBRATED", "CompactPlacements", "DEFAULT_GRAPH_LANE", "EXACT", "EXACT_IDS", "JoinReport", "KERNELS",
-           "lane_key", "LaneLayout", "matched_placement", "mutable_placement", "PATH_ARG", "Placement", "RECORDED",
-           "set_path_arg", "set_path_args", "SLACK_ARG", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
+           "lane_key", "LaneLayout", "matched_placement", "mutable_placement", "PATH_ARG", "PATH_ROWS", "Placement",
+           "RECORDED", "set_path_arg", "set_path_args", "SLACK_ARG", "STRATEGIES", "STRUCTURAL", "UNANNOTATED"]
+
+try:  # CompactPlacements.set_paths' loop in C (join/_rows.c, built by hatch_build.py)
+    from ._rows import set_path_rows as _compiled_set_path_rows
+except ImportError:
+    _compiled_set_path_rows = None
+#: :meth:`CompactPlacements.set_paths`' loop over int64 arrays in C, or None where it is not built or
+#: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loop then)
+PATH_ROWS = None if settings.switch(settings.PURE_PYTHON) else _compiled_set_path_rows
 
 #: Join strategies, best first.
 EXACT = "exact"
@@ -199,6 +209,17 @@ class CompactPlacements(Mapping[int, Placement]):
         else its slack."""
         path = self._path_column()
         row = self.row
+        if PATH_ROWS is not None and type(indices) is array and type(values) is array and \
+                indices.typecode == values.typecode == "q":
+            n, k = len(indices), 0
+            while True:  # the rows in C; at each other one set_path, then on after it
+                k = PATH_ROWS(path, row, indices, values, self._ON_PATH, k)
+                if k >= n:
+                    return
+                v = values[k]
+                self.set_path(indices[k], v == self._ON_PATH, v)
+                path = self._path_column()
+                k += 1
         rows = len(row)
         for i, v in zip(indices, values):
             r = row[i] if 0 <= i < rows else -1
