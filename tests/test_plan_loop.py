@@ -40,7 +40,8 @@ def _state(trace, layout, loop, monkeypatch, kinds_loop=None):
     plan = plan_mod.plan_events(trace, layout, tracks, stats)
     rewrite = plan.rewrite
     lanes = (rewrite.lanes.tolist(), rewrite.other) if isinstance(rewrite, plan_mod._Lanes) else dict(rewrite)
-    return dict(gpu_pids=sorted(plan.gpu_pids, key=repr), kinds=plan.kinds.tolist(), homes=list(plan.by_home), spans={h: a.tolist() for h, a in plan.by_home.items()},
+    return dict(gpu_pids=sorted(plan.gpu_pids, key=repr), kinds=plan.kinds.tolist(), homes=list(plan.by_home),
+                spans={h: a.tolist() for h, a in plan.by_home.items()},
                 rewrite=lanes, device_of=dict(plan.device_of), flows=list(plan.flow_indices),
                 counters=list(plan.counter_records), stats=dataclasses.asdict(stats),
                 starts=(plan.starts.ts.tolist() if len(plan.starts) else [], [e.index for e in plan.starts.events]),

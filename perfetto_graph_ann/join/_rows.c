@@ -1187,8 +1187,8 @@ loose_signatures(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
                  *name = NULL, *sig = NULL, *i_o = NULL, *kept, *raw = NULL;
         SigMemo *m = NULL;
         int ok = 0, k, kernel;
-        if ((cat = get_field(e, &ev, sig_names, G_CAT)) == NULL || (raw = get_field(e, &ev, sig_names, G_NAME)) == NULL ||
-            (a = get_field(e, &ev, sig_names, G_ARGS)) == NULL)
+        if ((cat = get_field(e, &ev, sig_names, G_CAT)) == NULL ||
+            (raw = get_field(e, &ev, sig_names, G_NAME)) == NULL || (a = get_field(e, &ev, sig_names, G_ARGS)) == NULL)
             goto next;
         for (m = &memo[sig_slot(cat, raw, a, mask)]; m->sig != NULL; m = m == &memo[mask] ? memo : m + 1)
             if (m->cat == cat && m->name == raw && m->args == a)

@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Tuple
 from .. import settings
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "GROUP_WORK", "IN_START_ORDER", "int_arg",
-           "node_type_of", "Replay"]
+__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "GROUP_WORK", "IN_START_ORDER",
+           "int_arg", "node_type_of", "Replay"]
 
 try:  # gpu_work_and_replays' pass over the events in C (join/_rows.c, built by hatch_build.py)
     from ._rows import group_work as _compiled_group_work, in_start_order as _compiled_in_start_order
