@@ -256,3 +256,18 @@ def test_compiled_flow_binding_is_the_python_loop(case, size, tmp_path, monkeypa
     assert got["c"] == got["python"] and got["c"][2]
     if case == "odd flows":
         assert got["c"][3] == 4 and got["c"][4] == 1  # unbound: tid 9, 8.5, tid 8, pid 1; without start: id 99
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(st.lists(st.tuples(st.sampled_from([plan_mod.BEGIN, plan_mod.END, plan_mod.COUNTER]), st.integers(0, 40)),
+                max_size=60), st.integers(1, 9), st.integers(0, 41))
+def test_records_begun_are_the_begin_keys_below_base_of_each_chunk(records, size, base):
+    """``Records.begun`` (the input events a two-pass batch reads again) against the filter over
+    each chunk's lists that the packet loop had: the same keys, in order, chunk by chunk."""
+    import numpy as np
+
+    kinds = np.array([k for k, _ in records], np.int64)
+    keys = np.array([i for _, i in records], np.int64)
+    recs = plan_mod.Records(np.arange(len(records), dtype=np.int64), kinds, keys, np.zeros(len(records), np.int64), [])
+    want = [[i for kind, i in zip(c[1], c[2]) if kind == plan_mod.BEGIN and i < base] for c in recs.chunks(size)]
+    assert list(recs.begun(size, base)) == want

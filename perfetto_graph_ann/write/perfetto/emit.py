@@ -150,9 +150,7 @@ def _stream_read_again(records: Records, plan: Plan, flows: FlowPlan, encoders: 
     source, base = plan.source, plan.base
     texts = _text_state(plan, source)
     try:
-        for chunk in records.chunks(sink.step):
-            _, kinds, keys, _ = chunk
-            wanted = [i for kind, i in zip(kinds, keys) if kind == BEGIN and i < base]
+        for chunk, wanted in zip(records.chunks(sink.step), records.begun(sink.step, base)):
             got = None
             if texts is not None:  # the rewritten slices' texts, the others decoded
                 plan_kinds = plan.kinds

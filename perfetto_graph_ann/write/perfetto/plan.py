@@ -488,6 +488,14 @@ class Records:
             yield (self.ts[at:end].tolist(), self.kind[at:end].tolist(), self.key[at:end].tolist(),
                    self.uuid[at:end].tolist())
 
+    def begun(self, size: int, below: int) -> Iterator[List[int]]:
+        """Per chunk of :meth:`chunks`, the keys below ``below`` of its BEGIN records, in order:
+        the input events a two-pass batch reads again (the projected ranges' keys are above)."""
+        for at in range(0, len(self.ts), size):
+            end = at + size
+            key = self.key[at:end]
+            yield key[(self.kind[at:end] == BEGIN) & (key < below)].tolist()
+
 
 def order_records(plan: Plan, tracks: TrackTable, stats: WriteStats) -> Tuple[Records, Dict[int, int]]:
     """Phase 3: nesting tracks per home, then one timestamp-ordered table of records.
