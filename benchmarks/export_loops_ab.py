@@ -23,8 +23,8 @@ torch writes it there). Arms, alternating each round:
   a batch read in one piece within 8 MiB (``scan._SPAN``, 1 MiB since session 29) and a
   replay's signatures by the Python memo (``match.LOOSE`` off: what a two-pass read used
   before the compiled loop took the memo), every replay's events sorted
-  (``replays.IN_START_ORDER`` off) and the critical path's rows set in Python
-  (``model.PATH_ROWS`` off);
+  (``replays.IN_START_ORDER`` off), the critical path's rows set and the flows numbered in
+  Python (``model.PATH_ROWS``, ``flows.NUMBER_FLOWS`` off);
 * ``off26``: session 26's changes off: the collector on (as export ran before),
   ``critical_path.REPLAY_PATH``, ``flows.BIND_FLOW_EVENTS`` and ``calibrated.CALIBRATED_ROWS``
   off (the join's single pass for the launches cannot be turned off);
@@ -69,7 +69,8 @@ join_mod = importlib.import_module("perfetto_graph_ann.join.join")  # the packag
 _SWITCHES_25 = ((plan, "PLACE_LOOP"), (plan, "ASSIGN"), (events, "FINISH_RUN"), (join_mod, "ROW_LOOPS"),
                 (projection, "LOOPS"), (critical_path, "PATH_AND_SLACK"), (match, "LOOSE"))
 _SWITCHES_26 = ((critical_path, "REPLAY_PATH"), (flows, "BIND_FLOW_EVENTS"), (calibrated, "CALIBRATED_ROWS"))
-_SWITCHES_29 = ((plan, "KINDS_LOOP"), (match, "LOOSE"), (replays_mod, "IN_START_ORDER"), (join_model, "PATH_ROWS"))
+_SWITCHES_29 = ((plan, "KINDS_LOOP"), (match, "LOOSE"), (replays_mod, "IN_START_ORDER"), (join_model, "PATH_ROWS"),
+                (flows, "NUMBER_FLOWS"))
 _SPAN_28 = 1 << 23  #: scan._SPAN before session 29
 #: arm -> (the switches it turns off, the collector paused, the placements in columns, how it reads)
 _ARMS = {"on": ((), True, True, "file"), "two-pass": ((), True, True, "file two-pass"),

@@ -271,3 +271,35 @@ def test_records_begun_are_the_begin_keys_below_base_of_each_chunk(records, size
     recs = plan_mod.Records(np.arange(len(records), dtype=np.int64), kinds, keys, np.zeros(len(records), np.int64), [])
     want = [[i for kind, i in zip(c[1], c[2]) if kind == plan_mod.BEGIN and i < base] for c in recs.chunks(size)]
     assert list(recs.begun(size, base)) == want
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(st.one_of(st.integers(0, 5), st.tuples(st.just("fwdbwd"), st.integers(0, 3))),
+                          st.lists(st.integers(-2, 12), max_size=5)), max_size=8, unique_by=lambda kt: kt[0]),
+       st.dictionaries(st.one_of(st.integers(0, 5), st.tuples(st.just("fwdbwd"), st.integers(0, 3))),
+                       st.integers(-1, 11), max_size=8),
+       st.integers(0, 10), st.integers(2, 12), st.dictionaries(st.integers(0, 9), st.integers(1, 4), max_size=3))
+def test_compiled_flow_numbering_is_the_python_loop(targets, sources, size, one_max, held):
+    """``flows.NUMBER_FLOWS`` (``_plan.number_flows``) against ``plan_flows``' numbering loop: the
+    same ids out of each source (a slice's flow to itself left out, a source left without any
+    dropped), the same ends in the FlowEnds column and beyond it (a second end of one target,
+    targets outside the column, ids from ``one_max`` up, ends held before), the same counts."""
+    from perfetto_graph_ann.write.perfetto import flows as flows_mod
+
+    if flows_mod.NUMBER_FLOWS is None:
+        pytest.skip("the writer's compiled loops (_plan) are not built or turned off")
+    got = {}
+    saved_max, saved = flows_mod._ONE_MAX, flows_mod.NUMBER_FLOWS
+    for name, fn in (("c", saved), ("python", None)):
+        plan = flows_mod.FlowPlan(terminating=flows_mod.FlowEnds(size))
+        for t, ids in held.items():  # ends held before: in the column, or beyond it
+            plan.terminating[t] = (ids,) if t % 2 else (ids, ids + 1)
+        flows_mod._ONE_MAX, flows_mod.NUMBER_FLOWS = one_max, fn
+        try:
+            flows_mod._number(plan, dict(sources), {k: list(v) for k, v in targets})
+        finally:
+            flows_mod._ONE_MAX, flows_mod.NUMBER_FLOWS = saved_max, saved
+        term = plan.terminating
+        got[name] = ({k: v.tolist() for k, v in plan.outgoing.items()}, term.one.tolist(), dict(term.more), plan.count,
+                     plan.without_start, list(plan.outgoing))
+    assert got["c"] == got["python"]

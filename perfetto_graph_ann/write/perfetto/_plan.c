@@ -565,6 +565,131 @@ done:
     return out;
 }
 
+/* number_flows(targets, sources, outgoing, one, more, terminating, one_max, new_out) -> (count, without_start):
+ * plan_flows' numbering of the bound flows, over ``targets`` (key -> list of target indices) in order:
+ * each (source, target) pair but a slice to itself gets the next id, appended to the source's array
+ * in ``outgoing`` (made by new_out() where it has none, dropped again where it stays empty) and held
+ * for the target in the FlowEnds ``terminating``: its int32 column ``one`` where it holds none yet
+ * (an id below one_max, no entry in ``more``), else through terminating.get / terminating[t] =. */
+static PyObject *
+number_flows(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    PyObject *targets, *sources, *outgoing, *more, *terminating, *new_out, *key, *tgts;
+    Py_buffer one;
+    long long one_max, next_id = 1, without = 0, *ids = NULL;
+    Py_ssize_t pos = 0, size, cap = 0;
+    PyObject *out = NULL;
+    (void)self;
+    if (argc != 8 || !PyDict_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1]) || !PyDict_CheckExact(argv[2]) ||
+        !PyDict_CheckExact(argv[4]) || !int64_of(argv[6], &one_max)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "number_flows(targets, sources, outgoing, one, more, terminating, one_max: int, new_out)");
+        return NULL;
+    }
+    targets = argv[0]; sources = argv[1]; outgoing = argv[2]; more = argv[4]; terminating = argv[5];
+    new_out = argv[7];
+    if (take_buffer(argv[3], &one, "i", 1) < 0)
+        return NULL;
+    if (one.obj == NULL) {
+        PyErr_SetString(PyExc_TypeError, "number_flows: one is an array('i')");
+        return NULL;
+    }
+    size = one.len / 4;
+    while (PyDict_Next(targets, &pos, &key, &tgts)) {
+        PyObject *src_o, *arr;
+        long long src;
+        Py_ssize_t j, n, nids = 0;
+        if (!PyList_CheckExact(tgts)) {
+            PyErr_SetString(PyExc_TypeError, "number_flows: targets holds something else than lists");
+            goto done;
+        }
+        n = PyList_GET_SIZE(tgts);
+        src_o = PyDict_GetItemWithError(sources, key);
+        if (src_o == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            without += n;
+            continue;
+        }
+        if (!int64_of(src_o, &src)) {
+            PyErr_SetString(PyExc_TypeError, "number_flows: a source that is not an int");
+            goto done;
+        }
+        arr = PyDict_GetItemWithError(outgoing, src_o);
+        if (arr == NULL) {
+            if (PyErr_Occurred() || (arr = PyObject_CallNoArgs(new_out)) == NULL)
+                goto done;
+            if (PyDict_SetItem(outgoing, src_o, arr) < 0) {
+                Py_DECREF(arr);
+                goto done;
+            }
+            Py_DECREF(arr); /* outgoing holds it */
+        }
+        Py_INCREF(arr);
+        if (n > cap) {
+            cap = n;
+            if (PyMem_Resize(ids, long long, cap) == NULL) {
+                Py_DECREF(arr);
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        for (j = 0; j < n; j++) {
+            PyObject *t_o = PyList_GET_ITEM(tgts, j);
+            long long t;
+            int held;
+            if (!int64_of(t_o, &t)) {
+                PyErr_SetString(PyExc_TypeError, "number_flows: a target that is not an int");
+                Py_DECREF(arr);
+                goto done;
+            }
+            if (t == src)
+                continue;
+            ids[nids++] = next_id;
+            held = t >= 0 && t < size && ((int32_t *)one.buf)[t] == 0 && next_id < one_max;
+            if (held && (held = !PyDict_Contains(more, t_o)) && PyErr_Occurred()) {
+                Py_DECREF(arr);
+                goto done;
+            }
+            if (held) {
+                ((int32_t *)one.buf)[t] = (int32_t)next_id;
+            } else {
+                PyObject *term = PyObject_CallMethod(terminating, "get", "O", t_o), *id_o, *one_id, *now = NULL;
+                int rc = -1;
+                if (term != NULL && (id_o = PyLong_FromLongLong(next_id)) != NULL) {
+                    if ((one_id = PyTuple_Pack(1, id_o)) != NULL) {
+                        now = term == Py_None ? Py_NewRef(one_id) : PySequence_Concat(term, one_id);
+                        Py_DECREF(one_id);
+                    }
+                    Py_DECREF(id_o);
+                    if (now != NULL)
+                        rc = PyObject_SetItem(terminating, t_o, now);
+                    Py_XDECREF(now);
+                }
+                Py_XDECREF(term);
+                if (rc < 0) {
+                    Py_DECREF(arr);
+                    goto done;
+                }
+            }
+            next_id++;
+        }
+        if (append_raw(arr, ids, nids * (Py_ssize_t)sizeof(long long)) < 0) {
+            Py_DECREF(arr);
+            goto done;
+        }
+        n = PyObject_Length(arr);
+        Py_DECREF(arr);
+        if (n < 0 || (n == 0 && PyDict_DelItem(outgoing, src_o) < 0))
+            goto done;
+    }
+    out = Py_BuildValue("(LL)", next_id - 1, without);
+done:
+    PyMem_Free(ids);
+    PyBuffer_Release(&one);
+    return out;
+}
+
 /* A growing int64 vector. */
 typedef struct {
     long long *v;
@@ -876,6 +1001,8 @@ static PyMethodDef methods[] = {
      "bind_flow_events(part, lo, hi, slices, sources, targets, state, pick): flows.plan_flows' binding loop"},
     {"assign_sorted", (PyCFunction)(void (*)(void))assign_sorted, METH_FASTCALL,
      "assign_sorted(spans, track_uuid, records_type): overlap.assign of sorted int64 (ts, -dur, key) triples"},
+    {"number_flows", (PyCFunction)(void (*)(void))number_flows, METH_FASTCALL,
+     "number_flows(targets, sources, outgoing, one, more, terminating, one_max, new_out) -> (count, without)"},
     {"kinds_loop", (PyCFunction)(void (*)(void))kinds_loop, METH_FASTCALL,
      "kinds_loop(events, cats, gpu_categories, flow_ts) -> (gpu_pids, metadata): plan_events' first walk"},
     {"place_loop", (PyCFunction)(void (*)(void))place_loop, METH_FASTCALL,

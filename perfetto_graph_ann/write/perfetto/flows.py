@@ -19,15 +19,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from ... import settings
 from ...read.model import TraceEvent
 
-__all__ = ["BIND_FLOW_EVENTS", "FlowEnds", "FlowPlan", "plan_flows", "SliceStarts"]
+__all__ = ["BIND_FLOW_EVENTS", "FlowEnds", "FlowPlan", "NUMBER_FLOWS", "plan_flows", "SliceStarts"]
 
 try:  # the binding loop in C (_plan.c, built by hatch_build.py): the same sources and targets
-    from ._plan import bind_flow_events as _compiled_bind
+    from ._plan import bind_flow_events as _compiled_bind, number_flows as _compiled_number
 except ImportError:
-    _compiled_bind = None
+    _compiled_bind = _compiled_number = None
 #: :func:`plan_flows`' binding loop in C, or None where it is not built or
 #: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loop then)
 BIND_FLOW_EVENTS = None if settings.switch(settings.PURE_PYTHON) else _compiled_bind
+#: :func:`plan_flows`' numbering of the bound flows into a :class:`FlowEnds`, in C (with
+#: :data:`BIND_FLOW_EVENTS`), or None
+NUMBER_FLOWS = None if BIND_FLOW_EVENTS is None else _compiled_number
 
 #: Flow events looked up at a time (:meth:`SliceStarts.bounds`).
 _CHUNK = 1 << 16
@@ -169,7 +172,19 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
             else:
                 t.append(target.index)
     plan.unbound = unbound
+    _number(plan, sources, targets)
+    return plan
+
+
+def _number(plan: FlowPlan, sources: Dict[object, int], targets: Dict[object, List[int]]) -> None:
+    """Give each bound (source, target) pair of ``plan`` its flow id, in ``targets``' order:
+    ``plan.outgoing``, ``plan.terminating``, ``plan.count`` and ``plan.without_start``."""
     outgoing, terminating = plan.outgoing, plan.terminating
+    if NUMBER_FLOWS is not None and type(terminating) is FlowEnds:
+        plan.count, without = NUMBER_FLOWS(targets, sources, outgoing, terminating.one, terminating.more, terminating,
+                                           _ONE_MAX, _new_out)
+        plan.without_start += without
+        return
     # a FlowEnds' column written directly where a target's first flow goes into it (its
     # __setitem__'s rule: an id in [1, 2^31) and nothing held for the target yet)
     one, more = (terminating.one, terminating.more) if type(terminating) is FlowEnds else (None, None)
@@ -196,7 +211,11 @@ def plan_flows(events: Sequence[TraceEvent], flow_indices: Sequence[int], starts
         if not out:
             del outgoing[src]
     plan.count = next_id - 1
-    return plan
+
+
+def _new_out() -> "array[int]":
+    """A source's outgoing flow ids (:data:`NUMBER_FLOWS` makes one per source)."""
+    return array("q")
 
 
 def _chunks(events: Sequence[TraceEvent], flow_indices: Sequence[int],
