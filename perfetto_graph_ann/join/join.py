@@ -165,10 +165,10 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     placements = _place(replays, matches, replay_index, graph_lanes, default_stream, cache, report,
                         len(trace.events) if compact else None)
     _refuse_no_match(trace, annotations, sources, replays, force, report)
-    for idx, m in matches.items():  # labels shared by several candidate graphs name them
-        if m.shared_by:
-            mutable_placement(placements, idx).args["graph candidates"] = attribution.candidate_names(m.shared_by)
-    lane_names = _lane_names(replays, placements, matches, annotations, default_stream) if graph_lanes == "all" else {}
+    for idx, by in attribution.shared.items():  # labels shared by several candidate graphs name them
+        mutable_placement(placements, idx).args["graph candidates"] = attribution.candidate_names(by)
+    lane_names = (_lane_names(replays, placements, attribution.shared, annotations, default_stream)
+                  if graph_lanes == "all" else {})
     arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
     ranges = project(replays, matches, replay_graph, replay_index, annotations, report,
                      attribution.replay_candidates) if projection else []
@@ -340,13 +340,13 @@ def _place_compact(replays: List[Replay], matches: Dict[int, Match], replay_inde
     return placements
 
 
-def _lane_names(replays: List[Replay], placements: Dict[int, Any], matches: Dict[int, Match],
+def _lane_names(replays: List[Replay], placements: Dict[int, Any], shared: Dict[int, Tuple[int, ...]],
                 annotations: AnnotationSet, default_stream: int) -> Dict[Any, str]:
     """Under ``graph_lanes="all"``: each lane named by the graphs whose events are on it in
     this trace (lane labels are per graph). The default lane keeps its stream name even if an
-    annotation asks for it explicitly: it also holds every graphed event without a lane."""
+    annotation asks for it explicitly: it also holds every graphed event without a lane.
+    ``shared``: event index -> the candidate graphs of a label they share (``_Attribution.shared``)."""
     # lane_graphs' rule (the graphs on each lane) in the same pass that finds the lanes in order
-    shared = {i: m.shared_by for i, m in matches.items() if m.shared_by}
     graphs_on: Dict[Tuple[int, int], set] = {}
     lanes: Dict[Tuple[int, int], Any] = {}  # (device, lane) -> lane, in first-seen order
     # a compact row's lane and node args without making its placement (they hold the graph id):
@@ -413,6 +413,9 @@ class _Attribution:
         self.by_id = {g.exec_id: g for g in annotations.graphs}
         self.fit = GraphFit()
         self.matches: Dict[int, Match] = {}
+        #: event index -> the candidate graphs whose label it shares (the matches with ``shared_by``,
+        #: made by :meth:`_shared` alone), in the order of ``matches``
+        self.shared: Dict[int, Tuple[int, ...]] = {}
         self.replay_graph: Dict[int, Optional[int]] = {}
         #: replay correlation -> the graphs it may be, where the join could not tell
         self.replay_candidates: Dict[int, Tuple[int, ...]] = {}
@@ -514,6 +517,7 @@ class _Attribution:
             return
         self._count(self.report.shared_label_replays, names)
         self.matches.update(shared)
+        self.shared.update((i, m.shared_by) for i, m in shared.items())
 
     def _shared(self, r: Replay, cands: List[int], pending: List[int]) -> Optional[Dict[int, Match]]:
         """Every candidate's matches of the replay, when each candidate matches every event and
