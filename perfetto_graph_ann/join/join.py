@@ -462,7 +462,7 @@ class _Attribution:
         found = match_exact(r.events, self.nodes_by_key)
         chosen = _majority_graph(found)
         how = EXACT_IDS if chosen is not None else None
-        pending = [e for e in r.events if e.index not in found]
+        pending = [e for e in r.events if e.index not in found] if found else list(r.events)  # no ids: every event
         if chosen is None and pending:
             cands, other, how = self._candidates(r, pending)
             if other and not cands:
