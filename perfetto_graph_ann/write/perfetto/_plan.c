@@ -480,23 +480,36 @@ done:
     return out;
 }
 
-/* kinds_loop(events, cats, gpu_categories, flow_ts) -> (gpu_pids, metadata): plan_events' first walk
- * over ``events``: the int pids of the complete events whose category (normalised by ``cats``, a
- * dict that makes a missing one) is in ``gpu_categories``, the times of the timed flow events
- * appended to the array('q') ``flow_ts``, and the metadata events in order (read by the tracks). */
+/* The normalised category of ``cat`` (``cats``: a dict that makes a missing one): a new reference. */
+static PyObject *
+category_of(PyObject *cats, PyObject *cat)
+{
+    PyObject *norm = PyDict_GetItemWithError(cats, cat);
+    if (norm != NULL)
+        return Py_NewRef(norm);
+    return PyErr_Occurred() ? NULL : PyObject_GetItem(cats, cat);
+}
+
+/* kinds_loop(events, cats, gpu_categories, flow_ts, marked) -> (gpu_pids, metadata, any marked): plan_events'
+ * first walk over ``events``: the int pids of the complete events whose category (normalised by
+ * ``cats``, a dict that makes a missing one) is in ``gpu_categories``, the times of the timed flow
+ * events appended to the array('q') ``flow_ts``, the metadata events in order (read by the tracks),
+ * and whether any event's category is ``marked`` (gpu_user_annotation, which the plan may drop). */
 static PyObject *
 kinds_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
-    PyObject *events, *cats, *gpu_cats, *pids = NULL, *metadata = NULL, *out = NULL;
+    PyObject *events, *cats, *gpu_cats, *marked, *pids = NULL, *metadata = NULL, *out = NULL, *last_cat = NULL;
     Fields ev;
     Py_ssize_t n, j, nts = 0, cap = 0;
     long long *ts = NULL;
+    int any_marked = 0;
     (void)self;
-    if (argc != 4 || !PyList_CheckExact(argv[0]) || !PyDict_Check(argv[1]) || !PyAnySet_Check(argv[2])) {
-        PyErr_SetString(PyExc_TypeError, "kinds_loop(events: list, cats: dict, gpu_categories: set, flow_ts)");
+    if (argc != 5 || !PyList_CheckExact(argv[0]) || !PyDict_Check(argv[1]) || !PyAnySet_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "kinds_loop(events: list, cats: dict, gpu_categories: set, flow_ts, marked)");
         return NULL;
     }
-    events = argv[0]; cats = argv[1]; gpu_cats = argv[2];
+    events = argv[0]; cats = argv[1]; gpu_cats = argv[2]; marked = argv[4];
     n = PyList_GET_SIZE(events);
     if ((pids = PySet_New(NULL)) == NULL || (metadata = PyList_New(0)) == NULL)
         goto done;
@@ -506,6 +519,27 @@ kinds_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         PyObject *e = PyList_GET_ITEM(events, j), *ph, *v;
         Py_UCS4 c;
         int rc = 0;
+        if (!any_marked) { /* a run of one category object asks once */
+            PyObject *cat = get_field(e, &ev, event_names, E_CAT), *norm;
+            if (cat == NULL)
+                goto done;
+            if (cat != last_cat) {
+                if ((norm = category_of(cats, cat)) == NULL) {
+                    Py_DECREF(cat);
+                    goto done;
+                }
+                rc = PyObject_RichCompareBool(norm, marked, Py_EQ);
+                Py_DECREF(norm);
+                Py_XSETREF(last_cat, Py_NewRef(cat));
+                if (rc < 0) {
+                    Py_DECREF(cat);
+                    goto done;
+                }
+                any_marked = rc;
+                rc = 0;
+            }
+            Py_DECREF(cat);
+        }
         if ((ph = get_field(e, &ev, event_names, E_PH)) == NULL)
             goto done;
         c = PyUnicode_Check(ph) && PyUnicode_GET_LENGTH(ph) == 1 ? PyUnicode_READ_CHAR(ph, 0) : 0;
@@ -519,11 +553,7 @@ kinds_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
                     Py_DECREF(pid);
                     goto done;
                 }
-                norm = PyDict_GetItemWithError(cats, cat);
-                if (norm != NULL)
-                    Py_INCREF(norm);
-                else if (!PyErr_Occurred())
-                    norm = PyObject_GetItem(cats, cat);
+                norm = category_of(cats, cat);
                 Py_DECREF(cat);
                 rc = norm == NULL ? -1 : PySet_Contains(gpu_cats, norm);
                 Py_XDECREF(norm);
@@ -557,8 +587,9 @@ kinds_loop(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (append_raw(argv[3], ts, nts * (Py_ssize_t)sizeof(long long)) < 0)
         goto done;
-    out = PyTuple_Pack(2, pids, metadata);
+    out = Py_BuildValue("(OOO)", pids, metadata, any_marked ? Py_True : Py_False);
 done:
+    Py_XDECREF(last_cat);
     PyMem_Free(ts);
     Py_XDECREF(pids);
     Py_XDECREF(metadata);
@@ -1004,7 +1035,7 @@ static PyMethodDef methods[] = {
     {"number_flows", (PyCFunction)(void (*)(void))number_flows, METH_FASTCALL,
      "number_flows(targets, sources, outgoing, one, more, terminating, one_max, new_out) -> (count, without)"},
     {"kinds_loop", (PyCFunction)(void (*)(void))kinds_loop, METH_FASTCALL,
-     "kinds_loop(events, cats, gpu_categories, flow_ts) -> (gpu_pids, metadata): plan_events' first walk"},
+     "kinds_loop(events, cats, gpu_categories, flow_ts, marked) -> (gpu_pids, metadata, any marked)"},
     {"place_loop", (PyCFunction)(void (*)(void))place_loop, METH_FASTCALL,
      "place_loop(events, context) -> (slices, instants, untimed): the writer's plan loop (plan._place)"},
     {NULL, NULL, 0, NULL},

@@ -69,7 +69,8 @@ Span = Tuple[int, int, int]
 Record = Tuple[int, int, Any, int]
 #: Spans sorted, or records read out, at a time (their Python ints live only this long).
 _CHUNK = 1 << 16
-_GPU_TRACK_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
+_USER_ANNOTATION = "gpu_user_annotation"
+_GPU_TRACK_CATEGORIES = GPU_WORK_CATEGORIES | {_USER_ANNOTATION}
 _CAT = attrgetter("cat")
 _HOME_ORDER = {"gpu": 0, "replays": 1, "scope": 2, "thread": 3, "wide_thread": 4, "named": 5}
 
@@ -182,8 +183,9 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     cats = _Categories()
     kinds: MutableSequence[int] = array("b", bytes(len(events)))  # SKIP each; a byte an event, not a list slot
     flow_ts = array("q")  # the flow events' times: the only slice starts the flow binding looks up
+    marked: Optional[bool] = None  # whether a category is gpu_user_annotation (None: not known yet)
     if KINDS_LOOP is not None and type(events) is list:
-        gpu_pids, metadata = KINDS_LOOP(events, cats, _GPU_TRACK_CATEGORIES, flow_ts)
+        gpu_pids, metadata, marked = KINDS_LOOP(events, cats, _GPU_TRACK_CATEGORIES, flow_ts, _USER_ANNOTATION)
         for e in metadata:
             if tracks.consume_metadata(e):
                 stats.metadata += 1
@@ -204,7 +206,7 @@ def plan_events(trace: KinetoTrace, layout: Optional[LaneLayout], tracks: TrackT
     plan = Plan(events, layout.placements if layout is not None else {}, kinds, gpu_pids, base=len(events))
     if layout is not None:  # most GPU work is rewritten: a lane an event (4 bytes), not a dict entry
         plan.rewrite = _Lanes(len(events))  # type: ignore[assignment]
-    if layout is not None and any(p.annotation for p in layout.placements.values()):
+    if marked is not False and layout is not None and any(p.annotation for p in layout.placements.values()):
         stats.dropped_user_annotations = _drop_orphaned_user_annotations(plan, cats)
     _place(plan, tracks, stats, cats)
     plan.starts = _flow_starts(plan, flow_ts)
