@@ -678,9 +678,13 @@ number_flows(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
                 continue;
             ids[nids++] = next_id;
             held = t >= 0 && t < size && ((int32_t *)one.buf)[t] == 0 && next_id < one_max;
-            if (held && (held = !PyDict_Contains(more, t_o)) && PyErr_Occurred()) {
-                Py_DECREF(arr);
-                goto done;
+            if (held) {
+                int in_more = PyDict_Contains(more, t_o);
+                if (in_more < 0) {
+                    Py_DECREF(arr);
+                    goto done;
+                }
+                held = !in_more;
             }
             if (held) {
                 ((int32_t *)one.buf)[t] = (int32_t)next_id;
