@@ -50,6 +50,14 @@ STREAM_BLOCK = 1 << 20
 _HEAD_LIMIT = 1 << 26
 
 
+def _run(buf: Any, end: int, path: str, start: int, scan: Any, at: int) -> List[TraceEvent]:
+    """The events of the run ``buf[:end]`` (a JSON array's items; the trace's ``start``-th
+    first, ``buf`` at ``at`` in the file's text): decoded, or read by ``scan.read_run``."""
+    if scan is None:
+        return decode_events(b"[" + buf[:end] + b"]", path, start)
+    return scan.read_run(buf, end, path, start, at)
+
+
 def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int = 3, scan: Any = None,
                 at: int = 0) -> int:
     """Decode the whole events at the start of ``buf`` onto ``events``; returns how many bytes
@@ -70,10 +78,7 @@ def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int 
         if cut < 0:
             return 0
         try:
-            if scan is None:
-                events += decode_events(b"[" + buf[:cut + 1] + b"]", path, len(events))
-            else:
-                events += scan.read_run(buf, cut + 1, path, len(events), at)
+            events += _run(buf, cut + 1, path, len(events), scan, at)
         except TraceFormatError:
             end = cut
             continue
@@ -152,10 +157,7 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
     if last < 0 or buf[last] not in b"}" or b"\\" in tail or _EVENTS_KEY in tail:
         return None
     try:
-        if scan is None:
-            events += decode_events(b"[" + buf[:end] + b"]", path, len(events))
-        else:
-            events += scan.read_run(buf, end, path, len(events), at)
+        events += _run(buf, end, path, len(events), scan, at)
         top = _top_decoder.decode(head + b"null" + tail)
     except (msgspec.DecodeError, RecursionError, TraceFormatError):
         return None

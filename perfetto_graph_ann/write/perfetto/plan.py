@@ -243,7 +243,7 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
     stream a graph replays on, so on a stream whose work all moved to other lanes it is
     noise. The pftrace follows the same rule as the annotated Chrome JSON."""
     kinds, placements, gpu_pids = plan.kinds, plan.placements, plan.gpu_pids
-    if not any(cats[c] == "gpu_user_annotation" for c in set(map(_CAT, plan.events))):
+    if not any(cats[c] == _USER_ANNOTATION for c in set(map(_CAT, plan.events))):
         return 0  # the usual graphed trace: no user annotation (one pass over the events' categories)
     gpu_work = []
     held = []
@@ -253,7 +253,7 @@ def _drop_orphaned_user_annotations(plan: Plan, cats: _Categories) -> int:
         c = cats[e.cat]
         if c in GPU_WORK_CATEGORIES:
             gpu_work.append(e)
-        elif c == "gpu_user_annotation" and e.ph not in ("s", "t", "f"):
+        elif c == _USER_ANNOTATION and e.ph not in ("s", "t", "f"):
             held.append(e)
     if not held:  # the usual graphed trace: no lane to look up
         return 0
