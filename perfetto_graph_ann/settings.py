@@ -98,6 +98,13 @@ DETACH_CUPTI_MS = Setting(
     "initialised CUPTI makes every graph launch cost several times more host time. Unset: 1000 on CUDA "
     "drivers from 13.0 (checked there), off on older ones (torch reports crashes of CUPTI re-initialisation "
     "with CUDA graphs on CUDA 11 / 12)")
+EXPORT_FOLLOW = Setting(
+    "PERFETTO_GRAPH_ANN_EXPORT_FOLLOW", "count or off", 40000,
+    "`export` and `trace_handler` of a live profile to `.pftrace` whose replay record holds at least this many "
+    "graphed kernels: a worker process reads torch's JSON while torch writes it (torch holds this process "
+    "meanwhile) and writes the output, while a blocking `export` joins here for the layout it returns; `off`: "
+    "the file is read once torch has written it (blocking: in this process). Below ~40,000 kernels the "
+    "worker's start (~0.2 s) costs more than reading during torch's write saves")
 RUN = Setting(
     "PERFETTO_GRAPH_ANN_RUN", "JSON", None,
     "set by `perfetto-graph-ann run` for the program and every Python process it starts: instrument it "
@@ -119,7 +126,7 @@ INDUCTOR_CACHE_DIR = Setting(
 #: Every setting, in the README's order.
 SETTINGS: Tuple[Setting, ...] = (
     TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
-    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, RUN, RAY_ADDRESS, COMPILE_RECORDS,
+    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, EXPORT_FOLLOW, RUN, RAY_ADDRESS, COMPILE_RECORDS,
     INDUCTOR_CACHE_DIR,
 )
 

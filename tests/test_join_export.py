@@ -281,7 +281,8 @@ def test_export_reads_a_large_profile_in_two_passes_with_the_same_bytes(name, tm
     seen = []
     real = convert.read_for_writing
     monkeypatch.setattr(convert, "read_for_writing",
-                        lambda src, two_pass, join=False: seen.append(two_pass) or real(src, two_pass, join=join))
+                        lambda src, two_pass, join=False, follow=None: seen.append(two_pass) or
+                        real(src, two_pass, join=join, follow=follow))
     out = {}
     for limit in (convert.TWO_PASS_MIN_BYTES, 0):
         monkeypatch.setattr(convert, "TWO_PASS_MIN_BYTES", limit)

@@ -27,9 +27,9 @@ def test_each_rank_is_read_and_written_with_the_gc_paused(tmp_path, monkeypatch)
         calls.append(("read", gc.isenabled()))
         return real_read(path)
 
-    def scan_spy(path, join=False):  # the two-pass read's first pass (a plain file: it applies)
+    def scan_spy(path, join=False, follow=None):  # the two-pass read's first pass (a plain file: it applies)
         calls.append(("read", gc.isenabled()))
-        return real_scan(path, join)
+        return real_scan(path, join, follow)
 
     def write_spy(*a, **k):
         calls.append(("write", gc.isenabled()))

@@ -11,6 +11,9 @@ its own), exported as:
 * ``pga``: ``pga.export(prof, out.pftrace, graph_lanes="all")``, in all, and the
   ``export_chrome_trace`` call it makes inside (timed by wrapping the profiler's method), so
   ``pga / inner torch`` is a ratio on one profile;
+* ``pga`` with ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW=off``: torch's JSON read once written, in
+  the caller (the default reads it while torch writes, in a worker, from 40,000 graphed
+  kernels in the replay record: 100 replays here, not 20);
 * ``pga+json``: the same with ``keep_json=`` (the raw JSON kept too);
 * ``pga background``: ``pga.export(..., background=True)``: the caller's wait (torch's export,
   the annotations saved, the conversion process started), its ``export_chrome_trace`` inside,
@@ -112,6 +115,20 @@ def main() -> int:
                 row["pga_inner_torch_s"] = inner[0]
                 row["kernels"] = layout.report.total
                 row["unmatched"] = layout.report.unmatched
+                from perfetto_graph_ann.capture.export import expected_kernels
+                from perfetto_graph_ann.capture.recorded import recorded_annotations as _rec
+
+                row["followed"] = expected_kernels(_rec())  # the replay record's kernels: follows from 40,000
+                prof = _profile(torch, g, n)  # the same export with torch's JSON read once written, in process
+                inner = _timed_method(prof)
+                os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"] = "off"
+                try:
+                    t = time.perf_counter()
+                    pga.export(prof, os.path.join(out, f"in_process_{n}_{r}.pftrace"), graph_lanes="all")
+                    row["pga_in_process_s"] = time.perf_counter() - t
+                finally:
+                    del os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"]
+                row["pga_in_process_over_inner_torch"] = row["pga_in_process_s"] / inner[0]
                 if args.two_pass:
                     from perfetto_graph_ann.pipeline import convert as convert_mod
 
@@ -170,6 +187,8 @@ def main() -> int:
         print(f"| {n} | {rs[0]['kernels']:,} | {med('json_mb'):.1f} | {med('torch_s'):.3f} | {med('pga_s'):.3f} | "
               f"{med('pga_over_torch'):.2f}x | {med('pga_over_inner_torch'):.2f}x | {med('pga_keep_json_s'):.3f} | "
               f"{med('phase_parse_s'):.3f} | {med('phase_join_s'):.3f} | {med('phase_write_s'):.3f} |")
+        print(f"|   replay record: {rs[0]['followed']:,} kernels; follow off (in process): "
+              f"pga.export {med('pga_in_process_s'):.3f} s, {med('pga_in_process_over_inner_torch'):.2f}x (same profile) |")
         if args.two_pass:
             print(f"|   two-pass read: pga.export {med('pga_two_pass_s'):.3f} s, "
                   f"{med('pga_two_pass_over_inner_torch'):.2f}x (same profile) |")

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import GraphAnnError, OutputError
 
@@ -55,6 +55,37 @@ class ExportHandle:
         self.out, self.label, self._tmp, self._proc = out, label, tmp, proc
         self._outcome: Optional[tuple] = None
         self._lock = threading.Lock()
+
+    def written(self, path: str) -> None:
+        """A following worker's word (:func:`start` with ``follow``): torch has finished, and
+        the whole trace is at ``path`` (the file it was reading, or a link to it)."""
+        self._word({"ok": True, "path": path})
+
+    def abandon(self) -> None:
+        """A following worker's word: torch's export failed, there is nothing to convert. The
+        worker ends without writing anything; its folder is removed."""
+        self._word(None)
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        with _lock:
+            if self in _pending:
+                _pending.remove(self)
+        self._outcome = (False, OutputError(self.out, f"the conversion of {self.label} was abandoned"))
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _word(self, doc: Optional[Dict[str, Any]]) -> None:
+        stdin = self._proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            if doc is not None:
+                stdin.write(json.dumps(doc).encode() + b"\n")
+            stdin.close()
+        except OSError:  # the worker has gone: its outcome says why
+            pass
 
     def done(self) -> bool:
         """Whether the conversion has finished (successfully or not)."""
@@ -100,17 +131,24 @@ class ExportHandle:
 
 
 def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], default_stream: int, force: bool,
-          label: str, tmp: str) -> ExportHandle:
+          label: str, tmp: str, follow: bool = False, nice: bool = True) -> ExportHandle:
     """Convert ``src`` (a Chrome JSON file) joined with ``annotations`` to ``out`` in a new
     process. ``tmp`` is a folder this conversion owns (beside ``out``): the annotations are
-    saved there, and it is removed when the conversion's outcome is collected."""
+    saved there, and it is removed when the conversion's outcome is collected.
+
+    ``follow``: ``src`` is still to be written (by torch's ``export_chrome_trace``, which
+    writes ``<src>.tmp`` and renames it): the worker reads it as it grows
+    (:mod:`..read.follow`) until told :meth:`ExportHandle.written` (or
+    :meth:`ExportHandle.abandon`), which the caller must say. ``nice``: the worker runs below
+    the caller (:data:`NICE`); False where the caller waits for it."""
     from ..annotations.files import save_annotations
 
     if not sys.executable:  # an embedded interpreter: nothing to start the worker with
         raise OutputError(out, "no Python executable to run a background conversion with: use background=False")
     sidecar = save_annotations(os.path.join(tmp, "annotations.pgab"), annotations, "binary")
     job = {"src": src, "annotations": sidecar, "source": annotations.source, "out": out, "graph_lanes": graph_lanes,
-           "default_stream": default_stream, "force": force, "label": label, "tmp": tmp, "parent": os.getpid()}
+           "default_stream": default_stream, "force": force, "label": label, "tmp": tmp, "parent": os.getpid(),
+           "follow": [src + ".tmp", src] if follow else None, "nice": nice}
     from .. import settings
 
     env = settings.environment()
@@ -121,7 +159,8 @@ def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], defa
 
     with open_scratch(os.path.join(tmp, _ERRLOG)) as err:
         proc = subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann.capture.background", json.dumps(job)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                stdin=subprocess.PIPE if follow else subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, env=env,
                                 start_new_session=True, close_fds=True)
     handle = ExportHandle(out, label, tmp, proc)
     with _lock:
@@ -172,18 +211,51 @@ def _at_exit() -> None:
               file=sys.stderr, flush=True)
 
 
+def _writer_word(stream: Any) -> Callable[[float], Optional[str]]:
+    """The parent's word on the worker's standard input, as :class:`~..read.follow.Followed`
+    asks for it: None while torch writes, the finished trace's path, or
+    :class:`~..read.follow.Abandoned` (the parent said so, or went away)."""
+    import select
+
+    from ..read.follow import Abandoned
+
+    def finished(timeout: float) -> Optional[str]:
+        if not select.select([stream], [], [], timeout)[0]:
+            return None
+        line = stream.readline()  # the parent writes one whole line, then closes
+        doc = json.loads(line) if line.strip() else None
+        if not isinstance(doc, dict) or not doc.get("ok") or not isinstance(doc.get("path"), str):
+            raise Abandoned("torch's export of the profile did not finish")
+        return doc["path"]
+
+    return finished
+
+
 def _run(job: Dict[str, Any]) -> tuple:
-    """The worker's conversion: (True, report) or (False, the error)."""
+    """The worker's conversion: (True, report) or (False, the error); None when the parent
+    abandoned it (nothing to convert, nobody to tell)."""
     import dataclasses
 
     from ..annotations.files import load_annotations
     from ..pipeline.convert import write_joined_file
+    from ..read.follow import Abandoned, Followed
 
     try:
         ann = dataclasses.replace(load_annotations(job["annotations"]), source=job["source"])
-        layout = write_joined_file(job["src"], job["out"], ann, job["graph_lanes"], job["default_stream"],
-                                      job["force"], job["label"])
+        follow = None
+        if job.get("follow"):
+            import numpy  # noqa: F401: the writer's plan imports it when it starts; here torch is still writing
+
+            follow = Followed(job["follow"], _writer_word(sys.stdin.buffer))
+        try:
+            layout = write_joined_file(job["src"], job["out"], ann, job["graph_lanes"], job["default_stream"],
+                                       job["force"], job["label"], follow=follow)
+        finally:
+            if follow is not None and follow.final is not None:
+                job["read"] = follow.final
         return True, layout.report
+    except Abandoned:
+        return None
     except GraphAnnError as e:
         return False, e
     except BaseException as e:  # noqa: BLE001: anything else, told to the caller as an output error
@@ -248,11 +320,16 @@ def _main(argv: List[str]) -> int:
     from ..util.atomic import atomic_write_bytes
 
     job = json.loads(argv[0])
-    try:
-        os.nice(NICE)  # the training keeps its CPU: the file may appear a little later
-    except (AttributeError, OSError):
-        pass
+    if job.get("nice", True):
+        try:
+            os.nice(NICE)  # the training keeps its CPU: the file may appear a little later
+        except (AttributeError, OSError):
+            pass
     outcome = _run(job)
+    if outcome is None:  # abandoned: the parent removes the folder, unless it is gone
+        if os.getppid() != job["parent"]:
+            shutil.rmtree(job["tmp"], ignore_errors=True)
+        return 3
     data = _encode_outcome(outcome, job["out"])
     tmp = job["tmp"]
     for name in ("annotations.pgab",):
@@ -260,11 +337,12 @@ def _main(argv: List[str]) -> int:
             os.remove(os.path.join(tmp, name))
         except OSError:
             pass
-    if os.path.dirname(os.path.abspath(job["src"])) == os.path.abspath(tmp):
-        try:
-            os.remove(job["src"])
-        except OSError:
-            pass
+    for read in {job["src"], job.get("read") or job["src"]}:
+        if os.path.dirname(os.path.abspath(read)) == os.path.abspath(tmp):
+            try:
+                os.remove(read)
+            except OSError:
+                pass
     if os.getppid() != job["parent"]:  # nobody will collect the outcome: leave nothing behind
         shutil.rmtree(tmp, ignore_errors=True)
         return 0 if outcome[0] else 2
@@ -273,4 +351,7 @@ def _main(argv: List[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    code = _main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # everything is written and closed: the heap of a conversion is not torn down object by object

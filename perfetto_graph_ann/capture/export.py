@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from ..annotations.model import AnnotationSet
 from ..errors import InputError, OutputError, PathLike
@@ -28,7 +28,7 @@ from ..util.atomic import atomic_write_bytes
 if TYPE_CHECKING:
     from .background import ExportHandle
 
-__all__ = ["AnnotationsArg", "chrome_trace_bytes", "export", "export_chrome_trace_bytes"]
+__all__ = ["AnnotationsArg", "chrome_trace_bytes", "expected_kernels", "export", "export_chrome_trace_bytes", "follows"]
 
 AnnotationsArg = Union[AnnotationSet, PathLike, None]
 
@@ -59,11 +59,12 @@ class _Kept:
         self.path, self.finalizer = path, finalizer
 
 
-def _kept_trace(prof) -> "tuple[Union[str, bytes], Optional[str]]":
+def _kept_trace(prof, before: "Optional[Callable[[str], None]]" = None) -> "tuple[Union[str, bytes], Optional[str]]":
     """``prof``'s Chrome JSON, torch's export run once for the profile (torch saves a trace
     only once): (the path of a file kept while ``prof`` lives, or its bytes where ``prof``
     takes no weak reference; a folder the caller removes when done, where nothing could be
-    kept on ``prof``, else None)."""
+    kept on ``prof``, else None). ``before(path)`` is called just before torch writes to
+    ``path`` (not at all when the trace was kept by an earlier call)."""
     import shutil
     import weakref
 
@@ -79,6 +80,8 @@ def _kept_trace(prof) -> "tuple[Union[str, bytes], Optional[str]]":
     tmp = tempfile.mkdtemp(prefix=".pga-profile-")
     path = os.path.join(tmp, "trace.json")
     try:
+        if before is not None:
+            before(path)
         export_chrome_trace_to(prof, path)
         try:
             finalizer = weakref.finalize(prof, shutil.rmtree, tmp, True)
@@ -199,6 +202,10 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         src = os.fsdecode(prof)
         refuse_input_as_output(out, [src])
         return write_joined_file(src, out, ann, graph_lanes, default_stream, force)
+    if follows(prof, out, ann):
+        layout = _export_following(prof, out, ann, graph_lanes, default_stream, force, keep_json)
+        if layout is not None:
+            return layout
     with tempfile.TemporaryDirectory(prefix=".pga-export-") as tmp:
         src = _profile_json(prof, os.path.join(tmp, "trace.json"), keep_json, out, link=False)
         return write_joined_file(src, out, ann, graph_lanes, default_stream, force, "torch.profiler trace")
@@ -232,6 +239,155 @@ def _profile_json(prof, dst: str, keep_json: Optional[PathLike], out: str, link:
 
 
 
+def expected_kernels(ann: AnnotationSet) -> int:
+    """The graphed kernels the latest profiler window's replays launched, by the replay record
+    (each replay of an annotated graph: its nodes); 0 where nothing was recorded."""
+    if not ann.replays:
+        return 0
+    window = max(ann.replays, key=lambda w: w.stop_ns)
+    nodes = {g.exec_id: len(g.nodes) for g in ann.graphs}
+    return sum(nodes.get(e, 0) for t in window.threads for e in t.graphs)
+
+
+def follows(prof: Any, out: str, ann: AnnotationSet) -> bool:
+    """Whether ``prof``'s trace to ``out`` is read while torch writes it, by a worker process
+    (:class:`_Follower`): a live profiler taking weak references (its JSON kept on it), a
+    ``.pftrace`` output, a Python executable to start, and at least
+    ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW`` graphed kernels in the replay record (below it the
+    worker's start costs more than it saves)."""
+    import sys
+    import weakref
+
+    from .. import settings
+    from ..formats import is_json_name
+
+    if isinstance(prof, (str, bytes, os.PathLike)) or is_json_name(out) or not sys.executable or os.name != "posix":
+        return False  # (the worker waits for the word on a pipe with select: POSIX only)
+    if type(getattr(prof, _CACHE_ATTR, None)) in (_Kept, bytes):  # exported already: nothing to follow
+        return False
+    least = settings.count_or_off(settings.EXPORT_FOLLOW)
+    if least is None or expected_kernels(ann) < least:
+        return False
+    try:
+        weakref.ref(prof)
+    except TypeError:
+        return False
+    return True
+
+
+class _Follower:
+    """The ``before`` of :func:`_kept_trace`: starts, just before torch's export writes the
+    profile's JSON, a worker (:func:`.background.start` with ``follow``) that reads it as it
+    is written and converts it to ``out``, in ``tmp`` (made beside ``out`` when None).
+    ``nice``: as :func:`.background.start`'s."""
+
+    def __init__(self, out: str, ann: AnnotationSet, graph_lanes: Optional[str], default_stream: int, force: bool,
+                 label: str, tmp: Optional[str] = None, nice: bool = True) -> None:
+        self.args = (ann, out, graph_lanes, default_stream, force, label)
+        self.tmp, self.nice = tmp, nice
+        self.handle: "Optional[ExportHandle]" = None
+
+    def __call__(self, path: str) -> None:
+        from .background import start
+
+        ann, out, graph_lanes, default_stream, force, label = self.args
+        if self.tmp is None:
+            self.tmp = _scratch_beside(out)
+        self.handle = start(path, ann, out, graph_lanes, default_stream, force, label, self.tmp, follow=True,
+                            nice=self.nice)
+
+    def abandon(self) -> None:
+        """torch's export failed (or what came after it): the worker ends, its folder goes."""
+        import shutil
+
+        if self.handle is not None:
+            self.handle.abandon()
+        elif self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _scratch_beside(out: str) -> str:
+    try:
+        return tempfile.mkdtemp(prefix=".pga-export-", dir=os.path.dirname(os.path.abspath(out)))
+    except OSError as e:
+        raise OutputError(out, f"cannot write beside the output: {e.strerror or e}") from e
+
+
+def _export_following(prof, out: str, ann: AnnotationSet, graph_lanes: str, default_stream: int, force: bool,
+                      keep_json: Optional[PathLike]) -> "Optional[LaneLayout]":
+    """The blocking :func:`export` with a :class:`_Follower`: while the worker reads torch's
+    JSON and writes ``out``, this process joins the finished file for the layout it returns
+    (the same join: its report must equal the worker's, or nothing is kept). None when the
+    profile was exported before (nothing to follow: the caller converts the kept file)."""
+    import shutil
+
+    label = "torch.profiler trace"
+    follower = _Follower(out, ann, graph_lanes, default_stream, force, label, nice=False)
+    kept, own = _followed_trace(prof, follower, keep_json, out)
+    if follower.handle is None:
+        return None
+    handle = follower.handle
+    try:
+        handle.written(kept)
+        from ..pipeline.convert import join_for_output
+
+        try:
+            layout = join_for_output(kept, out, ann, graph_lanes, default_stream, force, label)
+        except BaseException:
+            _settle(handle, out)
+            raise
+        report = handle.result()  # the worker's error: the same join refused, nothing written
+        if report.as_dict() != layout.report.as_dict():
+            _remove(out)
+            raise OutputError(out, "the conversion and this process's join of the same profile disagree, so "
+                                   "nothing was kept: please report it; PERFETTO_GRAPH_ANN_EXPORT_FOLLOW=off "
+                                   "converts in this process")
+        return layout
+    finally:
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
+
+
+def _followed_trace(prof, follower: _Follower, keep_json: Optional[PathLike],
+                    out: str) -> "tuple[Union[str, bytes], Optional[str]]":
+    """:func:`_kept_trace` with ``follower`` started before torch writes, and ``keep_json``
+    kept (before the worker is told the file is whole: kept first, as without a worker). On
+    an error the worker is abandoned (nothing is written) and the error raised."""
+    import shutil
+
+    own = None
+    try:
+        kept, own = _kept_trace(prof, before=follower)
+        if follower.handle is not None and keep_json is not None:
+            keep_chrome_json(kept, keep_json, out, move=False)
+    except BaseException:
+        follower.abandon()
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
+        raise
+    if follower.handle is None and own is not None:
+        shutil.rmtree(own, ignore_errors=True)
+    return kept, own
+
+
+def _settle(handle: "ExportHandle", out: str) -> None:
+    """After an error of this process's, once the worker was told the file is whole: wait for
+    it (its output is written atomically, never cut short) and remove what it wrote."""
+    try:
+        handle.result()
+    except Exception:  # noqa: BLE001: this process's error is the one raised
+        pass
+    finally:
+        _remove(out)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
 def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, default_stream: int, force: bool,
                        keep_json: Optional[PathLike]) -> "ExportHandle":
     """:func:`export`'s ``background``: what the caller waits for is torch's export (once per
@@ -245,10 +401,12 @@ def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, def
     files = [ann.source] if ann.source else None
     decide_graph_lanes(graph_lanes, ann, files, label)
     check_default_stream(default_stream, ann, files, label)
-    try:
-        tmp = tempfile.mkdtemp(prefix=".pga-export-", dir=os.path.dirname(os.path.abspath(out)))
-    except OSError as e:
-        raise OutputError(out, f"cannot write beside the output: {e.strerror or e}") from e
+    follow = not saved and follows(prof, out, ann)
+    tmp = _scratch_beside(out)
+    if follow:
+        handle = _background_following(prof, out, ann, graph_lanes, default_stream, force, keep_json, label, tmp)
+        if handle is not None:
+            return handle
     try:
         if saved:
             from ..util.atomic import refuse_input_as_output
@@ -265,6 +423,33 @@ def _export_background(prof, out: str, ann: AnnotationSet, graph_lanes: str, def
 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _background_following(prof, out: str, ann: AnnotationSet, graph_lanes: str, default_stream: int, force: bool,
+                          keep_json: Optional[PathLike], label: str, tmp: str) -> "Optional[ExportHandle]":
+    """:func:`_export_background` with a :class:`_Follower` (the worker reads torch's JSON as
+    it is written); once torch is done, the worker is told the whole file's link in ``tmp``
+    (it may outlive the profiler object). None when the profile was exported before."""
+    import shutil
+
+    follower = _Follower(out, ann, graph_lanes, default_stream, force, label, tmp=tmp)
+    kept, own = _followed_trace(prof, follower, keep_json, out)
+    if follower.handle is None:
+        return None
+    try:
+        link = os.path.join(tmp, "trace.json")
+        try:
+            os.link(kept, link)
+        except OSError:  # another file system, or no hard links there: the worker reads the copy again
+            shutil.copyfile(kept, link)
+    except BaseException:
+        follower.abandon()
+        raise
+    finally:
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
+    follower.handle.written(link)
+    return follower.handle
 
 
 def keep_chrome_json(data: "bytes | str", path: PathLike, out: PathLike, move: bool = True) -> str:

@@ -27,7 +27,8 @@ from typing import Any, Callable, List, Optional
 from ..errors import OutputError
 from ..pipeline.convert import write_joined_file
 from .background import ExportHandle, report_error, start
-from .export import AnnotationsArg, _annotations, export_chrome_trace_to, keep_chrome_json
+from .export import (AnnotationsArg, _annotations, _Follower, _scratch_beside, export_chrome_trace_to, follows,
+                     keep_chrome_json)
 
 __all__ = ["trace_handler"]
 
@@ -119,10 +120,20 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
         label = f"torch.profiler trace (step {getattr(prof, 'step_num', '?')})"
         if background:
             _reap(in_flight, MAX_IN_FLIGHT - 1)
+        ann = fixed if fixed is not None else _annotations(None)
+        if follows(prof, out, ann):  # a worker reads the JSON while torch writes it
+            handle = _export_following(prof, dir_name, name, out, keep_json, use_gzip, ann, graph_lanes, label,
+                                       background)
+            if background:
+                in_flight.append(handle)
+                return out
+            handle.result()
+            written.append(out)
+            return out
+        if background:
             tmp = tempfile.mkdtemp(prefix=".pga-export-", dir=dir_name)
             try:
                 src = _export_to(prof, tmp, dir_name, name, out, keep_json, use_gzip)
-                ann = fixed if fixed is not None else _annotations(None)
                 in_flight.append(start(src, ann, out, graph_lanes, 7, False, label, tmp))
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -130,7 +141,6 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
             return out
         with tempfile.TemporaryDirectory(prefix=".pga-export-", dir=dir_name) as tmp:
             src = _export_to(prof, tmp, dir_name, name, out, keep_json, use_gzip)
-            ann = fixed if fixed is not None else _annotations(None)
             # the join decides None (join.lanes.decide_graph_lanes)
             write_joined_file(src, out, ann, graph_lanes, label=label)
         written.append(out)
@@ -160,10 +170,30 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     return handler_fn
 
 
-def _export_to(prof: Any, tmp: str, dir_name: str, name: str, out: str, keep_json: bool, use_gzip: bool) -> str:
+def _export_following(prof: Any, dir_name: str, name: str, out: str, keep_json: bool, use_gzip: bool, ann: Any,
+                      graph_lanes: Optional[str], label: str, background: bool) -> ExportHandle:
+    """A cycle's conversion by a worker started before torch writes the JSON (into a folder
+    of its own in ``dir_name``), reading it as it is written (:class:`.export._Follower`):
+    told the whole file once torch is done and ``keep_json`` kept. ``background``: the
+    worker runs below the training (niced)."""
+    follower = _Follower(out, ann, graph_lanes, 7, False, label, tmp=_scratch_beside(out), nice=background)
+    try:
+        src = _export_to(prof, follower.tmp, dir_name, name, out, keep_json, use_gzip, before=follower)
+    except BaseException:
+        follower.abandon()
+        raise
+    follower.handle.written(src)
+    return follower.handle
+
+
+def _export_to(prof: Any, tmp: str, dir_name: str, name: str, out: str, keep_json: bool, use_gzip: bool,
+               before: Optional[Callable[[str], None]] = None) -> str:
     """torch's Chrome JSON of this cycle into ``tmp`` (kept beside the output too when
-    ``keep_json``: renamed into place, or gzipped); the path to read it from."""
+    ``keep_json``: renamed into place, or gzipped); the path to read it from. ``before(path)``
+    is called just before torch writes it."""
     src = os.path.join(tmp, "trace.json")
+    if before is not None:
+        before(src)
     export_chrome_trace_to(prof, src)
     if keep_json:
         kept = keep_chrome_json(src, os.path.join(dir_name, name[:-len(".pftrace")] + ".json" +

@@ -19,9 +19,10 @@ from .joined import check_lane_options, read_and_join, read_for_writing, resolve
 
 if TYPE_CHECKING:
     from ..join.model import LaneLayout
+    from ..read.follow import Followed
     from ..util.progress import Progress
 
-__all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Converted", "join_files",
+__all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Converted", "join_files", "join_for_output",
            "read_and_join", "read_for_writing", "resolve_graph_lanes", "TWO_PASS_MIN_BYTES", "write_joined",
            "write_joined_file"]
 
@@ -119,7 +120,8 @@ def _json_bytes(src: str) -> int:
 
 
 def write_joined_file(src: str, out: str, ann: AnnotationSet, graph_lanes: Optional[str] = "none",
-                      default_stream: int = 7, force: bool = False, label: Optional[str] = None) -> "LaneLayout":
+                      default_stream: int = 7, force: bool = False, label: Optional[str] = None,
+                      follow: "Optional[Followed]" = None) -> "LaneLayout":
     """The profile's Chrome JSON at ``src`` joined with ``ann`` and written to ``out``, with the
     cyclic collector paused (the caller's heap is not walked for each of the reader's, the
     join's and the writer's allocations). A ``.pftrace`` of a profile of
@@ -128,18 +130,35 @@ def write_joined_file(src: str, out: str, ann: AnnotationSet, graph_lanes: Optio
     again while it is written, a graph replay's kernels framed from their text), anything else
     in memory. ``label``: what errors call the trace (a temporary file's name means nothing to
     the caller), else ``src``. ``export``, ``trace_handler`` and the background worker read
-    torch's JSON through it."""
+    torch's JSON through it. ``follow``: ``src`` read as torch writes it (:mod:`~..read.follow`;
+    a ``.pftrace`` then in two passes whatever its size: its size is not known yet)."""
+    return _joined_file(src, out, ann, graph_lanes, default_stream, force, label, follow, write=True)
+
+
+def join_for_output(src: str, out: str, ann: AnnotationSet, graph_lanes: Optional[str] = "none",
+                    default_stream: int = 7, force: bool = False, label: Optional[str] = None) -> "LaneLayout":
+    """The layout :func:`write_joined_file` returns for the same arguments, read and joined the
+    same way, with nothing written: ``export`` joins in its own process (for the layout it
+    returns) while a worker writes ``out``."""
+    return _joined_file(src, out, ann, graph_lanes, default_stream, force, label, None, write=False)
+
+
+def _joined_file(src: str, out: str, ann: AnnotationSet, graph_lanes: Optional[str], default_stream: int,
+                 force: bool, label: Optional[str], follow: "Optional[Followed]", write: bool) -> "LaneLayout":
     from ..errors import TraceFormatError
 
     with paused_gc():
         try:
-            two_pass = not is_json_name(out) and _json_bytes(src) >= TWO_PASS_MIN_BYTES
-            trace = read_for_writing(src, two_pass, join=True)
+            two_pass = not is_json_name(out) and (follow is not None or _json_bytes(src) >= TWO_PASS_MIN_BYTES)
+            trace = read_for_writing(src, two_pass, join=True, follow=follow)
         except TraceFormatError as e:
             raise TraceFormatError(label or src, e.problem) from None
         if label is not None:
             trace.path = label  # what the join's refusals call it
         try:
+            if not write:
+                return read_and_join(trace, ann, graph_lanes=graph_lanes, default_stream=default_stream, force=force,
+                                     compact=not is_json_name(out)).layout
             return write_joined(trace, out, ann, graph_lanes, default_stream, force)
         except TraceFormatError as e:  # the second pass's (the file changed meanwhile)
             raise TraceFormatError(label or src, e.problem) from None

@@ -23,6 +23,7 @@ from ..util.progress import phase
 
 if TYPE_CHECKING:
     from ..join.model import LaneLayout
+    from ..read.follow import Followed
     from ..util.progress import Progress
 
 __all__ = ["Joined", "check_lane_options", "read_and_join", "read_for_writing", "resolve_graph_lanes",
@@ -42,19 +43,23 @@ class Joined:
     annotations: Optional[AnnotationSet]
 
 
-def read_for_writing(src: PathLike, two_pass: bool, join: bool = False) -> KinetoTrace:
+def read_for_writing(src: PathLike, two_pass: bool, join: bool = False,
+                     follow: "Optional[Followed]" = None) -> KinetoTrace:
     """The trace at ``src`` as the ``.pftrace`` writer reads it: with ``two_pass``, scanned
     (:func:`~..read.scan.scan_trace`: light events, read again while writing) where that
     applies (a JSON file, plain or gzip), else read whole (a pipe, anything the scan is unsure
     of, and every error: :func:`~..read.kineto.read_trace`). ``join``: the light events keep
-    what the join reads too (it runs on them before the writer). ``convert`` and ``merge``
-    read through it."""
+    what the join reads too (it runs on them before the writer). ``follow``: the file read as
+    its writer writes it (:mod:`~..read.follow`); the whole-file read, where it comes to that,
+    waits for the writer and reads the finished file. ``convert`` and ``merge`` read through it."""
     if two_pass:
         from ..read.scan import scan_trace
 
-        scanned = scan_trace(os.fspath(src), join)
+        scanned = scan_trace(os.fspath(src), join, follow)
         if scanned is not None:
             return scanned
+    if follow is not None:
+        src = follow.wait()
     return kineto.read_trace(src)
 
 

@@ -86,7 +86,7 @@ def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int 
     return -1
 
 
-def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[KinetoTrace]:
+def _stream_trace(path: str, block: int = 0, scan: Any = None, raw: Any = None) -> Optional[KinetoTrace]:
     """The trace at ``path`` read a block at a time, or None (the caller reads the whole file,
     which also words every error) when the file is not plainly a trace this reads.
 
@@ -101,17 +101,20 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None) -> Optional[Kinet
     start, offset)`` (refusing what :func:`.events.decode_events` refuses; ``buf[:end]``: the
     run's events, ``buf`` starting at ``offset`` in the file's text), which returns what is
     kept of them; ``scan.gunzip(raw)`` gives the file object a gzip file's text is read from.
+    ``raw``: the file object to read (a :class:`.follow.Followed`: the file as it is written),
+    else ``path`` opened here.
     """
     import gzip
     import zlib
 
     block = block or STREAM_BLOCK
-    if not os.path.isfile(path):  # a pipe read here could not be read again by the whole-file read
-        return None
-    try:
-        raw = open(path, "rb")
-    except OSError:
-        return None
+    if raw is None:
+        if not os.path.isfile(path):  # a pipe read here could not be read again by the whole-file read
+            return None
+        try:
+            raw = open(path, "rb")
+        except OSError:
+            return None
     with raw:
         try:
             gunzip = getattr(scan, "gunzip", None) or (lambda fileobj: gzip.GzipFile(fileobj=fileobj, mode="rb"))

@@ -23,7 +23,7 @@ import zlib
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import msgspec
 
@@ -32,6 +32,9 @@ from ..errors import TraceFormatError
 from .events import _from_generic, _KinetoEvent, decode_events
 from .kineto import _stream_trace, read_trace
 from .model import CATEGORY_ALIASES, GPU_WORK_CATEGORIES, GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
+
+if TYPE_CHECKING:
+    from .follow import Followed
 
 __all__ = ["EventSource", "EVENT_SPANS", "GATHER", "GzipEventSource", "KEEP_LOOP", "ScannedTrace", "scan_trace",
            "WHOLE_EVENTS"]
@@ -703,25 +706,39 @@ def _light_args(d: Any, s: Any, memo: Dict[Any, Any], key: Any) -> Dict[str, Any
     return light
 
 
-def scan_trace(path: str, join: bool = False) -> Optional[ScannedTrace]:
+def scan_trace(path: str, join: bool = False, follow: "Optional[Followed]" = None) -> Optional[ScannedTrace]:
     """The first pass over the trace at ``path``: light events and where each one's text is
     (in the decompressed text of a gzip file); None where the two-pass read does not apply
     (not a regular file) or the streaming read is unsure (the caller then reads the whole
     file, which also words every error).
-    ``join``: the events the join reads keep its args and their names (:class:`_JoinArgs`)."""
+    ``join``: the events the join reads keep its args and their names (:class:`_JoinArgs`).
+    ``follow``: the file read as its writer writes it (:mod:`.follow`); ``path`` is then only
+    what errors call it, and the events' source is the finished file. None also where the
+    finished file is not the one read (:class:`~.follow.Moved`: the caller reads it whole)."""
     import stat
 
-    try:  # not opened first: opening a pipe waits for its writer, and a read would take its bytes
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
+    from .follow import Moved
+
     scan = _Scan(join)
-    try:
-        trace = _stream_trace(path, scan=scan)
-    except _Unsure:
-        return None
+    if follow is None:
+        try:  # not opened first: opening a pipe waits for its writer, and a read would take its bytes
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        try:
+            trace = _stream_trace(path, scan=scan)
+        except _Unsure:
+            return None
+    else:
+        try:
+            trace = _stream_trace(path, scan=scan, raw=follow)
+        except (_Unsure, Moved):
+            return None
+        if trace is None or follow.final is None:
+            return None
+        path, st = follow.final, follow.final_stat
     if trace is None:
         return None
     try:
