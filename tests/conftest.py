@@ -105,6 +105,18 @@ def node_watch_not_yielded(monkeypatch):
 
 
 @pytest.fixture
+def sys_tmp(tmp_path, monkeypatch):
+    """The system's temporary folder for the test (where a live profile's JSON is kept): an
+    empty folder under tmp_path."""
+    import tempfile
+
+    folder = tmp_path / "sys_tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+@pytest.fixture
 def fake_torch_cuda(monkeypatch):
     """A ``FakeCuda`` in use as the capture backend, under a fake ``torch`` module
     (``capture_fakes.fake_torch``, capturing on ``FAKE_TORCH_STREAM``) in ``sys.modules``;

@@ -420,7 +420,8 @@ def test_merge_reads_each_rank_in_two_passes(gz, tmp_path, monkeypatch):
     anns = [load_annotations(str(fixture_capture(n))) for n in names[:2]] + [None]
     scanned = []
     real = scan_trace
-    monkeypatch.setattr(scan, "scan_trace", lambda p, join=False, follow=None: scanned.append(join) or real(p, join, follow))
+    monkeypatch.setattr(scan, "scan_trace",
+                        lambda p, join=False, follow=None: scanned.append(join) or real(p, join, follow))
     outs = []
     for two_pass in (False, True):
         out = tmp_path / f"merged.{two_pass}.pftrace"

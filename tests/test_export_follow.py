@@ -56,17 +56,6 @@ class KinetoLike:
         os.rename(path + ".tmp", path)
 
 
-@pytest.fixture
-def sys_tmp(tmp_path, monkeypatch):
-    """The system's temporary folder for the test (the profiles' kept JSON): under tmp_path."""
-    import tempfile
-
-    folder = tmp_path / "sys_tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
 def _follow(monkeypatch, on: bool) -> None:
     monkeypatch.setenv("PERFETTO_GRAPH_ANN_EXPORT_FOLLOW", "0" if on else "off")
 

@@ -173,17 +173,6 @@ def test_export_pauses_the_collector_and_restores_it(tmp_path, monkeypatch, was_
     assert seen == [False]
 
 
-@pytest.fixture
-def sys_tmp(tmp_path, monkeypatch):
-    """The system's temporary folder for the test: an empty folder under tmp_path."""
-    import tempfile
-
-    folder = tmp_path / "sys_tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
 def test_a_profiles_trace_is_kept_as_a_file_while_the_profiler_lives(tmp_path, sys_tmp):
     """torch's export runs once per profile; its JSON stays in a private temporary folder (not
     as bytes in the caller's memory) for later exports, and is removed with the profiler

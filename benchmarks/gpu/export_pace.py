@@ -188,7 +188,8 @@ def main() -> int:
               f"{med('pga_over_torch'):.2f}x | {med('pga_over_inner_torch'):.2f}x | {med('pga_keep_json_s'):.3f} | "
               f"{med('phase_parse_s'):.3f} | {med('phase_join_s'):.3f} | {med('phase_write_s'):.3f} |")
         print(f"|   replay record: {rs[0]['followed']:,} kernels; follow off (in process): "
-              f"pga.export {med('pga_in_process_s'):.3f} s, {med('pga_in_process_over_inner_torch'):.2f}x (same profile) |")
+              f"pga.export {med('pga_in_process_s'):.3f} s, "
+              f"{med('pga_in_process_over_inner_torch'):.2f}x (same profile) |")
         if args.two_pass:
             print(f"|   two-pass read: pga.export {med('pga_two_pass_s'):.3f} s, "
                   f"{med('pga_two_pass_over_inner_torch'):.2f}x (same profile) |")

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from ..read.follow import Followed
     from ..util.progress import Progress
 
-__all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Converted", "join_files", "join_for_output",
-           "read_and_join", "read_for_writing", "resolve_graph_lanes", "TWO_PASS_MIN_BYTES", "write_joined",
-           "write_joined_file"]
+__all__ = ["ConvertConfig", "check_lane_options", "convert", "convert_file", "Converted", "join_files",
+           "join_for_output", "read_and_join", "read_for_writing", "resolve_graph_lanes", "TWO_PASS_MIN_BYTES",
+           "write_joined", "write_joined_file"]
 
 
 def convert(src: "PathLike | KinetoTrace", out: PathLike, config: ConvertConfig = ConvertConfig(),
