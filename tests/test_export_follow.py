@@ -292,3 +292,30 @@ def test_the_trace_handler_follows_with_the_same_bytes(tmp_path, monkeypatch, bg
         assert sorted(os.listdir(folder)) == sorted([os.path.basename(path), os.path.basename(path)[:-8] + ".json"])
     assert out[True] == out[False]
     assert background.pending() == []
+
+
+def test_torchs_own_exporter_is_followed_with_the_same_bytes(tmp_path, sys_tmp, monkeypatch):
+    """torch's ``export_chrome_trace`` (Kineto: ``<path>.tmp`` written while the interpreter
+    lock is held, then renamed) read by the worker as it writes: the same file as converting
+    torch's JSON afterwards (kept with ``keep_json``: a profile is exported once)."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from perfetto_graph_ann.capture import background as bg
+
+    x = torch.randn(32, 32)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3000):
+            x = torch.relu(x + 1)
+    seen = []
+    real = bg.start
+    monkeypatch.setattr(bg, "start", lambda src, *a, **k: seen.append(k.get("follow")) or real(src, *a, **k))
+    _follow(monkeypatch, True)
+    layout = export(prof, tmp_path / "followed.pftrace", AnnotationSet(), keep_json=tmp_path / "raw.json")
+    assert seen == [True]  # one following worker converted it
+    _follow(monkeypatch, False)
+    again = export(str(tmp_path / "raw.json"), tmp_path / "after.pftrace", AnnotationSet())
+    followed = (tmp_path / "followed.pftrace").read_bytes()
+    assert followed == (tmp_path / "after.pftrace").read_bytes() and len(followed) > 100_000
+    assert layout.report == again.report
+    _gone(tmp_path, "followed.pftrace", "after.pftrace", "raw.json", "sys_tmp")
