@@ -178,6 +178,11 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
             into a temporary folder beside ``out``); reading, joining and writing run in
             another process (:mod:`.background`), and ``out`` appears, whole, when it is done.
 
+    A live profile of at least ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW`` (40,000) graphed kernels by
+    the replay record, to a ``.pftrace``, is read while torch writes it, by that other process
+    (torch holds this one meanwhile; see :func:`follows`); blocking, this process joins the
+    finished file for the layout it returns, and the two reports must agree.
+
     Returns:
         The join's :class:`LaneLayout` (its report: ``layout.report``); with ``background``,
         an :class:`~.background.ExportHandle`: ``result()`` waits and returns the report
