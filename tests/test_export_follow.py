@@ -95,7 +95,12 @@ class _Writer:
         self.word.set()
 
     def finished(self, timeout: float):
-        return self.path if self.word.wait(timeout) else None
+        """The word, given once (as the worker's pipe: after it, only the end of the pipe)."""
+        if self.word.wait(timeout):
+            assert not getattr(self, "told", False), "the word was asked for again"
+            self.told = True
+            return self.path
+        return None
 
 
 def test_a_followed_file_reads_every_byte_in_order_and_ends_only_at_the_writers_word(tmp_path):
@@ -127,12 +132,15 @@ def test_a_file_finished_elsewhere_is_moved_and_read_whole(tmp_path):
     w.thread.join()
     w2 = _Writer(str(tmp_path / "u.json"), data, copy=True)
     f2 = Followed([w2.path + ".tmp", w2.path], w2.finished)
-    assert scan_trace(w2.path, True, f2) is None  # the scan gives up; the whole-file read of the finished one
+    assert scan_trace(w2.path, True, f2) is None  # the scan gives up
+    assert f2.wait() == w2.path  # the word already came: not asked for again
+    w3 = _Writer(str(tmp_path / "v.json"), data, copy=True)
+    trace = read_for_writing(w3.path, True, join=True, follow=Followed([w3.path + ".tmp", w3.path], w3.finished))
     w2.thread.join()
-    f3 = Followed([w2.path + ".tmp", w2.path], lambda timeout: w2.path)
-    f3.final, f3.final_stat = w2.path, os.stat(w2.path)
-    trace = read_for_writing(w2.path, False, follow=f3)
-    assert len(trace.events) == len(read_for_writing(w2.path, False).events) > 0
+    w3.thread.join()
+    whole = read_for_writing(w3.path, False).events
+    assert [(e.name, e.ts_ns) for e in trace.events] == [(e.name, e.ts_ns) for e in whole]
+    assert len(trace.events) > 0
 
 
 def test_an_abandoned_file_raises_through_the_reader(tmp_path):

@@ -59,16 +59,17 @@ class Followed:
     def _done(self, final: str) -> None:
         """The writer's word came: the file read so far must be ``final``."""
         st = os.stat(final)  # an OSError: the finished file is not there, which the reader reports
+        self.final, self.final_stat = final, st  # the word comes once: kept for wait(), moved or not
         if self._file is None:
             self._open((final,))
         else:
             own = os.fstat(self._file.fileno())
             if (own.st_dev, own.st_ino) != (st.st_dev, st.st_ino):
                 raise Moved(final)
-        self.final, self.final_stat = final, st
 
     def wait(self) -> str:
-        """Wait for the writer to finish; the finished file's path."""
+        """Wait for the writer to finish (its word asked for only if it has not come yet); the
+        finished file's path."""
         while self.final is None:
             final = self._finished(1.0)
             if final is not None:
