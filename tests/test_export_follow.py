@@ -38,8 +38,10 @@ class KinetoLike:
     time, then renamed; once. ``stop_at``: bytes written before it stops (``fail``: then raises,
     as an export that failed; else renames what it wrote: a trace cut short)."""
 
-    def __init__(self, data: bytes, piece: int = 4096, stop_at: "int | None" = None, fail: bool = False):
+    def __init__(self, data: bytes, piece: int = 4096, stop_at: "int | None" = None, fail: bool = False,
+                 rewrite: bool = False):
         self.data, self.piece, self.stop_at, self.fail, self.calls = data, piece, stop_at, fail, 0
+        self.rewrite = rewrite  # the whole file written anew at the end (another inode than the one read)
 
     def export_chrome_trace(self, path: str) -> None:
         self.calls += 1
@@ -53,6 +55,11 @@ class KinetoLike:
                 time.sleep(0.0005)
         if self.fail:
             raise RuntimeError("the export failed (test)")
+        if self.rewrite:
+            with open(path, "wb") as f:
+                f.write(self.data[:end])
+            os.remove(path + ".tmp")
+            return
         os.rename(path + ".tmp", path)
 
 
@@ -212,6 +219,21 @@ def test_a_followed_export_is_the_export_in_process(tmp_path, sys_tmp, monkeypat
 
     gc.collect()
     assert os.listdir(sys_tmp) == []
+
+
+@pytest.mark.parametrize("bg", [False, True])
+def test_a_trace_finished_in_another_file_is_read_again_whole(tmp_path, sys_tmp, monkeypatch, bg):
+    name = "seed_block_annotated"
+    ann = read_capture_record(fixture_capture(name))
+    data = _raw(name)
+    _follow(monkeypatch, False)
+    a = export(KinetoLike(data), tmp_path / "a.pftrace", ann, graph_lanes="all")
+    _follow(monkeypatch, True)
+    b = export(KinetoLike(data, rewrite=True), tmp_path / "b.pftrace", ann, graph_lanes="all", background=bg)
+    report = b.result(timeout=120) if bg else b.report
+    assert report == a.report
+    assert (tmp_path / "b.pftrace").read_bytes() == (tmp_path / "a.pftrace").read_bytes()
+    _gone(tmp_path, "a.pftrace", "b.pftrace", "sys_tmp")
 
 
 def _error(call):
