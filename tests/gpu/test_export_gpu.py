@@ -79,3 +79,35 @@ def test_export_live(tmp_path, results, block):
         want = {f"{lane} {labels[lane]}" for lane in expected
                 if labels.get(lane) in ("left_projection", "right_projection")}
         assert len(want) == 2 and want <= set(names)
+
+
+def test_export_follows_torchs_writing(tmp_path, results, monkeypatch):
+    """torch 2.11's own exporter read while it writes (``read.follow``, issue 33): the 36-layer
+    decoder, 60 replays (49,680 graphed kernels by the replay record: the default follows), the
+    same file and report as converting torch's JSON afterwards (kept with ``keep_json``)."""
+    from blocks import decoder, decoder_weights
+
+    from perfetto_graph_ann.capture import background
+    from perfetto_graph_ann.capture.export import expected_kernels
+    from perfetto_graph_ann.capture.recorded import recorded_annotations
+
+    g, _ = capture(decoder(decoder_weights(36)))
+    g.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(60):
+            g.replay()
+        torch.cuda.synchronize()
+    ann = recorded_annotations()
+    seen = []
+    real = background.start
+    monkeypatch.setattr(background, "start", lambda src, *a, **k: seen.append(k.get("follow")) or real(src, *a, **k))
+    layout = export(prof, tmp_path / "followed.pftrace", graph_lanes="all", keep_json=tmp_path / "raw.json")
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_EXPORT_FOLLOW", "off")
+    again = export(str(tmp_path / "raw.json"), tmp_path / "after.pftrace", annotations=ann, graph_lanes="all")
+    same = (tmp_path / "followed.pftrace").read_bytes() == (tmp_path / "after.pftrace").read_bytes()
+    results["export_follow"] = {"expected_kernels": expected_kernels(ann), "followed": seen, "same_bytes": same,
+                                "report": layout.report.as_dict()}
+    print(results["export_follow"])
+    assert expected_kernels(ann) >= 40000 and seen == [True]
+    assert same and layout.report == again.report and layout.report.unmatched == 0
