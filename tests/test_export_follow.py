@@ -305,6 +305,33 @@ def test_reports_that_disagree_keep_nothing(tmp_path, sys_tmp, monkeypatch):
     _gone(tmp_path, "sys_tmp")
 
 
+@pytest.mark.parametrize("where", ["join", "wait"])
+def test_an_interrupted_export_stops_its_worker(tmp_path, sys_tmp, monkeypatch, where):
+    """Ctrl-C in this process's join, or while it waits for the worker: the worker is stopped
+    at once (not waited for), and no folder or temporary file is left (a file the worker had
+    finished may stay: it is whole)."""
+    from perfetto_graph_ann.pipeline import convert
+
+    _follow(monkeypatch, True)
+    started = []
+    real_start = background.start
+    monkeypatch.setattr(background, "start", lambda *a, **k: started.append(real_start(*a, **k)) or started[-1])
+    if where == "join":
+        def interrupted(*a, **k):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(convert, "join_for_output", interrupted)
+    else:
+        monkeypatch.setattr(background.ExportHandle, "result", lambda self, timeout=None: (_ for _ in ()).throw(
+            KeyboardInterrupt()))
+    ann = read_capture_record(fixture_capture("two_branch"))
+    with pytest.raises(KeyboardInterrupt):
+        export(KinetoLike(_raw("two_branch")), tmp_path / "x.pftrace", ann)
+    assert len(started) == 1 and started[0]._proc.poll() is not None
+    left = sorted(os.listdir(tmp_path))
+    assert left in (["sys_tmp"], ["sys_tmp", "x.pftrace"]), left
+    assert background.pending() == []
+
+
 @pytest.mark.parametrize("bg", [False, True])
 def test_the_trace_handler_follows_with_the_same_bytes(tmp_path, monkeypatch, bg):
     name = "seed_block_annotated"

@@ -76,6 +76,24 @@ class ExportHandle:
         self._outcome = (False, OutputError(self.out, f"the conversion of {self.label} was abandoned"))
         shutil.rmtree(self._tmp, ignore_errors=True)
 
+    def stop(self) -> None:
+        """Stop the worker now (the caller was interrupted): SIGTERM, which its atomic write
+        turns into an exit that removes its temporary file; its folder is removed. A file it
+        finished before is left whole."""
+        if self._proc.poll() is None:
+            self._word(None)
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        with _lock:
+            if self in _pending:
+                _pending.remove(self)
+        self._outcome = (False, OutputError(self.out, f"the conversion of {self.label} was stopped"))
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
     def _word(self, doc: Optional[Dict[str, Any]]) -> None:
         stdin = self._proc.stdin
         if stdin is None or stdin.closed:

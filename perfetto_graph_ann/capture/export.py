@@ -338,7 +338,7 @@ def _export_following(prof, out: str, ann: AnnotationSet, graph_lanes: str, defa
 
         try:
             layout = join_for_output(kept, out, ann, graph_lanes, default_stream, force, label)
-        except BaseException:
+        except Exception:
             _settle(handle, out)
             raise
         report = handle.result()  # the worker's error: the same join refused, nothing written
@@ -348,6 +348,10 @@ def _export_following(prof, out: str, ann: AnnotationSet, graph_lanes: str, defa
                                    "nothing was kept: please report it; PERFETTO_GRAPH_ANN_EXPORT_FOLLOW=off "
                                    "converts in this process")
         return layout
+    except BaseException as e:
+        if not isinstance(e, Exception):  # interrupted (Ctrl-C) joining or waiting: the worker is stopped too
+            handle.stop()
+        raise
     finally:
         if own is not None:
             shutil.rmtree(own, ignore_errors=True)
