@@ -64,25 +64,21 @@ class ExportHandle:
     def abandon(self) -> None:
         """A following worker's word: torch's export failed, there is nothing to convert. The
         worker ends without writing anything; its folder is removed."""
-        self._word(None)
-        try:
-            self._proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        with _lock:
-            if self in _pending:
-                _pending.remove(self)
-        self._outcome = (False, OutputError(self.out, f"the conversion of {self.label} was abandoned"))
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._end(False, "abandoned")
 
     def stop(self) -> None:
         """Stop the worker now (the caller was interrupted): SIGTERM, which its atomic write
         turns into an exit that removes its temporary file; its folder is removed. A file it
         finished before is left whole."""
+        self._end(True, "stopped")
+
+    def _end(self, terminate: bool, why: str) -> None:
+        """The worker told to end (its standard input closed; ``terminate``: SIGTERM too),
+        waited for (killed after 10 s), and its outcome settled as ``why``."""
         if self._proc.poll() is None:
             self._word(None)
-            self._proc.terminate()
+            if terminate:
+                self._proc.terminate()
             try:
                 self._proc.wait(10)
             except subprocess.TimeoutExpired:
@@ -91,7 +87,7 @@ class ExportHandle:
         with _lock:
             if self in _pending:
                 _pending.remove(self)
-        self._outcome = (False, OutputError(self.out, f"the conversion of {self.label} was stopped"))
+        self._outcome = (False, OutputError(self.out, f"the conversion of {self.label} was {why}"))
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def _word(self, doc: Optional[Dict[str, Any]]) -> None:
