@@ -75,8 +75,8 @@ class ExportHandle:
     def _end(self, terminate: bool, why: str) -> None:
         """The worker told to end (its standard input closed; ``terminate``: SIGTERM too),
         waited for (killed after 10 s), and its outcome settled as ``why``."""
+        self._word(None)
         if self._proc.poll() is None:
-            self._word(None)
             if terminate:
                 self._proc.terminate()
             try:
