@@ -47,16 +47,23 @@ def _expected_lanes(g, prof):
     return lanes, REGISTRY.snapshot().lanes
 
 
+def _calibrated_then_profiled(g, replays: int):
+    """One replay outside the profiler (it records the calibration table), then ``replays``
+    under it; the profiler."""
+    g.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            g.replay()
+        torch.cuda.synchronize()
+    return prof
+
+
 @pytest.mark.parametrize("block", ["seed_block", "two_branch"])
 def test_export_live(tmp_path, results, block):
     fn = seed_block() if block == "seed_block" else two_branch()
     g, _ = capture(fn)
-    g.replay()  # the first replay, outside the profiler, records the calibration table
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            g.replay()
-        torch.cuda.synchronize()
+    prof = _calibrated_then_profiled(g, 5)
     expected, labels = _expected_lanes(g, prof)
     layout = export(prof, tmp_path / "run.pftrace", graph_lanes="all")  # torch's default is "none"
     export(prof, tmp_path / "run.json.gz", graph_lanes="all")
@@ -91,13 +98,7 @@ def test_export_follows_torchs_writing(tmp_path, results, monkeypatch):
     from perfetto_graph_ann.capture.export import expected_kernels
     from perfetto_graph_ann.capture.recorded import recorded_annotations
 
-    g, _ = capture(decoder(decoder_weights(36)))
-    g.replay()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(60):
-            g.replay()
-        torch.cuda.synchronize()
+    prof = _calibrated_then_profiled(capture(decoder(decoder_weights(36)))[0], 60)
     ann = recorded_annotations()
     seen = []
     real = background.start
