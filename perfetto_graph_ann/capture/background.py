@@ -25,9 +25,12 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from ..errors import GraphAnnError, OutputError
+
+if TYPE_CHECKING:
+    from ..read.follow import Followed
 
 __all__ = ["EXIT_WAIT_S", "ExportHandle", "NICE", "pending", "report_error", "start", "wait_all"]
 
@@ -245,28 +248,22 @@ def _writer_word(stream: Any) -> Callable[[float], Optional[str]]:
     return finished
 
 
-def _run(job: Dict[str, Any]) -> tuple:
+def _run(job: Dict[str, Any], follow: "Optional[Followed]") -> tuple:
     """The worker's conversion: (True, report) or (False, the error); None when the parent
-    abandoned it (nothing to convert, nobody to tell)."""
+    abandoned it (nothing to convert, nobody to tell). ``follow``: ``job["src"]`` read as
+    torch writes it."""
     import dataclasses
 
     from ..annotations.files import load_annotations
     from ..pipeline.convert import write_joined_file
-    from ..read.follow import Abandoned, Followed
+    from ..read.follow import Abandoned
 
     try:
         ann = dataclasses.replace(load_annotations(job["annotations"]), source=job["source"])
-        follow = None
-        if job.get("follow"):
+        if follow is not None:
             import numpy  # noqa: F401: the writer's plan imports it when it starts; here torch is still writing
-
-            follow = Followed(job["follow"], _writer_word(sys.stdin.buffer))
-        try:
-            layout = write_joined_file(job["src"], job["out"], ann, job["graph_lanes"], job["default_stream"],
-                                       job["force"], job["label"], follow=follow)
-        finally:
-            if follow is not None and follow.final is not None:
-                job["read"] = follow.final
+        layout = write_joined_file(job["src"], job["out"], ann, job["graph_lanes"], job["default_stream"],
+                                   job["force"], job["label"], follow=follow)
         return True, layout.report
     except Abandoned:
         return None
@@ -339,7 +336,12 @@ def _main(argv: List[str]) -> int:
             os.nice(NICE)  # the training keeps its CPU: the file may appear a little later
         except (AttributeError, OSError):
             pass
-    outcome = _run(job)
+    follow = None
+    if job.get("follow"):
+        from ..read.follow import Followed
+
+        follow = Followed(job["follow"], _writer_word(sys.stdin.buffer))
+    outcome = _run(job, follow)
     if outcome is None:  # abandoned: the parent removes the folder, unless it is gone
         if os.getppid() != job["parent"]:
             shutil.rmtree(job["tmp"], ignore_errors=True)
@@ -351,7 +353,7 @@ def _main(argv: List[str]) -> int:
             os.remove(os.path.join(tmp, name))
         except OSError:
             pass
-    for read in {job["src"], job.get("read") or job["src"]}:
+    for read in {job["src"], follow.final if follow is not None and follow.final else job["src"]}:
         if os.path.dirname(os.path.abspath(read)) == os.path.abspath(tmp):
             try:
                 os.remove(read)

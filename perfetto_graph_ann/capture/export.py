@@ -374,9 +374,7 @@ def _followed_trace(prof, follower: _Follower, keep_json: Optional[PathLike],
         if own is not None:
             shutil.rmtree(own, ignore_errors=True)
         raise
-    if follower.handle is None and own is not None:
-        shutil.rmtree(own, ignore_errors=True)
-    return kept, own
+    return kept, own  # no worker: the trace was kept by an earlier call, so no folder of the caller's either
 
 
 def _settle(handle: "ExportHandle", out: str) -> None:

@@ -122,8 +122,8 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
             _reap(in_flight, MAX_IN_FLIGHT - 1)
         ann = fixed if fixed is not None else _annotations(None)
         if follows(prof, out, ann):  # a worker reads the JSON while torch writes it
-            handle = _export_following(prof, dir_name, name, out, keep_json, use_gzip, ann, graph_lanes, label,
-                                       background)
+            handle = _cycle_following(prof, dir_name, name, out, keep_json, use_gzip, ann, graph_lanes, label,
+                                      background)
             if background:
                 in_flight.append(handle)
                 return out
@@ -170,8 +170,8 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
     return handler_fn
 
 
-def _export_following(prof: Any, dir_name: str, name: str, out: str, keep_json: bool, use_gzip: bool, ann: Any,
-                      graph_lanes: Optional[str], label: str, background: bool) -> ExportHandle:
+def _cycle_following(prof: Any, dir_name: str, name: str, out: str, keep_json: bool, use_gzip: bool, ann: Any,
+                     graph_lanes: Optional[str], label: str, background: bool) -> ExportHandle:
     """A cycle's conversion by a worker started before torch writes the JSON (into a folder
     of its own in ``dir_name``), reading it as it is written (:class:`.export._Follower`):
     told the whole file once torch is done and ``keep_json`` kept. ``background``: the

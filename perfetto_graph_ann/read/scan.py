@@ -736,7 +736,7 @@ def scan_trace(path: str, join: bool = False, follow: "Optional[Followed]" = Non
             trace = _stream_trace(path, scan=scan, raw=follow)
         except (_Unsure, Moved):
             return None
-        if trace is None or follow.final is None:
+        if follow.final is None:  # the reader gave up before the end (unsure of a run)
             return None
         path, st = follow.final, follow.final_stat
     if trace is None:
