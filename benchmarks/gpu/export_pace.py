@@ -1,6 +1,6 @@
 """GPU benchmark (issue 33): ``pga.export`` against torch's own ``export_chrome_trace``.
 
-    python benchmarks/gpu/export_pace.py [--replays 100 20] [--rounds 3] [--layers 36] [--out DIR]
+    python benchmarks/gpu/export_pace.py [--replays 100 20] [--rounds 3] [--layers 36] [--follow-from N] [--out DIR]
 
 The 36-layer bf16 decoder of ``tests/gpu/blocks.py`` is captured once with ``pga.graph``
 (calibrated by one replay outside the profiler); then, for each replay count and round, three
@@ -18,6 +18,8 @@ its own), exported as:
 * ``pga background``: ``pga.export(..., background=True)``: the caller's wait (torch's export,
   the annotations saved, the conversion process started), its ``export_chrome_trace`` inside,
   and the time until ``result()`` returns (the file whole);
+* ``--follow-from N``: every arm but the one above run with ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW=N``
+  (``0``: the worker follows torch's writing at every size);
 * ``pga two-pass`` (``--two-pass``): ``pga`` with the two-pass read whatever the JSON's size;
 * ``handler background``: ``pga.trace_handler(dir)(prof)`` (background, its default) as torch
   calls it at a cycle's end: the caller's wait, then until ``handler.wait()`` returns.
@@ -75,10 +77,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--out", default=None, help="folder for the exported files (default: a temporary one)")
+    ap.add_argument("--follow-from", default=None,
+                    help="PERFETTO_GRAPH_ANN_EXPORT_FOLLOW for every arm but the follow-off one (default: unset)")
     ap.add_argument("--two-pass", action="store_true",
                     help="an arm more: pga.export with the two-pass read whatever the JSON's size "
                          "(convert.TWO_PASS_MIN_BYTES 0)")
     args = ap.parse_args()
+    if args.follow_from is not None:
+        os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"] = args.follow_from
     import torch
 
     if not torch.cuda.is_available():
@@ -121,13 +127,17 @@ def main() -> int:
                 row["followed"] = expected_kernels(_rec())  # the replay record's kernels: follows from 40,000
                 prof = _profile(torch, g, n)  # the same export with torch's JSON read once written, in process
                 inner = _timed_method(prof)
+                before = os.environ.get("PERFETTO_GRAPH_ANN_EXPORT_FOLLOW")
                 os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"] = "off"
                 try:
                     t = time.perf_counter()
                     pga.export(prof, os.path.join(out, f"in_process_{n}_{r}.pftrace"), graph_lanes="all")
                     row["pga_in_process_s"] = time.perf_counter() - t
                 finally:
-                    del os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"]
+                    if before is None:
+                        del os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"]
+                    else:
+                        os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"] = before
                 row["pga_in_process_over_inner_torch"] = row["pga_in_process_s"] / inner[0]
                 if args.two_pass:
                     from perfetto_graph_ann.pipeline import convert as convert_mod

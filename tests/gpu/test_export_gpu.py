@@ -98,7 +98,8 @@ def test_export_follows_torchs_writing(tmp_path, results, monkeypatch):
     from perfetto_graph_ann.capture.export import expected_kernels
     from perfetto_graph_ann.capture.recorded import recorded_annotations
 
-    prof = _calibrated_then_profiled(capture(decoder(decoder_weights(36)))[0], 60)
+    g, _ = capture(decoder(decoder_weights(36)))  # held: a graph collected leaves the registry
+    prof = _calibrated_then_profiled(g, 60)
     ann = recorded_annotations()
     seen = []
     real = background.start
