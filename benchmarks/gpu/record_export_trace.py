@@ -1,11 +1,15 @@
 """GPU helper (issue 33): record the trace ``benchmarks/export_loops_ab.py`` reads on a CPU machine.
 
-    python benchmarks/gpu/record_export_trace.py OUT_DIR [--replays 100] [--layers 36]
+    python benchmarks/gpu/record_export_trace.py OUT_DIR [--replays 100] [--layers 36] [--after N] [--cprofile]
 
 The 36-layer decoder of ``export_pace.py`` captured with ``pga.graph`` and calibrated, then one
 profile of ``--replays`` replays: its Chrome JSON gzip-compressed (``t<replays>.json.gz``, what
 ``pga.export`` parses) and the process's annotations with its replay record and recorded edges
-(``t<replays>.annotations.json``). Needs CUDA; without it, says so and exits 2.
+(``t<replays>.annotations.json``). ``--after N``: N profiles of 100 replays first (exported by
+torch, dropped), as late in a process that profiled before. ``--cprofile``: then one more profile
+of ``--replays`` exported by ``pga.export`` under cProfile (``t<replays>.cprofile.txt``: the
+top functions by cumulative and by own time), and three more timed against torch's export of a
+profile of their own. Needs CUDA; without it, says so and exits 2.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--replays", type=int, default=100)
     ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--after", type=int, default=0, help="profiles of 100 replays before the recorded one")
+    ap.add_argument("--cprofile", action="store_true", help="pga.export of one more profile under cProfile")
     args = ap.parse_args()
     import torch
 
@@ -42,15 +48,50 @@ def main() -> int:
     g.replay()  # calibration, outside the profiler
     torch.cuda.synchronize()
     _profile(torch, g, 2)
-    prof = _profile(torch, g, args.replays)
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.after):
+            _profile(torch, g, 100).export_chrome_trace(os.path.join(tmp, "earlier.json"))
+        prof = _profile(torch, g, args.replays)
         src = os.path.join(tmp, "t.json")
         prof.export_chrome_trace(src)
         with open(src, "rb") as f, gzip.open(os.path.join(args.out, f"t{args.replays}.json.gz"), "wb") as z:
             z.write(f.read())
-    save_annotations(os.path.join(args.out, f"t{args.replays}.annotations.json"), recorded_annotations())
+        save_annotations(os.path.join(args.out, f"t{args.replays}.annotations.json"), recorded_annotations())
+        if args.cprofile:
+            _profiled_exports(torch, g, args.replays, tmp, os.path.join(args.out, f"t{args.replays}.cprofile.txt"))
     return 0
+
+
+def _profiled_exports(torch, g, replays: int, tmp: str, report: str) -> None:
+    import cProfile
+    import io
+    import pstats
+    import time
+
+    import perfetto_graph_ann as pga
+
+    pr = cProfile.Profile()
+    prof = _profile(torch, g, replays)
+    pr.enable()
+    pga.export(prof, os.path.join(tmp, "p.pftrace"), graph_lanes="all")
+    pr.disable()
+    text = io.StringIO()
+    pstats.Stats(pr, stream=text).sort_stats("cumulative").print_stats(45)
+    pstats.Stats(pr, stream=text).sort_stats("tottime").print_stats(30)
+    with open(report, "w") as f:
+        f.write(text.getvalue())
+    for _ in range(3):
+        prof = _profile(torch, g, replays)
+        t = time.perf_counter()
+        pga.export(prof, os.path.join(tmp, "p.pftrace"), graph_lanes="all")
+        ours = time.perf_counter() - t
+        prof = _profile(torch, g, replays)
+        t = time.perf_counter()
+        prof.export_chrome_trace(os.path.join(tmp, "t2.json"))
+        theirs = time.perf_counter() - t
+        print(f"{replays} replays: pga.export {ours:.3f} s, torch's export {theirs:.3f} s, {ours / theirs:.2f}x",
+              flush=True)
 
 
 if __name__ == "__main__":
