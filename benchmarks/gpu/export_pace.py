@@ -18,11 +18,12 @@ its own), exported as:
 * ``pga background``: ``pga.export(..., background=True)``: the caller's wait (torch's export,
   the annotations saved, the conversion process started), its ``export_chrome_trace`` inside,
   and the time until ``result()`` returns (the file whole);
-* ``--follow-from N``: every arm but the one above run with ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW=N``
-  (``0``: the worker follows torch's writing at every size);
 * ``pga two-pass`` (``--two-pass``): ``pga`` with the two-pass read whatever the JSON's size;
 * ``handler background``: ``pga.trace_handler(dir)(prof)`` (background, its default) as torch
   calls it at a cycle's end: the caller's wait, then until ``handler.wait()`` returns.
+
+``--follow-from N`` runs every arm but the follow-off one with ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW=N``
+(``0``: the worker follows torch's writing at every size).
 
 Then the phases of ``pga.export`` after torch's JSON (parse, join, write) on the ``torch`` arm's
 JSON. Prints one JSON line per round and a Markdown table of the medians; the target (issue 33)
