@@ -246,6 +246,30 @@ def test_a_replay_of_a_graph_without_annotations_is_left_alone(tmp_path):
     layout = join(trace, only_a)
     assert labels(layout, trace) == {100: list(TWINS[5][1]), 101: [None] * 3}
     assert layout.report.unannotated_replays == 1 and layout.report.replay_graphs == {RECORDED: 1, UNANNOTATED: 1}
+    from perfetto_graph_ann.join.summary import summary_lines
+
+    note = [line for line in summary_lines(layout.report) if "of graphs without annotations" in line]
+    assert len(note) == 1 and "garbage collected before the export" in note[0], note
+
+
+def test_all_lanes_refused_for_graphs_the_registry_no_longer_holds(tmp_path):
+    """``graph_lanes="all"`` with the replay record naming graphs that have no annotations (the
+    live registry after the graph objects were collected) says so, and why, in its refusal."""
+    from perfetto_graph_ann.errors import LaneOptionError
+    from perfetto_graph_ann.join.lanes import unrecorded_graphs
+
+    launches = [Launch(5, 1, 1000), Launch(6, 1, 2000), Launch(5, 1, 3000)]
+    write_trace(tmp_path / "t.json", launches)
+    trace = read_trace(tmp_path / "t.json")
+    gone = AnnotationSet(replays=(window([recorded(launches, 1)], launches),))
+    assert unrecorded_graphs(gone) == [5, 6]
+    assert unrecorded_graphs(AnnotationSet(graphs=(twin_graph(5, TWINS[5][1]),), replays=gone.replays)) == [6]
+    with pytest.raises(LaneOptionError, match=r"names 2 replayed graphs with no annotations here \(graph ids 5, 6\)"
+                                              r".*keep it alive until its profile is exported"):
+        join(trace, gone, "all")
+    with pytest.raises(LaneOptionError) as plain:  # no replay record: nothing to say about it
+        join(trace, dataclasses.replace(gone, replays=None), "all")
+    assert "replay record" not in str(plain.value)
 
 
 def test_windows_of_other_processes_and_times_are_ignored(tmp_path):

@@ -15,8 +15,9 @@ from .match import Match
 from .model import DEFAULT_GRAPH_LANE, Placement, lane_key
 
 __all__ = ["annotated_lane", "annotated_lanes", "check_default_stream", "COLLECTIVE_NAME", "decide_graph_lanes",
-           "graph_lane_name", "GRAPH_LANES", "has_annotated_nodes", "lane_graphs", "lane_name", "MAX_LANE_ID",
-           "MAX_LANE_NAMES", "node_args", "PG_DESCRIPTION", "placement", "PLACEMENT_KEYS", "RESERVED_ARGS"]
+           "GONE_GRAPHS_HINT", "graph_lane_name", "GRAPH_LANES", "has_annotated_nodes", "lane_graphs", "lane_name",
+           "MAX_LANE_ID", "MAX_LANE_NAMES", "node_args", "PG_DESCRIPTION", "placement", "PLACEMENT_KEYS",
+           "RESERVED_ARGS", "unrecorded_graphs"]
 
 GRAPH_LANES = ("all", "none")
 #: Lane ids are 32-bit, as in the sidecar.
@@ -95,6 +96,21 @@ def has_annotated_nodes(annotations: AnnotationSet) -> bool:
     return any(n.annotation for g in annotations.graphs for n in g.nodes)
 
 
+def unrecorded_graphs(annotations: AnnotationSet) -> List[int]:
+    """The graphs the replay record says were replayed that ``annotations`` hold no record of:
+    captured without annotations, or (annotations of the live registry) garbage collected since."""
+    if not annotations.replays:
+        return []
+    known = {g.exec_id for g in annotations.graphs}
+    return sorted({e for w in annotations.replays for t in w.threads for e in t.graphs if e not in known})
+
+
+#: What the refusal of ``"all"`` and the join's note add where the replay record names such graphs.
+GONE_GRAPHS_HINT = ("graphs captured without annotations, or garbage collected before the export: a graph "
+                    "object that is collected takes its annotations out of the registry, so keep it alive "
+                    "until its profile is exported")
+
+
 def _files(annotations: AnnotationSet, files: Optional[Sequence[str]]) -> str:
     names = list(files) if files else ([annotations.source] if annotations.source else [])
     return ", ".join(names) if names else "the annotations in memory"
@@ -123,11 +139,15 @@ def decide_graph_lanes(requested: Optional[str], annotations: Optional[Annotatio
                                          "given: pass the sidecar saved at capture with --annotations, or use "
                                          "--graph-lanes none (torch 2.15 refuses 'all' without annotations too)")
         where = _files(annotations, files)
+        gone = unrecorded_graphs(annotations)
         raise LaneOptionError(
             (list(files)[0] if files else annotations.source) or trace,
             f"graph_lanes='all' needs annotations (--graph-lanes all), and no node of {where} carries a field: "
             "every graphed kernel would land on default_stream, which loses the stream layout and names nothing "
-            "in return (torch 2.15 raises the same); use graph_lanes='none'")
+            "in return (torch 2.15 raises the same); use graph_lanes='none'"
+            + (f". The replay record names {len(gone)} replayed graph{'s' if len(gone) != 1 else ''} with no "
+               f"annotations here (graph id{'s' if len(gone) != 1 else ''} {', '.join(map(str, gone[:5]))}"
+               f"{', ...' if len(gone) > 5 else ''}): {GONE_GRAPHS_HINT}" if gone else ""))
     return requested
 
 

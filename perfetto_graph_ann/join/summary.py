@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Tuple
 import pandas as pd
 
 from ..read.model import KinetoTrace
+from .lanes import GONE_GRAPHS_HINT
 from .model import STRATEGIES, JoinReport, LaneLayout, lane_key
 
 __all__ = ["annotated_counts", "COLUMNS", "lane_counts", "lane_table", "report_table", "summary_line", "summary_lines",
@@ -121,7 +122,7 @@ def warning_lines(report: JoinReport) -> List[str]:
     if report.unannotated_replays:
         out.append(("note", f"{_plural(report.unannotated_replays, 'graph replay')} "
                             f"({_plural(report.unannotated_replay_events, 'GPU event')}) of graphs without "
-                            "annotations (replay record): left unlabelled"))
+                            f"annotations (replay record): left unlabelled ({GONE_GRAPHS_HINT})"))
     if report.module_origins:
         o = report.module_origins
         out.append(("note", "compiled code: " + ", ".join(
