@@ -264,9 +264,14 @@ def test_all_lanes_refused_for_graphs_the_registry_no_longer_holds(tmp_path):
     gone = AnnotationSet(replays=(window([recorded(launches, 1)], launches),))
     assert unrecorded_graphs(gone) == [5, 6]
     assert unrecorded_graphs(AnnotationSet(graphs=(twin_graph(5, TWINS[5][1]),), replays=gone.replays)) == [6]
-    with pytest.raises(LaneOptionError, match=r"names 2 replayed graphs with no annotations here \(graph ids 5, 6\)"
+    with pytest.raises(LaneOptionError, match=r"names replayed graphs with no annotations here \(graph ids 5, 6\)"
                                               r".*keep it alive until its profile is exported"):
         join(trace, gone, "all")
+    plain_graph = [Launch(5, 1, 1000), Launch(UNANNOTATED_GRAPH, 1, 2000)]  # the record's 0 is no graph id
+    write_trace(tmp_path / "u.json", plain_graph)
+    with pytest.raises(LaneOptionError, match=r"\(graph id 5; graphs captured without this package\)"):
+        join(read_trace(tmp_path / "u.json"), AnnotationSet(replays=(window([recorded(plain_graph, 1)], plain_graph),)),
+             "all")
     with pytest.raises(LaneOptionError) as plain:  # no replay record: nothing to say about it
         join(trace, dataclasses.replace(gone, replays=None), "all")
     assert "replay record" not in str(plain.value)

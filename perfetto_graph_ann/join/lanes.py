@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ..annotations.model import AnnotationSet, GraphRecord, NodeRecord
+from ..annotations.model import UNANNOTATED_GRAPH, AnnotationSet, GraphRecord, NodeRecord
 from ..errors import LaneOptionError
 from ..read.model import TraceEvent
 from .match import Match
@@ -111,6 +111,16 @@ GONE_GRAPHS_HINT = ("graphs captured without annotations, or garbage collected b
                     "until its profile is exported")
 
 
+def _gone_text(gone: List[int]) -> str:
+    """``unrecorded_graphs``' ids for a message; the record's :data:`UNANNOTATED_GRAPH` is no id."""
+    ids = [g for g in gone if g != UNANNOTATED_GRAPH]
+    parts = [f"graph id{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids[:5]))}{', ...' if len(ids) > 5 else ''}"
+             ] if ids else []
+    if len(ids) < len(gone):
+        parts.append("graphs captured without this package")
+    return "; ".join(parts)
+
+
 def _files(annotations: AnnotationSet, files: Optional[Sequence[str]]) -> str:
     names = list(files) if files else ([annotations.source] if annotations.source else [])
     return ", ".join(names) if names else "the annotations in memory"
@@ -145,9 +155,8 @@ def decide_graph_lanes(requested: Optional[str], annotations: Optional[Annotatio
             f"graph_lanes='all' needs annotations (--graph-lanes all), and no node of {where} carries a field: "
             "every graphed kernel would land on default_stream, which loses the stream layout and names nothing "
             "in return (torch 2.15 raises the same); use graph_lanes='none'"
-            + (f". The replay record names {len(gone)} replayed graph{'s' if len(gone) != 1 else ''} with no "
-               f"annotations here (graph id{'s' if len(gone) != 1 else ''} {', '.join(map(str, gone[:5]))}"
-               f"{', ...' if len(gone) > 5 else ''}): {GONE_GRAPHS_HINT}" if gone else ""))
+            + (f". The replay record names replayed graphs with no annotations here ({_gone_text(gone)}): "
+               f"{GONE_GRAPHS_HINT}" if gone else ""))
     return requested
 
 
