@@ -69,6 +69,8 @@ def _profiled_exports(torch, g, replays: int, tmp: str, report: str) -> None:
     import pstats
     import time
 
+    from export_pace import _profile
+
     import perfetto_graph_ann as pga
 
     pr = cProfile.Profile()
