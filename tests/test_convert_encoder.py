@@ -147,6 +147,52 @@ def test_whole_args_cache_turns_itself_off_on_unique_args():
     assert fast.slice_begin(9, 2, *names[0], {"x": 1}) == ref.slice_begin(9, 2, *names[1], {"x": 1})
 
 
+def _graph_node_args(node: int, replay: int, correlation: int) -> dict:
+    """A joined graph kernel's args (Kineto's, then the join's), distinct per node as the join writes them."""
+    return {"device": 0, "stream": 7, "correlation": correlation, "grid": [node % 97 + 1, 1, 1], "block": [128, 1, 1],
+            "name": "attn" if node % 2 else "mlp", "layer": node // 23, "graph id": 2, "graph node id": (2 << 32) | node,
+            "replay": replay, "join": "calibrated"}
+
+
+def test_whole_args_cache_stays_on_for_a_graph_of_many_nodes():
+    """A graph of more nodes than the turn-off's 1,024 misses: every node misses once at the
+    first replay (not counted against the cache), then hits at every later replay; bytes unchanged."""
+    fi, pi = Interner(), Interner()
+    fast, ref = FastEncoder(fi), ProtosEncoder(pi)
+    names = [(i.iid(CATEGORIES, "kernel"), i.iid(NAMES, "k")) for i in (fi, pi)]
+    nodes = 1500
+    for replay in range(3):
+        for node in range(nodes):
+            args = _graph_node_args(node, replay, 40 + replay)
+            assert fast.slice_begin(node, 3, *names[0], args) == ref.slice_begin(node, 3, *names[1], args), (replay, node)
+        if replay == 0:
+            assert fast._whole is not None and len(fast._whole) == nodes and fast._whole_hits == 0
+    assert fast._whole is not None and fast._whole_hits == 2 * nodes
+
+
+def test_whole_args_cache_past_its_limit_for_graph_nodes_only():
+    """Graph nodes' templates are kept up to GRAPH_CACHE_LIMIT, other args' up to WHOLE_CACHE_LIMIT;
+    all-distinct args that are no graph node's still turn the cache off among graph nodes' misses."""
+    fi, pi = Interner(), Interner()
+    fast, ref = FastEncoder(fi), ProtosEncoder(pi)
+    fast.WHOLE_CACHE_LIMIT, fast.GRAPH_CACHE_LIMIT = 8, 20
+    names = [(i.iid(CATEGORIES, "kernel"), i.iid(NAMES, "k")) for i in (fi, pi)]
+    for node in range(30):
+        args = _graph_node_args(node, 0, 5)
+        assert fast.slice_begin(1, 3, *names[0], args) == ref.slice_begin(1, 3, *names[1], args)
+    assert len(fast._whole) == 20
+    for n in range(10):
+        args = {"Input Dims": [[n, 4]], "External id": n}
+        assert fast.slice_begin(n, 2, *names[0], args) == ref.slice_begin(n, 2, *names[1], args)
+    assert len(fast._whole) == 20  # full for other args already
+    for n in range(1600):  # 1,066 more misses of other args, a third as many graph nodes' between them
+        args = {"Input Dims": [[n, 4], [4, n % 7]], "External id": n}
+        if n % 3 == 0:
+            args = _graph_node_args(n, 1, 6)
+        assert fast.slice_begin(n, 2, *names[0], args) == ref.slice_begin(n, 2, *names[1], args)
+    assert fast._whole is None
+
+
 #: Args like Kineto's (no null / NaN, which never enter the template cache): the template paths are hit.
 clean_values = st.recursive(st.one_of(st.integers(-(1 << 64), 1 << 64), st.floats(allow_nan=False, allow_infinity=False),
                                       st.text(max_size=70), st.booleans()),

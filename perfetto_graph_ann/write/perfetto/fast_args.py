@@ -73,6 +73,10 @@ class FastArgs:
     KEY_CACHE_LIMIT = 2048
     #: Distinct whole-args templates kept (see :meth:`_annotations`).
     WHOLE_CACHE_LIMIT = 4096
+    #: ... and of a graph node's kernel (args with a ``graph node id``): one a node (two where a
+    #: replay's critical-path flag differs), hit again at each later replay of its graph, so
+    #: they are kept past ``WHOLE_CACHE_LIMIT`` for graphs of many nodes, and several such graphs.
+    GRAPH_CACHE_LIMIT = 1 << 16
 
     def __init__(self, interner: Interner, list_text: bool = False, typed_keys: AbstractSet[str] = frozenset(),
                  keep: Optional[AbstractSet[str]] = None) -> None:
@@ -85,6 +89,7 @@ class FastArgs:
         self._keys: Dict[str, list] = {}
         self._whole: Optional[Dict[bytes, Any]] = {}  # blanked args JSON -> template; None: off
         self._whole_hits = self._whole_misses = 0
+        self._graph_misses = 0  # misses of graph nodes' kernels (see :meth:`_miss`)
 
     def _value(self, value: Any, depth: int) -> Tuple[bytes, bytes]:
         """(bytes of value fields numbered below 10, bytes of fields above 10) for one value.
@@ -185,13 +190,25 @@ class FastArgs:
         return b"".join(parts)
 
     def _miss(self, args: Mapping[str, Any], ck: bytes) -> bytes:
-        """A whole-args key (without null) seen for the first time: encode, store the template."""
+        """A whole-args key (without null) seen for the first time: encode, store the template.
+
+        A graph node's kernel (its args carry a ``graph node id``) misses once per node at its
+        graph's first replay, then hits at every later one: its misses do not count towards
+        turning the cache off (a graph of over 1,024 nodes would otherwise turn it off during
+        its first replay), and its templates are kept up to ``GRAPH_CACHE_LIMIT``.
+        """
         whole = self._whole
         self._whole_misses += 1
         tpl, encoded = self._template(args)
+        if "graph node id" in args:
+            self._graph_misses += 1
+            if len(whole) < self.GRAPH_CACHE_LIMIT:
+                whole[ck] = tpl
+            return encoded
         if len(whole) < self.WHOLE_CACHE_LIMIT:
             whole[ck] = tpl
-        if self._whole_misses >= 1024 and self._whole_misses > self._whole_hits:
+        misses = self._whole_misses - self._graph_misses
+        if misses >= 1024 and misses > self._whole_hits:
             self._whole = None
         return encoded
 

@@ -1,0 +1,89 @@
+"""Benchmark (issue 33): the writer's whole-args templates on graphs of many nodes.
+
+    python benchmarks/graph_templates_ab.py [--nodes 828 1380 2300 4600] [--kernels 46000] [--rounds 3]
+
+A joined graph kernel's args differ per node (its annotation fields), so each node's template is
+built at its graph's first replay and hit at every later one. Before session 32 the cache turned
+itself off once 1,024 misses outnumbered the hits, which a graph of over ~1,000 nodes does during
+its first replay (HF's 36-layer Llama captures 1,636 kernel nodes), and kept at most 4,096
+templates; every later event then took the per-key path. Now a graph node's misses do not count
+towards turning it off, and its templates are kept up to ``FastArgs.GRAPH_CACHE_LIMIT``.
+
+``benchmarks/decoder_synth.py``'s decoder (23 kernel nodes a layer, calibrated, a replay record)
+with as many layers as ``--nodes`` asks, replayed until about ``--kernels`` kernels; each arm
+writes it with ``convert.write_joined_file`` (what ``pga.export`` runs after torch's JSON), the
+arms alternating: ``before`` (the previous ``FastArgs._miss``, restored for the arm) and
+``after``. Medians of the rounds; the arms' outputs compared byte for byte.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decoder_synth import decoder_annotations, write_decoder_trace  # noqa: E402
+
+from perfetto_graph_ann.pipeline.convert import write_joined_file  # noqa: E402
+from perfetto_graph_ann.write.perfetto.fast_args import FastArgs  # noqa: E402
+
+
+def _miss_before(self, args, ck):
+    """``FastArgs._miss`` as it was before session 32."""
+    whole = self._whole
+    self._whole_misses += 1
+    tpl, encoded = self._template(args)
+    if len(whole) < self.WHOLE_CACHE_LIMIT:
+        whole[ck] = tpl
+    if self._whole_misses >= 1024 and self._whole_misses > self._whole_hits:
+        self._whole = None
+    return encoded
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[828, 1380, 2300, 4600])
+    ap.add_argument("--kernels", type=int, default=46_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    after = FastArgs._miss
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}")
+    print("| nodes a graph | replays | kernels | before s | after s | after / before | same bytes |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    with tempfile.TemporaryDirectory(prefix="pga-graph-templates-") as tmp:
+        for nodes in args.nodes:
+            layers = max(1, round(nodes / 23))
+            replays = max(1, round(args.kernels / (layers * 23)))
+            src = os.path.join(tmp, "trace.json")
+            launches: list = []
+            write_decoder_trace(src, replays, layers, launches=launches, kineto_times=True)
+            ann = decoder_annotations(layers, record=launches)
+            times: dict = {"before": [], "after": []}
+            digests = set()
+            for r in range(args.rounds):
+                for arm in (("before", "after") if r % 2 == 0 else ("after", "before")):
+                    FastArgs._miss = _miss_before if arm == "before" else after
+                    dst = os.path.join(tmp, f"{arm}.pftrace")
+                    t = time.perf_counter()
+                    write_joined_file(src, dst, ann, "all", label="decoder")
+                    times[arm].append(time.perf_counter() - t)
+                    digests.add(hashlib.sha256(Path(dst).read_bytes()).hexdigest())
+            FastArgs._miss = after
+            b, a = statistics.median(times["before"]), statistics.median(times["after"])
+            print(f"| {layers * 23:,} | {replays} | {layers * 23 * replays:,} | {b:.3f} | {a:.3f} | {a / b:.2f}x | "
+                  f"{'yes' if len(digests) == 1 else 'NO'} |")
+    print(f"load after {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
