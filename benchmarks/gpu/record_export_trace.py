@@ -1,6 +1,7 @@
 """GPU helper (issue 33): record the trace ``benchmarks/export_loops_ab.py`` reads on a CPU machine.
 
     python benchmarks/gpu/record_export_trace.py OUT_DIR [--replays 100] [--layers 36] [--after N] [--cprofile]
+        [--model toy|hf-llama]
 
 The 36-layer decoder of ``export_pace.py`` captured with ``pga.graph`` and calibrated, then one
 profile of ``--replays`` replays: its Chrome JSON gzip-compressed (``t<replays>.json.gz``, what
@@ -9,7 +10,9 @@ profile of ``--replays`` replays: its Chrome JSON gzip-compressed (``t<replays>.
 torch, dropped), as late in a process that profiled before. ``--cprofile``: then one more profile
 of ``--replays`` exported by ``pga.export`` under cProfile (``t<replays>.cprofile.txt``: the
 top functions by cumulative and by own time), and three more timed against torch's export of a
-profile of their own. Needs CUDA; without it, says so and exits 2.
+profile of their own. ``--model hf-llama``: transformers' Llama instead of the decoder (the
+machine's transformers), every module scoped by ``pga.mark_modules``. Needs CUDA; without it,
+says so and exits 2.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--after", type=int, default=0, help="profiles of 100 replays before the recorded one")
     ap.add_argument("--cprofile", action="store_true", help="pga.export of one more profile under cProfile")
+    ap.add_argument("--model", choices=["toy", "hf-llama"], default="toy",
+                    help="hf-llama: transformers' LlamaForCausalLM (module_capture.py's), its modules scoped")
     args = ap.parse_args()
     import torch
 
@@ -44,7 +49,8 @@ def main() -> int:
     from perfetto_graph_ann.annotations.files import save_annotations
     from perfetto_graph_ann.capture.recorded import recorded_annotations
 
-    g, _ = capture(decoder(decoder_weights(args.layers)))
+    fwd = decoder(decoder_weights(args.layers)) if args.model == "toy" else _hf_llama(torch, args.layers)
+    g, _ = capture(fwd)  # fwd (and its model) held until the end
     g.replay()  # calibration, outside the profiler
     torch.cuda.synchronize()
     _profile(torch, g, 2)
@@ -61,6 +67,29 @@ def main() -> int:
         if args.cprofile:
             _profiled_exports(torch, g, args.replays, tmp, os.path.join(args.out, f"t{args.replays}.cprofile.txt"))
     return 0
+
+
+def _hf_llama(torch, layers: int):
+    """transformers' Llama of ``module_capture.py`` (random weights, bf16, SDPA, batch 16 x 128
+    tokens), its modules scoped by ``pga.mark_modules``: a forward to capture."""
+    import transformers as tf
+
+    import perfetto_graph_ann as pga
+
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers, num_attention_heads=16,
+                         num_key_value_heads=4, vocab_size=32000, max_position_embeddings=512, use_cache=False)
+    model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to("cuda", torch.bfloat16).eval()
+    pga.mark_modules(model)
+    ids = torch.randint(0, cfg.vocab_size, (16, 128), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(1))
+
+    def fwd():
+        with torch.no_grad():
+            return model(ids).logits
+
+    fwd.model = model
+    return fwd
 
 
 def _profiled_exports(torch, g, replays: int, tmp: str, report: str) -> None:
