@@ -14,9 +14,10 @@ towards turning it off, and its templates are kept up to ``FastArgs.GRAPH_CACHE_
 with as many layers as ``--nodes`` asks, replayed until about ``--kernels`` kernels; each arm
 writes it with ``convert.write_joined_file`` (what ``pga.export`` runs after torch's JSON), the
 arms alternating after one untimed write (the first in a process pays for imports): ``before``
-(the previous ``FastArgs._miss``, restored for the arm) and ``after``. Medians of the rounds; the arms' outputs compared byte for byte. ``--trace`` /
-``--annotations``: a profile recorded on the GPU machine instead (``benchmarks/gpu/
-record_export_trace.py --model hf-llama``), written to a temporary file first.
+(the previous ``FastArgs._miss``, restored for the arm) and ``after``. Medians of the rounds;
+the arms' outputs compared byte for byte. ``--trace`` / ``--annotations``: a profile recorded on
+the GPU machine instead (``benchmarks/gpu/record_export_trace.py --model hf-llama``), written to
+a temporary file first.
 """
 from __future__ import annotations
 

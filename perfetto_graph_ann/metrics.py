@@ -20,11 +20,12 @@ from .query.metrics import lane_gaps as gaps
 from .query.metrics import lane_idle as idle
 from .query.metrics import lane_summary as lanes
 from .query.metrics import lane_top_kernels as top_kernels
-from .query.metrics import module_instances, scope_instances
+from .query.metrics import module_instances, module_kinds, scope_instances
 from .query.metrics import module_summary as modules
 from .query.metrics import scope_slowest as slowest_scopes
 from .query.metrics import scope_summary as scopes
 
 __all__ = ["collectives", "critical_path", "critical_path_items", "critical_path_lanes", "critical_path_scopes",
-           "critical_path_summary", "gaps", "gpu_work", "groups", "idle", "lanes", "module_instances", "modules", "overlap",
-           "replay_lanes", "replays", "report", "scope_instances", "scopes", "slowest_scopes", "top_kernels"]
+           "critical_path_summary", "gaps", "gpu_work", "groups", "idle", "lanes", "module_instances", "module_kinds",
+           "modules", "overlap", "replay_lanes", "replays", "report", "scope_instances", "scopes", "slowest_scopes",
+           "top_kernels"]

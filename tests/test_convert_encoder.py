@@ -150,8 +150,8 @@ def test_whole_args_cache_turns_itself_off_on_unique_args():
 def _graph_node_args(node: int, replay: int, correlation: int) -> dict:
     """A joined graph kernel's args (Kineto's, then the join's), distinct per node as the join writes them."""
     return {"device": 0, "stream": 7, "correlation": correlation, "grid": [node % 97 + 1, 1, 1], "block": [128, 1, 1],
-            "name": "attn" if node % 2 else "mlp", "layer": node // 23, "graph id": 2, "graph node id": (2 << 32) | node,
-            "replay": replay, "join": "calibrated"}
+            "name": "attn" if node % 2 else "mlp", "layer": node // 23, "graph id": 2,
+            "graph node id": (2 << 32) | node, "replay": replay, "join": "calibrated"}
 
 
 def test_whole_args_cache_stays_on_for_a_graph_of_many_nodes():
@@ -164,7 +164,8 @@ def test_whole_args_cache_stays_on_for_a_graph_of_many_nodes():
     for replay in range(3):
         for node in range(nodes):
             args = _graph_node_args(node, replay, 40 + replay)
-            assert fast.slice_begin(node, 3, *names[0], args) == ref.slice_begin(node, 3, *names[1], args), (replay, node)
+            got = fast.slice_begin(node, 3, *names[0], args)
+            assert got == ref.slice_begin(node, 3, *names[1], args), (replay, node)
         if replay == 0:
             assert fast._whole is not None and len(fast._whole) == nodes and fast._whole_hits == 0
     assert fast._whole is not None and fast._whole_hits == 2 * nodes

@@ -560,13 +560,89 @@ def test_sql_modules_total_self_and_share(tmp_path):
     cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable",
                          "--by", "module", "-q", "--rows", "1"], capture_output=True, text=True, env=env, timeout=300)
     assert cp.returncode == 0, cp.stderr
-    section = cp.stdout.split("Modules, per module path across replays (graph_ann_module_summary): ", 1)[1]
-    head, *rows = section.strip().splitlines()
-    assert head == f"{len(summ)} rows" and rows[2].split()[1] == "Decoder"  # the largest mean total first
-    assert rows[3] == f"  ({len(summ) - 1} more; shown: longest mean_total_dur; everything: --all or --format csv/json)"
+    # the summary shows the module kinds (test_sql_module_kinds_take_every_layers_module_together), --all both
+    assert "graph_ann_module_summary" not in cp.stdout and "(graph_ann_module_kind): 3 rows" in cp.stdout
     cp = subprocess.run([sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable", "-q"],
                         capture_output=True, text=True, env=env, timeout=300)
     assert cp.returncode == 0 and "graph_ann_module_summary" not in cp.stdout
+
+
+def two_layer_graph():
+    """One graph: Net > blocks.10 > blocks.10.attn and Net > blocks.2 > blocks.2.attn; kernel 0
+    in blocks.10.attn, kernel 1 in blocks.2.attn, kernel 2 in Net itself."""
+    from perfetto_graph_ann.annotations.model import AnnotationSet, GraphRecord, NodeRecord, ScopeInstance
+    from test_replay_record import KERNELS_OF
+
+    def f(path, cls):
+        return {"name": path, "module": path, "module_class": cls}
+
+    scopes = (ScopeInstance(0, f("Net", "Net")), ScopeInstance(1, f("blocks.10", "Block"), 0),
+              ScopeInstance(2, f("blocks.10.attn", "Attention"), 1), ScopeInstance(3, f("blocks.2", "Block"), 0),
+              ScopeInstance(4, f("blocks.2.attn", "Attention"), 3))
+    inner = [(f("blocks.10.attn", "Attention"), (0, 1, 2)), (f("blocks.2.attn", "Attention"), (0, 3, 4)),
+             (f("Net", "Net"), (0,))]
+    nodes = tuple(NodeRecord(key=(5 << 32) | i, kernel=k, grid=grid, block=(128, 1, 1), annotation=inner[i][0],
+                             scopes=inner[i][1], stream=7, ordinal=i) for i, (k, grid) in enumerate(KERNELS_OF))
+    return AnnotationSet(graphs=(GraphRecord(5, nodes, name="decode", scopes=scopes),))
+
+
+@requires_portable_engine
+def test_sql_module_kinds_take_every_layers_module_together(tmp_path):
+    """graph_ann_module_kind: the paths with their layer indices as ``*``, per replay the kind's
+    modules summed, then averaged over replays; computed here from the trace's events."""
+    from test_replay_record import Launch, write_trace
+
+    from perfetto_graph_ann.join import join
+    from perfetto_graph_ann.pipeline.convert import convert
+    from perfetto_graph_ann.query import metrics
+    from perfetto_graph_ann.query.session import open_trace
+    from perfetto_graph_ann.read.kineto import read_trace
+
+    write_trace(tmp_path / "t.json", [Launch(5, 1, 1000 * (i + 1)) for i in range(3)])
+    trace = read_trace(tmp_path / "t.json")
+    out = tmp_path / "t.pftrace"
+    convert(trace, out, layout=join(trace, two_layer_graph()))
+    per = {}
+    for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"]:
+        if e.get("cat") == "kernel":
+            per.setdefault(e["args"]["correlation"], []).append((round(e["ts"] * 1000), round(e["dur"] * 1000)))
+    # kind -> (modules, members (kernel indices, summed over the modules), own kernels)
+    kinds = {"Net": (1, [0, 1, 2], [2]), "blocks.*": (2, [0, 1], []), "blocks.*.attn": (2, [0, 1], [0, 1])}
+    acc = {k: [] for k in kinds}
+    for corr in sorted(per):
+        ks = sorted(per[corr])
+        busy = sum(d for _, d in ks)  # the kernels never overlap
+        for k, (_, members, own) in kinds.items():
+            total, self_ = sum(ks[i][1] for i in members), sum(ks[i][1] for i in own)
+            acc[k].append((len(members), total, self_, total / busy, self_ / busy))
+    with open_trace(out, engine="portable") as s:
+        df = metrics.module_kinds(s)
+        paths = s.query("INCLUDE PERFETTO MODULE graph_ann.modules; SELECT graph_ann_module_kind_path('a.10.b.3x.4') "
+                        "AS a, graph_ann_module_kind_path('7') AS b, graph_ann_module_kind_path('x..0') AS c, "
+                        "graph_ann_module_kind_path('') AS d").rows[0]
+    assert (paths.a, paths.b, paths.c, paths.d) == ("a.*.b.3x.*", "*", "x..*", "")
+    assert list(df.kind_path) == ["blocks.*.attn", "Net", "blocks.*"]  # most self time first
+    for r in df.itertuples():
+        n = len(acc[r.kind_path])
+        mean = [sum(v[i] for v in acc[r.kind_path]) / n for i in range(5)]
+        assert (r.module_count, r.replays) == (kinds[r.kind_path][0], 3)
+        assert (r.kernel_count, r.mean_total_dur, r.mean_self_dur) == tuple(mean[:3]), r
+        assert abs(r.mean_replay_share - mean[3]) < 1e-12 and abs(r.mean_self_share - mean[4]) < 1e-12, r
+    assert dict(zip(df.kind_path, df.module_class)) == {"Net": "Net", "blocks.*": "Block", "blocks.*.attn": "Attention"}
+    assert dict(zip(df.kind_path, df.depth)) == {"Net": 0, "blocks.*": 1, "blocks.*.attn": 2}
+    # the CLI: --by module summarises the kinds (most self time first); --all and json have both tables
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200")
+    base = [sys.executable, "-m", "perfetto_graph_ann", "report", str(out), "--engine", "portable", "--by", "module", "-q"]
+    cp = subprocess.run(base + ["--rows", "1"], capture_output=True, text=True, env=env, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    assert "graph_ann_module_summary" not in cp.stdout
+    section = cp.stdout.split("Module kinds, each module of every layer together (graph_ann_module_kind): ", 1)[1]
+    head, *rows = section.strip().splitlines()
+    assert head == "3 rows" and rows[2].split()[1] == "blocks.*.attn"
+    assert rows[3] == "  (2 more; shown: most mean_self_dur; everything: --all or --format csv/json)"
+    cp = subprocess.run(base + ["--format", "json"], capture_output=True, text=True, env=env, timeout=300)
+    tables = json.loads(cp.stdout)
+    assert [r["kind_path"] for r in tables["module_kinds"]] == list(df.kind_path) and len(tables["modules"]) == 5
 
 
 def test_run_never_puts_a_site_packages_on_the_programs_path(tmp_path):

@@ -57,6 +57,9 @@ SECTIONS: Dict[str, Tuple[str, List[str]]] = {
     "modules": ("Modules, per module path across replays (graph_ann_module_summary)", [
         "graph_name", "module_path", "module_class", "depth", "replays", "kernel_count", "mean_total_dur",
         "mean_self_dur", "mean_replay_share"]),
+    "module_kinds": ("Module kinds, each module of every layer together (graph_ann_module_kind)", [
+        "graph_name", "kind_path", "module_class", "depth", "module_count", "replays", "kernel_count",
+        "mean_total_dur", "mean_self_dur", "mean_replay_share", "mean_self_share"]),
     "critical_paths": ("Critical path, per graph and scope across replays (graph_ann_critical_path_scope_summary)", [
         "graph_id", "scope", "edges_source", "replay_count", "bound_count", "mean_share_dur", "mean_share_fraction",
         "min_slack_dur", "mean_slack_dur"]),
@@ -93,6 +96,8 @@ SUMMARIES: Dict[str, Summary] = {
         "graph_name", "scope_path", "instance_count", "mean_dur", "max_dur"]),
     "modules": Summary("mean_total_dur DESC", "longest mean_total_dur", [
         "graph_name", "module_path", "mean_total_dur", "mean_self_dur"]),
+    "module_kinds": Summary("mean_self_dur DESC", "most mean_self_dur", [
+        "graph_name", "kind_path", "module_count", "mean_self_dur", "mean_self_share"]),
     "critical_paths": Summary("bound_count DESC, mean_share_dur DESC", "bounds the most replays", [
         "graph_id", "scope", "edges_source", "bound_count", "mean_share_dur", "min_slack_dur"]),
 }
@@ -111,7 +116,8 @@ def default_rows(sections: int) -> int:
 #: Report section -> the :data:`perfetto_graph_ann.query.metrics.METRICS` table it shows.
 _METRIC = {"groups": "groups", "lane_summary": "lane_summary", "lane_top_kernels": "lane_top_kernels",
            "replays": "replays", "collectives": "collectives", "overlap": "overlap", "lane_idle": "lane_idle",
-           "scopes": "scope_summary", "modules": "module_summary", "critical_paths": "critical_path_summary"}
+           "scopes": "scope_summary", "modules": "module_summary", "module_kinds": "module_kind_summary",
+           "critical_paths": "critical_path_summary"}
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -236,8 +242,8 @@ def summarize(session, rows: Optional[int], top_kernels: int, modules: bool = Fa
 
 def _summary_keys(modules: bool, critical_path: bool) -> List[str]:
     """The sections :func:`summarize` shows (``groups`` aside)."""
-    return [k for k in SECTIONS if k not in ("groups", "modules", "critical_paths")] + (
-        ["modules"] if modules else []) + (["critical_paths"] if critical_path else [])
+    return [k for k in SECTIONS if k not in ("groups", "modules", "module_kinds", "critical_paths")] + (
+        ["module_kinds"] if modules else []) + (["critical_paths"] if critical_path else [])
 
 
 def _summary_modules(keys: List[str]) -> List[str]:

@@ -29,9 +29,9 @@ from typing import Dict, Iterator, Optional, Sequence, Tuple, Union
 from .session import Session, open_trace
 
 __all__ = ["collectives", "gpu_work", "graph_replays", "groups", "lane_gaps", "lane_idle", "lane_summary",
-           "lane_top_kernels", "Metric", "METRICS", "module_instances", "module_summary", "overlap", "query_metric",
-           "replay_lanes", "replays", "report", "scope_instances", "scope_slowest", "scope_summary", "Shortcut",
-           "SHORTCUTS", "summary_rows", "TraceArg", "without_group"]
+           "lane_top_kernels", "Metric", "METRICS", "module_instances", "module_kinds", "module_summary", "overlap",
+           "query_metric", "replay_lanes", "replays", "report", "scope_instances", "scope_slowest", "scope_summary",
+           "Shortcut", "SHORTCUTS", "summary_rows", "TraceArg", "without_group"]
 
 TraceArg = Union[str, "os.PathLike[str]", Session]
 
@@ -65,6 +65,8 @@ METRICS: Dict[str, Metric] = {
     "module_summary": Metric("graph_ann.modules", "graph_ann_module_summary",
                              "group_id, graph_id, mean_total_dur DESC, module_path"),
     "module_instances": Metric("graph_ann.modules", "graph_ann_module_instance", "group_id, device, ts, depth, id"),
+    "module_kind_summary": Metric("graph_ann.modules", "graph_ann_module_kind",
+                                  "group_id, graph_id, mean_self_dur DESC, kind_path"),
     "critical_path": Metric("graph_ann.critical_path", "graph_ann_critical_path", "group_id, device, ts"),
     "critical_path_items": Metric("graph_ann.critical_path", "graph_ann_critical_path_item", "launch_id, position"),
     "critical_path_scopes": Metric("graph_ann.critical_path", "graph_ann_critical_path_scope",
@@ -223,6 +225,14 @@ def module_summary(trace: TraceArg, engine: str = "auto"):
     return query_metric(trace, "module_summary", engine=engine)
 
 
+def module_kinds(trace: TraceArg, engine: str = "auto"):
+    """Per module kind and graph across replays: the module paths with their layer (or any
+    all-digit) indices as ``*`` (``model.layers.*.mlp``) taken together, so the same module of
+    every layer is one row: summed total and self time, their shares of the replay, kernel
+    count, how many modules. Largest self time first."""
+    return query_metric(trace, "module_kind_summary", engine=engine)
+
+
 def module_instances(trace: TraceArg, engine: str = "auto"):
     """Every module call of every replay: path, class, depth, span, total and self time, share."""
     return query_metric(trace, "module_instances", engine=engine)
@@ -258,7 +268,8 @@ def critical_path_summary(trace: TraceArg, engine: str = "auto"):
 def report(trace: TraceArg, top: int = 5, engine: str = "auto", modules: bool = False,
            critical_path: bool = False) -> Dict[str, "object"]:
     """All report tables from one session: ``{name: DataFrame}`` in print order (each with
-    its ``group_id``; :func:`groups` names the groups). ``modules``: also the module table;
+    its ``group_id``; :func:`groups` names the groups). ``modules``: also the module tables
+    (per path, ``modules``; per kind across layers, ``module_kinds``);
     ``critical_path``: also the critical path per graph and scope (``critical_paths``)."""
     with _session(trace, engine) as s:
         out = {
@@ -272,6 +283,7 @@ def report(trace: TraceArg, top: int = 5, engine: str = "auto", modules: bool = 
         }
         if modules:
             out["modules"] = _select(s, "module_summary")
+            out["module_kinds"] = _select(s, "module_kind_summary")
         if critical_path:
             out["critical_paths"] = _select(s, "critical_path_summary")
         return out

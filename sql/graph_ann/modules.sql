@@ -130,3 +130,107 @@ SELECT
 FROM graph_ann_module_instance
 GROUP BY group_id, graph_id, module_path
 ORDER BY group_id, graph_id, mean_total_dur DESC;
+
+-- A module path's kind: the path with every all-digit component (a layer's or an expert's
+-- index in a `ModuleList`) replaced by `*` (`model.layers.17.self_attn` ->
+-- `model.layers.*.self_attn`), so that the same module of every layer falls in one row.
+CREATE PERFETTO FUNCTION graph_ann_module_kind_path(
+  -- Module path.
+  path STRING
+)
+-- The path with its all-digit components as `*`.
+RETURNS STRING AS
+WITH RECURSIVE split(rest, kind_path) AS (
+  SELECT $path || '.', NULL
+  UNION ALL
+  SELECT
+    SUBSTR(rest, INSTR(rest, '.') + 1),
+    COALESCE(kind_path || '.', '')
+      || IIF(SUBSTR(rest, 1, INSTR(rest, '.') - 1) GLOB '[0-9]*'
+             AND SUBSTR(rest, 1, INSTR(rest, '.') - 1) NOT GLOB '*[^0-9]*',
+             '*', SUBSTR(rest, 1, INSTR(rest, '.') - 1))
+  FROM split
+  WHERE rest != ''
+)
+SELECT kind_path FROM split WHERE rest = '';
+
+-- Each module path met and its kind (`graph_ann_module_kind_path`).
+CREATE PERFETTO TABLE _graph_ann_module_kind_path(
+  -- Module path.
+  module_path STRING,
+  -- Its kind.
+  kind_path STRING
+) AS
+SELECT module_path, graph_ann_module_kind_path(module_path) AS kind_path
+FROM (SELECT DISTINCT module_path FROM graph_ann_module_instance);
+
+-- Per module kind and graph, across the graph's replays: the modules of every layer taken
+-- together (`model.layers.*.mlp`), to see which part of a layer the time goes to. Each
+-- replay's times are the sums over the kind's modules; a kind's modules never nest in each
+-- other (they have as many path components), but where they run at once on several streams
+-- each counts its own time, so `mean_total_dur` can then exceed their span.
+CREATE PERFETTO TABLE graph_ann_module_kind(
+  -- Group (`graph_ann_group`).
+  group_id LONG,
+  -- Executable graph id.
+  graph_id LONG,
+  -- Graph name.
+  graph_name STRING,
+  -- Module path with each all-digit component as `*`.
+  kind_path STRING,
+  -- The modules' class (the first by name where they differ).
+  module_class STRING,
+  -- Nesting depth (0: outermost; the least of the modules').
+  depth LONG,
+  -- Module paths of this kind.
+  module_count LONG,
+  -- Replays with a module of this kind.
+  replays LONG,
+  -- Mean GPU work slices per replay, summed over the modules (submodules included).
+  kernel_count DOUBLE,
+  -- Mean per replay of the modules' summed `total_dur`.
+  mean_total_dur DOUBLE,
+  -- Mean per replay of the modules' summed `self_dur`.
+  mean_self_dur DOUBLE,
+  -- Mean per replay of the modules' summed `replay_share`.
+  mean_replay_share DOUBLE,
+  -- Mean per replay of the modules' summed `self_dur` over the replay's busy time.
+  mean_self_share DOUBLE
+) AS
+WITH per_replay AS (
+  SELECT
+    i.group_id,
+    i.graph_id,
+    MIN(i.graph_name) AS graph_name,
+    i.replay,
+    k.kind_path,
+    MIN(i.module_class) AS module_class,
+    MIN(i.depth) AS depth,
+    COUNT(DISTINCT i.module_path) AS module_count,
+    SUM(i.kernel_count) AS kernel_count,
+    SUM(i.total_dur) AS total_dur,
+    SUM(i.self_dur) AS self_dur,
+    SUM(i.replay_share) AS replay_share,
+    CAST(SUM(i.self_dur) AS DOUBLE) / NULLIF(MIN(r.busy_dur), 0) AS self_share
+  FROM graph_ann_module_instance AS i
+  JOIN _graph_ann_module_kind_path AS k USING (module_path)
+  LEFT JOIN graph_ann_graph_replay AS r USING (group_id, graph_id, replay)
+  GROUP BY i.group_id, i.graph_id, i.replay, k.kind_path
+)
+SELECT
+  group_id,
+  graph_id,
+  MIN(graph_name) AS graph_name,
+  kind_path,
+  MIN(module_class) AS module_class,
+  MIN(depth) AS depth,
+  MAX(module_count) AS module_count,
+  COUNT(*) AS replays,
+  AVG(kernel_count) AS kernel_count,
+  AVG(total_dur) AS mean_total_dur,
+  AVG(self_dur) AS mean_self_dur,
+  AVG(replay_share) AS mean_replay_share,
+  AVG(self_share) AS mean_self_share
+FROM per_replay
+GROUP BY group_id, graph_id, kind_path
+ORDER BY group_id, graph_id, mean_self_dur DESC;
