@@ -152,7 +152,8 @@ class FastArgs:
         constant runs with a slot per varying key (:func:`whole_args_key`: the compiled key
         where built, telling apart all the JSON does). Args with NaN / inf (JSON null) or
         values JSON cannot encode skip it. When it hits less than half the time (eager ops
-        with per-call shapes), it turns itself off and only the per-key cache is used.
+        with per-call shapes), it turns itself off and only the per-key cache is used; a graph
+        node's first miss does not count (:meth:`_miss`).
         """
         whole = self._whole
         if whole is not None:
