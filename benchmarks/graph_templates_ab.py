@@ -15,7 +15,9 @@ with as many layers as ``--nodes`` asks, replayed until about ``--kernels`` kern
 writes it with ``convert.write_joined_file`` (what ``pga.export`` runs after torch's JSON), the
 arms alternating after one untimed write (the first in a process pays for imports): ``before``
 (the previous ``FastArgs._miss``, restored for the arm) and ``after``. Medians of the rounds;
-the arms' outputs compared byte for byte. ``--trace`` / ``--annotations``: a profile recorded on
+the arms' outputs compared byte for byte. Then one more ``after`` write, untimed, for the
+templates its largest encoder kept and their memory (keys and templates, ``sys.getsizeof`` of
+every piece). ``--trace`` / ``--annotations``: a profile recorded on
 the GPU machine instead (``benchmarks/gpu/record_export_trace.py --model hf-llama``), written to
 a temporary file first.
 """
@@ -55,6 +57,31 @@ def _miss_before(self, args, ck):
     return encoded
 
 
+def _deep_size(o) -> int:
+    """Bytes of ``o`` and, for tuples and lists, of what they hold (a template's pieces)."""
+    if isinstance(o, (tuple, list)):
+        return sys.getsizeof(o) + sum(_deep_size(x) for x in o)
+    return sys.getsizeof(o)
+
+
+def _kept_templates(src: str, dst: str, ann) -> tuple:
+    """(templates kept, bytes a template with its key) of the largest whole-args cache of a write."""
+    after, seen = FastArgs._miss, []
+
+    def spy(self, args, ck):
+        seen.append(self)
+        return after(self, args, ck)
+
+    FastArgs._miss = spy
+    try:
+        write_joined_file(src, dst, ann, "all", label="decoder")
+    finally:
+        FastArgs._miss = after
+    whole = max((e._whole or {} for e in seen), key=len, default={})
+    size = sum(_deep_size(k) + _deep_size(v) for k, v in whole.items())
+    return len(whole), size / max(1, len(whole))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[828, 1380, 2300, 4600])
@@ -68,8 +95,9 @@ def main() -> None:
     after = FastArgs._miss
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}")
-    print("| nodes a graph | replays | kernels | before s | after s | after / before | same bytes |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| nodes a graph | replays | kernels | before s | after s | after / before | same bytes | templates kept "
+          "| bytes a template |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
     with tempfile.TemporaryDirectory(prefix="pga-graph-templates-") as tmp:
         for nodes in ([None] if args.trace else args.nodes):
             src = os.path.join(tmp, "trace.json")
@@ -97,11 +125,12 @@ def main() -> None:
                     times[arm].append(time.perf_counter() - t)
                     digests.add(hashlib.sha256(Path(dst).read_bytes()).hexdigest())
             FastArgs._miss = after
+            kept, each = _kept_templates(src, os.path.join(tmp, "kept.pftrace"), ann)
             b, a = statistics.median(times["before"]), statistics.median(times["after"])
             kernels = f"{round(layers * 23 * replays):,}" if replays else "-"
             print(f"| {round(layers * 23):,} | {replays or '-'} | {kernels} | {b:.3f} | "
                   f"{a:.3f} | {a / b:.2f}x | "
-                  f"{'yes' if len(digests) == 1 else 'NO'} |")
+                  f"{'yes' if len(digests) == 1 else 'NO'} | {kept:,} | {each:,.0f} |")
     print(f"load after {os.getloadavg()[0]:.2f}")
 
 

@@ -119,9 +119,9 @@ class Decoder(torch.nn.Module):
         return h
 
 
-def hf_llama(layers: int, batch: int):
-    """``transformers``' LlamaForCausalLM, random weights, and its input: (forward, input, module
-    calls a forward)."""
+def hf_llama_model(layers: int, batch: int):
+    """``transformers``' LlamaForCausalLM (random weights, bf16, SDPA, hidden 1024, FFN 2816, 16
+    heads, 4 KV heads) on the GPU and its input of ``batch`` x 128 tokens: (model, input)."""
     import transformers as tf
 
     torch.manual_seed(0)
@@ -130,6 +130,12 @@ def hf_llama(layers: int, batch: int):
     model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to("cuda", torch.bfloat16).eval()
     ids = torch.randint(0, cfg.vocab_size, (batch, 128), device="cuda",
                         generator=torch.Generator(device="cuda").manual_seed(1))
+    return model, ids
+
+
+def hf_llama(layers: int, batch: int):
+    """:func:`hf_llama_model` and its input: (forward, input, module calls a forward)."""
+    model, ids = hf_llama_model(layers, batch)
     calls = []
     hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, a: calls.append(m))
     with torch.no_grad():

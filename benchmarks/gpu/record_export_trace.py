@@ -70,19 +70,14 @@ def main() -> int:
 
 
 def _hf_llama(torch, layers: int):
-    """transformers' Llama of ``module_capture.py`` (random weights, bf16, SDPA, batch 16 x 128
-    tokens), its modules scoped by ``pga.mark_modules``: a forward to capture."""
-    import transformers as tf
+    """transformers' Llama of ``module_capture.py`` (``hf_llama_model``, batch 16 x 128 tokens),
+    its modules scoped by ``pga.mark_modules``: a forward to capture."""
+    from module_capture import hf_llama_model
 
     import perfetto_graph_ann as pga
 
-    torch.manual_seed(0)
-    cfg = tf.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers, num_attention_heads=16,
-                         num_key_value_heads=4, vocab_size=32000, max_position_embeddings=512, use_cache=False)
-    model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to("cuda", torch.bfloat16).eval()
+    model, ids = hf_llama_model(layers, 16)
     pga.mark_modules(model)
-    ids = torch.randint(0, cfg.vocab_size, (16, 128), device="cuda",
-                        generator=torch.Generator(device="cuda").manual_seed(1))
 
     def fwd():
         with torch.no_grad():
