@@ -84,6 +84,7 @@ def writer_path(request, monkeypatch):
         monkeypatch.setattr(fast_encoder, "event_packet", None)
         monkeypatch.setattr(fast_encoder, "stream_records", None)
         monkeypatch.setattr(fast_args, "args_key", None)
+        monkeypatch.setattr(fast_args, "template_runs", None)
     return request.param
 
 

@@ -389,6 +389,72 @@ def test_compiled_whole_args_key_tells_apart_what_json_does(a, b, blank):
         assert json_key(a) == json_key(b), (a, b)
 
 
+#: values a template is made of: repeating ints (new ones encoded in C), strings, bools and
+#: floats, lists of ints (their JSON text the cache key) and lists the C side leaves to ``_one``
+template_values = st.one_of(
+    st.integers(-3, 3), st.integers(-(1 << 64), 1 << 64), st.sampled_from(["a", "bb", "x" * 40]), st.booleans(),
+    st.sampled_from([0.5, 1.0, -0.0, float("nan"), float("inf")]), st.none(),
+    st.lists(st.integers(-(1 << 64), 1 << 64), max_size=3), st.lists(st.sampled_from([1, True, 1.0, "1", None]), max_size=3),
+    st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 2), max_size=2))
+template_args = st.dictionaries(st.sampled_from(["correlation", "replay", "graph node id", "grid", "name", "n", "f",
+                                                 "Input Dims", "skipped", "a" * 130]), template_values, max_size=7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(template_args, min_size=1, max_size=12), st.booleans(), st.integers(1, 4))
+def test_compiled_template_equals_python_template(argss, as_text, limit):
+    """``template_runs`` (``FastArgs._template`` in C) gives the Python template and encoded
+    args, and leaves every per-key cache and the interner as the Python path does: a key's
+    cache hits, new ints encoded and cached up to ``KEY_CACHE_LIMIT`` (then dropped), a key
+    left out, a name too long for a one-byte length, and the values it leaves to ``_one``."""
+    from perfetto_graph_ann.write.perfetto import fast_args
+
+    if fast_args.template_runs is None:
+        pytest.skip("the pure-Python path: no compiled template")
+    keep = frozenset(k for k in ("correlation", "replay", "graph node id", "grid", "name", "n", "f", "Input Dims",
+                                 "a" * 130))
+    made = []
+    for compiled in (True, False):
+        enc = fast_args.FastArgs(Interner(), list_text=as_text, typed_keys=frozenset({"Input Dims"}), keep=keep)
+        enc.KEY_CACHE_LIMIT = limit
+        runs = fast_args.template_runs if compiled else None
+        got = []
+        for args in argss * 2:  # the second time round: the keys' caches are filled
+            saved, fast_args.template_runs = fast_args.template_runs, runs
+            try:
+                got.append(enc._template(args))
+            finally:
+                fast_args.template_runs = saved
+        caches = {k: (ks[0], None if ks[1] is None else {repr(c): b for c, b in ks[1].items()}, ks[2])
+                  for k, ks in enc._keys.items()}
+        made.append((got, caches, enc.interner.pending))
+    assert made[0] == made[1]
+
+
+def test_compiled_template_takes_repeated_values_from_the_caches():
+    """A node's template in C calls ``_one`` only for values it cannot take from a key's cache:
+    a string or a list of floats met for the first time; never for an int (new ones are
+    encoded in C) nor for a value met before (a list of ints by its JSON text, with or without
+    lists written as text)."""
+    from perfetto_graph_ann.write.perfetto import fast_args
+
+    if fast_args.template_runs is None:
+        pytest.skip("the pure-Python path: no compiled template")
+    for as_text in (True, False):
+        enc = fast_args.FastArgs(Interner(), list_text=as_text)
+        calls = []
+        one = enc._one
+        enc._one = lambda k, v: calls.append(k) or one(k, v)
+        first = {"grid": [2, 1, 1], "block": [128, -1, 1 << 62], "name": "attn", "f": [0.5], "graph node id": 7,
+                 "x": -5, "on": True, "w": 0.25}
+        enc._template(first)
+        assert sorted(calls) == sorted(first)  # each key's first value makes its entry
+        calls.clear()
+        second = dict(first, **{"graph node id": 8, "x": 1 << 40, "f": [0.75]})
+        assert enc._template(second)[1] == b"".join(one(k, v) for k, v in second.items())
+        assert calls == ["f"], as_text  # a new list of floats: _one
+
+
 def test_event_with_many_flows_or_odd_ids_gives_the_reference_bytes():
     """The compiled ``event_packet`` leaves to Python what it does not take (more than 8 flow
     ids, an args mapping that is not a dict, an array of other items than

@@ -140,3 +140,21 @@ def test_text_path_benchmarks_run_and_their_arms_write_the_same_bytes(tmp_path, 
     bench.main()
     out = capsys.readouterr().out
     assert "| on / bytes26 |" in out and "| two-pass |" in out and "NO" not in out and emit.TEXT_EVENTS is True
+
+
+def test_template_runs_benchmark_runs_and_its_arms_write_the_same_bytes(tmp_path, monkeypatch, capsys):
+    """``benchmarks/template_runs_ab.py`` on a small synthetic decoder: both arms write the same
+    bytes, the compiled template is put back, and nothing is left outside ``tmp_path``."""
+    from perfetto_graph_ann.write.perfetto import fast_args
+
+    if fast_args.template_runs is None:
+        pytest.skip("the compiled writer (_encode) is not built or turned off")
+    compiled = fast_args.template_runs
+    bench = _load(ROOT / "benchmarks" / "template_runs_ab.py", "bench_template_runs_ab")
+    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["template_runs_ab.py", "--recorded", "--synthetic", "92x3", "--rounds", "2"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| synthetic 92 nodes x 3 |" in out and "| yes |" in out and "NO" not in out
+    assert fast_args.template_runs is compiled
+    assert os.listdir(tmp_path) == []

@@ -2527,6 +2527,255 @@ done:
     return result < 0 ? NULL : PyLong_FromSsize_t(result);
 }
 
+/* b"".join(parts) for a list of bytes objects (checked by the caller); NULL on error. */
+static PyObject *
+join_bytes(PyObject *parts)
+{
+    Py_ssize_t i, n = PyList_GET_SIZE(parts), size = 0;
+    PyObject *out;
+    char *w;
+    for (i = 0; i < n; i++)
+        size += PyBytes_GET_SIZE(PyList_GET_ITEM(parts, i));
+    if ((out = PyBytes_FromStringAndSize(NULL, size)) == NULL)
+        return NULL;
+    w = PyBytes_AS_STRING(out);
+    for (i = 0; i < n; i++) {
+        PyObject *b = PyList_GET_ITEM(parts, i);
+        memcpy(w, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
+        w += PyBytes_GET_SIZE(b);
+    }
+    return out;
+}
+
+/* The compact JSON text of a list of exact ints that fit int64 ("[2,1,1]": json_args' and
+ * list_text's for such a list), as str (as_text) or bytes; NULL with no error for any other list. */
+static PyObject *
+int_list_text(PyObject *v, int as_text)
+{
+    char buf[256];
+    Py_ssize_t i, n = PyList_GET_SIZE(v), at = 1;
+    buf[0] = '[';
+    for (i = 0; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(v, i);
+        long long y;
+        int w;
+        if (!PyLong_CheckExact(x) || as_int64(x, &y) < 0)
+            return NULL;
+        if ((size_t)at + 24 > sizeof buf)
+            return NULL;
+        w = snprintf(buf + at, sizeof buf - (size_t)at, i ? ",%lld" : "%lld", y);
+        at += w;
+    }
+    buf[at++] = ']';
+    return as_text ? PyUnicode_FromStringAndSize(buf, at) : PyBytes_FromStringAndSize(buf, at);
+}
+
+/* An exact int64 not yet in its key's cache (FastArgs._one's miss; a negative one as its 64-bit
+ * two's complement, as wire.varint writes it): encoded, and
+ * stored in cache while it holds fewer than limit values (else the key's cache is dropped:
+ * ks[1] = None, as _one does). A new reference; NULL with no error where the annotation is
+ * 128 bytes or more (left to _one), NULL with an error set on failure. */
+static PyObject *
+int_miss(PyObject *ks, PyObject *cache, PyObject *v, unsigned long long u, Py_ssize_t limit)
+{
+    PyObject *prefix = PyList_GET_ITEM(ks, 0), *b;
+    unsigned char tail[12];
+    Py_ssize_t np = PyBytes_GET_SIZE(prefix), nt, body;
+    unsigned char *w;
+    tail[0] = 0x20;
+    nt = 1 + put_varint(tail + 1, u);
+    body = np + nt;
+    if (body >= 128)
+        return NULL;  /* a long name: _one writes it */
+    if ((b = PyBytes_FromStringAndSize(NULL, 2 + body)) == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(b);
+    w[0] = 0x22;
+    w[1] = (unsigned char)body;
+    memcpy(w + 2, PyBytes_AS_STRING(prefix), (size_t)np);
+    memcpy(w + 2 + np, tail, (size_t)nt);
+    if (PyDict_GET_SIZE(cache) >= limit) {
+        if (PyList_SetItem(ks, 1, Py_NewRef(Py_None)) < 0) {
+            Py_DECREF(b);
+            return NULL;
+        }
+    } else if (PyDict_SetItem(cache, v, b) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* One arg's encoded annotation (FastArgs._one) where its key's entry exists and the value is
+ * of the usual kinds: from the key's cache where it holds the value (an int, str, bool, float,
+ * or a list of ints by its JSON text), or a new int64 encoded and cached. A new reference; NULL
+ * with no error where _one must run (no entry yet, no cache, another kind of value), NULL with
+ * an error set on failure. *skip: the key is not written. */
+static PyObject *
+cached_one(PyObject *keys, PyObject *k, PyObject *v, Py_ssize_t limit, int *skip)
+{
+    PyObject *ks = PyDict_GetItemWithError(keys, k), *cache, *b, *ck;
+    *skip = 0;
+    if (ks == NULL || !PyList_CheckExact(ks) || PyList_GET_SIZE(ks) != 3)
+        return NULL;
+    if (PyList_GET_ITEM(ks, 0) == Py_None) {
+        *skip = 1;
+        return NULL;
+    }
+    cache = PyList_GET_ITEM(ks, 1);
+    if (!PyDict_CheckExact(cache) || !PyBytes_CheckExact(PyList_GET_ITEM(ks, 0)))
+        return NULL;
+    if (PyLong_CheckExact(v)) {
+        long long y;
+        b = PyDict_GetItemWithError(cache, v);
+        if (b != NULL || PyErr_Occurred())
+            return Py_XNewRef(b);
+        if (as_int64(v, &y) < 0)
+            return NULL;
+        return int_miss(ks, cache, v, (unsigned long long)y, limit);
+    }
+    if (PyUnicode_CheckExact(v))
+        return Py_XNewRef(PyDict_GetItemWithError(cache, v));
+    if (PyList_CheckExact(v)) {
+        int as_text = PyObject_IsTrue(PyList_GET_ITEM(ks, 2));
+        if (as_text < 0 || (ck = int_list_text(v, as_text)) == NULL)
+            return NULL;
+    } else if (PyBool_Check(v) || (PyFloat_CheckExact(v) && PyFloat_AS_DOUBLE(v) == PyFloat_AS_DOUBLE(v))) {
+        if ((ck = PyTuple_Pack(2, (PyObject *)Py_TYPE(v), v)) == NULL)
+            return NULL;
+    } else {
+        return NULL;
+    }
+    b = PyDict_GetItemWithError(cache, ck);
+    Py_DECREF(ck);
+    return Py_XNewRef(b);
+}
+
+/* template_runs(keys, args, varying, one, limit): FastArgs._template's (template, encoded args)
+ * for an exact dict of args, each arg by cached_one where it can (limit: KEY_CACHE_LIMIT), else
+ * by one(k, v) (FastArgs._one, which fills the cache); None where args is not an exact dict. */
+static PyObject *
+template_runs(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    PyObject *keys, *args, *varying, *one, *items = NULL, *parts = NULL, *run = NULL, *encoded = NULL;
+    PyObject *empty = NULL, *result = NULL, *all = NULL;
+    Py_ssize_t i, n, nslots = 0, at = -1, limit;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "template_runs takes 5 arguments");
+        return NULL;
+    }
+    keys = a[0], args = a[1], varying = a[2], one = a[3];
+    if ((limit = PyLong_AsSsize_t(a[4])) == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyDict_CheckExact(keys) || !PyDict_CheckExact(args) || !PyAnySet_Check(varying))
+        Py_RETURN_NONE;
+    if ((items = PyDict_Items(args)) == NULL)
+        return NULL;
+    n = PyList_GET_SIZE(items);
+    parts = PyList_New(0);
+    run = PyList_New(0);
+    encoded = PyList_New(n);
+    empty = PyBytes_FromStringAndSize(NULL, 0);
+    if (parts == NULL || run == NULL || encoded == NULL || empty == NULL)
+        goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i), *k = PyTuple_GET_ITEM(kv, 0), *v = PyTuple_GET_ITEM(kv, 1);
+        PyObject *b;
+        int skip, vary;
+        b = cached_one(keys, k, v, limit, &skip);
+        if (b != NULL) {
+            ;
+        } else if (PyErr_Occurred()) {
+            goto done;
+        } else if (skip) {
+            b = Py_NewRef(empty);
+        } else if ((b = PyObject_CallFunctionObjArgs(one, k, v, NULL)) == NULL) {
+            goto done;
+        }
+        if (!PyBytes_CheckExact(b)) {
+            Py_DECREF(b);
+            PyErr_SetString(PyExc_TypeError, "template_runs: an annotation is not bytes");
+            goto done;
+        }
+        PyList_SET_ITEM(encoded, i, b);  /* steals b */
+        vary = PyBytes_GET_SIZE(b) > 0 ? PySet_Contains(varying, k) : 0;
+        if (vary < 0)
+            goto done;
+        if (vary) {
+            PyObject *ks = PyDict_GetItemWithError(keys, k), *head, *slot;
+            if (ks == NULL || !PyList_CheckExact(ks) || PyList_GET_SIZE(ks) < 1
+                    || !PyBytes_CheckExact(PyList_GET_ITEM(ks, 0))) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "template_runs: a varying key without its name prefix");
+                goto done;
+            }
+            if (PyList_GET_SIZE(run) > 0) {
+                PyObject *joined = join_bytes(run);
+                int r = joined == NULL ? -1 : PyList_Append(parts, joined);
+                Py_XDECREF(joined);
+                if (r < 0 || PyList_SetSlice(run, 0, PyList_GET_SIZE(run), NULL) < 0)
+                    goto done;
+            }
+            head = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(PyList_GET_ITEM(ks, 0)) + 1);
+            if (head == NULL)
+                goto done;
+            memcpy(PyBytes_AS_STRING(head), PyBytes_AS_STRING(PyList_GET_ITEM(ks, 0)),
+                   (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(ks, 0)));
+            PyBytes_AS_STRING(head)[PyBytes_GET_SIZE(head) - 1] = 0x20;
+            slot = PyTuple_Pack(2, k, head);
+            Py_DECREF(head);
+            if (slot == NULL)
+                goto done;
+            if (nslots++ == 0)
+                at = PyList_GET_SIZE(parts);
+            if (PyList_Append(parts, slot) < 0) {
+                Py_DECREF(slot);
+                goto done;
+            }
+            Py_DECREF(slot);
+        } else if (PyList_Append(run, b) < 0) {
+            goto done;
+        }
+    }
+    if (PyList_GET_SIZE(run) > 0) {
+        PyObject *joined = join_bytes(run);
+        int r = joined == NULL ? -1 : PyList_Append(parts, joined);
+        Py_XDECREF(joined);
+        if (r < 0)
+            goto done;
+    }
+    n = PyList_GET_SIZE(parts);
+    if (n == 0) {
+        result = PyTuple_Pack(2, empty, empty);
+        goto done;
+    }
+    if (n == 1 && nslots == 0) {
+        result = PyTuple_Pack(2, PyList_GET_ITEM(parts, 0), PyList_GET_ITEM(parts, 0));
+        goto done;
+    }
+    if ((all = join_bytes(encoded)) == NULL)
+        goto done;
+    if (nslots == 1) {  /* (run before, key, head, run after) */
+        PyObject *slot = PyList_GET_ITEM(parts, at), *tpl;
+        tpl = PyTuple_Pack(4, at == 1 ? PyList_GET_ITEM(parts, 0) : empty, PyTuple_GET_ITEM(slot, 0),
+                           PyTuple_GET_ITEM(slot, 1), at + 1 < n ? PyList_GET_ITEM(parts, at + 1) : empty);
+        if (tpl != NULL) {
+            result = PyTuple_Pack(2, tpl, all);
+            Py_DECREF(tpl);
+        }
+        goto done;
+    }
+    result = PyTuple_Pack(2, parts, all);
+done:
+    Py_XDECREF(all);
+    Py_XDECREF(items);
+    Py_XDECREF(parts);
+    Py_XDECREF(run);
+    Py_XDECREF(encoded);
+    Py_XDECREF(empty);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"template_packet", (PyCFunction)(void (*)(void))template_packet, METH_FASTCALL,
      "A slice begin packet from a whole-args template hit, or None (build it in Python)."},
@@ -2536,6 +2785,8 @@ static PyMethodDef methods[] = {
      "The whole-args template cache's key of an event's args, or None (use the JSON key)."},
     {"slice_end", (PyCFunction)(void (*)(void))slice_end, METH_FASTCALL,
      "A slice end packet, or None (build it in Python)."},
+    {"template_runs", (PyCFunction)(void (*)(void))template_runs, METH_FASTCALL,
+     "FastArgs._template's (template, encoded args), each arg from its key's cache where it hits."},
     {"stream_records", (PyCFunction)(void (*)(void))stream_records, METH_FASTCALL,
      "emit._stream's usual records (slice ends, input events' begins); the first record left to Python."},
     {NULL, NULL, 0, NULL},

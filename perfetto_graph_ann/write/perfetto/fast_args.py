@@ -27,11 +27,13 @@ _json_key = msgspec.json.encode
 try:  # the writer's compiled hot path (_encode.c, built with the capture's by hatch_build.py)
     from ._encode import args_key as _args_key, event_packet as _event_packet, slice_end as _slice_end
     from ._encode import stream_records as _stream_records, template_packet as _template_packet
+    from ._encode import template_runs as _template_runs
 except ImportError:
     _COMPILED: Dict[str, Callable[..., Any]] = {}
 else:
     _COMPILED = {"args_key": _args_key, "event_packet": _event_packet, "slice_end": _slice_end,
-                 "stream_records": _stream_records, "template_packet": _template_packet}
+                 "stream_records": _stream_records, "template_packet": _template_packet,
+                 "template_runs": _template_runs}
 #: whether the compiled hot path was built (and imports here)
 BUILT = bool(_COMPILED)
 _ON = BUILT and not settings.switch(settings.PURE_PYTHON)
@@ -46,6 +48,10 @@ def compiled(name: str) -> Optional[Callable[..., Any]]:
 
 #: ``args_key(args, blank)``: the compiled whole-args key (see :func:`whole_args_key`), or None
 args_key = compiled("args_key")
+#: ``template_runs(keys, args, varying, one, limit)``: :meth:`FastArgs._template` compiled, each
+#: arg from its key's cache (a new int encoded and cached there, up to ``limit`` values), else
+#: from ``one``; None where args is not a dict
+template_runs = compiled("template_runs")
 
 
 def whole_args_key(args: Mapping[str, Any], blank: Iterable[str]) -> Optional[bytes]:
@@ -220,7 +226,13 @@ class FastArgs:
 
         The template is a single bytes object when no key varies. Every key is encoded in
         order here, so names and strings are interned in arg order (as the reference does).
+        Compiled where built (:data:`template_runs`): a graph's first replay misses once per
+        node, so this runs once per node of every graph in the profile.
         """
+        if template_runs is not None:
+            got = template_runs(self._keys, args, VARYING_KEYS, self._one, self.KEY_CACHE_LIMIT)
+            if got is not None:
+                return got
         parts: list = []
         run: list = []
         encoded: list = []
