@@ -406,7 +406,7 @@ def test_compiled_template_equals_python_template(argss, as_text, limit):
     """``template_runs`` (``FastArgs._template`` in C) gives the Python template and encoded
     args, and leaves every per-key cache and the interner as the Python path does: a key's
     cache hits, new ints encoded and cached up to ``KEY_CACHE_LIMIT`` (then dropped), a key
-    left out, a name too long for a one-byte length, and the values it leaves to ``_one``."""
+    left out, a long name (interned: its prefix stays short), and the values it leaves to ``_one``."""
     from perfetto_graph_ann.write.perfetto import fast_args
 
     if fast_args.template_runs is None:
