@@ -1,6 +1,7 @@
 /*
  * The writer's per-packet hot path in C (perfetto_graph_ann.write.perfetto._encode): a
- * slice begin assembled from a whole-args template hit, and a slice end. An accelerator
+ * slice begin assembled from a whole-args template hit, a slice end, and a whole-args template
+ * built from the per-key caches (a graph node's, at its first replay). An accelerator
  * only: fast_encoder.py builds the same bytes in Python, and does so whenever a function here
  * answers None (a value or size off the common path) or the module is not built / turned
  * off (PERFETTO_GRAPH_ANN_PURE_PYTHON). Compiled by hatch_build.py.
