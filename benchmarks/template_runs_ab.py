@@ -2,6 +2,7 @@
 against ``FastArgs._template`` in Python, on what ``pga.export`` runs after torch's JSON.
 
     python benchmarks/template_runs_ab.py [--recorded T1 T7 HF20] [--synthetic 828x1 828x7 1656x20] [--rounds 9]
+    python benchmarks/template_runs_ab.py --micro [--rounds 15]
 
 Every node of a graph misses the writer's whole-args template cache once, at the graph's first
 replay, and its template is built there arg by arg; on small profiles (a few replays, as
@@ -11,6 +12,10 @@ arg through ``FastArgs._one``) and ``compiled`` (each arg from its key's cache i
 encoded there; ``_one`` only for the rest). Each arm runs ``convert.write_joined_file`` on the
 JSON in a temporary file. Medians; ``json.loads`` of the same bytes in the same rounds; the
 arms' outputs compared byte for byte.
+
+``--micro``: ``FastArgs._template`` alone, each arm on 2,000 args of a joined graph kernel (the
+H200 decoder's 20 args, each with its own ``graph node id``) after one untimed call: microseconds
+a template, medians of the rounds.
 
 ``--recorded NAME``: ``.bench-data/NAME.json.gz`` with ``.bench-data/NAME.annotations.json``
 (profiles recorded on the GPU machine by ``benchmarks/gpu/record_export_trace.py``; not in the
@@ -58,17 +63,49 @@ def _inputs(args, tmp: str):
         yield f"synthetic {layers * 23} nodes x {replays}", src, decoder_annotations(layers, record=launches)
 
 
+#: a joined graph kernel's args, as the H200 decoder's profile has them
+KERNEL_ARGS = {"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 35, "registers per thread": 32,
+               "shared memory": 0, "blocks per SM": 0.015152, "warps per SM": 0.060606, "grid": [2, 1, 1],
+               "block": [128, 1, 1], "est. achieved occupancy %": 0, "name": "attn", "layer": 5, "graph id": 2,
+               "graph node id": 8589934709, "replay": 0, "join": "calibrated", "original_stream": 7,
+               "critical path": True}
+
+
+def _micro(rounds: int, compiled) -> None:
+    """Microseconds a template of :data:`KERNEL_ARGS` with a new node id, each arm."""
+    from perfetto_graph_ann.write.perfetto.interning import Interner
+
+    argss = [dict(KERNEL_ARGS, **{"graph node id": KERNEL_ARGS["graph node id"] + i}) for i in range(2000)]
+    times: dict = {"python": [], "compiled": []}
+    for r in range(rounds):
+        for arm in (("python", "compiled") if r % 2 == 0 else ("compiled", "python")):
+            fast_args.template_runs = compiled if arm == "compiled" else None
+            enc = fast_args.FastArgs(Interner(), list_text=True)
+            enc._template(KERNEL_ARGS)  # untimed: each key's first value
+            t = time.perf_counter()
+            for a in argss:
+                enc._template(a)
+            times[arm].append((time.perf_counter() - t) / len(argss) * 1e6)
+    fast_args.template_runs = compiled
+    p, c = statistics.median(times["python"]), statistics.median(times["compiled"])
+    print(f"| template of a kernel's {len(KERNEL_ARGS)} args | python {p:.2f} us | compiled {c:.2f} us | {c / p:.2f}x |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recorded", nargs="*", default=["t1", "t7", "hf20"])
     ap.add_argument("--synthetic", nargs="*", default=["828x1", "828x7", "1656x20"])
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--micro", action="store_true", help="FastArgs._template alone (see the docstring)")
     args = ap.parse_args()
     compiled = fast_args.template_runs
     if compiled is None:
         sys.exit("the compiled writer (_encode) is not built here: nothing to compare")
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}")
+    if args.micro:
+        _micro(args.rounds, compiled)
+        return
     print("| input | MB of JSON | `json.loads` s | python s | compiled s | compiled / python "
           "| python / `json.loads` | compiled / `json.loads` | same bytes |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")

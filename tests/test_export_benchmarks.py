@@ -157,4 +157,8 @@ def test_template_runs_benchmark_runs_and_its_arms_write_the_same_bytes(tmp_path
     out = capsys.readouterr().out
     assert "| synthetic 92 nodes x 3 |" in out and "| yes |" in out and "NO" not in out
     assert fast_args.template_runs is compiled
+    monkeypatch.setattr(sys, "argv", ["template_runs_ab.py", "--micro", "--rounds", "1"])
+    bench.main()
+    assert "| template of a kernel's 20 args | python " in capsys.readouterr().out
+    assert fast_args.template_runs is compiled
     assert os.listdir(tmp_path) == []

@@ -2548,6 +2548,24 @@ join_bytes(PyObject *parts)
     return out;
 }
 
+/* The decimal text of v into out (at most 20 bytes, no terminator); returns its length. */
+static Py_ssize_t
+put_decimal(char *out, long long v)
+{
+    char tmp[20];
+    Py_ssize_t n = 0, k = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[k++] = '-';
+    while (n)
+        out[k++] = tmp[--n];
+    return k;
+}
+
 /* The compact JSON text of a list of exact ints that fit int64 ("[2,1,1]": json_args' and
  * list_text's for such a list), as str (as_text) or bytes; NULL with no error for any other list. */
 static PyObject *
@@ -2559,13 +2577,13 @@ int_list_text(PyObject *v, int as_text)
     for (i = 0; i < n; i++) {
         PyObject *x = PyList_GET_ITEM(v, i);
         long long y;
-        int w;
         if (!PyLong_CheckExact(x) || as_int64(x, &y) < 0)
             return NULL;
         if ((size_t)at + 24 > sizeof buf)
             return NULL;
-        w = snprintf(buf + at, sizeof buf - (size_t)at, i ? ",%lld" : "%lld", y);
-        at += w;
+        if (i)
+            buf[at++] = ',';
+        at += put_decimal(buf + at, y);
     }
     buf[at++] = ']';
     return as_text ? PyUnicode_FromStringAndSize(buf, at) : PyBytes_FromStringAndSize(buf, at);
