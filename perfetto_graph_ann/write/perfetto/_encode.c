@@ -2589,30 +2589,23 @@ int_list_text(PyObject *v, int as_text)
     return as_text ? PyUnicode_FromStringAndSize(buf, at) : PyBytes_FromStringAndSize(buf, at);
 }
 
-/* An exact int64 not yet in its key's cache (FastArgs._one's miss; a negative one as its 64-bit
- * two's complement, as wire.varint writes it): encoded, and
- * stored in cache while it holds fewer than limit values (else the key's cache is dropped:
- * ks[1] = None, as _one does). A new reference; NULL with no error where the annotation is
- * 128 bytes or more (left to _one), NULL with an error set on failure. */
+/* An exact int64 not yet in its key's cache (FastArgs._one's miss): its annotation written as
+ * put_piece writes an uncached int (slot 2: a negative one as its 64-bit two's complement, as
+ * wire.varint writes it), and stored in cache while it holds fewer than limit values (else the
+ * key's cache is dropped: ks[1] = None, as _one does). A new reference; NULL with no error where
+ * the annotation is 128 bytes or more (left to _one), NULL with an error set on failure. */
 static PyObject *
 int_miss(PyObject *ks, PyObject *cache, PyObject *v, unsigned long long u, Py_ssize_t limit)
 {
-    PyObject *prefix = PyList_GET_ITEM(ks, 0), *b;
-    unsigned char tail[12];
-    Py_ssize_t np = PyBytes_GET_SIZE(prefix), nt, body;
-    unsigned char *w;
-    tail[0] = 0x20;
-    nt = 1 + put_varint(tail + 1, u);
-    body = np + nt;
-    if (body >= 128)
+    PyObject *b;
+    piece p;
+    int n = 0;
+    put_slot(&p, &n, PyList_GET_ITEM(ks, 0), 2, u);
+    if (piece_size(&p) - 2 >= 128)
         return NULL;  /* a long name: _one writes it */
-    if ((b = PyBytes_FromStringAndSize(NULL, 2 + body)) == NULL)
+    if ((b = PyBytes_FromStringAndSize(NULL, piece_size(&p))) == NULL)
         return NULL;
-    w = (unsigned char *)PyBytes_AS_STRING(b);
-    w[0] = 0x22;
-    w[1] = (unsigned char)body;
-    memcpy(w + 2, PyBytes_AS_STRING(prefix), (size_t)np);
-    memcpy(w + 2 + np, tail, (size_t)nt);
+    put_piece((unsigned char *)PyBytes_AS_STRING(b), &p);
     if (PyDict_GET_SIZE(cache) >= limit) {
         if (PyList_SetItem(ks, 1, Py_NewRef(Py_None)) < 0) {
             Py_DECREF(b);
@@ -2702,14 +2695,12 @@ template_runs(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         PyObject *b;
         int skip, vary;
         b = cached_one(keys, k, v, limit, &skip);
-        if (b != NULL) {
-            ;
-        } else if (PyErr_Occurred()) {
-            goto done;
-        } else if (skip) {
-            b = Py_NewRef(empty);
-        } else if ((b = PyObject_CallFunctionObjArgs(one, k, v, NULL)) == NULL) {
-            goto done;
+        if (b == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            b = skip ? Py_NewRef(empty) : PyObject_CallFunctionObjArgs(one, k, v, NULL);
+            if (b == NULL)
+                goto done;
         }
         if (!PyBytes_CheckExact(b)) {
             Py_DECREF(b);
