@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -91,6 +92,43 @@ def _micro(rounds: int, compiled) -> None:
     print(f"| template of a kernel's {len(KERNEL_ARGS)} args | python {p:.2f} us | compiled {c:.2f} us | {c / p:.2f}x |")
 
 
+def machine_line() -> str:
+    return (f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}")
+
+
+def compare_arms(args, arms: Tuple[str, str], set_up: Callable[[str, Any], None], prefix: str) -> None:
+    """Print a Markdown row per input (``--recorded``, ``--synthetic``): ``write_joined_file``
+    under each of the two ``arms``, alternating each round after one untimed write,
+    ``set_up(arm, annotations)`` before each timed one; medians, ``json.loads`` of the same
+    bytes in the same rounds, and whether every write gave the same bytes. Temporary files in
+    a folder named ``prefix...``, removed at the end."""
+    a, b = arms
+    print(f"| input | MB of JSON | `json.loads` s | {a} s | {b} s | {b} / {a} "
+          f"| {a} / `json.loads` | {b} / `json.loads` | same bytes |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for label, src, ann in _inputs(args, tmp):
+            raw = Path(src).read_bytes()
+            write_joined_file(src, os.path.join(tmp, "warm.pftrace"), ann, "all", label=label)  # untimed
+            times: dict = {a: [], b: [], "json": []}
+            digests = set()
+            for r in range(args.rounds):
+                t = time.perf_counter()
+                json.loads(raw)
+                times["json"].append(time.perf_counter() - t)
+                for name in ((a, b) if r % 2 == 0 else (b, a)):
+                    set_up(name, ann)
+                    dst = os.path.join(tmp, f"{name}.pftrace")
+                    t = time.perf_counter()
+                    write_joined_file(src, dst, ann, "all", label=label)
+                    times[name].append(time.perf_counter() - t)
+                    digests.add(hashlib.sha256(Path(dst).read_bytes()).hexdigest())
+            j, p, c = (statistics.median(times[k]) for k in ("json", a, b))
+            print(f"| {label} | {len(raw) / 1e6:.1f} | {j:.4f} | {p:.4f} | {c:.4f} | {c / p:.2f}x | {p / j:.2f}x | "
+                  f"{c / j:.2f}x | {'yes' if len(digests) == 1 else 'NO'} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recorded", nargs="*", default=["t1", "t7", "hf20"])
@@ -101,35 +139,18 @@ def main() -> None:
     compiled = fast_args.template_runs
     if compiled is None:
         sys.exit("the compiled writer (_encode) is not built here: nothing to compare")
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}")
+    print(machine_line())
     if args.micro:
         _micro(args.rounds, compiled)
         return
-    print("| input | MB of JSON | `json.loads` s | python s | compiled s | compiled / python "
-          "| python / `json.loads` | compiled / `json.loads` | same bytes |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    with tempfile.TemporaryDirectory(prefix="pga-template-runs-") as tmp:
-        for label, src, ann in _inputs(args, tmp):
-            raw = Path(src).read_bytes()
-            write_joined_file(src, os.path.join(tmp, "warm.pftrace"), ann, "all", label=label)  # untimed
-            times: dict = {"python": [], "compiled": [], "json": []}
-            digests = set()
-            for r in range(args.rounds):
-                t = time.perf_counter()
-                json.loads(raw)
-                times["json"].append(time.perf_counter() - t)
-                for arm in (("python", "compiled") if r % 2 == 0 else ("compiled", "python")):
-                    fast_args.template_runs = compiled if arm == "compiled" else None
-                    dst = os.path.join(tmp, f"{arm}.pftrace")
-                    t = time.perf_counter()
-                    write_joined_file(src, dst, ann, "all", label=label)
-                    times[arm].append(time.perf_counter() - t)
-                    digests.add(hashlib.sha256(Path(dst).read_bytes()).hexdigest())
-            fast_args.template_runs = compiled
-            j, p, c = (statistics.median(times[k]) for k in ("json", "python", "compiled"))
-            print(f"| {label} | {len(raw) / 1e6:.1f} | {j:.4f} | {p:.4f} | {c:.4f} | {c / p:.2f}x | {p / j:.2f}x | "
-                  f"{c / j:.2f}x | {'yes' if len(digests) == 1 else 'NO'} |")
+
+    def arm(name: str, ann) -> None:
+        fast_args.template_runs = compiled if name == "compiled" else None
+
+    try:
+        compare_arms(args, ("python", "compiled"), arm, "pga-template-runs-")
+    finally:
+        fast_args.template_runs = compiled
     print(f"load after {os.getloadavg()[0]:.2f}")
 
 

@@ -162,3 +162,16 @@ def test_template_runs_benchmark_runs_and_its_arms_write_the_same_bytes(tmp_path
     assert "| template of a kernel's 20 args | python " in capsys.readouterr().out
     assert fast_args.template_runs is compiled
     assert os.listdir(tmp_path) == []
+
+
+def test_graph_derived_benchmark_runs_and_its_arms_write_the_same_bytes(tmp_path, monkeypatch, capsys):
+    """``benchmarks/graph_derived_ab.py`` on a small synthetic decoder: both arms (the graph
+    records' derived values dropped before each write, or kept) write the same bytes, and
+    nothing is left outside ``tmp_path``."""
+    bench = _load(ROOT / "benchmarks" / "graph_derived_ab.py", "bench_graph_derived_ab")
+    monkeypatch.setattr(bench.compare_arms.__globals__["tempfile"], "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["graph_derived_ab.py", "--recorded", "--synthetic", "92x3", "--rounds", "2"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| fresh s | kept s |" in out and "| synthetic 92 nodes x 3 |" in out and "| yes |" in out
+    assert "NO" not in out and os.listdir(tmp_path) == []

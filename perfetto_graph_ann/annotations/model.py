@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import types
-from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, NamedTuple, Optional, Tuple, TypeVar
 
 __all__ = ["Annotation", "AnnotationSet", "CaptureIdentity", "Dim3", "FIRST_LOGICAL_LANE", "GPU_WORK_NODE_TYPES",
            "GraphRecord", "make_key", "node_type_name", "NODE_TYPES", "NodeRecord", "rekey", "ReplayThread",
@@ -30,6 +30,8 @@ GPU_WORK_NODE_TYPES = frozenset({"kernel", "memcpy", "memset"})
 MODULE_ORIGIN = "module origin"
 #: First lane id handed out for mark_stream labels and process groups.
 FIRST_LOGICAL_LANE = 60
+
+_T = TypeVar("_T")
 
 _NODE_TYPE_NAMES = {
     "kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "host": "host", "graph": "graph",
@@ -148,6 +150,25 @@ class GraphRecord:
     #: None: not recorded (older sidecars, capture records, hand-built sets): the critical
     #: path then falls back to stream order. ``()``: recorded, the graph has no edge.
     edges: Optional[Tuple[GraphEdge, ...]] = None
+
+    def derived(self, build: Callable[["GraphRecord"], _T]) -> _T:
+        """``build(self)``, computed once for this record and kept on it.
+
+        A record never changes once built (a graph instantiated again gets a new one), so what
+        the join derives from a graph alone (its node counts, scopes, calibration table, the
+        predecessors on its edges) holds for every trace joined against it: a process that
+        exports each profiling cycle (``trace_handler``) builds it once, not once a cycle. The
+        value goes with the record; ``build`` must read nothing but the record. A ``build``
+        that raises keeps nothing (it runs again on the next call).
+        """
+        memo = self.__dict__.get("_derived")
+        if memo is None:  # not a field: eq, hash, repr and dataclasses.replace ignore it
+            memo = self.__dict__.setdefault("_derived", {})
+        try:
+            return memo[build]
+        except KeyError:
+            value = memo[build] = build(self)
+            return value
 
     @property
     def display_name(self) -> str:

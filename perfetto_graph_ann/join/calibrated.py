@@ -11,9 +11,8 @@ dropped record) is not trusted: its events are left to the structural join.
 """
 from __future__ import annotations
 
-import weakref
 from collections import Counter
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
@@ -44,23 +43,18 @@ def _node_signature(node: NodeRecord) -> Tuple:
     return sig
 
 
-#: id(graph) -> (graph, its table, kernels only, nodes per stream): built once per graph, not
-#: per replay; an entry goes when its graph does
-_TABLES: Dict[int, Tuple[Any, Dict[Tuple[int, int], Tuple[NodeRecord, Tuple, Match]], bool, Counter]] = {}
-
-
 def _table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], Tuple[NodeRecord, Tuple, Match]], bool, Counter]:
     """(stream, ordinal) -> (node, its loose signature, its unambiguous calibrated match),
-    whether ordinals count kernels only, and the nodes per stream."""
-    hit = _TABLES.get(id(graph))
-    if hit is not None and hit[0]() is graph:
-        return hit[1], hit[2], hit[3]
+    whether ordinals count kernels only, and the nodes per stream: built once per graph
+    (:meth:`GraphRecord.derived`), not per replay."""
+    return graph.derived(_build_table)
+
+
+def _build_table(graph: GraphRecord) -> Tuple[Dict[Tuple[int, int], Tuple[NodeRecord, Tuple, Match]], bool, Counter]:
     nodes = {(n.stream, n.ordinal): n for n in graph.nodes if n.stream is not None and n.ordinal is not None}
     kernels_only = not any(n.type != "kernel" and n.type in GPU_WORK_NODE_TYPES for n in nodes.values())
     per_stream = Counter(stream for stream, _ in nodes)
     table = {pos: (n, _node_signature(n), Match(n, CALIBRATED, False)) for pos, n in nodes.items()}
-    _TABLES[id(graph)] = (weakref.ref(graph), table, kernels_only, per_stream)
-    weakref.finalize(graph, _TABLES.pop, id(graph), None)
     return table, kernels_only, per_stream
 
 

@@ -280,7 +280,7 @@ def annotate_replays(replays: Sequence[Any], matches: Mapping[int, Any], replay_
             continue
         if gid not in cache:
             try:
-                cache[gid] = work_predecessors(g)
+                cache[gid] = g.derived(work_predecessors)
             except CycleError:
                 cache[gid] = None
         wp = cache[gid]

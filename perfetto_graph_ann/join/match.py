@@ -162,6 +162,10 @@ def best_graph(replay: Replay, graphs: Iterable[GraphRecord], only_graph: Option
     return found, exec_id, len(winners) > 1
 
 
+def _loose_node_counts(g: GraphRecord) -> Counter:
+    return Counter(signature(n, strict=False) for n in g.nodes if n.type in GPU_WORK_NODE_TYPES)
+
+
 class GraphFit:
     """Could a replay's GPU work be a graph's? A necessary condition, cached per graph and per
     replay shape: at most as many events as the graph has GPU-work nodes, and for every
@@ -170,15 +174,12 @@ class GraphFit:
     superset is safe: more candidates only ever means fewer labels."""
 
     def __init__(self) -> None:
-        self._nodes: Dict[int, Counter] = {}
         self._memo: Dict[Tuple[int, frozenset], bool] = {}
 
-    def _node_counts(self, g: GraphRecord) -> Counter:
-        c = self._nodes.get(g.exec_id)
-        if c is None:
-            c = self._nodes[g.exec_id] = Counter(signature(n, strict=False) for n in g.nodes
-                                                 if n.type in GPU_WORK_NODE_TYPES)
-        return c
+    @staticmethod
+    def _node_counts(g: GraphRecord) -> Counter:
+        """Each loose signature of the graph's GPU-work nodes with its count (once a graph)."""
+        return g.derived(_loose_node_counts)
 
     @staticmethod
     def shape(events: Sequence[TraceEvent], signatures: Optional[Mapping[int, Tuple]] = None) -> frozenset:

@@ -211,7 +211,7 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
             continue
         info = cache.get(gid)
         if info is None:
-            info = cache[gid] = _graph_info(g)
+            info = cache[gid] = g.derived(_graph_info)
         work = _collect_work(timed, matches, info.per_node)
         why = _why_not_drawn(r, timed, work, info, matches, several_graphs)
         if why is not None:
@@ -355,7 +355,7 @@ def _project_candidates(r: Replay, cands: Sequence[Any], cache: Dict[int, _Graph
     for g in cands:
         info = cache.get(g.exec_id)
         if info is None:
-            info = cache[g.exec_id] = _graph_info(g)
+            info = cache[g.exec_id] = g.derived(_graph_info)
         whole = whole and len(info.gpu_nodes) == len(r.events)
     if not whole or r.launch is None:
         why = REASON_PARTIAL if r.launch is not None else REASON_NO_LAUNCH

@@ -1,0 +1,107 @@
+"""What the join derives from a graph record alone is built once per record
+(:meth:`GraphRecord.derived`), so a process exporting every profiling cycle does not build it
+again each cycle, and a later join against the same records writes what a fresh one writes."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from perfetto_graph_ann import load_annotations
+from perfetto_graph_ann.annotations.model import GraphEdge, GraphRecord, NodeRecord
+from perfetto_graph_ann.join import calibrated, critical_path, join, match, projection
+from perfetto_graph_ann.pipeline.convert import convert
+from perfetto_graph_ann.read.kineto import read_trace
+
+from conftest import FIXTURES
+
+
+def _record() -> GraphRecord:
+    return GraphRecord(3, (NodeRecord(key=(3 << 32) | 0, annotation={"name": "a"}),), name="g")
+
+
+def test_derived_builds_once_per_record_and_build():
+    calls = []
+
+    def count(g):
+        calls.append(g.exec_id)
+        return [g.exec_id]
+
+    def other(g):
+        return "other"
+
+    g = _record()
+    first = g.derived(count)
+    assert g.derived(count) is first and calls == [3]
+    assert g.derived(other) == "other" and g.derived(count) is first
+    twin = dataclasses.replace(g)  # a new record: derives again, compares and prints as before
+    assert twin == g and repr(twin) == repr(g) and "_derived" not in repr(g)
+    assert twin.derived(count) == first and twin.derived(count) is not first and calls == [3, 3]
+
+
+def test_derived_keeps_no_failure():
+    tries = []
+
+    def flaky(g):
+        tries.append(1)
+        if len(tries) == 1:
+            raise ValueError("first try")
+        return "built"
+
+    g = _record()
+    with pytest.raises(ValueError):
+        g.derived(flaky)
+    assert g.derived(flaky) == "built" and g.derived(flaky) == "built" and len(tries) == 2
+
+
+def _inputs():
+    """(trace, annotations) of two H200 fixtures: the annotated block (calibrated, scoped) and
+    the two-branch graph with its true edges (its critical path on them)."""
+    block = load_annotations(FIXTURES / "seed_block_annotated.capture.json")
+    branch = load_annotations(FIXTURES / "two_branch.capture.json")
+    branch = dataclasses.replace(branch, graphs=(dataclasses.replace(branch.graphs[0], edges=(GraphEdge(0, 2),
+                                                                                               GraphEdge(1, 2))),))
+    return [("seed_block_annotated", block), ("two_branch", branch)]
+
+
+def _write(trace_name: str, ann, out: Path) -> bytes:
+    trace = read_trace(FIXTURES / f"{trace_name}.trace.json.gz")
+    convert(trace, out, layout=join(trace, ann, graph_lanes="all"))
+    return out.read_bytes()
+
+
+def test_a_later_join_builds_nothing_again_and_writes_the_same(tmp_path: Path, monkeypatch):
+    builds = {}
+    for mod, name in [(critical_path, "work_predecessors"), (projection, "_graph_info"),
+                      (match, "_loose_node_counts"), (calibrated, "_build_table")]:
+        def counted(g, _f=getattr(mod, name), _name=name):
+            builds[(_name, g.exec_id)] = builds.get((_name, g.exec_id), 0) + 1
+            return _f(g)
+        monkeypatch.setattr(mod, name, counted)
+    for trace_name, ann in _inputs():
+        first = _write(trace_name, ann, tmp_path / f"{trace_name}.1.pftrace")
+        built = dict(builds)
+        again = _write(trace_name, ann, tmp_path / f"{trace_name}.2.pftrace")
+        assert builds == built, f"{trace_name}: the second join built again what the first had"
+        fresh = _write(trace_name, _inputs_by_name()[trace_name], tmp_path / f"{trace_name}.3.pftrace")
+        assert again == first == fresh
+    # every derivation ran, once per graph it was asked for
+    assert {k[0] for k in builds} == {"work_predecessors", "_graph_info", "_loose_node_counts", "_build_table"}
+    assert set(builds.values()) == {2}  # once for the shared records, once for the fresh ones
+
+
+def _inputs_by_name():
+    return dict(_inputs())
+
+
+def test_the_registry_hands_out_the_record_it_built():
+    """What ``pga.export`` joins against each cycle (``recorded_annotations``: the registry's
+    snapshot) holds the same record objects, so their derived values carry over."""
+    from perfetto_graph_ann.capture.registry import Registry
+
+    reg = Registry()
+    built = []
+    reg.put("owner", lambda: built.append(1) or _record())
+    first, again = reg.snapshot(), reg.snapshot()
+    assert first.graphs[0] is again.graphs[0] and built == [1]
