@@ -175,3 +175,15 @@ def test_graph_derived_benchmark_runs_and_its_arms_write_the_same_bytes(tmp_path
     out = capsys.readouterr().out
     assert "| fresh s | kept s |" in out and "| synthetic 92 nodes x 3 |" in out and "| yes |" in out
     assert "NO" not in out and os.listdir(tmp_path) == []
+
+
+def test_sidecar_save_benchmark_runs_and_its_arms_save_the_same_bytes(tmp_path, monkeypatch, capsys):
+    """``benchmarks/sidecar_save_ab.py`` on a small synthetic decoder: both arms save the same
+    bytes, and nothing is left outside ``tmp_path``."""
+    bench = _load(ROOT / "benchmarks" / "sidecar_save_ab.py", "bench_sidecar_save_ab")
+    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["sidecar_save_ab.py", "--recorded", "--layers", "2", "--rounds", "2"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| synthetic 46 nodes |" in out and "| yes |" in out and "NO" not in out
+    assert os.listdir(tmp_path) == []

@@ -105,3 +105,26 @@ def test_the_registry_hands_out_the_record_it_built():
     reg.put("owner", lambda: built.append(1) or _record())
     first, again = reg.snapshot(), reg.snapshot()
     assert first.graphs[0] is again.graphs[0] and built == [1]
+
+
+def test_a_graphs_sidecar_part_is_serialized_once_and_saves_the_same_bytes(tmp_path: Path, monkeypatch):
+    """The worker's sidecar (``background.save_for_worker``) takes each graph's serialized
+    message from its record: built once across saves, the file the same bytes as a fresh
+    record set's through ``save_annotations``, and read back to the same annotations."""
+    from perfetto_graph_ann.annotations import sidecar_proto
+    from perfetto_graph_ann.annotations.files import save_annotations
+    from perfetto_graph_ann.capture.background import save_for_worker
+
+    built = []
+    orig = sidecar_proto._graph_to_proto
+    monkeypatch.setattr(sidecar_proto, "_graph_to_proto", lambda g: built.append(g.exec_id) or orig(g))
+    for name, ann in _inputs():
+        fresh = save_annotations(tmp_path / f"{name}.fresh.pgab", _inputs_by_name()[name], "binary")
+        for k in range(2):
+            folder = tmp_path / f"{name}{k}"
+            folder.mkdir()
+            path = save_for_worker(ann, str(folder))
+            assert Path(path).read_bytes() == Path(fresh).read_bytes()
+        back = load_annotations(path)
+        assert back.graphs == ann.graphs and back.replays == ann.replays
+    assert sorted(built) == sorted(2 * [g.exec_id for _, a in _inputs() for g in a.graphs])  # fresh and kept sets

@@ -32,7 +32,7 @@ from ..errors import GraphAnnError, OutputError
 if TYPE_CHECKING:
     from ..read.follow import Followed
 
-__all__ = ["EXIT_WAIT_S", "ExportHandle", "NICE", "pending", "report_error", "start", "wait_all"]
+__all__ = ["EXIT_WAIT_S", "ExportHandle", "NICE", "pending", "report_error", "save_for_worker", "start", "wait_all"]
 
 #: The longest interpreter exit waits for conversions still running (seconds, all together).
 EXIT_WAIT_S = 300.0
@@ -147,6 +147,22 @@ class ExportHandle:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
+def save_for_worker(annotations: Any, tmp: str) -> str:
+    """Save ``annotations`` (binary sidecar) for a worker in ``tmp``, the folder its conversion
+    owns; returns the path. On the caller's path, so the cheap way: each graph's part comes
+    from its record (:meth:`GraphRecord.derived`: a process exporting each cycle serializes its
+    graphs once), and the file is a scratch file, not an output (no fsync and rename: the worker
+    reads it after this returns, and the folder goes when the conversion is collected)."""
+    from ..annotations.sidecar_proto import to_bytes
+    from ..util.atomic import open_scratch
+
+    path = os.path.join(tmp, "annotations.pgab")
+    data = to_bytes(annotations)
+    with open_scratch(path) as f:
+        f.write(data)
+    return path
+
+
 def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], default_stream: int, force: bool,
           label: str, tmp: str, follow: bool = False, nice: bool = True) -> ExportHandle:
     """Convert ``src`` (a Chrome JSON file) joined with ``annotations`` to ``out`` in a new
@@ -158,11 +174,11 @@ def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], defa
     (:mod:`..read.follow`) until told :meth:`ExportHandle.written` (or
     :meth:`ExportHandle.abandon`), which the caller must say. ``nice``: the worker runs below
     the caller (:data:`NICE`); False where the caller waits for it."""
-    from ..annotations.files import save_annotations
+    from ..util.atomic import open_scratch
 
     if not sys.executable:  # an embedded interpreter: nothing to start the worker with
         raise OutputError(out, "no Python executable to run a background conversion with: use background=False")
-    sidecar = save_annotations(os.path.join(tmp, "annotations.pgab"), annotations, "binary")
+    sidecar = save_for_worker(annotations, tmp)
     job = {"src": src, "annotations": sidecar, "source": annotations.source, "out": out, "graph_lanes": graph_lanes,
            "default_stream": default_stream, "force": force, "label": label, "tmp": tmp, "parent": os.getpid(),
            "follow": [src + ".tmp", src] if follow else None, "nice": nice}
@@ -172,8 +188,6 @@ def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], defa
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if os.path.basename(root) not in ("site-packages", "dist-packages"):  # a checkout: this very package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    from ..util.atomic import open_scratch
-
     with open_scratch(os.path.join(tmp, _ERRLOG)) as err:
         proc = subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann.capture.background", json.dumps(job)],
                                 stdin=subprocess.PIPE if follow else subprocess.DEVNULL,
