@@ -151,8 +151,8 @@ def to_proto(s: AnnotationSet):
 
 
 def _graph_bytes(g: GraphRecord) -> bytes:
-    """``g``'s ``Graph`` message, serialized: kept on the record (:meth:`GraphRecord.derived`),
-    as bytes rather than a message (immutable, and a fifth of its memory or less)."""
+    """``g``'s ``Graph`` message, serialized: kept on the record (:meth:`GraphRecord.derived`)
+    as bytes, which nothing can change, rather than as a message."""
     return _graph_to_proto(g).SerializeToString(deterministic=True)
 
 
