@@ -2,7 +2,7 @@
 caller's path (``pga.export(..., background=True)`` and ``trace_handler``'s default), before
 and after session 34.
 
-    python benchmarks/sidecar_save_ab.py [--recorded T7 HF20] [--layers 36 72] [--rounds 15]
+    python benchmarks/sidecar_save_ab.py [--recorded T7 HF20] [--layers 36 72] [--graphs 32] [--rounds 15]
 
 Arms, alternating each round, each into a new folder: ``before`` (as ``background.start`` saved
 them until session 34: ``files.save_annotations(path, annotations, "binary")``, every graph's
@@ -15,11 +15,13 @@ Medians in milliseconds; the files compared byte for byte.
 ``--recorded NAME``: ``.bench-data/NAME.annotations.json`` (recorded on the GPU machine by
 ``benchmarks/gpu/record_export_trace.py``; not in the repository); ``--layers N``:
 ``benchmarks/decoder_synth.py``'s decoder of N layers (23 kernel nodes a layer, scopes,
-calibration, a replay record of 7 launches).
+calibration, a replay record of 7 launches); ``--graphs N``: N such graphs of 36 layers (one
+per batch size, as a serving engine captures them; 0: none).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -35,6 +37,7 @@ from decoder_synth import decoder_annotations  # noqa: E402
 from template_runs_ab import machine_line  # noqa: E402
 
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations  # noqa: E402
+from perfetto_graph_ann.annotations.model import rekey  # noqa: E402
 from perfetto_graph_ann.capture.background import save_for_worker  # noqa: E402
 
 
@@ -43,12 +46,19 @@ def _inputs(args):
         yield f"recorded {name}", load_annotations(str(ROOT / ".bench-data" / f"{name}.annotations.json"))
     for layers in args.layers:
         yield f"synthetic {layers * 23} nodes", decoder_annotations(layers, record=list(range(1, 8)))
+    if args.graphs:
+        ann = decoder_annotations(36, record=list(range(1, 8)))
+        g0 = ann.graphs[0]
+        graphs = tuple(dataclasses.replace(g0, exec_id=g0.exec_id + k, nodes=tuple(
+            dataclasses.replace(n, key=rekey(g0.exec_id + k, n.key)) for n in g0.nodes)) for k in range(args.graphs))
+        yield f"synthetic {args.graphs} graphs of {len(g0.nodes)} nodes", dataclasses.replace(ann, graphs=graphs)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recorded", nargs="*", default=["t7", "hf20"])
     ap.add_argument("--layers", type=int, nargs="*", default=[36, 72])
+    ap.add_argument("--graphs", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     print(machine_line())

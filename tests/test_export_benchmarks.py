@@ -182,8 +182,8 @@ def test_sidecar_save_benchmark_runs_and_its_arms_save_the_same_bytes(tmp_path, 
     bytes, and nothing is left outside ``tmp_path``."""
     bench = _load(ROOT / "benchmarks" / "sidecar_save_ab.py", "bench_sidecar_save_ab")
     monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["sidecar_save_ab.py", "--recorded", "--layers", "2", "--rounds", "2"])
+    monkeypatch.setattr(sys, "argv", ["sidecar_save_ab.py", "--recorded", "--layers", "2", "--graphs", "2", "--rounds", "2"])
     bench.main()
     out = capsys.readouterr().out
-    assert "| synthetic 46 nodes |" in out and "| yes |" in out and "NO" not in out
-    assert os.listdir(tmp_path) == []
+    assert "| synthetic 46 nodes |" in out and "| synthetic 2 graphs of 828 nodes |" in out
+    assert "| yes |" in out and "NO" not in out and os.listdir(tmp_path) == []
