@@ -10,6 +10,7 @@ kernel args and its ``ac2g`` end, as torch 2.11 writes them (no graph ids: the j
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -18,7 +19,7 @@ from decimal import Decimal
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from perfetto_graph_ann.annotations.model import (AnnotationSet, GraphRecord, NodeRecord, ReplayThread, ReplayWindow,
-                                                  ScopeInstance)
+                                                  ScopeInstance, rekey)
 
 __all__ = ["BASE_TIME_NS", "EXEC_ID", "PER_LAYER", "decoder_annotations", "decoder_pieces", "decoder_trace",
            "write_decoder_trace"]
@@ -83,6 +84,18 @@ def decoder_annotations(layers: int = 36, record: Optional[Sequence[int]] = None
         windows = (ReplayWindow(PID, min(record) - 1_000_000, max(record) + 100_000_000,
                                 (ReplayThread(TID, TID, (EXEC_ID,) * len(record), starts_ns=tuple(record)),)),)
     return AnnotationSet(graphs=(GraphRecord(EXEC_ID, tuple(nodes), scopes=tuple(scopes)),), replays=windows)
+
+
+def with_batch_sizes(ann: AnnotationSet, graphs: int) -> AnnotationSet:
+    """``ann`` with ``graphs`` graphs: its first, then copies of it under other executable ids
+    whose kernels run on other grids (another batch size, as a serving engine captures one graph
+    per batch size): the join tries each replay against them all and fits it to its own."""
+    g0 = ann.graphs[0]
+    more = tuple(dataclasses.replace(g0, exec_id=g0.exec_id + 100 + k, nodes=tuple(
+        dataclasses.replace(n, key=rekey(g0.exec_id + 100 + k, n.key),
+                            grid=(n.grid[0] + k + 1, *n.grid[1:]) if n.grid else n.grid) for n in g0.nodes))
+        for k in range(graphs - 1))
+    return dataclasses.replace(ann, graphs=(g0, *more))
 
 
 def _us(ns: int) -> float:

@@ -21,7 +21,6 @@ per batch size, as a serving engine captures them; 0: none).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -33,11 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from decoder_synth import decoder_annotations  # noqa: E402
+from decoder_synth import decoder_annotations, with_batch_sizes  # noqa: E402
 from template_runs_ab import machine_line  # noqa: E402
 
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations  # noqa: E402
-from perfetto_graph_ann.annotations.model import rekey  # noqa: E402
 from perfetto_graph_ann.capture.background import save_for_worker  # noqa: E402
 
 
@@ -47,12 +45,8 @@ def _inputs(args):
     for layers in args.layers:
         yield f"synthetic {layers * 23} nodes", decoder_annotations(layers, record=list(range(1, 8)))
     if args.graphs:
-        ann = decoder_annotations(36, record=list(range(1, 8)))
-        g0 = ann.graphs[0]
-        graphs = tuple(dataclasses.replace(g0, exec_id=g0.exec_id + k, nodes=tuple(
-            dataclasses.replace(n, key=rekey(g0.exec_id + k, n.key)) for n in g0.nodes)) for k in range(args.graphs))
-        yield f"synthetic {args.graphs} graphs of {len(g0.nodes)} nodes", dataclasses.replace(ann, graphs=graphs)
-
+        ann = with_batch_sizes(decoder_annotations(36, record=list(range(1, 8))), args.graphs)
+        yield f"synthetic {args.graphs} graphs of {len(ann.graphs[0].nodes)} nodes", ann
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -97,18 +97,20 @@ def machine_line() -> str:
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}")
 
 
-def compare_arms(args, arms: Tuple[str, str], set_up: Callable[[str, Any], None], prefix: str) -> None:
+def compare_arms(args, arms: Tuple[str, str], set_up: Callable[[str, Any], None], prefix: str,
+                 inputs: Callable = _inputs) -> None:
     """Print a Markdown row per input (``--recorded``, ``--synthetic``): ``write_joined_file``
     under each of the two ``arms``, alternating each round after one untimed write,
     ``set_up(arm, annotations)`` before each timed one; medians, ``json.loads`` of the same
     bytes in the same rounds, and whether every write gave the same bytes. Temporary files in
-    a folder named ``prefix...``, removed at the end."""
+    a folder named ``prefix...``, removed at the end. ``inputs(args, tmp)``: (label, JSON path,
+    annotations) of each input (default: :func:`_inputs`)."""
     a, b = arms
     print(f"| input | MB of JSON | `json.loads` s | {a} s | {b} s | {b} / {a} "
           f"| {a} / `json.loads` | {b} / `json.loads` | same bytes |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        for label, src, ann in _inputs(args, tmp):
+        for label, src, ann in inputs(args, tmp):
             raw = Path(src).read_bytes()
             write_joined_file(src, os.path.join(tmp, "warm.pftrace"), ann, "all", label=label)  # untimed
             times: dict = {a: [], b: [], "json": []}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfetto_graph_ann import load_annotations
+from perfetto_graph_ann.annotations import model
 from perfetto_graph_ann.annotations.model import GraphEdge, GraphRecord, NodeRecord
 from perfetto_graph_ann.join import calibrated, critical_path, join, match, projection
 from perfetto_graph_ann.pipeline.convert import convert
@@ -74,7 +75,7 @@ def _write(trace_name: str, ann, out: Path) -> bytes:
 def test_a_later_join_builds_nothing_again_and_writes_the_same(tmp_path: Path, monkeypatch):
     builds = {}
     for mod, name in [(critical_path, "work_predecessors"), (projection, "_graph_info"),
-                      (match, "_loose_node_counts"), (calibrated, "_build_table")]:
+                      (match, "_loose_node_counts"), (calibrated, "_build_table"), (model, "_nodes_by_key")]:
         def counted(g, _f=getattr(mod, name), _name=name):
             builds[(_name, g.exec_id)] = builds.get((_name, g.exec_id), 0) + 1
             return _f(g)
@@ -86,7 +87,7 @@ def test_a_later_join_builds_nothing_again_and_writes_the_same(tmp_path: Path, m
         assert builds == built, f"{trace_name}: the second join built again what the first had"
         fresh = _write(trace_name, _inputs_by_name()[trace_name], tmp_path / f"{trace_name}.3.pftrace")
         assert again == first == fresh
-    # every derivation ran, once per graph it was asked for
+    # every derivation ran, once per graph it was asked for; every node by key never (no graph node ids)
     assert {k[0] for k in builds} == {"work_predecessors", "_graph_info", "_loose_node_counts", "_build_table"}
     assert set(builds.values()) == {2}  # once for the shared records, once for the fresh ones
 
@@ -128,3 +129,18 @@ def test_a_graphs_sidecar_part_is_serialized_once_and_saves_the_same_bytes(tmp_p
         back = load_annotations(path)
         assert back.graphs == ann.graphs and back.replays == ann.replays
     assert sorted(built) == sorted(2 * [g.exec_id for _, a in _inputs() for g in a.graphs])  # fresh and kept sets
+
+
+def test_nodes_by_key_is_each_graphs_built_once_and_a_later_graph_wins(monkeypatch):
+    calls = []
+    orig = model._nodes_by_key
+    monkeypatch.setattr(model, "_nodes_by_key", lambda g: calls.append(g.exec_id) or orig(g))
+    a = _record()
+    b = GraphRecord(3, (NodeRecord(key=(3 << 32) | 0, annotation={"name": "b"}),), name="twin")  # the same key
+    ann = model.AnnotationSet((a, b), {})
+    for _ in range(2):
+        got = ann.nodes_by_key()
+        assert got == {n.key: n for g in (a, b) for n in g.nodes} and got[(3 << 32)] is b.nodes[0]
+    assert calls == [3, 3]  # once per record
+    got[1] = None  # the caller's own dict
+    assert 1 not in ann.nodes_by_key()

@@ -180,6 +180,10 @@ class GraphRecord:
         return any(n.stream is not None and n.ordinal is not None for n in self.nodes)
 
 
+def _nodes_by_key(g: GraphRecord) -> Dict[int, NodeRecord]:
+    return {n.key: n for n in g.nodes}
+
+
 @dataclasses.dataclass(frozen=True)
 class CaptureIdentity:
     """Where the graphs of a sidecar were captured: the process, its host and its devices.
@@ -262,7 +266,13 @@ class AnnotationSet:
     replays: Optional[Tuple[ReplayWindow, ...]] = None
 
     def nodes_by_key(self) -> Dict[int, NodeRecord]:
-        return {n.key: n for g in self.graphs for n in g.nodes}
+        """Every node by its key (a later graph's node wins a key two graphs share). Each
+        graph's part is built once per record (:meth:`GraphRecord.derived`): a serving
+        engine's dozens of graphs are joined every profiling cycle."""
+        out: Dict[int, NodeRecord] = {}
+        for g in self.graphs:
+            out.update(g.derived(_nodes_by_key))
+        return out
 
     def graph(self, exec_id: int) -> Optional[GraphRecord]:
         for g in self.graphs:

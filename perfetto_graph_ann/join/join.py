@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .. import settings
-from ..annotations.model import MODULE_ORIGIN, AnnotationSet
+from ..annotations.model import MODULE_ORIGIN, AnnotationSet, NodeRecord
 from ..errors import AnnotationMismatchError
 from ..read.model import KinetoTrace, TraceEvent
 from . import critical_path, identity
@@ -409,7 +409,7 @@ class _Attribution:
     def __init__(self, trace: KinetoTrace, replays: List[Replay], annotations: AnnotationSet, report: JoinReport,
                  pids: Optional[Set[int]] = None, every_launch: Optional[Sequence[TraceEvent]] = None):
         self.annotations, self.report = annotations, report
-        self.nodes_by_key = annotations.nodes_by_key()
+        self._nodes_by_key: Optional[Dict[int, NodeRecord]] = None  # built once a trace has graph node ids
         self.by_id = {g.exec_id: g for g in annotations.graphs}
         self.fit = GraphFit()
         self.matches: Dict[int, Match] = {}
@@ -428,6 +428,15 @@ class _Attribution:
             self.launched = ids.graphs
             report.replay_record = True
             report.replay_record_problems = ids.problems
+
+    def _exact(self, events: Sequence[TraceEvent]) -> Dict[int, Match]:
+        """:func:`match_exact` on ``events``; every node by key is built for the first replay
+        with a ``graph node id`` (torch 2.11's Kineto writes none: then never)."""
+        if not any("graph node id" in e.args for e in events):
+            return {}
+        if self._nodes_by_key is None:
+            self._nodes_by_key = self.annotations.nodes_by_key()
+        return match_exact(events, self._nodes_by_key)
 
     def _may_be(self, r: Optional[Replay], exec_id: int) -> bool:
         g = self.by_id.get(exec_id)
@@ -459,7 +468,7 @@ class _Attribution:
 
     def join_replay(self, r: Replay) -> None:
         report = self.report
-        found = match_exact(r.events, self.nodes_by_key)
+        found = self._exact(r.events)
         chosen = _majority_graph(found)
         how = EXACT_IDS if chosen is not None else None
         pending = [e for e in r.events if e.index not in found] if found else list(r.events)  # no ids: every event
