@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 from .. import formats
 from ..errors import EMPTY_FILE, PathLike, SidecarError
 from ..util.atomic import atomic_write_bytes
+from ..util.collector import paused_gc
 from .capture_record import capture_record_to_annotations
 from .model import AnnotationSet
 from .schema import parse_json_bytes
@@ -55,14 +56,15 @@ def load_annotations(path: PathLike) -> AnnotationSet:
     if not data.strip():
         raise SidecarError(path, EMPTY_FILE)
     form = formats.annotation_form(data)
-    if form == "json":
-        doc = parse_json_bytes(data, path)
-        if formats.is_capture_record(doc):
-            return capture_record_to_annotations(doc, path)
-        return from_json(doc, path)
     if form is None:
         raise SidecarError(path, "not an annotation sidecar (neither the binary form nor JSON)")
-    return from_bytes(data, path)
+    with paused_gc():  # a record a node: thousands a graph, none of them cyclic
+        if form == "json":
+            doc = parse_json_bytes(data, path)
+            if formats.is_capture_record(doc):
+                return capture_record_to_annotations(doc, path)
+            return from_json(doc, path)
+        return from_bytes(data, path)
 
 
 def load_annotation_files(paths: Iterable[PathLike]) -> AnnotationSet:

@@ -86,9 +86,11 @@ def check_annotation_value(v: Any, path: str, where: str, depth: int = 0) -> Non
 
 def check_scopes(scopes: Optional[Tuple[ScopeInstance, ...]], nodes: List[NodeRecord], path: str, where: str) -> None:
     """Scope ids unique, parents and node references known, no parent cycle."""
+    # the loops below run a node, scope or parent at a time: each error's text is made only when it is raised
     if scopes is None:
         for n in nodes:
-            want(not n.scopes, path, f"{where}: node {n.key} lists scopes but the graph has no scope table")
+            if n.scopes:
+                raise SidecarError(path, f"{where}: node {n.key} lists scopes but the graph has no scope table")
         return
     ids = {sc.id: sc for sc in scopes}
     want(len(ids) == len(scopes), path, f"{where}: two scopes share an id")
@@ -96,13 +98,16 @@ def check_scopes(scopes: Optional[Tuple[ScopeInstance, ...]], nodes: List[NodeRe
         seen = {sc.id}
         p = sc.parent
         while p is not None:
-            want(p in ids, path, f"{where}: scope {sc.id} has an unknown parent {p}")
-            want(p not in seen, path, f"{where}: scope {sc.id}'s parents form a cycle")
+            if p not in ids:
+                raise SidecarError(path, f"{where}: scope {sc.id} has an unknown parent {p}")
+            if p in seen:
+                raise SidecarError(path, f"{where}: scope {sc.id}'s parents form a cycle")
             seen.add(p)
             p = ids[p].parent
     for n in nodes:
         for s in n.scopes:
-            want(s in ids, path, f"{where}: node {n.key} refers to unknown scope {s}")
+            if s not in ids:
+                raise SidecarError(path, f"{where}: node {n.key} refers to unknown scope {s}")
 
 
 def edges(src: Any, dst: Any, types: Any, ports: Any, nodes: List[NodeRecord], version: Any, path: str,
@@ -119,8 +124,10 @@ def edges(src: Any, dst: Any, types: Any, ports: Any, nodes: List[NodeRecord], v
     local = {n.key & 0xFFFFFFFF for n in nodes}
     out = []
     for i, (a, b) in enumerate(zip(src, dst)):
-        want(a in local and b in local, path, f"{where}: edge {i} ({a} -> {b}) names a node the graph does not list")
-        want(a != b, path, f"{where}: edge {i} goes from node {a} to itself")
+        if a not in local or b not in local:
+            raise SidecarError(path, f"{where}: edge {i} ({a} -> {b}) names a node the graph does not list")
+        if a == b:
+            raise SidecarError(path, f"{where}: edge {i} goes from node {a} to itself")
         out.append(GraphEdge(a, b, types[i] if types else 0, ports[i] if ports else 0))
     return tuple(out)
 

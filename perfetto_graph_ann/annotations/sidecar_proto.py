@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 import types
 import zlib
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Tuple
 
 from ..errors import SidecarError
 from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ScopeInstance
@@ -76,8 +76,17 @@ def _from_value(v, path: str, where: str) -> Any:
     return getattr(v, kind)
 
 
+#: The ``Value`` kinds read as they are (no list, map or null to build, nothing to name in an error)
+_SCALARS = frozenset({"int_value", "double_value", "bool_value", "string_value"})
+
+
 def _from_map(m, path: str, where: str) -> Dict[str, Any]:
-    return {f.key: _from_value(f.value, path, f"{where}.{f.key}") for f in m.fields}
+    out: Dict[str, Any] = {}
+    for f in m.fields:  # a scalar inline: a graph's thousands of node annotations are mostly scalars
+        v = f.value
+        kind = v.WhichOneof("kind")
+        out[f.key] = getattr(v, kind) if kind in _SCALARS else _from_value(v, path, f"{where}.{f.key}")
+    return out
 
 
 # ---- AnnotationSet <-> protobuf -------------------------------------------------------
@@ -203,6 +212,20 @@ def _graph_to_proto(g: GraphRecord):
     return gm
 
 
+_NODE_TYPES = frozenset(NODE_TYPES)
+_new = object.__new__
+
+
+def _node_record(key: int, type_: str, kernel: Any, grid: Any, block: Any, annotation: Dict[str, Any], stream: Any,
+                 ordinal: Any, scopes: Tuple[int, ...]) -> NodeRecord:
+    """``NodeRecord(...)`` without the frozen dataclass's ``__init__`` (one ``object.__setattr__``
+    a field): a sidecar holds thousands of nodes a graph. The same fields, so an equal record."""
+    r = _new(NodeRecord)
+    r.__dict__.update(key=key, type=type_, kernel=kernel, grid=grid, block=block, annotation=annotation,
+                      stream=stream, ordinal=ordinal, scopes=scopes)
+    return r
+
+
 def from_proto(msg, path: str) -> AnnotationSet:
     if msg.magic != MAGIC:
         raise SidecarError(path, f"not an annotation sidecar (magic {msg.magic!r})")
@@ -212,20 +235,26 @@ def from_proto(msg, path: str) -> AnnotationSet:
     graphs = []
     for gi, g in enumerate(msg.graphs):
         nodes = []
-        for ni, n in enumerate(g.nodes):
-            where = f"graph {gi} node {ni}"
-            if n.type not in NODE_TYPES:
-                raise SidecarError(path, f"{where}: unknown node type {n.type!r}")
-            if n.key >> 32 != g.exec_id:
-                raise SidecarError(path, f"{where}: key {n.key} does not belong to graph {g.exec_id}")
-            cal = n.calibration if n.HasField("calibration") else None
-            nodes.append(NodeRecord(
-                key=n.key, type=n.type, kernel=n.kernel if n.HasField("kernel") else None,
-                grid=(n.grid.x, n.grid.y, n.grid.z) if n.HasField("grid") else None,
-                block=(n.block.x, n.block.y, n.block.z) if n.HasField("block") else None,
-                annotation=_from_map(n.annotation, path, f"{where} annotation"),
-                stream=cal.stream if cal else None, ordinal=cal.ordinal if cal else None,
-                scopes=tuple(n.scopes)))
+        exec_id = g.exec_id
+        for ni, n in enumerate(g.nodes):  # a graph's thousands of nodes: each field read once, no error text made
+            key, type_ = n.key, n.type
+            if type_ not in _NODE_TYPES:
+                raise SidecarError(path, f"graph {gi} node {ni}: unknown node type {type_!r}")
+            if key >> 32 != exec_id:
+                raise SidecarError(path, f"graph {gi} node {ni}: key {key} does not belong to graph {exec_id}")
+            has = n.HasField
+            cal = n.calibration if has("calibration") else None
+            grid = block = None
+            if has("grid"):
+                d = n.grid
+                grid = (d.x, d.y, d.z)
+            if has("block"):
+                d = n.block
+                block = (d.x, d.y, d.z)
+            nodes.append(_node_record(key, type_, n.kernel if has("kernel") else None, grid, block,
+                                      _from_map(n.annotation, path, f"graph {gi} node {ni} annotation")
+                                      if has("annotation") else {},
+                                      cal.stream if cal else None, cal.ordinal if cal else None, tuple(n.scopes)))
         glanes = types.MappingProxyType({ln.id: ln.label for ln in g.lanes.lanes}) if g.HasField("lanes") else None
         scopes = None
         if g.HasField("scopes"):
