@@ -9,7 +9,6 @@ revisions, run it in each (a worktree of the other, this file copied there).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -21,20 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from sidecar_save_ab import _inputs  # noqa: E402
-from template_runs_ab import machine_line  # noqa: E402
+from sidecar_save_ab import _inputs, input_args  # noqa: E402
 
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--recorded", nargs="*", default=["t7", "hf20"])
-    ap.add_argument("--layers", type=int, nargs="*", default=[36])
-    ap.add_argument("--graphs", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=9)
-    args = ap.parse_args()
-    print(machine_line())
+    args = input_args(__doc__, [36], 9)
     print("| annotations | nodes | load ms | us a node |")
     print("| --- | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory(prefix="pga-sidecar-load-") as tmp:

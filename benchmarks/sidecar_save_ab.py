@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import List
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -48,14 +49,21 @@ def _inputs(args):
         ann = with_batch_sizes(decoder_annotations(36, record=list(range(1, 8))), args.graphs)
         yield f"synthetic {args.graphs} graphs of {len(ann.graphs[0].nodes)} nodes", ann
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def input_args(doc: str, layers: List[int], rounds: int) -> argparse.Namespace:
+    """The command line of a script taking :func:`_inputs` (``--recorded``, ``--layers``,
+    ``--graphs``) and ``--rounds``; prints the machine line."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--recorded", nargs="*", default=["t7", "hf20"])
-    ap.add_argument("--layers", type=int, nargs="*", default=[36, 72])
+    ap.add_argument("--layers", type=int, nargs="*", default=layers)
     ap.add_argument("--graphs", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=rounds)
     args = ap.parse_args()
     print(machine_line())
+    return args
+
+
+def main() -> None:
+    args = input_args(__doc__, [36, 72], 15)
     print("| annotations | sidecar KB | before ms | after ms | after / before | same bytes |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     with tempfile.TemporaryDirectory(prefix="pga-sidecar-save-") as tmp:

@@ -187,3 +187,15 @@ def test_sidecar_save_benchmark_runs_and_its_arms_save_the_same_bytes(tmp_path, 
     out = capsys.readouterr().out
     assert "| synthetic 46 nodes |" in out and "| synthetic 2 graphs of 828 nodes |" in out
     assert "| yes |" in out and "NO" not in out and os.listdir(tmp_path) == []
+
+
+def test_sidecar_load_benchmark_runs_and_loads_what_it_saved(tmp_path, monkeypatch, capsys):
+    """``benchmarks/sidecar_load.py`` on a small synthetic decoder and two of its graphs: the
+    loaded graphs equal the saved ones (it exits otherwise), nothing left outside ``tmp_path``."""
+    bench = _load(ROOT / "benchmarks" / "sidecar_load.py", "bench_sidecar_load")
+    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["sidecar_load.py", "--recorded", "--layers", "2", "--graphs", "2", "--rounds", "1"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| synthetic 46 nodes | 46 |" in out and "| synthetic 2 graphs of 828 nodes | 1,656 |" in out
+    assert os.listdir(tmp_path) == []
