@@ -35,3 +35,25 @@ def test_progress_bar_when_asked(tmp_path, capsys):
     assert "convert" in capsys.readouterr().err
     convert(fixture_trace("two_branch"), tmp_path / "b.pftrace", ConvertConfig(progress=False))
     assert capsys.readouterr().err == ""
+
+
+def test_cli_convert_with_a_join_imports_no_pandas(tmp_path):
+    """``convert`` prints the join summary (``join.summary``), whose text needs no DataFrame:
+    pandas (~0.2 s of a 0.5 s command, BENCHMARKS.md) is imported only by the tables that
+    return one. In a fresh interpreter, the command writes its output and leaves pandas out."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import fixture_capture
+
+    out = tmp_path / "t.pftrace"
+    script = (f"import sys\nfrom perfetto_graph_ann.cli.main import main\n"
+              f"assert main(['convert', {str(fixture_trace('seed_block_annotated'))!r}, '-o', {str(out)!r}, "
+              f"'--annotations', {str(fixture_capture('seed_block_annotated'))!r}]) == 0\n"
+              f"print('pandas' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    res = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "False" and "join: " in res.stderr and out.stat().st_size > 0

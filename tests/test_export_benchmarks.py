@@ -199,3 +199,14 @@ def test_sidecar_load_benchmark_runs_and_loads_what_it_saved(tmp_path, monkeypat
     out = capsys.readouterr().out
     assert "| synthetic 46 nodes | 46 |" in out and "| synthetic 2 graphs of 828 nodes | 1,656 |" in out
     assert os.listdir(tmp_path) == []
+
+
+def test_cli_convert_wall_benchmark_runs(tmp_path, monkeypatch, capsys):
+    """``benchmarks/cli_convert_wall.py`` on the bundled recording, one round: both arms run the
+    command in fresh processes, and nothing is left outside ``tmp_path``."""
+    bench = _load(ROOT / "benchmarks" / "cli_convert_wall.py", "bench_cli_convert_wall")
+    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["cli_convert_wall.py", "--recorded", "--rounds", "1"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "| bundled seed_block_annotated |" in out and os.listdir(tmp_path) == []

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Dict, List, Optional, Tuple
-
-import pandas as pd
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from ..read.model import KinetoTrace
 from .lanes import GONE_GRAPHS_HINT
 from .model import STRATEGIES, JoinReport, LaneLayout, lane_key
+
+if TYPE_CHECKING:  # pandas is imported by the two tables alone: the summary lines every command prints need none
+    import pandas as pd
 
 __all__ = ["annotated_counts", "COLUMNS", "lane_counts", "lane_table", "report_table", "summary_line", "summary_lines",
            "warning_lines"]
@@ -44,7 +45,8 @@ def annotated_counts(trace: KinetoTrace, layout: LaneLayout) -> Dict[Tuple[int, 
     return dict(counts)
 
 
-def lane_table(trace: KinetoTrace, layout: LaneLayout, names: Optional[Dict[Tuple[int, int], str]] = None) -> pd.DataFrame:
+def lane_table(trace: KinetoTrace, layout: LaneLayout,
+               names: Optional[Dict[Tuple[int, int], str]] = None) -> pd.DataFrame:
     """One row per (device, lane) seen before or after: its name and both counts, by lane id.
 
     With ``graph_lanes="none"`` the events stay put (after == before), so an extra
@@ -62,6 +64,8 @@ def lane_table(trace: KinetoTrace, layout: LaneLayout, names: Optional[Dict[Tupl
         if annotated is not None:
             row.append(annotated.get(key, 0))
         rows.append(row)
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=COLUMNS + (["annotated"] if annotated is not None else []))
 
 
@@ -71,6 +75,8 @@ def report_table(layout: LaneLayout) -> pd.DataFrame:
     rows = [("GPU work events", r.total), ("launched by a graph", r.graphed)]
     rows += [(f"matched {s}", n) for s, n in r.matched.items()]
     rows += [("ambiguous (of matched)", r.ambiguous), ("unmatched", r.unmatched)]
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=["join", "events"])
 
 
