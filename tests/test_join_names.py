@@ -58,3 +58,27 @@ def test_base_name_cases(text, expected):
 def test_not_mangled_passes_through():
     assert demangle("sm80_xmma_gemm") == "sm80_xmma_gemm"
     assert demangle("_Zgarbage") == "_Zgarbage"
+
+
+def test_demangler_loads_by_its_usual_name_before_asking_find_library(monkeypatch):
+    """``find_library`` runs a subprocess: it is asked only when no usual name loads, and the
+    demangler is found either way."""
+    import ctypes
+    import ctypes.util
+
+    real_cdll, asked = ctypes.CDLL, []
+    monkeypatch.setattr(ctypes.util, "find_library", lambda n: asked.append(n) or {"stdc++": "libstdc++.so.6",
+                                                                                  "c": "libc.so.6"}.get(n))
+    names._cxa_demangle.cache_clear()
+    try:
+        assert names.demangler_available() and asked == []
+
+        def no_usual(name, *a, **k):  # as where only find_library knows the library's file
+            if name in ("libstdc++.so.6", "libc++.so.1", "libc++abi.dylib") and not asked:
+                raise OSError(name)
+            return real_cdll(name, *a, **k)
+        monkeypatch.setattr(ctypes, "CDLL", no_usual)
+        names._cxa_demangle.cache_clear()
+        assert names.demangler_available() and asked == ["stdc++"]
+    finally:
+        names._cxa_demangle.cache_clear()

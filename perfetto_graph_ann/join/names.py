@@ -23,10 +23,14 @@ _TRAILING_QUALIFIERS = re.compile(r"(\s+(const|volatile|&&|&|noexcept))+$")
 
 @functools.lru_cache(maxsize=1)
 def _cxa_demangle():
-    """libstdc++'s ``__cxa_demangle`` and libc's ``free``, or None where unavailable."""
-    for name in (ctypes.util.find_library("stdc++"), "libstdc++.so.6", "libc++.so.1", "libc++abi.dylib"):
-        if not name:
-            continue
+    """libstdc++'s ``__cxa_demangle`` and libc's ``free``, or None where unavailable. The usual
+    library names first: ``ctypes.util.find_library`` runs ``ldconfig`` (or a compiler) in a
+    subprocess, so it is only asked where none of them loads."""
+    for name in ("libstdc++.so.6", "libc++.so.1", "libc++abi.dylib", None):
+        if name is None:
+            name = ctypes.util.find_library("stdc++")
+            if not name:
+                continue
         try:
             lib = ctypes.CDLL(name)
             fn = lib.__cxa_demangle
@@ -35,7 +39,10 @@ def _cxa_demangle():
         fn.restype = ctypes.c_void_p
         fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            try:
+                libc = ctypes.CDLL("libc.so.6")
+            except OSError:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             free = libc.free
             free.argtypes = [ctypes.c_void_p]
             free.restype = None
