@@ -49,14 +49,16 @@ def _inputs(args):
         ann = with_batch_sizes(decoder_annotations(36, record=list(range(1, 8))), args.graphs)
         yield f"synthetic {args.graphs} graphs of {len(ann.graphs[0].nodes)} nodes", ann
 
-def input_args(doc: str, layers: List[int], rounds: int) -> argparse.Namespace:
+def input_args(doc: str, layers: List[int], rounds: int, json: bool = False) -> argparse.Namespace:
     """The command line of a script taking :func:`_inputs` (``--recorded``, ``--layers``,
-    ``--graphs``) and ``--rounds``; prints the machine line."""
+    ``--graphs``), ``--rounds`` and, with ``json``, ``--json``; prints the machine line."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--recorded", nargs="*", default=["t7", "hf20"])
     ap.add_argument("--layers", type=int, nargs="*", default=layers)
     ap.add_argument("--graphs", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=rounds)
+    if json:
+        ap.add_argument("--json", action="store_true", help="JSON sidecars rather than binary ones")
     args = ap.parse_args()
     print(machine_line())
     return args

@@ -25,6 +25,7 @@ from support import hostile_inputs as H
 from test_fuzz_convert import _report
 from perfetto_graph_ann.annotations.model import NODE_TYPES, AnnotationSet, GraphEdge, GraphRecord, NodeRecord
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
+from perfetto_graph_ann.annotations import sidecar_json
 from perfetto_graph_ann.annotations.sidecar_json import to_json
 from perfetto_graph_ann.annotations.sidecar_proto import to_bytes
 from perfetto_graph_ann.errors import AnnotationMismatchError, SidecarError
@@ -389,3 +390,55 @@ def test_unknown_or_mistyped_version_names_file(tmp_path, form, version):
         load_annotations(p)
     H.assert_typed_error(ei.value, p)
     assert "version" in str(ei.value)
+
+
+# ---- a JSON sidecar's usual node, checked without error texts ---------------------------
+
+_EX = 5
+_ints = st.one_of(st.integers(-3, 3), st.integers(0, 1 << 33), st.just(True), st.just(1 << 64), st.just(-(1 << 63) - 1))
+_scalars = st.one_of(st.none(), st.booleans(), st.text(max_size=3), _ints, st.floats(allow_nan=True),
+                     st.just(float("inf")))
+_dim = st.one_of(st.none(), st.lists(_ints, min_size=2, max_size=4), st.just([1, 2.0, 3]), st.just("1,1,1"))
+_FIELDS = {
+    "key": st.one_of(st.integers(0, 3).map(lambda k: (_EX << 32) | k), st.just((6 << 32) | 1), _ints, st.just("1")),
+    "type": st.one_of(st.sampled_from(["kernel", "memset", "host", "warp"]), st.just(["kernel"])),
+    "kernel": st.one_of(st.none(), st.text(max_size=3), st.just(7)),
+    "grid": _dim, "block": _dim,
+    "annotation": st.one_of(st.dictionaries(st.text(max_size=2), st.one_of(_scalars, st.lists(_scalars, max_size=2),
+                                                                              st.dictionaries(st.text(max_size=1), _scalars,
+                                                                                              max_size=1)),
+                                            max_size=3), st.just([1]), st.none(), st.just({1: "a key not a str"})),
+    "calibration": st.one_of(st.none(), st.fixed_dictionaries({"stream": _ints, "ordinal": _ints}), st.just({}), st.just(3)),
+    "scopes": st.one_of(st.lists(_ints, max_size=3), st.just("0"), st.just([0.5])),
+    "other": st.just(1),
+}
+_VALID = {"key": (_EX << 32) | 1, "type": "kernel", "kernel": "k", "grid": [1, 1, 1], "block": [32, 1, 1],
+          "annotation": {"name": "a"}, "calibration": {"stream": 7, "ordinal": 0}, "scopes": [0]}
+# a valid node with one field drawn from its variants or left out, or every field drawn
+_node = st.one_of(
+    st.sampled_from(sorted(_FIELDS)).flatmap(lambda k: _FIELDS[k].map(lambda v, k=k: {**_VALID, k: v})),
+    st.sampled_from(sorted(_VALID)).map(lambda k: {f: v for f, v in _VALID.items() if f != k}),
+    st.fixed_dictionaries({}, optional=_FIELDS))
+
+
+@settings(max_examples=600, deadline=None)
+@given(_node)
+def test_a_usual_node_is_what_the_checked_path_reads(n):
+    """``sidecar_json._usual_node`` (no error texts) gives the very record the field-by-field
+    path gives, and gives up (None) wherever that path refuses the node."""
+    fast = sidecar_json._usual_node(n, _EX)
+    try:
+        checked = sidecar_json._checked_node(n, _EX, "s.json", "graph 0 node 0")
+    except SidecarError:
+        assert fast is None
+        return
+    assert fast is None or fast == checked
+
+
+def test_the_usual_node_takes_the_fast_path():
+    n = {"key": (_EX << 32) | 3, "type": "kernel", "kernel": "k", "grid": [1, 2, 3], "block": [128, 1, 1],
+         "annotation": {"name": "attn", "layer": 3, "w": 0.5, "on": True, "x": None},
+         "calibration": {"stream": 7, "ordinal": 2}, "scopes": [0, 1]}
+    fast = sidecar_json._usual_node(n, _EX)
+    assert fast is not None and fast == sidecar_json._checked_node(n, _EX, "s.json", "graph 0 node 0")
+    assert sidecar_json._usual_node(dict(n, annotation={"l": [1]}), _EX) is None  # nested: the checked path
