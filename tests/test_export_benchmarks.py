@@ -164,49 +164,48 @@ def test_template_runs_benchmark_runs_and_its_arms_write_the_same_bytes(tmp_path
     assert os.listdir(tmp_path) == []
 
 
+def _bench_out(script: str, argv: list, tmp_path, monkeypatch, capsys) -> str:
+    """What ``benchmarks/<script>`` prints with ``argv``, its temporary files under ``tmp_path``
+    (which it must leave empty)."""
+    import tempfile
+
+    bench = _load(ROOT / "benchmarks" / script, "bench_" + script[:-3])
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    bench.main()
+    assert os.listdir(tmp_path) == []
+    return capsys.readouterr().out
+
+
 def test_graph_derived_benchmark_runs_and_its_arms_write_the_same_bytes(tmp_path, monkeypatch, capsys):
     """``benchmarks/graph_derived_ab.py`` on a small synthetic decoder: both arms (the graph
-    records' derived values dropped before each write, or kept) write the same bytes, and
-    nothing is left outside ``tmp_path``."""
-    bench = _load(ROOT / "benchmarks" / "graph_derived_ab.py", "bench_graph_derived_ab")
-    monkeypatch.setattr(bench.compare_arms.__globals__["tempfile"], "tempdir", str(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["graph_derived_ab.py", "--recorded", "--synthetic", "92x3", "--rounds", "2"])
-    bench.main()
-    out = capsys.readouterr().out
+    records' derived values dropped before each write, or kept) write the same bytes."""
+    out = _bench_out("graph_derived_ab.py", ["--recorded", "--synthetic", "92x3", "--rounds", "2"], tmp_path,
+                     monkeypatch, capsys)
     assert "| fresh s | kept s |" in out and "| synthetic 92 nodes x 3 |" in out and "| yes |" in out
-    assert "NO" not in out and os.listdir(tmp_path) == []
+    assert "NO" not in out
 
 
 def test_sidecar_save_benchmark_runs_and_its_arms_save_the_same_bytes(tmp_path, monkeypatch, capsys):
-    """``benchmarks/sidecar_save_ab.py`` on a small synthetic decoder: both arms save the same
-    bytes, and nothing is left outside ``tmp_path``."""
-    bench = _load(ROOT / "benchmarks" / "sidecar_save_ab.py", "bench_sidecar_save_ab")
-    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["sidecar_save_ab.py", "--recorded", "--layers", "2", "--graphs", "2", "--rounds", "2"])
-    bench.main()
-    out = capsys.readouterr().out
+    """``benchmarks/sidecar_save_ab.py`` on a small synthetic decoder: both arms save the same bytes."""
+    out = _bench_out("sidecar_save_ab.py", ["--recorded", "--layers", "2", "--graphs", "2", "--rounds", "2"], tmp_path,
+                     monkeypatch, capsys)
     assert "| synthetic 46 nodes |" in out and "| synthetic 2 graphs of 828 nodes |" in out
-    assert "| yes |" in out and "NO" not in out and os.listdir(tmp_path) == []
+    assert "| yes |" in out and "NO" not in out
 
 
-def test_sidecar_load_benchmark_runs_and_loads_what_it_saved(tmp_path, monkeypatch, capsys):
-    """``benchmarks/sidecar_load.py`` on a small synthetic decoder and two of its graphs: the
-    loaded graphs equal the saved ones (it exits otherwise), nothing left outside ``tmp_path``."""
-    bench = _load(ROOT / "benchmarks" / "sidecar_load.py", "bench_sidecar_load")
-    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["sidecar_load.py", "--recorded", "--layers", "2", "--graphs", "2", "--rounds", "1"])
-    bench.main()
-    out = capsys.readouterr().out
+@pytest.mark.parametrize("form", [[], ["--json"]])
+def test_sidecar_load_benchmark_runs_and_loads_what_it_saved(tmp_path, monkeypatch, capsys, form):
+    """``benchmarks/sidecar_load.py`` on a small synthetic decoder and two of its graphs, both
+    forms: the loaded graphs equal the saved ones (it exits otherwise)."""
+    out = _bench_out("sidecar_load.py", ["--recorded", "--layers", "2", "--graphs", "2", "--rounds", "1", *form],
+                     tmp_path, monkeypatch, capsys)
     assert "| synthetic 46 nodes | 46 |" in out and "| synthetic 2 graphs of 828 nodes | 1,656 |" in out
-    assert os.listdir(tmp_path) == []
+    assert ("(json)" in out) == bool(form)
 
 
 def test_cli_convert_wall_benchmark_runs(tmp_path, monkeypatch, capsys):
     """``benchmarks/cli_convert_wall.py`` on the bundled recording, one round: both arms run the
-    command in fresh processes, and nothing is left outside ``tmp_path``."""
-    bench = _load(ROOT / "benchmarks" / "cli_convert_wall.py", "bench_cli_convert_wall")
-    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["cli_convert_wall.py", "--recorded", "--rounds", "1"])
-    bench.main()
-    out = capsys.readouterr().out
-    assert "| bundled seed_block_annotated |" in out and os.listdir(tmp_path) == []
+    command in fresh processes."""
+    out = _bench_out("cli_convert_wall.py", ["--recorded", "--rounds", "1"], tmp_path, monkeypatch, capsys)
+    assert "| bundled seed_block_annotated |" in out

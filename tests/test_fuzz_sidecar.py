@@ -404,11 +404,13 @@ _FIELDS = {
     "type": st.one_of(st.sampled_from(["kernel", "memset", "host", "warp"]), st.just(["kernel"])),
     "kernel": st.one_of(st.none(), st.text(max_size=3), st.just(7)),
     "grid": _dim, "block": _dim,
-    "annotation": st.one_of(st.dictionaries(st.text(max_size=2), st.one_of(_scalars, st.lists(_scalars, max_size=2),
-                                                                              st.dictionaries(st.text(max_size=1), _scalars,
-                                                                                              max_size=1)),
-                                            max_size=3), st.just([1]), st.none(), st.just({1: "a key not a str"})),
-    "calibration": st.one_of(st.none(), st.fixed_dictionaries({"stream": _ints, "ordinal": _ints}), st.just({}), st.just(3)),
+    "annotation": st.one_of(
+        st.dictionaries(st.text(max_size=2), st.one_of(_scalars, st.lists(_scalars, max_size=2),
+                                                      st.dictionaries(st.text(max_size=1), _scalars, max_size=1)),
+                        max_size=3),
+        st.just([1]), st.none(), st.just({1: "a key not a str"})),
+    "calibration": st.one_of(st.none(), st.fixed_dictionaries({"stream": _ints, "ordinal": _ints}), st.just({}),
+                             st.just(3)),
     "scopes": st.one_of(st.lists(_ints, max_size=3), st.just("0"), st.just([0.5])),
     "other": st.just(1),
 }
