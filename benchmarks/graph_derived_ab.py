@@ -2,7 +2,8 @@
 (``GraphRecord.derived``) against built again for every export, on what ``pga.export`` runs
 after torch's JSON.
 
-    python benchmarks/graph_derived_ab.py [--recorded T1 T7 HF20] [--synthetic 828x1 828x7 1656x20] [--graphs 32] [--rounds 9]
+    python benchmarks/graph_derived_ab.py [--recorded T1 T7 HF20] [--synthetic 828x1 828x7 1656x20] [--graphs 32]
+                                          [--rounds 9]
 
 ``trace_handler`` exports each profiling cycle against the same graph records: their loose
 node counts (the replay fit), calibration table, scopes (the projection) and the predecessors

@@ -28,8 +28,8 @@ its own), exported as:
 Then the phases of ``pga.export`` after torch's JSON (parse, join, write) on the ``torch`` arm's
 JSON, in memory (``benchmarks/export.py``'s ``phases``), and all of them as ``pga.export`` runs them
 (``after torch's JSON``: ``convert.write_joined_file`` on that file, two passes from 4 MB; the
-in-memory phases undercount it there). Prints one JSON line per round and a Markdown table of the medians; the target (issue 33)
-is ``pga`` at most 2x ``torch`` (what the caller waits for: with ``background``, the wait). Needs CUDA; on a machine without it, it says so and exits 2.
+in-memory phases undercount it there). Prints one JSON line per round and a Markdown table of
+the medians; the target (issue 33) is ``pga`` at most 2x ``torch`` (what the caller waits for: with ``background``, the wait). Needs CUDA; on a machine without it, it says so and exits 2.
 """
 from __future__ import annotations
 
