@@ -423,24 +423,59 @@ _node = st.one_of(
     st.fixed_dictionaries({}, optional=_FIELDS))
 
 
+def _reference_node(n, ex: int, path: str, where: str) -> NodeRecord:
+    """The node reader as it was before its fast path (session 34): every check made with
+    ``want`` and its text, in order. The oracle for :func:`sidecar_json._json_node`."""
+    from perfetto_graph_ann.annotations.schema import check_annotation_value, dim3, is_int, want
+
+    want(isinstance(n, dict), path, f"{where}: must be an object")
+    key = n.get("key")
+    want(is_int(key) and key >> 32 == ex and key >= 0, path,
+         f"{where}: 'key' must be an int of graph {ex}, got {key!r}")
+    t = n.get("type", "kernel")
+    want(t in NODE_TYPES, path, f"{where}: unknown node type {t!r}")
+    kernel = n.get("kernel")
+    want(kernel is None or isinstance(kernel, str), path, f"{where}: 'kernel' must be a string")
+    ann = n.get("annotation", {})
+    want(isinstance(ann, dict), path, f"{where}: 'annotation' must be an object")
+    check_annotation_value(ann, path, f"{where} annotation")
+    cal = n.get("calibration")
+    stream = ordinal = None
+    if cal is not None:
+        want(isinstance(cal, dict) and is_int(cal.get("stream")) and is_int(cal.get("ordinal"))
+             and 0 <= cal["stream"] < 1 << 64 and 0 <= cal["ordinal"] < 1 << 32, path,
+             f"{where}: 'calibration' must be {{stream: uint64, ordinal: uint32}}")
+        stream, ordinal = cal["stream"], cal["ordinal"]
+    nscopes = n.get("scopes", [])
+    want(isinstance(nscopes, list) and all(is_int(x) and 0 <= x < 1 << 32 for x in nscopes), path,
+         f"{where}: 'scopes' must be a list of scope ids")
+    return NodeRecord(key=key, type=t, kernel=kernel, grid=dim3(n.get("grid"), path, f"{where} grid"),
+                      block=dim3(n.get("block"), path, f"{where} block"), annotation=ann,
+                      stream=stream, ordinal=ordinal, scopes=tuple(nscopes))
+
+
+def _outcome(read, *args):
+    try:
+        return read(*args)
+    except SidecarError as e:
+        return str(e)
+
+
 @settings(max_examples=600, deadline=None)
 @given(_node)
-def test_a_usual_node_is_what_the_checked_path_reads(n):
-    """``sidecar_json._usual_node`` (no error texts) gives the very record the field-by-field
-    path gives, and gives up (None) wherever that path refuses the node."""
-    fast = sidecar_json._usual_node(n, _EX)
-    try:
-        checked = sidecar_json._checked_node(n, _EX, "s.json", "graph 0 node 0")
-    except SidecarError:
-        assert fast is None
-        return
-    assert fast is None or fast == checked
+def test_a_json_node_reads_as_the_field_by_field_checks_did(n):
+    """``sidecar_json._json_node`` (error texts made only when raised, scalar annotations
+    checked inline) gives the record the reference gives, or refuses with its very message."""
+    got = _outcome(sidecar_json._json_node, n, _EX, "s.json", 2, 9)
+    assert got == _outcome(_reference_node, n, _EX, "s.json", "graph 2 node 9")
 
 
-def test_the_usual_node_takes_the_fast_path():
+def test_a_usual_json_node_is_read():
     n = {"key": (_EX << 32) | 3, "type": "kernel", "kernel": "k", "grid": [1, 2, 3], "block": [128, 1, 1],
          "annotation": {"name": "attn", "layer": 3, "w": 0.5, "on": True, "x": None},
          "calibration": {"stream": 7, "ordinal": 2}, "scopes": [0, 1]}
-    fast = sidecar_json._usual_node(n, _EX)
-    assert fast is not None and fast == sidecar_json._checked_node(n, _EX, "s.json", "graph 0 node 0")
-    assert sidecar_json._usual_node(dict(n, annotation={"l": [1]}), _EX) is None  # nested: the checked path
+    got = sidecar_json._json_node(n, _EX, "s.json", 0, 0)
+    assert got == NodeRecord(key=(_EX << 32) | 3, type="kernel", kernel="k", grid=(1, 2, 3), block=(128, 1, 1),
+                             annotation=n["annotation"], stream=7, ordinal=2, scopes=(0, 1))
+    nested = dict(n, annotation={"l": [1, {"m": 2}]})  # through the full value check
+    assert sidecar_json._json_node(nested, _EX, "s.json", 0, 0).annotation == {"l": [1, {"m": 2}]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import types
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Tuple
 
 from ..errors import SidecarError
 from .model import NODE_TYPES, AnnotationSet, CaptureIdentity, GraphRecord, NodeRecord, ReplayWindow, ScopeInstance
@@ -203,75 +203,63 @@ def _json_lanes(lanes_in: Any, path: str, where: str) -> Dict[int, str]:
     return lanes
 
 
-def _checked_node(n: Any, ex: int, path: str, where: str) -> NodeRecord:
-    """A node of graph ``ex`` read from JSON, every field checked; a ``SidecarError`` naming
-    ``where`` and the first field that is wrong."""
-    want(isinstance(n, dict), path, f"{where}: must be an object")
-    key = n.get("key")
-    want(is_int(key) and key >> 32 == ex and key >= 0, path,
-         f"{where}: 'key' must be an int of graph {ex}, got {key!r}")
-    t = n.get("type", "kernel")
-    want(t in NODE_TYPES, path, f"{where}: unknown node type {t!r}")
-    kernel = n.get("kernel")
-    want(kernel is None or isinstance(kernel, str), path, f"{where}: 'kernel' must be a string")
-    ann = n.get("annotation", {})
-    want(isinstance(ann, dict), path, f"{where}: 'annotation' must be an object")
-    check_annotation_value(ann, path, f"{where} annotation")
-    cal = n.get("calibration")
-    stream = ordinal = None
-    if cal is not None:
-        want(isinstance(cal, dict) and is_int(cal.get("stream")) and is_int(cal.get("ordinal"))
-             and 0 <= cal["stream"] < 1 << 64 and 0 <= cal["ordinal"] < 1 << 32, path,
-             f"{where}: 'calibration' must be {{stream: uint64, ordinal: uint32}}")
-        stream, ordinal = cal["stream"], cal["ordinal"]
-    nscopes = n.get("scopes", [])
-    want(isinstance(nscopes, list) and all(is_int(x) and 0 <= x < 1 << 32 for x in nscopes), path,
-         f"{where}: 'scopes' must be a list of scope ids")
-    return NodeRecord(key=key, type=t, kernel=kernel, grid=dim3(n.get("grid"), path, f"{where} grid"),
-                      block=dim3(n.get("block"), path, f"{where} block"), annotation=ann,
-                      stream=stream, ordinal=ordinal, scopes=tuple(nscopes))
-
-
 _NODE_TYPES = frozenset(NODE_TYPES)
 _U32 = 1 << 32
 
 
-def _u32s(v: Any, n: Optional[int]) -> bool:
-    """``v`` a list of unsigned 32-bit ints (bools excluded), of ``n`` of them unless None."""
-    return type(v) is list and (n is None or len(v) == n) and all(type(x) is int and 0 <= x < _U32 for x in v)
-
-
 def _plain_value(v: Any) -> bool:
     """``v`` None, a bool, a str, an int64 or a finite float: what :func:`check_annotation_value`
-    accepts at once."""
+    accepts at once, tested without making its error texts."""
     t = type(v)
     return (v is None or t is str or t is bool or (t is int and INT64[0] <= v <= INT64[1])
             or (t is float and math.isfinite(v)))
 
 
-def _usual_node(n: Any, ex: int) -> Optional[NodeRecord]:
-    """The node of graph ``ex`` when every field has its usual form (exact types, scalar
-    annotation values): no error text is made for it. None otherwise, and
-    :func:`_checked_node` then checks it field by field (it accepts what this does, and more:
-    int and dict subclasses, nested annotation values)."""
-    if type(n) is not dict:
-        return None
-    key, t, kernel, grid, block = n.get("key"), n.get("type", "kernel"), n.get("kernel"), n.get("grid"), n.get("block")
-    ann, cal, scopes = n.get("annotation", {}), n.get("calibration"), n.get("scopes", [])
-    if not (type(key) is int and key >= 0 and key >> 32 == ex and type(t) is str and t in _NODE_TYPES
-            and (kernel is None or type(kernel) is str) and (grid is None or _u32s(grid, 3))
-            and (block is None or _u32s(block, 3)) and type(ann) is dict and _u32s(scopes, None)
-            and all(type(k) is str and _plain_value(v) for k, v in ann.items())):
-        return None
+def _u32s(v: Any) -> bool:
+    return isinstance(v, list) and all(is_int(x) and 0 <= x < _U32 for x in v)
+
+
+def _json_node(n: Any, ex: int, path: str, gi: int, ni: int) -> NodeRecord:
+    """Node ``ni`` of graph ``gi`` (exec id ``ex``), every field checked. A graph has thousands:
+    an error's text is made only when it is raised (a ``SidecarError`` naming the node and its
+    first wrong field)."""
+    def bad(problem: str) -> SidecarError:
+        return SidecarError(path, f"graph {gi} node {ni}{problem}")
+
+    if not isinstance(n, dict):
+        raise bad(": must be an object")
+    key = n.get("key")
+    if not (is_int(key) and key >> 32 == ex and key >= 0):
+        raise bad(f": 'key' must be an int of graph {ex}, got {key!r}")
+    t = n.get("type", "kernel")
+    if not (isinstance(t, str) and t in _NODE_TYPES):
+        raise bad(f": unknown node type {t!r}")
+    kernel = n.get("kernel")
+    if not (kernel is None or isinstance(kernel, str)):
+        raise bad(": 'kernel' must be a string")
+    ann = n.get("annotation", {})
+    if not isinstance(ann, dict):
+        raise bad(": 'annotation' must be an object")
+    if not all(type(k) is str and _plain_value(v) for k, v in ann.items()):  # nested or wrong: the full check
+        check_annotation_value(ann, path, f"graph {gi} node {ni} annotation")
+    cal = n.get("calibration")
     stream = ordinal = None
     if cal is not None:
-        if not (type(cal) is dict and type(cal.get("stream")) is int and type(cal.get("ordinal")) is int
+        if not (isinstance(cal, dict) and is_int(cal.get("stream")) and is_int(cal.get("ordinal"))
                 and 0 <= cal["stream"] < 1 << 64 and 0 <= cal["ordinal"] < _U32):
-            return None
+            raise bad(": 'calibration' must be {stream: uint64, ordinal: uint32}")
         stream, ordinal = cal["stream"], cal["ordinal"]
+    nscopes = n.get("scopes", [])
+    if not _u32s(nscopes):
+        raise bad(": 'scopes' must be a list of scope ids")
+    grid, block = n.get("grid"), n.get("block")
+    if not (grid is None or (_u32s(grid) and len(grid) == 3)):
+        dim3(grid, path, f"graph {gi} node {ni} grid")  # raises, naming the field
+    if not (block is None or (_u32s(block) and len(block) == 3)):
+        dim3(block, path, f"graph {gi} node {ni} block")
     return NodeRecord(key=key, type=t, kernel=kernel, grid=None if grid is None else (grid[0], grid[1], grid[2]),
                       block=None if block is None else (block[0], block[1], block[2]), annotation=ann,
-                      stream=stream, ordinal=ordinal, scopes=tuple(scopes))
+                      stream=stream, ordinal=ordinal, scopes=tuple(nscopes))
 
 
 def from_json(doc: Any, path: str) -> AnnotationSet:
@@ -304,9 +292,7 @@ def from_json(doc: Any, path: str) -> AnnotationSet:
         want(isinstance(nodes_in, list), path, f"graph {gi}: 'nodes' must be a list")
         nodes = []
         for ni, n in enumerate(nodes_in):
-            # a graph's thousands of nodes: the usual one is checked without making an error text
-            node = _usual_node(n, ex)
-            nodes.append(node if node is not None else _checked_node(n, ex, path, f"graph {gi} node {ni}"))
+            nodes.append(_json_node(n, ex, path, gi, ni))
         glanes = g.get("lanes")
         glanes = None if glanes is None else types.MappingProxyType(_json_lanes(glanes, path, f"graph {gi} lanes"))
         gname, note = g.get("name"), g.get("calibration_note")

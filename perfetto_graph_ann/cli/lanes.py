@@ -31,7 +31,7 @@ SQL_COLUMNS = ["device", "lane_id", "lane_name", "work_count", "busy_dur", "util
 
 
 def run(args: argparse.Namespace, out=None) -> int:
-    from ..write.pftrace import paused_gc
+    from ..util.collector import paused_gc
     from ._common import command_progress
 
     # The read trace lives until the command ends: the collector would only walk it over

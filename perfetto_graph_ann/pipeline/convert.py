@@ -13,8 +13,9 @@ from ..annotations.model import AnnotationSet
 from ..errors import PathLike
 from ..read.model import KinetoTrace
 from ..formats import is_gzip_file, is_json_name
+from ..util.collector import paused_gc
 from ..util.progress import phase
-from ..write.pftrace import ConvertConfig, WriteStats, check_protobuf_output, paused_gc, write_pftrace
+from ..write.pftrace import ConvertConfig, WriteStats, check_protobuf_output, write_pftrace
 from .joined import check_lane_options, read_and_join, read_for_writing, resolve_graph_lanes  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:

@@ -89,7 +89,8 @@ def convert_rank(path: PathLike, annotations: Optional[AnnotationSet], index: in
     ``index`` / ``count``: its position among the inputs (its rank when the trace names none,
     unless ``named_rank_only``: then None; the progress line). ``two_pass``: read as
     ``convert`` reads (:func:`~..read.scan.scan_trace`) where that applies."""
-    from ..write.pftrace import paused_gc, write_pftrace_stream
+    from ..util.collector import paused_gc
+    from ..write.pftrace import write_pftrace_stream
 
     # As in convert(): the cyclic GC paused while a rank is read, joined and written, and
     # its trace dropped before the GC resumes (else the first collection afterwards

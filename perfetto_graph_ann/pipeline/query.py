@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 from ..query.engine.config import EngineConfig
 from ..query.session import Session, open_fed, sql_arg_names
 from ..read.model import KinetoTrace
-from ..write.pftrace import ConvertConfig, paused_gc, write_pftrace_stream
+from ..util.collector import paused_gc
+from ..write.pftrace import ConvertConfig, write_pftrace_stream
 from ..util.progress import phase
 from .joined import read_and_join, trace_rank
 
