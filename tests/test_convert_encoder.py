@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from perfetto_graph_ann.write.perfetto.descriptors import (ProcessDescriptor, ThreadDescriptor, TrackDescriptor,
+                                                          track_descriptor_bytes)
 from perfetto_graph_ann.write.perfetto.fast_encoder import FastEncoder
 from perfetto_graph_ann.write.perfetto.interning import CATEGORIES, NAMES, Interner
 from perfetto_graph_ann.write.perfetto.protos_encoder import ProtosEncoder
@@ -513,3 +515,82 @@ def test_fixed64_fields_lays_out_each_value_as_its_own_field(n):
     for bad in (-1, 1 << 64):
         with pytest.raises(struct.error):
             fixed64_fields(b"\xf9\x02", [0] * (n - 1) + [bad])
+
+
+int32s = st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1)
+uint64s = st.integers(min_value=0, max_value=(1 << 64) - 1)
+texts = st.text(max_size=40)
+processes = st.builds(ProcessDescriptor, pid=int32s, process_name=st.none() | texts,
+                      legacy_sort_index=st.none() | int32s, process_labels=st.lists(texts, max_size=3))
+threads = st.builds(ThreadDescriptor, pid=int32s, tid=int32s, thread_name=st.none() | texts,
+                    legacy_sort_index=st.none() | int32s)
+descriptors = st.builds(TrackDescriptor, uuid=uint64s, parent_uuid=st.none() | uint64s, name=st.none() | texts,
+                        description=st.none() | texts, process=st.none() | processes, thread=st.none() | threads,
+                        counter=st.booleans(), child_ordering=st.none() | st.integers(0, 3),
+                        sibling_order_rank=st.none() | int32s, sibling_merge_behavior=st.none() | st.integers(0, 3),
+                        sibling_merge_key=st.none() | texts)
+
+
+def _clean(text):
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+@settings(max_examples=200, deadline=None)
+@given(descriptors, st.integers(1, (1 << 32) - 1))
+def test_track_descriptor_bytes_equal_the_protos_message(d, sequence_id):
+    """The hand-written descriptor is the reference's message byte for byte, and reads back
+    (with the ``perfetto.protos`` class) as every field that was set, and none that was not."""
+    raw = track_descriptor_bytes(d)
+    assert raw == ProtosEncoder.descriptor(d).SerializeToString()
+    assert FastEncoder.descriptor_packet(d, sequence_id) == ProtosEncoder.descriptor_packet(d, sequence_id)
+    m = pb.TrackDescriptor.FromString(raw)
+    assert m.uuid == d.uuid
+    for f in ("parent_uuid", "child_ordering", "sibling_order_rank", "sibling_merge_behavior"):
+        assert m.HasField(f) == (getattr(d, f) is not None) and getattr(m, f) == (getattr(d, f) or 0), f
+    for f in ("name", "description", "sibling_merge_key"):
+        assert m.HasField(f) == (getattr(d, f) is not None) and getattr(m, f) == _clean(getattr(d, f) or ""), f
+    assert m.HasField("counter") == d.counter
+    assert m.HasField("process") == (d.process is not None) and m.HasField("thread") == (d.thread is not None)
+    if d.process is not None:
+        p = d.process
+        assert (m.process.pid, m.process.process_name, m.process.legacy_sort_index, list(m.process.process_labels)) == \
+            (p.pid, _clean(p.process_name or ""), p.legacy_sort_index or 0, [_clean(x) for x in p.process_labels])
+        assert m.process.HasField("process_name") == (p.process_name is not None)
+        assert m.process.HasField("legacy_sort_index") == (p.legacy_sort_index is not None)
+    if d.thread is not None:
+        t = d.thread
+        assert (m.thread.pid, m.thread.tid, m.thread.thread_name, m.thread.legacy_sort_index) == \
+            (t.pid, t.tid, _clean(t.thread_name or ""), t.legacy_sort_index or 0)
+        assert m.thread.HasField("thread_name") == (t.thread_name is not None)
+        assert m.thread.HasField("legacy_sort_index") == (t.legacy_sort_index is not None)
+    (packet,) = pb.Trace.FromString(FastEncoder.descriptor_packet(d, sequence_id)).packet
+    assert packet.trusted_packet_sequence_id == sequence_id and packet.track_descriptor == m
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, (1 << 63) - 1), st.integers(-(1 << 63), (1 << 64) - 1), st.integers(1, (1 << 32) - 1),
+       st.none() | uint64s)
+def test_sequence_start_equals_the_protos_packets(t0, base_time_ns, sequence_id, track):
+    """A sequence's opening packets (defaults, the clock snapshot with REALTIME where the base
+    time gives one in range) are the reference's, and read back as set."""
+    fast = FastEncoder(Interner(), sequence_id, track)
+    ref = ProtosEncoder(Interner(), sequence_id, track)
+    got = fast.sequence_start(t0, base_time_ns)
+    assert got == ref.sequence_start(t0, base_time_ns)
+    first, clock = pb.Trace.FromString(b"".join(got)).packet
+    assert first.trusted_packet_sequence_id == sequence_id and first.sequence_flags == 1
+    assert first.trace_packet_defaults.timestamp_clock_id == 64
+    assert first.trace_packet_defaults.HasField("track_event_defaults") == (track is not None)
+    assert first.trace_packet_defaults.track_event_defaults.track_uuid == (track or 0)
+    clocks = [(c.clock_id, c.timestamp, c.is_incremental) for c in clock.clock_snapshot.clocks]
+    realtime = [(1, base_time_ns + t0, False)] if base_time_ns and 0 <= base_time_ns + t0 < (1 << 64) else []
+    assert clocks == [(64, t0, True), (6, t0, False)] + realtime
+    assert clock.clock_snapshot.primary_trace_clock == 6 and clock.trusted_packet_sequence_id == sequence_id
+
+
+def test_sort_window_mark_equals_the_protos_packets():
+    mark = FastEncoder.sort_window_mark()
+    assert mark == ProtosEncoder.sort_window_mark()
+    events = [p.service_event for p in pb.Trace.FromString(mark).packet]
+    assert [(e.all_data_sources_flushed, e.read_tracing_buffers_completed) for e in events] == \
+        [(True, False), (True, False), (False, True)]

@@ -209,3 +209,12 @@ def test_cli_convert_wall_benchmark_runs(tmp_path, monkeypatch, capsys):
     command in fresh processes."""
     out = _bench_out("cli_convert_wall.py", ["--recorded", "--rounds", "1"], tmp_path, monkeypatch, capsys)
     assert "| bundled seed_block_annotated |" in out
+
+
+def test_first_export_imports_benchmark_runs(tmp_path, monkeypatch, capsys):
+    """``benchmarks/first_export_imports.py`` on the bundled recording, one round, without torch:
+    both arms write the same bytes, and as shipped the write loads no ``perfetto.protos`` classes."""
+    out = _bench_out("first_export_imports.py", ["--recorded", "--rounds", "1", "--no-torch"], tmp_path, monkeypatch,
+                     capsys)
+    row = next(line for line in out.splitlines() if line.startswith("| bundled seed_block_annotated |"))
+    assert row.endswith("| no | yes |"), row

@@ -10,26 +10,38 @@ from __future__ import annotations
 
 import sys
 from array import array
-from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from ...formats import START, Completeness, end_record
 from . import fast_encoder
 from .fast_encoder import FastEncoder
 from .flows import FlowEnds, FlowPlan
 from .interning import Interner
-from .packets import (SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, VARYING_KEYS, descriptor_packet, sequence_start,
-                      sort_window_mark)
+from .packets import SEQUENCE_ID, TYPE_INSTANT, TYPE_SLICE_BEGIN, VARYING_KEYS, EncoderBase
 from .plan import BEGIN, COUNTER, END, INSTANT, SLICE, SLICE_REWRITTEN, Plan, Records, _Lanes
-from .protos_encoder import ProtosEncoder
 from .tracks import TrackTable
 
 if TYPE_CHECKING:
     from .config import WriterConfig, WriteStats
 
-__all__ = ["ENCODERS", "MAX_OWN_SEQUENCES", "own_sequences", "SORT_WINDOW_MARK_PACKETS", "TEXT_EVENTS", "write_packets"]
+__all__ = ["encoder_class", "ENCODERS", "MAX_OWN_SEQUENCES", "own_sequences", "SORT_WINDOW_MARK_PACKETS", "TEXT_EVENTS",
+           "write_packets"]
 
-#: ``WriterConfig.encoder`` -> the encoder class (one instance per packet sequence).
-ENCODERS = {"fast": FastEncoder, "protos": ProtosEncoder}
+#: The values of ``WriterConfig.encoder`` (see :func:`encoder_class`).
+ENCODERS = ("fast", "protos")
+
+
+def encoder_class(name: str) -> Type[EncoderBase]:
+    """The encoder class ``WriterConfig.encoder`` names (one instance per packet sequence). The
+    reference's module is imported only when asked for: it loads the ``perfetto.protos``
+    classes, which the fast encoder never needs (:mod:`.descriptors` says what that costs)."""
+    if name == "protos":
+        from .protos_encoder import ProtosEncoder
+
+        return ProtosEncoder
+    if name != "fast":
+        raise ValueError(f"encoder must be one of {ENCODERS}, not {name!r}")
+    return FastEncoder
 #: Own sequences get ids 2..127 (one-byte varints); tracks beyond stay on the shared sequence.
 MAX_OWN_SEQUENCES = 126
 #: Packets in one :func:`.packets.sort_window_mark`.
@@ -60,17 +72,18 @@ class _Sink:
     """Packets gathered in ``batch`` and written to ``out`` together; counts and progress.
 
     ``window_bytes``: after every batch that brings the bytes since the last sorting-window
-    mark to at least this many, a mark (:func:`.packets.sort_window_mark`; in ``bytes``
-    written, not in ``packets``); None: no marks.
+    mark to at least this many, a mark (``mark``: the encoder's
+    :meth:`~.packets.EncoderBase.sort_window_mark`; in ``bytes`` written, not in
+    ``packets``); None: no marks.
     """
 
     def __init__(self, out: IO[bytes], stats: WriteStats, step: int, bar: Any,
-                 window_bytes: Optional[int] = None) -> None:
+                 window_bytes: Optional[int] = None, mark: bytes = b"") -> None:
         self.out, self.stats, self.step, self.bar = out, stats, step, bar
         self.batch: List[bytes] = []
         self.written = 0
         self.window_bytes = window_bytes
-        self._mark = sort_window_mark() if window_bytes else b""
+        self._mark = mark if window_bytes else b""
         self._marked_at = 0
 
     def flush(self) -> None:
@@ -113,7 +126,7 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: Records,
     own = own_sequences(packets_per_track, config.own_sequence_min)
     stats.sequences = 1 + len(own)
     seq_of = [0] * (tracks.max_uuid() + 1)  # track uuid -> sequence slot (0: the shared sequence)
-    cls = ENCODERS[config.encoder]
+    cls = encoder_class(config.encoder)
     as_text = config.list_args == "text"
     encoders = [cls(Interner(), SEQUENCE_ID, None, as_text, typed_keys, config.keep_args)]
     for slot, uuid in enumerate(own, 1):
@@ -124,15 +137,16 @@ def write_packets(out: IO[bytes], plan: Plan, flows: FlowPlan, records: Records,
         from tqdm import tqdm
 
         bar = tqdm(total=len(records), unit="ev", desc="convert", file=sys.stderr, mininterval=0.5)
-    sink = _Sink(out, stats, config.batch, bar, config.sort_window_bytes)
+    sink = _Sink(out, stats, config.batch, bar, config.sort_window_bytes,
+                 cls.sort_window_mark() if config.sort_window_bytes else b"")
     t0 = int(records.ts[0]) if len(records) else 0
     sink.batch.append(START)  # the start mark: this trace ends with an end record (formats)
-    sink.batch.extend(sequence_start(t0, base_time_ns))
+    sink.batch.extend(encoders[0].sequence_start(t0, base_time_ns))
     # Track descriptors go on a sequence with no events: a thread's descriptor gives its
     # sequence that pid/tid, and the trace processor would then tag every event the sequence
     # draws on a GPU lane or other non-thread track with a made-up `legacy_event.passthrough_utid`.
     descriptor_sequence = SEQUENCE_ID + len(encoders)
-    sink.batch.extend([descriptor_packet(d, descriptor_sequence) for d in tracks.descriptors])
+    sink.batch.extend([cls.descriptor_packet(d, descriptor_sequence) for d in tracks.descriptors])
     prevs: List[Optional[int]] = [None] * len(encoders)  # per sequence: the previous packet's time (None: not started)
     prevs[0] = t0
     if plan.source is None:
@@ -229,7 +243,7 @@ def _stream(chunk: Tuple[List[int], List[int], List[int], List[int]], values: Se
         q = seq_of[uuid]
         prev = prevs[q]
         if prev is None:  # first packet of a track's own sequence: its defaults and clock first
-            batch.extend(sequence_start(ts, base_time_ns, SEQUENCE_ID + q, uuid))
+            batch.extend(encoders[q].sequence_start(ts, base_time_ns))
             prev = prevs[q] = ts
         if kind == END:
             if kinds[i] == INSTANT:

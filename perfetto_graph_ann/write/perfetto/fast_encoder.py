@@ -40,6 +40,7 @@ class FastEncoder(FastArgs, EncoderBase):
                  list_text: bool = False, typed_keys: AbstractSet[str] = frozenset(),
                  keep: Optional[AbstractSet[str]] = None) -> None:
         super().__init__(interner, list_text, typed_keys, keep)
+        self.sequence_id = sequence_id
         self.default_track = default_track
         #: track -> a slice end packet's bytes after its timestamp (see :meth:`slice_end`)
         self.end_tails: Dict[int, bytes] = {}

@@ -31,9 +31,9 @@ from __future__ import annotations
 from typing import AbstractSet, Any, List, Mapping, Optional, Sequence
 
 import msgspec
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ...join.model import SLACK_ARG
+from .descriptors import TrackDescriptor, track_descriptor_bytes
 from .wire import varint
 
 __all__ = ["BUILTIN_CLOCK_BOOTTIME", "BUILTIN_CLOCK_REALTIME", "descriptor_packet", "EncoderBase", "frame",
@@ -122,6 +122,14 @@ def json_text(value: Any) -> str:
         return repr(value)
 
 
+def _varint_field(tag: bytes, value: int) -> bytes:
+    return tag + varint(value)
+
+
+def _message_field(tag: bytes, body: bytes) -> bytes:
+    return tag + varint(len(body)) + body
+
+
 def sequence_start(t0: int, base_time_ns: int = 0, sequence_id: int = SEQUENCE_ID,
                    track: Optional[int] = None) -> List[bytes]:
     """Packets that open a packet sequence at time ``t0``: cleared incremental state, clocks.
@@ -133,18 +141,30 @@ def sequence_start(t0: int, base_time_ns: int = 0, sequence_id: int = SEQUENCE_I
     and, when the trace has ``baseTimeNanoseconds`` (``base_time_ns``), BOOTTIME to REALTIME:
     Unix time = ``baseTimeNanoseconds + ts`` (on every sequence, so any snapshot gives the
     same offset). A busy track's own sequence also names the track in ``track_event_defaults``.
+
+    Written by hand (see :mod:`.descriptors` for why), as the reference encoder's
+    ``ProtosEncoder.sequence_start`` builds it from ``perfetto.protos`` classes.
     """
-    first = pb.TracePacket(trusted_packet_sequence_id=sequence_id, sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED)
-    first.trace_packet_defaults.timestamp_clock_id = INCREMENTAL_CLOCK
-    if track is not None:
-        first.trace_packet_defaults.track_event_defaults.track_uuid = track
-    snap = pb.ClockSnapshot(primary_trace_clock=BUILTIN_CLOCK_BOOTTIME)
-    snap.clocks.add(clock_id=INCREMENTAL_CLOCK, timestamp=t0, is_incremental=True)
-    snap.clocks.add(clock_id=BUILTIN_CLOCK_BOOTTIME, timestamp=t0)
+    seq = _varint_field(b"\x50", sequence_id)  # TracePacket 10: trusted_packet_sequence_id
+    defaults = b""
+    if track is not None:  # TracePacketDefaults 11: track_event_defaults { 11: track_uuid }
+        defaults = _message_field(b"\x5a", _varint_field(b"\x58", track))
+    defaults += _varint_field(b"\xd0\x03", INCREMENTAL_CLOCK)  # 58: timestamp_clock_id
+    # 13: sequence_flags, 59: trace_packet_defaults
+    first = seq + _varint_field(b"\x68", SEQ_INCREMENTAL_STATE_CLEARED) + _message_field(b"\xda\x03", defaults)
+    # ClockSnapshot.Clock: 1 clock_id, 2 timestamp, 3 is_incremental
+    clocks = [_varint_field(b"\x08", INCREMENTAL_CLOCK) + _varint_field(b"\x10", t0) + b"\x18\x01",
+              _varint_field(b"\x08", BUILTIN_CLOCK_BOOTTIME) + _varint_field(b"\x10", t0)]
     if base_time_ns and 0 <= base_time_ns + t0 < (1 << 64):
-        snap.clocks.add(clock_id=BUILTIN_CLOCK_REALTIME, timestamp=base_time_ns + t0)
-    clock = pb.TracePacket(trusted_packet_sequence_id=sequence_id, clock_snapshot=snap)
-    return [frame(first.SerializeToString()), frame(clock.SerializeToString())]
+        clocks.append(_varint_field(b"\x08", BUILTIN_CLOCK_REALTIME) + _varint_field(b"\x10", base_time_ns + t0))
+    # ClockSnapshot: 1 clocks (repeated), 2 primary_trace_clock; TracePacket 6: clock_snapshot
+    snap = b"".join([_message_field(b"\x0a", c) for c in clocks]) + _varint_field(b"\x10", BUILTIN_CLOCK_BOOTTIME)
+    return [frame(first), frame(_message_field(b"\x32", snap) + seq)]
+
+
+#: TracePacket 69: service_event { 3: all_data_sources_flushed } / { 4: read_tracing_buffers_completed }
+_FLUSHED = frame(_message_field(b"\xaa\x04", b"\x18\x01"))
+_READ_COMPLETED = frame(_message_field(b"\xaa\x04", b"\x20\x01"))
 
 
 def sort_window_mark() -> bytes:
@@ -161,19 +181,39 @@ def sort_window_mark() -> bytes:
     ``metadata`` table, which is why only a trace no one else reads gets them
     (``WriterConfig.sort_window_bytes``).
     """
-    flushed = pb.TracePacket(service_event=pb.TracingServiceEvent(all_data_sources_flushed=True))
-    read = pb.TracePacket(service_event=pb.TracingServiceEvent(read_tracing_buffers_completed=True))
-    return b"".join([frame(flushed.SerializeToString())] * 2 + [frame(read.SerializeToString())])
+    return _FLUSHED * 2 + _READ_COMPLETED
 
 
-def descriptor_packet(descriptor: "pb.TrackDescriptor", sequence_id: int) -> bytes:
-    """One framed packet holding a track descriptor, on ``sequence_id``."""
-    return frame(pb.TracePacket(trusted_packet_sequence_id=sequence_id, track_descriptor=descriptor).SerializeToString())
+def descriptor_packet(descriptor: TrackDescriptor, sequence_id: int) -> bytes:
+    """One framed packet holding a track descriptor, on ``sequence_id`` (TracePacket 10:
+    trusted_packet_sequence_id, 60: track_descriptor)."""
+    return frame(_varint_field(b"\x50", sequence_id) + _message_field(b"\xe2\x03", track_descriptor_bytes(descriptor)))
 
 
 class EncoderBase:
-    """What both encoders derive from the same primitive: an instant is a slice begin of
-    type ``TYPE_INSTANT``."""
+    """What both encoders share: an instant is a slice begin of type ``TYPE_INSTANT``, and the
+    packets around the events (a sequence's start, a track descriptor, a sorting-window mark)
+    are the hand-written ones of this module, which the reference encoder builds from
+    ``perfetto.protos`` classes instead."""
+
+    #: the packet sequence this encoder writes (``trusted_packet_sequence_id``)
+    sequence_id: int = SEQUENCE_ID
+    #: the track its events name by default (``track_event_defaults``), None on the shared sequence
+    default_track: Optional[int] = None
+
+    def sequence_start(self, t0: int, base_time_ns: int = 0) -> List[bytes]:
+        """This encoder's sequence opened at ``t0`` (:func:`sequence_start`)."""
+        return sequence_start(t0, base_time_ns, self.sequence_id, self.default_track)
+
+    @staticmethod
+    def descriptor_packet(descriptor: TrackDescriptor, sequence_id: int) -> bytes:
+        """One framed track descriptor packet (:func:`descriptor_packet`)."""
+        return descriptor_packet(descriptor, sequence_id)
+
+    @staticmethod
+    def sort_window_mark() -> bytes:
+        """A sorting-window mark (:func:`sort_window_mark`)."""
+        return sort_window_mark()
 
     def slice_begin(self, ts: int, track: int, cat_iid: int, name_iid: int, args: Optional[Mapping[str, Any]],
                     flow_ids: Sequence[int] = (), terminating_flow_ids: Sequence[int] = (),

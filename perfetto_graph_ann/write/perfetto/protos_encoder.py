@@ -7,14 +7,16 @@ strings, placeholders in arrays) are in :mod:`.packets`.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import AbstractSet, Any, Mapping, Optional, Sequence
+from typing import AbstractSet, Any, List, Mapping, Optional, Sequence
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .interning import ANNOTATION_NAMES, CATEGORIES, NAMES, STRING_VALUES, Interner
-from .packets import (INT64_MIN, MAX_ARG_DEPTH, MAX_INTERNED_STRING, MIN_INTERNED_STRING, SEQ_NEEDS_INCREMENTAL_STATE,
-                      SEQUENCE_ID, TYPE_COUNTER, TYPE_SLICE_BEGIN, TYPE_SLICE_END, UINT64_END, frame,
-                      EncoderBase, json_text, kept, list_text, placeholder)
+from .descriptors import TrackDescriptor
+from .packets import (BUILTIN_CLOCK_BOOTTIME, BUILTIN_CLOCK_REALTIME, INCREMENTAL_CLOCK, INT64_MIN, MAX_ARG_DEPTH,
+                      MAX_INTERNED_STRING, MIN_INTERNED_STRING, SEQ_INCREMENTAL_STATE_CLEARED,
+                      SEQ_NEEDS_INCREMENTAL_STATE, SEQUENCE_ID, TYPE_COUNTER, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
+                      UINT64_END, frame, EncoderBase, json_text, kept, list_text, placeholder)
 from .wire import utf8
 
 __all__ = ["ProtosEncoder"]
@@ -161,3 +163,63 @@ class ProtosEncoder(EncoderBase):
             te.double_counter_value = float(value)
         p = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=self.sequence_id, track_event=te)
         return frame(p.SerializeToString())
+
+    # -- the packets around the events, as ``perfetto.protos`` messages ------------------------
+    def sequence_start(self, t0: int, base_time_ns: int = 0) -> List[bytes]:
+        """This sequence's opening packets (see :func:`.packets.sequence_start`)."""
+        first = pb.TracePacket(trusted_packet_sequence_id=self.sequence_id, sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED)
+        first.trace_packet_defaults.timestamp_clock_id = INCREMENTAL_CLOCK
+        if self.default_track is not None:
+            first.trace_packet_defaults.track_event_defaults.track_uuid = self.default_track
+        snap = pb.ClockSnapshot(primary_trace_clock=BUILTIN_CLOCK_BOOTTIME)
+        snap.clocks.add(clock_id=INCREMENTAL_CLOCK, timestamp=t0, is_incremental=True)
+        snap.clocks.add(clock_id=BUILTIN_CLOCK_BOOTTIME, timestamp=t0)
+        if base_time_ns and 0 <= base_time_ns + t0 < (1 << 64):
+            snap.clocks.add(clock_id=BUILTIN_CLOCK_REALTIME, timestamp=base_time_ns + t0)
+        clock = pb.TracePacket(trusted_packet_sequence_id=self.sequence_id, clock_snapshot=snap)
+        return [frame(first.SerializeToString()), frame(clock.SerializeToString())]
+
+    @staticmethod
+    def descriptor(d: TrackDescriptor) -> "pb.TrackDescriptor":
+        """``d`` as a ``perfetto.protos`` message (strings as :func:`.wire.utf8` writes them)."""
+        def text(s: str) -> str:
+            return utf8(s).decode("utf-8")
+
+        m = pb.TrackDescriptor(uuid=d.uuid)
+        for f in ("parent_uuid", "child_ordering", "sibling_order_rank", "sibling_merge_behavior"):
+            if getattr(d, f) is not None:
+                setattr(m, f, getattr(d, f))
+        for f in ("name", "description", "sibling_merge_key"):
+            if getattr(d, f) is not None:
+                setattr(m, f, text(getattr(d, f)))
+        if d.process is not None:
+            m.process.pid = d.process.pid
+            if d.process.process_name is not None:
+                m.process.process_name = text(d.process.process_name)
+            if d.process.legacy_sort_index is not None:
+                m.process.legacy_sort_index = d.process.legacy_sort_index
+            m.process.process_labels.extend(text(s) for s in d.process.process_labels)
+        if d.thread is not None:
+            m.thread.pid = d.thread.pid
+            m.thread.tid = d.thread.tid
+            if d.thread.thread_name is not None:
+                m.thread.thread_name = text(d.thread.thread_name)
+            if d.thread.legacy_sort_index is not None:
+                m.thread.legacy_sort_index = d.thread.legacy_sort_index
+        if d.counter:
+            m.counter.SetInParent()
+        return m
+
+    @staticmethod
+    def descriptor_packet(descriptor: TrackDescriptor, sequence_id: int) -> bytes:
+        """One framed track descriptor packet (see :func:`.packets.descriptor_packet`)."""
+        packet = pb.TracePacket(trusted_packet_sequence_id=sequence_id,
+                                track_descriptor=ProtosEncoder.descriptor(descriptor))
+        return frame(packet.SerializeToString())
+
+    @staticmethod
+    def sort_window_mark() -> bytes:
+        """A sorting-window mark (see :func:`.packets.sort_window_mark`)."""
+        flushed = pb.TracePacket(service_event=pb.TracingServiceEvent(all_data_sources_flushed=True))
+        read = pb.TracePacket(service_event=pb.TracingServiceEvent(read_tracing_buffers_completed=True))
+        return b"".join([frame(flushed.SerializeToString())] * 2 + [frame(read.SerializeToString())])

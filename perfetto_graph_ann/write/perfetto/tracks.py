@@ -27,9 +27,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
-
 from ...read.model import KinetoTrace, TraceEvent
+from .descriptors import (CHILD_ORDERING_EXPLICIT, SIBLING_MERGE_BY_KEY, ProcessDescriptor, ThreadDescriptor,
+                          TrackDescriptor)
 
 __all__ = ["group_merge_key", "GROUP_MERGE_KEY_PREFIX", "Home", "lane_merge_key", "LANE_MERGE_KEY_PREFIX",
            "PROFILER_GROUP", "REPLAYS_TRACK", "SCOPES_TRACK", "Track", "TrackTable"]
@@ -47,7 +47,6 @@ Home = Tuple[Any, ...]
 #: ``sql/graph_ann/work_args.sql``): its spill tracks merge by it, and it tells SQL the device
 #: and lane that every GPU work slice on the track carries as its ``device`` / ``stream`` args
 LANE_MERGE_KEY_PREFIX = "graph_ann.lane:"
-_MERGE_BY_KEY = pb.TrackDescriptor.SiblingMergeBehavior.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
 
 
 #: prefix of the sibling merge key of a merged trace's group root track
@@ -87,7 +86,7 @@ def _clamp32(v: int) -> int:
 @dataclasses.dataclass
 class Track:
     uuid: int
-    descriptor: "pb.TrackDescriptor"
+    descriptor: TrackDescriptor
 
 
 class TrackTable:
@@ -97,7 +96,7 @@ class TrackTable:
         self._lane_names = lane_names or {}
         self._next_uuid = 1
         self._tracks: Dict[Tuple, int] = {}
-        self.descriptors: List[pb.TrackDescriptor] = []
+        self.descriptors: List[TrackDescriptor] = []
         self.process_name: Dict[Any, str] = {}
         self.process_labels: Dict[Any, str] = {}
         self.process_sort: Dict[Any, int] = {}
@@ -157,8 +156,7 @@ class TrackTable:
             else:
                 home = self.cpu_home(pid, tid)
                 parent = self._process(pid) if home[0] != "named" else self._named_root(pid)
-            d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name)
-            d.counter.SetInParent()
+            d = TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name, counter=True)
             u = self._tracks[key] = self._add(d)
         return u
 
@@ -172,7 +170,7 @@ class TrackTable:
         """The largest uuid handed out so far (uuids are 1, 2, ...: small, dense varints)."""
         return self._next_uuid - 1
 
-    def _add(self, d: "pb.TrackDescriptor") -> int:
+    def _add(self, d: TrackDescriptor) -> int:
         self.descriptors.append(d)
         return d.uuid
 
@@ -180,8 +178,7 @@ class TrackTable:
         key = ("gpu_root", device)
         u = self._tracks.get(key)
         if u is None:
-            d = pb.TrackDescriptor(uuid=self._uuid(), name=f"GPU {device}",
-                                   child_ordering=pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT)
+            d = TrackDescriptor(uuid=self._uuid(), name=f"GPU {device}", child_ordering=CHILD_ORDERING_EXPLICIT)
             desc = self.device_names.get(device)
             if desc:
                 d.description = desc
@@ -193,9 +190,9 @@ class TrackTable:
         key = ("profiler_root",)
         u = self._tracks.get(key)
         if u is None:
-            d = pb.TrackDescriptor(uuid=self._uuid(), name=PROFILER_GROUP,
-                                   description="torch.profiler's own bookkeeping: the profiler span, "
-                                               "activity-buffer overhead and other events without a process")
+            d = TrackDescriptor(uuid=self._uuid(), name=PROFILER_GROUP,
+                                description="torch.profiler's own bookkeeping: the profiler span, "
+                                            "activity-buffer overhead and other events without a process")
             u = self._tracks[key] = self._add(d)
         return u
 
@@ -203,15 +200,12 @@ class TrackTable:
         key = ("process", pid)
         u = self._tracks.get(key)
         if u is None:
-            d = pb.TrackDescriptor(uuid=self._uuid())
-            d.process.pid = pid
-            name = self.process_name.get(pid)
-            if name is not None:
-                d.process.process_name = name
+            p = ProcessDescriptor(pid=pid, process_name=self.process_name.get(pid))
             if pid in self.process_sort:
-                d.process.legacy_sort_index = _clamp32(self.process_sort[pid])
+                p.legacy_sort_index = _clamp32(self.process_sort[pid])
             if pid in self.process_labels:
-                d.process.process_labels.append(self.process_labels[pid])
+                p.process_labels.append(self.process_labels[pid])
+            d = TrackDescriptor(uuid=self._uuid(), process=p)
             u = self._tracks[key] = self._add(d)
         return u
 
@@ -220,7 +214,7 @@ class TrackTable:
         u = self._tracks.get(key)
         if u is None:
             name = self.process_name.get(pid) or (str(pid) if pid != "" else "(no pid)")
-            d = pb.TrackDescriptor(uuid=self._uuid(), name=name, parent_uuid=self._profiler_root())
+            d = TrackDescriptor(uuid=self._uuid(), name=name, parent_uuid=self._profiler_root())
             u = self._tracks[key] = self._add(d)
         return u
 
@@ -240,38 +234,34 @@ class TrackTable:
         if spill:
             self.spill_tracks += 1
         if kind == "replays":
-            d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(home[1]), name=REPLAYS_TRACK,
-                                   sibling_order_rank=_INT32_MIN)
+            d = TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(home[1]), name=REPLAYS_TRACK,
+                                sibling_order_rank=_INT32_MIN)
             return self._add(d)
         if kind == "scope":
-            d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(home[1]), name=SCOPES_TRACK,
-                                   sibling_order_rank=_INT32_MIN + 1)
+            d = TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(home[1]), name=SCOPES_TRACK,
+                                sibling_order_rank=_INT32_MIN + 1)
             return self._add(d)
         if kind == "gpu":
             _, device, lane = home
-            d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(device),
-                                   name=self.lane_name(device, lane), sibling_order_rank=_clamp32(lane),
-                                   sibling_merge_behavior=_MERGE_BY_KEY, sibling_merge_key=lane_merge_key(device, lane))
+            d = TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(device),
+                                name=self.lane_name(device, lane), sibling_order_rank=_clamp32(lane),
+                                sibling_merge_behavior=SIBLING_MERGE_BY_KEY, sibling_merge_key=lane_merge_key(device, lane))
             return self._add(d)
         if kind == "thread" or kind == "wide_thread":
             _, pid, tid = home
             parent = self._process(pid)
             name = self.thread_name.get((pid, tid))
             if spill or kind == "wide_thread":
-                d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name or f"thread {tid}")
+                d = TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name or f"thread {tid}")
                 return self._add(d)
-            d = pb.TrackDescriptor(uuid=self._uuid())
-            d.thread.pid = pid
-            d.thread.tid = tid
-            if name is not None:
-                d.thread.thread_name = name
+            t = ThreadDescriptor(pid=pid, tid=tid, thread_name=name)
             if (pid, tid) in self.thread_sort:
-                d.thread.legacy_sort_index = _clamp32(self.thread_sort[(pid, tid)])
-            return self._add(d)
+                t.legacy_sort_index = _clamp32(self.thread_sort[(pid, tid)])
+            return self._add(TrackDescriptor(uuid=self._uuid(), thread=t))
         _, pid, tid = home
         parent = self._named_root(pid)
         name = self.thread_name.get((pid, tid)) or (str(tid) if tid != "" else "(no tid)")
-        d = pb.TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name)
+        d = TrackDescriptor(uuid=self._uuid(), parent_uuid=parent, name=name)
         if (pid, tid) in self.thread_sort:
             d.sibling_order_rank = _clamp32(self.thread_sort[(pid, tid)])
         return self._add(d)
