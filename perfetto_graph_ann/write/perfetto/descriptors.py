@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
-from .wire import utf8, varint
+from .wire import field_bytes, utf8, varint_field
 
 __all__ = ["CHILD_ORDERING_EXPLICIT", "ProcessDescriptor", "SIBLING_MERGE_BY_KEY", "ThreadDescriptor",
            "track_descriptor_bytes", "TrackDescriptor"]
@@ -64,56 +64,51 @@ class TrackDescriptor:
     sibling_merge_key: Optional[str] = None
 
 
-def _text(tag: bytes, text: str) -> bytes:
-    b = utf8(text)
-    return tag + varint(len(b)) + b
-
-
-def _message(tag: bytes, body: bytes) -> bytes:
-    return tag + varint(len(body)) + body
+def _text(field: int, text: str) -> bytes:
+    return field_bytes(field, utf8(text))
 
 
 def _process_bytes(p: ProcessDescriptor) -> bytes:
-    out = b"\x08" + varint(p.pid)  # 1: pid
+    out = varint_field(1, p.pid)
     if p.legacy_sort_index is not None:
-        out += b"\x18" + varint(p.legacy_sort_index)  # 3
+        out += varint_field(3, p.legacy_sort_index)
     if p.process_name is not None:
-        out += _text(b"\x32", p.process_name)  # 6
+        out += _text(6, p.process_name)
     for label in p.process_labels:
-        out += _text(b"\x42", label)  # 8, repeated
+        out += _text(8, label)  # repeated
     return out
 
 
 def _thread_bytes(t: ThreadDescriptor) -> bytes:
-    out = b"\x08" + varint(t.pid) + b"\x10" + varint(t.tid)  # 1: pid, 2: tid
+    out = varint_field(1, t.pid) + varint_field(2, t.tid)
     if t.legacy_sort_index is not None:
-        out += b"\x18" + varint(t.legacy_sort_index)  # 3
+        out += varint_field(3, t.legacy_sort_index)
     if t.thread_name is not None:
-        out += _text(b"\x2a", t.thread_name)  # 5
+        out += _text(5, t.thread_name)
     return out
 
 
 def track_descriptor_bytes(d: TrackDescriptor) -> bytes:
     """The serialized ``TrackDescriptor`` message (fields in ascending number)."""
-    out = [b"\x08" + varint(d.uuid)]  # 1: uuid
+    out = [varint_field(1, d.uuid)]
     if d.name is not None:
-        out.append(_text(b"\x12", d.name))  # 2
+        out.append(_text(2, d.name))
     if d.process is not None:
-        out.append(_message(b"\x1a", _process_bytes(d.process)))  # 3
+        out.append(field_bytes(3, _process_bytes(d.process)))
     if d.thread is not None:
-        out.append(_message(b"\x22", _thread_bytes(d.thread)))  # 4
+        out.append(field_bytes(4, _thread_bytes(d.thread)))
     if d.parent_uuid is not None:
-        out.append(b"\x28" + varint(d.parent_uuid))  # 5
+        out.append(varint_field(5, d.parent_uuid))
     if d.counter:
-        out.append(b"\x42\x00")  # 8: an empty CounterDescriptor
+        out.append(field_bytes(8, b""))  # an empty CounterDescriptor
     if d.child_ordering is not None:
-        out.append(b"\x58" + varint(d.child_ordering))  # 11
+        out.append(varint_field(11, d.child_ordering))
     if d.sibling_order_rank is not None:
-        out.append(b"\x60" + varint(d.sibling_order_rank))  # 12 (int32: a negative one takes 10 bytes)
+        out.append(varint_field(12, d.sibling_order_rank))  # int32: a negative one takes 10 bytes
     if d.description is not None:
-        out.append(_text(b"\x72", d.description))  # 14
+        out.append(_text(14, d.description))
     if d.sibling_merge_behavior is not None:
-        out.append(b"\x78" + varint(d.sibling_merge_behavior))  # 15
+        out.append(varint_field(15, d.sibling_merge_behavior))
     if d.sibling_merge_key is not None:
-        out.append(_text(b"\x82\x01", d.sibling_merge_key))  # 16
+        out.append(_text(16, d.sibling_merge_key))
     return b"".join(out)

@@ -34,7 +34,7 @@ import msgspec
 
 from ...join.model import SLACK_ARG
 from .descriptors import TrackDescriptor, track_descriptor_bytes
-from .wire import varint
+from .wire import field_bytes, varint, varint_field
 
 __all__ = ["BUILTIN_CLOCK_BOOTTIME", "BUILTIN_CLOCK_REALTIME", "descriptor_packet", "EncoderBase", "frame",
            "INCREMENTAL_CLOCK", "INT64_MIN", "json_args", "json_text", "kept", "list_text", "MAX_ARG_DEPTH",
@@ -122,14 +122,6 @@ def json_text(value: Any) -> str:
         return repr(value)
 
 
-def _varint_field(tag: bytes, value: int) -> bytes:
-    return tag + varint(value)
-
-
-def _message_field(tag: bytes, body: bytes) -> bytes:
-    return tag + varint(len(body)) + body
-
-
 def sequence_start(t0: int, base_time_ns: int = 0, sequence_id: int = SEQUENCE_ID,
                    track: Optional[int] = None) -> List[bytes]:
     """Packets that open a packet sequence at time ``t0``: cleared incremental state, clocks.
@@ -145,26 +137,26 @@ def sequence_start(t0: int, base_time_ns: int = 0, sequence_id: int = SEQUENCE_I
     Written by hand (see :mod:`.descriptors` for why), as the reference encoder's
     ``ProtosEncoder.sequence_start`` builds it from ``perfetto.protos`` classes.
     """
-    seq = _varint_field(b"\x50", sequence_id)  # TracePacket 10: trusted_packet_sequence_id
-    defaults = b""
-    if track is not None:  # TracePacketDefaults 11: track_event_defaults { 11: track_uuid }
-        defaults = _message_field(b"\x5a", _varint_field(b"\x58", track))
-    defaults += _varint_field(b"\xd0\x03", INCREMENTAL_CLOCK)  # 58: timestamp_clock_id
-    # 13: sequence_flags, 59: trace_packet_defaults
-    first = seq + _varint_field(b"\x68", SEQ_INCREMENTAL_STATE_CLEARED) + _message_field(b"\xda\x03", defaults)
+    seq = varint_field(10, sequence_id)  # TracePacket.trusted_packet_sequence_id
+    defaults = b""  # TracePacketDefaults
+    if track is not None:  # 11: track_event_defaults { 11: track_uuid }
+        defaults = field_bytes(11, varint_field(11, track))
+    defaults += varint_field(58, INCREMENTAL_CLOCK)  # timestamp_clock_id
+    # TracePacket 13: sequence_flags, 59: trace_packet_defaults
+    first = seq + varint_field(13, SEQ_INCREMENTAL_STATE_CLEARED) + field_bytes(59, defaults)
     # ClockSnapshot.Clock: 1 clock_id, 2 timestamp, 3 is_incremental
-    clocks = [_varint_field(b"\x08", INCREMENTAL_CLOCK) + _varint_field(b"\x10", t0) + b"\x18\x01",
-              _varint_field(b"\x08", BUILTIN_CLOCK_BOOTTIME) + _varint_field(b"\x10", t0)]
+    clocks = [varint_field(1, INCREMENTAL_CLOCK) + varint_field(2, t0) + varint_field(3, 1),
+              varint_field(1, BUILTIN_CLOCK_BOOTTIME) + varint_field(2, t0)]
     if base_time_ns and 0 <= base_time_ns + t0 < (1 << 64):
-        clocks.append(_varint_field(b"\x08", BUILTIN_CLOCK_REALTIME) + _varint_field(b"\x10", base_time_ns + t0))
-    # ClockSnapshot: 1 clocks (repeated), 2 primary_trace_clock; TracePacket 6: clock_snapshot
-    snap = b"".join([_message_field(b"\x0a", c) for c in clocks]) + _varint_field(b"\x10", BUILTIN_CLOCK_BOOTTIME)
-    return [frame(first), frame(_message_field(b"\x32", snap) + seq)]
+        clocks.append(varint_field(1, BUILTIN_CLOCK_REALTIME) + varint_field(2, base_time_ns + t0))
+    # ClockSnapshot 1: clocks (repeated), 2: primary_trace_clock; TracePacket 6: clock_snapshot
+    snap = b"".join([field_bytes(1, c) for c in clocks]) + varint_field(2, BUILTIN_CLOCK_BOOTTIME)
+    return [frame(first), frame(field_bytes(6, snap) + seq)]
 
 
 #: TracePacket 69: service_event { 3: all_data_sources_flushed } / { 4: read_tracing_buffers_completed }
-_FLUSHED = frame(_message_field(b"\xaa\x04", b"\x18\x01"))
-_READ_COMPLETED = frame(_message_field(b"\xaa\x04", b"\x20\x01"))
+_FLUSHED = frame(field_bytes(69, varint_field(3, 1)))
+_READ_COMPLETED = frame(field_bytes(69, varint_field(4, 1)))
 
 
 def sort_window_mark() -> bytes:
@@ -187,7 +179,7 @@ def sort_window_mark() -> bytes:
 def descriptor_packet(descriptor: TrackDescriptor, sequence_id: int) -> bytes:
     """One framed packet holding a track descriptor, on ``sequence_id`` (TracePacket 10:
     trusted_packet_sequence_id, 60: track_descriptor)."""
-    return frame(_varint_field(b"\x50", sequence_id) + _message_field(b"\xe2\x03", track_descriptor_bytes(descriptor)))
+    return frame(varint_field(10, sequence_id) + field_bytes(60, track_descriptor_bytes(descriptor)))
 
 
 class EncoderBase:

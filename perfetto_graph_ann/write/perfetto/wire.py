@@ -13,7 +13,7 @@ from typing import Dict, Sequence
 
 from ...formats import varint as _plain_varint
 
-__all__ = ["field_bytes", "fixed64_fields", "small_varint", "utf8", "varint"]
+__all__ = ["field_bytes", "fixed64_fields", "small_varint", "utf8", "varint", "varint_field"]
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
@@ -57,6 +57,11 @@ def small_varint(value: int) -> bytes:
 def field_bytes(field: int, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2): tag, length, payload."""
     return varint((field << 3) | 2) + varint(len(payload)) + payload
+
+
+def varint_field(field: int, value: int) -> bytes:
+    """A varint field (wire type 0): tag, value (a negative int32 / int64 as 10 bytes)."""
+    return varint(field << 3) + varint(value)
 
 
 def fixed64_fields(tag: bytes, values: Sequence[int]) -> bytes:
