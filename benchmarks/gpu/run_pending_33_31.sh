@@ -1,0 +1,50 @@
+#!/bin/bash
+# What issues 33 and 31 still need measured on the GPU machine, in one device call each step
+# list: the export's pace against torch's on small profiles (export_pace), the first export in
+# a process (first_export: session 35's writer without the perfetto.protos classes, on that
+# host's slower Python), the per-graph caches and the C template on the recorded profiles
+# (graph_derived, template_runs: need .bench-data/, recorded there by
+# benchmarks/gpu/record_export_trace.py and carried), and issue 31's module-scope capture cost
+# in parts (capture_parts). Needs .whl/ (cupti-python, msgspec, perfetto for cp312), as
+# run_fastpath.sh.
+# Usage: [STEPS="export_pace first_export"] [ROUNDS=5] bash benchmarks/gpu/run_pending_33_31.sh;
+# each step's log under $OUT, its last lines printed. Together the default steps may not fit
+# one device call (10 minutes) on that host: split them with STEPS over two calls.
+set -o pipefail
+OUT=$(realpath -m "${OUT:-out}"); mkdir -p "$OUT"
+STEPS=${STEPS:-export_pace first_export graph_derived template_runs capture_parts}
+ROUNDS=${ROUNDS:-5}
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 3
+  export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 hatch_build.py > "$OUT/build.log" 2>&1 || echo "extension build failed (see build.log): the pure-Python paths run"
+python3 -m compileall -q -j 0 perfetto_graph_ann > /dev/null 2>&1  # as an install does: bytecode for the first export
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
+  python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)' 2>&1; } | tee "$OUT/env.txt"
+RECORDED=""
+[ -f .bench-data/t7.json.gz ] && RECORDED="t1 t7"
+
+step() {  # step NAME TIMEOUT COMMAND...: the command's output in $OUT/NAME.log, its exit and last lines here
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  echo "== $name: exit $?"; tail -n 12 "$OUT/$name.log"
+}
+for s in $STEPS; do
+  case $s in
+    export_pace) step export_pace 300 python3 benchmarks/gpu/export_pace.py --replays 20 7 --rounds "$ROUNDS" ;;
+    first_export) step first_export 120 python3 benchmarks/first_export_imports.py --rounds 9 --recorded $RECORDED ;;
+    graph_derived)
+      if [ -n "$RECORDED" ]; then step graph_derived 150 python3 benchmarks/graph_derived_ab.py --recorded $RECORDED \
+        --synthetic --rounds "$ROUNDS"; else echo "== graph_derived: skipped (no .bench-data)"; fi ;;
+    template_runs)
+      if [ -n "$RECORDED" ]; then step template_runs 150 python3 benchmarks/template_runs_ab.py --recorded $RECORDED \
+        --synthetic --rounds "$ROUNDS"; else echo "== template_runs: skipped (no .bench-data)"; fi ;;
+    capture_parts) step capture_parts 200 python3 benchmarks/gpu/probe_capture_parts.py --rounds 100 --settle ;;
+    *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts)"; exit 2 ;;
+  esac
+done
