@@ -432,6 +432,33 @@ def test_cupti_is_detached_at_an_api_exit_site_once_captures_go_idle(capture_pat
     assert _until(lambda: fresh.finalizes == 2)
 
 
+def test_captures_in_a_row_keep_one_detach_timer_and_the_delay_counts_from_the_last(capture_path, fresh,
+                                                                                   monkeypatch):
+    """Each capture's end asks for the detach twice (its table read, then its hold released), and
+    serving frameworks capture dozens of graphs in a row: a timer already pending is kept, not
+    replaced by a new thread each time, and the detach still waits for the delay after the last
+    capture (the kept timer fires early, then waits out the rest)."""
+    import time
+
+    if not compiled(capture_path):
+        pytest.skip("no subscription on the pure-Python path")
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "600")
+    torch = sys.modules["torch"]
+    pga.instrument()
+    _scoped_capture(torch, fresh)
+    first = nodewatch.WATCH._timer
+    assert first is not None and fresh.finalizes == 0
+    time.sleep(0.3)
+    _scoped_capture(torch, fresh, "again")
+    last = nodewatch.WATCH._last_use
+    assert nodewatch.WATCH._timer is first  # kept: no new thread for the second capture
+    while time.monotonic() < last + 0.45:  # the first timer fired (~0.3 s after the first capture's end) and re-armed
+        time.sleep(0.01)
+    assert fresh.finalizes == 0 and nodewatch.WATCH.attached and nodewatch.WATCH._timer not in (None, first)
+    assert _until(lambda: fresh.finalizes == 1)
+    assert time.monotonic() >= last + 0.6 and not nodewatch.WATCH.attached
+
+
 def _attached_by_a_capture(torch, cuda) -> None:
     """A scoped capture initialised CUPTI; the detach functions are known; nothing detached."""
     _scoped_capture(torch, cuda)
@@ -640,7 +667,7 @@ def test_a_timer_replaced_after_it_fired_does_nothing(capture_path, fresh, monke
     monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "60000")
     nodewatch.WATCH.idle()
     newer = nodewatch.WATCH._timer
-    nodewatch.WATCH._on_timer(0.0)  # called from this thread: not the current timer
+    nodewatch.WATCH._on_timer()  # called from this thread: not the current timer
     assert nodewatch.WATCH._timer is newer and fresh.finalizes == 0
 
 
