@@ -31,7 +31,11 @@ from perfetto_graph_ann.capture import nodewatch  # noqa: E402
 
 def _restarting(watch: nodewatch.NodeWatch) -> None:
     """The watch as it was: every call starts a new timer thread."""
-    watch._start_timer = lambda delay: (setattr(watch, "_delay", delay), watch._arm(delay))
+    def start_timer(delay: float) -> None:
+        watch._delay = delay
+        watch._arm(delay)
+
+    watch._start_timer = start_timer
 
 
 def _capture_ends(watch: nodewatch.NodeWatch, n: int) -> float:

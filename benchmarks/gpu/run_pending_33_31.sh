@@ -8,8 +8,9 @@
 # in parts (capture_parts). Needs .whl/ (cupti-python, msgspec, perfetto for cp312), as
 # run_fastpath.sh.
 # Usage: [STEPS="export_pace first_export"] [ROUNDS=5] bash benchmarks/gpu/run_pending_33_31.sh;
-# each step's log under $OUT, its last lines printed. Together the default steps may not fit
-# one device call (10 minutes) on that host: split them with STEPS over two calls.
+# each step's log under $OUT, its last lines printed (first_export: each fresh process imports
+# torch, 2-3 s there; 9 rounds of t1 and t7 did not fit 120 s in session 35). Together the
+# default steps may not fit one device call (10 minutes) on that host: split them with STEPS.
 set -o pipefail
 OUT=$(realpath -m "${OUT:-out}"); mkdir -p "$OUT"
 STEPS=${STEPS:-export_pace first_export graph_derived template_runs capture_parts}
@@ -22,7 +23,8 @@ if [ -d .whl ]; then
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
-python3 hatch_build.py > "$OUT/build.log" 2>&1 || echo "extension build failed (see build.log): the pure-Python paths run"
+python3 hatch_build.py > "$OUT/build.log" 2>&1 \
+  || echo "extension build failed (see build.log): the pure-Python paths run"
 python3 -m compileall -q -j 0 perfetto_graph_ann > /dev/null 2>&1  # as an install does: bytecode for the first export
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
   python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)' 2>&1; } | tee "$OUT/env.txt"
@@ -37,7 +39,8 @@ step() {  # step NAME TIMEOUT COMMAND...: the command's output in $OUT/NAME.log,
 for s in $STEPS; do
   case $s in
     export_pace) step export_pace 300 python3 benchmarks/gpu/export_pace.py --replays 20 7 --rounds "$ROUNDS" ;;
-    first_export) step first_export 120 python3 benchmarks/first_export_imports.py --rounds 9 --recorded $RECORDED ;;
+    first_export) step first_export 300 python3 benchmarks/first_export_imports.py --rounds "$ROUNDS" \
+      --recorded $RECORDED ;;
     graph_derived)
       if [ -n "$RECORDED" ]; then step graph_derived 150 python3 benchmarks/graph_derived_ab.py --recorded $RECORDED \
         --synthetic --rounds "$ROUNDS"; else echo "== graph_derived: skipped (no .bench-data)"; fi ;;

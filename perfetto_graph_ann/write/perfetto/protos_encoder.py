@@ -167,7 +167,8 @@ class ProtosEncoder(EncoderBase):
     # -- the packets around the events, as ``perfetto.protos`` messages ------------------------
     def sequence_start(self, t0: int, base_time_ns: int = 0) -> List[bytes]:
         """This sequence's opening packets (see :func:`.packets.sequence_start`)."""
-        first = pb.TracePacket(trusted_packet_sequence_id=self.sequence_id, sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED)
+        first = pb.TracePacket(trusted_packet_sequence_id=self.sequence_id,
+                               sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED)
         first.trace_packet_defaults.timestamp_clock_id = INCREMENTAL_CLOCK
         if self.default_track is not None:
             first.trace_packet_defaults.track_event_defaults.track_uuid = self.default_track

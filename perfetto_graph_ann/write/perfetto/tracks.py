@@ -245,7 +245,8 @@ class TrackTable:
             _, device, lane = home
             d = TrackDescriptor(uuid=self._uuid(), parent_uuid=self._gpu_root(device),
                                 name=self.lane_name(device, lane), sibling_order_rank=_clamp32(lane),
-                                sibling_merge_behavior=SIBLING_MERGE_BY_KEY, sibling_merge_key=lane_merge_key(device, lane))
+                                sibling_merge_behavior=SIBLING_MERGE_BY_KEY,
+                                sibling_merge_key=lane_merge_key(device, lane))
             return self._add(d)
         if kind == "thread" or kind == "wide_thread":
             _, pid, tid = home

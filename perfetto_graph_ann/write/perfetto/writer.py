@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, FrozenSet, Optional
 
 from ...read.model import KinetoTrace
 from .config import LIST_ARGS_MODES, WriterConfig, WriteStats
-from .emit import ENCODERS, write_packets
+from .emit import encoder_class, write_packets
 from .flows import SliceStarts
 from .plan import bind_flows, order_records, plan_events
 from .tracks import TrackTable
@@ -28,8 +28,7 @@ def write_perfetto(trace: KinetoTrace, out: IO[bytes], layout: Optional[LaneLayo
     """Write ``trace`` as framed TracePackets to the binary stream ``out``."""
     if config.list_args not in LIST_ARGS_MODES:
         raise ValueError(f"list_args must be one of {LIST_ARGS_MODES}, not {config.list_args!r}")
-    if config.encoder not in ENCODERS:
-        raise ValueError(f"encoder must be one of {tuple(ENCODERS)}, not {config.encoder!r}")
+    encoder_class(config.encoder)  # an unknown encoder is refused before any work
     if getattr(trace, "released", False):
         raise ValueError("a scanned trace (read.scan) is written once: its light events are dropped while it is written")
     stats = WriteStats(events=len(trace.events))
