@@ -10,7 +10,10 @@ start and ``finish_capture``, the node table read, the module hooks' start and e
 left of the end is torch's ``capture_end`` (end of capture, instantiate). Medians; the ratio is
 the median over rounds of capture / plain capture of the same round. Prints JSON. Not a test.
 
-    python benchmarks/gpu/probe_capture_parts.py [--rounds 40]
+    python benchmarks/gpu/probe_capture_parts.py [--rounds 40] [--model toy|hf-llama]
+
+``--model hf-llama``: the same arms on ``transformers``' own ``LlamaForCausalLM`` (``module_capture.py``'s,
+474 module calls, 1,636 nodes; ``depth2`` / ``depth3`` then cut a different tree).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tests", "gpu")]
-from module_capture import Decoder, decoder_weights, warmup  # noqa: E402
+from module_capture import MODELS, warmup  # noqa: E402
 
 import perfetto_graph_ann as pga  # noqa: E402
 from perfetto_graph_ann.capture import api, backends, modules, session  # noqa: E402
@@ -91,11 +94,12 @@ def main() -> None:
     ap.add_argument("--micro-launch", type=int, default=0,
                     help="also: N leaf modules that launch one kernel each, in one capture, us a call")
     ap.add_argument("--micro-only", action="store_true", help="only the micro measurements")
+    ap.add_argument("--model", choices=sorted(MODELS), default="toy",
+                    help="toy: the decoder of module_capture.py; hf-llama: transformers' LlamaForCausalLM there")
     ap.add_argument("--settle", action="store_true",
                     help="an untimed plain capture before every timed one (as module_capture.py --settle)")
     args = ap.parse_args()
-    model = Decoder(decoder_weights(36))
-    x = torch.randn(16, 128, 1024, device="cuda").to(torch.bfloat16)
+    model, x, calls = MODELS[args.model](36, 16)
     backend = install_timers()
     arms = args.arms.split(",")
     configs = {"inst": None, "wrap": pga.ModuleScopes(exclude=("*",)), "full": pga.ModuleScopes(),
@@ -128,10 +132,10 @@ def main() -> None:
             torch.cuda.synchronize()
             equal = equal and all(torch.equal(outs[0][1], o) for _, o in outs[1:])
             del keep[:-len(arms)]
-    rep = {"backend": backend, "rounds": args.rounds}
+    rep = {"backend": backend, "model": args.model, "module_calls": calls, "rounds": args.rounds}
     if not args.micro_only:
         plain = [t[0] for t in got[arms[0]]]
-        rep = {"backend": backend, "rounds": args.rounds, "outputs_bitwise_equal": equal,
+        rep |= {"outputs_bitwise_equal": equal,
                "pairs": {a: round(med([t[0] / p for t, p in zip(v, plain)]), 4) for a, v in got.items()},
                "ms": {a: {part: round(med(t[i] for t in v) * 1e3, 3) for i, part in
                           enumerate(("total", "begin", "body", "end"), 0)} for a, v in got.items()},

@@ -5,9 +5,11 @@
 # host's slower Python), the per-graph caches and the C template on the recorded profiles
 # (graph_derived, template_runs: need .bench-data/, recorded there by
 # benchmarks/gpu/record_export_trace.py and carried), and issue 31's module-scope capture cost
-# in parts (capture_parts). Needs .whl/ (cupti-python, msgspec, perfetto for cp312), as
-# run_fastpath.sh.
-# Usage: [STEPS="export_pace first_export"] [ROUNDS=5] bash benchmarks/gpu/run_pending_33_31.sh;
+# in parts (capture_parts; hf_capture_parts: on transformers' LlamaForCausalLM, whose module calls
+# cost ~4x the toy decoder's in session 20). Needs .whl/ (cupti-python, msgspec, perfetto for
+# cp312), as run_fastpath.sh; hf_capture_parts also .whl/hf/ (transformers 5.24.0 and its
+# dependencies as cp312 wheels, numpy left out: the GPU machine has it).
+# Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] bash benchmarks/gpu/run_pending_33_31.sh;
 # each step's log under $OUT, its last lines printed (first_export: each fresh process imports
 # torch, 2-3 s there; 9 rounds of t1 and t7 did not fit 120 s in session 35). Together the
 # default steps may not fit one device call (10 minutes) on that host: split them with STEPS.
@@ -15,10 +17,11 @@ set -o pipefail
 OUT=$(realpath -m "${OUT:-out}"); mkdir -p "$OUT"
 STEPS=${STEPS:-export_pace first_export graph_derived template_runs capture_parts}
 ROUNDS=${ROUNDS:-5}
+REPLAYS=${REPLAYS:-20 7}  # export_pace's profiles: 828 graphed kernels a replay (35 replays: 28,980)
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || exit 3
+    $(ls .whl/hf/*.whl 2>/dev/null) || exit 3
   export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -38,7 +41,7 @@ step() {  # step NAME TIMEOUT COMMAND...: the command's output in $OUT/NAME.log,
 }
 for s in $STEPS; do
   case $s in
-    export_pace) step export_pace 300 python3 benchmarks/gpu/export_pace.py --replays 20 7 --rounds "$ROUNDS" ;;
+    export_pace) step export_pace 300 python3 benchmarks/gpu/export_pace.py --replays $REPLAYS --rounds "$ROUNDS" ;;
     first_export) step first_export 300 python3 benchmarks/first_export_imports.py --rounds "$ROUNDS" \
       --recorded $RECORDED ;;
     graph_derived)
@@ -48,6 +51,9 @@ for s in $STEPS; do
       if [ -n "$RECORDED" ]; then step template_runs 150 python3 benchmarks/template_runs_ab.py --recorded $RECORDED \
         --synthetic --rounds "$ROUNDS"; else echo "== template_runs: skipped (no .bench-data)"; fi ;;
     capture_parts) step capture_parts 200 python3 benchmarks/gpu/probe_capture_parts.py --rounds 100 --settle ;;
-    *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts)"; exit 2 ;;
+    hf_capture_parts) step hf_capture_parts 240 python3 benchmarks/gpu/probe_capture_parts.py --model hf-llama \
+      --rounds 40 --settle --arms plain,inst,wrap,full ;;
+    *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts" \
+      "hf_capture_parts)"; exit 2 ;;
   esac
 done
