@@ -52,7 +52,7 @@ for s in $STEPS; do
         --synthetic --rounds "$ROUNDS"; else echo "== template_runs: skipped (no .bench-data)"; fi ;;
     capture_parts) step capture_parts 200 python3 benchmarks/gpu/probe_capture_parts.py --rounds 100 --settle ;;
     hf_capture_parts) step hf_capture_parts 240 python3 benchmarks/gpu/probe_capture_parts.py --model hf-llama \
-      --rounds 40 --settle --arms plain,inst,wrap,full ;;
+      --rounds 30 --settle --arms plain,inst,wrap,full ;;
     *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts" \
       "hf_capture_parts)"; exit 2 ;;
   esac
