@@ -9,7 +9,7 @@ alternating, on a ``NodeWatch`` of its own (fake detach functions: the timer nev
 its delay is 60 s): ``new timer each time`` (a ``threading.Timer`` started at every call, as
 until session 35) and ``as shipped`` (a pending timer that fires no later than asked is
 kept). Microseconds a capture's end (the two calls), medians over rounds of ``--captures``
-capture ends each; no GPU needed.
+capture ends each, and the timer threads each arm started in all; no GPU needed.
 """
 from __future__ import annotations
 
@@ -38,6 +38,17 @@ def _restarting(watch: nodewatch.NodeWatch) -> None:
     watch._start_timer = start_timer
 
 
+def _counting(watch: nodewatch.NodeWatch, counts: dict, name: str) -> None:
+    """Count the timer threads ``watch`` starts (each ``_arm`` is one) under ``counts[name]``."""
+    arm = watch._arm
+
+    def counted(seconds: float) -> None:
+        counts[name] += 1
+        arm(seconds)
+
+    watch._arm = counted
+
+
 def _capture_ends(watch: nodewatch.NodeWatch, n: int) -> float:
     t = time.perf_counter()
     for _ in range(n):
@@ -56,6 +67,9 @@ def main() -> None:
     arms = {"new timer each time": nodewatch.NodeWatch(), "as shipped": nodewatch.NodeWatch()}
     _restarting(arms["new timer each time"])
     got: dict = {k: [] for k in arms}
+    threads = dict.fromkeys(arms, 0)
+    for name, watch in arms.items():
+        _counting(watch, threads, name)
     try:
         for r in range(args.rounds):
             for name in (list(arms) if r % 2 == 0 else list(arms)[::-1]):
@@ -66,11 +80,11 @@ def main() -> None:
         for watch in arms.values():
             watch.close()
     med = {k: statistics.median(v) * 1e6 for k, v in got.items()}
-    print("| arm | us a capture's end (two calls) | best us |")
-    print("| --- | ---: | ---: |")
+    print("| arm | us a capture's end (two calls) | best us | timer threads started |")
+    print("| --- | ---: | ---: | ---: |")
     for k, v in got.items():
-        print(f"| {k} | {med[k]:.1f} | {min(v) * 1e6:.1f} |")
-    print(f"| as shipped / new timer each time | {med['as shipped'] / med['new timer each time']:.3f}x | |")
+        print(f"| {k} | {med[k]:.1f} | {min(v) * 1e6:.1f} | {threads[k]} |")
+    print(f"| as shipped / new timer each time | {med['as shipped'] / med['new timer each time']:.3f}x | | |")
 
 
 if __name__ == "__main__":

@@ -221,9 +221,11 @@ def test_first_export_imports_benchmark_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_detach_timer_benchmark_runs(tmp_path, monkeypatch, capsys):
-    """``benchmarks/detach_timer.py``, one short round: both arms schedule the detach, and the
-    shipped one starts no thread after its first call (far cheaper a capture's end)."""
+    """``benchmarks/detach_timer.py``, one short round: the old arm starts a timer thread at each
+    of a capture's two calls, the shipped one none after its first (counted, not timed: the
+    speed itself is the benchmark's to measure)."""
     monkeypatch.setenv("PERFETTO_GRAPH_ANN_DETACH_CUPTI_MS", "60000")
     out = _bench_out("detach_timer.py", ["--captures", "20", "--rounds", "1"], tmp_path, monkeypatch, capsys)
-    ratio = float(out.split("| as shipped / new timer each time | ")[1].split("x")[0])
-    assert ratio < 0.5, out
+    started = {line.split(" | ")[0].lstrip("| "): int(line.rstrip(" |").split(" | ")[-1])
+               for line in out.splitlines() if line.startswith(("| new timer each time |", "| as shipped |"))}
+    assert started == {"new timer each time": 40, "as shipped": 1}, out

@@ -452,7 +452,8 @@ def test_captures_in_a_row_keep_one_detach_timer_and_the_delay_counts_from_the_l
     _scoped_capture(torch, fresh, "again")
     last = nodewatch.WATCH._last_use
     assert nodewatch.WATCH._timer is first  # kept: no new thread for the second capture
-    while time.monotonic() < last + 0.45:  # the first timer fired (~0.3 s after the first capture's end) and re-armed
+    # by then the first timer fired (~0.3 s after the first capture's end) and re-armed
+    while time.monotonic() < last + 0.45:
         time.sleep(0.01)
     assert fresh.finalizes == 0 and nodewatch.WATCH.attached and nodewatch.WATCH._timer not in (None, first)
     assert _until(lambda: fresh.finalizes == 1)

@@ -6,7 +6,7 @@
 # (graph_derived, template_runs: need .bench-data/, recorded there by
 # benchmarks/gpu/record_export_trace.py and carried), and issue 31's module-scope capture cost
 # in parts (capture_parts; hf_capture_parts: on transformers' LlamaForCausalLM, whose module calls
-# cost ~4x the toy decoder's in session 20). Needs .whl/ (cupti-python, msgspec, perfetto for
+# seemed to cost ~4x the toy decoder's in session 20; ~2.9 us each, as the toy's, in session 36). Needs .whl/ (cupti-python, msgspec, perfetto for
 # cp312), as run_fastpath.sh; hf_capture_parts also .whl/hf/ (transformers 5.24.0 and its
 # dependencies as cp312 wheels, numpy left out: the GPU machine has it).
 # Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] bash benchmarks/gpu/run_pending_33_31.sh;
