@@ -36,7 +36,7 @@ PACKAGE_DIR = "perfetto_graph_ann/capture"
 #: every translation unit of the extension (they share ``_fastpath.h``)
 SOURCES = (f"{PACKAGE_DIR}/_fastpath.c", f"{PACKAGE_DIR}/_recorder.c", f"{PACKAGE_DIR}/_marks.c",
            f"{PACKAGE_DIR}/_replays.c", f"{PACKAGE_DIR}/_nodewatch.c", f"{PACKAGE_DIR}/_modcall.c",
-           f"{PACKAGE_DIR}/_errors.c")
+           f"{PACKAGE_DIR}/_owners.c", f"{PACKAGE_DIR}/_errors.c")
 WRITER_DIR = "perfetto_graph_ann/write/perfetto"
 #: (package folder, module name, translation units) of each extension
 READER_DIR = "perfetto_graph_ann/read"

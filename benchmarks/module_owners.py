@@ -1,15 +1,20 @@
-"""Benchmark (issue 31): what naming a root from its owners costs (``capture.owners.outermost``).
+"""Benchmark (issue 31): what naming a root from its owners costs (``capture.modules.model_of``:
+the modules on the stack, then who holds the module, ``capture.owners``).
 
     python benchmarks/module_owners.py [--objects 0 1000000 3000000] [--rounds 5]
 
 A runner that calls ``model.forward(...)`` itself makes the inner model the first module a
 capture calls; its paths are then named from the model that holds it, found among the garbage
-collector's objects in one pass. This runs once per root, at the first capture that meets it.
-For a 36-layer decoder (``torch.nn`` modules: 400 of them) in a process holding ``--objects``
-extra objects (small dicts with a list, as a program's data), it times ``outermost(model.model)``
-(a held module: the referrers' scan and the pass) and ``outermost(model)`` (the model a runner
-calls, held by nothing: the scan only), and prints the median and best of ``--rounds``, per
-tracked object too.
+collector's objects. This runs once per root, at the first capture that meets it. For a 36-layer
+decoder (``torch.nn`` modules: 400 of them) in a process holding ``--objects`` extra objects
+(small dicts with a list, as a program's data), it times ``model_of(model.model)`` (a held
+module), ``model_of(model)`` (the model a runner calls, held by nothing) and
+``model_of(model.model)`` from a method of ``model`` (SGLang's runner calls ``model.forward``,
+which calls the inner model: on Python >= 3.12 ``model`` is found on the stack) on both capture
+paths, arms alternating: ``python`` (a scan of the module's referrers per question, and a pass
+over ``gc.get_objects()`` for a held one) and ``compiled`` (one pass in C answers all:
+``_owners.c``); it prints the median and best of ``--rounds``, per tracked object too, and the
+ratio of the medians.
 """
 from __future__ import annotations
 
@@ -28,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from torch import nn  # noqa: E402
 
-from perfetto_graph_ann.capture.owners import outermost  # noqa: E402
+from perfetto_graph_ann.capture import fastpath  # noqa: E402
+from perfetto_graph_ann.capture.modules import model_of  # noqa: E402
 
 
 class Layer(nn.Module):
@@ -52,6 +58,12 @@ class CausalLM(nn.Module):
         super().__init__()
         self.model, self.lm_head = Inner(layers), nn.Linear(8, 16)
 
+    def name_inner(self):
+        """What a capture names when this model's ``forward`` calls its inner model: it is on
+        the stack (Python >= 3.12), so ``model_of`` asks whether the way down is shared, then
+        whether anything holds this model."""
+        return model_of(self.model)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -62,24 +74,31 @@ def main() -> None:
     print(f"{platform.node()} {platform.machine()} Python {platform.python_version()} "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load {os.getloadavg()[0]:.2f}; "
           f"{sum(1 for _ in model.modules())} modules")
-    print("| extra objects | tracked objects | module | median ms | best ms | ns a tracked object (median) |")
-    print("| ---: | ---: | --- | ---: | ---: | ---: |")
+    if not fastpath.module_built():
+        raise SystemExit(f"the compiled capture path is not built here: {fastpath.describe()}")
+    print("| extra objects | tracked objects | module | python median ms (best) | compiled median ms (best) | "
+          "ns a tracked object, python / compiled | compiled / python |")
+    print("| ---: | ---: | --- | ---: | ---: | ---: | ---: |")
     for n in args.objects:
         data = [{"a": i, "b": [i]} for i in range(n // 2)]  # two tracked objects each
         tracked = len(gc.get_objects())
-        for label, module, want in (("held (`model.model`)", model.model, (model, "model")),
-                                    ("not held (`model`)", model, None)):
-            times = []
-            for _ in range(args.rounds):
-                t = time.perf_counter()
-                found = outermost(module, nn.Module)
-                times.append(time.perf_counter() - t)
-                assert found == want
-            med = statistics.median(times)
-            print(f"| {n:,} | {tracked:,} | {label} | {med * 1e3:.1f} | {min(times) * 1e3:.1f} | "
-                  f"{med * 1e9 / tracked:.0f} |")
+        for label, name, want in (("held (`model.model`)", lambda: model_of(model.model), model),
+                                  ("not held (`model`)", lambda: model_of(model), model),
+                                  ("`model.model` from `model`'s method", model.name_inner, model)):
+            times = {"python": [], "compiled": []}
+            for r in range(args.rounds):
+                for arm in (("python", "compiled") if r % 2 == 0 else ("compiled", "python")):
+                    fastpath.ENABLED = arm == "compiled"
+                    t = time.perf_counter()
+                    found = name()
+                    times[arm].append(time.perf_counter() - t)
+                    assert found is want
+            med = {a: statistics.median(v) for a, v in times.items()}
+            print(f"| {n:,} | {tracked:,} | {label} | {med['python'] * 1e3:.1f} ({min(times['python']) * 1e3:.1f}) | "
+                  f"{med['compiled'] * 1e3:.1f} ({min(times['compiled']) * 1e3:.1f}) | "
+                  f"{med['python'] * 1e9 / tracked:.0f} / {med['compiled'] * 1e9 / tracked:.0f} | "
+                  f"{med['compiled'] / med['python']:.2f}x |")
         del data
-
 
 if __name__ == "__main__":
     main()

@@ -1,17 +1,22 @@
 """``capture.owners.outermost`` on real ``torch.nn`` modules: the model that holds a module, and
-its path there, as ``named_modules()`` of that model gives it."""
+its path there, as ``named_modules()`` of that model gives it; on both capture paths (the one
+pass in C, ``_owners.c``, and Python's scans per question)."""
 from __future__ import annotations
 
+import collections
 import gc
 import sys
 
 import pytest
 
+from perfetto_graph_ann.capture import fastpath, owners
 from perfetto_graph_ann.capture.modules import _Names, model_of
 from perfetto_graph_ann.capture.owners import on_stack, outermost, shared
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
+
+pytestmark = pytest.mark.usefixtures("capture_path")
 
 
 class Inner(nn.Module):
@@ -40,9 +45,7 @@ def test_a_module_is_found_in_the_outermost_model_that_holds_it_at_its_named_mod
     assert outermost(lm, nn.Module) is None
 
 
-def test_a_model_nothing_holds_costs_one_scan_of_its_referrers(monkeypatch):
-    from perfetto_graph_ann.capture import owners
-
+def test_a_model_nothing_holds_costs_one_scan_of_its_referrers(monkeypatch, capture_path):
     lm = CausalLM()
     holder = type("Runner", (), {})()
     holder.model = lm  # a dict of modules only: it could be a _modules, so the pass runs and finds no owner
@@ -52,7 +55,73 @@ def test_a_model_nothing_holds_costs_one_scan_of_its_referrers(monkeypatch):
     def no_pass(module_type):
         raise AssertionError("the pass over the objects ran")
     monkeypatch.setattr(owners, "_holders", no_pass)
-    assert outermost(lm, nn.Module) is None  # no dict of modules refers to lm: the first scan decides
+    if capture_path == "compiled":  # one pass answers both questions: made once a naming
+        passes = []
+        fast = fastpath.module()
+        monkeypatch.setattr(owners.fastpath, "module", lambda: _Counted(fast, passes))
+        found = owners.holders(nn.Module)
+        assert outermost(lm, nn.Module, found) is None and not shared(lm.model, lm, nn.Module, found)
+        assert passes == [nn.Module]
+    else:
+        assert outermost(lm, nn.Module) is None  # no dict of modules refers to lm: the first scan decides
+
+
+class _Counted:
+    """The compiled module with its ``module_index`` calls noted."""
+
+    def __init__(self, fast, calls: list) -> None:
+        self._fast, self._calls = fast, calls
+
+    def module_index(self, module_type):
+        self._calls.append(module_type)
+        return self._fast.module_index(module_type)
+
+
+def _by_id(found: dict) -> dict:
+    return {k: sorted((id(o), name) for o, name in v) for k, v in found.items()}
+
+
+def test_the_pass_in_c_answers_as_python_asks_the_collector(capture_path):
+    """``module_index`` against Python's scans, computed independently, on the shapes that decide
+    a naming: two owners, a module under two keys of one dict, an OrderedDict ``_modules``
+    (torch < 2.0), a dict of modules and None that is no ``_modules``, a non-str key."""
+    if capture_path != "compiled":
+        pytest.skip("the compiled pass only")
+    lm, twice = CausalLM(), nn.Module()
+    other = nn.Sequential(lm.model)  # lm.model: two owners
+    twice.a = twice.b = lm.lm_head  # one dict, two keys: one dict refers to it
+    legacy = nn.Module()
+    object.__setattr__(legacy, "_modules", collections.OrderedDict(x=lm.model.layers[0]))
+    plain = {"m": lm.model.layers[1], "none": None}  # could be a _modules: counted, owns nothing
+    odd = nn.Module()
+    odd._modules[3] = lm.model.layers[1]  # not a str key: no owner by it
+    mixed = {"m": lm.model, "n": 1}  # a value that is no module: not counted
+    owned, dicts = fastpath.module().module_index(nn.Module)
+    assert _by_id(owned) == _by_id(owners._holders(nn.Module))
+    for m in [o for o in gc.get_objects() if isinstance(o, nn.Module)]:
+        assert dicts.get(id(m), 0) == owners._holder_dicts(m, nn.Module), type(m).__name__
+    assert dicts[id(lm.model)] == 2 and dicts[id(lm.lm_head)] == 2 and dicts[id(lm.model.layers[1])] == 3
+    assert len(owned[id(lm.model.layers[1])]) == 1  # lm.model.layers only: not `plain`, not the int key
+    assert len(owned[id(lm.model.layers[0])]) == 2  # lm.model.layers and legacy's OrderedDict
+    del other, twice, legacy, plain, odd, mixed
+
+
+def test_the_pass_keeps_no_reference_and_leaves_the_collector_as_it_was(capture_path):
+    if capture_path != "compiled":
+        pytest.skip("the compiled pass only")
+    lm = CausalLM()
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            before = sys.getrefcount(lm), sys.getrefcount(lm.model)
+            result = fastpath.module().module_index(nn.Module)
+            del result
+            assert (sys.getrefcount(lm), sys.getrefcount(lm.model)) == before
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    with pytest.raises(TypeError, match="must be a type"):
+        fastpath.module().module_index(lm)
 
 
 def test_two_owners_stop_the_walk_below_them_and_nothing_is_kept():

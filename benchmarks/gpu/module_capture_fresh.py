@@ -12,8 +12,14 @@ same round (medians over rounds, with a 95% bootstrap interval of the median rat
 process that initialises CUPTI as the warm-up does (what CUPTI alone costs its captures);
 ``--batches``: one graph per batch size into one pool, as a serving runner captures.
 
+``first_unnamed`` and ``process_total_unnamed``: the same less what naming the roots took
+(timed inside each process: ``modules.model_of``, the collector's scans of ``owners``, and the
+model's ``named_modules``; the first capture pays it, once per root). ``--model hf-llama``:
+transformers' ``LlamaForCausalLM`` (``module_capture.py``), a process with transformers' objects
+too.
+
     python benchmarks/gpu/module_capture_fresh.py --rounds 20 [--captures 4 | --batches 16 8 4 2 1]
-        [--arms plain modules ...] [--out FILE]
+        [--arms plain modules ...] [--model toy|hf-llama] [--out FILE]
 """
 from __future__ import annotations
 
@@ -29,9 +35,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARMS = ("plain", "instrumented", "modules", "modules_cold")
 
 
-def run_arm(arm: str, captures: int, batches: list = None) -> dict:
+def run_arm(arm: str, captures: int, batches: list = None, model: str = "toy") -> dict:
     extra = ["--batches", *map(str, batches)] if batches else []
-    cp = subprocess.run([sys.executable, os.path.join(HERE, "module_capture.py"), "--arm", arm,
+    cp = subprocess.run([sys.executable, os.path.join(HERE, "module_capture.py"), "--arm", arm, "--model", model,
                          "--captures", str(captures), *extra], capture_output=True, text=True, timeout=300)
     if cp.returncode != 0:
         raise SystemExit(f"{arm}: exit {cp.returncode}\n{cp.stderr[-2000:]}")
@@ -52,21 +58,30 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", help="one graph per batch size, in this order")
     ap.add_argument("--arms", nargs="+", default=list(ARMS),
                     help="arms to run (plain first; also plain_cupti, instrumented_cold)")
+    ap.add_argument("--model", choices=("toy", "hf-llama"), default="toy",
+                    help="hf-llama: transformers' LlamaForCausalLM (needs transformers)")
     ap.add_argument("--out", help="also write the report (raw times included) to this JSON file")
     args = ap.parse_args()
     arms = tuple(["plain"] + [a for a in args.arms if a != "plain"])
     got = {a: [] for a in arms}
+    naming = {a: [] for a in arms}
     warmed = {a: [] for a in arms}
+    objects = {a: [] for a in arms}
     for r in range(args.rounds):
         for arm in (arms if r % 2 == 0 else arms[::-1]):
-            one = run_arm(arm, args.captures, args.batches)
+            one = run_arm(arm, args.captures, args.batches, args.model)
             got[arm].append(one["capture_ms"])
+            naming[arm].append(one["root_naming_ms"])
             warmed[arm].append(one.get("cupti_warmed"))
+            objects[arm].append(one["gc_objects"])
     med = statistics.median
     parts = {"first": {a: [t[0] for t in v] for a, v in got.items()},
              "later": {a: [med(t[1:]) for t in v] for a, v in got.items()},
-             "process_total": {a: [sum(t) for t in v] for a, v in got.items()}}
-    rep = {"rounds": args.rounds, "captures_per_process": len(args.batches or []) or args.captures,
+             "process_total": {a: [sum(t) for t in v] for a, v in got.items()},
+             # the same less what the roots' naming took (modules.model_of and add_root, timed inside)
+             "first_unnamed": {a: [t[0] - n[0] for t, n in zip(v, naming[a])] for a, v in got.items()},
+             "process_total_unnamed": {a: [sum(t) - sum(n) for t, n in zip(v, naming[a])] for a, v in got.items()}}
+    rep = {"model": args.model, "rounds": args.rounds, "captures_per_process": len(args.batches or []) or args.captures,
            "batches": args.batches}
     for part, by_arm in parts.items():
         rep[f"{part}_ms"] = {a: round(med(v), 3) for a, v in by_arm.items()}
@@ -76,6 +91,9 @@ def main() -> None:
     n = len(got["plain"][0])
     rep["per_capture_ratio"] = {a: [round(med([t[i] / p[i] for t, p in zip(got[a], got["plain"])]), 4) for i in range(n)]
                                 for a in arms[1:]}
+    rep["root_naming_ms_per_capture"] = {a: [round(med([nm[i] for nm in v]), 3) for i in range(n)]
+                                         for a, v in naming.items()}
+    rep["gc_objects_median"] = {a: med(v) for a, v in objects.items()}
     rep["cupti_warmed"] = {a: sum(bool(w) for w in v) for a, v in warmed.items()}
     rep["raw_ms"] = got
     print(json.dumps({k: v for k, v in rep.items() if k != "raw_ms"}, indent=1))

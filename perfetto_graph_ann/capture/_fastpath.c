@@ -640,7 +640,8 @@ PyInit__fastpath(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (fp_mark_add(m) < 0 || fp_replays_add(m) < 0 || fp_watch_add(m) < 0 || fp_modcall_add(m) < 0) {
+    if (fp_mark_add(m) < 0 || fp_replays_add(m) < 0 || fp_watch_add(m) < 0 || fp_modcall_add(m) < 0 ||
+        fp_owners_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

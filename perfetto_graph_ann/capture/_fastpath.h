@@ -3,7 +3,8 @@
  * module, the driver helpers, autograd node hooks), _recorder.c (the scope recorder), _marks.c
  * (mark_kernels' enter / exit), _replays.c (the replay log's wrapper of CUDAGraph.replay),
  * _nodewatch.c (node counts from CUPTI's node-created callback), _modcall.c (module scopes'
- * nn.Module.__call__) and _errors.c (the exception of driver failures). Calls go one way:
+ * nn.Module.__call__), _owners.c (who holds which module: owners.py's pass over the collector's
+ * objects) and _errors.c (the exception of driver failures). Calls go one way:
  * _fastpath.c -> the others, _marks.c and _modcall.c -> _recorder.c -> _nodewatch.c, and every
  * unit -> _errors.c (tests/test_import_graph.py checks it).
  */
@@ -69,6 +70,9 @@ int fp_mark_add(PyObject *module);
 /* _modcall.c: the ModuleCall type (nn.Module.__call__ while a capture runs) */
 int fp_modcall_ready(void);
 int fp_modcall_add(PyObject *module);
+
+/* _owners.c: module_index(), owners.py's pass */
+int fp_owners_add(PyObject *module);
 
 /* _replays.c: the replay log's ReplayLogger type */
 int fp_replays_ready(void);

@@ -131,9 +131,10 @@ def model_of(module: Any) -> Any:
     if cls is None or not issubclass(type(module), cls):
         return module
     top = owners.on_stack(module, cls)
-    if top is not module and owners.shared(module, top, cls):  # which model holds it depends on the call
+    held = owners.holders(cls)
+    if top is not module and owners.shared(module, top, cls, held):  # which model holds it depends on the call
         top = module
-    found = owners.outermost(top, cls)
+    found = owners.outermost(top, cls, held)
     return top if found is None else found[0]
 
 

@@ -18,10 +18,14 @@ A module's owner is the module whose ``_modules`` holds it (``Module.__setattr__
 collector's objects, in one pass. The walk goes up while each module has exactly one owner and
 stops below an ambiguity (a module registered in two models keeps the paths below it). It reads
 only types, identities and ``str`` keys, so no code of the program runs, and keeps no reference
-once it returns. A scan of the module's referrers comes first: a model nothing holds costs that
-scan only (~25 ns an object of the process on the CPU machine), a held one the pass too (~70 ns
-an object more: ~0.3 s in all in a process of 3 million objects; BENCHMARKS.md). Either runs
-once per root, when a capture first meets an unnamed module.
+once it returns. It runs once per root, when a capture first meets an unnamed module.
+
+Where the capture's compiled path is built, one pass in C (``_owners.c``) answers every question
+of a naming: who holds each module, and how many dicts that could be a ``_modules`` refer to it.
+Otherwise Python asks the collector per question: a scan of the module's referrers first (a
+model nothing holds costs that scan only, ~25 ns an object of the process on the CPU machine),
+for a held one a pass over the objects too (~70 ns an object more: ~0.3 s in all in a process of
+3 million objects). BENCHMARKS.md, "naming a root in one pass", compares the two.
 """
 from __future__ import annotations
 
@@ -29,7 +33,9 @@ import gc
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["on_stack", "outermost", "shared"]
+from . import fastpath
+
+__all__ = ["Holders", "holders", "on_stack", "outermost", "shared"]
 
 #: the most levels walked up (a model nested deeper than this is named from that level)
 MAX_LEVELS = 64
@@ -95,28 +101,87 @@ def _contains(model: Any, module: Any) -> bool:
     return _chain(model, module)[-1] is module
 
 
-def outermost(module: Any, module_type: Any) -> Optional[Tuple[Any, str]]:
+class Holders:
+    """Who holds which module, as the collector's objects say now: the answers of one naming
+    (the objects may change once the program runs again, so a naming asks for new ones). Per
+    question in Python; :class:`_OnePass` answers all from one pass in C."""
+
+    def __init__(self, module_type: Any) -> None:
+        self.module_type = module_type
+
+    def dicts(self, module: Any, first: bool = False) -> int:
+        """How many dicts that could be a module's ``_modules`` refer to ``module`` (with
+        ``first``: 1 at the first one)."""
+        return _holder_dicts(module, self.module_type, first)
+
+    def owners(self) -> Dict[int, List[Tuple[Any, str]]]:
+        """``id(module) -> [(a module whose _modules holds it, the name), ...]``."""
+        return _holders(self.module_type)
+
+
+class _OnePass(Holders):
+    """:class:`Holders` from one pass in C over the collector's objects (``_owners.c``), made
+    at the first question that needs it. Before Python 3.12 the pass walks the list
+    ``gc.get_objects()`` makes, which costs twice a scan of referrers: there, whether anything
+    may hold a module at all is asked with that scan first, as :class:`Holders` does (a model
+    nothing holds costs no more than before)."""
+
+    #: the first question by a scan of referrers (the pass has no walk of its own before 3.12)
+    SCAN_FIRST = sys.version_info < (3, 12)
+
+    def __init__(self, module_type: Any, fast: Any) -> None:
+        super().__init__(module_type)
+        self._fast = fast
+        self._index: Optional[Tuple[Dict[int, List[Tuple[Any, str]]], Dict[int, int]]] = None
+
+    def _read(self) -> Tuple[Dict[int, List[Tuple[Any, str]]], Dict[int, int]]:
+        if self._index is None:
+            self._index = self._fast.module_index(self.module_type)
+        return self._index
+
+    def dicts(self, module: Any, first: bool = False) -> int:
+        if first and self._index is None and self.SCAN_FIRST:
+            return super().dicts(module, first)
+        n = self._read()[1].get(id(module), 0)
+        return min(n, 1) if first else n
+
+    def owners(self) -> Dict[int, List[Tuple[Any, str]]]:
+        return self._read()[0]
+
+
+def holders(module_type: Any) -> Holders:
+    """The :class:`Holders` of a naming: one pass in C where the compiled path is on."""
+    fast = fastpath.module()
+    if fast is not None and hasattr(fast, "module_index"):
+        return _OnePass(module_type, fast)
+    return Holders(module_type)
+
+
+def outermost(module: Any, module_type: Any, found: Optional[Holders] = None) -> Optional[Tuple[Any, str]]:
     """``(the outermost model holding module, module's path in it)``, or None where no module
-    holds ``module`` (or more than one does). ``module_type``: ``torch.nn.Module``."""
-    if not _may_be_held(module, module_type):
+    holds ``module`` (or more than one does). ``module_type``: ``torch.nn.Module``; ``found``:
+    the naming's :class:`Holders` (new ones by default)."""
+    found = holders(module_type) if found is None else found
+    if found.dicts(module, first=True) == 0:  # no dict that could be a _modules refers to it
         return None
-    holders = _holders(module_type)
+    owned = found.owners()
     top, path = module, ""
     for _ in range(MAX_LEVELS):
-        found = holders.get(id(top))
-        if not found or len({id(o) for o, _ in found}) != 1:
+        by = owned.get(id(top))
+        if not by or len({id(o) for o, _ in by}) != 1:
             break
-        top, name = found[0]
+        top, name = by[0]
         path = f"{name}.{path}" if path else name
     return (top, path) if top is not module else None
 
 
-def shared(module: Any, model: Any, module_type: Any) -> bool:
+def shared(module: Any, model: Any, module_type: Any, found: Optional[Holders] = None) -> bool:
     """Whether a module on the way from ``model`` (which holds ``module``) down to ``module`` may
     be held by another model too (two dicts that could be ``_modules`` refer to it): its path
     then depends on which model called it. Objects the collector does not list (a frozen heap)
-    are not seen."""
-    return any(_holder_dicts(m, module_type) > 1 for m in _chain(model, module)[1:])
+    are not seen. ``found``: as :func:`outermost`'s."""
+    found = holders(module_type) if found is None else found
+    return any(found.dicts(m) > 1 for m in _chain(model, module)[1:])
 
 
 def _chain(model: Any, module: Any) -> List[Any]:
@@ -137,13 +202,6 @@ def _chain(model: Any, module: Any) -> List[Any]:
                 return out[::-1]
             todo.append(v)
     return [model]
-
-
-def _may_be_held(module: Any, module_type: Any) -> bool:
-    """Whether some dict that refers to ``module`` could be a module's ``_modules``: never False
-    for a held module. One scan of the collector's objects, a third of :func:`_holders`' pass,
-    so a model that nothing holds (a runner's ``model(x)``) costs that much only."""
-    return _holder_dicts(module, module_type, first=True) > 0
 
 
 def _holder_dicts(module: Any, module_type: Any, first: bool = False) -> int:
