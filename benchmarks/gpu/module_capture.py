@@ -155,14 +155,32 @@ def toy(layers: int, batch: int):
 MODELS = {"toy": toy, "hf-llama": hf_llama}
 
 
-def capture_once(model, x, pool):
+def capture_once(model, x, pool, parts=None):
+    """One capture of ``model(x)``: (seconds, graph, output); with ``parts`` (a list), its
+    begin (``torch.cuda.graph``'s entry), body (the forward) and end (exit and synchronize) in ms
+    appended to it, the ``with`` statement's steps called one by one."""
     g = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    with torch.cuda.graph(g, pool=pool):
+    if parts is None:
+        with torch.cuda.graph(g, pool=pool):
+            out = model(x)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0, g, out
+    cm = torch.cuda.graph(g, pool=pool)
+    cm.__enter__()
+    t1 = time.perf_counter()
+    try:
         out = model(x)
+    except BaseException:
+        cm.__exit__(*sys.exc_info())
+        raise
+    t2 = time.perf_counter()
+    cm.__exit__(None, None, None)
     torch.cuda.synchronize()
-    return time.perf_counter() - t0, g, out
+    t3 = time.perf_counter()
+    parts.append([(t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3])
+    return t3 - t0, g, out
 
 
 def main() -> None:
@@ -323,7 +341,7 @@ def one_arm(args) -> None:
               for b in sorted(set(batches))}
     if args.arm == "plain_cupti" and not _cupti_only():
         raise SystemExit("plain_cupti: CUPTI could not be initialised")
-    times, root_ms, pool, graphs = [], [], None, []
+    times, root_ms, parts, pool, graphs = [], [], [], None, []
     with torch.no_grad():
         for b in batches:
             warmup(lambda: model(xs[b]))
@@ -332,14 +350,14 @@ def one_arm(args) -> None:
             gc.disable()
         for b in batches:
             naming.spent = 0.0
-            t, g, _ = capture_once(model, xs[b], pool)
+            t, g, _ = capture_once(model, xs[b], pool, parts)
             pool = g.pool() if pool is None else pool
             graphs.append(g)
             times.append(t * 1e3)
             root_ms.append(naming.spent * 1e3)
 
     print(json.dumps({"arm": args.arm, "model": args.model, "batches": batches, "capture_ms": times,
-                      "root_naming_ms": root_ms, "gc_objects": len(gc.get_objects()),
+                      "root_naming_ms": root_ms, "parts_ms": parts, "gc_objects": len(gc.get_objects()),
                       "cupti_warmed": nodewatch.WATCH.warmed}))
 
 

@@ -12,7 +12,8 @@ same round (medians over rounds, with a 95% bootstrap interval of the median rat
 process that initialises CUPTI as the warm-up does (what CUPTI alone costs its captures);
 ``--batches``: one graph per batch size into one pool, as a serving runner captures.
 
-``first_unnamed`` and ``process_total_unnamed``: the same less what naming the roots took
+``parts_ms_per_capture``: each capture's begin (``torch.cuda.graph``'s entry), body (the
+forward) and end (its exit and a synchronize). ``first_unnamed`` and ``process_total_unnamed``: the same less what naming the roots took
 (timed inside each process: ``modules.model_of``, the collector's scans of ``owners``, and the
 model's ``named_modules``; the first capture pays it, once per root). ``--model hf-llama``:
 transformers' ``LlamaForCausalLM`` (``module_capture.py``), a process with transformers' objects
@@ -65,6 +66,7 @@ def main() -> None:
     arms = tuple(["plain"] + [a for a in args.arms if a != "plain"])
     got = {a: [] for a in arms}
     naming = {a: [] for a in arms}
+    parts_of = {a: [] for a in arms}
     warmed = {a: [] for a in arms}
     objects = {a: [] for a in arms}
     for r in range(args.rounds):
@@ -72,6 +74,7 @@ def main() -> None:
             one = run_arm(arm, args.captures, args.batches, args.model)
             got[arm].append(one["capture_ms"])
             naming[arm].append(one["root_naming_ms"])
+            parts_of[arm].append(one["parts_ms"])
             warmed[arm].append(one.get("cupti_warmed"))
             objects[arm].append(one["gc_objects"])
     med = statistics.median
@@ -93,6 +96,9 @@ def main() -> None:
                                 for a in arms[1:]}
     rep["root_naming_ms_per_capture"] = {a: [round(med([nm[i] for nm in v]), 3) for i in range(n)]
                                          for a, v in naming.items()}
+    # each capture's begin / body / end (ms), medians over the arm's processes
+    rep["parts_ms_per_capture"] = {a: [[round(med([p[i][k] for p in v]), 3) for k in range(3)] for i in range(n)]
+                                   for a, v in parts_of.items()}
     rep["gc_objects_median"] = {a: med(v) for a, v in objects.items()}
     rep["cupti_warmed"] = {a: sum(bool(w) for w in v) for a, v in warmed.items()}
     rep["raw_ms"] = got
