@@ -1,7 +1,7 @@
 """Benchmark (issue 31): what naming a root from its owners costs (``capture.modules.model_of``:
 the modules on the stack, then who holds the module, ``capture.owners``).
 
-    python benchmarks/module_owners.py [--objects 0 1000000 3000000] [--rounds 5]
+    python benchmarks/module_owners.py [--objects 0 1000000 3000000] [--rounds 5] [--stand-in]
 
 A runner that calls ``model.forward(...)`` itself makes the inner model the first module a
 capture calls; its paths are then named from the model that holds it, found among the garbage
@@ -14,7 +14,9 @@ which calls the inner model: on Python >= 3.12 ``model`` is found on the stack) 
 paths, arms alternating: ``python`` (a scan of the module's referrers per question, and a pass
 over ``gc.get_objects()`` for a held one) and ``compiled`` (one pass in C answers all:
 ``_owners.c``); it prints the median and best of ``--rounds``, per tracked object too, and the
-ratio of the medians.
+ratio of the medians. ``--stand-in``: modules of a small stand-in for ``torch.nn`` (their
+``_modules`` as torch keeps them), for a Python without torch (the compiled pass walks the
+collector's lists itself from Python 3.12 on).
 """
 from __future__ import annotations
 
@@ -26,12 +28,58 @@ import platform
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from torch import nn  # noqa: E402
+
+def _stand_in_nn() -> types.ModuleType:
+    """``--stand-in``: a ``torch.nn`` of the few classes below, installed as ``sys.modules["torch.nn"]``
+    (where ``model_of`` looks up the module class), for a Python that has no torch. Its modules
+    keep their submodules in ``_modules`` as torch's do; what is timed reads nothing else."""
+    nn = types.ModuleType("torch.nn")
+
+    class Module:
+        def __init__(self) -> None:
+            object.__setattr__(self, "_modules", {})
+
+        def __setattr__(self, name: str, value) -> None:
+            if isinstance(value, Module):
+                self._modules[name] = value
+            else:
+                object.__setattr__(self, name, value)
+
+        def __getattr__(self, name: str):
+            try:
+                return object.__getattribute__(self, "_modules")[name]
+            except KeyError:
+                raise AttributeError(name) from None
+
+        def modules(self):
+            yield self
+            for m in self._modules.values():
+                yield from m.modules()
+
+    class Container(Module):
+        def __init__(self, items) -> None:
+            super().__init__()
+            for k, v in items:
+                setattr(self, k, v)
+
+    nn.Module = Module
+    nn.LayerNorm = nn.Linear = nn.Embedding = lambda *a: Module()
+    nn.ModuleDict = lambda d: Container(d.items())
+    nn.ModuleList = lambda it: Container((str(i), m) for i, m in enumerate(it))
+    sys.modules["torch.nn"] = nn
+    return nn
+
+
+if "--stand-in" in sys.argv:
+    nn = _stand_in_nn()
+else:
+    from torch import nn  # noqa: E402
 
 from perfetto_graph_ann.capture import fastpath  # noqa: E402
 from perfetto_graph_ann.capture.modules import model_of  # noqa: E402
@@ -69,11 +117,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--objects", type=int, nargs="+", default=[0, 1_000_000, 3_000_000])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--stand-in", action="store_true",
+                    help="no torch: modules of a stand-in torch.nn that keeps _modules as torch's does")
     args = ap.parse_args()
     model = CausalLM(36)
     print(f"{platform.node()} {platform.machine()} Python {platform.python_version()} "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load {os.getloadavg()[0]:.2f}; "
-          f"{sum(1 for _ in model.modules())} modules")
+          f"{sum(1 for _ in model.modules())} modules{' (stand-in torch.nn)' if args.stand_in else ''}")
     if not fastpath.module_built():
         raise SystemExit(f"the compiled capture path is not built here: {fastpath.describe()}")
     print("| extra objects | tracked objects | module | python median ms (best) | compiled median ms (best) | "
