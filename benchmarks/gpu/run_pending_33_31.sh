@@ -8,7 +8,10 @@
 # in parts (capture_parts; hf_capture_parts: on transformers' LlamaForCausalLM, whose module calls
 # seemed to cost ~4x the toy decoder's in session 20; ~2.9 us each, as the toy's, in session 36). Needs .whl/ (cupti-python, msgspec, perfetto for
 # cp312), as run_fastpath.sh; hf_capture_parts also .whl/hf/ (transformers 5.24.0 and its
-# dependencies as cp312 wheels, numpy left out: the GPU machine has it).
+# dependencies as cp312 wheels, numpy left out: the GPU machine has it). Issue 31 in fresh
+# processes, a runner's seven batch sizes a process (the root's naming and each capture's parts
+# apart): fresh_runner (with plain_cupti: CUPTI's own share; ~8 s a process there, so ROUNDS=6
+# fits) and fresh_hf (transformers' Llama, ~20 s a process: ROUNDS=3).
 # Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] bash benchmarks/gpu/run_pending_33_31.sh;
 # each step's log under $OUT, its last lines printed (first_export: each fresh process imports
 # torch, 2-3 s there; 9 rounds of t1 and t7 did not fit 120 s in session 35). Together the
@@ -53,7 +56,11 @@ for s in $STEPS; do
     capture_parts) step capture_parts 200 python3 benchmarks/gpu/probe_capture_parts.py --rounds 100 --settle ;;
     hf_capture_parts) step hf_capture_parts 240 python3 benchmarks/gpu/probe_capture_parts.py --model hf-llama \
       --rounds 30 --settle --arms plain,inst,wrap,full ;;
+    fresh_runner) step fresh_runner 290 python3 benchmarks/gpu/module_capture_fresh.py --rounds "$ROUNDS" \
+      --batches 32 24 16 8 4 2 1 --arms plain plain_cupti instrumented modules --out "$OUT/fresh_runner.json" ;;
+    fresh_hf) step fresh_hf 290 python3 benchmarks/gpu/module_capture_fresh.py --model hf-llama --rounds "$ROUNDS" \
+      --batches 16 8 4 2 1 --arms plain modules --out "$OUT/fresh_hf.json" ;;
     *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts" \
-      "hf_capture_parts)"; exit 2 ;;
+      "hf_capture_parts fresh_runner fresh_hf)"; exit 2 ;;
   esac
 done
