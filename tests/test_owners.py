@@ -16,7 +16,17 @@ from perfetto_graph_ann.capture.owners import on_stack, outermost, shared
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-pytestmark = pytest.mark.usefixtures("capture_path")
+#: a naming's tests run on both capture paths (conftest's ``capture_path``)
+both_paths = pytest.mark.usefixtures("capture_path")
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The compiled capture module, enabled (skipped where it was not built here)."""
+    if not fastpath.module_built():
+        pytest.skip(f"compiled capture path not built: {fastpath.describe()}")
+    monkeypatch.setattr(fastpath, "ENABLED", True)
+    return fastpath.module()
 
 
 class Inner(nn.Module):
@@ -35,6 +45,7 @@ def path_in(model, module) -> str:
     return next(n for n, m in model.named_modules() if m is module)
 
 
+@both_paths
 def test_a_module_is_found_in_the_outermost_model_that_holds_it_at_its_named_modules_path():
     lm = CausalLM()
     holder = type("Runner", (), {})()
@@ -45,6 +56,7 @@ def test_a_module_is_found_in_the_outermost_model_that_holds_it_at_its_named_mod
     assert outermost(lm, nn.Module) is None
 
 
+@both_paths
 def test_a_model_nothing_holds_costs_one_scan_of_its_referrers(monkeypatch, capture_path):
     lm = CausalLM()
     holder = type("Runner", (), {})()
@@ -81,12 +93,10 @@ def _by_id(found: dict) -> dict:
     return {k: sorted((id(o), name) for o, name in v) for k, v in found.items()}
 
 
-def test_the_pass_in_c_answers_as_python_asks_the_collector(capture_path):
+def test_the_pass_in_c_answers_as_python_asks_the_collector(compiled):
     """``module_index`` against Python's scans, computed independently, on the shapes that decide
     a naming: two owners, a module under two keys of one dict, an OrderedDict ``_modules``
     (torch < 2.0), a dict of modules and None that is no ``_modules``, a non-str key."""
-    if capture_path != "compiled":
-        pytest.skip("the compiled pass only")
     lm, twice = CausalLM(), nn.Module()
     other = nn.Sequential(lm.model)  # lm.model: two owners
     twice.a = twice.b = lm.lm_head  # one dict, two keys: one dict refers to it
@@ -96,7 +106,7 @@ def test_the_pass_in_c_answers_as_python_asks_the_collector(capture_path):
     odd = nn.Module()
     odd._modules[3] = lm.model.layers[1]  # not a str key: no owner by it
     mixed = {"m": lm.model, "n": 1}  # a value that is no module: not counted
-    owned, dicts = fastpath.module().module_index(nn.Module)
+    owned, dicts = compiled.module_index(nn.Module)
     assert _by_id(owned) == _by_id(owners._holders(nn.Module))
     for m in [o for o in gc.get_objects() if isinstance(o, nn.Module)]:
         assert dicts.get(id(m), 0) == owners._holder_dicts(m, nn.Module), type(m).__name__
@@ -106,24 +116,23 @@ def test_the_pass_in_c_answers_as_python_asks_the_collector(capture_path):
     del other, twice, legacy, plain, odd, mixed
 
 
-def test_the_pass_keeps_no_reference_and_leaves_the_collector_as_it_was(capture_path):
-    if capture_path != "compiled":
-        pytest.skip("the compiled pass only")
+def test_the_pass_keeps_no_reference_and_leaves_the_collector_as_it_was(compiled):
     lm = CausalLM()
     for enabled in (True, False):
         (gc.enable if enabled else gc.disable)()
         try:
             before = sys.getrefcount(lm), sys.getrefcount(lm.model)
-            result = fastpath.module().module_index(nn.Module)
+            result = compiled.module_index(nn.Module)
             del result
             assert (sys.getrefcount(lm), sys.getrefcount(lm.model)) == before
             assert gc.isenabled() is enabled
         finally:
             gc.enable()
     with pytest.raises(TypeError, match="must be a type"):
-        fastpath.module().module_index(lm)
+        compiled.module_index(lm)
 
 
+@both_paths
 def test_two_owners_stop_the_walk_below_them_and_nothing_is_kept():
     lm = CausalLM()
     other = nn.Sequential(lm.model)  # lm.model is held by lm and by other
@@ -137,6 +146,7 @@ def test_two_owners_stop_the_walk_below_them_and_nothing_is_kept():
     assert len(gc.get_referrers(lm)) == before  # no reference left behind
 
 
+@both_paths
 def test_a_compiled_wrapper_is_an_owner_like_any_other():
     lm = CausalLM()
     wrapper = torch.compile(lm)  # an OptimizedModule registers lm as _orig_mod; nothing compiles unless called
@@ -146,6 +156,7 @@ def test_a_compiled_wrapper_is_an_owner_like_any_other():
     assert names.path(lm.model)[:2] == ("model", 1) and names.path(lm.model.layers[1])[:2] == ("model.layers.1", 3)
 
 
+@both_paths
 def test_a_module_held_by_two_models_is_shared_on_the_way_down_from_either():
     lm = CausalLM()
     assert not shared(lm.model.layers[0], lm, nn.Module)
@@ -166,6 +177,7 @@ class _Caller(nn.Module):
         return on_stack(module, nn.Module)
 
 
+@both_paths
 def test_the_model_whose_method_is_running_is_found_on_the_stack():
     caller = _Caller()
     found = caller.look(caller.model.layers[1])

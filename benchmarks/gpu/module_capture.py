@@ -158,15 +158,11 @@ MODELS = {"toy": toy, "hf-llama": hf_llama}
 def capture_once(model, x, pool, parts=None):
     """One capture of ``model(x)``: (seconds, graph, output); with ``parts`` (a list), its
     begin (``torch.cuda.graph``'s entry), body (the forward) and end (exit and synchronize) in ms
-    appended to it, the ``with`` statement's steps called one by one."""
+    appended to it (the ``with`` statement's steps called one by one, for every capture)."""
+    parts = [] if parts is None else parts
     g = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    if parts is None:
-        with torch.cuda.graph(g, pool=pool):
-            out = model(x)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0, g, out
     cm = torch.cuda.graph(g, pool=pool)
     cm.__enter__()
     t1 = time.perf_counter()

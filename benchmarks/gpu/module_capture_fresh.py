@@ -13,9 +13,10 @@ process that initialises CUPTI as the warm-up does (what CUPTI alone costs its c
 ``--batches``: one graph per batch size into one pool, as a serving runner captures.
 
 ``parts_ms_per_capture``: each capture's begin (``torch.cuda.graph``'s entry), body (the
-forward) and end (its exit and a synchronize). ``first_unnamed`` and ``process_total_unnamed``: the same less what naming the roots took
-(timed inside each process: ``modules.model_of``, the collector's scans of ``owners``, and the
-model's ``named_modules``; the first capture pays it, once per root). ``--model hf-llama``:
+forward) and end (its exit and a synchronize). ``first_unnamed`` and ``process_total_unnamed``:
+the same less what naming the roots took (timed inside each process: ``modules.model_of``, the
+collector's scans of ``owners``, and the model's ``named_modules``; the first capture pays it,
+once per root). ``--model hf-llama``:
 transformers' ``LlamaForCausalLM`` (``module_capture.py``), a process with transformers' objects
 too.
 
