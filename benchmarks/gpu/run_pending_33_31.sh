@@ -11,7 +11,10 @@
 # dependencies as cp312 wheels, numpy left out: the GPU machine has it). Issue 31 in fresh
 # processes, a runner's seven batch sizes a process (the root's naming and each capture's parts
 # apart): fresh_runner (with plain_cupti: CUPTI's own share; ~8 s a process there, so ROUNDS=6
-# fits) and fresh_hf (transformers' Llama, ~20 s a process: ROUNDS=3).
+# fits) and fresh_hf (transformers' Llama, ~20 s a process: ROUNDS=3); on a host whose plain
+# processes vary 2x round to round (session 38) they need far more rounds than fit a call.
+# headline: issue 31's limit in one process, plain captures with CUPTI detached (toy decoder, 150
+# rounds, ~60 s; transformers' Llama too where .whl/hf/ is carried, 60 rounds, ~60 s).
 # Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] bash benchmarks/gpu/run_pending_33_31.sh;
 # each step's log under $OUT, its last lines printed (first_export: each fresh process imports
 # torch, 2-3 s there; 9 rounds of t1 and t7 did not fit 120 s in session 35). Together the
@@ -56,11 +59,15 @@ for s in $STEPS; do
     capture_parts) step capture_parts 200 python3 benchmarks/gpu/probe_capture_parts.py --rounds 100 --settle ;;
     hf_capture_parts) step hf_capture_parts 240 python3 benchmarks/gpu/probe_capture_parts.py --model hf-llama \
       --rounds 30 --settle --arms plain,inst,wrap,full ;;
+    headline) step headline 200 python3 benchmarks/gpu/module_capture.py --rounds 150 --plain-detached --settle \
+      --out "$OUT/headline.json"
+      [ -d .whl/hf ] && step headline_hf 220 python3 benchmarks/gpu/module_capture.py --model hf-llama --rounds 60 \
+        --plain-detached --settle --out "$OUT/headline_hf.json" ;;
     fresh_runner) step fresh_runner 290 python3 benchmarks/gpu/module_capture_fresh.py --rounds "$ROUNDS" \
       --batches 32 24 16 8 4 2 1 --arms plain plain_cupti instrumented modules --out "$OUT/fresh_runner.json" ;;
     fresh_hf) step fresh_hf 290 python3 benchmarks/gpu/module_capture_fresh.py --model hf-llama --rounds "$ROUNDS" \
       --batches 16 8 4 2 1 --arms plain modules --out "$OUT/fresh_hf.json" ;;
     *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts" \
-      "hf_capture_parts fresh_runner fresh_hf)"; exit 2 ;;
+      "hf_capture_parts headline fresh_runner fresh_hf)"; exit 2 ;;
   esac
 done
