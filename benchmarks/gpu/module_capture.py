@@ -155,13 +155,17 @@ def toy(layers: int, batch: int):
 MODELS = {"toy": toy, "hf-llama": hf_llama}
 
 
-def capture_once(model, x, pool, parts=None):
+def capture_once(model, x, pool, parts=None, cpu=None):
     """One capture of ``model(x)``: (seconds, graph, output); with ``parts`` (a list), its
     begin (``torch.cuda.graph``'s entry), body (the forward) and end (exit and synchronize) in ms
-    appended to it (the ``with`` statement's steps called one by one, for every capture)."""
+    appended to it (the ``with`` statement's steps called one by one, for every capture); with
+    ``cpu`` (a list), the capturing thread's CPU time from the entry to the exit in ms (the
+    synchronize left out: it may spin), which time taken from this thread by other processes does
+    not inflate."""
     parts = [] if parts is None else parts
     g = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
+    c0 = time.thread_time()
     t0 = time.perf_counter()
     cm = torch.cuda.graph(g, pool=pool)
     cm.__enter__()
@@ -173,6 +177,8 @@ def capture_once(model, x, pool, parts=None):
         raise
     t2 = time.perf_counter()
     cm.__exit__(None, None, None)
+    if cpu is not None:
+        cpu.append((time.thread_time() - c0) * 1e3)
     torch.cuda.synchronize()
     t3 = time.perf_counter()
     parts.append([(t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3])
@@ -337,7 +343,7 @@ def one_arm(args) -> None:
               for b in sorted(set(batches))}
     if args.arm == "plain_cupti" and not _cupti_only():
         raise SystemExit("plain_cupti: CUPTI could not be initialised")
-    times, root_ms, parts, pool, graphs = [], [], [], None, []
+    times, cpu, root_ms, parts, pool, graphs = [], [], [], [], None, []
     with torch.no_grad():
         for b in batches:
             warmup(lambda: model(xs[b]))
@@ -346,14 +352,14 @@ def one_arm(args) -> None:
             gc.disable()
         for b in batches:
             naming.spent = 0.0
-            t, g, _ = capture_once(model, xs[b], pool, parts)
+            t, g, _ = capture_once(model, xs[b], pool, parts, cpu)
             pool = g.pool() if pool is None else pool
             graphs.append(g)
             times.append(t * 1e3)
             root_ms.append(naming.spent * 1e3)
 
     print(json.dumps({"arm": args.arm, "model": args.model, "batches": batches, "capture_ms": times,
-                      "root_naming_ms": root_ms, "parts_ms": parts, "gc_objects": len(gc.get_objects()),
+                      "capture_cpu_ms": cpu, "root_naming_ms": root_ms, "parts_ms": parts, "gc_objects": len(gc.get_objects()),
                       "cupti_warmed": nodewatch.WATCH.warmed}))
 
 

@@ -16,7 +16,10 @@ process that initialises CUPTI as the warm-up does (what CUPTI alone costs its c
 forward) and end (its exit and a synchronize). ``first_unnamed`` and ``process_total_unnamed``:
 the same less what naming the roots took (timed inside each process: ``modules.model_of``, the
 collector's scans of ``owners``, and the model's ``named_modules``; the first capture pays it,
-once per root). ``--model hf-llama``:
+once per root). ``later_cpu``, ``process_total_cpu`` (``_unnamed``: less the naming's wall time):
+the same from the capturing thread's CPU time, entry to exit (``module_capture.capture_once``):
+on a host whose plain processes took 104-209 ms for the same seven captures (session 38), time
+other processes took from the capture is in the wall times and not in these. ``--model hf-llama``:
 transformers' ``LlamaForCausalLM`` (``module_capture.py``), a process with transformers' objects
 too.
 
@@ -66,6 +69,7 @@ def main() -> None:
     args = ap.parse_args()
     arms = tuple(["plain"] + [a for a in args.arms if a != "plain"])
     got = {a: [] for a in arms}
+    cpu_of = {a: [] for a in arms}
     naming = {a: [] for a in arms}
     parts_of = {a: [] for a in arms}
     warmed = {a: [] for a in arms}
@@ -74,6 +78,7 @@ def main() -> None:
         for arm in (arms if r % 2 == 0 else arms[::-1]):
             one = run_arm(arm, args.captures, args.batches, args.model)
             got[arm].append(one["capture_ms"])
+            cpu_of[arm].append(one["capture_cpu_ms"])
             naming[arm].append(one["root_naming_ms"])
             parts_of[arm].append(one["parts_ms"])
             warmed[arm].append(one.get("cupti_warmed"))
@@ -84,7 +89,12 @@ def main() -> None:
              "process_total": {a: [sum(t) for t in v] for a, v in got.items()},
              # the same less what the roots' naming took (modules.model_of and add_root, timed inside)
              "first_unnamed": {a: [t[0] - n[0] for t, n in zip(v, naming[a])] for a, v in got.items()},
-             "process_total_unnamed": {a: [sum(t) - sum(n) for t, n in zip(v, naming[a])] for a, v in got.items()}}
+             "process_total_unnamed": {a: [sum(t) - sum(n) for t, n in zip(v, naming[a])] for a, v in got.items()},
+             # the capturing thread's CPU time: what other processes took from it is not in it
+             "later_cpu": {a: [med(t[1:]) for t in v] for a, v in cpu_of.items()},
+             "process_total_cpu": {a: [sum(t) for t in v] for a, v in cpu_of.items()},
+             "process_total_cpu_unnamed": {a: [sum(t) - sum(n) for t, n in zip(v, naming[a])]
+                                           for a, v in cpu_of.items()}}
     rep = {"model": args.model, "rounds": args.rounds, "captures_per_process": len(args.batches or []) or args.captures,
            "batches": args.batches}
     for part, by_arm in parts.items():
@@ -103,7 +113,8 @@ def main() -> None:
     rep["gc_objects_median"] = {a: med(v) for a, v in objects.items()}
     rep["cupti_warmed"] = {a: sum(bool(w) for w in v) for a, v in warmed.items()}
     rep["raw_ms"] = got
-    print(json.dumps({k: v for k, v in rep.items() if k != "raw_ms"}, indent=1))
+    rep["raw_cpu_ms"] = cpu_of
+    print(json.dumps({k: v for k, v in rep.items() if not k.startswith("raw_")}, indent=1))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rep, f, indent=1)
