@@ -359,8 +359,8 @@ def one_arm(args) -> None:
             root_ms.append(naming.spent * 1e3)
 
     print(json.dumps({"arm": args.arm, "model": args.model, "batches": batches, "capture_ms": times,
-                      "capture_cpu_ms": cpu, "root_naming_ms": root_ms, "parts_ms": parts, "gc_objects": len(gc.get_objects()),
-                      "cupti_warmed": nodewatch.WATCH.warmed}))
+                      "capture_cpu_ms": cpu, "root_naming_ms": root_ms, "parts_ms": parts,
+                      "gc_objects": len(gc.get_objects()), "cupti_warmed": nodewatch.WATCH.warmed}))
 
 
 class _RootNaming:

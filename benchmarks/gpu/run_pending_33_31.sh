@@ -6,8 +6,8 @@
 # (graph_derived, template_runs: need .bench-data/, recorded there by
 # benchmarks/gpu/record_export_trace.py and carried), and issue 31's module-scope capture cost
 # in parts (capture_parts; hf_capture_parts: on transformers' LlamaForCausalLM, whose module calls
-# seemed to cost ~4x the toy decoder's in session 20; ~2.9 us each, as the toy's, in session 36). Needs .whl/ (cupti-python, msgspec, perfetto for
-# cp312), as run_fastpath.sh; hf_capture_parts also .whl/hf/ (transformers 5.24.0 and its
+# seemed to cost ~4x the toy decoder's in session 20; ~2.9 us each, as the toy's, in session 36).
+# Needs .whl/ (cupti-python, msgspec, perfetto for cp312), as run_fastpath.sh; hf_capture_parts also .whl/hf/ (transformers 5.24.0 and its
 # dependencies as cp312 wheels, numpy left out: the GPU machine has it). Issue 31 in fresh
 # processes, a runner's seven batch sizes a process (the root's naming and each capture's parts
 # apart): fresh_runner (with plain_cupti: CUPTI's own share; ~8 s a process there, so ROUNDS=6
