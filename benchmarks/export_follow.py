@@ -15,9 +15,15 @@ Arms, alternating round by round (each a fresh stand-in: torch saves a profile o
 * ``stand-in``: its ``export_chrome_trace`` alone: the ratios' denominator;
 * ``in process``: ``pga.export(prof, out, graph_lanes="all")`` with the follow off (read once
   torch is done, in the caller: the code before);
-* ``follow``: the same call with the follow on (the default): the worker converts while the
-  caller joins for the layout it returns;
-* ``bg follow done``: ``export(..., background=True)`` until ``result()`` returns.
+* ``follow cold``: the same call with the follow on, the worker started as torch starts writing
+  (``PERFETTO_GRAPH_ANN_EXPORT_SPARE=off``: no worker started ahead); the worker converts while
+  the caller joins for the layout it returns;
+* ``follow``: the same with a spare worker ready (the default: started ahead by the export
+  before, its imports done);
+* ``bg follow done``: ``export(..., background=True)`` until ``result()`` returns, a spare ready.
+
+Each arm starts ``--settle`` seconds after the one before (untimed; a spare has done its imports
+by then, as between the profiling cycles of a program).
 
 Checks that every arm's file has the same bytes. Prints a Markdown table of medians per replay
 count, each over the same round's stand-in write.
@@ -40,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.decoder_synth import decoder_annotations, decoder_trace  # noqa: E402
 import perfetto_graph_ann as pga  # noqa: E402
+from perfetto_graph_ann.capture import background  # noqa: E402
 from perfetto_graph_ann.capture.export import expected_kernels  # noqa: E402
 
 _CHUNK = 256 << 10
@@ -79,12 +86,13 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--mb-s", type=float, default=80.0)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--settle", type=float, default=1.0, help="seconds between arms (untimed)")
     args = ap.parse_args()
     load0 = os.getloadavg()
     print(f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load {load0[0]:.2f} {load0[1]:.2f}; "
           f"stand-in writes at {args.mb_s:g} MB/s", flush=True)
-    arms = ["stand-in", "in process", "follow", "bg follow done"]
+    arms = ["stand-in", "in process", "follow cold", "follow", "bg follow done"]
     table = []
     tmp = tempfile.mkdtemp(prefix="pga-export-follow-")
     try:
@@ -103,6 +111,13 @@ def main() -> None:
                     out = os.path.join(folder, "o.pftrace")
                     prof = PacedProfiler(data, args.mb_s)
                     os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"] = "off" if arm == "in process" else "0"
+                    if arm == "follow cold":
+                        os.environ["PERFETTO_GRAPH_ANN_EXPORT_SPARE"] = "off"
+                        background._drop_spare()
+                    else:
+                        os.environ.pop("PERFETTO_GRAPH_ANN_EXPORT_SPARE", None)
+                        background.prepare_spare()
+                    time.sleep(args.settle)
                     t = time.perf_counter()
                     if arm == "stand-in":
                         prof.export_chrome_trace(os.path.join(folder, "t.json"))
@@ -123,6 +138,7 @@ def main() -> None:
                 table.append(f"| {replays} | {arm} | {wall:.3f} | {wall - base:+.3f} | {ratio:.2f}x |")
     finally:
         os.environ.pop("PERFETTO_GRAPH_ANN_EXPORT_FOLLOW", None)
+        os.environ.pop("PERFETTO_GRAPH_ANN_EXPORT_SPARE", None)
         shutil.rmtree(tmp, ignore_errors=True)
     load1 = os.getloadavg()
     print(f"load after {load1[0]:.2f} {load1[1]:.2f}; every arm's output the same bytes")

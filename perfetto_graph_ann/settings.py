@@ -19,11 +19,11 @@ from typing import Callable, Dict, Optional, Tuple, Union
 
 from .errors import SettingError
 
-__all__ = ["ALLOW_DOWNLOAD", "COMPILE_RECORDS", "count_or_off", "DETACH_CUPTI_MS", "environment", "FALSE_WORDS",
-           "Getenv", "getenv", "INDUCTOR_CACHE_DIR", "markdown_table", "MARKERS_FROM", "NO_EXTENSION", "NODE",
-           "NODE_WATCH", "OFF_WORDS", "parse_switch", "path_or_off", "PROGRESS", "PURE_PYTHON", "raw", "RAY_ADDRESS",
-           "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL", "TRUE_WORDS",
-           "UI_DIR", "Value", "VERIFY_SCOPES", "WARM_CUPTI"]
+__all__ = ["ALLOW_DOWNLOAD", "COMPILE_RECORDS", "count_or_off", "DETACH_CUPTI_MS", "environment", "EXPORT_SPARE",
+           "FALSE_WORDS", "Getenv", "getenv", "INDUCTOR_CACHE_DIR", "markdown_table", "MARKERS_FROM", "NO_EXTENSION",
+           "NODE", "NODE_WATCH", "OFF_WORDS", "parse_switch", "path_or_off", "PROGRESS", "PURE_PYTHON", "raw",
+           "RAY_ADDRESS", "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL",
+           "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES", "WARM_CUPTI"]
 
 #: Reads one variable of the process environment (the default reader; the capture passes
 #: its compiled ``getenv``, which sees the same values).
@@ -103,8 +103,15 @@ EXPORT_FOLLOW = Setting(
     "`export` and `trace_handler` of a live profile to `.pftrace` whose replay record holds at least this many "
     "graphed kernels: a worker process reads torch's JSON while torch writes it (torch holds this process "
     "meanwhile) and writes the output, while a blocking `export` joins here for the layout it returns; `off`: "
-    "the file is read once torch has written it (blocking: in this process). Below ~40,000 kernels the "
-    "worker's start (~0.2 s) costs more than reading during torch's write saves")
+    "the file is read once torch has written it (blocking: in this process). Below ~40,000 kernels a new "
+    "worker's start (0.2-0.6 s) costs more than reading during torch's write saves; unset, a profile of any "
+    "size is followed where a spare worker is ready (`PERFETTO_GRAPH_ANN_EXPORT_SPARE`)")
+EXPORT_SPARE = Setting(
+    "PERFETTO_GRAPH_ANN_EXPORT_SPARE", "seconds or off", 300,
+    "after an `export` or a background conversion, and when a `trace_handler` is made: keep one conversion "
+    "worker process started ahead (its imports done while nothing waits for it) for the next export, for at most "
+    "this many seconds without a job; it leaves when this process ends. `off`: every conversion starts its own "
+    "worker when it needs one")
 RUN = Setting(
     "PERFETTO_GRAPH_ANN_RUN", "JSON", None,
     "set by `perfetto-graph-ann run` for the program and every Python process it starts: instrument it "
@@ -126,7 +133,8 @@ INDUCTOR_CACHE_DIR = Setting(
 #: Every setting, in the README's order.
 SETTINGS: Tuple[Setting, ...] = (
     TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
-    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, EXPORT_FOLLOW, RUN, RAY_ADDRESS,
+    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, EXPORT_FOLLOW, EXPORT_SPARE, RUN,
+    RAY_ADDRESS,
     COMPILE_RECORDS, INDUCTOR_CACHE_DIR,
 )
 
@@ -183,8 +191,8 @@ def path_or_off(setting: Setting, env: Optional[Getenv] = None) -> Tuple[bool, O
 
 
 def count_or_off(setting: Setting, env: Optional[Getenv] = None) -> Optional[int]:
-    """The value of a ``count or off`` (or ``milliseconds or off``) setting: an integer >= 0, None for :data:`OFF_WORDS`
-    (any case), the default when unset or blank; anything else is a :class:`SettingError`."""
+    """The value of a ``count or off`` (or ``milliseconds`` / ``seconds or off``) setting: an integer >= 0,
+    None for :data:`OFF_WORDS` (any case), the default when unset or blank; anything else is a :class:`SettingError`."""
     name, value = raw(setting, env)
     word = (value or "").strip().lower()
     if not word:
@@ -196,7 +204,8 @@ def count_or_off(setting: Setting, env: Optional[Getenv] = None) -> Optional[int
     except ValueError:
         count = -1
     if count < 0:
-        unit = "a number of milliseconds" if setting.kind.startswith("milliseconds") else "a node count"
+        unit = {"milliseconds": "a number of milliseconds", "seconds": "a number of seconds"}.get(
+            setting.kind.split()[0], "a node count")
         raise SettingError(f"{name}={value!r}: expected {unit} (>= 0) or 'off'")
     return count
 

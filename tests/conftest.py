@@ -105,6 +105,18 @@ def node_watch_not_yielded(monkeypatch):
     nodewatch.WATCH._cancel_timer()
 
 
+@pytest.fixture(autouse=True)
+def no_spare_worker(monkeypatch):
+    """No conversion worker started ahead (``PERFETTO_GRAPH_ANN_EXPORT_SPARE``): a spare ready
+    would make a test's export follow torch's writing whatever its size, and start a process
+    after every export. Its tests (test_export_spare.py) turn it on; none outlives a test."""
+    from perfetto_graph_ann.capture import background
+
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_EXPORT_SPARE", "off")
+    yield
+    background._drop_spare()
+
+
 @pytest.fixture
 def sys_tmp(tmp_path, monkeypatch):
     """The system's temporary folder for the test (where a live profile's JSON is kept): an

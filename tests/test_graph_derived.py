@@ -96,6 +96,38 @@ def _inputs_by_name():
     return dict(_inputs())
 
 
+def test_graphs_prepared_ahead_leave_the_join_nothing_to_build_and_write_the_same(tmp_path: Path, monkeypatch):
+    """What a conversion worker builds while torch still writes (``join.ahead.prepare_graphs``)."""
+    from perfetto_graph_ann.annotations.model import ReplayThread, ReplayWindow
+    from perfetto_graph_ann.join.ahead import prepare_graphs
+
+    builds = []
+    for mod, name in [(critical_path, "work_predecessors"), (projection, "_graph_info"),
+                      (match, "_loose_node_counts"), (calibrated, "_build_table")]:
+        def counted(g, _f=getattr(mod, name), _name=name):
+            builds.append((_name, g.exec_id))
+            return _f(g)
+        monkeypatch.setattr(mod, name, counted)
+    for trace_name, ann in _inputs():
+        fresh = _write(trace_name, _inputs_by_name()[trace_name], tmp_path / f"{trace_name}.fresh.pftrace")
+        builds.clear()
+        assert prepare_graphs(ann) == 1
+        ahead = set(builds)
+        want = {"_graph_info", "_loose_node_counts", "_build_table"} | (
+            {"work_predecessors"} if ann.graphs[0].edges is not None else set())
+        assert {k[0] for k in ahead} == want
+        assert _write(trace_name, ann, tmp_path / f"{trace_name}.ahead.pftrace") == fresh
+        assert set(builds) == ahead and len(builds) == len(ahead), f"{trace_name}: the join built again"
+    # only the graphs the latest window replayed (an earlier window's graph is left alone)
+    block = _inputs_by_name()["seed_block_annotated"]
+    other = dataclasses.replace(block.graphs[0], exec_id=block.graphs[0].exec_id + 1)
+    windows = (ReplayWindow(1, 0, 10, (ReplayThread(1, 1, (other.exec_id,)),)),
+               ReplayWindow(1, 20, 30, (ReplayThread(1, 1, (block.graphs[0].exec_id,)),)))
+    builds.clear()
+    assert prepare_graphs(dataclasses.replace(block, graphs=(block.graphs[0], other), replays=windows)) == 1
+    assert {k[1] for k in builds} == {block.graphs[0].exec_id}
+
+
 def test_the_registry_hands_out_the_record_it_built():
     """What ``pga.export`` joins against each cycle (``recorded_annotations``: the registry's
     snapshot) holds the same record objects, so their derived values carry over."""

@@ -96,7 +96,8 @@ def test_every_setting_constant_is_in_the_table_once():
     names = [n for s in settings.SETTINGS for n in (s.name, *s.aliases)]
     assert len(names) == len(set(names))
     for s in settings.SETTINGS:
-        assert s.kind in ("switch", "path", "path or off", "count or off", "milliseconds or off", "address", "JSON"), s
+        assert s.kind in ("switch", "path", "path or off", "count or off", "milliseconds or off", "seconds or off",
+                          "address", "JSON"), s
         assert s.meaning and "|" not in s.meaning, s
 
 

@@ -47,7 +47,7 @@ step() {  # step NAME TIMEOUT COMMAND...: the command's output in $OUT/NAME.log,
 }
 for s in $STEPS; do
   case $s in
-    export_pace) step export_pace 300 python3 benchmarks/gpu/export_pace.py --replays $REPLAYS --rounds "$ROUNDS" ;;
+    export_pace) step export_pace 540 python3 benchmarks/gpu/export_pace.py --replays $REPLAYS --rounds "$ROUNDS" ;;
     first_export) step first_export 300 python3 benchmarks/first_export_imports.py --rounds "$ROUNDS" \
       --recorded $RECORDED ;;
     graph_derived)

@@ -274,6 +274,11 @@ class AnnotationSet:
             out.update(g.derived(_nodes_by_key))
         return out
 
+    def latest_window(self) -> Optional[ReplayWindow]:
+        """The replay record's latest profiler window (the profile being exported); None where
+        nothing was recorded."""
+        return max(self.replays, key=lambda w: w.stop_ns) if self.replays else None
+
     def graph(self, exec_id: int) -> Optional[GraphRecord]:
         for g in self.graphs:
             if g.exec_id == exec_id:

@@ -2,11 +2,20 @@
 
 The caller exports torch's Chrome JSON and saves the annotations (a binary sidecar) into a
 temporary folder beside the output; a separate process (``python -m
-perfetto_graph_ann.capture.background JOB``, started with ``subprocess``: fork + exec, so
-nothing of a CUDA process runs in it, and no ``__main__`` of the user's is re-run as a
-multiprocessing spawn would) reads, joins and writes the output atomically, then leaves its
-outcome (the join report, or the error) in the folder. :class:`ExportHandle` waits for it,
-raises the same :class:`~perfetto_graph_ann.errors.GraphAnnError`, and removes the folder.
+perfetto_graph_ann.capture.background --worker PARENT IDLE``, started with ``subprocess``: fork +
+exec, so nothing of a CUDA process runs in it, and no ``__main__`` of the user's is re-run as a
+multiprocessing spawn would) is given the job as a JSON line on its standard input, reads, joins
+and writes the output atomically, then leaves its outcome (the join report, or the error) in the
+folder and exits. :class:`ExportHandle` waits for it, raises the same
+:class:`~perfetto_graph_ann.errors.GraphAnnError`, and removes the folder.
+
+A worker's start (the interpreter, numpy, the writer's modules: 0.4-0.6 s on the GPU machine's
+host) is as long as torch's export of a 35-replay profile, so one is kept started ahead, the
+*spare* (:func:`prepare_spare`: after an export, and when a ``trace_handler`` is made): it does
+its imports while nothing waits for it, then blocks on its standard input until the next job
+comes (a fresh process for every job: nothing of one conversion is left in the next). It leaves
+after ``PERFETTO_GRAPH_ANN_EXPORT_SPARE`` seconds without a job, when this process ends, or when
+this process is gone.
 
 Conversions not waited for by their caller are waited for at interpreter exit, at most
 :data:`EXIT_WAIT_S` seconds in all, with a message on stderr; errors found then are printed.
@@ -32,7 +41,8 @@ from ..errors import GraphAnnError, OutputError
 if TYPE_CHECKING:
     from ..read.follow import Followed
 
-__all__ = ["EXIT_WAIT_S", "ExportHandle", "NICE", "pending", "report_error", "save_for_worker", "start", "wait_all"]
+__all__ = ["EXIT_WAIT_S", "ExportHandle", "has_spare", "NICE", "pending", "prepare_spare", "report_error",
+           "save_for_worker", "start", "wait_all"]
 
 #: The longest interpreter exit waits for conversions still running (seconds, all together).
 EXIT_WAIT_S = 300.0
@@ -43,6 +53,17 @@ _ERRLOG = "worker.stderr"
 
 _lock = threading.Lock()
 _pending: List["ExportHandle"] = []
+#: The spare worker (its imports done, waiting for a job on its standard input) and the process
+#: that started it: a child forked from this process never hands a job to its parent's spare.
+_spare: "Optional[subprocess.Popen]" = None
+_spare_owner = 0
+#: When the spare was started (``time.monotonic``) and how long it waits for a job: it is handed
+#: one only well before it may leave (:data:`_SPARE_MARGIN_S`), never a job it may not read.
+_spare_since = 0.0
+_spare_idle = 0.0
+_SPARE_MARGIN_S = 2.0
+#: How long a worker started for a job already written waits for it (seconds).
+_IDLE_AT_ONCE = 60
 
 
 class ExportHandle:
@@ -165,9 +186,10 @@ def save_for_worker(annotations: Any, tmp: str) -> str:
 
 def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], default_stream: int, force: bool,
           label: str, tmp: str, follow: bool = False, nice: bool = True) -> ExportHandle:
-    """Convert ``src`` (a Chrome JSON file) joined with ``annotations`` to ``out`` in a new
-    process. ``tmp`` is a folder this conversion owns (beside ``out``): the annotations are
-    saved there, and it is removed when the conversion's outcome is collected.
+    """Convert ``src`` (a Chrome JSON file) joined with ``annotations`` to ``out`` in another
+    process: the spare where one is ready (:func:`prepare_spare`), else a new one. ``tmp`` is a
+    folder this conversion owns (beside ``out``): the annotations are saved there, and it is
+    removed when the conversion's outcome is collected.
 
     ``follow``: ``src`` is still to be written (by torch's ``export_chrome_trace``, which
     writes ``<src>.tmp`` and renames it): the worker reads it as it grows
@@ -182,21 +204,122 @@ def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], defa
     job = {"src": src, "annotations": sidecar, "source": annotations.source, "out": out, "graph_lanes": graph_lanes,
            "default_stream": default_stream, "force": force, "label": label, "tmp": tmp, "parent": os.getpid(),
            "follow": [src + ".tmp", src] if follow else None, "nice": nice}
+    line = json.dumps(job).encode() + b"\n"
+    with open_scratch(os.path.join(tmp, _ERRLOG)) as err:  # the worker appends its standard error here
+        proc = _take_spare()
+        if proc is None or not _hand(proc, line, follow):
+            proc = _spawn(_IDLE_AT_ONCE, err)  # its imports' errors there too
+            if not _hand(proc, line, follow):  # gone before reading its job: its exit status says so
+                proc.wait()
+    handle = ExportHandle(out, label, tmp, proc)
+    with _lock:
+        _pending.append(handle)
+    if nice:  # the caller does not wait for this one: the next conversion's worker starts now
+        prepare_spare()
+    return handle
+
+
+def _hand(proc: subprocess.Popen, line: bytes, follow: bool) -> bool:
+    """Write the job ``line`` to ``proc``'s standard input (closed after it unless ``follow``:
+    the parent's word comes later); False when the process is gone."""
+    try:
+        proc.stdout.close()  # its word that it is ready is not needed once it has a job
+        proc.stdin.write(line)
+        if follow:
+            proc.stdin.flush()
+        else:
+            proc.stdin.close()
+        return True
+    except (OSError, ValueError):  # a broken pipe: the spare ended (idle, killed) before its job
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        return False
+
+
+def _spawn(idle_s: float, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen:
+    """A new worker process, waiting at most ``idle_s`` seconds for its job on standard input
+    (its standard error ``stderr`` until then: the job's log from then on)."""
     from .. import settings
 
     env = settings.environment()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if os.path.basename(root) not in ("site-packages", "dist-packages"):  # a checkout: this very package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with open_scratch(os.path.join(tmp, _ERRLOG)) as err:
-        proc = subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann.capture.background", json.dumps(job)],
-                                stdin=subprocess.PIPE if follow else subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                start_new_session=True, close_fds=True)
-    handle = ExportHandle(out, label, tmp, proc)
+    return subprocess.Popen([sys.executable, "-m", "perfetto_graph_ann.capture.background", "--worker",
+                             str(os.getpid()), repr(float(idle_s))],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env,
+                            start_new_session=True, close_fds=True)
+
+
+def prepare_spare() -> bool:
+    """Have a spare worker ready for the next conversion (started now unless one is alive);
+    False where there is none: ``PERFETTO_GRAPH_ANN_EXPORT_SPARE=off``, no Python executable
+    or not POSIX (the worker waits on a pipe with ``select``), or it could not be started."""
+    from .. import settings
+
+    global _spare, _spare_owner, _spare_since, _spare_idle
+    idle = settings.count_or_off(settings.EXPORT_SPARE)
+    if idle is None or idle <= _SPARE_MARGIN_S or not sys.executable or os.name != "posix":
+        return False
     with _lock:
-        _pending.append(handle)
-    return handle
+        if _usable():
+            return True
+        _release(_spare)
+        try:
+            _spare, _spare_owner, _spare_since, _spare_idle = _spawn(idle), os.getpid(), time.monotonic(), idle
+        except OSError:
+            _spare = None
+            return False
+    return True
+
+
+def _usable() -> bool:
+    """Whether :data:`_spare` may be handed a job (under :data:`_lock`): this process's, alive,
+    and not near the end of its wait."""
+    return (_spare is not None and _spare_owner == os.getpid() and _spare.poll() is None
+            and time.monotonic() < _spare_since + _spare_idle - _SPARE_MARGIN_S)
+
+
+def _release(proc: "Optional[subprocess.Popen]") -> None:
+    """A spare not to be used told to leave (its standard input closed), not waited for."""
+    if proc is not None and _spare_owner == os.getpid():
+        for pipe in (proc.stdin, proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+def has_spare(ready: bool = False) -> bool:
+    """Whether a spare worker of this process may be handed a job; ``ready``: and has done its
+    imports (it says so with one byte on its standard output)."""
+    import select
+
+    with _lock:
+        if not _usable():
+            return False
+        return not ready or bool(select.select([_spare.stdout], [], [], 0)[0])
+
+
+def _take_spare() -> "Optional[subprocess.Popen]":
+    """The spare, now this job's (None where none may be handed a job)."""
+    global _spare
+    with _lock:
+        usable, proc, _spare = _usable(), _spare, None
+        if not usable:
+            _release(proc)
+            return None
+        return proc
+
+
+def _drop_spare() -> None:
+    """The spare told to leave, not waited for (this process ends)."""
+    global _spare
+    with _lock:
+        proc, _spare = _spare, None
+        _release(proc)
 
 
 def pending() -> List[ExportHandle]:
@@ -229,6 +352,7 @@ def wait_all(timeout: Optional[float] = None, quiet: bool = False) -> List[Expor
 
 @atexit.register
 def _at_exit() -> None:
+    _drop_spare()
     running = [h for h in pending() if not h.done()]
     if running:
         print(f"perfetto_graph_ann: waiting for {len(running)} background trace conversion"
@@ -242,19 +366,43 @@ def _at_exit() -> None:
               file=sys.stderr, flush=True)
 
 
-def _writer_word(stream: Any) -> Callable[[float], Optional[str]]:
+class _Lines:
+    """Lines from a pipe's file descriptor, read with ``select`` and ``os.read`` (never a
+    buffered reader: a line read ahead into its buffer would be missed by ``select``)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buf = fd, b""
+
+    def line(self, timeout: float) -> Optional[bytes]:
+        """The next whole line; None when none came within ``timeout`` seconds; ``b""`` at the
+        end (the writer closed the pipe, or is gone), with any unfinished line dropped."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if os.name == "posix" and (left <= 0 or not select.select([self.fd], [], [], left)[0]):
+                return None  # (elsewhere select takes no pipe: the read waits; nothing follows there)
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                self.buf = b""
+                return b""
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
+
+
+def _writer_word(lines: _Lines) -> Callable[[float], Optional[str]]:
     """The parent's word on the worker's standard input, as :class:`~..read.follow.Followed`
     asks for it: None while torch writes, the finished trace's path, or
     :class:`~..read.follow.Abandoned` (the parent said so, or went away)."""
-    import select
-
     from ..read.follow import Abandoned
 
     def finished(timeout: float) -> Optional[str]:
-        if not select.select([stream], [], [], timeout)[0]:
+        line = lines.line(timeout)
+        if line is None:
             return None
-        line = stream.readline()  # the parent writes one whole line, then closes
-        doc = json.loads(line) if line.strip() else None
+        doc = json.loads(line) if line.strip() else None  # the parent writes one whole line, then closes
         if not isinstance(doc, dict) or not doc.get("ok") or not isinstance(doc.get("path"), str):
             raise Abandoned("torch's export of the profile did not finish")
         return doc["path"]
@@ -274,8 +422,10 @@ def _run(job: Dict[str, Any], follow: "Optional[Followed]") -> tuple:
 
     try:
         ann = dataclasses.replace(load_annotations(job["annotations"]), source=job["source"])
-        if follow is not None:
-            import numpy  # noqa: F401: the writer's plan imports it when it starts; here torch is still writing
+        if follow is not None:  # torch is still writing: what the join needs of each graph alone, built now
+            from ..join.ahead import prepare_graphs
+
+            prepare_graphs(ann)
         layout = write_joined_file(job["src"], job["out"], ann, job["graph_lanes"], job["default_stream"],
                                    job["force"], job["label"], follow=follow)
         return True, layout.report
@@ -341,10 +491,48 @@ def _untag(v: Any) -> Any:
     return v
 
 
-def _main(argv: List[str]) -> int:
-    from ..util.atomic import atomic_write_bytes
+def _warm() -> None:
+    """What a conversion imports, imported before its job comes (a spare's idle time)."""
+    import numpy  # noqa: F401: the writer's plan imports it
 
-    job = json.loads(argv[0])
+    from ..annotations.files import load_annotations  # noqa: F401
+    from ..pipeline.convert import write_joined_file  # noqa: F401
+    from ..join.ahead import prepare_graphs  # noqa: F401
+    from ..read.follow import Followed  # noqa: F401
+
+
+def _await_job(lines: _Lines, parent: int, idle_s: float) -> Optional[Dict[str, Any]]:
+    """The job the parent writes on standard input; None when it closes the pipe, goes away,
+    or writes nothing for ``idle_s`` seconds (the spare leaves)."""
+    deadline = time.monotonic() + idle_s
+    while True:
+        line = lines.line(min(1.0, max(0.0, deadline - time.monotonic())))
+        if line:
+            return json.loads(line)
+        if line == b"" or os.getppid() != parent or time.monotonic() >= deadline:
+            return None
+
+
+def _main(argv: List[str]) -> int:
+    from ..util.atomic import append_scratch_fd, atomic_write_bytes
+
+    if len(argv) != 3 or argv[0] != "--worker":
+        print("usage: python -m perfetto_graph_ann.capture.background --worker PARENT_PID IDLE_S "
+              "(started by perfetto_graph_ann, the job on standard input)", file=sys.stderr)
+        return 2
+    lines = _Lines(0)
+    _warm()
+    try:
+        os.write(1, b"r")  # ready: has_spare(ready=True) sees it
+    except OSError:
+        pass
+    os.dup2(2, 1)  # nobody reads on: anything printed goes where errors go, never filling the pipe
+    job = _await_job(lines, int(argv[1]), float(argv[2]))
+    if job is None:
+        return 0
+    fd = append_scratch_fd(os.path.join(job["tmp"], _ERRLOG))
+    os.dup2(fd, 2)
+    os.close(fd)
     if job.get("nice", True):
         try:
             os.nice(NICE)  # the training keeps its CPU: the file may appear a little later
@@ -354,7 +542,7 @@ def _main(argv: List[str]) -> int:
     if job.get("follow"):
         from ..read.follow import Followed
 
-        follow = Followed(job["follow"], _writer_word(sys.stdin.buffer))
+        follow = Followed(job["follow"], _writer_word(lines))
     outcome = _run(job, follow)
     if outcome is None:  # abandoned: the parent removes the folder, unless it is gone
         if os.getppid() != job["parent"]:

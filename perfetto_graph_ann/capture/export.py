@@ -178,10 +178,12 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
             into a temporary folder beside ``out``); reading, joining and writing run in
             another process (:mod:`.background`), and ``out`` appears, whole, when it is done.
 
-    A live profile of at least ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW`` (40,000) graphed kernels by
-    the replay record, to a ``.pftrace``, is read while torch writes it, by that other process
-    (torch holds this one meanwhile; see :func:`follows`); blocking, this process joins the
-    finished file for the layout it returns, and the two reports must agree.
+    A live profile to a ``.pftrace`` is read while torch writes it, by another process (torch
+    holds this one meanwhile; see :func:`follows`): at any size where a worker started ahead is
+    ready, else from ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW`` (40,000) graphed kernels by the replay
+    record; blocking, this process joins the finished file for the layout it returns, and the
+    two reports must agree. After the export one worker is started ahead for the next
+    (``PERFETTO_GRAPH_ANN_EXPORT_SPARE``; :func:`.background.prepare_spare`).
 
     Returns:
         The join's :class:`LaneLayout` (its report: ``layout.report``); with ``background``,
@@ -207,13 +209,24 @@ def export(prof, out: PathLike, annotations: AnnotationsArg = None, graph_lanes:
         src = os.fsdecode(prof)
         refuse_input_as_output(out, [src])
         return write_joined_file(src, out, ann, graph_lanes, default_stream, force)
-    if follows(prof, out, ann):
-        layout = _export_following(prof, out, ann, graph_lanes, default_stream, force, keep_json)
-        if layout is not None:
-            return layout
-    with tempfile.TemporaryDirectory(prefix=".pga-export-") as tmp:
-        src = _profile_json(prof, os.path.join(tmp, "trace.json"), keep_json, out, link=False)
-        return write_joined_file(src, out, ann, graph_lanes, default_stream, force, "torch.profiler trace")
+    try:
+        if follows(prof, out, ann):
+            layout = _export_following(prof, out, ann, graph_lanes, default_stream, force, keep_json)
+            if layout is not None:
+                return layout
+        with tempfile.TemporaryDirectory(prefix=".pga-export-") as tmp:
+            src = _profile_json(prof, os.path.join(tmp, "trace.json"), keep_json, out, link=False)
+            return write_joined_file(src, out, ann, graph_lanes, default_stream, force, "torch.profiler trace")
+    finally:
+        _spare_for_next()
+
+
+def _spare_for_next() -> None:
+    """After exporting a live profile: a worker started ahead for the next export of this process
+    (:func:`.background.prepare_spare`), so that it can read torch's JSON as torch writes it."""
+    from .background import prepare_spare
+
+    prepare_spare()
 
 
 def _profile_json(prof, dst: str, keep_json: Optional[PathLike], out: str, link: bool) -> str:
@@ -247,9 +260,9 @@ def _profile_json(prof, dst: str, keep_json: Optional[PathLike], out: str, link:
 def expected_kernels(ann: AnnotationSet) -> int:
     """The graphed kernels the latest profiler window's replays launched, by the replay record
     (each replay of an annotated graph: its nodes); 0 where nothing was recorded."""
-    if not ann.replays:
+    window = ann.latest_window()
+    if window is None:
         return 0
-    window = max(ann.replays, key=lambda w: w.stop_ns)
     nodes = {g.exec_id: len(g.nodes) for g in ann.graphs}
     return sum(nodes.get(e, 0) for t in window.threads for e in t.graphs)
 
@@ -258,21 +271,26 @@ def follows(prof: Any, out: str, ann: AnnotationSet) -> bool:
     """Whether ``prof``'s trace to ``out`` is read while torch writes it, by a worker process
     (:class:`_Follower`): a live profiler taking weak references (its JSON kept on it), a
     ``.pftrace`` output, a Python executable to start, and at least
-    ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW`` graphed kernels in the replay record (below it the
-    worker's start costs more than it saves)."""
+    ``PERFETTO_GRAPH_ANN_EXPORT_FOLLOW`` graphed kernels in the replay record (below it a new
+    worker's start costs more than it saves); with the setting unset, any number where a spare
+    worker is ready (:func:`.background.has_spare`)."""
     import sys
     import weakref
 
     from .. import settings
     from ..formats import is_json_name
 
+    from .background import has_spare
+
     if isinstance(prof, (str, bytes, os.PathLike)) or is_json_name(out) or not sys.executable or os.name != "posix":
         return False  # (the worker waits for the word on a pipe with select: POSIX only)
     if type(getattr(prof, _CACHE_ATTR, None)) in (_Kept, bytes):  # exported already: nothing to follow
         return False
     least = settings.count_or_off(settings.EXPORT_FOLLOW)
-    if least is None or expected_kernels(ann) < least:
+    if least is None:
         return False
+    if expected_kernels(ann) < least and not (settings.raw(settings.EXPORT_FOLLOW)[1] is None and has_spare(True)):
+        return False  # (unset, with a worker started ahead and ready: its start costs nothing now)
     try:
         weakref.ref(prof)
     except TypeError:

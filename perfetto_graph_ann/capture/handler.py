@@ -26,7 +26,7 @@ from typing import Any, Callable, List, Optional
 
 from ..errors import OutputError
 from ..pipeline.convert import write_joined_file
-from .background import ExportHandle, report_error, start
+from .background import ExportHandle, prepare_spare, report_error, start
 from .export import (AnnotationsArg, _annotations, _Follower, _scratch_beside, export_chrome_trace_to, follows,
                      keep_chrome_json)
 
@@ -100,6 +100,7 @@ def trace_handler(dir_name: str, worker_name: Optional[str] = None, annotations:
                       DeprecationWarning, stacklevel=2)
         graph_lanes = None
     fixed = None if annotations is None else _annotations(annotations)
+    prepare_spare()  # the first cycle's conversion has a worker ready too
 
     def handler_fn(prof) -> str:
         import tempfile

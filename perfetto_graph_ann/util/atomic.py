@@ -18,7 +18,7 @@ from typing import IO, Iterator, Optional, Sequence
 from ..formats import is_gzip_name
 from ..errors import OutputError, PathLike
 
-__all__ = ["atomic_write", "atomic_write_bytes", "open_scratch", "refuse_input_as_output"]
+__all__ = ["append_scratch_fd", "atomic_write", "atomic_write_bytes", "open_scratch", "refuse_input_as_output"]
 
 _TMP_PREFIX = ".pga-tmp-"
 
@@ -146,6 +146,12 @@ def atomic_write_bytes(path: PathLike, data: bytes, compress: Optional[bool] = N
     """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
     with atomic_write(path, "wb", compress=compress, sigterm=sigterm) as f:
         f.write(data)
+
+
+def append_scratch_fd(path: PathLike) -> int:
+    """A descriptor appending to the scratch file ``path``, which :func:`open_scratch` made (a
+    background worker's standard error, made by its parent); never creates a file."""
+    return os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND)
 
 
 def open_scratch(path: PathLike) -> IO:
