@@ -222,3 +222,12 @@ def test_a_trace_handler_has_a_worker_ready_for_its_first_cycle(tmp_path, spare_
     assert not background.has_spare()
     trace_handler(str(tmp_path / "traces"))
     assert background.has_spare()
+
+
+def test_a_spare_started_before_a_conversions_setting_changed_is_not_handed_a_job(spare_on, monkeypatch):
+    spare = _ready()
+    monkeypatch.setenv("PERFETTO_GRAPH_ANN_PURE_PYTHON", "1")  # read by the worker at import
+    assert not background.has_spare()
+    assert background._take_spare() is None
+    assert spare.wait(20) == 0  # told to leave
+    assert background.prepare_spare() and background._spare is not spare and background.has_spare()

@@ -61,6 +61,9 @@ _spare_owner = 0
 #: one only well before it may leave (:data:`_SPARE_MARGIN_S`), never a job it may not read.
 _spare_since = 0.0
 _spare_idle = 0.0
+#: The settings a conversion reads, as they were when the spare started (it reads them at import:
+#: a spare started before they changed is not handed a job).
+_spare_env: tuple = ()
 _SPARE_MARGIN_S = 2.0
 #: How long a worker started for a job already written waits for it (seconds).
 _IDLE_AT_ONCE = 60
@@ -259,7 +262,7 @@ def prepare_spare() -> bool:
     or not POSIX (the worker waits on a pipe with ``select``), or it could not be started."""
     from .. import settings
 
-    global _spare, _spare_owner, _spare_since, _spare_idle
+    global _spare, _spare_owner, _spare_since, _spare_idle, _spare_env
     idle = settings.count_or_off(settings.EXPORT_SPARE)
     if idle is None or idle <= _SPARE_MARGIN_S or not sys.executable or os.name != "posix":
         return False
@@ -269,6 +272,7 @@ def prepare_spare() -> bool:
         _release(_spare)
         try:
             _spare, _spare_owner, _spare_since, _spare_idle = _spawn(idle), os.getpid(), time.monotonic(), idle
+            _spare_env = _worker_settings()
         except OSError:
             _spare = None
             return False
@@ -277,9 +281,16 @@ def prepare_spare() -> bool:
 
 def _usable() -> bool:
     """Whether :data:`_spare` may be handed a job (under :data:`_lock`): this process's, alive,
-    and not near the end of its wait."""
+    not near the end of its wait, and started under the settings a conversion reads now."""
     return (_spare is not None and _spare_owner == os.getpid() and _spare.poll() is None
-            and time.monotonic() < _spare_since + _spare_idle - _SPARE_MARGIN_S)
+            and time.monotonic() < _spare_since + _spare_idle - _SPARE_MARGIN_S and _spare_env == _worker_settings())
+
+
+def _worker_settings() -> tuple:
+    """The raw values of the settings a conversion reads (``PURE_PYTHON`` at import, ``PROGRESS``)."""
+    from .. import settings
+
+    return tuple(settings.raw(s) for s in (settings.PURE_PYTHON, settings.PROGRESS))
 
 
 def _release(proc: "Optional[subprocess.Popen]") -> None:
