@@ -52,18 +52,15 @@ sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-_SETTLE = [0.0]
-
-
-def _profile(torch, g, replays: int):
-    """A fresh profile of ``replays`` replays, then ``--settle`` seconds (untimed)."""
+def _profile(torch, g, replays: int, settle: float = 0.0):
+    """A fresh profile of ``replays`` replays, then ``settle`` seconds (untimed)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             g.replay()
         torch.cuda.synchronize()
-    time.sleep(_SETTLE[0])
+    time.sleep(settle)
     return prof
 
 
@@ -97,7 +94,6 @@ def main() -> int:
                     help="an arm more: pga.export with the two-pass read whatever the JSON's size "
                          "(convert.TWO_PASS_MIN_BYTES 0)")
     args = ap.parse_args()
-    _SETTLE[0] = args.settle
     if args.follow_from is not None:
         os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"] = args.follow_from
     import torch
@@ -122,7 +118,7 @@ def main() -> int:
         for n in args.replays:
             for r in range(args.rounds):
                 row = {"replays": n, "round": r}
-                prof = _profile(torch, g, n)
+                prof = _profile(torch, g, n, args.settle)
                 src = os.path.join(out, f"torch_{n}_{r}.json")
                 t = time.perf_counter()
                 prof.export_chrome_trace(src)
@@ -130,7 +126,7 @@ def main() -> int:
                 row["json_mb"] = os.path.getsize(src) / 1e6
                 from perfetto_graph_ann.capture import background
 
-                prof = _profile(torch, g, n)  # no spare: the worker started as torch starts writing
+                prof = _profile(torch, g, n, args.settle)  # no spare: the worker started as torch starts writing
                 inner = _timed_method(prof)
                 os.environ["PERFETTO_GRAPH_ANN_EXPORT_SPARE"] = "off"
                 background._drop_spare()
@@ -141,7 +137,7 @@ def main() -> int:
                 finally:
                     del os.environ["PERFETTO_GRAPH_ANN_EXPORT_SPARE"]
                 row["pga_cold_over_inner_torch"] = row["pga_cold_s"] / inner[0]
-                prof = _profile(torch, g, n)
+                prof = _profile(torch, g, n, args.settle)
                 inner = _timed_method(prof)
                 if not background.has_spare(True):  # the export before started one; here only where it did not
                     background.prepare_spare()
@@ -157,7 +153,8 @@ def main() -> int:
                 from perfetto_graph_ann.capture.recorded import recorded_annotations as _rec
 
                 row["followed"] = expected_kernels(_rec())  # the replay record's kernels: follows from 40,000
-                prof = _profile(torch, g, n)  # the same export with torch's JSON read once written, in process
+                # the same export with torch's JSON read once written, in process
+                prof = _profile(torch, g, n, args.settle)
                 inner = _timed_method(prof)
                 before = os.environ.get("PERFETTO_GRAPH_ANN_EXPORT_FOLLOW")
                 os.environ["PERFETTO_GRAPH_ANN_EXPORT_FOLLOW"] = "off"
@@ -174,7 +171,7 @@ def main() -> int:
                 if args.two_pass:
                     from perfetto_graph_ann.pipeline import convert as convert_mod
 
-                    prof = _profile(torch, g, n)
+                    prof = _profile(torch, g, n, args.settle)
                     inner = _timed_method(prof)
                     saved, convert_mod.TWO_PASS_MIN_BYTES = convert_mod.TWO_PASS_MIN_BYTES, 0
                     try:
@@ -184,12 +181,12 @@ def main() -> int:
                     finally:
                         convert_mod.TWO_PASS_MIN_BYTES = saved
                     row["pga_two_pass_over_inner_torch"] = row["pga_two_pass_s"] / inner[0]
-                prof = _profile(torch, g, n)
+                prof = _profile(torch, g, n, args.settle)
                 t = time.perf_counter()
                 pga.export(prof, os.path.join(out, f"kept_{n}_{r}.pftrace"), graph_lanes="all",
                            keep_json=os.path.join(out, f"kept_{n}_{r}.json"))
                 row["pga_keep_json_s"] = time.perf_counter() - t
-                prof = _profile(torch, g, n)
+                prof = _profile(torch, g, n, args.settle)
                 inner = _timed_method(prof)
                 t = time.perf_counter()
                 h = pga.export(prof, os.path.join(out, f"bg_{n}_{r}.pftrace"), graph_lanes="all", background=True)
@@ -197,7 +194,7 @@ def main() -> int:
                 row["pga_bg_inner_torch_s"] = inner[0]
                 h.result()
                 row["pga_bg_done_s"] = time.perf_counter() - t
-                prof = _profile(torch, g, n)
+                prof = _profile(torch, g, n, args.settle)
                 inner = _timed_method(prof)
                 handler = pga.trace_handler(os.path.join(out, f"handler_{n}_{r}"), worker_name="w")
                 t = time.perf_counter()

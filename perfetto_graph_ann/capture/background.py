@@ -190,9 +190,10 @@ def save_for_worker(annotations: Any, tmp: str) -> str:
 def start(src: str, annotations: Any, out: str, graph_lanes: Optional[str], default_stream: int, force: bool,
           label: str, tmp: str, follow: bool = False, nice: bool = True) -> ExportHandle:
     """Convert ``src`` (a Chrome JSON file) joined with ``annotations`` to ``out`` in another
-    process: the spare where one is ready (:func:`prepare_spare`), else a new one. ``tmp`` is a
-    folder this conversion owns (beside ``out``): the annotations are saved there, and it is
-    removed when the conversion's outcome is collected.
+    process: the spare where there is one to hand it to (:func:`prepare_spare`; its imports
+    perhaps still running), else a new one. ``tmp`` is a folder this conversion owns (beside
+    ``out``): the annotations are saved there, and it is removed when the conversion's outcome
+    is collected.
 
     ``follow``: ``src`` is still to be written (by torch's ``export_chrome_trace``, which
     writes ``<src>.tmp`` and renames it): the worker reads it as it grows
