@@ -31,6 +31,19 @@ def test_success_replaces_and_gzip_by_suffix(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+def test_only_outputs_are_synced_a_scratch_outcome_is_renamed_whole_unsynced(tmp_path, monkeypatch):
+    from perfetto_graph_ann.util import atomic
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    atomic_write_bytes(tmp_path / "out.pftrace", b"out")
+    assert len(synced) == 1
+    atomic_write_bytes(tmp_path / "result.json", b"{}", sync=False)
+    assert len(synced) == 1 and (tmp_path / "result.json").read_bytes() == b"{}"
+    assert _leftovers(tmp_path) == []
+
+
 def test_new_file_gets_umask_mode_and_old_file_keeps_its_mode(tmp_path):
     umask = os.umask(0o022)
     try:

@@ -24,7 +24,9 @@ from perfetto_graph_ann.capture.export import expected_kernels, export, follows
 from perfetto_graph_ann.capture.handler import trace_handler
 from perfetto_graph_ann.errors import AnnotationMismatchError, OutputError, SettingError, TraceFormatError
 from perfetto_graph_ann.pipeline.joined import read_for_writing
-from perfetto_graph_ann.read.follow import Abandoned, Followed, Moved
+from perfetto_graph_ann.read.events import decode_events
+from perfetto_graph_ann.read.follow import SOON, Abandoned, Followed, Moved
+from perfetto_graph_ann.read.kineto import _stream_trace
 from perfetto_graph_ann.read.scan import scan_trace
 
 
@@ -126,6 +128,68 @@ def test_a_followed_file_reads_every_byte_in_order_and_ends_only_at_the_writers_
     w.thread.join()
     assert b"".join(got) == data
     assert f.final == path and f.final_stat.st_size == len(data)
+
+
+def test_a_large_read_returns_what_is_written_without_waiting_for_the_whole_block(tmp_path):
+    path = str(tmp_path / "t.json")
+    with open(path + ".tmp", "wb") as f:
+        f.write(b"x" * (SOON + 1000))
+    waits = []
+
+    def finished(timeout):  # the writer never finishes here: a read that waits for more loops on
+        waits.append(timeout)
+        if len(waits) > 50:
+            raise AssertionError("the read waited for a whole block")
+        return None
+
+    f = Followed([path + ".tmp", path], finished)
+    assert f.read(1 << 20) == b"x" * (SOON + 1000)  # all written so far, at once
+    assert waits == []
+    with open(path + ".tmp", "ab") as w:
+        w.write(b"y" * 10)
+    assert f.read(5) == b"yyyyy"  # a small read: what it asked for
+    f.close()
+
+
+def test_the_streaming_read_decodes_what_it_has_before_waiting_for_more():
+    events = b",".join(b'{"ph": "X", "name": "k%d", "ts": %d, "dur": 1, "pid": 1, "tid": 1}' % (i, i)
+                       for i in range(40))
+    text = b'{"traceEvents": [' + events + b'], "traceName": "t"}'
+    log = []
+
+    class Raw:  # the file as a follow hands it out: a piece, then the writer's next piece
+        def __init__(self):
+            self.at = 0
+
+        def read(self, n):
+            log.append(("read", self.at))
+            piece = text[self.at:self.at + min(n, 700)]
+            self.at += len(piece)
+            return piece
+
+        def seek(self, pos, whence=0):
+            self.at = pos
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    class Scan:
+        def read_run(self, buf, end, path, start, at):
+            log.append(("run", start))
+            return decode_events(b"[" + bytes(buf[:end]) + b"]", path, start)
+
+    trace = _stream_trace("t.json", block=700, scan=Scan(), raw=Raw())
+    assert [e.name for e in trace.events] == [f"k{i}" for i in range(40)]
+    runs = [i for i, (what, _) in enumerate(log) if what == "run"]
+    reads = [i for i, (what, _) in enumerate(log) if what == "read"]
+    assert len(runs) > 3
+    # every piece's whole events are decoded before the next piece is asked for
+    for r in runs[:-1]:
+        assert r + 1 in reads
+    assert log[runs[0] - 1][0] == "read" and sum(1 for i in reads if i < runs[0]) == 2  # the head, one piece
 
 
 def test_a_file_finished_elsewhere_is_moved_and_read_whole(tmp_path):

@@ -15,7 +15,8 @@
 # processes vary 2x round to round (session 38) they need far more rounds than fit a call.
 # headline: issue 31's limit in one process, plain captures with CUPTI detached (toy decoder, 150
 # rounds, ~60 s; transformers' Llama too where .whl/hf/ is carried, 60 rounds, ~60 s).
-# Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] bash benchmarks/gpu/run_pending_33_31.sh;
+# Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] [LAYERS=36]
+#   bash benchmarks/gpu/run_pending_33_31.sh;
 # each step's log under $OUT, its last lines printed (first_export: each fresh process imports
 # torch, 2-3 s there; 9 rounds of t1 and t7 did not fit 120 s in session 35). Together the
 # default steps may not fit one device call (10 minutes) on that host: split them with STEPS.
@@ -24,6 +25,7 @@ OUT=$(realpath -m "${OUT:-out}"); mkdir -p "$OUT"
 STEPS=${STEPS:-export_pace first_export graph_derived template_runs capture_parts}
 ROUNDS=${ROUNDS:-5}
 REPLAYS=${REPLAYS:-20 7}  # export_pace's profiles: 828 graphed kernels a replay (35 replays: 28,980)
+# LAYERS: export_pace's decoder layers (36; 12: 276 graphed kernels a replay, the issue's 288-kernel shape)
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -47,7 +49,8 @@ step() {  # step NAME TIMEOUT COMMAND...: the command's output in $OUT/NAME.log,
 }
 for s in $STEPS; do
   case $s in
-    export_pace) step export_pace 540 python3 benchmarks/gpu/export_pace.py --replays $REPLAYS --rounds "$ROUNDS" ;;
+    export_pace) step export_pace 540 python3 benchmarks/gpu/export_pace.py --replays $REPLAYS --rounds "$ROUNDS" \
+      --layers "${LAYERS:-36}" ;;
     first_export) step first_export 300 python3 benchmarks/first_export_imports.py --rounds "$ROUNDS" \
       --recorded $RECORDED ;;
     graph_derived)

@@ -576,7 +576,7 @@ def _main(argv: List[str]) -> int:
     if os.getppid() != job["parent"]:  # nobody will collect the outcome: leave nothing behind
         shutil.rmtree(tmp, ignore_errors=True)
         return 0 if outcome[0] else 2
-    atomic_write_bytes(os.path.join(tmp, _RESULT), data)
+    atomic_write_bytes(os.path.join(tmp, _RESULT), data, sync=False)  # read at once by the parent, then removed
     return 0 if outcome[0] else 2
 
 

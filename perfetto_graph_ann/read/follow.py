@@ -3,9 +3,11 @@
 torch's ``export_chrome_trace`` holds the interpreter lock while Kineto writes the JSON (to
 ``<path>.tmp``, renamed to ``<path>`` when whole, on torch 2.13 here), so nothing of the
 calling process can run meanwhile; another process can read the file as it grows. A
-:class:`Followed` is that file as the first pass's reader sees it: ``read(n)`` gives ``n``
-bytes once they are written, fewer only at the end, and the end comes only when the writer
-has said it finished (``finished``: the writing process's word, never a guess from a pause).
+:class:`Followed` is that file as the first pass's reader sees it: ``read(n)`` gives at least
+``min(n, SOON)`` bytes once they are written (fewer only at the end; a reader asking for large
+blocks gets what is written as it comes, so little is left to read when the writer is done),
+and the end comes only when the writer has said it finished (``finished``: the writing
+process's word, never a guess from a pause).
 
 The file read must be the one finished: when the writer names the finished file, the file
 descriptor read so far must be that file (same device and inode); if not (the writer wrote
@@ -18,10 +20,14 @@ import io
 import os
 from typing import Callable, Optional, Sequence
 
-__all__ = ["Abandoned", "Followed", "Moved", "POLL_S"]
+__all__ = ["Abandoned", "Followed", "Moved", "POLL_S", "SOON"]
 
 #: How long a read at the written end waits for the writer's word before looking again (s).
 POLL_S = 0.002
+#: A read returns once it has this many bytes (or all it asked for, or the end): the streaming
+#: reader asks for 1 MB blocks, and waiting for a whole one left up to 2 MB to decode after torch
+#: finished (BENCHMARKS.md, session 40).
+SOON = 256 << 10
 
 
 class Abandoned(Exception):
@@ -81,7 +87,8 @@ class Followed:
             n = 1 << 62
         parts = []
         want = n
-        while want > 0:
+        enough = n - min(n, SOON)  # return once want is down to this
+        while want > enough:
             if self._file is None and self.final is None:
                 self._open(self.names)
             got = self._file.read(min(want, 1 << 24)) if self._file is not None else b""

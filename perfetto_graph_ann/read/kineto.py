@@ -135,16 +135,16 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None, raw: Any = None) 
                 return None
             head, buf = buf[:m.end() - 1], bytearray(buf[m.end():])
             at = m.end()  # where buf starts in the (decompressed) text
-            while True:
-                more = f.read(block)
-                if not more:
-                    break
+            while True:  # what is read is decoded before more is waited for (a file still being written)
                 cut = _decode_run(buf, path, events, scan=scan, at=at)
                 if cut < 0:
                     return None
                 if cut:
                     del buf[:cut]
                     at += cut
+                more = f.read(block)
+                if not more:
+                    break
                 buf += more
         except (OSError, EOFError, zlib.error):
             return None

@@ -46,12 +46,14 @@ def _sigterm_as_exception() -> Iterator[None]:
 
 @contextlib.contextmanager
 def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = None,
-                 sigterm: bool = True) -> Iterator[IO]:
+                 sigterm: bool = True, sync: bool = True) -> Iterator[IO]:
     """Open a temporary file next to ``path``; on success fsync and rename it into place.
 
     ``compress``: gzip the stream; ``None`` means "if the name ends in .gz". ``sigterm``: turn
     SIGTERM into ``SystemExit`` meanwhile (main thread), so that the temporary file is removed;
     off for a write inside a program that must keep its own handler (a compile record).
+    ``sync`` off: no fsync (still renamed whole), for a scratch file read at once and removed
+    (a background worker's outcome), where a crash leaves nothing worth keeping anyway.
     Raises :class:`OutputError` naming ``path`` for disk full, permissions, missing folder.
     """
     path = os.fspath(path)
@@ -78,7 +80,8 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
             if gz is not None:
                 gz.close()  # writes the gzip trailer; a GzipFile never closes its fileobj
             raw.flush()
-            os.fsync(raw.fileno())
+            if sync:
+                os.fsync(raw.fileno())
             raw.close()
             os.replace(tmp, path)
     except OSError as e:
@@ -142,9 +145,10 @@ def refuse_input_as_output(output: Optional[PathLike], inputs: Sequence[Optional
                                       "there would replace it: choose another output path")
 
 
-def atomic_write_bytes(path: PathLike, data: bytes, compress: Optional[bool] = None, sigterm: bool = True) -> None:
+def atomic_write_bytes(path: PathLike, data: bytes, compress: Optional[bool] = None, sigterm: bool = True,
+                       sync: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
-    with atomic_write(path, "wb", compress=compress, sigterm=sigterm) as f:
+    with atomic_write(path, "wb", compress=compress, sigterm=sigterm, sync=sync) as f:
         f.write(data)
 
 
