@@ -98,6 +98,25 @@ def test_the_next_conversion_runs_in_the_spare_and_a_new_one_is_started(tmp_path
     assert sorted(os.listdir(tmp_path)) == ["a.pftrace", "b.pftrace"]
 
 
+def test_a_blocking_export_starts_the_next_spare_while_its_worker_still_writes(tmp_path, spare_on, monkeypatch):
+    ann = read_capture_record(fixture_capture(NAME))
+    spare = _ready()
+    seen = []
+    collect = background.ExportHandle.result
+
+    def result(handle, timeout=None):
+        seen.append((handle._proc.pid, background._spare))  # the spare as the caller starts its wait
+        return collect(handle, timeout)
+
+    monkeypatch.setattr(background.ExportHandle, "result", result)
+    export(RecordedProfiler(_raw()), tmp_path / "a.pftrace", ann, graph_lanes="all")
+    (pid, nxt), = seen
+    assert pid == spare.pid  # followed, in the spare
+    assert nxt is not None and nxt.pid != spare.pid and nxt.poll() is None  # the next one already started
+    assert background._spare is nxt  # and kept: the export's end starts no other
+    assert (tmp_path / "a.pftrace").read_bytes() == _expected(tmp_path, ann)
+
+
 def test_a_spare_that_died_is_replaced_and_the_conversion_still_runs(tmp_path, spare_on):
     ann = read_capture_record(fixture_capture(NAME))
     spare = _ready()

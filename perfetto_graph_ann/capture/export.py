@@ -359,6 +359,7 @@ def _export_following(prof, out: str, ann: AnnotationSet, graph_lanes: str, defa
         except Exception:
             _settle(handle, out)
             raise
+        _spare_for_next()  # while the worker still writes (its start off the caller's wait); again, a no-op, at the end
         report = handle.result()  # the worker's error: the same join refused, nothing written
         if report.as_dict() != layout.report.as_dict():
             _remove(out)
