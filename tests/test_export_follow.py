@@ -149,6 +149,11 @@ def test_a_large_read_returns_what_is_written_without_waiting_for_the_whole_bloc
         w.write(b"y" * 10)
     assert f.read(5) == b"yyyyy"  # a small read: what it asked for
     f.close()
+    w = _Writer(str(tmp_path / "u.json"), b"z" * (3 * SOON))
+    f = Followed([w.path + ".tmp", w.path], w.finished)
+    assert f.read() == b"z" * (3 * SOON)  # no size: the whole file, up to the writer's word
+    f.close()
+    w.thread.join()
 
 
 def test_the_streaming_read_decodes_what_it_has_before_waiting_for_more():

@@ -83,11 +83,12 @@ class Followed:
         return self.final
 
     def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
+        whole = n is None or n < 0  # the rest of the file, up to the writer's word
+        if whole:
             n = 1 << 62
         parts = []
         want = n
-        enough = n - min(n, SOON)  # return once want is down to this
+        enough = 0 if whole else n - min(n, SOON)  # return once want is down to this
         while want > enough:
             if self._file is None and self.final is None:
                 self._open(self.names)
