@@ -117,6 +117,34 @@ def test_a_blocking_export_starts_the_next_spare_while_its_worker_still_writes(t
     assert (tmp_path / "a.pftrace").read_bytes() == _expected(tmp_path, ann)
 
 
+def test_the_outcome_is_collected_at_the_workers_word_not_at_its_exit(tmp_path):
+    from perfetto_graph_ann.errors import OutputError
+    from perfetto_graph_ann.util.atomic import atomic_write_bytes
+
+    out = str(tmp_path / "a.pftrace")
+    folder = tmp_path / "job"
+    folder.mkdir()
+    atomic_write_bytes(folder / background._RESULT,
+                       background._encode_outcome((False, OutputError(out, "what the worker found")), out))
+    # a worker whose exit is slow: its word that the outcome is written, then 30 s before it ends
+    proc = subprocess.Popen([sys.executable, "-c", "import os, time; os.write(1, b'r'); time.sleep(0.2); "
+                             "os.write(1, b'd'); time.sleep(30)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        h = background.ExportHandle(out, "the profile", str(folder), proc)
+        t = time.monotonic()
+        with pytest.raises(OutputError, match="what the worker found"):
+            h.result(timeout=20)
+        assert time.monotonic() - t < 10 and h.done()
+        assert proc.poll() is None and proc in background._leaving  # still leaving: reaped later
+        assert not folder.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    with background._lock:
+        background._reap()
+    assert proc not in background._leaving
+
+
 def test_a_spare_that_died_is_replaced_and_the_conversion_still_runs(tmp_path, spare_on):
     ann = read_capture_record(fixture_capture(NAME))
     spare = _ready()
