@@ -144,7 +144,8 @@ class ExportHandle:
         output, within ``timeout`` seconds; None: however long it takes), or has closed that
         pipe (it ended, with or without an outcome). Waiting for this word, not for the process
         to end, keeps its exit (the kernel freeing a conversion's memory: 9-19 ms here for
-        50-400 MB, ``benchmarks/worker_exit.py``) off the caller's wait. False where the pipe cannot be watched (not POSIX)."""
+        50-400 MB, ``benchmarks/worker_exit.py``) off the caller's wait. False where the pipe
+        cannot be watched (not POSIX)."""
         import select
 
         out = self._proc.stdout
