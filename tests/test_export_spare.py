@@ -145,6 +145,25 @@ def test_the_outcome_is_collected_at_the_workers_word_not_at_its_exit(tmp_path):
     assert proc not in background._leaving
 
 
+def test_a_wait_with_a_timeout_waits_that_long_once(tmp_path):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", "import os, time; os.write(1, b'r'); time.sleep(30)"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # a worker still converting
+    try:
+        h = background.ExportHandle(str(tmp_path / "a.pftrace"), "the profile", str(folder), proc)
+        t = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired):
+            h.result(timeout=2.0)
+        assert 2.0 <= time.monotonic() - t < 3.5  # the word waited for, not the exit after it too
+        assert not h.done() and folder.exists()  # still running: nothing collected
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stdin.close()
+
+
 def test_a_spare_that_died_is_replaced_and_the_conversion_still_runs(tmp_path, spare_on):
     ann = read_capture_record(fixture_capture(NAME))
     spare = _ready()

@@ -148,13 +148,12 @@ class ExportHandle:
         cannot be watched (not POSIX)."""
         import select
 
-        out = self._proc.stdout
         if self._told:
             return True
-        if out is None or out.closed or os.name != "posix":
+        if not self._watchable():
             return False
         deadline = None if timeout is None else time.monotonic() + timeout
-        fd = out.fileno()
+        fd = self._proc.stdout.fileno()
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([fd], [], [], left)[0]:
@@ -163,6 +162,11 @@ class ExportHandle:
             if not chunk or _DONE in chunk:
                 self._told = True
                 return True
+
+    def _watchable(self) -> bool:
+        """Whether the worker's word can be waited for on its standard output (POSIX, still open)."""
+        out = self._proc.stdout
+        return out is not None and not out.closed and os.name == "posix"
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait for the conversion (at most ``timeout`` seconds: ``subprocess.TimeoutExpired``
@@ -176,6 +180,8 @@ class ExportHandle:
         with self._lock:
             if self._outcome is None:
                 if not self._told_in(timeout):
+                    if self._watchable():
+                        raise subprocess.TimeoutExpired(self._proc.args, timeout)
                     self._proc.wait(timeout)  # where the pipe cannot be watched; a timeout raises
                 self._outcome = self._collect()
                 with _lock:
