@@ -137,7 +137,14 @@ class ExportHandle:
 
     def done(self) -> bool:
         """Whether the conversion has finished (successfully or not)."""
-        return self._outcome is not None or self._told_in(0.0) or self._proc.poll() is not None
+        if self._outcome is not None:
+            return True
+        try:
+            if self._told_in(0.0):
+                return True
+        except (OSError, ValueError):  # the pipe closed meanwhile: a result() in another thread collected it
+            pass
+        return self._outcome is not None or self._proc.poll() is not None
 
     def _told_in(self, timeout: Optional[float]) -> bool:
         """Whether the worker says its outcome is written (one byte, ``_DONE``, on its standard
