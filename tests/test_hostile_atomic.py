@@ -5,8 +5,8 @@ Two kinds of proof, each in a child process so the signal hits a real program:
 * timing: ``perfetto-graph-ann convert`` on a large synthetic trace is sent SIGINT / SIGTERM as
   soon as its temporary output appears, i.e. while it streams packets;
 * placement: for every writer (convert .pftrace / .pftrace.gz / Chrome JSON, merge, sidecar
-  save binary / JSON, ``sql -o``) the signal is raised from inside the write itself, once in
-  the middle of the data and once at the fsync just before the rename.
+  save binary / JSON, ``sql -o``) the signal is raised from inside the write itself: the moment
+  its temporary file exists, in the middle of the data, and at the fsync just before the rename.
 
 Either way the previous output must be byte-identical afterwards and no temporary file left.
 A source scan checks that no module writes a file without ``atomic_write``.
@@ -112,6 +112,15 @@ _DRIVER = textwrap.dedent('''
             fire()
             return real_fsync(fd)
         atomic.os.fsync = fsync
+    elif where == "created":
+        real_mkstemp = atomic.tempfile.mkstemp
+        def mkstemp(*a, **k):
+            """The output's temporary file, the signal sent the moment it exists."""
+            got = real_mkstemp(*a, **k)
+            if k.get("prefix") == atomic._TMP_PREFIX:
+                fire()
+            return got
+        atomic.tempfile.mkstemp = mkstemp
     elif where == "mid_write":
         real_fdopen = os.fdopen
         class Raw:
@@ -171,7 +180,7 @@ def _run_driver(tmp_path: Path, sig: int, where: str, action: str) -> subprocess
                               env=_env(), capture_output=True, timeout=120)
 
 
-@pytest.mark.parametrize("where", ["mid_write", "fsync"])
+@pytest.mark.parametrize("where", ["created", "mid_write", "fsync"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.parametrize("writer", WRITERS)
 def test_every_writer_interrupted_keeps_previous(tmp_path, writer, sig, where):

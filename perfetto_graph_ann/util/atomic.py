@@ -62,14 +62,23 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
         compress = is_gzip_name(path)
     if not os.path.isdir(directory):
         raise OutputError(path, f"output folder {directory} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".part", dir=directory)
-    except OSError as e:
-        raise OutputError(path, f"cannot create a file here: {e.strerror or e}") from e
-    _apply_normal_mode(fd, path)
-    raw = os.fdopen(fd, "wb")
-    try:
-        with _sigterm_as_exception() if sigterm else contextlib.nullcontext():
+    # SIGTERM is an exception from before the temporary file exists, and SIGINT and SIGTERM are
+    # held from just before its creation until the cleanup's scope is entered: a signal in
+    # between left the file behind (its handler raised before anything could remove it)
+    with _sigterm_as_exception() if sigterm else contextlib.nullcontext():
+        held = _hold_signals()
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".part", dir=directory)
+            raw = _fdopen_or_remove(fd, tmp)
+        except OSError as e:
+            _release_signals(held)
+            raise OutputError(path, f"cannot create a file here: {e.strerror or e}") from e
+        except BaseException:
+            _release_signals(held)
+            raise
+        with _cleaned_up(raw, tmp, path):
+            _release_signals(held)  # a signal held meanwhile raises here, inside the cleanup's scope
+            _apply_normal_mode(raw.fileno(), path)
             gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else None
             binary = gz or raw
             text = io.TextIOWrapper(binary, encoding="utf-8") if "b" not in mode else None
@@ -84,6 +93,40 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
                 os.fsync(raw.fileno())
             raw.close()
             os.replace(tmp, path)
+
+
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+def _hold_signals() -> Optional[object]:
+    """Hold SIGINT and SIGTERM back (main thread, POSIX): the signal mask before, else None."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+
+
+def _release_signals(before: Optional[object]) -> None:
+    """Put back the mask :func:`_hold_signals` returned: a held signal is delivered now."""
+    if before is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _fdopen_or_remove(fd: int, tmp: str) -> IO:
+    """``fd`` as a binary file object; where that fails, the descriptor closed and ``tmp`` removed."""
+    try:
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _cleaned_up(raw: IO, tmp: str, path: str) -> Iterator[None]:
+    """The temporary file closed and removed on any exception; an ``OSError`` as :class:`OutputError`."""
+    try:
+        yield
     except OSError as e:
         _discard(raw, tmp)
         if e.errno == errno.ENOSPC:
