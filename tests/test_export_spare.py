@@ -183,7 +183,7 @@ _GC_WATCH = textwrap.dedent("""
 
 def test_the_worker_never_collects_from_its_job_to_its_exit(tmp_path, monkeypatch):
     # the conversion pauses the collector; a worker that let it run again would walk the whole
-    # conversion's heap before writing its outcome (3-5 ms on the GPU host), for memory it never reuses
+    # conversion's heap before writing its outcome (2.5-3.7 ms on the GPU host), for memory it never reuses
     monkeypatch.setenv("PERFETTO_GRAPH_ANN_EXPORT_SPARE", "off")
     ann = read_capture_record(fixture_capture(NAME))
     record = tmp_path / "collections.json"
