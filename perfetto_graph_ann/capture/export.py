@@ -279,7 +279,6 @@ def follows(prof: Any, out: str, ann: AnnotationSet) -> bool:
 
     from .. import settings
     from ..formats import is_json_name
-
     from .background import has_spare
 
     if isinstance(prof, (str, bytes, os.PathLike)) or is_json_name(out) or not sys.executable or os.name != "posix":
