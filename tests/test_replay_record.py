@@ -576,14 +576,66 @@ def test_the_window_of_a_profile_just_before_is_not_this_traces(tmp_path, graph)
         assert layout.report.replay_graphs == {RECORDED: 3} and not layout.report.unidentified_replays
 
 
-def test_windows_the_clocks_cannot_tell_apart_leave_the_replays_unknown(tmp_path):
-    """Where no window holds the launches within 1 ms (clocks further apart) or the other one is
-    closer than 10 ms, neither is chosen: a launch they disagree on stays unidentified."""
-    write_trace(tmp_path / "t.json", SEQ)
+@pytest.mark.parametrize("gap_ns", [4_000_000, 9_900_000], ids=["4 ms", "9.9 ms"])
+@pytest.mark.parametrize("graph", [9, 5], ids=["a graph no longer annotated", "an annotated graph"])
+def test_a_window_whose_calls_cannot_be_the_launches_is_not_this_traces(tmp_path, graph, gap_ns):
+    """Seen on the H100 (session 42): profiles ~12 ms apart (tests in one process), the previous
+    window's span 9.9 ms before this trace's launches, inside the 10 ms its span is given. Its
+    calls ran 10 ms before the launches, so they cannot be them: a thread's launch lies between
+    its call's start and the next call's. Such a window is left out, whether its graph is still
+    annotated (a twin: the replays would stay unknown) or freed (every replay left to the
+    kernels)."""
+    truth = write_trace(tmp_path / "t.json", SEQ)
     trace = read_trace(tmp_path / "t.json")
     right = window([recorded(SEQ, 1)], SEQ)
     shifted = dataclasses.replace(right, start_ns=right.start_ns + 5_000_000, stop_ns=right.stop_ns + 5_000_000)
-    for windows in ((_previous_profile(20_000_000), shifted), (_previous_profile(4_000_000), right)):
+    for windows in ((_previous_profile(gap_ns, graph), right), (right, _previous_profile(gap_ns, graph)),
+                    (_previous_profile(20_000_000, graph), shifted)):
+        layout = join(trace, twins(replays=windows))
+        assert labels(layout, trace) == truth_labels(truth)
+        assert layout.report.replay_graphs == {RECORDED: 3} and not layout.report.unidentified_replays
+
+
+def test_a_launch_outside_its_calls_bracket_leaves_the_window_out(tmp_path):
+    """The one window there is, its second call recorded 2 ms before the first launch (the order
+    of calls and launches disagrees beyond the clocks' slack): not used, the twins stay unknown."""
+    write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    th = recorded(SEQ, 1)
+    starts = list(th.starts_ns)
+    starts[1] = launch_wall(SEQ[0]) - 2_000_000
+    bad = window([dataclasses.replace(th, starts_ns=tuple(starts))], SEQ)
+    layout = join(trace, twins(replays=(bad,)))
+    assert not any(name for names in labels(layout, trace).values() for name in names)
+    assert sum(layout.report.unidentified_replays.values()) == 3
+    assert any("no profiler window" in p for p in layout.report.replay_record_problems)
+
+
+def test_windows_the_clocks_cannot_tell_apart_leave_the_replays_unknown(tmp_path):
+    """Where two windows' calls both bracket the launches within the clocks' slack (a previous
+    window's calls 0.5 ms before this one's), neither is chosen: a launch they disagree on stays
+    unidentified."""
+    write_trace(tmp_path / "t.json", SEQ)
+    trace = read_trace(tmp_path / "t.json")
+    right = window([recorded(SEQ, 1)], SEQ)
+    for windows in ((_previous_profile(500_000), right), (right, _previous_profile(500_000))):
         layout = join(trace, twins(replays=windows))
         assert not any(name for names in labels(layout, trace).values() for name in names)
         assert sum(layout.report.unidentified_replays.values()) == 3
+
+
+H100_WINDOWS = Path(__file__).parent / "data" / "h100_windows"
+
+
+def test_profiles_12_ms_apart_on_the_h100_label_every_replay():
+    """The recorded case (tests/data/h100_windows/README.md): every GPU event of the three replays
+    gets its node's scope, the graph known from the record; the truth is the capture's order."""
+    trace = read_trace(str(H100_WINDOWS / "twelve_ms_apart.trace.json.gz"))
+    ann = load_annotations(str(H100_WINDOWS / "twelve_ms_apart.annotations.json.gz"))
+    assert len(ann.replays) == 4
+    layout = join(trace, ann)
+    got = {c: names for c, names in labels(layout, trace).items() if c in {e.correlation for e in trace.events
+                                                                         if e.name == "cudaGraphLaunch"}}
+    assert list(got.values()) == [["scale", "copy", "fill", "fill"]] * 3
+    assert layout.report.replay_graphs == {RECORDED: 3} and not layout.report.unidentified_replays
+

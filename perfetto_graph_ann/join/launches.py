@@ -10,7 +10,10 @@ calls, in the same order: the i-th launch on the thread is call ``k + i`` for on
 - **counts**: the launches must cover every certain call and nothing outside the list
   (``k <= head_uncertain`` and ``k + m >= n - tail_uncertain``);
 - **times**, where both sides have them: each launch starts within :data:`TIME_SLACK_NS`
-  of its call (a check against gross misalignment, not the rule);
+  of its call (a check against gross misalignment), and between its call's start and the
+  next call's on that thread (a thread's calls run one after the other), within
+  :data:`ORDER_SLACK_NS` and :data:`ORDER_DRIFT_PPM` for the two clocks. A window none of
+  whose threads' calls can be so placed around the trace's launches is not the trace's;
 - **kernels**: a launch of an annotated graph must have GPU work that graph can have run.
 
 A launch's graph is known when every kept offset gives the same graph; otherwise it is
@@ -31,6 +34,14 @@ from .identity import trace_pids
 #: How far (ns) a launch's start may be from its call's start before an offset is refused:
 #: the trace's clock and the process's are not the same, only close.
 TIME_SLACK_NS = 50_000_000
+#: How far (ns) a launch may start before its call's recorded start, or after the start of the
+#: thread's next call (a launch lies between the two: a thread's calls run one after the other).
+#: The trace's clock and the process's were 3-7 us apart on the H200 and H100 (a first call
+#: under a new profiler reached its launch 1.6-2.4 ms after it began, inside that bracket).
+ORDER_SLACK_NS = 1_000_000
+#: ...plus this many ns per ms elapsed since the thread's first recorded call (1,000 ppm: two
+#: clocks drifting apart over a long profile)
+ORDER_DRIFT_PPM = 1_000
 #: How far (ns) outside a window's start and stop the trace's launches may lie and still be its
 #: (the H200 showed the two clocks microseconds apart; profiler windows are seconds apart).
 WINDOW_SLACK_NS = 250_000_000
@@ -94,10 +105,20 @@ def _offsets(t: ReplayThread, m: int) -> range:
 
 
 def _times_fit(t: ReplayThread, k: int, launches: Sequence[TraceEvent], base_ns: int) -> bool:
-    if not t.starts_ns or not base_ns:
+    """Whether launch ``i`` can be call ``k + i`` by time: near its start, and between it and the
+    next call's start (the order slack, with drift)."""
+    starts = t.starts_ns
+    if not starts or not base_ns:
         return True
+    first = starts[0]
     for i, e in enumerate(launches):
-        if e.ts_ns is not None and abs(base_ns + e.ts_ns - t.starts_ns[k + i]) > TIME_SLACK_NS:
+        if e.ts_ns is None:
+            continue
+        at, j = base_ns + e.ts_ns, k + i
+        if abs(at - starts[j]) > TIME_SLACK_NS:
+            return False
+        slack = ORDER_SLACK_NS + abs(at - first) * ORDER_DRIFT_PPM // 1_000_000
+        if at < starts[j] - slack or (j + 1 < len(starts) and at > starts[j + 1] + slack):
             return False
     return True
 
@@ -108,6 +129,7 @@ def _fit_window(w: ReplayWindow, per_tid: Mapping[int, List[TraceEvent]], base_n
     out: Candidates = {}
     problems: List[str] = []
     used = set()
+    counted = timed = False  # some thread's calls cover its launches by count / also by time
     for tid, launches in per_tid.items():
         t = _thread_for(tid, w.threads)
         if t is None:
@@ -116,7 +138,10 @@ def _fit_window(w: ReplayWindow, per_tid: Mapping[int, List[TraceEvent]], base_n
             continue
         used.add(id(t))
         m = len(launches)
-        ks = [k for k in _offsets(t, m) if _times_fit(t, k, launches, base_ns)]
+        ks = list(_offsets(t, m))
+        counted = counted or bool(ks)
+        ks = [k for k in ks if _times_fit(t, k, launches, base_ns)]
+        timed = timed or bool(ks)
         ks = [k for k in ks if all(fits_graph(e.correlation, t.graphs[k + i]) for i, e in enumerate(launches))]
         if not ks:
             n = len(t.graphs)
@@ -130,6 +155,8 @@ def _fit_window(w: ReplayWindow, per_tid: Mapping[int, List[TraceEvent]], base_n
         if id(t) not in used and len(t.graphs) > t.head_uncertain + t.tail_uncertain:
             return None, [f"the record has replays of thread {t.ident} that the trace lacks"]
     if not used:  # none of the trace's launching threads replayed in this window: not its window
+        return None, []
+    if counted and not timed:  # its calls ran at other times than the trace's launches: not its window
         return None, []
     return out, problems
 
@@ -185,4 +212,5 @@ def launch_identities(trace: KinetoTrace, windows: Iterable[ReplayWindow],
     return res
 
 
-__all__ = ["LaunchIdentities", "launch_identities", "TIME_SLACK_NS", "UNANNOTATED_GRAPH"]
+__all__ = ["LaunchIdentities", "launch_identities", "ORDER_DRIFT_PPM", "ORDER_SLACK_NS", "TIME_SLACK_NS",
+           "UNANNOTATED_GRAPH"]
