@@ -14,7 +14,11 @@ python3 hatch_build.py > /dev/null 2>&1 || echo "extension build failed: pure-Py
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'
   python3 -c 'from perfetto_graph_ann.capture import fastpath; print("capture path:", fastpath.describe())'; } 2>&1 | tee "$OUT/env.txt"
-for f in ${FILES:-test_capture_gpu test_calibration_gpu test_backward_truth_gpu test_scopes_gpu test_export_gpu test_trace_handler_gpu test_readme_gpu test_critical_path_gpu test_node_watch_gpu test_cupti_warm_gpu test_cupti_detach_gpu test_cupti_ids_gpu test_zero_code_gpu test_hf_models_gpu test_replay_identity_gpu test_multigpu test_fleet_gpu}; do
+ALL="test_capture_gpu test_calibration_gpu test_backward_truth_gpu test_scopes_gpu test_export_gpu
+  test_trace_handler_gpu test_readme_gpu test_critical_path_gpu test_node_watch_gpu test_cupti_warm_gpu
+  test_cupti_detach_gpu test_cupti_ids_gpu test_zero_code_gpu test_hf_models_gpu test_replay_identity_gpu
+  test_copy_nodes_gpu test_multigpu test_fleet_gpu"
+for f in ${FILES:-$ALL}; do
   log="$OUT/$f.log"
   extra=""; [ "$f" = test_hf_models_gpu ] && extra=":/tmp/site-hf"
   PYTHONPATH="$PYTHONPATH$extra" PGA_GPU_RESULTS="$OUT/results_$f.json" PGA_CP_OUT="$OUT/cp" \
