@@ -16,7 +16,11 @@ buf + 1`` kept (``keep_graph=True``) and instantiated explicitly:
 Then, CUPTI initialised: each graph's replay under an activity session (the kind recorded at
 its copy node's position), and under torch.profiler (the categories of its GPU events).
 
-    python benchmarks/gpu/probe_memcpy_kinds.py [--out FILE]
+``--warm-copy``: instead, one graph captured by ``torch.cuda.graph`` (kept, as above), CUPTI never
+initialised, after an eager copy between the same tensors (``warm``) or with none before it in
+the process (``cold``, the default): whether an eager copy first decides the copy's kind.
+
+    python benchmarks/gpu/probe_memcpy_kinds.py [--warm-copy {cold,warm}] [--out FILE]
 """
 from __future__ import annotations
 
@@ -37,9 +41,26 @@ from perfetto_graph_ann.capture import backends  # noqa: E402
 from perfetto_graph_ann.capture.calibration import activity_session  # noqa: E402
 
 
+def _all_states(capture, graphs, sw, out) -> None:
+    """The five graphs of the module's docstring, in order."""
+    capture("never").instantiate()
+    capture("init_before_instantiate")
+    out["init_rc"] = sw.init()
+    graphs["init_before_instantiate"][0].instantiate()
+    capture("attached").instantiate()
+    out["detach_rc_1"] = sw.detach()
+    capture("init_mid_capture", mid=lambda: out.__setitem__("init_mid_rc", sw.init()))
+    graphs["init_mid_capture"][0].instantiate()
+    capture("detached_before_instantiate")
+    out["detach_rc_2"] = sw.detach()
+    graphs["detached_before_instantiate"][0].instantiate()
+    out["init_rc_2"] = sw.init()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--warm-copy", choices=("cold", "warm"))
     args = ap.parse_args()
     torch.zeros(1, device="cuda")
     be = backends.active()
@@ -61,21 +82,25 @@ def main() -> None:
         return g
 
     out: dict = {}
-    capture("never").instantiate()
-    capture("init_before_instantiate")
-    out["init_rc"] = sw.init()
-    graphs["init_before_instantiate"][0].instantiate()
-    capture("attached").instantiate()
-    out["detach_rc_1"] = sw.detach()
-    capture("init_mid_capture", mid=lambda: out.__setitem__("init_mid_rc", sw.init()))
-    graphs["init_mid_capture"][0].instantiate()
-    capture("detached_before_instantiate")
-    out["detach_rc_2"] = sw.detach()
-    graphs["detached_before_instantiate"][0].instantiate()
-    out["init_rc_2"] = sw.init()
+    if args.warm_copy:
+        if args.warm_copy == "warm":
+            buf.copy_(x * 2)
+            torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph(keep_graph=True)
+        with torch.cuda.graph(g):
+            y = x * 2
+            buf.copy_(y)
+            buf.zero_()
+            z = buf + 1
+        g.instantiate()
+        graphs[args.warm_copy] = [g, z]
+    else:
+        _all_states(capture, graphs, sw, out)
     for g, _ in graphs.values():
         g.replay()
     torch.cuda.synchronize()
+    if args.warm_copy:
+        out["init_rc"] = sw.init()
     for name, (g, z) in graphs.items():
         rows = be.node_infos(int(g.raw_cuda_graph()))
         eid = be.exec_id(int(g.raw_cuda_graph_exec()))
