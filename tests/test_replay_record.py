@@ -639,3 +639,30 @@ def test_profiles_12_ms_apart_on_the_h100_label_every_replay():
     assert list(got.values()) == [["scale", "copy", "fill", "fill"]] * 3
     assert layout.report.replay_graphs == {RECORDED: 3} and not layout.report.unidentified_replays
 
+
+def _copy_as_kernel(src: Path, dst: Path) -> None:
+    """The recorded trace with its device copy written as the driver's copy kernel (category
+    ``kernel``, ``memcpy128``), as graphs replayed it in ``benchmarks/gpu/probe_memcpy_kinds.py``."""
+    import gzip
+
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "gpu_memcpy":
+            e.update(cat="kernel", name="memcpy128")
+            e["args"].update(grid=[1024, 1, 1], block=[128, 1, 1])
+    dst.write_text(json.dumps(doc))
+
+
+def test_a_copy_replayed_as_a_kernel_never_gets_a_wrong_label(tmp_path):
+    """The calibrated graph of tests/data/h100_windows (scopes scale, copy, fill, fill), its copy
+    shown as a kernel: the other three events keep their scopes, and the copy event gets its
+    own scope or none (its node is a copy, the event a kernel): never another node's."""
+    _copy_as_kernel(H100_WINDOWS / "calibrated_copy.trace.json.gz", tmp_path / "t.json")
+    trace = read_trace(str(tmp_path / "t.json"))
+    layout = join(trace, load_annotations(str(H100_WINDOWS / "calibrated_copy.annotations.json.gz")))
+    launches = {e.correlation for e in trace.events if e.name == "cudaGraphLaunch"}
+    got = [names for c, names in labels(layout, trace).items() if c in launches]
+    assert len(got) == 3
+    for names in got:
+        assert names[0] == "scale" and names[2:] == ["fill", "fill"] and names[1] in ("copy", None)
+
