@@ -15,6 +15,8 @@
 # processes vary 2x round to round (session 38) they need far more rounds than fit a call.
 # headline: issue 31's limit in one process, plain captures with CUPTI detached (toy decoder, 150
 # rounds, ~60 s; transformers' Llama too where .whl/hf/ is carried, 60 rounds, ~60 s).
+# windows_copy: session 42's GPU checks (the copy test three times, the replay-identity, handler and
+# export tests, the copy-kind probe's two modes; ~2-3 minutes).
 # Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] [LAYERS=36]
 #   bash benchmarks/gpu/run_pending_33_31.sh;
 # each step's log under $OUT, its last lines printed (first_export: each fresh process imports
@@ -70,7 +72,13 @@ for s in $STEPS; do
       --batches 32 24 16 8 4 2 1 --arms plain plain_cupti instrumented modules --out "$OUT/fresh_runner.json" ;;
     fresh_hf) step fresh_hf 290 python3 benchmarks/gpu/module_capture_fresh.py --model hf-llama --rounds "$ROUNDS" \
       --batches 16 8 4 2 1 --arms plain modules --out "$OUT/fresh_hf.json" ;;
+    windows_copy)  # session 42's fix and probe, not run on a GPU after it (tests/gpu/RESULTS.md, session 42)
+      for i in 1 2 3; do step "copy_nodes_$i" 100 python3 -m pytest tests/gpu/test_copy_nodes_gpu.py -o addopts="" \
+        -m gpu -p no:cacheprovider -q --timeout 90; done
+      for f in test_replay_identity_gpu test_trace_handler_gpu test_export_gpu; do step "$f" 150 python3 -m pytest \
+        "tests/gpu/$f.py" -o addopts="" -m gpu -p no:cacheprovider -q --timeout 120; done
+      for m in cold warm; do step "memcpy_$m" 60 python3 benchmarks/gpu/probe_memcpy_kinds.py --warm-copy "$m"; done ;;
     *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts" \
-      "hf_capture_parts headline fresh_runner fresh_hf)"; exit 2 ;;
+      "hf_capture_parts headline fresh_runner fresh_hf windows_copy)"; exit 2 ;;
   esac
 done
