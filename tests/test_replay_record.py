@@ -666,3 +666,20 @@ def test_a_copy_replayed_as_a_kernel_never_gets_a_wrong_label(tmp_path):
     for names in got:
         assert names[0] == "scale" and names[2:] == ["fill", "fill"] and names[1] in ("copy", None)
 
+
+def test_a_copy_as_a_kernel_in_an_uncalibrated_graph_is_refused_as_this_process_own(tmp_path):
+    """The uncalibrated graph of tests/data/h100_windows, its copy shown as a kernel: no replay
+    fits its graph, so nothing is labelled and the join refuses (unless forced). The sidecar's
+    pid is the trace's, so the error does not call it another run's."""
+    from perfetto_graph_ann.errors import AnnotationMismatchError
+
+    _copy_as_kernel(H100_WINDOWS / "twelve_ms_apart.trace.json.gz", tmp_path / "t.json")
+    trace = read_trace(str(tmp_path / "t.json"))
+    ann = load_annotations(str(H100_WINDOWS / "twelve_ms_apart.annotations.json.gz"))
+    with pytest.raises(AnnotationMismatchError) as e:
+        join(trace, ann)
+    assert "saved by the process that recorded it" in str(e.value) and "another run" not in str(e.value)
+    layout = join(trace, ann, force=True)
+    assert not any(name for names in labels(layout, trace).values() for name in names)
+    assert layout.report.unmatched == 12 and layout.report.no_match_overridden
+

@@ -93,11 +93,18 @@ def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Se
         report.no_match_overridden = True
         return
     why = "; ".join(f"{n} replay{'s' if n != 1 else ''}: {r}" for r, n in sorted(report.unmatched_replays.items()))
-    files = ", ".join(_name(s) for s in sources if s.graphs or s.source) or _name(annotations)
+    named = [s for s in sources if s.graphs or s.source] or [annotations]
+    files = ", ".join(_name(s) for s in named)
+    checked = report.identity_checked
+    if all(s.capture is not None and "pid" in checked.get(_name(s), ()) for s in named):
+        whose = ("they were saved by the process that recorded it (its pid), so its replayed graphs were captured "
+                 "after they were saved, or replayed other GPU work than was captured")
+    else:
+        whose = "they are from another run or program"
     raise AnnotationMismatchError(
         files, trace.path,
         f"these annotations match none of the {len(replays)} graph replays ({report.graphed} GPU events) in "
-        f"{trace.path} ({why}): they are from another run or program. Pass --force-annotations (CLI) or "
+        f"{trace.path} ({why}): {whose}. Pass --force-annotations (CLI) or "
         "force=True (Python) to join them anyway", tuple(report.unmatched_replays))
 
 
