@@ -7,7 +7,13 @@ back) timed for each attribute the hooks could wrap (``_call_impl``, what they w
 ``__call__``, what they wrapped before), and the whole capture's begin / body / end. Arms
 alternate; medians. Prints JSON.
 
-    python benchmarks/module_swap_cpu.py [--rounds 40]
+``--scopes``: instead, the captured forward (body) of four arms, alternating: ``plain`` (not
+instrumented), ``idle_hooks`` (torch's global module pre- and post-hooks registered, doing
+nothing: what any hook-based module scope pays first), ``instrument`` (``instrument()``) and
+``modules`` (``instrument(modules=True)``); medians, and per module call (325) the idle hooks
+over plain and the module scopes over ``instrument()``.
+
+    python benchmarks/module_swap_cpu.py [--rounds 40] [--scopes]
 """
 from __future__ import annotations
 
@@ -77,10 +83,14 @@ class Decoder(torch.nn.Module):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--scopes", action="store_true")
     args = ap.parse_args()
     fakes = fake_torch(CUDA).cuda
     for name in ("graph", "CUDAGraph", "current_device", "current_stream", "synchronize", "is_current_stream_capturing"):
         setattr(torch.cuda, name, getattr(fakes, name))
+    if args.scopes:
+        scope_arms(Decoder(), args.rounds)
+        return
     model, hooks = Decoder(), modules.HOOKS
     steps = {}
     for name in ("capture_started", "capture_ended"):
@@ -117,6 +127,47 @@ def main() -> None:
                       "module subclasses": len(_subclasses(torch.nn.Module)),
                       "us": {a: {p: round(med(v[i] for v in vals) * 1e6, 1) for i, p in enumerate(parts)}
                              for a, vals in got.items()}}, indent=1))
+
+
+def _body(model) -> float:
+    """One capture of ``model`` on the fake backend: its forward's seconds."""
+    g = torch.cuda.CUDAGraph()
+    ctx = torch.cuda.graph(g)
+    ctx.__enter__()
+    t0 = time.perf_counter()
+    model(0)
+    t1 = time.perf_counter()
+    ctx.__exit__(None, None, None)
+    return t1 - t0
+
+
+def scope_arms(model, rounds: int) -> None:
+    """``--scopes``: see the module's docstring."""
+    mm = torch.nn.modules.module
+    arms = {"plain": [], "idle_hooks": [], "instrument": [], "modules": []}
+    with backends.use(CUDA), torch.no_grad():
+        for r in range(rounds):
+            for a in (list(arms) if r % 2 == 0 else list(arms)[::-1]):
+                if a == "plain":
+                    arms[a].append(_body(model))
+                elif a == "idle_hooks":
+                    pre = mm.register_module_forward_pre_hook(lambda m, x: None)
+                    post = mm.register_module_forward_hook(lambda m, x, out: None)
+                    try:
+                        arms[a].append(_body(model))
+                    finally:
+                        pre.remove()
+                        post.remove()
+                else:
+                    with pga.instrument(modules=a == "modules", calibrate=False):
+                        arms[a].append(_body(model))
+    us = {a: statistics.median(v) * 1e6 for a, v in arms.items()}
+    calls = 1 + 9 * len(model.layers)
+    print(json.dumps({"rounds": rounds, "torch": torch.__version__, "python": sys.version.split()[0],
+                      "module calls": calls, "body us": {a: round(v, 1) for a, v in us.items()},
+                      "idle hooks over plain, us a call": round((us["idle_hooks"] - us["plain"]) / calls, 2),
+                      "modules over instrument, us a call": round((us["modules"] - us["instrument"]) / calls, 2)},
+                     indent=1))
 
 
 def _subclasses(cls, seen=None):

@@ -7,9 +7,11 @@ CUPTI would need, in one fresh process:
 A. CUPTI never initialised (checked: a 64-kernel graph's replay costs ~3 us of host time then,
    ~15-29 us once CUPTI is initialised, BENCHMARKS.md session 17):
    - capture cost of the 36-layer toy decoder (``module_capture.toy``) with a global module
-     pre/post hook that does nothing (``noop``), adds an empty node to the graph under capture at
-     every edge (``marker``: a scope edge that reads no count), or counts the graph's nodes
-     (``count``), against no hook (``none``); arms alternate each round, outputs compared;
+     pre/post hook, registered for the whole run, that at every edge adds an empty node to the
+     graph under capture (``marker``: a scope edge that reads no count) or counts the graph's
+     nodes (``count``), against the same hooks returning at once (``none``; ``noop`` differs
+     from it only in a flag read, so it measures nothing more: the hooks' own dispatch is in
+     every arm); arms alternate each round, outputs compared;
    - a kept graph (the decoder, markers at every module edge, a side-stream branch, a device
      copy) and a plain kept graph of the same code: their node listings, types and kernel
      names, read without CUPTI.
