@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.engine_support import requires_portable
 
 from perfetto_graph_ann.annotations.files import load_annotations, save_annotations
@@ -682,4 +684,47 @@ def test_a_copy_as_a_kernel_in_an_uncalibrated_graph_is_refused_as_this_process_
     layout = join(trace, ann, force=True)
     assert not any(name for names in labels(layout, trace).values() for name in names)
     assert layout.report.unmatched == 12 and layout.report.no_match_overridden
+
+
+@st.composite
+def _two_windows(draw):
+    """One thread's calls in two profiler windows, the first ending ``sep`` before the second
+    begins, and the second window's launches as a trace shows them: each after its call's start
+    and before the next call's, on a clock ``skew`` apart."""
+    n = draw(st.integers(2, 6))
+    gaps = draw(st.lists(st.integers(20_000, 30_000_000), min_size=n, max_size=n))
+    sep = draw(st.integers(2_500_000, 50_000_000))
+    skew = draw(st.integers(-200_000, 200_000))
+    starts2 = [BASE_NS + 10_000_000_000]
+    for g in gaps[:-1]:
+        starts2.append(starts2[-1] + g)
+    delays = [draw(st.integers(0, min(3_000_000, g - 1_000))) for g in gaps]
+    launches = [s + d + skew for s, d in zip(starts2, delays)]
+    starts1 = [starts2[0] - sep]
+    for g in reversed(draw(st.lists(st.integers(20_000, 30_000_000), min_size=n - 1, max_size=n - 1))):
+        starts1.insert(0, starts1[0] - g)
+    return starts1, starts2, launches
+
+
+@settings(max_examples=200, deadline=None)
+@given(_two_windows())
+def test_only_the_window_whose_calls_hold_the_launches_fits(case):
+    """For any such pair (as many calls each, so counts cannot tell them apart): the window whose
+    calls made the launches fits them by time, the earlier one never does (2.5 ms or more apart:
+    the order slack and its drift allowance below that)."""
+    from perfetto_graph_ann.join.launches import _fit_window
+    from perfetto_graph_ann.read.model import TraceEvent
+
+    starts1, starts2, launches = case
+    evs = [TraceEvent(index=i, ph="X", cat="cuda_runtime", name="cudaGraphLaunch", pid=PID, tid=1,
+                      ts_ns=t - BASE_NS, dur_ns=5_000, args={"correlation": 100 + i}) for i, t in enumerate(launches)]
+
+    def win(starts, graph):
+        th = ReplayThread(ident=0x7F00_DEAD_0000, native_id=1, graphs=(graph,) * len(starts), head_uncertain=0,
+                          tail_uncertain=0, starts_ns=tuple(starts))
+        return ReplayWindow(PID, starts[0] - 1_000, starts[-1] + 5_000_000, (th,))
+
+    got, _ = _fit_window(win(starts2, 5), {1: evs}, BASE_NS, lambda corr, graph: True)
+    assert got == {100 + i: frozenset({5}) for i in range(len(evs))}
+    assert _fit_window(win(starts1, 6), {1: evs}, BASE_NS, lambda corr, graph: True) == (None, [])
 
