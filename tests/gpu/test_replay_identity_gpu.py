@@ -291,6 +291,39 @@ def test_warm_up_replays_are_not_in_the_window(tmp_path, results, xw):
     print("warmup", results["warmup"])
 
 
+def test_consecutive_profiler_cycles_label_their_own_twins(tmp_path, results, xw):
+    """Three profiler cycles one export apart (``on_trace_ready``), each replaying the four
+    piecewise twins in another order: each cycle's trace, joined with every window recorded so
+    far, labels each kernel with its own graph's scope. Before session 42's fix a window ending
+    within 10 ms of a trace's launches could leave that trace's replays unidentified."""
+    x, w = xw
+    graphs, scopes = _piecewise(x, w, n=4)
+    rng = random.Random(11)
+    traces: List[bytes] = []
+    steps = []
+    sched = schedule(wait=1, warmup=1, active=1, repeat=3)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched,
+                 on_trace_ready=lambda p: traces.append(export_chrome_trace_bytes(p))) as prof:
+        for step in range(9):
+            names = [rng.choice(sorted(graphs)) for _ in range(5)]
+            for name in names:
+                graphs[name].replay()
+            torch.cuda.synchronize()
+            steps.append(names)
+            prof.step()
+    assert len(traces) == 3
+    ann = recorded_annotations()
+    res = {}
+    for k, raw in enumerate(traces):
+        trace = parse_trace_bytes(raw, f"cycle {k}")
+        truth = truth_by_correlation(raw, native_calls(steps[3 * k + 2]))  # wait 1, warm-up 1, active 1
+        layout = join(trace, ann)
+        res[k] = {"counts": check(trace, layout, truth, scopes, exact=True),
+                  "replay_graphs": layout.report.replay_graphs}
+    results["cycles"] = res
+    print("cycles", res)
+
+
 def test_replay_cost_of_the_log(results, xw):
     """CPU time per replay with the log's wrapper in place (as while a profiler records: the
     compiled one, and the Python one where the extension is not built) and without (torch's
