@@ -9,6 +9,7 @@ label every replay with its own graph's annotation, in process and through a sav
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import threading
 from pathlib import Path
@@ -23,9 +24,12 @@ from perfetto_graph_ann.annotations.files import load_annotations, save_annotati
 from perfetto_graph_ann.annotations.model import (UNANNOTATED_GRAPH, AnnotationSet, GraphRecord, NodeRecord,
                                                   ReplayThread, ReplayWindow)
 from perfetto_graph_ann.capture.replay_log import EDGE_GUARD_NS, ReplayLog, original_replay
+from perfetto_graph_ann.errors import AnnotationMismatchError
 from perfetto_graph_ann.join import join
+from perfetto_graph_ann.join.launches import _fit_window
 from perfetto_graph_ann.join.model import KERNELS, RECORDED, UNANNOTATED
 from perfetto_graph_ann.read.kineto import read_trace
+from perfetto_graph_ann.read.model import TraceEvent
 
 PID = 4321
 BASE_NS = 1_790_000_000_000_000_000
@@ -645,8 +649,6 @@ def test_profiles_12_ms_apart_on_the_h100_label_every_replay():
 def _copy_as_kernel(src: Path, dst: Path) -> None:
     """The recorded trace with its device copy written as the driver's copy kernel (category
     ``kernel``, ``memcpy128``), as graphs replayed it in ``benchmarks/gpu/probe_memcpy_kinds.py``."""
-    import gzip
-
     doc = json.loads(gzip.decompress(src.read_bytes()))
     for e in doc["traceEvents"]:
         if e.get("cat") == "gpu_memcpy":
@@ -673,8 +675,6 @@ def test_a_copy_as_a_kernel_in_an_uncalibrated_graph_is_refused_as_this_process_
     """The uncalibrated graph of tests/data/h100_windows, its copy shown as a kernel: no replay
     fits its graph, so nothing is labelled and the join refuses (unless forced). The sidecar's
     pid is the trace's, so the error does not call it another run's."""
-    from perfetto_graph_ann.errors import AnnotationMismatchError
-
     _copy_as_kernel(H100_WINDOWS / "twelve_ms_apart.trace.json.gz", tmp_path / "t.json")
     trace = read_trace(str(tmp_path / "t.json"))
     ann = load_annotations(str(H100_WINDOWS / "twelve_ms_apart.annotations.json.gz"))
@@ -712,9 +712,6 @@ def test_only_the_window_whose_calls_hold_the_launches_fits(case):
     """For any such pair (as many calls each, so counts cannot tell them apart): the window whose
     calls made the launches fits them by time, the earlier one never does (2.5 ms or more apart:
     the order slack and its drift allowance below that)."""
-    from perfetto_graph_ann.join.launches import _fit_window
-    from perfetto_graph_ann.read.model import TraceEvent
-
     starts1, starts2, launches = case
     evs = [TraceEvent(index=i, ph="X", cat="cuda_runtime", name="cudaGraphLaunch", pid=PID, tid=1,
                       ts_ns=t - BASE_NS, dur_ns=5_000, args={"correlation": 100 + i}) for i, t in enumerate(launches)]

@@ -1,11 +1,14 @@
 """A graph's device-to-device copy node, as the profile shows it, joined to its node.
 
 On driver 13.0 (H100, torch 2.11) a memcpy node of a CUDA graph (``buf.copy_(y)`` between two
-contiguous device tensors) replays as a kernel named ``memcpy128``: torch.profiler writes it with
-category ``kernel``, and CUPTI's activity records call it a kernel, whatever CUPTI's state when
-the graph was captured or instantiated (``benchmarks/gpu/probe_memcpy_kinds.py``). The node table
-says ``memcpy``. Every event of every replay must still get its node's scope, with and without
-calibration; the expected scope of each event comes from the capture's own order, not the join.
+contiguous device tensors) replayed here as ``Memcpy DtoD`` (``gpu_memcpy``); in
+``benchmarks/gpu/probe_memcpy_kinds.py`` (``torch.cuda.graph``, no eager copy first) the same copy
+replayed as the kernel ``memcpy128`` (what that does to the join: tests/test_replay_record.py).
+Every event of every replay must get its node's scope, with and without calibration; the
+expected scope of each event comes from the capture's own order, not the join. Four tests in one
+process, so each export also meets the earlier tests' profiler windows (the case that found
+session 42's windows fix). ``PGA_COPY_NODES_DUMP`` (a folder): each test's trace and sidecar are
+written there (how ``tests/data/h100_windows/`` was recorded).
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ def _capture(calibrate: bool, keep: bool):
 @pytest.mark.parametrize("keep", [False, True], ids=["instantiated", "kept"])
 @pytest.mark.parametrize("calibrate", [True, False], ids=["calibrated", "structural"])
 def test_copy_node_is_labelled_as_its_node(calibrate, keep, tmp_path, results):
+    case = f"{'calibrated' if calibrate else 'structural'}_{'kept' if keep else 'instantiated'}"
     g, z = _capture(calibrate, keep)
     g.replay()
     torch.cuda.synchronize()
@@ -63,10 +67,9 @@ def test_copy_node_is_labelled_as_its_node(calibrate, keep, tmp_path, results):
     layout = export(prof, tmp_path / "out.json", graph_lanes="none")
     dump = os.environ.get("PGA_COPY_NODES_DUMP")  # a folder: the trace and annotations this export joined
     if dump:
-        name = f"{'calibrated' if calibrate else 'structural'}_{'kept' if keep else 'instantiated'}"
-        with open(os.path.join(dump, name + ".json"), "wb") as f:
+        with open(os.path.join(dump, case + ".json"), "wb") as f:
             f.write(chrome_trace_bytes(prof))
-        pga.save_annotations(os.path.join(dump, name + ".annotations.json"))
+        pga.save_annotations(os.path.join(dump, case + ".annotations.json"))
     window = REPLAY_LOG.windows[-1]
     diag = {"exec_id": g._pga_session.exec_id, "exec_handle": int(g.raw_cuda_graph_exec()),
             "logged": [(t.graphs, t.head_uncertain, t.tail_uncertain) for t in window.threads],
@@ -77,8 +80,8 @@ def test_copy_node_is_labelled_as_its_node(calibrate, keep, tmp_path, results):
         if e.get("cat") in GPU and e["args"].get("correlation") in launches:
             per[e["args"]["correlation"]].append(e)
     shapes = {c: [(e["cat"], e["name"][:24]) for e in sorted(evs, key=lambda e: e["ts"])] for c, evs in per.items()}
-    results[f"copy_nodes_{'calibrated' if calibrate else 'structural'}_{'kept' if keep else 'instantiated'}"] = {
-        "replay_events": next(iter(shapes.values())), "report": layout.report.as_dict(), "diag": diag}
+    results[f"copy_nodes_{case}"] = {"replay_events": next(iter(shapes.values())),
+                                     "report": layout.report.as_dict(), "diag": diag}
     assert len(per) == 3
     for evs in per.values():
         got = [e["args"].get("name") for e in sorted(evs, key=lambda e: e["ts"])]

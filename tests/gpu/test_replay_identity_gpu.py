@@ -264,23 +264,28 @@ def test_16_piecewise_graphs_shuffled_from_two_threads(tmp_path, results, xw):
     print("piecewise", res)
 
 
-def test_warm_up_replays_are_not_in_the_window(tmp_path, results, xw):
-    x, w = xw
-    graphs, scopes = _piecewise(x, w, n=4)
-    rng = random.Random(7)
+def _scheduled(graphs, sched, n_steps: int, seed: int):
+    """``n_steps`` profiler steps under ``sched``, each replaying five graphs picked at random:
+    (each cycle's Chrome trace as ``on_trace_ready`` exported it, each step's graph names)."""
+    rng = random.Random(seed)
     traces: List[bytes] = []
-    active: List[str] = []
-    steps = []
-    sched = schedule(wait=1, warmup=2, active=2, repeat=1)
+    steps: List[List[str]] = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched,
                  on_trace_ready=lambda p: traces.append(export_chrome_trace_bytes(p))) as prof:
-        for step in range(6):
+        for _ in range(n_steps):
             names = [rng.choice(sorted(graphs)) for _ in range(5)]
             for name in names:
                 graphs[name].replay()
             torch.cuda.synchronize()
             steps.append(names)
             prof.step()
+    return traces, steps
+
+
+def test_warm_up_replays_are_not_in_the_window(tmp_path, results, xw):
+    x, w = xw
+    graphs, scopes = _piecewise(x, w, n=4)
+    traces, steps = _scheduled(graphs, schedule(wait=1, warmup=2, active=2, repeat=1), 6, seed=7)
     (raw,) = traces
     active = steps[3] + steps[4]  # wait 1, warm-up 2, active 2
     trace = parse_trace_bytes(raw, "profile")
@@ -298,19 +303,7 @@ def test_consecutive_profiler_cycles_label_their_own_twins(tmp_path, results, xw
     within 10 ms of a trace's launches could leave that trace's replays unidentified."""
     x, w = xw
     graphs, scopes = _piecewise(x, w, n=4)
-    rng = random.Random(11)
-    traces: List[bytes] = []
-    steps = []
-    sched = schedule(wait=1, warmup=1, active=1, repeat=3)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched,
-                 on_trace_ready=lambda p: traces.append(export_chrome_trace_bytes(p))) as prof:
-        for step in range(9):
-            names = [rng.choice(sorted(graphs)) for _ in range(5)]
-            for name in names:
-                graphs[name].replay()
-            torch.cuda.synchronize()
-            steps.append(names)
-            prof.step()
+    traces, steps = _scheduled(graphs, schedule(wait=1, warmup=1, active=1, repeat=3), 9, seed=11)
     assert len(traces) == 3
     ann = recorded_annotations()
     res = {}
