@@ -16,7 +16,9 @@
 # headline: issue 31's limit in one process, plain captures with CUPTI detached (toy decoder, 150
 # rounds, ~60 s; transformers' Llama too where .whl/hf/ is carried, 60 rounds, ~60 s).
 # windows_copy: session 42's GPU checks (the copy test three times, the replay-identity, handler and
-# export tests, the copy-kind probe's two modes; ~2-3 minutes).
+# export tests, the copy-kind probe's two modes; ~2-3 minutes). cold_copy: a copy in a graph captured
+# by torch.cuda.graph under instrument(), eight cases recorded (record_cold_copy.py; ~1 minute).
+# frontier: the capture's frontier as a scope edge (probe_capture_frontier.py).
 # Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] [LAYERS=36]
 #   bash benchmarks/gpu/run_pending_33_31.sh;
 # each step's log under $OUT, its last lines printed (first_export: each fresh process imports
@@ -78,7 +80,13 @@ for s in $STEPS; do
       for f in test_replay_identity_gpu test_trace_handler_gpu test_export_gpu; do step "$f" 150 python3 -m pytest \
         "tests/gpu/$f.py" -o addopts="" -m gpu -p no:cacheprovider -q --timeout 120; done
       for m in cold warm; do step "memcpy_$m" 60 python3 benchmarks/gpu/probe_memcpy_kinds.py --warm-copy "$m"; done ;;
+    cold_copy)  # session 43: a copy captured by torch.cuda.graph under instrument(), no eager copy first
+      for w in "" --warm-copy; do for k in "" --keep; do for c in "" --calibrate; do
+        step "cold_copy${w}${k}${c}" 60 python3 benchmarks/gpu/record_cold_copy.py --out "$OUT/cold_copy" $w $k $c
+      done; done; done
+      tar -C "$OUT" -czf "$OUT/cold_copy.tgz" cold_copy && rm -rf "$OUT/cold_copy" ;;
+    frontier) step frontier 60 python3 benchmarks/gpu/probe_capture_frontier.py --out "$OUT/frontier.json" ;;
     *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts" \
-      "hf_capture_parts headline fresh_runner fresh_hf windows_copy)"; exit 2 ;;
+      "hf_capture_parts headline fresh_runner fresh_hf windows_copy cold_copy frontier)"; exit 2 ;;
   esac
 done
