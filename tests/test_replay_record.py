@@ -9,7 +9,6 @@ label every replay with its own graph's annotation, in process and through a sav
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import threading
 from pathlib import Path
@@ -24,7 +23,6 @@ from perfetto_graph_ann.annotations.files import load_annotations, save_annotati
 from perfetto_graph_ann.annotations.model import (UNANNOTATED_GRAPH, AnnotationSet, GraphRecord, NodeRecord,
                                                   ReplayThread, ReplayWindow)
 from perfetto_graph_ann.capture.replay_log import EDGE_GUARD_NS, ReplayLog, original_replay
-from perfetto_graph_ann.errors import AnnotationMismatchError
 from perfetto_graph_ann.join import join
 from perfetto_graph_ann.join.launches import _fit_window
 from perfetto_graph_ann.join.model import KERNELS, RECORDED, UNANNOTATED
@@ -644,46 +642,6 @@ def test_profiles_12_ms_apart_on_the_h100_label_every_replay():
                                                                          if e.name == "cudaGraphLaunch"}}
     assert list(got.values()) == [["scale", "copy", "fill", "fill"]] * 3
     assert layout.report.replay_graphs == {RECORDED: 3} and not layout.report.unidentified_replays
-
-
-def _copy_as_kernel(src: Path, dst: Path) -> None:
-    """The recorded trace with its device copy written as the driver's copy kernel (category
-    ``kernel``, ``memcpy128``), as graphs replayed it in ``benchmarks/gpu/probe_memcpy_kinds.py``."""
-    doc = json.loads(gzip.decompress(src.read_bytes()))
-    for e in doc["traceEvents"]:
-        if e.get("cat") == "gpu_memcpy":
-            e.update(cat="kernel", name="memcpy128")
-            e["args"].update(grid=[1024, 1, 1], block=[128, 1, 1])
-    dst.write_text(json.dumps(doc))
-
-
-def test_a_copy_replayed_as_a_kernel_never_gets_a_wrong_label(tmp_path):
-    """The calibrated graph of tests/data/h100_windows (scopes scale, copy, fill, fill), its copy
-    shown as a kernel: the other three events keep their scopes, and the copy event gets its
-    own scope or none (its node is a copy, the event a kernel): never another node's."""
-    _copy_as_kernel(H100_WINDOWS / "calibrated_copy.trace.json.gz", tmp_path / "t.json")
-    trace = read_trace(str(tmp_path / "t.json"))
-    layout = join(trace, load_annotations(str(H100_WINDOWS / "calibrated_copy.annotations.json.gz")))
-    launches = {e.correlation for e in trace.events if e.name == "cudaGraphLaunch"}
-    got = [names for c, names in labels(layout, trace).items() if c in launches]
-    assert len(got) == 3
-    for names in got:
-        assert names[0] == "scale" and names[2:] == ["fill", "fill"] and names[1] in ("copy", None)
-
-
-def test_a_copy_as_a_kernel_in_an_uncalibrated_graph_is_refused_as_this_process_own(tmp_path):
-    """The uncalibrated graph of tests/data/h100_windows, its copy shown as a kernel: no replay
-    fits its graph, so nothing is labelled and the join refuses (unless forced). The sidecar's
-    pid is the trace's, so the error does not call it another run's."""
-    _copy_as_kernel(H100_WINDOWS / "twelve_ms_apart.trace.json.gz", tmp_path / "t.json")
-    trace = read_trace(str(tmp_path / "t.json"))
-    ann = load_annotations(str(H100_WINDOWS / "twelve_ms_apart.annotations.json.gz"))
-    with pytest.raises(AnnotationMismatchError) as e:
-        join(trace, ann)
-    assert "saved by the process that recorded it" in str(e.value) and "another run" not in str(e.value)
-    layout = join(trace, ann, force=True)
-    assert not any(name for names in labels(layout, trace).values() for name in names)
-    assert layout.report.unmatched == 12 and layout.report.no_match_overridden
 
 
 @st.composite

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
@@ -11,8 +12,8 @@ from ..read.model import TraceEvent
 from .names import base_name, full_name
 from .replays import EVENT_NODE_TYPE, Replay, dim3_arg, node_type_of
 
-__all__ = ["best_graph", "compatible_signatures", "device_ok", "GraphFit", "LOOSE", "Match", "replay_signatures",
-           "signature", "T"]
+__all__ = ["best_graph", "compatible_signatures", "COPY_KERNEL", "device_ok", "GraphFit", "is_copy_kernel", "LOOSE",
+           "Match", "replay_signatures", "signature", "T"]
 
 T = TypeVar("T")
 
@@ -36,11 +37,24 @@ class Match:
     shared_by: Tuple[int, ...] = ()
 
 
+#: The kernel the driver may run a graph's memcpy node as instead of a copy: a device-to-device
+#: ``buf.copy_(y)`` captured by ``torch.cuda.graph`` replayed as the kernel ``memcpy128`` on driver
+#: 13.0 (H100; CUPTI and torch.profiler both record it as a kernel), where the same copy after an
+#: eager copy replayed as ``Memcpy DtoD`` (benchmarks/gpu/probe_memcpy_kinds.py, tests/gpu/RESULTS.md).
+COPY_KERNEL = re.compile(r"memcpy[0-9]+")
+
+
+def is_copy_kernel(ev: Tuple) -> bool:
+    """Whether a loose event signature is the driver's copy kernel (:data:`COPY_KERNEL`)."""
+    return ev[0] == "kernel" and ev[1] is not None and COPY_KERNEL.fullmatch(ev[1]) is not None
+
+
 def compatible_signatures(ev: Tuple, node: Tuple) -> bool:
-    """Could an event be a replay of a node, given their loose signatures? Type must agree;
-    name, grid and block wherever both sides know them (None on either side matches)."""
+    """Could an event be a replay of a node, given their loose signatures? Type must agree, or
+    the event be the driver's copy kernel and the node a memcpy (:data:`COPY_KERNEL`); name,
+    grid and block wherever both sides know them (None on either side matches)."""
     if ev[0] != node[0]:
-        return False
+        return node[0] == "memcpy" and is_copy_kernel(ev)
     for a, b in zip(ev[1:], node[1:]):
         if a is not None and b is not None and a != b:
             return False

@@ -2,7 +2,8 @@
 
 Events of one replay are paired with the nodes of one graph by signature: node type,
 kernel name, grid and block, first by the full demangled name, then by the base name
-(robust to demangler differences). Within a signature the k-th event (by start time)
+(robust to demangler differences), then the driver's copy kernel with a memcpy node (the
+driver may run a graph's copy as a kernel: :data:`~.match.COPY_KERNEL`). Within a signature the k-th event (by start time)
 takes the k-th node (capture order). Whenever more than one node shares the signature,
 start order across concurrent branches is not guaranteed, so every such match is marked
 ambiguous rather than trusted (e.g. the two identical GEMMs of the two-branch block).
@@ -21,7 +22,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord, NodeRecord
 from ..join.model import STRUCTURAL
 from ..read.model import TraceEvent
-from .match import Match, best_graph, device_ok, signature
+from .match import Match, best_graph, device_ok, is_copy_kernel, signature
 from .replays import Replay
 
 __all__ = ["match_structural", "REASON_COUNT", "REASON_NO_GRAPHS", "REASON_SIGNATURES", "REASON_STREAMS"]
@@ -65,7 +66,25 @@ def _match_graph(events: Sequence[TraceEvent], nodes: Sequence[NodeRecord]) -> D
             break
         for e, n, amb in _pair(rest_e, rest_n, strict):
             found[e.index] = (n, amb)
+    _pair_copy_kernels(events, nodes, found)
     return found
+
+
+def _pair_copy_kernels(events: Sequence[TraceEvent], nodes: Sequence[NodeRecord],
+                       found: Dict[int, Tuple[NodeRecord, bool]]) -> None:
+    """The memcpy nodes left unpaired, paired with the events left that are the driver's copy
+    kernel (:data:`~.match.COPY_KERNEL`), as a signature's: k-th by start time to k-th in capture
+    order, ambiguous where more than one is left. Not where a kernel node of the graph has such a
+    name: an event of that name could then be either."""
+    if any(n.type == "kernel" and is_copy_kernel(signature(n, strict=False)) for n in nodes):
+        return
+    taken = {n.key for n, _ in found.values()}
+    copies = [n for n in nodes if n.type == "memcpy" and n.key not in taken]
+    if not copies:
+        return
+    kernels = [e for e in events if e.index not in found and is_copy_kernel(signature(e, strict=False))]
+    for e, n in zip(kernels, copies):
+        found[e.index] = (n, len(copies) > 1)
 
 
 def _streams_agree(events: Sequence[TraceEvent], found: Dict[int, Tuple[NodeRecord, bool]]) -> bool:

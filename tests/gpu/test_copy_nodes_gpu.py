@@ -3,7 +3,7 @@
 On driver 13.0 (H100, torch 2.11) a memcpy node of a CUDA graph (``buf.copy_(y)`` between two
 contiguous device tensors) replayed here as ``Memcpy DtoD`` (``gpu_memcpy``); in
 ``benchmarks/gpu/probe_memcpy_kinds.py`` (``torch.cuda.graph``, no eager copy first) the same copy
-replayed as the kernel ``memcpy128`` (what that does to the join: tests/test_replay_record.py).
+replayed as the kernel ``memcpy128`` (joined to its memcpy node: tests/test_join_copy_kernel.py).
 Every event of every replay must get its node's scope, with and without calibration; the
 expected scope of each event comes from the capture's own order, not the join. Four tests in one
 process, so each export also meets the earlier tests' profiler windows (the case that found
