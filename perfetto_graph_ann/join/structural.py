@@ -3,10 +3,11 @@
 Events of one replay are paired with the nodes of one graph by signature: node type,
 kernel name, grid and block, first by the full demangled name, then by the base name
 (robust to demangler differences), then the driver's copy kernel with a memcpy node (the
-driver may run a graph's copy as a kernel: :data:`~.match.COPY_KERNEL`). Within a signature the k-th event (by start time)
-takes the k-th node (capture order). Whenever more than one node shares the signature,
-start order across concurrent branches is not guaranteed, so every such match is marked
-ambiguous rather than trusted (e.g. the two identical GEMMs of the two-branch block).
+driver may run a graph's copy as a kernel: :data:`~.match.COPY_KERNEL`). Within a signature
+the k-th event (by start time) takes the k-th node (capture order). Whenever more than one
+node shares the signature, start order across concurrent branches is not guaranteed, so
+every such match is marked ambiguous rather than trusted (e.g. the two identical GEMMs of
+the two-branch block).
 
 Only whole replays are labelled: the replay's events left by the better strategies must
 pair one to one with the graph's GPU-work nodes they left (same count, names, grids and
