@@ -113,14 +113,13 @@ _DRIVER = textwrap.dedent('''
             return real_fsync(fd)
         atomic.os.fsync = fsync
     elif where == "created":
-        real_mkstemp = atomic.tempfile.mkstemp
-        def mkstemp(*a, **k):
+        real_create = atomic._create
+        def create(tmp):
             """The output's temporary file, the signal sent the moment it exists."""
-            got = real_mkstemp(*a, **k)
-            if k.get("prefix") == atomic._TMP_PREFIX:
-                fire()
+            got = real_create(tmp)
+            fire()
             return got
-        atomic.tempfile.mkstemp = mkstemp
+        atomic._create = create
     elif where == "mid_write":
         real_fdopen = os.fdopen
         class Raw:

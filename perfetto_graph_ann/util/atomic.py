@@ -10,8 +10,8 @@ import errno
 import gzip
 import io
 import os
+import secrets
 import signal
-import tempfile
 import threading
 from typing import IO, Iterator, Optional, Sequence
 
@@ -63,36 +63,62 @@ def atomic_write(path: PathLike, mode: str = "wb", compress: Optional[bool] = No
     if not os.path.isdir(directory):
         raise OutputError(path, f"output folder {directory} does not exist")
     # SIGTERM is an exception from before the temporary file exists, and SIGINT and SIGTERM are
-    # held from just before its creation until the cleanup's scope is entered: a signal in
-    # between left the file behind (its handler raised before anything could remove it)
+    # held from just before its creation until the cleanup's scope is entered. Held in this
+    # thread only: a signal another thread takes (numpy's threads, the program's) still raises
+    # here at once, so every step from the file's creation on removes it on any exception.
     with _sigterm_as_exception() if sigterm else contextlib.nullcontext():
         held = _hold_signals()
+        tmp: Optional[str] = None
+        raw: Optional[IO] = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".part", dir=directory)
-            raw = _fdopen_or_remove(fd, tmp)
-        except OSError as e:
-            _release_signals(held)
-            raise OutputError(path, f"cannot create a file here: {e.strerror or e}") from e
+            try:
+                tmp, raw = _open_temp(directory)
+            except OSError as e:
+                raise OutputError(path, f"cannot create a file here: {e.strerror or e}") from e
+            with _cleaned_up(raw, tmp, path):
+                _release_signals(held)  # a signal held meanwhile raises here, inside the cleanup's scope
+                held = None
+                _apply_normal_mode(raw.fileno(), path)
+                gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else None
+                binary = gz or raw
+                text = io.TextIOWrapper(binary, encoding="utf-8") if "b" not in mode else None
+                yield text or binary
+                if text is not None:
+                    text.flush()
+                    text.detach()  # closing the wrapper would close the layers below it
+                if gz is not None:
+                    gz.close()  # writes the gzip trailer; a GzipFile never closes its fileobj
+                raw.flush()
+                if sync:
+                    os.fsync(raw.fileno())
+                raw.close()
+                os.replace(tmp, path)
         except BaseException:
-            _release_signals(held)
+            if tmp is not None and raw is not None:  # raised before the cleanup's scope took it (or after)
+                _discard(raw, tmp)
+            if held is not None:
+                _release_signals(held)
             raise
-        with _cleaned_up(raw, tmp, path):
-            _release_signals(held)  # a signal held meanwhile raises here, inside the cleanup's scope
-            _apply_normal_mode(raw.fileno(), path)
-            gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else None
-            binary = gz or raw
-            text = io.TextIOWrapper(binary, encoding="utf-8") if "b" not in mode else None
-            yield text or binary
-            if text is not None:
-                text.flush()
-                text.detach()  # closing the wrapper would close the layers below it
-            if gz is not None:
-                gz.close()  # writes the gzip trailer; a GzipFile never closes its fileobj
-            raw.flush()
-            if sync:
-                os.fsync(raw.fileno())
-            raw.close()
-            os.replace(tmp, path)
+
+
+def _open_temp(directory: str) -> "tuple[str, IO]":
+    """A new temporary file in ``directory`` (owner-only, as ``mkstemp`` makes it), opened for
+    writing: its name chosen first, so that whatever is raised once it exists removes it."""
+    while True:
+        tmp = os.path.join(directory, f"{_TMP_PREFIX}{secrets.token_hex(6)}.part")
+        try:
+            return tmp, _fdopen_or_remove(_create(tmp), tmp)
+        except FileExistsError:
+            continue
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # created before the exception (a signal), or never: nothing there
+            raise
+
+
+def _create(tmp: str) -> int:
+    """Create the new file ``tmp`` (it must not exist), readable by its owner alone: its descriptor."""
+    return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
 
 
 _HELD = {signal.SIGINT, signal.SIGTERM}
@@ -138,7 +164,7 @@ def _cleaned_up(raw: IO, tmp: str, path: str) -> Iterator[None]:
 
 
 def _apply_normal_mode(fd: int, path: str) -> None:
-    """mkstemp creates 0600; give the file the mode a plain open() would (or the old file's)."""
+    """The temporary file is created 0600; give it the mode a plain open() would (or the old file's)."""
     try:
         mode = os.stat(path).st_mode & 0o7777
     except OSError:
