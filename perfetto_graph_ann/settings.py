@@ -23,7 +23,7 @@ __all__ = ["ALLOW_DOWNLOAD", "COMPILE_RECORDS", "count_or_off", "DETACH_CUPTI_MS
            "FALSE_WORDS", "Getenv", "getenv", "INDUCTOR_CACHE_DIR", "markdown_table", "MARKERS_FROM", "NO_EXTENSION",
            "NODE", "NODE_WATCH", "OFF_WORDS", "parse_switch", "path_or_off", "PROGRESS", "PURE_PYTHON", "raw",
            "RAY_ADDRESS", "RUN", "Setting", "SETTINGS", "switch", "text", "TP_SHELL", "TRACE_PROCESSOR_SHELL",
-           "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES", "WARM_CUPTI"]
+           "TRUE_WORDS", "UI_DIR", "Value", "VERIFY_SCOPES", "WARM_CUPTI", "WORKER_HEAP"]
 
 #: Reads one variable of the process environment (the default reader; the capture passes
 #: its compiled ``getenv``, which sees the same values).
@@ -112,6 +112,11 @@ EXPORT_SPARE = Setting(
     "worker process started ahead (its imports done while nothing waits for it) for the next export, for at most "
     "this many seconds without a job; it leaves when this process ends. `off`: every conversion starts its own "
     "worker when it needs one")
+WORKER_HEAP = Setting(
+    "PERFETTO_GRAPH_ANN_WORKER_HEAP", "switch", True,
+    "the conversion worker keeps the memory it frees for its next allocations (glibc's malloc: no trimming, "
+    "allocations under 32 MiB from its heap), so its buffers are not faulted in again; it converts once and "
+    "leaves. `off`: glibc's defaults")
 RUN = Setting(
     "PERFETTO_GRAPH_ANN_RUN", "JSON", None,
     "set by `perfetto-graph-ann run` for the program and every Python process it starts: instrument it "
@@ -133,7 +138,7 @@ INDUCTOR_CACHE_DIR = Setting(
 #: Every setting, in the README's order.
 SETTINGS: Tuple[Setting, ...] = (
     TP_SHELL, TRACE_PROCESSOR_SHELL, NODE, UI_DIR, ALLOW_DOWNLOAD, PROGRESS, PURE_PYTHON, NO_EXTENSION,
-    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, EXPORT_FOLLOW, EXPORT_SPARE, RUN,
+    VERIFY_SCOPES, MARKERS_FROM, NODE_WATCH, WARM_CUPTI, DETACH_CUPTI_MS, EXPORT_FOLLOW, EXPORT_SPARE, WORKER_HEAP, RUN,
     RAY_ADDRESS, COMPILE_RECORDS, INDUCTOR_CACHE_DIR,
 )
 

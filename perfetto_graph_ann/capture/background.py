@@ -299,6 +299,7 @@ def _spawn(idle_s: float, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen:
     (its standard error ``stderr`` until then: the job's log from then on)."""
     from .. import settings
 
+    settings.switch(settings.WORKER_HEAP)  # a bad value is refused here, naming it, not by the worker
     env = settings.environment()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if os.path.basename(root) not in ("site-packages", "dist-packages"):  # a checkout: this very package
@@ -341,10 +342,11 @@ def _usable() -> bool:
 
 
 def _worker_settings() -> tuple:
-    """The raw values of the settings a conversion reads (``PURE_PYTHON`` at import, ``PROGRESS``)."""
+    """The raw values of the settings a conversion reads (``PURE_PYTHON`` at import, ``PROGRESS``, and
+    ``WORKER_HEAP`` at the worker's start)."""
     from .. import settings
 
-    return tuple(settings.raw(s) for s in (settings.PURE_PYTHON, settings.PROGRESS))
+    return tuple(settings.raw(s) for s in (settings.PURE_PYTHON, settings.PROGRESS, settings.WORKER_HEAP))
 
 
 def _release(proc: "Optional[subprocess.Popen]") -> None:
@@ -597,6 +599,12 @@ def _main(argv: List[str]) -> int:
         print("usage: python -m perfetto_graph_ann.capture.background --worker PARENT_PID IDLE_S "
               "(started by perfetto_graph_ann, the job on standard input)", file=sys.stderr)
         return 2
+    from .. import settings
+
+    if settings.switch(settings.WORKER_HEAP):
+        from ..util.heap import keep_freed_memory
+
+        keep_freed_memory()
     lines = _Lines(0)
     _warm()
     # One conversion, then os._exit. The conversion pauses the collector; re-enabled at its end, the
