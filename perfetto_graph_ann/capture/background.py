@@ -501,10 +501,11 @@ def _run(job: Dict[str, Any], follow: "Optional[Followed]") -> tuple:
 
     try:
         ann = dataclasses.replace(load_annotations(job["annotations"]), source=job["source"])
-        if follow is not None:  # torch is still writing: what the join needs of each graph alone, built now
-            from ..join.ahead import prepare_graphs
+        if follow is not None:  # torch is still writing: what the join needs of each graph alone, built now,
+            from ..join.ahead import JoinAhead, prepare_graphs  # and of each replay whenever the reader waits
 
             prepare_graphs(ann)
+            follow.ahead = JoinAhead(ann)
         layout = write_joined_file(job["src"], job["out"], ann, job["graph_lanes"], job["default_stream"],
                                    job["force"], job["label"], follow=follow)
         return True, layout.report
@@ -576,8 +577,9 @@ def _warm() -> None:
 
     from ..annotations.files import load_annotations  # noqa: F401
     from ..pipeline.convert import write_joined_file  # noqa: F401
-    from ..join.ahead import prepare_graphs  # noqa: F401
+    from ..join.ahead import JoinAhead, prepare_graphs  # noqa: F401
     from ..read.follow import Followed  # noqa: F401
+    from ..read.scan import scan_trace  # noqa: F401
 
 
 def _await_job(lines: _Lines, parent: int, idle_s: float) -> Optional[Dict[str, Any]]:

@@ -6,16 +6,26 @@ the scope info of the projection, and the predecessors on its edges for the crit
 process exporting each cycle builds them once; a conversion worker loads its records afresh and
 would build them after torch's JSON, on the caller's wait. :func:`prepare_graphs` builds them
 ahead: the worker calls it while torch is still writing the profile it follows.
+
+The join's work on each replay alone is made then too, whenever the worker's reader waits for
+torch (:class:`JoinAhead`), and kept with what it was made from (:class:`Made`): the join takes
+a replay's results only where that replay is exactly what they were made from, and makes the
+rest itself, so what it writes does not change.
 """
 from __future__ import annotations
 
-from typing import Callable, List
+from itertools import islice
+from operator import attrgetter
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..annotations.model import AnnotationSet, GraphRecord
 from . import calibrated, critical_path, projection
-from .match import GraphFit
+from .calibrated import match_calibrated
+from .match import GraphFit, Match, device_ok, replay_signatures
+from .replays import Replay, _by_start, group_work
+from .structural import match_structural
 
-__all__ = ["prepare_graphs"]
+__all__ = ["JoinAhead", "Made", "match_alone", "prepare_graphs"]
 
 #: The per-graph values the join asks for, each built as the join builds it.
 _BUILDS: List[Callable[[GraphRecord], object]] = [
@@ -44,3 +54,167 @@ def prepare_graphs(annotations: AnnotationSet) -> int:
             except Exception:  # noqa: BLE001: as above (critical_path.CycleError)
                 pass
     return len(graphs)
+
+
+def match_alone(r: Replay, graphs: Sequence[GraphRecord], chosen: int) -> Tuple[Dict[int, Match], Optional[Tuple]]:
+    """The join's matching of a replay known to be graph ``chosen`` whose events carry no graph
+    node ids: calibrated first, then :func:`~.structural.match_structural` of the rest (its
+    ``(matches, graph, why)``; None when calibration matched every event)."""
+    every = [e.index for e in r.events]
+    cal, _ = match_calibrated(r, graphs, every, only_graph=chosen)
+    rest = [i for i in every if i not in cal]
+    if not rest:
+        return cal, None
+    return cal, match_structural(r, graphs, rest, only_graph=chosen, used_keys={m.node.key for m in cal.values()})
+
+
+_INDEX = attrgetter("index")
+
+
+class Made:
+    """Per-replay results of the join made while torch still wrote the trace (:class:`JoinAhead`),
+    each kept with the events it was made from (their indices in order) and taken by the join
+    only for a replay of exactly those events, the same launch and the same graph: the
+    matches of a replay known to be one graph (:func:`match_alone`), then, only where the
+    join took those, its projection (``projection.replay_ranges``, for its number among its
+    graph's replays, given when taken) and critical path (``critical_path.REPLAY_PATH``). Made from the same
+    annotation set the join is given (else never taken). ``taken``: how many of each the join took."""
+
+    def __init__(self, annotations: AnnotationSet) -> None:
+        self.annotations = annotations
+        self._matches: Dict[Tuple[int, int], Tuple[Tuple[int, ...], Any]] = {}
+        self._ranges: Dict[Tuple[int, int, bool], Tuple[Tuple[int, ...], Any]] = {}
+        self._names: Dict[int, str] = {}  # graph -> its display name (the replay range's name)
+        self._paths: Dict[Tuple[int, int], Tuple[Tuple[int, ...], Any]] = {}
+        self._taken: Dict[int, int] = {}  # correlation -> the graph whose matches the join took
+        self.taken: Dict[str, int] = {"matches": 0, "ranges": 0, "paths": 0}
+
+    @staticmethod
+    def key(r: Replay) -> Tuple[int, ...]:
+        """What a replay's results were made from: its launch's index, then its events' in order."""
+        return (-1 if r.launch is None else r.launch.index,) + tuple(map(_INDEX, r.events))
+
+    def matches_of(self, r: Replay, chosen: int) -> Optional[Tuple[Dict[int, Match], Optional[Tuple]]]:
+        got = self._matches.pop((r.correlation, chosen), None)  # taken once: the join holds it from here
+        if got is None or got[0] != self.key(r):
+            return None
+        self._taken[r.correlation] = chosen
+        self.taken["matches"] += 1
+        return got[1]
+
+    def ranges_of(self, r: Replay, gid: int, idx: int, several: bool) -> Any:
+        """The replay's projection pieces, numbered ``idx`` among its graph's replays (made before
+        that number was known: the number is in the replay range's name and every range's args)."""
+        got = self._ranges.pop((r.correlation, gid, several), None)
+        if got is None or self._taken.get(r.correlation) != gid or got[0] != self.key(r):
+            return None
+        self.taken["ranges"] += 1
+        why, pieces, skips = got[1]
+        if why is None:
+            for piece in pieces:
+                args = piece[6]
+                if "replay" in args:
+                    args["replay"] = idx
+            first = pieces[0]
+            pieces[0] = first[:5] + (f"{self._names[gid]} #{idx}",) + first[6:]
+        return why, pieces, skips
+
+    def path_of(self, r: Replay, gid: int) -> Any:
+        got = self._paths.pop((r.correlation, gid), None)
+        if got is None or self._taken.get(r.correlation) != gid or got[0] != self.key(r):
+            return None
+        self.taken["paths"] += 1
+        return got[1]
+
+    def clear(self) -> None:
+        """Drop what was not taken (the join is done)."""
+        self._matches.clear()
+        self._ranges.clear()
+        self._paths.clear()
+        self._taken.clear()
+
+    def make(self, r: Replay, g: GraphRecord, several: bool) -> None:
+        """Everything the join would make of ``r`` as a replay of ``g`` (its projection numbered
+        0, renumbered when taken)."""
+        key, gid = self.key(r), g.exec_id
+        cal, st = match_alone(r, self.annotations.graphs, gid)
+        self._matches[(r.correlation, gid)] = (key, (cal, st))
+        self._names[gid] = g.display_name
+        matched = cal if st is None else {**cal, **st[0]}
+        pieces = projection.replay_ranges(r, g, 0, g.derived(projection._graph_info), matched, several)
+        self._ranges[(r.correlation, gid, several)] = (key, pieces)
+        if pieces[0] is not None or g.edges is None or critical_path.REPLAY_PATH is None or r.launch is None:
+            return
+        try:
+            wp = g.derived(critical_path.work_predecessors)
+        except critical_path.CycleError:
+            return
+        got = critical_path.REPLAY_PATH(r.events, matched, wp[0], wp[1], r.launch.ts_ns)
+        if got is not None:
+            self._paths[(r.correlation, gid)] = (key, got)
+
+
+class JoinAhead:
+    """The join's per-replay work done while torch still writes the trace a worker follows.
+
+    :meth:`idle` is called by the follow's reader whenever it has read all that is written
+    (:class:`~..read.follow.Followed`'s ``idle``) with the events read so far. Each call does
+    one small step and says whether it did one: group the new events' GPU work by correlation
+    (:func:`~.replays.group_work`), or make the results of one replay whose launch is read and
+    whose correlation is not the newest met (its work may still grow) against each graph its
+    kernels fit (:class:`Made`). The join takes what still holds once the trace is whole
+    (``join(..., made=...)``); anything else it makes as always, so what it writes is the same.
+    """
+
+    def __init__(self, annotations: AnnotationSet) -> None:
+        self.made = Made(annotations)
+        self._graphs = tuple(annotations.graphs)
+        self._several = len({g.exec_id for g in self._graphs}) > 1
+        self._seen = 0
+        self._launches: Dict[int, Any] = {}
+        self._work: Dict[int, List[Any]] = {}
+        self._graph_ids: set = set()
+        #: replays (correlations with a launch read) whose work grew since they were last made, in
+        #: the order they last grew
+        self._waiting: Dict[int, None] = {}
+        self._newest: Optional[int] = None  # the correlation of the last GPU work read: may still grow
+        self._fit = GraphFit()
+
+    def idle(self, events: List[Any]) -> bool:
+        if len(events) > self._seen:
+            part, self._seen = events[self._seen:], len(events)
+            work: Dict[int, List[Any]] = {}
+            launched = len(self._launches)
+            group_work(part, self._launches, work, self._graph_ids)
+            waiting = self._waiting
+            for c in islice(reversed(self._launches), len(self._launches) - launched):
+                if c in self._work:  # its work came before its launch
+                    waiting[c] = None
+            newest, last = None, -1
+            for c, evs in work.items():
+                self._work.setdefault(c, []).extend(evs)
+                if c in self._launches:  # a replay's work: (again) to make, after the others
+                    waiting.pop(c, None)
+                    waiting[c] = None
+                if evs[-1].index > last:
+                    newest, last = c, evs[-1].index
+            if newest is not None:
+                self._newest = newest
+            return True
+        for c in self._waiting:
+            if c != self._newest:
+                del self._waiting[c]
+                self._make(c)
+                return True
+        return False
+
+    def _make(self, c: int) -> None:
+        if c in self._graph_ids:  # the exact join's: nothing to make ahead
+            return
+        r = Replay(c, self._launches[c], _by_start(list(self._work[c])))
+        if not r.events:
+            return
+        shape = self._fit.shape(r.events, replay_signatures(r))
+        for g in self._graphs:
+            if device_ok(g.device, r.device) and self._fit.fits_shape(shape, g):
+                self.made.make(r, g, self._several)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, GraphRecord
@@ -256,7 +256,8 @@ REASON_CYCLE = "not computed: the graph's recorded edges form a cycle"
 
 def annotate_replays(replays: Sequence[Any], matches: Mapping[int, Any], replay_graph: Mapping[int, Optional[int]],
                      ranges: Sequence[Any], graphs: Mapping[int, GraphRecord], placements: Mapping[int, Any],
-                     counts: Dict[str, int], edge_flows: bool = False) -> List[Tuple[int, int]]:
+                     counts: Dict[str, int], edge_flows: bool = False,
+                     made: Optional[Callable[[Any, int], Any]] = None) -> List[Tuple[int, int]]:
     """The join's hook: on every drawn replay (one with a ``graph replays`` range) whose graph
     has recorded edges, mark the path's events (:data:`PATH_ARG`) and give the others their
     slack (:data:`SLACK_ARG`) in their placement args. ``counts``: replays by source or
@@ -264,6 +265,8 @@ def annotate_replays(replays: Sequence[Any], matches: Mapping[int, Any], replay_
 
     Replays whose graph has no recorded edges get no args: the SQL module computes their
     stream-order path from the trace alone, as it does for traces of other tools.
+    ``made(replay, graph id)``: :data:`REPLAY_PATH`'s result for that replay made before the
+    trace was whole (:mod:`.ahead`), or None.
     """
     drawn = {r.launch for r in ranges if r.kind == "replay" and r.launch is not None and "graph id" in r.args}
     cache: Dict[int, Any] = {}
@@ -288,7 +291,9 @@ def annotate_replays(replays: Sequence[Any], matches: Mapping[int, Any], replay_
             counts[REASON_CYCLE] = counts.get(REASON_CYCLE, 0) + 1
             continue
         if REPLAY_PATH is not None:
-            got = REPLAY_PATH(r.events, matches, wp[0], wp[1], r.launch.ts_ns)
+            got = made(r, gid) if made is not None else None
+            if got is None:
+                got = REPLAY_PATH(r.events, matches, wp[0], wp[1], r.launch.ts_ns)
             if got is not None:  # else: inputs it does not take, Python's loop below
                 key = SOURCE_EDGES if got else REASON_AMBIGUOUS
                 counts[key] = counts.get(key, 0) + 1

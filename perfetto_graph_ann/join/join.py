@@ -31,6 +31,7 @@ from .match import GraphFit, Match, device_ok, replay_signatures
 from .projection import project
 from .model import (DEFAULT_GRAPH_LANE, EXACT_IDS, KERNELS, RECORDED, UNANNOTATED, CompactPlacements, JoinReport,
                     LaneLayout, matched_placement, mutable_placement)
+from .ahead import Made, match_alone
 from .replays import Replay, gpu_work_and_replays
 from .structural import match_structural
 
@@ -111,7 +112,7 @@ def _refuse_no_match(trace: KinetoTrace, annotations: AnnotationSet, sources: Se
 def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[str] = "none",
          default_stream: int = DEFAULT_GRAPH_LANE, force: bool = False,
          sources: Optional[Sequence[AnnotationSet]] = None, projection: bool = True,
-         edge_flows: bool = False, compact: bool = False) -> LaneLayout:
+         edge_flows: bool = False, compact: bool = False, made: "Optional[Made]" = None) -> LaneLayout:
     """Place every replayed GPU work event of ``trace`` on a lane, with its annotation as args.
 
     Events not launched by a graph are left alone (no placement). Runs in phases: the lane
@@ -139,6 +140,9 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
             note in the report).
         compact: the placements as a :class:`~.model.CompactPlacements` (the same placements
             made when asked for, a few bytes each held: the two-pass convert's), not a dict.
+        made: per-replay results made while the trace was still written (:class:`.ahead.Made`,
+            from these very ``annotations``; else not used): each taken where it still holds,
+            the same results as made here.
 
     Returns:
         The :class:`LaneLayout`: placements, lane names, report and ranges.
@@ -162,7 +166,9 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
     report.total, replays = gpu_work_and_replays(trace, every_launch)
     pids = _check_identities(trace, sources, force, report, every_launch)
     report.graphed = sum(len(r.events) for r in replays)
-    attribution = _Attribution(trace, replays, annotations, report, pids, every_launch)
+    if made is not None and made.annotations is not annotations:
+        made = None
+    attribution = _Attribution(trace, replays, annotations, report, pids, every_launch, made)
     for r in replays:
         attribution.join_replay(r)
         r.signatures = None  # asked for by this replay's join alone
@@ -178,8 +184,11 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
                   if graph_lanes == "all" else {})
     arg_keys = PLACEMENT_KEYS.union(*(base for _, base in cache.values()))
     ranges = project(replays, matches, replay_graph, replay_index, annotations, report,
-                     attribution.replay_candidates) if projection else []
-    flows = _critical_paths(replays, matches, replay_graph, ranges, attribution, placements, report, edge_flows)
+                     attribution.replay_candidates, made.ranges_of if made is not None else None) if projection else []
+    flows = _critical_paths(replays, matches, replay_graph, ranges, attribution, placements, report, edge_flows,
+                            made)
+    if made is not None:
+        made.clear()
     if report.critical_paths.get(critical_path.SOURCE_EDGES):
         arg_keys = arg_keys | {critical_path.PATH_ARG, critical_path.SLACK_ARG}
     return LaneLayout(placements=placements, lane_names=dict(sorted(lane_names.items())), report=report,
@@ -188,11 +197,12 @@ def join(trace: KinetoTrace, annotations: AnnotationSet, graph_lanes: Optional[s
 
 def _critical_paths(replays: List[Replay], matches: Dict[int, Match], replay_graph: Dict, ranges: List,
                     attribution: "_Attribution", placements: Dict[int, Any], report: JoinReport,
-                    edge_flows: bool) -> List:
+                    edge_flows: bool, made: "Optional[Made]" = None) -> List:
     """The critical path of each drawn replay of a graph with recorded edges, as args; the
     dependency flows when asked (none above ``critical_path.EDGE_FLOWS_MAX``, with a note)."""
     flows = critical_path.annotate_replays(replays, matches, replay_graph, ranges, attribution.by_id, placements,
-                                           report.critical_paths, edge_flows)
+                                           report.critical_paths, edge_flows,
+                                           made.path_of if made is not None else None)
     if len(flows) > critical_path.EDGE_FLOWS_MAX:
         report.edge_flows_note = (f"{len(flows)} dependency edges: more than {critical_path.EDGE_FLOWS_MAX}, "
                                   "drawn as no flows (the trace would load slowly)")
@@ -414,8 +424,9 @@ class _Attribution:
     """
 
     def __init__(self, trace: KinetoTrace, replays: List[Replay], annotations: AnnotationSet, report: JoinReport,
-                 pids: Optional[Set[int]] = None, every_launch: Optional[Sequence[TraceEvent]] = None):
-        self.annotations, self.report = annotations, report
+                 pids: Optional[Set[int]] = None, every_launch: Optional[Sequence[TraceEvent]] = None,
+                 made: "Optional[Made]" = None):
+        self.annotations, self.report, self.made = annotations, report, made
         self._nodes_by_key: Optional[Dict[int, NodeRecord]] = None  # built once a trace has graph node ids
         self.by_id = {g.exec_id: g for g in annotations.graphs}
         self.fit = GraphFit()
@@ -492,7 +503,13 @@ class _Attribution:
                 return
             chosen = cands[0] if cands else None
         pending_idx = [e.index for e in pending]
-        if pending_idx:
+        structural = None
+        if pending_idx and chosen is not None and not found:  # the usual replay: one graph, no node ids
+            made = self.made.matches_of(r, chosen) if self.made is not None else None
+            cal, structural = made if made is not None else match_alone(r, self.annotations.graphs, chosen)
+            found.update(cal)
+            pending_idx = [i for i in pending_idx if i not in cal]
+        elif pending_idx:
             # no graph fits the whole replay (a cut replay, work the node table lacks): the
             # calibration of any graph may still name some events, unless two graphs tie
             cal, g = match_calibrated(r, self.annotations.graphs, pending_idx, only_graph=chosen)
@@ -502,9 +519,12 @@ class _Attribution:
             if chosen is None and cal:
                 chosen, how = g, KERNELS
             pending_idx = [i for i in pending_idx if i not in cal]
-        if pending_idx:
-            used = {m.node.key for m in found.values()}
-            st, g, why = match_structural(r, self.annotations.graphs, pending_idx, only_graph=chosen, used_keys=used)
+            if pending_idx:
+                used = {m.node.key for m in found.values()}
+                structural = match_structural(r, self.annotations.graphs, pending_idx, only_graph=chosen,
+                                              used_keys=used)
+        if structural is not None:
+            st, g, why = structural
             found.update(st)
             chosen = chosen if chosen is not None else g
             if why:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from operator import itemgetter
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .. import settings
 from ..annotations.model import GPU_WORK_NODE_TYPES, AnnotationSet
@@ -34,9 +34,9 @@ from .match import Match, signature
 from .model import JoinReport
 from .replays import Replay
 
-__all__ = ["busy_ns", "GpuRange", "project", "REASON_GRAPH_GUESS", "REASON_NO_LAUNCH", "REASON_PARTIAL",
-           "REASON_SCOPE_GUESS", "REPLAY", "REPLAY_CATEGORY", "REPLAYS_TRACK", "SCOPE", "SCOPE_CATEGORY",
-           "SCOPES_TRACK"]
+__all__ = ["busy_ns", "GpuRange", "Pieces", "project", "REASON_GRAPH_GUESS", "REASON_NO_LAUNCH", "REASON_PARTIAL",
+           "REASON_SCOPE_GUESS", "replay_ranges", "REPLAY", "REPLAY_CATEGORY", "REPLAYS_TRACK", "SCOPE",
+           "SCOPE_CATEGORY", "SCOPES_TRACK"]
 
 try:  # the projection's per-event loop and busy_ns in C (_rows.c, built by hatch_build.py): the same ranges
     from ._rows import busy_ns as _compiled_busy_ns, collect_work as _compiled_collect_work
@@ -165,7 +165,8 @@ REASON_SCOPE_GUESS = "identical kernels of different scopes could not be told ap
 def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_graph: Mapping[int, Optional[int]],
             replay_index: Mapping[int, int], annotations: AnnotationSet,
             report: Optional[JoinReport] = None,
-            replay_candidates: Optional[Mapping[int, Sequence[int]]] = None) -> List[GpuRange]:
+            replay_candidates: Optional[Mapping[int, Sequence[int]]] = None,
+            made: Optional[Callable[..., Optional["Pieces"]]] = None) -> List[GpuRange]:
     """Replay and scope ranges of every joined replay, in replay order.
 
     A replay is drawn only when every GPU-work node of its graph was matched to one of its
@@ -188,6 +189,9 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
     could not tell which. Such a replay is drawn, when whole, as one slice named by its
     candidates (``A | B``, arg ``graph candidates``; no graph id or replay number) and
     without scopes: its span is known, its graph is not.
+
+    ``made(replay, graph id, its number, several_graphs)``: a replay's :func:`replay_ranges`
+    made before the trace was whole (:mod:`.ahead`), or None; used as made here.
     """
     graphs = {g.exec_id: g for g in annotations.graphs}
     several_graphs = len(graphs) > 1
@@ -206,21 +210,25 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
         if r.correlation not in replay_index:  # numbered only with its launch (see join)
             _count(skipped, REASON_NO_LAUNCH)
             continue
-        timed = [e for e in r.events if e.ts_ns is not None]  # sorted by start (find_replays)
-        if not timed:
-            continue
-        info = cache.get(gid)
-        if info is None:
-            info = cache[gid] = g.derived(_graph_info)
-        work = _collect_work(timed, matches, info.per_node)
-        why = _why_not_drawn(r, timed, work, info, matches, several_graphs)
-        if why is not None:
-            _count(skipped, why)
-            continue
         idx = replay_index[r.correlation]
-        device = r.device if r.device is not None else 0
-        out.append(_replay_range(r, g, gid, idx, device, work.intervals))
-        _scope_ranges(work.per_scope, info, gid, idx, device, work.uncertain, out, skipped_scopes)
+        got = made(r, gid, idx, several_graphs) if made is not None else None
+        if got is None:
+            info = cache.get(gid)
+            if info is None:
+                info = cache[gid] = g.derived(_graph_info)
+            got = replay_ranges(r, g, idx, info, matches, several_graphs)
+        why, pieces, scope_skips = got
+        if why is not None:
+            if why:
+                _count(skipped, why)
+            continue
+        base = len(out)
+        for piece in pieces:
+            if piece[8] is not None:
+                piece = piece[:8] + (piece[8] + base,)
+            out.append(_as_range(GpuRange, piece))
+        for why, n in scope_skips.items():
+            skipped_scopes[why] = skipped_scopes.get(why, 0) + n
     _drop_implied_replay(out)
     if report is not None:
         report.unprojected_replays = skipped
@@ -230,6 +238,32 @@ def project(replays: Sequence[Replay], matches: Mapping[int, Match], replay_grap
 
 def _count(counts: Dict[str, int], why: str) -> None:
     counts[why] = counts.get(why, 0) + 1
+
+
+#: A replay's part of the projection (:func:`replay_ranges`): why it is not drawn (None: drawn;
+#: "": nothing to draw, no reason counted), its ranges as :class:`GpuRange` fields whose
+#: ``parent`` counts from the replay's own first range, and its scopes left out by reason.
+Pieces = Tuple[Optional[str], List[Tuple], Dict[str, int]]
+_as_range = tuple.__new__  # a GpuRange from its nine fields, without the keyword parsing
+
+
+def replay_ranges(r: Replay, g: Any, idx: int, info: _GraphInfo, matches: Mapping[int, Match],
+                  several_graphs: bool) -> Pieces:
+    """One joined replay's ranges (:func:`project`'s work on it): the replay's own range, then its
+    scopes', parents first; what matters of the rest of the trace is its number ``idx`` among
+    its graph's replays and whether the set has ``several_graphs``."""
+    timed = [e for e in r.events if e.ts_ns is not None]  # sorted by start (find_replays)
+    if not timed:
+        return "", [], {}
+    work = _collect_work(timed, matches, info.per_node)
+    why = _why_not_drawn(r, timed, work, info, matches, several_graphs)
+    if why is not None:
+        return why, [], {}
+    device = r.device if r.device is not None else 0
+    pieces = [_replay_range(r, g, g.exec_id, idx, device, work.intervals)]
+    skips: Dict[str, int] = {}
+    _scope_ranges(work.per_scope, info, g.exec_id, idx, device, work.uncertain, pieces, skips)
+    return None, pieces, skips
 
 
 class _ReplayWork:
@@ -296,7 +330,7 @@ def _why_not_drawn(r: Replay, timed: Sequence[Any], work: _ReplayWork, info: _Gr
     return None
 
 
-def _replay_range(r: Replay, g: Any, gid: int, idx: int, device: int, ivs: List[Tuple[int, int]]) -> GpuRange:
+def _replay_range(r: Replay, g: Any, gid: int, idx: int, device: int, ivs: List[Tuple[int, int]]) -> Tuple:
     """Phase 3: the replay's own range (its args: see :func:`project`)."""
     start = ivs[0][0]
     end = max(map(_end, ivs))
@@ -307,14 +341,15 @@ def _replay_range(r: Replay, g: Any, gid: int, idx: int, device: int, ivs: List[
     launch = r.launch
     if launch is not None and launch.ts_ns is not None:
         args["launch latency ns"] = start - launch.ts_ns
-    return GpuRange(REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
-                    launch.index if launch is not None else None)
+    return (REPLAY, device, REPLAYS_TRACK, start, end - start, f"{g.display_name} #{idx}", args,
+            launch.index if launch is not None else None, None)
 
 
 def _scope_ranges(acc: Dict[int, List[Tuple[int, int]]], info: _GraphInfo, gid: int, idx: int, device: int,
-                  uncertain: Any, out: List[GpuRange], skipped_scopes: Dict[str, int]) -> None:
-    """Phase 4: the replay's scope ranges, parents first, each nested in its innermost drawn
-    ancestor; the scopes a guess may have mislabelled are left out (counted)."""
+                  uncertain: Any, out: List[Tuple], skipped_scopes: Dict[str, int]) -> None:
+    """Phase 4: the replay's scope ranges (GpuRange fields; ``parent`` an index in ``out``),
+    parents first, each nested in its innermost drawn ancestor; the scopes a guess may have
+    mislabelled are left out (counted)."""
     labels = info.labels
     drawn: Dict[int, int] = {}  # instance id -> its index in out
     for iid in sorted(acc, key=labels.__getitem__):  # parents (lower depth) first
@@ -343,7 +378,7 @@ def _scope_ranges(acc: Dict[int, List[Tuple[int, int]]], info: _GraphInfo, gid: 
             if parent is not None:
                 break
         drawn[iid] = len(out)
-        out.append(GpuRange(SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, None, parent))
+        out.append((SCOPE, device, SCOPES_TRACK, s, t - s, label, sargs, None, parent))
 
 
 def _project_candidates(r: Replay, cands: Sequence[Any], cache: Dict[int, _GraphInfo], out: List[GpuRange],

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import settings
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "GROUP_WORK", "IN_START_ORDER",
-           "int_arg", "node_type_of", "Replay"]
+__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "group_work", "GROUP_WORK",
+           "IN_START_ORDER", "int_arg", "node_type_of", "Replay"]
 
 try:  # gpu_work_and_replays' pass over the events in C (join/_rows.c, built by hatch_build.py)
     from ._rows import group_work as _compiled_group_work, in_start_order as _compiled_in_start_order
@@ -135,11 +135,29 @@ def gpu_work_and_replays(trace: KinetoTrace,
     launches: Dict[int, TraceEvent] = {}
     # one pass: launches, and GPU work by correlation (file order), then the groups that are replays
     work: Dict[int, List[TraceEvent]] = {}
-    graph_ids = set()  # correlations with an event carrying graph ids
+    graph_ids: Set[int] = set()  # correlations with an event carrying graph ids
+    total = group_work(trace.events, launches, work, graph_ids, every_launch)
+    replays = []
+    for c, evs in work.items():
+        if c not in launches:
+            if c not in graph_ids:
+                continue
+            evs = [e for e in evs if "graph node id" in e.args or "graph id" in e.args]  # no launch: those alone
+        replays.append(Replay(c, launches.get(c), _by_start(evs)))
+    replays.sort(key=lambda r: (r.start_ns, r.correlation))
+    return total, replays
+
+
+def group_work(events: Sequence[TraceEvent], launches: Dict[int, TraceEvent], work: Dict[int, List[TraceEvent]],
+               graph_ids: Set[int], every_launch: Optional[List[TraceEvent]] = None) -> int:
+    """:func:`gpu_work_and_replays`' pass over ``events``: the first graph launch (``ph`` X, a
+    launch name) of each correlation into ``launches``, every one into ``every_launch`` (when
+    given), the GPU work by correlation into ``work`` (file order, appended to what is there)
+    and the correlations whose work carries graph ids into ``graph_ids``; returns how many GPU
+    work events it met. Passes over successive parts of a trace add up to one over the whole."""
     launch_names = GRAPH_LAUNCH_NAMES
     is_work: Dict[str, bool] = {}  # cat as written -> TraceEvent.is_gpu_work's category test
     total = 0
-    events = trace.events
     if GROUP_WORK is not None and type(events) is list:  # the same pass in C
         total = GROUP_WORK(events, (launch_names, is_work, _is_gpu_work, launches, work, graph_ids, every_launch))
         events = ()
@@ -170,12 +188,4 @@ def gpu_work_and_replays(trace: KinetoTrace,
         evs.append(e)
         if "graph node id" in a or "graph id" in a:
             graph_ids.add(c)
-    replays = []
-    for c, evs in work.items():
-        if c not in launches:
-            if c not in graph_ids:
-                continue
-            evs = [e for e in evs if "graph node id" in e.args or "graph id" in e.args]  # no launch: those alone
-        replays.append(Replay(c, launches.get(c), _by_start(evs)))
-    replays.sort(key=lambda r: (r.start_ns, r.correlation))
-    return total, replays
+    return total

@@ -129,7 +129,8 @@ def read_and_join(trace: Union[PathLike, KinetoTrace],
         if compact is None:  # a trace read in two passes (read.scan) is written from its offsets: compact too
             compact = getattr(trace, "source", None) is not None
         layout = join(trace, annotations, graph_lanes=lanes, default_stream=stream, force=force, sources=sources,
-                      projection=projection, edge_flows=edge_flows, compact=compact)
+                      projection=projection, edge_flows=edge_flows, compact=compact,
+                      made=getattr(trace, "made", None))  # made while a followed file was written
     if on_join is not None:
         on_join(layout)
     return Joined(trace, layout, annotations)

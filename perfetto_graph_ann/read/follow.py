@@ -13,12 +13,16 @@ The file read must be the one finished: when the writer names the finished file,
 descriptor read so far must be that file (same device and inode); if not (the writer wrote
 elsewhere and copied), :class:`Moved` tells the reader to read the finished file from the
 start. :class:`Abandoned`: the writer failed or went away; nothing is to be written.
+
+While the reader waits for the writer, ``ahead`` (the conversion worker's
+:class:`~..join.ahead.JoinAhead`) does the join's per-replay work on the events read so far, one
+small step at a time, each followed by a look at the file.
 """
 from __future__ import annotations
 
 import io
 import os
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 __all__ = ["Abandoned", "Followed", "Moved", "POLL_S", "SOON"]
 
@@ -47,9 +51,15 @@ class Followed:
     offered: what the streaming reader (``read.kineto._stream_trace``) uses.
     """
 
-    def __init__(self, names: Sequence[str], finished: Callable[[float], Optional[str]]) -> None:
+    def __init__(self, names: Sequence[str], finished: Callable[[float], Optional[str]], ahead: Any = None) -> None:
         self.names = tuple(names)
         self._finished = finished
+        #: the events the reader has decoded so far (``read.kineto._stream_trace`` appends them)
+        self.events: List[Any] = []
+        #: work to do whenever all that is written has been read: ``ahead.idle(events)`` does one
+        #: small step and says whether it did one (``join.ahead.JoinAhead``); ``ahead.made`` goes
+        #: with the trace read (``read.scan.ScannedTrace.made``)
+        self.ahead = ahead
         self._file: Optional[io.FileIO] = None
         self.final: Optional[str] = None  #: the finished file's path, once the writer is done
         self.final_stat: Optional[os.stat_result] = None  #: its stat, taken as the writer finished
@@ -99,6 +109,8 @@ class Followed:
                 continue
             if self.final is not None:
                 break  # the finished file's end
+            if self.ahead is not None and self.ahead.idle(self.events):
+                continue  # a step done while the writer writes: look for more before waiting
             final = self._finished(POLL_S)
             if final is not None:
                 self._done(final)

@@ -86,7 +86,8 @@ def _decode_run(buf: bytearray, path: str, events: List[TraceEvent], tries: int 
     return -1
 
 
-def _stream_trace(path: str, block: int = 0, scan: Any = None, raw: Any = None) -> Optional[KinetoTrace]:
+def _stream_trace(path: str, block: int = 0, scan: Any = None, raw: Any = None,
+                  events: Optional[List[TraceEvent]] = None) -> Optional[KinetoTrace]:
     """The trace at ``path`` read a block at a time, or None (the caller reads the whole file,
     which also words every error) when the file is not plainly a trace this reads.
 
@@ -102,7 +103,8 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None, raw: Any = None) 
     run's events, ``buf`` starting at ``offset`` in the file's text), which returns what is
     kept of them; ``scan.gunzip(raw)`` gives the file object a gzip file's text is read from.
     ``raw``: the file object to read (a :class:`.follow.Followed`: the file as it is written),
-    else ``path`` opened here.
+    else ``path`` opened here. ``events``: the list the events are appended to as they are
+    decoded (a followed file's, which its idle work reads), else a new one.
     """
     import gzip
     import zlib
@@ -120,7 +122,8 @@ def _stream_trace(path: str, block: int = 0, scan: Any = None, raw: Any = None) 
             gunzip = getattr(scan, "gunzip", None) or (lambda fileobj: gzip.GzipFile(fileobj=fileobj, mode="rb"))
             f = gunzip(raw) if formats.is_gzip(raw.read(2)) else raw
             raw.seek(0)
-            events: List[TraceEvent] = []
+            if events is None:
+                events = []
             buf = f.read(block)
             at = buf.find(_EVENTS_KEY)
             # the envelope comes first (a few kB): read on to the key and past its "[" (spaces may follow)

@@ -449,6 +449,9 @@ class ScannedTrace(KinetoTrace):
 
     source: Optional[EventSource] = None
     released: bool = False  #: the light events dropped: written once, never again
+    #: the join's per-replay results made while the file was written (a followed file's
+    #: ``ahead.made``, :class:`~..join.ahead.Made`; the join takes what still holds)
+    made: Any = None
 
     def release(self) -> None:
         """Drop the light events (the writer's plan is made; the second pass reads ``source``)."""
@@ -733,7 +736,7 @@ def scan_trace(path: str, join: bool = False, follow: "Optional[Followed]" = Non
             return None
     else:
         try:
-            trace = _stream_trace(path, scan=scan, raw=follow)
+            trace = _stream_trace(path, scan=scan, raw=follow, events=follow.events)
         except (_Unsure, Moved):
             return None
         if follow.final is None:  # the reader gave up before the end (unsure of a run)
@@ -751,4 +754,7 @@ def scan_trace(path: str, join: bool = False, follow: "Optional[Followed]" = Non
     gz = scan.gunzipped
     source = (EventSource(path, scan.offsets, st.st_size, st.st_mtime_ns) if gz is None else
               GzipEventSource(path, scan.offsets, st.st_size, st.st_mtime_ns, gz.points, gz.out))
-    return ScannedTrace(path=trace.path, events=trace.events, metadata=trace.metadata, source=source)
+    made = None
+    if follow is not None and follow.ahead is not None and trace.events is follow.events:
+        made = follow.ahead.made
+    return ScannedTrace(path=trace.path, events=trace.events, metadata=trace.metadata, source=source, made=made)
