@@ -20,12 +20,13 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "..")]
+sys.path[:0] = [os.path.join(HERE, "..", ".."), os.path.join(HERE, "..", "..", "tests", "gpu")]
 
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import perfetto_graph_ann as pga  # noqa: E402
+from copy_graph import scale_copy_fill  # noqa: E402: tests/gpu/copy_graph.py
 from perfetto_graph_ann.capture.export import chrome_trace_bytes, export  # noqa: E402
 
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -50,13 +51,7 @@ def main() -> None:
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph(keep_graph=args.keep)
     with torch.cuda.graph(g):
-        with pga.mark_kernels({"name": "scale"}):
-            y = x * 2
-        with pga.mark_kernels({"name": "copy"}):
-            buf.copy_(y)
-        with pga.mark_kernels({"name": "fill"}):
-            buf.zero_()
-            z = buf + 1
+        z = scale_copy_fill(x, buf)
     if args.keep:
         g.instantiate()
     g.replay()

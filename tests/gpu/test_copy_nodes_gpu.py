@@ -21,6 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import perfetto_graph_ann as pga
+from copy_graph import SCOPES, scale_copy_fill
 from perfetto_graph_ann.capture.export import chrome_trace_bytes, export
 from perfetto_graph_ann.capture.registry import REGISTRY
 from perfetto_graph_ann.capture.replay_log import REPLAY_LOG
@@ -37,13 +38,7 @@ def _capture(calibrate: bool, keep: bool):
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph(keep_graph=keep)
     with pga.graph(g, calibrate=calibrate):
-        with pga.mark_kernels({"name": "scale"}):
-            y = x * 2
-        with pga.mark_kernels({"name": "copy"}):
-            buf.copy_(y)
-        with pga.mark_kernels({"name": "fill"}):
-            buf.zero_()
-            z = buf + 1
+        z = scale_copy_fill(x, buf)
     if keep:
         g.instantiate()
     return g, z
@@ -85,5 +80,5 @@ def test_copy_node_is_labelled_as_its_node(calibrate, keep, tmp_path, results):
     assert len(per) == 3
     for evs in per.values():
         got = [e["args"].get("name") for e in sorted(evs, key=lambda e: e["ts"])]
-        assert got == ["scale", "copy", "fill", "fill"], (got, shapes)
+        assert got == SCOPES, (got, shapes)
     assert layout.report.unmatched == 0
