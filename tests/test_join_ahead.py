@@ -199,3 +199,19 @@ def test_eager_work_is_never_made_and_never_waits(monkeypatch):
     assert made and set(made) <= launched and len(made) == len(set(made))
     assert steps <= len(range(0, len(events), 40)) + 1 + len(made)  # a grouping per cut, a step per replay made
     assert set(ahead._waiting) <= launched  # what each step looks through: replays only
+
+
+def test_a_failure_made_ahead_stops_the_work_and_not_the_conversion(monkeypatch):
+    """Whatever the work made ahead raises, the follow goes on, nothing more is made, and the
+    join makes every replay itself: the same layout."""
+    trace, ann = _decoder(replays=5)
+    calls = []
+
+    def fail(self, r, g, several):
+        calls.append(r.correlation)
+        raise RuntimeError("made ahead")
+
+    monkeypatch.setattr(Made, "make", fail)
+    ahead = _made(trace.events, ann, range(0, len(trace.events), 25))
+    assert len(calls) == 1 and not ahead.idle(trace.events)
+    assert _same(trace, ann, ahead, graph_lanes="all") == {"matches": 0, "ranges": 0, "paths": 0}

@@ -179,8 +179,21 @@ class JoinAhead:
         self._waiting: Dict[int, None] = {}
         self._newest: Optional[int] = None  # the correlation of the last GPU work read: may still grow
         self._fit = GraphFit()
+        self._stopped = False
 
     def idle(self, events: List[Any]) -> bool:
+        """One step on ``events`` (the events read so far); whether it did one. Anything it
+        raises stops the work made ahead for good (the join makes it all, and meets any error
+        of the trace where it always does): the conversion never fails here."""
+        if self._stopped:
+            return False
+        try:
+            return self._step(events)
+        except Exception:  # noqa: BLE001: see the docstring
+            self._stopped = True
+            return False
+
+    def _step(self, events: List[Any]) -> bool:
         if len(events) > self._seen:
             part, self._seen = events[self._seen:], len(events)
             work: Dict[int, List[Any]] = {}
