@@ -86,7 +86,8 @@ class Made:
         self._ranges: Dict[Tuple[int, int, bool], Tuple[Tuple[int, ...], Any]] = {}
         self._names: Dict[int, str] = {}  # graph -> its display name (the replay range's name)
         self._paths: Dict[Tuple[int, int], Tuple[Tuple[int, ...], Any]] = {}
-        self._taken: Dict[int, int] = {}  # correlation -> the graph whose matches the join took
+        #: correlation -> (the graph whose matches the join took, what they were made from)
+        self._taken: Dict[int, Tuple[int, Tuple[int, ...]]] = {}
         self.taken: Dict[str, int] = {"matches": 0, "ranges": 0, "paths": 0}
 
     @staticmethod
@@ -98,7 +99,7 @@ class Made:
         got = self._matches.pop((r.correlation, chosen), None)  # taken once: the join holds it from here
         if got is None or got[0] != self.key(r):
             return None
-        self._taken[r.correlation] = chosen
+        self._taken[r.correlation] = (chosen, got[0])  # the replay's ranges and path: made with this very key
         self.taken["matches"] += 1
         return got[1]
 
@@ -106,7 +107,7 @@ class Made:
         """The replay's projection pieces, numbered ``idx`` among its graph's replays (made before
         that number was known: the number is in the replay range's name and every range's args)."""
         got = self._ranges.pop((r.correlation, gid, several), None)
-        if got is None or self._taken.get(r.correlation) != gid or got[0] != self.key(r):
+        if got is None or not self._same(r, gid, got[0]):
             return None
         self.taken["ranges"] += 1
         why, pieces, skips = got[1]
@@ -121,10 +122,16 @@ class Made:
 
     def path_of(self, r: Replay, gid: int) -> Any:
         got = self._paths.pop((r.correlation, gid), None)
-        if got is None or self._taken.get(r.correlation) != gid or got[0] != self.key(r):
+        if got is None or not self._same(r, gid, got[0]):
             return None
         self.taken["paths"] += 1
         return got[1]
+
+    def _same(self, r: Replay, gid: int, key: Tuple[int, ...]) -> bool:
+        """Whether the join took ``r``'s matches as made for ``gid``, from what ``key`` was made
+        of (made together: the same key object)."""
+        taken = self._taken.get(r.correlation)
+        return taken is not None and taken[0] == gid and taken[1] is key
 
     def clear(self) -> None:
         """Drop what was not taken (the join is done)."""
