@@ -88,16 +88,36 @@ class Made:
         self._paths: Dict[Tuple[int, int], Tuple[Tuple[int, ...], Any]] = {}
         #: correlation -> (the graph whose matches the join took, what they were made from)
         self._taken: Dict[int, Tuple[int, Tuple[int, ...]]] = {}
-        self.taken: Dict[str, int] = {"matches": 0, "ranges": 0, "paths": 0}
+        self._shapes: Dict[int, Tuple[Tuple[int, ...], frozenset]] = {}
+        self._keys: Dict[int, Tuple[Replay, Tuple[int, ...]]] = {}  # the join's replays' keys
+        self.taken: Dict[str, int] = {"shapes": 0, "matches": 0, "ranges": 0, "paths": 0}
 
     @staticmethod
     def key(r: Replay) -> Tuple[int, ...]:
         """What a replay's results were made from: its launch's index, then its events' in order."""
         return (-1 if r.launch is None else r.launch.index,) + tuple(map(_INDEX, r.events))
 
+    def _key_of(self, r: Replay) -> Tuple[int, ...]:
+        """:meth:`key` of the join's replay ``r``, once per replay."""
+        got = self._keys.get(r.correlation)
+        if got is None or got[0] is not r:
+            got = self._keys[r.correlation] = (r, self.key(r))
+        return got[1]
+
+    def keep_shape(self, r: Replay, key: Tuple[int, ...], shape: frozenset) -> None:
+        """The shape of all of ``r``'s GPU work (``GraphFit.shape``), made from ``key``."""
+        self._shapes[r.correlation] = (key, shape)
+
+    def shape_of(self, r: Replay) -> Optional[frozenset]:
+        got = self._shapes.pop(r.correlation, None)
+        if got is None or got[0] != self._key_of(r):
+            return None
+        self.taken["shapes"] += 1
+        return got[1]
+
     def matches_of(self, r: Replay, chosen: int) -> Optional[Tuple[Dict[int, Match], Optional[Tuple]]]:
         got = self._matches.pop((r.correlation, chosen), None)  # taken once: the join holds it from here
-        if got is None or got[0] != self.key(r):
+        if got is None or got[0] != self._key_of(r):
             return None
         self._taken[r.correlation] = (chosen, got[0])  # the replay's ranges and path: made with this very key
         self.taken["matches"] += 1
@@ -138,12 +158,14 @@ class Made:
         self._matches.clear()
         self._ranges.clear()
         self._paths.clear()
+        self._shapes.clear()
+        self._keys.clear()
         self._taken.clear()
 
-    def make(self, r: Replay, g: GraphRecord, several: bool) -> None:
+    def make(self, r: Replay, g: GraphRecord, several: bool, key: Optional[Tuple[int, ...]] = None) -> None:
         """Everything the join would make of ``r`` as a replay of ``g`` (its projection numbered
-        0, renumbered when taken)."""
-        key, gid = self.key(r), g.exec_id
+        0, renumbered when taken); ``key``: :meth:`key` of ``r`` where known."""
+        key, gid = key or self.key(r), g.exec_id
         cal, st = match_alone(r, self.annotations.graphs, gid)
         self._matches[(r.correlation, gid)] = (key, (cal, st))
         self._names[gid] = g.display_name
@@ -235,6 +257,8 @@ class JoinAhead:
         if not r.events:
             return
         shape = self._fit.shape(r.events, replay_signatures(r))
+        key = self.made.key(r)
+        self.made.keep_shape(r, key, shape)
         for g in self._graphs:
             if device_ok(g.device, r.device) and self._fit.fits_shape(shape, g):
-                self.made.make(r, g, self._several)
+                self.made.make(r, g, self._several, key)

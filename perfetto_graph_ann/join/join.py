@@ -462,10 +462,18 @@ class _Attribution:
             return True
         if not device_ok(g.device, r.events[0].device):
             return False
+        return self.fit.fits_shape(self._shape(r), g)
+
+    def _shape(self, r: Replay) -> frozenset:
+        """The shape of all of ``r``'s GPU work, once per replay (made ahead where it was: the
+        signatures it is made of are only asked for by the calibration besides)."""
         shape = self._shapes.get(r.correlation)
-        if shape is None:  # once per replay, from the signatures the calibration uses too
-            shape = self._shapes[r.correlation] = self.fit.shape(r.events, replay_signatures(r))
-        return self.fit.fits_shape(shape, g)
+        if shape is None:
+            shape = self.made.shape_of(r) if self.made is not None else None
+            if shape is None:
+                shape = self.fit.shape(r.events, replay_signatures(r))
+            self._shapes[r.correlation] = shape
+        return shape
 
     def candidate_names(self, ids: Iterable[int]) -> str:
         return " | ".join(self.by_id[i].display_name if i in self.by_id else f"graph {i}" for i in ids)
@@ -479,7 +487,8 @@ class _Attribution:
         recorded = self.launched.get(r.correlation) if self.launched is not None else None
         if recorded:
             return sorted(g for g in recorded if g in self.by_id), any(g not in self.by_id for g in recorded), RECORDED
-        shape = self.fit.shape(pending, replay_signatures(r))  # once, not once per graph
+        # once, not once per graph; all of it where no event had a node id
+        shape = self._shape(r) if len(pending) == len(r.events) else self.fit.shape(pending, replay_signatures(r))
         fitting = [g.exec_id for g in self.annotations.graphs
                    if device_ok(g.device, r.device) and self.fit.fits_shape(shape, g)]
         return fitting, False, KERNELS
