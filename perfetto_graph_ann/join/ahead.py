@@ -74,11 +74,12 @@ _INDEX = attrgetter("index")
 class Made:
     """Per-replay results of the join made while torch still wrote the trace (:class:`JoinAhead`),
     each kept with the events it was made from (their indices in order) and taken by the join
-    only for a replay of exactly those events, the same launch and the same graph: the
-    matches of a replay known to be one graph (:func:`match_alone`), then, only where the
-    join took those, its projection (``projection.replay_ranges``, for its number among its
-    graph's replays, given when taken) and critical path (``critical_path.REPLAY_PATH``). Made from the same
-    annotation set the join is given (else never taken). ``taken``: how many of each the join took."""
+    only for a replay of exactly those events, the same launch and the same graph: the shape
+    of its GPU work (``GraphFit.shape``), the matches of a replay known to be one graph
+    (:func:`match_alone`), then, only where the join took those, its projection
+    (``projection.replay_ranges``; its number among its graph's replays given when taken) and
+    critical path (``critical_path.REPLAY_PATH``). Made from the same annotation set the join
+    is given (else never taken). ``taken``: how many of each the join took."""
 
     def __init__(self, annotations: AnnotationSet) -> None:
         self.annotations = annotations
@@ -109,6 +110,7 @@ class Made:
         self._shapes[r.correlation] = (key, shape)
 
     def shape_of(self, r: Replay) -> Optional[frozenset]:
+        """The shape of the join's replay ``r`` as made, where it still holds; else None."""
         got = self._shapes.pop(r.correlation, None)
         if got is None or got[0] != self._key_of(r):
             return None
@@ -116,6 +118,8 @@ class Made:
         return got[1]
 
     def matches_of(self, r: Replay, chosen: int) -> Optional[Tuple[Dict[int, Match], Optional[Tuple]]]:
+        """:func:`match_alone` of the join's replay ``r`` against ``chosen`` as made, where it
+        still holds; else None."""
         got = self._matches.pop((r.correlation, chosen), None)  # taken once: the join holds it from here
         if got is None or got[0] != self._key_of(r):
             return None
@@ -141,6 +145,7 @@ class Made:
         return why, pieces, skips
 
     def path_of(self, r: Replay, gid: int) -> Any:
+        """``critical_path.REPLAY_PATH``'s result for ``r`` as made, where its matches were taken."""
         got = self._paths.pop((r.correlation, gid), None)
         if got is None or not self._same(r, gid, got[0]):
             return None
