@@ -18,7 +18,9 @@
 # windows_copy: session 42's GPU checks (the copy test three times, the replay-identity, handler and
 # export tests, the copy-kind probe's two modes; ~2-3 minutes). cold_copy: a copy in a graph captured
 # by torch.cuda.graph under instrument(), eight cases recorded (record_cold_copy.py; ~1 minute).
-# frontier: the capture's frontier as a scope edge (probe_capture_frontier.py).
+# frontier: the capture's frontier as a scope edge (probe_capture_frontier.py). worker_ahead: the
+# join's work made while torch writes and the worker's heap, each against its absence in one run
+# (join_ahead.py, worker_heap.py on .bench-data's l12t21 and t7: carry .bench-data; ~2 minutes).
 # Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] [LAYERS=36]
 #   bash benchmarks/gpu/run_pending_33_31.sh;
 # each step's log under $OUT, its last lines printed (first_export: each fresh process imports
@@ -86,7 +88,14 @@ for s in $STEPS; do
       done; done; done
       tar -C "$OUT" -czf "$OUT/cold_copy.tgz" cold_copy && rm -rf "$OUT/cold_copy" ;;
     frontier) step frontier 60 python3 benchmarks/gpu/probe_capture_frontier.py --out "$OUT/frontier.json" ;;
+    worker_ahead)  # session 43's worker changes on that host's Python, the recorded profiles (.bench-data carried)
+      for t in l12t21 t7; do
+        if [ -f ".bench-data/$t.json.gz" ]; then step "join_ahead_$t" 150 python3 benchmarks/join_ahead.py \
+          ".bench-data/$t.json.gz" ".bench-data/$t.annotations.json" --rounds 12 --mb-s 80; fi
+      done
+      [ -f .bench-data/l12t21.json.gz ] && step worker_heap 150 python3 benchmarks/worker_heap.py \
+        .bench-data/l12t21.json.gz .bench-data/l12t21.annotations.json --rounds 8 ;;
     *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts" \
-      "hf_capture_parts headline fresh_runner fresh_hf windows_copy cold_copy frontier)"; exit 2 ;;
+      "hf_capture_parts headline fresh_runner fresh_hf windows_copy cold_copy frontier worker_ahead)"; exit 2 ;;
   esac
 done
