@@ -514,8 +514,8 @@ class _Attribution:
         pending_idx = [e.index for e in pending]
         structural = None
         if pending_idx and chosen is not None and not found:  # the usual replay: one graph, no node ids
-            made = self.made.matches_of(r, chosen) if self.made is not None else None
-            cal, structural = made if made is not None else match_alone(r, self.annotations.graphs, chosen)
+            ahead = self.made.matches_of(r, chosen) if self.made is not None else None
+            cal, structural = ahead if ahead is not None else match_alone(r, self.annotations.graphs, chosen)
             found.update(cal)
             pending_idx = [i for i in pending_idx if i not in cal]
         elif pending_idx:
