@@ -11,7 +11,6 @@ annotation set; and through a followed file the trace read carries what was made
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import random
 import sys
 import threading
@@ -170,14 +169,19 @@ def test_a_followed_file_carries_what_was_made_to_the_join(tmp_path):
     writer.start()
     follow = Followed([path + ".tmp", path], lambda timeout: path if word.wait(timeout) else None,
                       ahead=JoinAhead(ann))
+    ahead = follow.ahead
+    events_read = follow.events
     trace = read_for_writing(path, True, join=True, follow=follow)
     writer.join()
-    assert trace.made is follow.ahead.made and trace.events is follow.events
+    assert trace.made is ahead.made and trace.events is events_read and trace.events
+    # handed over: the follow keeps none of the events (the writer drops them before its packets)
+    assert follow.events == [] and not ahead._work and not ahead._launches and not ahead.idle(trace.events)
     layout = read_and_join(trace, ann, graph_lanes="all", compact=True).layout
-    assert follow.ahead.made.taken["matches"] >= 1
+    assert ahead.made.taken["matches"] >= 1
     plain = read_and_join(read_for_writing(path, True, join=True), ann, graph_lanes="all", compact=True).layout
     assert _snapshot(layout, trace) == _snapshot(plain, trace)
-    assert gzip.compress(raw)  # the bytes followed were the trace's (read in full: same events)
+    trace.release()  # what the writer does before its packets: then nothing holds the events read
+    assert sys.getrefcount(events_read) == 2  # this test's name and the call's argument
 
 
 def test_eager_work_is_never_made_and_never_waits(monkeypatch):

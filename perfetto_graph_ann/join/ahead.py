@@ -227,6 +227,12 @@ class JoinAhead:
             self._stopped = True
             return False
 
+    def release(self) -> None:
+        """The trace is read: nothing more to make, and nothing of its events kept here (the
+        writer drops the events before its packets); what was made stays in :attr:`made`."""
+        self._stopped = True
+        self._launches, self._work, self._waiting, self._graph_ids = {}, {}, {}, set()
+
     def _step(self, events: List[Any]) -> bool:
         if len(events) > self._seen:
             part, self._seen = events[self._seen:], len(events)

@@ -58,7 +58,7 @@ class Followed:
         self.events: List[Any] = []
         #: work to do whenever all that is written has been read: ``ahead.idle(events)`` does one
         #: small step and says whether it did one (``join.ahead.JoinAhead``); ``ahead.made`` goes
-        #: with the trace read (``read.scan.ScannedTrace.made``)
+        #: with the trace read (``read.scan.ScannedTrace.made``); ``ahead.release()`` at the end
         self.ahead = ahead
         self._file: Optional[io.FileIO] = None
         self.final: Optional[str] = None  #: the finished file's path, once the writer is done
@@ -115,6 +115,14 @@ class Followed:
             if final is not None:
                 self._done(final)
         return b"".join(parts)
+
+    def hand_over(self) -> None:
+        """The read is done: let go of the events read (the trace holds them, and the writer
+        drops them once its plan is made) and of what the idle work kept to make its next steps
+        (``ahead.release()``; what it made goes with the trace)."""
+        self.events = []
+        if self.ahead is not None:
+            self.ahead.release()
 
     def seek(self, pos: int, whence: int = 0) -> int:
         if self._file is None:

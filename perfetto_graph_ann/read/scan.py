@@ -735,10 +735,13 @@ def scan_trace(path: str, join: bool = False, follow: "Optional[Followed]" = Non
         except _Unsure:
             return None
     else:
+        read = follow.events
         try:
-            trace = _stream_trace(path, scan=scan, raw=follow, events=follow.events)
+            trace = _stream_trace(path, scan=scan, raw=follow, events=read)
         except (_Unsure, Moved):
             return None
+        finally:  # the events are the trace's now (or nobody's): the writer drops them before its packets
+            follow.hand_over()
         if follow.final is None:  # the reader gave up before the end (unsure of a run)
             return None
         path, st = follow.final, follow.final_stat
@@ -755,6 +758,6 @@ def scan_trace(path: str, join: bool = False, follow: "Optional[Followed]" = Non
     source = (EventSource(path, scan.offsets, st.st_size, st.st_mtime_ns) if gz is None else
               GzipEventSource(path, scan.offsets, st.st_size, st.st_mtime_ns, gz.points, gz.out))
     made = None
-    if follow is not None and follow.ahead is not None and trace.events is follow.events:
+    if follow is not None and follow.ahead is not None and trace.events is read:
         made = follow.ahead.made
     return ScannedTrace(path=trace.path, events=trace.events, metadata=trace.metadata, source=source, made=made)
