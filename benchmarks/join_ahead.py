@@ -15,7 +15,6 @@ how many replays' results the join took as made, and checks both arms wrote the 
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import os
 import platform
@@ -30,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.proc import plain_copy  # noqa: E402
 from perfetto_graph_ann.annotations.files import load_annotations  # noqa: E402
 from perfetto_graph_ann.join.ahead import JoinAhead, prepare_graphs  # noqa: E402
 from perfetto_graph_ann.pipeline.convert import write_joined_file  # noqa: E402
@@ -95,9 +95,7 @@ def main() -> None:
     got = {"ahead": [], "none": []}
     digests, taken, reports = set(), None, []
     with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "source.json")
-        with (gzip.open if args.trace.endswith(".gz") else open)(args.trace, "rb") as f, open(src, "wb") as g:
-            g.write(f.read())
+        src = plain_copy(args.trace, d, "source.json")
         size = os.path.getsize(src)
         _one(src, args.annotations, d, args.mb_s, True)  # untimed: this process's first conversion
         for r in range(args.rounds):

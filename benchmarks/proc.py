@@ -69,3 +69,14 @@ def same_bytes(a: str, b: str) -> bool:
 def cell(r: dict, key: str, scale: float, fmt: str) -> str:
     """A measured value scaled and formatted, else the run's error (or skip) text."""
     return format(r[key] / scale, fmt) if key in r else r.get("error", "-")
+
+
+def plain_copy(trace: str, folder: str, name: str = "profile.json") -> str:
+    """``trace`` (a ``.gz`` decompressed) written as ``folder/name``, as torch writes a profile:
+    plain JSON. Returns the copy's path."""
+    import gzip
+
+    out = os.path.join(folder, name)
+    with (gzip.open if trace.endswith(".gz") else open)(trace, "rb") as f, open(out, "wb") as g:
+        g.write(f.read())
+    return out

@@ -16,22 +16,22 @@ peak RSS. A gzip trace is decompressed into the temporary folder first (torch wr
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.proc import plain_copy, run_child  # noqa: E402
 
 _CHILD = r'''
 import json, os, resource, sys, time
-sys.path.insert(0, sys.argv[5])
 if sys.argv[1] == "kept":
     from perfetto_graph_ann.util.heap import keep_freed_memory
     assert keep_freed_memory()
@@ -42,7 +42,7 @@ from perfetto_graph_ann.join.ahead import prepare_graphs
 from perfetto_graph_ann.pipeline.convert import write_joined_file
 from perfetto_graph_ann.util.collector import paused_gc
 ms = []
-for i in range(int(sys.argv[6])):
+for i in range(int(sys.argv[5])):
     ann = load_annotations(sys.argv[3])
     prepare_graphs(ann)
     t0 = time.perf_counter()
@@ -62,15 +62,14 @@ def main() -> None:
     args = ap.parse_args()
     got = {"kept": [], "default": []}
     with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "profile.json")
-        with (gzip.open if args.trace.endswith(".gz") else open)(args.trace, "rb") as f, open(src, "wb") as g:
-            g.write(f.read())
+        src = plain_copy(args.trace, d)
         out = os.path.join(d, "out.pftrace")
         for r in range(args.rounds):
             for arm in (("kept", "default") if r % 2 == 0 else ("default", "kept")):
-                res = subprocess.run([sys.executable, "-c", _CHILD, arm, src, args.annotations, out, str(ROOT),
-                                      str(args.repeat)], capture_output=True, text=True, check=True)
-                got[arm].append(json.loads(res.stdout))
+                res = run_child(_CHILD, [arm, src, args.annotations, out, args.repeat], ROOT)
+                if "error" in res:
+                    raise SystemExit(f"the {arm} process failed: {res['error']}")
+                got[arm].append(res)
     print(f"{platform.machine()}, Python {platform.python_version()}, glibc {platform.libc_ver()[1]}, "
           f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; {Path(args.trace).name}, {args.rounds} rounds")
     print("| arm | first conversion ms (median) | later ones ms (median) | peak RSS MB (median) |")

@@ -271,13 +271,13 @@ def test_compiled_calibrated_rows_are_the_python_loop(n, streams, oddity, seed):
 
 @given(st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=12))
 def test_replay_events_by_start_with_untimed_ones(times):
-    """``replays._by_start`` (the key made in C) orders a replay's events as the rule does: by
+    """``replays.by_start`` (the key made in C) orders a replay's events as the rule does: by
     start, an untimed one as if at 0, then file index."""
-    from perfetto_graph_ann.join.replays import _by_start
+    from perfetto_graph_ann.join.replays import by_start
     from perfetto_graph_ann.read.model import TraceEvent
 
     events = [TraceEvent(20 - k, "X", "kernel", "k", 0, 7, t, 1) for k, t in enumerate(times)]
-    assert _by_start(events) == sorted(events, key=lambda e: (e.ts_ns or 0, e.index))
+    assert by_start(events) == sorted(events, key=lambda e: (e.ts_ns or 0, e.index))
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -285,7 +285,7 @@ def test_replay_events_by_start_with_untimed_ones(times):
                                     st.just(True)),
                           st.integers(-2, 6)), max_size=12))
 def test_events_already_in_start_order_are_returned_as_the_sort_would_put_them(keys):
-    """``replays._by_start`` with ``IN_START_ORDER`` (a list already in (start, index) order is
+    """``replays.by_start`` with ``IN_START_ORDER`` (a list already in (start, index) order is
     not sorted) against the sort alone: the same events in the same order, for times that tie,
     go back, are None, a bool or beyond 64 bits, and indices that tie or go back."""
     from perfetto_graph_ann.join import replays as replays_mod
@@ -295,11 +295,11 @@ def test_events_already_in_start_order_are_returned_as_the_sort_would_put_them(k
         pytest.skip("the join's compiled loops (_rows) are not built or turned off")
     events = [TraceEvent(index=i, ph="X", cat="kernel", name=f"k{k}", pid=0, tid=7, ts_ns=ts)
               for k, (ts, i) in enumerate(keys)]
-    got = replays_mod._by_start(list(events))
+    got = replays_mod.by_start(list(events))
     saved = replays_mod.IN_START_ORDER
     replays_mod.IN_START_ORDER = None
     try:
-        want = replays_mod._by_start(list(events))
+        want = replays_mod.by_start(list(events))
     finally:
         replays_mod.IN_START_ORDER = saved
     assert [id(e) for e in got] == [id(e) for e in want]

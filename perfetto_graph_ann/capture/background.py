@@ -145,7 +145,7 @@ class ExportHandle:
                 return True
         except (OSError, ValueError):  # the pipe closed meanwhile: a result() in another thread collected it
             pass
-        return self._outcome is not None or self._proc.poll() is not None  # (collected meanwhile by another thread)
+        return self._outcome is not None or self._proc.poll() is not None
 
     def _told_in(self, timeout: Optional[float]) -> bool:
         """Whether the worker says its outcome is written (one byte, ``_DONE``, on its standard

@@ -22,7 +22,7 @@ from ..annotations.model import AnnotationSet, GraphRecord
 from . import calibrated, critical_path, projection
 from .calibrated import match_calibrated
 from .match import GraphFit, Match, device_ok, replay_signatures
-from .replays import Replay, _by_start, group_work
+from .replays import Replay, by_start, group_work
 from .structural import match_structural
 
 __all__ = ["JoinAhead", "Made", "match_alone", "prepare_graphs"]
@@ -264,7 +264,7 @@ class JoinAhead:
     def _make(self, c: int) -> None:
         if c in self._graph_ids:  # the exact join's: nothing to make ahead
             return
-        r = Replay(c, self._launches[c], _by_start(list(self._work[c])))
+        r = Replay(c, self._launches[c], by_start(list(self._work[c])))
         if not r.events:
             return
         shape = self._fit.shape(r.events, replay_signatures(r))

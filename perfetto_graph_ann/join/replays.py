@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 from .. import settings
 from ..read.model import GRAPH_LAUNCH_NAMES, KinetoTrace, TraceEvent
 
-__all__ = ["dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "group_work", "GROUP_WORK",
-           "IN_START_ORDER", "int_arg", "node_type_of", "Replay"]
+__all__ = ["by_start", "dim3_arg", "EVENT_NODE_TYPE", "find_replays", "gpu_work_and_replays", "group_work",
+           "GROUP_WORK", "IN_START_ORDER", "int_arg", "node_type_of", "Replay"]
 
 try:  # gpu_work_and_replays' pass over the events in C (join/_rows.c, built by hatch_build.py)
     from ._rows import group_work as _compiled_group_work, in_start_order as _compiled_in_start_order
@@ -24,7 +24,7 @@ except ImportError:
 #: :func:`gpu_work_and_replays`' pass over a trace's events in C, or None where it is not built or
 #: ``PERFETTO_GRAPH_ANN_PURE_PYTHON`` was set at import (the Python loop then)
 GROUP_WORK = None if settings.switch(settings.PURE_PYTHON) else _compiled_group_work
-#: Whether a list of events is already in :func:`_by_start`'s order (then it is not sorted), in C
+#: Whether a list of events is already in :func:`by_start`'s order (then it is not sorted), in C
 #: with :data:`GROUP_WORK`, or None
 IN_START_ORDER = None if GROUP_WORK is None else _compiled_in_start_order
 
@@ -110,7 +110,7 @@ def _is_gpu_work(e: TraceEvent) -> bool:
 _START_AND_INDEX = operator.attrgetter("ts_ns", "index")
 
 
-def _by_start(events: List[TraceEvent]) -> List[TraceEvent]:
+def by_start(events: List[TraceEvent]) -> List[TraceEvent]:
     """``events`` by (start, file index), an untimed one as if at 0: the key made in C, and the
     key with the rule for None only where an event has no time (None and an int do not compare).
     A replay's events, grouped in file order, are mostly in that order already: returned as they are."""
@@ -143,7 +143,7 @@ def gpu_work_and_replays(trace: KinetoTrace,
             if c not in graph_ids:
                 continue
             evs = [e for e in evs if "graph node id" in e.args or "graph id" in e.args]  # no launch: those alone
-        replays.append(Replay(c, launches.get(c), _by_start(evs)))
+        replays.append(Replay(c, launches.get(c), by_start(evs)))
     replays.sort(key=lambda r: (r.start_ns, r.correlation))
     return total, replays
 

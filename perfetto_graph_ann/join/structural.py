@@ -77,13 +77,15 @@ def _pair_copy_kernels(events: Sequence[TraceEvent], nodes: Sequence[NodeRecord]
     kernel (:data:`~.match.COPY_KERNEL`), as a signature's: k-th by start time to k-th in capture
     order, ambiguous where more than one is left. Not where a kernel node of the graph has such a
     name: an event of that name could then be either."""
-    if any(n.type == "kernel" and is_copy_kernel(signature(n, strict=False)) for n in nodes):
+    if len(found) == len(events):  # every event paired by signature: the usual replay, nothing to look at
+        return
+    kernels = [e for e in events if e.index not in found and is_copy_kernel(signature(e, strict=False))]
+    if not kernels:
         return
     taken = {n.key for n, _ in found.values()}
     copies = [n for n in nodes if n.type == "memcpy" and n.key not in taken]
-    if not copies:
+    if not copies or any(n.type == "kernel" and is_copy_kernel(signature(n, strict=False)) for n in nodes):
         return
-    kernels = [e for e in events if e.index not in found and is_copy_kernel(signature(e, strict=False))]
     for e, n in zip(kernels, copies):
         found[e.index] = (n, len(copies) > 1)
 

@@ -13,7 +13,6 @@ Measured in BENCHMARKS.md ("the conversion worker's heap").
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from typing import Optional
 
 __all__ = ["keep_freed_memory", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
@@ -30,11 +29,8 @@ def keep_freed_memory(libc: Optional[ctypes.CDLL] = None) -> bool:
     """Set glibc's malloc to keep what the process frees (see the module's docstring); False
     where the C library is not glibc or refuses (nothing changed then)."""
     if libc is None:
-        name = ctypes.util.find_library("c")
-        if name is None:
-            return False
         try:
-            libc = ctypes.CDLL(name)
+            libc = ctypes.CDLL(None)  # the interpreter's own symbols, its C library's among them
         except OSError:
             return False
     if getattr(libc, "gnu_get_libc_version", None) is None or getattr(libc, "mallopt", None) is None:
