@@ -20,7 +20,7 @@
 # by torch.cuda.graph under instrument(), eight cases recorded (record_cold_copy.py; ~1 minute).
 # frontier: the capture's frontier as a scope edge (probe_capture_frontier.py). worker_ahead: the
 # join's work made while torch writes and the worker's heap, each against its absence in one run
-# (join_ahead.py, worker_heap.py on .bench-data's l12t21 and t7: carry .bench-data; ~2 minutes).
+# (join_ahead.py, worker_heap.py on .bench-data's l12t21 and t7: carried, or recorded first; ~2-3 minutes).
 # Usage: [STEPS="export_pace first_export"] [ROUNDS=5] [REPLAYS="20 7"] [LAYERS=36]
 #   bash benchmarks/gpu/run_pending_33_31.sh;
 # each step's log under $OUT, its last lines printed (first_export: each fresh process imports
@@ -88,7 +88,15 @@ for s in $STEPS; do
       done; done; done
       tar -C "$OUT" -czf "$OUT/cold_copy.tgz" cold_copy && rm -rf "$OUT/cold_copy" ;;
     frontier) step frontier 60 python3 benchmarks/gpu/probe_capture_frontier.py --out "$OUT/frontier.json" ;;
-    worker_ahead)  # session 43's worker changes on that host's Python, the recorded profiles (.bench-data carried)
+    worker_ahead)  # session 43's worker changes on that host's Python, the recorded profiles (.bench-data carried,
+      # or recorded here first where missing: l12t21 the 12-layer decoder's 21 replays, t7 the 36-layer's 7)
+      for spec in "l12t21 12 21" "t7 36 7"; do set -- $spec
+        if [ ! -f ".bench-data/$1.json.gz" ]; then
+          step "record_$1" 120 python3 benchmarks/gpu/record_export_trace.py "$OUT/rec_$1" --layers "$2" --replays "$3" \
+            && mkdir -p .bench-data && mv "$OUT/rec_$1/t$3.json.gz" ".bench-data/$1.json.gz" \
+            && mv "$OUT/rec_$1/t$3.annotations.json" ".bench-data/$1.annotations.json"; rm -rf "$OUT/rec_$1"
+        fi
+      done
       for t in l12t21 t7; do
         if [ -f ".bench-data/$t.json.gz" ]; then step "join_ahead_$t" 150 python3 benchmarks/join_ahead.py \
           ".bench-data/$t.json.gz" ".bench-data/$t.annotations.json" --rounds 12 --mb-s 80; fi
