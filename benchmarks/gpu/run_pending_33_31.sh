@@ -102,7 +102,8 @@ for s in $STEPS; do
           ".bench-data/$t.json.gz" ".bench-data/$t.annotations.json" --rounds 12 --mb-s 80; fi
       done
       [ -f .bench-data/l12t21.json.gz ] && step worker_heap 150 python3 benchmarks/worker_heap.py \
-        .bench-data/l12t21.json.gz .bench-data/l12t21.annotations.json --rounds 8 ;;
+        .bench-data/l12t21.json.gz .bench-data/l12t21.annotations.json --rounds 8
+      ls "$OUT"/record_*.log > /dev/null 2>&1 && tar -czf "$OUT/bench-data.tgz" .bench-data ;;  # what it recorded comes back
     *) echo "== $s: unknown step (export_pace first_export graph_derived template_runs capture_parts" \
       "hf_capture_parts headline fresh_runner fresh_hf windows_copy cold_copy frontier worker_ahead)"; exit 2 ;;
   esac
