@@ -92,9 +92,12 @@ for s in $STEPS; do
       # or recorded here first where missing: l12t21 the 12-layer decoder's 21 replays, t7 the 36-layer's 7)
       for spec in "l12t21 12 21" "t7 36 7"; do set -- $spec
         if [ ! -f ".bench-data/$1.json.gz" ]; then
-          step "record_$1" 120 python3 benchmarks/gpu/record_export_trace.py "$OUT/rec_$1" --layers "$2" --replays "$3" \
-            && mkdir -p .bench-data && mv "$OUT/rec_$1/t$3.json.gz" ".bench-data/$1.json.gz" \
-            && mv "$OUT/rec_$1/t$3.annotations.json" ".bench-data/$1.annotations.json"; rm -rf "$OUT/rec_$1"
+          step "record_$1" 120 python3 benchmarks/gpu/record_export_trace.py "$OUT/rec_$1" --layers "$2" --replays "$3"
+          if [ -f "$OUT/rec_$1/t$3.annotations.json" ]; then  # step says how it ended, it does not return it
+            mkdir -p .bench-data && mv "$OUT/rec_$1/t$3.json.gz" ".bench-data/$1.json.gz" \
+              && mv "$OUT/rec_$1/t$3.annotations.json" ".bench-data/$1.annotations.json"
+          fi
+          rm -rf "$OUT/rec_$1"
         fi
       done
       for t in l12t21 t7; do

@@ -27,7 +27,8 @@ TRIM_THRESHOLD = (1 << 31) - 1
 
 def keep_freed_memory(libc: Optional[ctypes.CDLL] = None) -> bool:
     """Set glibc's malloc to keep what the process frees (see the module's docstring); False
-    where the C library is not glibc or refuses (nothing changed then)."""
+    where the C library is not glibc (nothing changed) or refuses either setting (the first
+    may have been taken)."""
     if libc is None:
         try:
             libc = ctypes.CDLL(None)  # the interpreter's own symbols, its C library's among them
